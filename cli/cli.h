@@ -1,0 +1,15 @@
+/* cli.h — the ferry command's subcommands and shared helpers. Uses only ferry.h (and cJSON to
+ * read manifests). */
+#ifndef FERRY_CLI_H
+#define FERRY_CLI_H
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+int cmd_export(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+
+/* "ferry: error: <msg>" on one line of stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

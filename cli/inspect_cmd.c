@@ -1,0 +1,152 @@
+/* inspect_cmd.c — `ferry inspect DIR`: what an export holds, read from its export.json and the
+ * sizes of its files. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "ferry.h"
+
+static const char usage[] =
+    "usage: ferry inspect DIR [--subfolder NAME] [--json]\n"
+    "\n"
+    "Show what the export in DIR holds: each component with its role, file sizes, inputs and\n"
+    "outputs (dtype, symbolic shape, traced shape), precision, opset and symbol ranges.\n"
+    "The manifest is validated first (paths must stay inside DIR).\n"
+    "\n"
+    "options:\n"
+    "  --subfolder NAME   inspect DIR/NAME (an export kept next to others, e.g. onnx/)\n"
+    "  --json             print export.json as loaded\n"
+    "  -h, --help         this help\n";
+
+static void print_size(const char *dir, const char *file)
+{
+    char path[8192];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (stat(path, &st) != 0) {
+        printf("    %-28s (missing)\n", file);
+        return;
+    }
+    double b = (double)st.st_size;
+    const char *unit = "B";
+    if (b >= 1e9) b /= 1e9, unit = "GB";
+    else if (b >= 1e6) b /= 1e6, unit = "MB";
+    else if (b >= 1e3) b /= 1e3, unit = "KB";
+    printf("    %-28s %8.1f %s\n", file, b, unit);
+}
+
+static void print_dims(const cJSON *arr, char *buf, size_t size)
+{
+    size_t len = 0;
+    const cJSON *d;
+    len += (size_t)snprintf(buf, size, "[");
+    cJSON_ArrayForEach(d, arr) {
+        if (len >= size)
+            break;
+        const char *sep = d->prev && d != arr->child ? ", " : "";
+        if (cJSON_IsNumber(d))
+            len += (size_t)snprintf(buf + len, size - len, "%s%lld", sep, (long long)d->valuedouble);
+        else if (cJSON_IsString(d))
+            len += (size_t)snprintf(buf + len, size - len, "%s%s", sep, d->valuestring);
+        else
+            len += (size_t)snprintf(buf + len, size - len, "%s?", sep);
+    }
+    if (len < size)
+        snprintf(buf + len, size - len, "]");
+}
+
+static void print_io(const char *title, const cJSON *list)
+{
+    const cJSON *v;
+    printf("  %s:\n", title);
+    cJSON_ArrayForEach(v, list) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(v, "name");
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(v, "dtype");
+        char shape[256] = "[]", traced[256] = "[]";
+        print_dims(cJSON_GetObjectItemCaseSensitive(v, "shape"), shape, sizeof shape);
+        print_dims(cJSON_GetObjectItemCaseSensitive(v, "traced_shape"), traced, sizeof traced);
+        printf("    %-20s %-9s %-32s traced %s\n", cJSON_IsString(name) ? name->valuestring : "?",
+               cJSON_IsString(dt) ? dt->valuestring : "?", shape, traced);
+    }
+}
+
+static const char *str(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "?";
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    const char *dir = NULL, *subfolder = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(usage, stdout);
+            return EXIT_OK;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strcmp(argv[i], "--subfolder") && i + 1 < argc) {
+            subfolder = argv[++i];
+        } else if (argv[i][0] == '-' || dir) {
+            cli_error("inspect: unexpected argument '%s' (see ferry inspect --help)", argv[i]);
+            return EXIT_USAGE;
+        } else {
+            dir = argv[i];
+        }
+    }
+    if (!dir) {
+        cli_error("inspect: expected DIR (see ferry inspect --help)");
+        return EXIT_USAGE;
+    }
+    ferry_exported *e = NULL;
+    if (ferry_exported_load(dir, subfolder, &e) != FERRY_OK) {
+        cli_error("%s", ferry_exported_errmsg(e));
+        ferry_exported_free(e);
+        return EXIT_FAIL;
+    }
+    if (json) {
+        printf("%s\n", ferry_exported_manifest(e));
+        ferry_exported_free(e);
+        return EXIT_OK;
+    }
+    cJSON *m = cJSON_Parse(ferry_exported_manifest(e));
+    const cJSON *prod = cJSON_GetObjectItemCaseSensitive(m, "producer");
+    printf("export %s\n  format %s, producer %s %s, architecture %s\n", ferry_exported_dir(e),
+           str(m, "format"), str(prod, "name"), str(prod, "version"), str(m, "architecture"));
+    const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components"), *c;
+    cJSON_ArrayForEach(c, comps) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
+        const cJSON *opset = cJSON_GetObjectItemCaseSensitive(md, "opset");
+        printf("\ncomponent %s (role %s, precision %s, opset %d)\n  files:\n", c->string,
+               str(c, "role"), str(md, "precision"),
+               cJSON_IsNumber(opset) ? (int)opset->valuedouble : 0);
+        print_size(ferry_exported_dir(e), str(c, "file"));
+        const cJSON *df;
+        cJSON_ArrayForEach(df, cJSON_GetObjectItemCaseSensitive(c, "data_files"))
+            if (cJSON_IsString(df))
+                print_size(ferry_exported_dir(e), df->valuestring);
+        print_io("inputs", cJSON_GetObjectItemCaseSensitive(md, "inputs"));
+        print_io("outputs", cJSON_GetObjectItemCaseSensitive(md, "outputs"));
+        const cJSON *syms = cJSON_GetObjectItemCaseSensitive(md, "symbols"), *s;
+        if (cJSON_GetArraySize(syms) > 0) {
+            printf("  symbols:\n");
+            cJSON_ArrayForEach(s, syms) {
+                const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "min");
+                const cJSON *mx = cJSON_GetObjectItemCaseSensitive(s, "max");
+                const cJSON *tr = cJSON_GetObjectItemCaseSensitive(s, "traced");
+                char maxs[32] = "unbounded";
+                if (cJSON_IsNumber(mx))
+                    snprintf(maxs, sizeof maxs, "%lld", (long long)mx->valuedouble);
+                printf("    %-20s min %lld, max %s, traced %lld\n", s->string,
+                       cJSON_IsNumber(mn) ? (long long)mn->valuedouble : 0LL, maxs,
+                       cJSON_IsNumber(tr) ? (long long)tr->valuedouble : 0LL);
+            }
+        }
+    }
+    cJSON_Delete(m);
+    ferry_exported_free(e);
+    return EXIT_OK;
+}

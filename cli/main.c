@@ -1,0 +1,72 @@
+/* main.c — the ferry command: dispatch to subcommands, top-level help and version. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ferry.h"
+
+static const char usage[] =
+    "usage: ferry <command> [options]\n"
+    "\n"
+    "Export Hugging Face Transformers checkpoints to deployable programs, from C.\n"
+    "\n"
+    "commands:\n"
+    "  export MODEL OUT   export a checkpoint directory or local hub id to OUT\n"
+    "  inspect DIR        show the components, inputs, outputs and files of an export\n"
+    "\n"
+    "options:\n"
+    "  -h, --help         this help; `ferry <command> --help` explains a command\n"
+    "  --version          print the version\n"
+    "\n"
+    "example:\n"
+    "  ferry export Qwen/Qwen3-0.6B qwen3-onnx --format onnx --dynamic\n"
+    "  ferry inspect qwen3-onnx\n"
+    "\n"
+    "exit status: 0 success, 1 the export or inspection failed, 2 bad command line.\n";
+
+static void vmsg(const char *kind, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "ferry: %s: ", kind);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("error", fmt, ap);
+    va_end(ap);
+}
+
+void cli_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("warning", fmt, ap);
+    va_end(ap);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        fputs(usage, stdout);
+        return EXIT_OK;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("ferry %s\n", ferry_version());
+        return EXIT_OK;
+    }
+    if (!strcmp(cmd, "export"))
+        return cmd_export(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect"))
+        return cmd_inspect(argc - 1, argv + 1);
+    cli_error("unknown command '%s' (commands: export, inspect; see ferry --help)", cmd);
+    return EXIT_USAGE;
+}

@@ -1,0 +1,170 @@
+/* ferry.h — the one public header of libferry: export Hugging Face checkpoints to deployable
+ * programs (ONNX today) from C, with no Python or PyTorch in the export path.
+ *
+ * Conventions (borrowed from SQLite and Lua):
+ *  - Every function returns a ferry_status; FERRY_OK is 0.
+ *  - Handles are opaque. Each has a create/open and a free; free(NULL) is a no-op.
+ *  - A handle keeps the message of its last error (library-owned, valid until the next call on
+ *    that handle). Opening functions hand back a handle even on failure (unless memory ran out),
+ *    so that the caller can read the message, then free it.
+ *  - Option structs are filled by an *_init function first, so fields can be added later.
+ *  - The library never prints, never exits. A handle may be used by one thread at a time;
+ *    distinct handles are independent.
+ */
+#ifndef FERRY_H
+#define FERRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_VERSION "0.1.0"
+#define FERRY_VERSION_NUMBER 1000 /* major*1000000 + minor*1000 + patch */
+
+/* The version compiled into the library (may differ from FERRY_VERSION of the header in use). */
+const char *ferry_version(void);
+
+typedef enum ferry_status {
+    FERRY_OK = 0,
+    FERRY_ERR_INVALID_ARG = 1,  /* a caller mistake: bad option value, NULL where a value is due */
+    FERRY_ERR_IO = 2,           /* a file could not be read or written */
+    FERRY_ERR_FORMAT = 3,       /* a file is malformed: safetensors, JSON, manifest */
+    FERRY_ERR_UNSUPPORTED = 4,  /* well-formed, but ferry does not handle it (yet) */
+    FERRY_ERR_NOMEM = 5,
+    FERRY_ERR_EXISTS = 6,       /* output exists and overwriting was not asked for */
+    FERRY_ERR_NOSPACE = 7,      /* the disk or a file-size limit ran out while writing */
+    FERRY_ERR_INTERNAL = 8      /* a bug in ferry: please report it */
+} ferry_status;
+
+/* A static, never-NULL description of a status code. */
+const char *ferry_status_str(ferry_status status);
+
+/* Element types, as safetensors names them. */
+typedef enum ferry_dtype {
+    FERRY_DTYPE_UNDEFINED = 0,
+    FERRY_F32, FERRY_F16, FERRY_BF16, FERRY_F64,
+    FERRY_I8, FERRY_I16, FERRY_I32, FERRY_I64,
+    FERRY_U8, FERRY_U16, FERRY_U32, FERRY_U64,
+    FERRY_BOOL, FERRY_F8_E4M3, FERRY_F8_E5M2,
+    FERRY_DTYPE_COUNT
+} ferry_dtype;
+
+/* "fp32", "fp16", "bf16", ... for export precisions; safetensors' names ("F32", ...) otherwise. */
+const char *ferry_dtype_name(ferry_dtype dtype);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models: a checkpoint directory (config.json + *.safetensors) opened without loading weights.
+ */
+typedef struct ferry_model ferry_model;
+
+/* Opens `path_or_id`: a directory holding config.json and model.safetensors (or a sharded
+ * model.safetensors.index.json), or a local Hugging Face hub cache id "org/name" resolved
+ * offline under $HF_HOME/hub (default ~/.cache/huggingface/hub) to
+ * models--org--name/snapshots/<rev>, where <rev> comes from `revision` (a commit hash or a ref
+ * name under refs/; NULL means "main"). Reads config.json, generation_config.json when present,
+ * and every safetensors header; weights stay on disk (memory-mapped) until an export streams them.
+ * On failure *out still receives a handle carrying the message (NULL only when out of memory). */
+ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferry_model **out);
+void ferry_model_free(ferry_model *model);
+const char *ferry_model_errmsg(const ferry_model *model);
+/* The architecture named in config.json ("LlamaForCausalLM", ...); never NULL once opened. */
+const char *ferry_model_architecture(const ferry_model *model);
+/* The resolved checkpoint directory. */
+const char *ferry_model_dir(const ferry_model *model);
+/* Comma-separated list of the architectures this build can export. Static string. */
+const char *ferry_supported_architectures(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Export configuration — the C twin of transformers' OnnxConfig / AutoExportConfig.
+ */
+typedef enum ferry_format { FERRY_FORMAT_ONNX = 1 } ferry_format;
+
+#define FERRY_MAX_DIM_SPECS 16
+#define FERRY_NAME_MAX 64
+
+/* One explicitly symbolic axis: `input`'s axis `axis` is named `symbol`, ranging [min, max]
+ * (max 0 = unbounded). Like torch.export.Dim in the guide's dynamic_shapes. */
+typedef struct ferry_dim_spec {
+    char input[FERRY_NAME_MAX];
+    int axis;
+    char symbol[FERRY_NAME_MAX];
+    int64_t min, max;
+} ferry_dim_spec;
+
+/* Called during long exports; `done` and `total` count bytes of weights written. */
+typedef void (*ferry_progress_fn)(void *user, uint64_t done, uint64_t total, const char *what);
+
+typedef struct ferry_export_config {
+    ferry_format format;          /* FERRY_FORMAT_ONNX */
+    int dynamic;                  /* 1: every axis symbolic (batch, sequence) */
+    ferry_dim_spec dims[FERRY_MAX_DIM_SPECS];
+    int n_dims;                   /* explicit symbolic axes; the others are static */
+    int64_t example_batch;        /* traced shape for static axes (default 1) */
+    int64_t example_sequence;     /* traced shape for static axes (default 8) */
+    ferry_dtype dtype;            /* FERRY_F32 (default), FERRY_F16 or FERRY_BF16 */
+    int opset;                    /* ONNX opset; 0 picks the default (ferry_default_opset) */
+    ferry_progress_fn progress;   /* optional */
+    void *progress_user;
+} ferry_export_config;
+
+void ferry_export_config_init(ferry_export_config *cfg);
+
+/* Fills `cfg` from a JSON recipe whose keys follow AutoExportConfig.from_dict: "export_format",
+ * "dynamic", "dynamic_shapes" ({"input_ids": {"0": "batch" | {"name":..,"min":..,"max":..}}}),
+ * "dtype", "opset", "example_shapes" ({"input_ids": [1, 8]}). Unknown keys are an error.
+ * `errbuf` (may be NULL) receives a message on failure. */
+ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json,
+                                           char *errbuf, size_t errbuf_size);
+
+/* Parses "NAME:AXIS=SYMBOL[:MIN:MAX]" (the CLI's --dim) and appends it to cfg->dims. */
+ferry_status ferry_export_config_add_dim(ferry_export_config *cfg, const char *spec,
+                                         char *errbuf, size_t errbuf_size);
+
+int ferry_default_opset(void);
+int ferry_min_opset(void);
+int ferry_max_opset(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Exported models: what an export produced (in memory, weights still lazy), or what a saved
+ * export directory holds.
+ */
+typedef struct ferry_exported ferry_exported;
+
+/* Builds the export of `model` under `cfg`: graphs are made and checked, weights stay lazy.
+ * The result refers to `model`, which must outlive it. On failure the message is on the model
+ * handle and *out is NULL. */
+ferry_status ferry_export(ferry_model *model, const ferry_export_config *cfg, ferry_exported **out);
+
+/* Writes the export to `dir` atomically: files are built in a temporary sibling directory,
+ * synced, then renamed into place. An existing `dir` is refused unless `force`, in which case it
+ * is replaced only once the new export is complete. Nothing is left behind on failure. */
+ferry_status ferry_exported_save(ferry_exported *exported, const char *dir, int force);
+
+/* Loads a saved export (`subfolder` may be NULL): validates export.json and refuses any file
+ * path that leaves the directory. On failure *out carries the message. */
+ferry_status ferry_exported_load(const char *dir, const char *subfolder, ferry_exported **out);
+
+void ferry_exported_free(ferry_exported *exported);
+const char *ferry_exported_errmsg(const ferry_exported *exported);
+
+/* The export.json text (for a fresh export: what save will write). Owned by the handle. */
+const char *ferry_exported_manifest(const ferry_exported *exported);
+/* The directory a loaded or saved export lives in, or NULL if not yet saved. */
+const char *ferry_exported_dir(const ferry_exported *exported);
+
+/* Warnings from building the export, one per line (e.g. checkpoint tensors the export did not
+ * use); "" if none. Owned by the handle. */
+const char *ferry_exported_warnings(const ferry_exported *exported);
+
+/* Components ("model" for a plain export). Index in [0, count). Strings owned by the handle. */
+int ferry_exported_component_count(const ferry_exported *exported);
+const char *ferry_exported_component_name(const ferry_exported *exported, int index);
+const char *ferry_exported_component_file(const ferry_exported *exported, int index);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_H */

@@ -1,0 +1,306 @@
+"""ferry — a thin ctypes binding over include/ferry.h, shaped like transformers.exporters.
+
+    from ferry import OnnxExporter, OnnxConfig, ExportedModel
+    exported = OnnxExporter().export("path/to/checkpoint", config=OnnxConfig(dynamic=True))
+    exported.save_pretrained("model-onnx")
+    logits = ExportedModel.from_pretrained("model-onnx")(**inputs).logits
+
+All export work happens in libferry; this module only marshals arguments and runs the saved
+graph in onnxruntime. libferry.so is found via $FERRY_LIB (a file or a directory), then
+../../build/ next to this package, then the system's library path.
+"""
+
+import ctypes
+import ctypes.util
+import json
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["FerryError", "OnnxConfig", "AutoExportConfig", "OnnxExporter", "ExportedModel",
+           "version"]
+
+
+class FerryError(RuntimeError):
+    """A failure reported by libferry; str() is the library's message."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+# --- the C library --------------------------------------------------------------------------
+
+_NAME_MAX, _MAX_DIMS = 64, 16
+
+
+class _DimSpec(ctypes.Structure):
+    _fields_ = [("input", ctypes.c_char * _NAME_MAX), ("axis", ctypes.c_int),
+                ("symbol", ctypes.c_char * _NAME_MAX), ("min", ctypes.c_int64),
+                ("max", ctypes.c_int64)]
+
+
+class _ExportConfig(ctypes.Structure):
+    _fields_ = [("format", ctypes.c_int), ("dynamic", ctypes.c_int),
+                ("dims", _DimSpec * _MAX_DIMS), ("n_dims", ctypes.c_int),
+                ("example_batch", ctypes.c_int64), ("example_sequence", ctypes.c_int64),
+                ("dtype", ctypes.c_int), ("opset", ctypes.c_int),
+                ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p)]
+
+
+def _find_library():
+    env = os.environ.get("FERRY_LIB")
+    candidates = []
+    if env:
+        candidates.append(Path(env) / "libferry.so" if Path(env).is_dir() else Path(env))
+    candidates.append(Path(__file__).resolve().parent.parent.parent / "build" / "libferry.so")
+    for path in candidates:
+        if path.is_file():
+            return str(path)
+    found = ctypes.util.find_library("ferry")
+    if found:
+        return found
+    raise FerryError("libferry.so not found (set FERRY_LIB, or build into ./build)")
+
+
+_lib = None
+_P = ctypes.c_void_p
+_S = ctypes.c_char_p
+
+
+def _c():
+    """Loads libferry once and declares the prototypes of ferry.h."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    lib = ctypes.CDLL(_find_library())
+    protos = {
+        "ferry_version": (_S, []),
+        "ferry_status_str": (_S, [ctypes.c_int]),
+        "ferry_model_open": (ctypes.c_int, [_S, _S, ctypes.POINTER(_P)]),
+        "ferry_model_free": (None, [_P]),
+        "ferry_model_errmsg": (_S, [_P]),
+        "ferry_export_config_init": (None, [ctypes.POINTER(_ExportConfig)]),
+        "ferry_export_config_from_json": (ctypes.c_int, [ctypes.POINTER(_ExportConfig), _S,
+                                                         ctypes.c_char_p, ctypes.c_size_t]),
+        "ferry_export": (ctypes.c_int, [_P, ctypes.POINTER(_ExportConfig), ctypes.POINTER(_P)]),
+        "ferry_exported_save": (ctypes.c_int, [_P, _S, ctypes.c_int]),
+        "ferry_exported_load": (ctypes.c_int, [_S, _S, ctypes.POINTER(_P)]),
+        "ferry_exported_free": (None, [_P]),
+        "ferry_exported_errmsg": (_S, [_P]),
+        "ferry_exported_manifest": (_S, [_P]),
+        "ferry_exported_dir": (_S, [_P]),
+        "ferry_exported_component_count": (ctypes.c_int, [_P]),
+        "ferry_exported_component_name": (_S, [_P, ctypes.c_int]),
+        "ferry_exported_component_file": (_S, [_P, ctypes.c_int]),
+    }
+    for name, (res, args) in protos.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    _lib = lib
+    return lib
+
+
+def _str(raw):
+    return raw.decode("utf-8", "replace") if raw else None
+
+
+def _fail(status, message):
+    detail = message or _str(_c().ferry_status_str(status))
+    raise FerryError(detail, status)
+
+
+def version():
+    return _str(_c().ferry_version())
+
+
+# --- configs --------------------------------------------------------------------------------
+
+
+def _json_dim(dim):
+    """A symbol as the recipe spells it: "batch", or {"name", "min", "max"} (also accepts
+    objects with those attributes, such as torch.export.Dim)."""
+    if isinstance(dim, (str, dict)):
+        return dim
+    out = {"name": getattr(dim, "__name__", None) or getattr(dim, "name")}
+    for key in ("min", "max"):
+        value = getattr(dim, key, None)
+        if isinstance(value, int) and 0 < value < 2**62:
+            out[key] = value
+    return out
+
+
+class OnnxConfig:
+    """The recipe of an ONNX export; its keys are AutoExportConfig.from_dict's (and the CLI's
+    --config recipe's). Validated by libferry when made."""
+
+    def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", opset=None,
+                 example_shapes=None):
+        recipe = {"export_format": "onnx", "dynamic": bool(dynamic), "dtype": dtype}
+        if dynamic_shapes:
+            recipe["dynamic_shapes"] = {
+                name: {str(axis): _json_dim(dim) for axis, dim in axes.items()}
+                for name, axes in dynamic_shapes.items()}
+        if opset is not None:
+            recipe["opset"] = int(opset)
+        if example_shapes:
+            recipe["example_shapes"] = {k: [int(x) for x in v] for k, v in example_shapes.items()}
+        self._recipe = recipe
+        self._c_config()
+
+    @classmethod
+    def _from_dict(cls, recipe):
+        config = cls.__new__(cls)
+        config._recipe = dict(recipe)
+        config._c_config()
+        return config
+
+    def __getattr__(self, key):
+        if key.startswith("_"):
+            raise AttributeError(key)
+        return self._recipe.get(key)
+
+    def to_dict(self):
+        return dict(self._recipe)
+
+    def _c_config(self):
+        """The ferry_export_config that libferry makes of this recipe (or its error)."""
+        cfg = _ExportConfig()
+        _c().ferry_export_config_init(ctypes.byref(cfg))
+        err = ctypes.create_string_buffer(1024)
+        status = _c().ferry_export_config_from_json(ctypes.byref(cfg),
+                                                    json.dumps(self._recipe).encode(), err, 1024)
+        if status:
+            _fail(status, _str(err.value))
+        return cfg
+
+
+class AutoExportConfig:
+    @staticmethod
+    def from_dict(d):
+        """A config from a recipe dict ({"export_format": "onnx", "dynamic": True, ...});
+        libferry checks every key and names the one it refuses."""
+        return OnnxConfig._from_dict(d)
+
+
+# --- exporting, saving, loading, running ----------------------------------------------------
+
+
+class OnnxExporter:
+    def export(self, model, inputs=None, config=None, revision=None):
+        """Exports the checkpoint at `model` (a directory or a local hub cache id). `inputs`
+        (optional) give the traced shape of a static export via their input_ids."""
+        recipe = (config or OnnxConfig()).to_dict()
+        if inputs is not None and "input_ids" in inputs and "example_shapes" not in recipe:
+            recipe["example_shapes"] = {"input_ids": [int(n) for n in inputs["input_ids"].shape]}
+        cfg = OnnxConfig._from_dict(recipe)._c_config()
+        lib, handle = _c(), _P()
+        status = lib.ferry_model_open(os.fsencode(str(model)),
+                                      revision.encode() if revision else None,
+                                      ctypes.byref(handle))
+        if status:
+            message = _str(lib.ferry_model_errmsg(handle)) if handle else None
+            lib.ferry_model_free(handle)
+            _fail(status, message)
+        exported = _P()
+        status = lib.ferry_export(handle, ctypes.byref(cfg), ctypes.byref(exported))
+        if status:
+            message = _str(lib.ferry_model_errmsg(handle))
+            lib.ferry_model_free(handle)
+            _fail(status, message)
+        return ExportedModel(exported, model_handle=handle)
+
+
+class ExportedModel:
+    """An export: components (name -> file), the manifest, and a runner for its graph."""
+
+    def __init__(self, handle, model_handle=None):
+        self._h, self._model, self._session, self._tmp = handle, model_handle, None, None
+
+    @classmethod
+    def from_pretrained(cls, path, subfolder=None):
+        handle = _P()
+        status = _c().ferry_exported_load(os.fsencode(str(path)),
+                                          subfolder.encode() if subfolder else None,
+                                          ctypes.byref(handle))
+        if status:
+            message = _str(_c().ferry_exported_errmsg(handle)) if handle else None
+            _c().ferry_exported_free(handle)
+            _fail(status, message)
+        return cls(handle)
+
+    def save_pretrained(self, save_directory, force=False):
+        status = _c().ferry_exported_save(self._h, os.fsencode(str(save_directory)), int(force))
+        if status:
+            _fail(status, _str(_c().ferry_exported_errmsg(self._h)))
+        self._session = None
+
+    @property
+    def directory(self):
+        return _str(_c().ferry_exported_dir(self._h))
+
+    @property
+    def components(self):
+        lib = _c()
+        return {_str(lib.ferry_exported_component_name(self._h, i)):
+                _str(lib.ferry_exported_component_file(self._h, i))
+                for i in range(lib.ferry_exported_component_count(self._h))}
+
+    @property
+    def manifest(self):
+        return json.loads(_str(_c().ferry_exported_manifest(self._h)))
+
+    def _runner(self):
+        if self._session is None:
+            import onnxruntime
+
+            if self.directory is None:  # a fresh export runs on first call: save it aside
+                self._tmp = tempfile.TemporaryDirectory(prefix="ferry-")
+                self.save_pretrained(Path(self._tmp.name) / "export")
+            path = Path(self.directory) / self.components["model"]
+            self._session = onnxruntime.InferenceSession(
+                str(path), providers=["CPUExecutionProvider"])
+        return self._session
+
+    def __call__(self, **inputs):
+        """Runs the "model" component. Inputs the graph does not take are dropped; position_ids
+        are derived from attention_mask as generate() does when not given."""
+        import numpy as np
+
+        session = self._runner()
+        wanted = [i.name for i in session.get_inputs()]
+        feeds = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v, dtype=np.int64)
+                 for k, v in inputs.items() if k in wanted and v is not None}
+        if "attention_mask" not in feeds and "input_ids" in feeds:
+            feeds["attention_mask"] = np.ones_like(feeds["input_ids"])
+        if "position_ids" in wanted and "position_ids" not in feeds:
+            mask = feeds["attention_mask"]
+            feeds["position_ids"] = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
+        names = [o.name for o in session.get_outputs()]
+        values = session.run(names, {k: feeds[k] for k in wanted})
+        return ExportOutput(zip(names, values))
+
+    def close(self):
+        if self._h:
+            _c().ferry_exported_free(self._h)
+            self._h = None
+        if self._model:
+            _c().ferry_model_free(self._model)
+            self._model = None
+        self._session = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class ExportOutput(dict):
+    """Outputs by name, also as attributes (`.logits`), like a transformers ModelOutput."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None

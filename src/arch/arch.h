@@ -1,0 +1,57 @@
+/* arch.h — architecture families: each is a small table entry (name, config quirks, checkpoint
+ * names) over the one shared decoder skeleton in decoder.c. */
+#ifndef FERRY_ARCH_ARCH_H
+#define FERRY_ARCH_ARCH_H
+
+#include <stdbool.h>
+
+#include "graph/graph.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+
+/* Everything the skeleton needs to know about one model, derived from config.json. */
+typedef struct decoder_hparams {
+    int64_t n_layers, hidden, n_heads, n_kv_heads, head_dim, intermediate, vocab;
+    int64_t max_position_embeddings;
+    double eps;
+    rope_config rope;
+    bool qkv_bias;          /* q/k/v projections carry biases (Qwen2, attention_bias) */
+    bool o_bias;            /* o_proj carries a bias (Llama's attention_bias) */
+    bool mlp_bias;
+    bool qk_norm;           /* RMSNorm over head_dim on q and k before rope (Qwen3) */
+    bool tie_embeddings;    /* lm_head reuses embed_tokens */
+    int64_t *window;        /* per layer: sliding window or 0; owned */
+} decoder_hparams;
+
+typedef struct arch_family {
+    const char *architecture;       /* config.json "architectures"[0] */
+    const char *model_type;
+    /* Reads family quirks from the config into hp (the skeleton filled the common part). */
+    ferry_status (*hparams)(const model_config *cfg, decoder_hparams *hp, fy_err *err);
+} arch_family;
+
+/* The inputs every decoder export has: symbolic or fixed [batch, sequence]. */
+typedef struct decoder_io {
+    g_dim batch, sequence;
+    ferry_dtype dtype;      /* compute and weight precision */
+} decoder_io;
+
+const arch_family *arch_find(const char *architecture);
+/* "LlamaForCausalLM, MistralForCausalLM, ..." */
+const char *arch_supported_list(void);
+
+/* Fills hp from cfg (common keys, then the family hook); validates against the family. */
+ferry_status arch_hparams(const arch_family *fam, const model_config *cfg, decoder_hparams *hp,
+                          fy_err *err);
+void arch_hparams_free(decoder_hparams *hp);
+
+/* Builds the forward graph (input_ids, attention_mask, position_ids -> logits) of a decoder
+ * into `g`, taking its weights from `ck`. Missing weights and shapes that contradict the config
+ * are errors naming the tensor. */
+ferry_status arch_build_decoder(const decoder_hparams *hp, ckpt *ck, const decoder_io *io,
+                                g_graph *g, fy_err *err);
+
+/* Family hooks, one file each. */
+extern const arch_family arch_llama, arch_mistral, arch_qwen2, arch_qwen3;
+
+#endif

@@ -1,0 +1,270 @@
+/* export_config.c — ferry_export_config: defaults, the CLI's --dim syntax, and JSON recipes
+ * whose keys follow transformers' AutoExportConfig.from_dict. */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/onnx/onnx_writer.h"
+#include "export/internal.h"
+#include "util/json.h"
+
+void ferry_export_config_init(ferry_export_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->format = FERRY_FORMAT_ONNX;
+    cfg->example_batch = 1;
+    cfg->example_sequence = 8;
+    cfg->dtype = FERRY_F32;
+}
+
+int ferry_default_opset(void) { return ONNX_DEFAULT_OPSET; }
+int ferry_min_opset(void) { return ONNX_MIN_OPSET; }
+int ferry_max_opset(void) { return ONNX_MAX_OPSET; }
+
+static ferry_status say(char *buf, size_t size, ferry_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static ferry_status say(char *buf, size_t size, ferry_status st, const char *fmt, ...)
+{
+    if (buf && size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, size, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+static bool valid_name(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_' && *s != '.')
+            return false;
+    return true;
+}
+
+static ferry_status add_dim(ferry_export_config *cfg, const char *input, long long axis,
+                            const char *symbol, long long min, long long max, char *eb, size_t es)
+{
+    if (cfg->n_dims >= FERRY_MAX_DIM_SPECS)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "too many dynamic dims (at most %d)",
+                   FERRY_MAX_DIM_SPECS);
+    if (strlen(input) >= FERRY_NAME_MAX || !valid_name(input))
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "dynamic dim: bad input name '%s'", input);
+    if (strlen(symbol) >= FERRY_NAME_MAX || !valid_name(symbol))
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "dynamic dim: bad symbol name '%s'", symbol);
+    if (axis < 0 || axis > 7)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "dynamic dim %s: axis %lld out of range", input,
+                   axis);
+    if (min < 0 || (max != 0 && max < min))
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "dynamic dim %s:%lld: need 0 <= min <= max",
+                   input, axis);
+    for (int i = 0; i < cfg->n_dims; i++)
+        if (strcmp(cfg->dims[i].input, input) == 0 && cfg->dims[i].axis == axis)
+            return say(eb, es, FERRY_ERR_INVALID_ARG, "dynamic dim %s:%lld given twice", input,
+                       axis);
+    ferry_dim_spec *d = &cfg->dims[cfg->n_dims++];
+    snprintf(d->input, sizeof d->input, "%s", input);
+    snprintf(d->symbol, sizeof d->symbol, "%s", symbol);
+    d->axis = (int)axis;
+    d->min = min;
+    d->max = max;
+    return FERRY_OK;
+}
+
+ferry_status ferry_export_config_add_dim(ferry_export_config *cfg, const char *spec, char *eb,
+                                         size_t es)
+{
+    char input[FERRY_NAME_MAX], symbol[FERRY_NAME_MAX];
+    long long axis, min = 1, max = 0;
+    int used = 0;
+    int n = sscanf(spec, "%63[^:]:%lld=%63[^:]%n", input, &axis, symbol, &used);
+    if (n != 3)
+        return say(eb, es, FERRY_ERR_INVALID_ARG,
+                   "--dim '%s': expected NAME:AXIS=SYMBOL[:MIN:MAX], e.g. input_ids:1=sequence:1:2048",
+                   spec);
+    const char *rest = spec + used;
+    if (*rest) {
+        int used2 = 0;
+        if (sscanf(rest, ":%lld:%lld%n", &min, &max, &used2) != 2 || rest[used2] != '\0')
+            return say(eb, es, FERRY_ERR_INVALID_ARG,
+                       "--dim '%s': expected ':MIN:MAX' after the symbol", spec);
+    }
+    return add_dim(cfg, input, axis, symbol, min, max, eb, es);
+}
+
+static ferry_status parse_dtype(const char *s, ferry_dtype *out)
+{
+    if (!strcmp(s, "fp32") || !strcmp(s, "float32"))
+        *out = FERRY_F32;
+    else if (!strcmp(s, "fp16") || !strcmp(s, "float16"))
+        *out = FERRY_F16;
+    else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16"))
+        *out = FERRY_BF16;
+    else
+        return FERRY_ERR_INVALID_ARG;
+    return FERRY_OK;
+}
+
+static ferry_status recipe_dynamic_shapes(ferry_export_config *cfg, const cJSON *ds, char *eb,
+                                          size_t es)
+{
+    if (!cJSON_IsObject(ds))
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'dynamic_shapes' must be an object");
+    const cJSON *input;
+    cJSON_ArrayForEach(input, ds) {
+        if (!cJSON_IsObject(input))
+            return say(eb, es, FERRY_ERR_INVALID_ARG,
+                       "recipe: dynamic_shapes['%s'] must map axes to dims", input->string);
+        const cJSON *ax;
+        cJSON_ArrayForEach(ax, input) {
+            char *end;
+            long long axis = strtoll(ax->string, &end, 10);
+            if (*end || end == ax->string)
+                return say(eb, es, FERRY_ERR_INVALID_ARG,
+                           "recipe: dynamic_shapes['%s'] key '%s' is not an axis number",
+                           input->string, ax->string);
+            const char *sym = NULL;
+            long long min = 1, max = 0;
+            if (cJSON_IsString(ax)) {
+                sym = ax->valuestring;
+            } else if (cJSON_IsObject(ax)) {
+                const cJSON *nm = cJSON_GetObjectItemCaseSensitive(ax, "name");
+                const cJSON *mn = cJSON_GetObjectItemCaseSensitive(ax, "min");
+                const cJSON *mx = cJSON_GetObjectItemCaseSensitive(ax, "max");
+                if (!cJSON_IsString(nm) || (mn && !cJSON_IsNumber(mn)) ||
+                    (mx && !cJSON_IsNumber(mx) && !cJSON_IsNull(mx)))
+                    return say(eb, es, FERRY_ERR_INVALID_ARG,
+                               "recipe: dynamic_shapes['%s']['%s'] needs a string 'name' and "
+                               "numeric 'min'/'max'", input->string, ax->string);
+                sym = nm->valuestring;
+                uint64_t v;
+                if (mn) {
+                    if (!json_number_to_u64(mn, &v))
+                        return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: bad min");
+                    min = (long long)v;
+                }
+                if (mx && cJSON_IsNumber(mx)) {
+                    if (!json_number_to_u64(mx, &v))
+                        return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: bad max");
+                    max = (long long)v;
+                }
+            } else {
+                return say(eb, es, FERRY_ERR_INVALID_ARG,
+                           "recipe: dynamic_shapes['%s']['%s'] must be a name or an object",
+                           input->string, ax->string);
+            }
+            ferry_status st = add_dim(cfg, input->string, axis, sym, min, max, eb, es);
+            if (st != FERRY_OK)
+                return st;
+        }
+    }
+    return FERRY_OK;
+}
+
+ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json, char *eb,
+                                           size_t es)
+{
+    cJSON *root = cJSON_ParseWithLength(json, strlen(json));
+    ferry_status st = FERRY_OK;
+    if (!root || !cJSON_IsObject(root)) {
+        st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: not a JSON object");
+        goto done;
+    }
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root) {
+        const char *k = item->string;
+        if (!strcmp(k, "export_format")) {
+            if (!cJSON_IsString(item) || strcmp(item->valuestring, "onnx") != 0) {
+                st = say(eb, es, FERRY_ERR_UNSUPPORTED,
+                         "recipe: export_format must be \"onnx\" (the only format so far)");
+                goto done;
+            }
+            cfg->format = FERRY_FORMAT_ONNX;
+        } else if (!strcmp(k, "dynamic")) {
+            if (!cJSON_IsBool(item)) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'dynamic' must be true or false");
+                goto done;
+            }
+            cfg->dynamic = cJSON_IsTrue(item);
+        } else if (!strcmp(k, "dynamic_shapes")) {
+            if ((st = recipe_dynamic_shapes(cfg, item, eb, es)) != FERRY_OK)
+                goto done;
+        } else if (!strcmp(k, "dtype")) {
+            if (!cJSON_IsString(item) || parse_dtype(item->valuestring, &cfg->dtype) != FERRY_OK) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG,
+                         "recipe: 'dtype' must be \"fp32\", \"fp16\" or \"bf16\"");
+                goto done;
+            }
+        } else if (!strcmp(k, "opset")) {
+            uint64_t v;
+            if (!json_number_to_u64(item, &v) || v < ONNX_MIN_OPSET || v > ONNX_MAX_OPSET) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'opset' must be an integer in "
+                         "[%d, %d]", ONNX_MIN_OPSET, ONNX_MAX_OPSET);
+                goto done;
+            }
+            cfg->opset = (int)v;
+        } else if (!strcmp(k, "example_shapes")) {
+            const cJSON *ids = cJSON_GetObjectItemCaseSensitive(item, "input_ids");
+            uint64_t b, s;
+            if (!cJSON_IsObject(item) || cJSON_GetArraySize(item) != 1 || !cJSON_IsArray(ids) ||
+                cJSON_GetArraySize(ids) != 2 || !json_number_to_u64(cJSON_GetArrayItem(ids, 0), &b) ||
+                !json_number_to_u64(cJSON_GetArrayItem(ids, 1), &s) || b == 0 || s == 0) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG,
+                         "recipe: 'example_shapes' must be {\"input_ids\": [batch, sequence]}");
+                goto done;
+            }
+            cfg->example_batch = (int64_t)b;
+            cfg->example_sequence = (int64_t)s;
+        } else if (!strcmp(k, "ort_fusions") || !strcmp(k, "quantizer") || !strcmp(k, "backend") ||
+                   !strcmp(k, "optimize")) {
+            if (!cJSON_IsNull(item)) {
+                st = say(eb, es, FERRY_ERR_UNSUPPORTED,
+                         "recipe: '%s' is not supported yet (only null is accepted)", k);
+                goto done;
+            }
+        } else {
+            st = say(eb, es, FERRY_ERR_INVALID_ARG,
+                     "recipe: unknown key '%s' (known: export_format, dynamic, dynamic_shapes, "
+                     "dtype, opset, example_shapes)", k);
+            goto done;
+        }
+    }
+done:
+    cJSON_Delete(root);
+    return st;
+}
+
+cJSON *export_config_to_json(const ferry_export_config *cfg)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "export_format", "onnx");
+    cJSON_AddBoolToObject(o, "dynamic", cfg->dynamic);
+    cJSON *ds = cJSON_AddObjectToObject(o, "dynamic_shapes");
+    for (int i = 0; i < cfg->n_dims; i++) {
+        const ferry_dim_spec *d = &cfg->dims[i];
+        cJSON *in = cJSON_GetObjectItemCaseSensitive(ds, d->input);
+        if (!in)
+            in = cJSON_AddObjectToObject(ds, d->input);
+        char axis[16];
+        snprintf(axis, sizeof axis, "%d", d->axis);
+        cJSON *dim = cJSON_AddObjectToObject(in, axis);
+        cJSON_AddStringToObject(dim, "name", d->symbol);
+        cJSON_AddNumberToObject(dim, "min", (double)d->min);
+        if (d->max > 0)
+            cJSON_AddNumberToObject(dim, "max", (double)d->max);
+        else
+            cJSON_AddNullToObject(dim, "max");
+    }
+    cJSON_AddStringToObject(o, "dtype", ferry_dtype_name(cfg->dtype));
+    cJSON_AddNumberToObject(o, "opset", cfg->opset ? cfg->opset : ONNX_DEFAULT_OPSET);
+    cJSON *ex = cJSON_AddObjectToObject(o, "example_shapes");
+    cJSON *ids = cJSON_AddArrayToObject(ex, "input_ids");
+    cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_batch));
+    cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_sequence));
+    return o;
+}

@@ -1,0 +1,168 @@
+/* manifest.c — export.json: built from an export's components, validated when loaded (schema,
+ * components, and every file path confined to the export directory). */
+#include <stdio.h>
+#include <string.h>
+
+#include "export/internal.h"
+#include "util/fs.h"
+
+#define SCHEMA_VERSION 1
+
+static const char *torch_dtype_name(ferry_dtype dt)
+{
+    switch (dt) {
+    case FERRY_F32: return "float32";
+    case FERRY_F16: return "float16";
+    case FERRY_BF16: return "bfloat16";
+    case FERRY_I64: return "int64";
+    case FERRY_I32: return "int32";
+    case FERRY_BOOL: return "bool";
+    default: return ferry_dtype_name(dt);
+    }
+}
+
+static cJSON *io_list(const g_graph *g, const int *ids, size_t n)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) {
+        const g_value *v = &g->values[ids[i]];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", v->name);
+        cJSON_AddStringToObject(o, "dtype", torch_dtype_name(v->dtype));
+        cJSON *shape = cJSON_AddArrayToObject(o, "shape");
+        cJSON *traced = cJSON_AddArrayToObject(o, "traced_shape");
+        for (int k = 0; k < v->shape.rank; k++) {
+            int64_t c;
+            char buf[256];
+            if (g_dim_is_const(v->shape.d[k], &c)) {
+                cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)c));
+            } else {
+                g_dim_print(v->shape.d[k], &g->syms, buf, sizeof buf);
+                cJSON_AddItemToArray(shape, cJSON_CreateString(buf));
+            }
+            if (g_dim_example(v->shape.d[k], &g->syms, &c))
+                cJSON_AddItemToArray(traced, cJSON_CreateNumber((double)c));
+            else
+                cJSON_AddItemToArray(traced, cJSON_CreateNull());
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
+static cJSON *symbols(const g_symtab *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; i < t->n; i++) {
+        cJSON *s = cJSON_AddObjectToObject(o, t->s[i].name);
+        cJSON_AddNumberToObject(s, "min", (double)t->s[i].min);
+        if (t->s[i].max > 0)
+            cJSON_AddNumberToObject(s, "max", (double)t->s[i].max);
+        else
+            cJSON_AddNullToObject(s, "max");
+        cJSON_AddNumberToObject(s, "traced", (double)t->s[i].example);
+    }
+    return o;
+}
+
+cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
+{
+    (void)err;
+    const char *arch = e->model ? e->model->cfg.architecture : "";
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddNumberToObject(m, "schema_version", SCHEMA_VERSION);
+    cJSON_AddStringToObject(m, "format", "onnx");
+    cJSON *prod = cJSON_AddObjectToObject(m, "producer");
+    cJSON_AddStringToObject(prod, "name", "ferry");
+    cJSON_AddStringToObject(prod, "version", FERRY_VERSION);
+    cJSON_AddStringToObject(m, "architecture", arch);
+    cJSON *comps = cJSON_AddObjectToObject(m, "components");
+    for (int i = 0; i < e->n_components; i++) {
+        const exp_component *c = &e->comps[i];
+        cJSON *o = cJSON_AddObjectToObject(comps, c->name);
+        cJSON_AddStringToObject(o, "file", c->file);
+        cJSON *df = cJSON_AddArrayToObject(o, "data_files");
+        if (c->data_file)
+            cJSON_AddItemToArray(df, cJSON_CreateString(c->data_file));
+        cJSON_AddStringToObject(o, "role", c->role);
+        cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+        cJSON_AddStringToObject(md, "architecture", arch);
+        cJSON_AddItemToObject(md, "inputs", io_list(c->graph, c->graph->inputs, c->graph->n_inputs));
+        cJSON_AddItemToObject(md, "outputs",
+                              io_list(c->graph, c->graph->outputs, c->graph->n_outputs));
+        cJSON_AddStringToObject(md, "precision", ferry_dtype_name(e->cfg.dtype));
+        cJSON_AddNumberToObject(md, "opset", e->cfg.opset);
+        cJSON_AddItemToObject(md, "symbols", symbols(&c->graph->syms));
+        cJSON_AddItemToObject(md, "export_config", export_config_to_json(&e->cfg));
+    }
+    return m;
+}
+
+static ferry_status check_file(const char *dir, const char *comp, const char *rel, fy_err *err)
+{
+    if (!fs_safe_relative(rel))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' names the file "
+                       "'%s', which is not a plain relative path inside the export", dir, comp, rel);
+    if (!fs_inside(dir, rel))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s' is "
+                       "missing or leaves the export directory", dir, comp, rel);
+    return FERRY_OK;
+}
+
+static char *dup_string(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? strdup(v->valuestring) : NULL;
+}
+
+ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exported *e,
+                               fy_err *err)
+{
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(m, "schema_version");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m, "format");
+    const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components");
+    if (!cJSON_IsObject(m))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: not a JSON object", dir);
+    if (!cJSON_IsNumber(ver) || ver->valuedouble != SCHEMA_VERSION)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: schema_version must be %d",
+                       dir, SCHEMA_VERSION);
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "onnx") != 0)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: format must be \"onnx\"", dir);
+    if (!cJSON_IsObject(comps) || cJSON_GetArraySize(comps) == 0)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'components' must be a non-empty "
+                       "object", dir);
+    if (cJSON_GetArraySize(comps) > EXP_MAX_COMPONENTS)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: more than %d components", dir,
+                       EXP_MAX_COMPONENTS);
+    const cJSON *c;
+    cJSON_ArrayForEach(c, comps) {
+        const cJSON *file = cJSON_GetObjectItemCaseSensitive(c, "file");
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(c, "role");
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(c, "data_files");
+        if (!cJSON_IsObject(c) || !cJSON_IsString(file) || !cJSON_IsString(role) ||
+            (data && !cJSON_IsArray(data)))
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' needs a string "
+                           "'file' and 'role'", dir, c->string);
+        if (check_file(dir, c->string, file->valuestring, err) != FERRY_OK)
+            return err->status;
+        const cJSON *d;
+        const char *first_data = NULL;
+        cJSON_ArrayForEach(d, data) {
+            if (!cJSON_IsString(d))
+                return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': "
+                               "data_files must hold strings", dir, c->string);
+            if (check_file(dir, c->string, d->valuestring, err) != FERRY_OK)
+                return err->status;
+            if (!first_data)
+                first_data = d->valuestring;
+        }
+        exp_component *ec = &e->comps[e->n_components++];
+        ec->name = strdup(c->string);
+        ec->role = dup_string(c, "role");
+        ec->file = dup_string(c, "file");
+        ec->data_file = first_data ? strdup(first_data) : NULL;
+        if (!ec->name || !ec->role || !ec->file || (first_data && !ec->data_file))
+            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    }
+    return FERRY_OK;
+}

@@ -1,0 +1,67 @@
+/* model.c — ferry_model: a checkpoint opened for export (config parsed, safetensors headers
+ * indexed, weights left on disk). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "export/internal.h"
+#include "model/hub.h"
+
+ferry_status exp_set_error(fy_err *dst, const fy_err *src)
+{
+    return fy_refail(dst, src->status, "%s", src->msg);
+}
+
+ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferry_model **out)
+{
+    ferry_model *m = calloc(1, sizeof *m);
+    *out = m;
+    if (!m)
+        return FERRY_ERR_NOMEM;
+    if (!path_or_id || !*path_or_id)
+        return fy_fail(&m->err, FERRY_ERR_INVALID_ARG, "no model path or hub id given");
+    if (hub_resolve(path_or_id, revision, m->dir, sizeof m->dir, &m->err) != FERRY_OK)
+        return m->err.status;
+    if (cfg_load(m->dir, &m->cfg, &m->err) != FERRY_OK)
+        return m->err.status;
+    m->cfg_loaded = true;
+    m->family = arch_find(m->cfg.architecture);
+    if (!m->family)
+        return fy_fail(&m->err, FERRY_ERR_UNSUPPORTED,
+                       "%s/config.json: architecture '%s' is not supported (supported: %s)",
+                       m->dir, m->cfg.architecture, arch_supported_list());
+    if (ckpt_open(m->dir, &m->ck, &m->err) != FERRY_OK)
+        return m->err.status;
+    return FERRY_OK;
+}
+
+void ferry_model_free(ferry_model *m)
+{
+    if (!m)
+        return;
+    if (m->cfg_loaded)
+        cfg_free(&m->cfg);
+    ckpt_close(m->ck);
+    free(m);
+}
+
+const char *ferry_model_errmsg(const ferry_model *m)
+{
+    if (!m)
+        return "out of memory";
+    return m->err.status == FERRY_OK ? "" : m->err.msg;
+}
+
+const char *ferry_model_architecture(const ferry_model *m)
+{
+    return m && m->cfg_loaded ? m->cfg.architecture : "";
+}
+
+const char *ferry_model_dir(const ferry_model *m)
+{
+    return m ? m->dir : "";
+}
+
+const char *ferry_supported_architectures(void)
+{
+    return arch_supported_list();
+}

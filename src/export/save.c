@@ -1,0 +1,220 @@
+/* save.c — ExportedModel on disk: atomic save (temporary sibling directory, fsync, rename or
+ * exchange) and load (manifest validated, paths confined). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backends/onnx/onnx_writer.h"
+#include "export/internal.h"
+#include "util/fs.h"
+#include "util/json.h"
+
+#define TMP_TAG ".ferry-tmp-"
+
+/* Removes temporary directories that earlier, killed runs left next to `base`: they are named
+ * .<base>.ferry-tmp-<pid>-XXXXXX and their pid is no longer alive. */
+static void clean_stale(const char *parent, const char *base)
+{
+    DIR *d = opendir(parent);
+    if (!d)
+        return;
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, ".%s" TMP_TAG, base);
+    size_t plen = strlen(prefix);
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        if (strncmp(ent->d_name, prefix, plen) != 0)
+            continue;
+        long pid = strtol(ent->d_name + plen, NULL, 10);
+        if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
+            char path[4096 + 512];
+            snprintf(path, sizeof path, "%s/%s", parent, ent->d_name);
+            fs_remove_tree(path);
+        }
+    }
+    closedir(d);
+}
+
+static void progress_adapter(void *user, uint64_t done, uint64_t total, const char *what)
+{
+    const ferry_export_config *cfg = user;
+    if (cfg->progress)
+        cfg->progress(cfg->progress_user, done, total, what);
+}
+
+static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *err)
+{
+    ws_progress pr = {.fn = e->cfg.progress ? progress_adapter : NULL, .user = &e->cfg};
+    for (int i = 0; i < e->n_components; i++) {
+        exp_component *c = &e->comps[i];
+        if (!c->graph)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "export '%s' was loaded, not built: "
+                           "nothing to save", e->dir ? e->dir : "");
+        onnx_options opt = {.opset = e->cfg.opset, .graph_name = c->name, .progress = &pr};
+        if (onnx_write(c->graph, &opt, tmp, c->file, c->data_file, err) != FERRY_OK)
+            return err->status;
+    }
+    char path[4096], src[4096 + 64];
+    snprintf(path, sizeof path, "%s/export.json", tmp);
+    if (fs_write_file(path, e->manifest_text, strlen(e->manifest_text), err) != FERRY_OK)
+        return err->status;
+    const char *copies[] = {"config.json", "generation_config.json"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(src, sizeof src, "%s/%s", e->model->dir, copies[i]);
+        if (i == 1 && access(src, F_OK) != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", tmp, copies[i]);
+        if (fs_copy_file(src, path, err) != FERRY_OK)
+            return err->status;
+    }
+    return fs_sync_dir(tmp, err);
+}
+
+ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
+{
+    if (!e)
+        return FERRY_ERR_INVALID_ARG;
+    fy_err_clear(&e->err);
+    fy_err *err = &e->err;
+    char parent[4096], base[256], tmp[4096 + 512];
+    struct stat st;
+    tmp[0] = '\0';
+    if (!dir || fs_split(dir, parent, sizeof parent, base, sizeof base, err) != FERRY_OK)
+        return err->status ? err->status : fy_fail(err, FERRY_ERR_INVALID_ARG, "no output path");
+    if (!e->model)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "export was loaded, not built: nothing to save");
+    bool exists = lstat(dir, &st) == 0;
+    if (exists && !force)
+        return fy_fail(err, FERRY_ERR_EXISTS, "%s already exists (pass --force to replace it)", dir);
+    if (exists && !S_ISDIR(st.st_mode))
+        return fy_fail(err, FERRY_ERR_EXISTS, "%s exists and is not a directory; not replacing it",
+                       dir);
+    if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
+        return fy_fail(err, FERRY_ERR_IO, "cannot write %s: parent directory %s does not exist "
+                       "or is not a directory", dir, parent);
+    clean_stale(parent, base);
+    snprintf(tmp, sizeof tmp, "%s/.%s" TMP_TAG "%ld-XXXXXX", parent, base, (long)getpid());
+    if (!mkdtemp(tmp)) {
+        tmp[0] = '\0';
+        return fy_fail(err, errno == ENOSPC ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                       "cannot write %s: cannot create a directory in %s: %s", dir, parent,
+                       strerror(errno));
+    }
+    chmod(tmp, 0755);
+    if (write_contents(e, tmp, err) != FERRY_OK)
+        goto fail;
+    if (exists) {
+        /* Swap in one step: readers see the old export or the new one, never neither. */
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
+            fy_fail(err, FERRY_ERR_IO, "cannot replace %s: %s", dir, strerror(errno));
+            goto fail;
+        }
+        fs_remove_tree(tmp); /* now the old export */
+    } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) != 0) {
+        fy_fail(err, errno == EEXIST ? FERRY_ERR_EXISTS : FERRY_ERR_IO, "cannot create %s: %s", dir,
+                strerror(errno));
+        goto fail;
+    }
+    if (fs_sync_dir(parent, err) != FERRY_OK)
+        return err->status; /* the export is in place; only its durability is in doubt */
+    free(e->dir);
+    e->dir = strdup(dir);
+    return FERRY_OK;
+fail:
+    if (tmp[0])
+        fs_remove_tree(tmp);
+    return err->status;
+}
+
+ferry_status ferry_exported_load(const char *dir, const char *subfolder, ferry_exported **out)
+{
+    ferry_exported *e = calloc(1, sizeof *e);
+    *out = e;
+    if (!e)
+        return FERRY_ERR_NOMEM;
+    fy_err *err = &e->err;
+    char path[4096];
+    if (!dir)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "no export directory given");
+    if (subfolder && *subfolder) {
+        if (!fs_safe_relative(subfolder))
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "subfolder '%s' must be a relative path "
+                           "inside %s", subfolder, dir);
+        snprintf(path, sizeof path, "%s/%s", dir, subfolder);
+    } else {
+        snprintf(path, sizeof path, "%s", dir);
+    }
+    e->dir = strdup(path);
+    if (!e->dir)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    char mpath[4096 + 16];
+    snprintf(mpath, sizeof mpath, "%s/export.json", path);
+    if (json_load_file(mpath, 16u << 20, &e->manifest, err) != FERRY_OK)
+        return err->status;
+    if (manifest_validate(e->manifest, path, e, err) != FERRY_OK)
+        return err->status;
+    if (!(e->manifest_text = cJSON_Print(e->manifest)))
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    return FERRY_OK;
+}
+
+void ferry_exported_free(ferry_exported *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < e->n_components; i++) {
+        free(e->comps[i].name);
+        free(e->comps[i].role);
+        free(e->comps[i].file);
+        free(e->comps[i].data_file);
+        g_free(e->comps[i].graph);
+    }
+    cJSON_Delete(e->manifest);
+    free(e->manifest_text);
+    free(e->dir);
+    free(e->warnings);
+    free(e);
+}
+
+const char *ferry_exported_errmsg(const ferry_exported *e)
+{
+    if (!e)
+        return "out of memory";
+    return e->err.status == FERRY_OK ? "" : e->err.msg;
+}
+
+const char *ferry_exported_manifest(const ferry_exported *e)
+{
+    return e ? e->manifest_text : NULL;
+}
+
+const char *ferry_exported_dir(const ferry_exported *e)
+{
+    return e ? e->dir : NULL;
+}
+
+const char *ferry_exported_warnings(const ferry_exported *e)
+{
+    return e && e->warnings ? e->warnings : "";
+}
+
+int ferry_exported_component_count(const ferry_exported *e)
+{
+    return e ? e->n_components : 0;
+}
+
+const char *ferry_exported_component_name(const ferry_exported *e, int i)
+{
+    return e && i >= 0 && i < e->n_components ? e->comps[i].name : NULL;
+}
+
+const char *ferry_exported_component_file(const ferry_exported *e, int i)
+{
+    return e && i >= 0 && i < e->n_components ? e->comps[i].file : NULL;
+}

@@ -1,0 +1,252 @@
+/* checkpoint.c — one name lookup over every safetensors file of a checkpoint directory. */
+#include "model/checkpoint.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util/json.h"
+
+#define SINGLE_FILE "model.safetensors"
+#define INDEX_FILE "model.safetensors.index.json"
+/* Index files list one line per tensor: a few MB for the largest models. */
+#define INDEX_MAX_BYTES (64u * 1024u * 1024u)
+
+static char *join_path(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + 1 + strlen(name) + 1;
+    char *path = malloc(n);
+    if (path)
+        snprintf(path, n, "%s/%s", dir, name);
+    return path;
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 || errno != ENOENT;
+}
+
+/* A shard must be a plain file name inside the checkpoint directory. Symlinks are followed on
+ * purpose: a hub cache snapshot links every file to ../../blobs/<sha>. */
+static bool is_plain_file_name(const char *name)
+{
+    return name[0] != '\0' && strchr(name, '/') == NULL && strstr(name, "..") == NULL &&
+           strcmp(name, ".") != 0;
+}
+
+static ferry_status add_file(ckpt *c, const char *name, st_file **opened, fy_err *err)
+{
+    ferry_status status;
+    st_file **grown;
+    char *path = join_path(c->dir, name);
+
+    *opened = NULL;
+    if (!path)
+        return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", c->dir);
+    grown = realloc(c->files, (c->n_files + 1) * sizeof *c->files);
+    if (!grown) {
+        status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", c->dir);
+        goto cleanup;
+    }
+    c->files = grown;
+    status = st_open(path, &c->files[c->n_files], err);
+    if (status == FERRY_OK)
+        *opened = c->files[c->n_files++];
+
+cleanup:
+    free(path);
+    return status;
+}
+
+static int compare_tensor_names(const void *a, const void *b)
+{
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+/* Merges every file's tensors into by_name; a name in two files is an error. */
+static ferry_status build_lookup(ckpt *c, fy_err *err)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < c->n_files; i++)
+        total += c->files[i]->n_tensors;
+    c->by_name = malloc((total ? total : 1) * sizeof *c->by_name);
+    c->used = calloc(total ? total : 1, 1);
+    if (!c->by_name || !c->used)
+        return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory for %zu tensors", c->dir, total);
+    for (size_t i = 0; i < c->n_files; i++)
+        for (size_t j = 0; j < c->files[i]->n_tensors; j++)
+            c->by_name[c->n_tensors++] = &c->files[i]->tensors[j];
+    qsort(c->by_name, c->n_tensors, sizeof *c->by_name, compare_tensor_names);
+    for (size_t i = 1; i < c->n_tensors; i++) {
+        const st_tensor *a = c->by_name[i - 1], *b = c->by_name[i];
+        char qname[ST_QUOTE_MAX];
+        if (strcmp(a->name, b->name) == 0)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor '%s' is in both %s and %s", c->dir,
+                           st_quote_name(a->name, qname, sizeof qname), a->file->path,
+                           b->file->path);
+    }
+    return FERRY_OK;
+}
+
+static size_t lookup_index(const ckpt *c, const char *name)
+{
+    size_t lo = 0, hi = c->n_tensors;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int cmp = strcmp(c->by_name[mid]->name, name);
+        if (cmp == 0)
+            return mid;
+        if (cmp < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return SIZE_MAX;
+}
+
+/* Opens the shards named by the index, then checks that every tensor the map names is in the
+ * shard it names, once. Tensors a shard holds beyond the map are kept, as transformers keeps
+ * them. */
+static ferry_status open_sharded(ckpt *c, const char *index_path, fy_err *err)
+{
+    ferry_status status;
+    cJSON *index = NULL;
+    const cJSON *weight_map, *entry;
+    unsigned char *mapped = NULL;
+    char qname[ST_QUOTE_MAX], qshard[ST_QUOTE_MAX];
+
+    if ((status = json_load_file(index_path, INDEX_MAX_BYTES, &index, err)) != FERRY_OK ||
+        (status = json_get_member(index, "weight_map", true, index_path, &weight_map, err)) !=
+            FERRY_OK)
+        goto cleanup;
+    if (!cJSON_IsObject(weight_map) || !weight_map->child) {
+        status = fy_fail(err, FERRY_ERR_FORMAT, "%s: 'weight_map' must be a non-empty object",
+                         index_path);
+        goto cleanup;
+    }
+    cJSON_ArrayForEach(entry, weight_map) {
+        const char *shard = cJSON_GetStringValue(entry);
+        st_file *opened = NULL;
+        if (!shard) {
+            status = fy_fail(err, FERRY_ERR_FORMAT,
+                             "%s: weight_map entry for tensor '%s' must be a file name string",
+                             index_path, st_quote_name(entry->string, qname, sizeof qname));
+            goto cleanup;
+        }
+        if (!is_plain_file_name(shard)) {
+            status = fy_fail(err, FERRY_ERR_FORMAT,
+                             "%s: tensor '%s' is mapped to '%s', which is not a plain file name "
+                             "inside the checkpoint directory", index_path,
+                             st_quote_name(entry->string, qname, sizeof qname),
+                             st_quote_name(shard, qshard, sizeof qshard));
+            goto cleanup;
+        }
+        for (size_t i = 0; i < c->n_files && !opened; i++)
+            if (strcmp(strrchr(c->files[i]->path, '/') + 1, shard) == 0)
+                opened = c->files[i];
+        if (!opened && (status = add_file(c, shard, &opened, err)) != FERRY_OK)
+            goto cleanup;
+    }
+    if ((status = build_lookup(c, err)) != FERRY_OK)
+        goto cleanup;
+
+    mapped = calloc(c->n_tensors ? c->n_tensors : 1, 1);
+    if (!mapped) {
+        status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", index_path);
+        goto cleanup;
+    }
+    cJSON_ArrayForEach(entry, weight_map) {
+        const char *shard = cJSON_GetStringValue(entry);
+        size_t at = lookup_index(c, entry->string);
+        if (at == SIZE_MAX || strcmp(strrchr(c->by_name[at]->file->path, '/') + 1, shard) != 0) {
+            status = fy_fail(err, FERRY_ERR_FORMAT,
+                             "%s: tensor '%s' is mapped to %s, but that file does not hold it",
+                             index_path, st_quote_name(entry->string, qname, sizeof qname),
+                             shard);
+            goto cleanup;
+        }
+        if (mapped[at]) {
+            status = fy_fail(err, FERRY_ERR_FORMAT, "%s: weight_map lists tensor '%s' twice",
+                             index_path, st_quote_name(entry->string, qname, sizeof qname));
+            goto cleanup;
+        }
+        mapped[at] = 1;
+    }
+
+cleanup:
+    free(mapped);
+    cJSON_Delete(index);
+    return status;
+}
+
+ferry_status ckpt_open(const char *dir, ckpt **out, fy_err *err)
+{
+    ferry_status status = FERRY_OK;
+    char *single_path = NULL, *index_path = NULL;
+    st_file *opened;
+
+    *out = NULL;
+    ckpt *c = calloc(1, sizeof *c);
+    if (!c)
+        return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", dir);
+    c->dir = strdup(dir);
+    single_path = join_path(dir, SINGLE_FILE);
+    index_path = join_path(dir, INDEX_FILE);
+    if (!c->dir || !single_path || !index_path) {
+        status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", dir);
+        goto cleanup;
+    }
+    /* The single file wins when both exist, as in transformers' from_pretrained. */
+    if (file_exists(single_path)) {
+        if ((status = add_file(c, SINGLE_FILE, &opened, err)) == FERRY_OK)
+            status = build_lookup(c, err);
+    } else if (file_exists(index_path)) {
+        status = open_sharded(c, index_path, err);
+    } else {
+        status = fy_fail(err, FERRY_ERR_IO, "%s: no " SINGLE_FILE " and no " INDEX_FILE
+                         " in this directory", dir);
+    }
+
+cleanup:
+    free(single_path);
+    free(index_path);
+    if (status != FERRY_OK) {
+        ckpt_close(c);
+        c = NULL;
+    }
+    *out = c;
+    return status;
+}
+
+void ckpt_close(ckpt *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->n_files; i++)
+        st_close(c->files[i]);
+    free(c->files);
+    free(c->by_name);
+    free(c->used);
+    free(c->dir);
+    free(c);
+}
+
+const st_tensor *ckpt_find(const ckpt *c, const char *name)
+{
+    size_t at = lookup_index(c, name);
+    return at == SIZE_MAX ? NULL : c->by_name[at];
+}
+
+const st_tensor *ckpt_take(ckpt *c, const char *name)
+{
+    size_t at = lookup_index(c, name);
+    if (at == SIZE_MAX)
+        return NULL;
+    c->used[at] = 1;
+    return c->by_name[at];
+}

@@ -1,0 +1,34 @@
+/* checkpoint.h — all safetensors files of one checkpoint directory behind one name lookup:
+ * model.safetensors, or the shards listed by model.safetensors.index.json. */
+#ifndef FERRY_MODEL_CHECKPOINT_H
+#define FERRY_MODEL_CHECKPOINT_H
+
+#include <stddef.h>
+
+#include "model/safetensors.h"
+
+typedef struct ckpt {
+    char *dir;
+    st_file **files;
+    size_t n_files;
+    const st_tensor **by_name;   /* every tensor of every file, sorted by name */
+    size_t n_tensors;
+    unsigned char *used;         /* per by_name entry: set by ckpt_take */
+} ckpt;
+
+/* Opens `dir`: model.safetensors if it exists (as from_pretrained prefers it too); else
+ * model.safetensors.index.json, whose "weight_map" names the shards (each a plain file name
+ * inside `dir`: a name with '/' or "..", which could resolve outside `dir`, is refused; symlinks
+ * are followed, since a hub cache snapshot links its files to ../../blobs), every shard is
+ * opened, and every tensor the map names must be found, once, in the shard it names. Neither
+ * file -> FERRY_ERR_IO naming `dir` and both names. A tensor name present in two files is an
+ * error. Failure messages name the file and the tensor. */
+ferry_status ckpt_open(const char *dir, ckpt **out, fy_err *err);
+void ckpt_close(ckpt *c);
+
+/* Lookup; NULL if absent. */
+const st_tensor *ckpt_find(const ckpt *c, const char *name);
+/* Lookup that also marks the tensor consumed (for the "unused tensor" check). */
+const st_tensor *ckpt_take(ckpt *c, const char *name);
+
+#endif

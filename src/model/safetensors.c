@@ -1,0 +1,474 @@
+/* safetensors.c — opening a .safetensors file: the header is distrusted and checked field by
+ * field before anything it claims is used; the data stays in a read-only mapping. */
+#include "model/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/dtype.h"
+#include "util/json.h"
+
+#define METADATA_KEY "__metadata__"
+
+
+/* Length of the valid UTF-8 sequence starting at s[0] (at most `avail` bytes), or 0 if the
+ * bytes there are not one: overlong forms, surrogates and code points above U+10FFFF are
+ * refused, as Rust's str (the reference implementation) refuses them. */
+static size_t utf8_sequence_len(const unsigned char *s, size_t avail)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned min_second = 0x80, max_second = 0xBF;
+
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) min_second = 0xA0;       /* overlong */
+        if (c == 0xED) max_second = 0x9F;       /* UTF-16 surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) min_second = 0x90;       /* overlong */
+        if (c == 0xF4) max_second = 0x8F;       /* above U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (avail < len || s[1] < min_second || s[1] > max_second)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* Offset of the first byte that is not valid UTF-8, or `len` if all are. */
+static size_t utf8_invalid_at(const unsigned char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        size_t n = utf8_sequence_len(s + i, len - i);
+        if (n == 0)
+            return i;
+        i += n;
+    }
+    return len;
+}
+
+const char *st_quote_name(const char *name, char *buf, size_t size)
+{
+    size_t name_len = strlen(name);
+    bool utf8 = utf8_invalid_at((const unsigned char *)name, name_len) == name_len;
+    size_t o = 0;
+
+    for (size_t i = 0; i < name_len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        bool escape = c < 0x20 || c == 0x7F || (c >= 0x80 && !utf8);
+        size_t need = escape ? 4 : 1;
+        if (o + need + 4 > size) {   /* keep room for "..." and the NUL */
+            memcpy(buf + o, "...", 4);
+            return buf;
+        }
+        if (escape) {
+            static const char hex[] = "0123456789abcdef";
+            buf[o++] = '\\';
+            buf[o++] = 'x';
+            buf[o++] = hex[c >> 4];
+            buf[o++] = hex[c & 15];
+        } else {
+            buf[o++] = (char)c;
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* cJSON decodes the escape \u0000 into a NUL that silently ends the C string, so two different
+ * names could become one. Finds such an escape inside a JSON string; returns its offset or -1. */
+static long find_escaped_nul(const char *text, size_t len)
+{
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_string) {
+            in_string = text[i] == '"';
+        } else if (text[i] == '"') {
+            in_string = false;
+        } else if (text[i] == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0)
+                return (long)i;
+            i++; /* the escaped character cannot end the string */
+        }
+    }
+    return -1;
+}
+
+static uint64_t read_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static ferry_status parse_shape(const st_file *f, const char *qname, const cJSON *shape,
+                                st_tensor *t, fy_err *err)
+{
+    const cJSON *dim;
+    int ndim = 0;
+
+    if (!cJSON_IsArray(shape))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor '%s': 'shape' must be an array",
+                       f->path, qname);
+    t->numel = 1;
+    cJSON_ArrayForEach(dim, shape) {
+        uint64_t extent;
+        if (ndim == ST_MAX_DIMS)
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED,
+                           "%s: tensor '%s' has more than %d dimensions", f->path, qname,
+                           ST_MAX_DIMS);
+        if (!json_number_to_u64(dim, &extent))
+            return fy_fail(err, FERRY_ERR_FORMAT,
+                           "%s: tensor '%s': shape entry %d is not a non-negative integer",
+                           f->path, qname, ndim);
+        if (__builtin_mul_overflow(t->numel, extent, &t->numel))
+            return fy_fail(err, FERRY_ERR_FORMAT,
+                           "%s: tensor '%s': the product of its shape overflows", f->path, qname);
+        t->shape[ndim++] = (int64_t)extent;
+    }
+    t->ndim = ndim;
+    return FERRY_OK;
+}
+
+static ferry_status parse_offsets(const st_file *f, const char *qname, const cJSON *offsets,
+                                  st_tensor *t, fy_err *err)
+{
+    uint64_t data_size = f->file_size - f->data_start;
+    uint64_t nbytes;
+
+    if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 ||
+        !json_number_to_u64(offsets->child, &t->begin) ||
+        !json_number_to_u64(offsets->child->next, &t->end))
+        return fy_fail(err, FERRY_ERR_FORMAT,
+                       "%s: tensor '%s': 'data_offsets' must be two non-negative integers",
+                       f->path, qname);
+    if (t->begin > t->end || t->end > data_size)
+        return fy_fail(err, FERRY_ERR_FORMAT,
+                       "%s: tensor '%s': data_offsets [%llu, %llu] are outside the data area "
+                       "(%llu bytes)", f->path, qname, (unsigned long long)t->begin,
+                       (unsigned long long)t->end, (unsigned long long)data_size);
+    if (__builtin_mul_overflow(t->numel, (uint64_t)dt_size(t->dtype), &nbytes))
+        return fy_fail(err, FERRY_ERR_FORMAT,
+                       "%s: tensor '%s': %llu elements of %s overflow a 64-bit byte count",
+                       f->path, qname, (unsigned long long)t->numel, dt_st_name(t->dtype));
+    if (t->end - t->begin != nbytes)
+        return fy_fail(err, FERRY_ERR_FORMAT,
+                       "%s: tensor '%s': data_offsets span %llu bytes but %llu elements of %s "
+                       "need %llu", f->path, qname, (unsigned long long)(t->end - t->begin),
+                       (unsigned long long)t->numel, dt_st_name(t->dtype),
+                       (unsigned long long)nbytes);
+    return FERRY_OK;
+}
+
+static ferry_status parse_entry(const st_file *f, const cJSON *entry, st_tensor *t, fy_err *err)
+{
+    char qname[ST_QUOTE_MAX];
+    char origin[ST_QUOTE_MAX + 64];
+    char dtype_name[64];
+    const cJSON *shape, *offsets;
+    ferry_status status;
+    size_t name_len = strlen(entry->string);
+
+    st_quote_name(entry->string, qname, sizeof qname);
+    if (utf8_invalid_at((const unsigned char *)entry->string, name_len) != name_len)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor name '%s' is not valid UTF-8", f->path,
+                       qname);
+    if (!cJSON_IsObject(entry))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor '%s': expected an object", f->path,
+                       qname);
+    snprintf(origin, sizeof origin, "%s: tensor '%s'", f->path, qname);
+
+    status = json_get_string(entry, "dtype", true, NULL, origin, dtype_name, sizeof dtype_name,
+                             err);
+    if (status != FERRY_OK)
+        return status;
+    t->dtype = dt_from_st_name(dtype_name);
+    if (t->dtype == FERRY_DTYPE_UNDEFINED)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED,
+                       "%s: tensor '%s' has dtype '%s', which ferry does not read (it reads F64, "
+                       "F32, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, BOOL, F8_E4M3, "
+                       "F8_E5M2)", f->path, qname, dtype_name);
+    if ((status = json_get_member(entry, "shape", true, origin, &shape, err)) != FERRY_OK ||
+        (status = parse_shape(f, qname, shape, t, err)) != FERRY_OK ||
+        (status = json_get_member(entry, "data_offsets", true, origin, &offsets, err)) != FERRY_OK ||
+        (status = parse_offsets(f, qname, offsets, t, err)) != FERRY_OK)
+        return status;
+    t->name = strdup(entry->string);
+    if (!t->name)
+        return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", f->path);
+    t->file = f;
+    return FERRY_OK;
+}
+
+static int compare_by_name(const void *a, const void *b)
+{
+    return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
+}
+
+static int compare_by_range(const void *a, const void *b)
+{
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* Sorted by begin, ranges are disjoint exactly when each non-empty one starts at or after the
+ * furthest end seen so far. Empty tensors occupy no bytes and may sit anywhere. */
+static ferry_status check_overlaps(st_file *f, fy_err *err)
+{
+    ferry_status status = FERRY_OK;
+    const st_tensor *furthest = NULL;
+    const st_tensor **order = malloc((f->n_tensors ? f->n_tensors : 1) * sizeof *order);
+
+    if (!order)
+        return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", f->path);
+    for (size_t i = 0; i < f->n_tensors; i++)
+        order[i] = &f->tensors[i];
+    qsort(order, f->n_tensors, sizeof *order, compare_by_range);
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const st_tensor *t = order[i];
+        if (t->begin == t->end)
+            continue;
+        if (furthest && t->begin < furthest->end) {
+            char qa[ST_QUOTE_MAX], qb[ST_QUOTE_MAX];
+            status = fy_fail(err, FERRY_ERR_FORMAT,
+                             "%s: tensors '%s' and '%s' overlap (bytes [%llu, %llu) and "
+                             "[%llu, %llu))", f->path, st_quote_name(furthest->name, qa, sizeof qa),
+                             st_quote_name(t->name, qb, sizeof qb),
+                             (unsigned long long)furthest->begin,
+                             (unsigned long long)furthest->end, (unsigned long long)t->begin,
+                             (unsigned long long)t->end);
+            goto cleanup;
+        }
+        if (!furthest || t->end > furthest->end)
+            furthest = t;
+    }
+
+cleanup:
+    free(order);
+    return status;
+}
+
+static ferry_status parse_header(st_file *f, const char *text, size_t len, fy_err *err)
+{
+    ferry_status status = FERRY_OK;
+    cJSON *root = NULL;
+    const cJSON *entry;
+    size_t n_entries = 0, n_metadata = 0;
+    long nul_at;
+    size_t bad_at;
+
+    if ((nul_at = find_escaped_nul(text, len)) >= 0) {
+        status = fy_fail(err, FERRY_ERR_FORMAT,
+                         "%s: header has an escaped NUL (\\u0000) in a string at byte %ld",
+                         f->path, 8 + nul_at);
+        goto cleanup;
+    }
+    if ((status = json_parse(text, len, f->path, &root, err)) != FERRY_OK)
+        goto cleanup;
+    if (!cJSON_IsObject(root)) {
+        status = fy_fail(err, FERRY_ERR_FORMAT, "%s: header is not a JSON object", f->path);
+        goto cleanup;
+    }
+    cJSON_ArrayForEach(entry, root) {
+        if (strcmp(entry->string, METADATA_KEY) == 0)
+            n_metadata++;
+        else
+            n_entries++;
+    }
+    if (n_entries > 0) {
+        f->tensors = calloc(n_entries, sizeof *f->tensors);
+        if (!f->tensors) {
+            status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory for %zu tensors", f->path,
+                             n_entries);
+            goto cleanup;
+        }
+    }
+    cJSON_ArrayForEach(entry, root) {
+        if (strcmp(entry->string, METADATA_KEY) == 0) {
+            if (n_metadata > 1 || !cJSON_IsObject(entry)) {
+                status = fy_fail(err, FERRY_ERR_FORMAT,
+                                 "%s: '" METADATA_KEY "' must be a single object", f->path);
+                goto cleanup;
+            }
+            continue;
+        }
+        /* n_tensors counts the entries parsed so far, so st_close frees exactly those. */
+        status = parse_entry(f, entry, &f->tensors[f->n_tensors], err);
+        if (status != FERRY_OK)
+            goto cleanup;
+        f->n_tensors++;
+    }
+    /* Names were checked above, with the tensor named; the rest (metadata) is checked here. */
+    if ((bad_at = utf8_invalid_at((const unsigned char *)text, len)) < len) {
+        status = fy_fail(err, FERRY_ERR_FORMAT, "%s: header is not valid UTF-8 at byte %zu",
+                         f->path, 8 + bad_at);
+        goto cleanup;
+    }
+    qsort(f->tensors, f->n_tensors, sizeof *f->tensors, compare_by_name);
+    for (size_t i = 1; i < f->n_tensors; i++) {
+        if (strcmp(f->tensors[i - 1].name, f->tensors[i].name) == 0) {
+            char qname[ST_QUOTE_MAX];
+            status = fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor '%s' appears twice in the header",
+                             f->path, st_quote_name(f->tensors[i].name, qname, sizeof qname));
+            goto cleanup;
+        }
+    }
+    status = check_overlaps(f, err);
+
+cleanup:
+    cJSON_Delete(root);
+    return status;
+}
+
+ferry_status st_open(const char *path, st_file **out, fy_err *err)
+{
+    ferry_status status = FERRY_OK;
+    char *header = NULL;
+    struct stat st;
+    uint64_t header_len;
+    void *map;
+
+    *out = NULL;
+    st_file *f = calloc(1, sizeof *f);
+    if (!f)
+        return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", path);
+    f->fd = -1;
+    f->path = strdup(path);
+    if (!f->path) {
+        status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", path);
+        goto cleanup;
+    }
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) {
+        status = fy_fail(err, FERRY_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        goto cleanup;
+    }
+    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        status = fy_fail(err, FERRY_ERR_IO, "%s: not a readable regular file", path);
+        goto cleanup;
+    }
+    f->file_size = (uint64_t)st.st_size;
+    if (f->file_size < 8) {
+        status = fy_fail(err, FERRY_ERR_FORMAT,
+                         "%s: %llu bytes, too short for a safetensors file (at least 8)", path,
+                         (unsigned long long)f->file_size);
+        goto cleanup;
+    }
+    if (f->file_size > SIZE_MAX) {
+        status = fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: too large to map", path);
+        goto cleanup;
+    }
+    map = mmap(NULL, (size_t)f->file_size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+    if (map == MAP_FAILED) {
+        status = fy_fail(err, FERRY_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        goto cleanup;
+    }
+    f->map = map;
+
+    header_len = read_le64(f->map);
+    if (header_len > f->file_size - 8) {
+        status = fy_fail(err, FERRY_ERR_FORMAT,
+                         "%s: header length %llu runs past the end of the file (%llu bytes)",
+                         path, (unsigned long long)header_len, (unsigned long long)f->file_size);
+        goto cleanup;
+    }
+    if (header_len > ST_MAX_HEADER_BYTES) {
+        status = fy_fail(err, FERRY_ERR_FORMAT, "%s: header length %llu exceeds the limit of %u",
+                         path, (unsigned long long)header_len, ST_MAX_HEADER_BYTES);
+        goto cleanup;
+    }
+    f->data_start = 8 + header_len;
+    /* A private NUL-terminated copy: the parser then never depends on the mapping's end. The
+     * size was checked against the file's real size above. */
+    header = malloc((size_t)header_len + 1);
+    if (!header) {
+        status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory for the header", path);
+        goto cleanup;
+    }
+    memcpy(header, f->map + 8, (size_t)header_len);
+    header[header_len] = '\0';
+    status = parse_header(f, header, (size_t)header_len, err);
+
+cleanup:
+    free(header);
+    if (status != FERRY_OK) {
+        st_close(f);
+        f = NULL;
+    }
+    *out = f;
+    return status;
+}
+
+void st_close(st_file *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->n_tensors; i++)
+        free(f->tensors[i].name);
+    free(f->tensors);
+    if (f->map)
+        munmap((void *)f->map, (size_t)f->file_size);
+    if (f->fd >= 0)
+        close(f->fd);
+    free(f->path);
+    free(f);
+}
+
+const st_tensor *st_find(const st_file *f, const char *name)
+{
+    size_t lo = 0, hi = f->n_tensors;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(f->tensors[mid].name, name);
+        if (c == 0)
+            return &f->tensors[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+const uint8_t *st_data(const st_tensor *t)
+{
+    return t->file->map + t->file->data_start + t->begin;
+}
+
+void st_release(const st_tensor *t, uint64_t offset, uint64_t len)
+{
+    uint64_t size = t->end - t->begin;
+    if (offset >= size || len == 0)
+        return;
+    if (len > size - offset)
+        len = size - offset;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)(st_data(t) + offset);
+    uintptr_t end = start + (uintptr_t)len;
+    /* Only pages wholly inside the range: a page shared with a neighbour may still be read. */
+    uintptr_t first = (start + page - 1) & ~(page - 1);
+    uintptr_t last = end & ~(page - 1);
+    if (last > first)
+        madvise((void *)first, last - first, MADV_DONTNEED);
+}

@@ -1,0 +1,69 @@
+/* safetensors.h — one .safetensors file: header parsed with every length, offset and shape
+ * bounds- and overflow-checked, data memory-mapped read-only and never copied here.
+ *
+ * File layout (from the safetensors spec): u64 little-endian N, then N bytes of UTF-8 JSON
+ * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
+ * then the data area; offsets are relative to the start of the data area. */
+#ifndef FERRY_MODEL_SAFETENSORS_H
+#define FERRY_MODEL_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry.h"
+#include "util/err.h"
+
+#define ST_MAX_DIMS 8
+/* Headers larger than this are refused before any allocation (the reference implementation
+ * uses the same cap). */
+#define ST_MAX_HEADER_BYTES (100u * 1024u * 1024u)
+
+typedef struct st_file st_file;
+
+typedef struct st_tensor {
+    char *name;
+    ferry_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    uint64_t numel;          /* product of shape (1 for a scalar) */
+    uint64_t begin, end;     /* byte range relative to the data area; end - begin == numel*size */
+    const st_file *file;     /* the file it lives in */
+} st_tensor;
+
+struct st_file {
+    char *path;
+    int fd;
+    const uint8_t *map;      /* whole file, PROT_READ, MAP_PRIVATE; NULL for an empty map */
+    uint64_t file_size;
+    uint64_t data_start;     /* 8 + header length */
+    st_tensor *tensors;      /* sorted by name */
+    size_t n_tensors;
+};
+
+/* Opens and validates `path`. Checks (each failure names the file and the tensor or field):
+ * file at least 8 bytes; header length within the file and under ST_MAX_HEADER_BYTES; header
+ * valid UTF-8 JSON object; each entry has a known dtype, a shape of non-negative integers whose
+ * product does not overflow, data_offsets [begin, end] with begin <= end <= data size and
+ * end - begin == numel * dtype size; no duplicate names; no two tensors' byte ranges overlap.
+ * On failure *out is NULL. */
+ferry_status st_open(const char *path, st_file **out, fy_err *err);
+void st_close(st_file *f);
+
+/* Binary search by name; NULL if absent. */
+const st_tensor *st_find(const st_file *f, const char *name);
+
+/* Pointer to the tensor's first byte inside the mapping (valid until st_close). */
+const uint8_t *st_data(const st_tensor *t);
+
+/* Tells the kernel the mapped pages of [offset, offset+len) of the tensor's data (offset
+ * relative to the tensor) are no longer needed, so they stop counting toward RSS. Only whole
+ * pages inside the range are released. */
+void st_release(const st_tensor *t, uint64_t offset, uint64_t len);
+
+/* Writes `name` into buf (of `size` >= 8 bytes) fit for a one-line message: control bytes, and
+ * every byte above 0x7F if the name is not valid UTF-8, become \xNN; long names end in "...".
+ * Returns buf. */
+#define ST_QUOTE_MAX 256
+const char *st_quote_name(const char *name, char *buf, size_t size);
+
+#endif

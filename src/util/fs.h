@@ -1,0 +1,28 @@
+/* fs.h — file-system helpers for atomic exports: recursive removal, durable copies, directory
+ * syncs, and checks that a relative path stays inside a directory. */
+#ifndef FERRY_UTIL_FS_H
+#define FERRY_UTIL_FS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "util/err.h"
+
+/* Removes `path` and everything under it, never following symbolic links. Missing is fine. */
+int fs_remove_tree(const char *path);
+/* Copies `src` to a new file `dst` (created exclusively) and fsyncs it. */
+ferry_status fs_copy_file(const char *src, const char *dst, fy_err *err);
+/* fsync on a directory, so that renames and creations in it are durable. */
+ferry_status fs_sync_dir(const char *dir, fy_err *err);
+/* Writes `len` bytes as a new file (exclusive create) and fsyncs it. */
+ferry_status fs_write_file(const char *path, const void *data, size_t len, fy_err *err);
+/* True if `rel` is a plain relative path (not absolute, no "..", no empty or "." parts, no
+ * backslash or control characters). */
+bool fs_safe_relative(const char *rel);
+/* True if `dir`/`rel` exists and its real path (links resolved) lies inside realpath(dir). */
+bool fs_inside(const char *dir, const char *rel);
+/* Splits `path` into its parent directory and last component (trailing slashes ignored). */
+ferry_status fs_split(const char *path, char *parent, size_t psize, char *base, size_t bsize,
+                      fy_err *err);
+
+#endif

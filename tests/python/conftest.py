@@ -1,0 +1,318 @@
+"""Shared helpers for the Python suite: tiny random checkpoints built by transformers, the ferry
+CLI, onnxruntime and the oracle comparison.
+
+The oracle is transformers' own eager model, loaded back from the checkpoint directory that ferry
+exports (so both read the same bytes). Everything runs offline and each test works in its own
+tmp_path, so the suite runs under pytest-xdist.
+"""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+FERRY_BUILD = Path(os.environ.get("FERRY_BUILD", ROOT / "build")).resolve()
+FERRY_BIN = FERRY_BUILD / "ferry"
+# `make test` also passes the sanitizer build; the error-path tests then run both binaries.
+FERRY_BUILD_SAN = os.environ.get("FERRY_BUILD_SAN")
+SANITIZER_ENV = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:exitcode=86",
+                     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=86")
+
+
+def ferry_builds():
+    """[(label, ferry binary)]: the release build, plus the ASan/UBSan one when configured."""
+    builds = [("release", FERRY_BIN)]
+    if FERRY_BUILD_SAN:
+        builds.append(("asan", Path(FERRY_BUILD_SAN).resolve() / "ferry"))
+    return builds
+
+# The Python binding finds libferry.so through $FERRY_LIB; point it at the build under test.
+os.environ.setdefault("FERRY_LIB", str(FERRY_BUILD / "libferry.so"))
+sys.path.insert(0, str(ROOT / "python"))
+
+# Two xdist workers share two cores: keep each process single-threaded. Never go online.
+torch.set_num_threads(1)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+FP32_ATOL = 1e-4
+
+# Small, but every dimension distinct so that a transposed or mis-sized weight cannot go unseen:
+# hidden 64, 4 query heads of 16, 2 kv heads (GQA), intermediate 96, vocab 160.
+BASE_CONFIG = dict(
+    vocab_size=160,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=128,
+    tie_word_embeddings=False,
+)
+
+# Per family: config class, model class, and the family's own flavour of the base config
+# (different eps and rope theta per family, so a constant hard-coded in a builder shows up).
+ARCHS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(rms_norm_eps=1e-5)),
+    "mistral": ("MistralConfig", "MistralForCausalLM",
+                dict(rms_norm_eps=1e-5, sliding_window=4096,
+                     rope_parameters={"rope_type": "default", "rope_theta": 20000.0})),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",  # q/k/v biases are always on in Qwen2
+              dict(rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM",  # q_norm / k_norm over head_dim
+              dict(rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+}
+
+ARCH_CLASS = {name: spec[1] for name, spec in ARCHS.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiny checkpoints
+
+
+def _init_weights(model, seed):
+    """Non-trivial values: transformers' init (std 0.02, norms = 1, biases = 0) hides bugs such
+    as a missing norm weight, a dropped bias or swapped q/k. Values are chosen so that logits
+    come out O(1..10), where 1e-4 absolute is a meaningful bound."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.copy_(torch.rand(p.shape, generator=gen) + 0.5)          # U(0.5, 1.5)
+            elif name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+            elif "embed_tokens" in name:
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                std = 1.0 / (p.shape[1] ** 0.5)                               # unit-gain linears
+                p.copy_(torch.randn(p.shape, generator=gen) * std * 1.2)
+
+
+def make_checkpoint(path, arch="llama", *, seed=0, dtype=torch.float32, max_shard_size=None,
+                    generation_config=True, **overrides):
+    """Builds a random `arch` checkpoint with transformers and saves it (safetensors) to `path`.
+    `overrides` replace config keys. Returns `path` as a Path."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    cfg_name, model_name, family = ARCHS[arch]
+    kwargs = dict(BASE_CONFIG)
+    kwargs.update(family)
+    kwargs.update(overrides)
+    config = getattr(transformers, cfg_name)(**kwargs)
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(config).eval()
+    _init_weights(model, seed)
+    model = model.to(dtype)
+    path = Path(path)
+    save_kwargs = {}
+    if max_shard_size is not None:
+        save_kwargs["max_shard_size"] = max_shard_size
+    model.save_pretrained(path, **save_kwargs)
+    if not generation_config:
+        (path / "generation_config.json").unlink(missing_ok=True)
+    return path
+
+
+_REFERENCE_CACHE = {}
+
+
+def reference_model(ckpt_dir):
+    """transformers' eager model in float32 loaded from `ckpt_dir` (bf16 checkpoints upcast
+    exactly). Cached per process: the directories are unique tmp paths."""
+    key = str(Path(ckpt_dir).resolve())
+    if key not in _REFERENCE_CACHE:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(
+            key, dtype=torch.float32, attn_implementation="eager", local_files_only=True)
+        _REFERENCE_CACHE[key] = model.eval()
+    return _REFERENCE_CACHE[key]
+
+
+def reference_logits(ckpt_dir, input_ids, attention_mask, position_ids):
+    """float32 logits [batch, sequence, vocab] of the eager model, as numpy."""
+    model = reference_model(ckpt_dir)
+    rotary = model.model.rotary_emb
+    if "dynamic" in str(rotary.rope_type):
+        # Dynamic NTK rope keeps state between calls (it only grows its cached length). Reset
+        # it so that every call sees the fresh-model behaviour: scale by max(position_ids) + 1
+        # of this batch when it exceeds max_position_embeddings, otherwise the original freqs.
+        rotary.inv_freq = rotary.original_inv_freq.clone()
+        rotary.max_seq_len_cached = rotary.original_max_seq_len
+    with torch.no_grad():
+        out = model(input_ids=torch.from_numpy(input_ids),
+                    attention_mask=torch.from_numpy(attention_mask),
+                    position_ids=torch.from_numpy(position_ids), use_cache=False)
+    return out.logits.float().numpy()
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def generate_position_ids(attention_mask):
+    """position_ids as GenerationMixin computes them: cumsum(mask) - 1, padding set to 1."""
+    mask = np.asarray(attention_mask, dtype=np.int64)
+    pos = np.cumsum(mask, axis=-1) - 1
+    pos[mask == 0] = 1
+    return pos.astype(np.int64)
+
+
+def default_pads(batch, seq):
+    """Left-padding per row: row 0 full, later rows padded more, the last one down to a single
+    real token (when the sequence allows padding at all)."""
+    if batch == 1 or seq == 1:
+        return [0] * batch
+    pads = [0, seq // 3, seq - 1]
+    return (pads * batch)[:batch]
+
+
+def make_inputs(vocab, batch, seq, *, pads=None, seed=0):
+    """Random token ids (also under the padding, so unmasked padding changes the numbers),
+    a left-padded attention_mask and generate-style position_ids, all int64 numpy."""
+    rng = np.random.default_rng(seed * 1000 + batch * 100 + seq)
+    input_ids = rng.integers(0, vocab, size=(batch, seq), dtype=np.int64)
+    if pads is None:
+        pads = default_pads(batch, seq)
+    mask = np.ones((batch, seq), dtype=np.int64)
+    for row, pad in enumerate(pads):
+        assert 0 <= pad < seq, "every row needs at least one real token"
+        mask[row, :pad] = 0
+    return input_ids, mask, generate_position_ids(mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# ferry
+
+
+def run_ferry(*args, timeout=600, binary=None):
+    """Runs the ferry CLI (`binary`, default the release build); returns (returncode, stdout,
+    stderr) as text."""
+    binary = Path(binary or FERRY_BIN)
+    if not binary.exists():
+        pytest.fail(f"ferry binary not found at {binary} (build it: cmake --build build)")
+    env = SANITIZER_ENV if binary != FERRY_BIN else None
+    proc = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def ferry_export(model_dir, out_dir, *flags):
+    """`ferry export MODEL OUT FLAGS...`, which must succeed. Returns OUT as a Path."""
+    rc, out, err = run_ferry("export", model_dir, out_dir, *flags)
+    if rc != 0:
+        pytest.fail(f"ferry export {model_dir} {' '.join(map(str, flags))} -> exit {rc}\n"
+                    f"stdout:\n{out}\nstderr:\n{err}")
+    return Path(out_dir)
+
+
+def ferry_header_version():
+    """FERRY_VERSION from the public header, which export.json's producer must match."""
+    text = (ROOT / "include" / "ferry.h").read_text()
+    for line in text.splitlines():
+        if line.startswith("#define FERRY_VERSION "):
+            return line.split('"')[1]
+    raise AssertionError("FERRY_VERSION not found in include/ferry.h")
+
+
+# ---------------------------------------------------------------------------------------------
+# onnxruntime and the comparison
+
+
+def ort_session(model_path):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+
+
+def run_onnx(session, input_ids, attention_mask, position_ids):
+    """Runs the graph with the inputs it declares (the contract says all three) -> logits."""
+    feeds = {"input_ids": input_ids, "attention_mask": attention_mask,
+             "position_ids": position_ids}
+    names = [i.name for i in session.get_inputs()]
+    missing = [n for n in names if n not in feeds]
+    assert not missing, f"graph takes unexpected inputs {missing}"
+    (logits,) = session.run(["logits"], {n: feeds[n] for n in names})
+    return logits
+
+
+def assert_logits_close(got, want, attention_mask, atol=FP32_ATOL, what=""):
+    """Max abs difference over real (attention_mask == 1) positions only: what a model puts at
+    padded positions is unspecified."""
+    got = np.asarray(got)
+    assert got.shape == want.shape, f"{what}: logits shape {got.shape}, expected {want.shape}"
+    real = np.asarray(attention_mask) == 1
+    g = got[real].astype(np.float64)
+    w = want[real].astype(np.float64)
+    assert np.isfinite(g).all(), f"{what}: non-finite logits at real positions"
+    # Guard against a vacuous comparison (a degenerate model whose logits barely vary).
+    assert w.std() > 0.1, f"{what}: reference logits are degenerate (std {w.std():.3g})"
+    diff = np.abs(g - w)
+    worst = int(diff.argmax())
+    assert diff.max() <= atol, (
+        f"{what}: max |onnx - eager| = {diff.max():.3g} > {atol:g} "
+        f"(flat index {worst} of the real positions; {int((diff > atol).sum())} values over)")
+    return float(diff.max())
+
+
+def check_against_reference(ckpt, onnx_path, shapes, atol=FP32_ATOL, session=None, seed=0):
+    """For each (batch, seq) in `shapes`: random left-padded inputs, onnxruntime vs eager."""
+    vocab = json.loads((Path(ckpt) / "config.json").read_text())["vocab_size"]
+    session = session or ort_session(onnx_path)
+    worst = 0.0
+    for batch, seq in shapes:
+        ids, mask, pos = make_inputs(vocab, batch, seq, seed=seed)
+        want = reference_logits(ckpt, ids, mask, pos)
+        got = run_onnx(session, ids, mask, pos)
+        worst = max(worst, assert_logits_close(got, want, mask, atol, f"{batch}x{seq}"))
+    return worst
+
+
+def check_model_full(onnx_path):
+    """onnx.checker with full shape inference; given the path so external data is followed."""
+    import onnx
+
+    onnx.checker.check_model(str(onnx_path), full_check=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# safetensors surgery for the error tests
+
+
+def read_safetensors(path):
+    """-> (header dict, data bytes) of a safetensors file."""
+    raw = Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def write_safetensors(path, header, data):
+    """Writes `header` + `data` as a safetensors file, header padded to 8 bytes with spaces."""
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    Path(path).write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+def copy_checkpoint(src, dst):
+    shutil.copytree(src, dst)
+    return Path(dst)
+
+
+@pytest.fixture(scope="session")
+def ferry_bin():
+    return FERRY_BIN

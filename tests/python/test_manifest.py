@@ -1,0 +1,216 @@
+"""export.json, the files next to it, and loading an export back (the Python binding over
+ferry_exported_load), including the refusal of paths that escape the export directory."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import onnx
+import pytest
+
+from conftest import ferry_export, ferry_header_version, make_checkpoint
+
+INPUT_NAMES = ["input_ids", "attention_mask", "position_ids"]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_checkpoint(tmp_path_factory.mktemp("manifest") / "ckpt", "qwen3")
+
+
+@pytest.fixture(scope="module")
+def dynamic_export(ckpt, tmp_path_factory):
+    return ferry_export(ckpt, tmp_path_factory.mktemp("dyn") / "out", "--dynamic")
+
+
+@pytest.fixture(scope="module")
+def static_export(ckpt, tmp_path_factory):
+    return ferry_export(ckpt, tmp_path_factory.mktemp("static") / "out",
+                        "--example-shape", "input_ids=2x6")
+
+
+def manifest(out):
+    return json.loads((Path(out) / "export.json").read_text())
+
+
+def test_files_in_export_dir(dynamic_export):
+    assert sorted(p.name for p in dynamic_export.iterdir()) == [
+        "config.json", "export.json", "generation_config.json", "model.onnx", "model.onnx.data"]
+
+
+def test_top_level(dynamic_export):
+    m = manifest(dynamic_export)
+    assert m["schema_version"] == 1
+    assert m["format"] == "onnx"
+    assert m["producer"] == {"name": "ferry", "version": ferry_header_version()}
+    assert m["architecture"] == "Qwen3ForCausalLM"
+    assert list(m["components"]) == ["model"]
+
+
+def test_component(dynamic_export):
+    comp = manifest(dynamic_export)["components"]["model"]
+    assert comp["file"] == "model.onnx"
+    assert comp["data_files"] == ["model.onnx.data"]
+    assert comp["role"] == "model"
+    meta = comp["metadata"]
+    assert meta["architecture"] == "Qwen3ForCausalLM"
+    assert meta["precision"] == "fp32"
+    onnx_model = onnx.load(str(dynamic_export / "model.onnx"), load_external_data=False)
+    default_opset = [o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")]
+    assert meta["opset"] == default_opset[0]
+    assert isinstance(meta["export_config"], dict) and meta["export_config"].get("dynamic") is True
+
+
+def test_dynamic_inputs_outputs(dynamic_export):
+    meta = manifest(dynamic_export)["components"]["model"]["metadata"]
+    assert [i["name"] for i in meta["inputs"]] == INPUT_NAMES
+    for i in meta["inputs"]:
+        assert i["dtype"] == "int64"
+        assert i["shape"] == ["batch", "sequence"]
+        assert len(i["traced_shape"]) == 2 and all(isinstance(n, int) and n > 0
+                                                   for n in i["traced_shape"])
+    (out,) = meta["outputs"]
+    assert out["name"] == "logits" and out["dtype"] == "float32"
+    assert out["shape"] == ["batch", "sequence", 160]
+    assert set(meta["symbols"]) == {"batch", "sequence"}
+
+
+def test_static_inputs_outputs(static_export):
+    meta = manifest(static_export)["components"]["model"]["metadata"]
+    for i in meta["inputs"]:
+        assert i["shape"] == [2, 6] and i["traced_shape"] == [2, 6]
+    assert meta["outputs"][0]["shape"] == [2, 6, 160]
+    assert not meta["symbols"]
+    assert meta["export_config"].get("dynamic") in (False, None)
+
+
+def test_manifest_matches_graph(dynamic_export):
+    """What export.json says about inputs and outputs is what the ONNX graph declares."""
+    model = onnx.load(str(dynamic_export / "model.onnx"), load_external_data=False)
+    meta = manifest(dynamic_export)["components"]["model"]["metadata"]
+    names = {onnx.TensorProto.INT64: "int64", onnx.TensorProto.FLOAT: "float32"}
+    for vis, entries in ((model.graph.input, meta["inputs"]), (model.graph.output, meta["outputs"])):
+        assert [v.name for v in vis] == [e["name"] for e in entries]
+        for v, e in zip(vis, entries):
+            dims = [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            assert dims == e["shape"] and names[v.type.tensor_type.elem_type] == e["dtype"]
+
+
+def test_fp16_precision_recorded(ckpt, tmp_path):
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", "--dtype", "fp16")
+    meta = manifest(out)["components"]["model"]["metadata"]
+    assert meta["precision"] == "fp16"
+    assert meta["outputs"][0]["dtype"] == "float16"
+    assert meta["inputs"][0]["dtype"] == "int64"
+
+
+def test_config_copied(ckpt, dynamic_export):
+    assert json.loads((dynamic_export / "config.json").read_text()) == \
+        json.loads((ckpt / "config.json").read_text())
+    assert json.loads((dynamic_export / "generation_config.json").read_text()) == \
+        json.loads((ckpt / "generation_config.json").read_text())
+
+
+def test_no_generation_config_when_checkpoint_has_none(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama", generation_config=False)
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic")
+    assert not (out / "generation_config.json").exists()
+    assert (out / "config.json").exists()
+
+
+def test_external_data_aligned(dynamic_export):
+    """Every weight lives in model.onnx.data at a 4096-aligned offset, inside the file, and the
+    tensors do not overlap."""
+    model = onnx.load(str(dynamic_export / "model.onnx"), load_external_data=False)
+    size = os.path.getsize(dynamic_export / "model.onnx.data")
+    spans = []
+    for t in model.graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        assert info["location"] == "model.onnx.data", t.name
+        offset, length = int(info.get("offset", 0)), int(info["length"])
+        assert offset % 4096 == 0, f"{t.name} at offset {offset}"
+        assert offset + length <= size, t.name
+        spans.append((offset, offset + length, t.name))
+    assert len(spans) >= 2 * 9, "the checkpoint's weights should be external"
+    spans.sort()
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        assert end <= start, f"{a} overlaps {b}"
+
+
+def test_recipe_config_equivalent_to_flags(ckpt, tmp_path):
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({
+        "export_format": "onnx",
+        "dynamic_shapes": {name: {"0": {"name": "batch", "min": 1, "max": 32}, "1": "sequence"}
+                           for name in INPUT_NAMES},
+        "dtype": "fp32",
+    }))
+    out = ferry_export(ckpt, tmp_path / "out", "--config", recipe)
+    meta = manifest(out)["components"]["model"]["metadata"]
+    assert meta["inputs"][0]["shape"] == ["batch", "sequence"]
+    assert meta["symbols"]["batch"]["min"] == 1 and meta["symbols"]["batch"]["max"] == 32
+    assert meta["export_config"]["dynamic_shapes"]["input_ids"]["0"]["max"] == 32
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading through the Python binding
+
+
+def test_load_export(dynamic_export):
+    from ferry import ExportedModel
+
+    loaded = ExportedModel.from_pretrained(dynamic_export)
+    assert loaded.components == {"model": "model.onnx"}
+    assert loaded.manifest == manifest(dynamic_export)
+    assert Path(loaded.directory).resolve() == dynamic_export.resolve()
+
+
+def test_load_subfolder(dynamic_export, tmp_path):
+    from ferry import ExportedModel
+
+    shutil.copytree(dynamic_export, tmp_path / "repo" / "onnx")
+    loaded = ExportedModel.from_pretrained(tmp_path / "repo", subfolder="onnx")
+    assert loaded.components == {"model": "model.onnx"}
+
+
+@pytest.mark.parametrize("field,value", [
+    ("file", "/etc/passwd"),
+    ("file", "../model.onnx"),
+    ("file", "sub/../../model.onnx"),
+    ("data_files", ["/tmp/model.onnx.data"]),
+    ("data_files", ["../model.onnx.data"]),
+], ids=["abs-file", "dotdot-file", "nested-dotdot-file", "abs-data", "dotdot-data"])
+def test_load_refuses_escaping_paths(dynamic_export, tmp_path, field, value):
+    from ferry import ExportedModel, FerryError
+
+    copy = Path(shutil.copytree(dynamic_export, tmp_path / "copy"))
+    m = manifest(copy)
+    m["components"]["model"][field] = value
+    (copy / "export.json").write_text(json.dumps(m))
+    bad = value if isinstance(value, str) else value[0]
+    with pytest.raises(FerryError) as err:
+        ExportedModel.from_pretrained(copy)
+    assert bad in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("edit", ["schema", "missing-file", "not-json"])
+def test_load_refuses_bad_manifest(dynamic_export, tmp_path, edit):
+    from ferry import ExportedModel, FerryError
+
+    copy = Path(shutil.copytree(dynamic_export, tmp_path / "copy"))
+    if edit == "schema":
+        m = manifest(copy)
+        m["schema_version"] = 999
+        (copy / "export.json").write_text(json.dumps(m))
+        needle = "schema_version"
+    elif edit == "missing-file":
+        (copy / "model.onnx").unlink()
+        needle = "model.onnx"
+    else:
+        (copy / "export.json").write_text("{\"schema_version\": 1,")
+        needle = "export.json"
+    with pytest.raises(FerryError, match=needle.replace(".", r"\.")):
+        ExportedModel.from_pretrained(copy)

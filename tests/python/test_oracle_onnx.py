@@ -1,0 +1,337 @@
+"""The ONNX export against the oracle: transformers' eager model on the same checkpoint, and
+onnxruntime (CPU) running the file ferry wrote. fp32 logits must agree within 1e-4 absolute at
+every real (non-padded) position."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from conftest import (ARCHS, ARCH_CLASS, FP32_ATOL, assert_logits_close, check_against_reference,
+                      check_model_full, ferry_export, make_checkpoint, make_inputs,
+                      read_safetensors, reference_logits, run_onnx, ort_session)
+
+SHAPES = [(1, 1), (1, 7), (1, 33), (3, 1), (3, 7), (3, 33)]
+
+# Measured on the tiny models below (logits O(5)): fp16 max abs error ~3e-3; bound with margin.
+FP16_ATOL = 2e-2
+# bf16 keeps 8 bits of mantissa: measured ~0.05 on the same models; bound with margin.
+BF16_ATOL = 0.25
+
+
+def graph_io(onnx_path):
+    """-> ({input name: (elem_type, dims)}, {output name: (elem_type, dims)}), dims as ints or
+    symbol strings."""
+    model = onnx.load(str(onnx_path), load_external_data=False)
+
+    def dims(vi):
+        return [d.dim_param if d.HasField("dim_param") else d.dim_value
+                for d in vi.type.tensor_type.shape.dim]
+
+    ins = {i.name: (i.type.tensor_type.elem_type, dims(i)) for i in model.graph.input}
+    outs = {o.name: (o.type.tensor_type.elem_type, dims(o)) for o in model.graph.output}
+    return ins, outs
+
+
+def weight_initializer_types(onnx_path):
+    """elem_type of every matrix-shaped initializer (the checkpoint's weights)."""
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    return {t.name: t.data_type for t in model.graph.initializer if len(t.dims) >= 2}
+
+
+# ---------------------------------------------------------------------------------------------
+# The four families, dynamic export, batch 1 and 3 x sequence 1, 7, 33 (left padding in batch 3)
+
+
+@pytest.fixture(scope="module", params=list(ARCHS))
+def family_export(request, tmp_path_factory):
+    arch = request.param
+    base = tmp_path_factory.mktemp(f"oracle-{arch}")
+    ckpt = make_checkpoint(base / "ckpt", arch)
+    out = ferry_export(ckpt, base / "onnx", "--format", "onnx", "--dynamic")
+    return arch, ckpt, out, ort_session(out / "model.onnx")
+
+
+def test_family_check_model(family_export):
+    _, _, out, _ = family_export
+    check_model_full(out / "model.onnx")
+
+
+def test_family_graph_interface(family_export):
+    arch, ckpt, out, session = family_export
+    ins, outs = graph_io(out / "model.onnx")
+    sym = ["batch", "sequence"]
+    assert ins == {"input_ids": (onnx.TensorProto.INT64, sym),
+                   "attention_mask": (onnx.TensorProto.INT64, sym),
+                   "position_ids": (onnx.TensorProto.INT64, sym)}
+    assert outs == {"logits": (onnx.TensorProto.FLOAT, ["batch", "sequence", 160])}
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["architecture"] == ARCH_CLASS[arch]
+
+
+@pytest.mark.parametrize("batch,seq", SHAPES, ids=[f"{b}x{s}" for b, s in SHAPES])
+def test_family_logits_match_eager(family_export, batch, seq):
+    _, ckpt, out, session = family_export
+    check_against_reference(ckpt, out / "model.onnx", [(batch, seq)], session=session)
+
+
+def test_left_padding_is_masked(family_export):
+    """The padded row's real positions must equal the same tokens run alone: a direct check of
+    the attention mask (the padding holds random tokens, so leaking it changes the numbers)."""
+    _, ckpt, out, session = family_export
+    ids, mask, pos = make_inputs(160, 3, 33)
+    batched = run_onnx(session, ids, mask, pos)
+    pad = int((mask[2] == 0).sum())
+    alone_ids = ids[2:3, pad:]
+    alone_mask = np.ones_like(alone_ids)
+    alone = run_onnx(session, alone_ids, alone_mask, np.arange(33 - pad, dtype=np.int64)[None])
+    np.testing.assert_allclose(batched[2, pad:], alone[0], atol=FP32_ATOL, rtol=0)
+    # ... and the padding must matter to the unmasked computation (else this checks nothing)
+    unmasked = run_onnx(session, ids[2:3], np.ones_like(ids[2:3]),
+                        np.arange(33, dtype=np.int64)[None])
+    assert np.abs(unmasked[0, pad:] - alone[0]).max() > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants: checkpoint layout, embeddings, rope types, head geometry, attention window
+
+ROPE_THETA = 10000.0
+
+VARIANTS = {
+    # bf16 weights on disk, exported to fp32; the oracle upcasts the same bf16 values.
+    "bf16-checkpoint": ("llama", dict(dtype=torch.bfloat16)),
+    "sharded": ("qwen2", dict(max_shard_size="40KB")),
+    "tied-llama": ("llama", dict(tie_word_embeddings=True)),
+    "tied-qwen3": ("qwen3", dict(tie_word_embeddings=True)),
+    "rope-linear": ("llama", dict(rope_parameters={
+        "rope_type": "linear", "factor": 2.0, "rope_theta": ROPE_THETA})),
+    # dynamic NTK rescales when max(position_ids) + 1 > max_position_embeddings (16 here).
+    "rope-dynamic": ("llama", dict(max_position_embeddings=16, rope_parameters={
+        "rope_type": "dynamic", "factor": 2.0, "rope_theta": ROPE_THETA})),
+    # wavelengths 2*pi*500000^(i/8) vs [16/4, 16/1]: the smooth and low-frequency bands.
+    "rope-llama3": ("llama", dict(rope_parameters={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16, "rope_theta": 500000.0})),
+    # wavelengths 6.3, 20, 63, 199, ... vs [64/4, 64/1]: all three bands (kept, smooth, scaled).
+    "rope-llama3-three-bands": ("llama", dict(rope_parameters={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64, "rope_theta": ROPE_THETA})),
+    # yarn: ramped interpolation plus attention factor 0.1 ln(4) + 1 on cos/sin.
+    "rope-yarn": ("qwen3", dict(max_position_embeddings=128, rope_parameters={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+        "rope_theta": ROPE_THETA})),
+    "head-dim-override-llama": ("llama", dict(head_dim=24)),     # 4 x 24 != hidden 64
+    "head-dim-override-qwen3": ("qwen3", dict(head_dim=32)),
+    "mqa": ("mistral", dict(num_key_value_heads=1)),
+    "mistral-window-5": ("mistral", dict(sliding_window=5)),      # window < sequence 7, 33
+    "llama-attention-and-mlp-bias": ("llama", dict(attention_bias=True, mlp_bias=True)),
+}
+
+VARIANT_SHAPES = {
+    "rope-dynamic": [(1, 7), (1, 16), (1, 17), (3, 33)],         # below, at, over the threshold
+    "mistral-window-5": [(1, 5), (1, 6), (3, 7), (3, 33)],
+}
+
+
+def _legacy_rope_keys(ckpt):
+    """Rewrites config.json the way most hub checkpoints still spell rope: top-level rope_theta
+    plus rope_scaling {"type": ...} instead of rope_parameters."""
+    path = ckpt / "config.json"
+    cfg = json.loads(path.read_text())
+    rope = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = rope.pop("rope_theta")
+    rope["type"] = rope.pop("rope_type")
+    cfg["rope_scaling"] = rope
+    path.write_text(json.dumps(cfg, indent=2))
+
+
+def _guard_variant(name, ckpt):
+    """Checks that the checkpoint really is the variant the test claims to exercise."""
+    files = sorted(p.name for p in ckpt.glob("*.safetensors"))
+    names, dtypes = set(), set()
+    for f in files:
+        header, _ = read_safetensors(ckpt / f)
+        header.pop("__metadata__", None)
+        names |= set(header)
+        dtypes |= {v["dtype"] for v in header.values()}
+    if name == "bf16-checkpoint":
+        assert dtypes == {"BF16"}
+    else:
+        assert dtypes == {"F32"}
+    if name == "sharded":
+        assert len(files) > 2 and (ckpt / "model.safetensors.index.json").exists()
+    if name.startswith("tied"):
+        assert "lm_head.weight" not in names
+    else:
+        assert "lm_head.weight" in names
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_variant_matches_eager(variant, tmp_path):
+    arch, overrides = VARIANTS[variant]
+    ckpt = make_checkpoint(tmp_path / "ckpt", arch, **overrides)
+    _guard_variant(variant, ckpt)
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic")
+    check_model_full(out / "model.onnx")
+    _, outs = graph_io(out / "model.onnx")
+    assert outs["logits"][0] == onnx.TensorProto.FLOAT
+    shapes = VARIANT_SHAPES.get(variant, [(1, 1), (3, 7), (3, 33)])
+    check_against_reference(ckpt, out / "model.onnx", shapes)
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "linear", "factor": 2.0, "rope_theta": ROPE_THETA},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 64, "rope_theta": ROPE_THETA},
+], ids=["linear", "llama3"])
+def test_legacy_rope_scaling_keys(rope, tmp_path):
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama", rope_parameters=dict(rope))
+    _legacy_rope_keys(ckpt)
+    assert "rope_scaling" in json.loads((ckpt / "config.json").read_text())
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic")
+    check_against_reference(ckpt, out / "model.onnx", [(3, 33)])
+
+
+def test_rope_variants_differ(tmp_path):
+    """The rope variants must change the numbers on this model, else their tests prove nothing."""
+    ids, mask, pos = make_inputs(160, 1, 33)
+    plain = reference_logits(make_checkpoint(tmp_path / "plain", "llama"), ids, mask, pos)
+    for name in ("rope-linear", "rope-dynamic", "rope-llama3", "rope-llama3-three-bands"):
+        ckpt = make_checkpoint(tmp_path / name, "llama", **VARIANTS[name][1])
+        assert np.abs(reference_logits(ckpt, ids, mask, pos) - plain).max() > 1e-2, name
+
+
+def test_mistral_window_changes_the_numbers(tmp_path):
+    ids, mask, pos = make_inputs(160, 1, 33)
+    full = reference_logits(make_checkpoint(tmp_path / "full", "mistral"), ids, mask, pos)
+    win = make_checkpoint(tmp_path / "win", "mistral", sliding_window=5)
+    assert np.abs(reference_logits(win, ids, mask, pos) - full).max() > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# Reduced precision
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_fp16_export_within_bound(arch, tmp_path):
+    ckpt = make_checkpoint(tmp_path / "ckpt", arch)
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", "--dtype", "fp16")
+    check_model_full(out / "model.onnx")
+    ins, outs = graph_io(out / "model.onnx")
+    assert outs["logits"][0] == onnx.TensorProto.FLOAT16
+    assert ins["input_ids"][0] == onnx.TensorProto.INT64
+    types = weight_initializer_types(out / "model.onnx")
+    assert types and set(types.values()) == {onnx.TensorProto.FLOAT16}, types
+    session = ort_session(out / "model.onnx")
+    worst = 0.0
+    for batch, seq in [(1, 7), (3, 33)]:
+        ids, mask, pos = make_inputs(160, batch, seq)
+        got = run_onnx(session, ids, mask, pos)
+        assert got.dtype == np.float16
+        want = reference_logits(ckpt, ids, mask, pos)
+        worst = max(worst, assert_logits_close(got, want, mask, FP16_ATOL, f"fp16 {batch}x{seq}"))
+    # the bound is not vacuous: fp16 really is less exact than fp32
+    assert worst > FP32_ATOL / 10
+
+
+def test_bf16_export(tmp_path):
+    """onnxruntime's CPU provider has no bf16 kernels for MatMul and friends, so a bf16 export
+    cannot run there: the test states that explicitly, checks the types in the file, and runs
+    the graph in onnx's numpy ReferenceEvaluator instead, against the fp32 eager model."""
+    import onnxruntime as ort
+    from onnx.reference import ReferenceEvaluator
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama", dtype=torch.bfloat16)
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", "--dtype", "bf16")
+    check_model_full(out / "model.onnx")
+    ins, outs = graph_io(out / "model.onnx")
+    assert outs["logits"][0] == onnx.TensorProto.BFLOAT16
+    assert ins["input_ids"][0] == onnx.TensorProto.INT64
+    types = weight_initializer_types(out / "model.onnx")
+    assert types and set(types.values()) == {onnx.TensorProto.BFLOAT16}, types
+
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED|not implemented|Could not find an impl"):
+        ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+
+    evaluator = ReferenceEvaluator(str(out / "model.onnx"))
+    ids, mask, pos = make_inputs(160, 3, 7)
+    (got,) = evaluator.run(["logits"], {"input_ids": ids, "attention_mask": mask,
+                                         "position_ids": pos})
+    want = reference_logits(ckpt, ids, mask, pos)
+    assert_logits_close(np.asarray(got, dtype=np.float32), want, mask, BF16_ATOL, "bf16")
+
+
+# ---------------------------------------------------------------------------------------------
+# Static shapes and explicit symbolic axes
+
+
+def test_static_export_runs_only_at_traced_shape(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "ckpt", "qwen3")
+    out = ferry_export(ckpt, tmp_path / "onnx")
+    ins, outs = graph_io(out / "model.onnx")
+    for name in ("input_ids", "attention_mask", "position_ids"):
+        assert ins[name] == (onnx.TensorProto.INT64, [1, 8]), name
+    assert outs["logits"] == (onnx.TensorProto.FLOAT, [1, 8, 160])
+    check_model_full(out / "model.onnx")
+    session = ort_session(out / "model.onnx")
+    ids, mask, pos = make_inputs(160, 1, 8, pads=[3])
+    assert_logits_close(run_onnx(session, ids, mask, pos), reference_logits(ckpt, ids, mask, pos),
+                        mask, what="static 1x8")
+    for batch, seq in [(1, 9), (2, 8), (1, 7)]:
+        ids, mask, pos = make_inputs(160, batch, seq)
+        with pytest.raises(Exception, match="(?i)dimension|shape"):
+            run_onnx(session, ids, mask, pos)
+
+
+def test_static_export_example_shape(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
+    out = ferry_export(ckpt, tmp_path / "onnx", "--example-shape", "input_ids=2x5")
+    ins, outs = graph_io(out / "model.onnx")
+    assert ins["attention_mask"] == (onnx.TensorProto.INT64, [2, 5])
+    assert outs["logits"][1] == [2, 5, 160]
+    check_against_reference(ckpt, out / "model.onnx", [(2, 5)])
+    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    assert meta["inputs"][0]["shape"] == [2, 5] and meta["inputs"][0]["traced_shape"] == [2, 5]
+
+
+def _dims_for_all_inputs(axis, spec):
+    return [arg for name in ("input_ids", "attention_mask", "position_ids")
+            for arg in ("--dim", f"{name}:{axis}={spec}")]
+
+
+def test_explicit_dims_with_ranges(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "ckpt", "mistral")
+    out = ferry_export(ckpt, tmp_path / "onnx", *_dims_for_all_inputs(0, "batch:1:8"),
+                       *_dims_for_all_inputs(1, "sequence:1:64"))
+    ins, _ = graph_io(out / "model.onnx")
+    assert ins["input_ids"] == (onnx.TensorProto.INT64, ["batch", "sequence"])
+    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    assert meta["symbols"]["batch"]["min"] == 1 and meta["symbols"]["batch"]["max"] == 8
+    assert meta["symbols"]["sequence"]["min"] == 1 and meta["symbols"]["sequence"]["max"] == 64
+    assert meta["inputs"][0]["shape"] == ["batch", "sequence"]
+    check_against_reference(ckpt, out / "model.onnx", [(3, 33)])
+
+
+def test_only_sequence_dynamic(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
+    out = ferry_export(ckpt, tmp_path / "onnx", *_dims_for_all_inputs(1, "sequence"))
+    ins, outs = graph_io(out / "model.onnx")
+    assert ins["position_ids"] == (onnx.TensorProto.INT64, [1, "sequence"])
+    assert outs["logits"][1] == [1, "sequence", 160]
+    session = ort_session(out / "model.onnx")
+    check_against_reference(ckpt, out / "model.onnx", [(1, 7), (1, 33)], session=session)
+    ids, mask, pos = make_inputs(160, 2, 7)
+    with pytest.raises(Exception, match="(?i)dimension|shape"):
+        run_onnx(session, ids, mask, pos)
+
+
+def test_demo_fixture(tmp_path):
+    """fixtures/tiny-llama (what `make demo` exports) against transformers."""
+    from conftest import ROOT
+
+    ckpt = ROOT / "fixtures" / "tiny-llama"
+    out = ferry_export(ckpt, tmp_path / "onnx", "--format", "onnx", "--dynamic")
+    check_model_full(out / "model.onnx")
+    check_against_reference(ckpt, out / "model.onnx", [(1, 1), (3, 33)])

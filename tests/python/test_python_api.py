@@ -1,0 +1,100 @@
+"""The guide-shaped Python API (python/ferry) over libferry: export, save, load, run."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import assert_logits_close, make_checkpoint, make_inputs, reference_logits
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_checkpoint(tmp_path_factory.mktemp("api") / "ckpt", "qwen2")
+
+
+def test_version_matches_header():
+    import ferry
+    from conftest import ferry_header_version
+
+    assert ferry.version() == ferry_header_version()
+
+
+def test_export_save_load_run(ckpt, tmp_path):
+    from ferry import ExportedModel, OnnxConfig, OnnxExporter
+
+    exported = OnnxExporter().export(ckpt, config=OnnxConfig(dynamic=True))
+    assert exported.components == {"model": "model.onnx"}
+    assert exported.directory is None
+    assert exported.manifest["components"]["model"]["metadata"]["precision"] == "fp32"
+    exported.save_pretrained(tmp_path / "out")
+    assert (tmp_path / "out" / "model.onnx.data").exists()
+    on_disk = json.loads((tmp_path / "out" / "export.json").read_text())
+    assert on_disk == exported.manifest
+
+    loaded = ExportedModel.from_pretrained(tmp_path / "out")
+    ids, mask, pos = make_inputs(160, 3, 7)
+    # torch tensors like a tokenizer returns, plus an input the graph does not take;
+    # position_ids are left for the runner to derive from the mask, as generate() does.
+    out = loaded(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                 token_type_ids=torch.zeros_like(torch.from_numpy(ids)))
+    assert_logits_close(out.logits, reference_logits(ckpt, ids, mask, pos), mask)
+    assert np.array_equal(out["logits"], out.logits)
+
+
+def test_save_refuses_existing_unless_forced(ckpt, tmp_path):
+    from ferry import FerryError, OnnxExporter
+
+    exported = OnnxExporter().export(ckpt)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(FerryError, match="out"):
+        exported.save_pretrained(tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == []
+    exported.save_pretrained(tmp_path / "out", force=True)
+    assert (tmp_path / "out" / "export.json").exists()
+
+
+def test_fresh_export_runs_on_first_call(ckpt):
+    from ferry import OnnxExporter
+
+    ids, mask, pos = make_inputs(160, 1, 8, pads=[2])
+    exported = OnnxExporter().export(ckpt, {"input_ids": ids})      # static, traced at 1x8
+    meta = exported.manifest["components"]["model"]["metadata"]
+    assert meta["inputs"][0]["shape"] == [1, 8]
+    out = exported(input_ids=ids, attention_mask=mask, position_ids=pos)
+    assert_logits_close(out.logits, reference_logits(ckpt, ids, mask, pos), mask)
+
+
+def test_auto_export_config_from_dict(ckpt, tmp_path):
+    from ferry import AutoExportConfig, OnnxExporter
+
+    config = AutoExportConfig.from_dict({
+        "export_format": "onnx",
+        "dynamic_shapes": {n: {0: {"name": "batch", "min": 1, "max": 4}, 1: "sequence"}
+                           for n in ("input_ids", "attention_mask", "position_ids")}})
+    exported = OnnxExporter().export(ckpt, config=config)
+    meta = exported.manifest["components"]["model"]["metadata"]
+    assert meta["symbols"]["batch"]["max"] == 4
+    assert meta["inputs"][1]["shape"] == ["batch", "sequence"]
+
+
+def test_config_errors_name_the_key():
+    from ferry import AutoExportConfig, FerryError, OnnxConfig
+
+    with pytest.raises(FerryError, match="dynamc"):
+        AutoExportConfig.from_dict({"export_format": "onnx", "dynamc": True})
+    with pytest.raises(FerryError, match="export_format|executorch"):
+        AutoExportConfig.from_dict({"export_format": "executorch"})
+    with pytest.raises(FerryError, match="dtype|int3"):
+        OnnxConfig(dtype="int3")
+
+
+def test_export_errors_carry_library_message(tmp_path):
+    from ferry import FerryError, OnnxExporter
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
+    (ckpt / "config.json").unlink()
+    with pytest.raises(FerryError, match=r"config\.json") as err:
+        OnnxExporter().export(ckpt)
+    assert err.value.status is not None and err.value.status != 0
