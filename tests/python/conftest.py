@@ -196,21 +196,21 @@ def make_inputs(vocab, batch, seq, *, pads=None, seed=0):
 # ferry
 
 
-def run_ferry(*args, timeout=600, binary=None):
-    """Runs the ferry CLI (`binary`, default the release build); returns (returncode, stdout,
-    stderr) as text."""
+def run_ferry(*args, timeout=600, binary=None, env=None):
+    """Runs the ferry CLI (`binary`, default the release build; `env` adds variables); returns
+    (returncode, stdout, stderr) as text."""
     binary = Path(binary or FERRY_BIN)
     if not binary.exists():
         pytest.fail(f"ferry binary not found at {binary} (build it: cmake --build build)")
-    env = SANITIZER_ENV if binary != FERRY_BIN else None
+    env = dict(SANITIZER_ENV if binary != FERRY_BIN else os.environ, **(env or {}))
     proc = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env)
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def ferry_export(model_dir, out_dir, *flags):
+def ferry_export(model_dir, out_dir, *flags, env=None):
     """`ferry export MODEL OUT FLAGS...`, which must succeed. Returns OUT as a Path."""
-    rc, out, err = run_ferry("export", model_dir, out_dir, *flags)
+    rc, out, err = run_ferry("export", model_dir, out_dir, *flags, env=env)
     if rc != 0:
         pytest.fail(f"ferry export {model_dir} {' '.join(map(str, flags))} -> exit {rc}\n"
                     f"stdout:\n{out}\nstderr:\n{err}")
