@@ -21,6 +21,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -100,13 +101,32 @@ def write_checkpoint(path, layers, vocab, seed=0):
 
 
 def run_measured(cmd):
-    """-> (wall seconds, peak RSS bytes, exit code) of one child process."""
+    """-> (wall seconds, peak RSS bytes, exit code) of one child process.
+
+    Peak RSS comes from GNU time when installed, else from polling the child's VmHWM. Not from
+    wait4()'s ru_maxrss: a child forked from this (large) Python process inherits its RSS
+    high-water mark across exec, so even `true` would report tens of MiB."""
+    gnu_time = Path("/usr/bin/time")
+    if gnu_time.exists():
+        with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+            start = time.perf_counter()
+            rc = subprocess.call([str(gnu_time), "-q", "-f", "%M", "-o", rss.name, *cmd])
+            wall = time.perf_counter() - start
+            lines = [ln for ln in open(rss.name).read().split() if ln.isdigit()]
+            return wall, int(lines[-1]) * 1024, rc
     start = time.perf_counter()
     proc = subprocess.Popen(cmd)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_maxrss * 1024, proc.returncode
+    peak = 0
+    while proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]) * 1024)
+        except OSError:
+            pass
+        time.sleep(0.005)
+    return time.perf_counter() - start, peak, proc.returncode
 
 
 def main():
@@ -122,10 +142,10 @@ def main():
     ckpt, in_bytes = args.work / f"qwen3-shaped-L{args.layers}-V{args.vocab}", 0
     t = time.perf_counter()
     if (ckpt / "model.safetensors").exists() and (ckpt / "config.json").exists():
-        in_bytes = (ckpt / "model.safetensors").stat().st_size
+        in_bytes, made = (ckpt / "model.safetensors").stat().st_size, "reused from an earlier run"
     else:
         _, in_bytes = write_checkpoint(ckpt, args.layers, args.vocab)
-    made = time.perf_counter() - t
+        made = f"written in {time.perf_counter() - t:.1f} s"
     out = args.work / "out-onnx"
     cmd = [str(args.ferry), "export", str(ckpt), str(out), "--format", "onnx", "--dynamic",
            "--force", "--quiet"]
@@ -150,7 +170,7 @@ def main():
 
     mb = 1024 * 1024
     print(f"\nCheckpoint: Qwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}, bf16 random "
-          f"({in_bytes / mb:.0f} MiB, written in {made:.1f} s); export to fp32, dynamic.\n")
+          f"({in_bytes / mb:.0f} MiB, {made}); export to fp32, dynamic.\n")
     print("| step | wall (s) | peak RSS (MiB) | bytes written | MiB/s |")
     print("|---|---:|---:|---:|---:|")
     print(f"| ferry export | {wall:.2f} | {rss / mb:.0f} | {out_bytes} | {out_bytes / mb / wall:.0f} |")

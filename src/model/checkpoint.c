@@ -149,8 +149,16 @@ static ferry_status open_sharded(ckpt *c, const char *index_path, fy_err *err)
         for (size_t i = 0; i < c->n_files && !opened; i++)
             if (strcmp(strrchr(c->files[i]->path, '/') + 1, shard) == 0)
                 opened = c->files[i];
-        if (!opened && (status = add_file(c, shard, &opened, err)) != FERRY_OK)
+        if (!opened && (status = add_file(c, shard, &opened, err)) != FERRY_OK) {
+            /* The shard's own message names the shard; say which index entry led there. */
+            if (err && status == FERRY_ERR_IO) {
+                char shard_msg[sizeof err->msg];
+                memcpy(shard_msg, err->msg, sizeof shard_msg);
+                fy_refail(err, status, "%s: tensor '%s' is mapped to %s", index_path,
+                          st_quote_name(entry->string, qname, sizeof qname), shard_msg);
+            }
             goto cleanup;
+        }
     }
     if ((status = build_lookup(c, err)) != FERRY_OK)
         goto cleanup;

@@ -159,7 +159,11 @@ static ferry_status parse_offsets(const st_file *f, const char *qname, const cJS
         return fy_fail(err, FERRY_ERR_FORMAT,
                        "%s: tensor '%s': 'data_offsets' must be two non-negative integers",
                        f->path, qname);
-    if (t->begin > t->end || t->end > data_size)
+    if (t->begin > t->end)
+        return fy_fail(err, FERRY_ERR_FORMAT,
+                       "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin",
+                       f->path, qname, (unsigned long long)t->begin, (unsigned long long)t->end);
+    if (t->end > data_size)
         return fy_fail(err, FERRY_ERR_FORMAT,
                        "%s: tensor '%s': data_offsets [%llu, %llu] are outside the data area "
                        "(%llu bytes)", f->path, qname, (unsigned long long)t->begin,
@@ -325,7 +329,8 @@ static ferry_status parse_header(st_file *f, const char *text, size_t len, fy_er
                          f->path, 8 + bad_at);
         goto cleanup;
     }
-    qsort(f->tensors, f->n_tensors, sizeof *f->tensors, compare_by_name);
+    if (f->n_tensors > 1)
+        qsort(f->tensors, f->n_tensors, sizeof *f->tensors, compare_by_name);
     for (size_t i = 1; i < f->n_tensors; i++) {
         if (strcmp(f->tensors[i - 1].name, f->tensors[i].name) == 0) {
             char qname[ST_QUOTE_MAX];

@@ -9,8 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Integers above 2^53 cannot all be told apart once cJSON has parsed them into a double. */
-#define JSON_MAX_EXACT_INT 9007199254740992.0
+/* cJSON parses numbers into doubles, where 2^53 + 1 already reads as 2^53: only magnitudes
+ * below 2^53 are known to be the integer the file wrote. */
+#define JSON_INT_LIMIT 9007199254740992.0
 
 ferry_status json_read_file(const char *path, size_t max_bytes, char **text, size_t *len,
                             fy_err *err)
@@ -157,7 +158,7 @@ bool json_number_to_u64(const cJSON *node, uint64_t *out)
     if (!cJSON_IsNumber(node))
         return false;
     double v = node->valuedouble;
-    if (!isfinite(v) || v < 0 || v > JSON_MAX_EXACT_INT || floor(v) != v)
+    if (!isfinite(v) || v < 0 || v >= JSON_INT_LIMIT || floor(v) != v)
         return false;
     *out = (uint64_t)v;
     return true;
@@ -178,7 +179,7 @@ ferry_status json_get_int(const cJSON *obj, const char *key, bool required, int6
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be an integer (got %s)", origin,
                        key, type_name(node));
     double v = node->valuedouble;
-    if (!isfinite(v) || floor(v) != v || fabs(v) > JSON_MAX_EXACT_INT)
+    if (!isfinite(v) || floor(v) != v || fabs(v) >= JSON_INT_LIMIT)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be an integer (got %.17g)",
                        origin, key, v);
     int64_t value = (int64_t)v;

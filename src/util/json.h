@@ -20,7 +20,7 @@ ferry_status json_load_file(const char *path, size_t max_bytes, cJSON **out, fy_
 
 /* Each getter: key absent or JSON null -> *out = dflt and FERRY_OK (if `required`, an error);
  * wrong type or out of [min, max] -> FERRY_ERR_FORMAT naming origin and key. Integers must be
- * integral and exactly representable (|x| <= 2^53). */
+ * integral and exactly representable (|x| < 2^53). */
 ferry_status json_get_int(const cJSON *obj, const char *key, bool required, int64_t dflt,
                           int64_t min, int64_t max, const char *origin, int64_t *out, fy_err *err);
 ferry_status json_get_double(const cJSON *obj, const char *key, bool required, double dflt,
@@ -35,7 +35,7 @@ ferry_status json_get_string(const cJSON *obj, const char *key, bool required, c
  * the first, Python's json (transformers' reader) keeps the last. */
 ferry_status json_get_member(const cJSON *obj, const char *key, bool required, const char *origin,
                              const cJSON **out, fy_err *err);
-/* Converts a number node to a uint64 exactly: integral, 0 <= x <= 2^53. */
+/* Converts a number node to a uint64 exactly: integral, 0 <= x < 2^53. */
 bool json_number_to_u64(const cJSON *node, uint64_t *out);
 
 #endif

@@ -128,6 +128,26 @@ VARIANTS = {
     "mqa": ("mistral", dict(num_key_value_heads=1)),
     "mistral-window-5": ("mistral", dict(sliding_window=5)),      # window < sequence 7, 33
     "llama-attention-and-mlp-bias": ("llama", dict(attention_bias=True, mlp_bias=True)),
+    # rope computed from position_ids, not gathered from a table cut at max_position_embeddings
+    "positions-past-max-position-embeddings": ("qwen3", dict(max_position_embeddings=16)),
+    "mistral-window-null": ("mistral", dict(sliding_window=None)),
+    # per-layer pattern: layers >= max_window_layers slide (here layer 1 only)
+    "qwen2-window-from-layer-1": ("qwen2", dict(use_sliding_window=True, sliding_window=5,
+                                                max_window_layers=1)),
+    "qwen3-window-from-layer-1": ("qwen3", dict(use_sliding_window=True, sliding_window=5,
+                                                max_window_layers=1)),
+}
+
+# Config spellings found on the hub, applied to config.json after saving (the eager model reads
+# the edited file too): a key transformers 5 always writes may be missing, or present but off.
+CONFIG_EDITS = {
+    # older Llama checkpoints have no head_dim key: it is hidden_size / num_attention_heads
+    "llama-no-head-dim-key": ("llama", {}, lambda cfg: cfg.pop("head_dim")),
+    # Qwen2.5 ships "sliding_window": 32768 with "use_sliding_window": false: no window at all
+    "qwen2-window-present-but-off": ("qwen2", {}, lambda cfg: cfg.update(
+        sliding_window=5, max_window_layers=1, use_sliding_window=False)),
+    "qwen3-window-present-but-off": ("qwen3", {}, lambda cfg: cfg.update(
+        sliding_window=5, max_window_layers=1, use_sliding_window=False)),
 }
 
 VARIANT_SHAPES = {
@@ -180,6 +200,17 @@ def test_variant_matches_eager(variant, tmp_path):
     assert outs["logits"][0] == onnx.TensorProto.FLOAT
     shapes = VARIANT_SHAPES.get(variant, [(1, 1), (3, 7), (3, 33)])
     check_against_reference(ckpt, out / "model.onnx", shapes)
+
+
+@pytest.mark.parametrize("variant", list(CONFIG_EDITS))
+def test_config_spelling_matches_eager(variant, tmp_path):
+    arch, overrides, edit = CONFIG_EDITS[variant]
+    ckpt = make_checkpoint(tmp_path / "ckpt", arch, **overrides)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    edit(cfg)
+    (ckpt / "config.json").write_text(json.dumps(cfg, indent=2))
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic")
+    check_against_reference(ckpt, out / "model.onnx", [(1, 1), (3, 33)])
 
 
 @pytest.mark.parametrize("rope", [

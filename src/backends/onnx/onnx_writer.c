@@ -262,6 +262,9 @@ ferry_status onnx_write(const g_graph *g, const onnx_options *opt, const char *d
                 opt->progress->total += ws_nbytes(&g->values[i].weight);
     }
     uint64_t cursor = 0;
+    ws_writer *wr = NULL;
+    if ((st = ws_writer_open(dfd, data_path, opt->progress, &wr, err)))
+        goto done;
     for (size_t i = 0; i < g->n_values; i++) {
         const g_value *x = &g->values[i];
         if ((x->kind != GV_WEIGHT && x->kind != GV_CONST) || x->n_uses == 0)
@@ -270,12 +273,16 @@ ferry_status onnx_write(const g_graph *g, const onnx_options *opt, const char *d
         if (x->kind == GV_WEIGHT) {
             offset = (cursor + ONNX_DATA_ALIGN - 1) / ONNX_DATA_ALIGN * ONNX_DATA_ALIGN;
             length = ws_nbytes(&x->weight);
-            if ((st = ws_write(dfd, data_path, offset, &x->weight, opt->progress, err)))
+            if ((st = ws_writer_put(wr, &x->weight, offset, err))) {
+                ws_writer_close(wr, err);
                 goto done;
+            }
             cursor = offset + length;
         }
         emit_initializer(x, data_file, offset, length, &graph);
     }
+    if ((st = ws_writer_close(wr, err)))
+        goto done;
     if (ftruncate(dfd, (off_t)cursor) != 0) {
         st = fy_fail(err, FERRY_ERR_IO, "%s: cannot set size: %s", data_path, strerror(errno));
         goto done;

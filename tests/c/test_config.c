@@ -1,0 +1,402 @@
+/* test_config.c — config.json in transformers 4 and 5 spellings, and every refusal. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "model/config.h"
+
+static char tmp_dir[64];
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+static int make_tmp(void **state)
+{
+    (void)state;
+    strcpy(tmp_dir, "/tmp/ferry-test-cfg-XXXXXX");
+    return mkdtemp(tmp_dir) ? 0 : -1;
+}
+
+static int remove_tmp(void **state)
+{
+    (void)state;
+    return nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void write_text(const char *name, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The keys every test config shares; each test appends its own. */
+#define BASE                                                                                   \
+    "\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "                  \
+    "\"vocab_size\": 32000, \"hidden_size\": 64, \"intermediate_size\": 128, "                 \
+    "\"num_hidden_layers\": 2, \"num_attention_heads\": 4"
+
+static void parse_ok(const char *json, model_config *cfg)
+{
+    fy_err err = {0};
+    ferry_status status = cfg_parse(json, strlen(json), "config.json", cfg, &err);
+    if (status != FERRY_OK)
+        fail_msg("cfg_parse failed: %s", err.msg);
+}
+
+static void expect_parse_error(const char *label, const char *json, ferry_status status,
+                               const char *needle, const char *needle2)
+{
+    model_config cfg;
+    fy_err err = {0};
+    ferry_status got = cfg_parse(json, strlen(json), "config.json", &cfg, &err);
+    if (got != status)
+        fail_msg("%s: status %d, expected %d (message: %s)", label, got, status, err.msg);
+    assert_null(cfg.raw);
+    assert_null(cfg.layer_types);
+    if (!strstr(err.msg, "config.json") || !strstr(err.msg, needle) ||
+        (needle2 && !strstr(err.msg, needle2)))
+        fail_msg("%s: message \"%s\" does not mention \"%s\" / \"%s\"", label, err.msg, needle,
+                 needle2 ? needle2 : "");
+}
+
+static void test_transformers5_llama3(void **state)
+{
+    (void)state;
+    model_config cfg;
+    parse_ok("{" BASE ", \"num_key_value_heads\": 2, \"head_dim\": 32, \"rms_norm_eps\": 1e-5,"
+             " \"max_position_embeddings\": 4096, \"tie_word_embeddings\": true,"
+             " \"dtype\": \"bfloat16\", \"attention_bias\": true, \"sliding_window\": 16,"
+             " \"layer_types\": [\"sliding_attention\", \"full_attention\"],"
+             " \"custom_key\": [1, 2],"
+             " \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0,"
+             " \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+             " \"original_max_position_embeddings\": 8192}}", &cfg);
+    assert_string_equal(cfg.architecture, "LlamaForCausalLM");
+    assert_string_equal(cfg.model_type, "llama");
+    assert_int_equal(cfg.vocab_size, 32000);
+    assert_int_equal(cfg.hidden_size, 64);
+    assert_int_equal(cfg.intermediate_size, 128);
+    assert_int_equal(cfg.num_hidden_layers, 2);
+    assert_int_equal(cfg.num_attention_heads, 4);
+    assert_int_equal(cfg.num_key_value_heads, 2);
+    assert_int_equal(cfg.head_dim, 32);
+    assert_int_equal(cfg.max_position_embeddings, 4096);
+    assert_true(cfg.rms_norm_eps == 1e-5);
+    assert_string_equal(cfg.hidden_act, "silu");
+    assert_true(cfg.tie_word_embeddings);
+    assert_true(cfg.tie_word_embeddings_set);
+    assert_true(cfg.attention_bias);
+    assert_false(cfg.mlp_bias);
+    assert_int_equal(cfg.sliding_window, 16);
+    assert_int_equal(cfg.dtype, FERRY_BF16);
+    assert_non_null(cfg.layer_types);
+    assert_string_equal(cfg.layer_types[0], "sliding_attention");
+    assert_string_equal(cfg.layer_types[1], "full_attention");
+    assert_int_equal(cfg.rope.type, ROPE_LLAMA3);
+    assert_string_equal(cfg.rope.type_name, "llama3");
+    assert_true(cfg.rope.theta == 500000.0);
+    assert_true(cfg.rope.factor == 8.0);
+    assert_true(cfg.rope.low_freq_factor == 1.0);
+    assert_true(cfg.rope.high_freq_factor == 4.0);
+    assert_int_equal(cfg.rope.original_max_position_embeddings, 8192);
+    assert_true(cfg.rope.partial_rotary_factor == 1.0);
+    assert_non_null(cJSON_GetObjectItemCaseSensitive(cfg.raw, "custom_key"));
+    assert_null(cfg.generation);
+    cfg_free(&cfg);
+    assert_null(cfg.raw);
+    cfg_free(&cfg);    /* twice is harmless: freeing zeroes it */
+    cfg_free(NULL);
+}
+
+static void test_transformers4_rope_scaling(void **state)
+{
+    (void)state;
+    model_config cfg;
+    parse_ok("{" BASE ", \"rope_theta\": 1000000.0, \"torch_dtype\": \"float16\","
+             " \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", &cfg);
+    assert_int_equal(cfg.rope.type, ROPE_LINEAR);
+    assert_true(cfg.rope.theta == 1e6);
+    assert_true(cfg.rope.factor == 2.0);
+    assert_int_equal(cfg.dtype, FERRY_F16);
+    /* defaults */
+    assert_int_equal(cfg.num_key_value_heads, 4);
+    assert_int_equal(cfg.head_dim, 16);
+    assert_int_equal(cfg.max_position_embeddings, 2048);
+    assert_true(cfg.rms_norm_eps == 1e-6);
+    assert_false(cfg.tie_word_embeddings_set);
+    assert_null(cfg.layer_types);
+    assert_int_equal(cfg.sliding_window, 0);
+    cfg_free(&cfg);
+
+    parse_ok("{" BASE ", \"rope_theta\": 10000, \"rope_scaling\": {\"rope_type\": \"yarn\","
+             " \"factor\": 4.0, \"original_max_position_embeddings\": 32768,"
+             " \"beta_fast\": 16, \"mscale\": 0.707, \"truncate\": false}}", &cfg);
+    assert_int_equal(cfg.rope.type, ROPE_YARN);
+    assert_true(cfg.rope.factor == 4.0);
+    assert_int_equal(cfg.rope.original_max_position_embeddings, 32768);
+    assert_true(cfg.rope.beta_fast == 16.0);
+    assert_true(cfg.rope.beta_slow == 1.0);
+    assert_true(cfg.rope.attention_factor < 0);
+    assert_true(cfg.rope.mscale == 0.707);
+    assert_true(cfg.rope.mscale_all_dim == 0.0);
+    assert_false(cfg.rope.truncate);
+    cfg_free(&cfg);
+
+    /* "dtype" (transformers 5) wins over the older "torch_dtype". */
+    parse_ok("{" BASE ", \"dtype\": \"float32\", \"torch_dtype\": \"bfloat16\","
+             " \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0},"
+             " \"partial_rotary_factor\": 0.5}", &cfg);
+    assert_int_equal(cfg.dtype, FERRY_F32);
+    assert_int_equal(cfg.rope.type, ROPE_DYNAMIC);
+    assert_int_equal(cfg.rope.original_max_position_embeddings, 0);
+    assert_true(cfg.rope.partial_rotary_factor == 0.5);
+    assert_true(cfg.rope.theta == 10000.0);
+    cfg_free(&cfg);
+}
+
+static void test_rope_variants(void **state)
+{
+    (void)state;
+    model_config cfg;
+    parse_ok("{" BASE "}", &cfg);
+    assert_int_equal(cfg.rope.type, ROPE_DEFAULT);
+    assert_string_equal(cfg.rope.type_name, "default");
+    assert_true(cfg.rope.theta == 10000.0);
+    assert_true(cfg.rope.factor == 1.0);
+    assert_int_equal(cfg.dtype, FERRY_DTYPE_UNDEFINED);
+    cfg_free(&cfg);
+
+    parse_ok("{" BASE ", \"rope_scaling\": null, \"rope_theta\": 5e5}", &cfg);
+    assert_int_equal(cfg.rope.type, ROPE_DEFAULT);
+    assert_true(cfg.rope.theta == 5e5);
+    cfg_free(&cfg);
+
+    /* transformers 5 default rope with its theta and partial factor inside rope_parameters */
+    parse_ok("{" BASE ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6,"
+             " \"partial_rotary_factor\": 0.25}}", &cfg);
+    assert_int_equal(cfg.rope.type, ROPE_DEFAULT);
+    assert_true(cfg.rope.theta == 1e6);
+    assert_true(cfg.rope.partial_rotary_factor == 0.25);
+    cfg_free(&cfg);
+
+    /* rope_parameters split by layer type: the full-attention entry is the one read */
+    parse_ok("{" BASE ", \"rope_parameters\": {"
+             " \"full_attention\": {\"rope_type\": \"linear\", \"factor\": 8.0,"
+             " \"rope_theta\": 1e6},"
+             " \"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": 1e4}}}",
+             &cfg);
+    assert_int_equal(cfg.rope.type, ROPE_LINEAR);
+    assert_true(cfg.rope.factor == 8.0);
+    assert_true(cfg.rope.theta == 1e6);
+    cfg_free(&cfg);
+
+    /* rope_parameters wins over a stale rope_scaling */
+    parse_ok("{" BASE ", \"rope_scaling\": {\"type\": \"bogus\"},"
+             " \"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 2.0,"
+             " \"attention_factor\": 1.5}}", &cfg);
+    assert_int_equal(cfg.rope.type, ROPE_YARN);
+    assert_true(cfg.rope.attention_factor == 1.5);
+    cfg_free(&cfg);
+}
+
+static void test_sliding_window_switch(void **state)
+{
+    (void)state;
+    model_config cfg;
+    /* Qwen2 writes a window that is off unless use_sliding_window is set. */
+    parse_ok("{" BASE ", \"sliding_window\": 4096, \"use_sliding_window\": false}", &cfg);
+    assert_int_equal(cfg.sliding_window, 0);
+    cfg_free(&cfg);
+    parse_ok("{" BASE ", \"sliding_window\": 4096, \"use_sliding_window\": true}", &cfg);
+    assert_int_equal(cfg.sliding_window, 4096);
+    cfg_free(&cfg);
+    parse_ok("{" BASE ", \"sliding_window\": null, \"head_dim\": null}", &cfg);
+    assert_int_equal(cfg.sliding_window, 0);
+    assert_int_equal(cfg.head_dim, 16);
+    cfg_free(&cfg);
+}
+
+static void test_parse_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *label, *json;
+        ferry_status status;
+        const char *needle, *needle2;
+    } cases[] = {
+        {"not json", "{", FERRY_ERR_FORMAT, "invalid JSON", NULL},
+        {"not an object", "[1]", FERRY_ERR_FORMAT, "expected a JSON object", NULL},
+        {"no architectures", "{\"vocab_size\": 1}", FERRY_ERR_FORMAT,
+         "config.json: key 'architectures' is missing", NULL},
+        {"empty architectures", "{\"architectures\": []}", FERRY_ERR_FORMAT,
+         "key 'architectures' must be a list", NULL},
+        {"architectures not strings", "{\"architectures\": [1]}", FERRY_ERR_FORMAT,
+         "key 'architectures'", NULL},
+        {"repeated key", "{" BASE ", \"num_hidden_layers\": 0}", FERRY_ERR_FORMAT,
+         "key 'num_hidden_layers' appears more than once", NULL},
+        {"missing vocab",
+         "{\"architectures\": [\"X\"], \"hidden_size\": 64, \"intermediate_size\": 1,"
+         " \"num_hidden_layers\": 1, \"num_attention_heads\": 1}", FERRY_ERR_FORMAT,
+         "config.json: key 'vocab_size' is missing", NULL},
+        {"hidden too big",
+         "{\"architectures\": [\"X\"], \"vocab_size\": 10, \"hidden_size\": 2097152}",
+         FERRY_ERR_FORMAT,
+         "config.json: key 'hidden_size' must be an integer in [1, 1048576] (got 2097152)",
+         NULL},
+        {"vocab as string", "{\"architectures\": [\"X\"], \"vocab_size\": \"10\"}",
+         FERRY_ERR_FORMAT, "config.json: key 'vocab_size' must be an integer (got a string)",
+         NULL},
+        {"fractional heads",
+         "{\"architectures\": [\"X\"], \"vocab_size\": 10, \"hidden_size\": 64,"
+         " \"intermediate_size\": 1, \"num_hidden_layers\": 1, \"num_attention_heads\": 2.5}",
+         FERRY_ERR_FORMAT, "key 'num_attention_heads' must be an integer (got 2.5)", NULL},
+        {"kv heads do not divide", "{" BASE ", \"num_key_value_heads\": 3}", FERRY_ERR_FORMAT,
+         "key 'num_key_value_heads' (3) must divide num_attention_heads (4)", NULL},
+        {"head_dim underivable",
+         "{\"architectures\": [\"X\"], \"vocab_size\": 10, \"hidden_size\": 66,"
+         " \"intermediate_size\": 1, \"num_hidden_layers\": 1, \"num_attention_heads\": 4}",
+         FERRY_ERR_FORMAT, "key 'head_dim' is missing and hidden_size (66)", NULL},
+        {"head_dim too big", "{" BASE ", \"head_dim\": 8192}", FERRY_ERR_FORMAT,
+         "key 'head_dim' must be an integer in [1, 4096] (got 8192)", NULL},
+        {"negative eps", "{" BASE ", \"rms_norm_eps\": -1}", FERRY_ERR_FORMAT,
+         "key 'rms_norm_eps' must be a number in [0, 1] (got -1)", NULL},
+        {"tie not bool", "{" BASE ", \"tie_word_embeddings\": 1}", FERRY_ERR_FORMAT,
+         "key 'tie_word_embeddings' must be true or false", NULL},
+        {"unknown dtype", "{" BASE ", \"torch_dtype\": \"int8\"}", FERRY_ERR_UNSUPPORTED,
+         "key 'torch_dtype' is 'int8'", "bfloat16"},
+        {"dtype not a string", "{" BASE ", \"dtype\": 16}", FERRY_ERR_FORMAT,
+         "key 'dtype' must be a string", NULL},
+        {"layer_types wrong length", "{" BASE ", \"layer_types\": [\"full_attention\"]}",
+         FERRY_ERR_FORMAT, "key 'layer_types' must be a list of num_hidden_layers (2)", NULL},
+        {"layer_types unknown",
+         "{" BASE ", \"layer_types\": [\"full_attention\", \"linear_attention\"]}",
+         FERRY_ERR_UNSUPPORTED, "key 'layer_types' entry 1 is 'linear_attention'",
+         "sliding_attention"},
+        {"layer_types not strings", "{" BASE ", \"layer_types\": [1, 2]}",
+         FERRY_ERR_UNSUPPORTED, "key 'layer_types' entry 0", NULL},
+        {"sliding without window",
+         "{" BASE ", \"layer_types\": [\"sliding_attention\", \"full_attention\"]}",
+         FERRY_ERR_FORMAT, "entry 0 is sliding_attention but 'sliding_window' is not set",
+         NULL},
+        {"unknown rope type (5)", "{" BASE ", \"rope_parameters\": {\"rope_type\": \"longrope\"}}",
+         FERRY_ERR_UNSUPPORTED, "rope type 'longrope' is not supported",
+         "default, linear, dynamic, llama3, yarn"},
+        {"unknown rope type (4)",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"su\", \"factor\": 2.0}}",
+         FERRY_ERR_UNSUPPORTED, "rope type 'su' is not supported", "llama3"},
+        {"rope_scaling without type", "{" BASE ", \"rope_scaling\": {\"factor\": 2.0}}",
+         FERRY_ERR_FORMAT, "(rope_scaling): key 'rope_type' is missing", NULL},
+        {"rope type not a string", "{" BASE ", \"rope_parameters\": {\"rope_type\": 3}}",
+         FERRY_ERR_FORMAT, "key 'rope_type' must be a string", NULL},
+        {"rope not an object", "{" BASE ", \"rope_scaling\": 2}", FERRY_ERR_FORMAT,
+         "key 'rope_scaling' must be an object", NULL},
+        {"linear without factor",
+         "{" BASE ", \"rope_parameters\": {\"rope_type\": \"linear\"}}", FERRY_ERR_FORMAT,
+         "(rope_parameters): key 'factor' is missing", NULL},
+        {"negative factor",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": -2}}",
+         FERRY_ERR_FORMAT, "(rope_scaling): key 'factor'", NULL},
+        {"zero factor", "{" BASE ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 0}}",
+         FERRY_ERR_FORMAT, "key 'factor' must be a number > 0 (got 0)", NULL},
+        {"llama3 without low_freq_factor",
+         "{" BASE ", \"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8,"
+         " \"high_freq_factor\": 4, \"original_max_position_embeddings\": 8192}}",
+         FERRY_ERR_FORMAT, "key 'low_freq_factor' is missing", NULL},
+        {"llama3 without original max",
+         "{" BASE ", \"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8,"
+         " \"low_freq_factor\": 1, \"high_freq_factor\": 4}}",
+         FERRY_ERR_FORMAT, "key 'original_max_position_embeddings' is missing", NULL},
+        {"theta zero", "{" BASE ", \"rope_theta\": 0}", FERRY_ERR_FORMAT,
+         "key 'rope_theta' must be a number > 0", NULL},
+        {"theta inside wrong",
+         "{" BASE ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": \"x\"}}",
+         FERRY_ERR_FORMAT, "(rope_parameters): key 'rope_theta' must be a number", NULL},
+        {"partial factor too big", "{" BASE ", \"partial_rotary_factor\": 1.5}",
+         FERRY_ERR_FORMAT, "key 'partial_rotary_factor' must be a number in", NULL},
+        {"yarn truncate not bool",
+         "{" BASE ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 2,"
+         " \"truncate\": \"no\"}}", FERRY_ERR_FORMAT, "key 'truncate' must be true or false",
+         NULL},
+        {"nested rope not an object",
+         "{" BASE ", \"rope_parameters\": {\"full_attention\": 1}}", FERRY_ERR_FORMAT,
+         "(rope_parameters.full_attention): expected an object", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_parse_error(cases[i].label, cases[i].json, cases[i].status, cases[i].needle,
+                           cases[i].needle2);
+}
+
+static void test_load_directory(void **state)
+{
+    (void)state;
+    model_config cfg;
+    fy_err err = {0};
+    char path[256];
+
+    snprintf(path, sizeof path, "%s/config.json", tmp_dir);
+    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_IO);
+    assert_non_null(strstr(err.msg, path));
+    assert_null(cfg.raw);
+
+    write_text("config.json", "{" BASE ", \"num_hidden_layers\": 0}");
+    fy_err_clear(&err);
+    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, path));
+
+    write_text("config.json",
+               "{\"architectures\": [\"X\"], \"vocab_size\": 10, \"hidden_size\": 64,"
+               " \"intermediate_size\": 1, \"num_hidden_layers\": 0, \"num_attention_heads\": 1}");
+    fy_err_clear(&err);
+    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_FORMAT);
+    if (!strstr(err.msg, "config.json: key 'num_hidden_layers' must be an integer in [1, 1024]"
+                         " (got 0)"))
+        fail_msg("unexpected message: %s", err.msg);
+
+    write_text("config.json", "{" BASE "}");
+    fy_err_clear(&err);
+    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_OK);
+    assert_null(cfg.generation);
+    assert_string_equal(cfg.architecture, "LlamaForCausalLM");
+    cfg_free(&cfg);
+
+    write_text("generation_config.json", "{\"eos_token_id\": [1, 2], \"do_sample\": false}");
+    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_OK);
+    assert_non_null(cfg.generation);
+    assert_true(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(cfg.generation, "eos_token_id")));
+    cfg_free(&cfg);
+
+    write_text("generation_config.json", "{\"eos_token_id\": ");
+    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "generation_config.json"));
+    assert_null(cfg.raw);
+    assert_null(cfg.generation);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_transformers5_llama3),
+        cmocka_unit_test(test_transformers4_rope_scaling),
+        cmocka_unit_test(test_rope_variants),
+        cmocka_unit_test(test_sliding_window_switch),
+        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test_setup_teardown(test_load_directory, make_tmp, remove_tmp),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
