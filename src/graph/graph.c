@@ -911,6 +911,44 @@ void g_count_uses(g_graph *g)
         g->values[g->outputs[i]].n_uses++;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Node names and value names must each be unique: printers use them as identifiers, and a
+ * collision means two checkpoint pieces were mapped to one place. */
+static ferry_status check_unique(g_graph *g, fy_err *err)
+{
+    size_t n = g->n_nodes > g->n_values ? g->n_nodes : g->n_values;
+    const char **names = malloc((n ? n : 1) * sizeof *names);
+    if (!names)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    ferry_status st = FERRY_OK;
+    for (int pass = 0; pass < 2 && st == FERRY_OK; pass++) {
+        size_t k = 0;
+        if (pass == 0) {
+            for (size_t i = 0; i < g->n_nodes; i++)
+                if (!g->nodes[i].dead)
+                    names[k++] = g->nodes[i].name;
+        } else {
+            for (size_t i = 0; i < g->n_values; i++)
+                if (g->values[i].kind == GV_INPUT || g->values[i].n_uses > 0 ||
+                    (g->values[i].kind == GV_NODE && !g->nodes[g->values[i].producer].dead))
+                    names[k++] = g->values[i].name;
+        }
+        qsort(names, k, sizeof *names, cmp_str);
+        for (size_t i = 1; i < k; i++)
+            if (strcmp(names[i - 1], names[i]) == 0) {
+                st = fy_fail(err, FERRY_ERR_INTERNAL, "graph: two %s are named '%s'",
+                             pass == 0 ? "nodes" : "values", names[i]);
+                break;
+            }
+    }
+    free(names);
+    return st;
+}
+
 ferry_status g_check(g_graph *g, fy_err *err)
 {
     if (!g_ok(g))
@@ -945,5 +983,6 @@ ferry_status g_check(g_graph *g, fy_err *err)
     for (size_t i = 0; i < g->n_outputs; i++)
         if (!valid(g, g->outputs[i]))
             return fy_fail(err, FERRY_ERR_INTERNAL, "graph output %zu refers to no value", i);
-    return FERRY_OK;
+    g_count_uses(g);
+    return check_unique(g, err);
 }

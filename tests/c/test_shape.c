@@ -129,6 +129,22 @@ static void check_pass_and_dead_code(void **state)
     g_free(g);
 }
 
+static void name_collisions_are_errors(void **state)
+{
+    (void)state;
+    g_graph *g = g_new();
+    g_dim d[1] = {g_dim_const(4)};
+    int x = g_input(g, "x", FERRY_F32, 1, d);
+    int a = g_unary(g, G_SIGMOID, "same", x);
+    int b = g_unary(g, G_COS, "same", a);
+    g_output(g, b, "y");
+    g_remove_dead(g);
+    fy_err err = {0};
+    assert_int_equal(g_check(g, &err), FERRY_ERR_INTERNAL);
+    assert_non_null(strstr(err.msg, "/same"));
+    g_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -137,6 +153,7 @@ int main(void)
         cmocka_unit_test(broadcast),
         cmocka_unit_test(inference),
         cmocka_unit_test(check_pass_and_dead_code),
+        cmocka_unit_test(name_collisions_are_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

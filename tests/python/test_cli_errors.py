@@ -377,3 +377,14 @@ def test_inspect_bad_manifest(exported, tmp_path):
     (copy / "export.json").write_text("{")
     rc, _, stderr = run_ferry("inspect", copy)
     assert rc == 1 and "export.json" in stderr and len(stderr.strip().split("\n")) == 1
+
+
+def test_inspect_refuses_escaping_path(exported, tmp_path):
+    import shutil
+
+    copy = Path(shutil.copytree(exported, tmp_path / "copy"))
+    m = json.loads((copy / "export.json").read_text())
+    m["components"]["model"]["data_files"] = ["../../secret.data"]
+    (copy / "export.json").write_text(json.dumps(m))
+    rc, _, stderr = run_ferry("inspect", copy)
+    assert rc == 1 and "../../secret.data" in stderr and len(stderr.strip().split("\n")) == 1
