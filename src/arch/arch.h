@@ -30,9 +30,22 @@ typedef struct arch_family {
     ferry_status (*hparams)(const model_config *cfg, decoder_hparams *hp, fy_err *err);
 } arch_family;
 
-/* The inputs every decoder export has: symbolic or fixed [batch, sequence]. */
+/* How a decoder graph sees its KV cache. */
+typedef enum cache_kind {
+    CACHE_NONE,      /* plain forward: logits only */
+    CACHE_DYNAMIC,   /* past_key_values.<l>.key/value [b,kvh,past,d] in (absent when `past` is
+                        the constant 0: a prefill), present.<l>.key/value [b,kvh,past+s,d] out */
+    CACHE_STATIC     /* a fixed buffer [b,kvh,max_cache_len,d] plus a per-layer write counter,
+                        as input.<name> / output.<name> pairs updated in place */
+} cache_kind;
+
+/* The shapes of a decoder graph's inputs: [batch, sequence] for the new tokens, the past length
+ * (dynamic cache) or cache length (static cache). */
 typedef struct decoder_io {
     g_dim batch, sequence;
+    cache_kind cache;
+    g_dim past;             /* CACHE_DYNAMIC */
+    g_dim cache_len;        /* CACHE_STATIC */
     ferry_dtype dtype;      /* compute and weight precision */
 } decoder_io;
 

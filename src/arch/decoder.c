@@ -169,9 +169,51 @@ static int split_heads(g_graph *g, const char *name, int x, int64_t heads, int64
     return g_reshape(g, name, x, 4, spec);
 }
 
-static int attention_block(g_graph *g, const decoder_hparams *hp, const layer_weights *w, int l,
-                           int x, int mask, int positions)
+/* Per-graph inputs the attention blocks read. */
+typedef struct attn_inputs {
+    int mask, positions;
+    const decoder_io *io;
+} attn_inputs;
+
+static const int64_t to_bnsh[4] = {0, 2, 1, 3};
+
+/* Joins this step's k or v ([b,kvh,s,d]) with the cache the io asks for and exposes the result
+ * as a graph output; returns what attention reads. `which` is "key" or "value". */
+static int with_cache(g_graph *g, const decoder_hparams *hp, const decoder_io *io, int l,
+                      const char *which, int now, int counter)
 {
+    char in_name[96], out_name[96];
+    g_dim d[4] = {io->batch, g_dim_const(hp->n_kv_heads), io->past, g_dim_const(hp->head_dim)};
+    int all = now;
+    switch (io->cache) {
+    case CACHE_NONE:
+        return now;
+    case CACHE_DYNAMIC:
+        if (!g_dim_is_const(io->past, NULL) || io->past.c != 0) {
+            snprintf(in_name, sizeof in_name, "past_key_values.%d.%s", l, which);
+            int past = g_input(g, in_name, io->dtype, 4, d);
+            int parts[2] = {past, now};
+            all = g_concat(g, which[0] == 'k' ? "cache_key/Concat" : "cache_value/Concat", 2,
+                           parts, 2);
+        }
+        snprintf(out_name, sizeof out_name, "present.%d.%s", l, which);
+        break;
+    case CACHE_STATIC:
+        d[2] = io->cache_len;
+        snprintf(in_name, sizeof in_name, "input.past_key_values.%d.%s", l, which);
+        snprintf(out_name, sizeof out_name, "output.past_key_values.%d.%s", l, which);
+        all = g_kv_write(g, which[0] == 'k' ? "cache_key" : "cache_value",
+                         g_input(g, in_name, io->dtype, 4, d), now, counter);
+        break;
+    }
+    g_output(g, all, out_name);
+    return all;
+}
+
+static int attention_block(g_graph *g, const decoder_hparams *hp, const layer_weights *w, int l,
+                           int x, const attn_inputs *ai)
+{
+    const decoder_io *io = ai->io;
     g_scope(g, "/model/layers.%d/self_attn", l);
     int q = split_heads(g, "q_proj/Reshape", g_linear(g, "q_proj", x, w->q, w->q_b), hp->n_heads,
                         hp->head_dim);
@@ -185,12 +227,35 @@ static int attention_block(g_graph *g, const decoder_hparams *hp, const layer_we
     }
     g_rope_opts ro = {.rope = hp->rope, .head_dim = hp->head_dim,
                       .max_position_embeddings = hp->max_position_embeddings};
-    q = g_rope(g, "q_rope", q, positions, &ro);
-    k = g_rope(g, "k_rope", k, positions, &ro);
+    q = g_rope(g, "q_rope", q, ai->positions, &ro);
+    k = g_rope(g, "k_rope", k, ai->positions, &ro);
+    k = g_transpose(g, "k_rope/Transpose", k, 4, to_bnsh);
+    v = g_transpose(g, "v_proj/Transpose", v, 4, to_bnsh);
+    int counter = G_NONE;
+    if (io->cache == CACHE_STATIC) {
+        char name[96];
+        g_dim one[1] = {g_dim_const(1)};
+        snprintf(name, sizeof name, "input.past_key_values.%d.cumulative_length", l);
+        counter = g_input(g, name, FERRY_I64, 1, one);
+    }
+    k = with_cache(g, hp, io, l, "key", k, counter);
+    v = with_cache(g, hp, io, l, "value", v, counter);
     g_attn_opts ao = {.num_heads = hp->n_heads, .num_kv_heads = hp->n_kv_heads,
                       .head_dim = hp->head_dim, .scale = 1.0 / sqrt((double)hp->head_dim),
                       .sliding_window = hp->window[l]};
-    int a = g_attention(g, "attn", q, k, v, mask, &ao);
+    int a = g_attention_at(g, "attn", q, k, v, ai->mask, counter, &ao);
+    if (counter != G_NONE) {
+        /* counter' = counter + s. s is read off the attention output so that the counter is
+         * written only after every read of the old one: its buffer is shared in place. */
+        char name[96];
+        int64_t zero = 0;
+        int s_after = g_gather(g, "cache_length/Gather",
+                               g_shape_of(g, "cache_length/Shape", a, 1, 2), g_scalar_i64(g, 0), 0);
+        int next = g_binary(g, G_ADD, "cache_length/Add", counter,
+                            g_unsqueeze(g, "cache_length/Unsqueeze", s_after, 1, &zero));
+        snprintf(name, sizeof name, "output.past_key_values.%d.cumulative_length", l);
+        g_output(g, next, name);
+    }
     return g_linear(g, "o_proj", a, w->o, w->o_b);
 }
 
@@ -208,8 +273,17 @@ ferry_status arch_build_decoder(const decoder_hparams *hp, ckpt *ck, const decod
     ferry_dtype dt = io->dtype;
     g_dim bs[2] = {io->batch, io->sequence};
     int ids = g_input(g, "input_ids", FERRY_I64, 2, bs);
-    int mask = g_input(g, "attention_mask", FERRY_I64, 2, bs);
+    int mask;
+    if (io->cache == CACHE_STATIC) {
+        g_dim m4[4] = {io->batch, g_dim_const(1), io->sequence, io->cache_len};
+        mask = g_input(g, "attention_mask", FERRY_BOOL, 4, m4);
+    } else {
+        g_dim bt[2] = {io->batch, io->cache == CACHE_DYNAMIC ? g_dim_add(io->past, io->sequence)
+                                                              : io->sequence};
+        mask = g_input(g, "attention_mask", FERRY_I64, 2, bt);
+    }
     int positions = g_input(g, "position_ids", FERRY_I64, 2, bs);
+    attn_inputs ai = {.mask = mask, .positions = positions, .io = io};
 
     int embed = weight(g, ck, N_EMBED, true, hp->vocab, hp->hidden, dt, err);
     int final_norm = weight(g, ck, N_FINAL_NORM, true, hp->hidden, 0, dt, err);
@@ -230,7 +304,7 @@ ferry_status arch_build_decoder(const decoder_hparams *hp, ckpt *ck, const decod
             return err->status;
         g_scope(g, "/model/layers.%d", l);
         int x = g_rms_norm(g, "input_layernorm", h, w.in_norm, hp->eps, 0.0);
-        int a = attention_block(g, hp, &w, l, x, mask, positions);
+        int a = attention_block(g, hp, &w, l, x, &ai);
         g_scope(g, "/model/layers.%d", l);
         h = g_binary(g, G_ADD, "residual_attn", h, a);
         x = g_rms_norm(g, "post_attention_layernorm", h, w.post_norm, hp->eps, 0.0);

@@ -51,15 +51,24 @@ static void progress_adapter(void *user, uint64_t done, uint64_t total, const ch
 static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *err)
 {
     ws_progress pr = {.fn = e->cfg.progress ? progress_adapter : NULL, .user = &e->cfg};
-    for (int i = 0; i < e->n_components; i++) {
+    /* One data file for all components: weights are stored once and share page cache at run
+     * time. */
+    onnx_data *data = onnx_data_new(e->comps[0].data_file);
+    if (!data)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < e->n_components && st == FERRY_OK; i++)
+        st = onnx_data_add(data, e->comps[i].graph, err);
+    if (st == FERRY_OK)
+        st = onnx_data_write(data, tmp, &pr, err);
+    for (int i = 0; i < e->n_components && st == FERRY_OK; i++) {
         exp_component *c = &e->comps[i];
-        if (!c->graph)
-            return fy_fail(err, FERRY_ERR_INVALID_ARG, "export '%s' was loaded, not built: "
-                           "nothing to save", e->dir ? e->dir : "");
-        onnx_options opt = {.opset = e->cfg.opset, .graph_name = c->name, .progress = &pr};
-        if (onnx_write(c->graph, &opt, tmp, c->file, c->data_file, err) != FERRY_OK)
-            return err->status;
+        onnx_options opt = {.opset = e->cfg.opset, .graph_name = c->name};
+        st = onnx_write_model(c->graph, data, &opt, tmp, c->file, err);
     }
+    onnx_data_free(data);
+    if (st != FERRY_OK)
+        return st;
     char path[4096], src[4096 + 64];
     snprintf(path, sizeof path, "%s/export.json", tmp);
     if (fs_write_file(path, e->manifest_text, strlen(e->manifest_text), err) != FERRY_OK)
@@ -87,7 +96,7 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     tmp[0] = '\0';
     if (!dir || fs_split(dir, parent, sizeof parent, base, sizeof base, err) != FERRY_OK)
         return err->status ? err->status : fy_fail(err, FERRY_ERR_INVALID_ARG, "no output path");
-    if (!e->model)
+    if (!e->model || !e->comps[0].graph)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "export was loaded, not built: nothing to save");
     bool exists = lstat(dir, &st) == 0;
     if (exists && !force)

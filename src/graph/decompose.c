@@ -214,38 +214,51 @@ static int rope(ctx *c, const g_node *n)
     return y;
 }
 
-/* The bool mask [b, 1, 1, s, t] shared by every layer with the same window: query i (at cache
- * index t - s + i) sees key j when j <= its index, the key is not padding, and, with a window,
- * j > index - window — transformers' causal, padding and sliding-window masks. */
-static int attention_mask(ctx *c, int mask2d, int q, int64_t window)
+/* The bool mask [b, 1, 1, s, t] shared by every layer with the same window. From a 2-D
+ * attention_mask (1 = token): query i (at cache index t - s + i) sees key j when j <= its index
+ * and the key is not padding — transformers' causal and padding masks. From a bool [b, 1, s, t]
+ * mask: as given. Either way, with a window, also j > index - window (the sliding mask). */
+static int attention_mask(ctx *c, int mask, int q, int offset, int64_t window)
 {
     for (int i = 0; i < c->n_masks; i++)
-        if (c->masks[i].key_a == mask2d && c->masks[i].key_b == window)
+        if (c->masks[i].key_a == mask && c->masks[i].key_b == window)
             return c->masks[i].a;
     g_graph *g = c->dst;
     char saved[sizeof g->scope];
     memcpy(saved, g->scope, sizeof saved);
     g_scope(g, window ? "/model/sliding_mask_%lld" : "/model/causal_mask", (long long)window);
+    bool given = g->values[mask].shape.rank == 4;
     int64_t zero = 0, one = 1, pad_axes[3] = {1, 2, 3};
-    int t = g_gather(g, "Gather_t", g_shape_of(g, "Shape_t", mask2d, 0, INT64_MAX),
-                     g_scalar_i64(g, 1), 0);
+    int t = g_gather(g, "Gather_t", g_shape_of(g, "Shape_t", mask, 0, INT64_MAX),
+                     g_scalar_i64(g, given ? 3 : 1), 0);
     int s = g_gather(g, "Gather_s", g_shape_of(g, "Shape_s", q, 0, INT64_MAX), g_scalar_i64(g, 1), 0);
-    int kv_idx = g_range(g, "Range_kv", g_scalar_i64(g, 0), t, g_scalar_i64(g, 1));
-    int q_idx = g_range(g, "Range_q", g_binary(g, G_SUB, "Sub", t, s), t, g_scalar_i64(g, 1));
-    int kv_row = g_unsqueeze(g, "Unsqueeze_kv", kv_idx, 1, &zero);  /* [1, t] */
-    int q_col = g_unsqueeze(g, "Unsqueeze_q", q_idx, 1, &one);      /* [s, 1] */
-    int allowed = g_binary(g, G_LESS_OR_EQUAL, "LessOrEqual", kv_row, q_col);
-    if (window > 0) {
-        int lo = g_binary(g, G_SUB, "Sub_window", q_col, g_scalar_i64(g, window));
-        allowed = g_binary(g, G_AND, "And_window", allowed,
-                           g_binary(g, G_GREATER, "Greater", kv_row, lo));
+    int first = given ? (offset != G_NONE ? g_gather(g, "Gather_offset", offset, g_scalar_i64(g, 0), 0)
+                                          : g_scalar_i64(g, 0))
+                      : g_binary(g, G_SUB, "Sub", t, s);
+    int m;
+    if (given) {
+        m = g_unsqueeze(g, "Unsqueeze_mask", mask, 1, &one); /* [b, 1, 1, s, t] */
+    } else {
+        int kv_idx = g_range(g, "Range_kv", g_scalar_i64(g, 0), t, g_scalar_i64(g, 1));
+        int q_idx = g_range(g, "Range_q", first, t, g_scalar_i64(g, 1));
+        int kv_row = g_unsqueeze(g, "Unsqueeze_kv", kv_idx, 1, &zero); /* [1, t] */
+        int q_col = g_unsqueeze(g, "Unsqueeze_q", q_idx, 1, &one);     /* [s, 1] */
+        int allowed = g_binary(g, G_LESS_OR_EQUAL, "LessOrEqual", kv_row, q_col);
+        int keep = g_unsqueeze(g, "Unsqueeze_pad", g_cast(g, "Cast", mask, FERRY_BOOL), 3, pad_axes);
+        m = g_binary(g, G_AND, "And", allowed, keep);                   /* [b, 1, 1, s, t] */
     }
-    int keep = g_cast(g, "Cast", mask2d, FERRY_BOOL);
-    keep = g_unsqueeze(g, "Unsqueeze_pad", keep, 3, pad_axes); /* [b, 1, 1, 1, t] */
-    int m = g_binary(g, G_AND, "And", allowed, keep);           /* [b, 1, 1, s, t] */
+    if (window > 0) {
+        int kv_idx = g_range(g, "Range_kv_window", g_scalar_i64(g, 0), t, g_scalar_i64(g, 1));
+        int q_end = g_binary(g, G_ADD, "Add_q_end", first, s);
+        int q_idx = g_range(g, "Range_q_window", first, q_end, g_scalar_i64(g, 1));
+        int kv_row = g_unsqueeze(g, "Unsqueeze_kv_window", kv_idx, 1, &zero);
+        int q_col = g_unsqueeze(g, "Unsqueeze_q_window", q_idx, 1, &one);
+        int lo = g_binary(g, G_SUB, "Sub_window", q_col, g_scalar_i64(g, window));
+        m = g_binary(g, G_AND, "And_window", m, g_binary(g, G_GREATER, "Greater", kv_row, lo));
+    }
     memcpy(g->scope, saved, sizeof saved);
     if (c->n_masks < MEMO_MAX)
-        c->masks[c->n_masks++] = (memo){mask2d, window, m, 0};
+        c->masks[c->n_masks++] = (memo){mask, window, m, 0};
     return m;
 }
 
@@ -259,17 +272,18 @@ static int attention(ctx *c, const g_node *n)
     g_graph *g = c->dst;
     const g_attn_opts *o = n->attn;
     int q = c->map[n->in[0]], k = c->map[n->in[1]], v = c->map[n->in[2]];
-    int mask2d = c->map[n->in[3]];
+    int mask = c->map[n->in[3]];
+    int offset = n->n_in > 4 && n->in[4] != G_NONE ? c->map[n->in[4]] : G_NONE;
     ferry_dtype dt = g->values[q].dtype;
     int64_t groups = o->num_heads / o->num_kv_heads;
-    int64_t p0213[4] = {0, 2, 1, 3}, p0231[4] = {0, 2, 3, 1}, two = 2;
+    int64_t p0213[4] = {0, 2, 1, 3}, p0132[4] = {0, 1, 3, 2}, two = 2;
     int64_t q5[5] = {0, o->num_kv_heads, groups, -1, o->head_dim};
     int64_t h4[4] = {0, o->num_heads, -1, o->head_dim};
     int64_t out3[3] = {0, 0, o->num_heads * o->head_dim};
-    int m = attention_mask(c, mask2d, q, o->sliding_window);
+    int m = attention_mask(c, mask, q, offset, o->sliding_window);
     int qt = g_reshape(g, "Reshape_q", g_transpose(g, "Transpose_q", q, 4, p0213), 5, q5);
-    int kt = g_unsqueeze(g, "Unsqueeze_k", g_transpose(g, "Transpose_k", k, 4, p0231), 1, &two);
-    int vt = g_unsqueeze(g, "Unsqueeze_v", g_transpose(g, "Transpose_v", v, 4, p0213), 1, &two);
+    int kt = g_unsqueeze(g, "Unsqueeze_k", g_transpose(g, "Transpose_k", k, 4, p0132), 1, &two);
+    int vt = g_unsqueeze(g, "Unsqueeze_v", v, 1, &two);
     int scores = g_matmul(g, "MatMul", qt, kt);
     scores = g_binary(g, G_MUL, "Mul_scale", scores, g_scalar_f(g, dt, o->scale));
     scores = g_cast(g, "Cast", scores, FERRY_F32);
@@ -280,6 +294,25 @@ static int attention(ctx *c, const g_node *n)
     int ctxv = g_matmul(g, "MatMul_1", probs, vt);
     int y = g_reshape(g, "Reshape_heads", ctxv, 4, h4);
     y = g_reshape(g, "Reshape_out", g_transpose(g, "Transpose_out", y, 4, p0213), 3, out3);
+    refine(g, y, &c->src->values[n->out[0]].shape);
+    return y;
+}
+
+/* Static-cache write: the update's rows land at slots position.. along the cache axis.
+ *   idx = Expand(Range(position, position + s) as [1,1,s,1], shape(update))
+ *   cache' = ScatterElements(cache, idx, update, axis=2)
+ * The output can share the cache's buffer: nothing else reads the old cache. */
+static int kv_write(ctx *c, const g_node *n)
+{
+    g_graph *g = c->dst;
+    int cache = c->map[n->in[0]], update = c->map[n->in[1]], pos = c->map[n->in[2]];
+    int64_t col[4] = {1, 1, -1, 1};
+    int start = g_gather(g, "Gather_position", pos, g_scalar_i64(g, 0), 0);
+    int ushape = g_shape_of(g, "Shape", update, 0, INT64_MAX);
+    int s = g_gather(g, "Gather_s", ushape, g_scalar_i64(g, 2), 0);
+    int slots = g_range(g, "Range", start, g_binary(g, G_ADD, "Add", start, s), g_scalar_i64(g, 1));
+    int idx = g_expand(g, "Expand", g_reshape(g, "Reshape", slots, 4, col), ushape);
+    int y = g_scatter_elements(g, "ScatterElements", cache, idx, update, 2);
     refine(g, y, &c->src->values[n->out[0]].shape);
     return y;
 }
@@ -355,6 +388,7 @@ g_graph *g_decompose(const g_graph *src, const bool *keep, fy_err *err)
             case G_ROPE: out = rope(&c, n); break;
             case G_ATTENTION: out = attention(&c, n); break;
             case G_SILU: out = silu(&c, n); break;
+            case G_KV_WRITE: out = kv_write(&c, n); break;
             default:
                 fy_fail(&c.dst->err, FERRY_ERR_INTERNAL, "no decomposition for %s",
                         g_op_name(n->op));

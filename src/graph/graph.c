@@ -9,25 +9,35 @@
 
 #include "util/dtype.h"
 
-static const char *const op_names[] = {
-    "Add", "Sub", "Mul", "Div", "Pow",
-    "Sqrt", "Reciprocal", "Neg", "Exp", "Cos", "Sin", "Sigmoid", "Tanh", "Erf",
-    "And", "Or", "Not", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
-    "Where", "MatMul", "Gemm", "Gather", "Reshape", "Transpose", "Concat", "Slice",
-    "Unsqueeze", "Cast", "Softmax", "ReduceMean", "ReduceMax", "Shape", "Range", "Expand",
-    "CumSum", "Max", "Min",
-    "RMSNorm", "Linear", "RoPE", "Attention", "SiLU",
+typedef struct op_info {
+    const char *name;        /* the ONNX op type for primitives */
+    bool semantic;
+} op_info;
+
+static const op_info ops[] = {
+    {"Add", false}, {"Sub", false}, {"Mul", false}, {"Div", false}, {"Pow", false},
+    {"Sqrt", false}, {"Reciprocal", false}, {"Neg", false}, {"Exp", false}, {"Cos", false},
+    {"Sin", false}, {"Sigmoid", false}, {"Tanh", false}, {"Erf", false},
+    {"And", false}, {"Or", false}, {"Not", false}, {"Equal", false}, {"Less", false},
+    {"LessOrEqual", false}, {"Greater", false}, {"GreaterOrEqual", false},
+    {"Where", false}, {"MatMul", false}, {"Gemm", false}, {"Gather", false},
+    {"Reshape", false}, {"Transpose", false}, {"Concat", false}, {"Slice", false},
+    {"Unsqueeze", false}, {"Cast", false}, {"Softmax", false}, {"ReduceMean", false},
+    {"ReduceMax", false}, {"Shape", false}, {"Range", false}, {"Expand", false},
+    {"CumSum", false}, {"Max", false}, {"Min", false},
+    {"RMSNorm", true}, {"Linear", true}, {"RoPE", true}, {"Attention", true}, {"SiLU", true},
+    {"ScatterElements", false}, {"KVWrite", true},
 };
-_Static_assert(sizeof op_names / sizeof op_names[0] == G_OP_COUNT, "op_names out of date");
+_Static_assert(sizeof ops / sizeof ops[0] == G_OP_COUNT, "op table out of date");
 
 const char *g_op_name(g_op op)
 {
-    return (op >= 0 && op < G_OP_COUNT) ? op_names[op] : "?";
+    return (op >= 0 && op < G_OP_COUNT) ? ops[op].name : "?";
 }
 
 bool g_op_is_semantic(g_op op)
 {
-    return op >= G_RMS_NORM && op < G_OP_COUNT;
+    return op >= 0 && op < G_OP_COUNT && ops[op].semantic;
 }
 
 g_graph *g_new(void)
@@ -603,17 +613,34 @@ static ferry_status infer(const g_graph *g, const g_node *n, ferry_dtype *dt, g_
         *out = a->shape;
         return FERRY_OK;
     case G_ATTENTION: {
-        const g_value *m = in_val(g, n, 3);
+        const g_value *m = in_val(g, n, 3), *off = in_val(g, n, 4);
         if (!b || !c || !m || !n->attn || a->shape.rank != 4 || b->shape.rank != 4 ||
             c->shape.rank != 4 || a->dtype != b->dtype || b->dtype != c->dtype ||
-            m->shape.rank != 2)
-            return bad(err, n, "needs q [b,s,h,d], k and v [b,t,kvh,d], mask [b,t]");
+            !((m->shape.rank == 2 && m->dtype == FERRY_I64) ||
+              (m->shape.rank == 4 && m->dtype == FERRY_BOOL)) ||
+            (off && off->dtype != FERRY_I64))
+            return bad(err, n, "needs q [b,s,h,d], k and v [b,kvh,t,d], an int64 [b,t] or bool "
+                       "[b,1,s,t] mask");
         *out = a->shape;
         out->rank = 3;
         out->d[2] = g_dim_const(n->attn->num_heads * n->attn->head_dim);
         *dt = a->dtype;
         return FERRY_OK;
     }
+    case G_SCATTER_ELEMENTS:
+        if (!b || !c || b->dtype != FERRY_I64 || c->dtype != a->dtype ||
+            b->shape.rank != a->shape.rank || c->shape.rank != a->shape.rank)
+            return bad(err, n, "needs data, int64 indices and updates of one rank");
+        *dt = a->dtype;
+        *out = a->shape;
+        return FERRY_OK;
+    case G_KV_WRITE:
+        if (!b || !c || a->shape.rank != 4 || b->shape.rank != 4 || a->dtype != b->dtype ||
+            c->dtype != FERRY_I64 || !g_dim_compatible(a->shape.d[3], b->shape.d[3]))
+            return bad(err, n, "needs cache [b,kvh,m,d], update [b,kvh,s,d], int64 position");
+        *dt = a->dtype;
+        *out = a->shape;
+        return FERRY_OK;
     case G_OP_COUNT:
         break;
     }
@@ -799,6 +826,12 @@ int g_range(g_graph *g, const char *name, int start, int limit, int delta)
     return node1(g, G_RANGE, name, 3, in, NULL, 0);
 }
 
+int g_expand(g_graph *g, const char *name, int x, int shape)
+{
+    int in[2] = {x, shape};
+    return node1(g, G_EXPAND, name, 2, in, NULL, 0);
+}
+
 int g_cumsum(g_graph *g, const char *name, int x, int axis_value)
 {
     int in[2] = {x, axis_value};
@@ -845,14 +878,20 @@ int g_rope(g_graph *g, const char *name, int x, int position_ids, const g_rope_o
 int g_attention(g_graph *g, const char *name, int q, int k, int v, int mask,
                 const g_attn_opts *opts)
 {
-    int in[4] = {q, k, v, mask};
+    return g_attention_at(g, name, q, k, v, mask, G_NONE, opts);
+}
+
+int g_attention_at(g_graph *g, const char *name, int q, int k, int v, int mask, int query_offset,
+                   const g_attn_opts *opts)
+{
+    int in[5] = {q, k, v, mask, query_offset};
     if (q == G_NONE || k == G_NONE || v == G_NONE || mask == G_NONE || !g_ok(g))
         return G_NONE;
     g_attn_opts *o = malloc(sizeof *o);
     if (!o)
         return oom(g);
     *o = *opts;
-    int node = g_add_node(g, G_ATTENTION, name, 4, in, NULL, 0);
+    int node = g_add_node(g, G_ATTENTION, name, query_offset == G_NONE ? 4 : 5, in, NULL, 0);
     if (node == G_NONE) {
         free(o);
         return G_NONE;
@@ -864,6 +903,19 @@ int g_attention(g_graph *g, const char *name, int q, int k, int v, int mask,
 int g_silu(g_graph *g, const char *name, int x)
 {
     return g_unary(g, G_SILU, name, x);
+}
+
+int g_scatter_elements(g_graph *g, const char *name, int data, int indices, int updates, int axis)
+{
+    int in[3] = {data, indices, updates};
+    int64_t ax = axis;
+    return node1(g, G_SCATTER_ELEMENTS, name, 3, in, &ax, 1);
+}
+
+int g_kv_write(g_graph *g, const char *name, int cache, int update, int position)
+{
+    int in[3] = {cache, update, position};
+    return node1(g, G_KV_WRITE, name, 3, in, NULL, 0);
 }
 
 /* ------------------------------------------------------------------------------------------

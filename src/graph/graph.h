@@ -49,8 +49,14 @@ typedef enum g_op {
     G_RMS_NORM,     /* x [..., n], weight [n]; f[0] = eps, f[1] = weight offset (0 or 1) */
     G_LINEAR,       /* x [..., in], weight [out, in], optional bias [out] -> [..., out] */
     G_ROPE,         /* x [b, s, heads, d], position_ids [b, s]; rope options -> same shape */
-    G_ATTENTION,    /* q [b,s,h,d], k [b,t,kvh,d], v [b,t,kvh,d], attention_mask [b,t] -> [b,s,h*d] */
+    G_ATTENTION,    /* q [b,s,h,d], k [b,kvh,t,d], v [b,kvh,t,d], mask, [query_offset] -> [b,s,h*d];
+                       mask is int64 [b,t] (1 = token; causal built inside, queries are the last s
+                       of the t positions) or bool [b,1,s,t] (used as given; query i sits at cache
+                       index query_offset + i, which sliding windows need) */
     G_SILU,
+    G_SCATTER_ELEMENTS, /* data, indices, updates; ints[0] = axis (primitive) */
+    G_KV_WRITE,     /* cache [b,kvh,m,d], new [b,kvh,s,d], position (i64 [1]) -> cache with
+                       slots position..position+s-1 replaced (semantic: an in-place update) */
     G_OP_COUNT
 } g_op;
 
@@ -159,6 +165,7 @@ int g_reduce(g_graph *g, g_op op, const char *name, int x, int n, const int64_t 
 int g_shape_of(g_graph *g, const char *name, int x, int64_t start, int64_t end);
 int g_range(g_graph *g, const char *name, int start, int limit, int delta);
 int g_cumsum(g_graph *g, const char *name, int x, int axis_value);
+int g_expand(g_graph *g, const char *name, int x, int shape);
 
 int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, double offset);
 int g_linear(g_graph *g, const char *name, int x, int weight, int bias);
@@ -166,6 +173,11 @@ int g_rope(g_graph *g, const char *name, int x, int position_ids, const g_rope_o
 int g_attention(g_graph *g, const char *name, int q, int k, int v, int mask,
                 const g_attn_opts *opts);
 int g_silu(g_graph *g, const char *name, int x);
+int g_scatter_elements(g_graph *g, const char *name, int data, int indices, int updates, int axis);
+int g_kv_write(g_graph *g, const char *name, int cache, int update, int position);
+/* Attention with a query offset input (bool 4-D masks); g_attention passes none. */
+int g_attention_at(g_graph *g, const char *name, int q, int k, int v, int mask, int query_offset,
+                   const g_attn_opts *opts);
 
 /* Passes */
 /* Marks nodes that no output depends on as dead and drops unused weights/consts from use. */

@@ -113,7 +113,7 @@ static ferry_status emit_node(const g_graph *g, const g_node *n, int opset, pb_b
     case G_GEMM:
         attr_int(&nb, "transB", 1);
         break;
-    case G_GATHER: case G_CONCAT: case G_SOFTMAX:
+    case G_GATHER: case G_CONCAT: case G_SOFTMAX: case G_SCATTER_ELEMENTS:
         attr_int(&nb, "axis", n->ints[0]);
         break;
     case G_TRANSPOSE:
@@ -235,63 +235,124 @@ static ferry_status finish_file(int fd, const char *path, fy_err *err)
     return FERRY_OK;
 }
 
-ferry_status onnx_write(const g_graph *g, const onnx_options *opt, const char *dir,
-                        const char *file, const char *data_file, fy_err *err)
+typedef struct placed {
+    g_weight w;
+    uint64_t offset, length;
+} placed;
+
+struct onnx_data {
+    char *file_name;
+    placed *items;
+    size_t n, cap;
+    uint64_t size;
+};
+
+onnx_data *onnx_data_new(const char *file_name)
 {
-    char model_path[4096], data_path[4096];
+    onnx_data *d = calloc(1, sizeof *d);
+    if (d && !(d->file_name = strdup(file_name))) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void onnx_data_free(onnx_data *d)
+{
+    if (!d)
+        return;
+    free(d->file_name);
+    free(d->items);
+    free(d);
+}
+
+static const placed *find_placed(const onnx_data *d, const g_weight *w)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (d->items[i].w.src == w->src && d->items[i].w.dtype == w->dtype &&
+            d->items[i].w.transpose == w->transpose)
+            return &d->items[i];
+    return NULL;
+}
+
+ferry_status onnx_data_add(onnx_data *d, const g_graph *g, fy_err *err)
+{
+    for (size_t i = 0; i < g->n_values; i++) {
+        const g_value *x = &g->values[i];
+        if (x->kind != GV_WEIGHT || x->n_uses == 0 || find_placed(d, &x->weight))
+            continue;
+        if (d->n == d->cap) {
+            size_t cap = d->cap ? d->cap * 2 : 256;
+            placed *np = realloc(d->items, cap * sizeof *np);
+            if (!np)
+                return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+            d->items = np;
+            d->cap = cap;
+        }
+        placed *p = &d->items[d->n++];
+        p->w = x->weight;
+        p->offset = (d->size + ONNX_DATA_ALIGN - 1) / ONNX_DATA_ALIGN * ONNX_DATA_ALIGN;
+        p->length = ws_nbytes(&x->weight);
+        d->size = p->offset + p->length;
+    }
+    return FERRY_OK;
+}
+
+ferry_status onnx_data_write(onnx_data *d, const char *dir, ws_progress *progress, fy_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, d->file_name);
+    int fd = create_exclusive(path, err);
+    if (fd < 0)
+        return err->status;
+    if (progress) {
+        progress->done = 0;
+        progress->total = 0;
+        for (size_t i = 0; i < d->n; i++)
+            progress->total += d->items[i].length;
+    }
+    ws_writer *wr = NULL;
+    ferry_status st = ws_writer_open(fd, path, progress, &wr, err);
+    for (size_t i = 0; i < d->n && st == FERRY_OK; i++)
+        st = ws_writer_put(wr, &d->items[i].w, d->items[i].offset, err);
+    ferry_status cst = ws_writer_close(wr, err);
+    if (st == FERRY_OK)
+        st = cst;
+    if (st == FERRY_OK && ftruncate(fd, (off_t)d->size) != 0)
+        st = fy_fail(err, errno == ENOSPC || errno == EFBIG ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                     "%s: cannot set size: %s", path, strerror(errno));
+    if (st != FERRY_OK) {
+        close(fd);
+        return st;
+    }
+    return finish_file(fd, path, err);
+}
+
+ferry_status onnx_write_model(const g_graph *g, const onnx_data *data, const onnx_options *opt,
+                              const char *dir, const char *file, fy_err *err)
+{
+    char model_path[4096];
     snprintf(model_path, sizeof model_path, "%s/%s", dir, file);
-    snprintf(data_path, sizeof data_path, "%s/%s", dir, data_file);
     pb_buf graph = {0}, model = {0}, opset = {0};
-    int dfd = -1, mfd = -1;
+    int mfd = -1;
     ferry_status st = FERRY_OK;
 
     for (size_t i = 0; i < g->n_nodes; i++)
         if (!g->nodes[i].dead && (st = emit_node(g, &g->nodes[i], opt->opset, &graph, err)))
             goto done;
     pb_string(&graph, GRAPH_NAME, opt->graph_name ? opt->graph_name : "ferry");
-
-    /* Weights first into the data file, so the model file records their real offsets. */
-    if ((dfd = create_exclusive(data_path, err)) < 0) {
-        st = err->status;
-        goto done;
-    }
-    if (opt->progress) {
-        opt->progress->total = 0;
-        for (size_t i = 0; i < g->n_values; i++)
-            if (g->values[i].kind == GV_WEIGHT && g->values[i].n_uses > 0)
-                opt->progress->total += ws_nbytes(&g->values[i].weight);
-    }
-    uint64_t cursor = 0;
-    ws_writer *wr = NULL;
-    if ((st = ws_writer_open(dfd, data_path, opt->progress, &wr, err)))
-        goto done;
     for (size_t i = 0; i < g->n_values; i++) {
         const g_value *x = &g->values[i];
         if ((x->kind != GV_WEIGHT && x->kind != GV_CONST) || x->n_uses == 0)
             continue;
-        uint64_t offset = 0, length = 0;
-        if (x->kind == GV_WEIGHT) {
-            offset = (cursor + ONNX_DATA_ALIGN - 1) / ONNX_DATA_ALIGN * ONNX_DATA_ALIGN;
-            length = ws_nbytes(&x->weight);
-            if ((st = ws_writer_put(wr, &x->weight, offset, err))) {
-                ws_writer_close(wr, err);
-                goto done;
-            }
-            cursor = offset + length;
+        const placed *p = x->kind == GV_WEIGHT ? find_placed(data, &x->weight) : NULL;
+        if (x->kind == GV_WEIGHT && !p) {
+            st = fy_fail(err, FERRY_ERR_INTERNAL, "weight '%s' was not placed in %s", x->name,
+                         data->file_name);
+            goto done;
         }
-        emit_initializer(x, data_file, offset, length, &graph);
+        emit_initializer(x, data->file_name, p ? p->offset : 0, p ? p->length : 0, &graph);
     }
-    if ((st = ws_writer_close(wr, err)))
-        goto done;
-    if (ftruncate(dfd, (off_t)cursor) != 0) {
-        st = fy_fail(err, FERRY_ERR_IO, "%s: cannot set size: %s", data_path, strerror(errno));
-        goto done;
-    }
-    st = finish_file(dfd, data_path, err);
-    dfd = -1;
-    if (st)
-        goto done;
-
     for (size_t i = 0; i < g->n_inputs; i++)
         emit_value_info(g, g->inputs[i], &graph, GRAPH_INPUT);
     for (size_t i = 0; i < g->n_outputs; i++)
@@ -317,8 +378,6 @@ ferry_status onnx_write(const g_graph *g, const onnx_options *opt, const char *d
     st = finish_file(mfd, model_path, err);
     mfd = -1;
 done:
-    if (dfd >= 0)
-        close(dfd);
     if (mfd >= 0)
         close(mfd);
     pb_free(&graph);
