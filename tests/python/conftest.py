@@ -311,8 +311,3 @@ def write_safetensors(path, header, data):
 def copy_checkpoint(src, dst):
     shutil.copytree(src, dst)
     return Path(dst)
-
-
-@pytest.fixture(scope="session")
-def ferry_bin():
-    return FERRY_BIN

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import (ARCHS, ARCH_CLASS, FP32_ATOL, assert_logits_close, check_against_reference,
-                      check_model_full, ferry_export, make_checkpoint, make_inputs,
+                      check_model_full, ferry_builds, ferry_export, make_checkpoint, make_inputs,
                       read_safetensors, reference_logits, run_ferry, run_onnx, ort_session)
 
 SHAPES = [(1, 1), (1, 7), (1, 33), (3, 1), (3, 7), (3, 33)]
@@ -405,3 +405,22 @@ def test_hub_cache_id_and_revision(tmp_path):
     check_against_reference(other, out / "model.onnx", [(3, 7)])
     rc, _, err = run_ferry("export", "acme/tiny", tmp_path / "nope", "--revision", "v9", env=env)
     assert rc == 1 and "v9" in err and not (tmp_path / "nope").exists()
+
+
+@pytest.mark.parametrize("binary", [b[1] for b in ferry_builds()], ids=[b[0] for b in ferry_builds()])
+def test_exports_under_each_build(binary, tmp_path):
+    """The main export paths once per build: under the ASan/UBSan build (FERRY_BUILD_SAN) any
+    memory error or leak exits 86 and fails here; outputs must still match the oracle."""
+    jobs = [("llama", {}, ["--dynamic"]), ("mistral", dict(sliding_window=5), ["--dynamic"]),
+            ("qwen2", dict(max_shard_size="40KB"), ["--dynamic"]),
+            ("qwen3", dict(dtype=torch.bfloat16, tie_word_embeddings=True), ["--dynamic"]),
+            ("qwen3", {}, ["--dtype", "fp16"]), ("llama", {}, ["--dtype", "bf16"])]
+    for n, (arch, overrides, flags) in enumerate(jobs):
+        ckpt = make_checkpoint(tmp_path / f"ckpt{n}", arch, **overrides)
+        out = tmp_path / f"out{n}"
+        rc, _, err = run_ferry("export", ckpt, out, "--quiet", *flags, binary=binary)
+        assert rc == 0 and err == "", f"{arch} {flags}: exit {rc}: {err[-3000:]}"
+        if "--dtype" not in flags:
+            check_against_reference(ckpt, out / "model.onnx", [(3, 7)])
+        else:
+            check_model_full(out / "model.onnx")
