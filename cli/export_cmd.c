@@ -31,6 +31,12 @@ static const char usage[] =
     "  --config RECIPE.json     read options from a recipe with AutoExportConfig keys:\n"
     "                           export_format, dynamic, dynamic_shapes, dtype, opset,\n"
     "                           example_shapes (command-line options given after it win)\n"
+    "  --for-generation         export the components a generation loop needs: prefill and\n"
+    "                           decode with a KV cache (past_key_values.* in, present.* out)\n"
+    "  --multi-token-decode     decode takes any number of query tokens (needs --dynamic)\n"
+    "  --static-cache           fixed-size cache updated in place: input.<name>/output.<name>\n"
+    "                           pairs to bind to one buffer each (needs --max-cache-len)\n"
+    "  --max-cache-len N        static cache length\n"
     "  --revision REV           hub revision (branch, tag or commit) for a hub id\n"
     "  --force                  replace OUT if it exists (only once the new export is complete)\n"
     "  -q, --quiet              no progress or warnings\n"
@@ -111,7 +117,7 @@ static int parse_dtype(const char *s, ferry_dtype *out)
 }
 
 enum { OPT_FORMAT = 1000, OPT_DYNAMIC, OPT_DIM, OPT_EXAMPLE, OPT_DTYPE, OPT_OPSET, OPT_CONFIG,
-       OPT_REVISION, OPT_FORCE };
+       OPT_REVISION, OPT_FORCE, OPT_GENERATION, OPT_MULTI_TOKEN, OPT_STATIC_CACHE, OPT_MAX_CACHE };
 
 int cmd_export(int argc, char **argv)
 {
@@ -125,6 +131,10 @@ int cmd_export(int argc, char **argv)
         {"config", required_argument, NULL, OPT_CONFIG},
         {"revision", required_argument, NULL, OPT_REVISION},
         {"force", no_argument, NULL, OPT_FORCE},
+        {"for-generation", no_argument, NULL, OPT_GENERATION},
+        {"multi-token-decode", no_argument, NULL, OPT_MULTI_TOKEN},
+        {"static-cache", no_argument, NULL, OPT_STATIC_CACHE},
+        {"max-cache-len", required_argument, NULL, OPT_MAX_CACHE},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -204,6 +214,25 @@ int cmd_export(int argc, char **argv)
         case OPT_FORCE:
             force = 1;
             break;
+        case OPT_GENERATION:
+            cfg.for_generation = 1;
+            break;
+        case OPT_MULTI_TOKEN:
+            cfg.generation.multi_token_decode = 1;
+            break;
+        case OPT_STATIC_CACHE:
+            cfg.generation.static_cache = 1;
+            break;
+        case OPT_MAX_CACHE: {
+            char *end;
+            long long v = strtoll(optarg, &end, 10);
+            if (*end || v <= 0 || v > (1LL << 30)) {
+                cli_error("--max-cache-len %s: expected a positive integer", optarg);
+                return EXIT_USAGE;
+            }
+            cfg.generation.max_cache_len = v;
+            break;
+        }
         case 'q':
             quiet = 1;
             break;
@@ -215,6 +244,12 @@ int cmd_export(int argc, char **argv)
                       argv[optind - 1]);
             return EXIT_USAGE;
         }
+    }
+    if (!cfg.for_generation && (cfg.generation.multi_token_decode || cfg.generation.static_cache ||
+                                cfg.generation.max_cache_len)) {
+        cli_error("--multi-token-decode, --static-cache and --max-cache-len apply to "
+                  "--for-generation exports");
+        return EXIT_USAGE;
     }
     if (argc - optind != 2) {
         cli_error("export: expected MODEL and OUT (see ferry export --help)");

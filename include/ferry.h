@@ -97,6 +97,15 @@ typedef struct ferry_dim_spec {
 /* Called during long exports; `done` and `total` count bytes of weights written. */
 typedef void (*ferry_progress_fn)(void *user, uint64_t done, uint64_t total, const char *what);
 
+/* Options of a generation export (see ferry_export_for_generation). */
+typedef struct ferry_generation_config {
+    int multi_token_decode;       /* decode's query length symbolic (needs cfg->dynamic) */
+    int static_cache;             /* cache_implementation = "static" */
+    int64_t max_cache_len;        /* static cache length (required with static_cache) */
+} ferry_generation_config;
+
+void ferry_generation_config_init(ferry_generation_config *gen);
+
 typedef struct ferry_export_config {
     ferry_format format;          /* FERRY_FORMAT_ONNX */
     int dynamic;                  /* 1: every axis symbolic (batch, sequence) */
@@ -108,13 +117,17 @@ typedef struct ferry_export_config {
     int opset;                    /* ONNX opset; 0 picks the default (ferry_default_opset) */
     ferry_progress_fn progress;   /* optional */
     void *progress_user;
+    int for_generation;           /* ferry_export makes the generation components */
+    ferry_generation_config generation;
 } ferry_export_config;
 
 void ferry_export_config_init(ferry_export_config *cfg);
 
 /* Fills `cfg` from a JSON recipe whose keys follow AutoExportConfig.from_dict: "export_format",
  * "dynamic", "dynamic_shapes" ({"input_ids": {"0": "batch" | {"name":..,"min":..,"max":..}}}),
- * "dtype", "opset", "example_shapes" ({"input_ids": [1, 8]}). Unknown keys are an error.
+ * "dtype", "opset", "example_shapes" ({"input_ids": [1, 8]}), and for generation exports
+ * "for_generation", "multi_token_decode" and "generation_config" ({"cache_implementation":
+ * "static" | "dynamic", "max_cache_len": N}). Unknown keys are an error.
  * `errbuf` (may be NULL) receives a message on failure. */
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json,
                                            char *errbuf, size_t errbuf_size);
@@ -137,6 +150,47 @@ typedef struct ferry_exported ferry_exported;
  * The result refers to `model`, which must outlive it. On failure the message is on the model
  * handle and *out is NULL. */
 ferry_status ferry_export(ferry_model *model, const ferry_export_config *cfg, ferry_exported **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Generation export — the twins of export_for_generation and decompose_for_generation.
+ *
+ * Components (each its own graph; inputs input_ids, attention_mask, position_ids; output logits):
+ *  - dynamic cache (default): "prefill" (no cache in; present.<l>.key/value out) and "decode"
+ *    (past_key_values.<l>.key/value [batch, kv_heads, past_sequence, head_dim] in,
+ *    present.<l>.* out, attention_mask [batch, past_sequence + sequence]); decode's query
+ *    length is 1, or the symbol "sequence" with multi_token_decode.
+ *  - static cache: the cache is a fixed buffer [batch, kv_heads, max_cache_len, head_dim] plus a
+ *    per-layer write counter, as input.past_key_values.<l>.{key,value,cumulative_length} /
+ *    output.past_key_values.<l>.* pairs meant to be bound to one buffer each; attention_mask is
+ *    bool [batch, 1, sequence, max_cache_len]. With multi_token_decode a single "decode" serves
+ *    prompt and steps; without it, "prefill" (query symbolic) and "decode" (query 1).
+ */
+typedef struct ferry_components ferry_components;
+
+/* Decomposes `model` into the generation components described above, as graphs that can be
+ * inspected (ferry_components_describe) or exported one by one (ferry_components_export).
+ * Errors (on the model handle): multi_token_decode without dynamic shapes, static_cache
+ * without max_cache_len, max_cache_len below the example prompt length, an architecture
+ * without generation support. */
+ferry_status ferry_decompose_for_generation(ferry_model *model, const ferry_export_config *cfg,
+                                            const ferry_generation_config *gen,
+                                            ferry_components **out);
+void ferry_components_free(ferry_components *components);
+int ferry_components_count(const ferry_components *components);
+const char *ferry_components_name(const ferry_components *components, int index);
+const char *ferry_components_role(const ferry_components *components, int index);
+/* A text description of one component: inputs and outputs with dtypes and symbolic shapes, and
+ * node counts per op. Owned by the handle, valid until the next call on it. */
+const char *ferry_components_describe(ferry_components *components, int index);
+/* Lowers the named components (`names` NULL or `n_names` 0: all) into an export ready to save.
+ * The result refers to the model, which must outlive it. Errors are on the model handle. */
+ferry_status ferry_components_export(ferry_components *components, const char *const *names,
+                                     int n_names, ferry_exported **out);
+
+/* ferry_decompose_for_generation + ferry_components_export of every component. */
+ferry_status ferry_export_for_generation(ferry_model *model, const ferry_export_config *cfg,
+                                         const ferry_generation_config *gen,
+                                         ferry_exported **out);
 
 /* Writes the export to `dir` atomically: files are built in a temporary sibling directory,
  * synced, then renamed into place. An existing `dir` is refused unless `force`, in which case it

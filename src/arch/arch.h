@@ -28,6 +28,7 @@ typedef struct arch_family {
     const char *model_type;
     /* Reads family quirks from the config into hp (the skeleton filled the common part). */
     ferry_status (*hparams)(const model_config *cfg, decoder_hparams *hp, fy_err *err);
+    bool generation;                /* the KV-cache graphs are verified for this family */
 } arch_family;
 
 /* How a decoder graph sees its KV cache. */

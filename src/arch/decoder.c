@@ -317,6 +317,12 @@ ferry_status arch_build_decoder(const decoder_hparams *hp, ckpt *ck, const decod
     g->scope[0] = '\0';
     int logits = g_linear(g, "lm_head", h, head, G_NONE);
     g_output(g, logits, "logits");
+    /* logits first, then the cache outputs in layer order, as optimum and the guide list them */
+    if (g_ok(g) && g->n_outputs > 1) {
+        int last = g->outputs[g->n_outputs - 1];
+        memmove(g->outputs + 1, g->outputs, (g->n_outputs - 1) * sizeof *g->outputs);
+        g->outputs[0] = last;
+    }
     if (!g_ok(g))
         return fy_fail(err, g->err.status, "%s", g->err.msg);
     return FERRY_OK;

@@ -10,4 +10,4 @@ static ferry_status llama_hparams(const model_config *cfg, decoder_hparams *hp, 
     return FERRY_OK;
 }
 
-const arch_family arch_llama = {"LlamaForCausalLM", "llama", llama_hparams};
+const arch_family arch_llama = {"LlamaForCausalLM", "llama", llama_hparams, true};

@@ -10,4 +10,4 @@ static ferry_status mistral_hparams(const model_config *cfg, decoder_hparams *hp
     return FERRY_OK;
 }
 
-const arch_family arch_mistral = {"MistralForCausalLM", "mistral", mistral_hparams};
+const arch_family arch_mistral = {"MistralForCausalLM", "mistral", mistral_hparams, true};

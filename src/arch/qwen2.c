@@ -11,4 +11,4 @@ static ferry_status qwen2_hparams(const model_config *cfg, decoder_hparams *hp, 
     return FERRY_OK;
 }
 
-const arch_family arch_qwen2 = {"Qwen2ForCausalLM", "qwen2", qwen2_hparams};
+const arch_family arch_qwen2 = {"Qwen2ForCausalLM", "qwen2", qwen2_hparams, true};

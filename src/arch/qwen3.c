@@ -11,4 +11,4 @@ static ferry_status qwen3_hparams(const model_config *cfg, decoder_hparams *hp, 
     return FERRY_OK;
 }
 
-const arch_family arch_qwen3 = {"Qwen3ForCausalLM", "qwen3", qwen3_hparams};
+const arch_family arch_qwen3 = {"Qwen3ForCausalLM", "qwen3", qwen3_hparams, true};

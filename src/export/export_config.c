@@ -17,6 +17,7 @@ void ferry_export_config_init(ferry_export_config *cfg)
     cfg->example_batch = 1;
     cfg->example_sequence = 8;
     cfg->dtype = FERRY_F32;
+    ferry_generation_config_init(&cfg->generation);
 }
 
 int ferry_default_opset(void) { return ONNX_DEFAULT_OPSET; }
@@ -166,6 +167,34 @@ static ferry_status recipe_dynamic_shapes(ferry_export_config *cfg, const cJSON 
     return FERRY_OK;
 }
 
+static ferry_status recipe_generation(ferry_export_config *cfg, const cJSON *gc, char *eb,
+                                       size_t es)
+{
+    if (!cJSON_IsObject(gc))
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'generation_config' must be an object");
+    const cJSON *item;
+    cJSON_ArrayForEach(item, gc) {
+        const char *k = item->string;
+        if (!strcmp(k, "cache_implementation")) {
+            if (!cJSON_IsString(item) || (strcmp(item->valuestring, "static") != 0 &&
+                                          strcmp(item->valuestring, "dynamic") != 0))
+                return say(eb, es, FERRY_ERR_UNSUPPORTED, "recipe: generation_config."
+                           "cache_implementation must be \"static\" or \"dynamic\"");
+            cfg->generation.static_cache = strcmp(item->valuestring, "static") == 0;
+        } else if (!strcmp(k, "max_cache_len")) {
+            uint64_t v;
+            if (!json_number_to_u64(item, &v) || v == 0 || v > (1u << 30))
+                return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: generation_config."
+                           "max_cache_len must be a positive integer");
+            cfg->generation.max_cache_len = (int64_t)v;
+        } else {
+            return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: unknown generation_config key '%s' "
+                       "(known: cache_implementation, max_cache_len)", k);
+        }
+    }
+    return FERRY_OK;
+}
+
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json, char *eb,
                                            size_t es)
 {
@@ -220,6 +249,18 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
             }
             cfg->example_batch = (int64_t)b;
             cfg->example_sequence = (int64_t)s;
+        } else if (!strcmp(k, "for_generation") || !strcmp(k, "multi_token_decode")) {
+            if (!cJSON_IsBool(item)) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: '%s' must be true or false", k);
+                goto done;
+            }
+            if (k[0] == 'f')
+                cfg->for_generation = cJSON_IsTrue(item);
+            else
+                cfg->generation.multi_token_decode = cJSON_IsTrue(item);
+        } else if (!strcmp(k, "generation_config")) {
+            if ((st = recipe_generation(cfg, item, eb, es)) != FERRY_OK)
+                goto done;
         } else if (!strcmp(k, "ort_fusions") || !strcmp(k, "quantizer") || !strcmp(k, "backend") ||
                    !strcmp(k, "optimize")) {
             if (!cJSON_IsNull(item)) {
@@ -230,7 +271,8 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
         } else {
             st = say(eb, es, FERRY_ERR_INVALID_ARG,
                      "recipe: unknown key '%s' (known: export_format, dynamic, dynamic_shapes, "
-                     "dtype, opset, example_shapes)", k);
+                     "dtype, opset, example_shapes, for_generation, multi_token_decode, "
+                     "generation_config)", k);
             goto done;
         }
     }
@@ -266,5 +308,14 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
     cJSON *ids = cJSON_AddArrayToObject(ex, "input_ids");
     cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_batch));
     cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_sequence));
+    if (cfg->for_generation) {
+        cJSON_AddBoolToObject(o, "for_generation", 1);
+        cJSON_AddBoolToObject(o, "multi_token_decode", cfg->generation.multi_token_decode);
+        cJSON *gc = cJSON_AddObjectToObject(o, "generation_config");
+        cJSON_AddStringToObject(gc, "cache_implementation",
+                                cfg->generation.static_cache ? "static" : "dynamic");
+        if (cfg->generation.static_cache)
+            cJSON_AddNumberToObject(gc, "max_cache_len", (double)cfg->generation.max_cache_len);
+    }
     return o;
 }

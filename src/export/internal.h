@@ -27,6 +27,7 @@ typedef struct exp_component {
     char *file;              /* "model.onnx" */
     char *data_file;         /* "model.onnx.data" */
     g_graph *graph;          /* primitive graph, ready to print; NULL for a loaded export */
+    cache_kind cache;
 } exp_component;
 
 struct ferry_exported {
@@ -39,6 +40,8 @@ struct ferry_exported {
     int n_components;
     exp_component comps[EXP_MAX_COMPONENTS];
     char *warnings;          /* newline-separated, may be NULL */
+    bool generation;         /* made by ferry_export_for_generation */
+    ferry_generation_config gen;
 };
 
 /* Records the model-level message into a handle error. */

@@ -65,6 +65,48 @@ static cJSON *symbols(const g_symtab *t)
     return o;
 }
 
+/* Cache geometry and the in/out names that belong together, so a runtime needs no config. */
+static cJSON *cache_info(const struct ferry_exported *e, const exp_component *c)
+{
+    const model_config *mc = &e->model->cfg;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "implementation", c->cache == CACHE_STATIC ? "static" : "dynamic");
+    cJSON_AddNumberToObject(o, "layers", (double)mc->num_hidden_layers);
+    cJSON_AddNumberToObject(o, "kv_heads", (double)mc->num_key_value_heads);
+    cJSON_AddNumberToObject(o, "head_dim", (double)mc->head_dim);
+    cJSON_AddStringToObject(o, "dtype", torch_dtype_name(e->cfg.dtype));
+    if (c->cache == CACHE_STATIC)
+        cJSON_AddNumberToObject(o, "max_cache_len", (double)e->gen.max_cache_len);
+    else
+        cJSON_AddNullToObject(o, "max_cache_len");
+    cJSON_AddStringToObject(o, "layout", "[batch, kv_heads, length, head_dim]");
+    cJSON *pairs = cJSON_AddArrayToObject(o, "pairs");
+    const char *parts[3] = {"key", "value", "cumulative_length"};
+    bool has_past = false;
+    for (size_t i = 0; i < c->graph->n_inputs; i++)
+        has_past |= strncmp(c->graph->values[c->graph->inputs[i]].name, "past_key_values.", 16) == 0;
+    for (int64_t l = 0; l < mc->num_hidden_layers; l++)
+        for (int k = 0; k < (c->cache == CACHE_STATIC ? 3 : 2); k++) {
+            char in[128], out[128];
+            if (c->cache == CACHE_STATIC) {
+                snprintf(in, sizeof in, "input.past_key_values.%lld.%s", (long long)l, parts[k]);
+                snprintf(out, sizeof out, "output.past_key_values.%lld.%s", (long long)l, parts[k]);
+            } else {
+                snprintf(in, sizeof in, "past_key_values.%lld.%s", (long long)l, parts[k]);
+                snprintf(out, sizeof out, "present.%lld.%s", (long long)l, parts[k]);
+            }
+            cJSON *p = cJSON_CreateObject();
+            if (c->cache == CACHE_STATIC || has_past)
+                cJSON_AddStringToObject(p, "input", in);
+            else
+                cJSON_AddNullToObject(p, "input");
+            cJSON_AddStringToObject(p, "output", out);
+            cJSON_AddBoolToObject(p, "in_place", c->cache == CACHE_STATIC);
+            cJSON_AddItemToArray(pairs, p);
+        }
+    return o;
+}
+
 cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
 {
     (void)err;
@@ -94,6 +136,17 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
         cJSON_AddNumberToObject(md, "opset", e->cfg.opset);
         cJSON_AddItemToObject(md, "symbols", symbols(&c->graph->syms));
         cJSON_AddItemToObject(md, "export_config", export_config_to_json(&e->cfg));
+        if (c->cache != CACHE_NONE)
+            cJSON_AddItemToObject(md, "cache", cache_info(e, c));
+    }
+    if (e->generation) {
+        cJSON *gen = cJSON_AddObjectToObject(m, "generation");
+        cJSON_AddBoolToObject(gen, "multi_token_decode", e->gen.multi_token_decode);
+        cJSON_AddStringToObject(gen, "cache_implementation",
+                                e->gen.static_cache ? "static" : "dynamic");
+        if (e->gen.static_cache)
+            cJSON_AddNumberToObject(gen, "max_cache_len", (double)e->gen.max_cache_len);
+        cJSON_AddStringToObject(gen, "generation_config", "generation_config.json");
     }
     return m;
 }

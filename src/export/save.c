@@ -73,13 +73,35 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
     snprintf(path, sizeof path, "%s/export.json", tmp);
     if (fs_write_file(path, e->manifest_text, strlen(e->manifest_text), err) != FERRY_OK)
         return err->status;
-    const char *copies[] = {"config.json", "generation_config.json"};
-    for (size_t i = 0; i < 2; i++) {
-        snprintf(src, sizeof src, "%s/%s", e->model->dir, copies[i]);
-        if (i == 1 && access(src, F_OK) != 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%s", tmp, copies[i]);
-        if (fs_copy_file(src, path, err) != FERRY_OK)
+    snprintf(src, sizeof src, "%s/config.json", e->model->dir);
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    if (fs_copy_file(src, path, err) != FERRY_OK)
+        return err->status;
+    snprintf(path, sizeof path, "%s/generation_config.json", tmp);
+    if (e->generation) {
+        /* The generation config the export was made for: the model's, with the cache choice. */
+        const cJSON *base = e->model->cfg.generation;
+        cJSON *gc = base ? cJSON_Duplicate(base, 1) : cJSON_CreateObject();
+        char *text = NULL;
+        if (gc) {
+            cJSON_DeleteItemFromObjectCaseSensitive(gc, "cache_implementation");
+            cJSON_DeleteItemFromObjectCaseSensitive(gc, "max_cache_len");
+            if (e->gen.static_cache) {
+                cJSON_AddStringToObject(gc, "cache_implementation", "static");
+                cJSON_AddNumberToObject(gc, "max_cache_len", (double)e->gen.max_cache_len);
+            }
+            text = cJSON_Print(gc);
+            cJSON_Delete(gc);
+        }
+        if (!text)
+            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        ferry_status wst = fs_write_file(path, text, strlen(text), err);
+        free(text);
+        if (wst != FERRY_OK)
+            return wst;
+    } else {
+        snprintf(src, sizeof src, "%s/generation_config.json", e->model->dir);
+        if (access(src, F_OK) == 0 && fs_copy_file(src, path, err) != FERRY_OK)
             return err->status;
     }
     return fs_sync_dir(tmp, err);

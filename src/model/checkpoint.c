@@ -30,10 +30,14 @@ static bool file_exists(const char *path)
     return stat(path, &st) == 0 || errno != ENOENT;
 }
 
-/* A shard must be a plain file name inside the checkpoint directory. Symlinks are followed on
- * purpose: a hub cache snapshot links every file to ../../blobs/<sha>. */
+/* A shard must be a plain file name inside the checkpoint directory (and printable, so that
+ * messages naming it stay on one line). Symlinks are followed on purpose: a hub cache snapshot
+ * links every file to ../../blobs/<sha>. */
 static bool is_plain_file_name(const char *name)
 {
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p < 0x20 || *p == 0x7F)
+            return false;
     return name[0] != '\0' && strchr(name, '/') == NULL && strstr(name, "..") == NULL &&
            strcmp(name, ".") != 0;
 }

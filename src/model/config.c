@@ -174,7 +174,7 @@ static ferry_status read_rope_fields(const cJSON *params, const char *origin, ro
                                    &rope->mscale_all_dim, err)) ||
          (status = json_get_bool(params, "truncate", false, true, origin, &rope->truncate, err))))
         return status;
-    return status;
+    return FERRY_OK;
 }
 
 /* transformers 5: "rope_parameters": {"rope_type", "rope_theta", ...}. transformers 4:

@@ -49,7 +49,7 @@ typedef struct model_config {
     bool tie_word_embeddings_set;   /* whether the key was present */
     bool attention_bias;            /* q/k/v (and o) biases, Llama-style key */
     bool mlp_bias;
-    int64_t sliding_window;         /* 0 = no sliding window */
+    int64_t sliding_window;         /* 0 = none (also when "use_sliding_window" is false) */
     char (*layer_types)[32];        /* "layer_types" if present: num_hidden_layers entries, else NULL */
     ferry_dtype dtype;              /* "dtype" / "torch_dtype"; UNDEFINED if absent */
     rope_config rope;

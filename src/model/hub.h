@@ -9,8 +9,9 @@
 
 /* If `path_or_id` is an existing directory, copies it to `out`. Else, if it looks like a hub id
  * ("org/name" or "name": letters, digits, '-', '_', '.', one '/' at most, no "..") resolves it to
- * $HF_HOME/hub/models--org--name/snapshots/<rev> (HF_HOME defaults to ~/.cache/huggingface;
- * HF_HUB_CACHE, when set, replaces $HF_HOME/hub), where <rev> is `revision` if it names a
+ * $HF_HOME/hub/models--org--name/snapshots/<rev> (HF_HOME defaults to ~/.cache/huggingface,
+ * or $XDG_CACHE_HOME/huggingface; HF_HUB_CACHE, or the legacy HUGGINGFACE_HUB_CACHE, when set,
+ * replaces $HF_HOME/hub: huggingface_hub's rules), where <rev> is `revision` if it names a
  * snapshot directory, else the commit hash stored in refs/<revision> (revision NULL = "main").
  * Errors name what was looked for and where. */
 ferry_status hub_resolve(const char *path_or_id, const char *revision, char *out, size_t out_size,

@@ -184,7 +184,7 @@ static ferry_status parse_offsets(const st_file *f, const char *qname, const cJS
 static ferry_status parse_entry(const st_file *f, const cJSON *entry, st_tensor *t, fy_err *err)
 {
     char qname[ST_QUOTE_MAX];
-    char origin[ST_QUOTE_MAX + 64];
+    char origin[sizeof ((fy_err *)0)->msg + ST_QUOTE_MAX]; /* path and name, uncut */
     char dtype_name[64];
     const cJSON *shape, *offsets;
     ferry_status status;
@@ -209,10 +209,10 @@ static ferry_status parse_entry(const st_file *f, const cJSON *entry, st_tensor 
                        "%s: tensor '%s' has dtype '%s', which ferry does not read (it reads F64, "
                        "F32, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, BOOL, F8_E4M3, "
                        "F8_E5M2)", f->path, qname, dtype_name);
-    if ((status = json_get_member(entry, "shape", true, origin, &shape, err)) != FERRY_OK ||
-        (status = parse_shape(f, qname, shape, t, err)) != FERRY_OK ||
-        (status = json_get_member(entry, "data_offsets", true, origin, &offsets, err)) != FERRY_OK ||
-        (status = parse_offsets(f, qname, offsets, t, err)) != FERRY_OK)
+    if ((status = json_get_member(entry, "shape", true, origin, &shape, err)) ||
+        (status = parse_shape(f, qname, shape, t, err)) ||
+        (status = json_get_member(entry, "data_offsets", true, origin, &offsets, err)) ||
+        (status = parse_offsets(f, qname, offsets, t, err)))
         return status;
     t->name = strdup(entry->string);
     if (!t->name)
@@ -257,7 +257,8 @@ static ferry_status check_overlaps(st_file *f, fy_err *err)
             char qa[ST_QUOTE_MAX], qb[ST_QUOTE_MAX];
             status = fy_fail(err, FERRY_ERR_FORMAT,
                              "%s: tensors '%s' and '%s' overlap (bytes [%llu, %llu) and "
-                             "[%llu, %llu))", f->path, st_quote_name(furthest->name, qa, sizeof qa),
+                             "[%llu, %llu))", f->path,
+                             st_quote_name(furthest->name, qa, sizeof qa),
                              st_quote_name(t->name, qb, sizeof qb),
                              (unsigned long long)furthest->begin,
                              (unsigned long long)furthest->end, (unsigned long long)t->begin,
@@ -364,7 +365,9 @@ ferry_status st_open(const char *path, st_file **out, fy_err *err)
         status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", path);
         goto cleanup;
     }
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in place of the file must fail the S_ISREG check below, not hang open;
+     * for regular files it changes nothing. */
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (f->fd < 0) {
         status = fy_fail(err, FERRY_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         goto cleanup;

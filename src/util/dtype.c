@@ -59,7 +59,9 @@ int dt_is_float(ferry_dtype dt)
  * Written branch-free (every case computed, then selected with masks) so that the loops below,
  * which inline them, vectorize: with a ?: the compiler may sink the float arithmetic of one
  * case into a branch, and it will not vectorize a loop with branches in it. Bit patterns move
- * through memcpy: no aliasing or alignment UB. */
+ * through memcpy: no aliasing or alignment UB. The float-add tricks below assume the default
+ * round-to-nearest mode; flush-to-zero does not affect them (their operands and results are
+ * normal floats). */
 
 /* cond ? a : b, without a branch. */
 static inline uint32_t select_u32(int cond, uint32_t a, uint32_t b)

@@ -24,7 +24,8 @@ ferry_status json_read_file(const char *path, size_t max_bytes, char **text, siz
     *text = NULL;
     if (len)
         *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK so that a FIFO fails the S_ISREG check instead of hanging in open. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         status = fy_fail(err, FERRY_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         goto cleanup;
@@ -96,8 +97,8 @@ ferry_status json_parse(const char *text, size_t len, const char *origin, cJSON 
         offset++;
     if (offset < len) {
         cJSON_Delete(root);
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s: unexpected data after the JSON value at byte %zu",
-                       origin, offset);
+        return fy_fail(err, FERRY_ERR_FORMAT,
+                       "%s: unexpected data after the JSON value at byte %zu", origin, offset);
     }
     *out = root;
     return FERRY_OK;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util/json.h"
 
@@ -87,6 +88,12 @@ static void test_read_and_load(void **state)
 
     fy_err_clear(&err);
     assert_int_equal(json_read_file(tmp_dir, 100, &text, &len, &err), FERRY_ERR_IO);
+    assert_msg_has(err, "not a regular file");
+
+    fy_err_clear(&err);
+    snprintf(path, sizeof path, "%s/fifo.json", tmp_dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(json_read_file(path, 100, &text, &len, &err), FERRY_ERR_IO); /* no hang */
     assert_msg_has(err, "not a regular file");
 
     fy_err_clear(&err);

@@ -265,6 +265,8 @@ static void test_header_length_errors(void **state)
     expect_st_error("missing", "absent.safetensors", FERRY_ERR_IO, "cannot open");
     assert_int_equal(mkdir(in_tmp(path, sizeof path, "dir.safetensors"), 0700), 0);
     expect_st_error("directory", "dir.safetensors", FERRY_ERR_IO, "regular file");
+    assert_int_equal(mkfifo(in_tmp(path, sizeof path, "fifo.safetensors"), 0600), 0);
+    expect_st_error("fifo", "fifo.safetensors", FERRY_ERR_IO, "regular file");   /* no hang */
 
     /* Over the cap but inside the file: a sparse file, so the test stays cheap. */
     write_raw("cap.safetensors", ST_MAX_HEADER_BYTES + UINT64_C(1), "{}", NULL, 0);
@@ -516,6 +518,8 @@ static void test_checkpoint_errors(void **state)
          FERRY_ERR_FORMAT, "lm_head.weight", "not a plain file name"},
         {"hidden dotdot", "{\"weight_map\": {\"lm_head.weight\": \"a..safetensors\"}}",
          FERRY_ERR_FORMAT, "lm_head.weight", "not a plain file name"},
+        {"control byte", "{\"weight_map\": {\"lm_head.weight\": \"a\\nb\"}}",
+         FERRY_ERR_FORMAT, "'a\\x0ab', which is not a plain file name", NULL},
         {"missing shard", "{\"weight_map\": {\"lm_head.weight\": \"gone.safetensors\"}}",
          FERRY_ERR_IO, "index.json: tensor 'lm_head.weight' is mapped to ",
          "gone.safetensors: cannot open"},

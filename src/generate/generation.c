@@ -1,0 +1,79 @@
+/* generation.c — the prefill / decode plan for each cache kind, as the guide describes it. */
+#include "generate/generation.h"
+
+void ferry_generation_config_init(ferry_generation_config *gen)
+{
+    gen->multi_token_decode = 0;
+    gen->static_cache = 0;
+    gen->max_cache_len = 0;
+}
+
+static int add_sym(g_symtab *t, const char *name, int64_t min, int64_t max, int64_t example,
+                   fy_err *err)
+{
+    int s = g_symtab_add(t, name, min, max, example);
+    if (s < 0)
+        fy_fail(err, FERRY_ERR_INVALID_ARG, "too many symbols");
+    return s;
+}
+
+ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_config *gen,
+                      g_dim batch, g_dim sequence, g_symtab *syms, gen_component *out, int *n,
+                      fy_err *err)
+{
+    *n = 0;
+    if (gen->multi_token_decode && !cfg->dynamic && g_dim_is_const(sequence, NULL))
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "multi_token_decode needs dynamic shapes "
+                       "(--dynamic or a --dim on the sequence axis): a static export would freeze "
+                       "the query length at the example's");
+    int64_t prompt = cfg->example_sequence;
+    if (gen->static_cache) {
+        if (gen->max_cache_len <= 0)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "a static cache needs max_cache_len "
+                           "(--max-cache-len N)");
+        if (gen->max_cache_len < prompt)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "max_cache_len %lld is smaller than the "
+                           "example prompt (%lld tokens): the prompt would not fit in the cache",
+                           (long long)gen->max_cache_len, (long long)prompt);
+    } else if (gen->max_cache_len != 0) {
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "max_cache_len is only meaningful with a "
+                       "static cache (--static-cache)");
+    }
+    bool one_graph = gen->static_cache && gen->multi_token_decode;
+    int count = one_graph ? 1 : 2;
+    for (int i = 0; i < count; i++) {
+        gen_component *c = &out[i];
+        bool is_decode = one_graph || i == 1;
+        c->name = is_decode ? "decode" : "prefill";
+        c->role = c->name;
+        c->io.batch = batch;
+        c->io.sequence = is_decode && !gen->multi_token_decode ? g_dim_const(1) : sequence;
+        c->io.dtype = cfg->dtype;
+        if (gen->static_cache) {
+            c->io.cache = CACHE_STATIC;
+            if (cfg->dynamic) {
+                int s = add_sym(&syms[i], "max_cache_len", 1, 0, gen->max_cache_len, err);
+                if (s < 0)
+                    return err->status;
+                c->io.cache_len = g_dim_sym(s);
+            } else {
+                c->io.cache_len = g_dim_const(gen->max_cache_len);
+            }
+        } else {
+            c->io.cache = CACHE_DYNAMIC;
+            c->io.past = g_dim_const(0);
+            if (is_decode) {
+                if (cfg->dynamic) {
+                    int s = add_sym(&syms[i], "past_sequence", 0, 0, prompt, err);
+                    if (s < 0)
+                        return err->status;
+                    c->io.past = g_dim_sym(s);
+                } else {
+                    c->io.past = g_dim_const(prompt);
+                }
+            }
+        }
+    }
+    *n = count;
+    return FERRY_OK;
+}

@@ -1,0 +1,25 @@
+/* generation.h — what a generation export is made of: which components (prefill, decode), and
+ * for each the shapes of its inputs and the kind of cache it carries. The graphs themselves come
+ * from the architecture's decoder builder; backends only print them. */
+#ifndef FERRY_GENERATE_GENERATION_H
+#define FERRY_GENERATE_GENERATION_H
+
+#include "arch/arch.h"
+#include "ferry.h"
+
+#define GEN_MAX_COMPONENTS 2
+
+typedef struct gen_component {
+    const char *name;        /* "prefill" or "decode" */
+    const char *role;
+    decoder_io io;
+} gen_component;
+
+/* Checks the options against the export config (errors name the option) and fills `out` with
+ * the components; symbols (past_sequence, max_cache_len) are added to each component's
+ * symtab (syms[i]). `batch` and `sequence` are the axes the export config resolved. */
+ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_config *gen,
+                      g_dim batch, g_dim sequence, g_symtab *syms, gen_component *out, int *n,
+                      fy_err *err);
+
+#endif
