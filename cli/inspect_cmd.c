@@ -78,6 +78,33 @@ static const char *str(const cJSON *o, const char *key)
     return cJSON_IsString(v) ? v->valuestring : "?";
 }
 
+static long long num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? (long long)v->valuedouble : -1;
+}
+
+static void print_cache(const cJSON *cache)
+{
+    if (!cJSON_IsObject(cache))
+        return;
+    const char *impl = str(cache, "implementation");
+    printf("  cache: %s, %lld layers x %lld kv heads x head_dim %lld, %s", impl,
+           num(cache, "layers"), num(cache, "kv_heads"), num(cache, "head_dim"),
+           str(cache, "dtype"));
+    if (num(cache, "max_cache_len") > 0)
+        printf(", max_cache_len %lld", num(cache, "max_cache_len"));
+    printf("\n  %s\n", strcmp(impl, "static") == 0
+                            ? "in-place pairs (bind each input and its output to one buffer):"
+                            : "cache inputs -> outputs:");
+    const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs")) {
+        const cJSON *in = cJSON_GetObjectItemCaseSensitive(p, "input");
+        printf("    %-44s -> %s\n", cJSON_IsString(in) ? in->valuestring : "(none: starts empty)",
+               str(p, "output"));
+    }
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     const char *dir = NULL, *subfolder = NULL;
@@ -116,6 +143,12 @@ int cmd_inspect(int argc, char **argv)
     const cJSON *prod = cJSON_GetObjectItemCaseSensitive(m, "producer");
     printf("export %s\n  format %s, producer %s %s, architecture %s\n", ferry_exported_dir(e),
            str(m, "format"), str(prod, "name"), str(prod, "version"), str(m, "architecture"));
+    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(m, "generation");
+    if (cJSON_IsObject(gen))
+        printf("  generation: %s cache%s, components are run by the caller's loop\n",
+               str(gen, "cache_implementation"),
+               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
+                   ? ", multi-token decode" : "");
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components"), *c;
     cJSON_ArrayForEach(c, comps) {
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
@@ -130,6 +163,7 @@ int cmd_inspect(int argc, char **argv)
                 print_size(ferry_exported_dir(e), df->valuestring);
         print_io("inputs", cJSON_GetObjectItemCaseSensitive(md, "inputs"));
         print_io("outputs", cJSON_GetObjectItemCaseSensitive(md, "outputs"));
+        print_cache(cJSON_GetObjectItemCaseSensitive(md, "cache"));
         const cJSON *syms = cJSON_GetObjectItemCaseSensitive(md, "symbols"), *s;
         if (cJSON_GetArraySize(syms) > 0) {
             printf("  symbols:\n");
