@@ -122,6 +122,9 @@ typedef struct ferry_export_config {
 } ferry_export_config;
 
 void ferry_export_config_init(ferry_export_config *cfg);
+/* sizeof(ferry_export_config) as this library was built: bindings that mirror the struct check
+ * it before use. */
+size_t ferry_export_config_size(void);
 
 /* Fills `cfg` from a JSON recipe whose keys follow AutoExportConfig.from_dict: "export_format",
  * "dynamic", "dynamic_shapes" ({"input_ids": {"0": "batch" | {"name":..,"min":..,"max":..}}}),

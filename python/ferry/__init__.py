@@ -40,12 +40,18 @@ class _DimSpec(ctypes.Structure):
                 ("max", ctypes.c_int64)]
 
 
+class _GenerationConfig(ctypes.Structure):
+    _fields_ = [("multi_token_decode", ctypes.c_int), ("static_cache", ctypes.c_int),
+                ("max_cache_len", ctypes.c_int64)]
+
+
 class _ExportConfig(ctypes.Structure):
     _fields_ = [("format", ctypes.c_int), ("dynamic", ctypes.c_int),
                 ("dims", _DimSpec * _MAX_DIMS), ("n_dims", ctypes.c_int),
                 ("example_batch", ctypes.c_int64), ("example_sequence", ctypes.c_int64),
                 ("dtype", ctypes.c_int), ("opset", ctypes.c_int),
-                ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p)]
+                ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p),
+                ("for_generation", ctypes.c_int), ("generation", _GenerationConfig)]
 
 
 def _find_library():
@@ -81,10 +87,15 @@ def _c():
         "ferry_exported_dir": (_S, [_P]), "ferry_exported_component_count": (i, [_P]),
         "ferry_exported_component_name": (_S, [_P, i]),
         "ferry_exported_component_file": (_S, [_P, i]),
+        "ferry_export_config_size": (ctypes.c_size_t, []),
     }
     for name, (res, args) in protos.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
+    if lib.ferry_export_config_size() != ctypes.sizeof(_ExportConfig):
+        raise FerryError("python/ferry is out of step with libferry: ferry_export_config is "
+                         f"{lib.ferry_export_config_size()} bytes in C, "
+                         f"{ctypes.sizeof(_ExportConfig)} here")
     _lib = lib
     return lib
 

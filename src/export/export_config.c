@@ -20,6 +20,11 @@ void ferry_export_config_init(ferry_export_config *cfg)
     ferry_generation_config_init(&cfg->generation);
 }
 
+size_t ferry_export_config_size(void)
+{
+    return sizeof(ferry_export_config);
+}
+
 int ferry_default_opset(void) { return ONNX_DEFAULT_OPSET; }
 int ferry_min_opset(void) { return ONNX_MIN_OPSET; }
 int ferry_max_opset(void) { return ONNX_MAX_OPSET; }
