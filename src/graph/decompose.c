@@ -104,7 +104,7 @@ static int linear(ctx *c, const g_node *n)
             y = g_binary(g, G_ADD, "Add", y, b);
     } else {
         int w = leaf(c, n->in[1]);
-        int64_t in_dim = -1, flat[2] = {-1, 0}, zero = 0, last_axis = -1;
+        int64_t in_dim = -1, flat[2] = {-1, 0};
         g_dim_is_const(ws->shape.d[1], &in_dim);
         flat[1] = in_dim;
         int x2 = g_reshape(g, "Flatten", x, 2, flat);
@@ -116,8 +116,6 @@ static int linear(ctx *c, const g_node *n)
         int parts[2] = {lead, outd};
         int tshape = g_concat(g, "Concat", 2, parts, 0);
         y = g_reshape_dyn(g, "Unflatten", y2, tshape);
-        (void)zero;
-        (void)last_axis;
     }
     refine(g, y, &c->src->values[n->out[0]].shape);
     return y;

@@ -340,7 +340,6 @@ static ferry_status infer_reshape(const g_graph *g, const g_node *n, g_shape *ou
     } else if (n_in_syms == 0 && out_syms == 0 && in_const != out_const) {
         return bad(err, n, "reshape changes the number of elements");
     }
-    (void)out_syms;
     return FERRY_OK;
 }
 
@@ -777,10 +776,8 @@ int g_slice(g_graph *g, const char *name, int x, int64_t axis, int64_t start, in
 
 int g_slice_dyn(g_graph *g, const char *name, int x, int starts, int ends, int axes)
 {
-    int in[3] = {x, starts, ends};
-    int in4[4] = {x, starts, ends, axes};
-    (void)in;
-    return node1(g, G_SLICE, name, 4, in4, NULL, 0);
+    int in[4] = {x, starts, ends, axes};
+    return node1(g, G_SLICE, name, 4, in, NULL, 0);
 }
 
 int g_unsqueeze(g_graph *g, const char *name, int x, int n, const int64_t *axes)
