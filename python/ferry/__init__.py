@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["FerryError", "OnnxConfig", "AutoExportConfig", "OnnxExporter", "ExportedModel",
-           "version"]
+           "version", "decompose_for_generation"]
 
 
 class FerryError(RuntimeError):
@@ -87,6 +87,12 @@ def _c():
         "ferry_exported_dir": (_S, [_P]), "ferry_exported_component_count": (i, [_P]),
         "ferry_exported_component_name": (_S, [_P, i]),
         "ferry_exported_component_file": (_S, [_P, i]),
+        "ferry_generation_config_init": (None, [_P]),
+        "ferry_export_for_generation": (i, [_P, cfg, _P, out]),
+        "ferry_decompose_for_generation": (i, [_P, cfg, _P, out]),
+        "ferry_components_free": (None, [_P]), "ferry_components_count": (i, [_P]),
+        "ferry_components_name": (_S, [_P, i]), "ferry_components_role": (_S, [_P, i]),
+        "ferry_components_describe": (_S, [_P, i]),
         "ferry_export_config_size": (ctypes.c_size_t, []),
     }
     for name, (res, args) in protos.items():
@@ -200,6 +206,84 @@ class OnnxExporter:
             lib.ferry_model_free(handle)
             _fail(status, message)
         return ExportedModel(exported, model_handle=handle)
+
+    def export_for_generation(self, model, inputs=None, config=None, *, generation_config=None,
+                              multi_token_decode=False, revision=None):
+        """The generation components of `model` (prefill and decode with a KV cache; one decode
+        with a static cache and `multi_token_decode`), as ferry_export_for_generation makes
+        them. `generation_config` is a transformers GenerationConfig or a dict; only its
+        cache_implementation ("dynamic" or "static") and max_cache_len are read."""
+        cfg = _example_config(inputs, config)
+        gen = _c_generation(generation_config, multi_token_decode)
+        handle = _open_model(model, revision)
+        exported = _P()
+        status = _c().ferry_export_for_generation(handle, ctypes.byref(cfg), ctypes.byref(gen),
+                                                  ctypes.byref(exported))
+        if status:
+            message = _str(_c().ferry_model_errmsg(handle))
+            _c().ferry_model_free(handle)
+            _fail(status, message)
+        return ExportedModel(exported, model_handle=handle)
+
+
+def decompose_for_generation(model, inputs=None, config=None, *, generation_config=None,
+                             multi_token_decode=False, revision=None):
+    """{component name: {"role": ..., "description": ...}} of a generation export, without
+    lowering or saving anything (ferry_decompose_for_generation)."""
+    cfg = _example_config(inputs, config or OnnxConfig(dynamic=True))
+    gen = _c_generation(generation_config, multi_token_decode)
+    lib, handle = _c(), _open_model(model, revision)
+    components = _P()
+    try:
+        status = lib.ferry_decompose_for_generation(handle, ctypes.byref(cfg), ctypes.byref(gen),
+                                                    ctypes.byref(components))
+        if status:
+            _fail(status, _str(lib.ferry_model_errmsg(handle)))
+        return {_str(lib.ferry_components_name(components, k)):
+                {"role": _str(lib.ferry_components_role(components, k)),
+                 "description": _str(lib.ferry_components_describe(components, k))}
+                for k in range(lib.ferry_components_count(components))}
+    finally:
+        lib.ferry_components_free(components)
+        lib.ferry_model_free(handle)
+
+
+def _example_config(inputs, config):
+    """The C config of `config`, traced at `inputs["input_ids"]`'s shape when given."""
+    recipe = (config or OnnxConfig()).to_dict()
+    if inputs is not None and "input_ids" in inputs and "example_shapes" not in recipe:
+        recipe["example_shapes"] = {"input_ids": [int(n) for n in inputs["input_ids"].shape]}
+    return OnnxConfig._from_dict(recipe)._c_config()
+
+
+def _c_generation(generation_config, multi_token_decode):
+    """A ferry_generation_config from a GenerationConfig-like object or dict."""
+    gen = _GenerationConfig()
+    _c().ferry_generation_config_init(ctypes.byref(gen))
+    if isinstance(generation_config, dict):
+        impl, length = (generation_config.get(k) for k in ("cache_implementation", "max_cache_len"))
+    else:
+        impl, length = (getattr(generation_config, k, None)
+                        for k in ("cache_implementation", "max_cache_len"))
+    if impl not in (None, "dynamic", "static"):
+        raise FerryError(f"cache_implementation {impl!r} is not supported (static or dynamic)",
+                         status=4)
+    gen.multi_token_decode = int(bool(multi_token_decode))
+    gen.static_cache = int(impl == "static")
+    gen.max_cache_len = int(length or 0)
+    return gen
+
+
+def _open_model(model, revision=None):
+    """A ferry_model handle for the checkpoint at `model` (a directory or local hub id)."""
+    lib, handle = _c(), _P()
+    status = lib.ferry_model_open(os.fsencode(str(model)), revision.encode() if revision else None,
+                                  ctypes.byref(handle))
+    if status:
+        message = _str(lib.ferry_model_errmsg(handle)) if handle else None
+        lib.ferry_model_free(handle)
+        _fail(status, message)
+    return handle
 
 
 class ExportedModel:

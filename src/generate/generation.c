@@ -24,13 +24,13 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
     *n = 0;
     if (gen->multi_token_decode && !cfg->dynamic && g_dim_is_const(sequence, NULL))
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "multi_token_decode needs dynamic shapes "
-                       "(--dynamic or a --dim on the sequence axis): a static export would freeze "
-                       "the query length at the example's");
+                       "(dynamic=true / --dynamic, or a symbolic sequence axis): a static export "
+                       "would freeze the query length at the example's length");
     int64_t prompt = cfg->example_sequence;
     if (gen->static_cache) {
         if (gen->max_cache_len <= 0)
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "a static cache needs max_cache_len "
-                           "(--max-cache-len N)");
+                           "(max_cache_len / --max-cache-len N)");
         if (gen->max_cache_len < prompt)
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "max_cache_len %lld is smaller than the "
                            "example prompt (%lld tokens): the prompt would not fit in the cache",

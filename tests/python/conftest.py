@@ -311,3 +311,33 @@ def write_safetensors(path, header, data):
 def copy_checkpoint(src, dst):
     shutil.copytree(src, dst)
     return Path(dst)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Prints the worst logits errors that tests recorded with
+    record_property("generation_logits_max_abs_err", value) (test_generation.py), as one table
+    of family x loop; works under pytest-xdist, whose reports carry user_properties."""
+    worst = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            if getattr(rep, "when", None) != "call":
+                continue
+            for key, value in getattr(rep, "user_properties", None) or ():
+                if key == "generation_logits_max_abs_err":
+                    params = rep.nodeid.rsplit("[", 1)[-1].rstrip("]").split("-")
+                    key2 = tuple(params[:2])
+                    worst[key2] = max(worst.get(key2, 0.0), value)
+    if not worst:
+        return
+    archs = sorted({a for a, _ in worst})
+    loops = sorted({loop for _, loop in worst})
+    terminalreporter.write_sep("-", "generation: max |onnx - eager| logits over every call")
+    terminalreporter.write_line("family    " + "".join(f"{loop:>17}" for loop in loops))
+    for arch in archs:
+        cells = "".join(f"{worst[(arch, loop)]:>17.2e}" if (arch, loop) in worst else f"{'-':>17}"
+                        for loop in loops)
+        terminalreporter.write_line(f"{arch:<10}{cells}")

@@ -1,0 +1,153 @@
+/* test_generation_plan.c — the generation plan: which components each mode makes, their input
+ * shapes, and the errors for impossible combinations; plus the refusal of a family without
+ * generation support (a stand-in family over the shipped tiny checkpoint). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "export/internal.h"
+#include "generate/generation.h"
+
+typedef struct plan_case {
+    ferry_export_config cfg;
+    ferry_generation_config gen;
+    g_symtab syms[GEN_MAX_COMPONENTS];
+    gen_component comps[GEN_MAX_COMPONENTS];
+    int n;
+    fy_err err;
+} plan_case;
+
+static ferry_status plan(plan_case *p, bool dynamic)
+{
+    memset(p->syms, 0, sizeof p->syms);
+    p->cfg.dynamic = dynamic;
+    g_dim batch = dynamic ? g_dim_sym(g_symtab_add(&p->syms[0], "batch", 1, 0, 1)) : g_dim_const(1);
+    g_dim seq = dynamic ? g_dim_sym(g_symtab_add(&p->syms[0], "sequence", 1, 0, 8)) : g_dim_const(8);
+    p->syms[1] = p->syms[0];
+    fy_err_clear(&p->err);
+    return gen_plan(&p->cfg, &p->gen, batch, seq, p->syms, p->comps, &p->n, &p->err);
+}
+
+static void setup_case(plan_case *p)
+{
+    memset(p, 0, sizeof *p);
+    ferry_export_config_init(&p->cfg);
+    ferry_generation_config_init(&p->gen);
+}
+
+static void dynamic_cache_components(void **state)
+{
+    (void)state;
+    plan_case p;
+    setup_case(&p);
+    assert_int_equal(plan(&p, true), FERRY_OK);
+    assert_int_equal(p.n, 2);
+    assert_string_equal(p.comps[0].name, "prefill");
+    assert_string_equal(p.comps[1].name, "decode");
+    assert_int_equal(p.comps[0].io.cache, CACHE_DYNAMIC);
+    assert_true(g_dim_is_const(p.comps[0].io.past, NULL)); /* prefill: no past */
+    int64_t one;
+    assert_true(g_dim_is_const(p.comps[1].io.sequence, &one));
+    assert_int_equal(one, 1);                              /* decode: one query token */
+    assert_false(g_dim_is_const(p.comps[1].io.past, NULL)); /* past_sequence */
+    /* multi-token: decode's query axis stays symbolic */
+    p.gen.multi_token_decode = 1;
+    assert_int_equal(plan(&p, true), FERRY_OK);
+    assert_false(g_dim_is_const(p.comps[1].io.sequence, NULL));
+}
+
+static void static_cache_components(void **state)
+{
+    (void)state;
+    plan_case p;
+    setup_case(&p);
+    p.gen.static_cache = 1;
+    p.gen.max_cache_len = 64;
+    assert_int_equal(plan(&p, true), FERRY_OK);
+    assert_int_equal(p.n, 2);
+    assert_int_equal(p.comps[1].io.cache, CACHE_STATIC);
+    p.gen.multi_token_decode = 1;
+    assert_int_equal(plan(&p, true), FERRY_OK);
+    assert_int_equal(p.n, 1);                              /* the single-graph generation */
+    assert_string_equal(p.comps[0].name, "decode");
+    assert_false(g_dim_is_const(p.comps[0].io.cache_len, NULL)); /* max_cache_len symbol */
+    /* a static export pins the cache length */
+    p.gen.multi_token_decode = 0;
+    assert_int_equal(plan(&p, false), FERRY_OK);
+    int64_t m;
+    assert_true(g_dim_is_const(p.comps[0].io.cache_len, &m));
+    assert_int_equal(m, 64);
+}
+
+static void impossible_combinations(void **state)
+{
+    (void)state;
+    plan_case p;
+    setup_case(&p);
+    p.gen.multi_token_decode = 1;
+    assert_int_equal(plan(&p, false), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(p.err.msg, "multi_token_decode"));
+
+    setup_case(&p);
+    p.gen.static_cache = 1;
+    assert_int_equal(plan(&p, true), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(p.err.msg, "max_cache_len"));
+
+    setup_case(&p);
+    p.gen.static_cache = 1;
+    p.gen.max_cache_len = 4; /* the example prompt is 8 tokens */
+    assert_int_equal(plan(&p, true), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(p.err.msg, "smaller than the example prompt"));
+
+    setup_case(&p);
+    p.gen.max_cache_len = 16; /* without a static cache */
+    assert_int_equal(plan(&p, true), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(p.err.msg, "static cache"));
+}
+
+static ferry_status no_quirks(const model_config *cfg, decoder_hparams *hp, fy_err *err)
+{
+    (void)cfg;
+    (void)hp;
+    (void)err;
+    return FERRY_OK;
+}
+
+static void family_without_generation_is_refused(void **state)
+{
+    (void)state;
+    static const arch_family stand_in = {"StandInForCausalLM", "stand_in", no_quirks, false};
+    ferry_model *m = NULL;
+    assert_int_equal(ferry_model_open("fixtures/tiny-llama", NULL, &m), FERRY_OK);
+    m->family = &stand_in;
+    ferry_export_config cfg;
+    ferry_export_config_init(&cfg);
+    cfg.dynamic = 1;
+    ferry_generation_config gen;
+    ferry_generation_config_init(&gen);
+    ferry_exported *e = NULL;
+    assert_int_equal(ferry_export_for_generation(m, &cfg, &gen, &e), FERRY_ERR_UNSUPPORTED);
+    assert_null(e);
+    assert_non_null(strstr(ferry_model_errmsg(m), "StandInForCausalLM"));
+    assert_non_null(strstr(ferry_model_errmsg(m), "generation"));
+    /* the plain export of the same family still works */
+    assert_int_equal(ferry_export(m, &cfg, &e), FERRY_OK);
+    ferry_exported_free(e);
+    ferry_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(dynamic_cache_components),
+        cmocka_unit_test(static_cache_components),
+        cmocka_unit_test(impossible_combinations),
+        cmocka_unit_test(family_without_generation_is_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
