@@ -103,6 +103,8 @@ ROPE_THETA = 10000.0
 VARIANTS = {
     # bf16 weights on disk, exported to fp32; the oracle upcasts the same bf16 values.
     "bf16-checkpoint": ("llama", dict(dtype=torch.bfloat16)),
+    # fp16 weights on disk, exported to fp32 (the widening is fused into the transpose).
+    "fp16-checkpoint": ("qwen3", dict(dtype=torch.float16)),
     "sharded": ("qwen2", dict(max_shard_size="40KB")),
     "tied-llama": ("llama", dict(tie_word_embeddings=True)),
     "tied-qwen3": ("qwen3", dict(tie_word_embeddings=True)),
@@ -179,6 +181,8 @@ def _guard_variant(name, ckpt):
         dtypes |= {v["dtype"] for v in header.values()}
     if name == "bf16-checkpoint":
         assert dtypes == {"BF16"}
+    elif name == "fp16-checkpoint":
+        assert dtypes == {"F16"}
     else:
         assert dtypes == {"F32"}
     if name == "sharded":
