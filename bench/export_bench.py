@@ -34,9 +34,15 @@ QWEN3_06B = dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
                  num_key_value_heads=8, head_dim=128, intermediate_size=3072, vocab_size=151936)
 
 
-def qwen3_config(layers, vocab):
-    """config.json as the hub's Qwen3-0.6B spells it (legacy rope_theta key, bf16)."""
-    cfg = dict(QWEN3_06B, num_hidden_layers=layers, vocab_size=vocab)
+# Qwen3-1.7B's geometry (also tied embeddings), for the scaling runs of bench/peers_bench.py.
+QWEN3_17B = dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16,
+                 num_key_value_heads=8, head_dim=128, intermediate_size=6144, vocab_size=151936)
+
+
+def qwen3_config(layers, vocab, shape=None):
+    """config.json as the hub's Qwen3-0.6B spells it (legacy rope_theta key, bf16); `shape`
+    (default QWEN3_06B) gives the other geometry keys."""
+    cfg = dict(shape or QWEN3_06B, num_hidden_layers=layers, vocab_size=vocab)
     cfg.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_act="silu",
                attention_bias=False, attention_dropout=0.0, bos_token_id=151643,
                eos_token_id=151645, max_position_embeddings=40960, max_window_layers=layers,
@@ -77,10 +83,10 @@ def random_bf16(rng, shape, std):
     return out
 
 
-def write_checkpoint(path, layers, vocab, seed=0):
+def write_checkpoint(path, layers, vocab, seed=0, shape=None):
     """config.json + model.safetensors, written tensor by tensor."""
     path.mkdir(parents=True, exist_ok=True)
-    cfg = qwen3_config(layers, vocab)
+    cfg = qwen3_config(layers, vocab, shape)
     shapes = tensor_shapes(cfg)
     header, offset = {"__metadata__": {"format": "pt"}}, 0
     for name, shape in shapes.items():

@@ -32,13 +32,20 @@ int ferry_max_opset(void) { return ONNX_MAX_OPSET; }
 static ferry_status say(char *buf, size_t size, ferry_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Messages echo names and keys from the recipe; quoting them (control bytes and invalid UTF-8
+ * as \xNN) keeps a hostile recipe from breaking the one-line error. */
 static ferry_status say(char *buf, size_t size, ferry_status st, const char *fmt, ...)
 {
     if (buf && size) {
+        char raw[1024];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(buf, size, fmt, ap);
+        vsnprintf(raw, sizeof raw, fmt, ap);
         va_end(ap);
+        if (size >= 8)
+            st_quote_name(raw, buf, size);
+        else
+            buf[0] = '\0';
     }
     return st;
 }
@@ -319,7 +326,9 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
         cJSON *gc = cJSON_AddObjectToObject(o, "generation_config");
         cJSON_AddStringToObject(gc, "cache_implementation",
                                 cfg->generation.static_cache ? "static" : "dynamic");
-        if (cfg->generation.static_cache)
+        /* A recipe may leave the length to --max-cache-len; 0 ("not given") is not a length
+         * the reader would take back. */
+        if (cfg->generation.static_cache && cfg->generation.max_cache_len > 0)
             cJSON_AddNumberToObject(gc, "max_cache_len", (double)cfg->generation.max_cache_len);
     }
     return o;

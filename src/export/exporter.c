@@ -8,6 +8,8 @@
 #include "export/internal.h"
 #include "generate/generation.h"
 
+#define EXAMPLE_DIM_MAX ((int64_t)1 << 24)
+
 static const char *const decoder_inputs[] = {"input_ids", "attention_mask", "position_ids"};
 
 /* Works out the [batch, sequence] dims shared by the three inputs from dynamic / dims /
@@ -41,8 +43,12 @@ static ferry_status resolve_axes(const ferry_export_config *cfg, g_symtab *syms,
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dims: batch and sequence axes cannot "
                        "share the symbol '%s'", chosen[0]->symbol);
     for (int a = 0; a < 2; a++) {
-        if (examples[a] <= 0)
-            return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape must be positive");
+        /* Traced extents size nothing ferry allocates, but they are multiplied in shape
+         * inference and printed in metadata: keep them far from overflow. */
+        if (examples[a] <= 0 || examples[a] > EXAMPLE_DIM_MAX)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape: %s %lld is out of range "
+                           "(1 to %lld)", auto_names[a], (long long)examples[a],
+                           (long long)EXAMPLE_DIM_MAX);
         const ferry_dim_spec *d = chosen[a];
         if (d && d->max > 0 && (examples[a] < d->min || examples[a] > d->max))
             examples[a] = d->min > 0 ? d->min : 1;

@@ -1,7 +1,9 @@
 /* manifest.c — export.json: built from an export's components, validated when loaded (schema,
  * components, and every file path confined to the export directory). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "export/internal.h"
 #include "util/fs.h"
@@ -151,15 +153,92 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
     return m;
 }
 
+/* Names and paths from export.json are quoted (control bytes and invalid UTF-8 as \xNN) so that
+ * a hostile manifest cannot break the one-line error message. */
 static ferry_status check_file(const char *dir, const char *comp, const char *rel, fy_err *err)
 {
+    char qcomp[ST_QUOTE_MAX], qrel[ST_QUOTE_MAX];
+    st_quote_name(comp, qcomp, sizeof qcomp);
+    st_quote_name(rel, qrel, sizeof qrel);
     if (!fs_safe_relative(rel))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' names the file "
-                       "'%s', which is not a plain relative path inside the export", dir, comp, rel);
+                       "'%s', which is not a plain relative path inside the export", dir, qcomp,
+                       qrel);
     if (!fs_inside(dir, rel))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s' is "
-                       "missing or leaves the export directory", dir, comp, rel);
+                       "missing or leaves the export directory", dir, qcomp, qrel);
+    /* A directory, FIFO or device in place of a model file would make a runtime fail or hang
+     * later, far from the cause. */
+    char path[8192];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s' is not "
+                       "a regular file", dir, qcomp, qrel);
     return FERRY_OK;
+}
+
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static bool plain_text(const char *s);
+
+/* Two rules for the whole of export.json, checked in one walk:
+ * - cJSON keeps every copy of a repeated key and its lookups return the first, while Python's
+ *   json (the bindings, and most tools reading `ferry inspect --json`) keeps the last: a manifest
+ *   with two "components" or two "file" keys could be validated in one reading and used in the
+ *   other. So no object may repeat a key (sorting keeps this O(n log n)).
+ * - `ferry inspect` prints names, dtypes and shapes from the metadata: no key or string may hold
+ *   control characters (a terminal escape sequence there would drive the user's terminal).
+ *   ferry writes identifiers only. */
+static ferry_status check_tree(const cJSON *node, const char *dir, fy_err *err)
+{
+    char quoted[ST_QUOTE_MAX];
+    if (node->string && *node->string && !plain_text(node->string))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: key '%s' holds control "
+                       "characters", dir, st_quote_name(node->string, quoted, sizeof quoted));
+    if (cJSON_IsString(node) && *node->valuestring && !plain_text(node->valuestring))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: string '%s' holds control "
+                       "characters", dir, st_quote_name(node->valuestring, quoted, sizeof quoted));
+    if (!cJSON_IsObject(node) && !cJSON_IsArray(node))
+        return FERRY_OK;
+    const cJSON *child;
+    size_t n = 0;
+    cJSON_ArrayForEach(child, node) {
+        if (check_tree(child, dir, err) != FERRY_OK)
+            return err->status;
+        n++;
+    }
+    if (!cJSON_IsObject(node) || n < 2)
+        return FERRY_OK;
+    const char **keys = malloc(n * sizeof *keys);
+    if (!keys)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    n = 0;
+    cJSON_ArrayForEach(child, node)
+        keys[n++] = child->string;
+    qsort(keys, n, sizeof *keys, compare_strings);
+    ferry_status status = FERRY_OK;
+    for (size_t i = 1; i < n && status == FERRY_OK; i++) {
+        char qkey[ST_QUOTE_MAX];
+        if (strcmp(keys[i - 1], keys[i]) == 0)
+            status = fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: key '%s' appears more than "
+                             "once in one object", dir, st_quote_name(keys[i], qkey, sizeof qkey));
+    }
+    free(keys);
+    return status;
+}
+
+static bool plain_text(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7F)
+            return false;
+    return true;
 }
 
 static char *dup_string(const cJSON *o, const char *key)
@@ -176,6 +255,8 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components");
     if (!cJSON_IsObject(m))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: not a JSON object", dir);
+    if (check_tree(m, dir, err) != FERRY_OK)
+        return err->status;
     if (!cJSON_IsNumber(ver) || ver->valuedouble != SCHEMA_VERSION)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: schema_version must be %d",
                        dir, SCHEMA_VERSION);
@@ -188,6 +269,7 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: more than %d components", dir,
                        EXP_MAX_COMPONENTS);
     const cJSON *c;
+    char qcomp[ST_QUOTE_MAX];
     cJSON_ArrayForEach(c, comps) {
         const cJSON *file = cJSON_GetObjectItemCaseSensitive(c, "file");
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(c, "role");
@@ -195,7 +277,12 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         if (!cJSON_IsObject(c) || !cJSON_IsString(file) || !cJSON_IsString(role) ||
             (data && !cJSON_IsArray(data)))
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' needs a string "
-                           "'file' and 'role'", dir, c->string);
+                           "'file' and 'role'", dir, st_quote_name(c->string, qcomp, sizeof qcomp));
+        /* Names and roles are printed by `ferry inspect` and used as keys by the bindings. */
+        if (!plain_text(c->string) || !plain_text(role->valuestring))
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': the name and "
+                           "role must be non-empty and free of control characters", dir,
+                           st_quote_name(c->string, qcomp, sizeof qcomp));
         if (check_file(dir, c->string, file->valuestring, err) != FERRY_OK)
             return err->status;
         const cJSON *d;
@@ -203,7 +290,8 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         cJSON_ArrayForEach(d, data) {
             if (!cJSON_IsString(d))
                 return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': "
-                               "data_files must hold strings", dir, c->string);
+                               "data_files must hold strings", dir,
+                               st_quote_name(c->string, qcomp, sizeof qcomp));
             if (check_file(dir, c->string, d->valuestring, err) != FERRY_OK)
                 return err->status;
             if (!first_data)

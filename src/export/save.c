@@ -138,8 +138,14 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
                        strerror(errno));
     }
     chmod(tmp, 0755);
-    if (write_contents(e, tmp, err) != FERRY_OK)
+    if (write_contents(e, tmp, err) != FERRY_OK) {
+        /* The file at fault is inside the temporary directory, which is about to go: say which
+         * export it was for. */
+        char inner[sizeof err->msg];
+        memcpy(inner, err->msg, sizeof inner);
+        fy_refail(err, err->status, "cannot write %s: %s", dir, inner);
         goto fail;
+    }
     if (exists) {
         /* Swap in one step: readers see the old export or the new one, never neither. */
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {

@@ -291,10 +291,11 @@ static ferry_status infer_reshape(const g_graph *g, const g_node *n, g_shape *ou
     g_dim in_syms[G_MAX_RANK];
     int n_in_syms = 0, infer_at = -1, out_syms = 0;
     bool unknown = false;
+    bool overflow = false;
     for (int i = 0; i < x->shape.rank; i++) {
         int64_t c;
         if (g_dim_is_const(x->shape.d[i], &c))
-            in_const *= c;
+            overflow |= __builtin_mul_overflow(in_const, c, &in_const);
         else
             in_syms[n_in_syms++] = x->shape.d[i];
     }
@@ -318,7 +319,7 @@ static ferry_status infer_reshape(const g_graph *g, const g_node *n, g_shape *ou
         out->d[i] = d;
         int64_t c;
         if (g_dim_is_const(d, &c)) {
-            out_const *= c;
+            overflow |= __builtin_mul_overflow(out_const, c, &out_const);
             continue;
         }
         int k;
@@ -330,6 +331,8 @@ static ferry_status infer_reshape(const g_graph *g, const g_node *n, g_shape *ou
         else
             out_syms++, unknown = true;
     }
+    if (overflow)
+        return bad(err, n, "element count overflows 64 bits");
     if (infer_at >= 0) {
         if (unknown || n_in_syms > 1 || out_const == 0 || in_const % out_const != 0)
             out->d[infer_at] = g_dim_unknown();

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model/safetensors.h"
 #include "util/json.h"
 
 #define CONFIG_MAX_BYTES (64u * 1024u * 1024u)
@@ -37,6 +38,26 @@ static const struct {
 };
 
 static const char *const LAYER_TYPES[] = {"full_attention", "sliding_attention"};
+
+/* Names the file gives (class names, activations) are echoed by later messages: a control
+ * byte there (a newline, an escape sequence) would break the one-line error contract. */
+static bool has_control(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7F)
+            return true;
+    return false;
+}
+
+static ferry_status check_name(const char *origin, const char *key, const char *value,
+                               fy_err *err)
+{
+    char quoted[ST_QUOTE_MAX];
+    if (!has_control(value))
+        return FERRY_OK;
+    return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' holds control characters ('%s')", origin,
+                   key, st_quote_name(value, quoted, sizeof quoted));
+}
 
 /* json_get_double with a strictly positive lower bound; an absent key gives `dflt` unchecked
  * (-1 marks "unset" for some rope fields). */
@@ -72,6 +93,8 @@ static ferry_status read_architecture(const cJSON *root, const char *origin, mod
                        origin);
     if (strlen(first) >= sizeof cfg->architecture)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'architectures': name too long", origin);
+    if ((status = check_name(origin, "architectures", first, err)) != FERRY_OK)
+        return status;
     strcpy(cfg->architecture, first);
     return FERRY_OK;
 }
@@ -80,7 +103,7 @@ static ferry_status read_architecture(const cJSON *root, const char *origin, mod
 static ferry_status read_dtype(const cJSON *root, const char *origin, model_config *cfg,
                                fy_err *err)
 {
-    char name[32];
+    char name[32], quoted[ST_QUOTE_MAX];
     const char *key = "dtype";
     const cJSON *node;
     ferry_status status = json_get_member(root, key, false, origin, &node, err);
@@ -101,7 +124,7 @@ static ferry_status read_dtype(const cJSON *root, const char *origin, model_conf
     }
     return fy_fail(err, FERRY_ERR_UNSUPPORTED,
                    "%s: key '%s' is '%s'; supported: float32, bfloat16, float16, float64", origin,
-                   key, name);
+                   key, st_quote_name(name, quoted, sizeof quoted));
 }
 
 static ferry_status read_layer_types(const cJSON *root, const char *origin, model_config *cfg,
@@ -122,13 +145,15 @@ static ferry_status read_layer_types(const cJSON *root, const char *origin, mode
     cJSON_ArrayForEach(item, list) {
         const char *value = cJSON_GetStringValue(item);
         bool known = false;
+        char quoted[72];
         for (size_t k = 0; value && k < sizeof LAYER_TYPES / sizeof LAYER_TYPES[0]; k++)
             known = known || strcmp(value, LAYER_TYPES[k]) == 0;
         if (!known)
             return fy_fail(err, FERRY_ERR_UNSUPPORTED,
-                           "%s: key 'layer_types' entry %zu is '%.64s'; supported: "
+                           "%s: key 'layer_types' entry %zu is '%s'; supported: "
                            "full_attention, sliding_attention", origin, i,
-                           value ? value : "(not a string)");
+                           value ? st_quote_name(value, quoted, sizeof quoted)
+                                 : "(not a string)");
         if (strcmp(value, "sliding_attention") == 0 && cfg->sliding_window == 0)
             return fy_fail(err, FERRY_ERR_FORMAT,
                            "%s: key 'layer_types' entry %zu is sliding_attention but "
@@ -229,10 +254,11 @@ static ferry_status read_rope(const cJSON *root, const char *path, model_config 
         size_t i = 0, n = sizeof ROPE_TYPES / sizeof ROPE_TYPES[0];
         while (i < n && strcmp(name, ROPE_TYPES[i].name) != 0)
             i++;
+        char quoted[72];
         if (i == n)
             return fy_fail(err, FERRY_ERR_UNSUPPORTED,
-                           "%s: rope type '%.64s' is not supported (supported: " ROPE_TYPE_LIST
-                           ")", origin, name);
+                           "%s: rope type '%s' is not supported (supported: " ROPE_TYPE_LIST
+                           ")", origin, st_quote_name(name, quoted, sizeof quoted));
         rope->type = ROPE_TYPES[i].type;
         snprintf(rope->type_name, sizeof rope->type_name, "%s", name);
     } else if (strcmp(section, "rope_scaling") == 0) {
@@ -311,11 +337,13 @@ static ferry_status read_config(const cJSON *root, const char *origin, model_con
     if ((status = read_architecture(root, origin, cfg, err)) ||
         (status = json_get_string(root, "model_type", false, "", origin, cfg->model_type,
                                   sizeof cfg->model_type, err)) ||
+        (status = check_name(origin, "model_type", cfg->model_type, err)) ||
         (status = read_sizes(root, origin, cfg, err)) ||
         (status = json_get_double(root, "rms_norm_eps", false, 1e-6, 0.0, 1.0, origin,
                                   &cfg->rms_norm_eps, err)) ||
         (status = json_get_string(root, "hidden_act", false, "silu", origin, cfg->hidden_act,
                                   sizeof cfg->hidden_act, err)) ||
+        (status = check_name(origin, "hidden_act", cfg->hidden_act, err)) ||
         (status = json_get_member(root, "tie_word_embeddings", false, origin, &tie, err)) ||
         (status = json_get_bool(root, "tie_word_embeddings", false, false, origin,
                                 &cfg->tie_word_embeddings, err)) ||

@@ -92,15 +92,21 @@ const char *st_quote_name(const char *name, char *buf, size_t size)
 }
 
 /* cJSON decodes the escape \u0000 into a NUL that silently ends the C string, so two different
- * names could become one. Finds such an escape inside a JSON string; returns its offset or -1. */
-static long find_escaped_nul(const char *text, size_t len)
+ * names could become one; it also takes raw control bytes (a raw NUL included) inside strings,
+ * which JSON forbids and the reference implementation (serde_json) refuses. Finds either inside
+ * a JSON string; returns its offset or -1, with *raw set for a raw control byte. */
+static long find_bad_string_byte(const char *text, size_t len, bool *raw)
 {
     bool in_string = false;
+    *raw = false;
     for (size_t i = 0; i < len; i++) {
         if (!in_string) {
             in_string = text[i] == '"';
         } else if (text[i] == '"') {
             in_string = false;
+        } else if ((unsigned char)text[i] < 0x20) {
+            *raw = true;
+            return (long)i;
         } else if (text[i] == '\\' && i + 1 < len) {
             if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0)
                 return (long)i;
@@ -185,7 +191,7 @@ static ferry_status parse_entry(const st_file *f, const cJSON *entry, st_tensor 
 {
     char qname[ST_QUOTE_MAX];
     char origin[sizeof ((fy_err *)0)->msg + ST_QUOTE_MAX]; /* path and name, uncut */
-    char dtype_name[64];
+    char dtype_name[64], qdtype[ST_QUOTE_MAX];
     const cJSON *shape, *offsets;
     ferry_status status;
     size_t name_len = strlen(entry->string);
@@ -194,6 +200,12 @@ static ferry_status parse_entry(const st_file *f, const cJSON *entry, st_tensor 
     if (utf8_invalid_at((const unsigned char *)entry->string, name_len) != name_len)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor name '%s' is not valid UTF-8", f->path,
                        qname);
+    /* Names travel into warnings, graph node names and the exported file; a newline or an
+     * escape sequence there could forge lines or drive the terminal. No checkpoint has them. */
+    for (size_t i = 0; i < name_len; i++)
+        if ((unsigned char)entry->string[i] < 0x20 || entry->string[i] == 0x7F)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor name '%s' holds control "
+                           "characters", f->path, qname);
     if (!cJSON_IsObject(entry))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor '%s': expected an object", f->path,
                        qname);
@@ -208,7 +220,8 @@ static ferry_status parse_entry(const st_file *f, const cJSON *entry, st_tensor 
         return fy_fail(err, FERRY_ERR_UNSUPPORTED,
                        "%s: tensor '%s' has dtype '%s', which ferry does not read (it reads F64, "
                        "F32, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, BOOL, F8_E4M3, "
-                       "F8_E5M2)", f->path, qname, dtype_name);
+                       "F8_E5M2)", f->path, qname,
+                       st_quote_name(dtype_name, qdtype, sizeof qdtype));
     if ((status = json_get_member(entry, "shape", true, origin, &shape, err)) ||
         (status = parse_shape(f, qname, shape, t, err)) ||
         (status = json_get_member(entry, "data_offsets", true, origin, &offsets, err)) ||
@@ -280,13 +293,20 @@ static ferry_status parse_header(st_file *f, const char *text, size_t len, fy_er
     cJSON *root = NULL;
     const cJSON *entry;
     size_t n_entries = 0, n_metadata = 0;
-    long nul_at;
+    long bad_byte_at;
     size_t bad_at;
+    bool raw;
 
-    if ((nul_at = find_escaped_nul(text, len)) >= 0) {
-        status = fy_fail(err, FERRY_ERR_FORMAT,
-                         "%s: header has an escaped NUL (\\u0000) in a string at byte %ld",
-                         f->path, 8 + nul_at);
+    if ((bad_byte_at = find_bad_string_byte(text, len, &raw)) >= 0) {
+        if (raw)
+            status = fy_fail(err, FERRY_ERR_FORMAT,
+                             "%s: header has a raw control byte 0x%02x in a string at byte %ld "
+                             "(JSON needs it escaped)", f->path,
+                             (unsigned char)text[bad_byte_at], 8 + bad_byte_at);
+        else
+            status = fy_fail(err, FERRY_ERR_FORMAT,
+                             "%s: header has an escaped NUL (\\u0000) in a string at byte %ld",
+                             f->path, 8 + bad_byte_at);
         goto cleanup;
     }
     if ((status = json_parse(text, len, f->path, &root, err)) != FERRY_OK)

@@ -42,9 +42,11 @@ struct st_file {
 
 /* Opens and validates `path`. Checks (each failure names the file and the tensor or field):
  * file at least 8 bytes; header length within the file and under ST_MAX_HEADER_BYTES; header
- * valid UTF-8 JSON object; each entry has a known dtype, a shape of non-negative integers whose
- * product does not overflow, data_offsets [begin, end] with begin <= end <= data size and
- * end - begin == numel * dtype size; no duplicate names; no two tensors' byte ranges overlap.
+ * valid UTF-8 JSON object, with no raw control byte or escaped NUL inside its strings; tensor
+ * names free of control characters; each entry has a known dtype, a shape of non-negative
+ * integers whose product does not overflow, data_offsets [begin, end] with
+ * begin <= end <= data size and end - begin == numel * dtype size; no duplicate names; no two
+ * tensors' byte ranges overlap.
  * On failure *out is NULL. */
 ferry_status st_open(const char *path, st_file **out, fy_err *err);
 void st_close(st_file *f);

@@ -32,11 +32,15 @@ int fs_remove_tree(const char *path)
     return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* A full disk, a quota or a file-size limit (EFBIG, "File too large") all mean the same to the
+ * user: say "no space left" in words, with the system's own reason after it. */
 static ferry_status io_fail(fy_err *err, const char *path, const char *what)
 {
-    return fy_fail(err, (errno == ENOSPC || errno == EFBIG || errno == EDQUOT) ? FERRY_ERR_NOSPACE
-                                                                                : FERRY_ERR_IO,
-                   "%s: %s: %s", path, what, strerror(errno));
+    int e = errno;
+    if (e == ENOSPC || e == EFBIG || e == EDQUOT)
+        return fy_fail(err, FERRY_ERR_NOSPACE, "%s: %s: no space left (%s)", path, what,
+                       strerror(e));
+    return fy_fail(err, FERRY_ERR_IO, "%s: %s: %s", path, what, strerror(e));
 }
 
 ferry_status fs_write_file(const char *path, const void *data, size_t len, fy_err *err)
@@ -104,7 +108,7 @@ bool fs_safe_relative(const char *rel)
     if (!rel || !*rel || rel[0] == '/')
         return false;
     for (const char *p = rel; *p; p++)
-        if (*p == '\\' || (unsigned char)*p < 0x20)
+        if (*p == '\\' || (unsigned char)*p < 0x20 || *p == 0x7F)
             return false;
     const char *part = rel;
     for (;;) {

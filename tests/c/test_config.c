@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -342,6 +344,128 @@ static void test_parse_errors(void **state)
                            cases[i].needle2);
 }
 
+/* Values no real model has: each refused with one line naming config.json and the key, before
+ * anything is sized by them. */
+static void test_absurd_values(void **state)
+{
+    (void)state;
+#define SIZES(layers, heads, kv, head_dim, vocab, hidden)                                       \
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"intermediate_size\": 128, "                   \
+    "\"num_hidden_layers\": " layers ", \"num_attention_heads\": " heads                       \
+    ", \"num_key_value_heads\": " kv head_dim ", \"vocab_size\": " vocab                       \
+    ", \"hidden_size\": " hidden "}"
+    static const struct {
+        const char *label, *json;
+        ferry_status status;
+        const char *needle;
+    } cases[] = {
+        {"zero layers", SIZES("0", "4", "2", "", "100", "64"), FERRY_ERR_FORMAT,
+         "key 'num_hidden_layers' must be an integer in [1, 1024] (got 0)"},
+        {"a billion layers", SIZES("1000000000", "4", "2", "", "100", "64"), FERRY_ERR_FORMAT,
+         "key 'num_hidden_layers' must be an integer in [1, 1024] (got 1000000000)"},
+        {"negative layers", SIZES("-3", "4", "2", "", "100", "64"), FERRY_ERR_FORMAT,
+         "(got -3)"},
+        {"layers 1e300", SIZES("1e300", "4", "2", "", "100", "64"), FERRY_ERR_FORMAT,
+         "key 'num_hidden_layers' must be an integer (got 1.0000000000000001e+300)"},
+        {"layers as a boolean", SIZES("true", "4", "2", "", "100", "64"), FERRY_ERR_FORMAT,
+         "key 'num_hidden_layers' must be an integer (got a boolean)"},
+        {"layers as an array", SIZES("[2]", "4", "2", "", "100", "64"), FERRY_ERR_FORMAT,
+         "key 'num_hidden_layers' must be an integer (got an array)"},
+        {"head_dim 0", SIZES("2", "4", "2", ", \"head_dim\": 0", "100", "64"), FERRY_ERR_FORMAT,
+         "key 'head_dim' must be an integer in [1, 4096] (got 0)"},
+        {"vocab 0", SIZES("2", "4", "2", "", "0", "64"), FERRY_ERR_FORMAT,
+         "key 'vocab_size' must be an integer in [1, 16777216] (got 0)"},
+        {"vocab 2^53", SIZES("2", "4", "2", "", "9007199254740992", "64"), FERRY_ERR_FORMAT,
+         "key 'vocab_size' must be an integer (got 9007199254740992)"},
+        {"hidden 0", SIZES("2", "4", "2", "", "100", "0"), FERRY_ERR_FORMAT,
+         "key 'hidden_size' must be an integer in [1, 1048576] (got 0)"},
+        {"zero heads (a division by zero)", SIZES("2", "0", "2", "", "100", "64"),
+         FERRY_ERR_FORMAT, "key 'num_attention_heads' must be an integer in [1, 4096] (got 0)"},
+        {"zero kv heads (a division by zero)", SIZES("2", "4", "0", "", "100", "64"),
+         FERRY_ERR_FORMAT, "key 'num_key_value_heads' must be an integer in [1, 4096] (got 0)"},
+        {"more kv heads than heads", SIZES("2", "4", "8", "", "100", "64"), FERRY_ERR_FORMAT,
+         "key 'num_key_value_heads' (8) must divide num_attention_heads (4)"},
+        {"heads do not divide hidden", SIZES("2", "3", "1", "", "100", "64"), FERRY_ERR_FORMAT,
+         "key 'head_dim' is missing and hidden_size (64) is not a multiple of "
+         "num_attention_heads (3)"},
+        {"one head of 2^20", SIZES("2", "1", "1", "", "100", "1048576"), FERRY_ERR_FORMAT,
+         "key 'head_dim' (derived: 1048576) must be at most 4096"},
+        {"a million heads", SIZES("2", "1000000", "1", "", "100", "64"), FERRY_ERR_FORMAT,
+         "key 'num_attention_heads' must be an integer in [1, 4096] (got 1000000)"},
+        {"intermediate 0",
+         "{\"architectures\": [\"X\"], \"vocab_size\": 10, \"hidden_size\": 64,"
+         " \"intermediate_size\": 0}", FERRY_ERR_FORMAT,
+         "key 'intermediate_size' must be an integer in [1, 16777216] (got 0)"},
+        {"max positions 0", "{" BASE ", \"max_position_embeddings\": 0}", FERRY_ERR_FORMAT,
+         "key 'max_position_embeddings' must be an integer in [1, 4294967296] (got 0)"},
+        {"max positions 2^40", "{" BASE ", \"max_position_embeddings\": 1099511627776}",
+         FERRY_ERR_FORMAT, "key 'max_position_embeddings' must be an integer in [1, 4294967296]"},
+        {"negative window", "{" BASE ", \"sliding_window\": -1}", FERRY_ERR_FORMAT,
+         "key 'sliding_window' must be an integer in [0, 4294967296] (got -1)"},
+        {"infinite theta", "{" BASE ", \"rope_theta\": 1e999}", FERRY_ERR_FORMAT,
+         "key 'rope_theta' must be a number in"},
+        {"eps 2", "{" BASE ", \"rms_norm_eps\": 2}", FERRY_ERR_FORMAT,
+         "key 'rms_norm_eps' must be a number in [0, 1] (got 2)"},
+        {"yarn factor 1e300",
+         "{" BASE ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 1e300}}",
+         FERRY_ERR_FORMAT, "key 'factor' must be a number in"},
+        {"llama3 original max 0",
+         "{" BASE ", \"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8,"
+         " \"low_freq_factor\": 1, \"high_freq_factor\": 4,"
+         " \"original_max_position_embeddings\": 0}}", FERRY_ERR_FORMAT,
+         "key 'original_max_position_embeddings' must be an integer in [1, 4294967296] (got 0)"},
+        {"100000 layer_types for 2 layers",
+         NULL, FERRY_ERR_FORMAT, "key 'layer_types' must be a list of num_hidden_layers (2)"},
+        {"nested 100000 deep", NULL, FERRY_ERR_FORMAT, "invalid JSON"},
+        /* Strings that later messages echo: control bytes are refused or quoted. */
+        {"newline in the class name",
+         "{\"architectures\": [\"Llama\\nForCausalLM\"], \"vocab_size\": 1}", FERRY_ERR_FORMAT,
+         "key 'architectures' holds control characters ('Llama\\x0aForCausalLM')"},
+        {"escape sequence in hidden_act", "{" BASE ", \"hidden_act\": \"\\u001b[2Jsilu\"}",
+         FERRY_ERR_FORMAT, "key 'hidden_act' holds control characters ('\\x1b[2Jsilu')"},
+        {"newline in model_type",
+         "{\"architectures\": [\"X\"], \"model_type\": \"a\\rb\", \"vocab_size\": 1}",
+         FERRY_ERR_FORMAT, "key 'model_type' holds control characters ('a\\x0db')"},
+        {"newline in dtype", "{" BASE ", \"torch_dtype\": \"bf\\n16\"}", FERRY_ERR_UNSUPPORTED,
+         "key 'torch_dtype' is 'bf\\x0a16'"},
+        {"newline in rope type", "{" BASE ", \"rope_parameters\": {\"rope_type\": \"yarn\\n\"}}",
+         FERRY_ERR_UNSUPPORTED, "rope type 'yarn\\x0a' is not supported"},
+        {"newline in a layer type",
+         "{" BASE ", \"layer_types\": [\"full_attention\", \"full\\nattention\"]}",
+         FERRY_ERR_UNSUPPORTED, "entry 1 is 'full\\x0aattention'"},
+    };
+#undef SIZES
+    char *layer_types = malloc(100000 * 18 + 256);
+    char *deep = malloc(200000 + 1024);
+    assert_non_null(layer_types);
+    assert_non_null(deep);
+    size_t o = (size_t)sprintf(layer_types, "{" BASE ", \"layer_types\": [");
+    for (int i = 0; i < 100000; i++)
+        o += (size_t)sprintf(layer_types + o, "%s\"full_attention\"", i ? "," : "");
+    strcpy(layer_types + o, "]}");
+    o = (size_t)sprintf(deep, "{" BASE ", \"x\": ");
+    memset(deep + o, '[', 100000);
+    memset(deep + o + 100000, ']', 100000);
+    strcpy(deep + o + 200000, "}");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *json = cases[i].json;
+        if (!json)
+            json = strstr(cases[i].label, "deep") ? deep : layer_types;
+        expect_parse_error(cases[i].label, json, cases[i].status, cases[i].needle, NULL);
+    }
+
+    /* Nesting within the parser's limit, under a key ferry does not read, is fine. */
+    o = (size_t)sprintf(deep, "{" BASE ", \"x\": ");
+    memset(deep + o, '[', 500);
+    memset(deep + o + 500, ']', 500);
+    strcpy(deep + o + 1000, "}");
+    model_config cfg;
+    parse_ok(deep, &cfg);
+    cfg_free(&cfg);
+    free(layer_types);
+    free(deep);
+}
+
 static void test_load_directory(void **state)
 {
     (void)state;
@@ -388,6 +512,58 @@ static void test_load_directory(void **state)
     assert_null(cfg.generation);
 }
 
+/* config.json files that are not small regular files: refused before they are read. */
+static void test_load_hostile_files(void **state)
+{
+    (void)state;
+    model_config cfg;
+    fy_err err = {0};
+    char path[256];
+
+    /* 65 MB (sparse): over the 64 MB cap, refused from its size without reading it. */
+    snprintf(path, sizeof path, "%s/config.json", tmp_dir);
+    write_text("config.json", "{}");
+    assert_int_equal(truncate(path, (off_t)65 << 20), 0);
+    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_FORMAT);
+    if (!strstr(err.msg, path) ||
+        !strstr(err.msg, "68157440 bytes, more than the 67108864 allowed"))
+        fail_msg("unexpected message: %s", err.msg);
+    assert_int_equal(unlink(path), 0);
+
+    /* A FIFO: refused at once, not waited on. */
+    assert_int_equal(mkfifo(path, 0600), 0);
+    fy_err_clear(&err);
+    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_IO);
+    if (!strstr(err.msg, path) || !strstr(err.msg, "not a regular file"))
+        fail_msg("unexpected message: %s", err.msg);
+    assert_int_equal(unlink(path), 0);
+
+    /* A directory. */
+    assert_int_equal(mkdir(path, 0700), 0);
+    fy_err_clear(&err);
+    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_IO);
+    if (!strstr(err.msg, path) || !strstr(err.msg, "not a regular file"))
+        fail_msg("unexpected message: %s", err.msg);
+    assert_int_equal(rmdir(path), 0);
+
+    /* An empty file. */
+    write_text("config.json", "");
+    fy_err_clear(&err);
+    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_FORMAT);
+    if (!strstr(err.msg, path) || !strstr(err.msg, "empty"))
+        fail_msg("unexpected message: %s", err.msg);
+
+    /* A good config.json with a generation_config.json that is a FIFO. */
+    write_text("config.json", "{" BASE "}");
+    snprintf(path, sizeof path, "%s/generation_config.json", tmp_dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    fy_err_clear(&err);
+    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_IO);
+    if (!strstr(err.msg, "generation_config.json") || !strstr(err.msg, "not a regular file"))
+        fail_msg("unexpected message: %s", err.msg);
+    assert_null(cfg.raw);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -396,7 +572,9 @@ int main(void)
         cmocka_unit_test(test_rope_variants),
         cmocka_unit_test(test_sliding_window_switch),
         cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_absurd_values),
         cmocka_unit_test_setup_teardown(test_load_directory, make_tmp, remove_tmp),
+        cmocka_unit_test_setup_teardown(test_load_hostile_files, make_tmp, remove_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

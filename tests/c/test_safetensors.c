@@ -374,8 +374,10 @@ static void test_header_content_errors(void **state)
         {"escaped NUL in name",
          "{\"a\\u0000b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4,
          FERRY_ERR_FORMAT, "escaped NUL"},
-        {"control byte in name is quoted", "{\"x\ny\": {\"dtype\": \"F32\"}}", 4,
-         FERRY_ERR_FORMAT, "tensor 'x\\x0ay': key 'shape' is missing"},
+        {"control byte in name is refused, quoted", "{\"x\\ny\": {\"dtype\": \"F32\"}}", 4,
+         FERRY_ERR_FORMAT, "tensor name 'x\\x0ay' holds control characters"},
+        {"DEL in name", "{\"x\\u007f\": {\"dtype\": \"F32\"}}", 4, FERRY_ERR_FORMAT,
+         "tensor name 'x\\x7f' holds control characters"},
         {"metadata not UTF-8", "{\"__metadata__\": {\"k\": \"\xfe\"}}", 0, FERRY_ERR_FORMAT,
          "header is not valid UTF-8 at byte"},
         {"metadata not an object", "{\"__metadata__\": [1]}", 0, FERRY_ERR_FORMAT,
@@ -393,6 +395,179 @@ static void test_header_content_errors(void **state)
              "\"data_offsets\": [0, 4]}}", NULL, 4);
     expect_st_error("utf-8 name", "utf8.safetensors", FERRY_ERR_FORMAT,
                     "tensor 'caf\xc3\xa9.\xf0\x9f\x98\x80': data_offsets span 4 bytes");
+}
+
+/* Hostile headers beyond the field-by-field cases above: sizes that are claimed but not there,
+ * nesting and bulk, numbers at the edges of 64 bits, bytes JSON forbids. Each is refused with
+ * one line naming the file, without allocating what the header claims. */
+static void test_hostile_headers(void **state)
+{
+    (void)state;
+    char path[256];
+
+    /* Header lengths at the top of the 64-bit range: never wrapped into a small one. */
+    static const uint64_t huge[] = {UINT64_MAX, UINT64_MAX - 8, UINT64_C(1) << 63,
+                                    (UINT64_C(1) << 63) - 1, UINT64_C(1) << 32};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        write_raw("len.safetensors", huge[i], "{}", NULL, 64);
+        expect_st_error("huge header length", "len.safetensors", FERRY_ERR_FORMAT,
+                        "runs past the end of the file (74 bytes)");
+    }
+    /* A length one past the real header: the parser must not read the byte after it. */
+    write_raw("plus1.safetensors", 3, "{}", NULL, 0);
+    expect_st_error("length one past the file", "plus1.safetensors", FERRY_ERR_FORMAT,
+                    "header length 3 runs past the end of the file (10 bytes)");
+
+    /* Nesting deeper than the JSON parser's limit (1000) is refused, not recursed into. */
+    size_t depth = 100000;
+    char *deep = malloc(2 * depth + 64);
+    assert_non_null(deep);
+    size_t o = (size_t)sprintf(deep, "{\"__metadata__\": ");
+    memset(deep + o, '[', depth);
+    memset(deep + o + depth, ']', depth);
+    strcpy(deep + o + 2 * depth, "}");
+    write_st("deep.safetensors", deep, NULL, 0);
+    expect_st_error("nesting 100000 deep", "deep.safetensors", FERRY_ERR_FORMAT, "invalid JSON");
+    /* ...and nesting inside the limit is only as costly as its size. */
+    depth = 900;
+    o = (size_t)sprintf(deep, "{\"w\": {\"dtype\": \"F32\", \"shape\": ");
+    memset(deep + o, '[', depth);
+    memset(deep + o + depth, ']', depth);
+    strcpy(deep + o + 2 * depth, ", \"data_offsets\": [0, 0]}}");
+    write_st("deep2.safetensors", deep, NULL, 0);
+    expect_st_error("shape nested 900 deep", "deep2.safetensors", FERRY_ERR_FORMAT,
+                    "tensor 'w': shape entry 0 is not a non-negative integer");
+    free(deep);
+
+    /* A large real header (50,000 tensors, ~3.5 MB): accepted, memory proportional to it. */
+    enum { N = 50000 };
+    char *big = malloc((size_t)N * 100 + 16);
+    assert_non_null(big);
+    o = (size_t)sprintf(big, "{");
+    for (int i = 0; i < N; i++)
+        o += (size_t)sprintf(big + o, "%s\"model.layers.%d.w\": {\"dtype\": \"U8\", "
+                             "\"shape\": [1], \"data_offsets\": [%d, %d]}", i ? "," : "", i, i,
+                             i + 1);
+    strcpy(big + o, "}");
+    write_st("big.safetensors", big, NULL, N);
+    st_file *f = NULL;
+    fy_err err = {0};
+    assert_int_equal(st_open(in_tmp(path, sizeof path, "big.safetensors"), &f, &err), FERRY_OK);
+    assert_int_equal(f->n_tensors, N);
+    assert_non_null(st_find(f, "model.layers.49999.w"));
+    st_close(f);
+    /* The same header with the last range pushed past the data: refused, naming the tensor. */
+    big[o - 3] = '2';   /* [49999, 50000] -> [49999, 50002] */
+    write_st("big.safetensors", big, NULL, N);
+    expect_st_error("50000 tensors, last out of range", "big.safetensors", FERRY_ERR_FORMAT,
+                    "tensor 'model.layers.49999.w': data_offsets [49999, 50002] are outside");
+    free(big);
+
+    static const struct {
+        const char *label, *header;
+        size_t data_len;
+        ferry_status status;
+        const char *needle;
+    } cases[] = {
+        /* Shapes whose product needs more than 64 bits, whatever comes after: the reference
+         * implementation (checked_mul) refuses these too, even with a 0 extent at the end. */
+        {"product overflow before a zero",
+         "{\"w\": {\"dtype\": \"U8\", \"shape\": [4503599627370495, 4503599627370495, 0], "
+         "\"data_offsets\": [0, 0]}}", 0, FERRY_ERR_FORMAT, "the product of its shape overflows"},
+        {"product of eight large extents",
+         "{\"w\": {\"dtype\": \"BF16\", \"shape\": [256, 256, 256, 256, 256, 256, 256, 256], "
+         "\"data_offsets\": [0, 2]}}", 2, FERRY_ERR_FORMAT, "the product of its shape overflows"},
+        {"byte count just over 2^64",
+         "{\"w\": {\"dtype\": \"F64\", \"shape\": [2147483648, 1073741824], "
+         "\"data_offsets\": [0, 8]}}", 8, FERRY_ERR_FORMAT,
+         "2305843009213693952 elements of F64 overflow a 64-bit byte count"},
+        {"extent at 2^53, past exact JSON integers",
+         "{\"w\": {\"dtype\": \"U8\", \"shape\": [9007199254740992], "
+         "\"data_offsets\": [0, 1]}}", 1, FERRY_ERR_FORMAT,
+         "shape entry 0 is not a non-negative integer"},
+        {"extent 1e300", "{\"w\": {\"dtype\": \"U8\", \"shape\": [1e300], "
+         "\"data_offsets\": [0, 1]}}", 1, FERRY_ERR_FORMAT, "shape entry 0 is not"},
+        {"claimed 1 TB tensor in a small file",
+         "{\"w\": {\"dtype\": \"F32\", \"shape\": [262144, 1048576], "
+         "\"data_offsets\": [0, 1099511627776]}}", 16, FERRY_ERR_FORMAT,
+         "data_offsets [0, 1099511627776] are outside the data area (16 bytes)"},
+        {"offsets as floats past 2^53",
+         "{\"w\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1e19]}}", 1,
+         FERRY_ERR_FORMAT, "'data_offsets' must be two non-negative integers"},
+        {"three offsets",
+         "{\"w\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1, 2]}}", 2,
+         FERRY_ERR_FORMAT, "'data_offsets' must be two non-negative integers"},
+        {"end one past the data",
+         "{\"w\": {\"dtype\": \"U8\", \"shape\": [5], \"data_offsets\": [0, 5]}}", 4,
+         FERRY_ERR_FORMAT, "data_offsets [0, 5] are outside the data area (4 bytes)"},
+        {"same range twice",
+         "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
+         " \"b\": {\"dtype\": \"I32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4,
+         FERRY_ERR_FORMAT, "tensors 'a' and 'b' overlap"},
+        {"dtype says 2 bytes, shape and range say 4",
+         "{\"w\": {\"dtype\": \"F16\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 8,
+         FERRY_ERR_FORMAT, "data_offsets span 8 bytes but 2 elements of F16 need 4"},
+        {"long dtype", "{\"w\": {\"dtype\": \"F32F32F32F32F32F32F32F32F32F32F32F32F32F32F32F32"
+         "F32F32F32F32F32F32F32F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4,
+         FERRY_ERR_FORMAT, "key 'dtype' is too long"},
+        {"control bytes in dtype are quoted",
+         "{\"w\": {\"dtype\": \"F3\\n2\\u001b[2J\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+         4, FERRY_ERR_UNSUPPORTED, "has dtype 'F3\\x0a2\\x1b[2J'"},
+        {"raw newline inside a name",
+         "{\"x\ny\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4,
+         FERRY_ERR_FORMAT, "raw control byte 0x0a in a string at byte 11"},
+        {"raw tab inside metadata", "{\"__metadata__\": {\"k\": \"a\tb\"}}", 0, FERRY_ERR_FORMAT,
+         "raw control byte 0x09 in a string"},
+        {"duplicate names differing after an escaped NUL",
+         "{\"w\\u0000a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]},"
+         " \"w\\u0000b\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [1, 2]}}", 2,
+         FERRY_ERR_FORMAT, "escaped NUL"},
+        {"duplicate names, one escaped",
+         "{\"wa\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]},"
+         " \"w\\u0061\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [1, 2]}}", 2,
+         FERRY_ERR_FORMAT, "tensor 'wa' appears twice"},
+        {"lone surrogate escape in a name",
+         "{\"w\\ud800\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1,
+         FERRY_ERR_FORMAT, "invalid JSON"},
+        {"only spaces", "        ", 0, FERRY_ERR_FORMAT, "invalid JSON"},
+        {"a string, not an object", "\"{}\"", 0, FERRY_ERR_FORMAT, "header is not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_st("case.safetensors", cases[i].header, NULL, cases[i].data_len);
+        expect_st_error(cases[i].label, "case.safetensors", cases[i].status, cases[i].needle);
+    }
+
+    /* A raw NUL inside a name would silently cut it short in C. */
+    static const char nul_name[] = "{\"a\0b\": {\"dtype\": \"U8\", \"shape\": [1], "
+                                   "\"data_offsets\": [0, 1]}}";
+    FILE *fp = fopen(in_tmp(path, sizeof path, "nul.safetensors"), "wb");
+    assert_non_null(fp);
+    uint64_t n = sizeof nul_name - 1;
+    uint8_t len_bytes[8];
+    for (int i = 0; i < 8; i++)
+        len_bytes[i] = (uint8_t)(n >> (8 * i));
+    write_bytes(fp, len_bytes, 8);
+    write_bytes(fp, nul_name, sizeof nul_name - 1);
+    write_bytes(fp, "x", 1);
+    assert_int_equal(fclose(fp), 0);
+    expect_st_error("raw NUL in a name", "nul.safetensors", FERRY_ERR_FORMAT,
+                    "raw control byte 0x00 in a string at byte 11");
+
+    /* A 5000-byte name: the message stays bounded and ends in "...". */
+    char *long_header = malloc(6000);
+    assert_non_null(long_header);
+    o = (size_t)sprintf(long_header, "{\"");
+    memset(long_header + o, 'n', 5000);
+    strcpy(long_header + o + 5000,
+           "\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}");
+    write_st("longname.safetensors", long_header, NULL, 4);
+    fy_err lerr = {0};
+    f = NULL;
+    assert_int_equal(st_open(in_tmp(path, sizeof path, "longname.safetensors"), &f, &lerr),
+                     FERRY_ERR_FORMAT);
+    assert_msg_has(lerr, "nnn...");
+    assert_true(strlen(lerr.msg) < sizeof lerr.msg - 1);
+    free(long_header);
 }
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
@@ -564,6 +739,81 @@ static void test_checkpoint_errors(void **state)
                       "model.layers.1.q.weight");
 }
 
+/* Index files that point elsewhere or at things that are not shards. */
+static void test_hostile_index(void **state)
+{
+    (void)state;
+    char path[256];
+    write_shard("model-00001-of-00002.safetensors", SHARD1, 2);
+    assert_int_equal(mkdir(in_tmp(path, sizeof path, "subdir"), 0700), 0);
+    assert_int_equal(mkfifo(in_tmp(path, sizeof path, "pipe.safetensors"), 0600), 0);
+    assert_int_equal(symlink("pipe.safetensors", in_tmp(path, sizeof path, "tofifo")), 0);
+    assert_int_equal(symlink("/dev/zero", in_tmp(path, sizeof path, "zero.safetensors")), 0);
+    static const struct { const char *label, *index; ferry_status status; const char *n1, *n2; }
+    cases[] = {
+        {"empty name", "{\"weight_map\": {\"lm_head.weight\": \"\"}}", FERRY_ERR_FORMAT,
+         "'', which is not a plain file name", NULL},
+        {"dot", "{\"weight_map\": {\"lm_head.weight\": \".\"}}", FERRY_ERR_FORMAT,
+         "'.', which is not a plain file name", NULL},
+        {"DEL in the name", "{\"weight_map\": {\"lm_head.weight\": \"a\\u007f\"}}",
+         FERRY_ERR_FORMAT, "'a\\x7f', which is not a plain file name", NULL},
+        {"escape sequence in the tensor name",
+         "{\"weight_map\": {\"\\u001b[2J\": \"/etc/passwd\"}}", FERRY_ERR_FORMAT,
+         "tensor '\\x1b[2J' is mapped to '/etc/passwd'", NULL},
+        {"the index as its own shard",
+         "{\"weight_map\": {\"lm_head.weight\": \"model.safetensors.index.json\"}}",
+         FERRY_ERR_FORMAT, "model.safetensors.index.json: header length", "runs past the end"},
+        {"a directory", "{\"weight_map\": {\"lm_head.weight\": \"subdir\"}}", FERRY_ERR_IO,
+         "subdir: not a readable regular file", NULL},
+        {"a FIFO through a link", "{\"weight_map\": {\"lm_head.weight\": \"tofifo\"}}",
+         FERRY_ERR_IO, "tofifo: not a readable regular file", NULL},
+        {"a device through a link",
+         "{\"weight_map\": {\"lm_head.weight\": \"zero.safetensors\"}}", FERRY_ERR_IO,
+         "zero.safetensors: not a readable regular file", NULL},
+        {"weight_map an array", "{\"weight_map\": [\"a\"]}", FERRY_ERR_FORMAT,
+         "'weight_map' must be a non-empty object", NULL},
+        {"index an array", "[]", FERRY_ERR_FORMAT, "key 'weight_map' is missing", NULL},
+        {"nested deeper than the parser allows", NULL, FERRY_ERR_FORMAT, "invalid JSON", NULL},
+    };
+    char *deep = malloc(200100);
+    assert_non_null(deep);
+    size_t o = (size_t)sprintf(deep, "{\"metadata\": ");
+    memset(deep + o, '[', 100000);
+    memset(deep + o + 100000, ']', 100000);
+    strcpy(deep + o + 200000, "}");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_text("model.safetensors.index.json", cases[i].index ? cases[i].index : deep);
+        expect_ckpt_error(cases[i].label, cases[i].status, cases[i].n1, cases[i].n2);
+    }
+    free(deep);
+
+    /* 100,000 entries naming one shard that holds two of them: refused at the first stranger,
+     * with the shard opened once. */
+    char *big = malloc(100000 * 80 + 64);
+    assert_non_null(big);
+    o = (size_t)sprintf(big, "{\"weight_map\": {");
+    for (int i = 0; i < 100000; i++)
+        o += (size_t)sprintf(big + o, "%s\"model.layers.%d.w\": "
+                             "\"model-00001-of-00002.safetensors\"", i ? ", " : "", i);
+    strcpy(big + o, "}}");
+    write_text("model.safetensors.index.json", big);
+    expect_ckpt_error("100000 strangers", FERRY_ERR_FORMAT, "tensor 'model.layers.0.w' is mapped",
+                      "but that file does not hold it");
+    free(big);
+
+    /* Over the 64 MB cap (sparse): refused from its size. */
+    write_text("model.safetensors.index.json", "{}");
+    assert_int_equal(truncate(in_tmp(path, sizeof path, "model.safetensors.index.json"),
+                              (off_t)65 << 20), 0);
+    expect_ckpt_error("65 MB index", FERRY_ERR_FORMAT, "model.safetensors.index.json",
+                      "more than the 67108864 allowed");
+    /* The index as a FIFO: refused at once. */
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    expect_ckpt_error("FIFO index", FERRY_ERR_IO, "model.safetensors.index.json",
+                      "not a regular file");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -572,9 +822,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_release_keeps_data_readable, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_header_length_errors, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_header_content_errors, make_tmp, remove_tmp),
+        cmocka_unit_test_setup_teardown(test_hostile_headers, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_checkpoint_single, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_checkpoint_sharded, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_checkpoint_errors, make_tmp, remove_tmp),
+        cmocka_unit_test_setup_teardown(test_hostile_index, make_tmp, remove_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,235 @@
+/* test_recipe.c — export recipes (`ferry export --config`, AutoExportConfig keys) and --dim
+ * specs from hostile hands: wrong types, numbers at the edges, too many dims, names with control
+ * bytes. Each is refused with one line that names the key; nothing a recipe claims is
+ * allocated. An accepted recipe survives the round trip through export.json's copy of it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "export/internal.h"
+
+static void expect_recipe_error(const char *label, const char *json, ferry_status status,
+                                const char *needle)
+{
+    ferry_export_config cfg;
+    char eb[256] = "";
+    ferry_export_config_init(&cfg);
+    ferry_status got = ferry_export_config_from_json(&cfg, json, eb, sizeof eb);
+    if (got != status)
+        fail_msg("%s: status %d, expected %d (message: %s)", label, got, status, eb);
+    if (!strstr(eb, needle))
+        fail_msg("%s: message \"%s\" does not mention \"%s\"", label, eb, needle);
+    for (const char *p = eb; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7F)
+            fail_msg("%s: control byte in message: %s", label, eb);
+}
+
+static void expect_dim_error(const char *spec, const char *needle)
+{
+    ferry_export_config cfg;
+    char eb[256] = "";
+    ferry_export_config_init(&cfg);
+    if (ferry_export_config_add_dim(&cfg, spec, eb, sizeof eb) != FERRY_ERR_INVALID_ARG)
+        fail_msg("--dim %s was accepted", spec);
+    if (!strstr(eb, needle))
+        fail_msg("--dim %s: message \"%s\" does not mention \"%s\"", spec, eb, needle);
+    assert_int_equal(cfg.n_dims, 0);
+}
+
+static void test_hostile_recipes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *label, *json;
+        ferry_status status;
+        const char *needle;
+    } cases[] = {
+        {"not JSON", "{\"dynamic\": tru", FERRY_ERR_INVALID_ARG, "not a JSON object"},
+        {"an array", "[]", FERRY_ERR_INVALID_ARG, "not a JSON object"},
+        {"empty", "", FERRY_ERR_INVALID_ARG, "not a JSON object"},
+        {"unknown key", "{\"dynamc\": true}", FERRY_ERR_INVALID_ARG, "unknown key 'dynamc'"},
+        {"unknown key with an escape sequence", "{\"\\u001b[2Jx\": 1}", FERRY_ERR_INVALID_ARG,
+         "unknown key '\\x1b[2Jx'"},
+        {"unknown key with a newline", "{\"a\\nb\": 1}", FERRY_ERR_INVALID_ARG,
+         "unknown key 'a\\x0ab'"},
+        {"format", "{\"export_format\": \"pte\"}", FERRY_ERR_UNSUPPORTED, "export_format"},
+        {"dynamic as a string", "{\"dynamic\": \"yes\"}", FERRY_ERR_INVALID_ARG,
+         "'dynamic' must be true or false"},
+        {"dtype", "{\"dtype\": \"int4\"}", FERRY_ERR_INVALID_ARG, "'dtype' must be"},
+        {"opset 3", "{\"opset\": 3}", FERRY_ERR_INVALID_ARG, "'opset' must be an integer in"},
+        {"opset 2^63", "{\"opset\": 9223372036854775808}", FERRY_ERR_INVALID_ARG, "'opset'"},
+        {"opset -21", "{\"opset\": -21}", FERRY_ERR_INVALID_ARG, "'opset'"},
+        {"opset 21.5", "{\"opset\": 21.5}", FERRY_ERR_INVALID_ARG, "'opset'"},
+        {"example shape 0", "{\"example_shapes\": {\"input_ids\": [0, 8]}}",
+         FERRY_ERR_INVALID_ARG, "'example_shapes' must be"},
+        {"example shape negative", "{\"example_shapes\": {\"input_ids\": [1, -8]}}",
+         FERRY_ERR_INVALID_ARG, "'example_shapes' must be"},
+        {"example shape 1e300", "{\"example_shapes\": {\"input_ids\": [1, 1e300]}}",
+         FERRY_ERR_INVALID_ARG, "'example_shapes' must be"},
+        {"example shape rank 3", "{\"example_shapes\": {\"input_ids\": [1, 8, 1]}}",
+         FERRY_ERR_INVALID_ARG, "'example_shapes' must be"},
+        {"example shape of another input",
+         "{\"example_shapes\": {\"input_ids\": [1, 8], \"x\": [1]}}", FERRY_ERR_INVALID_ARG,
+         "'example_shapes' must be"},
+        {"dynamic_shapes an array", "{\"dynamic_shapes\": []}", FERRY_ERR_INVALID_ARG,
+         "'dynamic_shapes' must be an object"},
+        {"axis not a number", "{\"dynamic_shapes\": {\"input_ids\": {\"one\": \"s\"}}}",
+         FERRY_ERR_INVALID_ARG, "key 'one' is not an axis number"},
+        {"axis 2^64", "{\"dynamic_shapes\": {\"input_ids\": {\"18446744073709551616\": \"s\"}}}",
+         FERRY_ERR_INVALID_ARG, "axis"},
+        {"axis -1", "{\"dynamic_shapes\": {\"input_ids\": {\"-1\": \"s\"}}}",
+         FERRY_ERR_INVALID_ARG, "axis -1 out of range"},
+        {"axis 8", "{\"dynamic_shapes\": {\"input_ids\": {\"8\": \"s\"}}}",
+         FERRY_ERR_INVALID_ARG, "axis 8 out of range"},
+        {"input name with a newline", "{\"dynamic_shapes\": {\"in\\nput\": {\"0\": \"s\"}}}",
+         FERRY_ERR_INVALID_ARG, "bad input name 'in\\x0aput'"},
+        {"symbol with an escape sequence",
+         "{\"dynamic_shapes\": {\"input_ids\": {\"0\": \"\\u001b]0;x\\u0007\"}}}",
+         FERRY_ERR_INVALID_ARG, "bad symbol name '\\x1b]0;x\\x07'"},
+        {"symbol 64 bytes",
+         "{\"dynamic_shapes\": {\"input_ids\": {\"0\": "
+         "\"ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss\"}}}",
+         FERRY_ERR_INVALID_ARG, "bad symbol name"},
+        {"min above max",
+         "{\"dynamic_shapes\": {\"input_ids\": {\"1\": {\"name\": \"s\", \"min\": 9, "
+         "\"max\": 2}}}}",
+         FERRY_ERR_INVALID_ARG, "need 0 <= min <= max"},
+        {"min negative",
+         "{\"dynamic_shapes\": {\"input_ids\": {\"1\": {\"name\": \"s\", \"min\": -1}}}}",
+         FERRY_ERR_INVALID_ARG, "bad min"},
+        {"max 1e300",
+         "{\"dynamic_shapes\": {\"input_ids\": {\"1\": {\"name\": \"s\", \"max\": 1e300}}}}",
+         FERRY_ERR_INVALID_ARG, "bad max"},
+        {"name missing", "{\"dynamic_shapes\": {\"input_ids\": {\"1\": {\"min\": 1}}}}",
+         FERRY_ERR_INVALID_ARG, "needs a string 'name'"},
+        {"dim a number", "{\"dynamic_shapes\": {\"input_ids\": {\"1\": 5}}}",
+         FERRY_ERR_INVALID_ARG, "must be a name or an object"},
+        {"axis given twice",
+         "{\"dynamic_shapes\": {\"input_ids\": {\"1\": \"s\", \"1\": \"t\"}}}",
+         FERRY_ERR_INVALID_ARG, "dynamic dim input_ids:1 given twice"},
+        {"seventeen dims", NULL, FERRY_ERR_INVALID_ARG, "too many dynamic dims (at most 16)"},
+        {"cache length 0", "{\"generation_config\": {\"max_cache_len\": 0}}",
+         FERRY_ERR_INVALID_ARG, "max_cache_len must be a positive integer"},
+        {"cache length 2^31", "{\"generation_config\": {\"max_cache_len\": 2147483648}}",
+         FERRY_ERR_INVALID_ARG, "max_cache_len must be a positive integer"},
+        {"cache kind", "{\"generation_config\": {\"cache_implementation\": \"sliding\"}}",
+         FERRY_ERR_UNSUPPORTED, "cache_implementation must be"},
+        {"generation key", "{\"generation_config\": {\"\\u001b\": 1}}", FERRY_ERR_INVALID_ARG,
+         "unknown generation_config key '\\x1b'"},
+        {"quantizer", "{\"quantizer\": {\"bits\": 4}}", FERRY_ERR_UNSUPPORTED,
+         "'quantizer' is not supported yet"},
+        {"for_generation a number", "{\"for_generation\": 1}", FERRY_ERR_INVALID_ARG,
+         "'for_generation' must be true or false"},
+        {"nested 100000 deep", NULL, FERRY_ERR_INVALID_ARG, "not a JSON object"},
+    };
+    char seventeen[2048];
+    size_t o = (size_t)sprintf(seventeen, "{\"dynamic_shapes\": {");
+    for (int i = 0; i < 17; i++)
+        o += (size_t)sprintf(seventeen + o, "%s\"in%d\": {\"0\": \"s\"}", i ? ", " : "", i);
+    strcpy(seventeen + o, "}}");
+    char *deep = malloc(200100);
+    assert_non_null(deep);
+    o = (size_t)sprintf(deep, "{\"x\": ");
+    memset(deep + o, '[', 100000);
+    memset(deep + o + 100000, ']', 100000);
+    strcpy(deep + o + 200000, "}");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *json = cases[i].json;
+        if (!json)
+            json = strstr(cases[i].label, "deep") ? deep : seventeen;
+        expect_recipe_error(cases[i].label, json, cases[i].status, cases[i].needle);
+    }
+    free(deep);
+
+    /* A message buffer too small for the message: cut, never overrun. */
+    ferry_export_config cfg;
+    char tiny[12];
+    memset(tiny, 'Z', sizeof tiny);
+    ferry_export_config_init(&cfg);
+    assert_int_equal(ferry_export_config_from_json(&cfg, "{\"zzzzzzzzzzzzzzzzzzzz\": 1}", tiny,
+                                                   8), FERRY_ERR_INVALID_ARG);
+    assert_true(strlen(tiny) < 8);
+    assert_int_equal(tiny[8], 'Z');
+}
+
+static void test_hostile_dims(void **state)
+{
+    (void)state;
+    expect_dim_error("input_ids", "expected NAME:AXIS=SYMBOL");
+    expect_dim_error("input_ids:x=s", "expected NAME:AXIS=SYMBOL");
+    expect_dim_error("input_ids:1=", "expected NAME:AXIS=SYMBOL");
+    expect_dim_error("input_ids:99999999999999999999=s", "out of range");
+    expect_dim_error("input_ids:-1=s", "axis -1 out of range");
+    expect_dim_error("input_ids:1=s:5:2", "need 0 <= min <= max");
+    expect_dim_error("input_ids:1=s:-5:2", "need 0 <= min <= max");
+    expect_dim_error("input_ids:1=s:1", "expected ':MIN:MAX'");
+    expect_dim_error("input_ids:1=s:1:2:3", "expected ':MIN:MAX'");
+    expect_dim_error("in\x1b[2Jput:1=s", "bad input name 'in\\x1b[2Jput'");
+    expect_dim_error("input_ids:1=s\n", "bad symbol name 's\\x0a'");
+    /* 64 characters: one more than a name holds. */
+    expect_dim_error("iiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiii:1=s",
+                     "expected NAME:AXIS=SYMBOL");
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    ferry_export_config cfg, back;
+    char eb[256];
+    const char *recipe =
+        "{\"export_format\": \"onnx\", \"dynamic\": false, \"dtype\": \"bf16\", \"opset\": 18,"
+        " \"dynamic_shapes\": {\"input_ids\": {\"0\": \"batch\", \"1\": {\"name\": \"sequence\","
+        " \"min\": 2, \"max\": 4096}}, \"attention_mask\": {\"1\": {\"name\": \"sequence\","
+        " \"max\": null}}}, \"example_shapes\": {\"input_ids\": [2, 16]},"
+        " \"for_generation\": true, \"multi_token_decode\": true,"
+        " \"generation_config\": {\"cache_implementation\": \"static\", \"max_cache_len\": 128}}";
+    ferry_export_config_init(&cfg);
+    if (ferry_export_config_from_json(&cfg, recipe, eb, sizeof eb) != FERRY_OK)
+        fail_msg("refused: %s", eb);
+    cJSON *json = export_config_to_json(&cfg);
+    char *text = cJSON_PrintUnformatted(json);
+    ferry_export_config_init(&back);
+    if (ferry_export_config_from_json(&back, text, eb, sizeof eb) != FERRY_OK)
+        fail_msg("export.json's copy refused: %s\n%s", eb, text);
+    assert_int_equal(back.n_dims, 3);
+    assert_int_equal(back.dtype, FERRY_BF16);
+    assert_int_equal(back.opset, 18);
+    assert_int_equal(back.example_batch, 2);
+    assert_int_equal(back.example_sequence, 16);
+    assert_int_equal(back.generation.max_cache_len, 128);
+    assert_true(back.generation.static_cache && back.generation.multi_token_decode);
+    cJSON_free(text);
+    cJSON_Delete(json);
+
+    /* Found by fuzz_recipe: a static cache whose length is left to --max-cache-len was
+     * recorded as "max_cache_len": 0, which the reader refuses. */
+    ferry_export_config_init(&cfg);
+    assert_int_equal(ferry_export_config_from_json(&cfg, "{\"for_generation\": true, "
+                     "\"generation_config\": {\"cache_implementation\": \"static\"}}", eb,
+                     sizeof eb), FERRY_OK);
+    json = export_config_to_json(&cfg);
+    text = cJSON_PrintUnformatted(json);
+    ferry_export_config_init(&back);
+    if (ferry_export_config_from_json(&back, text, eb, sizeof eb) != FERRY_OK)
+        fail_msg("export.json's copy refused: %s\n%s", eb, text);
+    assert_true(back.generation.static_cache);
+    assert_int_equal(back.generation.max_cache_len, 0);
+    cJSON_free(text);
+    cJSON_Delete(json);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hostile_recipes),
+        cmocka_unit_test(test_hostile_dims),
+        cmocka_unit_test(test_round_trip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,81 @@
+/* fuzz_recipe.c — libFuzzer target for export recipes (ferry_export_config_from_json, the
+ * `--config recipe.json` reader) and the `--dim NAME:AXIS=SYMBOL[:MIN:MAX]` parser.
+ *
+ * An accepted recipe must survive a round trip through the JSON that export.json records
+ * (export_config_to_json): reading that JSON back gives the same configuration. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "export/internal.h"
+
+static void check_same(const ferry_export_config *a, const ferry_export_config *b)
+{
+    check(a->dynamic == b->dynamic, "round trip: dynamic");
+    check(a->n_dims == b->n_dims, "round trip: number of dims");
+    /* export.json groups dims by input, so the order may change; each must come back once. */
+    for (int i = 0; i < a->n_dims; i++) {
+        const ferry_dim_spec *d = &a->dims[i], *e = NULL;
+        for (int j = 0; j < b->n_dims && !e; j++)
+            if (strcmp(b->dims[j].input, d->input) == 0 && b->dims[j].axis == d->axis)
+                e = &b->dims[j];
+        check(e != NULL, "round trip: dim lost");
+        check(strcmp(d->symbol, e->symbol) == 0, "round trip: dim symbol");
+        check(d->min == e->min && d->max == e->max, "round trip: dim range");
+    }
+    check(a->dtype == b->dtype, "round trip: dtype");
+    check((a->opset ? a->opset : ferry_default_opset()) == b->opset, "round trip: opset");
+    check(a->example_batch == b->example_batch && a->example_sequence == b->example_sequence,
+          "round trip: example shapes");
+    check(a->for_generation == b->for_generation, "round trip: for_generation");
+    if (a->for_generation) {
+        check(a->generation.multi_token_decode == b->generation.multi_token_decode,
+              "round trip: multi_token_decode");
+        check(a->generation.static_cache == b->generation.static_cache,
+              "round trip: cache_implementation");
+        if (a->generation.static_cache)
+            check(a->generation.max_cache_len == b->generation.max_cache_len,
+                  "round trip: max_cache_len");
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    char eb[256];
+    ferry_export_config cfg, back;
+    check(text != NULL, "malloc");
+    memcpy(text, data, size);
+    text[size] = '\0';
+
+    /* The CLI's --dim syntax on the same bytes (it stops at the first NUL, as argv would). */
+    ferry_export_config_init(&cfg);
+    eb[0] = '\0';
+    if (ferry_export_config_add_dim(&cfg, text, eb, sizeof eb) != FERRY_OK)
+        check_message(eb);
+    else
+        check(cfg.n_dims == 1, "one --dim adds one dim");
+
+    ferry_export_config_init(&cfg);
+    eb[0] = '\0';
+    if (ferry_export_config_from_json(&cfg, text, eb, sizeof eb) != FERRY_OK) {
+        check_message(eb);
+        free(text);
+        return 0;
+    }
+    cJSON *json = export_config_to_json(&cfg);
+    char *printed = json ? cJSON_PrintUnformatted(json) : NULL;
+    check(printed != NULL, "export_config_to_json");
+    ferry_export_config_init(&back);
+    if (ferry_export_config_from_json(&back, printed, eb, sizeof eb) != FERRY_OK) {
+        fprintf(stderr, "fuzz_recipe: the recorded config is refused: %s\n%s\n", eb, printed);
+        abort();
+    }
+    check_same(&cfg, &back);
+    cJSON_free(printed);
+    cJSON_Delete(json);
+    free(text);
+    return 0;
+}
