@@ -1,5 +1,6 @@
 /* export_cmd.c — `ferry export MODEL OUT ...`: options -> ferry_export_config -> export -> save,
  * with a progress line on stderr when it is a terminal. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,9 +196,11 @@ int cmd_export(int argc, char **argv)
             break;
         }
         case OPT_CONFIG: {
+            errno = 0;
             char *text = read_text(optarg);
             if (!text) {
-                cli_error("%s: cannot read recipe", optarg);
+                cli_error("%s: cannot read recipe: %s", optarg,
+                          errno ? strerror(errno) : "larger than 16 MB");
                 return EXIT_FAIL;
             }
             ferry_status st = ferry_export_config_from_json(&cfg, text, eb, sizeof eb);

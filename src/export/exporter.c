@@ -89,7 +89,8 @@ static char *unused_tensors(const ckpt *ck)
     for (size_t i = 0; i < ck->n_tensors; i++) {
         if (ck->used[i])
             continue;
-        const char *name = ck->by_name[i]->name;
+        char name[ST_QUOTE_MAX];
+        st_quote_name(ck->by_name[i]->name, name, sizeof name);
         size_t need = strlen(name) + 64;
         if (len + need >= cap) {
             cap = (len + need) * 2;

@@ -212,11 +212,16 @@ static void emit_initializer(const g_value *x, const char *data_file, uint64_t o
     pb_free(&t);
 }
 
+static bool no_space(int e)
+{
+    return e == ENOSPC || e == EFBIG || e == EDQUOT;
+}
+
 static int create_exclusive(const char *path, fy_err *err)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
-        fy_fail(err, errno == ENOSPC ? FERRY_ERR_NOSPACE : FERRY_ERR_IO, "%s: cannot create: %s",
+        fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO, "%s: cannot create: %s",
                 path, strerror(errno));
     return fd;
 }
@@ -226,11 +231,11 @@ static ferry_status finish_file(int fd, const char *path, fy_err *err)
     if (fsync(fd) != 0 && errno != EINVAL) {
         int e = errno;
         close(fd);
-        return fy_fail(err, e == ENOSPC ? FERRY_ERR_NOSPACE : FERRY_ERR_IO, "%s: sync failed: %s",
+        return fy_fail(err, no_space(e) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO, "%s: sync failed: %s",
                        path, strerror(e));
     }
     if (close(fd) != 0)
-        return fy_fail(err, errno == ENOSPC ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+        return fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                        "%s: close failed: %s", path, strerror(errno));
     return FERRY_OK;
 }
@@ -319,7 +324,7 @@ ferry_status onnx_data_write(onnx_data *d, const char *dir, ws_progress *progres
     if (st == FERRY_OK)
         st = cst;
     if (st == FERRY_OK && ftruncate(fd, (off_t)d->size) != 0)
-        st = fy_fail(err, errno == ENOSPC || errno == EFBIG ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                      "%s: cannot set size: %s", path, strerror(errno));
     if (st != FERRY_OK) {
         close(fd);
