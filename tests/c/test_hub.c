@@ -5,7 +5,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +15,8 @@
 #define HASH_MAIN "0123456789abcdef0123456789abcdef01234567"
 #define HASH_V1 "fedcba9876543210fedcba9876543210fedcba98"
 
-static char tmp_dir[64];
+#include "scratch.h"
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st; (void)flag; (void)ftw;
-    return remove(path);
-}
 
 static void make_dirs(const char *rel)
 {
@@ -52,8 +46,7 @@ static void write_text(const char *rel, const char *text)
 static int make_cache(void **state)
 {
     (void)state;
-    strcpy(tmp_dir, "/tmp/ferry-test-hub-XXXXXX");
-    if (!mkdtemp(tmp_dir))
+    if (scratch_make("hub") != 0)
         return -1;
     make_dirs("hf/hub/models--org--name/refs");
     make_dirs("hf/hub/models--org--name/snapshots/" HASH_MAIN);
@@ -82,7 +75,7 @@ static int remove_cache(void **state)
     (void)state;
     unsetenv("HF_HOME");
     unsetenv("HF_HUB_CACHE");
-    return nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return scratch_remove();
 }
 
 static void expect_path(const char *id, const char *revision, const char *rel)

@@ -5,7 +5,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,25 +12,19 @@
 
 #include "util/json.h"
 
-static char tmp_dir[64];
+#include "scratch.h"
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st; (void)flag; (void)ftw;
-    return remove(path);
-}
 
 static int make_tmp(void **state)
 {
     (void)state;
-    strcpy(tmp_dir, "/tmp/ferry-test-json-XXXXXX");
-    return mkdtemp(tmp_dir) ? 0 : -1;
+    return scratch_make("json");
 }
 
 static int remove_tmp(void **state)
 {
     (void)state;
-    return nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return scratch_remove();
 }
 
 static void write_file(const char *path, const char *text)

@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,14 +16,9 @@
 
 #include "ferry.h"
 
-static char tmp_dir[64];
+#include "scratch.h"
 static char exp_dir[128];
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st; (void)flag; (void)ftw;
-    return remove(path);
-}
 
 static void write_file(const char *rel, const char *text)
 {
@@ -50,8 +44,7 @@ static int make_export(void **state)
 {
     (void)state;
     char path[512];
-    strcpy(tmp_dir, "/tmp/ferry-test-load-XXXXXX");
-    if (!mkdtemp(tmp_dir))
+    if (scratch_make("load") != 0)
         return -1;
     snprintf(path, sizeof path, "%s/secret.data", tmp_dir);
     FILE *f = fopen(path, "wb");
@@ -80,7 +73,7 @@ static int make_export(void **state)
 static int remove_export(void **state)
 {
     (void)state;
-    return nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return scratch_remove();
 }
 
 #define HEAD "{\"schema_version\": 1, \"format\": \"onnx\", "

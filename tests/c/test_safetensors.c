@@ -7,7 +7,6 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,25 +17,19 @@
 #include "model/safetensors.h"
 #include "util/dtype.h"
 
-static char tmp_dir[64];
+#include "scratch.h"
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st; (void)flag; (void)ftw;
-    return remove(path);
-}
 
 static int make_tmp(void **state)
 {
     (void)state;
-    strcpy(tmp_dir, "/tmp/ferry-test-st-XXXXXX");
-    return mkdtemp(tmp_dir) ? 0 : -1;
+    return scratch_make("st");
 }
 
 static int remove_tmp(void **state)
 {
     (void)state;
-    return nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return scratch_remove();
 }
 
 static const char *in_tmp(char *buf, size_t size, const char *name)
