@@ -28,7 +28,10 @@
    ferry's exports (and the cp baseline) run --repeats (5) times (median); the peers run once.
 3. Runs every ONNX produced under onnxruntime CPU with the same settings (bench/ort_latency.py):
    128-token prefill latency and the mean of 64 decode steps where the export decodes, and checks
-   that all of them compute the same logits.
+   that all of them compute the same logits. A latency measured while other processes used over
+   a quarter of a core is measured once more at the end (after waiting for the machine to go
+   idle, 3 minutes at most in all); the less disturbed measurement is kept. Every row reports how
+   much CPU other processes used during it.
 4. Exports the small and 1.7b checkpoints with ferry (and copies the weights with cp) to show how
    its time and peak RSS grow.
 5. Writes docs/benchmarks.md (tables, machine, versions, the exact commands) and
@@ -72,6 +75,8 @@ TINY = {
 }
 MAIN = "0.6b"
 MAX_CACHE_LEN = 256
+# Other processes using more cores than this during a latency run get it measured again.
+CONTENDED = 0.25
 PEER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
             "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
 
@@ -415,15 +420,27 @@ def run_export(exp, out, log_dir, timeout):
     return median_run(runs)
 
 
-def run_latency(exp, out, ckpt, log_dir, args):
-    res_json = log_dir / f"latency-{exp.name}.json"
-    logits = log_dir / f"logits-{exp.name}.npz"
+def wait_idle(limit):
+    """Wait (at most `limit` s) until other processes use under CONTENDED cores over 2 s."""
+    start = time.perf_counter()
+    while True:
+        busy0, self0, t0 = _busy_seconds(), _self_seconds(), time.perf_counter()
+        time.sleep(2)
+        load = (_busy_seconds() - busy0 - (_self_seconds() - self0)) / (time.perf_counter() - t0)
+        if load < CONTENDED or time.perf_counter() - start >= limit:
+            return time.perf_counter() - start
+        time.sleep(3)
+
+
+def run_latency(exp, out, ckpt, log_dir, args, tag=""):
+    res_json = log_dir / f"latency-{exp.name}{tag}.json"
+    logits = log_dir / f"logits-{exp.name}{tag}.npz"
     res_json.unlink(missing_ok=True)
     cmd = [sys.executable, str(HERE / "ort_latency.py"), "--kind", exp.kind, "--dir", out,
            "--config", Path(ckpt) / "config.json", "--json", res_json, "--logits", logits,
            "--threads", str(args.threads), "--prompt", str(args.prompt), "--steps",
            str(args.steps), "--reps", str(args.prefill_reps)]
-    r = measure(cmd, log_dir / f"latency-{exp.name}.log", timeout=args.runtime_timeout)
+    r = measure(cmd, log_dir / f"latency-{exp.name}{tag}.log", timeout=args.runtime_timeout)
     if not r["error"]:
         r.update(json.loads(res_json.read_text()))
         r["logits_file"] = str(logits)
@@ -648,7 +665,11 @@ def write_report(path, data):
           f"{data['prefill_reps']} after a warm-up. *decode*: mean of {data['steps']} one-token steps after that prompt "
           "(4 warm-up steps first), caches passed between calls as OrtValues through IOBinding "
           "(no copies; ferry's static cache is bound in place). The decoded tokens are fixed, not "
-          "sampled, so every export does the same work. *load*: creating the session(s); "
+          "sampled, so every export does the same work. A measurement during which other "
+          f"processes used more than {CONTENDED} cores is repeated once at the end of the run, "
+          "after waiting (up to a minute, 3 in all) for the machine to go idle, and the less "
+          "disturbed one "
+          "is kept. *load*: creating the session(s); "
           "exports with separate prefill and decode files get two sessions, each holding its own "
           "copy of the weights (onnxruntime's default), which the runtime RSS shows. "
           "*Δ logits*: max |difference| from ferry --for-generation over the prompt's last logits "
@@ -821,7 +842,7 @@ def main():
     if args.optimum_setup_s:
         notes.append(f"Creating the optimum venv took {args.optimum_setup_s:.0f} s (not counted "
                      "in any export).")
-    results, cp = {}, {}
+    results, cp, retry = {}, {}, []
     for exp in exps:
         out = args.work / f"out-{exp.name}"
         if exp.setup_error or not exp.cmd:
@@ -846,6 +867,30 @@ def main():
             lat = run_latency(exp, out, ckpt, log_dir, args)
             results[exp.name]["latency"] = lat
             say(f"  -> {brief(lat)}")
+            if (lat.get("foreign_cpu") or 0) > CONTENDED:
+                retry.append((exp, out))
+                continue  # keep the export for a second measurement at the end
+        if not args.keep:
+            shutil.rmtree(out, ignore_errors=True)
+    # Latencies that other processes disturbed get one more try, once the machine looks idle
+    # (waiting at most 3 minutes in all); the less disturbed of the two measurements is kept.
+    wait_budget = 180.0
+    for exp, out in retry:
+        waited = wait_idle(min(60.0, wait_budget))
+        wait_budget = max(0.0, wait_budget - waited)
+        say(f"latency {exp.name} again (others used "
+            f"{results[exp.name]['latency']['foreign_cpu']:.2f} cores; waited {waited:.0f} s)")
+        lat = run_latency(exp, out, ckpt, log_dir, args, tag="-retry")
+        first = results[exp.name]["latency"]
+        say(f"  -> {brief(lat)}")
+        if not lat.get("error") and lat["foreign_cpu"] is not None and \
+                lat["foreign_cpu"] < first["foreign_cpu"]:
+            lat["first_try"] = {k: first.get(k) for k in ("prefill_ms", "decode_ms_mean",
+                                                          "foreign_cpu")}
+            results[exp.name]["latency"] = lat
+        else:
+            first["second_try"] = {k: lat.get(k) for k in ("prefill_ms", "decode_ms_mean",
+                                                           "foreign_cpu", "error")}
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)
     logits_agreement(results, "ferry-gen")
