@@ -21,4 +21,11 @@ static inline int scratch_remove(void)
     return fs_remove_tree(tmp_dir);
 }
 
+/* cmocka teardown removing the scratch directory. */
+static inline int remove_tmp(void **state)
+{
+    (void)state;
+    return scratch_remove();
+}
+
 #endif

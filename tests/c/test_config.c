@@ -24,11 +24,6 @@ static int make_tmp(void **state)
     return scratch_make("cfg");
 }
 
-static int remove_tmp(void **state)
-{
-    (void)state;
-    return scratch_remove();
-}
 
 static void write_text(const char *name, const char *text)
 {

@@ -21,11 +21,6 @@ static int make_tmp(void **state)
     return scratch_make("json");
 }
 
-static int remove_tmp(void **state)
-{
-    (void)state;
-    return scratch_remove();
-}
 
 static void write_file(const char *path, const char *text)
 {

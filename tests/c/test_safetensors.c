@@ -26,11 +26,6 @@ static int make_tmp(void **state)
     return scratch_make("st");
 }
 
-static int remove_tmp(void **state)
-{
-    (void)state;
-    return scratch_remove();
-}
 
 static const char *in_tmp(char *buf, size_t size, const char *name)
 {
