@@ -49,6 +49,7 @@ typedef enum ferry_dtype {
     FERRY_I8, FERRY_I16, FERRY_I32, FERRY_I64,
     FERRY_U8, FERRY_U16, FERRY_U32, FERRY_U64,
     FERRY_BOOL, FERRY_F8_E4M3, FERRY_F8_E5M2,
+    FERRY_U4, FERRY_I4,          /* 4-bit codes of quantized weights, two per byte */
     FERRY_DTYPE_COUNT
 } ferry_dtype;
 
@@ -170,6 +171,13 @@ ferry_status ferry_export(ferry_model *model, const ferry_export_config *cfg, fe
  */
 typedef struct ferry_components ferry_components;
 
+/* Decomposes `model` into the components `cfg` asks for — "model" for a plain export, the
+ * generation components (below) when cfg->for_generation — as checked graphs that can be
+ * described, dumped or exported one by one. The twin of decompose_for_generation for any
+ * export. Errors are on the model handle. */
+ferry_status ferry_decompose(ferry_model *model, const ferry_export_config *cfg,
+                             ferry_components **out);
+
 /* Decomposes `model` into the generation components described above, as graphs that can be
  * inspected (ferry_components_describe) or exported one by one (ferry_components_export).
  * Errors (on the model handle): multi_token_decode without dynamic shapes, static_cache
@@ -182,9 +190,24 @@ void ferry_components_free(ferry_components *components);
 int ferry_components_count(const ferry_components *components);
 const char *ferry_components_name(const ferry_components *components, int index);
 const char *ferry_components_role(const ferry_components *components, int index);
-/* A text description of one component: inputs and outputs with dtypes and symbolic shapes, and
- * node counts per op. Owned by the handle, valid until the next call on it. */
+/* A text description of one component: inputs and outputs as the export format names them, with
+ * dtypes and symbolic shapes, and the count of each semantic op. Owned by the handle, valid
+ * until the next call on it; NULL on failure (the message is on the model handle). */
 const char *ferry_components_describe(ferry_components *components, int index);
+/* Which form of a component's graph ferry_components_dump prints. */
+typedef enum ferry_graph_stage {
+    FERRY_STAGE_SEMANTIC = 0,   /* as the architecture built it: semantic ops (attention,
+                                   rms_norm, rope, linear, ...) over lazy checkpoint weights */
+    FERRY_STAGE_LOWERED = 1     /* lowered for the export format's target, as it is written */
+} ferry_graph_stage;
+
+/* The graph of one component as text: one line per input, weight (with its checkpoint
+ * source), constant, node (op, inputs, attributes, output dtypes and symbolic shapes), output
+ * and cache state. Deterministic, for reading and for golden tests. Owned by the handle, valid
+ * until the next call on it; NULL on failure (the message is on the model handle). */
+const char *ferry_components_dump(ferry_components *components, int index,
+                                  ferry_graph_stage stage);
+
 /* Lowers the named components (`names` NULL or `n_names` 0: all) into an export ready to save.
  * The result refers to the model, which must outlive it. Errors are on the model handle. */
 ferry_status ferry_components_export(ferry_components *components, const char *const *names,

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/onnx/onnx_writer.h"
 #include "export/internal.h"
 #include "util/json.h"
 
@@ -25,9 +24,6 @@ size_t ferry_export_config_size(void)
     return sizeof(ferry_export_config);
 }
 
-int ferry_default_opset(void) { return ONNX_DEFAULT_OPSET; }
-int ferry_min_opset(void) { return ONNX_MIN_OPSET; }
-int ferry_max_opset(void) { return ONNX_MAX_OPSET; }
 
 static ferry_status say(char *buf, size_t size, ferry_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -220,12 +216,13 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
     cJSON_ArrayForEach(item, root) {
         const char *k = item->string;
         if (!strcmp(k, "export_format")) {
-            if (!cJSON_IsString(item) || strcmp(item->valuestring, "onnx") != 0) {
+            const fb_backend *be = cJSON_IsString(item) ? fb_find_name(item->valuestring) : NULL;
+            if (!be) {
                 st = say(eb, es, FERRY_ERR_UNSUPPORTED,
-                         "recipe: export_format must be \"onnx\" (the only format so far)");
+                         "recipe: export_format must be one of: %s", fb_names());
                 goto done;
             }
-            cfg->format = FERRY_FORMAT_ONNX;
+            cfg->format = be->format;
         } else if (!strcmp(k, "dynamic")) {
             if (!cJSON_IsBool(item)) {
                 st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'dynamic' must be true or false");
@@ -243,9 +240,10 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
             }
         } else if (!strcmp(k, "opset")) {
             uint64_t v;
-            if (!json_number_to_u64(item, &v) || v < ONNX_MIN_OPSET || v > ONNX_MAX_OPSET) {
+            if (!json_number_to_u64(item, &v) || v < (uint64_t)ferry_min_opset() ||
+                v > (uint64_t)ferry_max_opset()) {
                 st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'opset' must be an integer in "
-                         "[%d, %d]", ONNX_MIN_OPSET, ONNX_MAX_OPSET);
+                         "[%d, %d]", ferry_min_opset(), ferry_max_opset());
                 goto done;
             }
             cfg->opset = (int)v;
@@ -296,7 +294,8 @@ done:
 cJSON *export_config_to_json(const ferry_export_config *cfg)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "export_format", "onnx");
+    const fb_backend *be = fb_find(cfg->format);
+    cJSON_AddStringToObject(o, "export_format", be ? be->name : "?");
     cJSON_AddBoolToObject(o, "dynamic", cfg->dynamic);
     cJSON *ds = cJSON_AddObjectToObject(o, "dynamic_shapes");
     for (int i = 0; i < cfg->n_dims; i++) {
@@ -315,7 +314,8 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
             cJSON_AddNullToObject(dim, "max");
     }
     cJSON_AddStringToObject(o, "dtype", ferry_dtype_name(cfg->dtype));
-    cJSON_AddNumberToObject(o, "opset", cfg->opset ? cfg->opset : ONNX_DEFAULT_OPSET);
+    if (cfg->format == FERRY_FORMAT_ONNX)
+        cJSON_AddNumberToObject(o, "opset", cfg->opset ? cfg->opset : ferry_default_opset());
     cJSON *ex = cJSON_AddObjectToObject(o, "example_shapes");
     cJSON *ids = cJSON_AddArrayToObject(ex, "input_ids");
     cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_batch));

@@ -1,14 +1,17 @@
-/* internal.h — the structs behind the public handles ferry_model and ferry_exported. Only
- * src/export/ includes this. */
+/* internal.h — the structs behind the public handles (ferry_model, ferry_components,
+ * ferry_exported). Only src/export/ (and white-box tests) include this. The pipeline here is
+ * format-agnostic: the backend (src/backends/) decides the target, files and writing. */
 #ifndef FERRY_EXPORT_INTERNAL_H
 #define FERRY_EXPORT_INTERNAL_H
 
 #include <cjson/cJSON.h>
 
-#include "arch/arch.h"
-#include "graph/graph.h"
+#include "backends/backend.h"
+#include "generate/generation.h"
+#include "ir/ir.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "models/model.h"
 
 struct ferry_model {
     fy_err err;
@@ -16,29 +19,47 @@ struct ferry_model {
     model_config cfg;
     bool cfg_loaded;
     ckpt *ck;
-    const arch_family *family;
+    const model_arch *arch;
+    void *hparams;           /* the family's, from arch->read */
 };
 
 #define EXP_MAX_COMPONENTS 8
+
+/* The decomposed, not yet lowered components of one export. */
+struct ferry_components {
+    ferry_model *model;
+    ferry_export_config cfg;     /* the backend's defaults filled in */
+    const fb_backend *backend;
+    bool generation;
+    ferry_generation_config gen;
+    int n;
+    struct {
+        const char *name, *role;
+        decoder_io io;
+        g_graph *graph;          /* semantic graph, checked */
+    } items[GEN_MAX_COMPONENTS];
+    char *text;                  /* the last describe/dump result */
+    char *warnings;
+};
 
 typedef struct exp_component {
     char *name;              /* "model", "prefill", "decode", ... */
     char *role;
     char *file;              /* "model.onnx" */
     char *data_file;         /* "model.onnx.data" */
-    g_graph *graph;          /* primitive graph, ready to print; NULL for a loaded export */
-    cache_kind cache;
 } exp_component;
 
 struct ferry_exported {
     fy_err err;
     ferry_model *model;      /* borrowed; NULL for a loaded export */
     ferry_export_config cfg;
+    const fb_backend *backend; /* NULL for a loaded export */
     char *dir;               /* where it was saved or loaded from */
     cJSON *manifest;
     char *manifest_text;
     int n_components;
     exp_component comps[EXP_MAX_COMPONENTS];
+    be_component lowered[EXP_MAX_COMPONENTS]; /* what the backend writes (built exports) */
     char *warnings;          /* newline-separated, may be NULL */
     bool generation;         /* made by ferry_export_for_generation */
     ferry_generation_config gen;
@@ -52,5 +73,11 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err);
 ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exported *e,
                                fy_err *err);
 cJSON *export_config_to_json(const ferry_export_config *cfg);
+
+/* Symbolic axes (axes.c): the dims of the model's logical axes ("batch", "sequence") from the
+ * export config's dynamic flag, explicit dynamic dims (checked against the model's declared
+ * inputs) and example shapes. Symbols are added to `syms`. */
+ferry_status exp_resolve_axes(const ferry_export_config *cfg, const model_arch *arch,
+                              g_symtab *syms, g_dim out[2], fy_err *err);
 
 #endif

@@ -67,45 +67,48 @@ static cJSON *symbols(const g_symtab *t)
     return o;
 }
 
-/* Cache geometry and the in/out names that belong together, so a runtime needs no config. */
-static cJSON *cache_info(const struct ferry_exported *e, const exp_component *c)
+/* Cache geometry and the in/out names that belong together, read off the component's state
+ * table, so a runtime needs no config. */
+static cJSON *cache_info(const struct ferry_exported *e, const g_graph *g)
 {
-    const model_config *mc = &e->model->cfg;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "implementation", c->cache == CACHE_STATIC ? "static" : "dynamic");
-    cJSON_AddNumberToObject(o, "layers", (double)mc->num_hidden_layers);
-    cJSON_AddNumberToObject(o, "kv_heads", (double)mc->num_key_value_heads);
-    cJSON_AddNumberToObject(o, "head_dim", (double)mc->head_dim);
-    cJSON_AddStringToObject(o, "dtype", torch_dtype_name(e->cfg.dtype));
-    if (c->cache == CACHE_STATIC)
+    bool in_place = false;
+    int layers = 0;
+    const g_value *key = NULL;
+    for (size_t i = 0; i < g->n_states; i++) {
+        const g_state *s = &g->states[i];
+        in_place |= s->in_place;
+        layers = s->layer + 1 > layers ? s->layer + 1 : layers;
+        if (!key && s->kind == GS_KEY)
+            key = &g->values[s->out];
+    }
+    int64_t kv_heads = 0, head_dim = 0;
+    if (key && key->shape.rank == 4) {
+        g_dim_is_const(key->shape.d[1], &kv_heads);
+        g_dim_is_const(key->shape.d[3], &head_dim);
+    }
+    cJSON_AddStringToObject(o, "implementation", in_place ? "static" : "dynamic");
+    cJSON_AddNumberToObject(o, "layers", layers);
+    cJSON_AddNumberToObject(o, "kv_heads", (double)kv_heads);
+    cJSON_AddNumberToObject(o, "head_dim", (double)head_dim);
+    cJSON_AddStringToObject(o, "dtype", torch_dtype_name(key ? key->dtype : e->cfg.dtype));
+    if (in_place)
         cJSON_AddNumberToObject(o, "max_cache_len", (double)e->gen.max_cache_len);
     else
         cJSON_AddNullToObject(o, "max_cache_len");
     cJSON_AddStringToObject(o, "layout", "[batch, kv_heads, length, head_dim]");
     cJSON *pairs = cJSON_AddArrayToObject(o, "pairs");
-    const char *parts[3] = {"key", "value", "cumulative_length"};
-    bool has_past = false;
-    for (size_t i = 0; i < c->graph->n_inputs; i++)
-        has_past |= strncmp(c->graph->values[c->graph->inputs[i]].name, "past_key_values.", 16) == 0;
-    for (int64_t l = 0; l < mc->num_hidden_layers; l++)
-        for (int k = 0; k < (c->cache == CACHE_STATIC ? 3 : 2); k++) {
-            char in[128], out[128];
-            if (c->cache == CACHE_STATIC) {
-                snprintf(in, sizeof in, "input.past_key_values.%lld.%s", (long long)l, parts[k]);
-                snprintf(out, sizeof out, "output.past_key_values.%lld.%s", (long long)l, parts[k]);
-            } else {
-                snprintf(in, sizeof in, "past_key_values.%lld.%s", (long long)l, parts[k]);
-                snprintf(out, sizeof out, "present.%lld.%s", (long long)l, parts[k]);
-            }
-            cJSON *p = cJSON_CreateObject();
-            if (c->cache == CACHE_STATIC || has_past)
-                cJSON_AddStringToObject(p, "input", in);
-            else
-                cJSON_AddNullToObject(p, "input");
-            cJSON_AddStringToObject(p, "output", out);
-            cJSON_AddBoolToObject(p, "in_place", c->cache == CACHE_STATIC);
-            cJSON_AddItemToArray(pairs, p);
-        }
+    for (size_t i = 0; i < g->n_states; i++) {
+        const g_state *s = &g->states[i];
+        cJSON *p = cJSON_CreateObject();
+        if (s->in != G_NONE)
+            cJSON_AddStringToObject(p, "input", g->values[s->in].name);
+        else
+            cJSON_AddNullToObject(p, "input");
+        cJSON_AddStringToObject(p, "output", g->values[s->out].name);
+        cJSON_AddBoolToObject(p, "in_place", s->in_place);
+        cJSON_AddItemToArray(pairs, p);
+    }
     return o;
 }
 
@@ -115,7 +118,7 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
     const char *arch = e->model ? e->model->cfg.architecture : "";
     cJSON *m = cJSON_CreateObject();
     cJSON_AddNumberToObject(m, "schema_version", SCHEMA_VERSION);
-    cJSON_AddStringToObject(m, "format", "onnx");
+    cJSON_AddStringToObject(m, "format", e->backend->name);
     cJSON *prod = cJSON_AddObjectToObject(m, "producer");
     cJSON_AddStringToObject(prod, "name", "ferry");
     cJSON_AddStringToObject(prod, "version", FERRY_VERSION);
@@ -123,6 +126,7 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
     cJSON *comps = cJSON_AddObjectToObject(m, "components");
     for (int i = 0; i < e->n_components; i++) {
         const exp_component *c = &e->comps[i];
+        const g_graph *g = e->lowered[i].graph;
         cJSON *o = cJSON_AddObjectToObject(comps, c->name);
         cJSON_AddStringToObject(o, "file", c->file);
         cJSON *df = cJSON_AddArrayToObject(o, "data_files");
@@ -131,15 +135,14 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
         cJSON_AddStringToObject(o, "role", c->role);
         cJSON *md = cJSON_AddObjectToObject(o, "metadata");
         cJSON_AddStringToObject(md, "architecture", arch);
-        cJSON_AddItemToObject(md, "inputs", io_list(c->graph, c->graph->inputs, c->graph->n_inputs));
-        cJSON_AddItemToObject(md, "outputs",
-                              io_list(c->graph, c->graph->outputs, c->graph->n_outputs));
+        cJSON_AddItemToObject(md, "inputs", io_list(g, g->inputs, g->n_inputs));
+        cJSON_AddItemToObject(md, "outputs", io_list(g, g->outputs, g->n_outputs));
         cJSON_AddStringToObject(md, "precision", ferry_dtype_name(e->cfg.dtype));
-        cJSON_AddNumberToObject(md, "opset", e->cfg.opset);
-        cJSON_AddItemToObject(md, "symbols", symbols(&c->graph->syms));
+        e->backend->describe(&e->cfg, md);
+        cJSON_AddItemToObject(md, "symbols", symbols(&g->syms));
         cJSON_AddItemToObject(md, "export_config", export_config_to_json(&e->cfg));
-        if (c->cache != CACHE_NONE)
-            cJSON_AddItemToObject(md, "cache", cache_info(e, c));
+        if (g->n_states)
+            cJSON_AddItemToObject(md, "cache", cache_info(e, g));
     }
     if (e->generation) {
         cJSON *gen = cJSON_AddObjectToObject(m, "generation");
@@ -260,8 +263,9 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
     if (!cJSON_IsNumber(ver) || ver->valuedouble != SCHEMA_VERSION)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: schema_version must be %d",
                        dir, SCHEMA_VERSION);
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "onnx") != 0)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: format must be \"onnx\"", dir);
+    if (!cJSON_IsString(fmt) || !fb_find_name(fmt->valuestring))
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: format must be one of: %s",
+                       dir, fb_names());
     if (!cJSON_IsObject(comps) || cJSON_GetArraySize(comps) == 0)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'components' must be a non-empty "
                        "object", dir);

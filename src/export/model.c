@@ -24,11 +24,13 @@ ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferr
     if (cfg_load(m->dir, &m->cfg, &m->err) != FERRY_OK)
         return m->err.status;
     m->cfg_loaded = true;
-    m->family = arch_find(m->cfg.architecture);
-    if (!m->family)
+    m->arch = model_find(m->cfg.architecture);
+    if (!m->arch)
         return fy_fail(&m->err, FERRY_ERR_UNSUPPORTED,
                        "%s/config.json: architecture '%s' is not supported (supported: %s)",
-                       m->dir, m->cfg.architecture, arch_supported_list());
+                       m->dir, m->cfg.architecture, model_supported_list());
+    if (m->arch->read(&m->cfg, &m->hparams, &m->err) != FERRY_OK)
+        return m->err.status;
     if (ckpt_open(m->dir, &m->ck, &m->err) != FERRY_OK)
         return m->err.status;
     return FERRY_OK;
@@ -38,6 +40,8 @@ void ferry_model_free(ferry_model *m)
 {
     if (!m)
         return;
+    if (m->arch && m->hparams)
+        m->arch->free_hparams(m->hparams);
     if (m->cfg_loaded)
         cfg_free(&m->cfg);
     ckpt_close(m->ck);
@@ -63,5 +67,5 @@ const char *ferry_model_dir(const ferry_model *m)
 
 const char *ferry_supported_architectures(void)
 {
-    return arch_supported_list();
+    return model_supported_list();
 }

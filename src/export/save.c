@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/onnx/onnx_writer.h"
 #include "export/internal.h"
 #include "util/fs.h"
 #include "util/json.h"
@@ -41,32 +40,10 @@ static void clean_stale(const char *parent, const char *base)
     closedir(d);
 }
 
-static void progress_adapter(void *user, uint64_t done, uint64_t total, const char *what)
-{
-    const ferry_export_config *cfg = user;
-    if (cfg->progress)
-        cfg->progress(cfg->progress_user, done, total, what);
-}
-
 static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *err)
 {
-    ws_progress pr = {.fn = e->cfg.progress ? progress_adapter : NULL, .user = &e->cfg};
-    /* One data file for all components: weights are stored once and share page cache at run
-     * time. */
-    onnx_data *data = onnx_data_new(e->comps[0].data_file);
-    if (!data)
-        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-    ferry_status st = FERRY_OK;
-    for (int i = 0; i < e->n_components && st == FERRY_OK; i++)
-        st = onnx_data_add(data, e->comps[i].graph, err);
-    if (st == FERRY_OK)
-        st = onnx_data_write(data, tmp, &pr, err);
-    for (int i = 0; i < e->n_components && st == FERRY_OK; i++) {
-        exp_component *c = &e->comps[i];
-        onnx_options opt = {.opset = e->cfg.opset, .graph_name = c->name};
-        st = onnx_write_model(c->graph, data, &opt, tmp, c->file, err);
-    }
-    onnx_data_free(data);
+    ws_progress pr = {.fn = e->cfg.progress, .user = e->cfg.progress_user};
+    ferry_status st = e->backend->write(e->lowered, e->n_components, &e->cfg, tmp, &pr, err);
     if (st != FERRY_OK)
         return st;
     char path[4096], src[4096 + 64];
@@ -118,7 +95,7 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     tmp[0] = '\0';
     if (!dir || fs_split(dir, parent, sizeof parent, base, sizeof base, err) != FERRY_OK)
         return err->status ? err->status : fy_fail(err, FERRY_ERR_INVALID_ARG, "no output path");
-    if (!e->model || !e->comps[0].graph)
+    if (!e->model || !e->backend)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "export was loaded, not built: nothing to save");
     bool exists = lstat(dir, &st) == 0;
     if (exists && !force)
@@ -210,7 +187,7 @@ void ferry_exported_free(ferry_exported *e)
         free(e->comps[i].role);
         free(e->comps[i].file);
         free(e->comps[i].data_file);
-        g_free(e->comps[i].graph);
+        g_free(e->lowered[i].graph);
     }
     cJSON_Delete(e->manifest);
     free(e->manifest_text);

@@ -29,6 +29,8 @@ const char *ferry_dtype_name(ferry_dtype dtype)
     case FERRY_F32: return "fp32";
     case FERRY_F16: return "fp16";
     case FERRY_BF16: return "bf16";
+    case FERRY_U4: return "uint4";
+    case FERRY_I4: return "int4";
     default: return dt_st_name(dtype);
     }
 }

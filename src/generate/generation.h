@@ -4,7 +4,7 @@
 #ifndef FERRY_GENERATE_GENERATION_H
 #define FERRY_GENERATE_GENERATION_H
 
-#include "arch/arch.h"
+#include "models/model.h"
 #include "ferry.h"
 
 #define GEN_MAX_COMPONENTS 2

@@ -1,5 +1,5 @@
 /* config.h — config.json (and generation_config.json) read into a typed struct for the
- * Llama-family decoder; the raw JSON is kept for metadata and for family-specific keys. */
+ * keys every model has, the rotary parameters families share, and the raw JSON for the rest. */
 #ifndef FERRY_MODEL_CONFIG_H
 #define FERRY_MODEL_CONFIG_H
 
@@ -32,37 +32,27 @@ typedef struct rope_config {
     double partial_rotary_factor;   /* 1.0 = whole head */
 } rope_config;
 
+/* The keys every checkpoint has; the family reads the rest from `text` (src/models/). */
 typedef struct model_config {
     char architecture[128];         /* architectures[0] */
     char model_type[64];
-    int64_t vocab_size;
-    int64_t hidden_size;
-    int64_t intermediate_size;
-    int64_t num_hidden_layers;
-    int64_t num_attention_heads;
-    int64_t num_key_value_heads;    /* defaults to num_attention_heads */
-    int64_t head_dim;               /* defaults to hidden_size / num_attention_heads */
-    int64_t max_position_embeddings;
-    double rms_norm_eps;
-    char hidden_act[32];            /* "silu", ... */
-    bool tie_word_embeddings;       /* default false here; families override via raw if absent */
-    bool tie_word_embeddings_set;   /* whether the key was present */
-    bool attention_bias;            /* q/k/v (and o) biases, Llama-style key */
-    bool mlp_bias;
-    int64_t sliding_window;         /* 0 = none (also when "use_sliding_window" is false) */
-    char (*layer_types)[32];        /* "layer_types" if present: num_hidden_layers entries, else NULL */
     ferry_dtype dtype;              /* "dtype" / "torch_dtype"; UNDEFINED if absent */
-    rope_config rope;
     struct cJSON *raw;              /* config.json, owned */
+    const struct cJSON *text;       /* the language model's keys: raw["text_config"] or raw */
+    char text_origin[1200];         /* names `text` in messages: "<path> (text_config)" */
     struct cJSON *generation;       /* generation_config.json, owned; NULL if absent */
 } model_config;
 
-/* Reads `dir`/config.json (required) and `dir`/generation_config.json (optional). Every value
- * is type- and range-checked: sizes must be positive and below sane caps (layers <= 1024,
- * hidden <= 1<<20, vocab <= 1<<24, heads <= 4096, head_dim <= 4096), num_key_value_heads must
- * divide num_attention_heads; errors name the file and the key. Unknown keys are kept in raw. */
+/* Reads `dir`/config.json (required) and `dir`/generation_config.json (optional): the
+ * architecture, model_type and dtype, type-checked; errors name the file and the key. The
+ * family's own keys are read later by the family (src/models/lm_config.h for decoders). */
 ferry_status cfg_load(const char *dir, model_config *out, fy_err *err);
 void cfg_free(model_config *cfg);
+
+/* Names a file gives (class names, activations) are echoed by later messages: a control byte
+ * there would break the one-line error contract. Fails naming `origin` and `key` if `value`
+ * holds one. */
+ferry_status cfg_check_name(const char *origin, const char *key, const char *value, fy_err *err);
 
 /* Parses config JSON text (for tests and fuzzing); `origin` names it in messages. */
 ferry_status cfg_parse(const char *json_text, size_t len, const char *origin,

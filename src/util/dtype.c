@@ -5,34 +5,47 @@
 #include <string.h>
 
 typedef struct dtype_info {
-    const char *st_name;
-    size_t size;
+    const char *st_name;     /* NULL: not a safetensors type */
+    size_t size;             /* bytes per element; 0 for sub-byte types */
     int is_float;
+    int bits;
 } dtype_info;
 
 static const dtype_info INFO[FERRY_DTYPE_COUNT] = {
-    [FERRY_DTYPE_UNDEFINED] = {NULL, 0, 0},
-    [FERRY_F32] = {"F32", 4, 1},
-    [FERRY_F16] = {"F16", 2, 1},
-    [FERRY_BF16] = {"BF16", 2, 1},
-    [FERRY_F64] = {"F64", 8, 1},
-    [FERRY_I8] = {"I8", 1, 0},
-    [FERRY_I16] = {"I16", 2, 0},
-    [FERRY_I32] = {"I32", 4, 0},
-    [FERRY_I64] = {"I64", 8, 0},
-    [FERRY_U8] = {"U8", 1, 0},
-    [FERRY_U16] = {"U16", 2, 0},
-    [FERRY_U32] = {"U32", 4, 0},
-    [FERRY_U64] = {"U64", 8, 0},
-    [FERRY_BOOL] = {"BOOL", 1, 0},
-    [FERRY_F8_E4M3] = {"F8_E4M3", 1, 1},
-    [FERRY_F8_E5M2] = {"F8_E5M2", 1, 1},
+    [FERRY_DTYPE_UNDEFINED] = {NULL, 0, 0, 0},
+    [FERRY_F32] = {"F32", 4, 1, 32},
+    [FERRY_F16] = {"F16", 2, 1, 16},
+    [FERRY_BF16] = {"BF16", 2, 1, 16},
+    [FERRY_F64] = {"F64", 8, 1, 64},
+    [FERRY_I8] = {"I8", 1, 0, 8},
+    [FERRY_I16] = {"I16", 2, 0, 16},
+    [FERRY_I32] = {"I32", 4, 0, 32},
+    [FERRY_I64] = {"I64", 8, 0, 64},
+    [FERRY_U8] = {"U8", 1, 0, 8},
+    [FERRY_U16] = {"U16", 2, 0, 16},
+    [FERRY_U32] = {"U32", 4, 0, 32},
+    [FERRY_U64] = {"U64", 8, 0, 64},
+    [FERRY_BOOL] = {"BOOL", 1, 0, 8},
+    [FERRY_F8_E4M3] = {"F8_E4M3", 1, 1, 8},
+    [FERRY_F8_E5M2] = {"F8_E5M2", 1, 1, 8},
+    [FERRY_U4] = {NULL, 0, 0, 4},
+    [FERRY_I4] = {NULL, 0, 0, 4},
 };
-_Static_assert(FERRY_DTYPE_COUNT == 16, "a new ferry_dtype needs its entry in INFO");
+_Static_assert(FERRY_DTYPE_COUNT == 18, "a new ferry_dtype needs its entry in INFO");
 
 size_t dt_size(ferry_dtype dt)
 {
     return (unsigned)dt < FERRY_DTYPE_COUNT ? INFO[dt].size : 0;
+}
+
+int dt_bits(ferry_dtype dt)
+{
+    return (unsigned)dt < FERRY_DTYPE_COUNT ? INFO[dt].bits : 0;
+}
+
+uint64_t dt_nbytes(ferry_dtype dt, uint64_t numel)
+{
+    return (numel * (uint64_t)dt_bits(dt) + 7) / 8;
 }
 
 const char *dt_st_name(ferry_dtype dt)
@@ -45,7 +58,7 @@ ferry_dtype dt_from_st_name(const char *name)
     if (!name)
         return FERRY_DTYPE_UNDEFINED;
     for (int dt = 1; dt < FERRY_DTYPE_COUNT; dt++)
-        if (strcmp(INFO[dt].st_name, name) == 0)
+        if (INFO[dt].st_name && strcmp(INFO[dt].st_name, name) == 0)
             return (ferry_dtype)dt;
     return FERRY_DTYPE_UNDEFINED;
 }

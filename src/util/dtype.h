@@ -7,8 +7,12 @@
 
 #include "ferry.h"
 
-/* Bytes per element; 0 for FERRY_DTYPE_UNDEFINED. */
+/* Bytes per element; 0 for FERRY_DTYPE_UNDEFINED and for sub-byte types (U4, I4). */
 size_t dt_size(ferry_dtype dt);
+/* Bits per element (4 for U4/I4). */
+int dt_bits(ferry_dtype dt);
+/* Bytes of `numel` packed elements (sub-byte types two per byte, rounded up). */
+uint64_t dt_nbytes(ferry_dtype dt, uint64_t numel);
 /* safetensors' spelling ("F32", "BF16", "BOOL", ...) and its inverse (UNDEFINED if unknown). */
 const char *dt_st_name(ferry_dtype dt);
 ferry_dtype dt_from_st_name(const char *name);

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <stdint.h>
 #include <unistd.h>
 
-#include "graph/weight_stream.h"
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -43,12 +43,34 @@ static ferry_status io_fail(fy_err *err, const char *path, const char *what)
     return fy_fail(err, FERRY_ERR_IO, "%s: %s: %s", path, what, strerror(e));
 }
 
+ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n, uint64_t offset,
+                           fy_err *err)
+{
+    const uint8_t *p = data;
+    while (n > 0) {
+        ssize_t k = pwrite(fd, p, n, (off_t)offset);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == ENOSPC || errno == EFBIG || errno == EDQUOT))
+            return fy_fail(err, FERRY_ERR_NOSPACE, "%s: no space left while writing (%s)", path,
+                           strerror(errno));
+        if (k < 0)
+            return fy_fail(err, FERRY_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        if (k == 0)
+            return fy_fail(err, FERRY_ERR_NOSPACE, "%s: no space left while writing", path);
+        p += k;
+        n -= (size_t)k;
+        offset += (uint64_t)k;
+    }
+    return FERRY_OK;
+}
+
 ferry_status fs_write_file(const char *path, const void *data, size_t len, fy_err *err)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
         return io_fail(err, path, "cannot create");
-    ferry_status st = ws_pwrite_all(fd, path, data, len, 0, err);
+    ferry_status st = fs_pwrite_all(fd, path, data, len, 0, err);
     if (st == FERRY_OK && fsync(fd) != 0)
         st = io_fail(err, path, "sync failed");
     if (close(fd) != 0 && st == FERRY_OK)
@@ -79,7 +101,7 @@ ferry_status fs_copy_file(const char *src, const char *dst, fy_err *err)
         }
         if (n == 0)
             break;
-        if ((st = ws_pwrite_all(out, dst, buf, (size_t)n, off, err)) != FERRY_OK)
+        if ((st = fs_pwrite_all(out, dst, buf, (size_t)n, off, err)) != FERRY_OK)
             break;
         off += (uint64_t)n;
     }

@@ -5,9 +5,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util/err.h"
 
+/* pwrite of the whole buffer, retrying short writes. A full disk or a file-size limit gives
+ * FERRY_ERR_NOSPACE naming the path. */
+ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n, uint64_t offset,
+                           fy_err *err);
 /* Removes `path` and everything under it, never following symbolic links. Missing is fine. */
 int fs_remove_tree(const char *path);
 /* Copies `src` to a new file `dst` (created exclusively) and fsyncs it. */

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "model/config.h"
+#include "models/lm_config.h"
 
 #include "scratch.h"
 
@@ -41,24 +42,47 @@ static void write_text(const char *name, const char *text)
     "\"vocab_size\": 32000, \"hidden_size\": 64, \"intermediate_size\": 128, "                 \
     "\"num_hidden_layers\": 2, \"num_attention_heads\": 4"
 
-static void parse_ok(const char *json, model_config *cfg)
+/* A config as the decoder families see it: the generic keys and the decoder's. */
+typedef struct test_cfg {
+    model_config m;
+    lm_config lm;
+} test_cfg;
+
+static void free_both(test_cfg *cfg)
+{
+    lm_config_free(&cfg->lm);
+    cfg_free(&cfg->m);
+}
+
+static void parse_ok(const char *json, test_cfg *cfg)
 {
     fy_err err = {0};
-    ferry_status status = cfg_parse(json, strlen(json), "config.json", cfg, &err);
+    ferry_status status = lm_config_parse(json, strlen(json), "config.json", &cfg->m, &cfg->lm,
+                                          &err);
     if (status != FERRY_OK)
-        fail_msg("cfg_parse failed: %s", err.msg);
+        fail_msg("lm_config_parse failed: %s", err.msg);
+}
+
+/* cfg_load, then the decoder keys, as ferry_model_open reads a decoder checkpoint. */
+static ferry_status load_lm(const char *dir, test_cfg *cfg, fy_err *err)
+{
+    memset(&cfg->lm, 0, sizeof cfg->lm);
+    ferry_status st = cfg_load(dir, &cfg->m, err);
+    if (st == FERRY_OK && (st = lm_config_read(&cfg->m, &cfg->lm, err)) != FERRY_OK)
+        cfg_free(&cfg->m);
+    return st;
 }
 
 static void expect_parse_error(const char *label, const char *json, ferry_status status,
                                const char *needle, const char *needle2)
 {
-    model_config cfg;
+    test_cfg cfg;
     fy_err err = {0};
-    ferry_status got = cfg_parse(json, strlen(json), "config.json", &cfg, &err);
+    ferry_status got = lm_config_parse(json, strlen(json), "config.json", &cfg.m, &cfg.lm, &err);
     if (got != status)
         fail_msg("%s: status %d, expected %d (message: %s)", label, got, status, err.msg);
-    assert_null(cfg.raw);
-    assert_null(cfg.layer_types);
+    assert_null(cfg.m.raw);
+    assert_null(cfg.lm.layer_types);
     if (!strstr(err.msg, "config.json") || !strstr(err.msg, needle) ||
         (needle2 && !strstr(err.msg, needle2)))
         fail_msg("%s: message \"%s\" does not mention \"%s\" / \"%s\"", label, err.msg, needle,
@@ -68,7 +92,7 @@ static void expect_parse_error(const char *label, const char *json, ferry_status
 static void test_transformers5_llama3(void **state)
 {
     (void)state;
-    model_config cfg;
+    test_cfg cfg;
     parse_ok("{" BASE ", \"num_key_value_heads\": 2, \"head_dim\": 32, \"rms_norm_eps\": 1e-5,"
              " \"max_position_embeddings\": 4096, \"tie_word_embeddings\": true,"
              " \"dtype\": \"bfloat16\", \"attention_bias\": true, \"sliding_window\": 16,"
@@ -77,113 +101,113 @@ static void test_transformers5_llama3(void **state)
              " \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0,"
              " \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
              " \"original_max_position_embeddings\": 8192}}", &cfg);
-    assert_string_equal(cfg.architecture, "LlamaForCausalLM");
-    assert_string_equal(cfg.model_type, "llama");
-    assert_int_equal(cfg.vocab_size, 32000);
-    assert_int_equal(cfg.hidden_size, 64);
-    assert_int_equal(cfg.intermediate_size, 128);
-    assert_int_equal(cfg.num_hidden_layers, 2);
-    assert_int_equal(cfg.num_attention_heads, 4);
-    assert_int_equal(cfg.num_key_value_heads, 2);
-    assert_int_equal(cfg.head_dim, 32);
-    assert_int_equal(cfg.max_position_embeddings, 4096);
-    assert_true(cfg.rms_norm_eps == 1e-5);
-    assert_string_equal(cfg.hidden_act, "silu");
-    assert_true(cfg.tie_word_embeddings);
-    assert_true(cfg.tie_word_embeddings_set);
-    assert_true(cfg.attention_bias);
-    assert_false(cfg.mlp_bias);
-    assert_int_equal(cfg.sliding_window, 16);
-    assert_int_equal(cfg.dtype, FERRY_BF16);
-    assert_non_null(cfg.layer_types);
-    assert_string_equal(cfg.layer_types[0], "sliding_attention");
-    assert_string_equal(cfg.layer_types[1], "full_attention");
-    assert_int_equal(cfg.rope.type, ROPE_LLAMA3);
-    assert_string_equal(cfg.rope.type_name, "llama3");
-    assert_true(cfg.rope.theta == 500000.0);
-    assert_true(cfg.rope.factor == 8.0);
-    assert_true(cfg.rope.low_freq_factor == 1.0);
-    assert_true(cfg.rope.high_freq_factor == 4.0);
-    assert_int_equal(cfg.rope.original_max_position_embeddings, 8192);
-    assert_true(cfg.rope.partial_rotary_factor == 1.0);
-    assert_non_null(cJSON_GetObjectItemCaseSensitive(cfg.raw, "custom_key"));
-    assert_null(cfg.generation);
-    cfg_free(&cfg);
-    assert_null(cfg.raw);
-    cfg_free(&cfg);    /* twice is harmless: freeing zeroes it */
+    assert_string_equal(cfg.m.architecture, "LlamaForCausalLM");
+    assert_string_equal(cfg.m.model_type, "llama");
+    assert_int_equal(cfg.lm.vocab_size, 32000);
+    assert_int_equal(cfg.lm.hidden_size, 64);
+    assert_int_equal(cfg.lm.intermediate_size, 128);
+    assert_int_equal(cfg.lm.num_hidden_layers, 2);
+    assert_int_equal(cfg.lm.num_attention_heads, 4);
+    assert_int_equal(cfg.lm.num_key_value_heads, 2);
+    assert_int_equal(cfg.lm.head_dim, 32);
+    assert_int_equal(cfg.lm.max_position_embeddings, 4096);
+    assert_true(cfg.lm.rms_norm_eps == 1e-5);
+    assert_string_equal(cfg.lm.hidden_act, "silu");
+    assert_true(cfg.lm.tie_word_embeddings);
+    assert_true(cfg.lm.tie_word_embeddings_set);
+    assert_true(cfg.lm.attention_bias);
+    assert_false(cfg.lm.mlp_bias);
+    assert_int_equal(cfg.lm.sliding_window, 16);
+    assert_int_equal(cfg.m.dtype, FERRY_BF16);
+    assert_non_null(cfg.lm.layer_types);
+    assert_string_equal(cfg.lm.layer_types[0], "sliding_attention");
+    assert_string_equal(cfg.lm.layer_types[1], "full_attention");
+    assert_int_equal(cfg.lm.rope.type, ROPE_LLAMA3);
+    assert_string_equal(cfg.lm.rope.type_name, "llama3");
+    assert_true(cfg.lm.rope.theta == 500000.0);
+    assert_true(cfg.lm.rope.factor == 8.0);
+    assert_true(cfg.lm.rope.low_freq_factor == 1.0);
+    assert_true(cfg.lm.rope.high_freq_factor == 4.0);
+    assert_int_equal(cfg.lm.rope.original_max_position_embeddings, 8192);
+    assert_true(cfg.lm.rope.partial_rotary_factor == 1.0);
+    assert_non_null(cJSON_GetObjectItemCaseSensitive(cfg.m.raw, "custom_key"));
+    assert_null(cfg.m.generation);
+    free_both(&cfg);
+    assert_null(cfg.m.raw);
+    free_both(&cfg);    /* twice is harmless: freeing zeroes it */
     cfg_free(NULL);
 }
 
 static void test_transformers4_rope_scaling(void **state)
 {
     (void)state;
-    model_config cfg;
+    test_cfg cfg;
     parse_ok("{" BASE ", \"rope_theta\": 1000000.0, \"torch_dtype\": \"float16\","
              " \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", &cfg);
-    assert_int_equal(cfg.rope.type, ROPE_LINEAR);
-    assert_true(cfg.rope.theta == 1e6);
-    assert_true(cfg.rope.factor == 2.0);
-    assert_int_equal(cfg.dtype, FERRY_F16);
+    assert_int_equal(cfg.lm.rope.type, ROPE_LINEAR);
+    assert_true(cfg.lm.rope.theta == 1e6);
+    assert_true(cfg.lm.rope.factor == 2.0);
+    assert_int_equal(cfg.m.dtype, FERRY_F16);
     /* defaults */
-    assert_int_equal(cfg.num_key_value_heads, 4);
-    assert_int_equal(cfg.head_dim, 16);
-    assert_int_equal(cfg.max_position_embeddings, 2048);
-    assert_true(cfg.rms_norm_eps == 1e-6);
-    assert_false(cfg.tie_word_embeddings_set);
-    assert_null(cfg.layer_types);
-    assert_int_equal(cfg.sliding_window, 0);
-    cfg_free(&cfg);
+    assert_int_equal(cfg.lm.num_key_value_heads, 4);
+    assert_int_equal(cfg.lm.head_dim, 16);
+    assert_int_equal(cfg.lm.max_position_embeddings, 2048);
+    assert_true(cfg.lm.rms_norm_eps == 1e-6);
+    assert_false(cfg.lm.tie_word_embeddings_set);
+    assert_null(cfg.lm.layer_types);
+    assert_int_equal(cfg.lm.sliding_window, 0);
+    free_both(&cfg);
 
     parse_ok("{" BASE ", \"rope_theta\": 10000, \"rope_scaling\": {\"rope_type\": \"yarn\","
              " \"factor\": 4.0, \"original_max_position_embeddings\": 32768,"
              " \"beta_fast\": 16, \"mscale\": 0.707, \"truncate\": false}}", &cfg);
-    assert_int_equal(cfg.rope.type, ROPE_YARN);
-    assert_true(cfg.rope.factor == 4.0);
-    assert_int_equal(cfg.rope.original_max_position_embeddings, 32768);
-    assert_true(cfg.rope.beta_fast == 16.0);
-    assert_true(cfg.rope.beta_slow == 1.0);
-    assert_true(cfg.rope.attention_factor < 0);
-    assert_true(cfg.rope.mscale == 0.707);
-    assert_true(cfg.rope.mscale_all_dim == 0.0);
-    assert_false(cfg.rope.truncate);
-    cfg_free(&cfg);
+    assert_int_equal(cfg.lm.rope.type, ROPE_YARN);
+    assert_true(cfg.lm.rope.factor == 4.0);
+    assert_int_equal(cfg.lm.rope.original_max_position_embeddings, 32768);
+    assert_true(cfg.lm.rope.beta_fast == 16.0);
+    assert_true(cfg.lm.rope.beta_slow == 1.0);
+    assert_true(cfg.lm.rope.attention_factor < 0);
+    assert_true(cfg.lm.rope.mscale == 0.707);
+    assert_true(cfg.lm.rope.mscale_all_dim == 0.0);
+    assert_false(cfg.lm.rope.truncate);
+    free_both(&cfg);
 
     /* "dtype" (transformers 5) wins over the older "torch_dtype". */
     parse_ok("{" BASE ", \"dtype\": \"float32\", \"torch_dtype\": \"bfloat16\","
              " \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0},"
              " \"partial_rotary_factor\": 0.5}", &cfg);
-    assert_int_equal(cfg.dtype, FERRY_F32);
-    assert_int_equal(cfg.rope.type, ROPE_DYNAMIC);
-    assert_int_equal(cfg.rope.original_max_position_embeddings, 0);
-    assert_true(cfg.rope.partial_rotary_factor == 0.5);
-    assert_true(cfg.rope.theta == 10000.0);
-    cfg_free(&cfg);
+    assert_int_equal(cfg.m.dtype, FERRY_F32);
+    assert_int_equal(cfg.lm.rope.type, ROPE_DYNAMIC);
+    assert_int_equal(cfg.lm.rope.original_max_position_embeddings, 0);
+    assert_true(cfg.lm.rope.partial_rotary_factor == 0.5);
+    assert_true(cfg.lm.rope.theta == 10000.0);
+    free_both(&cfg);
 }
 
 static void test_rope_variants(void **state)
 {
     (void)state;
-    model_config cfg;
+    test_cfg cfg;
     parse_ok("{" BASE "}", &cfg);
-    assert_int_equal(cfg.rope.type, ROPE_DEFAULT);
-    assert_string_equal(cfg.rope.type_name, "default");
-    assert_true(cfg.rope.theta == 10000.0);
-    assert_true(cfg.rope.factor == 1.0);
-    assert_int_equal(cfg.dtype, FERRY_DTYPE_UNDEFINED);
-    cfg_free(&cfg);
+    assert_int_equal(cfg.lm.rope.type, ROPE_DEFAULT);
+    assert_string_equal(cfg.lm.rope.type_name, "default");
+    assert_true(cfg.lm.rope.theta == 10000.0);
+    assert_true(cfg.lm.rope.factor == 1.0);
+    assert_int_equal(cfg.m.dtype, FERRY_DTYPE_UNDEFINED);
+    free_both(&cfg);
 
     parse_ok("{" BASE ", \"rope_scaling\": null, \"rope_theta\": 5e5}", &cfg);
-    assert_int_equal(cfg.rope.type, ROPE_DEFAULT);
-    assert_true(cfg.rope.theta == 5e5);
-    cfg_free(&cfg);
+    assert_int_equal(cfg.lm.rope.type, ROPE_DEFAULT);
+    assert_true(cfg.lm.rope.theta == 5e5);
+    free_both(&cfg);
 
     /* transformers 5 default rope with its theta and partial factor inside rope_parameters */
     parse_ok("{" BASE ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6,"
              " \"partial_rotary_factor\": 0.25}}", &cfg);
-    assert_int_equal(cfg.rope.type, ROPE_DEFAULT);
-    assert_true(cfg.rope.theta == 1e6);
-    assert_true(cfg.rope.partial_rotary_factor == 0.25);
-    cfg_free(&cfg);
+    assert_int_equal(cfg.lm.rope.type, ROPE_DEFAULT);
+    assert_true(cfg.lm.rope.theta == 1e6);
+    assert_true(cfg.lm.rope.partial_rotary_factor == 0.25);
+    free_both(&cfg);
 
     /* rope_parameters split by layer type: the full-attention entry is the one read */
     parse_ok("{" BASE ", \"rope_parameters\": {"
@@ -191,35 +215,35 @@ static void test_rope_variants(void **state)
              " \"rope_theta\": 1e6},"
              " \"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": 1e4}}}",
              &cfg);
-    assert_int_equal(cfg.rope.type, ROPE_LINEAR);
-    assert_true(cfg.rope.factor == 8.0);
-    assert_true(cfg.rope.theta == 1e6);
-    cfg_free(&cfg);
+    assert_int_equal(cfg.lm.rope.type, ROPE_LINEAR);
+    assert_true(cfg.lm.rope.factor == 8.0);
+    assert_true(cfg.lm.rope.theta == 1e6);
+    free_both(&cfg);
 
     /* rope_parameters wins over a stale rope_scaling */
     parse_ok("{" BASE ", \"rope_scaling\": {\"type\": \"bogus\"},"
              " \"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 2.0,"
              " \"attention_factor\": 1.5}}", &cfg);
-    assert_int_equal(cfg.rope.type, ROPE_YARN);
-    assert_true(cfg.rope.attention_factor == 1.5);
-    cfg_free(&cfg);
+    assert_int_equal(cfg.lm.rope.type, ROPE_YARN);
+    assert_true(cfg.lm.rope.attention_factor == 1.5);
+    free_both(&cfg);
 }
 
 static void test_sliding_window_switch(void **state)
 {
     (void)state;
-    model_config cfg;
+    test_cfg cfg;
     /* Qwen2 writes a window that is off unless use_sliding_window is set. */
     parse_ok("{" BASE ", \"sliding_window\": 4096, \"use_sliding_window\": false}", &cfg);
-    assert_int_equal(cfg.sliding_window, 0);
-    cfg_free(&cfg);
+    assert_int_equal(cfg.lm.sliding_window, 0);
+    free_both(&cfg);
     parse_ok("{" BASE ", \"sliding_window\": 4096, \"use_sliding_window\": true}", &cfg);
-    assert_int_equal(cfg.sliding_window, 4096);
-    cfg_free(&cfg);
+    assert_int_equal(cfg.lm.sliding_window, 4096);
+    free_both(&cfg);
     parse_ok("{" BASE ", \"sliding_window\": null, \"head_dim\": null}", &cfg);
-    assert_int_equal(cfg.sliding_window, 0);
-    assert_int_equal(cfg.head_dim, 16);
-    cfg_free(&cfg);
+    assert_int_equal(cfg.lm.sliding_window, 0);
+    assert_int_equal(cfg.lm.head_dim, 16);
+    free_both(&cfg);
 }
 
 static void test_parse_errors(void **state)
@@ -447,9 +471,9 @@ static void test_absurd_values(void **state)
     memset(deep + o, '[', 500);
     memset(deep + o + 500, ']', 500);
     strcpy(deep + o + 1000, "}");
-    model_config cfg;
+    test_cfg cfg;
     parse_ok(deep, &cfg);
-    cfg_free(&cfg);
+    free_both(&cfg);
     free(layer_types);
     free(deep);
 }
@@ -458,6 +482,7 @@ static void test_load_directory(void **state)
 {
     (void)state;
     model_config cfg;
+    test_cfg lcfg;
     fy_err err = {0};
     char path[256];
 
@@ -468,14 +493,14 @@ static void test_load_directory(void **state)
 
     write_text("config.json", "{" BASE ", \"num_hidden_layers\": 0}");
     fy_err_clear(&err);
-    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_FORMAT);
+    assert_int_equal(load_lm(tmp_dir, &lcfg, &err), FERRY_ERR_FORMAT);
     assert_non_null(strstr(err.msg, path));
 
     write_text("config.json",
                "{\"architectures\": [\"X\"], \"vocab_size\": 10, \"hidden_size\": 64,"
                " \"intermediate_size\": 1, \"num_hidden_layers\": 0, \"num_attention_heads\": 1}");
     fy_err_clear(&err);
-    assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_FORMAT);
+    assert_int_equal(load_lm(tmp_dir, &lcfg, &err), FERRY_ERR_FORMAT);
     if (!strstr(err.msg, "config.json: key 'num_hidden_layers' must be an integer in [1, 1024]"
                          " (got 0)"))
         fail_msg("unexpected message: %s", err.msg);

@@ -178,7 +178,7 @@ static void test_malformed_manifests(void **state)
         {"schema as a string", "{\"schema_version\": \"1\"}", FERRY_ERR_UNSUPPORTED,
          "schema_version must be 1"},
         {"other format", "{\"schema_version\": 1, \"format\": \"openvino\"}",
-         FERRY_ERR_UNSUPPORTED, "format must be \"onnx\""},
+         FERRY_ERR_UNSUPPORTED, "format must be one of: onnx"},
         {"no components", HEAD "\"x\": 1}", FERRY_ERR_FORMAT, "'components' must be a non-empty"},
         {"empty components", HEAD "\"components\": {}}", FERRY_ERR_FORMAT,
          "'components' must be a non-empty"},

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "backends/onnx/pb.h"
+#include "io/pb.h"
 
 static void expect_bytes(const pb_buf *b, const uint8_t *want, size_t n)
 {

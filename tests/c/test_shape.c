@@ -8,8 +8,8 @@
 
 #include <cmocka.h>
 
-#include "graph/graph.h"
-#include "graph/shape.h"
+#include "ir/ir.h"
+#include "ir/shape.h"
 
 static g_symtab syms(void)
 {
@@ -80,9 +80,9 @@ static void inference(void **state)
     int x = g_input(g, "x", FERRY_F32, 3, bs);
     /* [b, s, 64] -> [b, s, 4, 16] -> [b, 4, s, 16] -> [b, 2, 2, s, 16] via -1 */
     int64_t split[4] = {0, 0, 4, 16}, perm[4] = {0, 2, 1, 3}, five[5] = {0, 2, 2, -1, 16};
-    int y = g_reshape(g, "split", x, 4, split);
+    int y = g_reshape_spec(g, "split", x, 4, split);
     y = g_transpose(g, "t", y, 4, perm);
-    y = g_reshape(g, "group", y, 5, five);
+    y = g_reshape_spec(g, "group", y, 5, five);
     assert_true(g_ok(g));
     const g_shape *s = &g->values[y].shape;
     assert_int_equal(s->rank, 5);
@@ -100,7 +100,7 @@ static void inference(void **state)
     /* matmul with a mismatched inner dim is an internal error naming the node */
     int64_t wd[2] = {63, 8};
     float w[63 * 8] = {0};
-    int bad = g_matmul(g, "mm", x, g_const(g, FERRY_F32, 2, wd, w));
+    int bad = g_matmul(g, "mm", x, g_const(g, FERRY_F32, 2, wd, w), false);
     assert_int_equal(bad, G_NONE);
     assert_false(g_ok(g));
     assert_non_null(strstr(g->err.msg, "/mm"));

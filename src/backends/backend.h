@@ -1,0 +1,52 @@
+/* backend.h — what a format (ONNX today; OpenVINO IR, pt2, pte next) provides to the
+ * format-agnostic export pipeline (src/export): its options, the target its graphs are
+ * lowered for, its file layout (placement policy), the writer and its manifest metadata.
+ * Adding a format is a folder under src/backends/ and one line in registry.c. */
+#ifndef FERRY_BACKENDS_BACKEND_H
+#define FERRY_BACKENDS_BACKEND_H
+
+#include "ferry.h"
+#include "ir/legalize.h"
+#include "store/stream.h"
+
+struct cJSON;
+
+#define BE_MAX_DATA_FILES 2
+
+/* One component as a backend writes it. The pipeline fills name, role and graph; the backend's
+ * `files` hook fills file and data_files. */
+typedef struct be_component {
+    const char *name, *role;
+    g_graph *graph;          /* lowered for the backend's target, finished */
+    char file[128];          /* "decode.onnx" */
+    char data_files[BE_MAX_DATA_FILES][128];
+    int n_data_files;
+} be_component;
+
+typedef struct fb_backend {
+    const char *name;        /* "onnx": --format, the recipe's export_format, export.json */
+    ferry_format format;
+    /* Checks the backend's options in `cfg` (opset, ...) and fills their defaults. */
+    ferry_status (*configure)(ferry_export_config *cfg, fy_err *err);
+    /* The target the semantic graphs are lowered for. */
+    const g_target *(*target)(const ferry_export_config *cfg);
+    /* Adapts a lowered graph to the format's conventions (e.g. the names of cache states). */
+    ferry_status (*finish)(g_graph *g, const ferry_export_config *cfg, fy_err *err);
+    /* The placement policy: which files each component has. */
+    ferry_status (*files)(be_component *comps, int n, fy_err *err);
+    /* Writes every component's files into `dir` (created exclusively, synced). */
+    ferry_status (*write)(const be_component *comps, int n, const ferry_export_config *cfg,
+                          const char *dir, ws_progress *progress, fy_err *err);
+    /* Format-specific metadata of a component in export.json (e.g. "opset"). */
+    void (*describe)(const ferry_export_config *cfg, struct cJSON *metadata);
+} fb_backend;
+
+const fb_backend *fb_find(ferry_format format);
+/* By export.json / recipe name ("onnx"); NULL if unknown. */
+const fb_backend *fb_find_name(const char *name);
+/* "onnx" (comma-separated names of every backend in this build). */
+const char *fb_names(void);
+
+extern const fb_backend fb_onnx;
+
+#endif

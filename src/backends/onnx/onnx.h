@@ -1,0 +1,27 @@
+/* onnx.h — the ONNX backend's pieces: the onnx-standard target (which ops print as is, and its
+ * own lowering of linear), and the ModelProto printer. Only src/backends/onnx includes this. */
+#ifndef FERRY_BACKENDS_ONNX_H
+#define FERRY_BACKENDS_ONNX_H
+
+#include "ir/legalize.h"
+#include "store/placement.h"
+
+#define ONNX_DEFAULT_OPSET 21
+#define ONNX_MIN_OPSET 17
+#define ONNX_MAX_OPSET 23
+#define ONNX_DATA_ALIGN 4096
+#define ONNX_DATA_FILE "model.onnx.data"
+
+/* Standard ONNX ops only: every semantic op lowered (onnx_target.c). */
+extern const g_target onnx_standard_target;
+
+/* Writes `dir`/`file`, a ModelProto of `g` (every node native for onnx_standard_target) whose
+ * weights point into `data` (every live weight placed). Created exclusively, synced. */
+ferry_status onnx_write_model(const g_graph *g, const pl_file *data, int opset,
+                              const char *graph_name, const char *dir, const char *file,
+                              fy_err *err);
+
+/* The ONNX IR version that goes with an opset (the one onnx.helper would pick). */
+int onnx_ir_version(int opset);
+
+#endif

@@ -1,0 +1,126 @@
+/* onnx_backend.c — the ONNX format: options (opset), target, cache naming, file layout and
+ * writing.
+ *
+ * Placement policy: every component's weights live in one shared model.onnx.data at 4096-byte
+ * aligned offsets (onnxruntime can map them), each distinct weight once: a generation export's
+ * prefill and decode read the same bytes and share page cache at run time.
+ *
+ * Cache states print as the guide names them: a state updated in place (static cache) as the
+ * pair input.<name> / output.<name>, meant to be bound to one buffer; an appended cache as
+ * past_key_values.<l>.key -> present.<l>.key. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "backends/onnx/onnx.h"
+
+static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
+{
+    if (cfg->opset == 0)
+        cfg->opset = ONNX_DEFAULT_OPSET;
+    if (cfg->opset < ONNX_MIN_OPSET || cfg->opset > ONNX_MAX_OPSET)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ONNX opset %d is not supported (supported: "
+                       "%d to %d, default %d)", cfg->opset, ONNX_MIN_OPSET, ONNX_MAX_OPSET,
+                       ONNX_DEFAULT_OPSET);
+    return FERRY_OK;
+}
+
+static const g_target *onnx_target(const ferry_export_config *cfg)
+{
+    (void)cfg;
+    return &onnx_standard_target;
+}
+
+static ferry_status rename_value(g_graph *g, int v, const char *prefix, const char *name, fy_err *err)
+{
+    size_t n = strlen(prefix) + strlen(name) + 1;
+    char *s = malloc(n);
+    if (!s)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    snprintf(s, n, "%s%s", prefix, name);
+    free(g->values[v].name);
+    g->values[v].name = s;
+    return FERRY_OK;
+}
+
+/* "past_key_values.3.key" -> "present.3.key" */
+static ferry_status present_name(g_graph *g, int v, const char *state, fy_err *err)
+{
+    const char *prefix = "past_key_values.";
+    size_t n = strlen(prefix);
+    return rename_value(g, v, "present.", strncmp(state, prefix, n) == 0 ? state + n : state, err);
+}
+
+static ferry_status onnx_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
+{
+    (void)cfg;
+    for (size_t i = 0; i < g->n_states; i++) {
+        const g_state *s = &g->states[i];
+        ferry_status st;
+        if (s->in_place) {
+            st = rename_value(g, s->in, "input.", s->name, err);
+            if (st == FERRY_OK)
+                st = rename_value(g, s->out, "output.", s->name, err);
+        } else {
+            st = s->in == G_NONE ? FERRY_OK : rename_value(g, s->in, "", s->name, err);
+            if (st == FERRY_OK)
+                st = present_name(g, s->out, s->name, err);
+        }
+        if (st != FERRY_OK)
+            return st;
+    }
+    return g_check(g, err);
+}
+
+static ferry_status onnx_files(be_component *comps, int n, fy_err *err)
+{
+    for (int i = 0; i < n; i++) {
+        if (snprintf(comps[i].file, sizeof comps[i].file, "%s.onnx", comps[i].name) >=
+            (int)sizeof comps[i].file)
+            return fy_fail(err, FERRY_ERR_INTERNAL, "component name '%s' too long",
+                           comps[i].name);
+        snprintf(comps[i].data_files[0], sizeof comps[i].data_files[0], "%s", ONNX_DATA_FILE);
+        comps[i].n_data_files = 1;
+    }
+    return FERRY_OK;
+}
+
+static ferry_status onnx_write(const be_component *comps, int n, const ferry_export_config *cfg,
+                               const char *dir, ws_progress *progress, fy_err *err)
+{
+    pl_file *data = pl_new(ONNX_DATA_FILE, ONNX_DATA_ALIGN);
+    if (!data)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < n && st == FERRY_OK; i++)
+        st = pl_place_graph(data, comps[i].graph, err);
+    if (st == FERRY_OK)
+        st = pl_write(data, dir, progress, err);
+    for (int i = 0; i < n && st == FERRY_OK; i++)
+        st = onnx_write_model(comps[i].graph, data, cfg->opset, comps[i].name, dir,
+                              comps[i].file, err);
+    pl_free(data);
+    return st;
+}
+
+static void onnx_describe(const ferry_export_config *cfg, cJSON *metadata)
+{
+    cJSON_AddNumberToObject(metadata, "opset", cfg->opset);
+}
+
+const fb_backend fb_onnx = {
+    .name = "onnx",
+    .format = FERRY_FORMAT_ONNX,
+    .configure = onnx_configure,
+    .target = onnx_target,
+    .finish = onnx_finish,
+    .files = onnx_files,
+    .write = onnx_write,
+    .describe = onnx_describe,
+};
+
+int ferry_default_opset(void) { return ONNX_DEFAULT_OPSET; }
+int ferry_min_opset(void) { return ONNX_MIN_OPSET; }
+int ferry_max_opset(void) { return ONNX_MAX_OPSET; }

@@ -1,0 +1,521 @@
+/* onnx_print.c — a legalized IR graph as an ONNX ModelProto (standard ops, default domain).
+ * Field numbers are onnx.proto's. Each IR op has its ONNX op type here; attributes that ONNX
+ * takes as tensors (reshape shapes, slice bounds, axes) become small initializers named after
+ * the node. A reshape to a symbolic shape uses 0 (copy the input's dim) and -1 (solve one dim)
+ * where they say the same thing, and otherwise reads the symbols off the graph inputs. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/onnx/onnx.h"
+#include "io/pb.h"
+#include "util/dtype.h"
+#include "util/fs.h"
+
+enum { MODEL_IR_VERSION = 1, MODEL_PRODUCER_NAME = 2, MODEL_PRODUCER_VERSION = 3, MODEL_GRAPH = 7,
+       MODEL_OPSET_IMPORT = 8 };
+enum { OPSET_DOMAIN = 1, OPSET_VERSION = 2 };
+enum { GRAPH_NODE = 1, GRAPH_NAME = 2, GRAPH_INITIALIZER = 5, GRAPH_INPUT = 11, GRAPH_OUTPUT = 12 };
+enum { NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_NAME = 3, NODE_OP_TYPE = 4, NODE_ATTRIBUTE = 5 };
+enum { ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_INTS = 8, ATTR_TYPE = 20 };
+enum { ATTR_TYPE_FLOAT = 1, ATTR_TYPE_INT = 2, ATTR_TYPE_INTS = 7 };
+enum { TENSOR_DIMS = 1, TENSOR_DATA_TYPE = 2, TENSOR_NAME = 8, TENSOR_RAW_DATA = 9,
+       TENSOR_EXTERNAL_DATA = 13, TENSOR_DATA_LOCATION = 14 };
+enum { ENTRY_KEY = 1, ENTRY_VALUE = 2 };
+enum { VI_NAME = 1, VI_TYPE = 2 };
+enum { TYPE_TENSOR = 1, TTENSOR_ELEM_TYPE = 1, TTENSOR_SHAPE = 2, SHAPE_DIM = 1, DIM_VALUE = 1,
+       DIM_PARAM = 2 };
+enum { LOCATION_EXTERNAL = 1 };
+
+/* ONNX op types of the primitives, by IR op (NULL: not printable, must have been lowered). */
+static const char *onnx_op(g_op op)
+{
+    switch (op) {
+    case G_ADD: return "Add";
+    case G_SUB: return "Sub";
+    case G_MUL: return "Mul";
+    case G_DIV: return "Div";
+    case G_POW: return "Pow";
+    case G_MAX: return "Max";
+    case G_MIN: return "Min";
+    case G_AND: return "And";
+    case G_OR: return "Or";
+    case G_EQUAL: return "Equal";
+    case G_LESS: return "Less";
+    case G_LESS_EQUAL: return "LessOrEqual";
+    case G_GREATER: return "Greater";
+    case G_GREATER_EQUAL: return "GreaterOrEqual";
+    case G_SQRT: return "Sqrt";
+    case G_RECIPROCAL: return "Reciprocal";
+    case G_EXP: return "Exp";
+    case G_COS: return "Cos";
+    case G_SIN: return "Sin";
+    case G_SIGMOID: return "Sigmoid";
+    case G_TANH: return "Tanh";
+    case G_ERF: return "Erf";
+    case G_NEG: return "Neg";
+    case G_NOT: return "Not";
+    case G_WHERE: return "Where";
+    case G_MATMUL: return "MatMul";
+    case G_GATHER: return "Gather";
+    case G_RESHAPE: return "Reshape";
+    case G_TRANSPOSE: return "Transpose";
+    case G_CONCAT: return "Concat";
+    case G_SLICE: return "Slice";
+    case G_UNSQUEEZE: return "Unsqueeze";
+    case G_CAST: return "Cast";
+    case G_SOFTMAX: return "Softmax";
+    case G_REDUCE_MEAN: return "ReduceMean";
+    case G_REDUCE_MAX: return "ReduceMax";
+    case G_SHAPE_OF: return "Shape";
+    case G_RANGE: return "Range";
+    case G_EXPAND: return "Expand";
+    case G_SCATTER_ELEMENTS: return "ScatterElements";
+    default: return NULL;
+    }
+}
+
+int onnx_ir_version(int opset)
+{
+    if (opset <= 18)
+        return 8;
+    if (opset <= 20)
+        return 9;
+    if (opset <= 22)
+        return 10;
+    return 11;
+}
+
+static int onnx_dtype(ferry_dtype dt)
+{
+    switch (dt) {
+    case FERRY_F32: return 1;
+    case FERRY_U8: return 2;
+    case FERRY_I8: return 3;
+    case FERRY_U16: return 4;
+    case FERRY_I16: return 5;
+    case FERRY_I32: return 6;
+    case FERRY_I64: return 7;
+    case FERRY_BOOL: return 9;
+    case FERRY_F16: return 10;
+    case FERRY_F64: return 11;
+    case FERRY_U32: return 12;
+    case FERRY_U64: return 13;
+    case FERRY_BF16: return 16;
+    case FERRY_F8_E4M3: return 17;
+    case FERRY_F8_E5M2: return 19;
+    case FERRY_U4: return 21;
+    case FERRY_I4: return 22;
+    default: return 0;
+    }
+}
+
+/* The printer's state for one graph. */
+typedef struct printer {
+    const g_graph *g;
+    int opset;
+    pb_buf graph;
+    char sym_tensor[G_MAX_SYMS][200]; /* name of an int64 [1] tensor holding each symbol */
+} printer;
+
+static void attr_int(pb_buf *node, const char *name, int64_t v)
+{
+    pb_buf a = {0};
+    pb_string(&a, ATTR_NAME, name);
+    pb_int(&a, ATTR_I, v);
+    pb_int(&a, ATTR_TYPE, ATTR_TYPE_INT);
+    pb_msg(node, NODE_ATTRIBUTE, &a);
+    pb_free(&a);
+}
+
+static void attr_ints(pb_buf *node, const char *name, const int64_t *v, int n)
+{
+    pb_buf a = {0};
+    pb_string(&a, ATTR_NAME, name);
+    for (int i = 0; i < n; i++)
+        pb_int(&a, ATTR_INTS, v[i]);
+    pb_int(&a, ATTR_TYPE, ATTR_TYPE_INTS);
+    pb_msg(node, NODE_ATTRIBUTE, &a);
+    pb_free(&a);
+}
+
+/* An int64 initializer `name` of shape [n] (n < 0: a scalar). */
+static void init_i64(printer *p, const char *name, const int64_t *v, int n)
+{
+    pb_buf t = {0};
+    if (n >= 0)
+        pb_int(&t, TENSOR_DIMS, n);
+    pb_int(&t, TENSOR_DATA_TYPE, onnx_dtype(FERRY_I64));
+    pb_string(&t, TENSOR_NAME, name);
+    uint8_t raw[8 * G_MAX_RANK];
+    int count = n < 0 ? 1 : n;
+    for (int i = 0; i < count; i++)
+        memcpy(raw + 8 * i, &v[i], 8); /* little-endian hosts only, as the data files */
+    pb_bytes(&t, TENSOR_RAW_DATA, raw, (size_t)count * 8);
+    pb_msg(&p->graph, GRAPH_INITIALIZER, &t);
+    pb_free(&t);
+}
+
+/* A node with up to 4 inputs and one output; attributes added by the caller through `nb`. */
+static void begin_node(pb_buf *nb, const char *op, const char *name, const char *const *in, int n_in,
+                       const char *out)
+{
+    for (int i = 0; i < n_in; i++)
+        pb_string(nb, NODE_INPUT, in[i]);
+    pb_string(nb, NODE_OUTPUT, out);
+    pb_string(nb, NODE_NAME, name);
+    pb_string(nb, NODE_OP_TYPE, op);
+}
+
+static void end_node(printer *p, pb_buf *nb)
+{
+    pb_msg(&p->graph, GRAPH_NODE, nb);
+    pb_free(nb);
+}
+
+/* Makes p->sym_tensor[s] name an int64 [1] tensor holding symbol s at run time, read off the
+ * first graph input that has the symbol as one of its dims. */
+static ferry_status symbol_tensor(printer *p, int s, fy_err *err)
+{
+    if (p->sym_tensor[s][0])
+        return FERRY_OK;
+    const g_graph *g = p->g;
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const g_value *x = &g->values[g->inputs[i]];
+        for (int k = 0; k < x->shape.rank; k++) {
+            const g_dim *d = &x->shape.d[k];
+            if (d->unknown || d->c != 0 || d->n != 1 || d->t[0].sym != s || d->t[0].coef != 1)
+                continue;
+            snprintf(p->sym_tensor[s], sizeof p->sym_tensor[s], "/symbols/%s",
+                     g->syms.s[s].name);
+            pb_buf nb = {0};
+            const char *in[1] = {x->name};
+            begin_node(&nb, "Shape", p->sym_tensor[s], in, 1, p->sym_tensor[s]);
+            attr_int(&nb, "start", k);
+            attr_int(&nb, "end", k + 1);
+            end_node(p, &nb);
+            return FERRY_OK;
+        }
+    }
+    return fy_fail(err, FERRY_ERR_INTERNAL, "ONNX: no graph input carries the symbol '%s'",
+                   g->syms.s[s].name);
+}
+
+/* Emits nodes computing the int64 [rank] shape `target` at run time into tensor `out`. */
+static ferry_status runtime_shape(printer *p, const char *node, const g_shape *target,
+                                  const char *out, fy_err *err)
+{
+    char parts[G_MAX_RANK][640];
+    const char *part_names[G_MAX_RANK];
+    for (int i = 0; i < target->rank; i++) {
+        const g_dim *d = &target->d[i];
+        int64_t c;
+        snprintf(parts[i], sizeof parts[i], "%s/dim%d", node, i);
+        part_names[i] = parts[i];
+        if (d->unknown) {
+            int64_t minus1 = -1;
+            init_i64(p, parts[i], &minus1, 1);
+            continue;
+        }
+        if (g_dim_is_const(*d, &c)) {
+            init_i64(p, parts[i], &c, 1);
+            continue;
+        }
+        /* c + sum k_j * sym_j, term by term */
+        char acc[700] = "";
+        for (int t = 0; t < d->n; t++) {
+            if (symbol_tensor(p, d->t[t].sym, err) != FERRY_OK)
+                return err->status;
+            char term[680], kname[700];
+            snprintf(term, sizeof term, "%s/term%d", parts[i], t);
+            snprintf(kname, sizeof kname, "%s_k", term);
+            init_i64(p, kname, &d->t[t].coef, 1);
+            pb_buf nb = {0};
+            const char *mul_in[2] = {p->sym_tensor[d->t[t].sym], kname};
+            begin_node(&nb, "Mul", term, mul_in, 2, term);
+            end_node(p, &nb);
+            if (acc[0]) {
+                char sum[700];
+                snprintf(sum, sizeof sum, "%s_sum", term);
+                const char *add_in[2] = {acc, term};
+                begin_node(&nb, "Add", sum, add_in, 2, sum);
+                end_node(p, &nb);
+                snprintf(acc, sizeof acc, "%s", sum);
+            } else {
+                snprintf(acc, sizeof acc, "%s", term);
+            }
+        }
+        char cname[700];
+        snprintf(cname, sizeof cname, "%s/c", parts[i]);
+        init_i64(p, cname, &d->c, 1);
+        pb_buf nb = {0};
+        const char *add_in[2] = {acc, cname};
+        begin_node(&nb, "Add", parts[i], add_in, 2, parts[i]);
+        end_node(p, &nb);
+    }
+    pb_buf nb = {0};
+    begin_node(&nb, "Concat", out, part_names, target->rank, out);
+    attr_int(&nb, "axis", 0);
+    end_node(p, &nb);
+    return FERRY_OK;
+}
+
+/* The reshape's shape input: a constant using 0/-1 where they say the same thing, else a
+ * tensor computed from the graph inputs. */
+static ferry_status reshape_shape(printer *p, const g_node *n, char *name, size_t size,
+                                  fy_err *err)
+{
+    const g_shape *in = &p->g->values[n->in[0]].shape, *t = &n->a.shape;
+    int64_t spec[G_MAX_RANK];
+    int free_dims = 0;
+    for (int i = 0; i < t->rank; i++) {
+        int64_t c;
+        if (g_dim_is_const(t->d[i], &c))
+            spec[i] = c;
+        else if (!t->d[i].unknown && i < in->rank && g_dim_eq(t->d[i], in->d[i]))
+            spec[i] = 0;
+        else
+            spec[i] = -1, free_dims++;
+    }
+    snprintf(name, size, "%s/shape", n->name);
+    if (free_dims <= 1) {
+        init_i64(p, name, spec, t->rank);
+        return FERRY_OK;
+    }
+    return runtime_shape(p, n->name, t, name, err);
+}
+
+static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
+{
+    const g_graph *g = p->g;
+    const char *op = onnx_op(n->op);
+    if (!op)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "node '%s': %s reached the ONNX printer "
+                       "unlowered", n->name, g_op_name(n->op));
+    char aux[3][600];
+    const char *in[G_MAX_IN + 3];
+    int n_in = 0;
+    for (int i = 0; i < n->n_in; i++)
+        in[n_in++] = n->in[i] == G_NONE ? "" : g->values[n->in[i]].name;
+    pb_buf nb = {0};
+    bool axes_as_attr = false;
+    switch (n->op) {
+    case G_MATMUL:
+        if (n->a.transpose_b)
+            op = "Gemm";
+        break;
+    case G_RESHAPE:
+        if (reshape_shape(p, n, aux[0], sizeof aux[0], err) != FERRY_OK)
+            return err->status;
+        in[n_in++] = aux[0];
+        break;
+    case G_SLICE: {
+        int64_t st = n->a.start, en = n->a.end, ax = n->a.axis;
+        snprintf(aux[0], sizeof aux[0], "%s/starts", n->name);
+        snprintf(aux[1], sizeof aux[1], "%s/ends", n->name);
+        snprintf(aux[2], sizeof aux[2], "%s/axes", n->name);
+        init_i64(p, aux[0], &st, 1);
+        init_i64(p, aux[1], &en, 1); /* G_END is INT64_MAX, ONNX's "to the end" too */
+        init_i64(p, aux[2], &ax, 1);
+        in[n_in++] = aux[0];
+        in[n_in++] = aux[1];
+        in[n_in++] = aux[2];
+        break;
+    }
+    case G_UNSQUEEZE:
+        snprintf(aux[0], sizeof aux[0], "%s/axes", n->name);
+        init_i64(p, aux[0], n->a.ints, n->a.n_ints);
+        in[n_in++] = aux[0];
+        break;
+    case G_REDUCE_MEAN: case G_REDUCE_MAX:
+        /* axes became an input in opset 18 */
+        axes_as_attr = p->opset < 18;
+        if (!axes_as_attr) {
+            snprintf(aux[0], sizeof aux[0], "%s/axes", n->name);
+            init_i64(p, aux[0], n->a.ints, n->a.n_ints);
+            in[n_in++] = aux[0];
+        }
+        break;
+    default:
+        break;
+    }
+    begin_node(&nb, op, n->name, in, n_in, g->values[n->out[0]].name);
+    switch (n->op) {
+    case G_MATMUL:
+        if (n->a.transpose_b)
+            attr_int(&nb, "transB", 1);
+        break;
+    case G_GATHER: case G_CONCAT: case G_SOFTMAX: case G_SCATTER_ELEMENTS:
+        attr_int(&nb, "axis", n->a.axis);
+        break;
+    case G_TRANSPOSE:
+        attr_ints(&nb, "perm", n->a.ints, n->a.n_ints);
+        break;
+    case G_CAST:
+        attr_int(&nb, "to", onnx_dtype(n->a.to));
+        break;
+    case G_REDUCE_MEAN: case G_REDUCE_MAX:
+        attr_int(&nb, "keepdims", n->a.keepdims);
+        if (axes_as_attr)
+            attr_ints(&nb, "axes", n->a.ints, n->a.n_ints);
+        break;
+    case G_SHAPE_OF:
+        if (n->a.start != 0)
+            attr_int(&nb, "start", n->a.start);
+        if (n->a.end != G_END)
+            attr_int(&nb, "end", n->a.end);
+        break;
+    default:
+        break;
+    }
+    end_node(p, &nb);
+    return FERRY_OK;
+}
+
+static void emit_value_info(const g_graph *g, int v, pb_buf *graph, uint32_t field)
+{
+    const g_value *x = &g->values[v];
+    pb_buf vi = {0}, type = {0}, tt = {0}, shape = {0}, dim = {0};
+    for (int i = 0; i < x->shape.rank; i++) {
+        int64_t c;
+        pb_reset(&dim);
+        if (g_dim_is_const(x->shape.d[i], &c)) {
+            pb_int(&dim, DIM_VALUE, c);
+        } else if (!x->shape.d[i].unknown) {
+            char buf[256];
+            g_dim_print(x->shape.d[i], &g->syms, buf, sizeof buf);
+            pb_string(&dim, DIM_PARAM, buf);
+        }
+        pb_msg(&shape, SHAPE_DIM, &dim);
+    }
+    pb_int(&tt, TTENSOR_ELEM_TYPE, onnx_dtype(x->dtype));
+    pb_msg(&tt, TTENSOR_SHAPE, &shape);
+    pb_msg(&type, TYPE_TENSOR, &tt);
+    pb_string(&vi, VI_NAME, x->name);
+    pb_msg(&vi, VI_TYPE, &type);
+    pb_msg(graph, field, &vi);
+    pb_free(&vi);
+    pb_free(&type);
+    pb_free(&tt);
+    pb_free(&shape);
+    pb_free(&dim);
+}
+
+static void entry(pb_buf *t, const char *key, const char *value)
+{
+    pb_buf e = {0};
+    pb_string(&e, ENTRY_KEY, key);
+    pb_string(&e, ENTRY_VALUE, value);
+    pb_msg(t, TENSOR_EXTERNAL_DATA, &e);
+    pb_free(&e);
+}
+
+static ferry_status emit_initializer(printer *p, const g_value *x, const pl_file *data,
+                                     fy_err *err)
+{
+    pb_buf t = {0};
+    for (int i = 0; i < x->shape.rank; i++) {
+        int64_t c = 0;
+        g_dim_is_const(x->shape.d[i], &c);
+        pb_int(&t, TENSOR_DIMS, c);
+    }
+    pb_int(&t, TENSOR_DATA_TYPE, onnx_dtype(x->dtype));
+    pb_string(&t, TENSOR_NAME, x->name);
+    if (x->kind == GV_CONST) {
+        pb_bytes(&t, TENSOR_RAW_DATA, x->data, x->nbytes);
+    } else {
+        uint64_t offset, length;
+        if (x->weight.quant.bits || !pl_find(data, &x->weight, W_PART_DATA, &offset, &length)) {
+            pb_free(&t);
+            return fy_fail(err, FERRY_ERR_INTERNAL, "weight '%s' was not placed in %s", x->name,
+                           pl_name(data));
+        }
+        char num[32];
+        entry(&t, "location", pl_name(data));
+        snprintf(num, sizeof num, "%llu", (unsigned long long)offset);
+        entry(&t, "offset", num);
+        snprintf(num, sizeof num, "%llu", (unsigned long long)length);
+        entry(&t, "length", num);
+        pb_int(&t, TENSOR_DATA_LOCATION, LOCATION_EXTERNAL);
+    }
+    pb_msg(&p->graph, GRAPH_INITIALIZER, &t);
+    pb_free(&t);
+    return FERRY_OK;
+}
+
+static bool no_space(int e)
+{
+    return e == ENOSPC || e == EFBIG || e == EDQUOT;
+}
+
+ferry_status onnx_write_model(const g_graph *g, const pl_file *data, int opset,
+                              const char *graph_name, const char *dir, const char *file,
+                              fy_err *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s/%s: %s", dir, file,
+                       strerror(ENAMETOOLONG));
+    printer *p = calloc(1, sizeof *p);
+    if (!p)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    p->g = g;
+    p->opset = opset;
+    pb_buf model = {0}, os = {0};
+    int fd = -1;
+    ferry_status st = FERRY_OK;
+    for (size_t i = 0; i < g->n_nodes && st == FERRY_OK; i++)
+        if (!g->nodes[i].dead)
+            st = emit_node(p, &g->nodes[i], err);
+    if (st != FERRY_OK)
+        goto done;
+    pb_string(&p->graph, GRAPH_NAME, graph_name ? graph_name : "ferry");
+    for (size_t i = 0; i < g->n_values && st == FERRY_OK; i++) {
+        const g_value *x = &g->values[i];
+        if ((x->kind == GV_WEIGHT || x->kind == GV_CONST) && x->n_uses > 0)
+            st = emit_initializer(p, x, data, err);
+    }
+    if (st != FERRY_OK)
+        goto done;
+    for (size_t i = 0; i < g->n_inputs; i++)
+        emit_value_info(g, g->inputs[i], &p->graph, GRAPH_INPUT);
+    for (size_t i = 0; i < g->n_outputs; i++)
+        emit_value_info(g, g->outputs[i], &p->graph, GRAPH_OUTPUT);
+    pb_int(&model, MODEL_IR_VERSION, onnx_ir_version(opset));
+    pb_string(&model, MODEL_PRODUCER_NAME, "ferry");
+    pb_string(&model, MODEL_PRODUCER_VERSION, FERRY_VERSION);
+    pb_msg(&model, MODEL_GRAPH, &p->graph);
+    pb_string(&os, OPSET_DOMAIN, "");
+    pb_int(&os, OPSET_VERSION, opset);
+    pb_msg(&model, MODEL_OPSET_IMPORT, &os);
+    if (model.oom || p->graph.oom || os.oom) {
+        st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory encoding %s", path);
+        goto done;
+    }
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                     "%s: cannot create: %s", path, strerror(errno));
+        goto done;
+    }
+    if ((st = fs_pwrite_all(fd, path, model.data, model.len, 0, err)) != FERRY_OK)
+        goto done;
+    if (fsync(fd) != 0 && errno != EINVAL)
+        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                     "%s: sync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && st == FERRY_OK)
+        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                     "%s: close failed: %s", path, strerror(errno));
+    fd = -1;
+done:
+    if (fd >= 0)
+        close(fd);
+    pb_free(&p->graph);
+    pb_free(&model);
+    pb_free(&os);
+    free(p);
+    return st;
+}

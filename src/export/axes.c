@@ -1,0 +1,89 @@
+/* axes.c — the symbolic (or pinned) extents of a model's logical axes, from the export config:
+ * `dynamic` names them batch and sequence; explicit dynamic dims name an input the model
+ * declares and one of its axes, and inputs sharing a logical axis must agree; example shapes
+ * give the traced extents. */
+#include <stdio.h>
+#include <string.h>
+
+#include "export/internal.h"
+
+#define EXAMPLE_DIM_MAX ((int64_t)1 << 24)
+
+static const char *const LOGICAL[2] = {"batch", "sequence"};
+
+static int logical_index(const char *axis)
+{
+    for (int i = 0; i < 2; i++)
+        if (strcmp(axis, LOGICAL[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* "input_ids, attention_mask, position_ids" */
+static void input_list(const model_arch *arch, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < arch->n_inputs && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "",
+                                arch->inputs[i].name);
+}
+
+ferry_status exp_resolve_axes(const ferry_export_config *cfg, const model_arch *arch,
+                              g_symtab *syms, g_dim out[2], fy_err *err)
+{
+    int64_t examples[2] = {cfg->example_batch, cfg->example_sequence};
+    const ferry_dim_spec *chosen[2] = {NULL, NULL};
+    char names[256];
+    input_list(arch, names, sizeof names);
+    for (int i = 0; i < cfg->n_dims; i++) {
+        const ferry_dim_spec *d = &cfg->dims[i];
+        const model_input *in = NULL;
+        for (int k = 0; k < arch->n_inputs && !in; k++)
+            if (strcmp(d->input, arch->inputs[k].name) == 0)
+                in = &arch->inputs[k];
+        if (!in)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dim for '%s': the model has no "
+                           "such input (inputs: %s)", d->input, names);
+        if (d->axis < 0 || d->axis >= in->n_axes)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dim %s:%d: '%s' has %d axes "
+                           "(0 = %s, 1 = %s)", d->input, d->axis, d->input, in->n_axes,
+                           in->axes[0], in->axes[1]);
+        int a = logical_index(in->axes[d->axis]);
+        if (a < 0)
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "dynamic dim %s:%d: axis '%s' cannot be "
+                           "made dynamic", d->input, d->axis, in->axes[d->axis]);
+        const ferry_dim_spec *prev = chosen[a];
+        if (prev && (strcmp(prev->symbol, d->symbol) != 0 || prev->min != d->min ||
+                     prev->max != d->max))
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dims %s:%d and %s:%d differ, but "
+                           "%s share one [batch, sequence]", prev->input, prev->axis, d->input,
+                           d->axis, names);
+        chosen[a] = d;
+    }
+    if (chosen[0] && chosen[1] && strcmp(chosen[0]->symbol, chosen[1]->symbol) == 0)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dims: batch and sequence axes cannot "
+                       "share the symbol '%s'", chosen[0]->symbol);
+    for (int a = 0; a < 2; a++) {
+        /* Traced extents size nothing ferry allocates, but they are multiplied in shape
+         * inference and printed in metadata: keep them far from overflow. */
+        if (examples[a] <= 0 || examples[a] > EXAMPLE_DIM_MAX)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape: %s %lld is out of range "
+                           "(1 to %lld)", LOGICAL[a], (long long)examples[a],
+                           (long long)EXAMPLE_DIM_MAX);
+        const ferry_dim_spec *d = chosen[a];
+        if (d && d->max > 0 && (examples[a] < d->min || examples[a] > d->max))
+            examples[a] = d->min > 0 ? d->min : 1;
+        if (d || cfg->dynamic) {
+            const char *name = d ? d->symbol : LOGICAL[a];
+            int64_t min = d ? d->min : 1, max = d ? d->max : 0;
+            int s = g_symtab_add(syms, name, min, max, examples[a]);
+            if (s < 0)
+                return fy_fail(err, FERRY_ERR_INVALID_ARG, "too many symbols");
+            out[a] = g_dim_sym(s);
+        } else {
+            out[a] = g_dim_const(examples[a]);
+        }
+    }
+    return FERRY_OK;
+}

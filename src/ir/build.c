@@ -1,0 +1,214 @@
+/* build.c — the builder calls: one small function per op that fills the attributes, appends the
+ * node (which infers its outputs) and returns its first output. Any G_NONE input (a failed
+ * earlier call) makes the call return G_NONE. */
+#include <string.h>
+
+#include "ir/ir.h"
+
+/* Appends `op` and returns its output `k`. */
+static int node(g_graph *g, g_op op, const char *name, int n_in, const int *in, const g_attrs *a)
+{
+    int id = g_add_node(g, op, name, n_in, in, a);
+    return id == G_NONE ? G_NONE : g->nodes[id].out[0];
+}
+
+int g_unary(g_graph *g, g_op op, const char *name, int x)
+{
+    return node(g, op, name, 1, &x, NULL);
+}
+
+int g_binary(g_graph *g, g_op op, const char *name, int a, int b)
+{
+    int in[2] = {a, b};
+    return node(g, op, name, 2, in, NULL);
+}
+
+int g_where(g_graph *g, const char *name, int cond, int x, int y)
+{
+    int in[3] = {cond, x, y};
+    return node(g, G_WHERE, name, 3, in, NULL);
+}
+
+int g_matmul(g_graph *g, const char *name, int a, int b, bool transpose_b)
+{
+    int in[2] = {a, b};
+    g_attrs at = {.transpose_b = transpose_b};
+    return node(g, G_MATMUL, name, 2, in, &at);
+}
+
+int g_gather(g_graph *g, const char *name, int data, int indices, int axis)
+{
+    int in[2] = {data, indices};
+    g_attrs at = {.axis = axis};
+    return node(g, G_GATHER, name, 2, in, &at);
+}
+
+int g_reshape(g_graph *g, const char *name, int x, int rank, const g_dim *dims)
+{
+    if (rank < 0 || rank > G_MAX_RANK)
+        return g_fail(g, FERRY_ERR_INTERNAL, "reshape '%s': rank %d", name, rank);
+    g_attrs at = {.shape.rank = rank};
+    memcpy(at.shape.d, dims, (size_t)rank * sizeof *dims);
+    return node(g, G_RESHAPE, name, 1, &x, &at);
+}
+
+int g_reshape_spec(g_graph *g, const char *name, int x, int rank, const int64_t *spec)
+{
+    if (x == G_NONE || !g_ok(g))
+        return G_NONE;
+    g_dim dims[G_MAX_RANK];
+    const g_shape *xs = &g->values[x].shape;
+    if (rank < 0 || rank > G_MAX_RANK)
+        return g_fail(g, FERRY_ERR_INTERNAL, "reshape '%s': rank %d", name, rank);
+    for (int i = 0; i < rank; i++) {
+        if (spec[i] == 0 && i >= xs->rank)
+            return g_fail(g, FERRY_ERR_INTERNAL, "reshape '%s' copies a dim the input lacks",
+                          name);
+        dims[i] = spec[i] == 0 ? xs->d[i] : spec[i] < 0 ? g_dim_unknown() : g_dim_const(spec[i]);
+    }
+    return g_reshape(g, name, x, rank, dims);
+}
+
+int g_transpose(g_graph *g, const char *name, int x, int n, const int64_t *perm)
+{
+    g_attrs at = {.n_ints = n};
+    if (n < 0 || n > G_MAX_INTS)
+        return g_fail(g, FERRY_ERR_INTERNAL, "transpose '%s': perm of %d", name, n);
+    memcpy(at.ints, perm, (size_t)n * sizeof *perm);
+    return node(g, G_TRANSPOSE, name, 1, &x, &at);
+}
+
+int g_concat(g_graph *g, const char *name, int n, const int *xs, int axis)
+{
+    g_attrs at = {.axis = axis};
+    return node(g, G_CONCAT, name, n, xs, &at);
+}
+
+int g_slice(g_graph *g, const char *name, int x, int64_t axis, int64_t start, int64_t end)
+{
+    g_attrs at = {.axis = axis, .start = start, .end = end};
+    return node(g, G_SLICE, name, 1, &x, &at);
+}
+
+int g_unsqueeze(g_graph *g, const char *name, int x, int n, const int64_t *axes)
+{
+    g_attrs at = {.n_ints = n};
+    if (n < 1 || n > G_MAX_INTS)
+        return g_fail(g, FERRY_ERR_INTERNAL, "unsqueeze '%s': %d axes", name, n);
+    memcpy(at.ints, axes, (size_t)n * sizeof *axes);
+    return node(g, G_UNSQUEEZE, name, 1, &x, &at);
+}
+
+int g_cast(g_graph *g, const char *name, int x, ferry_dtype to)
+{
+    if (x != G_NONE && g_ok(g) && g->values[x].dtype == to)
+        return x;
+    g_attrs at = {.to = to};
+    return node(g, G_CAST, name, 1, &x, &at);
+}
+
+int g_softmax(g_graph *g, const char *name, int x, int axis)
+{
+    g_attrs at = {.axis = axis};
+    return node(g, G_SOFTMAX, name, 1, &x, &at);
+}
+
+int g_reduce(g_graph *g, g_op op, const char *name, int x, int n, const int64_t *axes,
+             bool keepdims)
+{
+    g_attrs at = {.n_ints = n, .keepdims = keepdims};
+    if (n < 1 || n > G_MAX_INTS)
+        return g_fail(g, FERRY_ERR_INTERNAL, "reduce '%s': %d axes", name, n);
+    memcpy(at.ints, axes, (size_t)n * sizeof *axes);
+    return node(g, op, name, 1, &x, &at);
+}
+
+int g_shape_of(g_graph *g, const char *name, int x, int64_t start, int64_t end)
+{
+    g_attrs at = {.start = start, .end = end};
+    return node(g, G_SHAPE_OF, name, 1, &x, &at);
+}
+
+int g_range(g_graph *g, const char *name, int start, int limit, int delta)
+{
+    int in[3] = {start, limit, delta};
+    return node(g, G_RANGE, name, 3, in, NULL);
+}
+
+int g_expand(g_graph *g, const char *name, int x, int shape)
+{
+    int in[2] = {x, shape};
+    return node(g, G_EXPAND, name, 2, in, NULL);
+}
+
+int g_scatter_elements(g_graph *g, const char *name, int data, int indices, int updates, int axis)
+{
+    int in[3] = {data, indices, updates};
+    g_attrs at = {.axis = axis};
+    return node(g, G_SCATTER_ELEMENTS, name, 3, in, &at);
+}
+
+int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, double offset)
+{
+    int in[2] = {x, weight};
+    g_attrs at = {.eps = eps, .offset = offset};
+    return node(g, G_RMS_NORM, name, 2, in, &at);
+}
+
+int g_skip_rms_norm(g_graph *g, const char *name, int x, int skip, int weight, double eps,
+                    double offset, int *sum)
+{
+    int in[3] = {x, skip, weight};
+    g_attrs at = {.eps = eps, .offset = offset};
+    int id = g_add_node(g, G_SKIP_RMS_NORM, name, 3, in, &at);
+    *sum = id == G_NONE ? G_NONE : g->nodes[id].out[1];
+    return id == G_NONE ? G_NONE : g->nodes[id].out[0];
+}
+
+int g_layer_norm(g_graph *g, const char *name, int x, int weight, int bias, double eps)
+{
+    int in[3] = {x, weight, bias};
+    g_attrs at = {.eps = eps};
+    return node(g, G_LAYER_NORM, name, bias == G_NONE ? 2 : 3, in, &at);
+}
+
+int g_linear(g_graph *g, const char *name, int x, int weight, int bias)
+{
+    int in[3] = {x, weight, bias};
+    return node(g, G_LINEAR, name, bias == G_NONE ? 2 : 3, in, NULL);
+}
+
+int g_embedding(g_graph *g, const char *name, int table, int ids)
+{
+    int in[2] = {table, ids};
+    return node(g, G_EMBEDDING, name, 2, in, NULL);
+}
+
+int g_softcap(g_graph *g, const char *name, int x, double cap)
+{
+    g_attrs at = {.cap = cap};
+    return node(g, G_SOFTCAP, name, 1, &x, &at);
+}
+
+int g_rope(g_graph *g, const char *name, int x, int position_ids, const g_rope_opts *opts)
+{
+    int in[2] = {x, position_ids};
+    g_attrs at = {.rope = (g_rope_opts *)opts};
+    return node(g, G_ROPE, name, 2, in, &at);
+}
+
+int g_attention(g_graph *g, const char *name, int q, int k, int v, int mask, int past_k,
+                int past_v, int cache_position, const g_attn_opts *opts, int *present_k,
+                int *present_v)
+{
+    int in[7] = {q, k, v, mask, past_k, past_v, cache_position};
+    int n_in = cache_position != G_NONE ? 7 : past_k != G_NONE ? 6 : 4;
+    g_attrs at = {.attn = (g_attn_opts *)opts};
+    int id = g_add_node(g, G_ATTENTION, name, n_in, in, &at);
+    bool cached = id != G_NONE && g->nodes[id].n_out == 3;
+    if (present_k)
+        *present_k = cached ? g->nodes[id].out[1] : G_NONE;
+    if (present_v)
+        *present_v = cached ? g->nodes[id].out[2] : G_NONE;
+    return id == G_NONE ? G_NONE : g->nodes[id].out[0];
+}

@@ -1,0 +1,223 @@
+/* dump.c — the IR as text, one line per symbol, input, weight, constant, live node, output and
+ * state, in graph order. Deterministic (no addresses, no weights' data), so golden files can
+ * pin what a builder or a lowering produces:
+ *
+ *   symbol batch min 1 max - traced 1
+ *   input input_ids i64 [batch, sequence]
+ *   weight model.norm.weight f32 [64] <- model.norm.weight bf16 [64]
+ *   const const_7 i64 [4] = [0, 0, 4, 16]
+ *   /model/norm = rms_norm(%h, model.norm.weight) {eps=1e-05} -> %/model/norm_output_0 f32 [..]
+ *   output logits
+ *   state past_key_values.0.key (key, layer 0): past_key_values.0.key -> present.0.key */
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/ir.h"
+#include "util/dtype.h"
+#include "util/strbuf.h"
+
+static const char *dtype_str(ferry_dtype dt)
+{
+    switch (dt) {
+    case FERRY_F32: return "f32";
+    case FERRY_F16: return "f16";
+    case FERRY_BF16: return "bf16";
+    case FERRY_F64: return "f64";
+    case FERRY_I64: return "i64";
+    case FERRY_I32: return "i32";
+    case FERRY_BOOL: return "bool";
+    case FERRY_U8: return "u8";
+    case FERRY_I8: return "i8";
+    case FERRY_U4: return "u4";
+    case FERRY_I4: return "i4";
+    default: return dt_st_name(dt);
+    }
+}
+
+static void put_shape(strbuf *b, const g_shape *s, const g_symtab *syms)
+{
+    sb_puts(b, "[");
+    for (int i = 0; i < s->rank; i++) {
+        char dim[128];
+        g_dim_print(s->d[i], syms, dim, sizeof dim);
+        sb_printf(b, "%s%s", i ? ", " : "", dim);
+    }
+    sb_puts(b, "]");
+}
+
+static void put_ints(strbuf *b, const char *key, const int64_t *v, int n)
+{
+    sb_printf(b, "%s=[", key);
+    for (int i = 0; i < n; i++)
+        sb_printf(b, "%s%lld", i ? "," : "", (long long)v[i]);
+    sb_puts(b, "]");
+}
+
+static void put_end(strbuf *b, const char *key, int64_t v)
+{
+    if (v == G_END)
+        sb_printf(b, "%s=end", key);
+    else
+        sb_printf(b, "%s=%lld", key, (long long)v);
+}
+
+static void put_attrs(strbuf *b, const g_node *n, const g_symtab *syms)
+{
+    unsigned m = g_op_info_of(n->op)->attrs;
+    const g_attrs *a = &n->a;
+    if (!m)
+        return;
+    sb_puts(b, " {");
+    const char *sep = "";
+#define SEP() (sb_puts(b, sep), sep = ", ")
+    if (m & GA_AXIS)
+        SEP(), sb_printf(b, "axis=%lld", (long long)a->axis);
+    if (m & GA_INTS)
+        SEP(), put_ints(b, n->op == G_TRANSPOSE ? "perm" : "axes", a->ints, a->n_ints);
+    if (m & GA_SHAPE)
+        SEP(), sb_puts(b, "shape="), put_shape(b, &a->shape, syms);
+    if (m & GA_RANGE)
+        SEP(), put_end(b, "start", a->start), sb_puts(b, ", "), put_end(b, "end", a->end);
+    if (m & GA_EPS)
+        SEP(), sb_printf(b, "eps=%.9g", a->eps);
+    if ((m & GA_OFFSET) && a->offset != 0)
+        SEP(), sb_printf(b, "offset=%.9g", a->offset);
+    if (m & GA_CAP)
+        SEP(), sb_printf(b, "cap=%.9g", a->cap);
+    if (m & GA_TO)
+        SEP(), sb_printf(b, "to=%s", dtype_str(a->to));
+    if (m & GA_KEEPDIMS)
+        SEP(), sb_printf(b, "keepdims=%d", a->keepdims);
+    if ((m & GA_TRANSB) && a->transpose_b)
+        SEP(), sb_puts(b, "transpose_b");
+    if ((m & GA_ROPE) && a->rope) {
+        const g_rope_opts *r = a->rope;
+        SEP(), sb_printf(b, "rope=%s theta=%.9g factor=%.9g head_dim=%lld rotary_dim=%lld",
+                         r->rope.type_name, r->rope.theta, r->rope.factor,
+                         (long long)r->head_dim, (long long)r->rotary_dim);
+    }
+    if ((m & GA_ATTN) && a->attn) {
+        static const char *const masks[] = {"causal", "padding", "given"};
+        static const char *const caches[] = {"none", "append", "static"};
+        const g_attn_opts *o = a->attn;
+        SEP(), sb_printf(b, "heads=%lld kv_heads=%lld head_dim=%lld scale=%.9g mask=%s cache=%s",
+                         (long long)o->num_heads, (long long)o->num_kv_heads,
+                         (long long)o->head_dim, o->scale, masks[o->mask], caches[o->cache]);
+        if (o->sliding_window)
+            sb_printf(b, " window=%lld", (long long)o->sliding_window);
+        if (o->softcap)
+            sb_printf(b, " softcap=%.9g", o->softcap);
+    }
+#undef SEP
+    sb_puts(b, "}");
+}
+
+static void put_weight(strbuf *b, const g_value *v)
+{
+    const g_weight *w = &v->weight;
+    char src[512];
+    w_describe(w, src, sizeof src);
+    sb_printf(b, "weight %s %s ", v->name, dtype_str(v->dtype));
+    put_shape(b, &v->shape, NULL);
+    sb_printf(b, " <- %s", src);
+    if (w->n_src > 1)
+        sb_printf(b, " concat axis %d", w->concat_axis);
+    if (w->transpose)
+        sb_puts(b, " transposed");
+    if (w->offset != 0)
+        sb_printf(b, " offset %.9g", w->offset);
+    if (w->quant.bits)
+        sb_printf(b, " quant int%d block %d %s", w->quant.bits, w->quant.block,
+                  w->quant.symmetric ? "symmetric" : "asymmetric");
+    sb_puts(b, "\n");
+}
+
+static void put_const(strbuf *b, const g_value *v)
+{
+    sb_printf(b, "const %s %s ", v->name, dtype_str(v->dtype));
+    put_shape(b, &v->shape, NULL);
+    size_t esz = dt_size(v->dtype), n = esz ? v->nbytes / esz : 0;
+    sb_puts(b, " = [");
+    for (size_t i = 0; i < n && i < 8; i++) {
+        const unsigned char *p = (const unsigned char *)v->data + i * esz;
+        if (v->dtype == FERRY_I64) {
+            int64_t x;
+            memcpy(&x, p, 8);
+            if (x == INT64_MAX)
+                sb_printf(b, "%smax", i ? ", " : "");
+            else
+                sb_printf(b, "%s%lld", i ? ", " : "", (long long)x);
+        } else if (v->dtype == FERRY_F32) {
+            float x;
+            memcpy(&x, p, 4);
+            sb_printf(b, "%s%.9g", i ? ", " : "", (double)x);
+        } else if (v->dtype == FERRY_F16) {
+            uint16_t h;
+            memcpy(&h, p, 2);
+            sb_printf(b, "%s%.9g", i ? ", " : "", (double)dt_f16_to_f32(h));
+        } else if (v->dtype == FERRY_BF16) {
+            uint16_t h;
+            memcpy(&h, p, 2);
+            sb_printf(b, "%s%.9g", i ? ", " : "", (double)dt_bf16_to_f32(h));
+        } else {
+            sb_printf(b, "%s%u", i ? ", " : "", p[0]);
+        }
+    }
+    sb_puts(b, n > 8 ? ", ...]\n" : "]\n");
+}
+
+char *g_dump(const g_graph *g)
+{
+    static const char *const kinds[] = {"key", "value", "length"};
+    strbuf b = {0};
+    for (int i = 0; i < g->syms.n; i++) {
+        const g_sym *s = &g->syms.s[i];
+        sb_printf(&b, "symbol %s min %lld max ", s->name, (long long)s->min);
+        if (s->max > 0)
+            sb_printf(&b, "%lld", (long long)s->max);
+        else
+            sb_puts(&b, "-");
+        sb_printf(&b, " traced %lld\n", (long long)s->example);
+    }
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const g_value *v = &g->values[g->inputs[i]];
+        sb_printf(&b, "input %s %s ", v->name, dtype_str(v->dtype));
+        put_shape(&b, &v->shape, &g->syms);
+        sb_puts(&b, "\n");
+    }
+    for (size_t i = 0; i < g->n_values; i++) {
+        const g_value *v = &g->values[i];
+        if (v->n_uses == 0)
+            continue;
+        if (v->kind == GV_WEIGHT)
+            put_weight(&b, v);
+        else if (v->kind == GV_CONST)
+            put_const(&b, v);
+    }
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const g_node *n = &g->nodes[i];
+        if (n->dead)
+            continue;
+        sb_printf(&b, "%s = %s(", n->name, g_op_name(n->op));
+        for (int k = 0; k < n->n_in; k++)
+            sb_printf(&b, "%s%s", k ? ", " : "",
+                      n->in[k] == G_NONE ? "-" : g->values[n->in[k]].name);
+        sb_puts(&b, ")");
+        put_attrs(&b, n, &g->syms);
+        for (int k = 0; k < n->n_out; k++) {
+            const g_value *v = &g->values[n->out[k]];
+            sb_printf(&b, "%s%s %s ", k ? ", " : " -> ", v->name, dtype_str(v->dtype));
+            put_shape(&b, &v->shape, &g->syms);
+        }
+        sb_puts(&b, "\n");
+    }
+    for (size_t i = 0; i < g->n_outputs; i++)
+        sb_printf(&b, "output %s\n", g->values[g->outputs[i]].name);
+    for (size_t i = 0; i < g->n_states; i++) {
+        const g_state *s = &g->states[i];
+        sb_printf(&b, "state %s (%s, layer %d%s): %s -> %s\n", s->name, kinds[s->kind], s->layer,
+                  s->in_place ? ", in place" : "",
+                  s->in == G_NONE ? "(empty)" : g->values[s->in].name, g->values[s->out].name);
+    }
+    return sb_take(&b);
+}

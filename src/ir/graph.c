@@ -1,0 +1,360 @@
+/* graph.c — the IR's storage: values (inputs, node outputs, constants, lazy weights), nodes,
+ * the state table, and the op table generated from ops.def. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h"
+#include "util/dtype.h"
+
+static const g_op_info OPS[] = {
+#define PRIM false
+#define SEM true
+#define OP(id, name, kind, min_in, max_in, max_out, attrs, infer) \
+    {name, kind, min_in, max_in, max_out, attrs},
+#include "ir/ops.def"
+#undef OP
+#undef PRIM
+#undef SEM
+};
+_Static_assert(sizeof OPS / sizeof OPS[0] == G_OP_COUNT, "op table out of step with ops.def");
+
+const g_op_info *g_op_info_of(g_op op)
+{
+    return (unsigned)op < G_OP_COUNT ? &OPS[op] : NULL;
+}
+
+const char *g_op_name(g_op op)
+{
+    return (unsigned)op < G_OP_COUNT ? OPS[op].name : "?";
+}
+
+bool g_op_is_semantic(g_op op)
+{
+    return (unsigned)op < G_OP_COUNT && OPS[op].semantic;
+}
+
+g_op g_op_by_name(const char *name)
+{
+    for (int i = 0; i < G_OP_COUNT; i++)
+        if (strcmp(OPS[i].name, name) == 0)
+            return (g_op)i;
+    return G_OP_COUNT;
+}
+
+g_graph *g_new(void)
+{
+    return calloc(1, sizeof(g_graph));
+}
+
+void g_free(g_graph *g)
+{
+    if (!g)
+        return;
+    for (size_t i = 0; i < g->n_values; i++) {
+        free(g->values[i].name);
+        free(g->values[i].data);
+    }
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        free(g->nodes[i].name);
+        free(g->nodes[i].a.rope);
+        free(g->nodes[i].a.attn);
+    }
+    for (size_t i = 0; i < g->n_states; i++)
+        free(g->states[i].name);
+    free(g->values);
+    free(g->nodes);
+    free(g->inputs);
+    free(g->outputs);
+    free(g->states);
+    free(g);
+}
+
+bool g_ok(const g_graph *g)
+{
+    return g && g->err.status == FERRY_OK;
+}
+
+int g_fail(g_graph *g, ferry_status status, const char *fmt, ...)
+{
+    if (g->err.status != FERRY_OK)
+        return G_NONE;
+    char msg[sizeof g->err.msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fy_fail(&g->err, status, "%s", msg);
+    return G_NONE;
+}
+
+void g_scope(g_graph *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->scope, sizeof g->scope, fmt, ap);
+    va_end(ap);
+}
+
+static int oom(g_graph *g)
+{
+    return g_fail(g, FERRY_ERR_NOMEM, "out of memory while building the graph");
+}
+
+int g_add_value(g_graph *g, const char *name, ferry_dtype dtype, const g_shape *shape,
+                g_value_kind kind)
+{
+    if (g->n_values == g->cap_values) {
+        size_t cap = g->cap_values ? g->cap_values * 2 : 256;
+        g_value *nv = realloc(g->values, cap * sizeof *nv);
+        if (!nv)
+            return oom(g);
+        g->values = nv;
+        g->cap_values = cap;
+    }
+    g_value *v = &g->values[g->n_values];
+    memset(v, 0, sizeof *v);
+    v->name = strdup(name);
+    if (!v->name)
+        return oom(g);
+    v->dtype = dtype;
+    if (shape)
+        v->shape = *shape;
+    v->kind = kind;
+    v->producer = -1;
+    return (int)g->n_values++;
+}
+
+static bool push_id(g_graph *g, int **arr, size_t *n, int v)
+{
+    int *grown = realloc(*arr, (*n + 1) * sizeof **arr);
+    if (!grown) {
+        oom(g);
+        return false;
+    }
+    *arr = grown;
+    (*arr)[(*n)++] = v;
+    return true;
+}
+
+int g_input(g_graph *g, const char *name, ferry_dtype dtype, int rank, const g_dim *dims)
+{
+    if (!g_ok(g))
+        return G_NONE;
+    if (rank < 0 || rank > G_MAX_RANK)
+        return g_fail(g, FERRY_ERR_INTERNAL, "input '%s': rank %d", name, rank);
+    g_shape s = {.rank = rank};
+    for (int i = 0; i < rank; i++)
+        s.d[i] = dims[i];
+    int v = g_add_value(g, name, dtype, &s, GV_INPUT);
+    if (v == G_NONE || !push_id(g, &g->inputs, &g->n_inputs, v))
+        return G_NONE;
+    return v;
+}
+
+void g_output(g_graph *g, int v, const char *name)
+{
+    if (!g_ok(g) || v < 0 || (size_t)v >= g->n_values)
+        return;
+    char *n = strdup(name);
+    if (!n) {
+        oom(g);
+        return;
+    }
+    if (!push_id(g, &g->outputs, &g->n_outputs, v)) {
+        free(n);
+        return;
+    }
+    free(g->values[v].name);
+    g->values[v].name = n;
+}
+
+int g_weight_value(g_graph *g, const char *name, const g_weight *recipe)
+{
+    if (!g_ok(g))
+        return G_NONE;
+    for (size_t i = 0; i < g->n_values; i++) {
+        const g_value *v = &g->values[i];
+        if (v->kind == GV_WEIGHT && w_equal(&v->weight, recipe))
+            return (int)i;
+    }
+    int rank;
+    int64_t dims[2];
+    if (w_check(recipe, &rank, dims, &g->err) != FERRY_OK)
+        return G_NONE;
+    g_shape s = {.rank = rank};
+    for (int i = 0; i < rank; i++)
+        s.d[i] = g_dim_const(dims[i]);
+    int v = g_add_value(g, name, recipe->dtype, &s, GV_WEIGHT);
+    if (v != G_NONE)
+        g->values[v].weight = *recipe;
+    return v;
+}
+
+int g_const(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, const void *data)
+{
+    if (!g_ok(g))
+        return G_NONE;
+    uint64_t n = 1;
+    g_shape s = {.rank = rank};
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] < 0 || __builtin_mul_overflow(n, (uint64_t)dims[i], &n))
+            return g_fail(g, FERRY_ERR_INTERNAL, "constant of impossible shape");
+        s.d[i] = g_dim_const(dims[i]);
+    }
+    size_t nbytes = (size_t)dt_nbytes(dtype, n);
+    for (size_t i = 0; i < g->n_values; i++) {
+        const g_value *v = &g->values[i];
+        if (v->kind == GV_CONST && v->dtype == dtype && v->nbytes == nbytes &&
+            g_shape_eq(&v->shape, &s) && (nbytes == 0 || memcmp(v->data, data, nbytes) == 0))
+            return (int)i;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "const_%zu", g->n_values);
+    int v = g_add_value(g, name, dtype, &s, GV_CONST);
+    if (v == G_NONE)
+        return v;
+    g->values[v].data = malloc(nbytes ? nbytes : 1);
+    if (!g->values[v].data)
+        return oom(g);
+    if (nbytes)
+        memcpy(g->values[v].data, data, nbytes);
+    g->values[v].nbytes = nbytes;
+    return v;
+}
+
+int g_const_i64(g_graph *g, int n, const int64_t *vals)
+{
+    int64_t d = n;
+    return g_const(g, FERRY_I64, 1, &d, vals);
+}
+
+int g_scalar_i64(g_graph *g, int64_t v)
+{
+    return g_const(g, FERRY_I64, 0, NULL, &v);
+}
+
+int g_scalar_f(g_graph *g, ferry_dtype dtype, double v)
+{
+    uint8_t buf[8];
+    float f = (float)v;
+    if (dtype == FERRY_F32) {
+        memcpy(buf, &f, 4);
+    } else if (dtype == FERRY_F16 || dtype == FERRY_BF16) {
+        uint16_t h = dtype == FERRY_F16 ? dt_f32_to_f16(f) : dt_f32_to_bf16(f);
+        memcpy(buf, &h, 2);
+    } else if (dtype == FERRY_F64) {
+        memcpy(buf, &v, 8);
+    } else {
+        return g_fail(g, FERRY_ERR_INTERNAL, "float scalar of dtype %s", dt_st_name(dtype));
+    }
+    return g_const(g, dtype, 0, NULL, buf);
+}
+
+void g_state_add(g_graph *g, const char *name, g_state_kind kind, int layer, int in, int out,
+                 bool in_place)
+{
+    if (!g_ok(g) || out == G_NONE)
+        return;
+    g_state *grown = realloc(g->states, (g->n_states + 1) * sizeof *grown);
+    char *n = strdup(name);
+    if (!grown || !n) {
+        free(n);
+        if (grown)
+            g->states = grown;
+        oom(g);
+        return;
+    }
+    g->states = grown;
+    g->states[g->n_states++] = (g_state){.name = n, .kind = kind, .layer = layer, .in = in,
+                                         .out = out, .in_place = in_place};
+}
+
+int g_node_out(const g_graph *g, int v, int k)
+{
+    if (v < 0 || (size_t)v >= g->n_values || g->values[v].producer < 0)
+        return G_NONE;
+    const g_node *n = &g->nodes[g->values[v].producer];
+    return k >= 0 && k < n->n_out ? n->out[k] : G_NONE;
+}
+
+/* Deep-copies the owned option structs of an attribute set. */
+static bool copy_attrs(g_attrs *dst, const g_attrs *src)
+{
+    *dst = *src;
+    dst->rope = NULL;
+    dst->attn = NULL;
+    if (src->rope && !(dst->rope = malloc(sizeof *dst->rope)))
+        return false;
+    if (src->rope)
+        *dst->rope = *src->rope;
+    if (src->attn && !(dst->attn = malloc(sizeof *dst->attn))) {
+        free(dst->rope);
+        dst->rope = NULL;
+        return false;
+    }
+    if (src->attn)
+        *dst->attn = *src->attn;
+    return true;
+}
+
+int g_add_node(g_graph *g, g_op op, const char *name, int n_in, const int *in, const g_attrs *a)
+{
+    if (!g_ok(g))
+        return G_NONE;
+    const g_op_info *info = g_op_info_of(op);
+    if (!info || n_in < info->min_in || n_in > info->max_in)
+        return g_fail(g, FERRY_ERR_INTERNAL, "node '%s/%s': %s takes %d to %d inputs, not %d",
+                      g->scope, name, g_op_name(op), info ? info->min_in : 0,
+                      info ? info->max_in : 0, n_in);
+    for (int i = 0; i < n_in; i++) {
+        /* The graph is still healthy here, so a missing required input is a builder bug. */
+        if (in[i] == G_NONE && i < info->min_in)
+            return g_fail(g, FERRY_ERR_INTERNAL, "node '%s/%s': required input %d is missing",
+                          g->scope, name, i);
+        if (in[i] != G_NONE && (in[i] < 0 || (size_t)in[i] >= g->n_values))
+            return g_fail(g, FERRY_ERR_INTERNAL, "node '%s/%s': input %d refers to no value",
+                          g->scope, name, i);
+    }
+    if (g->n_nodes == g->cap_nodes) {
+        size_t cap = g->cap_nodes ? g->cap_nodes * 2 : 256;
+        g_node *nn = realloc(g->nodes, cap * sizeof *nn);
+        if (!nn)
+            return oom(g);
+        g->nodes = nn;
+        g->cap_nodes = cap;
+    }
+    g_node *n = &g->nodes[g->n_nodes];
+    memset(n, 0, sizeof *n);
+    char full[512];
+    snprintf(full, sizeof full, "%s/%s", g->scope, name);
+    if (!(n->name = strdup(full)))
+        return oom(g);
+    if (a && !copy_attrs(&n->a, a)) {
+        free(n->name);
+        return oom(g);
+    }
+    n->op = op;
+    n->n_in = n_in;
+    memcpy(n->in, in, (size_t)n_in * sizeof *in);
+    g->n_nodes++;
+    int node = (int)g->n_nodes - 1;
+
+    g_typed outs[G_MAX_OUT];
+    int n_out = 0;
+    if (g_infer(g, &g->nodes[node], outs, &n_out, &g->err) != FERRY_OK)
+        return G_NONE;
+    n = &g->nodes[node];
+    n->n_out = n_out;
+    for (int k = 0; k < n->n_out; k++) {
+        char vname[600];
+        snprintf(vname, sizeof vname, "%s_output_%d", n->name, k);
+        int v = g_add_value(g, vname, outs[k].dtype, &outs[k].shape, GV_NODE);
+        if (v == G_NONE)
+            return G_NONE;
+        g->values[v].producer = node;
+        g->nodes[node].out[k] = v;
+    }
+    return node;
+}

@@ -1,0 +1,536 @@
+/* infer.c — output dtypes and symbolic shapes of every op, from its inputs and attributes. The
+ * same functions run when a node is built and again in g_check, so a pass that rewires a graph
+ * cannot leave a node whose recorded type disagrees with its inputs. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/ir.h"
+#include "util/dtype.h"
+
+/* What an inference function sees: the node, its inputs (NULL where absent), the graph. */
+typedef struct inf {
+    const g_graph *g;
+    const g_node *n;
+    const g_value *in[G_MAX_IN];
+    g_typed *out;
+    int n_out;
+    fy_err *err;
+} inf;
+
+typedef ferry_status (*infer_fn)(inf *x);
+
+#define OP(id, name, kind, min_in, max_in, max_out, attrs, infer) static ferry_status infer(inf *x);
+#include "ir/ops.def"
+#undef OP
+
+static const infer_fn INFER[] = {
+#define OP(id, name, kind, min_in, max_in, max_out, attrs, infer) infer,
+#include "ir/ops.def"
+#undef OP
+};
+_Static_assert(sizeof INFER / sizeof INFER[0] == G_OP_COUNT, "inference table out of step");
+
+static ferry_status bad(inf *x, const char *why)
+{
+    return fy_fail(x->err, FERRY_ERR_INTERNAL, "graph node '%s' (%s): %s", x->n->name,
+                   g_op_name(x->n->op), why);
+}
+
+static int norm_axis(int64_t axis, int rank)
+{
+    return (int)(axis < 0 ? axis + rank : axis);
+}
+
+/* One output of `dtype` and `shape`. */
+static ferry_status one(inf *x, ferry_dtype dtype, const g_shape *shape)
+{
+    x->out[0].dtype = dtype;
+    x->out[0].shape = *shape;
+    x->n_out = 1;
+    return FERRY_OK;
+}
+
+ferry_status g_infer(const g_graph *g, const g_node *n, g_typed *outs, int *n_out, fy_err *err)
+{
+    inf x = {.g = g, .n = n, .out = outs, .err = err};
+    const g_op_info *info = g_op_info_of(n->op);
+    if (!info)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "graph node '%s': unknown op %d", n->name,
+                       (int)n->op);
+    if (n->n_in < info->min_in || n->n_in > info->max_in)
+        return bad(&x, "wrong number of inputs");
+    for (int i = 0; i < n->n_in; i++) {
+        if (n->in[i] == G_NONE) {
+            if (i < info->min_in)
+                return bad(&x, "a required input is missing");
+            continue;
+        }
+        if (n->in[i] < 0 || (size_t)n->in[i] >= g->n_values)
+            return bad(&x, "an input refers to no value");
+        x.in[i] = &g->values[n->in[i]];
+    }
+    if (((info->attrs & GA_ROPE) != 0) != (n->a.rope != NULL) ||
+        ((info->attrs & GA_ATTN) != 0) != (n->a.attn != NULL))
+        return bad(&x, "option struct present where the op takes none, or missing");
+    memset(outs, 0, sizeof *outs * G_MAX_OUT);
+    ferry_status st = INFER[n->op](&x);
+    if (st == FERRY_OK && (x.n_out < 1 || x.n_out > info->max_out))
+        return bad(&x, "inference gave an impossible number of outputs");
+    *n_out = x.n_out;
+    return st;
+}
+
+/* ---- elementwise ---- */
+
+static ferry_status broadcast2(inf *x, ferry_dtype out_dtype)
+{
+    const g_value *a = x->in[0], *b = x->in[1];
+    g_shape s;
+    if (a->dtype != b->dtype)
+        return bad(x, "operand dtypes differ");
+    if (!g_shape_broadcast(&a->shape, &b->shape, &s))
+        return bad(x, "shapes do not broadcast");
+    return one(x, out_dtype, &s);
+}
+
+static ferry_status infer_arith(inf *x)
+{
+    if (x->in[0]->dtype == FERRY_BOOL)
+        return bad(x, "arithmetic on bool");
+    return broadcast2(x, x->in[0]->dtype);
+}
+
+static ferry_status infer_logic(inf *x)
+{
+    if (x->in[0]->dtype != FERRY_BOOL)
+        return bad(x, "needs bool inputs");
+    return broadcast2(x, FERRY_BOOL);
+}
+
+static ferry_status infer_compare(inf *x)
+{
+    return broadcast2(x, FERRY_BOOL);
+}
+
+static ferry_status infer_float_unary(inf *x)
+{
+    if (!dt_is_float(x->in[0]->dtype))
+        return bad(x, "needs a float input");
+    return one(x, x->in[0]->dtype, &x->in[0]->shape);
+}
+
+static ferry_status infer_same(inf *x)
+{
+    return one(x, x->in[0]->dtype, &x->in[0]->shape);
+}
+
+static ferry_status infer_not(inf *x)
+{
+    if (x->in[0]->dtype != FERRY_BOOL)
+        return bad(x, "needs a bool input");
+    return one(x, FERRY_BOOL, &x->in[0]->shape);
+}
+
+static ferry_status infer_where(inf *x)
+{
+    const g_value *c = x->in[0], *a = x->in[1], *b = x->in[2];
+    g_shape t, s;
+    if (c->dtype != FERRY_BOOL || a->dtype != b->dtype)
+        return bad(x, "needs a bool condition and two values of one dtype");
+    if (!g_shape_broadcast(&c->shape, &a->shape, &t) || !g_shape_broadcast(&t, &b->shape, &s))
+        return bad(x, "shapes do not broadcast");
+    return one(x, a->dtype, &s);
+}
+
+/* ---- linear algebra and indexing ---- */
+
+static ferry_status infer_matmul(inf *x)
+{
+    const g_value *a = x->in[0], *b = x->in[1];
+    bool tb = x->n->a.transpose_b;
+    if (a->dtype != b->dtype || !dt_is_float(a->dtype))
+        return bad(x, "needs two float inputs of one dtype");
+    if (a->shape.rank < 2 || b->shape.rank < 2 || (tb && b->shape.rank != 2))
+        return bad(x, "needs inputs of rank >= 2 (a 2-D b when transpose_b)");
+    g_shape ba = a->shape, bb = b->shape, s;
+    ba.rank -= 2;
+    bb.rank -= 2;
+    if (!g_shape_broadcast(&ba, &bb, &s))
+        return bad(x, "batch dims do not broadcast");
+    g_dim k_b = b->shape.d[b->shape.rank - (tb ? 1 : 2)];
+    g_dim n_b = b->shape.d[b->shape.rank - (tb ? 2 : 1)];
+    if (!g_dim_compatible(a->shape.d[a->shape.rank - 1], k_b))
+        return bad(x, "inner dims differ");
+    s.d[s.rank++] = a->shape.d[a->shape.rank - 2];
+    s.d[s.rank++] = n_b;
+    return one(x, a->dtype, &s);
+}
+
+static ferry_status infer_gather(inf *x)
+{
+    const g_value *a = x->in[0], *b = x->in[1];
+    int axis = norm_axis(x->n->a.axis, a->shape.rank);
+    g_shape s = {0};
+    if ((b->dtype != FERRY_I64 && b->dtype != FERRY_I32) || axis < 0 || axis >= a->shape.rank ||
+        a->shape.rank - 1 + b->shape.rank > G_MAX_RANK)
+        return bad(x, "needs integer indices and a valid axis");
+    for (int i = 0; i < axis; i++)
+        s.d[s.rank++] = a->shape.d[i];
+    for (int i = 0; i < b->shape.rank; i++)
+        s.d[s.rank++] = b->shape.d[i];
+    for (int i = axis + 1; i < a->shape.rank; i++)
+        s.d[s.rank++] = a->shape.d[i];
+    return one(x, a->dtype, &s);
+}
+
+/* The target may leave one dim unknown: it is solved by cancelling the dims the target shares
+ * with the input; what is left of the input must be one symbolic dim times constants for the
+ * solution to stay symbolic (else it stays unknown, which every backend can still print). */
+static ferry_status infer_reshape(inf *x)
+{
+    const g_value *in = x->in[0];
+    const g_shape *spec = &x->n->a.shape;
+    g_shape s = *spec;
+    int64_t in_const = 1, out_const = 1;
+    g_dim in_syms[G_MAX_RANK];
+    int n_in_syms = 0, solve_at = -1;
+    bool out_unmatched = false, in_unknown = false, overflow = false;
+    if (spec->rank < 0 || spec->rank > G_MAX_RANK)
+        return bad(x, "bad target rank");
+    for (int i = 0; i < in->shape.rank; i++) {
+        int64_t c;
+        if (in->shape.d[i].unknown)
+            in_unknown = true;
+        else if (g_dim_is_const(in->shape.d[i], &c))
+            overflow |= __builtin_mul_overflow(in_const, c, &in_const);
+        else
+            in_syms[n_in_syms++] = in->shape.d[i];
+    }
+    for (int i = 0; i < spec->rank; i++) {
+        g_dim d = spec->d[i];
+        int64_t c;
+        if (d.unknown) {
+            if (solve_at >= 0)
+                return bad(x, "more than one unknown dim in the target shape");
+            solve_at = i;
+            continue;
+        }
+        if (g_dim_is_const(d, &c)) {
+            if (c < 0)
+                return bad(x, "negative target dim");
+            overflow |= __builtin_mul_overflow(out_const, c, &out_const);
+            continue;
+        }
+        int k = 0;
+        while (k < n_in_syms && !g_dim_eq(in_syms[k], d))
+            k++;
+        if (k < n_in_syms)
+            in_syms[k] = in_syms[--n_in_syms];
+        else
+            out_unmatched = true;
+    }
+    if (overflow)
+        return bad(x, "element count overflows 64 bits");
+    if (solve_at >= 0) {
+        if (in_unknown || out_unmatched || n_in_syms > 1 || out_const == 0 ||
+            in_const % out_const != 0)
+            s.d[solve_at] = g_dim_unknown();
+        else if (n_in_syms == 1)
+            s.d[solve_at] = g_dim_scale(in_syms[0], in_const / out_const);
+        else
+            s.d[solve_at] = g_dim_const(in_const / out_const);
+    } else if (!in_unknown && n_in_syms == 0 && !out_unmatched && in_const != out_const) {
+        return bad(x, "reshape changes the number of elements");
+    }
+    return one(x, in->dtype, &s);
+}
+
+static ferry_status infer_transpose(inf *x)
+{
+    const g_value *a = x->in[0];
+    g_shape s = {.rank = a->shape.rank};
+    bool seen[G_MAX_RANK] = {false};
+    if (x->n->a.n_ints != a->shape.rank)
+        return bad(x, "perm length differs from rank");
+    for (int i = 0; i < s.rank; i++) {
+        int64_t p = x->n->a.ints[i];
+        if (p < 0 || p >= s.rank || seen[p])
+            return bad(x, "perm is not a permutation");
+        seen[p] = true;
+        s.d[i] = a->shape.d[p];
+    }
+    return one(x, a->dtype, &s);
+}
+
+static ferry_status infer_concat(inf *x)
+{
+    const g_value *a = x->in[0];
+    int axis = norm_axis(x->n->a.axis, a->shape.rank);
+    if (axis < 0 || axis >= a->shape.rank)
+        return bad(x, "axis out of range");
+    g_shape s = a->shape;
+    for (int i = 1; i < x->n->n_in; i++) {
+        const g_value *b = x->in[i];
+        if (!b || b->dtype != a->dtype || b->shape.rank != a->shape.rank)
+            return bad(x, "inputs differ in dtype or rank");
+        for (int k = 0; k < s.rank; k++)
+            if (k != axis && !g_dim_compatible(s.d[k], b->shape.d[k]))
+                return bad(x, "inputs differ off the concat axis");
+        s.d[axis] = g_dim_add(s.d[axis], b->shape.d[axis]);
+    }
+    return one(x, a->dtype, &s);
+}
+
+/* start/end may count from the end (negative) and end may be G_END; on a symbolic axis only
+ * the forms that stay symbolic are resolved, the rest become unknown. */
+static g_dim slice_extent(g_dim dim, int64_t st, int64_t en)
+{
+    int64_t c;
+    if (g_dim_is_const(dim, &c)) {
+        int64_t s = st < 0 ? st + c : st, e = en == G_END ? c : (en < 0 ? en + c : en);
+        s = s < 0 ? 0 : (s > c ? c : s);
+        e = e < 0 ? 0 : (e > c ? c : e);
+        return g_dim_const(e > s ? e - s : 0);
+    }
+    if (en == G_END && st >= 0)
+        return g_dim_sub(dim, g_dim_const(st)); /* assumes dim >= start */
+    if (en == G_END && st < 0)
+        return g_dim_const(-st);                /* assumes dim >= -start */
+    if (st >= 0 && en >= 0 && en >= st)
+        return g_dim_const(en - st);            /* assumes dim >= end */
+    return g_dim_unknown();
+}
+
+static ferry_status infer_slice(inf *x)
+{
+    const g_value *a = x->in[0];
+    int axis = norm_axis(x->n->a.axis, a->shape.rank);
+    if (axis < 0 || axis >= a->shape.rank)
+        return bad(x, "axis out of range");
+    g_shape s = a->shape;
+    s.d[axis] = slice_extent(a->shape.d[axis], x->n->a.start, x->n->a.end);
+    return one(x, a->dtype, &s);
+}
+
+static ferry_status infer_unsqueeze(inf *x)
+{
+    const g_value *a = x->in[0];
+    int na = x->n->a.n_ints;
+    g_shape s = {.rank = a->shape.rank + na};
+    bool is_new[G_MAX_RANK] = {false};
+    if (na < 1 || s.rank > G_MAX_RANK)
+        return bad(x, "bad axes");
+    for (int i = 0; i < na; i++) {
+        int k = norm_axis(x->n->a.ints[i], s.rank);
+        if (k < 0 || k >= s.rank || is_new[k])
+            return bad(x, "axis out of range or repeated");
+        is_new[k] = true;
+    }
+    for (int i = 0, j = 0; i < s.rank; i++)
+        s.d[i] = is_new[i] ? g_dim_const(1) : a->shape.d[j++];
+    return one(x, a->dtype, &s);
+}
+
+static ferry_status infer_cast(inf *x)
+{
+    if (x->n->a.to <= FERRY_DTYPE_UNDEFINED || x->n->a.to >= FERRY_DTYPE_COUNT)
+        return bad(x, "bad target dtype");
+    return one(x, x->n->a.to, &x->in[0]->shape);
+}
+
+static ferry_status infer_softmax(inf *x)
+{
+    int axis = norm_axis(x->n->a.axis, x->in[0]->shape.rank);
+    if (axis < 0 || axis >= x->in[0]->shape.rank)
+        return bad(x, "axis out of range");
+    return infer_float_unary(x);
+}
+
+static ferry_status infer_reduce(inf *x)
+{
+    const g_value *a = x->in[0];
+    bool red[G_MAX_RANK] = {false};
+    g_shape s = {0};
+    if (x->n->a.n_ints < 1)
+        return bad(x, "no axes");
+    for (int i = 0; i < x->n->a.n_ints; i++) {
+        int k = norm_axis(x->n->a.ints[i], a->shape.rank);
+        if (k < 0 || k >= a->shape.rank)
+            return bad(x, "axis out of range");
+        red[k] = true;
+    }
+    for (int i = 0; i < a->shape.rank; i++) {
+        if (!red[i])
+            s.d[s.rank++] = a->shape.d[i];
+        else if (x->n->a.keepdims)
+            s.d[s.rank++] = g_dim_const(1);
+    }
+    return one(x, a->dtype, &s);
+}
+
+static ferry_status infer_shape_of(inf *x)
+{
+    int64_t r = x->in[0]->shape.rank, st = x->n->a.start, en = x->n->a.end;
+    st = st < 0 ? st + r : st;
+    en = en == G_END || en > r ? r : (en < 0 ? en + r : en);
+    if (st < 0 || en < st)
+        return bad(x, "bad start/end");
+    g_shape s = {.rank = 1, .d = {g_dim_const(en - st)}};
+    return one(x, FERRY_I64, &s);
+}
+
+static ferry_status infer_range(inf *x)
+{
+    const g_value *a = x->in[0], *b = x->in[1], *c = x->in[2];
+    if (a->dtype != b->dtype || b->dtype != c->dtype || a->shape.rank != 0 ||
+        b->shape.rank != 0 || c->shape.rank != 0)
+        return bad(x, "needs three scalars of one dtype");
+    g_shape s = {.rank = 1, .d = {g_dim_unknown()}};
+    return one(x, a->dtype, &s);
+}
+
+static ferry_status infer_expand(inf *x)
+{
+    const g_value *a = x->in[0], *b = x->in[1];
+    int64_t len;
+    if (b->dtype != FERRY_I64 || b->shape.rank != 1 || !g_dim_is_const(b->shape.d[0], &len) ||
+        len > G_MAX_RANK)
+        return bad(x, "needs an int64 1-D shape of known length");
+    g_shape t = {.rank = (int)len}, s;
+    for (int i = 0; i < t.rank; i++)
+        t.d[i] = g_dim_unknown();
+    if (!g_shape_broadcast(&a->shape, &t, &s))
+        return bad(x, "shapes do not broadcast");
+    return one(x, a->dtype, &s);
+}
+
+static ferry_status infer_scatter(inf *x)
+{
+    const g_value *a = x->in[0], *b = x->in[1], *c = x->in[2];
+    int axis = norm_axis(x->n->a.axis, a->shape.rank);
+    if (b->dtype != FERRY_I64 || c->dtype != a->dtype || b->shape.rank != a->shape.rank ||
+        c->shape.rank != a->shape.rank || axis < 0 || axis >= a->shape.rank)
+        return bad(x, "needs data, int64 indices and updates of one rank, and a valid axis");
+    return one(x, a->dtype, &a->shape);
+}
+
+/* ---- semantic ops ---- */
+
+static bool last_dim_matches(const g_value *x, const g_value *w)
+{
+    return w->shape.rank == 1 && x->shape.rank >= 1 &&
+           g_dim_compatible(w->shape.d[0], x->shape.d[x->shape.rank - 1]);
+}
+
+static ferry_status infer_norm(inf *x)
+{
+    const g_value *a = x->in[0], *w = x->in[1], *b = x->in[2];
+    if (!dt_is_float(a->dtype) || w->dtype != a->dtype || !last_dim_matches(a, w) ||
+        (b && (b->dtype != a->dtype || !last_dim_matches(a, b))))
+        return bad(x, "weight (and bias) must be 1-D, of x's dtype, and match its last dim");
+    if (!(x->n->a.eps > 0))
+        return bad(x, "eps must be positive");
+    return one(x, a->dtype, &a->shape);
+}
+
+static ferry_status infer_skip_norm(inf *x)
+{
+    const g_value *a = x->in[0], *skip = x->in[1], *w = x->in[2];
+    g_shape s;
+    if (!dt_is_float(a->dtype) || skip->dtype != a->dtype || w->dtype != a->dtype ||
+        !g_shape_broadcast(&a->shape, &skip->shape, &s) || !last_dim_matches(a, w))
+        return bad(x, "needs x and skip of one dtype and shape, and a matching 1-D weight");
+    if (!(x->n->a.eps > 0))
+        return bad(x, "eps must be positive");
+    x->out[0] = (g_typed){a->dtype, s};
+    x->out[1] = (g_typed){a->dtype, s};
+    x->n_out = 2;
+    return FERRY_OK;
+}
+
+static ferry_status infer_linear(inf *x)
+{
+    const g_value *a = x->in[0], *w = x->in[1], *b = x->in[2];
+    if (w->dtype != a->dtype || w->shape.rank != 2 || a->shape.rank < 1 ||
+        !g_dim_compatible(w->shape.d[1], a->shape.d[a->shape.rank - 1]))
+        return bad(x, "weight must be [out, in] with in = the last dim of x");
+    if (b && (b->dtype != a->dtype || b->shape.rank != 1 ||
+              !g_dim_compatible(b->shape.d[0], w->shape.d[0])))
+        return bad(x, "bias must be [out]");
+    g_shape s = a->shape;
+    s.d[s.rank - 1] = w->shape.d[0];
+    return one(x, a->dtype, &s);
+}
+
+static ferry_status infer_embedding(inf *x)
+{
+    const g_value *t = x->in[0], *ids = x->in[1];
+    if (t->shape.rank != 2 || (ids->dtype != FERRY_I64 && ids->dtype != FERRY_I32) ||
+        ids->shape.rank + 1 > G_MAX_RANK)
+        return bad(x, "needs a [vocab, n] table and integer ids");
+    g_shape s = ids->shape;
+    s.d[s.rank++] = t->shape.d[1];
+    return one(x, t->dtype, &s);
+}
+
+static ferry_status infer_rope(inf *x)
+{
+    const g_value *a = x->in[0], *p = x->in[1];
+    const g_rope_opts *o = x->n->a.rope;
+    int64_t d;
+    if (a->shape.rank != 4 || p->shape.rank != 2 || p->dtype != FERRY_I64 ||
+        !dt_is_float(a->dtype))
+        return bad(x, "needs x [b,s,h,d] and int64 position_ids [b,s]");
+    if (!g_dim_is_const(a->shape.d[3], &d) || d != o->head_dim || o->rotary_dim <= 0 ||
+        o->rotary_dim > d || o->rotary_dim % 2 != 0)
+        return bad(x, "rotary_dim must be even and at most the head dim");
+    return one(x, a->dtype, &a->shape);
+}
+
+static ferry_status infer_attention(inf *x)
+{
+    const g_value *q = x->in[0], *k = x->in[1], *v = x->in[2], *m = x->in[3];
+    const g_value *pk = x->in[4], *pv = x->in[5], *pos = x->in[6];
+    const g_attn_opts *o = x->n->a.attn;
+    int64_t h, kvh, d;
+    if (q->shape.rank != 4 || k->shape.rank != 4 || v->shape.rank != 4 ||
+        q->dtype != k->dtype || k->dtype != v->dtype || !dt_is_float(q->dtype))
+        return bad(x, "needs q [b,s,h,d], k and v [b,t,kvh,d] of one float dtype");
+    if (!g_dim_is_const(q->shape.d[2], &h) || !g_dim_is_const(k->shape.d[2], &kvh) ||
+        !g_dim_is_const(q->shape.d[3], &d) || h != o->num_heads || kvh != o->num_kv_heads ||
+        d != o->head_dim || o->num_kv_heads <= 0 || o->num_heads % o->num_kv_heads != 0 ||
+        !g_dim_compatible(k->shape.d[3], q->shape.d[3]) || !g_dim_eq(v->shape.d[2], k->shape.d[2]))
+        return bad(x, "head counts or head dim disagree with the options");
+    bool given = o->mask == G_MASK_GIVEN;
+    if (given ? !(m->dtype == FERRY_BOOL && m->shape.rank == 4)
+              : !(m->dtype == FERRY_I64 && m->shape.rank == 2))
+        return bad(x, "mask must be int64 [b, t] (causal, padding) or bool [b, 1, s, t] (given)");
+    if ((pos && (pos->dtype != FERRY_I64 || pos->shape.rank != 1)) ||
+        (o->cache == G_CACHE_STATIC && !pos))
+        return bad(x, "cache_position must be int64 [1] (required with a static cache)");
+    if ((pk == NULL) != (pv == NULL) || (o->cache == G_CACHE_NONE && pk) ||
+        (o->cache == G_CACHE_STATIC && !pk))
+        return bad(x, "past key and value go together, and only with a cache");
+    if (pk && (pk->shape.rank != 4 || pk->dtype != q->dtype || pv->dtype != q->dtype ||
+               !g_dim_compatible(pk->shape.d[1], g_dim_const(kvh)) ||
+               !g_dim_compatible(pk->shape.d[3], g_dim_const(d)) ||
+               !g_shape_eq(&pk->shape, &pv->shape)))
+        return bad(x, "past key/value must be [b, kvh, length, d] of q's dtype");
+    g_shape out = {.rank = 3, .d = {q->shape.d[0], q->shape.d[1], g_dim_const(h * d)}};
+    x->out[0] = (g_typed){q->dtype, out};
+    x->n_out = 1;
+    if (o->cache == G_CACHE_NONE)
+        return FERRY_OK;
+    g_shape present;
+    if (o->cache == G_CACHE_STATIC) {
+        present = pk->shape;
+    } else {
+        g_dim len = pk ? g_dim_add(pk->shape.d[2], k->shape.d[1]) : k->shape.d[1];
+        present = (g_shape){.rank = 4, .d = {q->shape.d[0], g_dim_const(kvh), len,
+                                             g_dim_const(d)}};
+    }
+    x->out[1] = (g_typed){q->dtype, present};
+    x->out[2] = (g_typed){q->dtype, present};
+    x->n_out = 3;
+    return FERRY_OK;
+}

@@ -1,0 +1,253 @@
+/* ir.h — ferry's IR: typed values with symbolic shapes, nodes over ferry's own ops (ops.def),
+ * lazy weights (recipes, weights.h) and a table of states (KV caches). Built by small calls
+ * that return value ids (ggml style); nothing runs while building. A failed call records the
+ * error on the graph and returns G_NONE, and every call given G_NONE returns G_NONE, so
+ * builders read straight and check g_ok() once at the end.
+ *
+ * Files: graph.c (values, nodes, constants, weights, states), infer.c (dtype/shape inference),
+ * build.c (the builder calls), passes.c (dead code, uses, g_check), dump.c (text form),
+ * legalize.c + lower/ (semantic ops -> what a target prints). */
+#ifndef FERRY_IR_IR_H
+#define FERRY_IR_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry.h"
+#include "ir/shape.h"
+#include "ir/weights.h"
+#include "model/config.h"
+#include "util/err.h"
+
+#define G_NONE (-1)
+#define G_MAX_IN 8
+#define G_MAX_OUT 3
+#define G_MAX_INTS 8
+#define G_END INT64_MAX      /* slice / shape_of end: to the end of the axis */
+
+/* Attribute bits (which g_attrs fields an op reads). */
+enum {
+    GA_AXIS = 1 << 0, GA_INTS = 1 << 1, GA_SHAPE = 1 << 2, GA_RANGE = 1 << 3, GA_EPS = 1 << 4,
+    GA_OFFSET = 1 << 5, GA_CAP = 1 << 6, GA_TO = 1 << 7, GA_KEEPDIMS = 1 << 8,
+    GA_TRANSB = 1 << 9, GA_ROPE = 1 << 10, GA_ATTN = 1 << 11,
+};
+
+typedef enum g_op {
+#define OP(id, name, kind, min_in, max_in, max_out, attrs, infer) G_##id,
+#include "ir/ops.def"
+#undef OP
+    G_OP_COUNT
+} g_op;
+
+typedef struct g_op_info {
+    const char *name;
+    bool semantic;
+    int min_in, max_in, max_out;
+    unsigned attrs;
+} g_op_info;
+
+const g_op_info *g_op_info_of(g_op op);
+const char *g_op_name(g_op op);
+bool g_op_is_semantic(g_op op);
+/* The op named `name` ("rms_norm"), or G_OP_COUNT. */
+g_op g_op_by_name(const char *name);
+
+/* Rotary embedding options, one set per node (layers may differ: Gemma 3's local layers use
+ * another theta). */
+typedef struct g_rope_opts {
+    rope_config rope;        /* type, theta and scaling parameters */
+    int64_t head_dim;
+    int64_t rotary_dim;      /* the leading part of head_dim that rotates (partial rotary) */
+    int64_t max_position_embeddings;
+} g_rope_opts;
+
+typedef enum g_mask_kind {
+    G_MASK_CAUSAL,           /* int64 [b, t] padding mask; query i sees keys j <= t - s + i */
+    G_MASK_PADDING,          /* int64 [b, t] padding mask only: bidirectional or cross */
+    G_MASK_GIVEN             /* bool [b, 1, s, t], used as given */
+} g_mask_kind;
+
+typedef enum g_cache_kind {
+    G_CACHE_NONE,            /* no cache outputs */
+    G_CACHE_APPEND,          /* present = concat(past, new) along the length axis (past may be
+                                absent: an empty cache) */
+    G_CACHE_STATIC           /* present = past with the new rows written at cache_position */
+} g_cache_kind;
+
+typedef struct g_attn_opts {
+    int64_t num_heads, num_kv_heads, head_dim;
+    double scale;            /* usually head_dim^-0.5 */
+    double softcap;          /* 0 = none: scores = tanh(scores / cap) * cap */
+    int64_t sliding_window;  /* 0 = none: keys j with i - window < j <= i are visible */
+    g_mask_kind mask;
+    g_cache_kind cache;
+} g_attn_opts;
+
+typedef struct g_attrs {
+    int64_t axis;
+    int64_t ints[G_MAX_INTS];    /* perm, axes */
+    int n_ints;
+    g_shape shape;               /* reshape target */
+    int64_t start, end;          /* slice, shape_of */
+    double eps, offset, cap;
+    ferry_dtype to;
+    bool keepdims, transpose_b;
+    g_rope_opts *rope;           /* owned */
+    g_attn_opts *attn;           /* owned */
+} g_attrs;
+
+typedef enum g_value_kind { GV_INPUT, GV_NODE, GV_CONST, GV_WEIGHT } g_value_kind;
+
+typedef struct g_value {
+    char *name;
+    ferry_dtype dtype;
+    g_shape shape;
+    g_value_kind kind;
+    int producer;            /* node index for GV_NODE, else -1 */
+    void *data;              /* GV_CONST: owned bytes */
+    size_t nbytes;
+    g_weight weight;         /* GV_WEIGHT: the recipe; dtype/shape above are its logical ones */
+    int n_uses;              /* filled by g_count_uses */
+} g_value;
+
+typedef struct g_node {
+    g_op op;
+    char *name;
+    int n_in, n_out;
+    int in[G_MAX_IN];        /* G_NONE for an absent optional input */
+    int out[G_MAX_OUT];
+    g_attrs a;
+    bool dead;               /* set by g_remove_dead */
+} g_node;
+
+/* A state carried between calls (a KV cache tensor or its write position). `name` is the
+ * guide's cache name ("past_key_values.3.key"); `in` is the graph input holding the state
+ * before the call (G_NONE when it starts empty), `out` the graph output after it. Each backend
+ * prints states its own way (ONNX input./output. pairs or past/present names, OpenVINO
+ * ReadValue/Assign, pt2 input mutations, pte mutable buffers). */
+typedef enum g_state_kind { GS_KEY, GS_VALUE, GS_LENGTH } g_state_kind;
+
+typedef struct g_state {
+    char *name;
+    g_state_kind kind;
+    int layer;
+    int in, out;
+    bool in_place;           /* out may share in's buffer: a fixed-size (static) cache */
+} g_state;
+
+typedef struct g_graph {
+    g_value *values;
+    size_t n_values, cap_values;
+    g_node *nodes;
+    size_t n_nodes, cap_nodes;
+    g_symtab syms;
+    int *inputs;             /* value ids, in order */
+    size_t n_inputs;
+    int *outputs;
+    size_t n_outputs;
+    g_state *states;
+    size_t n_states;
+    char scope[256];         /* prefix for node names, e.g. "/model/layers.3/self_attn" */
+    fy_err err;
+} g_graph;
+
+g_graph *g_new(void);
+void g_free(g_graph *g);
+bool g_ok(const g_graph *g);
+/* Records an error on the graph (the first one wins); returns G_NONE. */
+int g_fail(g_graph *g, ferry_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Sets the name prefix of the nodes made next (printf-style). */
+void g_scope(g_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- values (graph.c) ---- */
+int g_input(g_graph *g, const char *name, ferry_dtype dtype, int rank, const g_dim *dims);
+/* Makes `v` a graph output named `name` (the value is renamed). */
+void g_output(g_graph *g, int v, const char *name);
+/* A lazy weight; reuses an existing value with an equal recipe. The value is named `name`
+ * (a state_dict key, so pt2/pte parameters keep the checkpoint's names). */
+int g_weight_value(g_graph *g, const char *name, const g_weight *recipe);
+/* Small constants, stored inside the graph; de-duplicated by content. */
+int g_const(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, const void *data);
+int g_const_i64(g_graph *g, int n, const int64_t *vals);     /* 1-D */
+int g_scalar_i64(g_graph *g, int64_t v);                      /* rank 0 */
+int g_scalar_f(g_graph *g, ferry_dtype dtype, double v);      /* rank 0, float dtype */
+/* Declares a state (see g_state); `in` may be G_NONE. */
+void g_state_add(g_graph *g, const char *name, g_state_kind kind, int layer, int in, int out,
+                 bool in_place);
+
+/* ---- nodes (build.c). `name` is appended to the current scope. Each returns the first
+ * output value; g_node_out() gives the others. ---- */
+int g_unary(g_graph *g, g_op op, const char *name, int x);
+int g_binary(g_graph *g, g_op op, const char *name, int a, int b);
+int g_where(g_graph *g, const char *name, int cond, int x, int y);
+int g_matmul(g_graph *g, const char *name, int a, int b, bool transpose_b);
+int g_gather(g_graph *g, const char *name, int data, int indices, int axis);
+/* To the symbolic shape `dims` (at most one g_dim_unknown(), solved from the element count). */
+int g_reshape(g_graph *g, const char *name, int x, int rank, const g_dim *dims);
+/* Convenience: `spec` entries are extents, 0 = x's dim at that position, -1 = solved. */
+int g_reshape_spec(g_graph *g, const char *name, int x, int rank, const int64_t *spec);
+int g_transpose(g_graph *g, const char *name, int x, int n, const int64_t *perm);
+int g_concat(g_graph *g, const char *name, int n, const int *xs, int axis);
+int g_slice(g_graph *g, const char *name, int x, int64_t axis, int64_t start, int64_t end);
+int g_unsqueeze(g_graph *g, const char *name, int x, int n, const int64_t *axes);
+int g_cast(g_graph *g, const char *name, int x, ferry_dtype to);
+int g_softmax(g_graph *g, const char *name, int x, int axis);
+int g_reduce(g_graph *g, g_op op, const char *name, int x, int n, const int64_t *axes,
+             bool keepdims);
+int g_shape_of(g_graph *g, const char *name, int x, int64_t start, int64_t end);
+int g_range(g_graph *g, const char *name, int start, int limit, int delta);
+int g_expand(g_graph *g, const char *name, int x, int shape);
+int g_scatter_elements(g_graph *g, const char *name, int data, int indices, int updates, int axis);
+
+int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, double offset);
+/* Returns the normalized value; *sum receives x + skip. */
+int g_skip_rms_norm(g_graph *g, const char *name, int x, int skip, int weight, double eps,
+                    double offset, int *sum);
+int g_layer_norm(g_graph *g, const char *name, int x, int weight, int bias, double eps);
+int g_linear(g_graph *g, const char *name, int x, int weight, int bias);
+int g_embedding(g_graph *g, const char *name, int table, int ids);
+int g_softcap(g_graph *g, const char *name, int x, double cap);
+int g_rope(g_graph *g, const char *name, int x, int position_ids, const g_rope_opts *opts);
+/* Attention (see ops.def). past_k/past_v/cache_position may be G_NONE; with a cache the
+ * present key and value come back in *present_k / *present_v (may be NULL otherwise). */
+int g_attention(g_graph *g, const char *name, int q, int k, int v, int mask, int past_k,
+                int past_v, int cache_position, const g_attn_opts *opts, int *present_k,
+                int *present_v);
+
+/* Appends a bare value without inference (legalization copies, tests). */
+int g_add_value(g_graph *g, const char *name, ferry_dtype dtype, const g_shape *shape,
+                g_value_kind kind);
+
+/* Output `k` of the node that produced value `v` (G_NONE if there is none). */
+int g_node_out(const g_graph *g, int v, int k);
+
+/* Low-level: appends a node with explicit attributes (the rope/attn pointers are copied), infers
+ * its outputs and creates their values. Returns the node index or G_NONE. */
+int g_add_node(g_graph *g, g_op op, const char *name, int n_in, const int *in, const g_attrs *a);
+
+/* ---- inference (infer.c) ---- */
+typedef struct g_typed {
+    ferry_dtype dtype;
+    g_shape shape;
+} g_typed;
+/* The output types of node `n` from its inputs (and how many outputs it has: attention has one
+ * or three); errors name the node. */
+ferry_status g_infer(const g_graph *g, const g_node *n, g_typed *outs, int *n_out, fy_err *err);
+
+/* ---- passes (passes.c) ---- */
+/* Marks nodes that no output depends on as dead and recounts uses. */
+void g_remove_dead(g_graph *g);
+void g_count_uses(g_graph *g);
+/* Re-derives every live node's outputs and compares with what is recorded; checks operand
+ * counts and attributes against the op table, topological order, unique names and the state
+ * table. Returns an error naming the node on any disagreement. */
+ferry_status g_check(g_graph *g, fy_err *err);
+
+/* ---- text form (dump.c): one line per input, weight, constant, node, output and state;
+ * deterministic, for golden tests and `ferry graph`. Returns malloc'd text or NULL. ---- */
+char *g_dump(const g_graph *g);
+
+#endif

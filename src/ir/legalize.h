@@ -1,0 +1,93 @@
+/* legalize.h — per-target lowering. A target (one per backend flavour: onnx-standard today;
+ * ort-cpu/cuda/webgpu/dml, openvino, torch and executorch fill the same struct later) says for
+ * each node whether it prints it as is (NATIVE) or wants it lowered (LOWER) — a function, so a
+ * target can decide by attributes (e.g. a matmul with transpose_b only on 2-D operands). The
+ * driver rebuilds the graph, lowering what is not native, until every node is native; then
+ * g_check. Lowerings are generic (ir/lower/) unless the target overrides one.
+ *
+ * A lowering reads its inputs as destination ids (lw_in) and builds nodes in c->dst with the
+ * builder calls; the destination scope is the source node's name, so lowered nodes read as
+ * "/model/layers.0/input_layernorm/mul". It returns the destination ids of the node's outputs. */
+#ifndef FERRY_IR_LEGALIZE_H
+#define FERRY_IR_LEGALIZE_H
+
+#include "ir/ir.h"
+
+typedef struct g_lower_ctx g_lower_ctx;
+typedef struct g_target g_target;
+
+typedef ferry_status (*g_lower_fn)(g_lower_ctx *c, const g_node *n, int *outs);
+
+typedef enum g_legality { G_NATIVE, G_LOWER } g_legality;
+
+struct g_target {
+    const char *name;        /* "onnx-standard" */
+    g_legality (*legal)(const g_target *t, const g_graph *g, const g_node *n);
+    /* The lowering for `op`, or NULL for the generic one. */
+    g_lower_fn (*lowering)(const g_target *t, g_op op);
+    const void *opts;        /* the backend's own options */
+};
+
+#define LW_MEMO_MAX 32
+
+/* Pieces shared by many lowered nodes (rotary tables per rope setting, attention masks per
+ * mask/window), built once per graph. */
+typedef struct lw_memo {
+    int kind;                /* LW_MEMO_ROPE, LW_MEMO_MASK */
+    int in_a, in_b;          /* destination ids the piece was built from */
+    int64_t key;             /* dtype, window, ... */
+    g_rope_opts rope;        /* rope tables: the options they were computed for */
+    int out_a, out_b;
+} lw_memo;
+
+enum { LW_MEMO_ROPE = 1, LW_MEMO_MASK = 2 };
+
+struct g_lower_ctx {
+    const g_graph *src;
+    g_graph *dst;
+    int *map;                /* source value id -> destination value id */
+    const g_target *target;
+    lw_memo memo[LW_MEMO_MAX];
+    int n_memo;
+};
+
+/* Destination id of input k of `n` (G_NONE if absent). */
+int lw_in(g_lower_ctx *c, const g_node *n, int k);
+/* The source value of input k of `n` (NULL if absent): its kind, uses and recipe. */
+const g_value *lw_src(const g_lower_ctx *c, const g_node *n, int k);
+/* Whether source value `v` is read by an op other than `op` (e.g. an embedding table that a
+ * linear also reads: the tied lm_head). */
+bool lw_shared(const g_lower_ctx *c, int v, g_op op);
+/* Pins a lowering's result to the shape the semantic op had (computed reshapes lose track of
+ * symbolic dims that the builder knew). */
+void lw_refine(g_lower_ctx *c, int dst_value, const g_node *n, int out_index);
+/* Runs `fn` with the destination scope set to `scope`, restoring it afterwards. */
+void lw_scope_push(g_lower_ctx *c, char *saved, size_t size, const char *scope);
+void lw_scope_pop(g_lower_ctx *c, const char *saved);
+
+/* The generic lowering of a semantic op (ir/lower/); NULL for primitives. */
+g_lower_fn g_generic_lowering(g_op op);
+
+/* Lowers `src` for target `t` into a new graph (src is unchanged) and checks it. */
+g_graph *g_legalize(const g_graph *src, const g_target *t, fy_err *err);
+
+/* A target that lowers every semantic op and keeps every primitive (what the standard ONNX
+ * backend prints, and what tests use to compare lowerings). */
+extern const g_target g_target_primitives;
+
+/* The generic lowerings, one file per op family (ir/lower/). */
+ferry_status lower_rms_norm(g_lower_ctx *c, const g_node *n, int *outs);
+ferry_status lower_skip_rms_norm(g_lower_ctx *c, const g_node *n, int *outs);
+ferry_status lower_layer_norm(g_lower_ctx *c, const g_node *n, int *outs);
+ferry_status lower_linear(g_lower_ctx *c, const g_node *n, int *outs);
+ferry_status lower_embedding(g_lower_ctx *c, const g_node *n, int *outs);
+ferry_status lower_activation(g_lower_ctx *c, const g_node *n, int *outs);
+ferry_status lower_rope(g_lower_ctx *c, const g_node *n, int *outs);
+ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs);
+
+/* attention's mask (ir/lower/mask.c): the bool [b, 1, 1, s, t] mask for query `q` (dst id),
+ * shared by every layer with the same mask input, kind and window. */
+int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind kind,
+                      int64_t window);
+
+#endif

@@ -1,0 +1,102 @@
+/* attention.c — lowering of attention with its cache, as plain ops.
+ *
+ * Cache (k, v arrive [b, s, kvh, d] and are moved to [b, kvh, s, d]):
+ *   none     K = k
+ *   append   K = present = concat(past, k) along the length axis (just k for an empty cache)
+ *   static   K = present = scatter(cache, rows cache_position.., k): the rows land in the fixed
+ *            buffer; the output can share the cache's buffer since nothing else reads the old one
+ *
+ * Grouped-query attention without repeating K/V: queries are grouped per kv head and matmul
+ * broadcasts K/V over the group axis.
+ *   q [b,s,h,d] ─transpose─reshape─> [b,kvh,g,s,d] ─matmul(Kᵀ [b,kvh,1,d,t])─mul(scale)
+ *   ─[softcap]─cast(f32)─where(mask, ·, min)─softmax─cast─matmul(V [b,kvh,1,t,d])
+ *   ─reshape [b,h,s,d]─transpose─reshape─> [b,s,h*d]
+ * Scores are masked with the most negative finite fp32, not -inf: a fully masked row (a padding
+ * query) then softmaxes to a uniform row instead of NaN that would poison later layers. */
+#include <stdio.h>
+
+#include "ir/legalize.h"
+
+static const int64_t to_bnsd[4] = {0, 2, 1, 3};
+
+/* idx = expand(range(position, position + s) as [1,1,s,1], shape(update));
+ * cache' = scatter_elements(cache, idx, update, axis 2) */
+static int write_rows(g_graph *g, int cache, int update, int pos)
+{
+    int64_t col[4] = {1, 1, -1, 1};
+    int start = g_gather(g, "Gather_position", pos, g_scalar_i64(g, 0), 0);
+    int ushape = g_shape_of(g, "Shape", update, 0, G_END);
+    int s = g_gather(g, "Gather_s", ushape, g_scalar_i64(g, 2), 0);
+    int end = g_binary(g, G_ADD, "Add", start, s);
+    int slots = g_range(g, "Range", start, end, g_scalar_i64(g, 1));
+    int rows = g_reshape_spec(g, "Reshape", slots, 4, col);
+    int idx = g_expand(g, "Expand", rows, ushape);
+    return g_scatter_elements(g, "ScatterElements", cache, idx, update, 2);
+}
+
+/* What attention reads for `which` ("key" or "value"): the new rows joined with the cache. */
+static int with_cache(g_lower_ctx *c, const g_node *n, int now, int past, int pos,
+                      const char *which, int out_index, int *present)
+{
+    g_graph *g = c->dst;
+    char name[64];
+    *present = G_NONE;
+    switch (n->a.attn->cache) {
+    case G_CACHE_NONE:
+        return now;
+    case G_CACHE_APPEND:
+        if (past != G_NONE) {
+            int parts[2] = {past, now};
+            snprintf(name, sizeof name, "cache_%s/Concat", which);
+            now = g_concat(g, name, 2, parts, 2);
+        }
+        break;
+    case G_CACHE_STATIC: {
+        char saved[sizeof g->scope], scope[sizeof g->scope];
+        snprintf(scope, sizeof scope, "%.200s/cache_%s", n->name, which);
+        lw_scope_push(c, saved, sizeof saved, scope);
+        now = write_rows(g, past, now, pos);
+        lw_scope_pop(c, saved);
+        break;
+    }
+    }
+    lw_refine(c, now, n, out_index);
+    *present = now;
+    return now;
+}
+
+ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    const g_attn_opts *o = n->a.attn;
+    int q = lw_in(c, n, 0), mask = lw_in(c, n, 3);
+    int pos = lw_in(c, n, 6);
+    int k = g_transpose(g, "Transpose_k", lw_in(c, n, 1), 4, to_bnsd);
+    int v = g_transpose(g, "Transpose_v", lw_in(c, n, 2), 4, to_bnsd);
+    k = with_cache(c, n, k, lw_in(c, n, 4), pos, "key", 1, &outs[1]);
+    v = with_cache(c, n, v, lw_in(c, n, 5), pos, "value", 2, &outs[2]);
+
+    ferry_dtype dt = g->values[q].dtype;
+    int64_t groups = o->num_heads / o->num_kv_heads;
+    int64_t p0132[4] = {0, 1, 3, 2}, two = 2;
+    int64_t q5[5] = {0, o->num_kv_heads, groups, -1, o->head_dim};
+    int64_t h4[4] = {0, o->num_heads, -1, o->head_dim};
+    int64_t out3[3] = {0, 0, o->num_heads * o->head_dim};
+    int m = lw_attention_mask(c, mask, q, pos, o->mask, o->sliding_window);
+    int qt = g_reshape_spec(g, "Reshape_q", g_transpose(g, "Transpose_q", q, 4, to_bnsd), 5, q5);
+    int kt = g_unsqueeze(g, "Unsqueeze_k", g_transpose(g, "Transpose_kt", k, 4, p0132), 1, &two);
+    int vt = g_unsqueeze(g, "Unsqueeze_v", v, 1, &two);
+    int scores = g_matmul(g, "MatMul", qt, kt, false);
+    scores = g_binary(g, G_MUL, "Mul_scale", scores, g_scalar_f(g, dt, o->scale));
+    if (o->softcap > 0)
+        scores = g_softcap(g, "softcap", scores, o->softcap);
+    scores = g_cast(g, "Cast", scores, FERRY_F32);
+    scores = g_where(g, "Where", m, scores, g_scalar_f(g, FERRY_F32, -3.4028234663852886e38));
+    int probs = g_cast(g, "Cast_1", g_softmax(g, "Softmax", scores, -1), dt);
+    int ctxv = g_matmul(g, "MatMul_1", probs, vt, false);
+    int y = g_reshape_spec(g, "Reshape_heads", ctxv, 4, h4);
+    y = g_reshape_spec(g, "Reshape_out", g_transpose(g, "Transpose_out", y, 4, to_bnsd), 3, out3);
+    lw_refine(c, y, n, 0);
+    outs[0] = y;
+    return g->err.status;
+}

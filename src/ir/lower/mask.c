@@ -1,0 +1,80 @@
+/* mask.c — the bool attention mask [b, 1, 1, s, t] (kv-head and group axes broadcast) that the
+ * attention lowering applies, built once per (mask input, kind, window, offset) and shared by
+ * every layer that asks for the same.
+ *
+ *   causal (int64 [b, t], 1 = token): query i sits at cache index t - s + i; it sees key j when
+ *       j <= its index and key j is not padding (transformers' causal + padding masks)
+ *   padding (int64 [b, t]): every non-padding key (bidirectional encoders, cross attention)
+ *   given (bool [b, 1, s, t]): as given; query i sits at index offset + i
+ *   window w (any kind): also j > index - w (the sliding mask) */
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/legalize.h"
+
+int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind kind,
+                      int64_t window)
+{
+    int64_t key = window * 4 + (int64_t)kind;
+    /* The query offset only places a given mask's window; elsewhere it changes nothing. */
+    if (kind != G_MASK_GIVEN || window == 0)
+        offset = G_NONE;
+    int same_kind = 0;
+    for (int i = 0; i < c->n_memo; i++) {
+        const lw_memo *m = &c->memo[i];
+        if (m->kind != LW_MEMO_MASK || m->key != key)
+            continue;
+        if (m->in_a == mask && m->in_b == offset)
+            return m->out_a;
+        same_kind++;
+    }
+    g_graph *g = c->dst;
+    char saved[sizeof g->scope], scope[96];
+    if (kind == G_MASK_PADDING)
+        snprintf(scope, sizeof scope, "/model/padding_mask");
+    else if (window)
+        snprintf(scope, sizeof scope, "/model/sliding_mask_%lld", (long long)window);
+    else
+        snprintf(scope, sizeof scope, "/model/causal_mask");
+    if (same_kind)
+        snprintf(scope + strlen(scope), sizeof scope - strlen(scope), "_%d", same_kind);
+    lw_scope_push(c, saved, sizeof saved, scope);
+    bool given = kind == G_MASK_GIVEN;
+    int64_t zero = 0, one = 1, pad_axes[3] = {1, 2, 3};
+    int t = g_gather(g, "Gather_t", g_shape_of(g, "Shape_t", mask, 0, G_END),
+                     g_scalar_i64(g, given ? 3 : 1), 0);
+    int s = g_gather(g, "Gather_s", g_shape_of(g, "Shape_s", q, 0, G_END), g_scalar_i64(g, 1), 0);
+    int first = given ? (offset != G_NONE
+                             ? g_gather(g, "Gather_offset", offset, g_scalar_i64(g, 0), 0)
+                             : g_scalar_i64(g, 0))
+                      : g_binary(g, G_SUB, "Sub", t, s);
+    int m;
+    if (given) {
+        m = g_unsqueeze(g, "Unsqueeze_mask", mask, 1, &one); /* [b, 1, 1, s, t] */
+    } else {
+        /* [b, 1, 1, 1, t] */
+        m = g_unsqueeze(g, "Unsqueeze_pad", g_cast(g, "Cast", mask, FERRY_BOOL), 3, pad_axes);
+        if (kind == G_MASK_CAUSAL) {
+            int kv_idx = g_range(g, "Range_kv", g_scalar_i64(g, 0), t, g_scalar_i64(g, 1));
+            int q_idx = g_range(g, "Range_q", first, t, g_scalar_i64(g, 1));
+            int kv_row = g_unsqueeze(g, "Unsqueeze_kv", kv_idx, 1, &zero); /* [1, t] */
+            int q_col = g_unsqueeze(g, "Unsqueeze_q", q_idx, 1, &one);     /* [s, 1] */
+            int allowed = g_binary(g, G_LESS_EQUAL, "LessOrEqual", kv_row, q_col);
+            m = g_binary(g, G_AND, "And", allowed, m);                    /* [b, 1, 1, s, t] */
+        }
+    }
+    if (window > 0) {
+        int kv_idx = g_range(g, "Range_kv_window", g_scalar_i64(g, 0), t, g_scalar_i64(g, 1));
+        int q_end = g_binary(g, G_ADD, "Add_q_end", first, s);
+        int q_idx = g_range(g, "Range_q_window", first, q_end, g_scalar_i64(g, 1));
+        int kv_row = g_unsqueeze(g, "Unsqueeze_kv_window", kv_idx, 1, &zero);
+        int q_col = g_unsqueeze(g, "Unsqueeze_q_window", q_idx, 1, &one);
+        int lo = g_binary(g, G_SUB, "Sub_window", q_col, g_scalar_i64(g, window));
+        m = g_binary(g, G_AND, "And_window", m, g_binary(g, G_GREATER, "Greater", kv_row, lo));
+    }
+    lw_scope_pop(c, saved);
+    if (c->n_memo < LW_MEMO_MAX)
+        c->memo[c->n_memo++] = (lw_memo){.kind = LW_MEMO_MASK, .in_a = mask, .in_b = offset,
+                                         .key = key, .out_a = m};
+    return m;
+}

@@ -1,0 +1,70 @@
+/* shape.h — symbolic dimensions: affine expressions c + sum(k_i * sym_i) over named symbols
+ * (batch, sequence, past_sequence, ...) with [min, max] ranges, plus an "unknown" dim for
+ * values whose extent depends on data (the result of a computed reshape, say). */
+#ifndef FERRY_IR_SHAPE_H
+#define FERRY_IR_SHAPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define G_MAX_RANK 8
+#define G_MAX_TERMS 3
+#define G_MAX_SYMS 16
+#define G_SYM_NAME_MAX 64
+
+typedef struct g_term {
+    int sym;
+    int64_t coef;
+} g_term;
+
+typedef struct g_dim {
+    int64_t c;
+    int n;                   /* number of terms */
+    bool unknown;
+    g_term t[G_MAX_TERMS];   /* sorted by sym, coef != 0 */
+} g_dim;
+
+typedef struct g_shape {
+    int rank;
+    g_dim d[G_MAX_RANK];
+} g_shape;
+
+typedef struct g_sym {
+    char name[G_SYM_NAME_MAX];
+    int64_t min, max;        /* max 0 = unbounded */
+    int64_t example;         /* the traced value */
+} g_sym;
+
+typedef struct g_symtab {
+    g_sym s[G_MAX_SYMS];
+    int n;
+} g_symtab;
+
+g_dim g_dim_const(int64_t c);
+g_dim g_dim_sym(int sym);
+g_dim g_dim_unknown(void);
+/* a + b, a - b and k * a; unknown if either is unknown or the terms do not fit. */
+g_dim g_dim_add(g_dim a, g_dim b);
+g_dim g_dim_sub(g_dim a, g_dim b);
+g_dim g_dim_scale(g_dim a, int64_t k);
+bool g_dim_eq(g_dim a, g_dim b);
+bool g_dim_is_const(g_dim a, int64_t *value);
+/* Whether the two dims can be equal at run time (unknown matches anything). */
+bool g_dim_compatible(g_dim a, g_dim b);
+
+/* Prints "7", "sequence" or "past_sequence + sequence" (unknown prints "?"). Returns the
+ * snprintf-style length. */
+int g_dim_print(g_dim a, const g_symtab *syms, char *buf, size_t size);
+/* Value of the dim with every symbol at its example value; false if unknown. */
+bool g_dim_example(g_dim a, const g_symtab *syms, int64_t *value);
+
+/* Adds a symbol or returns the index of the one with that name (updating nothing). -1 if full. */
+int g_symtab_add(g_symtab *t, const char *name, int64_t min, int64_t max, int64_t example);
+int g_symtab_find(const g_symtab *t, const char *name);
+
+/* Numpy-style broadcast of two shapes; false if they cannot broadcast. */
+bool g_shape_broadcast(const g_shape *a, const g_shape *b, g_shape *out);
+bool g_shape_eq(const g_shape *a, const g_shape *b);
+
+#endif

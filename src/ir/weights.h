@@ -1,0 +1,80 @@
+/* weights.h — weight recipes: how one stored weight is made from checkpoint tensors while it
+ * streams out. A recipe never holds data; src/store/ runs it a band of rows at a time.
+ *
+ * The logical layout of a matrix is the checkpoint's, [out, in] (rows, cols). A recipe:
+ *   sources   one or more checkpoint tensors of one rank, joined along `concat_axis`
+ *             (fused QKV or gate/up: rows of q, k, v one after the other)
+ *   rows      an optional row range [row_begin, row_end) of the joined tensor (a split fused
+ *             weight, e.g. Phi-3's qkv_proj into q, k, v)
+ *   offset    added to every element in fp32 before conversion (Gemma's "1 + weight" norms)
+ *   dtype     the element type written (for a quantized weight: the type scales are in and
+ *             what the codes dequantize to)
+ *   transpose 2-D only: the stored layout is [in, out] (a backend's MatMul wants it so)
+ *   quant     optional block quantization along `in` (w_quant below)
+ *
+ * The int4 / int8 block packing (the one every backend takes as is; see docs/design.md):
+ *   codes   unsigned, row-major over the logical [out, in] matrix; 4-bit codes two per byte,
+ *           element 2j in the low nibble and 2j+1 in the high nibble; 8-bit codes one per byte.
+ *           Each row holds in/block blocks; `in` must be a multiple of `block`.
+ *   scales  [out, in/block] in `dtype` (fp32 or fp16)
+ *   zeros   asymmetric only: [out, in/block] codes packed like the codes (4-bit: two per byte,
+ *           low nibble first, each row padded to whole bytes); symmetric weights have the
+ *           implicit zero point 2^(bits-1) (8 or 128) and no zeros part.
+ *   value = (code - zero) * scale. This is MatMulNBits' B / scales / zero_points layout, ONNX
+ *   DequantizeLinear's blocked uint4/uint8 layout along axis 1, and OpenVINO's u4/u8 weight
+ *   with [out, groups, block] grouping. */
+#ifndef FERRY_IR_WEIGHTS_H
+#define FERRY_IR_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ferry.h"
+#include "model/safetensors.h"
+#include "util/err.h"
+
+#define W_MAX_SOURCES 4
+
+typedef struct w_quant {
+    int bits;                /* 0 = not quantized; 4 or 8 */
+    int block;               /* 32, 64 or 128 */
+    bool symmetric;          /* no zero points: the mid code is zero */
+} w_quant;
+
+/* The pieces a recipe streams into: a plain weight has one; a quantized one has codes, scales
+ * and (asymmetric) zeros. */
+typedef enum w_part { W_PART_DATA = 0, W_PART_SCALES = 1, W_PART_ZEROS = 2 } w_part;
+#define W_PART_CODES W_PART_DATA
+
+typedef struct g_weight {
+    const st_tensor *src[W_MAX_SOURCES];
+    int n_src;
+    int concat_axis;         /* logical axis the sources are joined along */
+    int64_t row_begin, row_end; /* of the joined tensor; row_end 0 = all rows */
+    double offset;
+    ferry_dtype dtype;
+    bool transpose;
+    w_quant quant;
+} g_weight;
+
+/* A recipe of one tensor converted to `dtype`. */
+g_weight w_plain(const st_tensor *t, ferry_dtype dtype);
+/* Validates a recipe (sources agree, ranges inside, quantization divides) and yields its
+ * logical shape (after join, row range and transpose). Errors name the tensors. */
+ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err);
+/* Same recipe (so the same bytes): used to store a weight once across graphs. */
+bool w_equal(const g_weight *a, const g_weight *b);
+/* The parts this recipe writes (1 or 3 with zeros, 2 without). */
+int w_n_parts(const g_weight *w);
+/* Shape (rank 1 or 2), element type and byte size of one part. For codes the element type is
+ * FERRY_U4 or FERRY_U8 and the shape is logical ([out, in]); zeros of 4 bits are [out, in/block]
+ * U4 with rows padded to whole bytes. */
+void w_part_info(const g_weight *w, w_part part, int *rank, int64_t *shape, ferry_dtype *dtype,
+                 uint64_t *nbytes);
+/* Rows x cols of the logical matrix (a 1-D weight is 1 x n). */
+void w_matrix(const g_weight *w, int64_t *rows, int64_t *cols);
+/* "model.layers.0.self_attn.q_proj.weight", or "a+b+c" for a join; rows "[0:64]" appended for a
+ * row range. For messages and dumps. */
+void w_describe(const g_weight *w, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,427 @@
+/* blocks.c — shared blocks of decoder families and the standard decoder LM built from them. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/blocks.h"
+
+const blk_names blk_llama_names = {
+    .embed = "model.embed_tokens.weight",
+    .final_norm = "model.norm.weight",
+    .lm_head = "lm_head.weight",
+    .in_norm = "model.layers.%d.input_layernorm.weight",
+    .post_norm = "model.layers.%d.post_attention_layernorm.weight",
+    .q = "model.layers.%d.self_attn.q_proj.weight",
+    .k = "model.layers.%d.self_attn.k_proj.weight",
+    .v = "model.layers.%d.self_attn.v_proj.weight",
+    .o = "model.layers.%d.self_attn.o_proj.weight",
+    .q_bias = "model.layers.%d.self_attn.q_proj.bias",
+    .k_bias = "model.layers.%d.self_attn.k_proj.bias",
+    .v_bias = "model.layers.%d.self_attn.v_proj.bias",
+    .o_bias = "model.layers.%d.self_attn.o_proj.bias",
+    .q_norm = "model.layers.%d.self_attn.q_norm.weight",
+    .k_norm = "model.layers.%d.self_attn.k_norm.weight",
+    .gate = "model.layers.%d.mlp.gate_proj.weight",
+    .up = "model.layers.%d.mlp.up_proj.weight",
+    .down = "model.layers.%d.mlp.down_proj.weight",
+    .gate_bias = "model.layers.%d.mlp.gate_proj.bias",
+    .up_bias = "model.layers.%d.mlp.up_proj.bias",
+    .down_bias = "model.layers.%d.mlp.down_proj.bias",
+};
+
+const model_input blk_lm_inputs[3] = {
+    {"input_ids", 2, {"batch", "sequence"}},
+    {"attention_mask", 2, {"batch", "sequence"}},
+    {"position_ids", 2, {"batch", "sequence"}},
+};
+
+/* transformers' ACT2FN names this shape's gated MLP can use. */
+static const struct {
+    const char *name;
+    g_op op;
+} ACTIVATIONS[] = {
+    {"silu", G_SILU}, {"swish", G_SILU}, {"gelu", G_GELU}, {"gelu_pytorch_tanh", G_GELU_TANH},
+    {"gelu_new", G_GELU_TANH},
+};
+
+ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const char *arch,
+                                blk_lm *lm, fy_err *err)
+{
+    memset(lm, 0, sizeof *lm);
+    size_t a = 0, n_act = sizeof ACTIVATIONS / sizeof ACTIVATIONS[0];
+    while (a < n_act && strcmp(cfg->hidden_act, ACTIVATIONS[a].name) != 0)
+        a++;
+    if (a == n_act)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported for %s "
+                       "(supported: silu, gelu, gelu_pytorch_tanh, gelu_new)", origin,
+                       cfg->hidden_act, arch);
+    const rope_config *ropes[2] = {&cfg->rope, &cfg->rope_local};
+    for (int r = 0; r < (cfg->has_rope_local ? 2 : 1); r++) {
+        const rope_config *rc = ropes[r];
+        if (rc->partial_rotary_factor != 1.0)
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not "
+                           "supported for %s (supported: 1.0)", origin,
+                           rc->partial_rotary_factor, arch);
+        if (rc->type == ROPE_LLAMA3 && rc->original_max_position_embeddings <= 0)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope type llama3 needs "
+                           "original_max_position_embeddings", origin);
+        if ((rc->type == ROPE_LINEAR || rc->type == ROPE_DYNAMIC || rc->type == ROPE_LLAMA3) &&
+            !(rc->factor > 0))
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope type %s needs a positive 'factor'",
+                           origin, rc->type_name);
+        if (rc->type == ROPE_LLAMA3 &&
+            !(rc->high_freq_factor != rc->low_freq_factor && rc->low_freq_factor > 0))
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope type llama3 needs positive, "
+                           "distinct low_freq_factor and high_freq_factor", origin);
+    }
+    if (cfg->head_dim % 2 != 0)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: head_dim %lld must be even for rotary "
+                       "embeddings", origin, (long long)cfg->head_dim);
+    lm->act = ACTIVATIONS[a].op;
+    lm->n_layers = cfg->num_hidden_layers;
+    lm->hidden = cfg->hidden_size;
+    lm->n_heads = cfg->num_attention_heads;
+    lm->n_kv_heads = cfg->num_key_value_heads;
+    lm->head_dim = cfg->head_dim;
+    lm->intermediate = cfg->intermediate_size;
+    lm->vocab = cfg->vocab_size;
+    lm->max_position_embeddings = cfg->max_position_embeddings;
+    lm->eps = cfg->rms_norm_eps;
+    lm->tie_embeddings = cfg->tie_word_embeddings;
+    lm->names = &blk_llama_names;
+    lm->window = calloc((size_t)lm->n_layers, sizeof *lm->window);
+    lm->rope = calloc((size_t)lm->n_layers, sizeof *lm->rope);
+    if (!lm->window || !lm->rope) {
+        blk_lm_free(lm);
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < lm->n_layers; i++) {
+        bool sliding = cfg->layer_types && strcmp(cfg->layer_types[i], "sliding_attention") == 0;
+        if (sliding && cfg->sliding_window <= 0) {
+            blk_lm_free(lm);
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: layer_types[%lld] is sliding_attention "
+                           "but sliding_window is not set", origin, (long long)i);
+        }
+        lm->window[i] = sliding ? cfg->sliding_window : 0;
+        lm->rope[i] = (g_rope_opts){
+            .rope = sliding && cfg->has_rope_local ? cfg->rope_local : cfg->rope,
+            .head_dim = cfg->head_dim, .rotary_dim = cfg->head_dim,
+            .max_position_embeddings = cfg->max_position_embeddings};
+    }
+    return FERRY_OK;
+}
+
+void blk_lm_free(blk_lm *lm)
+{
+    free(lm->window);
+    free(lm->rope);
+    lm->window = NULL;
+    lm->rope = NULL;
+}
+
+int blk_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
+               int64_t d1, ferry_dtype dtype, fy_err *err)
+{
+    char name[256];
+    snprintf(name, sizeof name, fmt, layer);
+    const st_tensor *t = ckpt_take(ck, name);
+    if (!t) {
+        if (required)
+            fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '%s' is missing",
+                    ck->dir, name);
+        return G_NONE;
+    }
+    int want_rank = d1 > 0 ? 2 : 1;
+    bool ok = t->ndim == want_rank && t->shape[0] == d0 && (want_rank == 1 || t->shape[1] == d1);
+    if (!ok) {
+        char got[128] = "", want[64];
+        size_t len = 0;
+        for (int i = 0; i < t->ndim && len < sizeof got - 24; i++)
+            len += (size_t)snprintf(got + len, sizeof got - len, "%s%lld", i ? ", " : "",
+                                    (long long)t->shape[i]);
+        if (want_rank == 2)
+            snprintf(want, sizeof want, "%lld, %lld", (long long)d0, (long long)d1);
+        else
+            snprintf(want, sizeof want, "%lld", (long long)d0);
+        fy_fail(err, FERRY_ERR_FORMAT, "tensor '%s' in %s has shape [%s] but config.json implies "
+                "[%s]", name, t->file->path, got, want);
+        return G_NONE;
+    }
+    g_weight w = w_plain(t, dtype);
+    int v = g_weight_value(g, name, &w);
+    if (v == G_NONE && g->err.status != FERRY_OK)
+        fy_fail(err, g->err.status, "%s", g->err.msg);
+    return v;
+}
+
+typedef struct layer_weights {
+    int in_norm, post_norm;
+    int q, k, v, o, q_b, k_b, v_b, o_b, q_norm, k_norm;
+    int gate, up, down, gate_b, up_b, down_b;
+} layer_weights;
+
+static ferry_status bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry_dtype dt,
+                               layer_weights *w, fy_err *err)
+{
+    const blk_names *n = lm->names;
+    int64_t qd = lm->n_heads * lm->head_dim, kvd = lm->n_kv_heads * lm->head_dim;
+    int64_t h = lm->hidden, ff = lm->intermediate, hd = lm->head_dim;
+#define W(slot, name, required, d0, d1)                                        \
+    do {                                                                       \
+        w->slot = blk_weight(g, ck, name, l, required, d0, d1, dt, err);       \
+        if (err->status != FERRY_OK)                                           \
+            return err->status;                                                \
+    } while (0)
+    W(in_norm, n->in_norm, true, h, 0);
+    W(post_norm, n->post_norm, true, h, 0);
+    W(q, n->q, true, qd, h);
+    W(k, n->k, true, kvd, h);
+    W(v, n->v, true, kvd, h);
+    W(o, n->o, true, h, qd);
+    w->q_b = w->k_b = w->v_b = w->o_b = w->q_norm = w->k_norm = G_NONE;
+    w->gate_b = w->up_b = w->down_b = G_NONE;
+    if (lm->qkv_bias) {
+        W(q_b, n->q_bias, true, qd, 0);
+        W(k_b, n->k_bias, true, kvd, 0);
+        W(v_b, n->v_bias, true, kvd, 0);
+    }
+    if (lm->o_bias)
+        W(o_b, n->o_bias, true, h, 0);
+    if (lm->qk_norm) {
+        W(q_norm, n->q_norm, true, hd, 0);
+        W(k_norm, n->k_norm, true, hd, 0);
+    }
+    W(gate, n->gate, true, ff, h);
+    W(up, n->up, true, ff, h);
+    W(down, n->down, true, h, ff);
+    if (lm->mlp_bias) {
+        W(gate_b, n->gate_bias, true, ff, 0);
+        W(up_b, n->up_bias, true, ff, 0);
+        W(down_b, n->down_bias, true, h, 0);
+    }
+#undef W
+    return FERRY_OK;
+}
+
+/* [b, s, heads*d] -> [b, s, heads, d] */
+static int split_heads(g_graph *g, const char *name, int x, int64_t heads, int64_t head_dim)
+{
+    int64_t spec[4] = {0, 0, heads, head_dim};
+    return g_reshape_spec(g, name, x, 4, spec);
+}
+
+/* Graph inputs every layer reads. */
+typedef struct lm_inputs {
+    int mask, positions;
+    const decoder_io *io;
+} lm_inputs;
+
+/* The cache of layer l as graph inputs (past key, value and, for a static cache, the write
+ * position); G_NONE where the component has none. */
+static void cache_inputs(g_graph *g, const blk_lm *lm, const decoder_io *io, int l, int *pk,
+                         int *pv, int *pos)
+{
+    char name[96];
+    *pk = *pv = *pos = G_NONE;
+    g_dim d[4] = {io->batch, g_dim_const(lm->n_kv_heads), io->past, g_dim_const(lm->head_dim)};
+    if (io->cache == CACHE_DYNAMIC && (!g_dim_is_const(io->past, NULL) || io->past.c != 0)) {
+        snprintf(name, sizeof name, "past_key_values.%d.key", l);
+        *pk = g_input(g, name, io->dtype, 4, d);
+        snprintf(name, sizeof name, "past_key_values.%d.value", l);
+        *pv = g_input(g, name, io->dtype, 4, d);
+    } else if (io->cache == CACHE_STATIC) {
+        g_dim one[1] = {g_dim_const(1)};
+        d[2] = io->cache_len;
+        snprintf(name, sizeof name, "past_key_values.%d.cumulative_length", l);
+        *pos = g_input(g, name, FERRY_I64, 1, one);
+        snprintf(name, sizeof name, "past_key_values.%d.key", l);
+        *pk = g_input(g, name, io->dtype, 4, d);
+        snprintf(name, sizeof name, "past_key_values.%d.value", l);
+        *pv = g_input(g, name, io->dtype, 4, d);
+    }
+}
+
+/* Declares the cache outputs of layer l as graph outputs and states. */
+static void cache_outputs(g_graph *g, const decoder_io *io, int l, int pk, int pv, int pos,
+                          int present_k, int present_v, int attn_out)
+{
+    char name[96], state[96];
+    bool in_place = io->cache == CACHE_STATIC;
+    snprintf(name, sizeof name, "present.%d.key", l);
+    snprintf(state, sizeof state, "past_key_values.%d.key", l);
+    g_output(g, present_k, name);
+    g_state_add(g, state, GS_KEY, l, pk, present_k, in_place);
+    snprintf(name, sizeof name, "present.%d.value", l);
+    snprintf(state, sizeof state, "past_key_values.%d.value", l);
+    g_output(g, present_v, name);
+    g_state_add(g, state, GS_VALUE, l, pv, present_v, in_place);
+    if (pos == G_NONE)
+        return;
+    /* position' = position + s. s is read off the attention output so that the position is
+     * written only after every read of the old one: its buffer is shared in place. */
+    int64_t zero = 0;
+    int s = g_gather(g, "cache_length/Gather", g_shape_of(g, "cache_length/Shape", attn_out, 1, 2),
+                     g_scalar_i64(g, 0), 0);
+    int next = g_binary(g, G_ADD, "cache_length/Add", pos,
+                        g_unsqueeze(g, "cache_length/Unsqueeze", s, 1, &zero));
+    snprintf(name, sizeof name, "present.%d.cumulative_length", l);
+    snprintf(state, sizeof state, "past_key_values.%d.cumulative_length", l);
+    g_output(g, next, name);
+    g_state_add(g, state, GS_LENGTH, l, pos, next, true);
+}
+
+static int attention_block(g_graph *g, const blk_lm *lm, const layer_weights *w, int l, int x,
+                           const lm_inputs *in)
+{
+    const decoder_io *io = in->io;
+    g_scope(g, "/model/layers.%d/self_attn", l);
+    int q = split_heads(g, "q_proj/Reshape", g_linear(g, "q_proj", x, w->q, w->q_b), lm->n_heads,
+                        lm->head_dim);
+    int k = split_heads(g, "k_proj/Reshape", g_linear(g, "k_proj", x, w->k, w->k_b),
+                        lm->n_kv_heads, lm->head_dim);
+    int v = split_heads(g, "v_proj/Reshape", g_linear(g, "v_proj", x, w->v, w->v_b),
+                        lm->n_kv_heads, lm->head_dim);
+    if (lm->qk_norm) {
+        q = g_rms_norm(g, "q_norm", q, w->q_norm, lm->eps, 0.0);
+        k = g_rms_norm(g, "k_norm", k, w->k_norm, lm->eps, 0.0);
+    }
+    q = g_rope(g, "q_rope", q, in->positions, &lm->rope[l]);
+    k = g_rope(g, "k_rope", k, in->positions, &lm->rope[l]);
+    int pk, pv, pos;
+    cache_inputs(g, lm, io, l, &pk, &pv, &pos);
+    g_attn_opts ao = {.num_heads = lm->n_heads, .num_kv_heads = lm->n_kv_heads,
+                      .head_dim = lm->head_dim, .scale = 1.0 / sqrt((double)lm->head_dim),
+                      .sliding_window = lm->window[l],
+                      .mask = io->cache == CACHE_STATIC ? G_MASK_GIVEN : G_MASK_CAUSAL,
+                      .cache = io->cache == CACHE_NONE      ? G_CACHE_NONE
+                               : io->cache == CACHE_DYNAMIC ? G_CACHE_APPEND
+                                                            : G_CACHE_STATIC};
+    int present_k, present_v;
+    int a = g_attention(g, "attn", q, k, v, in->mask, pk, pv, pos, &ao, &present_k, &present_v);
+    if (io->cache != CACHE_NONE)
+        cache_outputs(g, io, l, pk, pv, pos, present_k, present_v, a);
+    return g_linear(g, "o_proj", a, w->o, w->o_b);
+}
+
+static int mlp_block(g_graph *g, const blk_lm *lm, const layer_weights *w, int l, int x)
+{
+    g_scope(g, "/model/layers.%d/mlp", l);
+    int gate = g_unary(g, lm->act, "act_fn", g_linear(g, "gate_proj", x, w->gate, w->gate_b));
+    int up = g_linear(g, "up_proj", x, w->up, w->up_b);
+    return g_linear(g, "down_proj", g_binary(g, G_MUL, "Mul", gate, up), w->down, w->down_b);
+}
+
+/* The graph inputs of a decoder LM component. */
+static void lm_graph_inputs(g_graph *g, const decoder_io *io, int *ids, lm_inputs *in)
+{
+    g_dim bs[2] = {io->batch, io->sequence};
+    *ids = g_input(g, "input_ids", FERRY_I64, 2, bs);
+    if (io->cache == CACHE_STATIC) {
+        g_dim m4[4] = {io->batch, g_dim_const(1), io->sequence, io->cache_len};
+        in->mask = g_input(g, "attention_mask", FERRY_BOOL, 4, m4);
+    } else {
+        g_dim bt[2] = {io->batch, io->cache == CACHE_DYNAMIC ? g_dim_add(io->past, io->sequence)
+                                                              : io->sequence};
+        in->mask = g_input(g, "attention_mask", FERRY_I64, 2, bt);
+    }
+    in->positions = g_input(g, "position_ids", FERRY_I64, 2, bs);
+    in->io = io;
+}
+
+ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_graph *g,
+                          fy_err *err)
+{
+    const blk_names *n = lm->names;
+    ferry_dtype dt = io->dtype;
+    int ids;
+    lm_inputs in;
+    lm_graph_inputs(g, io, &ids, &in);
+
+    int embed = blk_weight(g, ck, n->embed, 0, true, lm->vocab, lm->hidden, dt, err);
+    int final_norm = blk_weight(g, ck, n->final_norm, 0, true, lm->hidden, 0, dt, err);
+    if (err->status != FERRY_OK)
+        return err->status;
+    int head = embed;
+    if (!lm->tie_embeddings) {
+        head = blk_weight(g, ck, n->lm_head, 0, true, lm->vocab, lm->hidden, dt, err);
+        if (err->status != FERRY_OK)
+            return err->status;
+    }
+
+    g_scope(g, "/model/embed_tokens");
+    int h = g_embedding(g, "embedding", embed, ids);
+    layer_weights w;
+    if (bind_layer(g, ck, lm, 0, dt, &w, err) != FERRY_OK)
+        return err->status;
+    g_scope(g, "/model/layers.0");
+    int x = g_rms_norm(g, "input_layernorm", h, w.in_norm, lm->eps, 0.0);
+    for (int l = 0; l < lm->n_layers; l++) {
+        int a = attention_block(g, lm, &w, l, x, &in);
+        g_scope(g, "/model/layers.%d", l);
+        x = g_skip_rms_norm(g, "post_attention_layernorm", a, h, w.post_norm, lm->eps, 0.0, &h);
+        int m = mlp_block(g, lm, &w, l, x);
+        /* the residual add fused with the next norm: the next layer's input norm, or the
+         * final one */
+        int next_norm = final_norm;
+        if (l + 1 < lm->n_layers) {
+            if (bind_layer(g, ck, lm, l + 1, dt, &w, err) != FERRY_OK)
+                return err->status;
+            next_norm = w.in_norm;
+            g_scope(g, "/model/layers.%d", l + 1);
+        } else {
+            g_scope(g, "/model");
+        }
+        x = g_skip_rms_norm(g, l + 1 < lm->n_layers ? "input_layernorm" : "norm", m, h,
+                            next_norm, lm->eps, 0.0, &h);
+    }
+    g->scope[0] = '\0';
+    int logits = g_linear(g, "lm_head", x, head, G_NONE);
+    g_output(g, logits, "logits");
+    /* logits first, then the cache outputs in layer order, as optimum and the guide list them */
+    if (g_ok(g) && g->n_outputs > 1) {
+        int last = g->outputs[g->n_outputs - 1];
+        memmove(g->outputs + 1, g->outputs, (g->n_outputs - 1) * sizeof *g->outputs);
+        g->outputs[0] = last;
+    }
+    if (!g_ok(g))
+        return fy_fail(err, g->err.status, "%s", g->err.msg);
+    return FERRY_OK;
+}
+
+ferry_status blk_lm_read(const model_config *cfg, void (*quirks)(const lm_config *c, blk_lm *lm),
+                         void **out, fy_err *err)
+{
+    lm_config c;
+    *out = NULL;
+    blk_lm *lm = calloc(1, sizeof *lm);
+    if (!lm)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    ferry_status st = lm_config_read(cfg, &c, err);
+    if (st == FERRY_OK) {
+        st = blk_lm_from_config(&c, cfg->text_origin, cfg->architecture, lm, err);
+        if (st == FERRY_OK && quirks)
+            quirks(&c, lm);
+        lm_config_free(&c);
+    }
+    if (st != FERRY_OK) {
+        blk_lm_destroy(lm);
+        return st;
+    }
+    *out = lm;
+    return FERRY_OK;
+}
+
+void blk_lm_destroy(void *lm)
+{
+    if (!lm)
+        return;
+    blk_lm_free(lm);
+    free(lm);
+}
+
+ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const decoder_io *io, g_graph *g,
+                               fy_err *err)
+{
+    return blk_lm_build(lm, ck, io, g, err);
+}

@@ -1,0 +1,71 @@
+/* blocks.h — the pieces decoder families share: checked weight binding by checkpoint name,
+ * the attention block (projections, q/k norms, rope, cache state, attention, output), the
+ * gated MLP, and the standard pre-norm decoder language model built from them
+ * (embed, N x [norm, attention, residual, norm, mlp, residual], final norm, head).
+ *
+ * A family that has this shape fills a blk_lm (hyperparameters + flags) and calls blk_lm_build;
+ * a family with another shape (post-norms, parallel blocks, ...) writes its own loop over the
+ * same blocks. */
+#ifndef FERRY_MODELS_BLOCKS_H
+#define FERRY_MODELS_BLOCKS_H
+
+#include "models/lm_config.h"
+#include "models/model.h"
+
+/* Checkpoint names of one decoder family: printf formats taking the layer number. */
+typedef struct blk_names {
+    const char *embed, *final_norm, *lm_head;
+    const char *in_norm, *post_norm;
+    const char *q, *k, *v, *o, *q_bias, *k_bias, *v_bias, *o_bias, *q_norm, *k_norm;
+    const char *gate, *up, *down, *gate_bias, *up_bias, *down_bias;
+} blk_names;
+
+/* transformers' Llama names ("model.layers.%d.self_attn.q_proj.weight", ...). */
+extern const blk_names blk_llama_names;
+
+/* A decoder language model of the standard shape. */
+typedef struct blk_lm {
+    int64_t n_layers, hidden, n_heads, n_kv_heads, head_dim, intermediate, vocab;
+    int64_t max_position_embeddings;
+    double eps;
+    g_op act;                /* G_SILU, G_GELU or G_GELU_TANH (gated MLP) */
+    bool qkv_bias;           /* q/k/v projections carry biases */
+    bool o_bias;             /* o_proj carries a bias */
+    bool mlp_bias;
+    bool qk_norm;            /* RMSNorm over head_dim on q and k before rope (Qwen3) */
+    bool tie_embeddings;     /* lm_head reuses embed_tokens */
+    g_rope_opts *rope;       /* per layer; owned */
+    int64_t *window;         /* per layer: sliding window or 0; owned */
+    const blk_names *names;
+} blk_lm;
+
+/* Fills `lm` from the decoder config: sizes, eps, activation, tying, per-layer windows (from
+ * layer_types) and rope (per layer type). Refuses what the standard shape cannot express
+ * (partial rotary, an unknown activation). Biases, q/k norm and all-layer windows are the
+ * family's to set afterwards. */
+ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const char *arch,
+                                blk_lm *lm, fy_err *err);
+void blk_lm_free(blk_lm *lm);
+
+/* The forward graph of a standard decoder LM for `io`. */
+ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_graph *g,
+                          fy_err *err);
+
+/* model_arch hooks for a family of the standard shape: read = lm_config + blk_lm_from_config,
+ * then `quirks` sets what the family adds (biases, q/k norm, windows on every layer). */
+ferry_status blk_lm_read(const model_config *cfg, void (*quirks)(const lm_config *c, blk_lm *lm),
+                         void **out, fy_err *err);
+void blk_lm_destroy(void *lm);
+ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const decoder_io *io, g_graph *g,
+                               fy_err *err);
+
+/* The checkpoint tensor `name` (printf format with the layer, if any) as a graph weight in
+ * `dtype`, after checking it is [d0] (d1 == 0) or [d0, d1]. Absent and not required: G_NONE
+ * with no error. */
+int blk_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
+               int64_t d1, ferry_dtype dtype, fy_err *err);
+
+/* The standard inputs of a decoder LM (input_ids, attention_mask, position_ids). */
+extern const model_input blk_lm_inputs[3];
+
+#endif

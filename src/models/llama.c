@@ -1,0 +1,18 @@
+/* llama.c — LlamaForCausalLM: the standard decoder; "attention_bias" puts biases on q/k/v/o,
+ * "mlp_bias" on the MLP; sliding windows only where "layer_types" says so. */
+#include "models/blocks.h"
+
+static void llama_quirks(const lm_config *c, blk_lm *lm)
+{
+    lm->qkv_bias = c->attention_bias;
+    lm->o_bias = c->attention_bias;
+    lm->mlp_bias = c->mlp_bias;
+}
+
+static ferry_status llama_read(const model_config *cfg, void **out, fy_err *err)
+{
+    return blk_lm_read(cfg, llama_quirks, out, err);
+}
+
+const model_arch model_llama = {"LlamaForCausalLM", "llama", llama_read, blk_lm_destroy,
+                                blk_lm_build_hook, blk_lm_inputs, 3, true};

@@ -1,0 +1,324 @@
+/* lm_config.c — the hyperparameters of a decoder language model (the Llama shape and its
+ * relatives) from config.json, or its text_config: sizes, norms, activation, tying, biases,
+ * sliding windows and rotary parameters (one set, or one per layer type). Every value is type-
+ * and range-checked; errors name the file and the key. */
+#include "models/lm_config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/safetensors.h"
+#include "util/json.h"
+
+#define MAX_LAYERS 1024
+#define MAX_HIDDEN (1 << 20)
+#define MAX_VOCAB (1 << 24)
+#define MAX_HEADS 4096
+#define MAX_HEAD_DIM 4096
+#define MAX_INTERMEDIATE (1 << 24)
+#define MAX_POSITIONS (INT64_C(1) << 32)
+
+static const struct {
+    const char *name;
+    rope_type type;
+} ROPE_TYPES[] = {
+    {"default", ROPE_DEFAULT}, {"linear", ROPE_LINEAR}, {"dynamic", ROPE_DYNAMIC},
+    {"llama3", ROPE_LLAMA3},   {"yarn", ROPE_YARN},
+};
+#define ROPE_TYPE_LIST "default, linear, dynamic, llama3, yarn"
+
+static const char *const LAYER_TYPES[] = {"full_attention", "sliding_attention"};
+
+/* json_get_double with a strictly positive lower bound; an absent key gives `dflt` unchecked
+ * (-1 marks "unset" for some rope fields). */
+static ferry_status get_positive(const cJSON *obj, const char *key, bool required, double dflt,
+                                 double max, const char *origin, double *out, fy_err *err)
+{
+    const cJSON *node;
+    ferry_status status = json_get_member(obj, key, required, origin, &node, err);
+    if (status != FERRY_OK)
+        return status;
+    if (!node) {
+        *out = dflt;
+        return FERRY_OK;
+    }
+    status = json_get_double(obj, key, true, dflt, 0.0, max, origin, out, err);
+    if (status == FERRY_OK && *out <= 0.0)
+        status = fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be a number > 0 (got %g)",
+                         origin, key, *out);
+    return status;
+}
+
+static ferry_status read_layer_types(const cJSON *root, const char *origin, lm_config *cfg,
+                                     fy_err *err)
+{
+    const cJSON *list, *item;
+    size_t i = 0;
+    ferry_status status = json_get_member(root, "layer_types", false, origin, &list, err);
+    if (status != FERRY_OK || !list)
+        return status;
+    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != cfg->num_hidden_layers)
+        return fy_fail(err, FERRY_ERR_FORMAT,
+                       "%s: key 'layer_types' must be a list of num_hidden_layers (%lld) strings",
+                       origin, (long long)cfg->num_hidden_layers);
+    cfg->layer_types = calloc((size_t)cfg->num_hidden_layers, sizeof *cfg->layer_types);
+    if (!cfg->layer_types)
+        return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", origin);
+    cJSON_ArrayForEach(item, list) {
+        const char *value = cJSON_GetStringValue(item);
+        bool known = false;
+        char quoted[72];
+        for (size_t k = 0; value && k < sizeof LAYER_TYPES / sizeof LAYER_TYPES[0]; k++)
+            known = known || strcmp(value, LAYER_TYPES[k]) == 0;
+        if (!known)
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED,
+                           "%s: key 'layer_types' entry %zu is '%s'; supported: "
+                           "full_attention, sliding_attention", origin, i,
+                           value ? st_quote_name(value, quoted, sizeof quoted)
+                                 : "(not a string)");
+        if (strcmp(value, "sliding_attention") == 0 && cfg->sliding_window == 0)
+            return fy_fail(err, FERRY_ERR_FORMAT,
+                           "%s: key 'layer_types' entry %zu is sliding_attention but "
+                           "'sliding_window' is not set", origin, i);
+        strcpy(cfg->layer_types[i++], value);
+    }
+    return FERRY_OK;
+}
+
+/* The parameters of the chosen rope type. Keys a type does not use are ignored, as
+ * transformers ignores them. */
+static ferry_status read_rope_fields(const cJSON *params, const char *origin, rope_config *rope,
+                                     fy_err *err)
+{
+    ferry_status status = FERRY_OK;
+    bool needs_factor = rope->type != ROPE_DEFAULT;
+    bool is_llama3 = rope->type == ROPE_LLAMA3, is_yarn = rope->type == ROPE_YARN;
+
+    if (needs_factor &&
+        (status = get_positive(params, "factor", true, 1.0, 1e6, origin, &rope->factor, err)))
+        return status;
+    if (is_llama3 &&
+        ((status = get_positive(params, "low_freq_factor", true, 1.0, 1e6, origin,
+                                &rope->low_freq_factor, err)) ||
+         (status = get_positive(params, "high_freq_factor", true, 4.0, 1e6, origin,
+                                &rope->high_freq_factor, err))))
+        return status;
+    if (needs_factor && rope->type != ROPE_LINEAR &&
+        (status = json_get_int(params, "original_max_position_embeddings", is_llama3, 0, 1,
+                               MAX_POSITIONS, origin, &rope->original_max_position_embeddings,
+                               err)))
+        return status;
+    if (is_yarn &&
+        ((status = get_positive(params, "beta_fast", false, 32.0, 1e6, origin, &rope->beta_fast,
+                                err)) ||
+         (status = get_positive(params, "beta_slow", false, 1.0, 1e6, origin, &rope->beta_slow,
+                                err)) ||
+         (status = get_positive(params, "attention_factor", false, -1.0, 1e6, origin,
+                                &rope->attention_factor, err)) ||
+         (status = json_get_double(params, "mscale", false, 0.0, 0.0, 1e6, origin, &rope->mscale,
+                                   err)) ||
+         (status = json_get_double(params, "mscale_all_dim", false, 0.0, 0.0, 1e6, origin,
+                                   &rope->mscale_all_dim, err)) ||
+         (status = json_get_bool(params, "truncate", false, true, origin, &rope->truncate, err))))
+        return status;
+    return FERRY_OK;
+}
+
+/* transformers 5: "rope_parameters": {"rope_type", "rope_theta", ...}. transformers 4:
+ * top-level "rope_theta" plus optional "rope_scaling": {"type" or "rope_type", ...}. Where
+ * rope_parameters is split per layer type, the full-attention entry is `rope` and the
+ * sliding-attention entry `rope_local`. */
+static ferry_status read_rope_params(const cJSON *params, const char *section,
+                                     const char *origin, rope_config *rope, fy_err *err);
+
+static ferry_status read_rope(const cJSON *root, const char *path, lm_config *cfg,
+                              fy_err *err)
+{
+    rope_config *rope = &cfg->rope;
+    const cJSON *params, *nested, *local;
+    const char *section = "rope_parameters";
+    char origin[1100];
+    ferry_status status;
+
+    *rope = (rope_config){.type = ROPE_DEFAULT, .type_name = "default", .theta = 10000.0,
+                          .factor = 1.0, .beta_fast = 32.0, .beta_slow = 1.0,
+                          .attention_factor = -1.0, .truncate = true,
+                          .partial_rotary_factor = 1.0};
+    if ((status = get_positive(root, "rope_theta", false, 10000.0, 1e15, path, &rope->theta,
+                               err)) ||
+        (status = json_get_double(root, "partial_rotary_factor", false, 1.0, 1e-6, 1.0, path,
+                                  &rope->partial_rotary_factor, err)) ||
+        (status = json_get_member(root, section, false, path, &params, err)))
+        return status;
+    if (!params) {
+        section = "rope_scaling";
+        if ((status = json_get_member(root, section, false, path, &params, err)))
+            return status;
+    }
+    if (!params)
+        return FERRY_OK;
+    snprintf(origin, sizeof origin, "%s (%s)", path, section);
+    if (!cJSON_IsObject(params))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be an object", path, section);
+    if ((status = json_get_member(params, "full_attention", false, origin, &nested, err)) ||
+        (status = json_get_member(params, "sliding_attention", false, origin, &local, err)))
+        return status;
+    if (local) {
+        /* Per layer type: the sliding layers' own set, read like the main one. */
+        char local_origin[1100];
+        snprintf(local_origin, sizeof local_origin, "%s (%s.sliding_attention)", path, section);
+        if (!cJSON_IsObject(local))
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: expected an object", local_origin);
+        cfg->rope_local = *rope;
+        if ((status = read_rope_params(local, section, local_origin, &cfg->rope_local, err)))
+            return status;
+        cfg->has_rope_local = true;
+    }
+    if (nested) {
+        snprintf(origin, sizeof origin, "%s (%s.full_attention)", path, section);
+        if (!cJSON_IsObject(nested))
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: expected an object", origin);
+        params = nested;
+    }
+    return read_rope_params(params, section, origin, rope, err);
+}
+
+/* One rope parameter set: its type, theta, partial factor and the type's own fields. */
+static ferry_status read_rope_params(const cJSON *params, const char *section,
+                                     const char *origin, rope_config *rope, fy_err *err)
+{
+    const cJSON *type_node = NULL;
+    ferry_status status;
+
+    if ((status = json_get_member(params, "rope_type", false, origin, &type_node, err)) ||
+        (!type_node && (status = json_get_member(params, "type", false, origin, &type_node, err))))
+        return status;
+    if (type_node) {
+        const char *name = cJSON_GetStringValue(type_node);
+        if (!name)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'rope_type' must be a string", origin);
+        size_t i = 0, n = sizeof ROPE_TYPES / sizeof ROPE_TYPES[0];
+        while (i < n && strcmp(name, ROPE_TYPES[i].name) != 0)
+            i++;
+        char quoted[72];
+        if (i == n)
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED,
+                           "%s: rope type '%s' is not supported (supported: " ROPE_TYPE_LIST
+                           ")", origin, st_quote_name(name, quoted, sizeof quoted));
+        rope->type = ROPE_TYPES[i].type;
+        snprintf(rope->type_name, sizeof rope->type_name, "%s", name);
+    } else if (strcmp(section, "rope_scaling") == 0) {
+        /* transformers 4 required a type in rope_scaling; a scaling with none is ambiguous. */
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'rope_type' is missing", origin);
+    }
+    /* In rope_parameters the theta and partial factor live inside; they override the top-level
+     * keys that transformers 4 used. */
+    if ((status = get_positive(params, "rope_theta", false, rope->theta, 1e15, origin,
+                               &rope->theta, err)) ||
+        (status = json_get_double(params, "partial_rotary_factor", false,
+                                  rope->partial_rotary_factor, 1e-6, 1.0, origin,
+                                  &rope->partial_rotary_factor, err)))
+        return status;
+    return read_rope_fields(params, origin, rope, err);
+}
+
+static ferry_status read_sizes(const cJSON *root, const char *origin, lm_config *cfg,
+                               fy_err *err)
+{
+    ferry_status status;
+    bool use_sliding = true;
+
+    if ((status = json_get_int(root, "vocab_size", true, 0, 1, MAX_VOCAB, origin,
+                               &cfg->vocab_size, err)) ||
+        (status = json_get_int(root, "hidden_size", true, 0, 1, MAX_HIDDEN, origin,
+                               &cfg->hidden_size, err)) ||
+        (status = json_get_int(root, "intermediate_size", true, 0, 1, MAX_INTERMEDIATE, origin,
+                               &cfg->intermediate_size, err)) ||
+        (status = json_get_int(root, "num_hidden_layers", true, 0, 1, MAX_LAYERS, origin,
+                               &cfg->num_hidden_layers, err)) ||
+        (status = json_get_int(root, "num_attention_heads", true, 0, 1, MAX_HEADS, origin,
+                               &cfg->num_attention_heads, err)) ||
+        (status = json_get_int(root, "num_key_value_heads", false, cfg->num_attention_heads, 1,
+                               MAX_HEADS, origin, &cfg->num_key_value_heads, err)) ||
+        (status = json_get_int(root, "head_dim", false, 0, 1, MAX_HEAD_DIM, origin,
+                               &cfg->head_dim, err)) ||
+        (status = json_get_int(root, "max_position_embeddings", false, 2048, 1, MAX_POSITIONS,
+                               origin, &cfg->max_position_embeddings, err)) ||
+        (status = json_get_int(root, "sliding_window", false, 0, 0, MAX_POSITIONS, origin,
+                               &cfg->sliding_window, err)) ||
+        (status = json_get_bool(root, "use_sliding_window", false, true, origin, &use_sliding,
+                                err)))
+        return status;
+    if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
+        return fy_fail(err, FERRY_ERR_FORMAT,
+                       "%s: key 'num_key_value_heads' (%lld) must divide num_attention_heads "
+                       "(%lld)", origin, (long long)cfg->num_key_value_heads,
+                       (long long)cfg->num_attention_heads);
+    if (cfg->head_dim == 0) {
+        if (cfg->hidden_size % cfg->num_attention_heads != 0)
+            return fy_fail(err, FERRY_ERR_FORMAT,
+                           "%s: key 'head_dim' is missing and hidden_size (%lld) is not a "
+                           "multiple of num_attention_heads (%lld)", origin,
+                           (long long)cfg->hidden_size, (long long)cfg->num_attention_heads);
+        cfg->head_dim = cfg->hidden_size / cfg->num_attention_heads;
+        if (cfg->head_dim > MAX_HEAD_DIM)
+            return fy_fail(err, FERRY_ERR_FORMAT,
+                           "%s: key 'head_dim' (derived: %lld) must be at most %d", origin,
+                           (long long)cfg->head_dim, MAX_HEAD_DIM);
+    }
+    /* Qwen2-style configs carry a window that is only in effect when use_sliding_window is set. */
+    if (!use_sliding)
+        cfg->sliding_window = 0;
+    return FERRY_OK;
+}
+
+ferry_status lm_config_read(const model_config *mc, lm_config *cfg, fy_err *err)
+{
+    ferry_status status;
+    const cJSON *tie;
+    const cJSON *root = mc->text;
+    const char *origin = mc->text_origin;
+
+    memset(cfg, 0, sizeof *cfg);
+    if (!cJSON_IsObject(root))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: expected a JSON object", origin);
+    if ((status = read_sizes(root, origin, cfg, err)) ||
+        (status = json_get_double(root, "rms_norm_eps", false, 1e-6, 0.0, 1.0, origin,
+                                  &cfg->rms_norm_eps, err)) ||
+        (status = json_get_string(root, "hidden_act", false, "silu", origin, cfg->hidden_act,
+                                  sizeof cfg->hidden_act, err)) ||
+        (status = cfg_check_name(origin, "hidden_act", cfg->hidden_act, err)) ||
+        (status = json_get_member(root, "tie_word_embeddings", false, origin, &tie, err)) ||
+        (status = json_get_bool(root, "tie_word_embeddings", false, false, origin,
+                                &cfg->tie_word_embeddings, err)) ||
+        (status = json_get_bool(root, "attention_bias", false, false, origin,
+                                &cfg->attention_bias, err)) ||
+        (status = json_get_bool(root, "mlp_bias", false, false, origin, &cfg->mlp_bias, err)) ||
+        (status = read_layer_types(root, origin, cfg, err)) ||
+        (status = read_rope(root, origin, cfg, err))) {
+        lm_config_free(cfg);
+        return status;
+    }
+    cfg->tie_word_embeddings_set = tie != NULL;
+    return FERRY_OK;
+}
+
+void lm_config_free(lm_config *cfg)
+{
+    if (!cfg)
+        return;
+    free(cfg->layer_types);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+ferry_status lm_config_parse(const char *json_text, size_t len, const char *origin,
+                             model_config *mc, lm_config *lm, fy_err *err)
+{
+    memset(lm, 0, sizeof *lm);
+    ferry_status status = cfg_parse(json_text, len, origin, mc, err);
+    if (status == FERRY_OK && (status = lm_config_read(mc, lm, err)) != FERRY_OK)
+        cfg_free(mc);
+    return status;
+}

@@ -1,0 +1,17 @@
+/* mistral.c — MistralForCausalLM: the standard decoder with a sliding window on every layer
+ * when "sliding_window" is set (transformers' Mistral has no per-layer pattern). */
+#include "models/blocks.h"
+
+static void mistral_quirks(const lm_config *c, blk_lm *lm)
+{
+    for (int64_t i = 0; i < lm->n_layers; i++)
+        lm->window[i] = c->sliding_window;
+}
+
+static ferry_status mistral_read(const model_config *cfg, void **out, fy_err *err)
+{
+    return blk_lm_read(cfg, mistral_quirks, out, err);
+}
+
+const model_arch model_mistral = {"MistralForCausalLM", "mistral", mistral_read, blk_lm_destroy,
+                                  blk_lm_build_hook, blk_lm_inputs, 3, true};

@@ -1,0 +1,18 @@
+/* qwen2.c — Qwen2ForCausalLM: biases on q/k/v (not o); sliding window only on the layers that
+ * "layer_types" marks "sliding_attention" (transformers derives that list from
+ * use_sliding_window and max_window_layers). */
+#include "models/blocks.h"
+
+static void qwen2_quirks(const lm_config *c, blk_lm *lm)
+{
+    (void)c;
+    lm->qkv_bias = true;
+}
+
+static ferry_status qwen2_read(const model_config *cfg, void **out, fy_err *err)
+{
+    return blk_lm_read(cfg, qwen2_quirks, out, err);
+}
+
+const model_arch model_qwen2 = {"Qwen2ForCausalLM", "qwen2", qwen2_read, blk_lm_destroy,
+                                blk_lm_build_hook, blk_lm_inputs, 3, true};

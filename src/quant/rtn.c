@@ -1,0 +1,122 @@
+/* rtn.c — round-to-nearest block quantization (see rtn.h for the arithmetic). */
+#include "quant/rtn.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "util/dtype.h"
+
+static float round_scale(float s, ferry_dtype dt)
+{
+    return dt == FERRY_F16 ? dt_f16_to_f32(dt_f32_to_f16(s)) : s;
+}
+
+static void store_scale(void *scales, size_t i, float s, ferry_dtype dt)
+{
+    if (dt == FERRY_F16) {
+        uint16_t h = dt_f32_to_f16(s);
+        memcpy((uint8_t *)scales + i * 2, &h, 2);
+    } else {
+        memcpy((uint8_t *)scales + i * 4, &s, 4);
+    }
+}
+
+static float load_scale(const void *scales, size_t i, ferry_dtype dt)
+{
+    if (dt == FERRY_F16) {
+        uint16_t h;
+        memcpy(&h, (const uint8_t *)scales + i * 2, 2);
+        return dt_f16_to_f32(h);
+    }
+    float s;
+    memcpy(&s, (const uint8_t *)scales + i * 4, 4);
+    return s;
+}
+
+/* Element i of a packed code array. */
+static void put_code(uint8_t *p, size_t i, int bits, unsigned q)
+{
+    if (bits == 8) {
+        p[i] = (uint8_t)q;
+    } else if (i % 2 == 0) {
+        p[i / 2] = (uint8_t)((p[i / 2] & 0xF0) | (q & 0x0F));
+    } else {
+        p[i / 2] = (uint8_t)((p[i / 2] & 0x0F) | ((q & 0x0F) << 4));
+    }
+}
+
+static unsigned get_code(const uint8_t *p, size_t i, int bits)
+{
+    if (bits == 8)
+        return p[i];
+    return i % 2 == 0 ? p[i / 2] & 0x0F : p[i / 2] >> 4;
+}
+
+static unsigned to_code(float x, float scale, unsigned zero, unsigned levels)
+{
+    if (scale == 0.0f)
+        return zero;
+    float q = nearbyintf(x / scale) + (float)zero;
+    if (!(q >= 0.0f)) /* also NaN */
+        return 0;
+    return q > (float)levels ? levels : (unsigned)q;
+}
+
+void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block, int symmetric,
+                  ferry_dtype scale_dtype, uint8_t *codes, void *scales, uint8_t *zeros)
+{
+    size_t blocks = cols / (size_t)block;
+    unsigned levels = (1u << bits) - 1, mid = 1u << (bits - 1);
+    size_t zero_row_bytes = (blocks * (size_t)bits + 7) / 8;
+    if (!symmetric && zeros)
+        memset(zeros, 0, rows * zero_row_bytes);
+    for (size_t r = 0; r < rows; r++) {
+        const float *row = x + r * cols;
+        uint8_t *row_codes = codes + r * cols * (size_t)bits / 8;
+        for (size_t b = 0; b < blocks; b++) {
+            const float *blk = row + b * (size_t)block;
+            float scale;
+            unsigned zero;
+            if (symmetric) {
+                float v = 0.0f;
+                for (int i = 0; i < block; i++)
+                    if (fabsf(blk[i]) > fabsf(v))
+                        v = blk[i];
+                scale = round_scale(v / -(float)mid, scale_dtype);
+                zero = mid;
+            } else {
+                float lo = 0.0f, hi = 0.0f;
+                for (int i = 0; i < block; i++) {
+                    lo = blk[i] < lo ? blk[i] : lo;
+                    hi = blk[i] > hi ? blk[i] : hi;
+                }
+                scale = round_scale((hi - lo) / (float)levels, scale_dtype);
+                zero = 0;
+                if (scale != 0.0f) {
+                    float z = nearbyintf(-lo / scale);
+                    zero = z < 0.0f ? 0 : z > (float)levels ? levels : (unsigned)z;
+                }
+                put_code(zeros + r * zero_row_bytes, b, bits, zero);
+            }
+            store_scale(scales, r * blocks + b, scale, scale_dtype);
+            for (int i = 0; i < block; i++)
+                put_code(row_codes, b * (size_t)block + (size_t)i, bits,
+                         to_code(blk[i], scale, zero, levels));
+        }
+    }
+}
+
+void rtn_dequantize_row(const uint8_t *codes, const void *scales, const uint8_t *zeros,
+                        size_t cols, int bits, int block, int symmetric, ferry_dtype scale_dtype,
+                        float *out)
+{
+    size_t blocks = cols / (size_t)block;
+    for (size_t b = 0; b < blocks; b++) {
+        float scale = load_scale(scales, b, scale_dtype);
+        unsigned zero = symmetric ? 1u << (bits - 1) : get_code(zeros, b, bits);
+        for (int i = 0; i < block; i++) {
+            size_t k = b * (size_t)block + (size_t)i;
+            out[k] = ((float)get_code(codes, k, bits) - (float)zero) * scale;
+        }
+    }
+}

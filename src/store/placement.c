@@ -1,0 +1,139 @@
+/* placement.c — offsets of weight parts in one data file, and writing the file. */
+#include "store/placement.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/fs.h"
+
+struct pl_file {
+    char *name;
+    uint64_t align, size;
+    ws_item *items;          /* one per recipe, with the offsets of its placed parts */
+    size_t n, cap;
+};
+
+pl_file *pl_new(const char *file_name, uint64_t align)
+{
+    pl_file *f = calloc(1, sizeof *f);
+    if (f && !(f->name = strdup(file_name))) {
+        free(f);
+        return NULL;
+    }
+    if (f)
+        f->align = align ? align : 1;
+    return f;
+}
+
+void pl_free(pl_file *f)
+{
+    if (!f)
+        return;
+    free(f->name);
+    free(f->items);
+    free(f);
+}
+
+const char *pl_name(const pl_file *f)
+{
+    return f->name;
+}
+
+static ws_item *find_item(const pl_file *f, const g_weight *w)
+{
+    for (size_t i = 0; i < f->n; i++)
+        if (w_equal(&f->items[i].w, w))
+            return &f->items[i];
+    return NULL;
+}
+
+bool pl_find(const pl_file *f, const g_weight *w, w_part part, uint64_t *offset,
+             uint64_t *length)
+{
+    const ws_item *it = find_item(f, w);
+    if (!it || it->offset[part] == WS_UNPLACED)
+        return false;
+    int rank;
+    int64_t shape[2];
+    ferry_dtype dt;
+    *offset = it->offset[part];
+    w_part_info(w, part, &rank, shape, &dt, length);
+    return true;
+}
+
+ferry_status pl_place(pl_file *f, const g_weight *w, w_part part, uint64_t *offset,
+                      uint64_t *length, fy_err *err)
+{
+    ws_item *it = find_item(f, w);
+    if (!it) {
+        if (f->n == f->cap) {
+            size_t cap = f->cap ? f->cap * 2 : 256;
+            ws_item *grown = realloc(f->items, cap * sizeof *grown);
+            if (!grown)
+                return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+            f->items = grown;
+            f->cap = cap;
+        }
+        it = &f->items[f->n++];
+        it->w = *w;
+        for (int p = 0; p < 3; p++)
+            it->offset[p] = WS_UNPLACED;
+    }
+    int rank;
+    int64_t shape[2];
+    ferry_dtype dt;
+    w_part_info(w, part, &rank, shape, &dt, length);
+    if (it->offset[part] == WS_UNPLACED) {
+        it->offset[part] = (f->size + f->align - 1) / f->align * f->align;
+        f->size = it->offset[part] + *length;
+    }
+    *offset = it->offset[part];
+    return FERRY_OK;
+}
+
+ferry_status pl_place_graph(pl_file *f, const g_graph *g, fy_err *err)
+{
+    for (size_t i = 0; i < g->n_values; i++) {
+        const g_value *x = &g->values[i];
+        if (x->kind != GV_WEIGHT || x->n_uses == 0)
+            continue;
+        for (int p = 0; p < w_n_parts(&x->weight); p++) {
+            uint64_t off, len;
+            if (pl_place(f, &x->weight, (w_part)p, &off, &len, err) != FERRY_OK)
+                return err->status;
+        }
+    }
+    return FERRY_OK;
+}
+
+static bool no_space(int e)
+{
+    return e == ENOSPC || e == EFBIG || e == EDQUOT;
+}
+
+ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, fy_err *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, f->name) >= (int)sizeof path)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s/%s: %s", dir, f->name,
+                       strerror(ENAMETOOLONG));
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                       "%s: cannot create: %s", path, strerror(errno));
+    ferry_status st = ws_write(fd, path, f->items, f->n, 0, progress, err);
+    if (st == FERRY_OK && ftruncate(fd, (off_t)f->size) != 0)
+        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                     "%s: cannot set size: %s", path, strerror(errno));
+    if (st == FERRY_OK && fsync(fd) != 0 && errno != EINVAL)
+        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                     "%s: sync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && st == FERRY_OK)
+        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                     "%s: close failed: %s", path, strerror(errno));
+    return st;
+}

@@ -1,0 +1,28 @@
+/* placement.h — where weights go inside one data file: each distinct (recipe, part) is stored
+ * once at an aligned offset, however many graphs or nodes read it. A backend owns its policy
+ * (file name, alignment, how many files) and asks here for offsets, then writes the file. */
+#ifndef FERRY_STORE_PLACEMENT_H
+#define FERRY_STORE_PLACEMENT_H
+
+#include "ir/ir.h"
+#include "store/stream.h"
+
+typedef struct pl_file pl_file;
+
+pl_file *pl_new(const char *file_name, uint64_t align);
+void pl_free(pl_file *f);
+const char *pl_name(const pl_file *f);
+
+/* Places `part` of recipe `w` (no I/O) if not placed yet; returns its offset and length. */
+ferry_status pl_place(pl_file *f, const g_weight *w, w_part part, uint64_t *offset,
+                      uint64_t *length, fy_err *err);
+/* Places every part of every live weight of `g`. */
+ferry_status pl_place_graph(pl_file *f, const g_graph *g, fy_err *err);
+/* Offset and length of a placed part; false if it was not placed. */
+bool pl_find(const pl_file *f, const g_weight *w, w_part part, uint64_t *offset,
+             uint64_t *length);
+/* Creates `dir`/<file_name> exclusively, streams every placed part into it, sets its size and
+ * syncs it. */
+ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, fy_err *err);
+
+#endif

@@ -1,0 +1,37 @@
+/* stream.h — running weight recipes into a data file: each recipe is cut into bands of rows;
+ * worker threads read a band from the checkpoint, join/slice/offset/convert it, transpose or
+ * quantize it, and write the result at its place with pwrite (the order of writes does not
+ * matter). Source pages are released behind, and buffers are sized by the largest band, so
+ * peak memory is a few bands per worker, not the model. */
+#ifndef FERRY_STORE_STREAM_H
+#define FERRY_STORE_STREAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir/weights.h"
+#include "util/err.h"
+
+typedef struct ws_progress {
+    ferry_progress_fn fn;    /* may be NULL; called from the thread that called ws_write */
+    void *user;
+    uint64_t done, total;    /* bytes */
+} ws_progress;
+
+#define WS_UNPLACED UINT64_MAX
+
+/* One recipe and where each of its parts goes (WS_UNPLACED: a part nobody reads). */
+typedef struct ws_item {
+    g_weight w;
+    uint64_t offset[3];      /* by w_part */
+} ws_item;
+
+/* Bytes `item` writes (the parts that are placed). */
+uint64_t ws_item_bytes(const ws_item *item);
+
+/* Writes every item into `fd` (the file `path`, named in errors) with `threads` workers (0: one
+ * per core, at most 4). Progress (if any) counts bytes written. Returns the first error. */
+ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, int threads,
+                      ws_progress *progress, fy_err *err);
+
+#endif

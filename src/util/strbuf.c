@@ -1,0 +1,67 @@
+/* strbuf.c — growable text buffer. */
+#include "util/strbuf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool reserve(strbuf *b, size_t extra)
+{
+    if (b->oom)
+        return false;
+    if (b->len + extra + 1 <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *grown = realloc(b->data, cap);
+    if (!grown) {
+        b->oom = true;
+        return false;
+    }
+    b->data = grown;
+    b->cap = cap;
+    return true;
+}
+
+void sb_printf(strbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int need = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (need < 0 || !reserve(b, (size_t)need))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)need;
+}
+
+void sb_puts(strbuf *b, const char *s)
+{
+    size_t n = strlen(s);
+    if (!reserve(b, n))
+        return;
+    memcpy(b->data + b->len, s, n + 1);
+    b->len += n;
+}
+
+char *sb_take(strbuf *b)
+{
+    char *out = NULL;
+    if (!b->oom && reserve(b, 0)) {
+        b->data[b->len] = '\0';
+        out = b->data;
+        b->data = NULL;
+    }
+    sb_free(b);
+    return out;
+}
+
+void sb_free(strbuf *b)
+{
+    free(b->data);
+    *b = (strbuf){0};
+}
