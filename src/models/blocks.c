@@ -56,9 +56,8 @@ ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const 
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported for %s "
                        "(supported: silu, gelu, gelu_pytorch_tanh, gelu_new)", origin,
                        cfg->hidden_act, arch);
-    const rope_config *ropes[2] = {&cfg->rope, &cfg->rope_local};
-    for (int r = 0; r < (cfg->has_rope_local ? 2 : 1); r++) {
-        const rope_config *rc = ropes[r];
+    {
+        const rope_config *rc = &cfg->rope;
         if (rc->partial_rotary_factor != 1.0)
             return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not "
                            "supported for %s (supported: 1.0)", origin,
@@ -104,10 +103,11 @@ ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const 
                            "but sliding_window is not set", origin, (long long)i);
         }
         lm->window[i] = sliding ? cfg->sliding_window : 0;
-        lm->rope[i] = (g_rope_opts){
-            .rope = sliding && cfg->has_rope_local ? cfg->rope_local : cfg->rope,
-            .head_dim = cfg->head_dim, .rotary_dim = cfg->head_dim,
-            .max_position_embeddings = cfg->max_position_embeddings};
+        /* One rotary setting for every layer, as these families' rotary embedding has; a
+         * family with per-layer-type rope (cfg->rope_local) sets its layers in its quirks. */
+        lm->rope[i] = (g_rope_opts){.rope = cfg->rope, .head_dim = cfg->head_dim,
+                                    .rotary_dim = cfg->head_dim,
+                                    .max_position_embeddings = cfg->max_position_embeddings};
     }
     return FERRY_OK;
 }
