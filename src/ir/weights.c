@@ -56,8 +56,9 @@ ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err)
             return fy_fail(err, FERRY_ERR_UNSUPPORTED, "tensor '%s' in %s has dtype %s; ferry "
                            "reads F32, F16 and BF16 weights", t->name, t->file->path,
                            dt_st_name(t->dtype));
-        if (t->ndim != t0->ndim)
-            return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: sources differ in rank", what);
+        if (t->ndim != t0->ndim || t->dtype != t0->dtype)
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight %s: tensors '%s' and '%s' differ "
+                           "in rank or dtype and cannot be joined", what, t0->name, t->name);
         for (int d = 0; d < t->ndim; d++)
             if (d != w->concat_axis && t->shape[d] != t0->shape[d])
                 return fy_fail(err, FERRY_ERR_FORMAT, "weight %s: tensors '%s' and '%s' cannot "

@@ -125,7 +125,7 @@ ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, fy_err
     if (fd < 0)
         return fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                        "%s: cannot create: %s", path, strerror(errno));
-    ferry_status st = ws_write(fd, path, f->items, f->n, 0, progress, err);
+    ferry_status st = ws_write(fd, path, f->items, f->n, 0, 0, progress, err);
     if (st == FERRY_OK && ftruncate(fd, (off_t)f->size) != 0)
         st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                      "%s: cannot set size: %s", path, strerror(errno));

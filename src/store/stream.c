@@ -385,8 +385,9 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* Cuts every item into bands of at most BAND_ELEMS elements (whole rows for matrices). */
-static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, fy_err *err)
+/* Cuts every item into bands of at most `band` elements (whole rows for matrices). */
+static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t band,
+                              fy_err *err)
 {
     size_t cap = 0;
     for (size_t i = 0; i < n; i++) {
@@ -395,8 +396,7 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, fy_err 
             continue;
         w_matrix(&items[i].w, &rows, &cols);
         bool vector = items[i].w.src[0]->ndim == 1;
-        int64_t per = vector ? (int64_t)BAND_ELEMS
-                             : (cols > 0 ? (int64_t)(BAND_ELEMS / (size_t)cols) : rows);
+        int64_t per = vector ? (int64_t)band : (cols > 0 ? (int64_t)(band / (size_t)cols) : rows);
         if (per < 1)
             per = 1; /* a row longer than a band is still one band */
         int64_t span = vector ? cols : rows;
@@ -417,10 +417,10 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, fy_err 
 }
 
 ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, int threads,
-                      ws_progress *progress, fy_err *err)
+                      size_t band_elems, ws_progress *progress, fy_err *err)
 {
     stream s = {.fd = fd, .path = path};
-    if (plan_jobs(&s, items, n, err) != FERRY_OK) {
+    if (plan_jobs(&s, items, n, band_elems ? band_elems : BAND_ELEMS, err) != FERRY_OK) {
         free(s.jobs);
         return err->status;
     }

@@ -1,0 +1,176 @@
+/* test_quant.c — the int4/int8 block packing and round-to-nearest arithmetic, bit for bit:
+ * against a hand-worked block, and against a reference quantizer written here from the rules
+ * in quant/rtn.h (plain loops, no shared code), over random rows, every bit width, block size,
+ * scale type and symmetry. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/rtn.h"
+#include "util/dtype.h"
+
+/* A hand-worked asymmetric 4-bit block of 16: values 0..15 * 0.5 - 1.0 span [-1, 6.5];
+ * lo = -1, hi = 6.5, scale = 7.5 / 15 = 0.5, zero = round(1 / 0.5) = 2, so element i has
+ * code round(x / 0.5) + 2 = i, packed two per byte, low nibble first: 0x10, 0x32, ... */
+static void packing_by_hand(void **state)
+{
+    (void)state;
+    float x[16];
+    for (int i = 0; i < 16; i++)
+        x[i] = (float)i * 0.5f - 1.0f;
+    uint8_t codes[16], zeros[1];
+    float scale;
+    rtn_quantize(x, 1, 16, 4, 16, 0, FERRY_F32, codes, &scale, zeros);
+    assert_true(scale == 0.5f);
+    assert_int_equal(zeros[0], 0x02);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(codes[i], (uint8_t)((2 * i) | ((2 * i + 1) << 4)));
+    float back[16];
+    rtn_dequantize_row(codes, &scale, zeros, 16, 4, 16, 0, FERRY_F32, back);
+    for (int i = 0; i < 16; i++)
+        assert_true(back[i] == x[i]);
+
+    /* symmetric: the largest magnitude (6.5) maps to code 0 (value -8 * scale): scale = 6.5/-8 */
+    rtn_quantize(x, 1, 16, 4, 16, 1, FERRY_F32, codes, &scale, NULL);
+    assert_true(scale == 6.5f / -8.0f);
+    assert_int_equal(codes[7] >> 4, 0);        /* x[15] = 6.5 -> round(-8) + 8 = 0 */
+    assert_int_equal(codes[0] & 0x0F, 8 + 1);  /* x[0] = -1 -> round(1.23) + 8 = 9 */
+
+    /* an all-zero block: scale 0, every code the zero point */
+    memset(x, 0, sizeof x);
+    rtn_quantize(x, 1, 16, 8, 16, 1, FERRY_F32, codes, &scale, NULL);
+    assert_true(scale == 0.0f);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(codes[i], 128);
+}
+
+/* ---- the reference, from rtn.h's rules ---- */
+
+static float ref_round_scale(float s, ferry_dtype dt)
+{
+    return dt == FERRY_F16 ? dt_f16_to_f32(dt_f32_to_f16(s)) : s;
+}
+
+static unsigned ref_code(const uint8_t *p, size_t i, int bits)
+{
+    return bits == 8 ? p[i] : (p[i / 2] >> (4 * (i % 2))) & 15;
+}
+
+/* Checks one quantized row against the rules: scale per block, zero point, each code. */
+static void check_row(const float *x, size_t cols, int bits, int block, int sym, ferry_dtype sdt,
+                      const uint8_t *codes, const void *scales, const uint8_t *zeros)
+{
+    unsigned levels = (1u << bits) - 1, mid = 1u << (bits - 1);
+    for (size_t b = 0; b < cols / (size_t)block; b++) {
+        const float *blk = x + b * (size_t)block;
+        float scale, want_scale;
+        unsigned zero;
+        if (sdt == FERRY_F16) {
+            uint16_t h;
+            memcpy(&h, (const uint8_t *)scales + 2 * b, 2);
+            scale = dt_f16_to_f32(h);
+        } else {
+            memcpy(&scale, (const uint8_t *)scales + 4 * b, 4);
+        }
+        if (sym) {
+            float v = 0.0f;
+            for (int i = 0; i < block; i++)
+                if (fabsf(blk[i]) > fabsf(v))
+                    v = blk[i];
+            want_scale = ref_round_scale(v / -(float)mid, sdt);
+            zero = mid;
+        } else {
+            float lo = 0.0f, hi = 0.0f;
+            for (int i = 0; i < block; i++) {
+                lo = fminf(lo, blk[i]);
+                hi = fmaxf(hi, blk[i]);
+            }
+            want_scale = ref_round_scale((hi - lo) / (float)levels, sdt);
+            float z = want_scale == 0.0f ? 0.0f : nearbyintf(-lo / want_scale);
+            unsigned want_zero = z < 0 ? 0 : z > (float)levels ? levels : (unsigned)z;
+            zero = ref_code(zeros, b, bits);
+            assert_int_equal(zero, want_zero);
+        }
+        assert_true(memcmp(&scale, &want_scale, 4) == 0);
+        for (int i = 0; i < block; i++) {
+            unsigned want = zero;
+            if (want_scale != 0.0f) {
+                float q = nearbyintf(blk[i] / want_scale) + (float)zero;
+                want = q < 0 ? 0 : q > (float)levels ? levels : (unsigned)q;
+            }
+            assert_int_equal(ref_code(codes, b * (size_t)block + (size_t)i, bits), want);
+        }
+    }
+}
+
+static void matches_reference(void **state)
+{
+    (void)state;
+    enum { ROWS = 5, COLS = 256 };
+    static float x[ROWS * COLS];
+    srand(7);
+    for (int i = 0; i < ROWS * COLS; i++)
+        x[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * (i % 97 == 0 ? 40.0f : 2.0f);
+    for (int i = 0; i < COLS; i++)
+        x[2 * COLS + i] = (float)rand() / (float)RAND_MAX;      /* an all-positive row */
+    for (int i = 0; i < 32; i++)
+        x[3 * COLS + i] = 0.0f;                                  /* a zero block */
+    const int bits_list[2] = {4, 8}, blocks[3] = {32, 64, 128};
+    const ferry_dtype sdts[2] = {FERRY_F32, FERRY_F16};
+    for (int bi = 0; bi < 2; bi++)
+        for (int bl = 0; bl < 3; bl++)
+            for (int sym = 0; sym < 2; sym++)
+                for (int sd = 0; sd < 2; sd++) {
+                    int bits = bits_list[bi], block = blocks[bl];
+                    size_t nb = COLS / (size_t)block, code_row = COLS * (size_t)bits / 8;
+                    size_t zero_row = (nb * (size_t)bits + 7) / 8, ssz = sdts[sd] == FERRY_F16 ? 2 : 4;
+                    uint8_t *codes = malloc(ROWS * code_row), *zeros = malloc(ROWS * zero_row);
+                    uint8_t *scales = malloc(ROWS * nb * ssz);
+                    assert_non_null(codes);
+                    assert_non_null(zeros);
+                    assert_non_null(scales);
+                    rtn_quantize(x, ROWS, COLS, bits, block, sym, sdts[sd], codes, scales,
+                                 sym ? NULL : zeros);
+                    for (size_t r = 0; r < ROWS; r++)
+                        check_row(x + r * COLS, COLS, bits, block, sym, sdts[sd],
+                                  codes + r * code_row, scales + r * nb * ssz,
+                                  zeros + r * zero_row);
+                    free(codes);
+                    free(zeros);
+                    free(scales);
+                }
+}
+
+/* Dequantized values stay within half a step of the input (the round-to-nearest promise). */
+static void error_bound(void **state)
+{
+    (void)state;
+    enum { COLS = 128 };
+    float x[COLS], back[COLS], scale;
+    uint8_t codes[COLS], zeros[1];
+    srand(11);
+    for (int i = 0; i < COLS; i++)
+        x[i] = (float)rand() / (float)RAND_MAX * 3.0f - 1.0f;
+    for (int bits = 4; bits <= 8; bits += 4) {
+        rtn_quantize(x, 1, COLS, bits, COLS, 0, FERRY_F32, codes, &scale, zeros);
+        rtn_dequantize_row(codes, &scale, zeros, COLS, bits, COLS, 0, FERRY_F32, back);
+        for (int i = 0; i < COLS; i++)
+            assert_true(fabsf(back[i] - x[i]) <= scale * 0.5f + 1e-6f);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(packing_by_hand),
+        cmocka_unit_test(matches_reference),
+        cmocka_unit_test(error_bound),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

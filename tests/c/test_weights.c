@@ -1,0 +1,282 @@
+/* test_weights.c — weight recipes run through the weight stream: each transform (convert,
+ * transpose, join along rows or columns, row range, offset, block quantization) compared byte
+ * for byte with the same transform done here by plain loops, with tiny bands and several
+ * worker threads so banding, transposed strips and concurrency are exercised; and the
+ * recipes a validation must refuse. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ir/weights.h"
+#include "quant/rtn.h"
+#include "store/stream.h"
+#include "util/dtype.h"
+
+#include "scratch.h"
+
+/* The checkpoint: a [4, 6] and a [2, 6] bf16 matrix, a [4, 3] bf16 matrix, a [10] f16 vector,
+ * a [3, 32] f32 matrix; values i * 0.25 - 3 (exact in every type). */
+static st_file *ckpt_file;
+static float values[4 * 6 + 2 * 6 + 4 * 3 + 10 + 3 * 32];
+
+static const struct {
+    const char *name, *dtype;
+    int rows, cols; /* cols 0: a vector of `rows` */
+} TENSORS[] = {
+    {"a", "BF16", 4, 6}, {"b", "BF16", 2, 6}, {"c", "BF16", 4, 3}, {"n", "F16", 10, 0},
+    {"q", "F32", 3, 32},
+};
+#define N_TENSORS 5
+
+static int setup(void **state)
+{
+    (void)state;
+    if (scratch_make("weights") != 0)
+        return -1;
+    char header[1024], path[256];
+    size_t hl = 0, off = 0, vi = 0;
+    uint8_t data[4096];
+    hl += (size_t)snprintf(header + hl, sizeof header - hl, "{");
+    for (int t = 0; t < N_TENSORS; t++) {
+        int n = TENSORS[t].rows * (TENSORS[t].cols ? TENSORS[t].cols : 1);
+        size_t esz = strcmp(TENSORS[t].dtype, "F32") == 0 ? 4 : 2;
+        for (int i = 0; i < n; i++, vi++) {
+            float v = (float)vi * 0.25f - 3.0f;
+            values[vi] = v;
+            if (esz == 4) {
+                memcpy(data + off + 4 * (size_t)i, &v, 4);
+            } else {
+                uint16_t h = strcmp(TENSORS[t].dtype, "F16") == 0 ? dt_f32_to_f16(v)
+                                                                  : dt_f32_to_bf16(v);
+                memcpy(data + off + 2 * (size_t)i, &h, 2);
+            }
+        }
+        char shape[32];
+        if (TENSORS[t].cols)
+            snprintf(shape, sizeof shape, "[%d, %d]", TENSORS[t].rows, TENSORS[t].cols);
+        else
+            snprintf(shape, sizeof shape, "[%d]", TENSORS[t].rows);
+        hl += (size_t)snprintf(header + hl, sizeof header - hl,
+                               "%s\"%s\": {\"dtype\": \"%s\", \"shape\": %s, "
+                               "\"data_offsets\": [%zu, %zu]}", t ? ", " : "", TENSORS[t].name,
+                               TENSORS[t].dtype, shape, off, off + (size_t)n * esz);
+        off += (size_t)n * esz;
+    }
+    hl += (size_t)snprintf(header + hl, sizeof header - hl, "}");
+    while (hl % 8)
+        header[hl++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp_dir);
+    FILE *f = fopen(path, "wb");
+    uint64_t n64 = hl;
+    if (!f || fwrite(&n64, 8, 1, f) != 1 || fwrite(header, 1, hl, f) != hl ||
+        fwrite(data, 1, off, f) != off || fclose(f) != 0)
+        return -1;
+    fy_err err = {0};
+    return st_open(path, &ckpt_file, &err) == FERRY_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    st_close(ckpt_file);
+    return remove_tmp(state);
+}
+
+static const st_tensor *tensor(const char *name)
+{
+    return st_find(ckpt_file, name);
+}
+
+/* Values of tensor `name` (row-major) as the test stored them. */
+static const float *src_values(const char *name)
+{
+    size_t at = 0;
+    for (int t = 0; t < N_TENSORS; t++) {
+        if (strcmp(TENSORS[t].name, name) == 0)
+            return values + at;
+        at += (size_t)TENSORS[t].rows * (size_t)(TENSORS[t].cols ? TENSORS[t].cols : 1);
+    }
+    return NULL;
+}
+
+/* Runs the recipes through the stream into a file and reads the file back. */
+static uint8_t *stream(const ws_item *items, size_t n, size_t band, int threads, size_t size)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/out.bin", tmp_dir);
+    unlink(path);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0644);
+    assert_true(fd >= 0);
+    fy_err err = {0};
+    ws_progress pr = {0};
+    ferry_status st = ws_write(fd, path, items, n, threads, band, &pr, &err);
+    if (st != FERRY_OK)
+        fail_msg("ws_write: %s", err.msg);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += ws_item_bytes(&items[i]);
+    assert_int_equal(pr.done, total);
+    uint8_t *buf = calloc(1, size);
+    assert_int_equal(ftruncate(fd, (off_t)size), 0); /* gaps read as zeros */
+    assert_int_equal(pread(fd, buf, size, 0), (ssize_t)size);
+    close(fd);
+    return buf;
+}
+
+static float f32_at(const uint8_t *p, size_t i)
+{
+    float v;
+    memcpy(&v, p + 4 * i, 4);
+    return v;
+}
+
+static ws_item item(g_weight w, uint64_t offset)
+{
+    ws_item it = {.w = w, .offset = {offset, WS_UNPLACED, WS_UNPLACED}};
+    return it;
+}
+
+static void convert_transpose_join(void **state)
+{
+    (void)state;
+    /* 1. a -> f32; 2. a transposed -> f32 [6, 4]; 3. rows of a then b, rows [2:5] -> [3, 6];
+     * 4. a and c side by side -> [4, 9]; 5. n + 1 -> f32; 6. a -> f16 transposed */
+    g_weight w1 = w_plain(tensor("a"), FERRY_F32);
+    g_weight w2 = w1;
+    w2.transpose = true;
+    g_weight w3 = w1;
+    w3.src[1] = tensor("b");
+    w3.n_src = 2;
+    w3.row_begin = 2;
+    w3.row_end = 5;
+    g_weight w4 = w1;
+    w4.src[1] = tensor("c");
+    w4.n_src = 2;
+    w4.concat_axis = 1;
+    g_weight w5 = w_plain(tensor("n"), FERRY_F32);
+    w5.offset = 1.0;
+    g_weight w6 = w2;
+    w6.dtype = FERRY_F16;
+    int rank;
+    int64_t shape[2];
+    fy_err err = {0};
+    assert_int_equal(w_check(&w3, &rank, shape, &err), FERRY_OK);
+    assert_int_equal(shape[0], 3);
+    assert_int_equal(w_check(&w4, &rank, shape, &err), FERRY_OK);
+    assert_int_equal(shape[1], 9);
+    assert_int_equal(w_check(&w2, &rank, shape, &err), FERRY_OK);
+    assert_true(shape[0] == 6 && shape[1] == 4);
+    ws_item items[6] = {item(w1, 0), item(w2, 96), item(w3, 192), item(w4, 264), item(w5, 408),
+                        item(w6, 448)};
+    const float *a = src_values("a"), *b = src_values("b"), *c = src_values("c");
+    const float *nv = src_values("n");
+    /* band sizes: whole tensors, one row, and five elements (strips and 1-D chunks) */
+    const size_t bands[3] = {0, 6, 5};
+    for (int bi = 0; bi < 3; bi++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            uint8_t *out = stream(items, 6, bands[bi], threads, 496);
+            for (int r = 0; r < 4; r++)
+                for (int k = 0; k < 6; k++) {
+                    assert_true(f32_at(out, (size_t)(r * 6 + k)) == a[r * 6 + k]);
+                    assert_true(f32_at(out + 96, (size_t)(k * 4 + r)) == a[r * 6 + k]);
+                    uint16_t h;
+                    memcpy(&h, out + 448 + 2 * (size_t)(k * 4 + r), 2);
+                    assert_true(dt_f16_to_f32(h) == a[r * 6 + k]);
+                }
+            for (int r = 0; r < 3; r++)
+                for (int k = 0; k < 6; k++) {
+                    int jr = r + 2; /* rows of a (0..3) then b (4..5) */
+                    float want = jr < 4 ? a[jr * 6 + k] : b[(jr - 4) * 6 + k];
+                    assert_true(f32_at(out + 192, (size_t)(r * 6 + k)) == want);
+                }
+            for (int r = 0; r < 4; r++)
+                for (int k = 0; k < 9; k++) {
+                    float want = k < 6 ? a[r * 6 + k] : c[r * 3 + k - 6];
+                    assert_true(f32_at(out + 264, (size_t)(r * 9 + k)) == want);
+                }
+            for (int i = 0; i < 10; i++)
+                assert_true(f32_at(out + 408, (size_t)i) == nv[i] + 1.0f);
+            free(out);
+        }
+}
+
+static void quantized(void **state)
+{
+    (void)state;
+    const float *q = src_values("q");
+    for (int sym = 0; sym < 2; sym++) {
+        g_weight w = w_plain(tensor("q"), FERRY_F16);
+        w.quant = (w_quant){.bits = 4, .block = 16, .symmetric = sym};
+        ws_item it = {.w = w, .offset = {0, 64, sym ? WS_UNPLACED : 256}};
+        assert_int_equal(w_n_parts(&w), sym ? 2 : 3);
+        int rank;
+        int64_t shape[2];
+        ferry_dtype dt;
+        uint64_t nbytes;
+        w_part_info(&w, W_PART_CODES, &rank, shape, &dt, &nbytes);
+        assert_true(dt == FERRY_U4 && nbytes == 48 && shape[1] == 32);
+        w_part_info(&w, W_PART_SCALES, &rank, shape, &dt, &nbytes);
+        assert_true(dt == FERRY_F16 && nbytes == 12 && shape[1] == 2);
+        w_part_info(&w, W_PART_ZEROS, &rank, shape, &dt, &nbytes);
+        assert_true(dt == FERRY_U4 && nbytes == 3 && shape[1] == 2);
+        uint8_t want_codes[48], want_scales[12], want_zeros[3];
+        rtn_quantize(q, 3, 32, 4, 16, sym, FERRY_F16, want_codes, want_scales,
+                     sym ? NULL : want_zeros);
+        uint8_t *out = stream(&it, 1, 32, 2, 260);
+        assert_memory_equal(out, want_codes, 48);
+        assert_memory_equal(out + 64, want_scales, 12);
+        if (!sym)
+            assert_memory_equal(out + 256, want_zeros, 3);
+        free(out);
+    }
+}
+
+static void refused_recipes(void **state)
+{
+    (void)state;
+    int rank;
+    int64_t shape[2];
+    fy_err err = {0};
+    g_weight w = w_plain(tensor("a"), FERRY_F32);
+    w.quant = (w_quant){.bits = 4, .block = 32};
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "do not divide into blocks of 32"));
+    fy_err_clear(&err);
+    w = w_plain(tensor("a"), FERRY_F32);
+    w.src[1] = tensor("n");
+    w.n_src = 2;
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "cannot be joined"));
+    fy_err_clear(&err);
+    w = w_plain(tensor("a"), FERRY_F32);
+    w.src[1] = tensor("c");
+    w.n_src = 2; /* [4, 6] and [4, 3] along rows */
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "'a' and 'c'"));
+    fy_err_clear(&err);
+    w = w_plain(tensor("a"), FERRY_F32);
+    w.row_begin = 3;
+    w.row_end = 9;
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_INTERNAL);
+    fy_err_clear(&err);
+    w = w_plain(tensor("n"), FERRY_F32);
+    w.transpose = true;
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_INTERNAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(convert_transpose_join),
+        cmocka_unit_test(quantized),
+        cmocka_unit_test(refused_recipes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
