@@ -19,6 +19,7 @@ the two together.
 """
 
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -27,9 +28,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from conftest import FERRY_BUILD, check_model_full, ort_session
+from conftest import FERRY_BUILD, FERRY_BUILD_SAN, SANITIZER_ENV, check_model_full, ort_session
 
 OP_GRAPH = FERRY_BUILD / "ferry-op-graph"
+OP_GRAPH_SAN = Path(FERRY_BUILD_SAN).resolve() / "ferry-op-graph" if FERRY_BUILD_SAN else None
 
 # op_graph.c's shapes: batch, sequence, past; cache rows; activation width; rope and attention
 # head geometry.
@@ -326,15 +328,24 @@ def reference(spec, weights, feeds):
 # The tests
 
 
-def export_case(name, out_dir, weights, dynamic):
-    """Writes the weights, runs ferry-op-graph, checks the model; -> onnxruntime session."""
-    if not OP_GRAPH.exists():
-        pytest.fail(f"{OP_GRAPH} not found (configure with -DFERRY_TESTS=ON and build)")
+def run_op_graph(binary, name, out_dir, weights, dynamic, env=None):
+    if not binary.exists():
+        pytest.fail(f"{binary} not found (configure with -DFERRY_TESTS=ON and build)")
+    out_dir.mkdir(exist_ok=True)
     save_file(weights, str(out_dir / "weights.safetensors"))
-    args = [str(OP_GRAPH), name, str(out_dir)] + (["--dynamic"] if dynamic else [])
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    args = [str(binary), name, str(out_dir)] + (["--dynamic"] if dynamic else [])
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, f"{' '.join(args)} -> exit {proc.returncode}\n{proc.stderr}"
-    model = out_dir / "model.onnx"
+    return out_dir / "model.onnx"
+
+
+def export_case(name, out_dir, weights, dynamic):
+    """Runs ferry-op-graph over `weights` and checks the model; -> onnxruntime session. With
+    the sanitizer build configured, its binary must write the same bytes, cleanly."""
+    model = run_op_graph(OP_GRAPH, name, out_dir, weights, dynamic)
+    if OP_GRAPH_SAN:
+        san = run_op_graph(OP_GRAPH_SAN, name, out_dir / "asan", weights, dynamic, SANITIZER_ENV)
+        assert san.read_bytes() == model.read_bytes(), f"{name}: the sanitizer build differs"
     check_model_full(model)
     return ort_session(model)
 
