@@ -317,11 +317,21 @@ def copy_checkpoint(src, dst):
 # Reporting
 
 
+def _op_conformance_summary(terminalreporter, worst):
+    """One line per case of test_op_conformance.py: its dtype and the worst error over the
+    static and dynamic graphs and every shape."""
+    terminalreporter.write_sep("-", "op conformance: max |onnx - reference| / max(1, |reference|)")
+    for name in sorted(worst):
+        dtype, err = worst[name]
+        terminalreporter.write_line(f"{name:<22}{dtype:>6}{err:>12.2e}")
+
+
 def pytest_terminal_summary(terminalreporter):
-    """Prints the worst logits errors that tests recorded with
-    record_property("generation_logits_max_abs_err", value) (test_generation.py), as one table
-    of family x loop; works under pytest-xdist, whose reports carry user_properties."""
-    worst = {}
+    """Prints the worst errors that tests recorded with record_property: the logits of
+    test_generation.py ("generation_logits_max_abs_err"), as one table of family x loop, and
+    the ops of test_op_conformance.py ("op_conformance_max_err"). Works under pytest-xdist,
+    whose reports carry user_properties."""
+    worst, ops = {}, {}
     for reports in terminalreporter.stats.values():
         for rep in reports:
             if getattr(rep, "when", None) != "call":
@@ -331,6 +341,11 @@ def pytest_terminal_summary(terminalreporter):
                     params = rep.nodeid.rsplit("[", 1)[-1].rstrip("]").split("-")
                     key2 = tuple(params[:2])
                     worst[key2] = max(worst.get(key2, 0.0), value)
+                elif key == "op_conformance_max_err":
+                    name, dtype, err = value
+                    ops[name] = (dtype, max(ops.get(name, (dtype, 0.0))[1], err))
+    if ops:
+        _op_conformance_summary(terminalreporter, ops)
     if not worst:
         return
     archs = sorted({a for a, _ in worst})

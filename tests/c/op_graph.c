@@ -1,0 +1,395 @@
+/* op_graph.c — ferry-op-graph CASE OUTDIR [--dynamic]: a graph holding one semantic op (or two,
+ * where the case is about how they share lowered pieces) over weights read from
+ * OUTDIR/weights.safetensors, taken through the ONNX backend the way an export is (target,
+ * finish, placement, writer) into OUTDIR/model.onnx + model.onnx.data. `ferry-op-graph --list`
+ * prints the case names.
+ *
+ * tests/python/test_op_conformance.py writes the weights, runs each model in onnxruntime and
+ * compares it with transformers' and torch's own functions. Checking ops one at a time makes a
+ * lowering error name its op, instead of showing up somewhere in a whole model's logits, and
+ * reaches settings no shipped family uses yet (partial rotary, yarn, softcap, a given mask).
+ * The Python side mirrors the table below (options and shapes); it checks with --list that it
+ * covers every case.
+ *
+ * Shapes: batch B, sequence S and past P are the constants below, or with --dynamic the symbols
+ * batch, sequence and past_sequence (examples B, S, P). A static cache always holds CACHE_LEN
+ * rows. Test-only: built with FERRY_TESTS, not installed, not a ctest. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "ir/ir.h"
+#include "model/safetensors.h"
+
+enum {
+    B = 2, S = 5, P = 3, CACHE_LEN = 8,
+    HIDDEN = 24,                       /* activations' last dim (norms take it from the weight) */
+    ROPE_HEADS = 3, ROPE_HEAD_DIM = 16,
+    ATTN_HEAD_DIM = 8,
+};
+
+typedef enum family {
+    FAM_RMS_NORM, FAM_SKIP_RMS_NORM, FAM_LAYER_NORM, FAM_LINEAR, FAM_TIED, FAM_EMBEDDING,
+    FAM_UNARY, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
+} family;
+
+typedef struct op_case {
+    const char *name;
+    family fam;
+    ferry_dtype dtype;
+    g_op op;                 /* FAM_UNARY: the activation */
+    double eps, offset, cap; /* norms; softcap */
+    bool bias;               /* layer_norm, linear */
+    g_rope_opts rope;        /* FAM_ROPE, FAM_TWO_ROPES */
+    double theta_2;          /* FAM_TWO_ROPES: the second rope's theta, all else equal */
+    g_attn_opts attn;        /* FAM_ATTENTION; scale 0 = head_dim^-0.5 */
+} op_case;
+
+/* Rotary options over ROPE_HEAD_DIM heads rotating the first `rotary` dims; the rope_config
+ * fields a type does not read stay zero. */
+#define ROPE(rotary, max_pos, ...)                                                         \
+    .rope = {.rope = {__VA_ARGS__}, .head_dim = ROPE_HEAD_DIM, .rotary_dim = (rotary),     \
+             .max_position_embeddings = (max_pos)}
+#define ATTN(heads, kv_heads, ...)                                                         \
+    .attn = {.num_heads = (heads), .num_kv_heads = (kv_heads), .head_dim = ATTN_HEAD_DIM,  \
+             __VA_ARGS__}
+
+#define F32 FERRY_F32
+#define F16 FERRY_F16
+
+static const op_case CASES[] = {
+    {"rms_norm", FAM_RMS_NORM, F32, .eps = 1e-6},
+    {"rms_norm_offset", FAM_RMS_NORM, F32, .eps = 1e-6, .offset = 1.0}, /* Gemma: 1 + w */
+    {"rms_norm_fp16", FAM_RMS_NORM, F16, .eps = 1e-6},
+    {"skip_rms_norm", FAM_SKIP_RMS_NORM, F32, .eps = 1e-5},
+    {"skip_rms_norm_fp16", FAM_SKIP_RMS_NORM, F16, .eps = 1e-5},
+    {"layer_norm", FAM_LAYER_NORM, F32, .eps = 1e-5, .bias = true},
+    {"layer_norm_nobias", FAM_LAYER_NORM, F32, .eps = 1e-5},
+    {"layer_norm_fp16", FAM_LAYER_NORM, F16, .eps = 1e-5, .bias = true},
+    /* a weight only linears read: stored transposed for a plain MatMul */
+    {"linear", FAM_LINEAR, F32, .bias = true},
+    {"linear_fp16", FAM_LINEAR, F16, .bias = true},
+    /* one table read by an embedding and a linear: stored once, multiplied by Gemm(transB) */
+    {"linear_tied", FAM_TIED, F32},
+    {"embedding", FAM_EMBEDDING, F32},
+    {"silu", FAM_UNARY, F32, .op = G_SILU},
+    {"silu_fp16", FAM_UNARY, F16, .op = G_SILU},
+    {"gelu", FAM_UNARY, F32, .op = G_GELU},
+    {"gelu_fp16", FAM_UNARY, F16, .op = G_GELU},
+    {"gelu_tanh", FAM_UNARY, F32, .op = G_GELU_TANH},
+    {"gelu_tanh_fp16", FAM_UNARY, F16, .op = G_GELU_TANH},
+    {"softcap", FAM_UNARY, F32, .op = G_SOFTCAP, .cap = 5.0},
+    {"softcap_fp16", FAM_UNARY, F16, .op = G_SOFTCAP, .cap = 5.0},
+    {"rope", FAM_ROPE, F32, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0)},
+    {"rope_fp16", FAM_ROPE, F16, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0)},
+    {"rope_partial", FAM_ROPE, F32,
+     ROPE(8, 256, .type = ROPE_DEFAULT, .theta = 10000.0, .partial_rotary_factor = 0.5)},
+    {"rope_linear", FAM_ROPE, F32, ROPE(16, 256, .type = ROPE_LINEAR, .theta = 10000.0,
+                                        .factor = 2.0)},
+    /* positions beyond max_position_embeddings (32) make the graph rescale its base */
+    {"rope_dynamic", FAM_ROPE, F32, ROPE(16, 32, .type = ROPE_DYNAMIC, .theta = 10000.0,
+                                         .factor = 2.0)},
+    /* with head_dim 16 the wavelengths fall on both sides of and between 64/4 and 64/1 */
+    {"rope_llama3", FAM_ROPE, F32,
+     ROPE(16, 256, .type = ROPE_LLAMA3, .theta = 10000.0, .factor = 8.0, .low_freq_factor = 1.0,
+          .high_freq_factor = 4.0, .original_max_position_embeddings = 64)},
+    {"rope_yarn", FAM_ROPE, F32,
+     ROPE(16, 256, .type = ROPE_YARN, .theta = 10000.0, .factor = 4.0,
+          .original_max_position_embeddings = 64, .attention_factor = -1.0, .truncate = true)},
+    /* the defect this holds: tables were shared by (positions, dtype) alone, so the second
+     * rope silently used the first one's theta */
+    {"two_ropes", FAM_TWO_ROPES, F32, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0),
+     .theta_2 = 1e6},
+    {"attn_causal", FAM_ATTENTION, F32, ATTN(4, 4, .mask = G_MASK_CAUSAL)},
+    {"attn_padding", FAM_ATTENTION, F32, ATTN(4, 4, .mask = G_MASK_PADDING)},
+    {"attn_given", FAM_ATTENTION, F32, ATTN(4, 4, .mask = G_MASK_GIVEN)},
+    {"attn_given_window", FAM_ATTENTION, F32,
+     ATTN(4, 4, .mask = G_MASK_GIVEN, .sliding_window = 3)},
+    {"attn_window", FAM_ATTENTION, F32, ATTN(4, 4, .mask = G_MASK_CAUSAL, .sliding_window = 3)},
+    /* Gemma 2 style: a scale that is not head_dim^-0.5, then tanh capping */
+    {"attn_softcap", FAM_ATTENTION, F32,
+     ATTN(4, 4, .mask = G_MASK_CAUSAL, .scale = 0.25, .softcap = 2.0)},
+    {"attn_gqa", FAM_ATTENTION, F32, ATTN(4, 2, .mask = G_MASK_CAUSAL)},
+    {"attn_mqa", FAM_ATTENTION, F32, ATTN(4, 1, .mask = G_MASK_CAUSAL)},
+    {"attn_gqa_fp16", FAM_ATTENTION, F16, ATTN(4, 2, .mask = G_MASK_CAUSAL)},
+    {"attn_append", FAM_ATTENTION, F32,
+     ATTN(4, 2, .mask = G_MASK_CAUSAL, .cache = G_CACHE_APPEND)},
+    {"attn_append_window", FAM_ATTENTION, F32,
+     ATTN(4, 2, .mask = G_MASK_CAUSAL, .cache = G_CACHE_APPEND, .sliding_window = 3)},
+    {"attn_static", FAM_ATTENTION, F32,
+     ATTN(4, 2, .mask = G_MASK_GIVEN, .cache = G_CACHE_STATIC)},
+    {"attn_static_window", FAM_ATTENTION, F32,
+     ATTN(4, 2, .mask = G_MASK_GIVEN, .cache = G_CACHE_STATIC, .sliding_window = 3)},
+};
+
+#define N_CASES (sizeof CASES / sizeof CASES[0])
+
+typedef struct bld {
+    g_graph *g;
+    const op_case *c;
+    const st_file *file;
+    g_dim batch, seq, past;
+} bld;
+
+/* Checkpoint tensor `name` as a weight in the case's dtype (the weight stream converts it, as
+ * it does a checkpoint's). */
+static int weight(bld *b, const char *name)
+{
+    const st_tensor *t = st_find(b->file, name);
+    if (!t)
+        return g_fail(b->g, FERRY_ERR_FORMAT, "%s: no tensor '%s'", b->file->path, name);
+    g_weight w = w_plain(t, b->c->dtype);
+    return g_weight_value(b->g, name, &w);
+}
+
+/* Extent `axis` of weight `w` (weights have constant shapes). */
+static g_dim extent(const bld *b, int w, int axis)
+{
+    return b->g->values[w].shape.d[axis];
+}
+
+/* [batch, seq, n] */
+static int activations(bld *b, const char *name, g_dim n)
+{
+    g_dim d[3] = {b->batch, b->seq, n};
+    return g_input(b->g, name, b->c->dtype, 3, d);
+}
+
+static int token_ids(bld *b, const char *name)
+{
+    g_dim d[2] = {b->batch, b->seq};
+    return g_input(b->g, name, FERRY_I64, 2, d);
+}
+
+static void build_rms_norm(bld *b)
+{
+    g_graph *g = b->g;
+    int w = weight(b, "weight");
+    if (!g_ok(g))
+        return;
+    int x = activations(b, "x", extent(b, w, 0));
+    g_output(g, g_rms_norm(g, "rms_norm", x, w, b->c->eps, b->c->offset), "y");
+}
+
+/* Both outputs are graph outputs: the sum is the next residual, and must be x + skip exactly. */
+static void build_skip_rms_norm(bld *b)
+{
+    g_graph *g = b->g;
+    int w = weight(b, "weight");
+    if (!g_ok(g))
+        return;
+    int x = activations(b, "x", extent(b, w, 0));
+    int skip = activations(b, "skip", extent(b, w, 0));
+    int sum = G_NONE;
+    int y = g_skip_rms_norm(g, "skip_rms_norm", x, skip, w, b->c->eps, b->c->offset, &sum);
+    g_output(g, y, "y");
+    g_output(g, sum, "sum");
+}
+
+static void build_layer_norm(bld *b)
+{
+    g_graph *g = b->g;
+    int w = weight(b, "weight");
+    int bias = b->c->bias ? weight(b, "bias") : G_NONE;
+    if (!g_ok(g))
+        return;
+    int x = activations(b, "x", extent(b, w, 0));
+    g_output(g, g_layer_norm(g, "layer_norm", x, w, bias, b->c->eps), "y");
+}
+
+static void build_linear(bld *b)
+{
+    g_graph *g = b->g;
+    int w = weight(b, "weight");
+    int bias = b->c->bias ? weight(b, "bias") : G_NONE;
+    if (!g_ok(g))
+        return;
+    int x = activations(b, "x", extent(b, w, 1));
+    g_output(g, g_linear(g, "linear", x, w, bias), "y");
+}
+
+/* A tied lm_head: the embedding table is also the linear's weight. */
+static void build_tied(bld *b)
+{
+    g_graph *g = b->g;
+    int table = weight(b, "table");
+    if (!g_ok(g))
+        return;
+    int ids = token_ids(b, "input_ids");
+    int x = activations(b, "x", extent(b, table, 1));
+    g_output(g, g_embedding(g, "embedding", table, ids), "embeds");
+    g_output(g, g_linear(g, "lm_head", x, table, G_NONE), "logits");
+}
+
+static void build_embedding(bld *b)
+{
+    g_graph *g = b->g;
+    int table = weight(b, "table");
+    if (!g_ok(g))
+        return;
+    g_output(g, g_embedding(g, "embedding", table, token_ids(b, "input_ids")), "y");
+}
+
+static void build_unary(bld *b)
+{
+    g_graph *g = b->g;
+    int x = activations(b, "x", g_dim_const(HIDDEN));
+    int y = b->c->op == G_SOFTCAP ? g_softcap(g, "softcap", x, b->c->cap)
+                                  : g_unary(g, b->c->op, g_op_name(b->c->op), x);
+    g_output(g, y, "y");
+}
+
+static void build_rope(bld *b)
+{
+    g_graph *g = b->g;
+    const g_rope_opts *o = &b->c->rope;
+    g_dim x4[4] = {b->batch, b->seq, g_dim_const(ROPE_HEADS), g_dim_const(o->head_dim)};
+    int x = g_input(g, "x", b->c->dtype, 4, x4);
+    int pos = token_ids(b, "position_ids");
+    g_output(g, g_rope(g, "rope", x, pos, o), "y");
+    if (b->c->fam == FAM_TWO_ROPES) {
+        g_rope_opts o2 = *o;
+        o2.rope.theta = b->c->theta_2;
+        g_output(g, g_rope(g, "rope_2", x, pos, &o2), "y_2");
+    }
+}
+
+/* q [b,s,h,d], k and v [b,s,kvh,d]; the mask spans the keys (new, past + new, or the static
+ * buffer); a given mask and a static cache take cache_position. A cache is declared as states
+ * so that the backend's finish names it (past_key_values.0.key -> present.0.key, or
+ * input./output. for the in-place static one). */
+static void build_attention(bld *b)
+{
+    g_graph *g = b->g;
+    g_attn_opts o = b->c->attn;
+    ferry_dtype dt = b->c->dtype;
+    if (o.scale == 0)
+        o.scale = 1.0 / sqrt((double)o.head_dim);
+    g_dim q4[4] = {b->batch, b->seq, g_dim_const(o.num_heads), g_dim_const(o.head_dim)};
+    g_dim kv4[4] = {b->batch, b->seq, g_dim_const(o.num_kv_heads), g_dim_const(o.head_dim)};
+    int q = g_input(g, "q", dt, 4, q4);
+    int k = g_input(g, "k", dt, 4, kv4);
+    int v = g_input(g, "v", dt, 4, kv4);
+    g_dim keys = o.cache == G_CACHE_APPEND   ? g_dim_add(b->past, b->seq)
+                 : o.cache == G_CACHE_STATIC ? g_dim_const(CACHE_LEN)
+                                             : b->seq;
+    int mask;
+    if (o.mask == G_MASK_GIVEN) {
+        g_dim m4[4] = {b->batch, g_dim_const(1), b->seq, keys};
+        mask = g_input(g, "attention_mask", FERRY_BOOL, 4, m4);
+    } else {
+        g_dim m2[2] = {b->batch, keys};
+        mask = g_input(g, "attention_mask", FERRY_I64, 2, m2);
+    }
+    int pos = G_NONE, pk = G_NONE, pv = G_NONE;
+    if (o.mask == G_MASK_GIVEN || o.cache == G_CACHE_STATIC) {
+        g_dim one[1] = {g_dim_const(1)};
+        pos = g_input(g, "cache_position", FERRY_I64, 1, one);
+    }
+    if (o.cache != G_CACHE_NONE) {
+        g_dim c4[4] = {b->batch, g_dim_const(o.num_kv_heads),
+                       o.cache == G_CACHE_APPEND ? b->past : g_dim_const(CACHE_LEN),
+                       g_dim_const(o.head_dim)};
+        pk = g_input(g, "past_key_values.0.key", dt, 4, c4);
+        pv = g_input(g, "past_key_values.0.value", dt, 4, c4);
+    }
+    int present_k = G_NONE, present_v = G_NONE;
+    int y = g_attention(g, "attention", q, k, v, mask, pk, pv, pos, &o, &present_k, &present_v);
+    g_output(g, y, "y");
+    if (o.cache == G_CACHE_NONE)
+        return;
+    bool in_place = o.cache == G_CACHE_STATIC;
+    g_output(g, present_k, "present.0.key");
+    g_state_add(g, "past_key_values.0.key", GS_KEY, 0, pk, present_k, in_place);
+    g_output(g, present_v, "present.0.value");
+    g_state_add(g, "past_key_values.0.value", GS_VALUE, 0, pv, present_v, in_place);
+}
+
+static void (*const BUILD[FAM_COUNT])(bld *b) = {
+    [FAM_RMS_NORM] = build_rms_norm, [FAM_SKIP_RMS_NORM] = build_skip_rms_norm,
+    [FAM_LAYER_NORM] = build_layer_norm, [FAM_LINEAR] = build_linear, [FAM_TIED] = build_tied,
+    [FAM_EMBEDDING] = build_embedding, [FAM_UNARY] = build_unary, [FAM_ROPE] = build_rope,
+    [FAM_TWO_ROPES] = build_rope, [FAM_ATTENTION] = build_attention,
+};
+
+/* The semantic graph is checked as ferry_decompose checks a family's; then lowered, finished,
+ * placed and written by the ONNX backend as ferry_components_export and save do. */
+static ferry_status run(const op_case *c, const char *dir, bool dynamic, fy_err *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/weights.safetensors", dir) >= (int)sizeof path)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s: path too long", dir);
+    st_file *file = NULL;
+    if (st_open(path, &file, err) != FERRY_OK)
+        return err->status;
+    g_graph *g = g_new();
+    be_component comp = {.name = "model", .role = "model"};
+    ferry_export_config cfg;
+    ferry_export_config_init(&cfg);
+    const fb_backend *be = &fb_onnx;
+    ferry_status st = FERRY_OK;
+    if (!g) {
+        st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    bld b = {.g = g, .c = c, .file = file};
+    if (dynamic) {
+        b.batch = g_dim_sym(g_symtab_add(&g->syms, "batch", 1, 0, B));
+        b.seq = g_dim_sym(g_symtab_add(&g->syms, "sequence", 1, 0, S));
+        b.past = g_dim_sym(g_symtab_add(&g->syms, "past_sequence", 1, 0, P));
+    } else {
+        b.batch = g_dim_const(B);
+        b.seq = g_dim_const(S);
+        b.past = g_dim_const(P);
+    }
+    BUILD[c->fam](&b);
+    if (!g_ok(g)) {
+        st = fy_fail(err, g->err.status, "%s", g->err.msg);
+        goto done;
+    }
+    g_remove_dead(g);
+    if ((st = g_check(g, err)) != FERRY_OK || (st = be->configure(&cfg, err)) != FERRY_OK)
+        goto done;
+    if (!(comp.graph = g_legalize(g, be->target(&cfg), err))) {
+        st = err->status;
+        goto done;
+    }
+    if ((st = be->finish(comp.graph, &cfg, err)) == FERRY_OK &&
+        (st = be->files(&comp, 1, err)) == FERRY_OK)
+        st = be->write(&comp, 1, &cfg, dir, NULL, err);
+done:
+    g_free(comp.graph);
+    g_free(g);
+    st_close(file);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < N_CASES; i++)
+            printf("%s\n", CASES[i].name);
+        return 0;
+    }
+    bool dynamic = argc == 4 && strcmp(argv[3], "--dynamic") == 0;
+    if (argc != 3 && !dynamic) {
+        fprintf(stderr, "usage: ferry-op-graph CASE OUTDIR [--dynamic] | --list\n");
+        return 2;
+    }
+    const op_case *c = NULL;
+    for (size_t i = 0; i < N_CASES && !c; i++)
+        if (strcmp(CASES[i].name, argv[1]) == 0)
+            c = &CASES[i];
+    if (!c) {
+        fprintf(stderr, "ferry-op-graph: no case '%s' (--list names them)\n", argv[1]);
+        return 2;
+    }
+    fy_err err = {0};
+    if (run(c, argv[2], dynamic, &err) != FERRY_OK) {
+        fprintf(stderr, "ferry-op-graph %s: %s\n", c->name, err.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,305 @@
+/* test_lowering.c — what legalization makes of semantic ops, checked on the graph alone: no
+ * semantic op survives; rotary tables are built once per distinct rope setting (the defect of
+ * 6fe3928 keyed them by positions and dtype only, so a second theta silently reused the first
+ * table); layers asking for the same mask share one; skip_rms_norm is one add feeding one
+ * rms_norm. And g_check's refusals of malformed nodes. That the lowered graphs compute the
+ * right numbers is tests/python/test_op_conformance.py's part. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backends/onnx/onnx.h"
+#include "ir/legalize.h"
+#include "ir/lower/rope_freq.h"
+
+static int input(g_graph *g, const char *name, ferry_dtype dt, int rank, const int64_t *dims)
+{
+    g_dim d[G_MAX_RANK];
+    for (int i = 0; i < rank; i++)
+        d[i] = g_dim_const(dims[i]);
+    return g_input(g, name, dt, rank, d);
+}
+
+static g_graph *legalize(g_graph *src, const g_target *t)
+{
+    fy_err err = {0};
+    assert_true(g_ok(src));
+    g_remove_dead(src);
+    assert_int_equal(g_check(src, &err), FERRY_OK);
+    g_graph *out = g_legalize(src, t, &err);
+    if (!out)
+        fail_msg("g_legalize for %s: %s", t->name, err.msg);
+    return out;
+}
+
+static int count_op(const g_graph *g, g_op op)
+{
+    int n = 0;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        n += !g->nodes[i].dead && g->nodes[i].op == op;
+    return n;
+}
+
+/* The k-th live node of `op` (k from 0). */
+static const g_node *nth(const g_graph *g, g_op op, int k)
+{
+    int seen = 0;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && g->nodes[i].op == op && seen++ == k)
+            return &g->nodes[i];
+    fail_msg("no %s node #%d", g_op_name(op), k);
+    return NULL;
+}
+
+static const g_node *producer(const g_graph *g, int v)
+{
+    assert_int_equal(g->values[v].kind, GV_NODE);
+    return &g->nodes[g->values[v].producer];
+}
+
+static const g_rope_opts ROPE_16 = {.rope = {.type = ROPE_DEFAULT, .theta = 10000.0},
+                                    .head_dim = 16, .rotary_dim = 16,
+                                    .max_position_embeddings = 128};
+
+/* One node of every semantic op, in a chain, so the list below cannot miss one: an op added to
+ * ops.def without a lowering (or with one that leaves it behind) fails here. */
+static g_graph *every_semantic_op(void)
+{
+    g_graph *g = g_new();
+    const int64_t x3[3] = {2, 5, 16}, bs[2] = {2, 5}, n[1] = {16}, mat[2] = {16, 16};
+    const int64_t heads[4] = {0, 0, 1, 16};
+    int x = input(g, "x", FERRY_F32, 3, x3), w = input(g, "w", FERRY_F32, 1, n);
+    int bias = input(g, "bias", FERRY_F32, 1, n), table = input(g, "table", FERRY_F32, 2, mat);
+    int ids = input(g, "input_ids", FERRY_I64, 2, bs);
+    int pos = input(g, "position_ids", FERRY_I64, 2, bs);
+    int mask = input(g, "attention_mask", FERRY_I64, 2, bs);
+    int h = g_embedding(g, "embedding", table, ids), sum;
+    h = g_rms_norm(g, "rms_norm", h, w, 1e-6, 1.0);
+    h = g_skip_rms_norm(g, "skip_rms_norm", h, x, w, 1e-6, 0.0, &sum);
+    h = g_layer_norm(g, "layer_norm", h, w, bias, 1e-5);
+    h = g_linear(g, "linear", h, table, bias);
+    h = g_unary(g, G_SILU, "silu", h);
+    h = g_unary(g, G_GELU, "gelu", h);
+    h = g_unary(g, G_GELU_TANH, "gelu_tanh", h);
+    h = g_softcap(g, "softcap", h, 30.0);
+    int q = g_rope(g, "rope", g_reshape_spec(g, "heads", h, 4, heads), pos, &ROPE_16);
+    g_attn_opts ao = {.num_heads = 1, .num_kv_heads = 1, .head_dim = 16, .scale = 0.25,
+                      .mask = G_MASK_CAUSAL};
+    g_output(g, g_attention(g, "attention", q, q, q, mask, G_NONE, G_NONE, G_NONE, &ao, NULL,
+                            NULL), "y");
+    g_output(g, sum, "sum");
+    return g;
+}
+
+static void no_semantic_op_remains(void **state)
+{
+    (void)state;
+    const g_target *targets[2] = {&g_target_primitives, &onnx_standard_target};
+    for (int t = 0; t < 2; t++) {
+        g_graph *src = every_semantic_op();
+        g_graph *low = legalize(src, targets[t]);
+        for (int op = 0; op < G_OP_COUNT; op++)
+            if (g_op_is_semantic((g_op)op) && count_op(src, (g_op)op) == 0)
+                fail_msg("the source graph lacks a %s node", g_op_name((g_op)op));
+        for (size_t i = 0; i < low->n_nodes; i++) {
+            const g_node *nd = &low->nodes[i];
+            if (nd->dead)
+                continue;
+            if (g_op_is_semantic(nd->op) || targets[t]->legal(targets[t], low, nd) != G_NATIVE)
+                fail_msg("%s: node '%s' (%s) is left for the printer", targets[t]->name,
+                         nd->name, g_op_name(nd->op));
+        }
+        g_free(low);
+        g_free(src);
+    }
+}
+
+/* Two ropes over one x and one positions input, the second with theta `theta_2`. */
+static g_graph *two_ropes(double theta_2)
+{
+    g_graph *g = g_new();
+    const int64_t x4[4] = {2, 5, 3, 16}, bs[2] = {2, 5};
+    int x = input(g, "x", FERRY_F32, 4, x4), pos = input(g, "position_ids", FERRY_I64, 2, bs);
+    g_rope_opts other = ROPE_16;
+    other.rope.theta = theta_2;
+    g_output(g, g_rope(g, "rope", x, pos, &ROPE_16), "y");
+    g_output(g, g_rope(g, "rope_2", x, pos, &other), "y_2");
+    return g;
+}
+
+/* The live fp32 [8] constants: the inverse frequencies of a rotary_dim 16 rope. */
+static int inv_freq_consts(const g_graph *g, const g_value **found, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < g->n_values; i++) {
+        const g_value *v = &g->values[i];
+        int64_t len;
+        if (v->kind == GV_CONST && v->n_uses > 0 && v->dtype == FERRY_F32 &&
+            v->shape.rank == 1 && g_dim_is_const(v->shape.d[0], &len) && len == 8 && n < max)
+            found[n++] = v;
+    }
+    return n;
+}
+
+static bool holds_inv_freq(const g_value *v, double theta)
+{
+    rope_config rc = ROPE_16.rope;
+    rc.theta = theta;
+    float want[8];
+    rope_inv_freq(&rc, 16, 128, want);
+    return v->nbytes == sizeof want && memcmp(v->data, want, sizeof want) == 0;
+}
+
+static void rope_tables_per_setting(void **state)
+{
+    (void)state;
+    const g_value *c[4];
+    g_graph *src = two_ropes(1e6);
+    g_graph *low = legalize(src, &g_target_primitives);
+    assert_int_equal(inv_freq_consts(low, c, 4), 2);
+    assert_true((holds_inv_freq(c[0], 1e4) && holds_inv_freq(c[1], 1e6)) ||
+                (holds_inv_freq(c[0], 1e6) && holds_inv_freq(c[1], 1e4)));
+    assert_int_equal(count_op(low, G_COS), 2);
+    assert_int_equal(count_op(low, G_SIN), 2);
+    g_free(low);
+    g_free(src);
+
+    src = two_ropes(ROPE_16.rope.theta);
+    low = legalize(src, &g_target_primitives);
+    assert_int_equal(inv_freq_consts(low, c, 4), 1);
+    assert_true(holds_inv_freq(c[0], 1e4));
+    assert_int_equal(count_op(low, G_COS), 1); /* one table, read by both */
+    assert_int_equal(count_op(low, G_SIN), 1);
+    g_free(low);
+    g_free(src);
+}
+
+/* Three full-attention layers and one sliding-window layer over one padding mask input. */
+static void layers_share_one_mask(void **state)
+{
+    (void)state;
+    g_graph *g = g_new();
+    const int64_t x4[4] = {2, 5, 2, 8}, bs[2] = {2, 5};
+    int q = input(g, "q", FERRY_F32, 4, x4), mask = input(g, "attention_mask", FERRY_I64, 2, bs);
+    for (int l = 0; l < 4; l++) {
+        char name[32];
+        g_attn_opts o = {.num_heads = 2, .num_kv_heads = 2, .head_dim = 8, .scale = 0.35,
+                         .sliding_window = l == 3 ? 3 : 0, .mask = G_MASK_CAUSAL};
+        g_scope(g, "/model/layers.%d", l);
+        snprintf(name, sizeof name, "y_%d", l);
+        g_output(g, g_attention(g, "attn", q, q, q, mask, G_NONE, G_NONE, G_NONE, &o, NULL,
+                                NULL), name);
+    }
+    g_graph *low = legalize(g, &g_target_primitives);
+    /* Where(mask, scores, min) in each layer, in layer order */
+    assert_int_equal(count_op(low, G_WHERE), 4);
+    int cond[4];
+    for (int l = 0; l < 4; l++)
+        cond[l] = nth(low, G_WHERE, l)->in[0];
+    assert_int_equal(cond[1], cond[0]);
+    assert_int_equal(cond[2], cond[0]);
+    assert_int_not_equal(cond[3], cond[0]);
+    /* two masks built in all: the causal one, and the sliding one (causal + window) */
+    assert_int_equal(count_op(low, G_LESS_EQUAL), 2);
+    assert_int_equal(count_op(low, G_GREATER), 1);
+    g_free(low);
+    g_free(g);
+}
+
+static void skip_rms_norm_is_one_add_and_one_norm(void **state)
+{
+    (void)state;
+    g_graph *g = g_new();
+    const int64_t x3[3] = {2, 5, 16}, n[1] = {16};
+    int x = input(g, "x", FERRY_F32, 3, x3), skip = input(g, "skip", FERRY_F32, 3, x3);
+    int w = input(g, "w", FERRY_F32, 1, n), sum;
+    g_output(g, g_skip_rms_norm(g, "norm", x, skip, w, 1e-6, 0.0, &sum), "y");
+    g_output(g, sum, "sum");
+    g_graph *low = legalize(g, &g_target_primitives);
+    int x_l = low->inputs[0], skip_l = low->inputs[1], sum_l = low->outputs[1];
+    /* the residual add, and rms_norm's var + eps: nothing else adds */
+    assert_int_equal(count_op(low, G_ADD), 2);
+    const g_node *add = producer(low, sum_l);
+    assert_int_equal(add->op, G_ADD);
+    assert_true((add->in[0] == x_l && add->in[1] == skip_l) ||
+                (add->in[0] == skip_l && add->in[1] == x_l));
+    /* one rms_norm decomposition, and it normalizes the sum (fp32: no casts) */
+    assert_int_equal(count_op(low, G_REDUCE_MEAN), 1);
+    assert_int_equal(count_op(low, G_SQRT), 1);
+    assert_int_equal(count_op(low, G_RECIPROCAL), 1);
+    const g_node *square = producer(low, nth(low, G_REDUCE_MEAN, 0)->in[0]);
+    assert_int_equal(square->op, G_MUL);
+    assert_int_equal(square->in[0], sum_l);
+    assert_int_equal(square->in[1], sum_l);
+    const g_node *scaled = producer(low, low->outputs[0]);
+    assert_int_equal(scaled->op, G_MUL);
+    assert_int_equal(scaled->in[1], low->inputs[2]);
+    g_free(low);
+    g_free(g);
+}
+
+/* x -> add(x, x) -> sqrt -> y, and an rms_norm beside it: g_check accepts it as built. */
+static g_graph *small_graph(void)
+{
+    g_graph *g = g_new();
+    const int64_t n[1] = {4};
+    int x = input(g, "x", FERRY_F32, 1, n);
+    int y = g_unary(g, G_SQRT, "sqrt", g_binary(g, G_ADD, "add", x, x));
+    g_output(g, y, "y");
+    g_output(g, g_rms_norm(g, "norm", x, x, 1e-6, 0.0), "z");
+    g_remove_dead(g);
+    return g;
+}
+
+static void check_refuses(g_graph *g, const char *why)
+{
+    fy_err err = {0};
+    assert_int_equal(g_check(g, &err), FERRY_ERR_INTERNAL);
+    if (!strstr(err.msg, why))
+        fail_msg("g_check said '%s', expected '%s'", err.msg, why);
+}
+
+static void check_refuses_malformed_nodes(void **state)
+{
+    (void)state;
+    fy_err err = {0};
+    g_graph *g = small_graph();
+    g_node *add = &g->nodes[0], *sqrt_node = &g->nodes[1], *norm = &g->nodes[2];
+    assert_int_equal(g_check(g, &err), FERRY_OK);
+
+    add->a.axis = 1; /* add reads no axis */
+    check_refuses(g, "an attribute the op does not take is set");
+    add->a.axis = 0;
+    norm->a.cap = 5.0; /* nor does rms_norm read a cap */
+    check_refuses(g, "an attribute the op does not take is set");
+    norm->a.cap = 0;
+
+    sqrt_node->n_out = 2;
+    sqrt_node->out[1] = g->inputs[0];
+    check_refuses(g, "recorded output count disagrees with inference");
+    sqrt_node->n_out = 1;
+
+    add->in[1] = sqrt_node->out[0]; /* read before it is made */
+    check_refuses(g, "input is produced later");
+    add->in[1] = add->in[0];
+
+    assert_int_equal(g_check(g, &err), FERRY_OK); /* each refusal was the mutation's */
+    g_free(g);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(no_semantic_op_remains),
+        cmocka_unit_test(rope_tables_per_setting),
+        cmocka_unit_test(layers_share_one_mask),
+        cmocka_unit_test(skip_rms_norm_is_one_add_and_one_norm),
+        cmocka_unit_test(check_refuses_malformed_nodes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,400 @@
+"""Per-op conformance: every semantic op exported alone through the ONNX backend and compared
+with an independent reference.
+
+tests/c/op_graph.c (the test-only binary ferry-op-graph) builds a graph of one op over the
+weights written here, lowers it for the onnx-standard target and writes it as an export does.
+onnxruntime runs it; the reference is transformers' or torch's own function for that op
+(LlamaRMSNorm, GemmaRMSNorm, the rotary embeddings with transformers' rope init functions and
+apply_rotary_pos_emb, transformers' attention masks with torch's scaled_dot_product_attention,
+Gemma 2's eager attention for softcapping, ...), never ferry compared with itself.
+
+Bounds, on max |onnx - reference| / max(1, |reference|) (absolute for values up to 1, relative
+above): fp32 1e-5 (measured at most 2.7e-6, rope_dynamic; the others under 6e-7). fp16 2e-3,
+two fp16 ulps at 1 (measured at most 6.9e-4 on onnxruntime's CPU provider): the graph rounds
+inputs, weights and intermediates to fp16, while the reference computes in fp32 from the same
+fp16-rounded inputs and weights. conftest.py prints the worst measured values after a run.
+
+The case table mirrors op_graph.c's (names, options, shapes); test_cases_match_op_graph holds
+the two together.
+"""
+
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+from conftest import FERRY_BUILD, FERRY_BUILD_SAN, SANITIZER_ENV, check_model_full, ort_session
+
+OP_GRAPH = FERRY_BUILD / "ferry-op-graph"
+OP_GRAPH_SAN = Path(FERRY_BUILD_SAN).resolve() / "ferry-op-graph" if FERRY_BUILD_SAN else None
+
+# op_graph.c's shapes: batch, sequence, past; cache rows; activation width; rope and attention
+# head geometry.
+B, S, P, CACHE_LEN = 2, 5, 3, 8
+HIDDEN, ROPE_HEADS, ROPE_HEAD_DIM, ATTN_HEAD_DIM = 24, 3, 16, 8
+LINEAR_OUT, VOCAB = 40, 50
+# (batch, sequence, past) a dynamic graph is run at besides the example: one token, a long one.
+DYNAMIC_SHAPES = [(B, S, P), (1, 1, 6), (3, 7, 1)]
+
+TOL = {"fp32": 1e-5, "fp16": 2e-3}
+
+
+def _rope(rope_type="default", rotary=ROPE_HEAD_DIM, max_pos=256, **params):
+    return dict(rope_type=rope_type, rotary=rotary, max_pos=max_pos,
+                params=dict(rope_theta=10000.0, **params))
+
+
+def _attn(heads, kv_heads, mask, cache=None, window=0, scale=None, softcap=0.0):
+    return dict(heads=heads, kv_heads=kv_heads, mask=mask, cache=cache, window=window,
+                scale=scale if scale is not None else ATTN_HEAD_DIM ** -0.5, softcap=softcap)
+
+
+CASES = {
+    "rms_norm": dict(kind="rms_norm", eps=1e-6),
+    "rms_norm_offset": dict(kind="rms_norm", eps=1e-6, offset=1.0),
+    "rms_norm_fp16": dict(kind="rms_norm", eps=1e-6, dtype="fp16"),
+    "skip_rms_norm": dict(kind="skip_rms_norm", eps=1e-5),
+    "skip_rms_norm_fp16": dict(kind="skip_rms_norm", eps=1e-5, dtype="fp16"),
+    "layer_norm": dict(kind="layer_norm", eps=1e-5, bias=True),
+    "layer_norm_nobias": dict(kind="layer_norm", eps=1e-5, bias=False),
+    "layer_norm_fp16": dict(kind="layer_norm", eps=1e-5, bias=True, dtype="fp16"),
+    "linear": dict(kind="linear"),
+    "linear_fp16": dict(kind="linear", dtype="fp16"),
+    "linear_tied": dict(kind="tied"),
+    "embedding": dict(kind="embedding"),
+    "silu": dict(kind="unary", fn=F.silu),
+    "silu_fp16": dict(kind="unary", fn=F.silu, dtype="fp16"),
+    "gelu": dict(kind="unary", fn=F.gelu),
+    "gelu_fp16": dict(kind="unary", fn=F.gelu, dtype="fp16"),
+    "gelu_tanh": dict(kind="unary", fn=lambda x: F.gelu(x, approximate="tanh")),
+    "gelu_tanh_fp16": dict(kind="unary", fn=lambda x: F.gelu(x, approximate="tanh"),
+                           dtype="fp16"),
+    "softcap": dict(kind="unary", fn=lambda x: torch.tanh(x / 5.0) * 5.0, scale=8.0),
+    "softcap_fp16": dict(kind="unary", fn=lambda x: torch.tanh(x / 5.0) * 5.0, scale=8.0,
+                         dtype="fp16"),
+    "rope": dict(kind="rope", rope=_rope()),
+    "rope_fp16": dict(kind="rope", rope=_rope(), dtype="fp16"),
+    "rope_partial": dict(kind="rope", rope=_rope(rotary=8, partial_rotary_factor=0.5)),
+    "rope_linear": dict(kind="rope", rope=_rope("linear", factor=2.0)),
+    "rope_dynamic": dict(kind="rope", rope=_rope("dynamic", max_pos=32, factor=2.0)),
+    "rope_llama3": dict(kind="rope", rope=_rope("llama3", factor=8.0, low_freq_factor=1.0,
+                                                high_freq_factor=4.0,
+                                                original_max_position_embeddings=64)),
+    "rope_yarn": dict(kind="rope", rope=_rope("yarn", factor=4.0,
+                                              original_max_position_embeddings=64)),
+    "two_ropes": dict(kind="rope", rope=_rope(), theta_2=1e6),
+    "attn_causal": dict(kind="attention", attn=_attn(4, 4, "causal")),
+    "attn_padding": dict(kind="attention", attn=_attn(4, 4, "padding")),
+    "attn_given": dict(kind="attention", attn=_attn(4, 4, "given")),
+    "attn_given_window": dict(kind="attention", attn=_attn(4, 4, "given", window=3)),
+    "attn_window": dict(kind="attention", attn=_attn(4, 4, "causal", window=3)),
+    "attn_softcap": dict(kind="attention", attn=_attn(4, 4, "causal", scale=0.25, softcap=2.0)),
+    "attn_gqa": dict(kind="attention", attn=_attn(4, 2, "causal")),
+    "attn_mqa": dict(kind="attention", attn=_attn(4, 1, "causal")),
+    "attn_gqa_fp16": dict(kind="attention", attn=_attn(4, 2, "causal"), dtype="fp16"),
+    "attn_append": dict(kind="attention", attn=_attn(4, 2, "causal", cache="append")),
+    "attn_append_window": dict(kind="attention",
+                               attn=_attn(4, 2, "causal", cache="append", window=3)),
+    "attn_static": dict(kind="attention", attn=_attn(4, 2, "given", cache="static")),
+    "attn_static_window": dict(kind="attention",
+                               attn=_attn(4, 2, "given", cache="static", window=3)),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights and inputs. Weights are written in fp32; an fp16 graph converts them while exporting,
+# so the reference uses them rounded to fp16 (`rounded`), like the inputs.
+
+
+def rounded(t, dtype):
+    return t.half().float() if dtype == "fp16" else t
+
+
+def cache_names(cache):
+    """(past key, past value, present key, present value) as the ONNX backend names a cache: an
+    appended one past_key_values.* -> present.*, one updated in place input.* -> output.*."""
+    kv = ("past_key_values.0.key", "past_key_values.0.value")
+    if cache == "static":
+        return tuple(f"{io}.{n}" for io in ("input", "output") for n in kv)
+    return kv + ("present.0.key", "present.0.value")
+
+
+def make_weights(spec, gen):
+    kind = spec["kind"]
+    if kind in ("rms_norm", "skip_rms_norm", "layer_norm"):
+        w = {"weight": torch.rand(HIDDEN, generator=gen) + 0.5}
+        if spec.get("bias"):
+            w["bias"] = torch.randn(HIDDEN, generator=gen) * 0.5
+        return w
+    if kind == "linear":
+        return {"weight": torch.randn(LINEAR_OUT, HIDDEN, generator=gen) / HIDDEN ** 0.5,
+                "bias": torch.randn(LINEAR_OUT, generator=gen) * 0.2}
+    if kind in ("tied", "embedding"):
+        return {"table": torch.randn(VOCAB, HIDDEN, generator=gen)}
+    return {}
+
+
+def make_inputs(spec, shape, rng):
+    """Graph inputs by name (numpy) for (batch, sequence, past)."""
+    b, s, past = shape
+    fdt = np.float16 if spec.get("dtype") == "fp16" else np.float32
+
+    def normal(*dims, scale=1.0, shift=0.0):
+        return (rng.standard_normal(dims) * scale + shift).astype(fdt)
+
+    kind = spec["kind"]
+    if kind in ("rms_norm", "layer_norm"):
+        return {"x": normal(b, s, HIDDEN, scale=2.0, shift=0.5)}
+    if kind == "skip_rms_norm":
+        return {"x": normal(b, s, HIDDEN, scale=2.0), "skip": normal(b, s, HIDDEN, shift=0.5)}
+    if kind == "linear":
+        return {"x": normal(b, s, HIDDEN)}
+    if kind == "tied":
+        return {"input_ids": rng.integers(0, VOCAB, (b, s)), "x": normal(b, s, HIDDEN)}
+    if kind == "embedding":
+        return {"input_ids": rng.integers(0, VOCAB, (b, s))}
+    if kind == "unary":
+        return {"x": normal(b, s, HIDDEN, scale=spec.get("scale", 3.0))}
+    if kind == "rope":
+        # up to 100: past max_position_embeddings of the dynamic case (32)
+        return {"x": normal(b, s, ROPE_HEADS, ROPE_HEAD_DIM),
+                "position_ids": rng.integers(0, 100, (b, s))}
+    a = spec["attn"]
+    h, kvh, d = a["heads"], a["kv_heads"], ATTN_HEAD_DIM
+    feeds = {"q": normal(b, s, h, d, scale=1.5), "k": normal(b, s, kvh, d, scale=1.5),
+             "v": normal(b, s, kvh, d)}
+    keys = {"append": past + s, "static": CACHE_LEN}.get(a["cache"], s)
+    if a["cache"] is not None:
+        rows = past if a["cache"] == "append" else CACHE_LEN
+        past_k, past_v, _, _ = cache_names(a["cache"])
+        feeds[past_k] = normal(b, kvh, rows, d, scale=1.5)
+        feeds[past_v] = normal(b, kvh, rows, d)
+    if a["mask"] == "given":
+        # static: queries sit after the `past` rows already written; otherwise an offset of 1
+        # places the window
+        pos = past if a["cache"] == "static" else 1
+        feeds["cache_position"] = np.array([pos], dtype=np.int64)
+        given = rng.random((b, 1, s, keys)) > 0.25
+        if a["cache"] == "static":  # what a static cache's mask holds: causal over the slots
+            given &= np.arange(keys)[None, None, None, :] <= pos + np.arange(s)[None, None, :, None]
+        feeds["attention_mask"] = given
+    else:
+        # left padding, rows padded more and more; every row keeps its last key real
+        pads = [0, min(2, keys - 1), keys - 1][:b] + [1] * max(0, b - 3)
+        mask = np.ones((b, keys), dtype=np.int64)
+        for row, pad in enumerate(pads):
+            mask[row, :pad] = 0
+        feeds["attention_mask"] = mask
+    return feeds
+
+
+# ---------------------------------------------------------------------------------------------
+# References
+
+
+def rotary_reference(rope, x, positions, theta=None):
+    """x [b, s, h, d] rotated at `positions` the way transformers' models do it: the rotary
+    embedding module of a config with these rope parameters (Phi's for a partial rotary, whose
+    attention rotates x[..., :r] and passes the rest), then apply_rotary_pos_emb."""
+    from transformers import LlamaConfig, PhiConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+    from transformers.models.phi.modeling_phi import PhiRotaryEmbedding
+
+    params = dict(rope["params"], rope_type=rope["rope_type"])
+    if theta is not None:
+        params["rope_theta"] = theta
+    r = rope["rotary"]
+    common = dict(hidden_size=ROPE_HEADS * ROPE_HEAD_DIM, num_attention_heads=ROPE_HEADS,
+                  max_position_embeddings=rope["max_pos"], rope_parameters=params)
+    if r < ROPE_HEAD_DIM:
+        module = PhiRotaryEmbedding(PhiConfig(**common))
+    else:
+        module = LlamaRotaryEmbedding(LlamaConfig(head_dim=ROPE_HEAD_DIM, **common))
+    cos, sin = module(x, positions)
+    rot, _ = apply_rotary_pos_emb(x[..., :r], x[..., :r], cos, sin, unsqueeze_dim=2)
+    return torch.cat([rot, x[..., r:]], dim=-1)
+
+
+def attention_masks(a, feeds, s, keys):
+    """bool [b, 1, s, keys] from transformers' mask functions (masking_utils), as its models
+    build them: queries of a causal or padding mask sit at keys - s + i; a given mask is used as
+    is, with the window placed by cache_position."""
+    from transformers import masking_utils as mu
+
+    b = feeds["q"].shape[0]
+    if a["mask"] == "given":
+        mask = torch.from_numpy(feeds["attention_mask"])
+        if a["window"]:
+            pos = int(feeds["cache_position"][0])
+            mask = mask & mu.sdpa_mask(batch_size=b, q_length=s, kv_length=keys, q_offset=pos,
+                                       mask_function=mu.sliding_window_overlay(a["window"]),
+                                       allow_is_causal_skip=False)
+        return mask
+    if a["mask"] == "padding":
+        fn = mu.bidirectional_mask_function
+    elif a["window"]:
+        fn = mu.sliding_window_causal_mask_function(a["window"])
+    else:
+        fn = mu.causal_mask_function
+    return mu.sdpa_mask(batch_size=b, q_length=s, kv_length=keys, q_offset=keys - s,
+                        mask_function=fn,
+                        attention_mask=torch.from_numpy(feeds["attention_mask"]).bool(),
+                        allow_is_causal_skip=False)
+
+
+def attention_reference(a, feeds):
+    """-> ({output name: expected}, rows with a visible key [b, s])."""
+    t = {k: torch.from_numpy(np.asarray(v)) for k, v in feeds.items()}
+    q, k, v = (t[n].float().transpose(1, 2) for n in ("q", "k", "v"))  # [b, heads, s, d]
+    b, _, s, d = q.shape
+    want = {}
+    past_k, past_v, present_k, present_v = cache_names(a["cache"])
+    if a["cache"] == "append":
+        k = torch.cat([t[past_k].float(), k], dim=2)
+        v = torch.cat([t[past_v].float(), v], dim=2)
+    elif a["cache"] == "static":
+        pos = int(feeds["cache_position"][0])
+        k_new, v_new = k, v
+        k, v = t[past_k].float().clone(), t[past_v].float().clone()
+        k[:, :, pos:pos + s], v[:, :, pos:pos + s] = k_new, v_new
+    if a["cache"] is not None:
+        want[present_k], want[present_v] = k, v
+    mask = attention_masks(a, feeds, s, k.shape[2])
+    if a["softcap"]:
+        from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
+
+        module = SimpleNamespace(num_key_value_groups=a["heads"] // a["kv_heads"],
+                                 training=False, head_dim=d)
+        bias = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+        out, _ = eager_attention_forward(module, q, k, v, bias, scaling=a["scale"],
+                                         softcap=a["softcap"])
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=a["scale"],
+                                             enable_gqa=True).transpose(1, 2)
+    # A query that sees no key at all (padding) is unspecified in transformers (NaN here);
+    # ferry promises a uniform row instead (ir/lower/attention.c): the mean of V per kv head.
+    visible = mask[:, 0].any(-1)
+    uniform = v.mean(dim=2).repeat_interleave(a["heads"] // a["kv_heads"], dim=1)  # [b, h, d]
+    out = torch.where(visible[:, :, None, None], out, uniform[:, None])
+    want["y"] = out.reshape(b, s, -1)
+    return want
+
+
+def reference(spec, weights, feeds):
+    """{output name: expected float32 tensor} for the case."""
+    dt = spec.get("dtype", "fp32")
+    w = {k: rounded(v, dt) for k, v in weights.items()}
+    x = {k: torch.from_numpy(np.asarray(v)) for k, v in feeds.items()}
+    x = {k: v.float() if v.is_floating_point() else v for k, v in x.items()}
+    kind = spec["kind"]
+    if kind in ("rms_norm", "skip_rms_norm"):
+        from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+        h = x["x"] + x["skip"] if kind == "skip_rms_norm" else x["x"]
+        # Gemma's norm stores w and multiplies by 1 + w; ferry adds the offset to the weight
+        norm = (GemmaRMSNorm if spec.get("offset") else LlamaRMSNorm)(HIDDEN, eps=spec["eps"])
+        norm.weight.data.copy_(w["weight"])
+        out = {"y": norm(h)}
+        if kind == "skip_rms_norm":
+            out["sum"] = h
+        return out
+    if kind == "layer_norm":
+        return {"y": F.layer_norm(x["x"], (HIDDEN,), w["weight"], w.get("bias"), spec["eps"])}
+    if kind == "linear":
+        return {"y": F.linear(x["x"], w["weight"], w["bias"])}
+    if kind == "tied":
+        return {"embeds": F.embedding(x["input_ids"], w["table"]),
+                "logits": F.linear(x["x"], w["table"])}
+    if kind == "embedding":
+        return {"y": F.embedding(x["input_ids"], w["table"])}
+    if kind == "unary":
+        return {"y": spec["fn"](x["x"])}
+    if kind == "rope":
+        out = {"y": rotary_reference(spec["rope"], x["x"], x["position_ids"])}
+        if "theta_2" in spec:
+            out["y_2"] = rotary_reference(spec["rope"], x["x"], x["position_ids"],
+                                          theta=spec["theta_2"])
+        return out
+    return attention_reference(spec["attn"], feeds)
+
+
+# ---------------------------------------------------------------------------------------------
+# The tests
+
+
+def run_op_graph(binary, name, out_dir, weights, dynamic, env=None):
+    if not binary.exists():
+        pytest.fail(f"{binary} not found (configure with -DFERRY_TESTS=ON and build)")
+    out_dir.mkdir(exist_ok=True)
+    save_file(weights, str(out_dir / "weights.safetensors"))
+    args = [str(binary), name, str(out_dir)] + (["--dynamic"] if dynamic else [])
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, f"{' '.join(args)} -> exit {proc.returncode}\n{proc.stderr}"
+    return out_dir / "model.onnx"
+
+
+def export_case(name, out_dir, weights, dynamic):
+    """Runs ferry-op-graph over `weights` and checks the model; -> onnxruntime session. With
+    the sanitizer build configured, its binary must write the same bytes, cleanly."""
+    model = run_op_graph(OP_GRAPH, name, out_dir, weights, dynamic)
+    if OP_GRAPH_SAN:
+        san = run_op_graph(OP_GRAPH_SAN, name, out_dir / "asan", weights, dynamic, SANITIZER_ENV)
+        assert san.read_bytes() == model.read_bytes(), f"{name}: the sanitizer build differs"
+    check_model_full(model)
+    return ort_session(model)
+
+
+def max_error(got, want, what):
+    """max |got - want| / max(1, |want|), with shape and finiteness checked first."""
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
+    assert np.isfinite(got).all(), f"{what}: non-finite values"
+    assert np.isfinite(want).all(), f"{what}: the reference is not finite"
+    return float((np.abs(got - want) / np.maximum(1.0, np.abs(want))).max())
+
+
+def test_cases_match_op_graph():
+    """Both tables name the same cases: a case added on one side only fails here."""
+    proc = subprocess.run([str(OP_GRAPH), "--list"], capture_output=True, text=True, check=True)
+    assert sorted(proc.stdout.split()) == sorted(CASES)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_op_matches_reference(name, dynamic, tmp_path, record_property):
+    spec = CASES[name]
+    dtype = spec.get("dtype", "fp32")
+    gen = torch.Generator().manual_seed(sum(map(ord, name)))
+    weights = make_weights(spec, gen)
+    session = export_case(name, tmp_path, weights, dynamic)
+    first = session.get_inputs()[0]
+    assert isinstance(first.shape[0], str) == dynamic, f"input {first.name}: {first.shape}"
+
+    outputs = [o.name for o in session.get_outputs()]
+    worst = 0.0
+    for shape in DYNAMIC_SHAPES if dynamic else DYNAMIC_SHAPES[:1]:
+        rng = np.random.default_rng(sum(shape) * 7919 + len(name))
+        feeds = make_inputs(spec, shape, rng)
+        assert sorted(i.name for i in session.get_inputs()) == sorted(feeds)
+        got = dict(zip(outputs, session.run(outputs, feeds)))
+        with torch.no_grad():
+            want = reference(spec, weights, feeds)
+        assert sorted(got) == sorted(want), f"outputs {sorted(got)}, expected {sorted(want)}"
+        for out, value in want.items():
+            what = f"{name} {out} at (batch, sequence, past) {shape}"
+            if out.startswith(("present", "output")):
+                # the cache only moves bytes: it must hold exactly what was written
+                np.testing.assert_array_equal(got[out], value.numpy().astype(got[out].dtype),
+                                              err_msg=what)
+                continue
+            err = max_error(got[out], value.numpy(), what)
+            assert err <= TOL[dtype], f"{what}: max error {err:.3g} > {TOL[dtype]:g} ({dtype})"
+            worst = max(worst, err)
+    record_property("op_conformance_max_err", (name, dtype, worst))
