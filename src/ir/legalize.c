@@ -9,6 +9,22 @@
  * so a few rounds always suffice; more means two lowerings feed each other. */
 #define MAX_ROUNDS 6
 
+bool lw_memo_add(g_lower_ctx *c, const lw_memo *m)
+{
+    if (c->n_memo == c->cap_memo) {
+        int cap = c->cap_memo ? c->cap_memo * 2 : 16;
+        lw_memo *grown = realloc(c->memo, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            g_fail(c->dst, FERRY_ERR_NOMEM, "out of memory");
+            return false;
+        }
+        c->memo = grown;
+        c->cap_memo = cap;
+    }
+    c->memo[c->n_memo++] = *m;
+    return true;
+}
+
 int lw_in(g_lower_ctx *c, const g_node *n, int k)
 {
     return k < n->n_in && n->in[k] != G_NONE ? c->map[n->in[k]] : G_NONE;
@@ -174,10 +190,12 @@ static g_graph *round_trip(const g_graph *src, const g_target *t, int *lowered, 
         goto fail;
     }
     free(c.map);
+    free(c.memo);
     g_remove_dead(c.dst);
     return c.dst;
 fail:
     free(c.map);
+    free(c.memo);
     g_free(c.dst);
     return NULL;
 }

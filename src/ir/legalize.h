@@ -28,8 +28,6 @@ struct g_target {
     const void *opts;        /* the backend's own options */
 };
 
-#define LW_MEMO_MAX 32
-
 /* Pieces shared by many lowered nodes (rotary tables per rope setting, attention masks per
  * mask/window), built once per graph. */
 typedef struct lw_memo {
@@ -47,10 +45,12 @@ struct g_lower_ctx {
     g_graph *dst;
     int *map;                /* source value id -> destination value id */
     const g_target *target;
-    lw_memo memo[LW_MEMO_MAX];
-    int n_memo;
+    lw_memo *memo;           /* grows: one entry per distinct piece */
+    int n_memo, cap_memo;
 };
 
+/* Remembers a shared piece; false (error on the graph) when out of memory. */
+bool lw_memo_add(g_lower_ctx *c, const lw_memo *m);
 /* Destination id of input k of `n` (G_NONE if absent). */
 int lw_in(g_lower_ctx *c, const g_node *n, int k);
 /* The source value of input k of `n` (NULL if absent): its kind, uses and recipe. */

@@ -211,6 +211,43 @@ static void layers_share_one_mask(void **state)
     g_free(g);
 }
 
+/* A static-cache model with sliding windows builds one windowed mask per layer (each layer
+ * reads its own write position): far more shared pieces than any fixed table would hold, each
+ * under its own name. */
+static void many_windowed_static_layers(void **state)
+{
+    (void)state;
+    g_graph *g = g_new();
+    const int64_t q4[4] = {1, 3, 2, 8}, m4[4] = {1, 1, 3, 16}, c4[4] = {1, 2, 16, 8},
+                  one[1] = {1};
+    int q = input(g, "q", FERRY_F32, 4, q4), mask = input(g, "attention_mask", FERRY_BOOL, 4, m4);
+    enum { LAYERS = 48 };
+    for (int l = 0; l < LAYERS; l++) {
+        char name[48];
+        snprintf(name, sizeof name, "position_%d", l);
+        int pos = input(g, name, FERRY_I64, 1, one);
+        snprintf(name, sizeof name, "k_%d", l);
+        int kc = input(g, name, FERRY_F32, 4, c4);
+        snprintf(name, sizeof name, "v_%d", l);
+        int vc = input(g, name, FERRY_F32, 4, c4);
+        g_attn_opts o = {.num_heads = 2, .num_kv_heads = 2, .head_dim = 8, .scale = 0.35,
+                         .sliding_window = 4, .mask = G_MASK_GIVEN, .cache = G_CACHE_STATIC};
+        int pk, pv;
+        g_scope(g, "/model/layers.%d", l);
+        int y = g_attention(g, "attn", q, q, q, mask, kc, vc, pos, &o, &pk, &pv);
+        snprintf(name, sizeof name, "y_%d", l);
+        g_output(g, y, name);
+        snprintf(name, sizeof name, "present_k_%d", l);
+        g_output(g, pk, name);
+        snprintf(name, sizeof name, "present_v_%d", l);
+        g_output(g, pv, name);
+    }
+    g_graph *low = legalize(g, &g_target_primitives);
+    assert_int_equal(count_op(low, G_GREATER), LAYERS);
+    g_free(low);
+    g_free(g);
+}
+
 static void skip_rms_norm_is_one_add_and_one_norm(void **state)
 {
     (void)state;
@@ -298,6 +335,7 @@ int main(void)
         cmocka_unit_test(no_semantic_op_remains),
         cmocka_unit_test(rope_tables_per_setting),
         cmocka_unit_test(layers_share_one_mask),
+        cmocka_unit_test(many_windowed_static_layers),
         cmocka_unit_test(skip_rms_norm_is_one_add_and_one_norm),
         cmocka_unit_test(check_refuses_malformed_nodes),
     };

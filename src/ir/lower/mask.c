@@ -73,8 +73,7 @@ int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind k
         m = g_binary(g, G_AND, "And_window", m, g_binary(g, G_GREATER, "Greater", kv_row, lo));
     }
     lw_scope_pop(c, saved);
-    if (c->n_memo < LW_MEMO_MAX)
-        c->memo[c->n_memo++] = (lw_memo){.kind = LW_MEMO_MASK, .in_a = mask, .in_b = offset,
-                                         .key = key, .out_a = m};
+    lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_MASK, .in_a = mask, .in_b = offset, .key = key,
+                              .out_a = m});
     return m;
 }

@@ -102,10 +102,8 @@ static void rope_tables(g_lower_ctx *c, const g_rope_opts *o, int positions, fer
     co = g_unsqueeze(g, "Unsqueeze_cos", g_cast(g, "Cast_cos", co, dtype), 1, &two);
     si = g_unsqueeze(g, "Unsqueeze_sin", g_cast(g, "Cast_sin", si, dtype), 1, &two);
     lw_scope_pop(c, saved);
-    if (c->n_memo < LW_MEMO_MAX)
-        c->memo[c->n_memo++] = (lw_memo){.kind = LW_MEMO_ROPE, .in_a = positions,
-                                         .key = (int64_t)dtype, .rope = *o, .out_a = co,
-                                         .out_b = si};
+    lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_ROPE, .in_a = positions, .key = (int64_t)dtype,
+                              .rope = *o, .out_a = co, .out_b = si});
     *cos_out = co;
     *sin_out = si;
 }
