@@ -1,6 +1,7 @@
 /* inspect_cmd.c — `ferry inspect DIR`: what an export holds, read from its export.json and the
  * sizes of its files. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,7 +25,11 @@ static void print_size(const char *dir, const char *file)
 {
     char path[8192];
     struct stat st;
-    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int n = snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (n < 0 || (size_t)n >= sizeof path) { /* never stat a path cut short */
+        printf("    %-28s (%s)\n", file, strerror(ENAMETOOLONG));
+        return;
+    }
     if (stat(path, &st) != 0) {
         printf("    %-28s (missing)\n", file);
         return;

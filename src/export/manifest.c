@@ -1,5 +1,6 @@
 /* manifest.c — export.json: built from an export's components, validated when loaded (schema,
  * components, and every file path confined to the export directory). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,9 +170,10 @@ static ferry_status check_file(const char *dir, const char *comp, const char *re
                        "missing or leaves the export directory", dir, qcomp, qrel);
     /* A directory, FIFO or device in place of a model file would make a runtime fail or hang
      * later, far from the cause. */
-    char path[8192];
+    char path[PATH_MAX];
     struct stat st;
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    if (fs_join(path, sizeof path, dir, rel, err) != FERRY_OK)
+        return err->status;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s' is not "
                        "a regular file", dir, qcomp, qrel);

@@ -8,21 +8,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "util/fs.h"
 #include "util/json.h"
 
 #define SINGLE_FILE "model.safetensors"
 #define INDEX_FILE "model.safetensors.index.json"
 /* Index files list one line per tensor: a few MB for the largest models. */
 #define INDEX_MAX_BYTES (64u * 1024u * 1024u)
-
-static char *join_path(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + 1 + strlen(name) + 1;
-    char *path = malloc(n);
-    if (path)
-        snprintf(path, n, "%s/%s", dir, name);
-    return path;
-}
 
 static bool file_exists(const char *path)
 {
@@ -46,11 +38,11 @@ static ferry_status add_file(ckpt *c, const char *name, st_file **opened, fy_err
 {
     ferry_status status;
     st_file **grown;
-    char *path = join_path(c->dir, name);
+    char *path = fs_join_dup(c->dir, name, err);
 
     *opened = NULL;
     if (!path)
-        return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", c->dir);
+        return err->status;
     grown = realloc(c->files, (c->n_files + 1) * sizeof *c->files);
     if (!grown) {
         status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", c->dir);
@@ -207,16 +199,20 @@ ferry_status ckpt_open(const char *dir, ckpt **out, fy_err *err)
     if (!c)
         return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", dir);
     c->dir = strdup(dir);
-    single_path = join_path(dir, SINGLE_FILE);
-    index_path = join_path(dir, INDEX_FILE);
-    if (!c->dir || !single_path || !index_path) {
+    if (!c->dir) {
         status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", dir);
+        goto cleanup;
+    }
+    if (!(single_path = fs_join_dup(dir, SINGLE_FILE, err))) {
+        status = err->status;
         goto cleanup;
     }
     /* The single file wins when both exist, as in transformers' from_pretrained. */
     if (file_exists(single_path)) {
         if ((status = add_file(c, SINGLE_FILE, &opened, err)) == FERRY_OK)
             status = build_lookup(c, err);
+    } else if (!(index_path = fs_join_dup(dir, INDEX_FILE, err))) {
+        status = err->status;
     } else if (file_exists(index_path)) {
         status = open_sharded(c, index_path, err);
     } else {

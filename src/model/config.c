@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "model/safetensors.h"
+#include "util/fs.h"
 #include "util/json.h"
 
 #define CONFIG_MAX_BYTES (64u * 1024u * 1024u)
@@ -370,27 +371,18 @@ ferry_status cfg_parse(const char *json_text, size_t len, const char *origin,
     return status;
 }
 
-static char *join_path(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + 1 + strlen(name) + 1;
-    char *path = malloc(n);
-    if (path)
-        snprintf(path, n, "%s/%s", dir, name);
-    return path;
-}
-
 ferry_status cfg_load(const char *dir, model_config *out, fy_err *err)
 {
     ferry_status status;
     char *text = NULL;
     size_t len = 0;
     struct stat st;
-    char *config_path = join_path(dir, "config.json");
-    char *generation_path = join_path(dir, "generation_config.json");
+    char *config_path = NULL, *generation_path = NULL;
 
     memset(out, 0, sizeof *out);
-    if (!config_path || !generation_path) {
-        status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", dir);
+    if (!(config_path = fs_join_dup(dir, "config.json", err)) ||
+        !(generation_path = fs_join_dup(dir, "generation_config.json", err))) {
+        status = err->status;
         goto cleanup;
     }
     if ((status = json_read_file(config_path, CONFIG_MAX_BYTES, &text, &len, err)) ||

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "backends/onnx/pb.h"
 #include "util/dtype.h"
+#include "util/fs.h"
 
 /* onnx.proto field numbers */
 enum { MODEL_IR_VERSION = 1, MODEL_PRODUCER_NAME = 2, MODEL_PRODUCER_VERSION = 3, MODEL_GRAPH = 7,
@@ -305,8 +307,9 @@ ferry_status onnx_data_add(onnx_data *d, const g_graph *g, fy_err *err)
 
 ferry_status onnx_data_write(onnx_data *d, const char *dir, ws_progress *progress, fy_err *err)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, d->file_name);
+    char path[PATH_MAX];
+    if (fs_join(path, sizeof path, dir, d->file_name, err) != FERRY_OK)
+        return err->status;
     int fd = create_exclusive(path, err);
     if (fd < 0)
         return err->status;
@@ -336,8 +339,9 @@ ferry_status onnx_data_write(onnx_data *d, const char *dir, ws_progress *progres
 ferry_status onnx_write_model(const g_graph *g, const onnx_data *data, const onnx_options *opt,
                               const char *dir, const char *file, fy_err *err)
 {
-    char model_path[4096];
-    snprintf(model_path, sizeof model_path, "%s/%s", dir, file);
+    char model_path[PATH_MAX];
+    if (fs_join(model_path, sizeof model_path, dir, file, err) != FERRY_OK)
+        return err->status;
     pb_buf graph = {0}, model = {0}, opset = {0};
     int mfd = -1;
     ferry_status st = FERRY_OK;
