@@ -196,8 +196,11 @@ ferry_status ferry_export_for_generation(ferry_model *model, const ferry_export_
                                          ferry_exported **out);
 
 /* Writes the export to `dir` atomically: files are built in a temporary sibling directory,
- * synced, then renamed into place. An existing `dir` is refused unless `force`, in which case it
- * is replaced only once the new export is complete. Nothing is left behind on failure. */
+ * synced, then renamed into place. An existing `dir` is refused (FERRY_ERR_EXISTS) unless
+ * `force` and it is an earlier export: a directory holding a valid export.json (ferry's or
+ * transformers') and nothing but the files it names, config.json and generation_config.json,
+ * and neither the model's directory nor one holding it or inside it. It is replaced only once
+ * the new export is complete. Nothing is left behind on failure. */
 ferry_status ferry_exported_save(ferry_exported *exported, const char *dir, int force);
 
 /* Loads a saved export (`subfolder` may be NULL): validates export.json and refuses any file
