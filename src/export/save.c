@@ -17,6 +17,13 @@
 
 #define TMP_TAG ".ferry-tmp-"
 
+/* The largest export.json ferry writes, a generation export of 1024 layers (the config cap),
+ * lists ~6,000 inputs and outputs per component: ~2e5 values and ~4 MB, nested 7 deep. */
+static const json_limits MANIFEST_LIMITS = {
+    .kind = "manifest", .max_bytes = 16u << 20, .max_values = 1000000, .max_depth = 32,
+    .utf8 = true,
+};
+
 /* Removes temporary directories that earlier, killed runs left next to `base`: they are named
  * .<base>.ferry-tmp-<pid>-XXXXXX and their pid is no longer alive. */
 static void clean_stale(const char *parent, const char *base)
@@ -192,7 +199,7 @@ ferry_status ferry_exported_load(const char *dir, const char *subfolder, ferry_e
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     char mpath[4096 + 16];
     snprintf(mpath, sizeof mpath, "%s/export.json", path);
-    if (json_load_file(mpath, 16u << 20, &e->manifest, err) != FERRY_OK)
+    if (json_load_file(mpath, &MANIFEST_LIMITS, &e->manifest, err) != FERRY_OK)
         return err->status;
     if (manifest_validate(e->manifest, path, e, err) != FERRY_OK)
         return err->status;

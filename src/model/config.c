@@ -10,7 +10,13 @@
 #include "model/safetensors.h"
 #include "util/json.h"
 
-#define CONFIG_MAX_BYTES (64u * 1024u * 1024u)
+/* config.json and generation_config.json are a few KB (the largest, multimodal configs with
+ * label maps or module lists, a few hundred KB): 16 MB and a million values are far above
+ * any of them and bound what the parser builds at ~160 MB. Sub-configs nest a few levels. */
+static const json_limits CONFIG_LIMITS = {
+    .kind = "config file", .max_bytes = 16u << 20, .max_values = 1000000, .max_depth = 128,
+    .utf8 = true,
+};
 
 #define MAX_LAYERS 1024
 #define MAX_HIDDEN (1 << 20)
@@ -362,7 +368,7 @@ ferry_status cfg_parse(const char *json_text, size_t len, const char *origin,
                        model_config *out, fy_err *err)
 {
     memset(out, 0, sizeof *out);
-    ferry_status status = json_parse(json_text, len, origin, &out->raw, err);
+    ferry_status status = json_parse(json_text, len, origin, &CONFIG_LIMITS, &out->raw, err);
     if (status == FERRY_OK)
         status = read_config(out->raw, origin, out, err);
     if (status != FERRY_OK)
@@ -393,11 +399,11 @@ ferry_status cfg_load(const char *dir, model_config *out, fy_err *err)
         status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", dir);
         goto cleanup;
     }
-    if ((status = json_read_file(config_path, CONFIG_MAX_BYTES, &text, &len, err)) ||
+    if ((status = json_read_file(config_path, CONFIG_LIMITS.max_bytes, &text, &len, err)) ||
         (status = cfg_parse(text, len, config_path, out, err)))
         goto cleanup;
     if (stat(generation_path, &st) == 0 || errno != ENOENT)
-        status = json_load_file(generation_path, CONFIG_MAX_BYTES, &out->generation, err);
+        status = json_load_file(generation_path, &CONFIG_LIMITS, &out->generation, err);
 
 cleanup:
     if (status != FERRY_OK)
