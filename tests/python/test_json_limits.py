@@ -7,9 +7,9 @@ linear pass before the parser allocates, and refused with one line that says "li
 Measured, not assumed: the binaries run under RLIMIT_AS = 512 MiB, where the unbounded parse of
 any of these files fails. The ASan build is not run here: it reserves terabytes of shadow address
 space, so an address-space limit cannot apply to it (its per-allocation limit, used by
-test_hostile_inputs.py, would stop the 98 MB header copy that precedes the parse). Every limit is
-also checked through the sanitizer builds by the C tests (test_json.c) and by
-test_json_hostile.py."""
+test_hostile_inputs.py, would stop the 98 MB header copy that precedes the parse); the limits are
+checked under it by the C tests (test_json.c, which ctest runs under both sanitizer builds) and
+by the nesting cases of test_hostile_inputs.py."""
 
 import json
 import os
