@@ -74,38 +74,28 @@ static void on_progress(void *user, uint64_t done, uint64_t total, const char *w
     fflush(stderr);
 }
 
-static char *read_text(const char *path)
+#define RECIPE_READ_MAX (16u << 20)
+
+/* Reads a recipe into a NUL-terminated buffer; *len is its size in bytes. NULL with errno set
+ * on a read error, or with errno 0 when the file is over RECIPE_READ_MAX. */
+static char *read_text(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    char *buf = NULL;
-    size_t len = 0, cap = 0, n;
-    char chunk[4096];
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (len + n + 1 > cap) {
-            cap = (len + n + 1) * 2;
-            if (cap > (1u << 24)) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-        }
-        memcpy(buf + len, chunk, n);
-        len += n;
-    }
+    char *buf = malloc(RECIPE_READ_MAX + 2);
+    size_t n = 0;
+    if (buf)
+        n = fread(buf, 1, RECIPE_READ_MAX + 1, f);
+    int failed = !buf || ferror(f);
     fclose(f);
-    if (!buf)
-        buf = calloc(1, 1);
-    else
-        buf[len] = '\0';
+    if (failed || n > RECIPE_READ_MAX) {
+        free(buf);
+        errno = failed ? (errno ? errno : EIO) : 0;
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
     return buf;
 }
 
@@ -202,10 +192,20 @@ int cmd_export(int argc, char **argv)
         }
         case OPT_CONFIG: {
             errno = 0;
-            char *text = read_text(optarg);
+            size_t len = 0;
+            char *text = read_text(optarg, &len);
             if (!text) {
                 cli_error("%s: cannot read recipe: %s", optarg,
                           errno ? strerror(errno) : "larger than 16 MB");
+                return EXIT_FAIL;
+            }
+            /* The library takes the recipe as a C string: a NUL would end it there and hide
+             * whatever follows from the parser's checks. */
+            const char *nul = memchr(text, '\0', len);
+            if (nul) {
+                cli_error("%s: NUL byte at byte %zu; a recipe is JSON text", optarg,
+                          (size_t)(nul - text));
+                free(text);
                 return EXIT_FAIL;
             }
             ferry_status st = ferry_export_config_from_json(&cfg, text, eb, sizeof eb);

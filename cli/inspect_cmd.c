@@ -2,6 +2,7 @@
  * sizes of its files. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -42,6 +43,32 @@ static void print_size(const char *dir, const char *file)
     printf("    %-28s %8.1f %s\n", file, b, unit);
 }
 
+/* Numbers in export.json are integers as ferry writes them, but the file may have been edited:
+ * one that is not an integer below 2^53 in magnitude is shown as "?" rather than converted
+ * (converting 1e300 to an integer type is undefined behaviour). */
+static bool int_value(const cJSON *v, long long *out)
+{
+    if (!cJSON_IsNumber(v))
+        return false;
+    double d = v->valuedouble;
+    if (!(d > -9007199254740992.0 && d < 9007199254740992.0))  /* also false for NaN */
+        return false;
+    long long i = (long long)d;
+    if ((double)i != d)
+        return false;
+    *out = i;
+    return true;
+}
+
+static const char *int_text(const cJSON *v, char *buf, size_t size)
+{
+    long long i;
+    if (!int_value(v, &i))
+        return "?";
+    snprintf(buf, size, "%lld", i);
+    return buf;
+}
+
 static void print_dims(const cJSON *arr, char *buf, size_t size)
 {
     size_t len = 0;
@@ -51,8 +78,10 @@ static void print_dims(const cJSON *arr, char *buf, size_t size)
         if (len >= size)
             break;
         const char *sep = d->prev && d != arr->child ? ", " : "";
+        char num[32];
         if (cJSON_IsNumber(d))
-            len += (size_t)snprintf(buf + len, size - len, "%s%lld", sep, (long long)d->valuedouble);
+            len += (size_t)snprintf(buf + len, size - len, "%s%s", sep,
+                                    int_text(d, num, sizeof num));
         else if (cJSON_IsString(d))
             len += (size_t)snprintf(buf + len, size - len, "%s%s", sep, d->valuestring);
         else
@@ -85,8 +114,8 @@ static const char *str(const cJSON *o, const char *key)
 
 static long long num(const cJSON *o, const char *key)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? (long long)v->valuedouble : -1;
+    long long i;
+    return int_value(cJSON_GetObjectItemCaseSensitive(o, key), &i) ? i : -1;
 }
 
 static void print_cache(const cJSON *cache)
@@ -158,9 +187,9 @@ int cmd_inspect(int argc, char **argv)
     cJSON_ArrayForEach(c, comps) {
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
         const cJSON *opset = cJSON_GetObjectItemCaseSensitive(md, "opset");
-        printf("\ncomponent %s (role %s, precision %s, opset %d)\n  files:\n", c->string,
-               str(c, "role"), str(md, "precision"),
-               cJSON_IsNumber(opset) ? (int)opset->valuedouble : 0);
+        char num[32];
+        printf("\ncomponent %s (role %s, precision %s, opset %s)\n  files:\n", c->string,
+               str(c, "role"), str(md, "precision"), int_text(opset, num, sizeof num));
         print_size(ferry_exported_dir(e), str(c, "file"));
         const cJSON *df;
         cJSON_ArrayForEach(df, cJSON_GetObjectItemCaseSensitive(c, "data_files"))
@@ -176,12 +205,11 @@ int cmd_inspect(int argc, char **argv)
                 const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "min");
                 const cJSON *mx = cJSON_GetObjectItemCaseSensitive(s, "max");
                 const cJSON *tr = cJSON_GetObjectItemCaseSensitive(s, "traced");
-                char maxs[32] = "unbounded";
-                if (cJSON_IsNumber(mx))
-                    snprintf(maxs, sizeof maxs, "%lld", (long long)mx->valuedouble);
-                printf("    %-20s min %lld, max %s, traced %lld\n", s->string,
-                       cJSON_IsNumber(mn) ? (long long)mn->valuedouble : 0LL, maxs,
-                       cJSON_IsNumber(tr) ? (long long)tr->valuedouble : 0LL);
+                char mins[32], maxs[32], trs[32];
+                printf("    %-20s min %s, max %s, traced %s\n", s->string,
+                       int_text(mn, mins, sizeof mins),
+                       cJSON_IsNumber(mx) ? int_text(mx, maxs, sizeof maxs) : "unbounded",
+                       int_text(tr, trs, sizeof trs));
             }
         }
     }

@@ -12,6 +12,7 @@
 #include "graph/graph.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "util/json.h"
 
 struct ferry_model {
     fy_err err;
@@ -51,6 +52,7 @@ struct ferry_exported {
 ferry_status exp_set_error(fy_err *dst, const fy_err *src);
 
 /* Manifest (manifest.c) */
+extern const json_limits exp_manifest_limits;
 cJSON *manifest_build(const struct ferry_exported *e, fy_err *err);
 ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exported *e,
                                fy_err *err);

@@ -11,6 +11,14 @@
 
 #define SCHEMA_VERSION 1
 
+/* The largest export.json ferry writes, a generation export of 1024 layers (the config cap),
+ * lists ~6,000 inputs and outputs per component: ~2e5 values and ~4 MB, nested 7 deep. The same
+ * bounds serve the config.json next to an export that --force inspects. */
+const json_limits exp_manifest_limits = {
+    .kind = "manifest", .max_bytes = 16u << 20, .max_values = 1000000, .max_depth = 32,
+    .utf8 = true,
+};
+
 static const char *torch_dtype_name(ferry_dtype dt)
 {
     switch (dt) {

@@ -35,7 +35,6 @@ static const struct tf_format {
 };
 
 #define MAX_COMPONENTS 64
-#define MANIFEST_MAX_BYTES (16u << 20)
 
 typedef struct names {
     char **v;
@@ -183,7 +182,7 @@ static ferry_status custom_config_module(const char *out, names *allowed, fy_err
     char path[PATH_MAX];
     cJSON *cfg = NULL;
     if (fs_join(path, sizeof path, out, "config.json", NULL) != FERRY_OK ||
-        json_load_file(path, MANIFEST_MAX_BYTES, &cfg, NULL) != FERRY_OK)
+        json_load_file(path, &exp_manifest_limits, &cfg, NULL) != FERRY_OK)
         return FERRY_OK; /* no module named: nothing more is allowed */
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(cfg, "auto_map");
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(map, "AutoConfig");
@@ -340,7 +339,7 @@ ferry_status replace_check(const char *out, const char *shown, const char *src, 
     if (lstat(mpath, &st) != 0 || !S_ISREG(st.st_mode))
         return refuse(err, shown, "it holds no export.json, so it is not an export (--force "
                       "replaces only an earlier ferry or transformers export)");
-    if ((status = json_load_file(mpath, MANIFEST_MAX_BYTES, &m, err)) != FERRY_OK)
+    if ((status = json_load_file(mpath, &exp_manifest_limits, &m, err)) != FERRY_OK)
         goto refused;
     status = names_add(&allowed, "export.json", 11, err);
     if (!status)

@@ -368,7 +368,7 @@ ferry_status ferry_exported_load(const char *dir, const char *subfolder, ferry_e
     char mpath[PATH_MAX];
     if (fs_join(mpath, sizeof mpath, path, "export.json", err) != FERRY_OK)
         return err->status;
-    if (json_load_file(mpath, 16u << 20, &e->manifest, err) != FERRY_OK)
+    if (json_load_file(mpath, &exp_manifest_limits, &e->manifest, err) != FERRY_OK)
         return err->status;
     if (manifest_validate(e->manifest, path, e, err) != FERRY_OK)
         return err->status;

@@ -13,8 +13,13 @@
 
 #define SINGLE_FILE "model.safetensors"
 #define INDEX_FILE "model.safetensors.index.json"
-/* Index files list one line per tensor: a few MB for the largest models. */
-#define INDEX_MAX_BYTES (64u * 1024u * 1024u)
+/* Index files list one line per tensor, one JSON value each: ~9 MB and ~1e5 values for the
+ * largest models (DeepSeek-V3). 64 MB and 2e6 values leave ample room and bound the parse at
+ * ~350 MB. */
+static const json_limits INDEX_LIMITS = {
+    .kind = "safetensors index", .max_bytes = 64u << 20, .max_values = 2000000, .max_depth = 32,
+    .utf8 = true,
+};
 
 static bool file_exists(const char *path)
 {
@@ -116,7 +121,7 @@ static ferry_status open_sharded(ckpt *c, const char *index_path, fy_err *err)
     unsigned char *mapped = NULL;
     char qname[ST_QUOTE_MAX], qshard[ST_QUOTE_MAX];
 
-    if ((status = json_load_file(index_path, INDEX_MAX_BYTES, &index, err)) != FERRY_OK ||
+    if ((status = json_load_file(index_path, &INDEX_LIMITS, &index, err)) != FERRY_OK ||
         (status = json_get_member(index, "weight_map", true, index_path, &weight_map, err)) !=
             FERRY_OK)
         goto cleanup;

@@ -14,54 +14,22 @@
 
 #include "util/dtype.h"
 #include "util/json.h"
+#include "util/utf8.h"
 
 #define METADATA_KEY "__metadata__"
 
-
-/* Length of the valid UTF-8 sequence starting at s[0] (at most `avail` bytes), or 0 if the
- * bytes there are not one: overlong forms, surrogates and code points above U+10FFFF are
- * refused, as Rust's str (the reference implementation) refuses them. */
-static size_t utf8_sequence_len(const unsigned char *s, size_t avail)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned min_second = 0x80, max_second = 0xBF;
-
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) min_second = 0xA0;       /* overlong */
-        if (c == 0xED) max_second = 0x9F;       /* UTF-16 surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) min_second = 0x90;       /* overlong */
-        if (c == 0xF4) max_second = 0x8F;       /* above U+10FFFF */
-    } else {
-        return 0;
-    }
-    if (avail < len || s[1] < min_second || s[1] > max_second)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
-
-/* Offset of the first byte that is not valid UTF-8, or `len` if all are. */
-static size_t utf8_invalid_at(const unsigned char *s, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        size_t n = utf8_sequence_len(s + i, len - i);
-        if (n == 0)
-            return i;
-        i += n;
-    }
-    return len;
-}
+/* A tensor entry is about 8 JSON values: the entry, its dtype, its shape with 1 to 3 extents (up
+ * to 8), data_offsets and its two numbers. The largest checkpoints published hold ~1.4e5
+ * tensors in all (Kimi K2 and DeepSeek-V3 with their fp8 scales), spread over dozens of
+ * shards; a GPTQ-style copy of such a model in a single file (four tensors per linear) would
+ * hold ~3e5. 5e6 values leave room for ~5e5 tensors in one header and bound what cJSON builds
+ * at ~0.8 GB (json.h), where a 100 MB header of tiny values would otherwise take 4 GB. The
+ * format needs three levels of nesting. UTF-8 is checked after the parse, once the tensor
+ * whose name is at fault can be named. */
+static const json_limits HEADER_LIMITS = {
+    .kind = "safetensors header", .max_bytes = ST_MAX_HEADER_BYTES, .max_values = 5000000,
+    .max_depth = 32, .utf8 = false,
+};
 
 const char *st_quote_name(const char *name, char *buf, size_t size)
 {
@@ -89,31 +57,6 @@ const char *st_quote_name(const char *name, char *buf, size_t size)
     }
     buf[o] = '\0';
     return buf;
-}
-
-/* cJSON decodes the escape \u0000 into a NUL that silently ends the C string, so two different
- * names could become one; it also takes raw control bytes (a raw NUL included) inside strings,
- * which JSON forbids and the reference implementation (serde_json) refuses. Finds either inside
- * a JSON string; returns its offset or -1, with *raw set for a raw control byte. */
-static long find_bad_string_byte(const char *text, size_t len, bool *raw)
-{
-    bool in_string = false;
-    *raw = false;
-    for (size_t i = 0; i < len; i++) {
-        if (!in_string) {
-            in_string = text[i] == '"';
-        } else if (text[i] == '"') {
-            in_string = false;
-        } else if ((unsigned char)text[i] < 0x20) {
-            *raw = true;
-            return (long)i;
-        } else if (text[i] == '\\' && i + 1 < len) {
-            if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0)
-                return (long)i;
-            i++; /* the escaped character cannot end the string */
-        }
-    }
-    return -1;
 }
 
 static uint64_t read_le64(const uint8_t *p)
@@ -293,23 +236,9 @@ static ferry_status parse_header(st_file *f, const char *text, size_t len, fy_er
     cJSON *root = NULL;
     const cJSON *entry;
     size_t n_entries = 0, n_metadata = 0;
-    long bad_byte_at;
     size_t bad_at;
-    bool raw;
 
-    if ((bad_byte_at = find_bad_string_byte(text, len, &raw)) >= 0) {
-        if (raw)
-            status = fy_fail(err, FERRY_ERR_FORMAT,
-                             "%s: header has a raw control byte 0x%02x in a string at byte %ld "
-                             "(JSON needs it escaped)", f->path,
-                             (unsigned char)text[bad_byte_at], 8 + bad_byte_at);
-        else
-            status = fy_fail(err, FERRY_ERR_FORMAT,
-                             "%s: header has an escaped NUL (\\u0000) in a string at byte %ld",
-                             f->path, 8 + bad_byte_at);
-        goto cleanup;
-    }
-    if ((status = json_parse(text, len, f->path, &root, err)) != FERRY_OK)
+    if ((status = json_parse_at(text, len, 8, f->path, &HEADER_LIMITS, &root, err)) != FERRY_OK)
         goto cleanup;
     if (!cJSON_IsObject(root)) {
         status = fy_fail(err, FERRY_ERR_FORMAT, "%s: header is not a JSON object", f->path);
