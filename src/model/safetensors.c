@@ -1,5 +1,5 @@
 /* safetensors.c — opening a .safetensors file: the header is distrusted and checked field by
- * field before anything it claims is used; the data stays in a read-only mapping. */
+ * field before anything it claims is used; tensor bytes are read on demand with pread. */
 #include "model/safetensors.h"
 
 #include <errno.h>
@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -367,13 +366,32 @@ cleanup:
     return status;
 }
 
+/* pread of exactly n bytes at `offset`, retrying short reads. Returns the number of bytes read:
+ * less than n only at end of file. -1 with errno on a read error. */
+static int64_t pread_full(int fd, void *buf, size_t n, uint64_t offset)
+{
+    uint8_t *p = buf;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = pread(fd, p + done, n - done, (off_t)(offset + done));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        done += (size_t)k;
+    }
+    return (int64_t)done;
+}
+
 ferry_status st_open(const char *path, st_file **out, fy_err *err)
 {
     ferry_status status = FERRY_OK;
     char *header = NULL;
     struct stat st;
+    uint8_t len_bytes[8];
     uint64_t header_len;
-    void *map;
 
     *out = NULL;
     st_file *f = calloc(1, sizeof *f);
@@ -403,18 +421,13 @@ ferry_status st_open(const char *path, st_file **out, fy_err *err)
                          (unsigned long long)f->file_size);
         goto cleanup;
     }
-    if (f->file_size > SIZE_MAX) {
-        status = fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: too large to map", path);
+    errno = 0;
+    if (pread_full(f->fd, len_bytes, 8, 0) != 8) {
+        status = fy_fail(err, FERRY_ERR_IO, "%s: cannot read the header length: %s", path,
+                         errno ? strerror(errno) : "the file shrank");
         goto cleanup;
     }
-    map = mmap(NULL, (size_t)f->file_size, PROT_READ, MAP_PRIVATE, f->fd, 0);
-    if (map == MAP_FAILED) {
-        status = fy_fail(err, FERRY_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-        goto cleanup;
-    }
-    f->map = map;
-
-    header_len = read_le64(f->map);
+    header_len = read_le64(len_bytes);
     if (header_len > f->file_size - 8) {
         status = fy_fail(err, FERRY_ERR_FORMAT,
                          "%s: header length %llu runs past the end of the file (%llu bytes)",
@@ -427,14 +440,20 @@ ferry_status st_open(const char *path, st_file **out, fy_err *err)
         goto cleanup;
     }
     f->data_start = 8 + header_len;
-    /* A private NUL-terminated copy: the parser then never depends on the mapping's end. The
-     * size was checked against the file's real size above. */
+    /* A private NUL-terminated copy: the parser never reads past it. The size was checked
+     * against the file's real size above. */
     header = malloc((size_t)header_len + 1);
     if (!header) {
         status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory for the header", path);
         goto cleanup;
     }
-    memcpy(header, f->map + 8, (size_t)header_len);
+    errno = 0;
+    if (pread_full(f->fd, header, (size_t)header_len, 8) != (int64_t)header_len) {
+        status = fy_fail(err, FERRY_ERR_IO, "%s: cannot read the %llu-byte header: %s", path,
+                         (unsigned long long)header_len,
+                         errno ? strerror(errno) : "the file shrank");
+        goto cleanup;
+    }
     header[header_len] = '\0';
     status = parse_header(f, header, (size_t)header_len, err);
 
@@ -455,8 +474,6 @@ void st_close(st_file *f)
     for (size_t i = 0; i < f->n_tensors; i++)
         free(f->tensors[i].name);
     free(f->tensors);
-    if (f->map)
-        munmap((void *)f->map, (size_t)f->file_size);
     if (f->fd >= 0)
         close(f->fd);
     free(f->path);
@@ -479,24 +496,76 @@ const st_tensor *st_find(const st_file *f, const char *name)
     return NULL;
 }
 
-const uint8_t *st_data(const st_tensor *t)
+uint64_t st_file_offset(const st_tensor *t)
 {
-    return t->file->map + t->file->data_start + t->begin;
+    return t->file->data_start + t->begin;
 }
 
-void st_release(const st_tensor *t, uint64_t offset, uint64_t len)
+ferry_status st_truncated(const st_tensor *t, fy_err *err)
+{
+    char qname[ST_QUOTE_MAX];
+    struct stat st;
+    char now[64] = "cannot be examined";
+    if (fstat(t->file->fd, &st) == 0)
+        snprintf(now, sizeof now, "now has %llu", (unsigned long long)st.st_size);
+    return fy_fail(err, FERRY_ERR_IO, "%s: truncated while exporting (tensor '%s' needs bytes "
+                   "[%llu, %llu), the file %s)", t->file->path,
+                   st_quote_name(t->name, qname, sizeof qname),
+                   (unsigned long long)st_file_offset(t),
+                   (unsigned long long)(t->file->data_start + t->end), now);
+}
+
+ferry_status st_read(const st_tensor *t, uint64_t offset, void *buf, size_t len, fy_err *err)
 {
     uint64_t size = t->end - t->begin;
-    if (offset >= size || len == 0)
-        return;
-    if (len > size - offset)
-        len = size - offset;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t start = (uintptr_t)(st_data(t) + offset);
-    uintptr_t end = start + (uintptr_t)len;
-    /* Only pages wholly inside the range: a page shared with a neighbour may still be read. */
-    uintptr_t first = (start + page - 1) & ~(page - 1);
-    uintptr_t last = end & ~(page - 1);
-    if (last > first)
-        madvise((void *)first, last - first, MADV_DONTNEED);
+    if (offset > size || len > size - offset)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "%s: read of [%llu, +%zu) outside tensor of %llu "
+                       "bytes", t->file->path, (unsigned long long)offset, len,
+                       (unsigned long long)size);
+    errno = 0;
+    int64_t got = pread_full(t->file->fd, buf, len, st_file_offset(t) + offset);
+    if (got < 0) {
+        char qname[ST_QUOTE_MAX];
+        return fy_fail(err, FERRY_ERR_IO, "%s: cannot read tensor '%s': %s", t->file->path,
+                       st_quote_name(t->name, qname, sizeof qname), strerror(errno));
+    }
+    if ((size_t)got < len)
+        return st_truncated(t, err);
+    return FERRY_OK;
+}
+
+/* Chunk of the byte comparison: large enough for sequential reads, small next to the stream's
+ * buffers. */
+#define COMPARE_CHUNK ((size_t)1 << 20)
+
+ferry_status st_same_bytes(const st_tensor *a, const st_tensor *b, bool *same, fy_err *err)
+{
+    ferry_status status = FERRY_OK;
+    uint64_t size = a->end - a->begin;
+    uint8_t *x = NULL, *y = NULL;
+
+    *same = a->dtype == b->dtype && a->ndim == b->ndim && size == b->end - b->begin &&
+            memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
+    if (!*same || a == b || size == 0)
+        return FERRY_OK;
+    x = malloc(COMPARE_CHUNK);
+    y = malloc(COMPARE_CHUNK);
+    if (!x || !y) {
+        status = fy_fail(err, FERRY_ERR_NOMEM, "out of memory comparing tensors");
+        goto cleanup;
+    }
+    for (uint64_t at = 0; at < size && *same; at += COMPARE_CHUNK) {
+        size_t n = (size_t)(size - at < COMPARE_CHUNK ? size - at : COMPARE_CHUNK);
+        if ((status = st_read(a, at, x, n, err)) != FERRY_OK ||
+            (status = st_read(b, at, y, n, err)) != FERRY_OK)
+            goto cleanup;
+        *same = memcmp(x, y, n) == 0;
+    }
+
+cleanup:
+    free(x);
+    free(y);
+    if (status != FERRY_OK)
+        *same = false;
+    return status;
 }
