@@ -385,6 +385,47 @@ static int64_t pread_full(int fd, void *buf, size_t n, uint64_t offset)
     return (int64_t)done;
 }
 
+/* Bytes of [0, size) that hold data rather than holes, counted with SEEK_DATA/SEEK_HOLE and
+ * given up once `enough` is reached. A filesystem without hole reporting answers "all data". */
+static uint64_t data_bytes(int fd, uint64_t size, uint64_t enough)
+{
+    uint64_t total = 0;
+    off_t at = 0;
+    while ((uint64_t)at < size && total < enough) {
+        off_t data = lseek(fd, at, SEEK_DATA);
+        if (data < 0)
+            return errno == ENXIO ? total : size;   /* ENXIO: only a hole is left */
+        off_t hole = lseek(fd, data, SEEK_HOLE);
+        if (hole < 0 || hole <= data)
+            return size;
+        total += (uint64_t)(hole - data);
+        at = hole;
+    }
+    return total;
+}
+
+/* A sparse file reads its holes as zeros at no cost on disk: a few KB downloaded as a tar or
+ * rsync'd with --sparse could claim terabytes of weights and make an export that large. A real
+ * checkpoint is stored in full. st_blocks is the cheap first look; it can be small for a dense
+ * file on a compressing filesystem (ZFS, btrfs report compressed usage) or where a filesystem
+ * does not fill it in, so the holes themselves are then counted, which compression does not
+ * create. */
+static ferry_status check_sparse(const st_file *f, const struct stat *st, fy_err *err)
+{
+    uint64_t allocated = (uint64_t)st->st_blocks * 512;
+    if (f->file_size <= ST_SPARSE_MIN_BYTES || allocated >= f->file_size / ST_SPARSE_RATIO)
+        return FERRY_OK;
+    uint64_t stored = data_bytes(f->fd, f->file_size, f->file_size / ST_SPARSE_RATIO);
+    if (stored >= f->file_size / ST_SPARSE_RATIO)
+        return FERRY_OK;
+    return fy_fail(err, FERRY_ERR_UNSUPPORTED,
+                   "%s: a sparse file: %llu bytes long but only %llu hold data, the rest are "
+                   "holes that read as zeros (ferry refuses checkpoints over %u MiB with less "
+                   "than 1/%u of their bytes stored)", f->path,
+                   (unsigned long long)f->file_size, (unsigned long long)stored,
+                   ST_SPARSE_MIN_BYTES >> 20, ST_SPARSE_RATIO);
+}
+
 ferry_status st_open(const char *path, st_file **out, fy_err *err)
 {
     ferry_status status = FERRY_OK;
@@ -439,6 +480,8 @@ ferry_status st_open(const char *path, st_file **out, fy_err *err)
                          path, (unsigned long long)header_len, ST_MAX_HEADER_BYTES);
         goto cleanup;
     }
+    if ((status = check_sparse(f, &st, err)) != FERRY_OK)
+        goto cleanup;
     f->data_start = 8 + header_len;
     /* A private NUL-terminated copy: the parser never reads past it. The size was checked
      * against the file's real size above. */

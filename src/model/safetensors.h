@@ -19,6 +19,10 @@
 /* Headers larger than this are refused before any allocation (the reference implementation
  * uses the same cap). */
 #define ST_MAX_HEADER_BYTES (100u * 1024u * 1024u)
+/* Files over ST_SPARSE_MIN_BYTES with less than 1/ST_SPARSE_RATIO of their bytes stored (the rest
+ * holes) are refused: see check_sparse. */
+#define ST_SPARSE_MIN_BYTES (64u << 20)
+#define ST_SPARSE_RATIO 8u
 
 typedef struct st_file st_file;
 
@@ -42,7 +46,8 @@ struct st_file {
 };
 
 /* Opens and validates `path`. Checks (each failure names the file and the tensor or field):
- * file at least 8 bytes; header length within the file and under ST_MAX_HEADER_BYTES; header
+ * file at least 8 bytes; not a sparse file (over ST_SPARSE_MIN_BYTES, less than
+ * 1/ST_SPARSE_RATIO stored); header length within the file and under ST_MAX_HEADER_BYTES; header
  * valid UTF-8 JSON object, with no raw control byte or escaped NUL inside its strings; tensor
  * names free of control characters; each entry has a known dtype, a shape of non-negative
  * integers whose product does not overflow, data_offsets [begin, end] with

@@ -335,6 +335,47 @@ static void test_same_bytes(void **state)
     free(data);
 }
 
+/* A file `total` bytes long holding one U8 tensor over its data area, of which only the first
+ * `stored` bytes are written; the rest is a hole left by extending the file. */
+static void write_sparse(const char *name, uint64_t total, size_t stored)
+{
+    char path[256], header[128];
+    int n = snprintf(header, sizeof header,
+                     "{\"x\":{\"dtype\":\"U8\",\"shape\":[%llu],\"data_offsets\":[0,%llu]}}",
+                     (unsigned long long)(total - 104), (unsigned long long)(total - 104));
+    assert_true(n < 96);
+    memset(header + n, ' ', (size_t)(96 - n));   /* 8 + 96 bytes before the data */
+    header[96] = '\0';
+    uint8_t *block = malloc(stored ? stored : 1);
+    assert_non_null(block);
+    memset(block, 0x5a, stored);
+    write_st(name, header, block, stored);
+    free(block);
+    assert_int_equal(truncate(in_tmp(path, sizeof path, name), (off_t)total), 0);
+}
+
+static void test_sparse_files(void **state)
+{
+    (void)state;
+    char path[256];
+    st_file *f = NULL;
+    fy_err err = {0};
+
+    write_sparse("holes.safetensors", (uint64_t)128 << 20, 0);
+    expect_st_error("all holes", "holes.safetensors", FERRY_ERR_UNSUPPORTED,
+                    "a sparse file: 134217728 bytes long but only");
+    write_sparse("sixteenth.safetensors", (uint64_t)128 << 20, (size_t)8 << 20);
+    expect_st_error("1/16 stored", "sixteenth.safetensors", FERRY_ERR_UNSUPPORTED,
+                    "less than 1/8 of their bytes stored");
+    /* Above 1/8 stored, or at most 64 MiB long: a checkpoint like any other. */
+    write_sparse("fifth.safetensors", (uint64_t)128 << 20, (size_t)26 << 20);
+    assert_int_equal(st_open(in_tmp(path, sizeof path, "fifth.safetensors"), &f, &err), FERRY_OK);
+    st_close(f);
+    write_sparse("small.safetensors", (uint64_t)64 << 20, 0);
+    assert_int_equal(st_open(in_tmp(path, sizeof path, "small.safetensors"), &f, &err), FERRY_OK);
+    st_close(f);
+}
+
 static void test_header_length_errors(void **state)
 {
     (void)state;
@@ -908,6 +949,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_empty_tensors_and_header, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_read_ranges_and_truncation, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_same_bytes, make_tmp, remove_tmp),
+        cmocka_unit_test_setup_teardown(test_sparse_files, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_header_length_errors, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_header_content_errors, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_hostile_headers, make_tmp, remove_tmp),
