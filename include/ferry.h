@@ -64,8 +64,10 @@ typedef struct ferry_model ferry_model;
  * model.safetensors.index.json), or a local Hugging Face hub cache id "org/name" resolved
  * offline under $HF_HOME/hub (default ~/.cache/huggingface/hub) to
  * models--org--name/snapshots/<rev>, where <rev> comes from `revision` (a commit hash or a ref
- * name under refs/; NULL means "main"). Reads config.json, generation_config.json when present,
- * and every safetensors header; weights stay on disk (memory-mapped) until an export streams them.
+ * name under refs/; NULL means "main"). A revision with a directory is refused
+ * (FERRY_ERR_INVALID_ARG): a directory has no revisions. Reads config.json,
+ * generation_config.json when present, and every safetensors header; weights stay on disk until
+ * an export streams them (with pread).
  * On failure *out still receives a handle carrying the message (NULL only when out of memory). */
 ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferry_model **out);
 void ferry_model_free(ferry_model *model);
