@@ -13,81 +13,14 @@
 
 #include "util/dtype.h"
 #include "util/json.h"
+#include "util/text.h"
 
 #define METADATA_KEY "__metadata__"
 
 
-/* Length of the valid UTF-8 sequence starting at s[0] (at most `avail` bytes), or 0 if the
- * bytes there are not one: overlong forms, surrogates and code points above U+10FFFF are
- * refused, as Rust's str (the reference implementation) refuses them. */
-static size_t utf8_sequence_len(const unsigned char *s, size_t avail)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned min_second = 0x80, max_second = 0xBF;
-
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) min_second = 0xA0;       /* overlong */
-        if (c == 0xED) max_second = 0x9F;       /* UTF-16 surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) min_second = 0x90;       /* overlong */
-        if (c == 0xF4) max_second = 0x8F;       /* above U+10FFFF */
-    } else {
-        return 0;
-    }
-    if (avail < len || s[1] < min_second || s[1] > max_second)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
-
-/* Offset of the first byte that is not valid UTF-8, or `len` if all are. */
-static size_t utf8_invalid_at(const unsigned char *s, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        size_t n = utf8_sequence_len(s + i, len - i);
-        if (n == 0)
-            return i;
-        i += n;
-    }
-    return len;
-}
-
 const char *st_quote_name(const char *name, char *buf, size_t size)
 {
-    size_t name_len = strlen(name);
-    bool utf8 = utf8_invalid_at((const unsigned char *)name, name_len) == name_len;
-    size_t o = 0;
-
-    for (size_t i = 0; i < name_len; i++) {
-        unsigned char c = (unsigned char)name[i];
-        bool escape = c < 0x20 || c == 0x7F || (c >= 0x80 && !utf8);
-        size_t need = escape ? 4 : 1;
-        if (o + need + 4 > size) {   /* keep room for "..." and the NUL */
-            memcpy(buf + o, "...", 4);
-            return buf;
-        }
-        if (escape) {
-            static const char hex[] = "0123456789abcdef";
-            buf[o++] = '\\';
-            buf[o++] = 'x';
-            buf[o++] = hex[c >> 4];
-            buf[o++] = hex[c & 15];
-        } else {
-            buf[o++] = (char)c;
-        }
-    }
-    buf[o] = '\0';
-    return buf;
+    return text_quote(name, buf, size);
 }
 
 /* cJSON decodes the escape \u0000 into a NUL that silently ends the C string, so two different
@@ -196,7 +129,7 @@ static ferry_status parse_entry(const st_file *f, const cJSON *entry, st_tensor 
     size_t name_len = strlen(entry->string);
 
     st_quote_name(entry->string, qname, sizeof qname);
-    if (utf8_invalid_at((const unsigned char *)entry->string, name_len) != name_len)
+    if (text_utf8_invalid_at((const unsigned char *)entry->string, name_len) != name_len)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor name '%s' is not valid UTF-8", f->path,
                        qname);
     /* Names travel into warnings, graph node names and the exported file; a newline or an
@@ -344,7 +277,7 @@ static ferry_status parse_header(st_file *f, const char *text, size_t len, fy_er
         f->n_tensors++;
     }
     /* Names were checked above, with the tensor named; the rest (metadata) is checked here. */
-    if ((bad_at = utf8_invalid_at((const unsigned char *)text, len)) < len) {
+    if ((bad_at = text_utf8_invalid_at((const unsigned char *)text, len)) < len) {
         status = fy_fail(err, FERRY_ERR_FORMAT, "%s: header is not valid UTF-8 at byte %zu",
                          f->path, 8 + bad_at);
         goto cleanup;

@@ -74,9 +74,9 @@ ferry_status st_truncated(const st_tensor *t, fy_err *err);
 /* *same = the two tensors have the same dtype, shape and bytes (read in chunks, never whole). */
 ferry_status st_same_bytes(const st_tensor *a, const st_tensor *b, bool *same, fy_err *err);
 
-/* Writes `name` into buf (of `size` >= 8 bytes) fit for a one-line message: control bytes, and
- * every byte above 0x7F if the name is not valid UTF-8, become \xNN; long names end in "...".
- * Returns buf. */
+/* Writes `name` into buf (of `size` >= 8 bytes) fit for a one-line message: text_quote
+ * (util/text.h): control bytes and invalid UTF-8 become \xNN, C1 controls, bidi and invisible
+ * format characters \uXXXX; long names end in "...". Returns buf. */
 #define ST_QUOTE_MAX 256
 const char *st_quote_name(const char *name, char *buf, size_t size);
 
