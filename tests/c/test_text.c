@@ -30,7 +30,8 @@ static void test_escapes(void **state)
     expect_quote("model.layers.0.q_proj.weight", "model.layers.0.q_proj.weight");
     expect_quote("a\x1b[2Jb\n\x7f", "a\\x1b[2Jb\\x0a\\x7f");
     /* C1: U+0080, U+009B (CSI), U+009F; the neighbours U+007E and U+00A0 stay. */
-    expect_quote("\xc2\x80|\xc2\x9b" "31m|\xc2\x9f|~|\xc2\xa0", "\\u0080|\\u009b31m|\\u009f|~|\xc2\xa0");
+    expect_quote("\xc2\x80|\xc2\x9b" "31m|\xc2\x9f|~|\xc2\xa0",
+                 "\\u0080|\\u009b31m|\\u009f|~|\xc2\xa0");
     /* Bidi embeddings, overrides, isolates and marks. */
     expect_quote("\xe2\x80\xaa\xe2\x80\xae\xe2\x81\xa6\xe2\x81\xa9\xe2\x80\x8f\xd8\x9c",
                  "\\u202a\\u202e\\u2066\\u2069\\u200f\\u061c");

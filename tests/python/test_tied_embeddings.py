@@ -1,13 +1,13 @@
 """tie_word_embeddings against what the checkpoint stores, decided as transformers 5.x decides it
 when loading (PreTrainedModel.tie_weights in from_pretrained):
 
-| config.json              | checkpoint                         | transformers, ferry              |
-|--------------------------|------------------------------------|----------------------------------|
-| tie true                 | no lm_head.weight                  | tie to the embedding             |
-| tie true                 | lm_head.weight, same bytes         | tie (stored copy consumed)       |
-| tie true                 | lm_head.weight, other bytes        | warn, do NOT tie: both used      |
-| tie true                 | lm_head.weight, no embedding       | tie to lm_head.weight            |
-| tie false or absent      | no lm_head.weight                  | transformers: random head; ferry refuses |
+| config.json         | checkpoint                   | transformers, ferry                      |
+|---------------------|------------------------------|------------------------------------------|
+| tie true            | no lm_head.weight            | tie to the embedding                     |
+| tie true            | lm_head.weight, same bytes   | tie (stored copy consumed)               |
+| tie true            | lm_head.weight, other bytes  | warn, do NOT tie: both used              |
+| tie true            | lm_head.weight, no embedding | tie to lm_head.weight                    |
+| tie false or absent | no lm_head.weight            | transformers: random head; ferry refuses |
 
 Each exported model is compared with transformers' eager logits on the same checkpoint (1e-4).
 At 6fe3928 ferry tied whenever the config said so, ignoring a different stored lm_head (logits
