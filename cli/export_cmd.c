@@ -67,8 +67,9 @@ static void on_progress(void *user, uint64_t done, uint64_t total, const char *w
     if (pct == p->last_percent && done != total)
         return;
     p->last_percent = pct;
-    fprintf(stderr, "\r\033[Kwriting weights %3d%%  %.1f / %.1f MB  %.60s", pct, done / 1e6,
-            total / 1e6, what);
+    char name[64]; /* a tensor name from the checkpoint */
+    fprintf(stderr, "\r\033[Kwriting weights %3d%%  %.1f / %.1f MB  %s", pct, done / 1e6,
+            total / 1e6, ferry_escape(what, name, sizeof name));
     if (done >= total)
         fputc('\n', stderr);
     fflush(stderr);
@@ -295,8 +296,8 @@ int cmd_export(int argc, char **argv)
         goto done;
     }
     if (!quiet)
-        fprintf(stderr, "exported %s (%s) to %s\n", model_path, ferry_model_architecture(model),
-                out_dir);
+        fprintf(stderr, "exported %s (%s) to %s\n", cli_quote(model_path),
+                cli_quote(ferry_model_architecture(model)), cli_quote(out_dir));
     rc = EXIT_OK;
 done:
     ferry_exported_free(exported);

@@ -19,7 +19,11 @@ typedef struct decoder_hparams {
     bool o_bias;            /* o_proj carries a bias (Llama's attention_bias) */
     bool mlp_bias;
     bool qk_norm;           /* RMSNorm over head_dim on q and k before rope (Qwen3) */
-    bool tie_embeddings;    /* lm_head reuses embed_tokens */
+    bool tie_embeddings;    /* one tensor is both the embedding and the head (config.json's
+                               tie_word_embeddings, settled against the checkpoint by
+                               arch_resolve_tying) */
+    const char *tied_name;  /* with tie_embeddings: the checkpoint tensor read for both */
+    const char *tied_twin;  /* a stored copy with the same bytes, consumed by the tie; or NULL */
     int64_t *window;        /* per layer: sliding window or 0; owned */
 } decoder_hparams;
 
@@ -58,6 +62,19 @@ const char *arch_supported_list(void);
 ferry_status arch_hparams(const arch_family *fam, const model_config *cfg, decoder_hparams *hp,
                           fy_err *err);
 void arch_hparams_free(decoder_hparams *hp);
+
+/* Settles hp->tie_embeddings against the checkpoint as transformers 5.x does when it loads one
+ * (PreTrainedModel.tie_weights during from_pretrained):
+ *   tie_word_embeddings true:  lm_head.weight absent -> tie to model.embed_tokens.weight; the
+ *     embedding absent but lm_head present -> tie to lm_head; both stored with the same dtype,
+ *     shape and bytes -> tie (the stored lm_head is consumed by the tie); both stored but not
+ *     byte-identical -> no tie, both used, and *warning says so (transformers warns alike).
+ *   tie_word_embeddings false or absent (false for every supported family): no tie; a missing
+ *     lm_head.weight is an error (transformers would initialise it at random).
+ * The comparison reads both tensors in 1 MiB chunks. `warning` (of `size` bytes) is set to "" or
+ * one line. */
+ferry_status arch_resolve_tying(decoder_hparams *hp, const ckpt *ck, char *warning, size_t size,
+                                fy_err *err);
 
 /* Builds the forward graph (input_ids, attention_mask, position_ids -> logits) of a decoder
  * into `g`, taking its weights from `ck`. Missing weights and shapes that contradict the config

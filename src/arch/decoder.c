@@ -46,6 +46,7 @@ ferry_status arch_hparams(const arch_family *fam, const model_config *cfg, decod
     hp->eps = cfg->rms_norm_eps;
     hp->rope = cfg->rope;
     hp->tie_embeddings = cfg->tie_word_embeddings;
+    hp->tied_name = N_EMBED;
     hp->window = calloc((size_t)hp->n_layers, sizeof *hp->window);
     if (!hp->window)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
@@ -80,6 +81,44 @@ void arch_hparams_free(decoder_hparams *hp)
 {
     free(hp->window);
     hp->window = NULL;
+}
+
+ferry_status arch_resolve_tying(decoder_hparams *hp, const ckpt *ck, char *warning, size_t size,
+                                fy_err *err)
+{
+    const st_tensor *embed = ckpt_find(ck, N_EMBED), *head = ckpt_find(ck, N_LM_HEAD);
+    bool same = false;
+
+    if (size > 0)
+        warning[0] = '\0';
+    hp->tied_name = N_EMBED;
+    hp->tied_twin = NULL;
+    if (!hp->tie_embeddings) {
+        if (!head)
+            return fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '" N_LM_HEAD
+                           "' is missing, and config.json does not tie it to '" N_EMBED "' "
+                           "(tie_word_embeddings is false or absent; transformers would "
+                           "initialise it at random)", ck->dir);
+        return FERRY_OK;
+    }
+    if (!head)
+        return FERRY_OK;
+    if (!embed) {
+        /* transformers ties "symmetrically": the stored head becomes the embedding. */
+        hp->tied_name = N_LM_HEAD;
+        return FERRY_OK;
+    }
+    if (st_same_bytes(embed, head, &same, err) != FERRY_OK)
+        return err->status;
+    if (same) {
+        hp->tied_twin = N_LM_HEAD;
+        return FERRY_OK;
+    }
+    hp->tie_embeddings = false;
+    snprintf(warning, size, "config.json sets tie_word_embeddings, but the checkpoint stores '"
+             N_LM_HEAD "' and it is not byte-identical to '" N_EMBED "': both are used, untied, "
+             "as transformers does (set tie_word_embeddings to false to silence this)");
+    return FERRY_OK;
 }
 
 /* Takes a checkpoint tensor, checks its shape (rank 1 or 2) and makes it a graph weight. */
@@ -285,7 +324,8 @@ ferry_status arch_build_decoder(const decoder_hparams *hp, ckpt *ck, const decod
     int positions = g_input(g, "position_ids", FERRY_I64, 2, bs);
     attn_inputs ai = {.mask = mask, .positions = positions, .io = io};
 
-    int embed = weight(g, ck, N_EMBED, true, hp->vocab, hp->hidden, dt, err);
+    int embed = weight(g, ck, hp->tie_embeddings ? hp->tied_name : N_EMBED, true, hp->vocab,
+                       hp->hidden, dt, err);
     int final_norm = weight(g, ck, N_FINAL_NORM, true, hp->hidden, 0, dt, err);
     if (err->status != FERRY_OK)
         return err->status;
@@ -294,6 +334,8 @@ ferry_status arch_build_decoder(const decoder_hparams *hp, ckpt *ck, const decod
         head = weight(g, ck, N_LM_HEAD, true, hp->vocab, hp->hidden, dt, err);
         if (err->status != FERRY_OK)
             return err->status;
+    } else if (hp->tied_twin) {
+        ckpt_take(ck, hp->tied_twin); /* same bytes as the tensor read: used through the tie */
     }
 
     g_scope(g, "/model/embed_tokens");

@@ -81,11 +81,15 @@ static ferry_status validate_config(const ferry_export_config *cfg, fy_err *err)
     return FERRY_OK;
 }
 
-/* Lists checkpoint tensors no graph consumed: never silently ignored. */
-static char *unused_tensors(const ckpt *ck)
+/* `first` (a line, may be empty), then the checkpoint tensors no graph consumed: never silently
+ * ignored. */
+static char *export_warnings(const char *first, const ckpt *ck)
 {
-    size_t len = 0, cap = 0;
-    char *out = NULL;
+    size_t len = strlen(first), cap = len + 1;
+    char *out = malloc(cap);
+    if (!out)
+        return NULL;
+    memcpy(out, first, cap);
     for (size_t i = 0; i < ck->n_tensors; i++) {
         if (ck->used[i])
             continue;
@@ -172,7 +176,9 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         c->cfg.opset = ONNX_DEFAULT_OPSET;
     if (validate_config(&c->cfg, err) != FERRY_OK)
         goto fail;
-    if (arch_hparams(m->family, &m->cfg, &hp, err) != FERRY_OK)
+    char tie_warning[512];
+    if (arch_hparams(m->family, &m->cfg, &hp, err) != FERRY_OK ||
+        arch_resolve_tying(&hp, m->ck, tie_warning, sizeof tie_warning, err) != FERRY_OK)
         goto fail;
     g_symtab syms[GEN_MAX_COMPONENTS] = {{.n = 0}};
     g_dim axes[2];
@@ -218,7 +224,7 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         if (g_check(g, err) != FERRY_OK)
             goto fail;
     }
-    c->warnings = unused_tensors(m->ck);
+    c->warnings = export_warnings(tie_warning, m->ck);
     arch_hparams_free(&hp);
     *out = c;
     return FERRY_OK;

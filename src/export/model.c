@@ -5,6 +5,7 @@
 
 #include "export/internal.h"
 #include "model/hub.h"
+#include "model/safetensors.h"
 
 ferry_status exp_set_error(fy_err *dst, const fy_err *src)
 {
@@ -25,10 +26,13 @@ ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferr
         return m->err.status;
     m->cfg_loaded = true;
     m->family = arch_find(m->cfg.architecture);
-    if (!m->family)
+    if (!m->family) {
+        char qarch[ST_QUOTE_MAX];
         return fy_fail(&m->err, FERRY_ERR_UNSUPPORTED,
                        "%s/config.json: architecture '%s' is not supported (supported: %s)",
-                       m->dir, m->cfg.architecture, arch_supported_list());
+                       m->dir, st_quote_name(m->cfg.architecture, qarch, sizeof qarch),
+                       arch_supported_list());
+    }
     if (ckpt_open(m->dir, &m->ck, &m->err) != FERRY_OK)
         return m->err.status;
     return FERRY_OK;

@@ -1,5 +1,8 @@
 /* weight_stream.c — block-wise conversion and transpose of checkpoint tensors into data files,
- * double-buffered: the caller fills one slot while a writer thread drains the other. */
+ * double-buffered: the caller reads and converts into one slot while a writer thread drains the
+ * other. Tensors are read with pread into the slot's buffers, never through a mapping: a
+ * checkpoint truncated by another process gives a short read and an error naming it, where a
+ * mapping would deliver SIGBUS. */
 #include "graph/weight_stream.h"
 
 #include <errno.h>
@@ -17,13 +20,14 @@
 #define SLOTS 2
 
 /* One write job: n_seg segments of seg_len bytes, read contiguously from `data`, written at
- * dst + i * dst_stride; then the source range of `src` is released. */
+ * dst + i * dst_stride. With data NULL it is a copy: seg_len bytes of `src` from byte src_off
+ * of the tensor, file to file (copy_file_range, else through the slot's buffer). */
 typedef struct job {
     const uint8_t *data;
     size_t seg_len, n_seg;
     uint64_t dst, dst_stride;
-    const st_tensor *src;
-    uint64_t rel_off, rel_len;
+    const st_tensor *src;    /* copy jobs */
+    uint64_t src_off;
     uint8_t *conv, *tr;      /* the slot's buffers (BLOCK_ELEMS * 4 bytes each) */
     bool full;
 } job;
@@ -39,6 +43,7 @@ struct ws_writer {
     int head;                /* next slot the caller fills */
     int tail;                /* next slot the writer drains */
     bool closing;
+    bool no_copy_range;      /* copy_file_range refused once (other filesystem, ...): pread */
     fy_err err;              /* first write error (guarded by mu) */
 };
 
@@ -69,6 +74,50 @@ ferry_status ws_pwrite_all(int fd, const char *path, const void *data, size_t n,
     return FERRY_OK;
 }
 
+/* copy_file_range refuses a pair of files for these (across filesystems before Linux 5.3 and
+ * again since 5.19, special files, an old kernel, a seccomp filter); pread + pwrite does the same
+ * job. */
+static bool copy_range_unsupported(int e)
+{
+    return e == EXDEV || e == EINVAL || e == ENOSYS || e == EOPNOTSUPP || e == EPERM ||
+           e == EBADF;
+}
+
+/* A copy job: in the kernel when it can (no copy through user space, same page cache), through
+ * the slot's buffer otherwise. A short source (the file shrank) is the truncation error. */
+static ferry_status copy_job(ws_writer *wr, const job *j, fy_err *err)
+{
+    const st_tensor *t = j->src;
+    size_t done = 0;
+    while (done < j->seg_len && !wr->no_copy_range) {
+        loff_t in = (loff_t)(st_file_offset(t) + j->src_off + done);
+        loff_t out = (loff_t)(j->dst + done);
+        ssize_t k = copy_file_range(t->file->fd, &in, wr->fd, &out, j->seg_len - done, 0);
+        if (k > 0) {
+            done += (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == ENOSPC || errno == EFBIG || errno == EDQUOT))
+            return fy_fail(err, FERRY_ERR_NOSPACE, "%s: no space left while writing (%s)",
+                           wr->path, strerror(errno));
+        if (k < 0 && !copy_range_unsupported(errno))
+            return fy_fail(err, FERRY_ERR_IO, "%s: copying from %s failed: %s", wr->path,
+                           t->file->path, strerror(errno));
+        /* Refused, or 0 bytes: some filesystems answer 0 for what they cannot copy, so the
+         * plain read below decides whether the file really ended. */
+        if (k < 0)
+            wr->no_copy_range = true;
+        break;
+    }
+    if (done == j->seg_len)
+        return FERRY_OK;
+    if (st_read(t, j->src_off + done, j->conv, j->seg_len - done, err) != FERRY_OK)
+        return err->status;
+    return ws_pwrite_all(wr->fd, wr->path, j->conv, j->seg_len - done, j->dst + done, err);
+}
+
 static void *writer_main(void *arg)
 {
     ws_writer *wr = arg;
@@ -82,12 +131,12 @@ static void *writer_main(void *arg)
         bool failed = wr->err.status != FERRY_OK;
         pthread_mutex_unlock(&wr->mu);
         fy_err e = {0};
-        for (size_t i = 0; i < j->n_seg && !failed; i++)
+        if (!j->data && !failed)
+            copy_job(wr, j, &e);
+        for (size_t i = 0; j->data && i < j->n_seg && !failed; i++)
             if (ws_pwrite_all(wr->fd, wr->path, j->data + i * j->seg_len, j->seg_len,
                               j->dst + i * j->dst_stride, &e) != FERRY_OK)
                 failed = true;
-        if (j->src)
-            st_release(j->src, j->rel_off, j->rel_len);
         pthread_mutex_lock(&wr->mu);
         if (e.status != FERRY_OK && wr->err.status == FERRY_OK)
             wr->err = e;
@@ -163,7 +212,10 @@ static void submit(ws_writer *wr, job *j, const char *what, uint64_t bytes)
 }
 
 /* Tiled transpose of [rows, cols] into [cols, rows]; inside a tile the loop walks the output
- * sequentially, which measured ~4x faster than walking the input. */
+ * sequentially, which measured ~4x faster than walking the input. Elements move through memcpy:
+ * a safetensors tensor may start at any byte offset (an odd header length is legal), and a
+ * uint32_t load from such an address is undefined behaviour; compilers turn these memcpys into
+ * the same single loads and stores. */
 #define TILE 32
 #define TRANSPOSE_LOOP(dst_t, src_t, expr)                                                    \
     for (size_t r0 = 0; r0 < rows; r0 += TILE)                                                \
@@ -172,8 +224,10 @@ static void submit(ws_writer *wr, job *j, const char *what, uint64_t bytes)
             size_t c1 = c0 + TILE < cols ? c0 + TILE : cols;                                  \
             for (size_t c = c0; c < c1; c++)                                                  \
                 for (size_t r = r0; r < r1; r++) {                                            \
-                    src_t v = ((const src_t *)src)[r * cols + c];                             \
-                    ((dst_t *)dst)[c * rows + r] = (expr);                                    \
+                    src_t v;                                                                  \
+                    memcpy(&v, src + (r * cols + c) * sizeof v, sizeof v);                    \
+                    dst_t o = (expr);                                                         \
+                    memcpy(dst + (c * rows + r) * sizeof o, &o, sizeof o);                    \
                 }                                                                             \
         }
 
@@ -190,22 +244,22 @@ static void transpose(uint8_t *dst, const uint8_t *src, size_t rows, size_t cols
     }
 }
 
-/* Conversion fused into the transpose for the common widening cases (one pass over memory);
- * false if the pair needs convert-then-transpose. */
-static bool transpose_widen(uint8_t *dst, const uint8_t *src, size_t rows, size_t cols,
-                            ferry_dtype from, ferry_dtype to)
+/* The pairs whose conversion is fused into the transpose (one pass over memory): the common
+ * widening cases. */
+static bool fused_pair(ferry_dtype from, ferry_dtype to)
 {
-    if (to != FERRY_F32)
-        return false;
+    return from == to || (to == FERRY_F32 && (from == FERRY_BF16 || from == FERRY_F16));
+}
+
+/* Transpose with the conversion of a fused pair of different dtypes. */
+static void transpose_widen(uint8_t *dst, const uint8_t *src, size_t rows, size_t cols,
+                            ferry_dtype from)
+{
     if (from == FERRY_BF16) {
         TRANSPOSE_LOOP(uint32_t, uint16_t, (uint32_t)v << 16)
-        return true;
-    }
-    if (from == FERRY_F16) {
+    } else {
         TRANSPOSE_LOOP(float, uint16_t, dt_f16_to_f32(v))
-        return true;
     }
-    return false;
 }
 
 static ferry_status convert(void *dst, const g_weight *w, const uint8_t *src, size_t n, fy_err *err)
@@ -214,9 +268,12 @@ static ferry_status convert(void *dst, const g_weight *w, const uint8_t *src, si
         memcpy(dst, src, n * dt_size(w->dtype));
         return FERRY_OK;
     }
-    if (dt_convert(dst, w->dtype, src, w->src->dtype, n) != 0)
+    if (dt_convert(dst, w->dtype, src, w->src->dtype, n) != 0) {
+        char qname[ST_QUOTE_MAX];
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "tensor '%s': cannot convert %s to %s",
-                       w->src->name, ferry_dtype_name(w->src->dtype), ferry_dtype_name(w->dtype));
+                       st_quote_name(w->src->name, qname, sizeof qname),
+                       ferry_dtype_name(w->src->dtype), ferry_dtype_name(w->dtype));
+    }
     return FERRY_OK;
 }
 
@@ -230,9 +287,12 @@ static ferry_status put_plain(ws_writer *wr, const g_weight *w, uint64_t offset,
         job *j = acquire(wr, err);
         if (!j)
             return err->status;
-        j->data = st_data(t) + e * isz; /* same dtype: written straight from the mapping */
+        j->data = NULL; /* same dtype: a file-to-file copy on the writer thread */
+        j->src = t;
+        j->src_off = e * isz;
         if (t->dtype != w->dtype) {
-            if (convert(j->conv, w, st_data(t) + e * isz, n, err) != FERRY_OK)
+            if (st_read(t, e * isz, j->tr, n * isz, err) != FERRY_OK ||
+                convert(j->conv, w, j->tr, n, err) != FERRY_OK)
                 return err->status;
             j->data = j->conv;
         }
@@ -240,9 +300,6 @@ static ferry_status put_plain(ws_writer *wr, const g_weight *w, uint64_t offset,
         j->n_seg = 1;
         j->dst = offset + e * osz;
         j->dst_stride = 0;
-        j->src = t;
-        j->rel_off = e * isz;
-        j->rel_len = (uint64_t)n * isz;
         submit(wr, j, t->name, n * osz);
     }
     return FERRY_OK;
@@ -257,9 +314,11 @@ static ferry_status put_transposed(ws_writer *wr, const g_weight *w, uint64_t of
     size_t isz = dt_size(t->dtype), osz = dt_size(w->dtype);
     size_t cap = BLOCK_ELEMS * 4 / (osz > isz ? osz : isz);
     size_t band = cols ? cap / cols : rows;
-    if (band == 0)
+    if (band == 0) {
+        char qname[ST_QUOTE_MAX];
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "tensor '%s': rows of %zu elements are too "
-                       "long to transpose", t->name, cols);
+                       "long to transpose", st_quote_name(t->name, qname, sizeof qname), cols);
+    }
     if (band > rows)
         band = rows;
     for (size_t r0 = 0; r0 < rows; r0 += band) {
@@ -267,10 +326,17 @@ static ferry_status put_transposed(ws_writer *wr, const g_weight *w, uint64_t of
         job *j = acquire(wr, err);
         if (!j)
             return err->status;
-        const uint8_t *band_src = st_data(t) + r0 * cols * isz;
+        /* The band is read into conv and transposed into tr; a conversion that cannot be fused
+         * reads into tr, converts into conv, and transposes back into tr. */
+        bool fused = fused_pair(t->dtype, w->dtype);
+        uint8_t *band_src = fused ? j->conv : j->tr;
+        if (st_read(t, r0 * cols * isz, band_src, nr * cols * isz, err) != FERRY_OK)
+            return err->status;
         if (t->dtype == w->dtype) {
             transpose(j->tr, band_src, nr, cols, osz);
-        } else if (!transpose_widen(j->tr, band_src, nr, cols, t->dtype, w->dtype)) {
+        } else if (fused) {
+            transpose_widen(j->tr, band_src, nr, cols, t->dtype);
+        } else {
             if (convert(j->conv, w, band_src, nr * cols, err) != FERRY_OK)
                 return err->status;
             transpose(j->tr, j->conv, nr, cols, osz);
@@ -285,9 +351,6 @@ static ferry_status put_transposed(ws_writer *wr, const g_weight *w, uint64_t of
         }
         j->dst = offset + r0 * osz;
         j->dst_stride = rows * osz;
-        j->src = t;
-        j->rel_off = r0 * cols * isz;
-        j->rel_len = (uint64_t)nr * cols * isz;
         submit(wr, j, t->name, nr * cols * osz);
     }
     return FERRY_OK;

@@ -176,7 +176,7 @@ static ferry_status open_sharded(ckpt *c, const char *index_path, fy_err *err)
             status = fy_fail(err, FERRY_ERR_FORMAT,
                              "%s: tensor '%s' is mapped to %s, but that file does not hold it",
                              index_path, st_quote_name(entry->string, qname, sizeof qname),
-                             shard);
+                             st_quote_name(shard, qshard, sizeof qshard));
             goto cleanup;
         }
         if (mapped[at]) {

@@ -143,8 +143,15 @@ ferry_status hub_resolve(const char *path_or_id, const char *revision, char *out
         out[0] = '\0';
     if (!path_or_id || !*path_or_id)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "no model path or hub id given");
-    if (is_dir(path_or_id))
+    if (is_dir(path_or_id)) {
+        /* A directory has no revisions: taking it while ignoring the revision asked for would
+         * export something other than what the caller named. */
+        if (revision)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s is a local directory, and a revision "
+                           "('%s') applies only to a hub id (org/name) in the hub cache",
+                           path_or_id, revision);
         return copy_out(path_or_id, out, out_size, err);
+    }
     if (!is_hub_id(path_or_id))
         return fy_fail(err, FERRY_ERR_IO, "%s: no such directory, and not a hub id (org/name)",
                        path_or_id);

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "util/utf8.h"
+#include "util/text.h"
 
 /* cJSON parses numbers into doubles, where 2^53 + 1 already reads as 2^53: only magnitudes
  * below 2^53 are known to be the integer the file wrote. */
@@ -147,7 +147,7 @@ static ferry_status prescan(const char *text, size_t len, size_t base, const cha
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: %zu JSON values exceed the limit of %zu for "
                        "a %s", origin, values, lim->max_values, lim->kind);
     if (lim->utf8) {
-        size_t bad = utf8_invalid_at((const unsigned char *)text, len);
+        size_t bad = text_utf8_invalid_at((const unsigned char *)text, len);
         if (bad < len)
             return fy_fail(err, FERRY_ERR_FORMAT, "%s: not valid UTF-8 at byte %zu", origin,
                            base + bad);
