@@ -3,6 +3,7 @@
 
 BUILD      ?= build
 BUILD_SAN  ?= build-asan
+BUILD_UBSAN ?= build-clang-ubsan
 BUILD_FUZZ ?= build-fuzz
 FUZZ_SECONDS ?= 60
 VENV       ?= .venv
@@ -12,8 +13,8 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 APT_BUILD  = cmake gcc make libcjson-dev libcmocka-dev
 APT_TEST   = $(APT_BUILD) clang libclang-rt-14-dev
 
-.PHONY: all build build-asan demo test test-c test-python deps-build deps-test venv bench clean \
-	build-fuzz fuzz test-fuzz
+.PHONY: all build build-asan build-clang-ubsan demo test test-c test-python deps-build deps-test \
+	venv bench clean build-fuzz fuzz test-fuzz
 
 all: build
 
@@ -32,6 +33,13 @@ build-asan: deps-test
 	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DFERRY_SANITIZE=ON -DFERRY_TESTS=ON
 	cmake --build $(BUILD_SAN) -j $(JOBS)
 
+# clang's UBSan, float-cast-overflow included (gcc's lacks it): out-of-range doubles from JSON
+# converted to integers. The C tests and the CLI error-path tests run through it too.
+build-clang-ubsan: deps-test
+	cmake -S . -B $(BUILD_UBSAN) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+		-DFERRY_SANITIZE_CLANG_UB=ON -DFERRY_TESTS=ON
+	cmake --build $(BUILD_UBSAN) -j $(JOBS)
+
 # The venv is rebuilt whenever the pinned list changes.
 $(VENV)/.stamp: requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -45,15 +53,18 @@ demo: build
 	$(BUILD)/ferry export fixtures/tiny-llama $(BUILD)/demo-onnx --format onnx --dynamic --force
 	$(BUILD)/ferry inspect $(BUILD)/demo-onnx
 
-test: build build-asan venv
+test: build build-asan build-clang-ubsan venv
 	$(MAKE) test-c test-python test-fuzz
 
 test-c:
 	cd $(BUILD_SAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD_UBSAN) && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		ctest --output-on-failure -j $(JOBS)
 
 test-python:
 	FERRY_BUILD=$(abspath $(BUILD)) FERRY_BUILD_SAN=$(abspath $(BUILD_SAN)) \
+		FERRY_BUILD_UBSAN=$(abspath $(BUILD_UBSAN)) \
 		$(VENV)/bin/python -m pytest -n $(JOBS) -q tests/python
 
 # libFuzzer targets (clang, ASan + UBSan) for every parser of untrusted input: each runs
@@ -83,4 +94,4 @@ bench: build venv $(VENV)/.bench-stamp
 	BENCH_PYTHON=$(PYTHON) $(VENV)/bin/python bench/peers_bench.py
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_FUZZ)
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_UBSAN) $(BUILD_FUZZ)

@@ -39,7 +39,12 @@ static const char usage[] =
     "                           pairs to bind to one buffer each (needs --max-cache-len)\n"
     "  --max-cache-len N        static cache length\n"
     "  --revision REV           hub revision (branch, tag or commit) for a hub id\n"
-    "  --force                  replace OUT if it exists (only once the new export is complete)\n"
+    "  --force                  replace OUT if it is an earlier export: a directory holding\n"
+    "                           a valid export.json (ferry's or transformers') and only the\n"
+    "                           files it names, config.json and generation_config.json.\n"
+    "                           Anything else, and the model's own directory (or one\n"
+    "                           holding it or inside it), is refused and left untouched.\n"
+    "                           The swap happens only once the new export is complete\n"
     "  -q, --quiet              no progress or warnings\n"
     "  -h, --help               this help\n"
     "\n"
@@ -62,45 +67,36 @@ static void on_progress(void *user, uint64_t done, uint64_t total, const char *w
     if (pct == p->last_percent && done != total)
         return;
     p->last_percent = pct;
-    fprintf(stderr, "\r\033[Kwriting weights %3d%%  %.1f / %.1f MB  %.60s", pct, done / 1e6,
-            total / 1e6, what);
+    char name[64]; /* a tensor name from the checkpoint */
+    fprintf(stderr, "\r\033[Kwriting weights %3d%%  %.1f / %.1f MB  %s", pct, done / 1e6,
+            total / 1e6, ferry_escape(what, name, sizeof name));
     if (done >= total)
         fputc('\n', stderr);
     fflush(stderr);
 }
 
-static char *read_text(const char *path)
+#define RECIPE_READ_MAX (16u << 20)
+
+/* Reads a recipe into a NUL-terminated buffer; *len is its size in bytes. NULL with errno set
+ * on a read error, or with errno 0 when the file is over RECIPE_READ_MAX. */
+static char *read_text(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    char *buf = NULL;
-    size_t len = 0, cap = 0, n;
-    char chunk[4096];
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (len + n + 1 > cap) {
-            cap = (len + n + 1) * 2;
-            if (cap > (1u << 24)) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-        }
-        memcpy(buf + len, chunk, n);
-        len += n;
-    }
+    char *buf = malloc(RECIPE_READ_MAX + 2);
+    size_t n = 0;
+    if (buf)
+        n = fread(buf, 1, RECIPE_READ_MAX + 1, f);
+    int failed = !buf || ferror(f);
     fclose(f);
-    if (!buf)
-        buf = calloc(1, 1);
-    else
-        buf[len] = '\0';
+    if (failed || n > RECIPE_READ_MAX) {
+        free(buf);
+        errno = failed ? (errno ? errno : EIO) : 0;
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
     return buf;
 }
 
@@ -197,10 +193,20 @@ int cmd_export(int argc, char **argv)
         }
         case OPT_CONFIG: {
             errno = 0;
-            char *text = read_text(optarg);
+            size_t len = 0;
+            char *text = read_text(optarg, &len);
             if (!text) {
                 cli_error("%s: cannot read recipe: %s", optarg,
                           errno ? strerror(errno) : "larger than 16 MB");
+                return EXIT_FAIL;
+            }
+            /* The library takes the recipe as a C string: a NUL would end it there and hide
+             * whatever follows from the parser's checks. */
+            const char *nul = memchr(text, '\0', len);
+            if (nul) {
+                cli_error("%s: NUL byte at byte %zu; a recipe is JSON text", optarg,
+                          (size_t)(nul - text));
+                free(text);
                 return EXIT_FAIL;
             }
             ferry_status st = ferry_export_config_from_json(&cfg, text, eb, sizeof eb);
@@ -290,8 +296,8 @@ int cmd_export(int argc, char **argv)
         goto done;
     }
     if (!quiet)
-        fprintf(stderr, "exported %s (%s) to %s\n", model_path, ferry_model_architecture(model),
-                out_dir);
+        fprintf(stderr, "exported %s (%s) to %s\n", cli_quote(model_path),
+                cli_quote(ferry_model_architecture(model)), cli_quote(out_dir));
     rc = EXIT_OK;
 done:
     ferry_exported_free(exported);

@@ -1,7 +1,12 @@
 /* inspect_cmd.c — `ferry inspect DIR`: what an export holds, read from its export.json and the
- * sizes of its files. */
+ * sizes of its files. Every string from export.json (and the directory named) is printed through
+ * cli_quote: the manifest was validated when loaded, but what reaches the terminal is escaped
+ * here all the same. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -24,9 +29,13 @@ static void print_size(const char *dir, const char *file)
 {
     char path[8192];
     struct stat st;
-    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int n = snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (n < 0 || (size_t)n >= sizeof path) { /* never stat a path cut short */
+        printf("    %-28s (%s)\n", cli_quote(file), strerror(ENAMETOOLONG));
+        return;
+    }
     if (stat(path, &st) != 0) {
-        printf("    %-28s (missing)\n", file);
+        printf("    %-28s (missing)\n", cli_quote(file));
         return;
     }
     double b = (double)st.st_size;
@@ -34,7 +43,33 @@ static void print_size(const char *dir, const char *file)
     if (b >= 1e9) b /= 1e9, unit = "GB";
     else if (b >= 1e6) b /= 1e6, unit = "MB";
     else if (b >= 1e3) b /= 1e3, unit = "KB";
-    printf("    %-28s %8.1f %s\n", file, b, unit);
+    printf("    %-28s %8.1f %s\n", cli_quote(file), b, unit);
+}
+
+/* Numbers in export.json are integers as ferry writes them, but the file may have been edited:
+ * one that is not an integer below 2^53 in magnitude is shown as "?" rather than converted
+ * (converting 1e300 to an integer type is undefined behaviour). */
+static bool int_value(const cJSON *v, long long *out)
+{
+    if (!cJSON_IsNumber(v))
+        return false;
+    double d = v->valuedouble;
+    if (!(d > -9007199254740992.0 && d < 9007199254740992.0))  /* also false for NaN */
+        return false;
+    long long i = (long long)d;
+    if ((double)i != d)
+        return false;
+    *out = i;
+    return true;
+}
+
+static const char *int_text(const cJSON *v, char *buf, size_t size)
+{
+    long long i;
+    if (!int_value(v, &i))
+        return "?";
+    snprintf(buf, size, "%lld", i);
+    return buf;
 }
 
 static void print_dims(const cJSON *arr, char *buf, size_t size)
@@ -46,8 +81,10 @@ static void print_dims(const cJSON *arr, char *buf, size_t size)
         if (len >= size)
             break;
         const char *sep = d->prev && d != arr->child ? ", " : "";
+        char num[32];
         if (cJSON_IsNumber(d))
-            len += (size_t)snprintf(buf + len, size - len, "%s%lld", sep, (long long)d->valuedouble);
+            len += (size_t)snprintf(buf + len, size - len, "%s%s", sep,
+                                    int_text(d, num, sizeof num));
         else if (cJSON_IsString(d))
             len += (size_t)snprintf(buf + len, size - len, "%s%s", sep, d->valuestring);
         else
@@ -67,8 +104,10 @@ static void print_io(const char *title, const cJSON *list)
         char shape[256] = "[]", traced[256] = "[]";
         print_dims(cJSON_GetObjectItemCaseSensitive(v, "shape"), shape, sizeof shape);
         print_dims(cJSON_GetObjectItemCaseSensitive(v, "traced_shape"), traced, sizeof traced);
-        printf("    %-20s %-9s %-32s traced %s\n", cJSON_IsString(name) ? name->valuestring : "?",
-               cJSON_IsString(dt) ? dt->valuestring : "?", shape, traced);
+        printf("    %-20s %-9s %-32s traced %s\n",
+               cli_quote(cJSON_IsString(name) ? name->valuestring : "?"),
+               cli_quote(cJSON_IsString(dt) ? dt->valuestring : "?"), cli_quote(shape),
+               cli_quote(traced));
     }
 }
 
@@ -78,10 +117,37 @@ static const char *str(const cJSON *o, const char *key)
     return cJSON_IsString(v) ? v->valuestring : "?";
 }
 
+/* str, escaped for printing. */
+static const char *qstr(const cJSON *o, const char *key)
+{
+    return cli_quote(str(o, key));
+}
+
+/* The manifest text with every run between its line breaks and tabs (cJSON's layout) escaped:
+ * ferry_escape writes \uXXXX for the characters JSON leaves raw, so the output stays JSON. */
+static void print_json_escaped(const char *text)
+{
+    while (*text) {
+        size_t n = strcspn(text, "\n\t");
+        if (n > 0) {
+            char *run = strndup(text, n);
+            size_t size = 4 * n + 8;
+            char *out = run ? malloc(size) : NULL;
+            fputs(out ? ferry_escape(run, out, size) : "(out of memory)", stdout);
+            free(out);
+            free(run);
+        }
+        text += n;
+        if (*text)
+            putchar(*text++);
+    }
+    putchar('\n');
+}
+
 static long long num(const cJSON *o, const char *key)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? (long long)v->valuedouble : -1;
+    long long i;
+    return int_value(cJSON_GetObjectItemCaseSensitive(o, key), &i) ? i : -1;
 }
 
 static void print_cache(const cJSON *cache)
@@ -89,9 +155,9 @@ static void print_cache(const cJSON *cache)
     if (!cJSON_IsObject(cache))
         return;
     const char *impl = str(cache, "implementation");
-    printf("  cache: %s, %lld layers x %lld kv heads x head_dim %lld, %s", impl,
+    printf("  cache: %s, %lld layers x %lld kv heads x head_dim %lld, %s", cli_quote(impl),
            num(cache, "layers"), num(cache, "kv_heads"), num(cache, "head_dim"),
-           str(cache, "dtype"));
+           qstr(cache, "dtype"));
     if (num(cache, "max_cache_len") > 0)
         printf(", max_cache_len %lld", num(cache, "max_cache_len"));
     printf("\n  %s\n", strcmp(impl, "static") == 0
@@ -100,8 +166,9 @@ static void print_cache(const cJSON *cache)
     const cJSON *p;
     cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs")) {
         const cJSON *in = cJSON_GetObjectItemCaseSensitive(p, "input");
-        printf("    %-44s -> %s\n", cJSON_IsString(in) ? in->valuestring : "(none: starts empty)",
-               str(p, "output"));
+        printf("    %-44s -> %s\n",
+               cJSON_IsString(in) ? cli_quote(in->valuestring) : "(none: starts empty)",
+               qstr(p, "output"));
     }
 }
 
@@ -135,27 +202,30 @@ int cmd_inspect(int argc, char **argv)
         return EXIT_FAIL;
     }
     if (json) {
-        printf("%s\n", ferry_exported_manifest(e));
+        print_json_escaped(ferry_exported_manifest(e));
         ferry_exported_free(e);
         return EXIT_OK;
     }
     cJSON *m = cJSON_Parse(ferry_exported_manifest(e));
     const cJSON *prod = cJSON_GetObjectItemCaseSensitive(m, "producer");
-    printf("export %s\n  format %s, producer %s %s, architecture %s\n", ferry_exported_dir(e),
-           str(m, "format"), str(prod, "name"), str(prod, "version"), str(m, "architecture"));
+    printf("export %s\n  format %s, producer %s %s, architecture %s\n",
+           cli_quote(ferry_exported_dir(e)),
+           qstr(m, "format"), qstr(prod, "name"), qstr(prod, "version"),
+           qstr(m, "architecture"));
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(m, "generation");
     if (cJSON_IsObject(gen))
         printf("  generation: %s cache%s, components are run by the caller's loop\n",
-               str(gen, "cache_implementation"),
+               qstr(gen, "cache_implementation"),
                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
                    ? ", multi-token decode" : "");
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components"), *c;
     cJSON_ArrayForEach(c, comps) {
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
         const cJSON *opset = cJSON_GetObjectItemCaseSensitive(md, "opset");
-        printf("\ncomponent %s (role %s, precision %s, opset %d)\n  files:\n", c->string,
-               str(c, "role"), str(md, "precision"),
-               cJSON_IsNumber(opset) ? (int)opset->valuedouble : 0);
+        char num[32];
+        printf("\ncomponent %s (role %s, precision %s, opset %s)\n  files:\n",
+               cli_quote(c->string), qstr(c, "role"), qstr(md, "precision"),
+               int_text(opset, num, sizeof num));
         print_size(ferry_exported_dir(e), str(c, "file"));
         const cJSON *df;
         cJSON_ArrayForEach(df, cJSON_GetObjectItemCaseSensitive(c, "data_files"))
@@ -171,12 +241,11 @@ int cmd_inspect(int argc, char **argv)
                 const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "min");
                 const cJSON *mx = cJSON_GetObjectItemCaseSensitive(s, "max");
                 const cJSON *tr = cJSON_GetObjectItemCaseSensitive(s, "traced");
-                char maxs[32] = "unbounded";
-                if (cJSON_IsNumber(mx))
-                    snprintf(maxs, sizeof maxs, "%lld", (long long)mx->valuedouble);
-                printf("    %-20s min %lld, max %s, traced %lld\n", s->string,
-                       cJSON_IsNumber(mn) ? (long long)mn->valuedouble : 0LL, maxs,
-                       cJSON_IsNumber(tr) ? (long long)tr->valuedouble : 0LL);
+                char mins[32], maxs[32], trs[32];
+                printf("    %-20s min %s, max %s, traced %s\n", cli_quote(s->string),
+                       int_text(mn, mins, sizeof mins),
+                       cJSON_IsNumber(mx) ? int_text(mx, maxs, sizeof maxs) : "unbounded",
+                       int_text(tr, trs, sizeof trs));
             }
         }
     }

@@ -27,9 +27,17 @@ static const char usage[] =
 
 static void vmsg(const char *kind, const char *fmt, va_list ap)
 {
-    fprintf(stderr, "ferry: %s: ", kind);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char raw[4096], out[8192];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    fprintf(stderr, "ferry: %s: %s\n", kind, ferry_escape(raw, out, sizeof out));
+}
+
+const char *cli_quote(const char *text)
+{
+    static char ring[CLI_QUOTE_RING][1024];
+    static int next;
+    next = (next + 1) % CLI_QUOTE_RING;
+    return ferry_escape(text, ring[next], sizeof ring[next]);
 }
 
 void cli_error(const char *fmt, ...)

@@ -56,6 +56,16 @@ typedef enum ferry_dtype {
 /* "fp32", "fp16", "bf16", ... for export precisions; safetensors' names ("F32", ...) otherwise. */
 const char *ferry_dtype_name(ferry_dtype dtype);
 
+/* Writes `text` into buf (of `size` bytes, at least 8) fit for one terminal line, and returns
+ * buf: C0 controls, DEL and bytes that are not valid UTF-8 become \xNN; C1 controls (U+0080 to
+ * U+009F), bidirectional formatting characters (U+202A-U+202E, U+2066-U+2069, ...) and invisible
+ * format characters (zero-width spaces and joiners, soft hyphen, BOM, tag characters, ...)
+ * become \uXXXX; text that does not fit ends in "...". Names and values read from files
+ * (architecture names, tensor names, anything from export.json, paths) are untrusted: print
+ * them through this. Error messages and warnings from the library are already escaped. Returns
+ * "" if buf is NULL or size < 8. */
+const char *ferry_escape(const char *text, char *buf, size_t size);
+
 /* ---------------------------------------------------------------------------------------------
  * Models: a checkpoint directory (config.json + *.safetensors) opened without loading weights.
  */
@@ -65,13 +75,16 @@ typedef struct ferry_model ferry_model;
  * model.safetensors.index.json), or a local Hugging Face hub cache id "org/name" resolved
  * offline under $HF_HOME/hub (default ~/.cache/huggingface/hub) to
  * models--org--name/snapshots/<rev>, where <rev> comes from `revision` (a commit hash or a ref
- * name under refs/; NULL means "main"). Reads config.json, generation_config.json when present,
- * and every safetensors header; weights stay on disk (memory-mapped) until an export streams them.
+ * name under refs/; NULL means "main"). A revision with a directory is refused
+ * (FERRY_ERR_INVALID_ARG): a directory has no revisions. Reads config.json,
+ * generation_config.json when present, and every safetensors header; weights stay on disk until
+ * an export streams them (with pread).
  * On failure *out still receives a handle carrying the message (NULL only when out of memory). */
 ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferry_model **out);
 void ferry_model_free(ferry_model *model);
 const char *ferry_model_errmsg(const ferry_model *model);
-/* The architecture named in config.json ("LlamaForCausalLM", ...); never NULL once opened. */
+/* The architecture named in config.json ("LlamaForCausalLM", ...), as written there (print it
+ * through ferry_escape); never NULL once opened. */
 const char *ferry_model_architecture(const ferry_model *model);
 /* The resolved checkpoint directory. */
 const char *ferry_model_dir(const ferry_model *model);
@@ -219,8 +232,11 @@ ferry_status ferry_export_for_generation(ferry_model *model, const ferry_export_
                                          ferry_exported **out);
 
 /* Writes the export to `dir` atomically: files are built in a temporary sibling directory,
- * synced, then renamed into place. An existing `dir` is refused unless `force`, in which case it
- * is replaced only once the new export is complete. Nothing is left behind on failure. */
+ * synced, then renamed into place. An existing `dir` is refused (FERRY_ERR_EXISTS) unless
+ * `force` and it is an earlier export: a directory holding a valid export.json (ferry's or
+ * transformers') and nothing but the files it names, config.json and generation_config.json,
+ * and neither the model's directory nor one holding it or inside it. It is replaced only once
+ * the new export is complete. Nothing is left behind on failure. */
 ferry_status ferry_exported_save(ferry_exported *exported, const char *dir, int force);
 
 /* Loads a saved export (`subfolder` may be NULL): validates export.json and refuses any file

@@ -305,6 +305,9 @@ class ExportedModel:
         return cls(handle)
 
     def save_pretrained(self, save_directory, force=False):
+        """Writes the export to save_directory atomically. With force, an earlier export there
+        (ferry's or transformers': export.json and only its files) is replaced; anything else
+        is refused with a FerryError and left untouched (ferry_exported_save)."""
         status = _c().ferry_exported_save(self._h, os.fsencode(str(save_directory)), int(force))
         if status:
             _fail(status, _str(_c().ferry_exported_errmsg(self._h)))
@@ -329,6 +332,7 @@ class ExportedModel:
         if self._session is None:
             import onnxruntime
 
+            self._check_callable()
             if self.directory is None:  # a fresh export runs on first call: save it aside
                 self._tmp = tempfile.TemporaryDirectory(prefix="ferry-")
                 self.save_pretrained(Path(self._tmp.name) / "export")
@@ -336,6 +340,24 @@ class ExportedModel:
             self._session = onnxruntime.InferenceSession(
                 str(path), providers=["CPUExecutionProvider"])
         return self._session
+
+    def _check_callable(self):
+        """Calling runs the single "model" graph; a generation export has none, only stages that
+        pass a KV cache between them, which the caller has to drive."""
+        components = self.components
+        if "model" in components:
+            return
+        manifest = self.manifest.get("components", {})
+        listed = ", ".join(f"{name} (role {manifest.get(name, {}).get('role')}, {file})"
+                           for name, file in components.items())
+        where = self.directory or "the directory save_pretrained() writes"
+        raise FerryError(
+            f"this export has no \"model\" component to call: its components, {listed}, are "
+            "the stages of a generation loop, which pass a KV cache from one call to the next. "
+            f"Run each component's file with onnxruntime.InferenceSession (from {where}), "
+            "feeding the cache as export.json's components.<name>.metadata.cache describes "
+            "(docs/design.md, \"Generation components\"); or export without for-generation to "
+            "get a callable \"model\".", status=4)
 
     def __call__(self, **inputs):
         """Runs the "model" component. Inputs the graph does not take are dropped; position_ids

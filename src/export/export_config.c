@@ -25,6 +25,12 @@ size_t ferry_export_config_size(void)
 }
 
 
+/* A recipe names at most 16 dims and a dozen keys: a few hundred bytes. The caps are far above
+ * that and keep what the parser builds for a hostile one under ~3 MB. */
+static const json_limits RECIPE_LIMITS = {
+    .kind = "recipe", .max_bytes = 1u << 20, .max_values = 10000, .max_depth = 32, .utf8 = true,
+};
+
 static ferry_status say(char *buf, size_t size, ferry_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -206,9 +212,14 @@ static ferry_status recipe_generation(ferry_export_config *cfg, const cJSON *gc,
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json, char *eb,
                                            size_t es)
 {
-    cJSON *root = cJSON_ParseWithLength(json, strlen(json));
-    ferry_status st = FERRY_OK;
-    if (!root || !cJSON_IsObject(root)) {
+    cJSON *root = NULL;
+    fy_err err = {0};
+    ferry_status st = json_parse(json, strlen(json), "recipe", &RECIPE_LIMITS, &root, &err);
+    if (st != FERRY_OK) {
+        st = say(eb, es, st == FERRY_ERR_NOMEM ? st : FERRY_ERR_INVALID_ARG, "%s", err.msg);
+        goto done;
+    }
+    if (!cJSON_IsObject(root)) {
         st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: not a JSON object");
         goto done;
     }

@@ -22,10 +22,12 @@ static ferry_status validate_config(ferry_export_config *cfg, const fb_backend *
     return (*backend)->configure(cfg, err);
 }
 
-/* Lists checkpoint tensors no graph consumed: never silently ignored. */
-static char *unused_tensors(const ckpt *ck)
+/* `first` (a line, may be empty), then the checkpoint tensors no graph consumed: never silently
+ * ignored. */
+static char *export_warnings(const char *first, const ckpt *ck)
 {
     strbuf b = {0};
+    sb_puts(&b, first);
     for (size_t i = 0; i < ck->n_tensors; i++) {
         if (ck->used[i])
             continue;
@@ -130,7 +132,7 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         if (g_check(g, err) != FERRY_OK)
             goto fail;
     }
-    c->warnings = unused_tensors(m->ck);
+    c->warnings = export_warnings(m->warning, m->ck);
     *out = c;
     return FERRY_OK;
 fail:

@@ -4,6 +4,9 @@
 #ifndef FERRY_EXPORT_INTERNAL_H
 #define FERRY_EXPORT_INTERNAL_H
 
+#include <sys/types.h>
+#include <time.h>
+
 #include <cjson/cJSON.h>
 
 #include "backends/backend.h"
@@ -12,6 +15,7 @@
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "models/model.h"
+#include "util/json.h"
 
 struct ferry_model {
     fy_err err;
@@ -20,7 +24,8 @@ struct ferry_model {
     bool cfg_loaded;
     ckpt *ck;
     const model_arch *arch;
-    void *hparams;           /* the family's, from arch->read */
+    void *hparams;           /* the family's, from arch->read and arch->bind */
+    char warning[512];       /* from arch->bind (e.g. an untied head), or "" */
 };
 
 #define EXP_MAX_COMPONENTS 8
@@ -69,6 +74,7 @@ struct ferry_exported {
 ferry_status exp_set_error(fy_err *dst, const fy_err *src);
 
 /* Manifest (manifest.c) */
+extern const json_limits exp_manifest_limits;
 cJSON *manifest_build(const struct ferry_exported *e, fy_err *err);
 ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exported *e,
                                fy_err *err);
@@ -79,5 +85,31 @@ cJSON *export_config_to_json(const ferry_export_config *cfg);
  * inputs) and example shapes. Symbols are added to `syms`. */
 ferry_status exp_resolve_axes(const ferry_export_config *cfg, const model_arch *arch,
                               g_symtab *syms, g_dim out[2], fy_err *err);
+/* Replacing an existing export under --force (replace.c). */
+typedef struct old_file {
+    char *name;
+    dev_t dev;
+    ino_t ino;
+    struct timespec ctime;   /* with the inode: the file as it was, not a later one */
+} old_file;
+
+typedef struct old_export {
+    dev_t dev;               /* the directory that was checked */
+    ino_t ino;
+    old_file *files;         /* every entry in it, each a file its export.json accounts for */
+    size_t n;
+} old_export;
+
+/* Fills `o` if `out` (a directory, `shown` in messages) is an export that --force may replace:
+ * a valid export.json (ferry's or transformers'), and nothing else in the directory but the
+ * files it names, config.json and generation_config.json; and neither the model directory
+ * `src` nor inside it nor holding it. Otherwise FERRY_ERR_EXISTS saying why. */
+ferry_status replace_check(const char *out, const char *shown, const char *src, old_export *o,
+                           fy_err *err);
+/* Removes from `old_dir` exactly the files `o` lists (same inode as checked), then the
+ * directory. If anything else is left, leaves it and says why in `note`. */
+ferry_status replace_remove(const char *old_dir, const old_export *o, char *note,
+                            size_t note_size);
+void old_export_free(old_export *o);
 
 #endif

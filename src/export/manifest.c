@@ -1,5 +1,6 @@
 /* manifest.c — export.json: built from an export's components, validated when loaded (schema,
  * components, and every file path confined to the export directory). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,14 @@
 #include "util/fs.h"
 
 #define SCHEMA_VERSION 1
+
+/* The largest export.json ferry writes, a generation export of 1024 layers (the config cap),
+ * lists ~6,000 inputs and outputs per component: ~2e5 values and ~4 MB, nested 7 deep. The same
+ * bounds serve the config.json next to an export that --force inspects. */
+const json_limits exp_manifest_limits = {
+    .kind = "manifest", .max_bytes = 16u << 20, .max_values = 1000000, .max_depth = 32,
+    .utf8 = true,
+};
 
 static const char *torch_dtype_name(ferry_dtype dt)
 {
@@ -172,9 +181,10 @@ static ferry_status check_file(const char *dir, const char *comp, const char *re
                        "missing or leaves the export directory", dir, qcomp, qrel);
     /* A directory, FIFO or device in place of a model file would make a runtime fail or hang
      * later, far from the cause. */
-    char path[8192];
+    char path[PATH_MAX];
     struct stat st;
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    if (fs_join(path, sizeof path, dir, rel, err) != FERRY_OK)
+        return err->status;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s' is not "
                        "a regular file", dir, qcomp, qrel);

@@ -5,6 +5,7 @@
 
 #include "export/internal.h"
 #include "model/hub.h"
+#include "model/safetensors.h"
 
 ferry_status exp_set_error(fy_err *dst, const fy_err *src)
 {
@@ -25,13 +26,20 @@ ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferr
         return m->err.status;
     m->cfg_loaded = true;
     m->arch = model_find(m->cfg.architecture);
-    if (!m->arch)
+    if (!m->arch) {
+        char qarch[ST_QUOTE_MAX];
         return fy_fail(&m->err, FERRY_ERR_UNSUPPORTED,
                        "%s/config.json: architecture '%s' is not supported (supported: %s)",
-                       m->dir, m->cfg.architecture, model_supported_list());
+                       m->dir, st_quote_name(m->cfg.architecture, qarch, sizeof qarch),
+                       model_supported_list());
+    }
     if (m->arch->read(&m->cfg, &m->hparams, &m->err) != FERRY_OK)
         return m->err.status;
     if (ckpt_open(m->dir, &m->ck, &m->err) != FERRY_OK)
+        return m->err.status;
+    /* What depends on the checkpoint's contents, not only its config (tying). */
+    if (m->arch->bind &&
+        m->arch->bind(m->hparams, m->ck, m->warning, sizeof m->warning, &m->err) != FERRY_OK)
         return m->err.status;
     return FERRY_OK;
 }

@@ -1,9 +1,9 @@
-/* save.c — ExportedModel on disk: atomic save (temporary sibling directory, fsync, rename or
- * exchange) and load (manifest validated, paths confined). */
+/* save.c — ExportedModel on disk: atomic save (a locked temporary sibling directory, fsync,
+ * rename or exchange) and load (manifest validated, paths confined). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,29 +15,120 @@
 #include "util/json.h"
 
 #define TMP_TAG ".ferry-tmp-"
+/* Inside each temporary directory: the lock file its writer keeps locked while it runs, and the
+ * export being built (renamed out as a whole, so the lock file never ends up in an export). */
+#define LOCK_NAME "lock"
+#define TREE_NAME "export"
 
-/* Removes temporary directories that earlier, killed runs left next to `base`: they are named
- * .<base>.ferry-tmp-<pid>-XXXXXX and their pid is no longer alive. */
+/* .<base>.ferry-tmp-<pid>-XXXXXX exactly, XXXXXX as mkdtemp makes it. */
+static bool is_tmp_name(const char *name, const char *base)
+{
+    size_t blen = strlen(base), tlen = strlen(TMP_TAG), digits = 0;
+    if (name[0] != '.' || strncmp(name + 1, base, blen) != 0 ||
+        strncmp(name + 1 + blen, TMP_TAG, tlen) != 0)
+        return false;
+    const char *p = name + 1 + blen + tlen;
+    while (p[digits] >= '0' && p[digits] <= '9')
+        digits++;
+    if (digits == 0 || digits > 10 || p[digits] != '-')
+        return false;
+    p += digits + 1;
+    for (int i = 0; i < 6; i++)
+        if (!((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') ||
+              (p[i] >= '0' && p[i] <= '9')))
+            return false;
+    return p[6] == '\0';
+}
+
+/* An open file description lock: released only when its last descriptor closes, which the
+ * kernel does when the process dies however it dies; it is seen across PID namespaces and, on
+ * NFS, across hosts (a pid is neither). */
+static int lock_exclusive(int fd)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* Removes the temporary directories that earlier, killed runs left next to `base`: those named
+ * as ferry names them whose lock file nobody holds (taking the lock proves its writer is gone,
+ * wherever it ran). A directory without a lock file is removed only when empty: a run killed
+ * between creating it and its lock file. Anything else is left alone. */
 static void clean_stale(const char *parent, const char *base)
 {
     DIR *d = opendir(parent);
     if (!d)
         return;
-    char prefix[512];
-    snprintf(prefix, sizeof prefix, ".%s" TMP_TAG, base);
-    size_t plen = strlen(prefix);
     struct dirent *ent;
     while ((ent = readdir(d)) != NULL) {
-        if (strncmp(ent->d_name, prefix, plen) != 0)
+        char path[PATH_MAX], lock[PATH_MAX];
+        struct stat st;
+        if (!is_tmp_name(ent->d_name, base) ||
+            fs_join(path, sizeof path, parent, ent->d_name, NULL) != FERRY_OK ||
+            fs_join(lock, sizeof lock, path, LOCK_NAME, NULL) != FERRY_OK ||
+            lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
             continue;
-        long pid = strtol(ent->d_name + plen, NULL, 10);
-        if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
-            char path[4096 + 512];
-            snprintf(path, sizeof path, "%s/%s", parent, ent->d_name);
-            fs_remove_tree(path);
+        int fd = open(lock, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENOENT)
+                rmdir(path);
+            continue;
         }
+        /* Removed while holding the lock, so that a second cleaner cannot take it meanwhile. */
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && lock_exclusive(fd) == 0)
+            fs_remove_tree(path);
+        close(fd);
     }
     closedir(d);
+}
+
+/* Creates parent/.<base>.ferry-tmp-<pid>-XXXXXX holding a lock file that stays locked through
+ * *lock_fd until the save ends. A cleaner may take a new directory before its lock exists
+ * (then it is empty and goes) or lock its file before this process does (then it removes it):
+ * either way this process notices and starts over with a new name. */
+static ferry_status make_tmp(const char *parent, const char *base, char *tmp, int *lock_fd,
+                             fy_err *err)
+{
+    char name[NAME_MAX + 64], lock[PATH_MAX], shown[FS_SHORT_MAX];
+    snprintf(name, sizeof name, ".%s" TMP_TAG "%ld-XXXXXX", base, (long)getpid());
+    fs_short(parent, shown, sizeof shown);
+    for (int attempt = 0; attempt < 8; attempt++) {
+        if (fs_join(tmp, PATH_MAX, parent, name, err) != FERRY_OK ||
+            fs_join(lock, sizeof lock, tmp, LOCK_NAME, err) != FERRY_OK)
+            return err->status;
+        if (!mkdtemp(tmp))
+            return fy_fail(err, errno == ENOSPC ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                           "cannot create a directory in %s: %s", shown, strerror(errno));
+        fs_join(lock, sizeof lock, tmp, LOCK_NAME, NULL);
+        int fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            int e = errno;
+            rmdir(tmp);
+            if (e == ENOENT)
+                continue;
+            return fy_fail(err, e == ENOSPC || e == EDQUOT ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                           "cannot create a lock file in %s: %s", shown, strerror(e));
+        }
+        struct stat fst, lst;
+        if (lock_exclusive(fd) != 0) {
+            int e = errno;
+            close(fd);
+            if (e == EAGAIN || e == EACCES)
+                continue; /* a cleaner holds it and removes the directory */
+            unlink(lock);
+            rmdir(tmp);
+            return fy_fail(err, FERRY_ERR_IO, "cannot lock a file in %s: %s (ferry needs "
+                           "file locks to tell its live temporary directories from stale ones)",
+                           shown, strerror(e));
+        }
+        if (fstat(fd, &fst) == 0 && fst.st_nlink > 0 && lstat(lock, &lst) == 0 &&
+            lst.st_dev == fst.st_dev && lst.st_ino == fst.st_ino) {
+            *lock_fd = fd;
+            return FERRY_OK;
+        }
+        close(fd); /* a cleaner removed it between the create and the lock */
+    }
+    return fy_fail(err, FERRY_ERR_IO, "cannot create a temporary directory in %s: removed by "
+                   "another process each time", shown);
 }
 
 static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *err)
@@ -46,15 +137,16 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
     ferry_status st = e->backend->write(e->lowered, e->n_components, &e->cfg, tmp, &pr, err);
     if (st != FERRY_OK)
         return st;
-    char path[4096], src[4096 + 64];
-    snprintf(path, sizeof path, "%s/export.json", tmp);
-    if (fs_write_file(path, e->manifest_text, strlen(e->manifest_text), err) != FERRY_OK)
+    char path[PATH_MAX], src[PATH_MAX];
+    if (fs_join(path, sizeof path, tmp, "export.json", err) != FERRY_OK ||
+        fs_write_file(path, e->manifest_text, strlen(e->manifest_text), err) != FERRY_OK)
         return err->status;
-    snprintf(src, sizeof src, "%s/config.json", e->model->dir);
-    snprintf(path, sizeof path, "%s/config.json", tmp);
-    if (fs_copy_file(src, path, err) != FERRY_OK)
+    if (fs_join(src, sizeof src, e->model->dir, "config.json", err) != FERRY_OK ||
+        fs_join(path, sizeof path, tmp, "config.json", err) != FERRY_OK ||
+        fs_copy_file(src, path, err) != FERRY_OK)
         return err->status;
-    snprintf(path, sizeof path, "%s/generation_config.json", tmp);
+    if (fs_join(path, sizeof path, tmp, "generation_config.json", err) != FERRY_OK)
+        return err->status;
     if (e->generation) {
         /* The generation config the export was made for: the model's, with the cache choice. */
         const cJSON *base = e->model->cfg.generation;
@@ -77,11 +169,32 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
         if (wst != FERRY_OK)
             return wst;
     } else {
-        snprintf(src, sizeof src, "%s/generation_config.json", e->model->dir);
-        if (access(src, F_OK) == 0 && fs_copy_file(src, path, err) != FERRY_OK)
+        if (fs_join(src, sizeof src, e->model->dir, "generation_config.json", err) != FERRY_OK ||
+            (access(src, F_OK) == 0 && fs_copy_file(src, path, err) != FERRY_OK))
             return err->status;
     }
     return fs_sync_dir(tmp, err);
+}
+
+/* After the swap, `tree` holds the old export: removes the files that were checked, then the
+ * directory. Anything else found there is not ferry's to delete: the directory is moved out of
+ * the temporary one (which a later cleaner would remove whole) and the error says where; if
+ * that fails, the caller removes the lock file, and no cleaner touches a directory without one. */
+static ferry_status remove_old(const char *shown, const char *parent, const char *base,
+                               const char *tmp, const char *tree, const old_export *old,
+                               fy_err *err)
+{
+    char note[512], name[NAME_MAX + 64], kept[PATH_MAX], skept[FS_SHORT_MAX];
+    if (replace_remove(tree, old, note, sizeof note) == FERRY_OK)
+        return FERRY_OK;
+    snprintf(name, sizeof name, "%s.ferry-kept-%s", base, tmp + strlen(tmp) - 6);
+    if (fs_join(kept, sizeof kept, parent, name, NULL) == FERRY_OK &&
+        renameat2(AT_FDCWD, tree, AT_FDCWD, kept, RENAME_NOREPLACE) == 0)
+        return fy_fail(err, FERRY_ERR_IO, "%s now holds the new export, but the old one was not "
+                       "removed (%s): it is in %s", shown, note, fs_short(kept, skept,
+                       sizeof skept));
+    return fy_fail(err, FERRY_ERR_IO, "%s now holds the new export, but the old one was not "
+                   "removed (%s): it is in %s", shown, note, fs_short(tree, skept, sizeof skept));
 }
 
 ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
@@ -90,59 +203,116 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
         return FERRY_ERR_INVALID_ARG;
     fy_err_clear(&e->err);
     fy_err *err = &e->err;
-    char parent[4096], base[256], tmp[4096 + 512];
+    char parent[PATH_MAX], base[256], target[PATH_MAX], tmp[PATH_MAX], tree[PATH_MAX];
+    char lock[PATH_MAX], shown[FS_SHORT_MAX];
+    old_export old = {0};
+    int lock_fd = -1;
     struct stat st;
     tmp[0] = '\0';
     if (!dir || fs_split(dir, parent, sizeof parent, base, sizeof base, err) != FERRY_OK)
         return err->status ? err->status : fy_fail(err, FERRY_ERR_INVALID_ARG, "no output path");
     if (!e->model || !e->backend)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "export was loaded, not built: nothing to save");
-    bool exists = lstat(dir, &st) == 0;
+    fs_short(dir, shown, sizeof shown);
+    /* The destination by parent and name: "out/" would make lstat and rename follow a link. */
+    if (fs_join(target, sizeof target, parent, base, err) != FERRY_OK)
+        return err->status;
+    bool exists = lstat(target, &st) == 0;
     if (exists && !force)
-        return fy_fail(err, FERRY_ERR_EXISTS, "%s already exists (pass --force to replace it)", dir);
+        return fy_fail(err, FERRY_ERR_EXISTS, "%s already exists (pass --force to replace it)",
+                       shown);
+    if (exists && S_ISLNK(st.st_mode))
+        return fy_fail(err, FERRY_ERR_EXISTS, "not replacing %s: it is a symbolic link (--force "
+                       "replaces an export directory, not a link)", shown);
     if (exists && !S_ISDIR(st.st_mode))
         return fy_fail(err, FERRY_ERR_EXISTS, "%s exists and is not a directory; not replacing it",
-                       dir);
-    if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
-        return fy_fail(err, FERRY_ERR_IO, "cannot write %s: parent directory %s does not exist "
-                       "or is not a directory", dir, parent);
-    clean_stale(parent, base);
-    snprintf(tmp, sizeof tmp, "%s/.%s" TMP_TAG "%ld-XXXXXX", parent, base, (long)getpid());
-    if (!mkdtemp(tmp)) {
-        tmp[0] = '\0';
-        return fy_fail(err, errno == ENOSPC ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
-                       "cannot write %s: cannot create a directory in %s: %s", dir, parent,
-                       strerror(errno));
-    }
-    chmod(tmp, 0755);
-    if (write_contents(e, tmp, err) != FERRY_OK) {
-        /* The file at fault is inside the temporary directory, which is about to go: say which
-         * export it was for. */
-        char inner[sizeof err->msg];
-        memcpy(inner, err->msg, sizeof inner);
-        fy_refail(err, err->status, "cannot write %s: %s", dir, inner);
+                       shown);
+    /* Checked before the work, so that a refusal costs nothing, and again before the swap. */
+    if (exists && replace_check(target, dir, e->model->dir, &old, err) != FERRY_OK)
+        return err->status;
+    if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        char sparent[FS_SHORT_MAX];
+        fy_fail(err, FERRY_ERR_IO, "cannot write %s: parent directory %s does not exist or is not "
+                "a directory", shown, fs_short(parent, sparent, sizeof sparent));
         goto fail;
     }
+    clean_stale(parent, base);
+    if (make_tmp(parent, base, tmp, &lock_fd, err) != FERRY_OK) {
+        tmp[0] = '\0';
+        goto wrap;
+    }
+    fs_join(lock, sizeof lock, tmp, LOCK_NAME, NULL);
+    if (fs_join(tree, sizeof tree, tmp, TREE_NAME, err) != FERRY_OK)
+        goto wrap;
+    if (mkdir(tree, 0755) != 0) {
+        char stree[FS_SHORT_MAX];
+        fy_fail(err, errno == ENOSPC ? FERRY_ERR_NOSPACE : FERRY_ERR_IO, "cannot create %s: %s",
+                fs_short(tree, stree, sizeof stree), strerror(errno));
+        goto wrap;
+    }
+    chmod(tree, 0755);
+    if (write_contents(e, tree, err) != FERRY_OK)
+        goto wrap;
     if (exists) {
+        if (replace_check(target, dir, e->model->dir, &old, err) != FERRY_OK)
+            goto fail;
         /* Swap in one step: readers see the old export or the new one, never neither. */
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
-            fy_fail(err, FERRY_ERR_IO, "cannot replace %s: %s", dir, strerror(errno));
+        if (renameat2(AT_FDCWD, tree, AT_FDCWD, target, RENAME_EXCHANGE) != 0) {
+            fy_fail(err, FERRY_ERR_IO, "cannot replace %s: %s", shown, strerror(errno));
             goto fail;
         }
-        fs_remove_tree(tmp); /* now the old export */
-    } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) != 0) {
-        fy_fail(err, errno == EEXIST ? FERRY_ERR_EXISTS : FERRY_ERR_IO, "cannot create %s: %s", dir,
-                strerror(errno));
+        /* What came out must be the directory just checked; if it changed in between, it goes
+         * back untouched. */
+        if (lstat(tree, &st) != 0 || st.st_dev != old.dev || st.st_ino != old.ino) {
+            char stree[FS_SHORT_MAX];
+            if (renameat2(AT_FDCWD, tree, AT_FDCWD, target, RENAME_EXCHANGE) != 0) {
+                int e_ = errno;
+                unlink(lock); /* holds what was in OUT: no cleaner may remove it */
+                fy_fail(err, FERRY_ERR_IO, "%s changed while it was being replaced and could not "
+                        "be put back (%s): what it held is in %s", shown, strerror(e_),
+                        fs_short(tree, stree, sizeof stree));
+                tmp[0] = '\0';
+                goto fail;
+            }
+            fy_fail(err, FERRY_ERR_IO, "%s changed while it was being replaced; it was put back "
+                    "as it was", shown);
+            goto fail;
+        }
+        if (remove_old(shown, parent, base, tmp, tree, &old, err) != FERRY_OK) {
+            unlink(lock);
+            rmdir(tmp);
+            tmp[0] = '\0';
+            free(e->dir);
+            e->dir = strdup(dir);
+            goto fail;
+        }
+    } else if (renameat2(AT_FDCWD, tree, AT_FDCWD, target, RENAME_NOREPLACE) != 0) {
+        fy_fail(err, errno == EEXIST ? FERRY_ERR_EXISTS : FERRY_ERR_IO, "cannot create %s: %s",
+                shown, strerror(errno));
         goto fail;
     }
+    unlink(lock);
+    rmdir(tmp); /* a cleaner may have taken it once it was empty */
+    close(lock_fd);
+    old_export_free(&old);
     if (fs_sync_dir(parent, err) != FERRY_OK)
         return err->status; /* the export is in place; only its durability is in doubt */
     free(e->dir);
     e->dir = strdup(dir);
     return FERRY_OK;
+wrap: {
+        /* The file at fault is inside the temporary directory, which is about to go: say which
+         * export it was for. */
+        char inner[sizeof err->msg];
+        memcpy(inner, err->msg, sizeof inner);
+        fy_refail(err, err->status, "cannot write %s: %s", shown, inner);
+    }
 fail:
     if (tmp[0])
         fs_remove_tree(tmp);
+    if (lock_fd >= 0)
+        close(lock_fd);
+    old_export_free(&old);
     return err->status;
 }
 
@@ -153,23 +323,29 @@ ferry_status ferry_exported_load(const char *dir, const char *subfolder, ferry_e
     if (!e)
         return FERRY_ERR_NOMEM;
     fy_err *err = &e->err;
-    char path[4096];
+    char path[PATH_MAX];
     if (!dir)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "no export directory given");
     if (subfolder && *subfolder) {
         if (!fs_safe_relative(subfolder))
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "subfolder '%s' must be a relative path "
                            "inside %s", subfolder, dir);
-        snprintf(path, sizeof path, "%s/%s", dir, subfolder);
+        if (fs_join(path, sizeof path, dir, subfolder, err) != FERRY_OK)
+            return err->status;
+    } else if (strlen(dir) < sizeof path) {
+        memcpy(path, dir, strlen(dir) + 1);
     } else {
-        snprintf(path, sizeof path, "%s", dir);
+        char shown[FS_SHORT_MAX];
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s: %s", fs_short(dir, shown, sizeof shown),
+                       strerror(ENAMETOOLONG));
     }
     e->dir = strdup(path);
     if (!e->dir)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-    char mpath[4096 + 16];
-    snprintf(mpath, sizeof mpath, "%s/export.json", path);
-    if (json_load_file(mpath, 16u << 20, &e->manifest, err) != FERRY_OK)
+    char mpath[PATH_MAX];
+    if (fs_join(mpath, sizeof mpath, path, "export.json", err) != FERRY_OK)
+        return err->status;
+    if (json_load_file(mpath, &exp_manifest_limits, &e->manifest, err) != FERRY_OK)
         return err->status;
     if (manifest_validate(e->manifest, path, e, err) != FERRY_OK)
         return err->status;

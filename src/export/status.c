@@ -1,6 +1,14 @@
 /* status.c — version, status strings and dtype names of the public API. */
 #include "ferry.h"
 #include "util/dtype.h"
+#include "util/text.h"
+
+const char *ferry_escape(const char *text, char *buf, size_t size)
+{
+    if (!buf || size < 8)
+        return "";
+    return text_quote(text ? text : "", buf, size);
+}
 
 const char *ferry_version(void)
 {

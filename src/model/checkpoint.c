@@ -8,21 +8,18 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "util/fs.h"
 #include "util/json.h"
 
 #define SINGLE_FILE "model.safetensors"
 #define INDEX_FILE "model.safetensors.index.json"
-/* Index files list one line per tensor: a few MB for the largest models. */
-#define INDEX_MAX_BYTES (64u * 1024u * 1024u)
-
-static char *join_path(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + 1 + strlen(name) + 1;
-    char *path = malloc(n);
-    if (path)
-        snprintf(path, n, "%s/%s", dir, name);
-    return path;
-}
+/* Index files list one line per tensor, one JSON value each: ~9 MB and ~1e5 values for the
+ * largest models (DeepSeek-V3). 64 MB and 2e6 values leave ample room and bound the parse at
+ * ~350 MB. */
+static const json_limits INDEX_LIMITS = {
+    .kind = "safetensors index", .max_bytes = 64u << 20, .max_values = 2000000, .max_depth = 32,
+    .utf8 = true,
+};
 
 static bool file_exists(const char *path)
 {
@@ -46,11 +43,11 @@ static ferry_status add_file(ckpt *c, const char *name, st_file **opened, fy_err
 {
     ferry_status status;
     st_file **grown;
-    char *path = join_path(c->dir, name);
+    char *path = fs_join_dup(c->dir, name, err);
 
     *opened = NULL;
     if (!path)
-        return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", c->dir);
+        return err->status;
     grown = realloc(c->files, (c->n_files + 1) * sizeof *c->files);
     if (!grown) {
         status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", c->dir);
@@ -124,7 +121,7 @@ static ferry_status open_sharded(ckpt *c, const char *index_path, fy_err *err)
     unsigned char *mapped = NULL;
     char qname[ST_QUOTE_MAX], qshard[ST_QUOTE_MAX];
 
-    if ((status = json_load_file(index_path, INDEX_MAX_BYTES, &index, err)) != FERRY_OK ||
+    if ((status = json_load_file(index_path, &INDEX_LIMITS, &index, err)) != FERRY_OK ||
         (status = json_get_member(index, "weight_map", true, index_path, &weight_map, err)) !=
             FERRY_OK)
         goto cleanup;
@@ -179,7 +176,7 @@ static ferry_status open_sharded(ckpt *c, const char *index_path, fy_err *err)
             status = fy_fail(err, FERRY_ERR_FORMAT,
                              "%s: tensor '%s' is mapped to %s, but that file does not hold it",
                              index_path, st_quote_name(entry->string, qname, sizeof qname),
-                             shard);
+                             st_quote_name(shard, qshard, sizeof qshard));
             goto cleanup;
         }
         if (mapped[at]) {
@@ -207,16 +204,20 @@ ferry_status ckpt_open(const char *dir, ckpt **out, fy_err *err)
     if (!c)
         return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", dir);
     c->dir = strdup(dir);
-    single_path = join_path(dir, SINGLE_FILE);
-    index_path = join_path(dir, INDEX_FILE);
-    if (!c->dir || !single_path || !index_path) {
+    if (!c->dir) {
         status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", dir);
+        goto cleanup;
+    }
+    if (!(single_path = fs_join_dup(dir, SINGLE_FILE, err))) {
+        status = err->status;
         goto cleanup;
     }
     /* The single file wins when both exist, as in transformers' from_pretrained. */
     if (file_exists(single_path)) {
         if ((status = add_file(c, SINGLE_FILE, &opened, err)) == FERRY_OK)
             status = build_lookup(c, err);
+    } else if (!(index_path = fs_join_dup(dir, INDEX_FILE, err))) {
+        status = err->status;
     } else if (file_exists(index_path)) {
         status = open_sharded(c, index_path, err);
     } else {

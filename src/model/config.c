@@ -10,9 +10,16 @@
 #include <sys/stat.h>
 
 #include "model/safetensors.h"
+#include "util/fs.h"
 #include "util/json.h"
 
-#define CONFIG_MAX_BYTES (64u * 1024u * 1024u)
+/* config.json and generation_config.json are a few KB (the largest, multimodal configs with
+ * label maps or module lists, a few hundred KB): 16 MB and a million values are far above
+ * any of them and bound what the parser builds at ~160 MB. Sub-configs nest a few levels. */
+static const json_limits CONFIG_LIMITS = {
+    .kind = "config file", .max_bytes = 16u << 20, .max_values = 1000000, .max_depth = 128,
+    .utf8 = true,
+};
 
 
 static const struct {
@@ -120,21 +127,12 @@ ferry_status cfg_parse(const char *json_text, size_t len, const char *origin,
                        model_config *out, fy_err *err)
 {
     memset(out, 0, sizeof *out);
-    ferry_status status = json_parse(json_text, len, origin, &out->raw, err);
+    ferry_status status = json_parse(json_text, len, origin, &CONFIG_LIMITS, &out->raw, err);
     if (status == FERRY_OK)
         status = read_config(out->raw, origin, out, err);
     if (status != FERRY_OK)
         cfg_free(out);
     return status;
-}
-
-static char *join_path(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + 1 + strlen(name) + 1;
-    char *path = malloc(n);
-    if (path)
-        snprintf(path, n, "%s/%s", dir, name);
-    return path;
 }
 
 ferry_status cfg_load(const char *dir, model_config *out, fy_err *err)
@@ -143,19 +141,19 @@ ferry_status cfg_load(const char *dir, model_config *out, fy_err *err)
     char *text = NULL;
     size_t len = 0;
     struct stat st;
-    char *config_path = join_path(dir, "config.json");
-    char *generation_path = join_path(dir, "generation_config.json");
+    char *config_path = NULL, *generation_path = NULL;
 
     memset(out, 0, sizeof *out);
-    if (!config_path || !generation_path) {
-        status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory", dir);
+    if (!(config_path = fs_join_dup(dir, "config.json", err)) ||
+        !(generation_path = fs_join_dup(dir, "generation_config.json", err))) {
+        status = err->status;
         goto cleanup;
     }
-    if ((status = json_read_file(config_path, CONFIG_MAX_BYTES, &text, &len, err)) ||
+    if ((status = json_read_file(config_path, CONFIG_LIMITS.max_bytes, &text, &len, err)) ||
         (status = cfg_parse(text, len, config_path, out, err)))
         goto cleanup;
     if (stat(generation_path, &st) == 0 || errno != ENOENT)
-        status = json_load_file(generation_path, CONFIG_MAX_BYTES, &out->generation, err);
+        status = json_load_file(generation_path, &CONFIG_LIMITS, &out->generation, err);
 
 cleanup:
     if (status != FERRY_OK)

@@ -3,15 +3,17 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "util/fs.h"
 #include "util/json.h"
 
-#define HUB_PATH_MAX 4096
+#define HUB_PATH_MAX PATH_MAX
 /* A ref file holds one commit hash; anything much longer is not one. */
 #define REF_MAX_BYTES 256
 #define REVISION_MAX 255
@@ -107,6 +109,15 @@ static ferry_status cache_root(char *buf, size_t size, fy_err *err)
     return FERRY_OK;
 }
 
+/* a/b/c, refused rather than cut short when it is too long. */
+static ferry_status join3(char *dst, size_t size, const char *a, const char *b, const char *c,
+                          fy_err *err)
+{
+    char mid[HUB_PATH_MAX];
+    ferry_status status = fs_join(mid, sizeof mid, a, b, err);
+    return status != FERRY_OK ? status : fs_join(dst, size, mid, c, err);
+}
+
 static ferry_status copy_out(const char *path, char *out, size_t out_size, fy_err *err)
 {
     size_t n = strlen(path);
@@ -122,8 +133,8 @@ ferry_status hub_resolve(const char *path_or_id, const char *revision, char *out
                          fy_err *err)
 {
     ferry_status status;
-    char root[HUB_PATH_MAX], repo[HUB_PATH_MAX], ref_path[HUB_PATH_MAX * 2];
-    char snapshot[HUB_PATH_MAX * 2];
+    char root[HUB_PATH_MAX], repo[HUB_PATH_MAX], ref_path[HUB_PATH_MAX];
+    char snapshot[HUB_PATH_MAX];
     char *ref_text = NULL;
     size_t ref_len = 0;
     int n;
@@ -132,8 +143,15 @@ ferry_status hub_resolve(const char *path_or_id, const char *revision, char *out
         out[0] = '\0';
     if (!path_or_id || !*path_or_id)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "no model path or hub id given");
-    if (is_dir(path_or_id))
+    if (is_dir(path_or_id)) {
+        /* A directory has no revisions: taking it while ignoring the revision asked for would
+         * export something other than what the caller named. */
+        if (revision)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s is a local directory, and a revision "
+                           "('%s') applies only to a hub id (org/name) in the hub cache",
+                           path_or_id, revision);
         return copy_out(path_or_id, out, out_size, err);
+    }
     if (!is_hub_id(path_or_id))
         return fy_fail(err, FERRY_ERR_IO, "%s: no such directory, and not a hub id (org/name)",
                        path_or_id);
@@ -163,11 +181,13 @@ ferry_status hub_resolve(const char *path_or_id, const char *revision, char *out
                        "%s: not a directory, and hub id '%s' is not in the local cache (looked "
                        "for %s)", path_or_id, path_or_id, repo);
 
-    snprintf(snapshot, sizeof snapshot, "%s/snapshots/%s", repo, revision);
+    if ((status = join3(snapshot, sizeof snapshot, repo, "snapshots", revision, err)) != FERRY_OK)
+        return status;
     if (is_dir(snapshot))
         return copy_out(snapshot, out, out_size, err);
 
-    snprintf(ref_path, sizeof ref_path, "%s/refs/%s", repo, revision);
+    if ((status = join3(ref_path, sizeof ref_path, repo, "refs", revision, err)) != FERRY_OK)
+        return status;
     if ((status = json_read_file(ref_path, REF_MAX_BYTES, &ref_text, &ref_len, NULL)) !=
         FERRY_OK) {
         status = fy_fail(err, FERRY_ERR_IO,
@@ -181,7 +201,8 @@ ferry_status hub_resolve(const char *path_or_id, const char *revision, char *out
         status = fy_fail(err, FERRY_ERR_FORMAT, "%s: does not hold a commit hash", ref_path);
         goto cleanup;
     }
-    snprintf(snapshot, sizeof snapshot, "%s/snapshots/%s", repo, ref_text);
+    if ((status = join3(snapshot, sizeof snapshot, repo, "snapshots", ref_text, err)) != FERRY_OK)
+        goto cleanup;
     if (!is_dir(snapshot)) {
         status = fy_fail(err, FERRY_ERR_IO, "hub id '%s': %s points to %s, which does not exist",
                          path_or_id, ref_path, snapshot);

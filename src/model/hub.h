@@ -13,6 +13,7 @@
  * or $XDG_CACHE_HOME/huggingface; HF_HUB_CACHE, or the legacy HUGGINGFACE_HUB_CACHE, when set,
  * replaces $HF_HOME/hub: huggingface_hub's rules), where <rev> is `revision` if it names a
  * snapshot directory, else the commit hash stored in refs/<revision> (revision NULL = "main").
+ * A directory with a revision is FERRY_ERR_INVALID_ARG: a directory has no revisions.
  * Errors name what was looked for and where. */
 ferry_status hub_resolve(const char *path_or_id, const char *revision, char *out, size_t out_size,
                          fy_err *err);

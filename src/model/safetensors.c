@@ -1,5 +1,5 @@
 /* safetensors.c — opening a .safetensors file: the header is distrusted and checked field by
- * field before anything it claims is used; the data stays in a read-only mapping. */
+ * field before anything it claims is used; tensor bytes are read on demand with pread. */
 #include "model/safetensors.h"
 
 #include <errno.h>
@@ -8,112 +8,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/dtype.h"
 #include "util/json.h"
+#include "util/text.h"
 
 #define METADATA_KEY "__metadata__"
 
-
-/* Length of the valid UTF-8 sequence starting at s[0] (at most `avail` bytes), or 0 if the
- * bytes there are not one: overlong forms, surrogates and code points above U+10FFFF are
- * refused, as Rust's str (the reference implementation) refuses them. */
-static size_t utf8_sequence_len(const unsigned char *s, size_t avail)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned min_second = 0x80, max_second = 0xBF;
-
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) min_second = 0xA0;       /* overlong */
-        if (c == 0xED) max_second = 0x9F;       /* UTF-16 surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) min_second = 0x90;       /* overlong */
-        if (c == 0xF4) max_second = 0x8F;       /* above U+10FFFF */
-    } else {
-        return 0;
-    }
-    if (avail < len || s[1] < min_second || s[1] > max_second)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
-
-/* Offset of the first byte that is not valid UTF-8, or `len` if all are. */
-static size_t utf8_invalid_at(const unsigned char *s, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        size_t n = utf8_sequence_len(s + i, len - i);
-        if (n == 0)
-            return i;
-        i += n;
-    }
-    return len;
-}
+/* A tensor entry is about 8 JSON values: the entry, its dtype, its shape with 1 to 3 extents (up
+ * to 8), data_offsets and its two numbers. The largest checkpoints published hold ~1.4e5
+ * tensors in all (Kimi K2 and DeepSeek-V3 with their fp8 scales), spread over dozens of
+ * shards; a GPTQ-style copy of such a model in a single file (four tensors per linear) would
+ * hold ~3e5. 5e6 values leave room for ~5e5 tensors in one header and bound what cJSON builds
+ * at ~0.8 GB (json.h), where a 100 MB header of tiny values would otherwise take 4 GB. The
+ * format needs three levels of nesting. UTF-8 is checked after the parse, once the tensor
+ * whose name is at fault can be named. */
+static const json_limits HEADER_LIMITS = {
+    .kind = "safetensors header", .max_bytes = ST_MAX_HEADER_BYTES, .max_values = 5000000,
+    .max_depth = 32, .utf8 = false,
+};
 
 const char *st_quote_name(const char *name, char *buf, size_t size)
 {
-    size_t name_len = strlen(name);
-    bool utf8 = utf8_invalid_at((const unsigned char *)name, name_len) == name_len;
-    size_t o = 0;
-
-    for (size_t i = 0; i < name_len; i++) {
-        unsigned char c = (unsigned char)name[i];
-        bool escape = c < 0x20 || c == 0x7F || (c >= 0x80 && !utf8);
-        size_t need = escape ? 4 : 1;
-        if (o + need + 4 > size) {   /* keep room for "..." and the NUL */
-            memcpy(buf + o, "...", 4);
-            return buf;
-        }
-        if (escape) {
-            static const char hex[] = "0123456789abcdef";
-            buf[o++] = '\\';
-            buf[o++] = 'x';
-            buf[o++] = hex[c >> 4];
-            buf[o++] = hex[c & 15];
-        } else {
-            buf[o++] = (char)c;
-        }
-    }
-    buf[o] = '\0';
-    return buf;
-}
-
-/* cJSON decodes the escape \u0000 into a NUL that silently ends the C string, so two different
- * names could become one; it also takes raw control bytes (a raw NUL included) inside strings,
- * which JSON forbids and the reference implementation (serde_json) refuses. Finds either inside
- * a JSON string; returns its offset or -1, with *raw set for a raw control byte. */
-static long find_bad_string_byte(const char *text, size_t len, bool *raw)
-{
-    bool in_string = false;
-    *raw = false;
-    for (size_t i = 0; i < len; i++) {
-        if (!in_string) {
-            in_string = text[i] == '"';
-        } else if (text[i] == '"') {
-            in_string = false;
-        } else if ((unsigned char)text[i] < 0x20) {
-            *raw = true;
-            return (long)i;
-        } else if (text[i] == '\\' && i + 1 < len) {
-            if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0)
-                return (long)i;
-            i++; /* the escaped character cannot end the string */
-        }
-    }
-    return -1;
+    return text_quote(name, buf, size);
 }
 
 static uint64_t read_le64(const uint8_t *p)
@@ -197,7 +116,7 @@ static ferry_status parse_entry(const st_file *f, const cJSON *entry, st_tensor 
     size_t name_len = strlen(entry->string);
 
     st_quote_name(entry->string, qname, sizeof qname);
-    if (utf8_invalid_at((const unsigned char *)entry->string, name_len) != name_len)
+    if (text_utf8_invalid_at((const unsigned char *)entry->string, name_len) != name_len)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor name '%s' is not valid UTF-8", f->path,
                        qname);
     /* Names travel into warnings, graph node names and the exported file; a newline or an
@@ -293,23 +212,9 @@ static ferry_status parse_header(st_file *f, const char *text, size_t len, fy_er
     cJSON *root = NULL;
     const cJSON *entry;
     size_t n_entries = 0, n_metadata = 0;
-    long bad_byte_at;
     size_t bad_at;
-    bool raw;
 
-    if ((bad_byte_at = find_bad_string_byte(text, len, &raw)) >= 0) {
-        if (raw)
-            status = fy_fail(err, FERRY_ERR_FORMAT,
-                             "%s: header has a raw control byte 0x%02x in a string at byte %ld "
-                             "(JSON needs it escaped)", f->path,
-                             (unsigned char)text[bad_byte_at], 8 + bad_byte_at);
-        else
-            status = fy_fail(err, FERRY_ERR_FORMAT,
-                             "%s: header has an escaped NUL (\\u0000) in a string at byte %ld",
-                             f->path, 8 + bad_byte_at);
-        goto cleanup;
-    }
-    if ((status = json_parse(text, len, f->path, &root, err)) != FERRY_OK)
+    if ((status = json_parse_at(text, len, 8, f->path, &HEADER_LIMITS, &root, err)) != FERRY_OK)
         goto cleanup;
     if (!cJSON_IsObject(root)) {
         status = fy_fail(err, FERRY_ERR_FORMAT, "%s: header is not a JSON object", f->path);
@@ -345,7 +250,7 @@ static ferry_status parse_header(st_file *f, const char *text, size_t len, fy_er
         f->n_tensors++;
     }
     /* Names were checked above, with the tensor named; the rest (metadata) is checked here. */
-    if ((bad_at = utf8_invalid_at((const unsigned char *)text, len)) < len) {
+    if ((bad_at = text_utf8_invalid_at((const unsigned char *)text, len)) < len) {
         status = fy_fail(err, FERRY_ERR_FORMAT, "%s: header is not valid UTF-8 at byte %zu",
                          f->path, 8 + bad_at);
         goto cleanup;
@@ -367,13 +272,73 @@ cleanup:
     return status;
 }
 
+/* pread of exactly n bytes at `offset`, retrying short reads. Returns the number of bytes read:
+ * less than n only at end of file. -1 with errno on a read error. */
+static int64_t pread_full(int fd, void *buf, size_t n, uint64_t offset)
+{
+    uint8_t *p = buf;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = pread(fd, p + done, n - done, (off_t)(offset + done));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        done += (size_t)k;
+    }
+    return (int64_t)done;
+}
+
+/* Bytes of [0, size) that hold data rather than holes, counted with SEEK_DATA/SEEK_HOLE and
+ * given up once `enough` is reached. A filesystem without hole reporting answers "all data". */
+static uint64_t data_bytes(int fd, uint64_t size, uint64_t enough)
+{
+    uint64_t total = 0;
+    off_t at = 0;
+    while ((uint64_t)at < size && total < enough) {
+        off_t data = lseek(fd, at, SEEK_DATA);
+        if (data < 0)
+            return errno == ENXIO ? total : size;   /* ENXIO: only a hole is left */
+        off_t hole = lseek(fd, data, SEEK_HOLE);
+        if (hole < 0 || hole <= data)
+            return size;
+        total += (uint64_t)(hole - data);
+        at = hole;
+    }
+    return total;
+}
+
+/* A sparse file reads its holes as zeros at no cost on disk: a few KB downloaded as a tar or
+ * rsync'd with --sparse could claim terabytes of weights and make an export that large. A real
+ * checkpoint is stored in full. st_blocks is the cheap first look; it can be small for a dense
+ * file on a compressing filesystem (ZFS, btrfs report compressed usage) or where a filesystem
+ * does not fill it in, so the holes themselves are then counted, which compression does not
+ * create. */
+static ferry_status check_sparse(const st_file *f, const struct stat *st, fy_err *err)
+{
+    uint64_t allocated = (uint64_t)st->st_blocks * 512;
+    if (f->file_size <= ST_SPARSE_MIN_BYTES || allocated >= f->file_size / ST_SPARSE_RATIO)
+        return FERRY_OK;
+    uint64_t stored = data_bytes(f->fd, f->file_size, f->file_size / ST_SPARSE_RATIO);
+    if (stored >= f->file_size / ST_SPARSE_RATIO)
+        return FERRY_OK;
+    return fy_fail(err, FERRY_ERR_UNSUPPORTED,
+                   "%s: a sparse file: %llu bytes long but only %llu hold data, the rest are "
+                   "holes that read as zeros (ferry refuses checkpoints over %u MiB with less "
+                   "than 1/%u of their bytes stored)", f->path,
+                   (unsigned long long)f->file_size, (unsigned long long)stored,
+                   ST_SPARSE_MIN_BYTES >> 20, ST_SPARSE_RATIO);
+}
+
 ferry_status st_open(const char *path, st_file **out, fy_err *err)
 {
     ferry_status status = FERRY_OK;
     char *header = NULL;
     struct stat st;
+    uint8_t len_bytes[8];
     uint64_t header_len;
-    void *map;
 
     *out = NULL;
     st_file *f = calloc(1, sizeof *f);
@@ -403,18 +368,13 @@ ferry_status st_open(const char *path, st_file **out, fy_err *err)
                          (unsigned long long)f->file_size);
         goto cleanup;
     }
-    if (f->file_size > SIZE_MAX) {
-        status = fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: too large to map", path);
+    errno = 0;
+    if (pread_full(f->fd, len_bytes, 8, 0) != 8) {
+        status = fy_fail(err, FERRY_ERR_IO, "%s: cannot read the header length: %s", path,
+                         errno ? strerror(errno) : "the file shrank");
         goto cleanup;
     }
-    map = mmap(NULL, (size_t)f->file_size, PROT_READ, MAP_PRIVATE, f->fd, 0);
-    if (map == MAP_FAILED) {
-        status = fy_fail(err, FERRY_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-        goto cleanup;
-    }
-    f->map = map;
-
-    header_len = read_le64(f->map);
+    header_len = read_le64(len_bytes);
     if (header_len > f->file_size - 8) {
         status = fy_fail(err, FERRY_ERR_FORMAT,
                          "%s: header length %llu runs past the end of the file (%llu bytes)",
@@ -426,15 +386,23 @@ ferry_status st_open(const char *path, st_file **out, fy_err *err)
                          path, (unsigned long long)header_len, ST_MAX_HEADER_BYTES);
         goto cleanup;
     }
+    if ((status = check_sparse(f, &st, err)) != FERRY_OK)
+        goto cleanup;
     f->data_start = 8 + header_len;
-    /* A private NUL-terminated copy: the parser then never depends on the mapping's end. The
-     * size was checked against the file's real size above. */
+    /* A private NUL-terminated copy: the parser never reads past it. The size was checked
+     * against the file's real size above. */
     header = malloc((size_t)header_len + 1);
     if (!header) {
         status = fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory for the header", path);
         goto cleanup;
     }
-    memcpy(header, f->map + 8, (size_t)header_len);
+    errno = 0;
+    if (pread_full(f->fd, header, (size_t)header_len, 8) != (int64_t)header_len) {
+        status = fy_fail(err, FERRY_ERR_IO, "%s: cannot read the %llu-byte header: %s", path,
+                         (unsigned long long)header_len,
+                         errno ? strerror(errno) : "the file shrank");
+        goto cleanup;
+    }
     header[header_len] = '\0';
     status = parse_header(f, header, (size_t)header_len, err);
 
@@ -455,8 +423,6 @@ void st_close(st_file *f)
     for (size_t i = 0; i < f->n_tensors; i++)
         free(f->tensors[i].name);
     free(f->tensors);
-    if (f->map)
-        munmap((void *)f->map, (size_t)f->file_size);
     if (f->fd >= 0)
         close(f->fd);
     free(f->path);
@@ -479,24 +445,76 @@ const st_tensor *st_find(const st_file *f, const char *name)
     return NULL;
 }
 
-const uint8_t *st_data(const st_tensor *t)
+uint64_t st_file_offset(const st_tensor *t)
 {
-    return t->file->map + t->file->data_start + t->begin;
+    return t->file->data_start + t->begin;
 }
 
-void st_release(const st_tensor *t, uint64_t offset, uint64_t len)
+ferry_status st_truncated(const st_tensor *t, fy_err *err)
+{
+    char qname[ST_QUOTE_MAX];
+    struct stat st;
+    char now[64] = "cannot be examined";
+    if (fstat(t->file->fd, &st) == 0)
+        snprintf(now, sizeof now, "now has %llu", (unsigned long long)st.st_size);
+    return fy_fail(err, FERRY_ERR_IO, "%s: truncated while exporting (tensor '%s' needs bytes "
+                   "[%llu, %llu), the file %s)", t->file->path,
+                   st_quote_name(t->name, qname, sizeof qname),
+                   (unsigned long long)st_file_offset(t),
+                   (unsigned long long)(t->file->data_start + t->end), now);
+}
+
+ferry_status st_read(const st_tensor *t, uint64_t offset, void *buf, size_t len, fy_err *err)
 {
     uint64_t size = t->end - t->begin;
-    if (offset >= size || len == 0)
-        return;
-    if (len > size - offset)
-        len = size - offset;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t start = (uintptr_t)(st_data(t) + offset);
-    uintptr_t end = start + (uintptr_t)len;
-    /* Only pages wholly inside the range: a page shared with a neighbour may still be read. */
-    uintptr_t first = (start + page - 1) & ~(page - 1);
-    uintptr_t last = end & ~(page - 1);
-    if (last > first)
-        madvise((void *)first, last - first, MADV_DONTNEED);
+    if (offset > size || len > size - offset)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "%s: read of [%llu, +%zu) outside tensor of %llu "
+                       "bytes", t->file->path, (unsigned long long)offset, len,
+                       (unsigned long long)size);
+    errno = 0;
+    int64_t got = pread_full(t->file->fd, buf, len, st_file_offset(t) + offset);
+    if (got < 0) {
+        char qname[ST_QUOTE_MAX];
+        return fy_fail(err, FERRY_ERR_IO, "%s: cannot read tensor '%s': %s", t->file->path,
+                       st_quote_name(t->name, qname, sizeof qname), strerror(errno));
+    }
+    if ((size_t)got < len)
+        return st_truncated(t, err);
+    return FERRY_OK;
+}
+
+/* Chunk of the byte comparison: large enough for sequential reads, small next to the stream's
+ * buffers. */
+#define COMPARE_CHUNK ((size_t)1 << 20)
+
+ferry_status st_same_bytes(const st_tensor *a, const st_tensor *b, bool *same, fy_err *err)
+{
+    ferry_status status = FERRY_OK;
+    uint64_t size = a->end - a->begin;
+    uint8_t *x = NULL, *y = NULL;
+
+    *same = a->dtype == b->dtype && a->ndim == b->ndim && size == b->end - b->begin &&
+            memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
+    if (!*same || a == b || size == 0)
+        return FERRY_OK;
+    x = malloc(COMPARE_CHUNK);
+    y = malloc(COMPARE_CHUNK);
+    if (!x || !y) {
+        status = fy_fail(err, FERRY_ERR_NOMEM, "out of memory comparing tensors");
+        goto cleanup;
+    }
+    for (uint64_t at = 0; at < size && *same; at += COMPARE_CHUNK) {
+        size_t n = (size_t)(size - at < COMPARE_CHUNK ? size - at : COMPARE_CHUNK);
+        if ((status = st_read(a, at, x, n, err)) != FERRY_OK ||
+            (status = st_read(b, at, y, n, err)) != FERRY_OK)
+            goto cleanup;
+        *same = memcmp(x, y, n) == 0;
+    }
+
+cleanup:
+    free(x);
+    free(y);
+    if (status != FERRY_OK)
+        *same = false;
+    return status;
 }

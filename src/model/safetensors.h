@@ -1,5 +1,6 @@
 /* safetensors.h — one .safetensors file: header parsed with every length, offset and shape
- * bounds- and overflow-checked, data memory-mapped read-only and never copied here.
+ * bounds- and overflow-checked; tensor bytes read on demand with pread (no mapping: a file
+ * truncated by another process gives a short read and an error naming it, not SIGBUS).
  *
  * File layout (from the safetensors spec): u64 little-endian N, then N bytes of UTF-8 JSON
  * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
@@ -7,6 +8,7 @@
 #ifndef FERRY_MODEL_SAFETENSORS_H
 #define FERRY_MODEL_SAFETENSORS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +19,10 @@
 /* Headers larger than this are refused before any allocation (the reference implementation
  * uses the same cap). */
 #define ST_MAX_HEADER_BYTES (100u * 1024u * 1024u)
+/* Files over ST_SPARSE_MIN_BYTES with less than 1/ST_SPARSE_RATIO of their bytes stored (the rest
+ * holes) are refused: see check_sparse. */
+#define ST_SPARSE_MIN_BYTES (64u << 20)
+#define ST_SPARSE_RATIO 8u
 
 typedef struct st_file st_file;
 
@@ -32,16 +38,16 @@ typedef struct st_tensor {
 
 struct st_file {
     char *path;
-    int fd;
-    const uint8_t *map;      /* whole file, PROT_READ, MAP_PRIVATE; NULL for an empty map */
-    uint64_t file_size;
+    int fd;                  /* O_RDONLY, held until st_close */
+    uint64_t file_size;      /* when opened */
     uint64_t data_start;     /* 8 + header length */
     st_tensor *tensors;      /* sorted by name */
     size_t n_tensors;
 };
 
 /* Opens and validates `path`. Checks (each failure names the file and the tensor or field):
- * file at least 8 bytes; header length within the file and under ST_MAX_HEADER_BYTES; header
+ * file at least 8 bytes; not a sparse file (over ST_SPARSE_MIN_BYTES, less than
+ * 1/ST_SPARSE_RATIO stored); header length within the file and under ST_MAX_HEADER_BYTES; header
  * valid UTF-8 JSON object, with no raw control byte or escaped NUL inside its strings; tensor
  * names free of control characters; each entry has a known dtype, a shape of non-negative
  * integers whose product does not overflow, data_offsets [begin, end] with
@@ -54,17 +60,23 @@ void st_close(st_file *f);
 /* Binary search by name; NULL if absent. */
 const st_tensor *st_find(const st_file *f, const char *name);
 
-/* Pointer to the tensor's first byte inside the mapping (valid until st_close). */
-const uint8_t *st_data(const st_tensor *t);
+/* Absolute offset of the tensor's first byte in its file. */
+uint64_t st_file_offset(const st_tensor *t);
 
-/* Tells the kernel the mapped pages of [offset, offset+len) of the tensor's data (offset
- * relative to the tensor) are no longer needed, so they stop counting toward RSS. Only whole
- * pages inside the range are released. */
-void st_release(const st_tensor *t, uint64_t offset, uint64_t len);
+/* Reads bytes [offset, offset + len) of the tensor's data into buf. A file that has shrunk since
+ * it was opened gives FERRY_ERR_IO "<file>: truncated while exporting (tensor '<name>' needs
+ * bytes [A, B), the file now has N)"; a range outside the tensor is FERRY_ERR_INTERNAL. */
+ferry_status st_read(const st_tensor *t, uint64_t offset, void *buf, size_t len, fy_err *err);
 
-/* Writes `name` into buf (of `size` >= 8 bytes) fit for a one-line message: control bytes, and
- * every byte above 0x7F if the name is not valid UTF-8, become \xNN; long names end in "...".
- * Returns buf. */
+/* The truncation error above, for callers that read the file another way (copy_file_range). */
+ferry_status st_truncated(const st_tensor *t, fy_err *err);
+
+/* *same = the two tensors have the same dtype, shape and bytes (read in chunks, never whole). */
+ferry_status st_same_bytes(const st_tensor *a, const st_tensor *b, bool *same, fy_err *err);
+
+/* Writes `name` into buf (of `size` >= 8 bytes) fit for a one-line message: text_quote
+ * (util/text.h): control bytes and invalid UTF-8 become \xNN, C1 controls, bidi and invisible
+ * format characters \uXXXX; long names end in "...". Returns buf. */
 #define ST_QUOTE_MAX 256
 const char *st_quote_name(const char *name, char *buf, size_t size);
 

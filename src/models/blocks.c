@@ -89,6 +89,7 @@ ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const 
     lm->eps = cfg->rms_norm_eps;
     lm->tie_embeddings = cfg->tie_word_embeddings;
     lm->names = &blk_llama_names;
+    lm->tied_name = lm->names->embed;
     lm->window = calloc((size_t)lm->n_layers, sizeof *lm->window);
     lm->rope = calloc((size_t)lm->n_layers, sizeof *lm->rope);
     if (!lm->window || !lm->rope) {
@@ -338,7 +339,8 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_gr
     lm_inputs in;
     lm_graph_inputs(g, io, &ids, &in);
 
-    int embed = blk_weight(g, ck, n->embed, 0, true, lm->vocab, lm->hidden, dt, err);
+    int embed = blk_weight(g, ck, lm->tie_embeddings ? lm->tied_name : n->embed, 0, true,
+                           lm->vocab, lm->hidden, dt, err);
     int final_norm = blk_weight(g, ck, n->final_norm, 0, true, lm->hidden, 0, dt, err);
     if (err->status != FERRY_OK)
         return err->status;
@@ -347,6 +349,8 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_gr
         head = blk_weight(g, ck, n->lm_head, 0, true, lm->vocab, lm->hidden, dt, err);
         if (err->status != FERRY_OK)
             return err->status;
+    } else if (lm->tied_twin) {
+        ckpt_take(ck, lm->tied_twin); /* same bytes as the tensor read: used through the tie */
     }
 
     g_scope(g, "/model/embed_tokens");
@@ -424,4 +428,42 @@ ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const decoder_io *io, g
                                fy_err *err)
 {
     return blk_lm_build(lm, ck, io, g, err);
+}
+
+ferry_status blk_lm_bind(void *hparams, const ckpt *ck, char *warning, size_t size, fy_err *err)
+{
+    blk_lm *lm = hparams;
+    const blk_names *n = lm->names;
+    const st_tensor *embed = ckpt_find(ck, n->embed), *head = ckpt_find(ck, n->lm_head);
+    bool same = false;
+    if (size > 0)
+        warning[0] = '\0';
+    lm->tied_name = n->embed;
+    lm->tied_twin = NULL;
+    if (!lm->tie_embeddings) {
+        if (!head)
+            return fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '%s' is "
+                           "missing, and config.json does not tie it to '%s' "
+                           "(tie_word_embeddings is false or absent; transformers would "
+                           "initialise it at random)", ck->dir, n->lm_head, n->embed);
+        return FERRY_OK;
+    }
+    if (!head)
+        return FERRY_OK;
+    if (!embed) {
+        /* transformers ties "symmetrically": the stored head becomes the embedding. */
+        lm->tied_name = n->lm_head;
+        return FERRY_OK;
+    }
+    if (st_same_bytes(embed, head, &same, err) != FERRY_OK)
+        return err->status;
+    if (same) {
+        lm->tied_twin = n->lm_head;
+        return FERRY_OK;
+    }
+    lm->tie_embeddings = false;
+    snprintf(warning, size, "config.json sets tie_word_embeddings, but the checkpoint stores '%s' "
+             "and it is not byte-identical to '%s': both are used, untied, as transformers does "
+             "(set tie_word_embeddings to false to silence this)", n->lm_head, n->embed);
+    return FERRY_OK;
 }

@@ -33,7 +33,11 @@ typedef struct blk_lm {
     bool o_bias;             /* o_proj carries a bias */
     bool mlp_bias;
     bool qk_norm;            /* RMSNorm over head_dim on q and k before rope (Qwen3) */
-    bool tie_embeddings;     /* lm_head reuses embed_tokens */
+    bool tie_embeddings;     /* one tensor is both the embedding and the head (config.json's
+                                tie_word_embeddings, settled against the checkpoint by
+                                blk_lm_bind) */
+    const char *tied_name;   /* with tie_embeddings: the checkpoint tensor read for both */
+    const char *tied_twin;   /* a stored copy with the same bytes, consumed by the tie; or NULL */
     g_rope_opts *rope;       /* per layer; owned */
     int64_t *window;         /* per layer: sliding window or 0; owned */
     const blk_names *names;
@@ -56,6 +60,16 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_gr
 ferry_status blk_lm_read(const model_config *cfg, void (*quirks)(const lm_config *c, blk_lm *lm),
                          void **out, fy_err *err);
 void blk_lm_destroy(void *lm);
+/* Settles lm->tie_embeddings against the checkpoint as transformers 5.x does when it loads one
+ * (PreTrainedModel.tie_weights during from_pretrained):
+ *   tie_word_embeddings true: the head absent -> tie to the embedding; the embedding absent but
+ *     the head present -> tie to the head; both stored with the same dtype, shape and bytes ->
+ *     tie (the stored head is consumed by the tie); both stored but not byte-identical -> no
+ *     tie, both used, and `warning` says so (transformers warns alike).
+ *   tie_word_embeddings false or absent: no tie; a missing head is an error (transformers would
+ *     initialise it at random).
+ * The comparison reads both tensors in 1 MiB chunks. */
+ferry_status blk_lm_bind(void *lm, const ckpt *ck, char *warning, size_t size, fy_err *err);
 ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const decoder_io *io, g_graph *g,
                                fy_err *err);
 

@@ -14,5 +14,8 @@ static ferry_status llama_read(const model_config *cfg, void **out, fy_err *err)
     return blk_lm_read(cfg, llama_quirks, out, err);
 }
 
-const model_arch model_llama = {"LlamaForCausalLM", "llama", llama_read, blk_lm_destroy,
-                                blk_lm_build_hook, blk_lm_inputs, 3, true};
+const model_arch model_llama = {
+    .architecture = "LlamaForCausalLM", .model_type = "llama", .read = llama_read,
+    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
+    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
+};

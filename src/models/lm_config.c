@@ -20,6 +20,26 @@
 #define MAX_INTERMEDIATE (1 << 24)
 #define MAX_POSITIONS (INT64_C(1) << 32)
 
+/* Rope and norm parameters: the range real checkpoints use, with orders of magnitude to spare,
+ * inside what float32 arithmetic survives. "Finite and > 0" is not enough: a theta of 1e-300 is
+ * 0 in float32 and a factor of 1e-40 a denormal, and the rope tables fill with inf; a yarn beta
+ * near 0 or a theta of 1 (yarn divides by log(theta)) makes its ramp inf or NaN; an eps of 0
+ * makes RMSNorm of a zero row 0/0; a yarn attention factor of 1e6 overflows fp16 cos/sin.
+ * docs/security.md lists them. */
+#define THETA_MIN 10.0          /* real: 1e4 (Llama 2) to ~1e10 (long-context finetunes) */
+#define THETA_MAX 1e15
+#define FACTOR_MIN 1.0          /* transformers warns below 1; real: 1 to 64 */
+#define FACTOR_MAX 1e4
+#define FREQ_FACTOR_MIN 1e-2    /* llama3 low/high_freq_factor; real: 1 and 4 */
+#define FREQ_FACTOR_MAX 1e3
+#define BETA_MIN 1e-2           /* yarn beta_fast/beta_slow; real: 32 and 1 */
+#define BETA_MAX 1e3
+#define ATTENTION_MIN 1e-2      /* yarn attention_factor, which scales cos and sin; real: 1-1.4 */
+#define ATTENTION_MAX 1e2
+#define MSCALE_MAX 10.0         /* yarn mscale/mscale_all_dim; real: 0.707 to 1 */
+#define EPS_MIN 1e-12           /* rms_norm_eps; real: 1e-6 and 1e-5 */
+#define EPS_MAX 1.0
+
 static const struct {
     const char *name;
     rope_type type;
@@ -30,26 +50,6 @@ static const struct {
 #define ROPE_TYPE_LIST "default, linear, dynamic, llama3, yarn"
 
 static const char *const LAYER_TYPES[] = {"full_attention", "sliding_attention"};
-
-/* json_get_double with a strictly positive lower bound; an absent key gives `dflt` unchecked
- * (-1 marks "unset" for some rope fields). */
-static ferry_status get_positive(const cJSON *obj, const char *key, bool required, double dflt,
-                                 double max, const char *origin, double *out, fy_err *err)
-{
-    const cJSON *node;
-    ferry_status status = json_get_member(obj, key, required, origin, &node, err);
-    if (status != FERRY_OK)
-        return status;
-    if (!node) {
-        *out = dflt;
-        return FERRY_OK;
-    }
-    status = json_get_double(obj, key, true, dflt, 0.0, max, origin, out, err);
-    if (status == FERRY_OK && *out <= 0.0)
-        status = fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be a number > 0 (got %g)",
-                         origin, key, *out);
-    return status;
-}
 
 static ferry_status read_layer_types(const cJSON *root, const char *origin, lm_config *cfg,
                                      fy_err *err)
@@ -97,13 +97,14 @@ static ferry_status read_rope_fields(const cJSON *params, const char *origin, ro
     bool is_llama3 = rope->type == ROPE_LLAMA3, is_yarn = rope->type == ROPE_YARN;
 
     if (needs_factor &&
-        (status = get_positive(params, "factor", true, 1.0, 1e6, origin, &rope->factor, err)))
+        (status = json_get_double(params, "factor", true, 1.0, FACTOR_MIN, FACTOR_MAX, origin,
+                                  &rope->factor, err)))
         return status;
     if (is_llama3 &&
-        ((status = get_positive(params, "low_freq_factor", true, 1.0, 1e6, origin,
-                                &rope->low_freq_factor, err)) ||
-         (status = get_positive(params, "high_freq_factor", true, 4.0, 1e6, origin,
-                                &rope->high_freq_factor, err))))
+        ((status = json_get_double(params, "low_freq_factor", true, 1.0, FREQ_FACTOR_MIN,
+                                   FREQ_FACTOR_MAX, origin, &rope->low_freq_factor, err)) ||
+         (status = json_get_double(params, "high_freq_factor", true, 4.0, FREQ_FACTOR_MIN,
+                                   FREQ_FACTOR_MAX, origin, &rope->high_freq_factor, err))))
         return status;
     if (needs_factor && rope->type != ROPE_LINEAR &&
         (status = json_get_int(params, "original_max_position_embeddings", is_llama3, 0, 1,
@@ -111,15 +112,16 @@ static ferry_status read_rope_fields(const cJSON *params, const char *origin, ro
                                err)))
         return status;
     if (is_yarn &&
-        ((status = get_positive(params, "beta_fast", false, 32.0, 1e6, origin, &rope->beta_fast,
-                                err)) ||
-         (status = get_positive(params, "beta_slow", false, 1.0, 1e6, origin, &rope->beta_slow,
-                                err)) ||
-         (status = get_positive(params, "attention_factor", false, -1.0, 1e6, origin,
-                                &rope->attention_factor, err)) ||
-         (status = json_get_double(params, "mscale", false, 0.0, 0.0, 1e6, origin, &rope->mscale,
-                                   err)) ||
-         (status = json_get_double(params, "mscale_all_dim", false, 0.0, 0.0, 1e6, origin,
+        ((status = json_get_double(params, "beta_fast", false, 32.0, BETA_MIN, BETA_MAX, origin,
+                                   &rope->beta_fast, err)) ||
+         (status = json_get_double(params, "beta_slow", false, 1.0, BETA_MIN, BETA_MAX, origin,
+                                   &rope->beta_slow, err)) ||
+         /* -1 (absent) means "derive it from factor and mscale". */
+         (status = json_get_double(params, "attention_factor", false, -1.0, ATTENTION_MIN,
+                                   ATTENTION_MAX, origin, &rope->attention_factor, err)) ||
+         (status = json_get_double(params, "mscale", false, 0.0, 0.0, MSCALE_MAX, origin,
+                                   &rope->mscale, err)) ||
+         (status = json_get_double(params, "mscale_all_dim", false, 0.0, 0.0, MSCALE_MAX, origin,
                                    &rope->mscale_all_dim, err)) ||
          (status = json_get_bool(params, "truncate", false, true, origin, &rope->truncate, err))))
         return status;
@@ -146,8 +148,8 @@ static ferry_status read_rope(const cJSON *root, const char *path, lm_config *cf
                           .factor = 1.0, .beta_fast = 32.0, .beta_slow = 1.0,
                           .attention_factor = -1.0, .truncate = true,
                           .partial_rotary_factor = 1.0};
-    if ((status = get_positive(root, "rope_theta", false, 10000.0, 1e15, path, &rope->theta,
-                               err)) ||
+    if ((status = json_get_double(root, "rope_theta", false, 10000.0, THETA_MIN, THETA_MAX, path,
+                                  &rope->theta, err)) ||
         (status = json_get_double(root, "partial_rotary_factor", false, 1.0, 1e-6, 1.0, path,
                                   &rope->partial_rotary_factor, err)) ||
         (status = json_get_member(root, section, false, path, &params, err)))
@@ -215,8 +217,8 @@ static ferry_status read_rope_params(const cJSON *params, const char *section,
     }
     /* In rope_parameters the theta and partial factor live inside; they override the top-level
      * keys that transformers 4 used. */
-    if ((status = get_positive(params, "rope_theta", false, rope->theta, 1e15, origin,
-                               &rope->theta, err)) ||
+    if ((status = json_get_double(params, "rope_theta", false, rope->theta, THETA_MIN, THETA_MAX,
+                                  origin, &rope->theta, err)) ||
         (status = json_get_double(params, "partial_rotary_factor", false,
                                   rope->partial_rotary_factor, 1e-6, 1.0, origin,
                                   &rope->partial_rotary_factor, err)))
@@ -285,7 +287,7 @@ ferry_status lm_config_read(const model_config *mc, lm_config *cfg, fy_err *err)
     if (!cJSON_IsObject(root))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: expected a JSON object", origin);
     if ((status = read_sizes(root, origin, cfg, err)) ||
-        (status = json_get_double(root, "rms_norm_eps", false, 1e-6, 0.0, 1.0, origin,
+        (status = json_get_double(root, "rms_norm_eps", false, 1e-6, EPS_MIN, EPS_MAX, origin,
                                   &cfg->rms_norm_eps, err)) ||
         (status = json_get_string(root, "hidden_act", false, "silu", origin, cfg->hidden_act,
                                   sizeof cfg->hidden_act, err)) ||

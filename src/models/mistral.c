@@ -13,5 +13,8 @@ static ferry_status mistral_read(const model_config *cfg, void **out, fy_err *er
     return blk_lm_read(cfg, mistral_quirks, out, err);
 }
 
-const model_arch model_mistral = {"MistralForCausalLM", "mistral", mistral_read, blk_lm_destroy,
-                                  blk_lm_build_hook, blk_lm_inputs, 3, true};
+const model_arch model_mistral = {
+    .architecture = "MistralForCausalLM", .model_type = "mistral", .read = mistral_read,
+    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
+    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
+};

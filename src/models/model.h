@@ -46,6 +46,11 @@ typedef struct model_arch {
      * the file and the key. */
     ferry_status (*read)(const model_config *cfg, void **out, fy_err *err);
     void (*free_hparams)(void *hparams);
+    /* Settles what depends on the checkpoint's contents, not only on its config (tying a
+     * head to the embedding), once the checkpoint is open; may be NULL. `warning` (of `size`
+     * bytes) receives "" or one line for the user. */
+    ferry_status (*bind)(void *hparams, const ckpt *ck, char *warning, size_t size,
+                         fy_err *err);
     /* Builds the component's forward graph into `g`, taking weights from `ck`. Missing weights
      * and shapes that contradict the config are errors naming the tensor. */
     ferry_status (*build)(const void *hparams, ckpt *ck, const decoder_io *io, g_graph *g,

@@ -14,5 +14,8 @@ static ferry_status qwen2_read(const model_config *cfg, void **out, fy_err *err)
     return blk_lm_read(cfg, qwen2_quirks, out, err);
 }
 
-const model_arch model_qwen2 = {"Qwen2ForCausalLM", "qwen2", qwen2_read, blk_lm_destroy,
-                                blk_lm_build_hook, blk_lm_inputs, 3, true};
+const model_arch model_qwen2 = {
+    .architecture = "Qwen2ForCausalLM", .model_type = "qwen2", .read = qwen2_read,
+    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
+    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
+};

@@ -14,5 +14,8 @@ static ferry_status qwen3_read(const model_config *cfg, void **out, fy_err *err)
     return blk_lm_read(cfg, qwen3_quirks, out, err);
 }
 
-const model_arch model_qwen3 = {"Qwen3ForCausalLM", "qwen3", qwen3_read, blk_lm_destroy,
-                                blk_lm_build_hook, blk_lm_inputs, 3, true};
+const model_arch model_qwen3 = {
+    .architecture = "Qwen3ForCausalLM", .model_type = "qwen3", .read = qwen3_read,
+    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
+    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
+};

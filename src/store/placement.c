@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,10 +118,9 @@ static bool no_space(int e)
 
 ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, fy_err *err)
 {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, f->name) >= (int)sizeof path)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s/%s: %s", dir, f->name,
-                       strerror(ENAMETOOLONG));
+    char path[PATH_MAX];
+    if (fs_join(path, sizeof path, dir, f->name, err) != FERRY_OK)
+        return err->status;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
         return fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,

@@ -2,13 +2,13 @@
  *
  * A job is one band of one recipe: rows [r0, r0 + nr) of its logical matrix (a 1-D weight is
  * one row, banded by columns). A worker
- *   1. reads the band's source bytes (straight from the mapping when they are contiguous in one
- *      tensor; joined into a buffer for a concat along columns or across tensors),
+ *   1. reads the band's source bytes with pread (joined row by row for a concat along columns
+ *      or across tensors); nothing is mapped, so a checkpoint truncated meanwhile is a clear
+ *      error naming it, never SIGBUS,
  *   2. converts (fused with the transpose for the common widening cases) or widens to fp32,
  *      adds the offset and quantizes,
- *   3. pwrites each part at its place (a transposed band lands as one strip per output row),
- *   4. releases the source pages it read.
- * Same-dtype untransposed bands are written from the mapping without a copy. */
+ *   3. pwrites each part at its place (a transposed band lands as one strip per output row).
+ * A band that needs no transform is copied file to file with copy_file_range. */
 #include "store/stream.h"
 
 #include <errno.h>
@@ -50,6 +50,7 @@ typedef struct stream {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     fy_err err;              /* first failure (guarded by mu) */
+    bool no_copy_range;      /* copy_file_range refused once (other filesystem, ...): pread */
 } stream;
 
 static bool grow(buf *b, size_t n)
@@ -102,10 +103,12 @@ static int64_t src_cols(const st_tensor *t)
     return t->ndim == 2 ? t->shape[1] : t->shape[0];
 }
 
-/* The band's source elements, row-major [nr, nc], in the sources' dtype: a pointer into the
- * mapping when contiguous in one tensor, else gathered into b->src. `released` lists what was
- * read so the caller can release it. */
-static const uint8_t *read_band(const job *j, worker_bufs *b, fy_err *err)
+static ferry_status put(stream *s, const void *data, size_t n, uint64_t offset, fy_err *err);
+
+/* Where the band's bytes lie when they are one contiguous range of one tensor: the tensor and
+ * the byte offset in it; NULL when they must be gathered (a join along columns, or a band that
+ * spans two joined tensors). */
+static const st_tensor *contiguous(const job *j, uint64_t *offset)
 {
     const g_weight *w = &j->item->w;
     size_t isz = dt_size(w->src[0]->dtype);
@@ -115,74 +118,108 @@ static const uint8_t *read_band(const job *j, worker_bufs *b, fy_err *err)
     const st_tensor *t = w->src[k];
     bool one_tensor = w->n_src == 1 || (w->concat_axis == 0 && w->src[0]->ndim == 2 &&
                                         row + j->nr <= t->shape[0]);
-    if (one_tensor && (j->nc == src_cols(t)))
-        return st_data(t) + ((uint64_t)row * (uint64_t)src_cols(t) + (uint64_t)j->c0) * isz;
-    if (one_tensor && j->nr == 1)
-        return st_data(t) + ((uint64_t)row * (uint64_t)src_cols(t) + (uint64_t)j->c0) * isz;
-    if (!grow(&b->src, (size_t)(j->nr * j->nc) * isz)) {
+    if (!one_tensor || (j->nc != src_cols(t) && j->nr != 1))
+        return NULL;
+    *offset = ((uint64_t)row * (uint64_t)src_cols(t) + (uint64_t)j->c0) * isz;
+    return t;
+}
+
+/* The band's source elements, row-major [nr, nc], in the sources' dtype, read with pread into
+ * b->src (a file that shrank gives the truncation error naming it). */
+static const uint8_t *read_band(const job *j, worker_bufs *b, fy_err *err)
+{
+    const g_weight *w = &j->item->w;
+    size_t isz = dt_size(w->src[0]->dtype), n = (size_t)(j->nr * j->nc) * isz;
+    if (!grow(&b->src, n)) {
         fy_fail(err, FERRY_ERR_NOMEM, "out of memory reading weights");
         return NULL;
     }
+    uint64_t off;
+    const st_tensor *t = contiguous(j, &off);
+    if (t)
+        return st_read(t, off, b->src.p, n, err) == FERRY_OK ? b->src.p : NULL;
     for (int64_t r = 0; r < j->nr; r++) {
         uint8_t *dst = b->src.p + (size_t)(r * j->nc) * isz;
+        int k;
+        int64_t row;
         locate_row(w, j->r0 + r, &k, &row);
         if (w->concat_axis == 0 || w->src[0]->ndim == 1) {
             /* one source holds the whole row (for 1-D joins, walk the column range) */
             int64_t c = j->c0, left = j->nc;
-            int s = w->src[0]->ndim == 1 ? 0 : k;
-            while (w->src[0]->ndim == 1 && c >= src_cols(w->src[s]))
-                c -= src_cols(w->src[s++]);
+            int si = w->src[0]->ndim == 1 ? 0 : k;
+            while (w->src[0]->ndim == 1 && c >= src_cols(w->src[si]))
+                c -= src_cols(w->src[si++]);
             while (left > 0) {
-                const st_tensor *ts = w->src[s];
+                const st_tensor *ts = w->src[si];
                 int64_t take = src_cols(ts) - c < left ? src_cols(ts) - c : left;
                 uint64_t base = w->src[0]->ndim == 1 ? 0 : (uint64_t)row * (uint64_t)src_cols(ts);
-                memcpy(dst, st_data(ts) + (base + (uint64_t)c) * isz, (size_t)take * isz);
+                if (st_read(ts, (base + (uint64_t)c) * isz, dst, (size_t)take * isz, err) !=
+                    FERRY_OK)
+                    return NULL;
                 dst += (size_t)take * isz;
                 left -= take;
                 c = 0;
-                s++;
+                si++;
             }
         } else {
             /* join along columns: the row is the sources' rows side by side */
-            for (int s = 0; s < w->n_src; s++) {
-                const st_tensor *ts = w->src[s];
-                size_t n = (size_t)src_cols(ts) * isz;
-                memcpy(dst, st_data(ts) + (uint64_t)row * n, n);
-                dst += n;
+            for (int si = 0; si < w->n_src; si++) {
+                const st_tensor *ts = w->src[si];
+                size_t len = (size_t)src_cols(ts) * isz;
+                if (st_read(ts, (uint64_t)row * len, dst, len, err) != FERRY_OK)
+                    return NULL;
+                dst += len;
             }
         }
     }
     return b->src.p;
 }
 
-/* Tells the kernel the band's source pages are no longer needed. */
-static void release_band(const job *j)
+/* copy_file_range refuses a pair of files for these (across filesystems before Linux 5.3 and
+ * again since 5.19, special files, an old kernel, a seccomp filter); pread + pwrite does the
+ * same job. */
+static bool copy_range_unsupported(int e)
 {
-    const g_weight *w = &j->item->w;
-    size_t isz = dt_size(w->src[0]->dtype);
-    for (int s = 0; s < w->n_src; s++) {
-        const st_tensor *t = w->src[s];
-        if (w->n_src == 1 || w->src[0]->ndim == 1 || w->concat_axis == 1) {
-            /* rows r0.. of every source (or the column range of a 1-D tensor) */
-            uint64_t cols = (uint64_t)src_cols(t);
-            if (t->ndim == 1)
-                st_release(t, 0, cols * isz);
-            else
-                st_release(t, (uint64_t)(j->r0 + w->row_begin) * cols * isz,
-                           (uint64_t)j->nr * cols * isz);
-        } else {
-            int k0, k1;
-            int64_t row0, row1;
-            locate_row(w, j->r0, &k0, &row0);
-            locate_row(w, j->r0 + j->nr - 1, &k1, &row1);
-            if (s < k0 || s > k1)
-                continue;
-            int64_t first = s == k0 ? row0 : 0, last = s == k1 ? row1 : t->shape[0] - 1;
-            uint64_t cols = (uint64_t)t->shape[1];
-            st_release(t, (uint64_t)first * cols * isz,
-                       (uint64_t)(last - first + 1) * cols * isz);
+    return e == EXDEV || e == EINVAL || e == ENOSYS || e == EOPNOTSUPP || e == EPERM ||
+           e == EBADF;
+}
+
+/* A band that needs no transform: copied file to file in the kernel when it can (no copy
+ * through user space, one page cache), through b->src otherwise. A source that ends early (the
+ * file shrank) is the truncation error. */
+static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, uint64_t dst,
+                              size_t len, worker_bufs *b, fy_err *err)
+{
+    size_t done = 0;
+    while (done < len && !__atomic_load_n(&s->no_copy_range, __ATOMIC_RELAXED)) {
+        loff_t in = (loff_t)(st_file_offset(t) + src_off + done);
+        loff_t out = (loff_t)(dst + done);
+        ssize_t k = copy_file_range(t->file->fd, &in, s->fd, &out, len - done, 0);
+        if (k > 0) {
+            done += (size_t)k;
+            continue;
         }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == ENOSPC || errno == EFBIG || errno == EDQUOT))
+            return fy_fail(err, FERRY_ERR_NOSPACE, "%s: no space left while writing (%s)",
+                           s->path, strerror(errno));
+        if (k < 0 && !copy_range_unsupported(errno))
+            return fy_fail(err, FERRY_ERR_IO, "%s: copying from %s failed: %s", s->path,
+                           t->file->path, strerror(errno));
+        /* Refused, or 0 bytes: some filesystems answer 0 for what they cannot copy, so the
+         * plain read below decides whether the file really ended. */
+        if (k < 0)
+            __atomic_store_n(&s->no_copy_range, true, __ATOMIC_RELAXED);
+        break;
     }
+    if (done == len)
+        return FERRY_OK;
+    if (!grow(&b->src, len - done))
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory reading weights");
+    if (st_read(t, src_off + done, b->src.p, len - done, err) != FERRY_OK)
+        return err->status;
+    return put(s, b->src.p, len - done, dst + done, err);
 }
 
 /* ---- transforms ---- */
@@ -299,10 +336,18 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     const g_weight *w = &j->item->w;
     ferry_dtype from = w->src[0]->dtype, to = w->dtype;
     size_t n = (size_t)(j->nr * j->nc), osz = dt_size(to);
+    bool via_f32 = w->offset != 0 || w->quant.bits;
+    uint64_t src_off;
+    const st_tensor *t = !via_f32 && !w->transpose && from == to ? contiguous(j, &src_off) : NULL;
+    if (t) {
+        *written = n * osz;
+        return copy_band(s, t, src_off,
+                         j->item->offset[W_PART_DATA] + (uint64_t)(j->r0 * j->nc + j->c0) * osz,
+                         n * osz, b, err);
+    }
     const uint8_t *src = read_band(j, b, err);
     if (!src)
         return err->status;
-    bool via_f32 = w->offset != 0 || w->quant.bits;
     const uint8_t *data = src;
     if (via_f32) {
         if (!grow(&b->conv, n * 4))
@@ -368,7 +413,6 @@ static void *worker_main(void *arg)
         fy_err e = {0};
         uint64_t written = 0;
         ferry_status st = run_job(s, j, &b, &written, &e);
-        release_band(j);
         pthread_mutex_lock(&s->mu);
         if (st != FERRY_OK && s->err.status == FERRY_OK)
             s->err = e;

@@ -4,12 +4,20 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "util/text.h"
+
 static ferry_status set(fy_err *err, ferry_status status, int replace, const char *fmt, va_list ap)
 {
     if (!err)
         return status;
     if (replace || err->status == FERRY_OK) {
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        /* Every message is escaped as a whole: paths and values from files reach it through
+         * dozens of call sites, and one missed quote would let C1 controls, bidi overrides or
+         * invalid UTF-8 through to a terminal. Names are quoted (and cut) where they are
+         * inserted as well; escaping twice changes nothing. */
+        char raw[2 * sizeof err->msg];
+        vsnprintf(raw, sizeof raw, fmt, ap);
+        text_quote(raw, err->msg, sizeof err->msg);
         err->status = status;
     }
     return status;

@@ -11,7 +11,8 @@ typedef struct fy_err {
 } fy_err;
 
 /* Records `status` and a printf-style message in `err` (which may be NULL); returns `status` so
- * that callers can write `return fy_fail(err, FERRY_ERR_FORMAT, "...")`. The first failure wins:
+ * that callers can write `return fy_fail(err, FERRY_ERR_FORMAT, "...")`. The message is stored
+ * escaped by text_quote (util/text.h): one line, no control, bidi or invisible characters. The first failure wins:
  * a message already set is kept, because the innermost one names the real culprit. */
 ferry_status fy_fail(fy_err *err, ferry_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

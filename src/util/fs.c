@@ -32,15 +32,68 @@ int fs_remove_tree(const char *path)
     return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+const char *fs_short(const char *path, char *buf, size_t size)
+{
+    size_t len = strlen(path);
+    if (size == 0)
+        return "";
+    if (len < size) {
+        memcpy(buf, path, len + 1);
+        return buf;
+    }
+    /* The tail names the file; the head says where the path starts. */
+    size_t head = size < 16 ? 0 : (size - 4) / 4, tail = size - 4 - head;
+    memcpy(buf, path, head);
+    memcpy(buf + head, "...", 3);
+    memcpy(buf + head + 3, path + len - tail, tail);
+    buf[size - 1] = '\0';
+    return buf;
+}
+
+ferry_status fs_join(char *dst, size_t size, const char *dir, const char *name, fy_err *err)
+{
+    size_t dlen = strlen(dir), nlen = strlen(name), len = dlen + 1 + nlen;
+    if (len >= size || len >= PATH_MAX) {
+        /* Built only for the message: the two halves, each cut to fit. */
+        char sdir[FS_SHORT_MAX], sname[FS_SHORT_MAX];
+        if (size > 0)
+            dst[0] = '\0';
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s/%s: %s (the path would be %zu bytes, "
+                       "at most %d are allowed)", fs_short(dir, sdir, sizeof sdir),
+                       fs_short(name, sname, sizeof sname), strerror(ENAMETOOLONG), len,
+                       PATH_MAX - 1);
+    }
+    memcpy(dst, dir, dlen);
+    dst[dlen] = '/';
+    memcpy(dst + dlen + 1, name, nlen + 1);
+    return FERRY_OK;
+}
+
+char *fs_join_dup(const char *dir, const char *name, fy_err *err)
+{
+    char *path = malloc(PATH_MAX);
+    if (!path) {
+        fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    if (fs_join(path, PATH_MAX, dir, name, err) != FERRY_OK) {
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
 /* A full disk, a quota or a file-size limit (EFBIG, "File too large") all mean the same to the
  * user: say "no space left" in words, with the system's own reason after it. */
 static ferry_status io_fail(fy_err *err, const char *path, const char *what)
 {
     int e = errno;
+    char shown[FS_SHORT_MAX];
+    fs_short(path, shown, sizeof shown);
     if (e == ENOSPC || e == EFBIG || e == EDQUOT)
-        return fy_fail(err, FERRY_ERR_NOSPACE, "%s: %s: no space left (%s)", path, what,
+        return fy_fail(err, FERRY_ERR_NOSPACE, "%s: %s: no space left (%s)", shown, what,
                        strerror(e));
-    return fy_fail(err, FERRY_ERR_IO, "%s: %s: %s", path, what, strerror(e));
+    return fy_fail(err, FERRY_ERR_IO, "%s: %s: %s", shown, what, strerror(e));
 }
 
 ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n, uint64_t offset,
@@ -146,10 +199,9 @@ bool fs_safe_relative(const char *rel)
 
 bool fs_inside(const char *dir, const char *rel)
 {
-    char root[PATH_MAX], full[PATH_MAX * 2], real[PATH_MAX];
-    if (!realpath(dir, root))
+    char root[PATH_MAX], full[PATH_MAX], real[PATH_MAX];
+    if (!realpath(dir, root) || fs_join(full, sizeof full, dir, rel, NULL) != FERRY_OK)
         return false;
-    snprintf(full, sizeof full, "%s/%s", dir, rel);
     if (!realpath(full, real))
         return false;
     size_t n = strlen(root);
@@ -162,22 +214,26 @@ ferry_status fs_split(const char *path, char *parent, size_t psize, char *base, 
     size_t len = strlen(path);
     while (len > 1 && path[len - 1] == '/')
         len--;
-    if (len == 0 || len >= PATH_MAX)
+    char shown[FS_SHORT_MAX];
+    if (len == 0)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "bad output path '%s'", path);
     size_t cut = len;
     while (cut > 0 && path[cut - 1] != '/')
         cut--;
     size_t blen = len - cut;
-    if (blen == 0 || blen >= bsize || (blen == 1 && path[cut] == '.') ||
+    if (len >= PATH_MAX || blen > NAME_MAX || blen >= bsize)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s: %s", fs_short(path, shown, sizeof shown),
+                       strerror(ENAMETOOLONG));
+    if (blen == 0 || (blen == 1 && path[cut] == '.') ||
         (blen == 2 && path[cut] == '.' && path[cut + 1] == '.'))
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "bad output path '%s'", path);
     memcpy(base, path + cut, blen);
     base[blen] = '\0';
-    if (cut == 0)
-        snprintf(parent, psize, ".");
-    else if (cut == 1)
-        snprintf(parent, psize, "/");
-    else
-        snprintf(parent, psize, "%.*s", (int)(cut - 1), path);
+    const char *p = cut == 0 ? "." : cut == 1 ? "/" : path;
+    size_t plen = cut <= 1 ? 1 : cut - 1;
+    if (plen >= psize)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "bad output path '%s'", path);
+    memcpy(parent, p, plen);
+    parent[plen] = '\0';
     return FERRY_OK;
 }

@@ -26,6 +26,16 @@ ferry_status fs_write_file(const char *path, const void *data, size_t len, fy_er
 bool fs_safe_relative(const char *rel);
 /* True if `dir`/`rel` exists and its real path (links resolved) lies inside realpath(dir). */
 bool fs_inside(const char *dir, const char *rel);
+/* Longest message form of a path: fs_short cuts longer ones in the middle. */
+#define FS_SHORT_MAX 160
+/* `path` for a message: as is if it fits in `size` bytes, else its head and tail around "...",
+ * so that a path near PATH_MAX cannot push the reason out of a one-line message. */
+const char *fs_short(const char *path, char *buf, size_t size);
+/* Writes `dir`/`name` into `dst` (`size` bytes). A result longer than PATH_MAX - 1 bytes (or than
+ * `dst`) is never cut short: it fails with FERRY_ERR_INVALID_ARG, "<path>: File name too long". */
+ferry_status fs_join(char *dst, size_t size, const char *dir, const char *name, fy_err *err);
+/* fs_join into a new allocation (free it); NULL on failure, with `err` filled. */
+char *fs_join_dup(const char *dir, const char *name, fy_err *err);
 /* Splits `path` into its parent directory and last component (trailing slashes ignored). */
 ferry_status fs_split(const char *path, char *parent, size_t psize, char *base, size_t bsize,
                       fy_err *err);

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/text.h"
+
 /* cJSON parses numbers into doubles, where 2^53 + 1 already reads as 2^53: only magnitudes
  * below 2^53 are known to be the integer the file wrote. */
 #define JSON_INT_LIMIT 9007199254740992.0
@@ -39,8 +41,8 @@ ferry_status json_read_file(const char *path, size_t max_bytes, char **text, siz
         goto cleanup;
     }
     if ((uint64_t)st.st_size > max_bytes) {
-        status = fy_fail(err, FERRY_ERR_FORMAT, "%s: %lld bytes, more than the %zu allowed", path,
-                         (long long)st.st_size, max_bytes);
+        status = fy_fail(err, FERRY_ERR_FORMAT, "%s: %lld bytes exceed the limit of %zu for "
+                         "this kind of file", path, (long long)st.st_size, max_bytes);
         goto cleanup;
     }
     size = (size_t)st.st_size;
@@ -79,17 +81,105 @@ static bool is_json_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-ferry_status json_parse(const char *text, size_t len, const char *origin, cJSON **out, fy_err *err)
+/* One linear pass over the text, before cJSON sees it: the bytes cJSON would take but other
+ * readers refuse or read differently, and the number of values and depth of nesting that the
+ * parse would build. Values are counted as cJSON allocates them: the root, plus one per comma
+ * and one for the first element of each non-empty array or object (exact for valid JSON, and
+ * never below what cJSON allocates before it finds an error). */
+static ferry_status prescan(const char *text, size_t len, size_t base, const char *origin,
+                            const json_limits *lim, fy_err *err)
+{
+    bool in_string = false, opened = false;
+    size_t values = 1;
+    unsigned depth = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (in_string) {
+            if (c == '"') {
+                in_string = false;
+            } else if (c < 0x20) {
+                return fy_fail(err, FERRY_ERR_FORMAT, "%s: raw control byte 0x%02x in a string "
+                               "at byte %zu (JSON needs it escaped)", origin, c, base + i);
+            } else if (c == '\\' && i + 1 < len) {
+                if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0)
+                    return fy_fail(err, FERRY_ERR_FORMAT, "%s: escaped NUL (\\u0000) in a string "
+                                   "at byte %zu (it would cut the string short)", origin,
+                                   base + i);
+                i++; /* the escaped character cannot end the string */
+            }
+            continue;
+        }
+        if (is_json_space((char)c))
+            continue;
+        if (c < 0x20 || c == 0x7F)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: control byte 0x%02x at byte %zu is not "
+                           "JSON", origin, c, base + i);
+        if (opened && c != ']' && c != '}')
+            values++;
+        opened = false;
+        switch (c) {
+        case '"':
+            in_string = true;
+            break;
+        case '[':
+        case '{':
+            if (++depth > lim->max_depth)
+                return fy_fail(err, FERRY_ERR_FORMAT, "%s: nesting deeper than %u levels (at "
+                               "byte %zu) exceeds the limit for a %s", origin, lim->max_depth,
+                               base + i, lim->kind);
+            opened = true;
+            break;
+        case ']':
+        case '}':
+            if (depth > 0)
+                depth--;
+            break;
+        case ',':
+            values++;
+            break;
+        default:
+            break;
+        }
+    }
+    /* Counted to the end (one cheap pass), so that the message says how far over it is. */
+    if (values > lim->max_values)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: %zu JSON values exceed the limit of %zu for "
+                       "a %s", origin, values, lim->max_values, lim->kind);
+    if (lim->utf8) {
+        size_t bad = text_utf8_invalid_at((const unsigned char *)text, len);
+        if (bad < len)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: not valid UTF-8 at byte %zu", origin,
+                           base + bad);
+    }
+    return FERRY_OK;
+}
+
+ferry_status json_parse_at(const char *text, size_t len, size_t base, const char *origin,
+                           const json_limits *limits, cJSON **out, fy_err *err)
 {
     const char *end = NULL;
+    ferry_status status;
 
     *out = NULL;
     if (len == 0)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: empty, expected JSON", origin);
+    if (len > limits->max_bytes)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: %zu bytes exceed the limit of %zu for a %s",
+                       origin, len, limits->max_bytes, limits->kind);
+    if ((status = prescan(text, len, base, origin, limits, err)) != FERRY_OK)
+        return status;
+    /* cJSON says only "failed" when an allocation fails, as for malformed text; malloc's
+     * ENOMEM tells the two apart (errno is per thread). */
+    errno = 0;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
+        if (errno == ENOMEM)
+            return fy_fail(err, FERRY_ERR_NOMEM, "%s: out of memory parsing %zu bytes of JSON "
+                           "(a memory limit is lower than this file needs)", origin, len);
         size_t offset = end && end >= text ? (size_t)(end - text) : 0;
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s: invalid JSON near byte %zu", origin, offset);
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: invalid JSON near byte %zu", origin,
+                       base + offset);
     }
     /* cJSON stops after the first value; anything but whitespace after it is malformed. */
     size_t offset = (size_t)(end - text);
@@ -98,21 +188,29 @@ ferry_status json_parse(const char *text, size_t len, const char *origin, cJSON 
     if (offset < len) {
         cJSON_Delete(root);
         return fy_fail(err, FERRY_ERR_FORMAT,
-                       "%s: unexpected data after the JSON value at byte %zu", origin, offset);
+                       "%s: unexpected data after the JSON value at byte %zu", origin,
+                       base + offset);
     }
     *out = root;
     return FERRY_OK;
 }
 
-ferry_status json_load_file(const char *path, size_t max_bytes, cJSON **out, fy_err *err)
+ferry_status json_parse(const char *text, size_t len, const char *origin,
+                        const json_limits *limits, cJSON **out, fy_err *err)
+{
+    return json_parse_at(text, len, 0, origin, limits, out, err);
+}
+
+ferry_status json_load_file(const char *path, const json_limits *limits, cJSON **out,
+                            fy_err *err)
 {
     char *text = NULL;
     size_t len = 0;
 
     *out = NULL;
-    ferry_status status = json_read_file(path, max_bytes, &text, &len, err);
+    ferry_status status = json_read_file(path, limits->max_bytes, &text, &len, err);
     if (status == FERRY_OK)
-        status = json_parse(text, len, path, out, err);
+        status = json_parse(text, len, path, limits, out, err);
     free(text);
     return status;
 }

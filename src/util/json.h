@@ -10,13 +10,38 @@
 
 #include "util/err.h"
 
+/* What one kind of JSON file may hold. cJSON builds a node of 64 bytes (80 with malloc's
+ * overhead) for every value and a copy of every key and string, so a file of tiny values
+ * ("[0,0,0,...]") grows about 40 times when parsed: the byte cap alone does not bound memory.
+ * json_parse counts values and nesting in one linear pass first and refuses a file over these
+ * caps before cJSON allocates anything; a parse then needs at most
+ * max_values * 144 bytes + the text's size (two 32-byte strings per value at worst). */
+typedef struct json_limits {
+    const char *kind;       /* "config file", named in messages: "... limit for a config file" */
+    size_t max_bytes;
+    size_t max_values;      /* scalars, arrays and objects, at every depth */
+    unsigned max_depth;     /* nested arrays and objects; at most cJSON's own limit (1000) */
+    bool utf8;              /* refuse text that is not UTF-8, naming the byte */
+} json_limits;
+
 /* Reads a whole small file (at most `max_bytes`) into a NUL-terminated buffer. */
 ferry_status json_read_file(const char *path, size_t max_bytes, char **text, size_t *len,
                             fy_err *err);
-/* Parses JSON text; the error names `origin` and the byte offset. */
-ferry_status json_parse(const char *text, size_t len, const char *origin, cJSON **out, fy_err *err);
-/* Loads and parses a file. */
-ferry_status json_load_file(const char *path, size_t max_bytes, cJSON **out, fy_err *err);
+/* Parses JSON text within `limits`; errors name `origin` and the byte offset. Refused besides
+ * malformed JSON and the caps: a NUL, raw or escaped (\u0000), or any other raw control byte
+ * inside a string (cJSON would cut the string at the NUL and take the others, where other
+ * readers refuse the file or see a different string), a control byte outside strings other
+ * than JSON's four whitespace bytes (cJSON skips them all as whitespace), and data after the
+ * value. */
+ferry_status json_parse(const char *text, size_t len, const char *origin,
+                        const json_limits *limits, cJSON **out, fy_err *err);
+/* json_parse for text that starts at byte `base` of the file `origin` names (a safetensors
+ * header starts at byte 8): offsets in messages are the file's. */
+ferry_status json_parse_at(const char *text, size_t len, size_t base, const char *origin,
+                           const json_limits *limits, cJSON **out, fy_err *err);
+/* Loads and parses a file within `limits`. */
+ferry_status json_load_file(const char *path, const json_limits *limits, cJSON **out,
+                            fy_err *err);
 
 /* Each getter: key absent or JSON null -> *out = dflt and FERRY_OK (if `required`, an error);
  * wrong type or out of [min, max] -> FERRY_ERR_FORMAT naming origin and key. Integers must be

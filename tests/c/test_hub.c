@@ -121,6 +121,10 @@ static void test_resolve(void **state)
     fy_err err = {0};
     assert_int_equal(hub_resolve(local, NULL, out, sizeof out, &err), FERRY_OK);
     assert_string_equal(out, local);
+    /* ... but not with a revision, which a directory cannot honour. */
+    expect_error(local, "v1", FERRY_ERR_INVALID_ARG, "is a local directory",
+                 "revision ('v1') applies only to a hub id");
+    expect_error(local, "main", FERRY_ERR_INVALID_ARG, local, "is a local directory");
 
     /* HF_HUB_CACHE replaces $HF_HOME/hub. */
     char cache[256];

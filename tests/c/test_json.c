@@ -36,11 +36,20 @@ static void write_file(const char *path, const char *text)
             fail_msg("message \"%s\" does not mention \"%s\"", (err).msg, (needle));          \
     } while (0)
 
+/* Generous for the tests that are not about limits. */
+static const json_limits TEST_LIMITS = {
+    .kind = "test file", .max_bytes = 1u << 20, .max_values = 1000, .max_depth = 16, .utf8 = true,
+};
+static const json_limits SMALL_FILE = {
+    .kind = "small file", .max_bytes = 100, .max_values = 1000, .max_depth = 16, .utf8 = true,
+};
+
 static cJSON *parse(const char *text)
 {
     cJSON *root = NULL;
     fy_err err = {0};
-    assert_int_equal(json_parse(text, strlen(text), "t.json", &root, &err), FERRY_OK);
+    assert_int_equal(json_parse(text, strlen(text), "t.json", &TEST_LIMITS, &root, &err),
+                     FERRY_OK);
     return root;
 }
 
@@ -58,7 +67,7 @@ static void test_read_and_load(void **state)
     assert_int_equal(len, 9);
     assert_string_equal(text, "{\"a\": 1}\n");
     free(text);
-    assert_int_equal(json_load_file(path, 100, &root, &err), FERRY_OK);
+    assert_int_equal(json_load_file(path, &SMALL_FILE, &root, &err), FERRY_OK);
     assert_int_equal(cJSON_GetObjectItemCaseSensitive(root, "a")->valueint, 1);
     cJSON_Delete(root);
 
@@ -69,7 +78,7 @@ static void test_read_and_load(void **state)
 
     fy_err_clear(&err);
     snprintf(path, sizeof path, "%s/missing.json", tmp_dir);
-    assert_int_equal(json_load_file(path, 100, &root, &err), FERRY_ERR_IO);
+    assert_int_equal(json_load_file(path, &SMALL_FILE, &root, &err), FERRY_ERR_IO);
     assert_null(root);
     assert_msg_has(err, path);
     assert_msg_has(err, "No such file");
@@ -87,7 +96,7 @@ static void test_read_and_load(void **state)
     fy_err_clear(&err);
     snprintf(path, sizeof path, "%s/bad.json", tmp_dir);
     write_file(path, "{\"a\": }");
-    assert_int_equal(json_load_file(path, 100, &root, &err), FERRY_ERR_FORMAT);
+    assert_int_equal(json_load_file(path, &SMALL_FILE, &root, &err), FERRY_ERR_FORMAT);
     assert_msg_has(err, path);
     assert_msg_has(err, "byte");
 }
@@ -105,8 +114,8 @@ static void test_parse_errors(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cJSON *root = (cJSON *)1;
         fy_err err = {0};
-        assert_int_equal(json_parse(cases[i].text, strlen(cases[i].text), "origin.json", &root,
-                                    &err), FERRY_ERR_FORMAT);
+        assert_int_equal(json_parse(cases[i].text, strlen(cases[i].text), "origin.json",
+                                    &TEST_LIMITS, &root, &err), FERRY_ERR_FORMAT);
         assert_null(root);
         assert_msg_has(err, "origin.json");
         assert_msg_has(err, cases[i].needle);
@@ -244,6 +253,141 @@ static void test_member_and_u64(void **state)
     cJSON_Delete(root);
 }
 
+/* Parses `len` bytes (which may hold NULs) and expects a refusal mentioning each needle. */
+static void expect_refused(const char *label, const char *text, size_t len,
+                           const json_limits *lim, ferry_status status, const char *needle,
+                           const char *needle2)
+{
+    cJSON *root = (cJSON *)1;
+    fy_err err = {0};
+    ferry_status got = json_parse(text, len, "f.json", lim, &root, &err);
+    if (got != status)
+        fail_msg("%s: status %d, expected %d (%s)", label, got, status, err.msg);
+    assert_null(root);
+    if (!strstr(err.msg, "f.json") || !strstr(err.msg, needle) ||
+        (needle2 && !strstr(err.msg, needle2)))
+        fail_msg("%s: message \"%s\" does not mention f.json, \"%s\" and \"%s\"", label, err.msg,
+                 needle, needle2 ? needle2 : "");
+}
+
+#define REFUSED(label, lit, needle, needle2)                                                   \
+    expect_refused(label, lit, sizeof lit - 1, &TEST_LIMITS, FERRY_ERR_FORMAT, needle, needle2)
+
+/* A NUL in a string, escaped or raw, is cut by cJSON: ferry would validate "LlamaForCausalLM"
+ * where every other reader sees the whole string. Every string ferry parses goes through
+ * json_parse, so one refusal there covers config.json, generation_config.json, the index,
+ * export.json, recipes and safetensors headers. */
+static void test_nul_and_control_bytes(void **state)
+{
+    (void)state;
+    REFUSED("escaped NUL in a value", "{\"architectures\": [\"LlamaForCausalLM\\u0000junk\"]}",
+            "escaped NUL (\\u0000) in a string at byte 36", NULL);
+    REFUSED("escaped NUL in a key", "{\"a\\u0000b\": 1}", "escaped NUL", "byte 3");
+    REFUSED("escaped NUL in a path", "{\"file\": \"model.onnx\\u0000/../../x\"}",
+            "escaped NUL", "byte 20");
+    REFUSED("raw NUL in a string", "{\"a\": \"x\0y\"}",
+            "raw control byte 0x00 in a string at byte 8", NULL);
+    REFUSED("raw newline in a string", "{\"a\": \"x\ny\"}", "raw control byte 0x0a", NULL);
+    REFUSED("raw escape byte in a key", "{\"\x1b[2J\": 1}",
+            "raw control byte 0x1b in a string at byte 2", NULL);
+    REFUSED("NUL after the value", "{\"a\": 1}\0", "control byte 0x00 at byte 8 is not JSON",
+            NULL);
+    REFUSED("NUL then a second object", "{\"a\": 1}\0{\"b\": 2}", "control byte 0x00", NULL);
+    REFUSED("NUL between tokens", "{\"a\":\0 1}", "control byte 0x00 at byte 5", NULL);
+    REFUSED("control byte between tokens", "{\"a\":\x01 1}", "control byte 0x01", NULL);
+    REFUSED("DEL between tokens", "{\"a\": 1\x7f}", "control byte 0x7f", NULL);
+
+    /* Not NULs: an escaped backslash followed by "u0000", other escapes, \u0001. */
+    cJSON *root = parse("{\"a\": \"\\\\u0000\", \"b\": \"\\u0001\\n\\t\\\"\", \"c\\u00e9\": 1}");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(root, "a")->valuestring, "\\u0000");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(root, "b")->valuestring, "\x01\n\t\"");
+    assert_non_null(cJSON_GetObjectItemCaseSensitive(root, "c\xc3\xa9"));
+    cJSON_Delete(root);
+
+    /* Offsets are the file's when the text starts further in (a safetensors header at 8). */
+    fy_err err = {0};
+    const char text[] = "{\"a\\u0000\": 1}";
+    assert_int_equal(json_parse_at(text, sizeof text - 1, 8, "f.st", &TEST_LIMITS, &root, &err),
+                     FERRY_ERR_FORMAT);
+    assert_msg_has(err, "at byte 11");
+    fy_err_clear(&err);
+    assert_int_equal(json_parse_at("{\"a\": }", 7, 8, "f.st", &TEST_LIMITS, &root, &err),
+                     FERRY_ERR_FORMAT);
+    assert_msg_has(err, "invalid JSON near byte 14");
+}
+
+static void test_utf8(void **state)
+{
+    (void)state;
+    REFUSED("stray continuation byte", "{\"a\": \"caf\xa9\"}", "not valid UTF-8 at byte 10", NULL);
+    REFUSED("overlong slash", "{\"a\xc0\xaf\": 1}", "not valid UTF-8 at byte 3", NULL);
+    REFUSED("surrogate", "{\"a\": \"\xed\xa0\x80\"}", "not valid UTF-8 at byte 7", NULL);
+    REFUSED("cut short at the end", "{\"a\": \"\xe2\x82\"}", "not valid UTF-8", NULL);
+    cJSON *root = parse("{\"caf\xc3\xa9\": \"\xf0\x9f\x98\x80\"}");
+    cJSON_Delete(root);
+
+    /* A kind that checks UTF-8 itself (a safetensors header, to name the tensor) can opt out. */
+    json_limits lax = TEST_LIMITS;
+    lax.utf8 = false;
+    fy_err err = {0};
+    assert_int_equal(json_parse("{\"a\": \"\xff\"}", 10, "f.json", &lax, &root, &err), FERRY_OK);
+    cJSON_Delete(root);
+}
+
+/* The caps are checked before cJSON allocates anything, and reported as limits. */
+static void test_limits(void **state)
+{
+    (void)state;
+    json_limits lim = {.kind = "test file", .max_bytes = 64, .max_values = 5, .max_depth = 3,
+                       .utf8 = true};
+    static const struct { const char *text; size_t values; } counted[] = {
+        {"1", 1}, {"[]", 1}, {"{}", 1}, {"[1]", 2}, {"[ [ ] , [ ] ]", 3},
+        {"{\"a\": [1, 2], \"b\": {}}", 5}, {"[\"a,b\", \"[{\"]", 3}, {"[[[]]]", 3},
+        {"{\"a\": {\"b\": {\"c\": 1}}}", 4},
+    };
+    cJSON *root;
+    fy_err err = {0};
+    for (size_t i = 0; i < sizeof counted / sizeof counted[0]; i++) {
+        /* At the cap, accepted; one below it, refused with the exact count. */
+        lim.max_values = counted[i].values;
+        if (json_parse(counted[i].text, strlen(counted[i].text), "f.json", &lim, &root, &err) !=
+            FERRY_OK)
+            fail_msg("'%s' at its count %zu: %s", counted[i].text, counted[i].values, err.msg);
+        cJSON_Delete(root);
+        lim.max_values = counted[i].values - 1;
+        char needle[96];
+        snprintf(needle, sizeof needle, "%zu JSON values exceed the limit of %zu for a test file",
+                 counted[i].values, counted[i].values - 1);
+        expect_refused(counted[i].text, counted[i].text, strlen(counted[i].text), &lim,
+                       FERRY_ERR_FORMAT, needle, NULL);
+    }
+    lim.max_values = 100;
+    expect_refused("four levels", "[[[[]]]]", 8, &lim, FERRY_ERR_FORMAT,
+                   "nesting deeper than 3 levels (at byte 3) exceeds the limit for a test file",
+                   NULL);
+    expect_refused("four levels of objects", "{\"a\":{\"b\":{\"c\":{}}}}", 20, &lim,
+                   FERRY_ERR_FORMAT, "nesting deeper than 3 levels", NULL);
+    /* Brackets inside strings are not nesting. */
+    assert_int_equal(json_parse("[\"[[[[[[\"]", 10, "f.json", &lim, &root, &err), FERRY_OK);
+    cJSON_Delete(root);
+    char big[80];
+    memset(big, ' ', sizeof big);
+    big[0] = '1';
+    expect_refused("65 bytes", big, 65, &lim, FERRY_ERR_FORMAT,
+                   "65 bytes exceed the limit of 64 for a test file", NULL);
+
+    /* Nesting past cJSON's own limit (1000) is a limit too, never a recursion. */
+    lim.max_depth = 1000;
+    lim.max_bytes = 1u << 20;
+    char *deep = malloc(200001);
+    assert_non_null(deep);
+    memset(deep, '[', 100000);
+    memset(deep + 100000, ']', 100000);
+    expect_refused("100000 levels", deep, 200000, &lim, FERRY_ERR_FORMAT,
+                   "nesting deeper than 1000 levels (at byte 1000)", NULL);
+    free(deep);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +396,9 @@ int main(void)
         cmocka_unit_test(test_get_int),
         cmocka_unit_test(test_get_double_bool_string),
         cmocka_unit_test(test_member_and_u64),
+        cmocka_unit_test(test_nul_and_control_bytes),
+        cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,9 +50,9 @@ static void test_hostile_recipes(void **state)
         ferry_status status;
         const char *needle;
     } cases[] = {
-        {"not JSON", "{\"dynamic\": tru", FERRY_ERR_INVALID_ARG, "not a JSON object"},
+        {"not JSON", "{\"dynamic\": tru", FERRY_ERR_INVALID_ARG, "recipe: invalid JSON near byte"},
         {"an array", "[]", FERRY_ERR_INVALID_ARG, "not a JSON object"},
-        {"empty", "", FERRY_ERR_INVALID_ARG, "not a JSON object"},
+        {"empty", "", FERRY_ERR_INVALID_ARG, "recipe: empty"},
         {"unknown key", "{\"dynamc\": true}", FERRY_ERR_INVALID_ARG, "unknown key 'dynamc'"},
         {"unknown key with an escape sequence", "{\"\\u001b[2Jx\": 1}", FERRY_ERR_INVALID_ARG,
          "unknown key '\\x1b[2Jx'"},
@@ -126,7 +126,34 @@ static void test_hostile_recipes(void **state)
          "'quantizer' is not supported yet"},
         {"for_generation a number", "{\"for_generation\": 1}", FERRY_ERR_INVALID_ARG,
          "'for_generation' must be true or false"},
-        {"nested 100000 deep", NULL, FERRY_ERR_INVALID_ARG, "not a JSON object"},
+        /* Refused like config.json: data after the value, which the parser used to ignore. */
+        {"a second object", "{\"dynamic\": true} {\"dtype\": \"fp16\"}", FERRY_ERR_INVALID_ARG,
+         "recipe: unexpected data after the JSON value at byte 18"},
+        {"trailing text", "{\"dynamic\": true}\ntrailing", FERRY_ERR_INVALID_ARG,
+         "unexpected data after the JSON value at byte 18"},
+        {"a second value after spaces", "{} \t\r\n []", FERRY_ERR_INVALID_ARG,
+         "unexpected data after the JSON value at byte 7"},
+        {"a control byte after the value", "{}\x01", FERRY_ERR_INVALID_ARG,
+         "recipe: control byte 0x01 at byte 2 is not JSON"},
+        {"escaped NUL in a symbol",
+         "{\"dynamic_shapes\": {\"input_ids\": {\"1\": \"seq\\u0000uence\"}}}",
+         FERRY_ERR_INVALID_ARG, "recipe: escaped NUL (\\u0000) in a string at byte 43"},
+        {"escaped NUL in a key", "{\"dynamic\\u0000x\": true}", FERRY_ERR_INVALID_ARG,
+         "escaped NUL"},
+        {"not UTF-8", "{\"dynamic\xff\": true}", FERRY_ERR_INVALID_ARG,
+         "recipe: not valid UTF-8 at byte 9"},
+        {"20000 values", NULL, FERRY_ERR_INVALID_ARG,
+         "recipe: 20002 JSON values exceed the limit of 10000 for a recipe"},
+        /* Numbers far outside an integer's range are refused before any conversion. */
+        {"opset 1e300", "{\"opset\": 1e300}", FERRY_ERR_INVALID_ARG, "'opset' must be an integer"},
+        {"opset -1e300", "{\"opset\": -1e300}", FERRY_ERR_INVALID_ARG, "'opset'"},
+        {"cache length 1e300", "{\"generation_config\": {\"max_cache_len\": 1e300}}",
+         FERRY_ERR_INVALID_ARG, "max_cache_len must be a positive integer"},
+        {"min 1e300",
+         "{\"dynamic_shapes\": {\"input_ids\": {\"1\": {\"name\": \"s\", \"min\": 1e300}}}}",
+         FERRY_ERR_INVALID_ARG, "bad min"},
+        {"nested 100000 deep", NULL, FERRY_ERR_INVALID_ARG,
+         "recipe: nesting deeper than 32 levels (at byte 37) exceeds the limit for a recipe"},
     };
     char seventeen[2048];
     size_t o = (size_t)sprintf(seventeen, "{\"dynamic_shapes\": {");
@@ -139,13 +166,21 @@ static void test_hostile_recipes(void **state)
     memset(deep + o, '[', 100000);
     memset(deep + o + 100000, ']', 100000);
     strcpy(deep + o + 200000, "}");
+    char *many = malloc(40100);
+    assert_non_null(many);
+    o = (size_t)sprintf(many, "{\"x\": [");
+    for (int i = 0; i < 20000; i++)
+        o += (size_t)sprintf(many + o, "%s0", i ? "," : "");
+    strcpy(many + o, "]}");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *json = cases[i].json;
         if (!json)
-            json = strstr(cases[i].label, "deep") ? deep : seventeen;
+            json = strstr(cases[i].label, "deep") ? deep
+                   : strstr(cases[i].label, "values") ? many : seventeen;
         expect_recipe_error(cases[i].label, json, cases[i].status, cases[i].needle);
     }
     free(deep);
+    free(many);
 
     /* A message buffer too small for the message: cut, never overrun. */
     ferry_export_config cfg;

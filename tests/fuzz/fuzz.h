@@ -5,6 +5,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "util/text.h"
 
 static void check(int ok, const char *what)
 {
@@ -15,7 +18,8 @@ static void check(int ok, const char *what)
 }
 
 /* A refusal says something, on one line, without control bytes a hostile file could have put
- * there (a newline, a terminal escape sequence). */
+ * there (a newline, a terminal escape sequence), nor C1 controls, bidi or invisible characters
+ * or invalid UTF-8: escaping it again changes nothing. */
 static void check_message(const char *msg)
 {
     check(msg != NULL && msg[0] != '\0', "a refusal has a message");
@@ -24,6 +28,11 @@ static void check_message(const char *msg)
             fprintf(stderr, "fuzz: message with control byte 0x%02x: %s\n", *p, msg);
             abort();
         }
+    }
+    char again[4096];
+    if (strcmp(text_quote(msg, again, sizeof again), msg) != 0) {
+        fprintf(stderr, "fuzz: message not escaped: %s\n", msg);
+        abort();
     }
 }
 

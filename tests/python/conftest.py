@@ -21,17 +21,24 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 FERRY_BUILD = Path(os.environ.get("FERRY_BUILD", ROOT / "build")).resolve()
 FERRY_BIN = FERRY_BUILD / "ferry"
-# `make test` also passes the sanitizer build; the error-path tests then run both binaries.
+# `make test` also passes the sanitizer builds (gcc ASan + UBSan, and clang UBSan with
+# float-cast-overflow, which gcc lacks); the error-path tests then run every binary.
 FERRY_BUILD_SAN = os.environ.get("FERRY_BUILD_SAN")
+FERRY_BUILD_UBSAN = os.environ.get("FERRY_BUILD_UBSAN")
+ASAN_BIN = Path(FERRY_BUILD_SAN).resolve() / "ferry" if FERRY_BUILD_SAN else None
+UBSAN_BIN = Path(FERRY_BUILD_UBSAN).resolve() / "ferry" if FERRY_BUILD_UBSAN else None
 SANITIZER_ENV = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:exitcode=86",
                      UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=86")
 
 
 def ferry_builds():
-    """[(label, ferry binary)]: the release build, plus the ASan/UBSan one when configured."""
+    """[(label, ferry binary)]: the release build, plus the ASan/UBSan one and the clang UBSan
+    one when configured (in that order: the ASan build, when there, is the second)."""
     builds = [("release", FERRY_BIN)]
-    if FERRY_BUILD_SAN:
-        builds.append(("asan", Path(FERRY_BUILD_SAN).resolve() / "ferry"))
+    if ASAN_BIN:
+        builds.append(("asan", ASAN_BIN))
+    if UBSAN_BIN:
+        builds.append(("clang-ubsan", UBSAN_BIN))
     return builds
 
 # The Python binding finds libferry.so through $FERRY_LIB; point it at the build under test.

@@ -232,13 +232,16 @@ def test_existing_output_refused_without_force(good_ckpt, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-def test_force_replaces_existing_output(good_ckpt, tmp_path):
+def test_force_replaces_only_an_export(good_ckpt, tmp_path):
+    """A directory that is not an export is refused, even with --force (test_force_safety.py
+    holds the rest of that contract)."""
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("old\n")
-    ferry_export(good_ckpt, out, "--dynamic", "--force")
-    names = sorted(p.name for p in out.iterdir())
-    assert "keep.txt" not in names and "model.onnx" in names and "export.json" in names
+    rc, _, stderr = run_ferry("export", good_ckpt, out, "--dynamic", "--force")
+    assert rc == 1 and "not replacing" in stderr, stderr
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert (out / "keep.txt").read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "temporary files left behind"
 
 

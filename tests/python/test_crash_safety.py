@@ -5,7 +5,8 @@ After every kill the destination either does not exist or is a complete export, 
 the one an uninterrupted run writes (itself checked with onnx.checker and against export.json);
 an existing export replaced with --force is either still the old one, byte for byte, or the
 complete new one. What a killed run leaves is a temporary directory named
-`.<dest>.ferry-tmp-<pid>-XXXXXX` whose pid is dead, and the next export next to it removes it.
+`.<dest>.ferry-tmp-<pid>-XXXXXX` whose lock file nobody holds any more (the kernel released it
+with the process), and the next export next to it removes it.
 
 The checkpoint is ~40 MB of random bf16 written directly (numpy, no torch init), exported to
 fp32 (~80 MB of weights), so that the write takes long enough to be interrupted anywhere.
@@ -13,6 +14,7 @@ Kill moments are drawn from a seeded generator: most trials kill when the weight
 reached a random fraction of its final size, the rest at a random delay after the weights are
 complete (sync, graph, manifest, rename phases)."""
 
+import fcntl
 import hashlib
 import json
 import os
@@ -153,7 +155,7 @@ def kill_during_export(ckpt, out, flags, rng, data_total, tail_seconds):
         if data_path is None:
             mine = [n for n, pid, _ in temp_dirs(parent) if pid == proc.pid]
             if mine:
-                data_path = parent / mine[0] / "model.onnx.data"
+                data_path = parent / mine[0] / "export" / "model.onnx.data"
             continue
         try:
             size = data_path.stat().st_size
@@ -268,18 +270,52 @@ def test_killed_force_replacement_keeps_old_export(big, tmp_path):
     assert os.listdir(parent) == ["model"], os.listdir(parent)
 
 
-def test_stale_temp_dirs_are_recognised(big, tmp_path):
-    """Cleaning removes exactly the temp dirs of this destination whose process is gone."""
-    ckpt = big[0]
+def test_stale_temp_dirs_are_recognised(tmp_path):
+    """Cleaning removes exactly this destination's temp dirs whose lock file it can lock (the
+    pid in the name plays no part: it means nothing in another PID namespace or on another
+    host), and empty ones that never got a lock file. It spares a locked one (a live export,
+    wherever it runs), one without a lock file that holds something, other destinations', links,
+    and every name not exactly ferry's. test_tempdir_lock.py runs the live export for real, in
+    another PID namespace."""
     parent = tmp_path / "outs"
     parent.mkdir()
     gone, alive = dead_pid(), os.getpid()
-    stale = [f".model.ferry-tmp-{gone}-a1B2c3", f".model.ferry-tmp-{gone}-zzzzzz"]
-    keep = [f".model.ferry-tmp-{alive}-q9w8e7",     # a live export next to ours
-            f".other.ferry-tmp-{gone}-x1y2z3",      # another destination's
-            ".model.backup", "model.bak"]           # not ferry's at all
-    for name in stale + keep:
-        (parent / name).mkdir()
-        (parent / name / "model.onnx.data").write_bytes(b"\0" * 4096)
-    ferry_export(ckpt, parent / "model", "--dynamic", "-q")
-    assert sorted(os.listdir(parent)) == sorted(keep + ["model"])
+
+    def make(name, lock=True, content=True):
+        d = parent / name
+        d.mkdir()
+        if lock:
+            (d / "lock").write_bytes(b"")
+        if content:
+            (d / "export").mkdir()
+            (d / "export" / "model.onnx.data").write_bytes(b"\0" * 4096)
+        return d
+
+    stale = [make(f".model.ferry-tmp-{gone}-a1B2c3"),
+             make(f".model.ferry-tmp-{alive}-zzzzzz"),        # a live pid, but no lock held
+             make(f".model.ferry-tmp-{gone}-q0q0q0", lock=False, content=False)]  # no lock yet
+    held = make(f".model.ferry-tmp-{gone}-h3ld00")             # locked: a live export
+    keep = [held,
+            make(f".model.ferry-tmp-{gone}-n0l0ck", lock=False),   # no lock file, not empty
+            make(f".other.ferry-tmp-{gone}-x1y2z3"),               # another destination's
+            make(f".model.ferry-tmp-{gone}-abc"),                  # not mkdtemp's six characters
+            make(f".model.ferry-tmp-{gone}-abcdef.old"),
+            make(f".model.ferry-tmp-x{gone}-abcdef"),
+            make(f".model.ferry-tmp--a1b2c3"),
+            make(".model.backup"), make("model.bak"), make("target")]
+    odd = make(f".model.ferry-tmp-{gone}-d1r000", lock=False)
+    (odd / "lock").mkdir()                                       # a lock that is a directory
+    linked = make(f".model.ferry-tmp-{gone}-l0ck1k", lock=False)
+    (linked / "lock").symlink_to(parent / "target" / "lock")     # a lock that is a link
+    (parent / f".model.ferry-tmp-{gone}-l1nk00").symlink_to("target")  # a link to a directory
+    keep += [odd, linked, parent / f".model.ferry-tmp-{gone}-l1nk00"]
+    kept_before = {p.name: digest(p) for p in keep}
+    assert all(kept_before.values())
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-llama"
+    with open(held / "lock", "r+b") as f:
+        # A POSIX record lock conflicts with ferry's open file description lock.
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        ferry_export(fixture, parent / "model", "--dynamic", "-q")
+    assert sorted(os.listdir(parent)) == sorted([p.name for p in keep] + ["model"])
+    assert not any(p.exists() for p in stale)
+    assert {p.name: digest(p) for p in keep} == kept_before

@@ -195,12 +195,14 @@ def test_disk_large_enough(reference, small_fs):
 
 
 @needs_mount
-def test_out_of_inodes(small_fs, build):
-    """Two inodes: the root and the temporary directory; the first file cannot be created."""
-    fs = small_fs("nr_inodes=2")
+@pytest.mark.parametrize("inodes, culprit", [(2, "lock"), (3, "/export"), (4, "model.onnx.data")])
+def test_out_of_inodes(small_fs, build, inodes, culprit):
+    """The root, the temporary directory, its lock file, the directory the export is built in,
+    then the first file of the export: each in turn is the one that cannot be created."""
+    fs = small_fs(f"nr_inodes={inodes}")
     out = fs / "out"
     rc, stderr = run_export(build, out, "--dynamic")
-    assert_no_space(rc, stderr, out, "model.onnx.data")
+    assert_no_space(rc, stderr, out, culprit)
     assert os.listdir(fs) == []
 
 

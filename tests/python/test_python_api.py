@@ -51,8 +51,14 @@ def test_save_refuses_existing_unless_forced(ckpt, tmp_path):
     with pytest.raises(FerryError, match="out"):
         exported.save_pretrained(tmp_path / "out")
     assert list((tmp_path / "out").iterdir()) == []
+    # Not an export (empty): force does not make it one (test_force_safety.py).
+    with pytest.raises(FerryError, match="not replacing"):
+        exported.save_pretrained(tmp_path / "out", force=True)
+    (tmp_path / "out").rmdir()
+    exported.save_pretrained(tmp_path / "out")
+    before = (tmp_path / "out" / "export.json").stat().st_ino
     exported.save_pretrained(tmp_path / "out", force=True)
-    assert (tmp_path / "out" / "export.json").exists()
+    assert (tmp_path / "out" / "export.json").stat().st_ino != before
 
 
 def test_fresh_export_runs_on_first_call(ckpt):

@@ -5,6 +5,7 @@
  * where they say the same thing, and otherwise reads the symbols off the graph inputs. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -455,10 +456,9 @@ ferry_status onnx_write_model(const g_graph *g, const pl_file *data, int opset,
                               const char *graph_name, const char *dir, const char *file,
                               fy_err *err)
 {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s/%s: %s", dir, file,
-                       strerror(ENAMETOOLONG));
+    char path[PATH_MAX];
+    if (fs_join(path, sizeof path, dir, file, err) != FERRY_OK)
+        return err->status;
     printer *p = calloc(1, sizeof *p);
     if (!p)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");

@@ -1,0 +1,256 @@
+/* test_replace.c — what --force may replace (src/export/replace.c) and the path joins that
+ * refuse instead of cutting (fs_join). replace_check accepts a directory holding a valid
+ * export.json and exactly its files; replace_remove deletes only the files that were checked,
+ * so that whatever appears after the check survives. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "export/internal.h"
+#include "util/fs.h"
+
+#include "scratch.h"
+
+static char out[256];
+
+static void put(const char *rel, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", out, rel);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    assert_int_equal(fclose(f), 0);
+}
+
+static bool present(const char *rel)
+{
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", out, rel);
+    return lstat(path, &st) == 0;
+}
+
+/* out/: a transformers ONNX export of one component, as ExportedModel.save_pretrained writes
+ * it. */
+static int make_export(void **state)
+{
+    (void)state;
+    if (scratch_make("replace") != 0)
+        return -1;
+    snprintf(out, sizeof out, "%s/out", tmp_dir);
+    if (mkdir(out, 0755) != 0)
+        return -1;
+    put("export.json", "{\"schema_version\": 1, \"export_format\": \"onnx\", \"components\": "
+                       "{\"model\": {\"file\": \"model.onnx\", \"metadata\": {}}}}\n");
+    put("model.onnx", "graph");
+    put("model.onnx.data", "weights");
+    put("config.json", "{}");
+    put("generation_config.json", "{}");
+    return 0;
+}
+
+static ferry_status check(old_export *o, fy_err *err)
+{
+    fy_err_clear(err);
+    return replace_check(out, out, NULL, o, err);
+}
+
+static void test_transformers_export(void **state)
+{
+    (void)state;
+    old_export o = {0};
+    fy_err err = {0};
+    assert_int_equal(check(&o, &err), FERRY_OK);
+    assert_int_equal(o.n, 5);
+    old_export_free(&o);
+
+    put("notes.txt", "mine");
+    assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
+    assert_non_null(strstr(err.msg, "'notes.txt'"));
+    assert_int_equal(o.n, 0);
+    assert_true(present("notes.txt") && present("model.onnx"));
+
+    /* A remote-code config's module is what PreTrainedConfig.save_pretrained copies beside it;
+     * any other module is not. */
+    put("config.json", "{\"auto_map\": {\"AutoConfig\": \"org/repo--configuration_foo.FooConfig\"}}");
+    char path[512];
+    snprintf(path, sizeof path, "%s/notes.txt", out);
+    assert_int_equal(unlink(path), 0);
+    put("configuration_foo.py", "class FooConfig: pass\n");
+    assert_int_equal(check(&o, &err), FERRY_OK);
+    old_export_free(&o);
+    put("modeling_foo.py", "");
+    assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
+    assert_non_null(strstr(err.msg, "'modeling_foo.py'"));
+}
+
+static void test_transformers_manifest_rules(void **state)
+{
+    (void)state;
+    old_export o = {0};
+    fy_err err = {0};
+    /* The component's file must be the one transformers names: <prefix><name><suffix>. */
+    put("export.json", "{\"schema_version\": 1, \"export_format\": \"onnx\", \"components\": "
+                       "{\"model\": {\"file\": \"../model.onnx\", \"metadata\": {}}}}");
+    assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
+    assert_non_null(strstr(err.msg, "component 'model'"));
+    put("export.json", "{\"schema_version\": 1, \"export_format\": \"onnx\", \"components\": "
+                       "{\"model\": {\"file\": \"model.onnx\"}}}");
+    assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
+    put("export.json", "{\"schema_version\": 2, \"export_format\": \"onnx\", \"components\": "
+                       "{\"model\": {\"file\": \"model.onnx\", \"metadata\": {}}}}");
+    assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
+    assert_non_null(strstr(err.msg, "schema_version"));
+    /* OpenVINO: openvino_<name>.xml and its .bin. */
+    put("export.json", "{\"schema_version\": 1, \"export_format\": \"openvino\", \"components\": "
+                       "{\"model\": {\"file\": \"openvino_model.xml\", \"metadata\": {}}}}");
+    char path[512];
+    const char *onnx_files[] = {"model.onnx", "model.onnx.data"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", out, onnx_files[i]);
+        assert_int_equal(unlink(path), 0);
+    }
+    put("openvino_model.xml", "<net/>");
+    put("openvino_model.bin", "weights");
+    assert_int_equal(check(&o, &err), FERRY_OK);
+    assert_int_equal(o.n, 5);
+    old_export_free(&o);
+    /* A hidden file is never part of an export, even one export.json would name. */
+    put(".openvino_model.bin", "");
+    assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
+    assert_non_null(strstr(err.msg, "'.openvino_model.bin'"));
+}
+
+/* The directory's own entries are removed only when they are the very files checked. */
+static void test_remove_only_what_was_checked(void **state)
+{
+    (void)state;
+    old_export o = {0};
+    fy_err err = {0};
+    assert_int_equal(check(&o, &err), FERRY_OK);
+    put("late.txt", "appeared after the check");
+    char note[256];
+    assert_int_equal(replace_remove(out, &o, note, sizeof note), FERRY_ERR_IO);
+    assert_non_null(strstr(note, "appeared"));
+    assert_true(present("late.txt"));
+    assert_false(present("model.onnx") || present("export.json") || present("config.json"));
+    old_export_free(&o);
+}
+
+/* A checked name replaced by another file since the check, or a checked file rewritten in
+ * place: either stays. */
+static void test_remove_skips_replaced_file(void **state)
+{
+    (void)state;
+    old_export o = {0};
+    fy_err err = {0};
+    char path[512];
+    assert_int_equal(check(&o, &err), FERRY_OK);
+    snprintf(path, sizeof path, "%s/model.onnx", out);
+    assert_int_equal(unlink(path), 0);
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL); /* the inode may be reused: its ctime tells the files apart */
+    put("model.onnx", "someone else's file, same name");
+    char note[256];
+    assert_int_equal(replace_remove(out, &o, note, sizeof note), FERRY_ERR_IO);
+    assert_non_null(strstr(note, "'model.onnx'"));
+    assert_true(present("model.onnx"));
+    assert_false(present("model.onnx.data") || present("export.json"));
+    old_export_free(&o);
+}
+
+static void test_remove_skips_rewritten_file(void **state)
+{
+    (void)state;
+    old_export o = {0};
+    fy_err err = {0};
+    assert_int_equal(check(&o, &err), FERRY_OK);
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL); /* a coarse clock must still see a new ctime */
+    put("config.json", "{\"rewritten\": true}");
+    char note[256];
+    assert_int_equal(replace_remove(out, &o, note, sizeof note), FERRY_ERR_IO);
+    assert_non_null(strstr(note, "'config.json'"));
+    assert_true(present("config.json"));
+    assert_false(present("model.onnx"));
+    old_export_free(&o);
+}
+
+static void test_remove_all(void **state)
+{
+    (void)state;
+    old_export o = {0};
+    fy_err err = {0};
+    char note[256];
+    assert_int_equal(check(&o, &err), FERRY_OK);
+    assert_int_equal(replace_remove(out, &o, note, sizeof note), FERRY_OK);
+    struct stat st;
+    assert_int_not_equal(lstat(out, &st), 0);
+    old_export_free(&o);
+}
+
+static void test_join_refuses_instead_of_cutting(void **state)
+{
+    (void)state;
+    static char dir[PATH_MAX + 16], dst[PATH_MAX];
+    fy_err err = {0};
+    /* dir + "/" + "ab" is exactly PATH_MAX - 1 bytes: fits. One more byte does not. */
+    memset(dir, 'd', PATH_MAX - 4);
+    dir[0] = '/';
+    dir[PATH_MAX - 4] = '\0';
+    assert_int_equal(fs_join(dst, sizeof dst, dir, "ab", &err), FERRY_OK);
+    assert_int_equal(strlen(dst), PATH_MAX - 1);
+    assert_int_equal(fs_join(dst, sizeof dst, dir, "abc", &err), FERRY_ERR_INVALID_ARG);
+    assert_string_equal(dst, "");
+    assert_non_null(strstr(err.msg, "/abc: File name too long"));
+    assert_true(strlen(err.msg) < 2 * FS_SHORT_MAX + 100);
+    /* A smaller buffer is respected as well. */
+    char small[8];
+    fy_err_clear(&err);
+    assert_int_equal(fs_join(small, sizeof small, "/a", "bcde", &err), FERRY_OK);
+    assert_int_equal(fs_join(small, sizeof small, "/a", "bcdef", &err), FERRY_ERR_INVALID_ARG);
+    char *dup = fs_join_dup(dir, "abc", &err);
+    assert_null(dup);
+    dup = fs_join_dup("/x", "y", &err);
+    assert_string_equal(dup, "/x/y");
+    free(dup);
+}
+
+static void test_short(void **state)
+{
+    (void)state;
+    char buf[32];
+    assert_string_equal(fs_short("/short/path", buf, sizeof buf), "/short/path");
+    const char *lng = "/head/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/tail.json";
+    fs_short(lng, buf, sizeof buf);
+    assert_int_equal(strlen(buf), sizeof buf - 1);
+    assert_memory_equal(buf, "/head/", 6);
+    assert_non_null(strstr(buf, "..."));
+    assert_non_null(strstr(buf, "/tail.json"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_transformers_export, make_export, remove_tmp),
+        cmocka_unit_test_setup_teardown(test_transformers_manifest_rules, make_export, remove_tmp),
+        cmocka_unit_test_setup_teardown(test_remove_only_what_was_checked, make_export, remove_tmp),
+        cmocka_unit_test_setup_teardown(test_remove_skips_replaced_file, make_export, remove_tmp),
+        cmocka_unit_test_setup_teardown(test_remove_skips_rewritten_file, make_export, remove_tmp),
+        cmocka_unit_test_setup_teardown(test_remove_all, make_export, remove_tmp),
+        cmocka_unit_test(test_join_refuses_instead_of_cutting),
+        cmocka_unit_test(test_short),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,92 @@
+/* test_text.c — text_quote, the escaping behind every message and printed name: what is escaped
+ * (controls, C1, bidi, invisible characters, invalid UTF-8) and how, what is kept, and where a
+ * long text is cut. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "ferry.h"
+#include "util/err.h"
+#include "util/text.h"
+
+static void expect_quote(const char *in, const char *want)
+{
+    char buf[256], again[256];
+    text_quote(in, buf, sizeof buf);
+    if (strcmp(buf, want) != 0)
+        fail_msg("quote of \"%s\": \"%s\", expected \"%s\"", in, buf, want);
+    text_quote(buf, again, sizeof again);
+    if (strcmp(again, buf) != 0)
+        fail_msg("quoting is not idempotent: \"%s\" -> \"%s\"", buf, again);
+}
+
+static void test_escapes(void **state)
+{
+    (void)state;
+    expect_quote("model.layers.0.q_proj.weight", "model.layers.0.q_proj.weight");
+    expect_quote("a\x1b[2Jb\n\x7f", "a\\x1b[2Jb\\x0a\\x7f");
+    /* C1: U+0080, U+009B (CSI), U+009F; the neighbours U+007E and U+00A0 stay. */
+    expect_quote("\xc2\x80|\xc2\x9b" "31m|\xc2\x9f|~|\xc2\xa0",
+                 "\\u0080|\\u009b31m|\\u009f|~|\xc2\xa0");
+    /* Bidi embeddings, overrides, isolates and marks. */
+    expect_quote("\xe2\x80\xaa\xe2\x80\xae\xe2\x81\xa6\xe2\x81\xa9\xe2\x80\x8f\xd8\x9c",
+                 "\\u202a\\u202e\\u2066\\u2069\\u200f\\u061c");
+    /* Invisible: zero-width space and joiner, soft hyphen, word joiner, BOM, line separator,
+     * variation selector, Hangul filler. */
+    expect_quote("\xe2\x80\x8b\xe2\x80\x8d\xc2\xad\xe2\x81\xa0\xef\xbb\xbf\xe2\x80\xa8"
+                 "\xef\xb8\x8f\xe3\x85\xa4",
+                 "\\u200b\\u200d\\u00ad\\u2060\\ufeff\\u2028\\ufe0f\\u3164");
+    /* Above U+FFFF: a UTF-16 surrogate pair, as JSON spells it (tag A is U+E0041). */
+    expect_quote("x\xf3\xa0\x81\x81y", "x\\udb40\\udc41y");
+    /* Visible text outside ASCII is kept: accents, CJK, emoji. */
+    expect_quote("caf\xc3\xa9 \xe6\xa8\xa1\xe5\x9e\x8b \xf0\x9f\x98\x80",
+                 "caf\xc3\xa9 \xe6\xa8\xa1\xe5\x9e\x8b \xf0\x9f\x98\x80");
+    /* Invalid UTF-8 byte by byte, valid neighbours kept: a lone C1 byte, a truncated sequence,
+     * an overlong '/', a surrogate, a code point above U+10FFFF. */
+    expect_quote("\x9b" "a\xc3" "b\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80\xc3\xa9",
+                 "\\x9ba\\xc3b\\xc0\\xaf\\xed\\xa0\\x80\\xf4\\x90\\x80\\x80\xc3\xa9");
+}
+
+static void test_cut(void **state)
+{
+    (void)state;
+    char buf[16];
+    /* Room is kept for "..." and the NUL: 12 bytes of text fit in 16. */
+    assert_string_equal(text_quote("0123456789ab", buf, sizeof buf), "0123456789ab");
+    assert_string_equal(text_quote("0123456789abcdefgh", buf, sizeof buf), "0123456789ab...");
+    /* Never inside an escape or a multi-byte sequence. */
+    assert_string_equal(text_quote("0123456789\xc2\x9bxyz", buf, sizeof buf), "0123456789...");
+    assert_string_equal(text_quote("0123456789\xc3\xa9xyzw", buf, sizeof buf),
+                        "0123456789\xc3\xa9...");
+    assert_string_equal(text_quote("", buf, sizeof buf), "");
+}
+
+/* Library messages are escaped as a whole, wherever their parts came from; the public
+ * ferry_escape is the same function. */
+static void test_messages(void **state)
+{
+    (void)state;
+    fy_err err = {0};
+    fy_fail(&err, FERRY_ERR_IO, "%s: cannot open", "/tmp/ck\xc2\x9bpt\xe2\x80\xae/\xff\n.json");
+    assert_string_equal(err.msg, "/tmp/ck\\u009bpt\\u202e/\\xff\\x0a.json: cannot open");
+    fy_refail(&err, FERRY_ERR_IO, "already '%s'", "quoted \\x1b");
+    assert_string_equal(err.msg, "already 'quoted \\x1b'");
+    char buf[64];
+    assert_string_equal(ferry_escape("a\xe2\x80\xae", buf, sizeof buf), "a\\u202e");
+    assert_string_equal(ferry_escape(NULL, buf, sizeof buf), "");
+    assert_string_equal(ferry_escape("abc", buf, 4), "");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_escapes),
+        cmocka_unit_test(test_cut),
+        cmocka_unit_test(test_messages),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
