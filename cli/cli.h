@@ -3,10 +3,46 @@
 #ifndef FERRY_CLI_H
 #define FERRY_CLI_H
 
+#include <getopt.h>
+#include <stdio.h>
+
+#include "ferry.h"
+
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
 int cmd_export(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_graph(int argc, char **argv);
+
+/* The options `export` and `graph` share (options.c). */
+typedef struct cli_export_opts {
+    ferry_export_config cfg;
+    const char *revision;
+} cli_export_opts;
+
+enum {
+    CLI_CONTINUE = -1,       /* parsing goes on (any other value is an exit status) */
+    CLI_OPT_FORMAT = 1000, CLI_OPT_DYNAMIC, CLI_OPT_DIM, CLI_OPT_EXAMPLE, CLI_OPT_DTYPE,
+    CLI_OPT_OPSET, CLI_OPT_CONFIG, CLI_OPT_REVISION, CLI_OPT_GENERATION, CLI_OPT_MULTI_TOKEN,
+    CLI_OPT_STATIC_CACHE, CLI_OPT_MAX_CACHE,
+    CLI_OPT_COMMAND = 2000   /* a command's own long options start here */
+};
+
+/* A command's own option `opt` (its value in `arg`): CLI_CONTINUE or an exit status. */
+typedef int (*cli_extra_fn)(int opt, const char *arg, void *user);
+
+/* Parses argv (getopt_long from argv[1]; "-q"/"-h" are the command's) into `o`, handing options
+ * that are not shared to `on_extra`. Positional arguments are left at argv[optind..]. Returns
+ * CLI_CONTINUE, or the exit status after printing one line. */
+int cli_parse_export_options(int argc, char **argv, const char *cmd,
+                             const struct option *extra, int n_extra, cli_extra_fn on_extra,
+                             void *user, cli_export_opts *o);
+
+/* The help lines of the shared options. */
+void cli_print_export_options(FILE *f);
+
+/* Each line of a library warnings text as "ferry: warning: ..." on stderr. */
+void cli_print_warnings(const char *warnings);
 
 /* "ferry: error: <msg>" on one line of stderr, the formatted message escaped as a whole
  * (ferry_escape): arguments echoed from the command line can carry control bytes too. */

@@ -14,6 +14,7 @@ static const char usage[] =
     "commands:\n"
     "  export MODEL OUT   export a checkpoint directory or local hub id to OUT\n"
     "  inspect DIR        show the components, inputs, outputs and files of an export\n"
+    "  graph MODEL        print the graphs an export would hold, semantic or lowered\n"
     "\n"
     "options:\n"
     "  -h, --help         this help; `ferry <command> --help` explains a command\n"
@@ -75,6 +76,8 @@ int main(int argc, char **argv)
         return cmd_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect"))
         return cmd_inspect(argc - 1, argv + 1);
-    cli_error("unknown command '%s' (commands: export, inspect; see ferry --help)", cmd);
+    if (!strcmp(cmd, "graph"))
+        return cmd_graph(argc - 1, argv + 1);
+    cli_error("unknown command '%s' (commands: export, inspect, graph; see ferry --help)", cmd);
     return EXIT_USAGE;
 }

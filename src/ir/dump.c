@@ -4,7 +4,7 @@
  *
  *   symbol batch min 1 max - traced 1
  *   input input_ids i64 [batch, sequence]
- *   weight model.norm.weight f32 [64] <- model.norm.weight bf16 [64]
+ *   weight model.norm.weight f32 [64] <- model.norm.weight (BF16)
  *   const const_7 i64 [4] = [0, 0, 4, 16]
  *   /model/norm = rms_norm(%h, model.norm.weight) {eps=1e-05} -> %/model/norm_output_0 f32 [..]
  *   output logits
@@ -119,7 +119,7 @@ static void put_weight(strbuf *b, const g_value *v)
     w_describe(w, src, sizeof src);
     sb_printf(b, "weight %s %s ", v->name, dtype_str(v->dtype));
     put_shape(b, &v->shape, NULL);
-    sb_printf(b, " <- %s", src);
+    sb_printf(b, " <- %s (%s)", src, dt_st_name(w->src[0]->dtype));
     if (w->n_src > 1)
         sb_printf(b, " concat axis %d", w->concat_axis);
     if (w->transpose)

@@ -51,6 +51,7 @@ typedef struct stream {
     pthread_cond_t cv;
     fy_err err;              /* first failure (guarded by mu) */
     bool no_copy_range;      /* copy_file_range refused once (other filesystem, ...): pread */
+    const char *what;        /* the tensor of the band finished last, for progress */
 } stream;
 
 static bool grow(buf *b, size_t n)
@@ -418,6 +419,7 @@ static void *worker_main(void *arg)
             s->err = e;
         s->done += written;
         s->finished++;
+        s->what = j->item->w.src[0]->name;
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -498,8 +500,9 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
             if (progress && progress->fn && s.done != progress->done) {
                 progress->done = s.done;
                 uint64_t done = s.done, total = progress->total;
+                const char *what = s.what ? s.what : path;
                 pthread_mutex_unlock(&s.mu);
-                progress->fn(progress->user, done, total, path);
+                progress->fn(progress->user, done, total, what);
                 pthread_mutex_lock(&s.mu);
             }
         }

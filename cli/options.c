@@ -1,0 +1,250 @@
+/* options.c — the export options `ferry export` and `ferry graph` share (format, shapes, dtype,
+ * opset, recipe, generation, revision): parsed once here into a ferry_export_config. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define RECIPE_READ_MAX (16u << 20)
+
+/* Reads a recipe into a NUL-terminated buffer; *len is its size in bytes. NULL with errno set
+ * on a read error, or with errno 0 when the file is over RECIPE_READ_MAX. */
+static char *read_text(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = malloc(RECIPE_READ_MAX + 2);
+    size_t n = 0;
+    if (buf)
+        n = fread(buf, 1, RECIPE_READ_MAX + 1, f);
+    int failed = !buf || ferror(f);
+    fclose(f);
+    if (failed || n > RECIPE_READ_MAX) {
+        free(buf);
+        errno = failed ? (errno ? errno : EIO) : 0;
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static int parse_dtype(const char *s, ferry_dtype *out)
+{
+    if (!strcmp(s, "fp32"))
+        *out = FERRY_F32;
+    else if (!strcmp(s, "fp16"))
+        *out = FERRY_F16;
+    else if (!strcmp(s, "bf16"))
+        *out = FERRY_BF16;
+    else
+        return -1;
+    return 0;
+}
+
+/* --config: the recipe's keys into o->cfg. */
+static int read_recipe(const char *path, cli_export_opts *o)
+{
+    char eb[512];
+    errno = 0;
+    size_t len = 0;
+    char *text = read_text(path, &len);
+    if (!text) {
+        cli_error("%s: cannot read recipe: %s", path, errno ? strerror(errno) : "larger than 16 MB");
+        return EXIT_FAIL;
+    }
+    /* The library takes the recipe as a C string: a NUL would end it there and hide whatever
+     * follows from the parser's checks. */
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        cli_error("%s: NUL byte at byte %zu; a recipe is JSON text", path, (size_t)(nul - text));
+        free(text);
+        return EXIT_FAIL;
+    }
+    ferry_status st = ferry_export_config_from_json(&o->cfg, text, eb, sizeof eb);
+    free(text);
+    if (st != FERRY_OK) {
+        cli_error("%s: %s", path, eb);
+        return EXIT_FAIL;
+    }
+    return CLI_CONTINUE;
+}
+
+/* One shared option; CLI_CONTINUE or an exit status. */
+static int shared_option(int c, const char *arg, cli_export_opts *o)
+{
+    char eb[512];
+    switch (c) {
+    case CLI_OPT_FORMAT:
+        if (strcmp(arg, "onnx") != 0) {
+            cli_error("--format %s is not supported (supported: onnx)", arg);
+            return EXIT_USAGE;
+        }
+        o->cfg.format = FERRY_FORMAT_ONNX;
+        return CLI_CONTINUE;
+    case CLI_OPT_DYNAMIC:
+        o->cfg.dynamic = 1;
+        return CLI_CONTINUE;
+    case CLI_OPT_DIM:
+        if (ferry_export_config_add_dim(&o->cfg, arg, eb, sizeof eb) != FERRY_OK) {
+            cli_error("%s", eb);
+            return EXIT_USAGE;
+        }
+        return CLI_CONTINUE;
+    case CLI_OPT_EXAMPLE: {
+        long long b, s;
+        int used = 0;
+        if (sscanf(arg, "input_ids=%lldx%lld%n", &b, &s, &used) != 2 || arg[used] || b <= 0 ||
+            s <= 0) {
+            cli_error("--example-shape '%s': expected input_ids=BATCHxSEQUENCE, e.g. "
+                      "input_ids=1x8", arg);
+            return EXIT_USAGE;
+        }
+        o->cfg.example_batch = b;
+        o->cfg.example_sequence = s;
+        return CLI_CONTINUE;
+    }
+    case CLI_OPT_DTYPE:
+        if (parse_dtype(arg, &o->cfg.dtype) != 0) {
+            cli_error("--dtype %s: expected fp32, fp16 or bf16", arg);
+            return EXIT_USAGE;
+        }
+        return CLI_CONTINUE;
+    case CLI_OPT_OPSET: {
+        char *end;
+        long v = strtol(arg, &end, 10);
+        if (*end || v < ferry_min_opset() || v > ferry_max_opset()) {
+            cli_error("--opset %s: expected an integer from %d to %d", arg, ferry_min_opset(),
+                      ferry_max_opset());
+            return EXIT_USAGE;
+        }
+        o->cfg.opset = (int)v;
+        return CLI_CONTINUE;
+    }
+    case CLI_OPT_CONFIG:
+        return read_recipe(arg, o);
+    case CLI_OPT_REVISION:
+        o->revision = arg;
+        return CLI_CONTINUE;
+    case CLI_OPT_GENERATION:
+        o->cfg.for_generation = 1;
+        return CLI_CONTINUE;
+    case CLI_OPT_MULTI_TOKEN:
+        o->cfg.generation.multi_token_decode = 1;
+        return CLI_CONTINUE;
+    case CLI_OPT_STATIC_CACHE:
+        o->cfg.generation.static_cache = 1;
+        return CLI_CONTINUE;
+    case CLI_OPT_MAX_CACHE: {
+        char *end;
+        long long v = strtoll(arg, &end, 10);
+        if (*end || v <= 0 || v > (1LL << 30)) {
+            cli_error("--max-cache-len %s: expected a positive integer", arg);
+            return EXIT_USAGE;
+        }
+        o->cfg.generation.max_cache_len = v;
+        return CLI_CONTINUE;
+    }
+    }
+    return -2; /* not a shared option */
+}
+
+int cli_parse_export_options(int argc, char **argv, const char *cmd,
+                             const struct option *extra, int n_extra, cli_extra_fn on_extra,
+                             void *user, cli_export_opts *o)
+{
+    static const struct option shared[] = {
+        {"format", required_argument, NULL, CLI_OPT_FORMAT},
+        {"dynamic", no_argument, NULL, CLI_OPT_DYNAMIC},
+        {"dim", required_argument, NULL, CLI_OPT_DIM},
+        {"example-shape", required_argument, NULL, CLI_OPT_EXAMPLE},
+        {"dtype", required_argument, NULL, CLI_OPT_DTYPE},
+        {"opset", required_argument, NULL, CLI_OPT_OPSET},
+        {"config", required_argument, NULL, CLI_OPT_CONFIG},
+        {"revision", required_argument, NULL, CLI_OPT_REVISION},
+        {"for-generation", no_argument, NULL, CLI_OPT_GENERATION},
+        {"multi-token-decode", no_argument, NULL, CLI_OPT_MULTI_TOKEN},
+        {"static-cache", no_argument, NULL, CLI_OPT_STATIC_CACHE},
+        {"max-cache-len", required_argument, NULL, CLI_OPT_MAX_CACHE},
+    };
+    enum { N_SHARED = sizeof shared / sizeof shared[0], MAX_OPTS = 32 };
+    struct option all[MAX_OPTS + 1];
+    int n = 0;
+    for (int i = 0; i < N_SHARED && n < MAX_OPTS; i++)
+        all[n++] = shared[i];
+    for (int i = 0; i < n_extra && n < MAX_OPTS; i++)
+        all[n++] = extra[i];
+    all[n] = (struct option){NULL, 0, NULL, 0};
+
+    memset(o, 0, sizeof *o);
+    ferry_export_config_init(&o->cfg);
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "qh", all, NULL)) != -1) {
+        int rc = shared_option(c, optarg, o);
+        if (rc == -2)
+            rc = c == '?' || c == ':' ? -3 : on_extra(c, optarg, user);
+        if (rc == -3 || rc == -2) {
+            cli_error("%s: unknown or incomplete option '%s' (see ferry %s --help)", cmd,
+                      argv[optind - 1], cmd);
+            return EXIT_USAGE;
+        }
+        if (rc != CLI_CONTINUE)
+            return rc;
+    }
+    if (!o->cfg.for_generation &&
+        (o->cfg.generation.multi_token_decode || o->cfg.generation.static_cache ||
+         o->cfg.generation.max_cache_len)) {
+        cli_error("--multi-token-decode, --static-cache and --max-cache-len apply to "
+                  "--for-generation exports");
+        return EXIT_USAGE;
+    }
+    return CLI_CONTINUE;
+}
+
+void cli_print_export_options(FILE *f)
+{
+    fprintf(f,
+            "  --format onnx            output format (default onnx, the only one so far)\n"
+            "  --dynamic                make every axis symbolic: batch and sequence\n"
+            "  --dim NAME:AXIS=SYM[:MIN:MAX]\n"
+            "                           make one axis symbolic with a name and range, e.g.\n"
+            "                           --dim input_ids:1=sequence:1:4096 (repeatable)\n"
+            "  --example-shape input_ids=BxS\n"
+            "                           shape that static axes are pinned to (default "
+            "input_ids=1x8)\n"
+            "  --dtype fp32|fp16|bf16   export precision, whatever the checkpoint's (default "
+            "fp32)\n"
+            "  --opset N                ONNX opset (default %d, supported %d-%d)\n"
+            "  --config RECIPE.json     read options from a recipe with AutoExportConfig keys:\n"
+            "                           export_format, dynamic, dynamic_shapes, dtype, opset,\n"
+            "                           example_shapes (command-line options given after it "
+            "win)\n"
+            "  --for-generation         the components a generation loop needs: prefill and\n"
+            "                           decode with a KV cache (past_key_values.* in, present.* "
+            "out)\n"
+            "  --multi-token-decode     decode takes any number of query tokens (needs "
+            "--dynamic)\n"
+            "  --static-cache           fixed-size cache updated in place: input.<name>/"
+            "output.<name>\n"
+            "                           pairs to bind to one buffer each (needs "
+            "--max-cache-len)\n"
+            "  --max-cache-len N        static cache length\n"
+            "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
+            ferry_default_opset(), ferry_min_opset(), ferry_max_opset());
+}
+
+void cli_print_warnings(const char *w)
+{
+    while (*w) {
+        const char *nl = strchr(w, '\n');
+        int n = nl ? (int)(nl - w) : (int)strlen(w);
+        cli_warn("%.*s", n, w);
+        w += n + (nl ? 1 : 0);
+    }
+}
