@@ -138,6 +138,10 @@ VARIANTS = {
                                                 max_window_layers=1)),
     "qwen3-window-from-layer-1": ("qwen3", dict(use_sliding_window=True, sliding_window=5,
                                                 max_window_layers=1)),
+    # the gated MLP with the other activations transformers' ACT2FN gives these families
+    "llama-gelu": ("llama", dict(hidden_act="gelu")),
+    "qwen2-gelu-tanh": ("qwen2", dict(hidden_act="gelu_pytorch_tanh")),
+    "mistral-gelu-new": ("mistral", dict(hidden_act="gelu_new")),
 }
 
 # Config spellings found on the hub, applied to config.json after saving (the eager model reads
