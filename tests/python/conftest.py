@@ -19,6 +19,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "fixtures" / "tiny-llama"   # the tiny Llama the repository ships
 FERRY_BUILD = Path(os.environ.get("FERRY_BUILD", ROOT / "build")).resolve()
 FERRY_BIN = FERRY_BUILD / "ferry"
 # `make test` also passes the sanitizer builds (gcc ASan + UBSan, and clang UBSan with
@@ -363,3 +364,13 @@ def pytest_terminal_summary(terminalreporter):
         cells = "".join(f"{worst[(arch, loop)]:>17.2e}" if (arch, loop) in worst else f"{'-':>17}"
                         for loop in loops)
         terminalreporter.write_line(f"{arch:<10}{cells}")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A dynamic ONNX export of the shipped fixture, made once per test module (tests copy it
+    before they change it)."""
+    out = tmp_path_factory.mktemp("exp") / "out"
+    subprocess.run([str(FERRY_BIN), "export", str(FIXTURE), str(out), "--dynamic", "-q"],
+                   check=True)
+    return out

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import FERRY_BIN, ROOT, SANITIZER_ENV, ferry_builds, ferry_export
 
-FIXTURE = ROOT / "fixtures" / "tiny-llama"
+from conftest import FIXTURE  # noqa: E402
 # The order in which save writes an export's files (see src/export/save.c).
 WRITE_ORDER = ["model.onnx.data", "model.onnx", "export.json", "config.json",
                "generation_config.json"]

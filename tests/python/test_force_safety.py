@@ -19,7 +19,7 @@ import pytest
 from conftest import FERRY_BIN, ROOT, SANITIZER_ENV, ferry_builds, ferry_export, run_ferry
 from stall import StalledExport
 
-FIXTURE = ROOT / "fixtures" / "tiny-llama"
+from conftest import FIXTURE  # noqa: E402
 EXPORT_FILES = ["config.json", "export.json", "generation_config.json", "model.onnx",
                 "model.onnx.data"]
 

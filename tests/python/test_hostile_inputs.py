@@ -27,7 +27,7 @@ import pytest
 
 from conftest import ASAN_BIN, FERRY_BIN, ROOT, SANITIZER_ENV, ferry_builds, read_safetensors
 
-FIXTURE = ROOT / "fixtures" / "tiny-llama"
+from conftest import FIXTURE  # noqa: E402
 ST = "model.safetensors"
 VICTIM = "model.layers.1.self_attn.k_proj.weight"   # F32 [32, 64] in the fixture
 AS_LIMIT = 512 << 20      # a good export of the fixture needs ~256 MB of address space
@@ -356,14 +356,6 @@ def test_example_shape_overflow(tmp_path, build):
 
 # ---------------------------------------------------------------------------------------------
 # export.json (ferry inspect): paths confined to the export directory
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    out = tmp_path_factory.mktemp("exp") / "out"
-    subprocess.run([str(FERRY_BIN), "export", str(FIXTURE), str(out), "--dynamic", "-q"],
-                   check=True)
-    return out
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import FERRY_BIN, ROOT, UBSAN_BIN, ferry_builds, read_safetensors, run_ferry
 
-FIXTURE = ROOT / "fixtures" / "tiny-llama"
+from conftest import FIXTURE  # noqa: E402
 ST = "model.safetensors"
 
 
@@ -106,14 +106,6 @@ def test_index_shard_escaped_nul(ckpt, tmp_path, build):
     text = text.replace(f'"{first}": "{shard}"', f'"{first}": "{shard}\\u0000/../../x"')
     (ckpt / "model.safetensors.index.json").write_text(text)
     export_refused(ckpt, tmp_path, build, "model.safetensors.index.json", "escaped NUL")
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    out = tmp_path_factory.mktemp("exp") / "out"
-    subprocess.run([str(FERRY_BIN), "export", str(FIXTURE), str(out), "--dynamic", "-q"],
-                   check=True)
-    return out
 
 
 @pytest.fixture

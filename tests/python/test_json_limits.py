@@ -24,7 +24,7 @@ import pytest
 
 from conftest import FERRY_BIN, ROOT, SANITIZER_ENV, UBSAN_BIN, read_safetensors
 
-FIXTURE = ROOT / "fixtures" / "tiny-llama"
+from conftest import FIXTURE  # noqa: E402
 ST = "model.safetensors"
 AS_LIMIT = 512 << 20
 QUICK_S = 30          # a linear scan of 100 MB; generous for a shared two-core machine
@@ -188,14 +188,6 @@ def test_index_60mb_of_tiny_values(sharded, tmp_path, build):
 
 # ---------------------------------------------------------------------------------------------
 # export.json (16 MB, 1e6 values) and recipes (1 MiB, 1e4 values)
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    out = tmp_path_factory.mktemp("exp") / "out"
-    subprocess.run([str(FERRY_BIN), "export", str(FIXTURE), str(out), "--dynamic", "-q"],
-                   check=True)
-    return out
 
 
 def test_manifest_values(exported, tmp_path, build):

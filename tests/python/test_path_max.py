@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FERRY_BIN, ROOT, SANITIZER_ENV, ferry_builds, run_ferry
 
-FIXTURE = ROOT / "fixtures" / "tiny-llama"
+from conftest import FIXTURE  # noqa: E402
 PATH_MAX = os.pathconf("/", "PC_PATH_MAX")
 EXPORT_FILES = ["config.json", "export.json", "generation_config.json", "model.onnx",
                 "model.onnx.data"]
