@@ -97,20 +97,23 @@ ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const 
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     }
     for (int64_t i = 0; i < lm->n_layers; i++) {
-        bool sliding = cfg->layer_types && strcmp(cfg->layer_types[i], "sliding_attention") == 0;
-        if (sliding && cfg->sliding_window <= 0) {
-            blk_lm_free(lm);
-            return fy_fail(err, FERRY_ERR_FORMAT, "%s: layer_types[%lld] is sliding_attention "
-                           "but sliding_window is not set", origin, (long long)i);
-        }
-        lm->window[i] = sliding ? cfg->sliding_window : 0;
-        /* One rotary setting for every layer, as these families' rotary embedding has; a
+        /* No window by default: which layers slide is each family's rule (blk_lm_windows). One
+         * rotary setting for every layer, as these families' rotary embedding has; a
          * family with per-layer-type rope (cfg->rope_local) sets its layers in its quirks. */
         lm->rope[i] = (g_rope_opts){.rope = cfg->rope, .head_dim = cfg->head_dim,
                                     .rotary_dim = cfg->head_dim,
                                     .max_position_embeddings = cfg->max_position_embeddings};
     }
     return FERRY_OK;
+}
+
+void blk_lm_windows(const lm_config *cfg, int64_t window, blk_lm *lm)
+{
+    for (int64_t i = 0; i < lm->n_layers; i++) {
+        bool sliding = cfg->layer_types ? strcmp(cfg->layer_types[i], "sliding_attention") == 0
+                                        : i >= cfg->max_window_layers;
+        lm->window[i] = sliding ? window : 0;
+    }
 }
 
 void blk_lm_free(blk_lm *lm)

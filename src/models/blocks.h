@@ -43,13 +43,17 @@ typedef struct blk_lm {
     const blk_names *names;
 } blk_lm;
 
-/* Fills `lm` from the decoder config: sizes, eps, activation, tying, per-layer windows (from
- * layer_types) and rope (per layer type). Refuses what the standard shape cannot express
- * (partial rotary, an unknown activation). Biases, q/k norm and all-layer windows are the
- * family's to set afterwards. */
+/* Fills `lm` from the decoder config: sizes, eps, activation, tying and rope. Refuses what the
+ * standard shape cannot express (partial rotary, an unknown activation). Biases, q/k norm and
+ * sliding windows are the family's to set afterwards (transformers' families differ: Llama has
+ * none, Mistral one for every layer, Qwen2/3 per layer). */
 ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const char *arch,
                                 blk_lm *lm, fy_err *err);
 void blk_lm_free(blk_lm *lm);
+/* Per-layer windows as Qwen2/Qwen3 configs give them: `window` (0: none) on the layers that
+ * layer_types marks sliding_attention or, without layer_types, on layers from
+ * max_window_layers on (transformers derives layer_types so). */
+void blk_lm_windows(const lm_config *cfg, int64_t window, blk_lm *lm);
 
 /* The forward graph of a standard decoder LM for `io`. */
 ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_graph *g,

@@ -1,5 +1,6 @@
 /* llama.c — LlamaForCausalLM: the standard decoder; "attention_bias" puts biases on q/k/v/o,
- * "mlp_bias" on the MLP; sliding windows only where "layer_types" says so. */
+ * "mlp_bias" on the MLP. No sliding window, whatever sliding_window or layer_types say:
+ * transformers' Llama attention has none. */
 #include "models/blocks.h"
 
 static void llama_quirks(const lm_config *c, blk_lm *lm)

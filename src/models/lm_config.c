@@ -231,6 +231,7 @@ static ferry_status read_sizes(const cJSON *root, const char *origin, lm_config 
 {
     ferry_status status;
     bool use_sliding = true;
+    const cJSON *use_node;
 
     if ((status = json_get_int(root, "vocab_size", true, 0, 1, MAX_VOCAB, origin,
                                &cfg->vocab_size, err)) ||
@@ -250,9 +251,13 @@ static ferry_status read_sizes(const cJSON *root, const char *origin, lm_config 
                                origin, &cfg->max_position_embeddings, err)) ||
         (status = json_get_int(root, "sliding_window", false, 0, 0, MAX_POSITIONS, origin,
                                &cfg->sliding_window, err)) ||
+        (status = json_get_member(root, "use_sliding_window", false, origin, &use_node, err)) ||
         (status = json_get_bool(root, "use_sliding_window", false, true, origin, &use_sliding,
-                                err)))
+                                err)) ||
+        (status = json_get_int(root, "max_window_layers", false, 28, 0, MAX_LAYERS, origin,
+                               &cfg->max_window_layers, err)))
         return status;
+    cfg->use_sliding_window_set = use_node != NULL;
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
         return fy_fail(err, FERRY_ERR_FORMAT,
                        "%s: key 'num_key_value_heads' (%lld) must divide num_attention_heads "
@@ -270,7 +275,8 @@ static ferry_status read_sizes(const cJSON *root, const char *origin, lm_config 
                            "%s: key 'head_dim' (derived: %lld) must be at most %d", origin,
                            (long long)cfg->head_dim, MAX_HEAD_DIM);
     }
-    /* Qwen2-style configs carry a window that is only in effect when use_sliding_window is set. */
+    /* Qwen2-style configs carry a window that is in effect only when use_sliding_window is set
+     * (families where the key is absent decide its default). */
     if (!use_sliding)
         cfg->sliding_window = 0;
     return FERRY_OK;

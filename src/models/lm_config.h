@@ -24,6 +24,8 @@ typedef struct lm_config {
     bool attention_bias;            /* q/k/v (and o) biases, Llama-style key */
     bool mlp_bias;
     int64_t sliding_window;         /* 0 = none (also when "use_sliding_window" is false) */
+    bool use_sliding_window_set;    /* the key is present (its absence means false to Qwen2/3) */
+    int64_t max_window_layers;      /* Qwen2/3: layers from this index slide (default 28) */
     char (*layer_types)[32];        /* "layer_types" if present: num_hidden_layers entries, else NULL */
     rope_config rope;               /* the rotary parameters (of full-attention layers) */
     rope_config rope_local;         /* sliding-attention layers' own, when has_rope_local */

@@ -5,7 +5,8 @@
 
 static void qwen2_quirks(const lm_config *c, blk_lm *lm)
 {
-    (void)c;
+    /* use_sliding_window defaults to false here, unlike the generic reading */
+    blk_lm_windows(c, c->use_sliding_window_set ? c->sliding_window : 0, lm);
     lm->qkv_bias = true;
 }
 

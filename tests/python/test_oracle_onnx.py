@@ -154,6 +154,17 @@ CONFIG_EDITS = {
         sliding_window=5, max_window_layers=1, use_sliding_window=False)),
     "qwen3-window-present-but-off": ("qwen3", {}, lambda cfg: cfg.update(
         sliding_window=5, max_window_layers=1, use_sliding_window=False)),
+    # transformers-4 Qwen configs have no layer_types: layers >= max_window_layers slide
+    "qwen2-window-without-layer-types": ("qwen2", {}, lambda cfg: (cfg.pop("layer_types"),
+        cfg.update(sliding_window=5, max_window_layers=1, use_sliding_window=True))),
+    "qwen3-window-without-layer-types": ("qwen3", {}, lambda cfg: (cfg.pop("layer_types"),
+        cfg.update(sliding_window=5, max_window_layers=1, use_sliding_window=True))),
+    # ... and use_sliding_window absent means false for them
+    "qwen2-window-key-absent": ("qwen2", {}, lambda cfg: (cfg.pop("layer_types"),
+        cfg.pop("use_sliding_window"), cfg.update(sliding_window=5, max_window_layers=1))),
+    # transformers' Llama has no sliding window: a config that names one changes nothing
+    "llama-ignores-layer-types-window": ("llama", {}, lambda cfg: cfg.update(
+        sliding_window=5, layer_types=["sliding_attention", "full_attention"])),
 }
 
 VARIANT_SHAPES = {
