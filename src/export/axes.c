@@ -10,6 +10,7 @@
 #define EXAMPLE_DIM_MAX ((int64_t)1 << 24)
 
 static const char *const LOGICAL[2] = {"batch", "sequence"};
+static const char *const RESERVED[] = {"past_sequence", "max_cache_len"};
 
 static int logical_index(const char *axis)
 {
@@ -61,9 +62,20 @@ ferry_status exp_resolve_axes(const ferry_export_config *cfg, const model_arch *
                            d->axis, names);
         chosen[a] = d;
     }
-    if (chosen[0] && chosen[1] && strcmp(chosen[0]->symbol, chosen[1]->symbol) == 0)
+    const char *names_of[2];
+    for (int a = 0; a < 2; a++) {
+        names_of[a] = chosen[a] ? chosen[a]->symbol : LOGICAL[a];
+        /* The cache axes of generation exports have these names: sharing one would make the
+         * query length and the cache length one dim. */
+        for (size_t r = 0; r < sizeof RESERVED / sizeof RESERVED[0]; r++)
+            if ((chosen[a] || cfg->dynamic) && strcmp(names_of[a], RESERVED[r]) == 0)
+                return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dims: the symbol name '%s' "
+                               "is ferry's own (for the cache); pick another", names_of[a]);
+    }
+    if ((chosen[0] || cfg->dynamic) && (chosen[1] || cfg->dynamic) &&
+        strcmp(names_of[0], names_of[1]) == 0)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dims: batch and sequence axes cannot "
-                       "share the symbol '%s'", chosen[0]->symbol);
+                       "share the symbol '%s'", names_of[0]);
     for (int a = 0; a < 2; a++) {
         /* Traced extents size nothing ferry allocates, but they are multiplied in shape
          * inference and printed in metadata: keep them far from overflow. */

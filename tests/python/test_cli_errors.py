@@ -285,12 +285,27 @@ def test_opset_out_of_range(good_ckpt, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("flags,needle", [
+    (["--dynamic", "--dim", "input_ids:0=sequence"], "cannot share the symbol 'sequence'"),
+    (["--dim", "input_ids:1=max_cache_len:1:4096", "--for-generation", "--static-cache",
+      "--max-cache-len", "64", "--multi-token-decode"], "'max_cache_len' is ferry's own"),
+    (["--dynamic", "--dim", "input_ids:0=past_sequence", "--for-generation"],
+     "'past_sequence' is ferry's own"),
+], ids=["batch-named-sequence", "query-named-cache-length", "batch-named-past"])
+def test_symbol_names_do_not_merge_axes(good_ckpt, tmp_path, flags, needle):
+    """Two axes that share a symbol would be one dim: refused, never merged."""
+    rc, _, stderr = run_ferry("export", good_ckpt, tmp_path / "out", *flags)
+    assert rc == 1 and needle in stderr, (rc, stderr)
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # Usage
 
 
-@pytest.mark.parametrize("args", [["--help"], ["export", "--help"], ["inspect", "--help"]],
-                         ids=["ferry", "export", "inspect"])
+@pytest.mark.parametrize("args", [["--help"], ["export", "--help"], ["inspect", "--help"],
+                                  ["graph", "--help"]],
+                         ids=["ferry", "export", "inspect", "graph"])
 def test_help(args):
     rc, stdout, stderr = run_ferry(*args)
     assert rc == 0, stderr
@@ -301,6 +316,9 @@ def test_help(args):
             assert flag in stdout, f"{flag} missing from export --help"
     if args[0] == "inspect":
         assert "--json" in stdout
+    if args[0] == "graph":
+        for flag in ("--stage", "--component", "--dynamic", "--for-generation"):
+            assert flag in stdout, f"{flag} missing from graph --help"
 
 
 def test_version():
@@ -317,8 +335,11 @@ def test_version():
     ["frobnicate"],
     [],
     ["export", "only-one-arg"],
+    ["graph"],
+    ["graph", "m", "--stage", "raw"],
+    ["graph", "m", "--force"],
 ], ids=["export-flag", "export-flag-late", "inspect-flag", "unknown-command", "no-args",
-        "missing-out"])
+        "missing-out", "graph-no-model", "graph-bad-stage", "graph-export-only-flag"])
 def test_usage_errors_exit_2(args, tmp_path):
     rc, stdout, stderr = run_ferry(*args)
     assert rc == 2, (rc, stderr)
