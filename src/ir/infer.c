@@ -1,6 +1,7 @@
 /* infer.c — output dtypes and symbolic shapes of every op, from its inputs and attributes. The
  * same functions run when a node is built and again in g_check, so a pass that rewires a graph
  * cannot leave a node whose recorded type disagrees with its inputs. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -159,7 +160,7 @@ static ferry_status infer_matmul(inf *x)
         return bad(x, "batch dims do not broadcast");
     g_dim k_b = b->shape.d[b->shape.rank - (tb ? 1 : 2)];
     g_dim n_b = b->shape.d[b->shape.rank - (tb ? 2 : 1)];
-    if (!g_dim_compatible(a->shape.d[a->shape.rank - 1], k_b))
+    if (!g_dim_match(a->shape.d[a->shape.rank - 1], k_b))
         return bad(x, "inner dims differ");
     s.d[s.rank++] = a->shape.d[a->shape.rank - 2];
     s.d[s.rank++] = n_b;
@@ -231,15 +232,19 @@ static ferry_status infer_reshape(inf *x)
     }
     if (overflow)
         return bad(x, "element count overflows 64 bits");
+    /* With an input extent that depends on data nothing more can be checked here. Otherwise the
+     * leftover constants must divide, and without a dim to solve every symbolic dim must have
+     * been matched: dropping or inventing one changes the element count. */
+    if (!in_unknown && !out_unmatched && out_const != 0 && in_const % out_const != 0)
+        return bad(x, "the target shape does not divide the input's elements");
     if (solve_at >= 0) {
-        if (in_unknown || out_unmatched || n_in_syms > 1 || out_const == 0 ||
-            in_const % out_const != 0)
+        if (in_unknown || out_unmatched || n_in_syms > 1 || out_const == 0)
             s.d[solve_at] = g_dim_unknown();
         else if (n_in_syms == 1)
             s.d[solve_at] = g_dim_scale(in_syms[0], in_const / out_const);
         else
             s.d[solve_at] = g_dim_const(in_const / out_const);
-    } else if (!in_unknown && n_in_syms == 0 && !out_unmatched && in_const != out_const) {
+    } else if (!in_unknown && (n_in_syms != 0 || out_unmatched || in_const != out_const)) {
         return bad(x, "reshape changes the number of elements");
     }
     return one(x, in->dtype, &s);
@@ -274,7 +279,7 @@ static ferry_status infer_concat(inf *x)
         if (!b || b->dtype != a->dtype || b->shape.rank != a->shape.rank)
             return bad(x, "inputs differ in dtype or rank");
         for (int k = 0; k < s.rank; k++)
-            if (k != axis && !g_dim_compatible(s.d[k], b->shape.d[k]))
+            if (k != axis && !g_dim_match(s.d[k], b->shape.d[k]))
                 return bad(x, "inputs differ off the concat axis");
         s.d[axis] = g_dim_add(s.d[axis], b->shape.d[axis]);
     }
@@ -419,7 +424,15 @@ static ferry_status infer_scatter(inf *x)
 static bool last_dim_matches(const g_value *x, const g_value *w)
 {
     return w->shape.rank == 1 && x->shape.rank >= 1 &&
-           g_dim_compatible(w->shape.d[0], x->shape.d[x->shape.rank - 1]);
+           g_dim_match(w->shape.d[0], x->shape.d[x->shape.rank - 1]);
+}
+
+/* eps positive and finite, offset finite (an attribute a file's value reached). */
+static ferry_status check_norm_attrs(inf *x)
+{
+    if (!(x->n->a.eps > 0) || !isfinite(x->n->a.eps) || !isfinite(x->n->a.offset))
+        return bad(x, "eps must be positive and finite, offset finite");
+    return FERRY_OK;
 }
 
 static ferry_status infer_norm(inf *x)
@@ -428,8 +441,8 @@ static ferry_status infer_norm(inf *x)
     if (!dt_is_float(a->dtype) || w->dtype != a->dtype || !last_dim_matches(a, w) ||
         (b && (b->dtype != a->dtype || !last_dim_matches(a, b))))
         return bad(x, "weight (and bias) must be 1-D, of x's dtype, and match its last dim");
-    if (!(x->n->a.eps > 0))
-        return bad(x, "eps must be positive");
+    if (check_norm_attrs(x) != FERRY_OK)
+        return x->err->status;
     return one(x, a->dtype, &a->shape);
 }
 
@@ -440,8 +453,8 @@ static ferry_status infer_skip_norm(inf *x)
     if (!dt_is_float(a->dtype) || skip->dtype != a->dtype || w->dtype != a->dtype ||
         !g_shape_broadcast(&a->shape, &skip->shape, &s) || !last_dim_matches(a, w))
         return bad(x, "needs x and skip of one dtype and shape, and a matching 1-D weight");
-    if (!(x->n->a.eps > 0))
-        return bad(x, "eps must be positive");
+    if (check_norm_attrs(x) != FERRY_OK)
+        return x->err->status;
     x->out[0] = (g_typed){a->dtype, s};
     x->out[1] = (g_typed){a->dtype, s};
     x->n_out = 2;
@@ -452,10 +465,10 @@ static ferry_status infer_linear(inf *x)
 {
     const g_value *a = x->in[0], *w = x->in[1], *b = x->in[2];
     if (w->dtype != a->dtype || w->shape.rank != 2 || a->shape.rank < 1 ||
-        !g_dim_compatible(w->shape.d[1], a->shape.d[a->shape.rank - 1]))
+        !g_dim_match(w->shape.d[1], a->shape.d[a->shape.rank - 1]))
         return bad(x, "weight must be [out, in] with in = the last dim of x");
     if (b && (b->dtype != a->dtype || b->shape.rank != 1 ||
-              !g_dim_compatible(b->shape.d[0], w->shape.d[0])))
+              !g_dim_match(b->shape.d[0], w->shape.d[0])))
         return bad(x, "bias must be [out]");
     g_shape s = a->shape;
     s.d[s.rank - 1] = w->shape.d[0];
@@ -473,14 +486,24 @@ static ferry_status infer_embedding(inf *x)
     return one(x, t->dtype, &s);
 }
 
+static ferry_status infer_softcap(inf *x)
+{
+    if (!(x->n->a.cap > 0) || !isfinite(x->n->a.cap))
+        return bad(x, "cap must be positive and finite");
+    return infer_float_unary(x);
+}
+
 static ferry_status infer_rope(inf *x)
 {
     const g_value *a = x->in[0], *p = x->in[1];
     const g_rope_opts *o = x->n->a.rope;
     int64_t d;
     if (a->shape.rank != 4 || p->shape.rank != 2 || p->dtype != FERRY_I64 ||
-        !dt_is_float(a->dtype))
+        !dt_is_float(a->dtype) || !g_dim_match(a->shape.d[0], p->shape.d[0]) ||
+        !g_dim_match(a->shape.d[1], p->shape.d[1]))
         return bad(x, "needs x [b,s,h,d] and int64 position_ids [b,s]");
+    if (!(o->rope.theta > 0) || !isfinite(o->rope.theta) || o->max_position_embeddings <= 0)
+        return bad(x, "rope theta must be positive and finite");
     if (!g_dim_is_const(a->shape.d[3], &d) || d != o->head_dim || o->rotary_dim <= 0 ||
         o->rotary_dim > d || o->rotary_dim % 2 != 0)
         return bad(x, "rotary_dim must be even and at most the head dim");
@@ -499,23 +522,35 @@ static ferry_status infer_attention(inf *x)
     if (!g_dim_is_const(q->shape.d[2], &h) || !g_dim_is_const(k->shape.d[2], &kvh) ||
         !g_dim_is_const(q->shape.d[3], &d) || h != o->num_heads || kvh != o->num_kv_heads ||
         d != o->head_dim || o->num_kv_heads <= 0 || o->num_heads % o->num_kv_heads != 0 ||
-        !g_dim_compatible(k->shape.d[3], q->shape.d[3]) || !g_dim_eq(v->shape.d[2], k->shape.d[2]))
+        !g_dim_match(k->shape.d[3], q->shape.d[3]) || !g_dim_eq(v->shape.d[2], k->shape.d[2]))
         return bad(x, "head counts or head dim disagree with the options");
+    if (!g_dim_match(v->shape.d[3], q->shape.d[3]) || !g_dim_match(v->shape.d[1], k->shape.d[1]))
+        return bad(x, "v must be [b, t, kvh, d] like k");
+    if (!(o->scale > 0) || !isfinite(o->scale) || !(o->softcap >= 0) || !isfinite(o->softcap) ||
+        o->sliding_window < 0)
+        return bad(x, "scale must be positive and finite, softcap and window not negative");
     bool given = o->mask == G_MASK_GIVEN;
     if (given ? !(m->dtype == FERRY_BOOL && m->shape.rank == 4)
               : !(m->dtype == FERRY_I64 && m->shape.rank == 2))
         return bad(x, "mask must be int64 [b, t] (causal, padding) or bool [b, 1, s, t] (given)");
-    if ((pos && (pos->dtype != FERRY_I64 || pos->shape.rank != 1)) ||
+    if ((pos && (pos->dtype != FERRY_I64 || pos->shape.rank != 1 ||
+                 !g_dim_match(pos->shape.d[0], g_dim_const(1)))) ||
         (o->cache == G_CACHE_STATIC && !pos))
         return bad(x, "cache_position must be int64 [1] (required with a static cache)");
     if ((pk == NULL) != (pv == NULL) || (o->cache == G_CACHE_NONE && pk) ||
         (o->cache == G_CACHE_STATIC && !pk))
         return bad(x, "past key and value go together, and only with a cache");
     if (pk && (pk->shape.rank != 4 || pk->dtype != q->dtype || pv->dtype != q->dtype ||
-               !g_dim_compatible(pk->shape.d[1], g_dim_const(kvh)) ||
-               !g_dim_compatible(pk->shape.d[3], g_dim_const(d)) ||
+               !g_dim_match(pk->shape.d[1], g_dim_const(kvh)) ||
+               !g_dim_match(pk->shape.d[3], g_dim_const(d)) ||
                !g_shape_eq(&pk->shape, &pv->shape)))
         return bad(x, "past key/value must be [b, kvh, length, d] of q's dtype");
+    /* The keys attended to: the cache's length (static), past + new (append), or the new. */
+    g_dim keys = o->cache == G_CACHE_STATIC ? pk->shape.d[2]
+                 : pk ? g_dim_add(pk->shape.d[2], k->shape.d[1]) : k->shape.d[1];
+    if (!g_dim_match(m->shape.d[m->shape.rank - 1], keys) ||
+        (given && !g_dim_match(m->shape.d[2], q->shape.d[1])))
+        return bad(x, "the mask's key length differs from the keys attended to");
     g_shape out = {.rank = 3, .d = {q->shape.d[0], q->shape.d[1], g_dim_const(h * d)}};
     x->out[0] = (g_typed){q->dtype, out};
     x->n_out = 1;

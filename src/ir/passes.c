@@ -175,7 +175,7 @@ ferry_status g_check(g_graph *g, fy_err *err)
                 return bad(err, n, "recorded output rank disagrees with inference");
             for (int k = 0; k < v->shape.rank; k++)
                 if (!outs[o].shape.d[k].unknown &&
-                    !g_dim_compatible(outs[o].shape.d[k], v->shape.d[k]))
+                    !g_dim_match(outs[o].shape.d[k], v->shape.d[k]))
                     return bad(err, n, "recorded output shape disagrees with inference");
         }
     }

@@ -89,16 +89,12 @@ bool g_dim_is_const(g_dim a, int64_t *value)
     return true;
 }
 
-bool g_dim_compatible(g_dim a, g_dim b)
+bool g_dim_match(g_dim a, g_dim b)
 {
-    if (a.unknown || b.unknown)
-        return true;
-    int64_t x, y;
-    if (g_dim_is_const(a, &x) && g_dim_is_const(b, &y))
-        return x == y;
-    /* Two different expressions may still agree at run time (a symbol may take a constant's
-     * value); only two different constants are a sure mismatch. */
-    return true;
+    /* Builders derive every dim from the same symbols, so dims that must agree are the same
+     * canonical expression; "sequence" where "batch" was meant is a mistake, not a coincidence
+     * to allow for. Only an extent that depends on data cannot be checked. */
+    return a.unknown || b.unknown || g_dim_eq(a, b);
 }
 
 int g_dim_print(g_dim a, const g_symtab *syms, char *buf, size_t size)

@@ -50,8 +50,9 @@ g_dim g_dim_sub(g_dim a, g_dim b);
 g_dim g_dim_scale(g_dim a, int64_t k);
 bool g_dim_eq(g_dim a, g_dim b);
 bool g_dim_is_const(g_dim a, int64_t *value);
-/* Whether the two dims can be equal at run time (unknown matches anything). */
-bool g_dim_compatible(g_dim a, g_dim b);
+/* Whether two dims that must agree do: the same expression, or either unknown (data-dependent,
+ * checked at run time). */
+bool g_dim_match(g_dim a, g_dim b);
 
 /* Prints "7", "sequence" or "past_sequence + sequence" (unknown prints "?"). Returns the
  * snprintf-style length. */

@@ -1,4 +1,5 @@
 /* weights.c — weight recipes: validation, logical shapes, the parts a recipe streams into. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,6 +69,10 @@ ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err)
     if (w->concat_axis < 0 || w->concat_axis >= t0->ndim)
         return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: bad concat axis", what);
     joined_shape(w, rank, shape);
+    if (w->row_begin != 0 && w->row_end == 0)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: a row range needs its end", what);
+    if (!isfinite(w->offset))
+        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: offset %g", what, w->offset);
     if (w->row_end != 0) {
         if (*rank != 2 || w->row_begin < 0 || w->row_end <= w->row_begin ||
             w->row_end > shape[0])
@@ -85,7 +90,8 @@ ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err)
             return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight %s: int%d block quantization "
                            "needs a 2-D weight, fp32 or fp16 scales, no transpose or offset",
                            what, w->quant.bits);
-        if (w->quant.block < 16 || (w->quant.block & (w->quant.block - 1)) != 0 ||
+        if (w->quant.block < 16 || w->quant.block > 256 ||
+            (w->quant.block & (w->quant.block - 1)) != 0 ||
             shape[1] % w->quant.block != 0)
             return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight %s: rows of %lld elements do not "
                            "divide into blocks of %d", what, (long long)shape[1],

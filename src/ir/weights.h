@@ -37,7 +37,7 @@
 
 typedef struct w_quant {
     int bits;                /* 0 = not quantized; 4 or 8 */
-    int block;               /* 32, 64 or 128 */
+    int block;               /* a power of two from 16 to 256 (32, 64, 128 in practice) */
     bool symmetric;          /* no zero points: the mid code is zero */
 } w_quant;
 

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -329,6 +330,78 @@ static void check_refuses_malformed_nodes(void **state)
     g_free(g);
 }
 
+/* A builder call refused at build time: G_NONE, and the graph's error says why. */
+static void refused(g_graph *g, int v, const char *why)
+{
+    assert_int_equal(v, G_NONE);
+    if (!strstr(g->err.msg, why))
+        fail_msg("builder said '%s', expected '%s'", g->err.msg, why);
+    g_free(g);
+}
+
+/* A graph over x [batch, sequence, 4] (symbolic) and q/k/v [batch, sequence, 2, 8]. */
+static g_graph *symbolic_graph(int *x, int *q)
+{
+    g_graph *g = g_new();
+    g_symtab_add(&g->syms, "batch", 1, 0, 1);
+    g_symtab_add(&g->syms, "sequence", 1, 0, 8);
+    g_dim xd[3] = {g_dim_sym(0), g_dim_sym(1), g_dim_const(4)};
+    g_dim qd[4] = {g_dim_sym(0), g_dim_sym(1), g_dim_const(2), g_dim_const(8)};
+    *x = g_input(g, "x", FERRY_F32, 3, xd);
+    *q = g_input(g, "q", FERRY_F32, 4, qd);
+    return g;
+}
+
+/* What inference refuses rather than records: shapes that cannot be, attributes from a file
+ * that make no sense, and symbolic dims that name the wrong axis. */
+static void inference_refuses_impossible_nodes(void **state)
+{
+    (void)state;
+    int x, q;
+    g_graph *g = symbolic_graph(&x, &q);
+    g_dim drop[2] = {g_dim_sym(0), g_dim_const(4)};           /* [b, s, 4] -> [b, 4] */
+    refused(g, g_reshape(g, "drop", x, 2, drop), "reshape changes the number of elements");
+
+    g = symbolic_graph(&x, &q);
+    g_dim thirds[4] = {g_dim_sym(0), g_dim_sym(1), g_dim_const(3), g_dim_unknown()};
+    refused(g, g_reshape(g, "thirds", x, 4, thirds), "does not divide");
+
+    g = symbolic_graph(&x, &q);
+    refused(g, g_softcap(g, "cap0", x, 0.0), "cap must be positive");
+
+    g = symbolic_graph(&x, &q);
+    const int64_t n4[1] = {4};
+    int w = input(g, "w", FERRY_F32, 1, n4);
+    refused(g, g_rms_norm(g, "nan_offset", x, w, 1e-6, NAN), "offset finite");
+
+    g = symbolic_graph(&x, &q);
+    g_dim pd[2] = {g_dim_sym(0), g_dim_sym(1)};
+    int pos = g_input(g, "position_ids", FERRY_I64, 2, pd);
+    g_rope_opts bad_theta = {.rope = {.type = ROPE_DEFAULT, .theta = 0.0}, .head_dim = 8,
+                             .rotary_dim = 8, .max_position_embeddings = 16};
+    refused(g, g_rope(g, "theta0", q, pos, &bad_theta), "theta must be positive");
+
+    /* attention: a mask over `batch` keys where `sequence` keys are attended */
+    g = symbolic_graph(&x, &q);
+    g_dim wrong[2] = {g_dim_sym(0), g_dim_sym(0)};
+    int mask = g_input(g, "attention_mask", FERRY_I64, 2, wrong);
+    g_attn_opts ao = {.num_heads = 2, .num_kv_heads = 2, .head_dim = 8, .scale = 0.35,
+                      .mask = G_MASK_CAUSAL};
+    refused(g, g_attention(g, "attn", q, q, q, mask, G_NONE, G_NONE, G_NONE, &ao, NULL, NULL),
+            "key length differs");
+
+    /* a recorded dim that names the wrong symbol is caught by the verifier */
+    g = symbolic_graph(&x, &q);
+    int y = g_unary(g, G_SQRT, "sqrt", x);
+    g_output(g, y, "y");
+    g_remove_dead(g);
+    fy_err err = {0};
+    assert_int_equal(g_check(g, &err), FERRY_OK);
+    g->values[y].shape.d[1] = g_dim_sym(0); /* sequence recorded as batch */
+    check_refuses(g, "recorded output shape disagrees with inference");
+    g_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -338,6 +411,7 @@ int main(void)
         cmocka_unit_test(many_windowed_static_layers),
         cmocka_unit_test(skip_rms_norm_is_one_add_and_one_norm),
         cmocka_unit_test(check_refuses_malformed_nodes),
+        cmocka_unit_test(inference_refuses_impossible_nodes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

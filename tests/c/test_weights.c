@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,6 +270,19 @@ static void refused_recipes(void **state)
     w = w_plain(tensor("n"), FERRY_F32);
     w.transpose = true;
     assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_INTERNAL);
+    fy_err_clear(&err);
+    w = w_plain(tensor("a"), FERRY_F32);
+    w.row_begin = 2; /* a range without its end */
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_INTERNAL);
+    assert_non_null(strstr(err.msg, "needs its end"));
+    fy_err_clear(&err);
+    w = w_plain(tensor("n"), FERRY_F32);
+    w.offset = NAN;
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_INTERNAL);
+    fy_err_clear(&err);
+    w = w_plain(tensor("q"), FERRY_F32);
+    w.quant = (w_quant){.bits = 4, .block = 512};
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_UNSUPPORTED);
 }
 
 int main(void)
