@@ -12,17 +12,25 @@
  *   transpose 2-D only: the stored layout is [in, out] (a backend's MatMul wants it so)
  *   quant     optional block quantization along `in` (w_quant below)
  *
- * The int4 / int8 block packing (the one every backend takes as is; see docs/design.md):
+ * The int4 / int8 block packing (onnxruntime's MatMulNBits layout, made by quant/rtn.c):
  *   codes   unsigned, row-major over the logical [out, in] matrix; 4-bit codes two per byte,
  *           element 2j in the low nibble and 2j+1 in the high nibble; 8-bit codes one per byte.
  *           Each row holds in/block blocks; `in` must be a multiple of `block`.
  *   scales  [out, in/block] in `dtype` (fp32 or fp16)
- *   zeros   asymmetric only: [out, in/block] codes packed like the codes (4-bit: two per byte,
- *           low nibble first, each row padded to whole bytes); symmetric weights have the
- *           implicit zero point 2^(bits-1) (8 or 128) and no zeros part.
- *   value = (code - zero) * scale. This is MatMulNBits' B / scales / zero_points layout, ONNX
- *   DequantizeLinear's blocked uint4/uint8 layout along axis 1, and OpenVINO's u4/u8 weight
- *   with [out, groups, block] grouping. */
+ *   zeros   asymmetric only: [out, in/block] codes packed like the codes, each row padded to
+ *           whole bytes (a pad nibble is 8); symmetric weights have the implicit zero point
+ *           2^(bits-1) (8 or 128) and no zeros part.
+ *   value = (code - zero) * scale.
+ * What each consumer takes (the codes and scales are always used as they are):
+ *   MatMulNBits (B [out, in/block, block*bits/8], scales, zero_points): all three as they are.
+ *   ONNX DequantizeLinear (uint4/uint8, axis 1, block_size): codes and scales as they are; its
+ *     zero point is a uint4/uint8 tensor [out, in/block] packed contiguously, which is the zeros
+ *     part when in/block is even (4-bit) or always (8-bit) and otherwise needs its row padding
+ *     dropped; a symmetric weight needs an explicit zero-point tensor of 8s (128s), since
+ *     DequantizeLinear's default zero point is 0.
+ *   OpenVINO (u4/u8 constant [out, in/block, block], Convert, Subtract zero, Multiply scale):
+ *     codes and scales as they are; zeros as a u4/u8 [out, in/block, 1] constant (the padding
+ *     dropped where in/block is odd), or the scalar mid code when symmetric. */
 #ifndef FERRY_IR_WEIGHTS_H
 #define FERRY_IR_WEIGHTS_H
 

@@ -1,6 +1,7 @@
 /* rtn.c — round-to-nearest block quantization (see rtn.h for the arithmetic). */
 #include "quant/rtn.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -52,11 +53,9 @@ static unsigned get_code(const uint8_t *p, size_t i, int bits)
     return i % 2 == 0 ? p[i / 2] & 0x0F : p[i / 2] >> 4;
 }
 
-static unsigned to_code(float x, float scale, unsigned zero, unsigned levels)
+static unsigned to_code(float x, float reciprocal, unsigned zero, unsigned levels)
 {
-    if (scale == 0.0f)
-        return zero;
-    float q = nearbyintf(x / scale) + (float)zero;
+    float q = roundf(x * reciprocal + (float)zero);
     if (!(q >= 0.0f)) /* also NaN */
         return 0;
     return q > (float)levels ? levels : (unsigned)q;
@@ -68,40 +67,37 @@ void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block,
     size_t blocks = cols / (size_t)block;
     unsigned levels = (1u << bits) - 1, mid = 1u << (bits - 1);
     size_t zero_row_bytes = (blocks * (size_t)bits + 7) / 8;
+    /* A row of 4-bit zero points ending in half a byte pads it with 8, as onnxruntime does. */
     if (!symmetric && zeros)
-        memset(zeros, 0, rows * zero_row_bytes);
+        memset(zeros, bits == 4 ? 0x88 : 0, rows * zero_row_bytes);
     for (size_t r = 0; r < rows; r++) {
         const float *row = x + r * cols;
         uint8_t *row_codes = codes + r * cols * (size_t)bits / 8;
         for (size_t b = 0; b < blocks; b++) {
             const float *blk = row + b * (size_t)block;
-            float scale;
-            unsigned zero;
+            float lo = FLT_MAX, hi = -FLT_MAX, scale;
+            unsigned zero = mid;
+            for (int i = 0; i < block; i++) {
+                lo = blk[i] < lo ? blk[i] : lo;
+                hi = blk[i] > hi ? blk[i] : hi;
+            }
             if (symmetric) {
-                float v = 0.0f;
-                for (int i = 0; i < block; i++)
-                    if (fabsf(blk[i]) > fabsf(v))
-                        v = blk[i];
+                float v = fabsf(hi) > fabsf(lo) ? hi : lo;
                 scale = round_scale(v / -(float)mid, scale_dtype);
-                zero = mid;
             } else {
-                float lo = 0.0f, hi = 0.0f;
-                for (int i = 0; i < block; i++) {
-                    lo = blk[i] < lo ? blk[i] : lo;
-                    hi = blk[i] > hi ? blk[i] : hi;
-                }
-                scale = round_scale((hi - lo) / (float)levels, scale_dtype);
-                zero = 0;
-                if (scale != 0.0f) {
-                    float z = nearbyintf(-lo / scale);
-                    zero = z < 0.0f ? 0 : z > (float)levels ? levels : (unsigned)z;
-                }
+                lo = lo < 0.0f ? lo : 0.0f;
+                hi = hi > 0.0f ? hi : 0.0f;
+                float s = (hi - lo) / (float)levels;
+                float z = s != 0.0f ? 0.0f - lo / s : lo;
+                zero = z < 0.0f ? 0 : z > (float)levels ? levels : (unsigned)roundf(z);
+                scale = round_scale(s, scale_dtype);
                 put_code(zeros + r * zero_row_bytes, b, bits, zero);
             }
             store_scale(scales, r * blocks + b, scale, scale_dtype);
+            float reciprocal = scale != 0.0f ? 1.0f / scale : 0.0f;
             for (int i = 0; i < block; i++)
                 put_code(row_codes, b * (size_t)block + (size_t)i, bits,
-                         to_code(blk[i], scale, zero, levels));
+                         to_code(blk[i], reciprocal, zero, levels));
         }
     }
 }

@@ -17,7 +17,7 @@
 
 /* A hand-worked asymmetric 4-bit block of 16: values 0..15 * 0.5 - 1.0 span [-1, 6.5];
  * lo = -1, hi = 6.5, scale = 7.5 / 15 = 0.5, zero = round(1 / 0.5) = 2, so element i has
- * code round(x / 0.5) + 2 = i, packed two per byte, low nibble first: 0x10, 0x32, ... */
+ * code round(x * 2) + 2 = i, packed two per byte, low nibble first: 0x10, 0x32, ... */
 static void packing_by_hand(void **state)
 {
     (void)state;
@@ -28,7 +28,7 @@ static void packing_by_hand(void **state)
     float scale;
     rtn_quantize(x, 1, 16, 4, 16, 0, FERRY_F32, codes, &scale, zeros);
     assert_true(scale == 0.5f);
-    assert_int_equal(zeros[0], 0x02);
+    assert_int_equal(zeros[0], 0x82); /* zero point 2; the pad nibble is 8 */
     for (int i = 0; i < 8; i++)
         assert_int_equal(codes[i], (uint8_t)((2 * i) | ((2 * i + 1) << 4)));
     float back[16];
@@ -78,22 +78,22 @@ static void check_row(const float *x, size_t cols, int bits, int block, int sym,
         } else {
             memcpy(&scale, (const uint8_t *)scales + 4 * b, 4);
         }
+        float lo = blk[0], hi = blk[0];
+        for (int i = 1; i < block; i++) {
+            lo = fminf(lo, blk[i]);
+            hi = fmaxf(hi, blk[i]);
+        }
         if (sym) {
-            float v = 0.0f;
-            for (int i = 0; i < block; i++)
-                if (fabsf(blk[i]) > fabsf(v))
-                    v = blk[i];
-            want_scale = ref_round_scale(v / -(float)mid, sdt);
+            /* the larger magnitude; on a tie the negative end */
+            want_scale = ref_round_scale((fabsf(hi) > fabsf(lo) ? hi : lo) / -(float)mid, sdt);
             zero = mid;
         } else {
-            float lo = 0.0f, hi = 0.0f;
-            for (int i = 0; i < block; i++) {
-                lo = fminf(lo, blk[i]);
-                hi = fmaxf(hi, blk[i]);
-            }
-            want_scale = ref_round_scale((hi - lo) / (float)levels, sdt);
-            float z = want_scale == 0.0f ? 0.0f : nearbyintf(-lo / want_scale);
+            lo = fminf(lo, 0.0f);
+            hi = fmaxf(hi, 0.0f);
+            float s = (hi - lo) / (float)levels;            /* the zero point uses this, unrounded */
+            float z = s == 0.0f ? 0.0f : roundf(-lo / s);
             unsigned want_zero = z < 0 ? 0 : z > (float)levels ? levels : (unsigned)z;
+            want_scale = ref_round_scale(s, sdt);
             zero = ref_code(zeros, b, bits);
             assert_int_equal(zero, want_zero);
         }
@@ -101,7 +101,7 @@ static void check_row(const float *x, size_t cols, int bits, int block, int sym,
         for (int i = 0; i < block; i++) {
             unsigned want = zero;
             if (want_scale != 0.0f) {
-                float q = nearbyintf(blk[i] / want_scale) + (float)zero;
+                float q = roundf(blk[i] * (1.0f / want_scale) + (float)zero);
                 want = q < 0 ? 0 : q > (float)levels ? levels : (unsigned)q;
             }
             assert_int_equal(ref_code(codes, b * (size_t)block + (size_t)i, bits), want);
@@ -112,7 +112,7 @@ static void check_row(const float *x, size_t cols, int bits, int block, int sym,
 static void matches_reference(void **state)
 {
     (void)state;
-    enum { ROWS = 5, COLS = 256 };
+    enum { ROWS = 6, COLS = 256 };
     static float x[ROWS * COLS];
     srand(7);
     for (int i = 0; i < ROWS * COLS; i++)
@@ -121,6 +121,8 @@ static void matches_reference(void **state)
         x[2 * COLS + i] = (float)rand() / (float)RAND_MAX;      /* an all-positive row */
     for (int i = 0; i < 32; i++)
         x[3 * COLS + i] = 0.0f;                                  /* a zero block */
+    for (int i = 0; i < COLS; i++)                               /* ties: +-1, +-0.5 steps */
+        x[4 * COLS + i] = (float)((i % 5) - 2) * 0.5f;
     const int bits_list[2] = {4, 8}, blocks[3] = {32, 64, 128};
     const ferry_dtype sdts[2] = {FERRY_F32, FERRY_F16};
     for (int bi = 0; bi < 2; bi++)
