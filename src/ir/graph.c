@@ -68,6 +68,7 @@ void g_free(g_graph *g)
     free(g->inputs);
     free(g->outputs);
     free(g->states);
+    free(g->leaf_slots);
     free(g);
 }
 
@@ -170,15 +171,108 @@ void g_output(g_graph *g, int v, const char *name)
     g->values[v].name = n;
 }
 
+/* ---- the index of weights and constants: one of each distinct recipe or content per graph,
+ * found by hash (a linear scan made building a 1024-layer model quadratic) ---- */
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t weight_hash(const g_weight *w)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (int k = 0; k < w->n_src; k++)
+        h = fnv(h, &w->src[k], sizeof w->src[k]);
+    int64_t fields[8] = {w->concat_axis, w->row_begin, w->row_end, w->dtype, w->transpose,
+                         w->quant.bits, w->quant.block, w->quant.symmetric};
+    h = fnv(h, fields, sizeof fields);
+    return fnv(h, &w->offset, sizeof w->offset);
+}
+
+static uint64_t const_hash(ferry_dtype dtype, const g_shape *s, const void *data, size_t nbytes)
+{
+    int64_t head[2 + G_MAX_RANK] = {dtype, s->rank};
+    for (int i = 0; i < s->rank; i++)
+        g_dim_is_const(s->d[i], &head[2 + i]);
+    return fnv(fnv(14695981039346656037ull, head, sizeof head), data, nbytes);
+}
+
+static uint64_t value_hash(const g_value *v)
+{
+    return v->kind == GV_WEIGHT ? weight_hash(&v->weight)
+                                : const_hash(v->dtype, &v->shape, v->data, v->nbytes);
+}
+
+/* Adds value v to the index (growing it at half full). */
+static bool index_add(g_graph *g, int v)
+{
+    if (2 * (g->leaf_n + 1) > g->leaf_cap) {
+        size_t cap = g->leaf_cap ? g->leaf_cap * 2 : 256;
+        int *slots = malloc(cap * sizeof *slots);
+        if (!slots)
+            return false;
+        for (size_t i = 0; i < cap; i++)
+            slots[i] = G_NONE;
+        for (size_t i = 0; i < g->leaf_cap; i++) {
+            int id = g->leaf_slots[i];
+            if (id == G_NONE)
+                continue;
+            size_t at = (size_t)value_hash(&g->values[id]) & (cap - 1);
+            while (slots[at] != G_NONE)
+                at = (at + 1) & (cap - 1);
+            slots[at] = id;
+        }
+        free(g->leaf_slots);
+        g->leaf_slots = slots;
+        g->leaf_cap = cap;
+    }
+    size_t at = (size_t)value_hash(&g->values[v]) & (g->leaf_cap - 1);
+    while (g->leaf_slots[at] != G_NONE)
+        at = (at + 1) & (g->leaf_cap - 1);
+    g->leaf_slots[at] = v;
+    g->leaf_n++;
+    return true;
+}
+
+static int find_weight(const g_graph *g, const g_weight *w)
+{
+    if (!g->leaf_cap)
+        return G_NONE;
+    for (size_t at = (size_t)weight_hash(w) & (g->leaf_cap - 1); g->leaf_slots[at] != G_NONE;
+         at = (at + 1) & (g->leaf_cap - 1)) {
+        const g_value *v = &g->values[g->leaf_slots[at]];
+        if (v->kind == GV_WEIGHT && w_equal(&v->weight, w))
+            return g->leaf_slots[at];
+    }
+    return G_NONE;
+}
+
+static int find_const(const g_graph *g, ferry_dtype dtype, const g_shape *s, const void *data,
+                      size_t nbytes)
+{
+    if (!g->leaf_cap)
+        return G_NONE;
+    for (size_t at = (size_t)const_hash(dtype, s, data, nbytes) & (g->leaf_cap - 1);
+         g->leaf_slots[at] != G_NONE; at = (at + 1) & (g->leaf_cap - 1)) {
+        const g_value *v = &g->values[g->leaf_slots[at]];
+        if (v->kind == GV_CONST && v->dtype == dtype && v->nbytes == nbytes &&
+            g_shape_eq(&v->shape, s) && (nbytes == 0 || memcmp(v->data, data, nbytes) == 0))
+            return g->leaf_slots[at];
+    }
+    return G_NONE;
+}
+
 int g_weight_value(g_graph *g, const char *name, const g_weight *recipe)
 {
     if (!g_ok(g))
         return G_NONE;
-    for (size_t i = 0; i < g->n_values; i++) {
-        const g_value *v = &g->values[i];
-        if (v->kind == GV_WEIGHT && w_equal(&v->weight, recipe))
-            return (int)i;
-    }
+    int found = find_weight(g, recipe);
+    if (found != G_NONE)
+        return found;
     int rank;
     int64_t dims[2];
     if (w_check(recipe, &rank, dims, &g->err) != FERRY_OK)
@@ -187,9 +281,10 @@ int g_weight_value(g_graph *g, const char *name, const g_weight *recipe)
     for (int i = 0; i < rank; i++)
         s.d[i] = g_dim_const(dims[i]);
     int v = g_add_value(g, name, recipe->dtype, &s, GV_WEIGHT);
-    if (v != G_NONE)
-        g->values[v].weight = *recipe;
-    return v;
+    if (v == G_NONE)
+        return v;
+    g->values[v].weight = *recipe;
+    return index_add(g, v) ? v : oom(g);
 }
 
 int g_const(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, const void *data)
@@ -204,12 +299,9 @@ int g_const(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, const 
         s.d[i] = g_dim_const(dims[i]);
     }
     size_t nbytes = (size_t)dt_nbytes(dtype, n);
-    for (size_t i = 0; i < g->n_values; i++) {
-        const g_value *v = &g->values[i];
-        if (v->kind == GV_CONST && v->dtype == dtype && v->nbytes == nbytes &&
-            g_shape_eq(&v->shape, &s) && (nbytes == 0 || memcmp(v->data, data, nbytes) == 0))
-            return (int)i;
-    }
+    int found = find_const(g, dtype, &s, data, nbytes);
+    if (found != G_NONE)
+        return found;
     char name[64];
     snprintf(name, sizeof name, "const_%zu", g->n_values);
     int v = g_add_value(g, name, dtype, &s, GV_CONST);
@@ -221,7 +313,7 @@ int g_const(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, const 
     if (nbytes)
         memcpy(g->values[v].data, data, nbytes);
     g->values[v].nbytes = nbytes;
-    return v;
+    return index_add(g, v) ? v : oom(g);
 }
 
 int g_const_i64(g_graph *g, int n, const int64_t *vals)

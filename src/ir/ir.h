@@ -150,6 +150,8 @@ typedef struct g_graph {
     size_t n_states;
     char scope[256];         /* prefix for node names, e.g. "/model/layers.3/self_attn" */
     fy_err err;
+    int *leaf_slots;         /* hash index of weight and constant values (graph.c) */
+    size_t leaf_cap, leaf_n;
 } g_graph;
 
 g_graph *g_new(void);

@@ -35,17 +35,29 @@ const g_value *lw_src(const g_lower_ctx *c, const g_node *n, int k)
     return k < n->n_in && n->in[k] != G_NONE ? &c->src->values[n->in[k]] : NULL;
 }
 
+_Static_assert(G_OP_COUNT <= 64, "lw_shared's reader sets hold one bit per op");
+
 bool lw_shared(const g_lower_ctx *c, int v, g_op op)
 {
-    for (size_t i = 0; i < c->src->n_nodes; i++) {
-        const g_node *o = &c->src->nodes[i];
-        if (o->dead || o->op == op)
+    return (c->readers[v] & ~(UINT64_C(1) << op)) != 0;
+}
+
+/* Which ops read each source value (a bit per op), once per round: asked per linear, a scan
+ * of the whole graph made lowering quadratic in the number of layers. */
+static uint64_t *reader_sets(const g_graph *src)
+{
+    uint64_t *r = calloc(src->n_values ? src->n_values : 1, sizeof *r);
+    if (!r)
+        return NULL;
+    for (size_t i = 0; i < src->n_nodes; i++) {
+        const g_node *o = &src->nodes[i];
+        if (o->dead)
             continue;
         for (int k = 0; k < o->n_in; k++)
-            if (o->in[k] == v)
-                return true;
+            if (o->in[k] != G_NONE)
+                r[o->in[k]] |= UINT64_C(1) << o->op;
     }
-    return false;
+    return r;
 }
 
 void lw_refine(g_lower_ctx *c, int v, const g_node *n, int out_index)
@@ -134,8 +146,9 @@ static g_graph *round_trip(const g_graph *src, const g_target *t, int *lowered, 
     g_lower_ctx c = {.src = src, .target = t};
     c.dst = g_new();
     c.map = malloc((src->n_values ? src->n_values : 1) * sizeof *c.map);
+    c.readers = reader_sets(src);
     *lowered = 0;
-    if (!c.dst || !c.map) {
+    if (!c.dst || !c.map || !c.readers) {
         fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -191,11 +204,13 @@ static g_graph *round_trip(const g_graph *src, const g_target *t, int *lowered, 
     }
     free(c.map);
     free(c.memo);
+    free(c.readers);
     g_remove_dead(c.dst);
     return c.dst;
 fail:
     free(c.map);
     free(c.memo);
+    free(c.readers);
     g_free(c.dst);
     return NULL;
 }

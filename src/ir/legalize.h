@@ -44,6 +44,7 @@ struct g_lower_ctx {
     const g_graph *src;
     g_graph *dst;
     int *map;                /* source value id -> destination value id */
+    uint64_t *readers;       /* per source value: a bit for each op reading it */
     const g_target *target;
     lw_memo *memo;           /* grows: one entry per distinct piece */
     int n_memo, cap_memo;
