@@ -1,4 +1,8 @@
-/* blocks.c — shared blocks of decoder families and the standard decoder LM built from them. */
+/* blocks.c — the blocks decoder families share: checked weight binding by checkpoint name, a
+ * layer's weights, the graph inputs of a decoder component, the attention block (projections,
+ * q/k norms, rope, cache inputs, outputs and states, attention, output projection) and the
+ * gated MLP. The standard decoder LM (decoder_lm.c) is a loop over them; a family of another
+ * shape writes its own loop over the same blocks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,94 +40,6 @@ const model_input blk_lm_inputs[3] = {
     {"position_ids", 2, {"batch", "sequence"}},
 };
 
-/* transformers' ACT2FN names this shape's gated MLP can use. */
-static const struct {
-    const char *name;
-    g_op op;
-} ACTIVATIONS[] = {
-    {"silu", G_SILU}, {"swish", G_SILU}, {"gelu", G_GELU}, {"gelu_pytorch_tanh", G_GELU_TANH},
-    {"gelu_new", G_GELU_TANH},
-};
-
-ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const char *arch,
-                                blk_lm *lm, fy_err *err)
-{
-    memset(lm, 0, sizeof *lm);
-    size_t a = 0, n_act = sizeof ACTIVATIONS / sizeof ACTIVATIONS[0];
-    while (a < n_act && strcmp(cfg->hidden_act, ACTIVATIONS[a].name) != 0)
-        a++;
-    if (a == n_act)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported for %s "
-                       "(supported: silu, gelu, gelu_pytorch_tanh, gelu_new)", origin,
-                       cfg->hidden_act, arch);
-    {
-        const rope_config *rc = &cfg->rope;
-        if (rc->partial_rotary_factor != 1.0)
-            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not "
-                           "supported for %s (supported: 1.0)", origin,
-                           rc->partial_rotary_factor, arch);
-        if (rc->type == ROPE_LLAMA3 && rc->original_max_position_embeddings <= 0)
-            return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope type llama3 needs "
-                           "original_max_position_embeddings", origin);
-        if ((rc->type == ROPE_LINEAR || rc->type == ROPE_DYNAMIC || rc->type == ROPE_LLAMA3) &&
-            !(rc->factor > 0))
-            return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope type %s needs a positive 'factor'",
-                           origin, rc->type_name);
-        if (rc->type == ROPE_LLAMA3 &&
-            !(rc->high_freq_factor != rc->low_freq_factor && rc->low_freq_factor > 0))
-            return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope type llama3 needs positive, "
-                           "distinct low_freq_factor and high_freq_factor", origin);
-    }
-    if (cfg->head_dim % 2 != 0)
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s: head_dim %lld must be even for rotary "
-                       "embeddings", origin, (long long)cfg->head_dim);
-    lm->act = ACTIVATIONS[a].op;
-    lm->n_layers = cfg->num_hidden_layers;
-    lm->hidden = cfg->hidden_size;
-    lm->n_heads = cfg->num_attention_heads;
-    lm->n_kv_heads = cfg->num_key_value_heads;
-    lm->head_dim = cfg->head_dim;
-    lm->intermediate = cfg->intermediate_size;
-    lm->vocab = cfg->vocab_size;
-    lm->max_position_embeddings = cfg->max_position_embeddings;
-    lm->eps = cfg->rms_norm_eps;
-    lm->tie_embeddings = cfg->tie_word_embeddings;
-    lm->names = &blk_llama_names;
-    lm->tied_name = lm->names->embed;
-    lm->window = calloc((size_t)lm->n_layers, sizeof *lm->window);
-    lm->rope = calloc((size_t)lm->n_layers, sizeof *lm->rope);
-    if (!lm->window || !lm->rope) {
-        blk_lm_free(lm);
-        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-    }
-    for (int64_t i = 0; i < lm->n_layers; i++) {
-        /* No window by default: which layers slide is each family's rule (blk_lm_windows). One
-         * rotary setting for every layer, as these families' rotary embedding has; a
-         * family with per-layer-type rope (cfg->rope_local) sets its layers in its quirks. */
-        lm->rope[i] = (g_rope_opts){.rope = cfg->rope, .head_dim = cfg->head_dim,
-                                    .rotary_dim = cfg->head_dim,
-                                    .max_position_embeddings = cfg->max_position_embeddings};
-    }
-    return FERRY_OK;
-}
-
-void blk_lm_windows(const lm_config *cfg, int64_t window, blk_lm *lm)
-{
-    for (int64_t i = 0; i < lm->n_layers; i++) {
-        bool sliding = cfg->layer_types ? strcmp(cfg->layer_types[i], "sliding_attention") == 0
-                                        : i >= cfg->max_window_layers;
-        lm->window[i] = sliding ? window : 0;
-    }
-}
-
-void blk_lm_free(blk_lm *lm)
-{
-    free(lm->window);
-    free(lm->rope);
-    lm->window = NULL;
-    lm->rope = NULL;
-}
-
 int blk_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
                int64_t d1, ferry_dtype dtype, fy_err *err)
 {
@@ -159,14 +75,8 @@ int blk_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, 
     return v;
 }
 
-typedef struct layer_weights {
-    int in_norm, post_norm;
-    int q, k, v, o, q_b, k_b, v_b, o_b, q_norm, k_norm;
-    int gate, up, down, gate_b, up_b, down_b;
-} layer_weights;
-
-static ferry_status bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry_dtype dt,
-                               layer_weights *w, fy_err *err)
+ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry_dtype dt,
+                            blk_layer *w, fy_err *err)
 {
     const blk_names *n = lm->names;
     int64_t qd = lm->n_heads * lm->head_dim, kvd = lm->n_kv_heads * lm->head_dim;
@@ -214,12 +124,6 @@ static int split_heads(g_graph *g, const char *name, int x, int64_t heads, int64
     int64_t spec[4] = {0, 0, heads, head_dim};
     return g_reshape_spec(g, name, x, 4, spec);
 }
-
-/* Graph inputs every layer reads. */
-typedef struct lm_inputs {
-    int mask, positions;
-    const decoder_io *io;
-} lm_inputs;
 
 /* The cache of layer l as graph inputs (past key, value and, for a static cache, the write
  * position); G_NONE where the component has none. */
@@ -275,8 +179,8 @@ static void cache_outputs(g_graph *g, const decoder_io *io, int l, int pk, int p
     g_state_add(g, state, GS_LENGTH, l, pos, next, true);
 }
 
-static int attention_block(g_graph *g, const blk_lm *lm, const layer_weights *w, int l, int x,
-                           const lm_inputs *in)
+int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x,
+                  const blk_inputs *in)
 {
     const decoder_io *io = in->io;
     g_scope(g, "/model/layers.%d/self_attn", l);
@@ -287,8 +191,8 @@ static int attention_block(g_graph *g, const blk_lm *lm, const layer_weights *w,
     int v = split_heads(g, "v_proj/Reshape", g_linear(g, "v_proj", x, w->v, w->v_b),
                         lm->n_kv_heads, lm->head_dim);
     if (lm->qk_norm) {
-        q = g_rms_norm(g, "q_norm", q, w->q_norm, lm->eps, 0.0);
-        k = g_rms_norm(g, "k_norm", k, w->k_norm, lm->eps, 0.0);
+        q = g_rms_norm(g, "q_norm", q, w->q_norm, lm->eps, lm->norm_offset);
+        k = g_rms_norm(g, "k_norm", k, w->k_norm, lm->eps, lm->norm_offset);
     }
     q = g_rope(g, "q_rope", q, in->positions, &lm->rope[l]);
     k = g_rope(g, "k_rope", k, in->positions, &lm->rope[l]);
@@ -308,7 +212,7 @@ static int attention_block(g_graph *g, const blk_lm *lm, const layer_weights *w,
     return g_linear(g, "o_proj", a, w->o, w->o_b);
 }
 
-static int mlp_block(g_graph *g, const blk_lm *lm, const layer_weights *w, int l, int x)
+int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x)
 {
     g_scope(g, "/model/layers.%d/mlp", l);
     int gate = g_unary(g, lm->act, "act_fn", g_linear(g, "gate_proj", x, w->gate, w->gate_b));
@@ -316,11 +220,10 @@ static int mlp_block(g_graph *g, const blk_lm *lm, const layer_weights *w, int l
     return g_linear(g, "down_proj", g_binary(g, G_MUL, "Mul", gate, up), w->down, w->down_b);
 }
 
-/* The graph inputs of a decoder LM component. */
-static void lm_graph_inputs(g_graph *g, const decoder_io *io, int *ids, lm_inputs *in)
+void blk_graph_inputs(g_graph *g, const decoder_io *io, blk_inputs *in)
 {
     g_dim bs[2] = {io->batch, io->sequence};
-    *ids = g_input(g, "input_ids", FERRY_I64, 2, bs);
+    in->ids = g_input(g, "input_ids", FERRY_I64, 2, bs);
     if (io->cache == CACHE_STATIC) {
         g_dim m4[4] = {io->batch, g_dim_const(1), io->sequence, io->cache_len};
         in->mask = g_input(g, "attention_mask", FERRY_BOOL, 4, m4);
@@ -333,140 +236,3 @@ static void lm_graph_inputs(g_graph *g, const decoder_io *io, int *ids, lm_input
     in->io = io;
 }
 
-ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_graph *g,
-                          fy_err *err)
-{
-    const blk_names *n = lm->names;
-    ferry_dtype dt = io->dtype;
-    int ids;
-    lm_inputs in;
-    lm_graph_inputs(g, io, &ids, &in);
-
-    int embed = blk_weight(g, ck, lm->tie_embeddings ? lm->tied_name : n->embed, 0, true,
-                           lm->vocab, lm->hidden, dt, err);
-    int final_norm = blk_weight(g, ck, n->final_norm, 0, true, lm->hidden, 0, dt, err);
-    if (err->status != FERRY_OK)
-        return err->status;
-    int head = embed;
-    if (!lm->tie_embeddings) {
-        head = blk_weight(g, ck, n->lm_head, 0, true, lm->vocab, lm->hidden, dt, err);
-        if (err->status != FERRY_OK)
-            return err->status;
-    } else if (lm->tied_twin) {
-        ckpt_take(ck, lm->tied_twin); /* same bytes as the tensor read: used through the tie */
-    }
-
-    g_scope(g, "/model/embed_tokens");
-    int h = g_embedding(g, "embedding", embed, ids);
-    layer_weights w;
-    if (bind_layer(g, ck, lm, 0, dt, &w, err) != FERRY_OK)
-        return err->status;
-    g_scope(g, "/model/layers.0");
-    int x = g_rms_norm(g, "input_layernorm", h, w.in_norm, lm->eps, 0.0);
-    for (int l = 0; l < lm->n_layers; l++) {
-        int a = attention_block(g, lm, &w, l, x, &in);
-        g_scope(g, "/model/layers.%d", l);
-        x = g_skip_rms_norm(g, "post_attention_layernorm", a, h, w.post_norm, lm->eps, 0.0, &h);
-        int m = mlp_block(g, lm, &w, l, x);
-        /* the residual add fused with the next norm: the next layer's input norm, or the
-         * final one */
-        int next_norm = final_norm;
-        if (l + 1 < lm->n_layers) {
-            if (bind_layer(g, ck, lm, l + 1, dt, &w, err) != FERRY_OK)
-                return err->status;
-            next_norm = w.in_norm;
-            g_scope(g, "/model/layers.%d", l + 1);
-        } else {
-            g_scope(g, "/model");
-        }
-        x = g_skip_rms_norm(g, l + 1 < lm->n_layers ? "input_layernorm" : "norm", m, h,
-                            next_norm, lm->eps, 0.0, &h);
-    }
-    g->scope[0] = '\0';
-    int logits = g_linear(g, "lm_head", x, head, G_NONE);
-    g_output(g, logits, "logits");
-    /* logits first, then the cache outputs in layer order, as optimum and the guide list them */
-    if (g_ok(g) && g->n_outputs > 1) {
-        int last = g->outputs[g->n_outputs - 1];
-        memmove(g->outputs + 1, g->outputs, (g->n_outputs - 1) * sizeof *g->outputs);
-        g->outputs[0] = last;
-    }
-    if (!g_ok(g))
-        return fy_fail(err, g->err.status, "%s", g->err.msg);
-    return FERRY_OK;
-}
-
-ferry_status blk_lm_read(const model_config *cfg, void (*quirks)(const lm_config *c, blk_lm *lm),
-                         void **out, fy_err *err)
-{
-    lm_config c;
-    *out = NULL;
-    blk_lm *lm = calloc(1, sizeof *lm);
-    if (!lm)
-        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-    ferry_status st = lm_config_read(cfg, &c, err);
-    if (st == FERRY_OK) {
-        st = blk_lm_from_config(&c, cfg->text_origin, cfg->architecture, lm, err);
-        if (st == FERRY_OK && quirks)
-            quirks(&c, lm);
-        lm_config_free(&c);
-    }
-    if (st != FERRY_OK) {
-        blk_lm_destroy(lm);
-        return st;
-    }
-    *out = lm;
-    return FERRY_OK;
-}
-
-void blk_lm_destroy(void *lm)
-{
-    if (!lm)
-        return;
-    blk_lm_free(lm);
-    free(lm);
-}
-
-ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const decoder_io *io, g_graph *g,
-                               fy_err *err)
-{
-    return blk_lm_build(lm, ck, io, g, err);
-}
-
-ferry_status blk_lm_bind(void *hparams, const ckpt *ck, char *warning, size_t size, fy_err *err)
-{
-    blk_lm *lm = hparams;
-    const blk_names *n = lm->names;
-    const st_tensor *embed = ckpt_find(ck, n->embed), *head = ckpt_find(ck, n->lm_head);
-    bool same = false;
-    if (size > 0)
-        warning[0] = '\0';
-    lm->tied_name = n->embed;
-    lm->tied_twin = NULL;
-    if (!lm->tie_embeddings) {
-        if (!head)
-            return fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '%s' is "
-                           "missing, and config.json does not tie it to '%s' "
-                           "(tie_word_embeddings is false or absent; transformers would "
-                           "initialise it at random)", ck->dir, n->lm_head, n->embed);
-        return FERRY_OK;
-    }
-    if (!head)
-        return FERRY_OK;
-    if (!embed) {
-        /* transformers ties "symmetrically": the stored head becomes the embedding. */
-        lm->tied_name = n->lm_head;
-        return FERRY_OK;
-    }
-    if (st_same_bytes(embed, head, &same, err) != FERRY_OK)
-        return err->status;
-    if (same) {
-        lm->tied_twin = n->lm_head;
-        return FERRY_OK;
-    }
-    lm->tie_embeddings = false;
-    snprintf(warning, size, "config.json sets tie_word_embeddings, but the checkpoint stores '%s' "
-             "and it is not byte-identical to '%s': both are used, untied, as transformers does "
-             "(set tie_word_embeddings to false to silence this)", n->lm_head, n->embed);
-    return FERRY_OK;
-}

@@ -1,11 +1,12 @@
-/* blocks.h — the pieces decoder families share: checked weight binding by checkpoint name,
- * the attention block (projections, q/k norms, rope, cache state, attention, output), the
- * gated MLP, and the standard pre-norm decoder language model built from them
- * (embed, N x [norm, attention, residual, norm, mlp, residual], final norm, head).
+/* blocks.h — the pieces decoder families share (blocks.c): checked weight binding by checkpoint
+ * name, a layer's weights, a component's graph inputs, the attention block (projections, q/k
+ * norms, rope, cache inputs, outputs and states, attention, output projection) and the gated
+ * MLP; and the standard pre-norm decoder language model built from them (decoder_lm.c: embed,
+ * N x [norm, attention, residual, norm, mlp, residual], final norm, head).
  *
  * A family that has this shape fills a blk_lm (hyperparameters + flags) and calls blk_lm_build;
- * a family with another shape (post-norms, parallel blocks, ...) writes its own loop over the
- * same blocks. */
+ * a family with another shape (post-norms, parallel blocks, ...) fills a blk_lm too and writes
+ * its own loop over blk_graph_inputs, blk_bind_layer, blk_attention and blk_mlp. */
 #ifndef FERRY_MODELS_BLOCKS_H
 #define FERRY_MODELS_BLOCKS_H
 
@@ -33,6 +34,9 @@ typedef struct blk_lm {
     bool o_bias;             /* o_proj carries a bias */
     bool mlp_bias;
     bool qk_norm;            /* RMSNorm over head_dim on q and k before rope (Qwen3) */
+    double norm_offset;      /* added to every RMSNorm weight, in fp32 (Gemma's 1 + w); 0 */
+    double embed_scale;      /* the embedding output times this (Gemma's sqrt(hidden)); 0 = none */
+    bool allow_partial_rotary; /* the family's attention rotates only rotary_dim of each head */
     bool tie_embeddings;     /* one tensor is both the embedding and the head (config.json's
                                 tie_word_embeddings, settled against the checkpoint by
                                 blk_lm_bind) */
@@ -43,10 +47,11 @@ typedef struct blk_lm {
     const blk_names *names;
 } blk_lm;
 
-/* Fills `lm` from the decoder config: sizes, eps, activation, tying and rope. Refuses what the
- * standard shape cannot express (partial rotary, an unknown activation). Biases, q/k norm and
- * sliding windows are the family's to set afterwards (transformers' families differ: Llama has
- * none, Mistral one for every layer, Qwen2/3 per layer). */
+/* Fills `lm` from the decoder config: sizes, eps, activation, tying and rope (rotary_dim from
+ * partial_rotary_factor). Refuses an activation the gated MLP does not know. Biases, q/k norm,
+ * sliding windows and the other flags are the family's to set afterwards (transformers'
+ * families differ: Llama has no window, Mistral one for every layer, Qwen2/3 per layer);
+ * blk_lm_read then refuses partial rotary unless the family allowed it. */
 ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const char *arch,
                                 blk_lm *lm, fy_err *err);
 void blk_lm_free(blk_lm *lm);
@@ -54,6 +59,35 @@ void blk_lm_free(blk_lm *lm);
  * layer_types marks sliding_attention or, without layer_types, on layers from
  * max_window_layers on (transformers derives layer_types so). */
 void blk_lm_windows(const lm_config *cfg, int64_t window, blk_lm *lm);
+
+/* A layer's weights (G_NONE where the family has none). */
+typedef struct blk_layer {
+    int in_norm, post_norm;
+    int q, k, v, o, q_b, k_b, v_b, o_b, q_norm, k_norm;
+    int gate, up, down, gate_b, up_b, down_b;
+} blk_layer;
+
+/* Binds layer l's weights by lm->names, checking each shape against the config. */
+ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry_dtype dt,
+                            blk_layer *w, fy_err *err);
+
+/* A decoder component's graph inputs: input_ids and position_ids [batch, sequence], and the
+ * attention mask its cache calls for (int64 [batch, past + sequence], or bool
+ * [batch, 1, sequence, cache length] with a static cache). */
+typedef struct blk_inputs {
+    int ids, mask, positions;
+    const decoder_io *io;
+} blk_inputs;
+
+void blk_graph_inputs(g_graph *g, const decoder_io *io, blk_inputs *in);
+
+/* Layer l's attention on x [b, s, hidden] -> [b, s, hidden] (after o_proj): q/k/v projections,
+ * q/k norms, rope, and the cache the io asks for (its inputs, outputs and states). */
+int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x,
+                  const blk_inputs *in);
+
+/* Layer l's gated MLP: down(act(gate(x)) * up(x)). */
+int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x);
 
 /* The forward graph of a standard decoder LM for `io`. */
 ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_graph *g,

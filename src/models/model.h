@@ -64,6 +64,4 @@ const model_arch *model_find(const char *architecture);
 /* "LlamaForCausalLM, MistralForCausalLM, ..." */
 const char *model_supported_list(void);
 
-extern const model_arch model_llama, model_mistral, model_qwen2, model_qwen3;
-
 #endif

@@ -1,25 +1,45 @@
-/* registry.c — the architecture name -> family table; adding a family is one line here plus
- * its file. */
+/* registry.c — the architecture name -> family table; adding a family is its file plus one line
+ * here (in both lists below: the X-macro keeps them one). */
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "models/model.h"
 
-static const model_arch *const FAMILIES[] = {
-    &model_llama,
-    &model_mistral,
-    &model_qwen2,
-    &model_qwen3,
+#define FAMILIES(X) X(model_llama) X(model_mistral) X(model_qwen2) X(model_qwen3) X(model_gemma)
+
+#define DECLARE(name) extern const model_arch name;
+FAMILIES(DECLARE)
+#undef DECLARE
+
+static const model_arch *const TABLE[] = {
+#define ENTRY(name) &name,
+    FAMILIES(ENTRY)
+#undef ENTRY
 };
+#define N_FAMILIES (sizeof TABLE / sizeof TABLE[0])
 
 const model_arch *model_find(const char *architecture)
 {
-    for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++)
-        if (strcmp(FAMILIES[i]->architecture, architecture) == 0)
-            return FAMILIES[i];
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        if (strcmp(TABLE[i]->architecture, architecture) == 0)
+            return TABLE[i];
     return NULL;
+}
+
+static char supported[N_FAMILIES * 64];
+static pthread_once_t supported_once = PTHREAD_ONCE_INIT;
+
+static void list_supported(void)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < N_FAMILIES && len < sizeof supported; i++)
+        len += (size_t)snprintf(supported + len, sizeof supported - len, "%s%s", i ? ", " : "",
+                                TABLE[i]->architecture);
 }
 
 const char *model_supported_list(void)
 {
-    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+    pthread_once(&supported_once, list_supported);
+    return supported;
 }

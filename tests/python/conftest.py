@@ -79,6 +79,10 @@ ARCHS = {
               dict(rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM",  # q_norm / k_norm over head_dim
               dict(rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    # norms multiply by 1 + w (in fp32), embeddings times sqrt(hidden), tanh GELU
+    "gemma": ("GemmaConfig", "GemmaForCausalLM",
+              dict(rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
 }
 
 ARCH_CLASS = {name: spec[1] for name, spec in ARCHS.items()}

@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (FP32_ATOL, assert_logits_close, ferry_builds, ferry_export,
+from conftest import (ARCHS, FP32_ATOL, assert_logits_close, ferry_builds, ferry_export,
                       generate_position_ids, make_checkpoint, make_inputs, ort_session,
                       reference_logits, reference_model, run_ferry)
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
+FAMILIES = list(ARCHS)
 NEW_TOKENS = 32
 LENGTHS = [1, 5, 40]
 BATCHES = [1, 2]

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ASAN_BIN, FERRY_BIN, ROOT, SANITIZER_ENV, ferry_builds, read_safetensors
+from conftest import (ARCHS, ASAN_BIN, FERRY_BIN, ROOT, SANITIZER_ENV, ferry_builds,
+                      read_safetensors)
 
 from conftest import FIXTURE  # noqa: E402
 ST = "model.safetensors"
@@ -463,7 +464,7 @@ def _tree_bytes(root):
 
 @needs_san
 @pytest.mark.parametrize("mode", list(SAN_EXPORTS))
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "llama-sharded"])
+@pytest.mark.parametrize("arch", [*ARCHS, "llama-sharded"])
 def test_sanitized_export_matches_release(tmp_path_factory, tmp_path, arch, mode):
     from conftest import make_checkpoint
 

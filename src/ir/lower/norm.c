@@ -2,7 +2,8 @@
  * fp32 logits agree to ~1e-6.
  *
  *  rms_norm:  x ─cast(f32)─┬─mul(x,x)─reduce_mean(-1)─add(eps)─sqrt─reciprocal─┐
- *                          └──────────────────────────────────────────────────mul─cast(dtype)─mul(w[+offset])
+ *                          └──────────────────────────────────────────────────mul─cast(dtype)─mul(w)
+ *             with an offset (Gemma): ... mul ─ mul(cast(w, f32) + offset) ─ cast(dtype)
  *  skip_rms_norm(x, skip, w) = (rms_norm(x + skip), x + skip)
  *  layer_norm: in fp32, (x - mean) / sqrt(var + eps) * w + b, cast back */
 #include "ir/legalize.h"
@@ -18,10 +19,16 @@ ferry_status lower_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
     int var = g_reduce(g, G_REDUCE_MEAN, "ReduceMean", sq, 1, &last, true);
     int ve = g_binary(g, G_ADD, "Add", var, g_scalar_f(g, FERRY_F32, n->a.eps));
     int rs = g_unary(g, G_RECIPROCAL, "Reciprocal", g_unary(g, G_SQRT, "Sqrt", ve));
-    int y = g_cast(g, "Cast_1", g_binary(g, G_MUL, "Mul", xf, rs), dt);
-    if (n->a.offset != 0.0)
-        w = g_binary(g, G_ADD, "WeightOffset", w, g_scalar_f(g, dt, n->a.offset));
-    outs[0] = g_binary(g, G_MUL, "Mul_1", y, w);
+    int normed = g_binary(g, G_MUL, "Mul", xf, rs);
+    if (n->a.offset != 0.0) {
+        /* Gemma: output * (offset + weight) in fp32, then cast */
+        int wf = g_binary(g, G_ADD, "WeightOffset", g_cast(g, "Cast_w", w, FERRY_F32),
+                          g_scalar_f(g, FERRY_F32, n->a.offset));
+        outs[0] = g_cast(g, "Cast_1", g_binary(g, G_MUL, "Mul_1", normed, wf), dt);
+    } else {
+        /* Llama: weight * output.to(input dtype) */
+        outs[0] = g_binary(g, G_MUL, "Mul_1", g_cast(g, "Cast_1", normed, dt), w);
+    }
     return g->err.status;
 }
 

@@ -1,0 +1,244 @@
+/* decoder_lm.c — the standard pre-norm decoder language model: its hyperparameters from the
+ * decoder config, per-family sliding windows, tying settled against the checkpoint, and the
+ * forward graph (embed, N x [norm, attention, residual, norm, mlp, residual], final norm,
+ * head), each residual add fused with the norm after it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/blocks.h"
+
+/* transformers' ACT2FN names this shape's gated MLP can use. */
+static const struct {
+    const char *name;
+    g_op op;
+} ACTIVATIONS[] = {
+    {"silu", G_SILU}, {"swish", G_SILU}, {"gelu", G_GELU}, {"gelu_pytorch_tanh", G_GELU_TANH},
+    {"gelu_new", G_GELU_TANH},
+};
+
+ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const char *arch,
+                                blk_lm *lm, fy_err *err)
+{
+    memset(lm, 0, sizeof *lm);
+    size_t a = 0, n_act = sizeof ACTIVATIONS / sizeof ACTIVATIONS[0];
+    while (a < n_act && strcmp(cfg->hidden_act, ACTIVATIONS[a].name) != 0)
+        a++;
+    if (a == n_act)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported for %s "
+                       "(supported: silu, gelu, gelu_pytorch_tanh, gelu_new)", origin,
+                       cfg->hidden_act, arch);
+    {
+        const rope_config *rc = &cfg->rope;
+        if (rc->type == ROPE_LLAMA3 && rc->original_max_position_embeddings <= 0)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope type llama3 needs "
+                           "original_max_position_embeddings", origin);
+        if ((rc->type == ROPE_LINEAR || rc->type == ROPE_DYNAMIC || rc->type == ROPE_LLAMA3) &&
+            !(rc->factor > 0))
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope type %s needs a positive 'factor'",
+                           origin, rc->type_name);
+        if (rc->type == ROPE_LLAMA3 &&
+            !(rc->high_freq_factor != rc->low_freq_factor && rc->low_freq_factor > 0))
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope type llama3 needs positive, "
+                           "distinct low_freq_factor and high_freq_factor", origin);
+    }
+    if (cfg->head_dim % 2 != 0)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: head_dim %lld must be even for rotary "
+                       "embeddings", origin, (long long)cfg->head_dim);
+    /* transformers: int(head_dim * partial_rotary_factor) */
+    int64_t rotary_dim = (int64_t)((double)cfg->head_dim * cfg->rope.partial_rotary_factor);
+    if (rotary_dim < 2 || rotary_dim % 2 != 0)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: partial_rotary_factor %g gives a rotary "
+                       "dimension of %lld; it must be even and at least 2", origin,
+                       cfg->rope.partial_rotary_factor, (long long)rotary_dim);
+    lm->act = ACTIVATIONS[a].op;
+    lm->n_layers = cfg->num_hidden_layers;
+    lm->hidden = cfg->hidden_size;
+    lm->n_heads = cfg->num_attention_heads;
+    lm->n_kv_heads = cfg->num_key_value_heads;
+    lm->head_dim = cfg->head_dim;
+    lm->intermediate = cfg->intermediate_size;
+    lm->vocab = cfg->vocab_size;
+    lm->max_position_embeddings = cfg->max_position_embeddings;
+    lm->eps = cfg->rms_norm_eps;
+    lm->tie_embeddings = cfg->tie_word_embeddings;
+    lm->names = &blk_llama_names;
+    lm->tied_name = lm->names->embed;
+    lm->window = calloc((size_t)lm->n_layers, sizeof *lm->window);
+    lm->rope = calloc((size_t)lm->n_layers, sizeof *lm->rope);
+    if (!lm->window || !lm->rope) {
+        blk_lm_free(lm);
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < lm->n_layers; i++) {
+        /* No window by default: which layers slide is each family's rule (blk_lm_windows). One
+         * rotary setting for every layer, as these families' rotary embedding has; a
+         * family with per-layer-type rope (cfg->rope_local) sets its layers in its quirks. */
+        lm->rope[i] = (g_rope_opts){.rope = cfg->rope, .head_dim = cfg->head_dim,
+                                    .rotary_dim = rotary_dim,
+                                    .max_position_embeddings = cfg->max_position_embeddings};
+    }
+    return FERRY_OK;
+}
+
+void blk_lm_windows(const lm_config *cfg, int64_t window, blk_lm *lm)
+{
+    for (int64_t i = 0; i < lm->n_layers; i++) {
+        bool sliding = cfg->layer_types ? strcmp(cfg->layer_types[i], "sliding_attention") == 0
+                                        : i >= cfg->max_window_layers;
+        lm->window[i] = sliding ? window : 0;
+    }
+}
+
+void blk_lm_free(blk_lm *lm)
+{
+    free(lm->window);
+    free(lm->rope);
+    lm->window = NULL;
+    lm->rope = NULL;
+}
+
+ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_graph *g,
+                          fy_err *err)
+{
+    const blk_names *n = lm->names;
+    ferry_dtype dt = io->dtype;
+    blk_inputs in;
+    blk_graph_inputs(g, io, &in);
+
+    int embed = blk_weight(g, ck, lm->tie_embeddings ? lm->tied_name : n->embed, 0, true,
+                           lm->vocab, lm->hidden, dt, err);
+    int final_norm = blk_weight(g, ck, n->final_norm, 0, true, lm->hidden, 0, dt, err);
+    if (err->status != FERRY_OK)
+        return err->status;
+    int head = embed;
+    if (!lm->tie_embeddings) {
+        head = blk_weight(g, ck, n->lm_head, 0, true, lm->vocab, lm->hidden, dt, err);
+        if (err->status != FERRY_OK)
+            return err->status;
+    } else if (lm->tied_twin) {
+        ckpt_take(ck, lm->tied_twin); /* same bytes as the tensor read: used through the tie */
+    }
+
+    g_scope(g, "/model/embed_tokens");
+    int h = g_embedding(g, "embedding", embed, in.ids);
+    if (lm->embed_scale != 0.0) /* sqrt(hidden), rounded to the compute dtype as transformers */
+        h = g_binary(g, G_MUL, "scale", h, g_scalar_f(g, dt, lm->embed_scale));
+    blk_layer w;
+    if (blk_bind_layer(g, ck, lm, 0, dt, &w, err) != FERRY_OK)
+        return err->status;
+    g_scope(g, "/model/layers.0");
+    int x = g_rms_norm(g, "input_layernorm", h, w.in_norm, lm->eps, lm->norm_offset);
+    for (int l = 0; l < lm->n_layers; l++) {
+        int a = blk_attention(g, lm, &w, l, x, &in);
+        g_scope(g, "/model/layers.%d", l);
+        x = g_skip_rms_norm(g, "post_attention_layernorm", a, h, w.post_norm, lm->eps,
+                            lm->norm_offset, &h);
+        int m = blk_mlp(g, lm, &w, l, x);
+        /* the residual add fused with the next norm: the next layer's input norm, or the
+         * final one */
+        int next_norm = final_norm;
+        if (l + 1 < lm->n_layers) {
+            if (blk_bind_layer(g, ck, lm, l + 1, dt, &w, err) != FERRY_OK)
+                return err->status;
+            next_norm = w.in_norm;
+            g_scope(g, "/model/layers.%d", l + 1);
+        } else {
+            g_scope(g, "/model");
+        }
+        x = g_skip_rms_norm(g, l + 1 < lm->n_layers ? "input_layernorm" : "norm", m, h,
+                            next_norm, lm->eps, lm->norm_offset, &h);
+    }
+    g->scope[0] = '\0';
+    int logits = g_linear(g, "lm_head", x, head, G_NONE);
+    g_output(g, logits, "logits");
+    /* logits first, then the cache outputs in layer order, as optimum and the guide list them */
+    if (g_ok(g) && g->n_outputs > 1) {
+        int last = g->outputs[g->n_outputs - 1];
+        memmove(g->outputs + 1, g->outputs, (g->n_outputs - 1) * sizeof *g->outputs);
+        g->outputs[0] = last;
+    }
+    if (!g_ok(g))
+        return fy_fail(err, g->err.status, "%s", g->err.msg);
+    return FERRY_OK;
+}
+
+ferry_status blk_lm_read(const model_config *cfg, void (*quirks)(const lm_config *c, blk_lm *lm),
+                         void **out, fy_err *err)
+{
+    lm_config c;
+    *out = NULL;
+    blk_lm *lm = calloc(1, sizeof *lm);
+    if (!lm)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    ferry_status st = lm_config_read(cfg, &c, err);
+    if (st == FERRY_OK) {
+        st = blk_lm_from_config(&c, cfg->text_origin, cfg->architecture, lm, err);
+        if (st == FERRY_OK && quirks)
+            quirks(&c, lm);
+        if (st == FERRY_OK && lm->rope[0].rotary_dim != lm->head_dim && !lm->allow_partial_rotary)
+            st = fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not "
+                         "supported for %s (supported: 1.0)", cfg->text_origin,
+                         c.rope.partial_rotary_factor, cfg->architecture);
+        lm_config_free(&c);
+    }
+    if (st != FERRY_OK) {
+        blk_lm_destroy(lm);
+        return st;
+    }
+    *out = lm;
+    return FERRY_OK;
+}
+
+void blk_lm_destroy(void *lm)
+{
+    if (!lm)
+        return;
+    blk_lm_free(lm);
+    free(lm);
+}
+
+ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const decoder_io *io, g_graph *g,
+                               fy_err *err)
+{
+    return blk_lm_build(lm, ck, io, g, err);
+}
+
+ferry_status blk_lm_bind(void *hparams, const ckpt *ck, char *warning, size_t size, fy_err *err)
+{
+    blk_lm *lm = hparams;
+    const blk_names *n = lm->names;
+    const st_tensor *embed = ckpt_find(ck, n->embed), *head = ckpt_find(ck, n->lm_head);
+    bool same = false;
+    if (size > 0)
+        warning[0] = '\0';
+    lm->tied_name = n->embed;
+    lm->tied_twin = NULL;
+    if (!lm->tie_embeddings) {
+        if (!head)
+            return fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '%s' is "
+                           "missing, and config.json does not tie it to '%s' "
+                           "(tie_word_embeddings is false or absent; transformers would "
+                           "initialise it at random)", ck->dir, n->lm_head, n->embed);
+        return FERRY_OK;
+    }
+    if (!head)
+        return FERRY_OK;
+    if (!embed) {
+        /* transformers ties "symmetrically": the stored head becomes the embedding. */
+        lm->tied_name = n->lm_head;
+        return FERRY_OK;
+    }
+    if (st_same_bytes(embed, head, &same, err) != FERRY_OK)
+        return err->status;
+    if (same) {
+        lm->tied_twin = n->lm_head;
+        return FERRY_OK;
+    }
+    lm->tie_embeddings = false;
+    snprintf(warning, size, "config.json sets tie_word_embeddings, but the checkpoint stores '%s' "
+             "and it is not byte-identical to '%s': both are used, untied, as transformers does "
+             "(set tie_word_embeddings to false to silence this)", n->lm_head, n->embed);
+    return FERRY_OK;
+}

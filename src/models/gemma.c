@@ -1,0 +1,28 @@
+/* gemma.c — GemmaForCausalLM: the standard decoder with RMSNorm weights stored as w - 1 (the
+ * norm multiplies by 1 + w, in fp32), embeddings scaled by sqrt(hidden_size) in the compute
+ * dtype, the tanh GELU (transformers maps the legacy hidden_act "gelu" of the official
+ * configs to gelu_pytorch_tanh), and tied embeddings unless the config says otherwise. */
+#include <math.h>
+
+#include "models/blocks.h"
+
+static void gemma_quirks(const lm_config *c, blk_lm *lm)
+{
+    lm->norm_offset = 1.0;
+    lm->embed_scale = sqrt((double)lm->hidden);
+    if (lm->act == G_GELU)
+        lm->act = G_GELU_TANH;
+    if (!c->tie_word_embeddings_set)
+        lm->tie_embeddings = true;
+}
+
+static ferry_status gemma_read(const model_config *cfg, void **out, fy_err *err)
+{
+    return blk_lm_read(cfg, gemma_quirks, out, err);
+}
+
+const model_arch model_gemma = {
+    .architecture = "GemmaForCausalLM", .model_type = "gemma", .read = gemma_read,
+    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
+    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
+};
