@@ -6,7 +6,8 @@
  *   input input_ids i64 [batch, sequence]
  *   weight model.norm.weight f32 [64] <- model.norm.weight (BF16)
  *   const const_7 i64 [4] = [0, 0, 4, 16]
- *   /model/norm = rms_norm(%h, model.norm.weight) {eps=1e-05} -> %/model/norm_output_0 f32 [..]
+ *   /model/norm = rms_norm(/model/x_output_0, model.norm.weight) {eps=1e-05}
+ *       -> /model/norm_output_0 f32 [batch, sequence, 64]          (one line in the dump)
  *   output logits
  *   state past_key_values.0.key (key, layer 0): past_key_values.0.key -> present.0.key */
 #include <stdio.h>
@@ -65,7 +66,7 @@ static void put_attrs(strbuf *b, const g_node *n, const g_symtab *syms)
 {
     unsigned m = g_op_info_of(n->op)->attrs;
     const g_attrs *a = &n->a;
-    if (!m)
+    if (!m || (m == GA_TRANSB && !a->transpose_b))
         return;
     sb_puts(b, " {");
     const char *sep = "";
