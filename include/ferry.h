@@ -96,6 +96,12 @@ const char *ferry_supported_architectures(void);
  */
 typedef enum ferry_format { FERRY_FORMAT_ONNX = 1 } ferry_format;
 
+/* The format named `name` as --format and a recipe's export_format spell it ("onnx");
+ * FERRY_ERR_UNSUPPORTED if this build has no such format. */
+ferry_status ferry_format_from_name(const char *name, ferry_format *out);
+/* "onnx" — the comma-separated names of every format this build writes. Static string. */
+const char *ferry_supported_formats(void);
+
 #define FERRY_MAX_DIM_SPECS 16
 #define FERRY_NAME_MAX 64
 
