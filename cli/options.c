@@ -96,16 +96,31 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         }
         return CLI_CONTINUE;
     case CLI_OPT_EXAMPLE: {
-        long long b, s;
-        int used = 0;
-        if (sscanf(arg, "input_ids=%lldx%lld%n", &b, &s, &used) != 2 || arg[used] || b <= 0 ||
-            s <= 0) {
+        long long bs[2];
+        const char *p = arg;
+        static const char prefix[] = "input_ids=";
+        int ok = strncmp(p, prefix, sizeof prefix - 1) == 0;
+        p += ok ? sizeof prefix - 1 : 0;
+        for (int i = 0; i < 2 && ok; i++) {
+            /* strtoll, not sscanf's %lld, which saturates silently: 10^20 became 2^63 - 1. */
+            char *end;
+            size_t digits = strspn(p, "0123456789");
+            errno = 0;
+            bs[i] = digits ? strtoll(p, &end, 10) : 0;
+            if (digits && errno == ERANGE) {
+                cli_error("--example-shape '%s': %.*s is out of range", arg, (int)digits, p);
+                return EXIT_USAGE;
+            }
+            ok = digits > 0 && bs[i] > 0 && *(p = end) == (i == 0 ? 'x' : '\0');
+            p++;
+        }
+        if (!ok) {
             cli_error("--example-shape '%s': expected input_ids=BATCHxSEQUENCE, e.g. "
                       "input_ids=1x8", arg);
             return EXIT_USAGE;
         }
-        o->cfg.example_batch = b;
-        o->cfg.example_sequence = s;
+        o->cfg.example_batch = bs[0];
+        o->cfg.example_sequence = bs[1];
         return CLI_CONTINUE;
     }
     case CLI_OPT_DTYPE:
