@@ -137,19 +137,23 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
     ferry_status st = e->backend->write(e->lowered, e->n_components, &e->cfg, tmp, &pr, err);
     if (st != FERRY_OK)
         return st;
-    char path[PATH_MAX], src[PATH_MAX];
+    char path[PATH_MAX];
+    const model_config *cfg = &e->model->cfg;
     if (fs_join(path, sizeof path, tmp, "export.json", err) != FERRY_OK ||
         fs_write_file(path, e->manifest_text, strlen(e->manifest_text), err) != FERRY_OK)
         return err->status;
-    if (fs_join(src, sizeof src, e->model->dir, "config.json", err) != FERRY_OK ||
-        fs_join(path, sizeof path, tmp, "config.json", err) != FERRY_OK ||
-        fs_copy_file(src, path, err) != FERRY_OK)
+    /* The bytes read and checked when the model was opened: the files themselves may have been
+     * replaced since (a link to /dev/zero, a FIFO, another model's config). */
+    if (!cfg->raw_text)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "the model's config.json was not kept");
+    if (fs_join(path, sizeof path, tmp, "config.json", err) != FERRY_OK ||
+        fs_write_file(path, cfg->raw_text, cfg->raw_len, err) != FERRY_OK)
         return err->status;
     if (fs_join(path, sizeof path, tmp, "generation_config.json", err) != FERRY_OK)
         return err->status;
     if (e->generation) {
         /* The generation config the export was made for: the model's, with the cache choice. */
-        const cJSON *base = e->model->cfg.generation;
+        const cJSON *base = cfg->generation;
         cJSON *gc = base ? cJSON_Duplicate(base, 1) : cJSON_CreateObject();
         char *text = NULL;
         if (gc) {
@@ -168,10 +172,9 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
         free(text);
         if (wst != FERRY_OK)
             return wst;
-    } else {
-        if (fs_join(src, sizeof src, e->model->dir, "generation_config.json", err) != FERRY_OK ||
-            (access(src, F_OK) == 0 && fs_copy_file(src, path, err) != FERRY_OK))
-            return err->status;
+    } else if (cfg->generation_text &&
+               fs_write_file(path, cfg->generation_text, cfg->generation_len, err) != FERRY_OK) {
+        return err->status;
     }
     return fs_sync_dir(tmp, err);
 }

@@ -152,8 +152,19 @@ ferry_status cfg_load(const char *dir, model_config *out, fy_err *err)
     if ((status = json_read_file(config_path, CONFIG_LIMITS.max_bytes, &text, &len, err)) ||
         (status = cfg_parse(text, len, config_path, out, err)))
         goto cleanup;
-    if (stat(generation_path, &st) == 0 || errno != ENOENT)
-        status = json_load_file(generation_path, &CONFIG_LIMITS, &out->generation, err);
+    out->raw_text = text;
+    out->raw_len = len;
+    text = NULL;
+    if (stat(generation_path, &st) == 0 || errno != ENOENT) {
+        if ((status = json_read_file(generation_path, CONFIG_LIMITS.max_bytes, &text, &len,
+                                     err)) ||
+            (status = json_parse(text, len, generation_path, &CONFIG_LIMITS, &out->generation,
+                                 err)))
+            goto cleanup;
+        out->generation_text = text;
+        out->generation_len = len;
+        text = NULL;
+    }
 
 cleanup:
     if (status != FERRY_OK)
@@ -170,5 +181,7 @@ void cfg_free(model_config *cfg)
         return;
     cJSON_Delete(cfg->raw);
     cJSON_Delete(cfg->generation);
+    free(cfg->raw_text);
+    free(cfg->generation_text);
     memset(cfg, 0, sizeof *cfg);
 }

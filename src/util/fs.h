@@ -15,8 +15,6 @@ ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n,
                            fy_err *err);
 /* Removes `path` and everything under it, never following symbolic links. Missing is fine. */
 int fs_remove_tree(const char *path);
-/* Copies `src` to a new file `dst` (created exclusively) and fsyncs it. */
-ferry_status fs_copy_file(const char *src, const char *dst, fy_err *err);
 /* fsync on a directory, so that renames and creations in it are durable. */
 ferry_status fs_sync_dir(const char *dir, fy_err *err);
 /* Writes `len` bytes as a new file (exclusive create) and fsyncs it. */
