@@ -94,6 +94,7 @@ def _c():
         "ferry_components_name": (_S, [_P, i]), "ferry_components_role": (_S, [_P, i]),
         "ferry_components_describe": (_S, [_P, i]),
         "ferry_export_config_size": (ctypes.c_size_t, []),
+        "ferry_escape": (_S, [_S, ctypes.c_char_p, ctypes.c_size_t]),
     }
     for name, (res, args) in protos.items():
         fn = getattr(lib, name)
@@ -108,6 +109,16 @@ def _c():
 
 def _str(raw):
     return raw.decode("utf-8", "replace") if raw else None
+
+
+def _escape(text):
+    """`text` as libferry prints untrusted text (ferry_escape): C0/C1 controls, bidi and invisible
+    characters and invalid UTF-8 escaped, so that a name from a file cannot drive or disguise
+    the terminal a message is shown on."""
+    raw = text if isinstance(text, bytes) else str(text).encode("utf-8", "surrogateescape")
+    size = 12 * len(raw) + 16          # each byte at most one 12-character escape
+    buf = ctypes.create_string_buffer(size)
+    return _str(_c().ferry_escape(raw, buf, size))
 
 
 def _fail(status, message):
@@ -348,9 +359,12 @@ class ExportedModel:
         if "model" in components:
             return
         manifest = self.manifest.get("components", {})
-        listed = ", ".join(f"{name} (role {manifest.get(name, {}).get('role')}, {file})"
-                           for name, file in components.items())
-        where = self.directory or "the directory save_pretrained() writes"
+        # Names, roles and the directory come from export.json and the file system: escaped.
+        listed = ", ".join(
+            f"{_escape(name)} (role {_escape(manifest.get(name, {}).get('role'))}, "
+            f"{_escape(file)})" for name, file in components.items())
+        raw_dir = _c().ferry_exported_dir(self._h)
+        where = _escape(raw_dir) if raw_dir else "the directory save_pretrained() writes"
         raise FerryError(
             f"this export has no \"model\" component to call: its components, {listed}, are "
             "the stages of a generation loop, which pass a KV cache from one call to the next. "

@@ -12,6 +12,7 @@
 #include "model/safetensors.h"
 #include "util/fs.h"
 #include "util/json.h"
+#include "util/text.h"
 
 /* config.json and generation_config.json are a few KB (the largest, multimodal configs with
  * label maps or module lists, a few hundred KB): 16 MB and a million values are far above
@@ -30,24 +31,20 @@ static const struct {
     {"float64", FERRY_F64},
 };
 
-/* Names the file gives (class names, activations) are echoed by later messages: a control
- * byte there (a newline, an escape sequence) would break the one-line error contract. */
-static bool has_control(const char *s)
-{
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7F)
-            return true;
-    return false;
-}
-
+/* Names the file gives (class names, activations) are echoed by later messages and recorded in
+ * export.json: a control character there (a newline, an escape sequence, a C1 CSI) would break
+ * the one-line error contract or drive the terminal, a bidi override or an invisible character
+ * make the name show as another. No real config has them. */
 ferry_status cfg_check_name(const char *origin, const char *key, const char *value,
                                fy_err *err)
 {
     char quoted[ST_QUOTE_MAX];
-    if (!has_control(value))
+    size_t len = strlen(value), at = text_hidden_at(value, len);
+    if (at == len)
         return FERRY_OK;
-    return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' holds control characters ('%s')", origin,
-                   key, st_quote_name(value, quoted, sizeof quoted));
+    return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' holds a control, format or invalid "
+                   "character at byte %zu ('%s')", origin, key, at,
+                   st_quote_name(value, quoted, sizeof quoted));
 }
 
 static ferry_status read_architecture(const cJSON *root, const char *origin, model_config *cfg,

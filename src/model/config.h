@@ -57,9 +57,9 @@ typedef struct model_config {
 ferry_status cfg_load(const char *dir, model_config *out, fy_err *err);
 void cfg_free(model_config *cfg);
 
-/* Names a file gives (class names, activations) are echoed by later messages: a control byte
- * there would break the one-line error contract. Fails naming `origin` and `key` if `value`
- * holds one. */
+/* Names a file gives (class names, activations) are echoed by later messages and export.json:
+ * fails naming `origin`, `key` and the byte offset if `value` holds a character text_quote
+ * would escape (util/text.h text_hidden_at: controls, bidi, invisible, invalid UTF-8). */
 ferry_status cfg_check_name(const char *origin, const char *key, const char *value, fy_err *err);
 
 /* Parses config JSON text (for tests and fuzzing); `origin` names it in messages. */

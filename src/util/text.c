@@ -72,6 +72,18 @@ static uint32_t decode(const unsigned char *s, size_t len)
     return cp;
 }
 
+size_t text_hidden_at(const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        size_t n = text_utf8_len(s + i, len - i);
+        if (n == 0 || text_hidden(n == 1 ? s[i] : decode(s + i, n)))
+            return i;
+        i += n;
+    }
+    return len;
+}
+
 static size_t put_hex(char *out, char kind, uint32_t v, int digits)
 {
     static const char hex[] = "0123456789abcdef";

@@ -21,6 +21,11 @@ size_t text_utf8_invalid_at(const unsigned char *s, size_t len);
  * annotation marks, tag characters, U+FFFE/F). */
 bool text_hidden(uint32_t cp);
 
+/* Offset of the first byte of `s` (len bytes) that text_quote would escape: invalid UTF-8, or the
+ * start of a code point text_hidden flags (C0, DEL, C1, bidi and invisible format characters);
+ * `len` if none. For names refused outright rather than escaped. */
+size_t text_hidden_at(const char *s, size_t len);
+
 /* Writes `text` into buf (of `size` >= 8 bytes) fit for one terminal line: C0 controls, DEL and
  * each byte that does not start a valid UTF-8 sequence become \xNN; valid sequences of hidden
  * code points become \uXXXX (two, a UTF-16 surrogate pair, above U+FFFF: so that escaped JSON

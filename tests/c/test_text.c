@@ -81,12 +81,30 @@ static void test_messages(void **state)
     assert_string_equal(ferry_escape("abc", buf, 4), "");
 }
 
+/* text_hidden_at: the first byte text_quote would escape, for names refused outright. */
+static void test_hidden_at(void **state)
+{
+    (void)state;
+    static const struct { const char *text; size_t at; } cases[] = {
+        {"LlamaForCausalLM", 16}, {"", 0}, {"caf\xc3\xa9 \xf0\x9f\x98\x80", 10},
+        {"a\nb", 1}, {"ab\x7f", 2}, {"Llama\xc2\x9b" "31m", 5}, {"lla\xe2\x80\xaema", 3},
+        {"si\xe2\x80\x8blu", 2}, {"x\xf3\xa0\x81\x81", 1}, {"ok\xff", 2}, {"\xc2", 0},
+        {"\xed\xa0\x80", 0}, {"\xc2\xa0nbsp", 6},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t got = text_hidden_at(cases[i].text, strlen(cases[i].text));
+        if (got != cases[i].at)
+            fail_msg("case %zu: hidden at %zu, expected %zu", i, got, cases[i].at);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_escapes),
         cmocka_unit_test(test_cut),
         cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_hidden_at),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
