@@ -49,10 +49,100 @@ static int lock_exclusive(int fd)
     return fcntl(fd, F_OFD_SETLK, &fl);
 }
 
+/* A file name ferry writes into an export: a component's graph or data file, the manifest, the
+ * two configs. */
+static bool is_export_file_name(const char *name)
+{
+    static const char *const exact[] = {"export.json", "config.json", "generation_config.json"};
+    static const char *const suffixes[] = {".onnx", ".onnx.data"};
+    size_t len = strlen(name);
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (strcmp(name, exact[i]) == 0)
+            return true;
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t slen = strlen(suffixes[i]);
+        if (len > slen && strcmp(name + len - slen, suffixes[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Goes over the entries of the directory `dfd` (which it closes): with `remove`, unlinks each
+ * `accept` approves; without, returns false at the first it does not. */
+static bool each_entry(int dfd, bool (*accept)(int dfd, const char *name), bool remove)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return false;
+    }
+    bool ok = true;
+    struct dirent *ent;
+    while (ok && (ent = readdir(d)) != NULL) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+            continue;
+        if (!accept(dirfd(d), ent->d_name))
+            ok = remove;   /* removing: leave it, go on */
+        else if (remove)
+            unlinkat(dirfd(d), ent->d_name, 0);
+    }
+    closedir(d);
+    return ok;
+}
+
+static bool is_regular_at(int dfd, const char *name)
+{
+    struct stat st;
+    return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+}
+
+static bool is_export_file_at(int dfd, const char *name)
+{
+    return is_export_file_name(name) && is_regular_at(dfd, name);
+}
+
+static bool is_tmp_entry_at(int dfd, const char *name)
+{
+    struct stat st;
+    if (strcmp(name, LOCK_NAME) == 0)
+        return is_regular_at(dfd, name);
+    if (strcmp(name, TREE_NAME) != 0 || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISDIR(st.st_mode))
+        return false;
+    int tree = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    return tree >= 0 && each_entry(tree, is_export_file_at, false);
+}
+
+/* Removes the temporary directory `path`, whose lock this process holds, if it holds only what
+ * ferry puts there: `lock`, and `export` holding regular files named as ferry names them. A
+ * directory named like ferry's with a lock file and anything else in it may be someone's: it is
+ * left whole. The removal goes entry by entry, never a whole tree: a file added meanwhile makes
+ * the last rmdir fail and stays. */
+static void remove_if_ferrys(const char *path)
+{
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    int check = dup(dfd);
+    if (check < 0 || !each_entry(check, is_tmp_entry_at, false)) {
+        close(dfd);
+        return;
+    }
+    int tree = openat(dfd, TREE_NAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (tree >= 0) {
+        each_entry(tree, is_export_file_at, true);
+        unlinkat(dfd, TREE_NAME, AT_REMOVEDIR);
+    }
+    unlinkat(dfd, LOCK_NAME, 0);
+    close(dfd);
+    rmdir(path);
+}
+
 /* Removes the temporary directories that earlier, killed runs left next to `base`: those named
  * as ferry names them whose lock file nobody holds (taking the lock proves its writer is gone,
- * wherever it ran). A directory without a lock file is removed only when empty: a run killed
- * between creating it and its lock file. Anything else is left alone. */
+ * wherever it ran) and that hold nothing but what ferry writes there (remove_if_ferrys). A
+ * directory without a lock file is removed only when empty: a run killed between creating it
+ * and its lock file. Anything else is left alone. */
 static void clean_stale(const char *parent, const char *base)
 {
     DIR *d = opendir(parent);
@@ -75,7 +165,7 @@ static void clean_stale(const char *parent, const char *base)
         }
         /* Removed while holding the lock, so that a second cleaner cannot take it meanwhile. */
         if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && lock_exclusive(fd) == 0)
-            fs_remove_tree(path);
+            remove_if_ferrys(path);
         close(fd);
     }
     closedir(d);
