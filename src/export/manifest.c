@@ -1,5 +1,6 @@
 /* manifest.c — export.json: built from an export's components, validated when loaded (schema,
  * components, and every file path confined to the export directory). */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,7 +178,16 @@ static ferry_status check_file(const char *dir, const char *comp, const char *re
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' names the file "
                        "'%s', which is not a plain relative path inside the export", dir, qcomp,
                        qrel);
-    if (!fs_inside(dir, rel))
+    int inside = fs_inside(dir, rel);
+    if (inside < 0 && errno == ENAMETOOLONG)
+        return fy_fail(err, FERRY_ERR_IO, "%s/export.json: component '%s': file '%s': path too "
+                       "long to resolve (its real path, the working directory's included for a "
+                       "relative one, must fit in %d bytes to be checked)", dir, qcomp, qrel,
+                       PATH_MAX - 1);
+    if (inside < 0)
+        return fy_fail(err, FERRY_ERR_IO, "%s/export.json: component '%s': file '%s': cannot "
+                       "resolve its real path: %s", dir, qcomp, qrel, strerror(errno));
+    if (!inside)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s' is "
                        "missing or leaves the export directory", dir, qcomp, qrel);
     /* A directory, FIFO or device in place of a model file would make a runtime fail or hang

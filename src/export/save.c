@@ -19,6 +19,9 @@
  * export being built (renamed out as a whole, so the lock file never ends up in an export). */
 #define LOCK_NAME "lock"
 #define TREE_NAME "export"
+/* The longest output name whose temporary sibling, .<base>.ferry-tmp-<pid>-XXXXXX with a pid of
+ * up to 10 digits (is_tmp_name), still fits in NAME_MAX: 226 bytes. */
+#define BASE_NAME_MAX (NAME_MAX - (int)(sizeof "." TMP_TAG "-XXXXXX" - 1) - 10)
 
 /* .<base>.ferry-tmp-<pid>-XXXXXX exactly, XXXXXX as mkdtemp makes it. */
 static bool is_tmp_name(const char *name, const char *base)
@@ -307,6 +310,11 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     if (!e->model || !e->backend)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "export was loaded, not built: nothing to save");
     fs_short(dir, shown, sizeof shown);
+    /* Refused up front: mkdtemp would fail with ENAMETOOLONG naming only the parent. */
+    if (strlen(base) > BASE_NAME_MAX)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s: name too long for ferry's temporary "
+                       "directory beside it (.<name>" TMP_TAG "<pid>-XXXXXX): the name is %zu "
+                       "bytes, at most %d are allowed", shown, strlen(base), BASE_NAME_MAX);
     /* The destination by parent and name: "out/" would make lstat and rename follow a link. */
     if (fs_join(target, sizeof target, parent, base, err) != FERRY_OK)
         return err->status;

@@ -162,13 +162,17 @@ bool fs_safe_relative(const char *rel)
     }
 }
 
-bool fs_inside(const char *dir, const char *rel)
+int fs_inside(const char *dir, const char *rel)
 {
     char root[PATH_MAX], full[PATH_MAX], real[PATH_MAX];
-    if (!realpath(dir, root) || fs_join(full, sizeof full, dir, rel, NULL) != FERRY_OK)
-        return false;
+    if (!realpath(dir, root))
+        return errno == ENOENT ? 0 : -1;
+    if (fs_join(full, sizeof full, dir, rel, NULL) != FERRY_OK) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
     if (!realpath(full, real))
-        return false;
+        return errno == ENOENT ? 0 : -1;
     size_t n = strlen(root);
     return strncmp(real, root, n) == 0 && (real[n] == '/' || (n == 1 && root[0] == '/'));
 }
