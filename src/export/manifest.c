@@ -267,6 +267,11 @@ static ferry_status check_tree(const cJSON *node, const char *key, const char *d
     return status;
 }
 
+ferry_status manifest_check_tree(const cJSON *m, const char *dir, fy_err *err)
+{
+    return check_tree(m, NULL, dir, err);
+}
+
 static bool plain_text(const char *s)
 {
     size_t len = strlen(s);
@@ -287,7 +292,7 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components");
     if (!cJSON_IsObject(m))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: not a JSON object", dir);
-    if (check_tree(m, NULL, dir, err) != FERRY_OK)
+    if (manifest_check_tree(m, dir, err) != FERRY_OK)
         return err->status;
     if (!cJSON_IsNumber(ver) || ver->valuedouble != SCHEMA_VERSION)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: schema_version must be %d",

@@ -373,9 +373,13 @@ ferry_status replace_check(const char *out, const char *shown, const char *src, 
         status = names_add(&allowed, "generation_config.json", 22, err);
     if (status)
         goto done;
-    status = cJSON_IsObject(m) && cJSON_GetObjectItemCaseSensitive(m, "export_format")
-                 ? transformers_files(m, out, mpath, &allowed, err)
-                 : ferry_files(out, &allowed, err);
+    /* Repeated keys: cJSON would check the first "components" or "file", Python's json (which
+     * transformers loads it with) use the last. ferry's schema gets this in ferry_files. */
+    if (cJSON_IsObject(m) && cJSON_GetObjectItemCaseSensitive(m, "export_format"))
+        status = manifest_check_tree(m, out, err) ? err->status
+                                                  : transformers_files(m, out, mpath, &allowed, err);
+    else
+        status = ferry_files(out, &allowed, err);
     if (status != FERRY_OK)
         goto refused;
     if ((status = list_dir(out, shown, &entries, err)) != FERRY_OK)

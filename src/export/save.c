@@ -43,6 +43,21 @@ static bool is_tmp_name(const char *name, const char *base)
     return p[6] == '\0';
 }
 
+/* Whether directory `path` holds no entry (an error reads as "not empty": it is then treated
+ * as any existing directory is). */
+static bool is_empty_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return false;
+    struct dirent *ent;
+    bool empty = true;
+    while (empty && (ent = readdir(d)) != NULL)
+        empty = strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
 /* An open file description lock: released only when its last descriptor closes, which the
  * kernel does when the process dies however it dies; it is seen across PID namespaces and, on
  * NFS, across hosts (a pid is neither). */
@@ -319,9 +334,14 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     if (fs_join(target, sizeof target, parent, base, err) != FERRY_OK)
         return err->status;
     bool exists = lstat(target, &st) == 0;
+    /* An empty directory holds nothing to lose: it is the destination, with or without force,
+     * replaced by a plain rename(2), which refuses a directory that is no longer empty. */
+    bool empty = exists && S_ISDIR(st.st_mode) && is_empty_dir(target);
+    if (empty)
+        exists = false;
     if (exists && !force)
-        return fy_fail(err, FERRY_ERR_EXISTS, "%s already exists (pass --force to replace it)",
-                       shown);
+        return fy_fail(err, FERRY_ERR_EXISTS, "%s already exists (pass --force to replace an "
+                       "earlier export there)", shown);
     if (exists && S_ISLNK(st.st_mode))
         return fy_fail(err, FERRY_ERR_EXISTS, "not replacing %s: it is a symbolic link (--force "
                        "replaces an export directory, not a link)", shown);
@@ -385,6 +405,17 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
             tmp[0] = '\0';
             free(e->dir);
             e->dir = strdup(dir);
+            goto fail;
+        }
+    } else if (empty) {
+        if (rename(tree, target) != 0) {
+            int e_ = errno;
+            if (e_ == ENOTEMPTY || e_ == EEXIST)
+                fy_fail(err, FERRY_ERR_EXISTS, "not writing into %s: it was empty when the export "
+                        "started, but something was put in it since; it is left as it is",
+                        shown);
+            else
+                fy_fail(err, FERRY_ERR_IO, "cannot create %s: %s", shown, strerror(e_));
             goto fail;
         }
     } else if (renameat2(AT_FDCWD, tree, AT_FDCWD, target, RENAME_NOREPLACE) != 0) {
