@@ -111,3 +111,21 @@ def test_binding_escapes_what_it_echoes(tmp_path):
     message = str(info.value)
     assert "\u009b" not in message and "\u202e" not in message, repr(message)
     assert "gen\\u009b31m\\u202eevil" in message, message
+
+
+def test_every_format_character_is_escaped():
+    """Every format (Cf) character of Python's Unicode database (14.0 here; text_hidden's table
+    follows 15) comes out of ferry_escape escaped, never raw: the Arabic number signs
+    U+0600-0605 and the other prepended concatenation marks, Egyptian hieroglyph and shorthand
+    format controls printed raw before."""
+    import unicodedata
+
+    from ferry import _escape
+
+    raw = [chr(cp) for cp in range(0x110000) if unicodedata.category(chr(cp)) == "Cf"]
+    assert len(raw) > 150
+    left = [f"U+{ord(c):04X}" for c in raw if c in _escape("x" + c + "y")]
+    assert not left, f"printed raw: {left}"
+    for c in raw:
+        escaped = _escape(c)
+        assert escaped.isascii() and escaped.startswith("\\u"), (hex(ord(c)), escaped)
