@@ -1,5 +1,7 @@
 /* main.c — the ferry command: dispatch to subcommands, top-level help and version. */
+#include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,7 +59,7 @@ void cli_warn(const char *fmt, ...)
     va_end(ap);
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         fputs(usage, stderr);
@@ -80,4 +82,25 @@ int main(int argc, char **argv)
         return cmd_graph(argc - 1, argv + 1);
     cli_error("unknown command '%s' (commands: export, inspect, graph; see ferry --help)", cmd);
     return EXIT_USAGE;
+}
+
+/* What a command printed may still sit in stdio's buffer, and a write that failed (a full disk,
+ * /dev/full) is only recorded in the stream: without this check `ferry inspect out > file` on a
+ * full disk exits 0 with the file empty. One line and exit 1; a command that already failed keeps
+ * its own message and status. */
+static int close_stdout(int rc)
+{
+    bool failed = ferror(stdout) != 0;
+    errno = 0;
+    if (fclose(stdout) != 0)
+        failed = true;
+    if (!failed || rc != EXIT_OK)
+        return rc;
+    cli_error("cannot write to standard output: %s", errno ? strerror(errno) : "a write failed");
+    return EXIT_FAIL;
+}
+
+int main(int argc, char **argv)
+{
+    return close_stdout(run(argc, argv));
 }

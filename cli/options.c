@@ -96,16 +96,31 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         }
         return CLI_CONTINUE;
     case CLI_OPT_EXAMPLE: {
-        long long b, s;
-        int used = 0;
-        if (sscanf(arg, "input_ids=%lldx%lld%n", &b, &s, &used) != 2 || arg[used] || b <= 0 ||
-            s <= 0) {
+        long long bs[2];
+        const char *p = arg;
+        static const char prefix[] = "input_ids=";
+        int ok = strncmp(p, prefix, sizeof prefix - 1) == 0;
+        p += ok ? sizeof prefix - 1 : 0;
+        for (int i = 0; i < 2 && ok; i++) {
+            /* strtoll, not sscanf's %lld, which saturates silently: 10^20 became 2^63 - 1. */
+            char *end;
+            size_t digits = strspn(p, "0123456789");
+            errno = 0;
+            bs[i] = digits ? strtoll(p, &end, 10) : 0;
+            if (digits && errno == ERANGE) {
+                cli_error("--example-shape '%s': %.*s is out of range", arg, (int)digits, p);
+                return EXIT_USAGE;
+            }
+            ok = digits > 0 && bs[i] > 0 && *(p = end) == (i == 0 ? 'x' : '\0');
+            p++;
+        }
+        if (!ok) {
             cli_error("--example-shape '%s': expected input_ids=BATCHxSEQUENCE, e.g. "
                       "input_ids=1x8", arg);
             return EXIT_USAGE;
         }
-        o->cfg.example_batch = b;
-        o->cfg.example_sequence = s;
+        o->cfg.example_batch = bs[0];
+        o->cfg.example_sequence = bs[1];
         return CLI_CONTINUE;
     }
     case CLI_OPT_DTYPE:
@@ -214,7 +229,8 @@ void cli_print_export_options(FILE *f)
             "  --dynamic                make every axis symbolic: batch and sequence\n"
             "  --dim NAME:AXIS=SYM[:MIN:MAX]\n"
             "                           make one axis symbolic with a name and range, e.g.\n"
-            "                           --dim input_ids:1=sequence:1:4096 (repeatable)\n"
+            "                           --dim input_ids:1=sequence:1:4096 (repeatable;\n"
+            "                           0 <= MIN <= MAX <= 2^40, MAX 0 = unbounded)\n"
             "  --example-shape input_ids=BxS\n"
             "                           shape that static axes are pinned to (default "
             "input_ids=1x8)\n"

@@ -105,8 +105,13 @@ const char *ferry_supported_formats(void);
 #define FERRY_MAX_DIM_SPECS 16
 #define FERRY_NAME_MAX 64
 
+/* A dim's min and max lie in [0, FERRY_DIM_BOUND_MAX] (2^40): far above any real extent, and
+ * exact in JSON (a double), so a recipe recording them reads back the same. */
+#define FERRY_DIM_BOUND_MAX ((int64_t)1 << 40)
+
 /* One explicitly symbolic axis: `input`'s axis `axis` is named `symbol`, ranging [min, max]
- * (max 0 = unbounded). Like torch.export.Dim in the guide's dynamic_shapes. */
+ * (max 0 = unbounded; both at most FERRY_DIM_BOUND_MAX). Like torch.export.Dim in the guide's
+ * dynamic_shapes. */
 typedef struct ferry_dim_spec {
     char input[FERRY_NAME_MAX];
     int axis;
@@ -155,7 +160,9 @@ size_t ferry_export_config_size(void);
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json,
                                            char *errbuf, size_t errbuf_size);
 
-/* Parses "NAME:AXIS=SYMBOL[:MIN:MAX]" (the CLI's --dim) and appends it to cfg->dims. */
+/* Parses "NAME:AXIS=SYMBOL[:MIN:MAX]" (the CLI's --dim; AXIS, MIN and MAX decimal integers,
+ * nothing else) and appends it to cfg->dims. A number too large for 64 bits or a bound outside
+ * [0, FERRY_DIM_BOUND_MAX] is FERRY_ERR_INVALID_ARG naming it. */
 ferry_status ferry_export_config_add_dim(ferry_export_config *cfg, const char *spec,
                                          char *errbuf, size_t errbuf_size);
 
@@ -242,7 +249,9 @@ ferry_status ferry_export_for_generation(ferry_model *model, const ferry_export_
  * `force` and it is an earlier export: a directory holding a valid export.json (ferry's or
  * transformers') and nothing but the files it names, config.json and generation_config.json,
  * and neither the model's directory nor one holding it or inside it. It is replaced only once
- * the new export is complete. Nothing is left behind on failure. */
+ * the new export is complete. An empty directory `dir` is the destination with or without
+ * `force` (replaced with rename(2); if something appeared in it meanwhile, FERRY_ERR_EXISTS and
+ * it is left as it is). Nothing is left behind on failure. */
 ferry_status ferry_exported_save(ferry_exported *exported, const char *dir, int force);
 
 /* Loads a saved export (`subfolder` may be NULL): validates export.json and refuses any file

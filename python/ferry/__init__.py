@@ -94,6 +94,7 @@ def _c():
         "ferry_components_name": (_S, [_P, i]), "ferry_components_role": (_S, [_P, i]),
         "ferry_components_describe": (_S, [_P, i]),
         "ferry_export_config_size": (ctypes.c_size_t, []),
+        "ferry_escape": (_S, [_S, ctypes.c_char_p, ctypes.c_size_t]),
     }
     for name, (res, args) in protos.items():
         fn = getattr(lib, name)
@@ -108,6 +109,32 @@ def _c():
 
 def _str(raw):
     return raw.decode("utf-8", "replace") if raw else None
+
+
+def _escape(text):
+    """`text` as libferry prints untrusted text (ferry_escape): C0/C1 controls, bidi and invisible
+    characters and invalid UTF-8 escaped, so that a name from a file cannot drive or disguise
+    the terminal a message is shown on."""
+    raw = text if isinstance(text, bytes) else str(text).encode("utf-8", "surrogateescape")
+    size = 12 * len(raw) + 16          # each byte at most one 12-character escape
+    buf = ctypes.create_string_buffer(size)
+    return _str(_c().ferry_escape(raw, buf, size))
+
+
+def _c_bytes(value, what):
+    """A str, bytes or os.PathLike as the bytes libferry takes (os.fsencode(os.fspath(...)): the
+    file system's encoding, undecodable bytes kept). A NUL would end the C string there, so that
+    "model\\0/etc" named "model": refused."""
+    try:
+        raw = os.fsencode(os.fspath(value))
+    except TypeError:
+        raise FerryError(f"{what} must be a str, bytes or os.PathLike, not "
+                         f"{type(value).__name__}", status=1) from None
+    if b"\0" in raw:
+        at = raw.index(b"\0")
+        raise FerryError(f"{what} holds a NUL byte at byte {at} ({_escape(raw[:at])}\\x00...), "
+                         "which would end it there for the C library", status=1)
+    return raw
 
 
 def _fail(status, message):
@@ -191,14 +218,7 @@ class OnnxExporter:
         if inputs is not None and "input_ids" in inputs and "example_shapes" not in recipe:
             recipe["example_shapes"] = {"input_ids": [int(n) for n in inputs["input_ids"].shape]}
         cfg = OnnxConfig._from_dict(recipe)._c_config()
-        lib, handle = _c(), _P()
-        status = lib.ferry_model_open(os.fsencode(str(model)),
-                                      revision.encode() if revision else None,
-                                      ctypes.byref(handle))
-        if status:
-            message = _str(lib.ferry_model_errmsg(handle)) if handle else None
-            lib.ferry_model_free(handle)
-            _fail(status, message)
+        lib, handle = _c(), _open_model(model, revision)
         exported = _P()
         status = lib.ferry_export(handle, ctypes.byref(cfg), ctypes.byref(exported))
         if status:
@@ -276,9 +296,12 @@ def _c_generation(generation_config, multi_token_decode):
 
 def _open_model(model, revision=None):
     """A ferry_model handle for the checkpoint at `model` (a directory or local hub id)."""
+    # A revision is passed whenever one is given, "" included: libferry refuses an empty one as
+    # the CLI's --revision "" is refused (it used to be taken as no revision at all).
+    path = _c_bytes(model, "model")
+    rev = None if revision is None else _c_bytes(revision, "revision")
     lib, handle = _c(), _P()
-    status = lib.ferry_model_open(os.fsencode(str(model)), revision.encode() if revision else None,
-                                  ctypes.byref(handle))
+    status = lib.ferry_model_open(path, rev, ctypes.byref(handle))
     if status:
         message = _str(lib.ferry_model_errmsg(handle)) if handle else None
         lib.ferry_model_free(handle)
@@ -294,10 +317,10 @@ class ExportedModel:
 
     @classmethod
     def from_pretrained(cls, path, subfolder=None):
+        raw = _c_bytes(path, "path")
+        sub = _c_bytes(subfolder, "subfolder") if subfolder else None
         handle = _P()
-        status = _c().ferry_exported_load(os.fsencode(str(path)),
-                                          subfolder.encode() if subfolder else None,
-                                          ctypes.byref(handle))
+        status = _c().ferry_exported_load(raw, sub, ctypes.byref(handle))
         if status:
             message = _str(_c().ferry_exported_errmsg(handle)) if handle else None
             _c().ferry_exported_free(handle)
@@ -308,10 +331,20 @@ class ExportedModel:
         """Writes the export to save_directory atomically. With force, an earlier export there
         (ferry's or transformers': export.json and only its files) is replaced; anything else
         is refused with a FerryError and left untouched (ferry_exported_save)."""
-        status = _c().ferry_exported_save(self._h, os.fsencode(str(save_directory)), int(force))
+        raw = _c_bytes(save_directory, "save_directory")
+        handle = self._live("save it")
+        status = _c().ferry_exported_save(handle, raw, int(force))
         if status:
-            _fail(status, _str(_c().ferry_exported_errmsg(self._h)))
+            _fail(status, _str(_c().ferry_exported_errmsg(handle)))
         self._session = None
+
+    def _live(self, doing):
+        """The library handle; after close() there is none, and libferry would take the NULL for
+        a failed allocation ("out of memory")."""
+        if not self._h:
+            raise FerryError(f"this ExportedModel was closed (close() frees it): cannot {doing}",
+                             status=1)
+        return self._h
 
     @property
     def directory(self):
@@ -319,14 +352,14 @@ class ExportedModel:
 
     @property
     def components(self):
-        lib = _c()
-        return {_str(lib.ferry_exported_component_name(self._h, i)):
-                _str(lib.ferry_exported_component_file(self._h, i))
-                for i in range(lib.ferry_exported_component_count(self._h))}
+        lib, handle = _c(), self._live("list its components")
+        return {_str(lib.ferry_exported_component_name(handle, i)):
+                _str(lib.ferry_exported_component_file(handle, i))
+                for i in range(lib.ferry_exported_component_count(handle))}
 
     @property
     def manifest(self):
-        return json.loads(_str(_c().ferry_exported_manifest(self._h)))
+        return json.loads(_str(_c().ferry_exported_manifest(self._live("read its manifest"))))
 
     def _runner(self):
         if self._session is None:
@@ -348,9 +381,12 @@ class ExportedModel:
         if "model" in components:
             return
         manifest = self.manifest.get("components", {})
-        listed = ", ".join(f"{name} (role {manifest.get(name, {}).get('role')}, {file})"
-                           for name, file in components.items())
-        where = self.directory or "the directory save_pretrained() writes"
+        # Names, roles and the directory come from export.json and the file system: escaped.
+        listed = ", ".join(
+            f"{_escape(name)} (role {_escape(manifest.get(name, {}).get('role'))}, "
+            f"{_escape(file)})" for name, file in components.items())
+        raw_dir = _c().ferry_exported_dir(self._h)
+        where = _escape(raw_dir) if raw_dir else "the directory save_pretrained() writes"
         raise FerryError(
             f"this export has no \"model\" component to call: its components, {listed}, are "
             "the stages of a generation loop, which pass a KV cache from one call to the next. "

@@ -77,15 +77,30 @@ ferry_status exp_resolve_axes(const ferry_export_config *cfg, const model_arch *
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dims: batch and sequence axes cannot "
                        "share the symbol '%s'", names_of[0]);
     for (int a = 0; a < 2; a++) {
+        const ferry_dim_spec *d = chosen[a];
+        /* The struct is public: a caller may fill dims without ferry_export_config_add_dim. */
+        if (d && (d->min < 0 || d->min > FERRY_DIM_BOUND_MAX || d->max < 0 ||
+                  d->max > FERRY_DIM_BOUND_MAX || (d->max > 0 && d->max < d->min)))
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dim %s:%d: min %lld and max %lld "
+                           "must satisfy 0 <= min <= max <= %lld (max 0 = unbounded)", d->input,
+                           d->axis, (long long)d->min, (long long)d->max,
+                           (long long)FERRY_DIM_BOUND_MAX);
+        /* An example outside the dim's range is traced at its min instead. */
+        if (d && (examples[a] < d->min || (d->max > 0 && examples[a] > d->max)))
+            examples[a] = d->min > 0 ? d->min : 1;
         /* Traced extents size nothing ferry allocates, but they are multiplied in shape
-         * inference and printed in metadata: keep them far from overflow. */
-        if (examples[a] <= 0 || examples[a] > EXAMPLE_DIM_MAX)
+         * inference and printed in metadata: keep them far from overflow. Checked after the
+         * move above, which a min of 2^63 - 1 used to take past this cap. */
+        if (examples[a] <= 0 || examples[a] > EXAMPLE_DIM_MAX) {
+            if (d && examples[a] == d->min && d->min > EXAMPLE_DIM_MAX)
+                return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dim %s:%d: min %lld is "
+                               "above %lld, the largest %s ferry traces an export with",
+                               d->input, d->axis, (long long)d->min,
+                               (long long)EXAMPLE_DIM_MAX, LOGICAL[a]);
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape: %s %lld is out of range "
                            "(1 to %lld)", LOGICAL[a], (long long)examples[a],
                            (long long)EXAMPLE_DIM_MAX);
-        const ferry_dim_spec *d = chosen[a];
-        if (d && d->max > 0 && (examples[a] < d->min || examples[a] > d->max))
-            examples[a] = d->min > 0 ? d->min : 1;
+        }
         if (d || cfg->dynamic) {
             const char *name = d ? d->symbol : LOGICAL[a];
             int64_t min = d ? d->min : 1, max = d ? d->max : 0;

@@ -1,6 +1,7 @@
 /* export_config.c — ferry_export_config: defaults, the CLI's --dim syntax, and JSON recipes
  * whose keys follow transformers' AutoExportConfig.from_dict. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,9 +76,14 @@ static ferry_status add_dim(ferry_export_config *cfg, const char *input, long lo
     if (axis < 0 || axis > 7)
         return say(eb, es, FERRY_ERR_INVALID_ARG, "dynamic dim %s: axis %lld out of range", input,
                    axis);
-    if (min < 0 || (max != 0 && max < min))
+    if (min < 0 || max < 0 || (max != 0 && max < min))
         return say(eb, es, FERRY_ERR_INVALID_ARG, "dynamic dim %s:%lld: need 0 <= min <= max",
                    input, axis);
+    /* The bounds are recorded in export.json as JSON numbers and must read back exactly. */
+    if (min > FERRY_DIM_BOUND_MAX || max > FERRY_DIM_BOUND_MAX)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "dynamic dim %s:%lld: min %lld and max %lld "
+                   "must be at most %lld = 2^40 (max 0 = unbounded)", input, axis, min, max,
+                   (long long)FERRY_DIM_BOUND_MAX);
     for (int i = 0; i < cfg->n_dims; i++)
         if (strcmp(cfg->dims[i].input, input) == 0 && cfg->dims[i].axis == axis)
             return say(eb, es, FERRY_ERR_INVALID_ARG, "dynamic dim %s:%lld given twice", input,
@@ -91,23 +97,78 @@ static ferry_status add_dim(ferry_export_config *cfg, const char *input, long lo
     return FERRY_OK;
 }
 
+static const char *const DIM_FORM =
+    "expected NAME:AXIS=SYMBOL[:MIN:MAX], e.g. input_ids:1=sequence:1:2048";
+
+/* Copies the text from *p up to `stop` (or the end) into buf; false when it does not fit. */
+static bool take_field(const char **p, char stop, char *buf, size_t size)
+{
+    size_t n = strcspn(*p, (char[]){stop, '\0'});
+    if (n >= size)
+        return false;
+    memcpy(buf, *p, n);
+    buf[n] = '\0';
+    *p += n;
+    return true;
+}
+
+/* A decimal integer at *p: an optional '-' and digits, nothing else (strtoll alone would take
+ * spaces and '+', and sscanf's %lld saturates silently). The digits are copied into `text` for
+ * messages. 0 on success, else -1 (no number) or ERANGE (outside long long). */
+static int take_int(const char **p, long long *out, char *text, size_t size)
+{
+    const char *s = *p;
+    size_t n = (*s == '-') + strspn(s + (*s == '-'), "0123456789");
+    if (n == (size_t)(*s == '-'))
+        return -1;
+    snprintf(text, size, "%.*s", (int)(n < size ? n : size - 1), s);
+    char *end;
+    errno = 0;
+    *out = strtoll(s, &end, 10);
+    if (errno == ERANGE)
+        return ERANGE;
+    *p = end;
+    return 0;
+}
+
+/* One number of a --dim spec at *p, followed by `next` ('\0': the end). */
+static ferry_status dim_number(const char *spec, const char **p, const char *what, char next,
+                               long long *out, char *eb, size_t es)
+{
+    char num[32];
+    int r = take_int(p, out, num, sizeof num);
+    if (r == ERANGE)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "--dim '%s': %s %s%s is out of range (%s)",
+                   spec, what, num, strlen(num) == sizeof num - 1 ? "..." : "",
+                   what[0] == 'A' ? "0 to 7" : "at most 1099511627776 = 2^40");
+    if (r != 0 || **p != next)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "--dim '%s': %s", spec,
+                   what[0] == 'A' ? DIM_FORM : "expected ':MIN:MAX' after the symbol, two "
+                   "integers");
+    if (next)
+        (*p)++;
+    return FERRY_OK;
+}
+
 ferry_status ferry_export_config_add_dim(ferry_export_config *cfg, const char *spec, char *eb,
                                          size_t es)
 {
     char input[FERRY_NAME_MAX], symbol[FERRY_NAME_MAX];
     long long axis, min = 1, max = 0;
-    int used = 0;
-    int n = sscanf(spec, "%63[^:]:%lld=%63[^:]%n", input, &axis, symbol, &used);
-    if (n != 3)
-        return say(eb, es, FERRY_ERR_INVALID_ARG,
-                   "--dim '%s': expected NAME:AXIS=SYMBOL[:MIN:MAX], e.g. input_ids:1=sequence:1:2048",
-                   spec);
-    const char *rest = spec + used;
-    if (*rest) {
-        int used2 = 0;
-        if (sscanf(rest, ":%lld:%lld%n", &min, &max, &used2) != 2 || rest[used2] != '\0')
-            return say(eb, es, FERRY_ERR_INVALID_ARG,
-                       "--dim '%s': expected ':MIN:MAX' after the symbol", spec);
+    const char *p = spec;
+    ferry_status st;
+
+    if (!take_field(&p, ':', input, sizeof input) || *p++ != ':')
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "--dim '%s': %s", spec, DIM_FORM);
+    if ((st = dim_number(spec, &p, "AXIS", '=', &axis, eb, es)) != FERRY_OK)
+        return st;
+    if (!take_field(&p, ':', symbol, sizeof symbol) || !*symbol)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "--dim '%s': %s", spec, DIM_FORM);
+    if (*p == ':') {
+        p++;
+        if ((st = dim_number(spec, &p, "MIN", ':', &min, eb, es)) != FERRY_OK ||
+            (st = dim_number(spec, &p, "MAX", '\0', &max, eb, es)) != FERRY_OK)
+            return st;
     }
     return add_dim(cfg, input, axis, symbol, min, max, eb, es);
 }

@@ -76,6 +76,10 @@ ferry_status exp_set_error(fy_err *dst, const fy_err *src);
 /* Manifest (manifest.c) */
 extern const json_limits exp_manifest_limits;
 cJSON *manifest_build(const struct ferry_exported *e, fy_err *err);
+/* The rules every export.json obeys, whichever schema (ferry's, transformers'): no object repeats
+ * a key, and no key or string holds a character text_quote would escape. Errors name
+ * `dir`/export.json, the key and the byte. manifest_validate applies it first. */
+ferry_status manifest_check_tree(const cJSON *m, const char *dir, fy_err *err);
 ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exported *e,
                                fy_err *err);
 cJSON *export_config_to_json(const ferry_export_config *cfg);

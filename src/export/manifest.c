@@ -1,5 +1,6 @@
 /* manifest.c — export.json: built from an export's components, validated when loaded (schema,
  * components, and every file path confined to the export directory). */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 
 #include "export/internal.h"
 #include "util/fs.h"
+#include "util/text.h"
 
 #define SCHEMA_VERSION 1
 
@@ -176,7 +178,16 @@ static ferry_status check_file(const char *dir, const char *comp, const char *re
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' names the file "
                        "'%s', which is not a plain relative path inside the export", dir, qcomp,
                        qrel);
-    if (!fs_inside(dir, rel))
+    int inside = fs_inside(dir, rel);
+    if (inside < 0 && errno == ENAMETOOLONG)
+        return fy_fail(err, FERRY_ERR_IO, "%s/export.json: component '%s': file '%s': path too "
+                       "long to resolve (its real path, the working directory's included for a "
+                       "relative one, must fit in %d bytes to be checked)", dir, qcomp, qrel,
+                       PATH_MAX - 1);
+    if (inside < 0)
+        return fy_fail(err, FERRY_ERR_IO, "%s/export.json: component '%s': file '%s': cannot "
+                       "resolve its real path: %s", dir, qcomp, qrel, strerror(errno));
+    if (!inside)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s' is "
                        "missing or leaves the export directory", dir, qcomp, qrel);
     /* A directory, FIFO or device in place of a model file would make a runtime fail or hang
@@ -203,24 +214,36 @@ static bool plain_text(const char *s);
  *   json (the bindings, and most tools reading `ferry inspect --json`) keeps the last: a manifest
  *   with two "components" or two "file" keys could be validated in one reading and used in the
  *   other. So no object may repeat a key (sorting keeps this O(n log n)).
- * - `ferry inspect` prints names, dtypes and shapes from the metadata: no key or string may hold
- *   control characters (a terminal escape sequence there would drive the user's terminal).
- *   ferry writes identifiers only. */
-static ferry_status check_tree(const cJSON *node, const char *dir, fy_err *err)
+ * - `ferry inspect` and the bindings print names, dtypes and shapes from the metadata: no key or
+ *   string may hold a character text_quote would escape (C0 and C1 controls, bidi and invisible
+ *   format characters, invalid UTF-8): a terminal escape sequence there would drive the user's
+ *   terminal, a bidi override make one name show as another. ferry writes identifiers only.
+ * `key` is the nearest key above `node`, naming the string in messages. */
+static ferry_status check_tree(const cJSON *node, const char *key, const char *dir, fy_err *err)
 {
-    char quoted[ST_QUOTE_MAX];
-    if (node->string && *node->string && !plain_text(node->string))
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: key '%s' holds control "
-                       "characters", dir, st_quote_name(node->string, quoted, sizeof quoted));
-    if (cJSON_IsString(node) && *node->valuestring && !plain_text(node->valuestring))
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: string '%s' holds control "
-                       "characters", dir, st_quote_name(node->valuestring, quoted, sizeof quoted));
+    char quoted[ST_QUOTE_MAX], qname[ST_QUOTE_MAX];
+    size_t len, at;
+    if (node->string) {
+        key = node->string;
+        len = strlen(key);
+        if ((at = text_hidden_at(key, len)) < len)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: key '%s' holds a control, "
+                           "format or invalid character at byte %zu", dir,
+                           st_quote_name(key, quoted, sizeof quoted), at);
+    }
+    if (cJSON_IsString(node) &&
+        (at = text_hidden_at(node->valuestring, strlen(node->valuestring))) <
+            strlen(node->valuestring))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: key '%s': the string '%s' holds a "
+                       "control, format or invalid character at byte %zu", dir,
+                       st_quote_name(key ? key : "", qname, sizeof qname),
+                       st_quote_name(node->valuestring, quoted, sizeof quoted), at);
     if (!cJSON_IsObject(node) && !cJSON_IsArray(node))
         return FERRY_OK;
     const cJSON *child;
     size_t n = 0;
     cJSON_ArrayForEach(child, node) {
-        if (check_tree(child, dir, err) != FERRY_OK)
+        if (check_tree(child, key, dir, err) != FERRY_OK)
             return err->status;
         n++;
     }
@@ -244,14 +267,15 @@ static ferry_status check_tree(const cJSON *node, const char *dir, fy_err *err)
     return status;
 }
 
+ferry_status manifest_check_tree(const cJSON *m, const char *dir, fy_err *err)
+{
+    return check_tree(m, NULL, dir, err);
+}
+
 static bool plain_text(const char *s)
 {
-    if (!*s)
-        return false;
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7F)
-            return false;
-    return true;
+    size_t len = strlen(s);
+    return len > 0 && text_hidden_at(s, len) == len;
 }
 
 static char *dup_string(const cJSON *o, const char *key)
@@ -268,7 +292,7 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components");
     if (!cJSON_IsObject(m))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: not a JSON object", dir);
-    if (check_tree(m, dir, err) != FERRY_OK)
+    if (manifest_check_tree(m, dir, err) != FERRY_OK)
         return err->status;
     if (!cJSON_IsNumber(ver) || ver->valuedouble != SCHEMA_VERSION)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: schema_version must be %d",

@@ -96,24 +96,45 @@ static ferry_status refuse(fy_err *err, const char *out, const char *fmt, ...)
                      fs_short(out, shown, sizeof shown), why);
 }
 
-/* Whether directory `inner` is `outer` or lies under it: walks up from realpath(inner)
- * comparing device and inode with `outer`, so that a bind mount or a second spelling of the
- * same directory is still recognised. */
-static bool is_within(const char *inner, const struct stat *outer)
+/* Whether directory `inner` is `outer` or lies under it: 1, 0, or -1 with errno set when that
+ * cannot be told. Walks up through ".." from the directory itself (O_PATH descriptors), comparing
+ * device and inode with `outer`, so that a bind mount or a second spelling of the same directory
+ * is still recognised, and a path longer than PATH_MAX (a relative one under a deep working
+ * directory), which realpath cannot spell, is walked all the same. */
+static int is_within(const char *inner, const struct stat *outer)
 {
-    char real[PATH_MAX];
-    if (!realpath(inner, real))
-        return false;
+    int fd = open(inner, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st, up;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return -1;
+    }
     for (;;) {
-        struct stat st;
-        if (stat(real, &st) == 0 && st.st_dev == outer->st_dev && st.st_ino == outer->st_ino)
-            return true;
-        char *slash = strrchr(real, '/');
-        if (!slash || slash == real) {
-            return stat("/", &st) == 0 && st.st_dev == outer->st_dev &&
-                   st.st_ino == outer->st_ino;
+        if (st.st_dev == outer->st_dev && st.st_ino == outer->st_ino) {
+            close(fd);
+            return 1;
         }
-        *slash = '\0';
+        int parent = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        int e = errno;
+        close(fd);
+        if (parent < 0) {
+            errno = e;
+            return -1;
+        }
+        if (fstat(parent, &up) != 0) {
+            e = errno;
+            close(parent);
+            errno = e;
+            return -1;
+        }
+        if (up.st_dev == st.st_dev && up.st_ino == st.st_ino) {   /* "/" is its own parent */
+            close(parent);
+            return 0;
+        }
+        fd = parent;
+        st = up;
     }
 }
 
@@ -127,10 +148,14 @@ static ferry_status check_source(const char *out, const char *shown, const struc
         return FERRY_OK; /* nothing left to protect */
     if (src_st.st_dev == out_st->st_dev && src_st.st_ino == out_st->st_ino)
         return refuse(err, shown, "it is the model being exported (%s)", qsrc);
-    if (is_within(src, out_st))
+    int within = is_within(src, out_st);
+    if (within > 0)
         return refuse(err, shown, "it contains the model being exported (%s)", qsrc);
-    if (is_within(out, &src_st))
+    if (within == 0 && (within = is_within(out, &src_st)) > 0)
         return refuse(err, shown, "it is inside the model being exported (%s)", qsrc);
+    if (within < 0)
+        return refuse(err, shown, "cannot tell whether it holds or lies inside the model being "
+                      "exported (%s): %s", qsrc, strerror(errno));
     return FERRY_OK;
 }
 
@@ -348,9 +373,13 @@ ferry_status replace_check(const char *out, const char *shown, const char *src, 
         status = names_add(&allowed, "generation_config.json", 22, err);
     if (status)
         goto done;
-    status = cJSON_IsObject(m) && cJSON_GetObjectItemCaseSensitive(m, "export_format")
-                 ? transformers_files(m, out, mpath, &allowed, err)
-                 : ferry_files(out, &allowed, err);
+    /* Repeated keys: cJSON would check the first "components" or "file", Python's json (which
+     * transformers loads it with) use the last. ferry's schema gets this in ferry_files. */
+    if (cJSON_IsObject(m) && cJSON_GetObjectItemCaseSensitive(m, "export_format"))
+        status = manifest_check_tree(m, out, err) ? err->status
+                                                  : transformers_files(m, out, mpath, &allowed, err);
+    else
+        status = ferry_files(out, &allowed, err);
     if (status != FERRY_OK)
         goto refused;
     if ((status = list_dir(out, shown, &entries, err)) != FERRY_OK)

@@ -19,6 +19,9 @@
  * export being built (renamed out as a whole, so the lock file never ends up in an export). */
 #define LOCK_NAME "lock"
 #define TREE_NAME "export"
+/* The longest output name whose temporary sibling, .<base>.ferry-tmp-<pid>-XXXXXX with a pid of
+ * up to 10 digits (is_tmp_name), still fits in NAME_MAX: 226 bytes. */
+#define BASE_NAME_MAX (NAME_MAX - (int)(sizeof "." TMP_TAG "-XXXXXX" - 1) - 10)
 
 /* .<base>.ferry-tmp-<pid>-XXXXXX exactly, XXXXXX as mkdtemp makes it. */
 static bool is_tmp_name(const char *name, const char *base)
@@ -40,6 +43,21 @@ static bool is_tmp_name(const char *name, const char *base)
     return p[6] == '\0';
 }
 
+/* Whether directory `path` holds no entry (an error reads as "not empty": it is then treated
+ * as any existing directory is). */
+static bool is_empty_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return false;
+    struct dirent *ent;
+    bool empty = true;
+    while (empty && (ent = readdir(d)) != NULL)
+        empty = strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
 /* An open file description lock: released only when its last descriptor closes, which the
  * kernel does when the process dies however it dies; it is seen across PID namespaces and, on
  * NFS, across hosts (a pid is neither). */
@@ -49,10 +67,100 @@ static int lock_exclusive(int fd)
     return fcntl(fd, F_OFD_SETLK, &fl);
 }
 
+/* A file name ferry writes into an export: a component's graph or data file, the manifest, the
+ * two configs. */
+static bool is_export_file_name(const char *name)
+{
+    static const char *const exact[] = {"export.json", "config.json", "generation_config.json"};
+    static const char *const suffixes[] = {".onnx", ".onnx.data"};
+    size_t len = strlen(name);
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (strcmp(name, exact[i]) == 0)
+            return true;
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t slen = strlen(suffixes[i]);
+        if (len > slen && strcmp(name + len - slen, suffixes[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Goes over the entries of the directory `dfd` (which it closes): with `remove`, unlinks each
+ * `accept` approves; without, returns false at the first it does not. */
+static bool each_entry(int dfd, bool (*accept)(int dfd, const char *name), bool remove)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return false;
+    }
+    bool ok = true;
+    struct dirent *ent;
+    while (ok && (ent = readdir(d)) != NULL) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+            continue;
+        if (!accept(dirfd(d), ent->d_name))
+            ok = remove;   /* removing: leave it, go on */
+        else if (remove)
+            unlinkat(dirfd(d), ent->d_name, 0);
+    }
+    closedir(d);
+    return ok;
+}
+
+static bool is_regular_at(int dfd, const char *name)
+{
+    struct stat st;
+    return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+}
+
+static bool is_export_file_at(int dfd, const char *name)
+{
+    return is_export_file_name(name) && is_regular_at(dfd, name);
+}
+
+static bool is_tmp_entry_at(int dfd, const char *name)
+{
+    struct stat st;
+    if (strcmp(name, LOCK_NAME) == 0)
+        return is_regular_at(dfd, name);
+    if (strcmp(name, TREE_NAME) != 0 || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISDIR(st.st_mode))
+        return false;
+    int tree = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    return tree >= 0 && each_entry(tree, is_export_file_at, false);
+}
+
+/* Removes the temporary directory `path`, whose lock this process holds, if it holds only what
+ * ferry puts there: `lock`, and `export` holding regular files named as ferry names them. A
+ * directory named like ferry's with a lock file and anything else in it may be someone's: it is
+ * left whole. The removal goes entry by entry, never a whole tree: a file added meanwhile makes
+ * the last rmdir fail and stays. */
+static void remove_if_ferrys(const char *path)
+{
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    int check = dup(dfd);
+    if (check < 0 || !each_entry(check, is_tmp_entry_at, false)) {
+        close(dfd);
+        return;
+    }
+    int tree = openat(dfd, TREE_NAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (tree >= 0) {
+        each_entry(tree, is_export_file_at, true);
+        unlinkat(dfd, TREE_NAME, AT_REMOVEDIR);
+    }
+    unlinkat(dfd, LOCK_NAME, 0);
+    close(dfd);
+    rmdir(path);
+}
+
 /* Removes the temporary directories that earlier, killed runs left next to `base`: those named
  * as ferry names them whose lock file nobody holds (taking the lock proves its writer is gone,
- * wherever it ran). A directory without a lock file is removed only when empty: a run killed
- * between creating it and its lock file. Anything else is left alone. */
+ * wherever it ran) and that hold nothing but what ferry writes there (remove_if_ferrys). A
+ * directory without a lock file is removed only when empty: a run killed between creating it
+ * and its lock file. Anything else is left alone. */
 static void clean_stale(const char *parent, const char *base)
 {
     DIR *d = opendir(parent);
@@ -75,7 +183,7 @@ static void clean_stale(const char *parent, const char *base)
         }
         /* Removed while holding the lock, so that a second cleaner cannot take it meanwhile. */
         if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && lock_exclusive(fd) == 0)
-            fs_remove_tree(path);
+            remove_if_ferrys(path);
         close(fd);
     }
     closedir(d);
@@ -137,19 +245,23 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
     ferry_status st = e->backend->write(e->lowered, e->n_components, &e->cfg, tmp, &pr, err);
     if (st != FERRY_OK)
         return st;
-    char path[PATH_MAX], src[PATH_MAX];
+    char path[PATH_MAX];
+    const model_config *cfg = &e->model->cfg;
     if (fs_join(path, sizeof path, tmp, "export.json", err) != FERRY_OK ||
         fs_write_file(path, e->manifest_text, strlen(e->manifest_text), err) != FERRY_OK)
         return err->status;
-    if (fs_join(src, sizeof src, e->model->dir, "config.json", err) != FERRY_OK ||
-        fs_join(path, sizeof path, tmp, "config.json", err) != FERRY_OK ||
-        fs_copy_file(src, path, err) != FERRY_OK)
+    /* The bytes read and checked when the model was opened: the files themselves may have been
+     * replaced since (a link to /dev/zero, a FIFO, another model's config). */
+    if (!cfg->raw_text)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "the model's config.json was not kept");
+    if (fs_join(path, sizeof path, tmp, "config.json", err) != FERRY_OK ||
+        fs_write_file(path, cfg->raw_text, cfg->raw_len, err) != FERRY_OK)
         return err->status;
     if (fs_join(path, sizeof path, tmp, "generation_config.json", err) != FERRY_OK)
         return err->status;
     if (e->generation) {
         /* The generation config the export was made for: the model's, with the cache choice. */
-        const cJSON *base = e->model->cfg.generation;
+        const cJSON *base = cfg->generation;
         cJSON *gc = base ? cJSON_Duplicate(base, 1) : cJSON_CreateObject();
         char *text = NULL;
         if (gc) {
@@ -168,10 +280,9 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
         free(text);
         if (wst != FERRY_OK)
             return wst;
-    } else {
-        if (fs_join(src, sizeof src, e->model->dir, "generation_config.json", err) != FERRY_OK ||
-            (access(src, F_OK) == 0 && fs_copy_file(src, path, err) != FERRY_OK))
-            return err->status;
+    } else if (cfg->generation_text &&
+               fs_write_file(path, cfg->generation_text, cfg->generation_len, err) != FERRY_OK) {
+        return err->status;
     }
     return fs_sync_dir(tmp, err);
 }
@@ -214,13 +325,23 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     if (!e->model || !e->backend)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "export was loaded, not built: nothing to save");
     fs_short(dir, shown, sizeof shown);
+    /* Refused up front: mkdtemp would fail with ENAMETOOLONG naming only the parent. */
+    if (strlen(base) > BASE_NAME_MAX)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s: name too long for ferry's temporary "
+                       "directory beside it (.<name>" TMP_TAG "<pid>-XXXXXX): the name is %zu "
+                       "bytes, at most %d are allowed", shown, strlen(base), BASE_NAME_MAX);
     /* The destination by parent and name: "out/" would make lstat and rename follow a link. */
     if (fs_join(target, sizeof target, parent, base, err) != FERRY_OK)
         return err->status;
     bool exists = lstat(target, &st) == 0;
+    /* An empty directory holds nothing to lose: it is the destination, with or without force,
+     * replaced by a plain rename(2), which refuses a directory that is no longer empty. */
+    bool empty = exists && S_ISDIR(st.st_mode) && is_empty_dir(target);
+    if (empty)
+        exists = false;
     if (exists && !force)
-        return fy_fail(err, FERRY_ERR_EXISTS, "%s already exists (pass --force to replace it)",
-                       shown);
+        return fy_fail(err, FERRY_ERR_EXISTS, "%s already exists (pass --force to replace an "
+                       "earlier export there)", shown);
     if (exists && S_ISLNK(st.st_mode))
         return fy_fail(err, FERRY_ERR_EXISTS, "not replacing %s: it is a symbolic link (--force "
                        "replaces an export directory, not a link)", shown);
@@ -284,6 +405,17 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
             tmp[0] = '\0';
             free(e->dir);
             e->dir = strdup(dir);
+            goto fail;
+        }
+    } else if (empty) {
+        if (rename(tree, target) != 0) {
+            int e_ = errno;
+            if (e_ == ENOTEMPTY || e_ == EEXIST)
+                fy_fail(err, FERRY_ERR_EXISTS, "not writing into %s: it was empty when the export "
+                        "started, but something was put in it since; it is left as it is",
+                        shown);
+            else
+                fy_fail(err, FERRY_ERR_IO, "cannot create %s: %s", shown, strerror(e_));
             goto fail;
         }
     } else if (renameat2(AT_FDCWD, tree, AT_FDCWD, target, RENAME_NOREPLACE) != 0) {

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,33 @@ cleanup:
     return status;
 }
 
+static uint64_t add_saturating(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* st_open's sparse rule, over the whole checkpoint: shards of at most 64 MiB each pass it one
+ * by one, however many of them are holes. Same threshold and ratio, applied to the totals. */
+static ferry_status check_sparse_total(const ckpt *c, fy_err *err)
+{
+    uint64_t size = 0, stored = 0;
+    for (size_t i = 0; i < c->n_files; i++)
+        size = add_saturating(size, c->files[i]->file_size);
+    if (size <= ST_SPARSE_MIN_BYTES)
+        return FERRY_OK;
+    uint64_t enough = size / ST_SPARSE_RATIO;
+    for (size_t i = 0; i < c->n_files && stored < enough; i++)
+        stored = add_saturating(stored, st_stored_bytes(c->files[i], enough - stored));
+    if (stored >= enough)
+        return FERRY_OK;
+    return fy_fail(err, FERRY_ERR_UNSUPPORTED,
+                   "%s: a sparse checkpoint: its %zu safetensors files are %llu bytes long but "
+                   "only %llu hold data, the rest are holes that read as zeros (ferry refuses "
+                   "checkpoints over %u MiB with less than 1/%u of their bytes stored)", c->dir,
+                   c->n_files, (unsigned long long)size, (unsigned long long)stored,
+                   ST_SPARSE_MIN_BYTES >> 20, ST_SPARSE_RATIO);
+}
+
 ferry_status ckpt_open(const char *dir, ckpt **out, fy_err *err)
 {
     ferry_status status = FERRY_OK;
@@ -224,6 +252,8 @@ ferry_status ckpt_open(const char *dir, ckpt **out, fy_err *err)
         status = fy_fail(err, FERRY_ERR_IO, "%s: no " SINGLE_FILE " and no " INDEX_FILE
                          " in this directory", dir);
     }
+    if (status == FERRY_OK)
+        status = check_sparse_total(c, err);
 
 cleanup:
     free(single_path);

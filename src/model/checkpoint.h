@@ -22,7 +22,9 @@ typedef struct ckpt {
  * are followed, since a hub cache snapshot links its files to ../../blobs), every shard is
  * opened, and every tensor the map names must be found, once, in the shard it names. Neither
  * file -> FERRY_ERR_IO naming `dir` and both names. A tensor name present in two files is an
- * error. Failure messages name the file and the tensor. */
+ * error. Failure messages name the file and the tensor. The sparse rule of st_open (over 64 MiB,
+ * less than 1/8 stored) holds for each file and for the checkpoint's totals, so that splitting
+ * a sparse file into small shards does not get past it. */
 ferry_status ckpt_open(const char *dir, ckpt **out, fy_err *err);
 void ckpt_close(ckpt *c);
 

@@ -12,6 +12,7 @@
 #include "model/safetensors.h"
 #include "util/fs.h"
 #include "util/json.h"
+#include "util/text.h"
 
 /* config.json and generation_config.json are a few KB (the largest, multimodal configs with
  * label maps or module lists, a few hundred KB): 16 MB and a million values are far above
@@ -30,24 +31,20 @@ static const struct {
     {"float64", FERRY_F64},
 };
 
-/* Names the file gives (class names, activations) are echoed by later messages: a control
- * byte there (a newline, an escape sequence) would break the one-line error contract. */
-static bool has_control(const char *s)
-{
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7F)
-            return true;
-    return false;
-}
-
+/* Names the file gives (class names, activations) are echoed by later messages and recorded in
+ * export.json: a control character there (a newline, an escape sequence, a C1 CSI) would break
+ * the one-line error contract or drive the terminal, a bidi override or an invisible character
+ * make the name show as another. No real config has them. */
 ferry_status cfg_check_name(const char *origin, const char *key, const char *value,
                                fy_err *err)
 {
     char quoted[ST_QUOTE_MAX];
-    if (!has_control(value))
+    size_t len = strlen(value), at = text_hidden_at(value, len);
+    if (at == len)
         return FERRY_OK;
-    return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' holds control characters ('%s')", origin,
-                   key, st_quote_name(value, quoted, sizeof quoted));
+    return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' holds a control, format or invalid "
+                   "character at byte %zu ('%s')", origin, key, at,
+                   st_quote_name(value, quoted, sizeof quoted));
 }
 
 static ferry_status read_architecture(const cJSON *root, const char *origin, model_config *cfg,
@@ -152,8 +149,19 @@ ferry_status cfg_load(const char *dir, model_config *out, fy_err *err)
     if ((status = json_read_file(config_path, CONFIG_LIMITS.max_bytes, &text, &len, err)) ||
         (status = cfg_parse(text, len, config_path, out, err)))
         goto cleanup;
-    if (stat(generation_path, &st) == 0 || errno != ENOENT)
-        status = json_load_file(generation_path, &CONFIG_LIMITS, &out->generation, err);
+    out->raw_text = text;
+    out->raw_len = len;
+    text = NULL;
+    if (stat(generation_path, &st) == 0 || errno != ENOENT) {
+        if ((status = json_read_file(generation_path, CONFIG_LIMITS.max_bytes, &text, &len,
+                                     err)) ||
+            (status = json_parse(text, len, generation_path, &CONFIG_LIMITS, &out->generation,
+                                 err)))
+            goto cleanup;
+        out->generation_text = text;
+        out->generation_len = len;
+        text = NULL;
+    }
 
 cleanup:
     if (status != FERRY_OK)
@@ -170,5 +178,7 @@ void cfg_free(model_config *cfg)
         return;
     cJSON_Delete(cfg->raw);
     cJSON_Delete(cfg->generation);
+    free(cfg->raw_text);
+    free(cfg->generation_text);
     memset(cfg, 0, sizeof *cfg);
 }

@@ -41,6 +41,14 @@ typedef struct model_config {
     const struct cJSON *text;       /* the language model's keys: raw["text_config"] or raw */
     char text_origin[1200];         /* names `text` in messages: "<path> (text_config)" */
     struct cJSON *generation;       /* generation_config.json, owned; NULL if absent */
+    /* The bytes of config.json and generation_config.json as cfg_load read and checked them
+     * (owned; NULL from cfg_parse, and for a generation config that is absent). An export
+     * saves these, not the files as they are at save time: those may have become a link to
+     * /dev/zero, a FIFO or another config since the model was opened. */
+    char *raw_text;
+    size_t raw_len;
+    char *generation_text;
+    size_t generation_len;
 } model_config;
 
 /* Reads `dir`/config.json (required) and `dir`/generation_config.json (optional): the
@@ -49,9 +57,9 @@ typedef struct model_config {
 ferry_status cfg_load(const char *dir, model_config *out, fy_err *err);
 void cfg_free(model_config *cfg);
 
-/* Names a file gives (class names, activations) are echoed by later messages: a control byte
- * there would break the one-line error contract. Fails naming `origin` and `key` if `value`
- * holds one. */
+/* Names a file gives (class names, activations) are echoed by later messages and export.json:
+ * fails naming `origin`, `key` and the byte offset if `value` holds a character text_quote
+ * would escape (util/text.h text_hidden_at: controls, bidi, invisible, invalid UTF-8). */
 ferry_status cfg_check_name(const char *origin, const char *key, const char *value, fy_err *err);
 
 /* Parses config JSON text (for tests and fuzzing); `origin` names it in messages. */

@@ -316,12 +316,18 @@ static uint64_t data_bytes(int fd, uint64_t size, uint64_t enough)
  * file on a compressing filesystem (ZFS, btrfs report compressed usage) or where a filesystem
  * does not fill it in, so the holes themselves are then counted, which compression does not
  * create. */
-static ferry_status check_sparse(const st_file *f, const struct stat *st, fy_err *err)
+uint64_t st_stored_bytes(const st_file *f, uint64_t enough)
 {
-    uint64_t allocated = (uint64_t)st->st_blocks * 512;
-    if (f->file_size <= ST_SPARSE_MIN_BYTES || allocated >= f->file_size / ST_SPARSE_RATIO)
+    if (f->allocated >= enough || f->allocated >= f->file_size)
+        return f->allocated < f->file_size ? f->allocated : f->file_size;
+    return data_bytes(f->fd, f->file_size, enough);
+}
+
+static ferry_status check_sparse(const st_file *f, fy_err *err)
+{
+    if (f->file_size <= ST_SPARSE_MIN_BYTES)
         return FERRY_OK;
-    uint64_t stored = data_bytes(f->fd, f->file_size, f->file_size / ST_SPARSE_RATIO);
+    uint64_t stored = st_stored_bytes(f, f->file_size / ST_SPARSE_RATIO);
     if (stored >= f->file_size / ST_SPARSE_RATIO)
         return FERRY_OK;
     return fy_fail(err, FERRY_ERR_UNSUPPORTED,
@@ -362,6 +368,7 @@ ferry_status st_open(const char *path, st_file **out, fy_err *err)
         goto cleanup;
     }
     f->file_size = (uint64_t)st.st_size;
+    f->allocated = (uint64_t)st.st_blocks * 512;
     if (f->file_size < 8) {
         status = fy_fail(err, FERRY_ERR_FORMAT,
                          "%s: %llu bytes, too short for a safetensors file (at least 8)", path,
@@ -386,7 +393,7 @@ ferry_status st_open(const char *path, st_file **out, fy_err *err)
                          path, (unsigned long long)header_len, ST_MAX_HEADER_BYTES);
         goto cleanup;
     }
-    if ((status = check_sparse(f, &st, err)) != FERRY_OK)
+    if ((status = check_sparse(f, err)) != FERRY_OK)
         goto cleanup;
     f->data_start = 8 + header_len;
     /* A private NUL-terminated copy: the parser never reads past it. The size was checked

@@ -40,6 +40,7 @@ struct st_file {
     char *path;
     int fd;                  /* O_RDONLY, held until st_close */
     uint64_t file_size;      /* when opened */
+    uint64_t allocated;      /* st_blocks * 512 when opened: what the filesystem says it stores */
     uint64_t data_start;     /* 8 + header length */
     st_tensor *tensors;      /* sorted by name */
     size_t n_tensors;
@@ -56,6 +57,12 @@ struct st_file {
  * On failure *out is NULL. */
 ferry_status st_open(const char *path, st_file **out, fy_err *err);
 void st_close(st_file *f);
+
+/* Bytes of the file that hold data rather than holes, at least `enough` when the answer is
+ * `enough` or more (counting stops there): st_blocks first, the holes counted with
+ * SEEK_DATA/SEEK_HOLE only when st_blocks is below it. For the sparse check over a whole
+ * checkpoint (ckpt_open), which a file split into small shards would otherwise pass. */
+uint64_t st_stored_bytes(const st_file *f, uint64_t enough);
 
 /* Binary search by name; NULL if absent. */
 const st_tensor *st_find(const st_file *f, const char *name);

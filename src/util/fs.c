@@ -131,41 +131,6 @@ ferry_status fs_write_file(const char *path, const void *data, size_t len, fy_er
     return st;
 }
 
-ferry_status fs_copy_file(const char *src, const char *dst, fy_err *err)
-{
-    int in = open(src, O_RDONLY | O_CLOEXEC);
-    if (in < 0)
-        return io_fail(err, src, "cannot open");
-    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (out < 0) {
-        close(in);
-        return io_fail(err, dst, "cannot create");
-    }
-    ferry_status st = FERRY_OK;
-    char buf[65536];
-    uint64_t off = 0;
-    for (;;) {
-        ssize_t n = read(in, buf, sizeof buf);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            st = io_fail(err, src, "read failed");
-            break;
-        }
-        if (n == 0)
-            break;
-        if ((st = fs_pwrite_all(out, dst, buf, (size_t)n, off, err)) != FERRY_OK)
-            break;
-        off += (uint64_t)n;
-    }
-    if (st == FERRY_OK && fsync(out) != 0)
-        st = io_fail(err, dst, "sync failed");
-    close(in);
-    if (close(out) != 0 && st == FERRY_OK)
-        st = io_fail(err, dst, "close failed");
-    return st;
-}
-
 ferry_status fs_sync_dir(const char *dir, fy_err *err)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -197,13 +162,17 @@ bool fs_safe_relative(const char *rel)
     }
 }
 
-bool fs_inside(const char *dir, const char *rel)
+int fs_inside(const char *dir, const char *rel)
 {
     char root[PATH_MAX], full[PATH_MAX], real[PATH_MAX];
-    if (!realpath(dir, root) || fs_join(full, sizeof full, dir, rel, NULL) != FERRY_OK)
-        return false;
+    if (!realpath(dir, root))
+        return errno == ENOENT ? 0 : -1;
+    if (fs_join(full, sizeof full, dir, rel, NULL) != FERRY_OK) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
     if (!realpath(full, real))
-        return false;
+        return errno == ENOENT ? 0 : -1;
     size_t n = strlen(root);
     return strncmp(real, root, n) == 0 && (real[n] == '/' || (n == 1 && root[0] == '/'));
 }

@@ -15,8 +15,6 @@ ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n,
                            fy_err *err);
 /* Removes `path` and everything under it, never following symbolic links. Missing is fine. */
 int fs_remove_tree(const char *path);
-/* Copies `src` to a new file `dst` (created exclusively) and fsyncs it. */
-ferry_status fs_copy_file(const char *src, const char *dst, fy_err *err);
 /* fsync on a directory, so that renames and creations in it are durable. */
 ferry_status fs_sync_dir(const char *dir, fy_err *err);
 /* Writes `len` bytes as a new file (exclusive create) and fsyncs it. */
@@ -24,8 +22,11 @@ ferry_status fs_write_file(const char *path, const void *data, size_t len, fy_er
 /* True if `rel` is a plain relative path (not absolute, no "..", no empty or "." parts, no
  * backslash or control characters). */
 bool fs_safe_relative(const char *rel);
-/* True if `dir`/`rel` exists and its real path (links resolved) lies inside realpath(dir). */
-bool fs_inside(const char *dir, const char *rel);
+/* 1 if `dir`/`rel` exists and its real path (links resolved) lies inside realpath(dir); 0 if it
+ * does not, or is missing (a dangling link included); -1 with errno set when a real path cannot
+ * be made: ENAMETOOLONG for one over PATH_MAX (a relative path under a working directory deeper
+ * than PATH_MAX resolves to such a path), EACCES, ELOOP... */
+int fs_inside(const char *dir, const char *rel);
 /* Longest message form of a path: fs_short cuts longer ones in the middle. */
 #define FS_SHORT_MAX 160
 /* `path` for a message: as is if it fits in `size` bytes, else its head and tail around "...",

@@ -47,15 +47,25 @@ size_t text_utf8_invalid_at(const unsigned char *s, size_t len)
 
 /* C1 controls drive terminals as their ESC-sequence twins do (U+009B is CSI); bidi controls
  * reorder what is shown (a name can display as another); the invisible characters make two
- * different names look alike or hide text in plain sight. */
+ * different names look alike or hide text in plain sight. The table holds every format (Cf)
+ * character of Unicode 15 — the prepended concatenation marks (Arabic number signs U+0600-0605,
+ * end of ayah U+06DD and U+08E2, pound and piastre marks U+0890-0891, Syriac abbreviation mark
+ * U+070F, Kaithi number signs U+110BD and U+110CD) modify the characters around them without a
+ * glyph of their own, as do Egyptian hieroglyph format controls U+13430-1343F and shorthand
+ * format controls U+1BCA0-1BCA3 — plus other invisible characters (combining grapheme joiner,
+ * Hangul fillers, Khmer inherent vowels, Mongolian variation selectors, line and paragraph
+ * separators, variation selectors, noncharacters U+FFFE/F). */
 bool text_hidden(uint32_t cp)
 {
     static const struct { uint32_t lo, hi; } ranges[] = {
         {0x0000, 0x001F}, {0x007F, 0x009F}, {0x00AD, 0x00AD}, {0x034F, 0x034F},
-        {0x061C, 0x061C}, {0x115F, 0x1160}, {0x17B4, 0x17B5}, {0x180B, 0x180F},
-        {0x200B, 0x200F}, {0x2028, 0x202E}, {0x2060, 0x206F}, {0x3164, 0x3164},
-        {0xFE00, 0xFE0F}, {0xFEFF, 0xFEFF}, {0xFFA0, 0xFFA0}, {0xFFF9, 0xFFFB},
-        {0xFFFE, 0xFFFF}, {0x1D173, 0x1D17A}, {0xE0000, 0xE007F}, {0xE0100, 0xE01EF},
+        {0x0600, 0x0605}, {0x061C, 0x061C}, {0x06DD, 0x06DD}, {0x070F, 0x070F},
+        {0x0890, 0x0891}, {0x08E2, 0x08E2}, {0x115F, 0x1160}, {0x17B4, 0x17B5},
+        {0x180B, 0x180F}, {0x200B, 0x200F}, {0x2028, 0x202E}, {0x2060, 0x206F},
+        {0x3164, 0x3164}, {0xFE00, 0xFE0F}, {0xFEFF, 0xFEFF}, {0xFFA0, 0xFFA0},
+        {0xFFF9, 0xFFFB}, {0xFFFE, 0xFFFF}, {0x110BD, 0x110BD}, {0x110CD, 0x110CD},
+        {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0000, 0xE007F},
+        {0xE0100, 0xE01EF},
     };
     for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
         if (cp >= ranges[i].lo && cp <= ranges[i].hi)
@@ -70,6 +80,18 @@ static uint32_t decode(const unsigned char *s, size_t len)
     for (size_t i = 1; i < len; i++)
         cp = (cp << 6) | (s[i] & 0x3F);
     return cp;
+}
+
+size_t text_hidden_at(const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        size_t n = text_utf8_len(s + i, len - i);
+        if (n == 0 || text_hidden(n == 1 ? s[i] : decode(s + i, n)))
+            return i;
+        i += n;
+    }
+    return len;
 }
 
 static size_t put_hex(char *out, char kind, uint32_t v, int digits)

@@ -15,11 +15,17 @@ size_t text_utf8_len(const unsigned char *s, size_t avail);
 size_t text_utf8_invalid_at(const unsigned char *s, size_t len);
 
 /* Whether code point `cp` is escaped on output: C0 and C1 controls, DEL, bidirectional
- * formatting (U+061C, U+200E/F, U+202A-E, U+2066-9) and the invisible format characters
- * (soft hyphen, zero-width spaces and joiners, word joiner and invisible operators, line and
- * paragraph separators, byte order mark, variation selectors, Hangul fillers, interlinear
- * annotation marks, tag characters, U+FFFE/F). */
+ * formatting (U+061C, U+200E/F, U+202A-E, U+2066-9), every format (Cf) character of Unicode 15
+ * (soft hyphen, prepended concatenation marks such as U+0600-0605, zero-width spaces and
+ * joiners, word joiner and invisible operators, byte order mark, interlinear annotation marks,
+ * hieroglyph and shorthand format controls, tag characters) and other invisible characters
+ * (line and paragraph separators, variation selectors, Hangul fillers, U+FFFE/F). */
 bool text_hidden(uint32_t cp);
+
+/* Offset of the first byte of `s` (len bytes) that text_quote would escape: invalid UTF-8, or the
+ * start of a code point text_hidden flags (C0, DEL, C1, bidi and invisible format characters);
+ * `len` if none. For names refused outright rather than escaped. */
+size_t text_hidden_at(const char *s, size_t len);
 
 /* Writes `text` into buf (of `size` >= 8 bytes) fit for one terminal line: C0 controls, DEL and
  * each byte that does not start a valid UTF-8 sequence become \xNN; valid sequences of hidden

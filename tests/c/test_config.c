@@ -433,12 +433,31 @@ static void test_absurd_values(void **state)
         /* Strings that later messages echo: control bytes are refused or quoted. */
         {"newline in the class name",
          "{\"architectures\": [\"Llama\\nForCausalLM\"], \"vocab_size\": 1}", FERRY_ERR_FORMAT,
-         "key 'architectures' holds control characters ('Llama\\x0aForCausalLM')"},
+         "key 'architectures' holds a control, format or invalid character at byte 5 "
+         "('Llama\\x0aForCausalLM')"},
         {"escape sequence in hidden_act", "{" BASE ", \"hidden_act\": \"\\u001b[2Jsilu\"}",
-         FERRY_ERR_FORMAT, "key 'hidden_act' holds control characters ('\\x1b[2Jsilu')"},
+         FERRY_ERR_FORMAT, "key 'hidden_act' holds a control, format or invalid character at "
+         "byte 0 ('\\x1b[2Jsilu')"},
         {"newline in model_type",
          "{\"architectures\": [\"X\"], \"model_type\": \"a\\rb\", \"vocab_size\": 1}",
-         FERRY_ERR_FORMAT, "key 'model_type' holds control characters ('a\\x0db')"},
+         FERRY_ERR_FORMAT, "key 'model_type' holds a control, format or invalid character at "
+         "byte 1 ('a\\x0db')"},
+        /* C1 controls, bidi and invisible characters too: refused, not only escaped. */
+        {"C1 CSI in the class name",
+         "{\"architectures\": [\"Llama\\u009b31mForCausalLM\"], \"vocab_size\": 1}",
+         FERRY_ERR_FORMAT, "key 'architectures' holds a control, format or invalid character "
+         "at byte 5 ('Llama\\u009b31mForCausalLM')"},
+        {"right-to-left override in model_type",
+         "{\"architectures\": [\"X\"], \"model_type\": \"lla\\u202ema\", \"vocab_size\": 1}",
+         FERRY_ERR_FORMAT, "key 'model_type' holds a control, format or invalid character at "
+         "byte 3 ('lla\\u202ema')"},
+        {"zero-width space in hidden_act", "{" BASE ", \"hidden_act\": \"si\\u200blu\"}",
+         FERRY_ERR_FORMAT, "key 'hidden_act' holds a control, format or invalid character at "
+         "byte 2 ('si\\u200blu')"},
+        {"tag character in the class name",
+         "{\"architectures\": [\"LlamaForCausalLM\\udb40\\udc41\"], \"vocab_size\": 1}",
+         FERRY_ERR_FORMAT, "key 'architectures' holds a control, format or invalid character "
+         "at byte 16 ('LlamaForCausalLM\\udb40\\udc41')"},
         {"newline in dtype", "{" BASE ", \"torch_dtype\": \"bf\\n16\"}", FERRY_ERR_UNSUPPORTED,
          "key 'torch_dtype' is 'bf\\x0a16'"},
         {"newline in rope type", "{" BASE ", \"rope_parameters\": {\"rope_type\": \"yarn\\n\"}}",

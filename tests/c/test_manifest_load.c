@@ -201,16 +201,40 @@ static void test_malformed_manifests(void **state)
          FERRY_ERR_FORMAT, "the name and role must be non-empty"},
         {"escape sequence in a component name",
          HEAD "\"components\": {\"\\u001b[2J\": {\"file\": \"model.onnx\", \"role\": \"m\"}}}",
-         FERRY_ERR_FORMAT, "key '\\x1b[2J' holds control characters"},
+         FERRY_ERR_FORMAT, "key '\\x1b[2J' holds a control, format or invalid character at "
+         "byte 0"},
         /* `ferry inspect` prints metadata: no string there may drive the terminal. */
         {"escape sequence in an input name",
          HEAD "\"components\": {\"model\": {\"file\": \"model.onnx\", \"role\": \"m\", "
          "\"metadata\": {\"inputs\": [{\"name\": \"ids\\u001b]0;x\\u0007\"}]}}}}",
-         FERRY_ERR_FORMAT, "string 'ids\\x1b]0;x\\x07' holds control characters"},
+         FERRY_ERR_FORMAT, "key 'name': the string 'ids\\x1b]0;x\\x07' holds a control, format "
+         "or invalid character at byte 3"},
         {"newline in a metadata key",
          HEAD "\"components\": {\"model\": {\"file\": \"model.onnx\", \"role\": \"m\", "
          "\"metadata\": {\"a\\nb\": 1}}}}", FERRY_ERR_FORMAT,
-         "key 'a\\x0ab' holds control characters"},
+         "key 'a\\x0ab' holds a control, format or invalid character at byte 1"},
+        /* Not only C0: C1 controls (U+009B is CSI), bidi overrides and invisible characters,
+         * which text_quote escapes on output, are refused in export.json outright. */
+        {"C1 CSI in an input name",
+         HEAD "\"components\": {\"model\": {\"file\": \"model.onnx\", \"role\": \"m\", "
+         "\"metadata\": {\"inputs\": [{\"name\": \"ids\\u009b2J\"}]}}}}", FERRY_ERR_FORMAT,
+         "key 'name': the string 'ids\\u009b2J' holds a control, format or invalid character "
+         "at byte 3"},
+        {"right-to-left override in a metadata key",
+         HEAD "\"components\": {\"model\": {\"file\": \"model.onnx\", \"role\": \"m\", "
+         "\"metadata\": {\"ab\\u202ecd\": 1}}}}", FERRY_ERR_FORMAT,
+         "key 'ab\\u202ecd' holds a control, format or invalid character at byte 2"},
+        {"zero-width joiner in a component name",
+         HEAD "\"components\": {\"mo\\u200ddel\": {\"file\": \"model.onnx\", \"role\": \"m\"}}}",
+         FERRY_ERR_FORMAT, "key 'mo\\u200ddel' holds a control, format or invalid character at "
+         "byte 2"},
+        {"isolate in a role",
+         HEAD "\"components\": {\"model\": {\"file\": \"model.onnx\", \"role\": \"\\u2066m\"}}}",
+         FERRY_ERR_FORMAT, "key 'role': the string '\\u2066m' holds a control"},
+        {"tag character in the architecture", HEAD "\"architecture\": \"L\\udb40\\udc41\", "
+         "\"components\": {\"model\": {\"file\": \"model.onnx\", \"role\": \"m\"}}}",
+         FERRY_ERR_FORMAT, "the string 'L\\udb40\\udc41' holds a control, format or invalid "
+         "character at byte 1"},
         /* Repeated keys: cJSON would validate the first copy, Python's json use the last. */
         {"components twice",
          HEAD "\"components\": {\"model\": {\"file\": \"model.onnx\", \"role\": \"m\"}}, "

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,14 @@ static void test_hostile_recipes(void **state)
          "{\"dynamic_shapes\": {\"input_ids\": {\"1\": {\"name\": \"s\", \"min\": 9, "
          "\"max\": 2}}}}",
          FERRY_ERR_INVALID_ARG, "need 0 <= min <= max"},
+        {"min 2^52 (an integer JSON holds exactly, beyond a dim's bound)",
+         "{\"dynamic_shapes\": {\"input_ids\": {\"1\": {\"name\": \"s\", "
+         "\"min\": 4503599627370495, \"max\": 4503599627370495}}}}",
+         FERRY_ERR_INVALID_ARG, "must be at most 1099511627776"},
+        {"max 2^40 + 1",
+         "{\"dynamic_shapes\": {\"input_ids\": {\"1\": {\"name\": \"s\", "
+         "\"max\": 1099511627777}}}}",
+         FERRY_ERR_INVALID_ARG, "must be at most 1099511627776"},
         {"min negative",
          "{\"dynamic_shapes\": {\"input_ids\": {\"1\": {\"name\": \"s\", \"min\": -1}}}}",
          FERRY_ERR_INVALID_ARG, "bad min"},
@@ -207,6 +216,22 @@ static void test_hostile_dims(void **state)
     expect_dim_error("input_ids:1=s:1:2:3", "expected ':MIN:MAX'");
     expect_dim_error("in\x1b[2Jput:1=s", "bad input name 'in\\x1b[2Jput'");
     expect_dim_error("input_ids:1=s\n", "bad symbol name 's\\x0a'");
+    /* Numbers too large for 64 bits were saturated by sscanf's %lld, and a min of 2^63 - 1
+     * became the traced example extent; bounds are capped at 2^40 (exact as JSON numbers). */
+    expect_dim_error("input_ids:1=s:99999999999999999999:99999999999999999999",
+                     "MIN 99999999999999999999 is out of range");
+    expect_dim_error("input_ids:1=s:1:99999999999999999999", "MAX 99999999999999999999 is out");
+    expect_dim_error("input_ids:1=s:-99999999999999999999:1", "MIN -99999999999999999999 is out");
+    expect_dim_error("input_ids:1=s:1099511627777:0", "must be at most 1099511627776");
+    expect_dim_error("input_ids:1=s:1:1099511627777", "must be at most 1099511627776");
+    expect_dim_error("input_ids:1=s:9223372036854775807:9223372036854775807", "at most");
+    /* Junk strtoll or %lld would have skipped or stopped at. */
+    expect_dim_error("input_ids: 1=s", "expected NAME:AXIS=SYMBOL");
+    expect_dim_error("input_ids:+1=s", "expected NAME:AXIS=SYMBOL");
+    expect_dim_error("input_ids:1=s: 1:4", "expected ':MIN:MAX'");
+    expect_dim_error("input_ids:1=s:1:4 ", "expected ':MIN:MAX'");
+    expect_dim_error("input_ids:1=s:0x10:20", "expected ':MIN:MAX'");
+    expect_dim_error("input_ids:1=s:1:", "expected ':MIN:MAX'");
     /* 64 characters: one more than a name holds. */
     expect_dim_error("iiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiii:1=s",
                      "expected NAME:AXIS=SYMBOL");
@@ -241,6 +266,34 @@ static void test_round_trip(void **state)
     assert_true(back.generation.static_cache && back.generation.multi_token_decode);
     cJSON_free(text);
     cJSON_Delete(json);
+
+    /* Every bound a --dim accepts reads back: the ends of [0, 2^40] and unbounded must be
+     * accepted; beyond 2^53 (not exact as a double) and 2^63 - 1 (what %lld made of larger
+     * numbers) may only be refused. */
+    static const struct { const char *spec; bool accept; } DIMS[] = {
+        {"input_ids:0=b:0:0", true}, {"input_ids:0=b:1099511627776:1099511627776", true},
+        {"input_ids:1=s:0:1099511627776", true}, {"input_ids:1=s:1099511627776:0", true},
+        {"input_ids:1=s", true}, {"input_ids:1=s:16777216:16777217", true},
+        {"input_ids:1=s:9007199254740993:0", false},
+        {"input_ids:1=s:1:9223372036854775807", false},
+    };
+    for (size_t i = 0; i < sizeof DIMS / sizeof DIMS[0]; i++) {
+        ferry_export_config_init(&cfg);
+        if (ferry_export_config_add_dim(&cfg, DIMS[i].spec, eb, sizeof eb) != FERRY_OK) {
+            if (DIMS[i].accept)
+                fail_msg("--dim %s refused: %s", DIMS[i].spec, eb);
+            continue;
+        }
+        json = export_config_to_json(&cfg);
+        text = cJSON_PrintUnformatted(json);
+        ferry_export_config_init(&back);
+        if (ferry_export_config_from_json(&back, text, eb, sizeof eb) != FERRY_OK)
+            fail_msg("--dim %s: export.json's copy refused: %s\n%s", DIMS[i].spec, eb, text);
+        assert_int_equal(back.n_dims, 1);
+        assert_memory_equal(&back.dims[0], &cfg.dims[0], sizeof cfg.dims[0]);
+        cJSON_free(text);
+        cJSON_Delete(json);
+    }
 
     /* Found by fuzz_recipe: a static cache whose length is left to --max-cache-len was
      * recorded as "max_cache_len": 0, which the reader refuses. */

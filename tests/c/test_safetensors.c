@@ -335,14 +335,15 @@ static void test_same_bytes(void **state)
     free(data);
 }
 
-/* A file `total` bytes long holding one U8 tensor over its data area, of which only the first
- * `stored` bytes are written; the rest is a hole left by extending the file. */
-static void write_sparse(const char *name, uint64_t total, size_t stored)
+/* A file `total` bytes long holding one U8 tensor `tensor` over its data area, of which only
+ * the first `stored` bytes are written; the rest is a hole left by extending the file. */
+static void write_sparse_tensor(const char *name, const char *tensor, uint64_t total,
+                                size_t stored)
 {
     char path[256], header[128];
     int n = snprintf(header, sizeof header,
-                     "{\"x\":{\"dtype\":\"U8\",\"shape\":[%llu],\"data_offsets\":[0,%llu]}}",
-                     (unsigned long long)(total - 104), (unsigned long long)(total - 104));
+                     "{\"%s\":{\"dtype\":\"U8\",\"shape\":[%llu],\"data_offsets\":[0,%llu]}}",
+                     tensor, (unsigned long long)(total - 104), (unsigned long long)(total - 104));
     assert_true(n < 96);
     memset(header + n, ' ', (size_t)(96 - n));   /* 8 + 96 bytes before the data */
     header[96] = '\0';
@@ -352,6 +353,11 @@ static void write_sparse(const char *name, uint64_t total, size_t stored)
     write_st(name, header, block, stored);
     free(block);
     assert_int_equal(truncate(in_tmp(path, sizeof path, name), (off_t)total), 0);
+}
+
+static void write_sparse(const char *name, uint64_t total, size_t stored)
+{
+    write_sparse_tensor(name, "x", total, stored);
 }
 
 static void test_sparse_files(void **state)
@@ -374,6 +380,46 @@ static void test_sparse_files(void **state)
     write_sparse("small.safetensors", (uint64_t)64 << 20, 0);
     assert_int_equal(st_open(in_tmp(path, sizeof path, "small.safetensors"), &f, &err), FERRY_OK);
     st_close(f);
+}
+
+static void expect_ckpt_error(const char *label, ferry_status status, const char *needle,
+                              const char *needle2);
+
+/* Four shards of 40 MiB, one tensor each, with `stored` bytes of each written. */
+static void write_sparse_shards(size_t stored)
+{
+    char index[512] = "{\"weight_map\": {", shard[64], tensor[8];
+    for (int i = 0; i < 4; i++) {
+        snprintf(shard, sizeof shard, "model-0000%d-of-00004.safetensors", i + 1);
+        snprintf(tensor, sizeof tensor, "t%d", i);
+        write_sparse_tensor(shard, tensor, (uint64_t)40 << 20, stored);
+        size_t used = strlen(index);
+        snprintf(index + used, sizeof index - used, "%s\"%s\": \"%s\"", i ? ", " : "", tensor,
+                 shard);
+    }
+    strcat(index, "}}");
+    write_text("model.safetensors.index.json", index);
+}
+
+/* Each shard under 64 MiB passes st_open's own check; the checkpoint as a whole (160 MiB, 1/16
+ * or nothing stored) is as sparse as one file refused above, and is refused the same way. */
+static void test_sparse_shards(void **state)
+{
+    (void)state;
+    ckpt *c = NULL;
+    fy_err err = {0};
+
+    write_sparse_shards(0);
+    expect_ckpt_error("shards of holes", FERRY_ERR_UNSUPPORTED, tmp_dir,
+                      "a sparse checkpoint: its 4 safetensors files are 167772160 bytes long but "
+                      "only ");
+    write_sparse_shards(((size_t)5 << 20) / 2);   /* 2.5 MiB of 40: 1/16 */
+    expect_ckpt_error("1/16 stored", FERRY_ERR_UNSUPPORTED, tmp_dir,
+                      "less than 1/8 of their bytes stored");
+    write_sparse_shards((size_t)6 << 20);       /* 6 MiB of 40: above 1/8 */
+    assert_int_equal(ckpt_open(tmp_dir, &c, &err), FERRY_OK);
+    assert_int_equal(c->n_files, 4);
+    ckpt_close(c);
 }
 
 static void test_header_length_errors(void **state)
@@ -951,6 +997,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_ranges_and_truncation, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_same_bytes, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_sparse_files, make_tmp, remove_tmp),
+        cmocka_unit_test_setup_teardown(test_sparse_shards, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_header_length_errors, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_header_content_errors, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(test_hostile_headers, make_tmp, remove_tmp),

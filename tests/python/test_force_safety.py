@@ -192,9 +192,29 @@ def test_not_quite_an_export_is_not_replaced(tmp_path, previous, build, damage):
     expect_refusal(FIXTURE, out, "not replacing", word, build=build)
 
 
-def test_empty_directory_is_not_replaced(tmp_path, build):
+@pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
+def test_empty_directory_is_the_destination(tmp_path, build, force):
+    """`mkdir out; ferry export M out` said "already exists (pass --force ...)", and --force then
+    refused the empty directory. An empty directory holds nothing to lose: it is the destination
+    either way (replaced by rename(2), which refuses it once it is not empty)."""
     (tmp_path / "out").mkdir()
-    expect_refusal(FIXTURE, tmp_path / "out", "no export.json", build=build)
+    env = SANITIZER_ENV if Path(build) != FERRY_BIN else None
+    flags = ("--force",) if force else ()
+    rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "-q", *flags, binary=build,
+                              env=env)
+    assert rc == 0, stderr
+    assert sorted(os.listdir(tmp_path / "out")) == EXPORT_FILES
+    assert os.listdir(tmp_path) == ["out"]
+    # Not empty any more: an existing export, replaced only with --force.
+    rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "-q", binary=build, env=env)
+    assert rc == 1 and "already exists" in stderr, stderr
+
+
+def test_empty_directory_link_is_not_followed(tmp_path, build):
+    """A link to an empty directory is not an empty directory: refused as before."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "out").symlink_to("empty")
+    expect_refusal(FIXTURE, tmp_path / "out", "symbolic link", build=build)
 
 
 def test_subfolder_layout_parent_is_not_replaced(tmp_path, previous, build):
@@ -286,6 +306,24 @@ def test_transformers_manifest_must_match_its_files(tmp_path, previous, build):
     expect_refusal(FIXTURE, out, "export_format", build=build)
 
 
+@pytest.mark.parametrize("key", ["schema_version", "components", "file", "export_format"])
+def test_transformers_manifest_with_a_repeated_key(tmp_path, previous, build, key):
+    """cJSON checks the first copy of a repeated key and Python's json (transformers) uses the
+    last: a transformers-schema export.json repeating one is refused, as ferry's own are."""
+    out = _transformers_export(previous, tmp_path / "out")
+    text = (out / "export.json").read_text()
+    if key == "file":
+        text = text.replace('"file": "model.onnx"', '"file": "model.onnx", "file": "x.onnx"', 1)
+    else:
+        dup = {"schema_version": '"schema_version": 2', "components": '"components": {}',
+               "export_format": '"export_format": "dynamo"'}[key]
+        text = text.replace("{", "{" + dup + ", ", 1)
+    assert text.count(f'"{key}"') == 2, text[:300]
+    (out / "export.json").write_text(text)
+    expect_refusal(FIXTURE, out, "not replacing", f"key '{key}' appears more than once",
+                   build=build)
+
+
 def test_openvino_shaped_export_is_replaced(tmp_path):
     """OpenVINOExporter writes openvino_<name>.xml and its .bin (program_files): accepted."""
     out = tmp_path / "out"
@@ -325,8 +363,39 @@ def test_checked_again_just_before_the_swap(tmp_path, previous):
     assert os.listdir(tmp_path) == ["out"], "temporary directory left behind"
 
 
+def test_empty_directory_filled_meanwhile(tmp_path):
+    """OUT is empty when the run starts and a file appears in it while the weights are written:
+    rename(2) refuses a directory that is not empty, so the run fails saying so, and the file
+    (and OUT) stay as they are."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run = StalledExport([FERRY_BIN, "export", FIXTURE, out])
+    try:
+        run.wait_until(lambda: list(tmp_path.glob(".out.ferry-tmp-*/**/model.onnx.data")),
+                       "the weights file")
+        (out / "thesis.txt").write_text("written meanwhile\n")
+        before = tree(out)
+    except BaseException:
+        run.kill()
+        raise
+    rc, text = run.release()
+    assert rc == 1, text[-400:]
+    assert "it was empty when the export started, but something was put in it since" in text, \
+        text[-400:]
+    assert tree(out) == before
+    assert os.listdir(tmp_path) == ["out"], "temporary directory left behind"
+
+
 # ---------------------------------------------------------------------------------------------
 # The Python binding
+
+
+def test_python_save_pretrained_into_an_empty_directory(tmp_path):
+    from ferry import OnnxExporter
+
+    (tmp_path / "out").mkdir()
+    OnnxExporter().export(FIXTURE).save_pretrained(tmp_path / "out")
+    assert sorted(os.listdir(tmp_path / "out")) == EXPORT_FILES
 
 
 def test_python_save_pretrained_force_refuses_a_plain_directory(tmp_path):

@@ -426,7 +426,8 @@ def test_manifest_metadata_escape(export_copy, build):
     m["components"]["model"]["metadata"]["inputs"][0]["name"] = "\u001b[2Jinput_ids"
     (export_copy / "export.json").write_text(json.dumps(m))
     rc, stdout, stderr = run_limited(build, "inspect", export_copy)
-    one_line(rc, stderr, "export.json", "'\\x1b[2Jinput_ids' holds control characters")
+    one_line(rc, stderr, "export.json", "'\\x1b[2Jinput_ids' holds a control, format or "
+             "invalid character at byte 0")
     assert "\x1b" not in stdout
 
 

@@ -48,13 +48,15 @@ def test_save_refuses_existing_unless_forced(ckpt, tmp_path):
 
     exported = OnnxExporter().export(ckpt)
     (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine\n")
     with pytest.raises(FerryError, match="out"):
         exported.save_pretrained(tmp_path / "out")
-    assert list((tmp_path / "out").iterdir()) == []
-    # Not an export (empty): force does not make it one (test_force_safety.py).
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
+    # Not an export: force does not make it one (test_force_safety.py).
     with pytest.raises(FerryError, match="not replacing"):
         exported.save_pretrained(tmp_path / "out", force=True)
-    (tmp_path / "out").rmdir()
+    (tmp_path / "out" / "notes.txt").unlink()
+    # Empty: nothing to lose, the destination without force (test_force_safety.py).
     exported.save_pretrained(tmp_path / "out")
     before = (tmp_path / "out" / "export.json").stat().st_ino
     exported.save_pretrained(tmp_path / "out", force=True)

@@ -1,6 +1,8 @@
 """Errors of the Python binding that must be FerryErrors saying what to do, not bare Python
 exceptions from inside ferry (issue 8)."""
 
+import os
+
 import pytest
 
 from conftest import ROOT
@@ -36,3 +38,83 @@ def test_calling_a_generation_export(tmp_path, saved, static):
     if saved:
         assert str(tmp_path / "gen") in message
     assert not list(tmp_path.glob("ferry-*")), "a temporary save was left"
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths and revisions handed to the C library (issue 8, hostile review)
+
+
+def test_nul_in_paths_is_refused(tmp_path):
+    """A NUL ends a C string: `export(M + "\\0/etc")` exported M, and save_pretrained("out\\0x")
+    wrote "out". Every path and the revision are refused with the NUL named instead."""
+    from ferry import ExportedModel, FerryError, OnnxExporter, decompose_for_generation
+
+    model = str(FIXTURE)
+    calls = {
+        "export": lambda: OnnxExporter().export(model + "\0/etc"),
+        "export bytes": lambda: OnnxExporter().export(model.encode() + b"\0/etc"),
+        "generation": lambda: OnnxExporter().export_for_generation(model + "\0x"),
+        "decompose": lambda: decompose_for_generation(model + "\0x"),
+        "revision": lambda: OnnxExporter().export("org/name", revision="main\0x"),
+        "load": lambda: ExportedModel.from_pretrained(str(tmp_path) + "\0x"),
+        "subfolder": lambda: ExportedModel.from_pretrained(tmp_path, subfolder="a\0b"),
+    }
+    for label, call in calls.items():
+        with pytest.raises(FerryError) as info:
+            call()
+        assert "NUL byte" in str(info.value) and info.value.status == 1, (label, info.value)
+    exported = OnnxExporter().export(FIXTURE)
+    with pytest.raises(FerryError) as info:
+        exported.save_pretrained(str(tmp_path / "out") + "\0x")
+    assert "save_directory holds a NUL byte at byte" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bytes_and_pathlike_paths(tmp_path):
+    """bytes paths went through str() first, so b"out" became the directory "b'out'"; they are
+    now the file system's bytes as given, undecodable ones included."""
+    from ferry import ExportedModel, FerryError, OnnxExporter
+
+    exported = OnnxExporter().export(os.fsencode(str(FIXTURE)))
+    out = os.fsencode(str(tmp_path)) + b"/out\xff"
+    exported.save_pretrained(out)
+    assert os.listdir(tmp_path) == [os.fsdecode(b"out\xff")]
+    loaded = ExportedModel.from_pretrained(out)
+    assert loaded.directory is not None and "model" in loaded.components
+    exported.save_pretrained(tmp_path / "path")       # os.PathLike
+    assert (tmp_path / "path" / "export.json").is_file()
+    with pytest.raises(FerryError) as info:
+        OnnxExporter().export(12)
+    assert "must be a str, bytes or os.PathLike, not int" in str(info.value)
+
+
+def test_empty_revision_as_the_cli(tmp_path):
+    """revision="" was taken as no revision; the CLI's --revision "" is refused. The library
+    now gets the empty string and refuses it the same way."""
+    from ferry import FerryError, OnnxExporter
+
+    from conftest import run_ferry
+
+    with pytest.raises(FerryError) as info:
+        OnnxExporter().export(FIXTURE, revision="")
+    rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "--revision", "")
+    assert rc == 1 and str(info.value) in stderr, (str(info.value), stderr)
+    assert "a revision ('')" in str(info.value)
+    with pytest.raises(FerryError) as info:
+        OnnxExporter().export("org/name", revision="")
+    assert "revision '' is not a valid name or hash" in str(info.value)
+
+
+def test_closed_export(tmp_path):
+    """After close() the handle is gone; save_pretrained said "out of memory" (libferry's
+    message for a NULL handle, which it takes for a failed allocation)."""
+    from ferry import FerryError, OnnxExporter
+
+    exported = OnnxExporter().export(FIXTURE)
+    exported.close()
+    for call in (lambda: exported.save_pretrained(tmp_path / "out"),
+                 lambda: exported.manifest, lambda: exported.components):
+        with pytest.raises(FerryError) as info:
+            call()
+        assert "was closed" in str(info.value) and "out of memory" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []

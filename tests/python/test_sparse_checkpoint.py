@@ -97,3 +97,47 @@ def test_sparse_checkpoints(tmp_path, case, label, binary):
     line = lines[0]
     assert str(st) in line and "sparse" in line and f"{size} bytes long" in line, line
     assert os.listdir(parent) == [], f"left behind: {os.listdir(parent)}"
+
+
+def build_sharded(tmp_path, extra_shards, stored_fraction):
+    """The fixture as the first shard of an index, plus `extra_shards` shards of 40 MiB, each
+    holding one U8 tensor of which only stored_fraction is written (the rest a hole)."""
+    ckpt = Path(shutil.copytree(FIXTURE, tmp_path / "ckpt"))
+    header, _ = read_safetensors(ckpt / "model.safetensors")
+    first = "model-00000.safetensors"
+    (ckpt / "model.safetensors").rename(ckpt / first)
+    weight_map = {name: first for name in header if name != "__metadata__"}
+    for i in range(extra_shards):
+        name, shard = f"zz.extra{i}", f"model-{i + 1:05d}.safetensors"
+        nbytes = 40 * MiB
+        entry = {name: {"dtype": "U8", "shape": [nbytes], "data_offsets": [0, nbytes]}}
+        text = json.dumps(entry, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)
+        with open(ckpt / shard, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text)
+            f.write(b"\x3c" * int(nbytes * stored_fraction))
+        os.truncate(ckpt / shard, 8 + len(text) + nbytes)
+        weight_map[name] = shard
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return ckpt
+
+
+@pytest.mark.parametrize("label,binary", ferry_builds(), ids=[b[0] for b in ferry_builds()])
+def test_sparse_shards(tmp_path, label, binary):
+    """Each shard under 64 MiB passes the per-file rule; the checkpoint, 4 x 40 MiB of holes,
+    is refused as a whole (at the base of this fix it exported 160 MiB of zeros). The same
+    shards with a quarter stored export."""
+    parent = tmp_path / "outs"
+    parent.mkdir()
+    ckpt = build_sharded(tmp_path / "holes", 4, 0.0)
+    rc, _, stderr = run_ferry("export", ckpt, parent / "out", "-q", binary=binary)
+    assert rc == 1, f"{label}: exit {rc}: {stderr[-2000:]}"
+    lines = stderr.strip("\n").split("\n")
+    assert len(lines) == 1 and lines[0].startswith("ferry: error: "), stderr
+    assert str(ckpt) in lines[0] and "a sparse checkpoint: its 5 safetensors files" in lines[0]
+    assert os.listdir(parent) == [], f"left behind: {os.listdir(parent)}"
+
+    ckpt = build_sharded(tmp_path / "quarter", 4, 0.25)
+    rc, _, stderr = run_ferry("export", ckpt, parent / "out", "-q", binary=binary)
+    assert rc == 0, f"{label}: {stderr[-2000:]}"
+    assert (parent / "out" / "export.json").is_file()

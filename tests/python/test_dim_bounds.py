@@ -1,0 +1,73 @@
+"""Numbers in --dim, --example-shape and a recipe's dynamic_shapes: sscanf's %lld saturated
+10^20 to 2^63 - 1 silently, and a dim's min then became the traced example extent past the
+2^24 cap on examples (`--dim input_ids:1=s:99999999999999999999:99999999999999999999` made
+the release build record "traced": 9.2e18 and clang's UBSan stop on a signed overflow in
+src/ir/shape.c). Now a number outside 64 bits is a usage error naming it, a dim's min and max lie
+in [0, 2^40], and the example is moved into the dim's range before the cap is applied."""
+
+import json
+
+import pytest
+
+from conftest import FIXTURE, ferry_builds, run_ferry
+
+BUILDS = ferry_builds()
+IDS = [b[0] for b in BUILDS]
+GEN = ("--for-generation", "--multi-token-decode", "--dynamic")
+
+
+def refused(rc, stderr, code, *needles):
+    lines = stderr.strip("\n").split("\n")
+    assert rc == code, f"exit {rc}, expected {code}: {stderr[-3000:]}"
+    assert len(lines) == 1 and lines[0].startswith("ferry: error: "), stderr[-3000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("label,binary", BUILDS, ids=IDS)
+@pytest.mark.parametrize("args,code,needles", [
+    (("--dim", "input_ids:1=s:99999999999999999999:99999999999999999999") + GEN, 2,
+     ("MIN 99999999999999999999 is out of range",)),
+    (("--dim", "input_ids:1=s:1:99999999999999999999") + GEN, 2, ("MAX 99999999999999999999",)),
+    (("--dim", "input_ids:1=s:1099511627777:0") + GEN, 2, ("must be at most 1099511627776",)),
+    (("--example-shape", "input_ids=1x99999999999999999999"), 2,
+     ("99999999999999999999 is out of range",)),
+    (("--example-shape", "input_ids=99999999999999999999x1"), 2,
+     ("99999999999999999999 is out of range",)),
+    # Within the bound, above the example cap: no example can be traced in the range.
+    (("--dim", "input_ids:1=s:16777217:0") + GEN, 1, ("min 16777217 is above 16777216",)),
+    (("--dim", "input_ids:1=s:1099511627776:1099511627776") + GEN, 1, ("min 1099511627776",)),
+], ids=["dim-min-2^66", "dim-max-2^66", "dim-min-2^40+1", "example-seq-2^66",
+        "example-batch-2^66", "min-above-example-cap", "min-2^40"])
+def test_refused(tmp_path, label, binary, args, code, needles):
+    rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "-q", *args, binary=binary)
+    refused(rc, stderr, code, *needles)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("label,binary", BUILDS, ids=IDS)
+def test_recipe_bounds(tmp_path, label, binary):
+    """The recipe reader took any integer below 2^53 as a min: the same overflow by a file."""
+    recipe = tmp_path / "recipe.json"
+    big = 2**52 - 1
+    recipe.write_text(json.dumps({"for_generation": True, "multi_token_decode": True,
+                                  "dynamic": True, "dynamic_shapes": {"input_ids": {
+                                      "1": {"name": "s", "min": big, "max": big}}}}))
+    rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "-q", "--config", recipe,
+                              binary=binary)
+    refused(rc, stderr, 1, "recipe.json", "must be at most 1099511627776")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("label,binary", BUILDS, ids=IDS)
+def test_example_moved_into_range(tmp_path, label, binary):
+    """An example below an unbounded dim's min is traced at the min (it was traced at 8, outside
+    the range the export declares), up to the cap itself."""
+    for spec, traced in [("input_ids:1=s:100:0", 100), ("input_ids:1=s:16777216:0", 16777216),
+                         ("input_ids:1=s:2:64", 8)]:
+        out = tmp_path / spec.replace(":", "_")
+        rc, _, stderr = run_ferry("export", FIXTURE, out, "-q", "--dim", spec, binary=binary)
+        assert rc == 0, stderr[-3000:]
+        meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+        assert meta["symbols"]["s"]["traced"] == traced, meta["symbols"]
+        assert meta["inputs"][0]["traced_shape"] == [1, traced]
