@@ -222,10 +222,11 @@ int cmd_inspect(int argc, char **argv)
     cJSON_ArrayForEach(c, comps) {
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
         const cJSON *opset = cJSON_GetObjectItemCaseSensitive(md, "opset");
-        char num[32];
-        printf("\ncomponent %s (role %s, precision %s, opset %s)\n  files:\n",
-               cli_quote(c->string), qstr(c, "role"), qstr(md, "precision"),
-               int_text(opset, num, sizeof num));
+        char num[32], opset_text[48] = "";
+        if (opset) /* a format's own metadata: ONNX's opset */
+            snprintf(opset_text, sizeof opset_text, ", opset %s", int_text(opset, num, sizeof num));
+        printf("\ncomponent %s (role %s, precision %s%s)\n  files:\n", cli_quote(c->string),
+               qstr(c, "role"), qstr(md, "precision"), opset_text);
         print_size(ferry_exported_dir(e), str(c, "file"));
         const cJSON *df;
         cJSON_ArrayForEach(df, cJSON_GetObjectItemCaseSensitive(c, "data_files"))

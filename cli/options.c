@@ -80,11 +80,11 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
     char eb[512];
     switch (c) {
     case CLI_OPT_FORMAT:
-        if (strcmp(arg, "onnx") != 0) {
-            cli_error("--format %s is not supported (supported: onnx)", arg);
+        if (ferry_format_from_name(arg, &o->cfg.format) != FERRY_OK) {
+            cli_error("--format %s is not supported (supported: %s)", arg,
+                      ferry_supported_formats());
             return EXIT_USAGE;
         }
-        o->cfg.format = FERRY_FORMAT_ONNX;
         return CLI_CONTINUE;
     case CLI_OPT_DYNAMIC:
         o->cfg.dynamic = 1;
@@ -225,7 +225,7 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
 void cli_print_export_options(FILE *f)
 {
     fprintf(f,
-            "  --format onnx            output format (default onnx, the only one so far)\n"
+            "  --format NAME            output format: %s (default onnx)\n"
             "  --dynamic                make every axis symbolic: batch and sequence\n"
             "  --dim NAME:AXIS=SYM[:MIN:MAX]\n"
             "                           make one axis symbolic with a name and range, e.g.\n"
@@ -252,7 +252,8 @@ void cli_print_export_options(FILE *f)
             "--max-cache-len)\n"
             "  --max-cache-len N        static cache length\n"
             "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
-            ferry_default_opset(), ferry_min_opset(), ferry_max_opset());
+            ferry_supported_formats(), ferry_default_opset(), ferry_min_opset(),
+            ferry_max_opset());
 }
 
 void cli_print_warnings(const char *w)

@@ -141,8 +141,8 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
         cJSON *o = cJSON_AddObjectToObject(comps, c->name);
         cJSON_AddStringToObject(o, "file", c->file);
         cJSON *df = cJSON_AddArrayToObject(o, "data_files");
-        if (c->data_file)
-            cJSON_AddItemToArray(df, cJSON_CreateString(c->data_file));
+        for (int k = 0; k < e->lowered[i].n_data_files; k++)
+            cJSON_AddItemToArray(df, cJSON_CreateString(e->lowered[i].data_files[k]));
         cJSON_AddStringToObject(o, "role", c->role);
         cJSON *md = cJSON_AddObjectToObject(o, "metadata");
         cJSON_AddStringToObject(md, "architecture", arch);
