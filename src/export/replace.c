@@ -20,6 +20,7 @@
 #include "export/internal.h"
 #include "model/safetensors.h"
 #include "util/fs.h"
+#include "util/grow.h"
 #include "util/json.h"
 
 /* transformers/exporters: a component `name` is saved as <prefix><name><suffix> by the format's
@@ -43,14 +44,10 @@ typedef struct names {
 
 static ferry_status names_add(names *s, const char *name, size_t len, fy_err *err)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
-        char **grown = realloc(s->v, cap * sizeof *grown);
-        if (!grown)
-            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-        s->v = grown;
-        s->cap = cap;
-    }
+    char **grown = fy_grow(s->v, &s->cap, s->n + 1, sizeof *grown);
+    if (!grown)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    s->v = grown;
     if (!(s->v[s->n] = strndup(name, len)))
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     s->n++;

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/grow.h"
+
 enum { WIRE_VARINT = 0, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
 
 void pb_free(pb_buf *b)
@@ -25,18 +27,12 @@ static bool reserve(pb_buf *b, size_t extra)
         b->oom = true;
         return false;
     }
-    if (b->len + extra <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra)
-        cap *= 2;
-    uint8_t *d = realloc(b->data, cap);
-    if (!d) {
+    uint8_t *grown = fy_grow(b->data, &b->cap, b->len + extra, 1);
+    if (!grown) {
         b->oom = true;
         return false;
     }
-    b->data = d;
-    b->cap = cap;
+    b->data = grown;
     return true;
 }
 

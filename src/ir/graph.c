@@ -7,6 +7,7 @@
 
 #include "ir/ir.h"
 #include "util/dtype.h"
+#include "util/grow.h"
 
 static const g_op_info OPS[] = {
 #define PRIM false
@@ -106,14 +107,10 @@ static int oom(g_graph *g)
 int g_add_value(g_graph *g, const char *name, ferry_dtype dtype, const g_shape *shape,
                 g_value_kind kind)
 {
-    if (g->n_values == g->cap_values) {
-        size_t cap = g->cap_values ? g->cap_values * 2 : 256;
-        g_value *nv = realloc(g->values, cap * sizeof *nv);
-        if (!nv)
-            return oom(g);
-        g->values = nv;
-        g->cap_values = cap;
-    }
+    g_value *grown = fy_grow(g->values, &g->cap_values, g->n_values + 1, sizeof *grown);
+    if (!grown)
+        return oom(g);
+    g->values = grown;
     g_value *v = &g->values[g->n_values];
     memset(v, 0, sizeof *v);
     v->name = strdup(name);
@@ -409,14 +406,10 @@ int g_add_node(g_graph *g, g_op op, const char *name, int n_in, const int *in, c
             return g_fail(g, FERRY_ERR_INTERNAL, "node '%s/%s': input %d refers to no value",
                           g->scope, name, i);
     }
-    if (g->n_nodes == g->cap_nodes) {
-        size_t cap = g->cap_nodes ? g->cap_nodes * 2 : 256;
-        g_node *nn = realloc(g->nodes, cap * sizeof *nn);
-        if (!nn)
-            return oom(g);
-        g->nodes = nn;
-        g->cap_nodes = cap;
-    }
+    g_node *grown = fy_grow(g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *grown);
+    if (!grown)
+        return oom(g);
+    g->nodes = grown;
     g_node *n = &g->nodes[g->n_nodes];
     memset(n, 0, sizeof *n);
     char full[512];

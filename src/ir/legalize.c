@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ir/legalize.h"
+#include "util/grow.h"
 
 /* Semantic ops lower to primitives or to other semantic ops (skip_rms_norm -> add + rms_norm),
  * so a few rounds always suffice; more means two lowerings feed each other. */
@@ -11,16 +12,12 @@
 
 bool lw_memo_add(g_lower_ctx *c, const lw_memo *m)
 {
-    if (c->n_memo == c->cap_memo) {
-        int cap = c->cap_memo ? c->cap_memo * 2 : 16;
-        lw_memo *grown = realloc(c->memo, (size_t)cap * sizeof *grown);
-        if (!grown) {
-            g_fail(c->dst, FERRY_ERR_NOMEM, "out of memory");
-            return false;
-        }
-        c->memo = grown;
-        c->cap_memo = cap;
+    lw_memo *grown = fy_grow(c->memo, &c->cap_memo, c->n_memo + 1, sizeof *grown);
+    if (!grown) {
+        g_fail(c->dst, FERRY_ERR_NOMEM, "out of memory");
+        return false;
     }
+    c->memo = grown;
     c->memo[c->n_memo++] = *m;
     return true;
 }

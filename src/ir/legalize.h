@@ -47,7 +47,7 @@ struct g_lower_ctx {
     uint64_t *readers;       /* per source value: a bit for each op reading it */
     const g_target *target;
     lw_memo *memo;           /* grows: one entry per distinct piece */
-    int n_memo, cap_memo;
+    size_t n_memo, cap_memo;
 };
 
 /* Remembers a shared piece; false (error on the graph) when out of memory. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "util/fs.h"
+#include "util/grow.h"
 
 struct pl_file {
     char *name;
@@ -71,14 +72,10 @@ ferry_status pl_place(pl_file *f, const g_weight *w, w_part part, uint64_t *offs
 {
     ws_item *it = find_item(f, w);
     if (!it) {
-        if (f->n == f->cap) {
-            size_t cap = f->cap ? f->cap * 2 : 256;
-            ws_item *grown = realloc(f->items, cap * sizeof *grown);
-            if (!grown)
-                return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-            f->items = grown;
-            f->cap = cap;
-        }
+        ws_item *grown = fy_grow(f->items, &f->cap, f->n + 1, sizeof *grown);
+        if (!grown)
+            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        f->items = grown;
         it = &f->items[f->n++];
         it->w = *w;
         for (int p = 0; p < 3; p++)

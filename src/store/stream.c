@@ -20,6 +20,7 @@
 #include "quant/rtn.h"
 #include "util/dtype.h"
 #include "util/fs.h"
+#include "util/grow.h"
 
 /* Elements per band: 8 Mi elements is 32 MB of fp32, large enough for sequential I/O to run at
  * disk speed, small enough to keep peak RSS flat whatever the model size. */
@@ -447,13 +448,10 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
             per = 1; /* a row longer than a band is still one band */
         int64_t span = vector ? cols : rows;
         for (int64_t at = 0; at < span; at += per) {
-            if (s->n_jobs == cap) {
-                cap = cap ? cap * 2 : 256;
-                job *grown = realloc(s->jobs, cap * sizeof *grown);
-                if (!grown)
-                    return fy_fail(err, FERRY_ERR_NOMEM, "out of memory planning the weights");
-                s->jobs = grown;
-            }
+            job *grown = fy_grow(s->jobs, &cap, s->n_jobs + 1, sizeof *grown);
+            if (!grown)
+                return fy_fail(err, FERRY_ERR_NOMEM, "out of memory planning the weights");
+            s->jobs = grown;
             int64_t len = span - at < per ? span - at : per;
             s->jobs[s->n_jobs++] = vector ? (job){&items[i], 0, 1, at, len}
                                           : (job){&items[i], at, len, 0, cols};

@@ -2,26 +2,24 @@
 #include "util/strbuf.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util/grow.h"
 
 static bool reserve(strbuf *b, size_t extra)
 {
     if (b->oom)
         return false;
-    if (b->len + extra + 1 <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *grown = realloc(b->data, cap);
+    char *grown = extra < SIZE_MAX - 1 - b->len ? fy_grow(b->data, &b->cap, b->len + extra + 1, 1)
+                                                : NULL;
     if (!grown) {
         b->oom = true;
         return false;
     }
     b->data = grown;
-    b->cap = cap;
     return true;
 }
 

@@ -20,7 +20,7 @@ int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind k
     if (kind != G_MASK_GIVEN || window == 0)
         offset = G_NONE;
     int same_kind = 0;
-    for (int i = 0; i < c->n_memo; i++) {
+    for (size_t i = 0; i < c->n_memo; i++) {
         const lw_memo *m = &c->memo[i];
         if (m->kind != LW_MEMO_MASK || m->key != key)
             continue;

@@ -67,7 +67,7 @@ static int inv_freq(g_graph *g, const g_rope_opts *o, int positions)
 static void rope_tables(g_lower_ctx *c, const g_rope_opts *o, int positions, ferry_dtype dtype,
                         int *cos_out, int *sin_out)
 {
-    for (int i = 0; i < c->n_memo; i++) {
+    for (size_t i = 0; i < c->n_memo; i++) {
         const lw_memo *m = &c->memo[i];
         if (m->kind == LW_MEMO_ROPE && m->in_a == positions && m->key == (int64_t)dtype &&
             same_rope(&m->rope, o)) {
@@ -79,7 +79,7 @@ static void rope_tables(g_lower_ctx *c, const g_rope_opts *o, int positions, fer
     g_graph *g = c->dst;
     char saved[sizeof g->scope], scope[64];
     int k = 0;
-    for (int i = 0; i < c->n_memo; i++)
+    for (size_t i = 0; i < c->n_memo; i++)
         k += c->memo[i].kind == LW_MEMO_ROPE;
     if (k == 0)
         snprintf(scope, sizeof scope, "/model/rotary_emb");
