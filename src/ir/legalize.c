@@ -32,6 +32,17 @@ const g_value *lw_src(const g_lower_ctx *c, const g_node *n, int k)
     return k < n->n_in && n->in[k] != G_NONE ? &c->src->values[n->in[k]] : NULL;
 }
 
+ferry_status lw_refuse_quantized(g_lower_ctx *c, const g_node *n, int k)
+{
+    const g_value *w = lw_src(c, n, k);
+    if (!w || w->kind != GV_WEIGHT || !w->weight.quant.bits)
+        return FERRY_OK;
+    g_fail(c->dst, FERRY_ERR_UNSUPPORTED, "target %s cannot express the %d-bit quantized weight "
+           "'%s' of %s '%s'", c->target->name, w->weight.quant.bits, w->name, g_op_name(n->op),
+           n->name);
+    return FERRY_ERR_UNSUPPORTED;
+}
+
 _Static_assert(G_OP_COUNT <= 64, "lw_shared's reader sets hold one bit per op");
 
 bool lw_shared(const g_lower_ctx *c, int v, g_op op)

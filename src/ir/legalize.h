@@ -56,6 +56,10 @@ bool lw_memo_add(g_lower_ctx *c, const lw_memo *m);
 int lw_in(g_lower_ctx *c, const g_node *n, int k);
 /* The source value of input k of `n` (NULL if absent): its kind, uses and recipe. */
 const g_value *lw_src(const g_lower_ctx *c, const g_node *n, int k);
+/* FERRY_OK unless input k of `n` is a block-quantized weight, which a lowering that only knows
+ * float weights must refuse: then the error (naming the target, the op and the weight) is on
+ * the graph and returned. */
+ferry_status lw_refuse_quantized(g_lower_ctx *c, const g_node *n, int k);
 /* Whether source value `v` is read by an op other than `op` (e.g. an embedding table that a
  * linear also reads: the tied lm_head). */
 bool lw_shared(const g_lower_ctx *c, int v, g_op op);

@@ -402,6 +402,52 @@ static void inference_refuses_impossible_nodes(void **state)
     g_free(g);
 }
 
+/* A block-quantized weight reaching a lowering that only writes float weights is refused with
+ * a message naming the target and the weight, for linear (the onnx-standard target's own
+ * lowering and the generic one) and for an embedding table; a float weight in the same place
+ * lowers. */
+static void quantized_weight_refused_by_float_lowerings(void **state)
+{
+    (void)state;
+    st_tensor t = {.name = "model.layers.0.mlp.up_proj.weight", .dtype = FERRY_F32, .ndim = 2,
+                   .shape = {32, 32}, .numel = 32 * 32, .begin = 0, .end = 32 * 32 * 4};
+    const int64_t x3[3] = {1, 3, 32}, ids2[2] = {1, 3};
+    const g_target *targets[2] = {&onnx_standard_target, &g_target_primitives};
+    for (int quantized = 0; quantized < 2; quantized++) {
+        for (int k = 0; k < 2; k++) {
+            for (int embedding = 0; embedding < 2; embedding++) {
+                g_graph *g = g_new();
+                g_weight w = w_plain(&t, FERRY_F32);
+                if (quantized)
+                    w.quant = (w_quant){.bits = 4, .block = 32, .symmetric = true};
+                int wv = g_weight_value(g, t.name, &w);
+                int y = embedding
+                    ? g_embedding(g, "embed", wv, input(g, "input_ids", FERRY_I64, 2, ids2))
+                    : g_linear(g, "up", input(g, "x", FERRY_F32, 3, x3), wv, G_NONE);
+                g_output(g, y, "y");
+                g_remove_dead(g);
+                fy_err err = {0};
+                assert_int_equal(g_check(g, &err), FERRY_OK);
+                g_graph *out = g_legalize(g, targets[k], &err);
+                if (!quantized) {
+                    if (!out)
+                        fail_msg("%s: %s", targets[k]->name, err.msg);
+                    g_free(out);
+                } else {
+                    if (out)
+                        fail_msg("%s lowered a quantized %s", targets[k]->name,
+                                 embedding ? "embedding" : "linear");
+                    assert_int_equal(err.status, FERRY_ERR_UNSUPPORTED);
+                    if (!strstr(err.msg, targets[k]->name) || !strstr(err.msg, t.name) ||
+                        !strstr(err.msg, "4-bit quantized"))
+                        fail_msg("message: %s", err.msg);
+                }
+                g_free(g);
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,6 +458,7 @@ int main(void)
         cmocka_unit_test(skip_rms_norm_is_one_add_and_one_norm),
         cmocka_unit_test(check_refuses_malformed_nodes),
         cmocka_unit_test(inference_refuses_impossible_nodes),
+        cmocka_unit_test(quantized_weight_refused_by_float_lowerings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

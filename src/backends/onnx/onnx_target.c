@@ -13,9 +13,8 @@ static ferry_status onnx_linear(g_lower_ctx *c, const g_node *n, int *outs)
     g_graph *g = c->dst;
     const g_value *w = lw_src(c, n, 1);
     int x = lw_in(c, n, 0), bias = lw_in(c, n, 2);
-    if (w->kind == GV_WEIGHT && w->weight.quant.bits)
-        return g_fail(g, FERRY_ERR_UNSUPPORTED, "standard ONNX export of the quantized weight "
-                      "'%s' is not supported yet", w->name), FERRY_ERR_UNSUPPORTED;
+    if (lw_refuse_quantized(c, n, 1) != FERRY_OK)
+        return g->err.status;
     int y;
     if (w->kind == GV_WEIGHT && !lw_shared(c, n->in[1], G_LINEAR)) {
         g_weight t = w->weight;

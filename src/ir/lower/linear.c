@@ -9,10 +9,8 @@
 ferry_status lower_linear(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
-    const g_value *w = lw_src(c, n, 1);
-    if (w->kind == GV_WEIGHT && w->weight.quant.bits)
-        return g_fail(g, FERRY_ERR_UNSUPPORTED, "target %s cannot express the quantized weight "
-                      "'%s'", c->target->name, w->name), FERRY_ERR_UNSUPPORTED;
+    if (lw_refuse_quantized(c, n, 1) != FERRY_OK)
+        return g->err.status;
     int y = g_matmul(g, "MatMul", lw_in(c, n, 0), lw_in(c, n, 1), true);
     if (n->n_in > 2 && n->in[2] != G_NONE)
         y = g_binary(g, G_ADD, "Add", y, lw_in(c, n, 2));
@@ -23,10 +21,8 @@ ferry_status lower_linear(g_lower_ctx *c, const g_node *n, int *outs)
 ferry_status lower_embedding(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
-    const g_value *w = lw_src(c, n, 0);
-    if (w->kind == GV_WEIGHT && w->weight.quant.bits)
-        return g_fail(g, FERRY_ERR_UNSUPPORTED, "target %s cannot express the quantized "
-                      "embedding '%s'", c->target->name, w->name), FERRY_ERR_UNSUPPORTED;
+    if (lw_refuse_quantized(c, n, 0) != FERRY_OK)
+        return g->err.status;
     outs[0] = g_gather(g, "Gather", lw_in(c, n, 0), lw_in(c, n, 1), 0);
     return g->err.status;
 }
