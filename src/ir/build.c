@@ -12,6 +12,19 @@ static int node(g_graph *g, g_op op, const char *name, int n_in, const int *in, 
     return id == G_NONE ? G_NONE : g->nodes[id].out[0];
 }
 
+/* An op over x whose attribute is a list of n integers (perm or axes), from min_n to G_MAX_INTS. */
+static int list_node(g_graph *g, g_op op, const char *name, int x, int n, const int64_t *ints,
+                     int min_n, bool keepdims)
+{
+    g_attrs at = {.n_ints = n, .keepdims = keepdims};
+    if (n < min_n || n > G_MAX_INTS)
+        return g_fail(g, FERRY_ERR_INTERNAL, "%s '%s': %d axes (%d to %d)", g_op_name(op), name,
+                      n, min_n, G_MAX_INTS);
+    if (n > 0)
+        memcpy(at.ints, ints, (size_t)n * sizeof *ints);
+    return node(g, op, name, 1, &x, &at);
+}
+
 int g_unary(g_graph *g, g_op op, const char *name, int x)
 {
     return node(g, op, name, 1, &x, NULL);
@@ -71,11 +84,7 @@ int g_reshape_spec(g_graph *g, const char *name, int x, int rank, const int64_t 
 
 int g_transpose(g_graph *g, const char *name, int x, int n, const int64_t *perm)
 {
-    g_attrs at = {.n_ints = n};
-    if (n < 0 || n > G_MAX_INTS)
-        return g_fail(g, FERRY_ERR_INTERNAL, "transpose '%s': perm of %d", name, n);
-    memcpy(at.ints, perm, (size_t)n * sizeof *perm);
-    return node(g, G_TRANSPOSE, name, 1, &x, &at);
+    return list_node(g, G_TRANSPOSE, name, x, n, perm, 0, false);
 }
 
 int g_concat(g_graph *g, const char *name, int n, const int *xs, int axis)
@@ -92,11 +101,7 @@ int g_slice(g_graph *g, const char *name, int x, int64_t axis, int64_t start, in
 
 int g_unsqueeze(g_graph *g, const char *name, int x, int n, const int64_t *axes)
 {
-    g_attrs at = {.n_ints = n};
-    if (n < 1 || n > G_MAX_INTS)
-        return g_fail(g, FERRY_ERR_INTERNAL, "unsqueeze '%s': %d axes", name, n);
-    memcpy(at.ints, axes, (size_t)n * sizeof *axes);
-    return node(g, G_UNSQUEEZE, name, 1, &x, &at);
+    return list_node(g, G_UNSQUEEZE, name, x, n, axes, 1, false);
 }
 
 int g_cast(g_graph *g, const char *name, int x, ferry_dtype to)
@@ -116,11 +121,7 @@ int g_softmax(g_graph *g, const char *name, int x, int axis)
 int g_reduce(g_graph *g, g_op op, const char *name, int x, int n, const int64_t *axes,
              bool keepdims)
 {
-    g_attrs at = {.n_ints = n, .keepdims = keepdims};
-    if (n < 1 || n > G_MAX_INTS)
-        return g_fail(g, FERRY_ERR_INTERNAL, "reduce '%s': %d axes", name, n);
-    memcpy(at.ints, axes, (size_t)n * sizeof *axes);
-    return node(g, op, name, 1, &x, &at);
+    return list_node(g, op, name, x, n, axes, 1, keepdims);
 }
 
 int g_shape_of(g_graph *g, const char *name, int x, int64_t start, int64_t end)
