@@ -342,12 +342,11 @@ def test_openvino_shaped_export_is_replaced(tmp_path):
 # The directory changes while the new export is being written
 
 
-def test_checked_again_just_before_the_swap(tmp_path, previous):
-    """OUT is a valid export when the run starts; a file appears in it while the weights are
-    written. The check just before the swap refuses, and OUT keeps every byte, the new file
-    included."""
-    out = Path(shutil.copytree(previous, tmp_path / "out"))
-    run = StalledExport([FERRY_BIN, "export", FIXTURE, out, "--force"])
+def file_added_while_weights_written(tmp_path, out, args):
+    """Runs `ferry export FIXTURE out *args`, stalled once its weights file exists; writes
+    out/thesis.txt meanwhile and lets it finish. Returns (exit code, output, tree of out just
+    after the file was added)."""
+    run = StalledExport([FERRY_BIN, "export", FIXTURE, out, *args])
     try:
         run.wait_until(lambda: list(tmp_path.glob(".out.ferry-tmp-*/**/model.onnx.data")),
                        "the weights file")
@@ -357,6 +356,15 @@ def test_checked_again_just_before_the_swap(tmp_path, previous):
         run.kill()
         raise
     rc, text = run.release()
+    return rc, text, before
+
+
+def test_checked_again_just_before_the_swap(tmp_path, previous):
+    """OUT is a valid export when the run starts; a file appears in it while the weights are
+    written. The check just before the swap refuses, and OUT keeps every byte, the new file
+    included."""
+    out = Path(shutil.copytree(previous, tmp_path / "out"))
+    rc, text, before = file_added_while_weights_written(tmp_path, out, ["--force"])
     assert rc == 1, text[-400:]
     assert "'thesis.txt'" in text and "not replacing" in text, text[-400:]
     assert tree(out) == before
@@ -369,16 +377,7 @@ def test_empty_directory_filled_meanwhile(tmp_path):
     (and OUT) stay as they are."""
     out = tmp_path / "out"
     out.mkdir()
-    run = StalledExport([FERRY_BIN, "export", FIXTURE, out])
-    try:
-        run.wait_until(lambda: list(tmp_path.glob(".out.ferry-tmp-*/**/model.onnx.data")),
-                       "the weights file")
-        (out / "thesis.txt").write_text("written meanwhile\n")
-        before = tree(out)
-    except BaseException:
-        run.kill()
-        raise
-    rc, text = run.release()
+    rc, text, before = file_added_while_weights_written(tmp_path, out, [])
     assert rc == 1, text[-400:]
     assert "it was empty when the export started, but something was put in it since" in text, \
         text[-400:]
