@@ -42,6 +42,14 @@ def ferry_builds():
         builds.append(("clang-ubsan", UBSAN_BIN))
     return builds
 
+
+@pytest.fixture(params=[b[1] for b in ferry_builds()], ids=[b[0] for b in ferry_builds()])
+def build(request):
+    """The ferry binary under test, once per build of ferry_builds(): a memory error or leak in
+    a sanitizer build exits 86 instead of 1, failing the test."""
+    return request.param
+
+
 # The Python binding finds libferry.so through $FERRY_LIB; point it at the build under test.
 os.environ.setdefault("FERRY_LIB", str(FERRY_BUILD / "libferry.so"))
 sys.path.insert(0, str(ROOT / "python"))

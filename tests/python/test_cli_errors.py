@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ARCH_CLASS, assert_logits_close, copy_checkpoint, ferry_builds,
-                      ferry_export, make_checkpoint, make_inputs, ort_session, read_safetensors,
+from conftest import (ARCH_CLASS, assert_logits_close, copy_checkpoint, ferry_export,
+                      make_checkpoint, make_inputs, ort_session, read_safetensors,
                       reference_logits, run_ferry, run_onnx, write_safetensors)
 
 VICTIM = "model.layers.1.self_attn.k_proj.weight"
@@ -19,13 +19,6 @@ VICTIM = "model.layers.1.self_attn.k_proj.weight"
 @pytest.fixture(scope="module")
 def good_ckpt(tmp_path_factory):
     return make_checkpoint(tmp_path_factory.mktemp("good") / "ckpt", "llama")
-
-
-@pytest.fixture(params=[b[1] for b in ferry_builds()], ids=[b[0] for b in ferry_builds()])
-def build(request):
-    """The ferry binary under test: release, and the sanitizer build when FERRY_BUILD_SAN is set
-    (a memory error or leak there exits 86 instead of 1, failing the test)."""
-    return request.param
 
 
 @pytest.fixture

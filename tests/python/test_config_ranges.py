@@ -10,18 +10,13 @@ import json
 import numpy as np
 import pytest
 
-from conftest import (ferry_builds, ferry_export, make_checkpoint, make_inputs, ort_session,
+from conftest import (ferry_export, make_checkpoint, make_inputs, ort_session,
                       run_ferry, run_onnx)
 
 
 @pytest.fixture(scope="module")
 def base_ckpt(tmp_path_factory):
     return make_checkpoint(tmp_path_factory.mktemp("ranges") / "ckpt", "llama")
-
-
-@pytest.fixture(params=[b[1] for b in ferry_builds()], ids=[b[0] for b in ferry_builds()])
-def build(request):
-    return request.param
 
 
 def with_config(src, dst, **changes):

@@ -21,20 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY_BIN, ROOT, SANITIZER_ENV, ferry_builds, ferry_export
+from conftest import FERRY_BIN, ROOT, SANITIZER_ENV, ferry_export
 
 from conftest import FIXTURE  # noqa: E402
 # The order in which save writes an export's files (see src/export/save.c).
 WRITE_ORDER = ["model.onnx.data", "model.onnx", "export.json", "config.json",
                "generation_config.json"]
 PAGE = 4096
-
-
-@pytest.fixture(params=[b[1] for b in ferry_builds()], ids=[b[0] for b in ferry_builds()])
-def build(request):
-    """The release binary, and the ASan/UBSan one when FERRY_BUILD_SAN is set (a leak or memory
-    error on the failure path exits 86 there)."""
-    return request.param
 
 
 def snapshot(root):

@@ -16,17 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY_BIN, ROOT, SANITIZER_ENV, ferry_builds, ferry_export, run_ferry
+from conftest import FERRY_BIN, ROOT, SANITIZER_ENV, ferry_export, run_ferry
 from stall import StalledExport
 
 from conftest import FIXTURE  # noqa: E402
 EXPORT_FILES = ["config.json", "export.json", "generation_config.json", "model.onnx",
                 "model.onnx.data"]
-
-
-@pytest.fixture(params=[b[1] for b in ferry_builds()], ids=[b[0] for b in ferry_builds()])
-def build(request):
-    return request.param
 
 
 def tree(root):

@@ -48,14 +48,6 @@ def test_config_names(tmp_path, label, binary, char, key):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hc") / "export"
-    rc, _, stderr = run_ferry("export", FIXTURE, out, "-q")
-    assert rc == 0, stderr
-    return out
-
-
 def planted(exported, dst, where, raw):
     dst = Path(shutil.copytree(exported, dst))
     m = json.loads((dst / "export.json").read_text())

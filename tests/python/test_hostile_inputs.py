@@ -25,18 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ARCHS, ASAN_BIN, FERRY_BIN, ROOT, SANITIZER_ENV, ferry_builds,
-                      read_safetensors)
+from conftest import ARCHS, ASAN_BIN, FERRY_BIN, ROOT, SANITIZER_ENV, read_safetensors
 
 from conftest import FIXTURE  # noqa: E402
 ST = "model.safetensors"
 VICTIM = "model.layers.1.self_attn.k_proj.weight"   # F32 [32, 64] in the fixture
 AS_LIMIT = 512 << 20      # a good export of the fixture needs ~256 MB of address space
-
-
-@pytest.fixture(params=[b[1] for b in ferry_builds()], ids=[b[0] for b in ferry_builds()])
-def build(request):
-    return request.param
 
 
 @pytest.fixture

@@ -21,15 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY_BIN, ROOT, UBSAN_BIN, ferry_builds, read_safetensors, run_ferry
+from conftest import FERRY_BIN, ROOT, UBSAN_BIN, read_safetensors, run_ferry
 
 from conftest import FIXTURE  # noqa: E402
 ST = "model.safetensors"
-
-
-@pytest.fixture(params=[b[1] for b in ferry_builds()], ids=[b[0] for b in ferry_builds()])
-def build(request):
-    return request.param
 
 
 @pytest.fixture

@@ -34,6 +34,8 @@ BUILDS = [("release", FERRY_BIN)] + ([("clang-ubsan", UBSAN_BIN)] if UBSAN_BIN e
 
 @pytest.fixture(params=[b[1] for b in BUILDS], ids=[b[0] for b in BUILDS])
 def build(request):
+    """conftest's builds less ASan's: RLIMIT_AS cannot bound a process with ASan's shadow
+    memory, so the limits here are checked on the release and clang UBSan builds."""
     return request.param
 
 

@@ -13,17 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY_BIN, ROOT, SANITIZER_ENV, ferry_builds, run_ferry
+from conftest import FERRY_BIN, ROOT, SANITIZER_ENV, run_ferry
 
 from conftest import FIXTURE  # noqa: E402
 PATH_MAX = os.pathconf("/", "PC_PATH_MAX")
 EXPORT_FILES = ["config.json", "export.json", "generation_config.json", "model.onnx",
                 "model.onnx.data"]
-
-
-@pytest.fixture(params=[b[1] for b in ferry_builds()], ids=[b[0] for b in ferry_builds()])
-def build(request):
-    return request.param
 
 
 def deep_dir(base, length):

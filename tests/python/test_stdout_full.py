@@ -8,20 +8,12 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURE, SANITIZER_ENV, ferry_builds, run_ferry
+from conftest import FIXTURE, SANITIZER_ENV, ferry_builds
 
 BUILDS = ferry_builds()
 IDS = [b[0] for b in BUILDS]
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    out = tmp_path_factory.mktemp("full") / "export"
-    rc, _, stderr = run_ferry("export", FIXTURE, out, "-q")
-    assert rc == 0, stderr
-    return out
 
 
 def run_to_full(binary, *args):
