@@ -19,7 +19,11 @@ static void print_usage(FILE *f)
           "  --stage semantic|lowered the graph as the architecture builds it (semantic ops:\n"
           "                           attention, rms_norm, rope, linear, ...; the default), or\n"
           "                           lowered for the export format's target, as written\n"
-          "  --component NAME         only this component (model, prefill, decode)\n", f);
+          "  --component NAME         only this component (model, prefill, decode)\n"
+          "\n"
+          "export options, as `ferry export` takes them: they shape these graphs as they shape the\n"
+          "export, except --opset, which only the ONNX writer applies (checked, no change here):\n",
+          f);
     cli_print_export_options(f);
     fputs("  -h, --help               this help\n"
           "\n"

@@ -232,8 +232,13 @@ const char *ferry_components_dump(ferry_components *c, int i, ferry_graph_stage 
         g_graph *g = lower(c, i, err);
         if (!g)
             return NULL;
-        text = g_dump(g);
+        char *body = g_dump(g);
         g_free(g);
+        strbuf b = {0};
+        if (body) /* which target: the same IR can be lowered for several */
+            sb_printf(&b, "target %s\n%s", c->backend->target(&c->cfg)->name, body);
+        free(body);
+        text = sb_take(&b);
     } else {
         fy_fail(err, FERRY_ERR_INVALID_ARG, "unknown graph stage %d", (int)stage);
         return NULL;

@@ -63,3 +63,16 @@ def test_every_golden_file_is_checked():
     """A golden file no case writes would pass unseen: every file belongs to a case."""
     names = {f"{f}-{c}.txt" for f, c, _ in CASES}
     assert {p.name for p in GOLDEN.glob("*.txt")} == names
+
+
+def test_opset_is_checked_and_leaves_the_graph(checkpoints):
+    """--opset belongs to the ONNX writer: `ferry graph` refuses one out of range and prints the
+    same lowered graph for any valid one (its --help says so), naming the target it lowered for."""
+    def graph(*flags):
+        return subprocess.run([str(FERRY_BIN), "graph", str(checkpoints["llama"]), "--stage",
+                               "lowered", *flags], capture_output=True, text=True, timeout=120)
+    low, high, bad = graph("--opset", "17"), graph("--opset", "23"), graph("--opset", "5")
+    assert low.returncode == 0 and high.returncode == 0, low.stderr + high.stderr
+    assert low.stdout == high.stdout
+    assert low.stdout.splitlines()[1] == "target onnx-standard"
+    assert bad.returncode == 2 and "--opset 5" in bad.stderr and not bad.stdout
