@@ -26,16 +26,6 @@ static int make_tmp(void **state)
 }
 
 
-static void write_text(const char *name, const char *text)
-{
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
-    assert_int_equal(fclose(f), 0);
-}
-
 /* The keys every test config shares; each test appends its own. */
 #define BASE                                                                                   \
     "\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "                  \
@@ -512,12 +502,12 @@ static void test_load_directory(void **state)
     assert_non_null(strstr(err.msg, path));
     assert_null(cfg.raw);
 
-    write_text("config.json", "{" BASE ", \"num_hidden_layers\": 0}");
+    scratch_write(tmp_dir, "config.json", "{" BASE ", \"num_hidden_layers\": 0}");
     fy_err_clear(&err);
     assert_int_equal(load_lm(tmp_dir, &lcfg, &err), FERRY_ERR_FORMAT);
     assert_non_null(strstr(err.msg, path));
 
-    write_text("config.json",
+    scratch_write(tmp_dir, "config.json",
                "{\"architectures\": [\"X\"], \"vocab_size\": 10, \"hidden_size\": 64,"
                " \"intermediate_size\": 1, \"num_hidden_layers\": 0, \"num_attention_heads\": 1}");
     fy_err_clear(&err);
@@ -526,20 +516,21 @@ static void test_load_directory(void **state)
                          " (got 0)"))
         fail_msg("unexpected message: %s", err.msg);
 
-    write_text("config.json", "{" BASE "}");
+    scratch_write(tmp_dir, "config.json", "{" BASE "}");
     fy_err_clear(&err);
     assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_OK);
     assert_null(cfg.generation);
     assert_string_equal(cfg.architecture, "LlamaForCausalLM");
     cfg_free(&cfg);
 
-    write_text("generation_config.json", "{\"eos_token_id\": [1, 2], \"do_sample\": false}");
+    scratch_write(tmp_dir, "generation_config.json",
+                  "{\"eos_token_id\": [1, 2], \"do_sample\": false}");
     assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_OK);
     assert_non_null(cfg.generation);
     assert_true(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(cfg.generation, "eos_token_id")));
     cfg_free(&cfg);
 
-    write_text("generation_config.json", "{\"eos_token_id\": ");
+    scratch_write(tmp_dir, "generation_config.json", "{\"eos_token_id\": ");
     assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "generation_config.json"));
     assert_null(cfg.raw);
@@ -556,7 +547,7 @@ static void test_load_hostile_files(void **state)
 
     /* 17 MB (sparse): over the 16 MB cap, refused from its size without reading it. */
     snprintf(path, sizeof path, "%s/config.json", tmp_dir);
-    write_text("config.json", "{}");
+    scratch_write(tmp_dir, "config.json", "{}");
     assert_int_equal(truncate(path, (off_t)17 << 20), 0);
     assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_FORMAT);
     if (!strstr(err.msg, path) ||
@@ -581,14 +572,14 @@ static void test_load_hostile_files(void **state)
     assert_int_equal(rmdir(path), 0);
 
     /* An empty file. */
-    write_text("config.json", "");
+    scratch_write(tmp_dir, "config.json", "");
     fy_err_clear(&err);
     assert_int_equal(cfg_load(tmp_dir, &cfg, &err), FERRY_ERR_FORMAT);
     if (!strstr(err.msg, path) || !strstr(err.msg, "empty"))
         fail_msg("unexpected message: %s", err.msg);
 
     /* A good config.json with a generation_config.json that is a FIFO. */
-    write_text("config.json", "{" BASE "}");
+    scratch_write(tmp_dir, "config.json", "{" BASE "}");
     snprintf(path, sizeof path, "%s/generation_config.json", tmp_dir);
     assert_int_equal(mkfifo(path, 0600), 0);
     fy_err_clear(&err);

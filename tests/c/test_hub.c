@@ -32,16 +32,6 @@ static void make_dirs(const char *rel)
     mkdir(path, 0700);
 }
 
-static void write_text(const char *rel, const char *text)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmp_dir, rel);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
-    assert_int_equal(fclose(f), 0);
-}
-
 /* A cache with org/name at two revisions and a single-name model, under HF_HOME. */
 static int make_cache(void **state)
 {
@@ -51,15 +41,15 @@ static int make_cache(void **state)
     make_dirs("hf/hub/models--org--name/refs");
     make_dirs("hf/hub/models--org--name/snapshots/" HASH_MAIN);
     make_dirs("hf/hub/models--org--name/snapshots/" HASH_V1);
-    write_text("hf/hub/models--org--name/refs/main", HASH_MAIN);
-    write_text("hf/hub/models--org--name/refs/v1", HASH_V1 "\n");
+    scratch_write(tmp_dir, "hf/hub/models--org--name/refs/main", HASH_MAIN);
+    scratch_write(tmp_dir, "hf/hub/models--org--name/refs/v1", HASH_V1 "\n");
     make_dirs("hf/hub/models--org--name/refs/feature");
-    write_text("hf/hub/models--org--name/refs/feature/x", HASH_V1);
-    write_text("hf/hub/models--org--name/refs/dangling", "aaaabbbbccccdddd");
-    write_text("hf/hub/models--org--name/refs/junk", "not a hash at all");
+    scratch_write(tmp_dir, "hf/hub/models--org--name/refs/feature/x", HASH_V1);
+    scratch_write(tmp_dir, "hf/hub/models--org--name/refs/dangling", "aaaabbbbccccdddd");
+    scratch_write(tmp_dir, "hf/hub/models--org--name/refs/junk", "not a hash at all");
     make_dirs("hf/hub/models--gpt2/refs");
     make_dirs("hf/hub/models--gpt2/snapshots/" HASH_MAIN);
-    write_text("hf/hub/models--gpt2/refs/main", HASH_MAIN);
+    scratch_write(tmp_dir, "hf/hub/models--gpt2/refs/main", HASH_MAIN);
     make_dirs("local/model");
 
     char home[128];

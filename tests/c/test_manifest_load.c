@@ -20,16 +20,6 @@
 static char exp_dir[128];
 
 
-static void write_file(const char *rel, const char *text)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", exp_dir, rel);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
-    assert_int_equal(fclose(f), 0);
-}
-
 static void link_at(const char *target, const char *rel)
 {
     char path[512];
@@ -57,9 +47,9 @@ static int make_export(void **state)
     snprintf(path, sizeof path, "%s/sub", exp_dir);
     if (mkdir(path, 0755) != 0)
         return -1;
-    write_file("model.onnx", "onnx");
-    write_file("model.onnx.data", "data");
-    write_file("sub/x.onnx", "onnx");
+    scratch_write(exp_dir, "model.onnx", "onnx");
+    scratch_write(exp_dir, "model.onnx.data", "data");
+    scratch_write(exp_dir, "sub/x.onnx", "onnx");
     snprintf(path, sizeof path, "%s/fifo.onnx", exp_dir);
     if (mkfifo(path, 0600) != 0)
         return -1;
@@ -87,7 +77,7 @@ static void expect_load_error(const char *label, const char *manifest, ferry_sta
 {
     ferry_exported *e = NULL;
     if (manifest)
-        write_file("export.json", manifest);
+        scratch_write(exp_dir, "export.json", manifest);
     ferry_status got = ferry_exported_load(exp_dir, NULL, &e);
     const char *msg = ferry_exported_errmsg(e);
     if (got != status)
@@ -103,7 +93,7 @@ static void expect_load_error(const char *label, const char *manifest, ferry_sta
 static void expect_load_ok(const char *label, const char *manifest, int components)
 {
     ferry_exported *e = NULL;
-    write_file("export.json", manifest);
+    scratch_write(exp_dir, "export.json", manifest);
     ferry_status got = ferry_exported_load(exp_dir, NULL, &e);
     if (got != FERRY_OK)
         fail_msg("%s: refused: %s", label, ferry_exported_errmsg(e));
@@ -270,7 +260,7 @@ static void test_malformed_manifests(void **state)
     /* 17 MB (sparse): over the 16 MB cap, refused from its size. */
     char path[512];
     snprintf(path, sizeof path, "%s/export.json", exp_dir);
-    write_file("export.json", "{}");
+    scratch_write(exp_dir, "export.json", "{}");
     assert_int_equal(truncate(path, (off_t)17 << 20), 0);
     expect_load_error("17 MB", NULL, FERRY_ERR_FORMAT, "exceed the limit of 16777216");
 
@@ -289,8 +279,9 @@ static void test_subfolders(void **state)
 {
     (void)state;
     ferry_exported *e = NULL;
-    write_file("sub/export.json", "{\"schema_version\": 1, \"format\": \"onnx\", \"components\": "
-               "{\"model\": {\"file\": \"x.onnx\", \"role\": \"model\"}}}");
+    scratch_write(exp_dir, "sub/export.json",
+                  "{\"schema_version\": 1, \"format\": \"onnx\", \"components\": "
+                  "{\"model\": {\"file\": \"x.onnx\", \"role\": \"model\"}}}");
     assert_int_equal(ferry_exported_load(exp_dir, "sub", &e), FERRY_OK);
     ferry_exported_free(e);
     static const char *const bad[] = {"..", "../export", "/tmp", "sub/..", "./sub", "sub\\x"};

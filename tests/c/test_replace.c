@@ -23,16 +23,6 @@
 
 static char out[256];
 
-static void put(const char *rel, const char *text)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", out, rel);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
-    assert_int_equal(fclose(f), 0);
-}
-
 static bool present(const char *rel)
 {
     char path[512];
@@ -51,12 +41,13 @@ static int make_export(void **state)
     snprintf(out, sizeof out, "%s/out", tmp_dir);
     if (mkdir(out, 0755) != 0)
         return -1;
-    put("export.json", "{\"schema_version\": 1, \"export_format\": \"onnx\", \"components\": "
-                       "{\"model\": {\"file\": \"model.onnx\", \"metadata\": {}}}}\n");
-    put("model.onnx", "graph");
-    put("model.onnx.data", "weights");
-    put("config.json", "{}");
-    put("generation_config.json", "{}");
+    scratch_write(out, "export.json",
+                  "{\"schema_version\": 1, \"export_format\": \"onnx\", \"components\": "
+                  "{\"model\": {\"file\": \"model.onnx\", \"metadata\": {}}}}\n");
+    scratch_write(out, "model.onnx", "graph");
+    scratch_write(out, "model.onnx.data", "weights");
+    scratch_write(out, "config.json", "{}");
+    scratch_write(out, "generation_config.json", "{}");
     return 0;
 }
 
@@ -75,7 +66,7 @@ static void test_transformers_export(void **state)
     assert_int_equal(o.n, 5);
     old_export_free(&o);
 
-    put("notes.txt", "mine");
+    scratch_write(out, "notes.txt", "mine");
     assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
     assert_non_null(strstr(err.msg, "'notes.txt'"));
     assert_int_equal(o.n, 0);
@@ -83,14 +74,15 @@ static void test_transformers_export(void **state)
 
     /* A remote-code config's module is what PreTrainedConfig.save_pretrained copies beside it;
      * any other module is not. */
-    put("config.json", "{\"auto_map\": {\"AutoConfig\": \"org/repo--configuration_foo.FooConfig\"}}");
+    scratch_write(out, "config.json",
+                  "{\"auto_map\": {\"AutoConfig\": \"org/repo--configuration_foo.FooConfig\"}}");
     char path[512];
     snprintf(path, sizeof path, "%s/notes.txt", out);
     assert_int_equal(unlink(path), 0);
-    put("configuration_foo.py", "class FooConfig: pass\n");
+    scratch_write(out, "configuration_foo.py", "class FooConfig: pass\n");
     assert_int_equal(check(&o, &err), FERRY_OK);
     old_export_free(&o);
-    put("modeling_foo.py", "");
+    scratch_write(out, "modeling_foo.py", "");
     assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
     assert_non_null(strstr(err.msg, "'modeling_foo.py'"));
 }
@@ -101,33 +93,37 @@ static void test_transformers_manifest_rules(void **state)
     old_export o = {0};
     fy_err err = {0};
     /* The component's file must be the one transformers names: <prefix><name><suffix>. */
-    put("export.json", "{\"schema_version\": 1, \"export_format\": \"onnx\", \"components\": "
-                       "{\"model\": {\"file\": \"../model.onnx\", \"metadata\": {}}}}");
+    scratch_write(out, "export.json",
+                  "{\"schema_version\": 1, \"export_format\": \"onnx\", \"components\": "
+                  "{\"model\": {\"file\": \"../model.onnx\", \"metadata\": {}}}}");
     assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
     assert_non_null(strstr(err.msg, "component 'model'"));
-    put("export.json", "{\"schema_version\": 1, \"export_format\": \"onnx\", \"components\": "
-                       "{\"model\": {\"file\": \"model.onnx\"}}}");
+    scratch_write(out, "export.json",
+                  "{\"schema_version\": 1, \"export_format\": \"onnx\", \"components\": "
+                  "{\"model\": {\"file\": \"model.onnx\"}}}");
     assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
-    put("export.json", "{\"schema_version\": 2, \"export_format\": \"onnx\", \"components\": "
-                       "{\"model\": {\"file\": \"model.onnx\", \"metadata\": {}}}}");
+    scratch_write(out, "export.json",
+                  "{\"schema_version\": 2, \"export_format\": \"onnx\", \"components\": "
+                  "{\"model\": {\"file\": \"model.onnx\", \"metadata\": {}}}}");
     assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
     assert_non_null(strstr(err.msg, "schema_version"));
     /* OpenVINO: openvino_<name>.xml and its .bin. */
-    put("export.json", "{\"schema_version\": 1, \"export_format\": \"openvino\", \"components\": "
-                       "{\"model\": {\"file\": \"openvino_model.xml\", \"metadata\": {}}}}");
+    scratch_write(out, "export.json",
+                  "{\"schema_version\": 1, \"export_format\": \"openvino\", \"components\": "
+                  "{\"model\": {\"file\": \"openvino_model.xml\", \"metadata\": {}}}}");
     char path[512];
     const char *onnx_files[] = {"model.onnx", "model.onnx.data"};
     for (size_t i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/%s", out, onnx_files[i]);
         assert_int_equal(unlink(path), 0);
     }
-    put("openvino_model.xml", "<net/>");
-    put("openvino_model.bin", "weights");
+    scratch_write(out, "openvino_model.xml", "<net/>");
+    scratch_write(out, "openvino_model.bin", "weights");
     assert_int_equal(check(&o, &err), FERRY_OK);
     assert_int_equal(o.n, 5);
     old_export_free(&o);
     /* A hidden file is never part of an export, even one export.json would name. */
-    put(".openvino_model.bin", "");
+    scratch_write(out, ".openvino_model.bin", "");
     assert_int_equal(check(&o, &err), FERRY_ERR_EXISTS);
     assert_non_null(strstr(err.msg, "'.openvino_model.bin'"));
 }
@@ -139,7 +135,7 @@ static void test_remove_only_what_was_checked(void **state)
     old_export o = {0};
     fy_err err = {0};
     assert_int_equal(check(&o, &err), FERRY_OK);
-    put("late.txt", "appeared after the check");
+    scratch_write(out, "late.txt", "appeared after the check");
     char note[256];
     assert_int_equal(replace_remove(out, &o, note, sizeof note), FERRY_ERR_IO);
     assert_non_null(strstr(note, "appeared"));
@@ -161,7 +157,7 @@ static void test_remove_skips_replaced_file(void **state)
     assert_int_equal(unlink(path), 0);
     struct timespec pause = {0, 20 * 1000 * 1000};
     nanosleep(&pause, NULL); /* the inode may be reused: its ctime tells the files apart */
-    put("model.onnx", "someone else's file, same name");
+    scratch_write(out, "model.onnx", "someone else's file, same name");
     char note[256];
     assert_int_equal(replace_remove(out, &o, note, sizeof note), FERRY_ERR_IO);
     assert_non_null(strstr(note, "'model.onnx'"));
@@ -178,7 +174,7 @@ static void test_remove_skips_rewritten_file(void **state)
     assert_int_equal(check(&o, &err), FERRY_OK);
     struct timespec pause = {0, 20 * 1000 * 1000};
     nanosleep(&pause, NULL); /* a coarse clock must still see a new ctime */
-    put("config.json", "{\"rewritten\": true}");
+    scratch_write(out, "config.json", "{\"rewritten\": true}");
     char note[256];
     assert_int_equal(replace_remove(out, &o, note, sizeof note), FERRY_ERR_IO);
     assert_non_null(strstr(note, "'config.json'"));
