@@ -2,6 +2,7 @@
  * opset, recipe, generation, revision): parsed once here into a ferry_export_config. */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,40 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         o->cfg.generation.max_cache_len = v;
         return CLI_CONTINUE;
     }
+    case CLI_OPT_QUANTIZE:
+        if (strcmp(arg, "int4") != 0 && strcmp(arg, "int8") != 0) {
+            cli_error("--quantize %s: expected int4 or int8", arg);
+            return EXIT_USAGE;
+        }
+        o->cfg.quantizer.bits = arg[3] == '4' ? 4 : 8;
+        return CLI_CONTINUE;
+    case CLI_OPT_BLOCK_SIZE: case CLI_OPT_ACCURACY: {
+        char *end;
+        long v = strtol(arg, &end, 10);
+        bool block = c == CLI_OPT_BLOCK_SIZE;
+        if (*end || end == arg || v < (block ? 16 : 0) || v > (block ? 256 : 4)) {
+            cli_error(block ? "--block-size %s: expected 16, 32, 64, 128 or 256"
+                            : "--accuracy-level %s: expected 0 to 4", arg);
+            return EXIT_USAGE;
+        }
+        *(block ? &o->cfg.quantizer.block_size : &o->cfg.quantizer.accuracy_level) = (int)v;
+        return CLI_CONTINUE;
+    }
+    case CLI_OPT_ASYMMETRIC:
+        o->cfg.quantizer.asymmetric = 1;
+        return CLI_CONTINUE;
+    case CLI_OPT_QUANT_EMBED:
+        o->cfg.quantizer.embeddings = 1;
+        return CLI_CONTINUE;
+    case CLI_OPT_FLOAT_HEAD:
+        o->cfg.quantizer.lm_head = 0;
+        return CLI_CONTINUE;
+    case CLI_OPT_ORT_FUSIONS:
+        if (ferry_ort_fusions_from_name(arg, &o->cfg.ort_fusions) != FERRY_OK) {
+            cli_error("--ort-fusions %s: expected cpu, cuda, webgpu, dml or none", arg);
+            return EXIT_USAGE;
+        }
+        return CLI_CONTINUE;
     }
     return -2; /* not a shared option */
 }
@@ -185,6 +220,13 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         {"multi-token-decode", no_argument, NULL, CLI_OPT_MULTI_TOKEN},
         {"static-cache", no_argument, NULL, CLI_OPT_STATIC_CACHE},
         {"max-cache-len", required_argument, NULL, CLI_OPT_MAX_CACHE},
+        {"quantize", required_argument, NULL, CLI_OPT_QUANTIZE},
+        {"block-size", required_argument, NULL, CLI_OPT_BLOCK_SIZE},
+        {"asymmetric", no_argument, NULL, CLI_OPT_ASYMMETRIC},
+        {"accuracy-level", required_argument, NULL, CLI_OPT_ACCURACY},
+        {"quantize-embeddings", no_argument, NULL, CLI_OPT_QUANT_EMBED},
+        {"float-lm-head", no_argument, NULL, CLI_OPT_FLOAT_HEAD},
+        {"ort-fusions", required_argument, NULL, CLI_OPT_ORT_FUSIONS},
     };
     enum { N_SHARED = sizeof shared / sizeof shared[0], MAX_OPTS = 32 };
     struct option all[MAX_OPTS + 1];
@@ -239,8 +281,8 @@ void cli_print_export_options(FILE *f)
             "  --opset N                ONNX opset (default %d, supported %d-%d)\n"
             "  --config RECIPE.json     read options from a recipe with AutoExportConfig keys:\n"
             "                           export_format, dynamic, dynamic_shapes, dtype, opset,\n"
-            "                           example_shapes (command-line options given after it "
-            "win)\n"
+            "                           example_shapes, ort_fusions, quantizer (command-line\n"
+            "                           options given after it win)\n"
             "  --for-generation         the components a generation loop needs: prefill and\n"
             "                           decode with a KV cache (past_key_values.* in, present.* "
             "out)\n"
@@ -251,6 +293,19 @@ void cli_print_export_options(FILE *f)
             "                           pairs to bind to one buffer each (needs "
             "--max-cache-len)\n"
             "  --max-cache-len N        static cache length\n"
+            "  --ort-fusions EP         ONNX Runtime's fused ops for one execution provider\n"
+            "                           (cpu; cuda, webgpu and dml are not supported yet); such\n"
+            "                           a graph runs only on onnxruntime (default: standard ONNX)\n"
+            "  --quantize int4|int8     weight-only quantization of every linear layer, round to\n"
+            "                           nearest per block, done while the weights stream: as\n"
+            "                           DequantizeLinear + MatMul in standard ONNX (opset >= 21),\n"
+            "                           as MatMulNBits with --ort-fusions\n"
+            "  --block-size N           inputs per quantization block: 16, 32 (default), 64, 128,\n"
+            "                           256; must divide every quantized weight's input size\n"
+            "  --asymmetric             a zero point per block (default: symmetric)\n"
+            "  --accuracy-level N       MatMulNBits' accuracy_level 0-4 (fused only; default 4)\n"
+            "  --quantize-embeddings    quantize the embedding table too (default: float)\n"
+            "  --float-lm-head          keep lm_head in float (default: quantized)\n"
             "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
             ferry_supported_formats(), ferry_default_opset(), ferry_min_opset(),
             ferry_max_opset());

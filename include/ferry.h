@@ -131,6 +131,36 @@ typedef struct ferry_generation_config {
 
 void ferry_generation_config_init(ferry_generation_config *gen);
 
+/* ONNX Runtime fusions: the execution provider the ONNX graph is made for (the guide's
+ * ort_fusions). NONE keeps the graph standard ONNX; the others use onnxruntime's contrib ops
+ * (com.microsoft) that provider runs fastest, and such a graph runs only on onnxruntime. */
+typedef enum ferry_ort_fusions {
+    FERRY_ORT_NONE = 0, FERRY_ORT_CPU, FERRY_ORT_CUDA, FERRY_ORT_WEBGPU, FERRY_ORT_DML
+} ferry_ort_fusions;
+
+/* "cpu", "cuda", "webgpu", "dml" as --ort-fusions and the recipe spell them; "none" -> NONE.
+ * FERRY_ERR_INVALID_ARG for any other name. */
+ferry_status ferry_ort_fusions_from_name(const char *name, ferry_ort_fusions *out);
+/* "none", "cpu", ... Static string. */
+const char *ferry_ort_fusions_name(ferry_ort_fusions fusions);
+
+/* Weight-only block quantization, round to nearest (the recipe's "quantizer"). Each weight row
+ * is cut into blocks of `block_size` inputs; a block keeps one scale (and, asymmetric, one zero
+ * point) in the export dtype, its values become `bits`-bit codes. The arithmetic and packing
+ * are onnxruntime's own (src/quant/rtn.h). The weights of every linear layer are quantized;
+ * norms and biases stay float. */
+typedef struct ferry_quantizer {
+    int bits;                     /* 0: no quantization (default); 4 or 8 */
+    int block_size;               /* 16, 32 (default when 0), 64, 128 or 256; must divide the
+                                     input size of every quantized weight */
+    int asymmetric;               /* 1: a zero point per block; 0: symmetric (default) */
+    int accuracy_level;           /* MatMulNBits' accuracy_level, 0-4 (fused graphs only); -1:
+                                     the default (4 when fused) */
+    int embeddings;               /* 1: quantize the embedding table too (default 0) */
+    int lm_head;                  /* 1: quantize the lm_head (default, set by init); 0 keeps
+                                     it float */
+} ferry_quantizer;
+
 typedef struct ferry_export_config {
     ferry_format format;          /* FERRY_FORMAT_ONNX */
     int dynamic;                  /* 1: every axis symbolic (batch, sequence) */
@@ -144,6 +174,8 @@ typedef struct ferry_export_config {
     void *progress_user;
     int for_generation;           /* ferry_export makes the generation components */
     ferry_generation_config generation;
+    ferry_ort_fusions ort_fusions; /* ONNX only; FERRY_ORT_NONE (default) keeps standard ONNX */
+    ferry_quantizer quantizer;
 } ferry_export_config;
 
 void ferry_export_config_init(ferry_export_config *cfg);
@@ -155,7 +187,10 @@ size_t ferry_export_config_size(void);
  * "dynamic", "dynamic_shapes" ({"input_ids": {"0": "batch" | {"name":..,"min":..,"max":..}}}),
  * "dtype", "opset", "example_shapes" ({"input_ids": [1, 8]}), and for generation exports
  * "for_generation", "multi_token_decode" and "generation_config" ({"cache_implementation":
- * "static" | "dynamic", "max_cache_len": N}). Unknown keys are an error.
+ * "static" | "dynamic", "max_cache_len": N}), "ort_fusions" ("cpu" | "cuda" | "webgpu" |
+ * "dml" | null) and "quantizer" (null, "int4", "int8", or {"bits": 4 | 8, "block_size": N,
+ * "symmetric": bool, "accuracy_level": 0-4, "quantize_embeddings": bool, "quantize_lm_head":
+ * bool}, omitted fields keeping their defaults). Unknown keys are an error.
  * `errbuf` (may be NULL) receives a message on failure. */
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json,
                                            char *errbuf, size_t errbuf_size);

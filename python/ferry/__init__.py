@@ -45,13 +45,19 @@ class _GenerationConfig(ctypes.Structure):
                 ("max_cache_len", ctypes.c_int64)]
 
 
+class _Quantizer(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int) for name in
+                ("bits", "block_size", "asymmetric", "accuracy_level", "embeddings", "lm_head")]
+
+
 class _ExportConfig(ctypes.Structure):
     _fields_ = [("format", ctypes.c_int), ("dynamic", ctypes.c_int),
                 ("dims", _DimSpec * _MAX_DIMS), ("n_dims", ctypes.c_int),
                 ("example_batch", ctypes.c_int64), ("example_sequence", ctypes.c_int64),
                 ("dtype", ctypes.c_int), ("opset", ctypes.c_int),
                 ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p),
-                ("for_generation", ctypes.c_int), ("generation", _GenerationConfig)]
+                ("for_generation", ctypes.c_int), ("generation", _GenerationConfig),
+                ("ort_fusions", ctypes.c_int), ("quantizer", _Quantizer)]
 
 
 def _find_library():
@@ -164,8 +170,15 @@ class OnnxConfig:
     --config recipe's). Validated by libferry when made."""
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", opset=None,
-                 example_shapes=None):
+                 example_shapes=None, ort_fusions=None, quantizer=None):
+        """ort_fusions: None (standard ONNX) or "cpu" | "cuda" | "webgpu" | "dml".
+        quantizer: None, "int4", "int8" or a dict of the recipe's quantizer keys (bits,
+        block_size, symmetric, accuracy_level, quantize_embeddings, quantize_lm_head)."""
         recipe = {"export_format": "onnx", "dynamic": bool(dynamic), "dtype": dtype}
+        if ort_fusions is not None:
+            recipe["ort_fusions"] = ort_fusions
+        if quantizer is not None:
+            recipe["quantizer"] = dict(quantizer) if isinstance(quantizer, dict) else quantizer
         if dynamic_shapes:
             recipe["dynamic_shapes"] = {
                 name: {str(axis): _json_dim(dim) for axis, dim in axes.items()}

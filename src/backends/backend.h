@@ -28,8 +28,9 @@ typedef struct fb_backend {
     ferry_format format;
     /* Checks the backend's options in `cfg` (opset, ...) and fills their defaults. */
     ferry_status (*configure)(ferry_export_config *cfg, fy_err *err);
-    /* The target the semantic graphs are lowered for. */
-    const g_target *(*target)(const ferry_export_config *cfg);
+    /* The target the semantic graphs are lowered for (its opts may point into `cfg`, which
+     * outlives the lowering). */
+    void (*target)(const ferry_export_config *cfg, g_target *out);
     /* Adapts a lowered graph to the format's conventions (e.g. the names of cache states). */
     ferry_status (*finish)(g_graph *g, const ferry_export_config *cfg, fy_err *err);
     /* The placement policy: which files each component has. */

@@ -18,6 +18,29 @@ void ferry_export_config_init(ferry_export_config *cfg)
     cfg->example_sequence = 8;
     cfg->dtype = FERRY_F32;
     ferry_generation_config_init(&cfg->generation);
+    cfg->quantizer.accuracy_level = -1;
+    cfg->quantizer.lm_head = 1;
+}
+
+static const char *const FUSION_NAMES[] = {
+    [FERRY_ORT_NONE] = "none", [FERRY_ORT_CPU] = "cpu", [FERRY_ORT_CUDA] = "cuda",
+    [FERRY_ORT_WEBGPU] = "webgpu", [FERRY_ORT_DML] = "dml",
+};
+
+ferry_status ferry_ort_fusions_from_name(const char *name, ferry_ort_fusions *out)
+{
+    for (int i = 0; i < (int)(sizeof FUSION_NAMES / sizeof FUSION_NAMES[0]); i++)
+        if (name && !strcmp(name, FUSION_NAMES[i])) {
+            *out = (ferry_ort_fusions)i;
+            return FERRY_OK;
+        }
+    return FERRY_ERR_INVALID_ARG;
+}
+
+const char *ferry_ort_fusions_name(ferry_ort_fusions fusions)
+{
+    unsigned i = (unsigned)fusions;
+    return i < sizeof FUSION_NAMES / sizeof FUSION_NAMES[0] ? FUSION_NAMES[i] : "?";
 }
 
 size_t ferry_export_config_size(void)
@@ -270,6 +293,59 @@ static ferry_status recipe_generation(ferry_export_config *cfg, const cJSON *gc,
     return FERRY_OK;
 }
 
+/* "quantizer": null, "int4", "int8" or an object of the fields below. */
+static ferry_status recipe_quantizer(ferry_quantizer *q, const cJSON *item, char *eb, size_t es)
+{
+    if (cJSON_IsNull(item)) {
+        q->bits = 0;
+        return FERRY_OK;
+    }
+    if (cJSON_IsString(item)) {
+        if (strcmp(item->valuestring, "int4") != 0 && strcmp(item->valuestring, "int8") != 0)
+            return say(eb, es, FERRY_ERR_UNSUPPORTED, "recipe: quantizer \"%s\" is not "
+                       "supported (int4, int8, or an object with \"bits\")", item->valuestring);
+        q->bits = item->valuestring[3] == '4' ? 4 : 8;
+        return FERRY_OK;
+    }
+    if (!cJSON_IsObject(item))
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'quantizer' must be null, \"int4\", "
+                   "\"int8\" or an object");
+    const cJSON *f;
+    q->bits = 4;
+    cJSON_ArrayForEach(f, item) {
+        const char *k = f->string;
+        uint64_t v;
+        if (!strcmp(k, "bits") || !strcmp(k, "block_size") || !strcmp(k, "accuracy_level")) {
+            if (!json_number_to_u64(f, &v) || v > 4096)
+                return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: quantizer.%s must be a "
+                           "non-negative integer", k);
+            if (k[0] == 'b' && k[1] == 'i')
+                q->bits = (int)v;
+            else if (k[0] == 'b')
+                q->block_size = (int)v;
+            else
+                q->accuracy_level = (int)v;
+        } else if (!strcmp(k, "symmetric") || !strcmp(k, "quantize_embeddings") ||
+                   !strcmp(k, "quantize_lm_head")) {
+            if (!cJSON_IsBool(f))
+                return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: quantizer.%s must be true or "
+                           "false", k);
+            int on = cJSON_IsTrue(f);
+            if (k[0] == 's')
+                q->asymmetric = !on;
+            else if (!strcmp(k, "quantize_embeddings"))
+                q->embeddings = on;
+            else
+                q->lm_head = on;
+        } else {
+            return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: unknown quantizer key '%s' (known: "
+                       "bits, block_size, symmetric, accuracy_level, quantize_embeddings, "
+                       "quantize_lm_head)", k);
+        }
+    }
+    return FERRY_OK;
+}
+
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json, char *eb,
                                            size_t es)
 {
@@ -343,8 +419,20 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
         } else if (!strcmp(k, "generation_config")) {
             if ((st = recipe_generation(cfg, item, eb, es)) != FERRY_OK)
                 goto done;
-        } else if (!strcmp(k, "ort_fusions") || !strcmp(k, "quantizer") || !strcmp(k, "backend") ||
-                   !strcmp(k, "optimize")) {
+        } else if (!strcmp(k, "ort_fusions")) {
+            if (cJSON_IsNull(item)) {
+                cfg->ort_fusions = FERRY_ORT_NONE;
+            } else if (!cJSON_IsString(item) || !strcmp(item->valuestring, "none") ||
+                       ferry_ort_fusions_from_name(item->valuestring, &cfg->ort_fusions) !=
+                           FERRY_OK) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'ort_fusions' must be \"cpu\", "
+                         "\"cuda\", \"webgpu\", \"dml\" or null");
+                goto done;
+            }
+        } else if (!strcmp(k, "quantizer")) {
+            if ((st = recipe_quantizer(&cfg->quantizer, item, eb, es)) != FERRY_OK)
+                goto done;
+        } else if (!strcmp(k, "backend") || !strcmp(k, "optimize")) {
             if (!cJSON_IsNull(item)) {
                 st = say(eb, es, FERRY_ERR_UNSUPPORTED,
                          "recipe: '%s' is not supported yet (only null is accepted)", k);
@@ -354,7 +442,7 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
             st = say(eb, es, FERRY_ERR_INVALID_ARG,
                      "recipe: unknown key '%s' (known: export_format, dynamic, dynamic_shapes, "
                      "dtype, opset, example_shapes, for_generation, multi_token_decode, "
-                     "generation_config)", k);
+                     "generation_config, ort_fusions, quantizer)", k);
             goto done;
         }
     }
@@ -392,6 +480,19 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
     cJSON *ids = cJSON_AddArrayToObject(ex, "input_ids");
     cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_batch));
     cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_sequence));
+    if (cfg->ort_fusions != FERRY_ORT_NONE)
+        cJSON_AddStringToObject(o, "ort_fusions", ferry_ort_fusions_name(cfg->ort_fusions));
+    if (cfg->quantizer.bits) {
+        const ferry_quantizer *q = &cfg->quantizer;
+        cJSON *qo = cJSON_AddObjectToObject(o, "quantizer");
+        cJSON_AddNumberToObject(qo, "bits", q->bits);
+        cJSON_AddNumberToObject(qo, "block_size", q->block_size);
+        cJSON_AddBoolToObject(qo, "symmetric", !q->asymmetric);
+        if (q->accuracy_level >= 0)
+            cJSON_AddNumberToObject(qo, "accuracy_level", q->accuracy_level);
+        cJSON_AddBoolToObject(qo, "quantize_embeddings", q->embeddings);
+        cJSON_AddBoolToObject(qo, "quantize_lm_head", q->lm_head);
+    }
     if (cfg->for_generation) {
         cJSON_AddBoolToObject(o, "for_generation", 1);
         cJSON_AddBoolToObject(o, "multi_token_decode", cfg->generation.multi_token_decode);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "export/internal.h"
+#include "quant/apply.h"
 #include "util/strbuf.h"
 
 static ferry_status validate_config(ferry_export_config *cfg, const fb_backend **backend,
@@ -19,6 +20,8 @@ static ferry_status validate_config(ferry_export_config *cfg, const fb_backend *
     if (cfg->dtype != FERRY_F32 && cfg->dtype != FERRY_F16 && cfg->dtype != FERRY_BF16)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "export dtype %s is not supported (fp32, fp16, "
                        "bf16)", ferry_dtype_name(cfg->dtype));
+    if (q_check_config(&cfg->quantizer, cfg->dtype, err) != FERRY_OK)
+        return err->status;
     return (*backend)->configure(cfg, err);
 }
 
@@ -129,7 +132,7 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         if (m->arch->build(m->hparams, m->ck, &c->items[i].io, g, err) != FERRY_OK)
             goto fail;
         g_remove_dead(g);
-        if (g_check(g, err) != FERRY_OK)
+        if (q_apply(g, &c->cfg.quantizer, err) != FERRY_OK || g_check(g, err) != FERRY_OK)
             goto fail;
     }
     c->warnings = export_warnings(m->warning, m->ck);
@@ -166,7 +169,9 @@ ferry_status ferry_decompose_for_generation(ferry_model *m, const ferry_export_c
 /* The component's graph lowered for the backend and adapted to its conventions. */
 static g_graph *lower(const ferry_components *c, int i, fy_err *err)
 {
-    g_graph *g = g_legalize(c->items[i].graph, c->backend->target(&c->cfg), err);
+    g_target t;
+    c->backend->target(&c->cfg, &t);
+    g_graph *g = g_legalize(c->items[i].graph, &t, err);
     if (g && c->backend->finish(g, &c->cfg, err) != FERRY_OK) {
         g_free(g);
         return NULL;
@@ -235,8 +240,10 @@ const char *ferry_components_dump(ferry_components *c, int i, ferry_graph_stage 
         char *body = g_dump(g);
         g_free(g);
         strbuf b = {0};
+        g_target t;
+        c->backend->target(&c->cfg, &t);
         if (body) /* which target: the same IR can be lowered for several */
-            sb_printf(&b, "target %s\n%s", c->backend->target(&c->cfg)->name, body);
+            sb_printf(&b, "target %s\n%s", t.name, body);
         free(body);
         text = sb_take(&b);
     } else {

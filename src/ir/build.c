@@ -1,6 +1,7 @@
 /* build.c — the builder calls: one small function per op that fills the attributes, appends the
  * node (which infers its outputs) and returns its first output. Any G_NONE input (a failed
  * earlier call) makes the call return G_NONE. */
+#include <stdio.h>
 #include <string.h>
 
 #include "ir/ir.h"
@@ -212,4 +213,62 @@ int g_attention(g_graph *g, const char *name, int q, int k, int v, int mask, int
     if (present_v)
         *present_v = cached ? g->nodes[id].out[2] : G_NONE;
     return id == G_NONE ? G_NONE : g->nodes[id].out[0];
+}
+
+int g_dequantize(g_graph *g, const char *name, int weight)
+{
+    return node(g, G_DEQUANTIZE, name, 1, &weight, NULL);
+}
+
+g_extern g_extern_init(const char *domain, const char *op_type)
+{
+    g_extern e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.domain, sizeof e.domain, "%s", domain);
+    snprintf(e.op_type, sizeof e.op_type, "%s", op_type);
+    memset(e.part, -1, sizeof e.part);
+    return e;
+}
+
+static g_ext_attr *ext_attr(g_extern *e, const char *name, char kind)
+{
+    if (e->n_attr >= G_EXT_MAX_ATTRS) {
+        e->n_attr = G_EXT_MAX_ATTRS + 1; /* the node then fails inference */
+        return NULL;
+    }
+    g_ext_attr *a = &e->attr[e->n_attr++];
+    snprintf(a->name, sizeof a->name, "%s", name);
+    a->kind = kind;
+    return a;
+}
+
+void g_extern_int(g_extern *e, const char *name, int64_t v)
+{
+    g_ext_attr *a = ext_attr(e, name, 'i');
+    if (a)
+        a->i = v;
+}
+
+void g_extern_float(g_extern *e, const char *name, double v)
+{
+    g_ext_attr *a = ext_attr(e, name, 'f');
+    if (a)
+        a->f = v;
+}
+
+void g_extern_out(g_extern *e, int k, int slot, ferry_dtype dtype, const g_shape *shape)
+{
+    if (k < 0 || k >= G_MAX_OUT)
+        return;
+    e->out_slot[k] = slot;
+    e->out_dtype[k] = dtype;
+    e->out_shape[k] = *shape;
+    if (e->n_out < k + 1)
+        e->n_out = k + 1;
+}
+
+int g_extern_node(g_graph *g, const char *name, const g_extern *e, int n_in, const int *in)
+{
+    g_attrs at = {.ext = (g_extern *)e};
+    return node(g, G_EXTERN, name, n_in, in, &at);
 }

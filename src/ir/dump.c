@@ -109,6 +109,20 @@ static void put_attrs(strbuf *b, const g_node *n, const g_symtab *syms)
         if (o->softcap)
             sb_printf(b, " softcap=%.9g", o->softcap);
     }
+    if ((m & GA_EXTERN) && a->ext) {
+        const g_extern *e = a->ext;
+        SEP(), sb_printf(b, "%s%s%s", e->domain, e->domain[0] ? "." : "", e->op_type);
+        for (int i = 0; i < e->n_attr && i < G_EXT_MAX_ATTRS; i++) {
+            if (e->attr[i].kind == 'i')
+                sb_printf(b, " %s=%lld", e->attr[i].name, (long long)e->attr[i].i);
+            else
+                sb_printf(b, " %s=%.9g", e->attr[i].name, e->attr[i].f);
+        }
+        for (int k = 0; k < G_MAX_IN; k++)
+            if (e->part[k] >= 0)
+                sb_printf(b, " in%d=%s", k, e->part[k] == W_PART_CODES ? "codes" :
+                                                 e->part[k] == W_PART_SCALES ? "scales" : "zeros");
+    }
 #undef SEP
     sb_puts(b, "}");
 }
@@ -128,8 +142,9 @@ static void put_weight(strbuf *b, const g_value *v)
     if (w->offset != 0)
         sb_printf(b, " offset %.9g", w->offset);
     if (w->quant.bits)
-        sb_printf(b, " quant int%d block %d %s", w->quant.bits, w->quant.block,
-                  w->quant.symmetric ? "symmetric" : "asymmetric");
+        sb_printf(b, " quant int%d block %d %s%s", w->quant.bits, w->quant.block,
+                  w->quant.symmetric ? "symmetric" : "asymmetric",
+                  w->quant.explicit_zeros ? " explicit-zeros" : "");
     sb_puts(b, "\n");
 }
 

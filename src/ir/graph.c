@@ -61,6 +61,7 @@ void g_free(g_graph *g)
         free(g->nodes[i].name);
         free(g->nodes[i].a.rope);
         free(g->nodes[i].a.attn);
+        free(g->nodes[i].a.ext);
     }
     for (size_t i = 0; i < g->n_states; i++)
         free(g->states[i].name);
@@ -374,6 +375,7 @@ static bool copy_attrs(g_attrs *dst, const g_attrs *src)
     *dst = *src;
     dst->rope = NULL;
     dst->attn = NULL;
+    dst->ext = NULL;
     if (src->rope && !(dst->rope = malloc(sizeof *dst->rope)))
         return false;
     if (src->rope)
@@ -385,6 +387,15 @@ static bool copy_attrs(g_attrs *dst, const g_attrs *src)
     }
     if (src->attn)
         *dst->attn = *src->attn;
+    if (src->ext && !(dst->ext = malloc(sizeof *dst->ext))) {
+        free(dst->rope);
+        free(dst->attn);
+        dst->rope = NULL;
+        dst->attn = NULL;
+        return false;
+    }
+    if (src->ext)
+        *dst->ext = *src->ext;
     return true;
 }
 

@@ -71,7 +71,8 @@ ferry_status g_infer(const g_graph *g, const g_node *n, g_typed *outs, int *n_ou
         x.in[i] = &g->values[n->in[i]];
     }
     if (((info->attrs & GA_ROPE) != 0) != (n->a.rope != NULL) ||
-        ((info->attrs & GA_ATTN) != 0) != (n->a.attn != NULL))
+        ((info->attrs & GA_ATTN) != 0) != (n->a.attn != NULL) ||
+        ((info->attrs & GA_EXTERN) != 0) != (n->a.ext != NULL))
         return bad(&x, "option struct present where the op takes none, or missing");
     memset(outs, 0, sizeof *outs * G_MAX_OUT);
     ferry_status st = INFER[n->op](&x);
@@ -417,6 +418,38 @@ static ferry_status infer_scatter(inf *x)
         c->shape.rank != a->shape.rank || axis < 0 || axis >= a->shape.rank)
         return bad(x, "needs data, int64 indices and updates of one rank, and a valid axis");
     return one(x, a->dtype, &a->shape);
+}
+
+static ferry_status infer_dequantize(inf *x)
+{
+    const g_value *w = x->in[0];
+    if (w->kind != GV_WEIGHT || !w->weight.quant.bits || w->shape.rank != 2)
+        return bad(x, "needs a block-quantized weight");
+    return one(x, w->dtype, &w->shape);
+}
+
+static ferry_status infer_extern(inf *x)
+{
+    const g_extern *e = x->n->a.ext;
+    if (!e->op_type[0] || e->n_out < 1 || e->n_out > G_MAX_OUT || e->n_attr < 0 ||
+        e->n_attr > G_EXT_MAX_ATTRS)
+        return bad(x, "an extern op needs a type, 1 to 3 outputs and at most 12 attributes");
+    for (int k = 0; k < x->n->n_in; k++) {
+        const g_value *v = x->in[k];
+        bool quantized = v && v->kind == GV_WEIGHT && v->weight.quant.bits;
+        if (quantized != (e->part[k] >= 0) ||
+            (quantized && e->part[k] >= w_n_parts(&v->weight)))
+            return bad(x, "an input's part does not match its weight");
+    }
+    for (int k = 0; k < e->n_out; k++) {
+        if (e->out_slot[k] < 0 || e->out_slot[k] >= G_EXT_OUT_SLOTS ||
+            (k > 0 && e->out_slot[k] <= e->out_slot[k - 1]))
+            return bad(x, "output positions must increase");
+        x->out[k].dtype = e->out_dtype[k];
+        x->out[k].shape = e->out_shape[k];
+    }
+    x->n_out = e->n_out;
+    return FERRY_OK;
 }
 
 /* ---- semantic ops ---- */

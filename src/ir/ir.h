@@ -21,7 +21,7 @@
 #include "util/err.h"
 
 #define G_NONE (-1)
-#define G_MAX_IN 8
+#define G_MAX_IN 17        /* onnxruntime's GroupQueryAttention takes 17 */
 #define G_MAX_OUT 3
 #define G_MAX_INTS 8
 #define G_END INT64_MAX      /* slice / shape_of end: to the end of the axis */
@@ -30,7 +30,7 @@
 enum {
     GA_AXIS = 1 << 0, GA_INTS = 1 << 1, GA_SHAPE = 1 << 2, GA_RANGE = 1 << 3, GA_EPS = 1 << 4,
     GA_OFFSET = 1 << 5, GA_CAP = 1 << 6, GA_TO = 1 << 7, GA_KEEPDIMS = 1 << 8,
-    GA_TRANSB = 1 << 9, GA_ROPE = 1 << 10, GA_ATTN = 1 << 11,
+    GA_TRANSB = 1 << 9, GA_ROPE = 1 << 10, GA_ATTN = 1 << 11, GA_EXTERN = 1 << 12,
 };
 
 typedef enum g_op {
@@ -84,6 +84,33 @@ typedef struct g_attn_opts {
     g_cache_kind cache;
 } g_attn_opts;
 
+/* A backend's own op (op EXTERN): what its writer prints, e.g. onnxruntime's
+ * com.microsoft.MatMulNBits. Only that backend's target lowerings make one. */
+#define G_EXT_MAX_ATTRS 12
+#define G_EXT_OUT_SLOTS 8
+
+typedef struct g_ext_attr {
+    char name[32];
+    char kind;               /* 'i' int, 'f' float */
+    int64_t i;
+    double f;
+} g_ext_attr;
+
+typedef struct g_extern {
+    char domain[32];         /* "com.microsoft" ("" = the format's default domain) */
+    char op_type[48];        /* "MatMulNBits" */
+    g_ext_attr attr[G_EXT_MAX_ATTRS];
+    int n_attr;
+    /* input k that is a block-quantized weight stands for this part of it (w_part); -1 (any
+     * other input) is the value itself */
+    signed char part[G_MAX_IN];
+    unsigned flat;           /* bit k: input k's codes are read as 2-D [out, in*bits/8] */
+    int out_slot[G_MAX_OUT]; /* the op's output position of each output (gaps print empty) */
+    ferry_dtype out_dtype[G_MAX_OUT];
+    g_shape out_shape[G_MAX_OUT];
+    int n_out;
+} g_extern;
+
 typedef struct g_attrs {
     int64_t axis;
     int64_t ints[G_MAX_INTS];    /* perm, axes */
@@ -95,6 +122,7 @@ typedef struct g_attrs {
     bool keepdims, transpose_b;
     g_rope_opts *rope;           /* owned */
     g_attn_opts *attn;           /* owned */
+    g_extern *ext;               /* owned */
 } g_attrs;
 
 typedef enum g_value_kind { GV_INPUT, GV_NODE, GV_CONST, GV_WEIGHT } g_value_kind;
@@ -225,6 +253,18 @@ int g_add_value(g_graph *g, const char *name, ferry_dtype dtype, const g_shape *
 
 /* Output `k` of the node that produced value `v` (G_NONE if there is none). */
 int g_node_out(const g_graph *g, int v, int k);
+/* A block-quantized weight value -> its float values [out, in] (op DEQUANTIZE). */
+int g_dequantize(g_graph *g, const char *name, int weight);
+/* A backend's own op (see g_extern): `e` is copied; its outputs are e->n_out values of the
+ * given types. Returns the first output. */
+int g_extern_node(g_graph *g, const char *name, const g_extern *e, int n_in, const int *in);
+/* A g_extern for `domain`.`op_type` with no attributes, every input plain, outputs unset. */
+g_extern g_extern_init(const char *domain, const char *op_type);
+/* Appends an int or float attribute (past G_EXT_MAX_ATTRS the node fails inference). */
+void g_extern_int(g_extern *e, const char *name, int64_t v);
+void g_extern_float(g_extern *e, const char *name, double v);
+/* Declares output k at op output position `slot` with its type. */
+void g_extern_out(g_extern *e, int k, int slot, ferry_dtype dtype, const g_shape *shape);
 
 /* Low-level: appends a node with explicit attributes (the rope/attn pointers are copied), infers
  * its outputs and creates their values. Returns the node index or G_NONE. */

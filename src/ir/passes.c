@@ -65,7 +65,7 @@ static bool attrs_clean(const g_node *n)
            ((m & GA_OFFSET) || a->offset == 0) && ((m & GA_CAP) || a->cap == 0) &&
            ((m & GA_TO) || a->to == FERRY_DTYPE_UNDEFINED) && ((m & GA_KEEPDIMS) || !a->keepdims) &&
            ((m & GA_TRANSB) || !a->transpose_b) && ((m & GA_ROPE) || !a->rope) &&
-           ((m & GA_ATTN) || !a->attn);
+           ((m & GA_ATTN) || !a->attn) && ((m & GA_EXTERN) || !a->ext);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -156,6 +156,13 @@ ferry_status g_check(g_graph *g, fy_err *err)
             const g_value *x = &g->values[v];
             if (x->kind == GV_NODE && (size_t)x->producer >= i)
                 return bad(err, n, "input is produced later (graph not topologically ordered)");
+        }
+        for (int k = 0; k < n->n_in; k++) {
+            const g_value *x = n->in[k] == G_NONE ? NULL : &g->values[n->in[k]];
+            bool takes = (n->op == G_LINEAR && k == 1) || (n->op == G_EMBEDDING && k == 0) ||
+                         n->op == G_DEQUANTIZE || n->op == G_EXTERN;
+            if (x && x->kind == GV_WEIGHT && x->weight.quant.bits && !takes)
+                return bad(err, n, "reads a block-quantized weight it cannot take");
         }
         if (!attrs_clean(n))
             return bad(err, n, "an attribute the op does not take is set");

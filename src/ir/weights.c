@@ -115,14 +115,15 @@ bool w_equal(const g_weight *a, const g_weight *b)
     return a->concat_axis == b->concat_axis && a->row_begin == b->row_begin &&
            a->row_end == b->row_end && a->offset == b->offset && a->dtype == b->dtype &&
            a->transpose == b->transpose && a->quant.bits == b->quant.bits &&
-           a->quant.block == b->quant.block && a->quant.symmetric == b->quant.symmetric;
+           a->quant.block == b->quant.block && a->quant.symmetric == b->quant.symmetric &&
+           a->quant.explicit_zeros == b->quant.explicit_zeros;
 }
 
 int w_n_parts(const g_weight *w)
 {
     if (!w->quant.bits)
         return 1;
-    return w->quant.symmetric ? 2 : 3;
+    return w->quant.symmetric && !w->quant.explicit_zeros ? 2 : 3;
 }
 
 void w_part_info(const g_weight *w, w_part part, int *rank, int64_t *shape, ferry_dtype *dtype,
@@ -166,8 +167,10 @@ void w_part_info(const g_weight *w, w_part part, int *rank, int64_t *shape, ferr
     case W_PART_ZEROS:
         shape[1] = blocks;
         *dtype = code;
-        /* rows padded to whole bytes (MatMulNBits' zero_points layout) */
-        *nbytes = (uint64_t)rows * dt_nbytes(code, (uint64_t)blocks);
+        /* rows padded to whole bytes (MatMulNBits' zero_points layout); explicit zeros of a
+         * symmetric weight, all the mid code, packed contiguously (DequantizeLinear's) */
+        *nbytes = w->quant.explicit_zeros ? dt_nbytes(code, (uint64_t)rows * (uint64_t)blocks)
+                                          : (uint64_t)rows * dt_nbytes(code, (uint64_t)blocks);
         break;
     }
 }

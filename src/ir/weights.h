@@ -24,10 +24,10 @@
  * What each consumer takes (the codes and scales are always used as they are):
  *   MatMulNBits (B [out, in/block, block*bits/8], scales, zero_points): all three as they are.
  *   ONNX DequantizeLinear (uint4/uint8, axis 1, block_size): codes and scales as they are; its
- *     zero point is a uint4/uint8 tensor [out, in/block] packed contiguously, which is the zeros
- *     part when in/block is even (4-bit) or always (8-bit) and otherwise needs its row padding
- *     dropped; a symmetric weight needs an explicit zero-point tensor of 8s (128s), since
- *     DequantizeLinear's default zero point is 0.
+ *     zero point is a uint4/uint8 tensor [out, in/block] packed contiguously, which the zeros
+ *     part is when in/block is even (4-bit) or always (8-bit); a symmetric weight needs an
+ *     explicit zero-point tensor of 8s (128s), since DequantizeLinear's default zero point is
+ *     0: the recipe's explicit_zeros writes one, packed contiguously (every nibble alike).
  *   OpenVINO (u4/u8 constant [out, in/block, block], Convert, Subtract zero, Multiply scale):
  *     codes and scales as they are; zeros as a u4/u8 [out, in/block, 1] constant (the padding
  *     dropped where in/block is odd), or the scalar mid code when symmetric. */
@@ -47,6 +47,9 @@ typedef struct w_quant {
     int bits;                /* 0 = not quantized; 4 or 8 */
     int block;               /* a power of two from 16 to 256 (32, 64, 128 in practice) */
     bool symmetric;          /* no zero points: the mid code is zero */
+    bool explicit_zeros;     /* symmetric only: still write the zeros part, every entry the
+                                mid code (a consumer without an implicit zero point, such as
+                                DequantizeLinear, takes it as its zero-point tensor) */
 } w_quant;
 
 /* The pieces a recipe streams into: a plain weight has one; a quantized one has codes, scales
@@ -72,7 +75,7 @@ g_weight w_plain(const st_tensor *t, ferry_dtype dtype);
 ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err);
 /* Same recipe (so the same bytes): used to store a weight once across graphs. */
 bool w_equal(const g_weight *a, const g_weight *b);
-/* The parts this recipe writes (1 or 3 with zeros, 2 without). */
+/* The parts this recipe writes (1; or 3 with zeros, 2 without). */
 int w_n_parts(const g_weight *w);
 /* Shape (rank 1 or 2), element type and byte size of one part. For codes the element type is
  * FERRY_U4 or FERRY_U8 and the shape is logical ([out, in]); zeros of 4 bits are [out, in/block]

@@ -95,6 +95,21 @@ static ferry_status read_dtype(const cJSON *root, const char *origin, model_conf
                    key, st_quote_name(name, quoted, sizeof quoted));
 }
 
+/* A quantized checkpoint (GPTQ, AWQ, bitsandbytes, fp8 ...) stores packed codes and scales
+ * under names and dtypes that read as float weights would give wrong numbers, not an error. */
+static ferry_status refuse_quantized(const cJSON *root, const char *origin, fy_err *err)
+{
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    if (!q || cJSON_IsNull(q))
+        return FERRY_OK;
+    char quoted[ST_QUOTE_MAX];
+    const char *method = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q, "quant_method"));
+    return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: the checkpoint is quantized already "
+                   "(quantization_config, quant_method '%s'); ferry reads float checkpoints "
+                   "and quantizes them itself (--quantize)", origin,
+                   st_quote_name(method ? method : "?", quoted, sizeof quoted));
+}
+
 /* Multimodal and composite configs keep the language model's keys in "text_config"; the
  * architecture, model_type and dtype stay at the top. */
 static ferry_status read_config(const cJSON *root, const char *origin, model_config *cfg,
@@ -114,6 +129,9 @@ static ferry_status read_config(const cJSON *root, const char *origin, model_con
         return status;
     if (text && !cJSON_IsObject(text))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'text_config' must be an object", origin);
+    if ((status = refuse_quantized(root, origin, err)) ||
+        (text && (status = refuse_quantized(text, origin, err))))
+        return status;
     cfg->text = text ? text : root;
     snprintf(cfg->text_origin, sizeof cfg->text_origin, "%s%s", origin,
              text ? " (text_config)" : "");

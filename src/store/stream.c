@@ -308,7 +308,7 @@ static ferry_status write_quantized(stream *s, const job *j, const float *x, wor
     size_t code_row = cols * (size_t)w->quant.bits / 8, scale_row = blocks * dt_size(w->dtype);
     size_t zero_row = (blocks * (size_t)w->quant.bits + 7) / 8;
     if (!grow(&b->out, rows * code_row) || !grow(&b->scales, rows * scale_row) ||
-        !grow(&b->zeros, rows * zero_row))
+        !grow(&b->zeros, rows * zero_row + 1))
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory quantizing weights");
     rtn_quantize(x, rows, cols, w->quant.bits, w->quant.block, w->quant.symmetric, w->dtype,
                  b->out.p, b->scales.p, b->zeros.p);
@@ -324,7 +324,18 @@ static ferry_status write_quantized(stream *s, const job *j, const float *x, wor
                  off[W_PART_SCALES] + (uint64_t)j->r0 * scale_row, err);
         *written += rows * scale_row;
     }
-    if (st == FERRY_OK && !w->quant.symmetric && off[W_PART_ZEROS] != WS_UNPLACED) {
+    if (st == FERRY_OK && w->quant.explicit_zeros && off[W_PART_ZEROS] != WS_UNPLACED) {
+        /* Every zero point is the mid code, packed contiguously over the whole tensor: this
+         * band's bytes are those its rows' nibbles touch (a byte shared with the next band gets
+         * the same value from both). */
+        uint64_t bits_per_row = (uint64_t)blocks * (uint64_t)w->quant.bits;
+        uint64_t first = (uint64_t)j->r0 * bits_per_row / 8;
+        uint64_t end = ((uint64_t)j->r0 + rows) * bits_per_row;
+        end = (end + 7) / 8;
+        memset(b->zeros.p, w->quant.bits == 4 ? 0x88 : 0x80, (size_t)(end - first));
+        st = put(s, b->zeros.p, (size_t)(end - first), off[W_PART_ZEROS] + first, err);
+        *written += end - ((uint64_t)j->r0 * bits_per_row + 7) / 8; /* shared bytes once */
+    } else if (st == FERRY_OK && !w->quant.symmetric && off[W_PART_ZEROS] != WS_UNPLACED) {
         st = put(s, b->zeros.p, rows * zero_row, off[W_PART_ZEROS] + (uint64_t)j->r0 * zero_row,
                  err);
         *written += rows * zero_row;

@@ -352,7 +352,9 @@ static ferry_status run(const op_case *c, const char *dir, bool dynamic, fy_err 
     g_remove_dead(g);
     if ((st = g_check(g, err)) != FERRY_OK || (st = be->configure(&cfg, err)) != FERRY_OK)
         goto done;
-    if (!(comp.graph = g_legalize(g, be->target(&cfg), err))) {
+    g_target target;
+    be->target(&cfg, &target);
+    if (!(comp.graph = g_legalize(g, &target, err))) {
         st = err->status;
         goto done;
     }

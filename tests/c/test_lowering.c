@@ -402,11 +402,11 @@ static void inference_refuses_impossible_nodes(void **state)
     g_free(g);
 }
 
-/* A block-quantized weight reaching a lowering that only writes float weights is refused with
- * a message naming the target and the weight, for linear (the onnx-standard target's own
- * lowering and the generic one) and for an embedding table; a float weight in the same place
- * lowers. */
-static void quantized_weight_refused_by_float_lowerings(void **state)
+/* A block-quantized weight reaching the generic lowerings, which only write float weights, is
+ * refused with a message naming the target and the weight, for linear and for an embedding
+ * table; the onnx-standard target dequantizes it (DequantizeLinear, with its zero points
+ * stored); a float weight in the same place lowers everywhere. */
+static void quantized_weight_dequantized_or_refused(void **state)
 {
     (void)state;
     st_tensor t = {.name = "model.layers.0.mlp.up_proj.weight", .dtype = FERRY_F32, .ndim = 2,
@@ -429,9 +429,18 @@ static void quantized_weight_refused_by_float_lowerings(void **state)
                 fy_err err = {0};
                 assert_int_equal(g_check(g, &err), FERRY_OK);
                 g_graph *out = g_legalize(g, targets[k], &err);
-                if (!quantized) {
+                if (!quantized || k == 0) {
                     if (!out)
                         fail_msg("%s: %s", targets[k]->name, err.msg);
+                    int dq = 0;
+                    for (size_t i = 0; i < out->n_nodes; i++) {
+                        const g_node *n = &out->nodes[i];
+                        if (n->op != G_DEQUANTIZE || n->dead)
+                            continue;
+                        dq++;
+                        assert_true(out->values[n->in[0]].weight.quant.explicit_zeros);
+                    }
+                    assert_int_equal(dq, quantized);
                     g_free(out);
                 } else {
                     if (out)
@@ -458,7 +467,7 @@ int main(void)
         cmocka_unit_test(skip_rms_norm_is_one_add_and_one_norm),
         cmocka_unit_test(check_refuses_malformed_nodes),
         cmocka_unit_test(inference_refuses_impossible_nodes),
-        cmocka_unit_test(quantized_weight_refused_by_float_lowerings),
+        cmocka_unit_test(quantized_weight_dequantized_or_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

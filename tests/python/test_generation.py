@@ -51,16 +51,22 @@ EXPORT_FLAGS = {
 
 
 class Family:
-    def __init__(self, root, arch):
+    """`extra_flags` go to every export; `reference(ckpt, dir)`, when given, makes the
+    checkpoint the eager reference runs (e.g. the dequantized weights of a quantized export);
+    by default the reference reads the exported checkpoint itself."""
+
+    def __init__(self, root, arch, extra_flags=(), reference=None):
         self.arch, self.root = arch, Path(root)
         overrides = {"sliding_window": SLIDING_WINDOW} if arch == "mistral" else {}
         self.ckpt = make_checkpoint(self.root / "ckpt", arch, seed=7, **overrides)
+        self.ref = reference(self.ckpt, self.root / "reference") if reference else self.ckpt
+        self.extra_flags = list(extra_flags)
         self._exports, self._sessions, self._generated, self._runs = {}, {}, {}, {}
 
     def export(self, mode):
         if mode not in self._exports:
             self._exports[mode] = ferry_export(self.ckpt, self.root / mode, *EXPORT_FLAGS[mode],
-                                               "--quiet")
+                                               *self.extra_flags, "--quiet")
         return self._exports[mode]
 
     def manifest(self, mode):
@@ -77,7 +83,7 @@ class Family:
 
     def suppressed(self):
         """Token ids min_new_tokens masks during the first NEW_TOKENS steps (the eos ids)."""
-        eos = reference_model(self.ckpt).generation_config.eos_token_id
+        eos = reference_model(self.ref).generation_config.eos_token_id
         return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
 
     def generated(self, batch, length):
@@ -86,7 +92,7 @@ class Family:
         if key not in self._generated:
             pads = [length // 2, 0][:batch] if batch > 1 else [0]
             ids, mask, pos = make_inputs(VOCAB, batch, length, pads=pads, seed=3)
-            model = reference_model(self.ckpt)
+            model = reference_model(self.ref)
             with torch.no_grad():
                 out = model.generate(input_ids=torch.from_numpy(ids),
                                      attention_mask=torch.from_numpy(mask), do_sample=False,
@@ -396,7 +402,7 @@ def _check_calls(fam, batch, length, tokens, calls):
     fed = tokens[:, :NEW_TOKENS - 1]
     full_ids = np.concatenate([ids, fed], axis=1)
     full_mask = np.concatenate([mask, np.ones_like(fed)], axis=1)
-    want = reference_logits(fam.ckpt, full_ids, full_mask, generate_position_ids(full_mask))
+    want = reference_logits(fam.ref, full_ids, full_mask, generate_position_ids(full_mask))
     worst = 0.0
     covered = 0
     for start, got in calls:

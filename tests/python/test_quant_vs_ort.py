@@ -13,7 +13,8 @@ import os
 
 import numpy as np
 import pytest
-from onnxruntime.capi import _pybind_state as ort_c
+
+from quant_ref import ort_quantize
 
 FERRY_F32, FERRY_F16 = 1, 2   # include/ferry.h
 
@@ -50,20 +51,6 @@ def ferry_quantize(rtn, w, bits, block, symmetric, scale_dtype):
     rtn(x.ctypes.data, rows, cols, bits, block, int(symmetric), scale_dtype, codes.ctypes.data,
         scales.ctypes.data, None if symmetric else zeros.ctypes.data)
     return codes, scales, zeros
-
-
-def ort_quantize(w, bits, block, symmetric, fp16):
-    """onnxruntime's MatMulNBits layout: B [N, k_blocks, blob], scales [N, k_blocks],
-    zero points [N, ceil(k_blocks * bits / 8)], from the MatMul weight [K, N] = w.T."""
-    n, k = w.shape
-    k_blocks = k // block
-    dt = np.float16 if fp16 else np.float32
-    packed = np.zeros((n, k_blocks, block * bits // 8), np.uint8)
-    scales = np.zeros((n, k_blocks), dt)
-    zeros = np.zeros((n, (k_blocks * bits + 7) // 8), np.uint8)
-    fn = ort_c.quantize_matmul_4bits if bits == 4 else ort_c.quantize_matmul_8bits
-    fn(packed, np.ascontiguousarray(w.T.astype(dt)), scales, zeros, block, n, k, symmetric)
-    return packed.reshape(-1), scales.reshape(-1), zeros.reshape(-1)
 
 
 @pytest.mark.parametrize("bits", [4, 8])

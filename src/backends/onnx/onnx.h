@@ -14,6 +14,13 @@
 
 /* Standard ONNX ops only: every semantic op lowered (onnx_target.c). */
 extern const g_target onnx_standard_target;
+/* onnxruntime's CPU provider: its fused contrib ops where it has them (ort_target.c). */
+extern const g_target ort_cpu_target;
+/* onnx-standard's legality (semantic ops lowered; primitives and extern nodes printed) and its
+ * lowering of linear (float weights; quantized ones through DequantizeLinear), which the ORT
+ * targets share. */
+g_legality onnx_legal(const g_target *t, const g_graph *g, const g_node *n);
+ferry_status onnx_lower_linear(g_lower_ctx *c, const g_node *n, int *outs);
 
 /* Writes `dir`/`file`, a ModelProto of `g` (every node native for onnx_standard_target) whose
  * weights point into `data` (every live weight placed). Created exclusively, synced. */

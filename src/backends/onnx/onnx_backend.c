@@ -18,19 +18,32 @@
 
 static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
 {
+    /* onnxruntime's fused graphs take opset 23 by default: its RMSNormalization is standard
+     * there (older opsets need onnxruntime's own SimplifiedLayerNormalization). */
     if (cfg->opset == 0)
-        cfg->opset = ONNX_DEFAULT_OPSET;
+        cfg->opset = cfg->ort_fusions != FERRY_ORT_NONE ? 23 : ONNX_DEFAULT_OPSET;
     if (cfg->opset < ONNX_MIN_OPSET || cfg->opset > ONNX_MAX_OPSET)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ONNX opset %d is not supported (supported: "
                        "%d to %d, default %d)", cfg->opset, ONNX_MIN_OPSET, ONNX_MAX_OPSET,
                        ONNX_DEFAULT_OPSET);
+    if (cfg->quantizer.bits && cfg->opset < 21)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantized ONNX weights need opset 21 or later "
+                       "(uint4 and blocked DequantizeLinear), not %d", cfg->opset);
+    if (cfg->ort_fusions != FERRY_ORT_NONE && cfg->ort_fusions != FERRY_ORT_CPU)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ort_fusions '%s' is not supported yet (cpu "
+                       "is)", ferry_ort_fusions_name(cfg->ort_fusions));
+    if (cfg->ort_fusions == FERRY_ORT_NONE && cfg->quantizer.bits &&
+        cfg->quantizer.accuracy_level >= 0)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy_level is an attribute of "
+                       "onnxruntime's MatMulNBits, which only fused graphs use (--ort-fusions); "
+                       "standard ONNX has none");
     return FERRY_OK;
 }
 
-static const g_target *onnx_target(const ferry_export_config *cfg)
+static void onnx_target(const ferry_export_config *cfg, g_target *out)
 {
-    (void)cfg;
-    return &onnx_standard_target;
+    *out = cfg->ort_fusions == FERRY_ORT_CPU ? ort_cpu_target : onnx_standard_target;
+    out->opts = cfg;
 }
 
 static ferry_status rename_value(g_graph *g, int v, const char *prefix, const char *name, fy_err *err)

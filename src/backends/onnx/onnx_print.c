@@ -1,8 +1,15 @@
-/* onnx_print.c — a legalized IR graph as an ONNX ModelProto (standard ops, default domain).
+/* onnx_print.c — a legalized IR graph as an ONNX ModelProto (standard ops, default domain;
+ * extern nodes in the domain they name, e.g. onnxruntime's com.microsoft).
  * Field numbers are onnx.proto's. Each IR op has its ONNX op type here; attributes that ONNX
  * takes as tensors (reshape shapes, slice bounds, axes) become small initializers named after
  * the node. A reshape to a symbolic shape uses 0 (copy the input's dim) and -1 (solve one dim)
- * where they say the same thing, and otherwise reads the symbols off the graph inputs. */
+ * where they say the same thing, and otherwise reads the symbols off the graph inputs.
+ *
+ * A block-quantized weight is two or three initializers, `name`, `name`_scales and
+ * `name`_zero_points, shaped for what reads it: for DequantizeLinear uint4/uint8 codes
+ * [out, in] and zero points [out, in/block]; for onnxruntime's MatMulNBits uint8 codes
+ * [out, in/block, block*bits/8] and zero points [out, ceil(in/block*bits/8)]; scales
+ * [out, in/block] for both. The bytes are the same (ir/weights.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -20,7 +27,8 @@ enum { MODEL_IR_VERSION = 1, MODEL_PRODUCER_NAME = 2, MODEL_PRODUCER_VERSION = 3
        MODEL_OPSET_IMPORT = 8 };
 enum { OPSET_DOMAIN = 1, OPSET_VERSION = 2 };
 enum { GRAPH_NODE = 1, GRAPH_NAME = 2, GRAPH_INITIALIZER = 5, GRAPH_INPUT = 11, GRAPH_OUTPUT = 12 };
-enum { NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_NAME = 3, NODE_OP_TYPE = 4, NODE_ATTRIBUTE = 5 };
+enum { NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_NAME = 3, NODE_OP_TYPE = 4, NODE_ATTRIBUTE = 5,
+       NODE_DOMAIN = 7 };
 enum { ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_INTS = 8, ATTR_TYPE = 20 };
 enum { ATTR_TYPE_FLOAT = 1, ATTR_TYPE_INT = 2, ATTR_TYPE_INTS = 7 };
 enum { TENSOR_DIMS = 1, TENSOR_DATA_TYPE = 2, TENSOR_NAME = 8, TENSOR_RAW_DATA = 9,
@@ -75,6 +83,7 @@ static const char *onnx_op(g_op op)
     case G_RANGE: return "Range";
     case G_EXPAND: return "Expand";
     case G_SCATTER_ELEMENTS: return "ScatterElements";
+    case G_DEQUANTIZE: return "DequantizeLinear";
     default: return NULL;
     }
 }
@@ -118,6 +127,8 @@ static int onnx_dtype(ferry_dtype dt)
 typedef struct printer {
     const g_graph *g;
     int opset;
+    bool contrib;            /* an extern node in com.microsoft was printed */
+    bool *dq_form;           /* per value: a quantized weight read by DequantizeLinear */
     pb_buf graph;
     char sym_tensor[G_MAX_SYMS][200]; /* name of an int64 [1] tensor holding each symbol */
 } printer;
@@ -141,6 +152,23 @@ static void attr_ints(pb_buf *node, const char *name, const int64_t *v, int n)
     pb_int(&a, ATTR_TYPE, ATTR_TYPE_INTS);
     pb_msg(node, NODE_ATTRIBUTE, &a);
     pb_free(&a);
+}
+
+static void attr_float(pb_buf *node, const char *name, float v)
+{
+    pb_buf a = {0};
+    pb_string(&a, ATTR_NAME, name);
+    pb_float(&a, ATTR_F, v);
+    pb_int(&a, ATTR_TYPE, ATTR_TYPE_FLOAT);
+    pb_msg(node, NODE_ATTRIBUTE, &a);
+    pb_free(&a);
+}
+
+/* The initializer name of part `part` of quantized weight `x`. */
+static void part_name(const g_value *x, int part, char *buf, size_t size)
+{
+    static const char *const suffix[] = {"", "_scales", "_zero_points"};
+    snprintf(buf, size, "%s%s", x->name, suffix[part]);
 }
 
 /* An int64 initializer `name` of shape [n] (n < 0: a scalar). */
@@ -289,9 +317,68 @@ static ferry_status reshape_shape(printer *p, const g_node *n, char *name, size_
     return runtime_shape(p, n->name, t, name, err);
 }
 
+/* An extern node: its domain and type, quantized inputs as the parts it names (codes
+ * flattened to [out, in*bits/8] where it asks), outputs at their positions. */
+static ferry_status emit_extern(printer *p, const g_node *n, fy_err *err)
+{
+    const g_graph *g = p->g;
+    const g_extern *e = n->a.ext;
+    char names[G_MAX_IN][760];
+    pb_buf nb = {0};
+    int n_in = n->n_in;
+    while (n_in > 0 && n->in[n_in - 1] == G_NONE)
+        n_in--;
+    for (int k = 0; k < n_in; k++) {
+        const g_value *x = n->in[k] == G_NONE ? NULL : &g->values[n->in[k]];
+        if (!x)
+            names[k][0] = '\0';
+        else if (e->part[k] >= 0)
+            part_name(x, e->part[k], names[k], sizeof names[k]);
+        else
+            snprintf(names[k], sizeof names[k], "%s", x->name);
+        if (x && e->part[k] == W_PART_CODES && (e->flat & (1u << k))) {
+            int64_t rows, cols;
+            w_matrix(&x->weight, &rows, &cols);
+            int64_t flat[2] = {rows, cols * x->weight.quant.bits / 8};
+            char shape[720], out[720];
+            snprintf(shape, sizeof shape, "%s/in%d_shape", n->name, k);
+            snprintf(out, sizeof out, "%s/in%d_flat", n->name, k);
+            init_i64(p, shape, flat, 2);
+            const char *rin[2] = {names[k], shape};
+            begin_node(&nb, "Reshape", out, rin, 2, out);
+            end_node(p, &nb);
+            snprintf(names[k], sizeof names[k], "%s", out);
+        }
+    }
+    for (int k = 0; k < n_in; k++)
+        pb_string(&nb, NODE_INPUT, names[k]);
+    for (int slot = 0, k = 0; k < n->n_out; slot++) {
+        if (e->out_slot[k] == slot)
+            pb_string(&nb, NODE_OUTPUT, g->values[n->out[k++]].name);
+        else
+            pb_string(&nb, NODE_OUTPUT, "");
+    }
+    pb_string(&nb, NODE_NAME, n->name);
+    pb_string(&nb, NODE_OP_TYPE, e->op_type);
+    if (e->domain[0])
+        pb_string(&nb, NODE_DOMAIN, e->domain);
+    p->contrib |= strcmp(e->domain, "com.microsoft") == 0;
+    for (int i = 0; i < e->n_attr; i++) {
+        if (e->attr[i].kind == 'i')
+            attr_int(&nb, e->attr[i].name, e->attr[i].i);
+        else
+            attr_float(&nb, e->attr[i].name, (float)e->attr[i].f);
+    }
+    end_node(p, &nb);
+    (void)err;
+    return FERRY_OK;
+}
+
 static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
 {
     const g_graph *g = p->g;
+    if (n->op == G_EXTERN)
+        return emit_extern(p, n, err);
     const char *op = onnx_op(n->op);
     if (!op)
         return fy_fail(err, FERRY_ERR_INTERNAL, "node '%s': %s reached the ONNX printer "
@@ -308,6 +395,18 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
         if (n->a.transpose_b)
             op = "Gemm";
         break;
+    case G_DEQUANTIZE: {
+        const g_value *w = &g->values[n->in[0]];
+        if (w_n_parts(&w->weight) != 3)
+            return fy_fail(err, FERRY_ERR_INTERNAL, "node '%s': DequantizeLinear of '%s' needs "
+                           "its zero points stored", n->name, w->name);
+        n_in = 0;
+        for (int part = 0; part < 3; part++) {
+            part_name(w, part, aux[part], sizeof aux[part]);
+            in[n_in++] = aux[part];
+        }
+        break;
+    }
     case G_RESHAPE:
         if (reshape_shape(p, n, aux[0], sizeof aux[0], err) != FERRY_OK)
             return err->status;
@@ -363,6 +462,10 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
         if (axes_as_attr)
             attr_ints(&nb, "axes", n->a.ints, n->a.n_ints);
         break;
+    case G_DEQUANTIZE:
+        attr_int(&nb, "axis", 1);
+        attr_int(&nb, "block_size", g->values[n->in[0]].weight.quant.block);
+        break;
     case G_SHAPE_OF:
         if (n->a.start != 0)
             attr_int(&nb, "start", n->a.start);
@@ -414,9 +517,83 @@ static void entry(pb_buf *t, const char *key, const char *value)
     pb_free(&e);
 }
 
-static ferry_status emit_initializer(printer *p, const g_value *x, const pl_file *data,
+/* Dims and element type of part `part` of quantized weight `x` as its reader takes it. */
+static int quant_part_dims(const g_value *x, int part, bool dq_form, int64_t *dims,
+                           ferry_dtype *dtype, uint64_t *nbytes)
+{
+    const w_quant *q = &x->weight.quant;
+    int64_t rows, cols;
+    w_matrix(&x->weight, &rows, &cols);
+    int64_t blocks = cols / q->block;
+    ferry_dtype code = dq_form && q->bits == 4 ? FERRY_U4 : FERRY_U8;
+    dims[0] = rows;
+    if (part == W_PART_SCALES) {
+        dims[1] = blocks;
+        *dtype = x->weight.dtype;
+        *nbytes = (uint64_t)rows * (uint64_t)blocks * dt_size(*dtype);
+        return 2;
+    }
+    *dtype = code;
+    if (part == W_PART_ZEROS) {
+        dims[1] = dq_form ? blocks : (blocks * q->bits + 7) / 8;
+        *nbytes = q->explicit_zeros ? ((uint64_t)rows * (uint64_t)blocks * (uint64_t)q->bits + 7) / 8
+                                    : (uint64_t)rows * (uint64_t)((blocks * q->bits + 7) / 8);
+        return 2;
+    }
+    *nbytes = (uint64_t)rows * (uint64_t)cols * (uint64_t)q->bits / 8;
+    if (dq_form) {
+        dims[1] = cols;
+        return 2;
+    }
+    dims[1] = blocks;
+    dims[2] = q->block * q->bits / 8;
+    return 3;
+}
+
+static void external_location(pb_buf *t, const pl_file *data, uint64_t offset, uint64_t length);
+
+/* The parts of a quantized weight, each its own initializer in the data file. */
+static ferry_status emit_quantized(printer *p, const g_value *x, int v, const pl_file *data,
+                                   fy_err *err)
+{
+    for (int part = 0; part < w_n_parts(&x->weight); part++) {
+        int64_t dims[3];
+        ferry_dtype dtype;
+        uint64_t nbytes, offset, length;
+        int rank = quant_part_dims(x, part, p->dq_form[v], dims, &dtype, &nbytes);
+        char name[700];
+        part_name(x, part, name, sizeof name);
+        if (!pl_find(data, &x->weight, (w_part)part, &offset, &length) || length != nbytes)
+            return fy_fail(err, FERRY_ERR_INTERNAL, "weight '%s' was not placed in %s as %llu "
+                           "bytes", name, pl_name(data), (unsigned long long)nbytes);
+        pb_buf t = {0};
+        for (int i = 0; i < rank; i++)
+            pb_int(&t, TENSOR_DIMS, dims[i]);
+        pb_int(&t, TENSOR_DATA_TYPE, onnx_dtype(dtype));
+        pb_string(&t, TENSOR_NAME, name);
+        external_location(&t, data, offset, length);
+        pb_msg(&p->graph, GRAPH_INITIALIZER, &t);
+        pb_free(&t);
+    }
+    return FERRY_OK;
+}
+
+static void external_location(pb_buf *t, const pl_file *data, uint64_t offset, uint64_t length)
+{
+    char num[32];
+    entry(t, "location", pl_name(data));
+    snprintf(num, sizeof num, "%llu", (unsigned long long)offset);
+    entry(t, "offset", num);
+    snprintf(num, sizeof num, "%llu", (unsigned long long)length);
+    entry(t, "length", num);
+    pb_int(t, TENSOR_DATA_LOCATION, LOCATION_EXTERNAL);
+}
+
+static ferry_status emit_initializer(printer *p, const g_value *x, int v, const pl_file *data,
                                      fy_err *err)
 {
+    if (x->kind == GV_WEIGHT && x->weight.quant.bits)
+        return emit_quantized(p, x, v, data, err);
     pb_buf t = {0};
     for (int i = 0; i < x->shape.rank; i++) {
         int64_t c = 0;
@@ -429,18 +606,12 @@ static ferry_status emit_initializer(printer *p, const g_value *x, const pl_file
         pb_bytes(&t, TENSOR_RAW_DATA, x->data, x->nbytes);
     } else {
         uint64_t offset, length;
-        if (x->weight.quant.bits || !pl_find(data, &x->weight, W_PART_DATA, &offset, &length)) {
+        if (!pl_find(data, &x->weight, W_PART_DATA, &offset, &length)) {
             pb_free(&t);
             return fy_fail(err, FERRY_ERR_INTERNAL, "weight '%s' was not placed in %s", x->name,
                            pl_name(data));
         }
-        char num[32];
-        entry(&t, "location", pl_name(data));
-        snprintf(num, sizeof num, "%llu", (unsigned long long)offset);
-        entry(&t, "offset", num);
-        snprintf(num, sizeof num, "%llu", (unsigned long long)length);
-        entry(&t, "length", num);
-        pb_int(&t, TENSOR_DATA_LOCATION, LOCATION_EXTERNAL);
+        external_location(&t, data, offset, length);
     }
     pb_msg(&p->graph, GRAPH_INITIALIZER, &t);
     pb_free(&t);
@@ -464,6 +635,14 @@ ferry_status onnx_write_model(const g_graph *g, const pl_file *data, int opset,
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     p->g = g;
     p->opset = opset;
+    p->dq_form = calloc(g->n_values ? g->n_values : 1, sizeof *p->dq_form);
+    if (!p->dq_form) {
+        free(p);
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && g->nodes[i].op == G_DEQUANTIZE)
+            p->dq_form[g->nodes[i].in[0]] = true;
     pb_buf model = {0}, os = {0};
     int fd = -1;
     ferry_status st = FERRY_OK;
@@ -476,7 +655,7 @@ ferry_status onnx_write_model(const g_graph *g, const pl_file *data, int opset,
     for (size_t i = 0; i < g->n_values && st == FERRY_OK; i++) {
         const g_value *x = &g->values[i];
         if ((x->kind == GV_WEIGHT || x->kind == GV_CONST) && x->n_uses > 0)
-            st = emit_initializer(p, x, data, err);
+            st = emit_initializer(p, x, (int)i, data, err);
     }
     if (st != FERRY_OK)
         goto done;
@@ -491,6 +670,12 @@ ferry_status onnx_write_model(const g_graph *g, const pl_file *data, int opset,
     pb_string(&os, OPSET_DOMAIN, "");
     pb_int(&os, OPSET_VERSION, opset);
     pb_msg(&model, MODEL_OPSET_IMPORT, &os);
+    if (p->contrib) {
+        pb_reset(&os);
+        pb_string(&os, OPSET_DOMAIN, "com.microsoft");
+        pb_int(&os, OPSET_VERSION, 1);
+        pb_msg(&model, MODEL_OPSET_IMPORT, &os);
+    }
     if (model.oom || p->graph.oom || os.oom) {
         st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory encoding %s", path);
         goto done;
@@ -516,6 +701,7 @@ done:
     pb_free(&p->graph);
     pb_free(&model);
     pb_free(&os);
+    free(p->dq_form);
     free(p);
     return st;
 }

@@ -5,18 +5,51 @@
  * weight read only by linears is stored transposed ([in, out], the weight stream transposes it
  * while writing) for a plain MatMul; a weight also read by an embedding (a tied lm_head) is
  * stored once as [out, in] and multiplied with Gemm(transB=1) on x flattened to 2-D:
- *   x [.., in] ─reshape [?, in]─gemm(W, transB)─reshape [.., out]─(+ bias) */
+ *   x [.., in] ─reshape [?, in]─gemm(W, transB)─reshape [.., out]─(+ bias)
+ *
+ * A block-quantized weight (of a linear or an embedding) is DequantizeLinear (opset 21: uint4 /
+ * uint8 codes, blocks along axis 1) into the same Gemm or Gather. DequantizeLinear has no
+ * implicit zero point, so a symmetric weight is stored with its zeros part (every entry the mid
+ * code, packed contiguously); an asymmetric weight's zeros part is DequantizeLinear's zero-point
+ * tensor only when 4-bit rows hold an even number of blocks. */
 #include "backends/onnx/onnx.h"
 
-static ferry_status onnx_linear(g_lower_ctx *c, const g_node *n, int *outs)
+/* The destination value of weight input k of `n`, dequantized to float when it is quantized. */
+static int float_weight(g_lower_ctx *c, const g_node *n, int k)
+{
+    g_graph *g = c->dst;
+    const g_value *w = lw_src(c, n, k);
+    if (!w || w->kind != GV_WEIGHT || !w->weight.quant.bits)
+        return lw_in(c, n, k);
+    int64_t rows, cols;
+    w_matrix(&w->weight, &rows, &cols);
+    if (w->weight.quant.bits == 4 && !w->weight.quant.symmetric &&
+        (cols / w->weight.quant.block) % 2 != 0)
+        return g_fail(g, FERRY_ERR_UNSUPPORTED, "standard ONNX cannot hold '%s' in asymmetric "
+                      "int4 blocks of %d: its %lld inputs make %lld blocks a row, and "
+                      "DequantizeLinear's zero points need an even number (choose another block "
+                      "size, symmetric, or --ort-fusions cpu)", w->name, w->weight.quant.block,
+                      (long long)cols, (long long)(cols / w->weight.quant.block));
+    g_weight r = w->weight;
+    r.quant.explicit_zeros = r.quant.symmetric;
+    return g_dequantize(g, "DequantizeLinear", g_weight_value(g, w->name, &r));
+}
+
+static ferry_status onnx_embedding(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    outs[0] = g_gather(g, "Gather", float_weight(c, n, 0), lw_in(c, n, 1), 0);
+    return g->err.status;
+}
+
+ferry_status onnx_lower_linear(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
     const g_value *w = lw_src(c, n, 1);
     int x = lw_in(c, n, 0), bias = lw_in(c, n, 2);
-    if (lw_refuse_quantized(c, n, 1) != FERRY_OK)
-        return g->err.status;
+    bool quantized = w->kind == GV_WEIGHT && w->weight.quant.bits;
     int y;
-    if (w->kind == GV_WEIGHT && !lw_shared(c, n->in[1], G_LINEAR)) {
+    if (w->kind == GV_WEIGHT && !quantized && !lw_shared(c, n->in[1], G_LINEAR)) {
         g_weight t = w->weight;
         t.transpose = !t.transpose;
         y = g_matmul(g, "MatMul", x, g_weight_value(g, w->name, &t), false);
@@ -26,7 +59,7 @@ static ferry_status onnx_linear(g_lower_ctx *c, const g_node *n, int *outs)
         g_shape out = *xs;
         out.d[out.rank - 1] = w->shape.d[0];
         int x2 = g_reshape(g, "Flatten", x, 2, flat);
-        int y2 = g_matmul(g, "Gemm", x2, lw_in(c, n, 1), true);
+        int y2 = g_matmul(g, "Gemm", x2, float_weight(c, n, 1), true);
         y = g_reshape(g, "Unflatten", y2, out.rank, out.d);
     }
     if (bias != G_NONE)
@@ -35,7 +68,7 @@ static ferry_status onnx_linear(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
-static g_legality onnx_legal(const g_target *t, const g_graph *g, const g_node *n)
+g_legality onnx_legal(const g_target *t, const g_graph *g, const g_node *n)
 {
     (void)t;
     if (g_op_is_semantic(n->op))
@@ -48,7 +81,7 @@ static g_legality onnx_legal(const g_target *t, const g_graph *g, const g_node *
 static g_lower_fn onnx_lowering(const g_target *t, g_op op)
 {
     (void)t;
-    return op == G_LINEAR ? onnx_linear : NULL;
+    return op == G_LINEAR ? onnx_lower_linear : op == G_EMBEDDING ? onnx_embedding : NULL;
 }
 
 const g_target onnx_standard_target = {.name = "onnx-standard", .legal = onnx_legal,

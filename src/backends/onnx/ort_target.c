@@ -1,0 +1,283 @@
+/* ort_target.c — the ort-cpu target: the ONNX graph with onnxruntime's fused kernels
+ * (com.microsoft contrib ops) where its CPU provider has them, emitted straight from the
+ * semantic ops, never found by matching ferry's own output:
+ *
+ *   rms_norm          RMSNormalization(x, w + offset) (opset 23, standard; axis -1, fp32 stash),
+ *                     SimplifiedLayerNormalization, onnxruntime's own, at older opsets
+ *   skip_rms_norm     SkipSimplifiedLayerNormalization(x, skip, w + offset) -> out 0 and 3 (sum)
+ *   linear, int4/8    MatMulNBits(x, codes, scales, [zero points], -, [bias])
+ *   embedding, int4/8 GatherBlockQuantized(codes as [vocab, n*bits/8], ids, scales, [zeros])
+ *   attention + cache GroupQueryAttention(q, k, v, past_k, past_v, seqlens_k, total_len,
+ *                     cos, sin, position_ids, bias): rotary inside when q and k come straight
+ *                     from rope nodes with static tables (the rope nodes are then left dead);
+ *                     the bias is ferry's own mask (causal, padding, window) as 0 / most
+ *                     negative, so left padding and given masks keep their meaning
+ *
+ * Everything else lowers as for onnx-standard (float linears included). Attention without a
+ * cache stays plain ops, as the guide's table says for cpu. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/onnx/onnx.h"
+#include "ir/lower/rope_freq.h"
+#include "util/dtype.h"
+
+static const ferry_export_config *cfg_of(const g_lower_ctx *c)
+{
+    return c->target->opts;
+}
+
+/* w + offset as a weight recipe when w is a stored weight, else computed. */
+static int offset_weight(g_lower_ctx *c, const g_node *n, int k, double offset)
+{
+    const g_value *w = lw_src(c, n, k);
+    if (offset == 0.0)
+        return lw_in(c, n, k);
+    if (w->kind == GV_WEIGHT) {
+        g_weight r = w->weight;
+        r.offset += offset;
+        return g_weight_value(c->dst, w->name, &r);
+    }
+    g_graph *g = c->dst;
+    int wv = lw_in(c, n, k);
+    return g_binary(g, G_ADD, "WeightOffset", wv, g_scalar_f(g, g->values[wv].dtype, offset));
+}
+
+static ferry_status ort_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    bool skip = n->op == G_SKIP_RMS_NORM;
+    int x = lw_in(c, n, 0);
+    const g_value *xs = &g->values[x];
+    const char *op = skip ? "SkipSimplifiedLayerNormalization"
+                     : cfg_of(c)->opset >= 23 ? "RMSNormalization" : "SimplifiedLayerNormalization";
+    g_extern e = g_extern_init(skip ? "com.microsoft" : "", op);
+    g_extern_float(&e, "epsilon", n->a.eps);
+    if (!skip) {
+        g_extern_int(&e, "axis", -1);
+        g_extern_int(&e, "stash_type", 1);
+    }
+    g_extern_out(&e, 0, 0, xs->dtype, &xs->shape);
+    if (skip)
+        g_extern_out(&e, 1, 3, xs->dtype, &xs->shape);
+    int in[3] = {x, skip ? lw_in(c, n, 1) : offset_weight(c, n, 1, n->a.offset),
+                 skip ? offset_weight(c, n, 2, n->a.offset) : G_NONE};
+    int y = g_extern_node(g, op, &e, skip ? 3 : 2, in);
+    outs[0] = y;
+    if (skip)
+        outs[1] = g_node_out(g, y, 1);
+    return g->err.status;
+}
+
+static ferry_status ort_linear(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    const g_value *w = lw_src(c, n, 1);
+    if (w->kind != GV_WEIGHT || !w->weight.quant.bits)
+        return onnx_lower_linear(c, n, outs);
+    const w_quant *q = &w->weight.quant;
+    int64_t rows, cols;
+    w_matrix(&w->weight, &rows, &cols);
+    int accuracy = cfg_of(c)->quantizer.accuracy_level;
+    g_extern e = g_extern_init("com.microsoft", "MatMulNBits");
+    g_extern_int(&e, "K", cols);
+    g_extern_int(&e, "N", rows);
+    g_extern_int(&e, "bits", q->bits);
+    g_extern_int(&e, "block_size", q->block);
+    g_extern_int(&e, "accuracy_level", accuracy < 0 ? 4 : accuracy);
+    int x = lw_in(c, n, 0), wv = lw_in(c, n, 1), bias = lw_in(c, n, 2);
+    g_shape ys = g->values[x].shape;
+    ys.d[ys.rank - 1] = g_dim_const(rows);
+    g_extern_out(&e, 0, 0, g->values[x].dtype, &ys);
+    e.part[1] = W_PART_CODES;
+    e.part[2] = W_PART_SCALES;
+    int in[6] = {x, wv, wv, G_NONE, G_NONE, bias};
+    if (!q->symmetric) {
+        in[3] = wv;
+        e.part[3] = W_PART_ZEROS;
+    }
+    outs[0] = g_extern_node(g, "MatMulNBits", &e, bias == G_NONE ? 4 : 6, in);
+    lw_refine(c, outs[0], n, 0);
+    return g->err.status;
+}
+
+static ferry_status ort_embedding(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    const g_value *w = lw_src(c, n, 0);
+    if (w->kind != GV_WEIGHT || !w->weight.quant.bits)
+        return lower_embedding(c, n, outs);
+    const w_quant *q = &w->weight.quant;
+    g_extern e = g_extern_init("com.microsoft", "GatherBlockQuantized");
+    g_extern_int(&e, "bits", q->bits);
+    g_extern_int(&e, "block_size", q->block);
+    g_extern_int(&e, "gather_axis", 0);
+    g_extern_int(&e, "quantize_axis", 1);
+    int wv = lw_in(c, n, 0), ids = lw_in(c, n, 1);
+    g_shape ys = g->values[ids].shape;
+    ys.d[ys.rank++] = w->shape.d[1];
+    g_extern_out(&e, 0, 0, w->dtype, &ys);
+    e.part[0] = W_PART_CODES;
+    e.part[2] = W_PART_SCALES;
+    e.flat = 1u << 0;
+    int in[4] = {wv, ids, wv, G_NONE};
+    if (!q->symmetric) {
+        in[3] = wv;
+        e.part[3] = W_PART_ZEROS;
+    }
+    outs[0] = g_extern_node(g, "GatherBlockQuantized", &e, q->symmetric ? 3 : 4, in);
+    lw_refine(c, outs[0], n, 0);
+    return g->err.status;
+}
+
+/* ---- attention ---- */
+
+/* The rope node producing input k of attention `n`, or NULL. */
+static const g_node *rope_source(const g_lower_ctx *c, const g_node *n, int k)
+{
+    const g_value *v = lw_src(c, n, k);
+    if (!v || v->kind != GV_NODE)
+        return NULL;
+    const g_node *p = &c->src->nodes[v->producer];
+    return p->op == G_ROPE ? p : NULL;
+}
+
+/* Whether GroupQueryAttention can rotate q and k itself: both from rope nodes with one set of
+ * options, one position input, a table fixed at export (not dynamic NTK), the whole head. */
+static bool rotary_inside(const g_node *rq, const g_node *rk)
+{
+    if (!rq || !rk || rq->in[1] != rk->in[1])
+        return false;
+    const g_rope_opts *a = rq->a.rope, *b = rk->a.rope;
+    return memcmp(&a->rope, &b->rope, sizeof a->rope) == 0 && a->head_dim == b->head_dim &&
+           a->rotary_dim == b->rotary_dim && a->rotary_dim == a->head_dim &&
+           a->max_position_embeddings == b->max_position_embeddings &&
+           a->rope.type != ROPE_DYNAMIC && a->max_position_embeddings > 0 &&
+           a->max_position_embeddings <= (1 << 20);
+}
+
+/* cos and sin caches [max_position_embeddings, rotary_dim/2] in `dtype`, as transformers'
+ * rotary embedding computes them (fp32 position * inv_freq, times the attention scaling). */
+static ferry_status rotary_caches(g_graph *g, const g_rope_opts *o, ferry_dtype dtype, int *cos_v,
+                                  int *sin_v)
+{
+    int64_t half = o->rotary_dim / 2, n = o->max_position_embeddings;
+    float *inv = malloc((size_t)half * sizeof *inv);
+    float *cs = malloc((size_t)(n * half) * sizeof *cs), *sn = malloc((size_t)(n * half) * sizeof *sn);
+    void *cs_d = malloc((size_t)(n * half) * 4), *sn_d = malloc((size_t)(n * half) * 4);
+    if (!inv || !cs || !sn || !cs_d || !sn_d) {
+        free(inv), free(cs), free(sn), free(cs_d), free(sn_d);
+        return g_fail(g, FERRY_ERR_NOMEM, "out of memory"), FERRY_ERR_NOMEM;
+    }
+    rope_inv_freq(&o->rope, o->rotary_dim, o->max_position_embeddings, inv);
+    float scaling = (float)rope_attention_scaling(&o->rope);
+    for (int64_t p = 0; p < n; p++)
+        for (int64_t i = 0; i < half; i++) {
+            float f = (float)p * inv[i];
+            cs[p * half + i] = (float)cos((double)f) * scaling;
+            sn[p * half + i] = (float)sin((double)f) * scaling;
+        }
+    dt_convert(cs_d, dtype, cs, FERRY_F32, (size_t)(n * half));
+    dt_convert(sn_d, dtype, sn, FERRY_F32, (size_t)(n * half));
+    int64_t dims[2] = {n, half};
+    *cos_v = g_const(g, dtype, 2, dims, cs_d);
+    *sin_v = g_const(g, dtype, 2, dims, sn_d);
+    free(inv), free(cs), free(sn), free(cs_d), free(sn_d);
+    return g->err.status;
+}
+
+static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    const g_attn_opts *o = n->a.attn;
+    if (o->cache == G_CACHE_NONE || o->mask == G_MASK_PADDING)
+        return lower_attention(c, n, outs);
+    g_graph *g = c->dst;
+    const g_node *rq = rope_source(c, n, 0), *rk = rope_source(c, n, 1);
+    bool rotary = rotary_inside(rq, rk);
+    int q = rotary ? c->map[rq->in[0]] : lw_in(c, n, 0);
+    int k = rotary ? c->map[rk->in[0]] : lw_in(c, n, 1);
+    int v = lw_in(c, n, 2), mask = lw_in(c, n, 3), pos = lw_in(c, n, 6);
+    ferry_dtype dt = g->values[q].dtype;
+    /* A first call with no cache gets an empty one [b, kvh, 0, d]: GroupQueryAttention's
+     * no-past path reads its inputs as right-padded, which left padding is not. */
+    int past_k = lw_in(c, n, 4), past_v = lw_in(c, n, 5);
+    if (past_k == G_NONE) {
+        static const int64_t bnsd[4] = {0, 2, 1, 3};
+        int kt = g_transpose(g, "Transpose_empty", k, 4, bnsd);
+        past_k = g_slice(g, "Slice_empty_key", kt, 2, 0, 0);
+        past_v = g_slice(g, "Slice_empty_value", kt, 2, 0, 0);
+    }
+    int64_t q3[3] = {0, 0, o->num_heads * o->head_dim}, kv3[3] = {0, 0, o->num_kv_heads * o->head_dim};
+    q = g_reshape_spec(g, "Reshape_q", q, 3, q3);
+    k = g_reshape_spec(g, "Reshape_k", k, 3, kv3);
+    v = g_reshape_spec(g, "Reshape_v", v, 3, kv3);
+
+    /* Every row's cache holds `filled` keys after this call (left padding is the bias's
+     * business): seqlens_k = filled - 1 per row. total_sequence_length is the key length the
+     * bias spans: filled for a growing cache, the whole buffer for a static one. With a past,
+     * query_seqlens (s per row: no right padding) lets a batch feed several tokens a call. */
+    int s = g_shape_of(g, "Shape_s", q, 1, 2), batch = g_shape_of(g, "Shape_b", q, 0, 1);
+    bool static_cache = o->cache == G_CACHE_STATIC;
+    int filled = static_cache ? g_binary(g, G_ADD, "Add_filled", pos, s)
+                              : g_shape_of(g, "Shape_t", mask, 1, 2);
+    int span = static_cache ? g_shape_of(g, "Shape_t", mask, 3, 4) : filled;
+    int last = g_binary(g, G_SUB, "Sub_one", filled, g_const_i64(g, 1, (int64_t[]){1}));
+    int seqlens = g_cast(g, "Cast_seqlens", g_expand(g, "Expand_seqlens", last, batch), FERRY_I32);
+    g_dim scalar[1];
+    int total32 = g_cast(g, "Cast_total", g_reshape(g, "Reshape_total", span, 0, scalar),
+                         FERRY_I32);
+    int query_lens = g_cast(g, "Cast_query_seqlens", g_expand(g, "Expand_query_seqlens", s, batch),
+                            FERRY_I32);
+
+    /* ferry's own mask as an additive bias [b, 1, s, t] */
+    int m = lw_attention_mask(c, mask, lw_in(c, n, 0), pos, o->mask, o->sliding_window);
+    if (g_ok(g)) { /* [b, 1, 1, s, t] -> [b, 1, s, t] */
+        const g_shape *ms = &g->values[m].shape;
+        g_dim d4[4] = {ms->d[0], ms->d[1], ms->d[3], ms->d[4]};
+        m = g_reshape(g, "Reshape_mask", m, 4, d4);
+    }
+    double lowest = dt == FERRY_F16 ? -65504.0 : dt == FERRY_BF16 ? -3.3895313892515355e38
+                                                                  : -3.4028234663852886e38;
+    int bias = g_where(g, "Where_bias", m, g_scalar_f(g, dt, 0.0), g_scalar_f(g, dt, lowest));
+
+    int cos_v = G_NONE, sin_v = G_NONE;
+    if (rotary && rotary_caches(g, rq->a.rope, dt, &cos_v, &sin_v) != FERRY_OK)
+        return g->err.status;
+
+    g_extern e = g_extern_init("com.microsoft", "GroupQueryAttention");
+    g_extern_int(&e, "num_heads", o->num_heads);
+    g_extern_int(&e, "kv_num_heads", o->num_kv_heads);
+    g_extern_float(&e, "scale", o->scale);
+    if (o->softcap > 0)
+        g_extern_float(&e, "softcap", o->softcap);
+    g_extern_int(&e, "do_rotary", rotary);
+    g_extern_int(&e, "rotary_interleaved", 0);
+    const g_value *src_out = &c->src->values[n->out[0]];
+    g_extern_out(&e, 0, 0, dt, &src_out->shape);
+    for (int i = 1; i < 3; i++)
+        g_extern_out(&e, i, i, dt, &c->src->values[n->out[i]].shape);
+    int in[17] = {q, k, v, past_k, past_v, seqlens, total32, cos_v, sin_v,
+                  rotary ? c->map[rq->in[1]] : G_NONE, bias, G_NONE, G_NONE, G_NONE, G_NONE,
+                  G_NONE, query_lens};
+    int y = g_extern_node(g, "GroupQueryAttention", &e, 17, in);
+    outs[0] = y;
+    outs[1] = g_node_out(g, y, 1);
+    outs[2] = g_node_out(g, y, 2);
+    return g->err.status;
+}
+
+static g_lower_fn ort_lowering(const g_target *t, g_op op)
+{
+    (void)t;
+    switch (op) {
+    case G_RMS_NORM: case G_SKIP_RMS_NORM: return ort_rms_norm;
+    case G_LINEAR: return ort_linear;
+    case G_EMBEDDING: return ort_embedding;
+    case G_ATTENTION: return ort_attention;
+    default: return NULL;
+    }
+}
+
+const g_target ort_cpu_target = {.name = "ort-cpu", .legal = onnx_legal, .lowering = ort_lowering};

@@ -1,0 +1,137 @@
+/* apply.c — the quantizer's options checked, and the weights they name turned into block-
+ * quantized recipes on a semantic graph. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/apply.h"
+
+ferry_status q_check_config(ferry_quantizer *q, ferry_dtype dtype, fy_err *err)
+{
+    if (q->bits == 0) {
+        if (q->block_size || q->asymmetric || q->accuracy_level != -1 || q->embeddings ||
+            !q->lm_head)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer options (block size, "
+                           "asymmetric, accuracy level, embeddings, lm_head) apply only when "
+                           "quantizing: give bits 4 or 8 (--quantize int4|int8)");
+        return FERRY_OK;
+    }
+    if (q->bits != 4 && q->bits != 8)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer: %d bits is not supported (4 or 8)",
+                       q->bits);
+    if (q->block_size == 0)
+        q->block_size = 32;
+    if (q->block_size < 16 || q->block_size > 256 || (q->block_size & (q->block_size - 1)))
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer: block size %d is not supported "
+                       "(16, 32, 64, 128 or 256)", q->block_size);
+    if (q->accuracy_level < -1 || q->accuracy_level > 4)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy level %d is not in 0-4",
+                       q->accuracy_level);
+    if (dtype != FERRY_F32 && dtype != FERRY_F16)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer: scales are stored in the export "
+                       "dtype, which must be fp32 or fp16 to quantize (not %s)",
+                       ferry_dtype_name(dtype));
+    return FERRY_OK;
+}
+
+static bool is_lm_head(const g_node *n)
+{
+    const char *slash = strrchr(n->name, '/');
+    return !strcmp(slash ? slash + 1 : n->name, "lm_head");
+}
+
+/* Input k of `n` is a weight the quantizer takes. */
+static bool wanted(const g_node *n, int k, const ferry_quantizer *q)
+{
+    if (n->dead)
+        return false;
+    if (n->op == G_LINEAR)
+        return k == 1 && (q->lm_head || !is_lm_head(n));
+    if (n->op == G_EMBEDDING)
+        return k == 0 && q->embeddings;
+    return false;
+}
+
+/* The quantized recipe of weight value `v`, checked; errors name the tensor. */
+static ferry_status quantized_recipe(const g_value *x, const ferry_quantizer *q, g_weight *out,
+                                     fy_err *err)
+{
+    char what[256];
+    w_describe(&x->weight, what, sizeof what);
+    int64_t rows, cols;
+    w_matrix(&x->weight, &rows, &cols);
+    if (x->shape.rank != 2 || x->weight.transpose || x->weight.offset != 0)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "cannot quantize '%s': not a plain 2-D weight",
+                       what);
+    if (cols % q->block_size != 0)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "cannot quantize '%s' [%lld, %lld] in blocks "
+                       "of %d: its %lld inputs are not a multiple of the block size (choose "
+                       "one that divides %lld)", what, (long long)rows, (long long)cols,
+                       q->block_size, (long long)cols, (long long)cols);
+    *out = x->weight;
+    out->quant = (w_quant){.bits = q->bits, .block = q->block_size, .symmetric = !q->asymmetric};
+    return FERRY_OK;
+}
+
+ferry_status q_apply(g_graph *g, const ferry_quantizer *q, fy_err *err)
+{
+    if (!q->bits)
+        return FERRY_OK;
+    size_t n_values = g->n_values;
+    /* per value: how many readers keep it float, and its quantized twin */
+    int *keep = calloc(n_values, sizeof *keep), *twin = malloc(n_values * sizeof *twin);
+    if (!keep || !twin) {
+        free(keep), free(twin);
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    }
+    for (size_t v = 0; v < n_values; v++)
+        twin[v] = G_NONE;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const g_node *n = &g->nodes[i];
+        if (n->dead)
+            continue;
+        for (int k = 0; k < n->n_in; k++) {
+            int v = n->in[k];
+            if (v != G_NONE && g->values[v].kind == GV_WEIGHT && !wanted(n, k, q))
+                keep[v]++;
+        }
+    }
+    ferry_status st = FERRY_OK;
+    for (size_t i = 0; i < g->n_nodes && st == FERRY_OK; i++) {
+        g_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_in && st == FERRY_OK; k++) {
+            int v = n->in[k];
+            if (v == G_NONE || g->values[v].kind != GV_WEIGHT || !wanted(n, k, q))
+                continue;
+            if (twin[v] == G_NONE) {
+                g_weight recipe;
+                if ((st = quantized_recipe(&g->values[v], q, &recipe, err)) != FERRY_OK)
+                    break;
+                char name[512];
+                snprintf(name, sizeof name, keep[v] ? "%s_q%d" : "%s", g->values[v].name,
+                         q->bits);
+                if (!keep[v]) { /* the float value goes unused: it must not hold the name */
+                    char *unused = malloc(strlen(name) + sizeof "#float");
+                    if (!unused) {
+                        st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+                        break;
+                    }
+                    snprintf(unused, strlen(name) + sizeof "#float", "%s#float", name);
+                    free(g->values[v].name);
+                    g->values[v].name = unused;
+                }
+                twin[v] = g_weight_value(g, name, &recipe);
+                if (twin[v] == G_NONE) {
+                    st = fy_fail(err, g->err.status ? g->err.status : FERRY_ERR_INTERNAL, "%s",
+                                 g->err.msg);
+                    break;
+                }
+            }
+            n->in[k] = twin[v];
+        }
+    }
+    free(keep), free(twin);
+    if (st == FERRY_OK)
+        g_remove_dead(g);
+    return st;
+}

@@ -1,0 +1,90 @@
+"""The reference for quantized exports: onnxruntime's own block quantizer (quantize_matmul_4bits /
+_8bits, the tool behind MatMulNBits) and a numpy dequantization of its output. A quantized
+export is checked against transformers' eager model whose weights are replaced by these
+dequantized values, so ferry's quantization is judged by onnxruntime's arithmetic and
+transformers' model, not by itself."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+from onnxruntime.capi import _pybind_state as ort_c
+
+from conftest import read_safetensors, write_safetensors
+
+
+def ort_quantize(w, bits, block, symmetric, fp16=False):
+    """onnxruntime's MatMulNBits layout: B [N, k_blocks, blob], scales [N, k_blocks],
+    zero points [N, ceil(k_blocks * bits / 8)], from the MatMul weight [K, N] = w.T."""
+    n, k = w.shape
+    k_blocks = k // block
+    dt = np.float16 if fp16 else np.float32
+    packed = np.zeros((n, k_blocks, block * bits // 8), np.uint8)
+    scales = np.zeros((n, k_blocks), dt)
+    zeros = np.zeros((n, (k_blocks * bits + 7) // 8), np.uint8)
+    fn = ort_c.quantize_matmul_4bits if bits == 4 else ort_c.quantize_matmul_8bits
+    fn(packed, np.ascontiguousarray(w.T.astype(dt)), scales, zeros, block, n, k, symmetric)
+    return packed.reshape(-1), scales.reshape(-1), zeros.reshape(-1)
+
+
+def _unpack(packed, bits, count):
+    if bits == 8:
+        return packed[:count].astype(np.float32)
+    out = np.empty(packed.size * 2, np.float32)
+    out[0::2] = packed & 0x0F
+    out[1::2] = packed >> 4
+    return out[:count]
+
+
+def ort_dequantized(w, bits, block, symmetric):
+    """w [out, in] float32 -> what onnxruntime's quantizer makes of it, dequantized."""
+    n, k = w.shape
+    k_blocks = k // block
+    packed, scales, zeros = ort_quantize(np.asarray(w, np.float32), bits, block, symmetric)
+    codes = _unpack(packed, bits, n * k).reshape(n, k_blocks, block)
+    if symmetric:
+        zp = np.full((n, k_blocks), 2 ** (bits - 1), np.float32)
+    else:
+        row = (k_blocks * bits + 7) // 8
+        zp = np.stack([_unpack(zeros[r * row:(r + 1) * row], bits, k_blocks) for r in range(n)])
+    return ((codes - zp[..., None]) * scales.reshape(n, k_blocks, 1)).reshape(n, k)
+
+
+def dequantized_checkpoint(src, dst, bits, block, symmetric, *, embeddings=False, lm_head=True):
+    """Copies checkpoint `src` to `dst` with every weight ferry's quantizer takes replaced by its
+    onnxruntime-dequantized value: the 2-D weights of linears, the lm_head (unless lm_head is
+    False) and the embedding table (if embeddings). A tied lm_head that is quantized while the
+    embedding stays float becomes its own lm_head.weight, the tie cut in config.json."""
+    src, dst = Path(src), Path(dst)
+    shutil.copytree(src, dst)
+    header, data = read_safetensors(src / "model.safetensors")
+    config = json.loads((src / "config.json").read_text())
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        assert info["dtype"] == "F32", "the reference works on fp32 checkpoints"
+        tensors[name] = np.frombuffer(data[start:end], np.float32).reshape(info["shape"])
+    tied = config.get("tie_word_embeddings", False)
+    embed = "model.embed_tokens.weight"
+    out = {}
+    for name, t in tensors.items():
+        linear = t.ndim == 2 and name != embed and name != "lm_head.weight"
+        take = linear or (name == embed and embeddings) or (name == "lm_head.weight" and lm_head)
+        out[name] = ort_dequantized(t, bits, block, symmetric) if take else t
+    if tied and lm_head != embeddings:
+        out["lm_head.weight"] = (ort_dequantized(tensors[embed], bits, block, symmetric)
+                                 if lm_head else tensors[embed])
+        config["tie_word_embeddings"] = False
+        (dst / "config.json").write_text(json.dumps(config))
+    new_header, blob, offset = {}, bytearray(), 0
+    for name, t in out.items():
+        raw = np.ascontiguousarray(t, np.float32).tobytes()
+        new_header[name] = {"dtype": "F32", "shape": list(t.shape),
+                            "data_offsets": [offset, offset + len(raw)]}
+        blob += raw
+        offset += len(raw)
+    write_safetensors(dst / "model.safetensors", new_header, bytes(blob))
+    return dst

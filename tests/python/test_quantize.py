@@ -1,0 +1,254 @@
+"""Weight-only quantization (--quantize int4|int8) in the standard ONNX graph: DequantizeLinear
+(opset 21, uint4/uint8 codes in blocks along the input axis) feeding the float ops.
+
+The oracle is transformers' eager model on a copy of the checkpoint whose quantized weights are
+replaced by what onnxruntime's own quantizer (quantize_matmul_4bits/_8bits) makes of them,
+dequantized in numpy (quant_ref.py): the exported graph must compute those logits within the fp32
+bound, for every family, int4 and int8, symmetric and asymmetric, and through generation.
+Quantization quality on real weights is test_quantize_quality.py's."""
+
+import json
+from functools import partial
+
+import numpy as np
+import onnx
+import pytest
+
+from conftest import (ARCHS, FP32_ATOL, check_against_reference, ferry_builds, ferry_export,
+                      make_checkpoint, run_ferry)
+from quant_ref import dequantized_checkpoint
+
+# block 16 keeps every tiny weight's rows at an even number of blocks (hidden 64, intermediate
+# 96); the asymmetric int4 cases need that in standard ONNX (see test_errors)
+SCHEMES = {
+    "int4-sym-b16": (4, 16, True),
+    "int4-asym-b16": (4, 16, False),
+    "int4-sym-b32": (4, 32, True),      # intermediate 96: 3 blocks a row, odd
+    "int8-sym-b32": (8, 32, True),
+    "int8-asym-b32": (8, 32, False),
+}
+SHAPES = [(1, 7), (3, 33)]
+
+
+def flags(bits, block, symmetric):
+    return ["--quantize", f"int{bits}", "--block-size", str(block)] + \
+        ([] if symmetric else ["--asymmetric"])
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    made = {}
+
+    def get(arch, **overrides):
+        key = (arch, tuple(sorted(overrides.items())))
+        if key not in made:
+            made[key] = make_checkpoint(tmp_path_factory.mktemp(f"q-{arch}"), arch, seed=11,
+                                        **overrides)
+        return made[key]
+    return get
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_logits_match_dequantized_reference(ckpts, tmp_path, arch, scheme, record_property):
+    bits, block, sym = SCHEMES[scheme]
+    ckpt = ckpts(arch)
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", *flags(bits, block, sym), "--quiet")
+    ref = dequantized_checkpoint(ckpt, tmp_path / "ref", bits, block, sym)
+    worst = check_against_reference(ref, out / "model.onnx", SHAPES)
+    record_property("quantized_logits_max_abs_err", worst)
+
+
+@pytest.mark.parametrize("case", ["tied-head-only", "tied-embeddings-too", "float-head",
+                                  "untied-embeddings-too"])
+def test_embeddings_and_head(ckpts, tmp_path, case):
+    tied = case.startswith("tied")
+    ckpt = ckpts("llama", tie_word_embeddings=tied)
+    embeddings = case.endswith("too")
+    lm_head = case != "float-head"
+    extra = (["--quantize-embeddings"] if embeddings else []) + \
+        ([] if lm_head else ["--float-lm-head"])
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", *flags(4, 16, True), *extra,
+                       "--quiet")
+    ref = dequantized_checkpoint(ckpt, tmp_path / "ref", 4, 16, True, embeddings=embeddings,
+                                 lm_head=lm_head)
+    check_against_reference(ref, out / "model.onnx", SHAPES)
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    inits = {t.name: t for t in model.graph.initializer}
+    embed = "model.embed_tokens.weight"
+    float_embed = inits[embed].data_type == onnx.TensorProto.FLOAT
+    assert float_embed == (not embeddings)
+    assert (embed + "_scales" in inits) == embeddings
+    if tied and lm_head and not embeddings:
+        # the table is read twice: float by the embedding, quantized by the head
+        assert embed + "_q4" in inits and embed + "_q4_scales" in inits
+    if not lm_head:
+        head = embed if tied else "lm_head.weight"
+        assert inits[head].data_type == onnx.TensorProto.FLOAT and head + "_scales" not in inits
+
+
+def test_graph_structure_and_manifest(ckpts, tmp_path):
+    """uint4 codes, scales and zero points as DequantizeLinear's inputs (axis 1, block_size),
+    onnx.checker's full check, export.json recording the quantizer, and a data file near the
+    size int4 implies."""
+    ckpt = ckpts("qwen3")
+    out = ferry_export(ckpt, tmp_path / "q", *flags(4, 16, True), "--quiet")
+    onnx.checker.check_model(str(out / "model.onnx"), full_check=True)
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    inits = {t.name: t for t in model.graph.initializer}
+    dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
+    n_linear = 2 * 7 + 1
+    assert len(dq) == n_linear
+    for n in dq:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        assert attrs == {"axis": 1, "block_size": 16}
+        codes, scales, zeros = (inits[i] for i in n.input)
+        assert codes.data_type == onnx.TensorProto.UINT4
+        assert zeros.data_type == onnx.TensorProto.UINT4
+        assert scales.data_type == onnx.TensorProto.FLOAT
+        assert list(scales.dims) == [codes.dims[0], codes.dims[1] // 16] == list(zeros.dims)
+    q = json.loads((out / "export.json").read_text())
+    cfg = q["components"]["model"]["metadata"]["export_config"]
+    assert cfg["quantizer"] == {"bits": 4, "block_size": 16, "symmetric": True,
+                                "quantize_embeddings": False, "quantize_lm_head": True}
+    # each quantized linear: 4 bits + an fp32 scale and a 4-bit zero point per 16 inputs =
+    # 6.25 bits where fp32 had 32 (the data file itself pads every tensor to 4 KiB)
+    def stored(t):
+        return int({e.key: e.value for e in t.external_data}["length"])
+    for n in dq:
+        codes, scales, zeros = (inits[i] for i in n.input)
+        rows, cols = codes.dims
+        assert sum(stored(t) for t in (codes, scales, zeros)) == rows * cols * 6.25 / 8
+
+
+# ---------------------------------------------------------------------------------------------
+# generation: the same cache layouts as test_generation.py, quantized
+
+
+GEN_SCHEMES = {"int4-sym-b16": (4, 16, True), "int8-asym-b32": (8, 32, False)}
+
+
+@pytest.fixture(scope="module")
+def quant_families(tmp_path_factory):
+    from test_generation import Family
+    made = {}
+
+    def get(arch, scheme):
+        if (arch, scheme) not in made:
+            bits, block, sym = GEN_SCHEMES[scheme]
+            made[arch, scheme] = Family(
+                tmp_path_factory.mktemp(f"qgen-{arch}-{scheme}"), arch, flags(bits, block, sym),
+                partial(dequantized_checkpoint, bits=bits, block=block, symmetric=sym))
+        return made[arch, scheme]
+    return get
+
+
+@pytest.mark.parametrize("loop", ["dynamic", "mtd_chunks3", "static_mtd", "static"])
+@pytest.mark.parametrize("scheme", list(GEN_SCHEMES))
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_generation_matches_dequantized_generate(quant_families, arch, scheme, loop):
+    from test_generation import BATCHES, LENGTHS, _check_calls, assert_tokens_equal
+    fam = quant_families(arch, scheme)
+    batches = [1] if loop.startswith("static") else BATCHES
+    for batch in batches:
+        for length in LENGTHS:
+            assert_tokens_equal(fam, loop, batch, length)
+            tokens, calls = fam.run(loop, batch, length)
+            _check_calls(fam, batch, length, tokens, calls)
+
+
+# ---------------------------------------------------------------------------------------------
+# errors: one line naming the option or tensor, exit 1 (2 for usage), nothing written
+
+
+ERRORS = {
+    "block-does-not-divide": (["--quantize", "int4", "--block-size", "128"],
+                              ["model.layers.0.self_attn.q_proj.weight", "128", "64"]),
+    "asym-int4-odd-blocks": (["--quantize", "int4", "--block-size", "32", "--asymmetric"],
+                             ["down_proj", "asymmetric", "3 blocks"]),
+    "block-size-without-quantize": (["--block-size", "32"], ["quantiz", "bits"]),
+    "float-head-without-quantize": (["--float-lm-head"], ["quantiz", "bits"]),
+    "accuracy-level-standard": (["--quantize", "int4", "--accuracy-level", "4"],
+                                ["accuracy_level", "MatMulNBits"]),
+    "bf16-scales": (["--quantize", "int8", "--dtype", "bf16"], ["fp32 or fp16", "bf16"]),
+    "old-opset": (["--quantize", "int8", "--opset", "20"], ["opset 21", "20"]),
+    "bad-bits": (["--quantize", "int3"], ["--quantize", "int3"]),
+    "bad-block": (["--quantize", "int4", "--block-size", "48"], ["block size 48"]),
+}
+
+
+@pytest.mark.parametrize("build", ferry_builds(), ids=lambda b: b[0])
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_errors(ckpts, tmp_path, case, build):
+    args, needles = ERRORS[case]
+    out = tmp_path / "out"
+    rc, _, stderr = run_ferry("export", ckpts("llama"), out, *args, binary=build[1])
+    assert rc in (1, 2), (rc, stderr)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ferry: error: "), stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert not out.exists()
+
+
+def test_already_quantized_checkpoint_refused(ckpts, tmp_path):
+    """A checkpoint whose config.json says it is quantized (GPTQ, AWQ, fp8, ...) is refused,
+    quantizing or not: its tensors read as float weights would give wrong numbers."""
+    import shutil
+    ckpt = tmp_path / "gptq"
+    shutil.copytree(ckpts("llama"), ckpt)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4}
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    for args in ([], ["--quantize", "int4"]):
+        rc, _, stderr = run_ferry("export", ckpt, tmp_path / "out", *args)
+        assert rc == 1
+        assert "quantized already" in stderr and "gptq" in stderr, stderr
+        assert not (tmp_path / "out").exists()
+
+
+def test_int_tensor_refused(ckpts, tmp_path):
+    """A weight stored as integers (a quantized checkpoint without quantization_config) is
+    refused by name, not quantized as if it were float."""
+    import shutil
+    from conftest import read_safetensors, write_safetensors
+    ckpt = tmp_path / "ints"
+    shutil.copytree(ckpts("llama"), ckpt)
+    header, data = read_safetensors(ckpt / "model.safetensors")
+    name = "model.layers.1.mlp.up_proj.weight"
+    header[name]["dtype"] = "I32"
+    write_safetensors(ckpt / "model.safetensors", header, data)
+    rc, _, stderr = run_ferry("export", ckpt, tmp_path / "out", "--quantize", "int4",
+                              "--block-size", "16")
+    assert rc == 1
+    assert name in stderr and "I32" in stderr, stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# the recipe's "quantizer" and the Python binding's OnnxConfig(quantizer=...)
+
+
+def test_python_quantizer_and_recipe(ckpts, tmp_path):
+    """OnnxConfig(quantizer={...}) exports what --quantize does: the same logits as the
+    dequantized reference, and the recipe's keys round-trip through export.json."""
+    from ferry import AutoExportConfig, FerryError, OnnxConfig, OnnxExporter
+
+    ckpt = ckpts("qwen2")
+    config = OnnxConfig(dynamic=True, quantizer={"bits": 8, "block_size": 32,
+                                                 "symmetric": False})
+    exported = OnnxExporter().export(ckpt, config=config)
+    exported.save_pretrained(tmp_path / "out")
+    ref = dequantized_checkpoint(ckpt, tmp_path / "ref", 8, 32, False)
+    check_against_reference(ref, tmp_path / "out" / "model.onnx", SHAPES)
+    recorded = exported.manifest["components"]["model"]["metadata"]["export_config"]
+    assert recorded["quantizer"] == {"bits": 8, "block_size": 32, "symmetric": False,
+                                     "quantize_embeddings": False, "quantize_lm_head": True}
+    again = AutoExportConfig.from_dict(recorded)
+    assert again.to_dict()["quantizer"] == recorded["quantizer"]
+    assert OnnxConfig(quantizer="int4").to_dict()["quantizer"] == "int4"
+    with pytest.raises(FerryError, match="blocksize"):
+        OnnxConfig(quantizer={"bits": 4, "blocksize": 32})
+    with pytest.raises(FerryError, match="int2"):
+        OnnxConfig(quantizer="int2")
+    with pytest.raises(FerryError, match="ort_fusions"):
+        OnnxConfig(ort_fusions="tpu")
