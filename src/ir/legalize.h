@@ -31,14 +31,14 @@ struct g_target {
 /* Pieces shared by many lowered nodes (rotary tables per rope setting, attention masks per
  * mask/window), built once per graph. */
 typedef struct lw_memo {
-    int kind;                /* LW_MEMO_ROPE, LW_MEMO_MASK */
+    int kind;                /* LW_MEMO_ROPE, LW_MEMO_MASK, LW_MEMO_PACKED */
     int in_a, in_b;          /* destination ids the piece was built from */
     int64_t key;             /* dtype, window, ... */
     g_rope_opts rope;        /* rope tables: the options they were computed for */
     int out_a, out_b;
 } lw_memo;
 
-enum { LW_MEMO_ROPE = 1, LW_MEMO_MASK = 2 };
+enum { LW_MEMO_ROPE = 1, LW_MEMO_MASK = 2, LW_MEMO_PACKED = 3 /* in_a: a source node */ };
 
 struct g_lower_ctx {
     const g_graph *src;

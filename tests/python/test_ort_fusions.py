@@ -58,6 +58,11 @@ def test_plain_export_fused_norms(ckpts, tmp_path, arch, record_property):
     assert ops["com.microsoft", "SkipSimplifiedLayerNormalization"] == 2 * layers
     assert not any(op == "ReduceMean" for _, op in ops)      # no decomposed norm left
     assert ops["com.microsoft", "GroupQueryAttention"] == 0  # no cache: plain ops (the table)
+    # q/k/v and gate/up each one MatMul over joined weights; then o, down and the head
+    _, model = op_types(out / "model.onnx")
+    packed = [n.name for n in model.graph.node if n.op_type == "MatMul" and "_proj" in n.name]
+    assert sorted(p.split("/")[-2] for p in packed) == sorted(
+        ["q_k_v_proj", "o_proj", "gate_up_proj", "down_proj"] * layers), packed
     worst = check_against_reference(ckpt, out / "model.onnx", SHAPES)
     record_property("fused_logits_max_abs_err", worst)
 
@@ -123,7 +128,8 @@ def test_matmulnbits_matches_dequantized_reference(ckpts, tmp_path, arch, scheme
     out = ferry_export(ckpt, tmp_path / "out", "--dynamic", *FUSED,
                        *qflags(bits, block, sym, "--accuracy-level", "0"), "--quiet")
     ops, model = op_types(out / "model.onnx")
-    assert ops["com.microsoft", "MatMulNBits"] == 2 * 7 + 1
+    # per layer: q/k/v packed into one, o, gate/up packed into one, down; and the lm_head
+    assert ops["com.microsoft", "MatMulNBits"] == 2 * 4 + 1
     assert ops["ai.onnx", "DequantizeLinear"] == 0
     inits = {t.name: t for t in model.graph.initializer}
     for node in model.graph.node:
@@ -139,8 +145,12 @@ def test_matmulnbits_matches_dequantized_reference(ckpts, tmp_path, arch, scheme
             if zp:
                 assert list(inits[zp].dims) == [n, (k // block * bits + 7) // 8]
             bias = node.input[5] if len(node.input) > 5 else ""
-            assert bool(bias) == (arch == "qwen2" and "_proj" in node.name and
-                                  any(p in node.name for p in ("q_proj", "k_proj", "v_proj")))
+            assert bool(bias) == (arch == "qwen2" and "q_k_v_proj" in node.name)
+    names = {n.name.rsplit("/", 1)[0].rsplit("/", 1)[-1]
+             for n in model.graph.node if n.op_type == "MatMulNBits"}
+    assert names == {"q_k_v_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"}, names
+    assert "model.layers.1.self_attn.q_k_v_proj.weight" in inits
+    assert "model.layers.1.mlp.gate_up_proj.weight_scales" in inits
     ref = dequantized_checkpoint(ckpt, tmp_path / "ref", bits, block, sym)
     worst = check_against_reference(ref, out / "model.onnx", SHAPES)
     record_property("matmulnbits_logits_max_abs_err", worst)

@@ -6,6 +6,9 @@
  *                     SimplifiedLayerNormalization, onnxruntime's own, at older opsets
  *   skip_rms_norm     SkipSimplifiedLayerNormalization(x, skip, w + offset) -> out 0 and 3 (sum)
  *   linear, int4/8    MatMulNBits(x, codes, scales, [zero points], -, [bias])
+ *   linears sharing   one MatMul / MatMulNBits over their weights joined (q, k, v; gate, up),
+ *     their input     then a Slice per linear: the weight recipe joins the checkpoint tensors
+ *                     as they stream, named after them ("...self_attn.q_k_v_proj.weight")
  *   embedding, int4/8 GatherBlockQuantized(codes as [vocab, n*bits/8], ids, scales, [zeros])
  *   attention + cache GroupQueryAttention(q, k, v, past_k, past_v, seqlens_k, total_len,
  *                     cos, sin, position_ids, bias): rotary inside when q and k come straight
@@ -71,15 +74,13 @@ static ferry_status ort_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
-static ferry_status ort_linear(g_lower_ctx *c, const g_node *n, int *outs)
+/* MatMulNBits of x by the quantized weight value `wv` (destination) with recipe `w`. */
+static int matmul_nbits(g_lower_ctx *c, int x, int wv, const g_weight *w, int bias)
 {
     g_graph *g = c->dst;
-    const g_value *w = lw_src(c, n, 1);
-    if (w->kind != GV_WEIGHT || !w->weight.quant.bits)
-        return onnx_lower_linear(c, n, outs);
-    const w_quant *q = &w->weight.quant;
+    const w_quant *q = &w->quant;
     int64_t rows, cols;
-    w_matrix(&w->weight, &rows, &cols);
+    w_matrix(w, &rows, &cols);
     int accuracy = cfg_of(c)->quantizer.accuracy_level;
     g_extern e = g_extern_init("com.microsoft", "MatMulNBits");
     g_extern_int(&e, "K", cols);
@@ -87,7 +88,8 @@ static ferry_status ort_linear(g_lower_ctx *c, const g_node *n, int *outs)
     g_extern_int(&e, "bits", q->bits);
     g_extern_int(&e, "block_size", q->block);
     g_extern_int(&e, "accuracy_level", accuracy < 0 ? 4 : accuracy);
-    int x = lw_in(c, n, 0), wv = lw_in(c, n, 1), bias = lw_in(c, n, 2);
+    if (!g_ok(g))
+        return G_NONE;
     g_shape ys = g->values[x].shape;
     ys.d[ys.rank - 1] = g_dim_const(rows);
     g_extern_out(&e, 0, 0, g->values[x].dtype, &ys);
@@ -98,7 +100,143 @@ static ferry_status ort_linear(g_lower_ctx *c, const g_node *n, int *outs)
         in[3] = wv;
         e.part[3] = W_PART_ZEROS;
     }
-    outs[0] = g_extern_node(g, "MatMulNBits", &e, bias == G_NONE ? 4 : 6, in);
+    return g_extern_node(g, "MatMulNBits", &e, bias == G_NONE ? 4 : 6, in);
+}
+
+/* ---- linears sharing an input ---- */
+
+#define MAX_PACK W_MAX_SOURCES
+
+/* A plain stored weight (or bias) that can be one source of a joined recipe. */
+static bool joinable(const g_value *v)
+{
+    return v && v->kind == GV_WEIGHT && v->weight.n_src == 1 && v->weight.row_end == 0 &&
+           v->weight.offset == 0 && !v->weight.transpose;
+}
+
+/* Whether linear `s` can share one matmul with linear `n`: the same input, weights of one
+ * kind (dtype, quantization, input size) and a bias for both or neither. */
+static bool packs_with(const g_graph *src, const g_node *n, const g_node *s)
+{
+    if (s->op != G_LINEAR || s->dead || s->in[0] != n->in[0])
+        return false;
+    const g_value *a = &src->values[n->in[1]], *b = &src->values[s->in[1]];
+    bool bias_a = n->n_in > 2 && n->in[2] != G_NONE, bias_b = s->n_in > 2 && s->in[2] != G_NONE;
+    if (!joinable(a) || !joinable(b) || bias_a != bias_b ||
+        (bias_a && (!joinable(&src->values[n->in[2]]) || !joinable(&src->values[s->in[2]]))))
+        return false;
+    return a->weight.dtype == b->weight.dtype && a->weight.src[0]->ndim == 2 &&
+           b->weight.src[0]->ndim == 2 && a->weight.src[0]->shape[1] == b->weight.src[0]->shape[1] &&
+           memcmp(&a->weight.quant, &b->weight.quant, sizeof a->weight.quant) == 0;
+}
+
+/* "model.layers.0.self_attn.q_proj.weight" + k + v -> "model.layers.0.self_attn.q_k_v_proj.weight":
+ * the common prefix and suffix around the differing middles joined by '_'. */
+static void joined_name(const char *const *names, int n, char *buf, size_t size)
+{
+    size_t pre = strlen(names[0]), suf = pre;
+    for (int i = 1; i < n; i++) {
+        size_t len = strlen(names[i]), p = 0, s = 0;
+        while (p < pre && p < len && names[i][p] == names[0][p])
+            p++;
+        size_t len0 = strlen(names[0]);
+        while (s < suf && s < len && s < len0 && names[i][len - 1 - s] == names[0][len0 - 1 - s])
+            s++;
+        pre = p, suf = s;
+    }
+    size_t used = (size_t)snprintf(buf, size, "%.*s", (int)pre, names[0]);
+    for (int i = 0; i < n && used < size; i++) {
+        size_t len = strlen(names[i]);
+        size_t mid = len > pre + suf ? len - pre - suf : 0;
+        used += (size_t)snprintf(buf + used, size - used, "%s%.*s", i ? "_" : "", (int)mid,
+                                 names[i] + pre);
+    }
+    if (used < size)
+        snprintf(buf + used, size - used, "%s", names[0] + strlen(names[0]) - suf);
+}
+
+/* Lowers the linears that read n's input with n as one matmul over their joined weights (n is
+ * the first of them); each one's output is a slice, remembered for when its turn comes. False
+ * when n has no partner. */
+static bool lower_packed(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    const g_graph *src = c->src;
+    const g_node *pack[MAX_PACK];
+    int np = 0;
+    size_t first = (size_t)(n - src->nodes);
+    for (size_t i = first; i < src->n_nodes && np < MAX_PACK; i++)
+        if (&src->nodes[i] == n || packs_with(src, n, &src->nodes[i]))
+            pack[np++] = &src->nodes[i];
+    if (np < 2)
+        return false;
+    g_graph *g = c->dst;
+    const char *wnames[MAX_PACK], *bnames[MAX_PACK], *scopes[MAX_PACK];
+    g_weight w = src->values[n->in[1]].weight, b = {0};
+    bool bias = n->n_in > 2 && n->in[2] != G_NONE;
+    if (bias)
+        b = src->values[n->in[2]].weight;
+    w.n_src = b.n_src = np;
+    w.concat_axis = b.concat_axis = 0;
+    for (int i = 0; i < np; i++) {
+        const g_value *wi = &src->values[pack[i]->in[1]];
+        w.src[i] = wi->weight.src[0];
+        wnames[i] = wi->name;
+        scopes[i] = pack[i]->name;
+        if (bias) {
+            b.src[i] = src->values[pack[i]->in[2]].weight.src[0];
+            bnames[i] = src->values[pack[i]->in[2]].name;
+        }
+    }
+    char wname[512], bname[512], scope[512], saved[sizeof g->scope];
+    joined_name(wnames, np, wname, sizeof wname);
+    joined_name(scopes, np, scope, sizeof scope);
+    lw_scope_push(c, saved, sizeof saved, scope);
+    int x = lw_in(c, n, 0), bv = G_NONE, y;
+    if (bias) {
+        joined_name(bnames, np, bname, sizeof bname);
+        bv = g_weight_value(g, bname, &b);
+    }
+    if (w.quant.bits) {
+        y = matmul_nbits(c, x, g_weight_value(g, wname, &w), &w, bv);
+    } else {
+        w.transpose = true; /* [in, out] for a plain MatMul */
+        y = g_matmul(g, "MatMul", x, g_weight_value(g, wname, &w), false);
+        if (bias)
+            y = g_binary(g, G_ADD, "Add", y, bv);
+    }
+    int64_t at = 0;
+    for (int i = 0; i < np && g_ok(g); i++) {
+        int64_t rows = w.src[i]->shape[0];
+        char name[64];
+        snprintf(name, sizeof name, "Slice_%d", i);
+        int part = g_slice(g, name, y, g->values[y].shape.rank - 1, at, at + rows);
+        at += rows;
+        lw_refine(c, part, pack[i], 0);
+        if (i == 0)
+            outs[0] = part;
+        else
+            lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_PACKED,
+                                      .in_a = (int)(pack[i] - src->nodes), .out_a = part});
+    }
+    lw_scope_pop(c, saved);
+    return true;
+}
+
+static ferry_status ort_linear(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    int self = (int)(n - c->src->nodes);
+    for (size_t i = 0; i < c->n_memo; i++)
+        if (c->memo[i].kind == LW_MEMO_PACKED && c->memo[i].in_a == self) {
+            outs[0] = c->memo[i].out_a; /* made with the first linear of its pack */
+            return g->err.status;
+        }
+    if (lower_packed(c, n, outs))
+        return g->err.status;
+    const g_value *w = lw_src(c, n, 1);
+    if (w->kind != GV_WEIGHT || !w->weight.quant.bits)
+        return onnx_lower_linear(c, n, outs);
+    outs[0] = matmul_nbits(c, lw_in(c, n, 0), lw_in(c, n, 1), &w->weight, lw_in(c, n, 2));
     lw_refine(c, outs[0], n, 0);
     return g->err.status;
 }
