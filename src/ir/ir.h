@@ -137,6 +137,8 @@ typedef struct g_value {
     size_t nbytes;
     g_weight weight;         /* GV_WEIGHT: the recipe; dtype/shape above are its logical ones */
     int n_uses;              /* filled by g_count_uses */
+    uint64_t hash;           /* GV_WEIGHT, GV_CONST: its key in the leaf index (graph.c), kept so
+                                growing the index never rehashes a large constant */
 } g_value;
 
 typedef struct g_node {

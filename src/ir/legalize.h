@@ -31,14 +31,15 @@ struct g_target {
 /* Pieces shared by many lowered nodes (rotary tables per rope setting, attention masks per
  * mask/window), built once per graph. */
 typedef struct lw_memo {
-    int kind;                /* LW_MEMO_ROPE, LW_MEMO_MASK, LW_MEMO_PACKED */
+    int kind;                /* LW_MEMO_* */
     int in_a, in_b;          /* destination ids the piece was built from */
     int64_t key;             /* dtype, window, ... */
     g_rope_opts rope;        /* rope tables: the options they were computed for */
     int out_a, out_b;
 } lw_memo;
 
-enum { LW_MEMO_ROPE = 1, LW_MEMO_MASK = 2, LW_MEMO_PACKED = 3 /* in_a: a source node */ };
+enum { LW_MEMO_ROPE = 1, LW_MEMO_MASK = 2, LW_MEMO_PACKED = 3 /* in_a: a source node */,
+       LW_MEMO_ROTARY_CACHE = 4 /* a target's cos/sin tables per rope options and dtype */ };
 
 struct g_lower_ctx {
     const g_graph *src;
@@ -60,6 +61,8 @@ const g_value *lw_src(const g_lower_ctx *c, const g_node *n, int k);
  * float weights must refuse: then the error (naming the target, the op and the weight) is on
  * the graph and returned. */
 ferry_status lw_refuse_quantized(g_lower_ctx *c, const g_node *n, int k);
+/* Whether two rope option sets give the same tables (field by field). */
+bool lw_same_rope(const g_rope_opts *a, const g_rope_opts *b);
 /* Whether source value `v` is read by an op other than `op` (e.g. an embedding table that a
  * linear also reads: the tied lm_head). */
 bool lw_shared(const g_lower_ctx *c, int v, g_op op);

@@ -53,12 +53,23 @@ static unsigned get_code(const uint8_t *p, size_t i, int bits)
     return i % 2 == 0 ? p[i / 2] & 0x0F : p[i / 2] >> 4;
 }
 
-static unsigned to_code(float x, float reciprocal, unsigned zero, unsigned levels)
+/* codes[i] = clamp(round(x[i] * reciprocal + zero), 0, levels) for one block, rounding halves
+ * away from zero as roundf does. Branch-free so the compiler vectorizes it (roundf is a library
+ * call on baseline x86-64, and this runs once per weight): clamping first is the same as
+ * clamping the rounded value, since 0 and `levels` are integers (NaN fails `t > 0` and becomes
+ * 0); then t >= 0, where trunc is a conversion and t - trunc(t) is exact. The clamps are
+ * comparisons, not fmaxf/fminf, whose NaN rules keep them library calls. */
+static void block_codes(const float *x, int n, float reciprocal, unsigned zero, unsigned levels,
+                        uint8_t *codes)
 {
-    float q = roundf(x * reciprocal + (float)zero);
-    if (!(q >= 0.0f)) /* also NaN */
-        return 0;
-    return q > (float)levels ? levels : (unsigned)q;
+    float z = (float)zero, top = (float)levels;
+    for (int i = 0; i < n; i++) {
+        float t = x[i] * reciprocal + z;
+        t = t > 0.0f ? t : 0.0f;
+        t = t < top ? t : top;
+        int q = (int)t;
+        codes[i] = (uint8_t)(q + (t - (float)q >= 0.5f));
+    }
 }
 
 void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block, int symmetric,
@@ -95,9 +106,15 @@ void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block,
             }
             store_scale(scales, r * blocks + b, scale, scale_dtype);
             float reciprocal = scale != 0.0f ? 1.0f / scale : 0.0f;
-            for (int i = 0; i < block; i++)
-                put_code(row_codes, b * (size_t)block + (size_t)i, bits,
-                         to_code(blk[i], reciprocal, zero, levels));
+            size_t at = b * (size_t)block;
+            if (bits == 8) {
+                block_codes(blk, block, reciprocal, zero, levels, row_codes + at);
+            } else { /* blocks are even and start at even elements: whole bytes */
+                uint8_t tmp[256], *out = row_codes + at / 2;
+                block_codes(blk, block, reciprocal, zero, levels, tmp);
+                for (int i = 0; i < block / 2; i++)
+                    out[i] = (uint8_t)(tmp[2 * i] | tmp[2 * i + 1] << 4);
+            }
         }
     }
 }

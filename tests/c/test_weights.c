@@ -239,6 +239,53 @@ static void quantized(void **state)
     }
 }
 
+/* A symmetric weight with explicit zeros (DequantizeLinear's zero-point tensor) writes every
+ * zero point as the mid code, packed contiguously over the whole tensor even when a row holds
+ * an odd number of 4-bit blocks (3 rows x 1 block: 3 nibbles in 2 bytes), whatever the bands;
+ * and a joined recipe (packed q/k/v) quantizes the stacked rows as one matrix. */
+static void quantized_explicit_zeros_and_joined(void **state)
+{
+    (void)state;
+    const float *q = src_values("q");
+    g_weight w = w_plain(tensor("q"), FERRY_F32);
+    w.quant = (w_quant){.bits = 4, .block = 32, .symmetric = true, .explicit_zeros = true};
+    assert_int_equal(w_n_parts(&w), 3);
+    int rank;
+    int64_t shape[2];
+    ferry_dtype dt;
+    uint64_t nbytes;
+    w_part_info(&w, W_PART_ZEROS, &rank, shape, &dt, &nbytes);
+    assert_true(dt == FERRY_U4 && nbytes == 2 && shape[1] == 1);
+    uint8_t want_codes[48], want_scales[12];
+    rtn_quantize(q, 3, 32, 4, 32, 1, FERRY_F32, want_codes, want_scales, NULL);
+    for (int band = 32; band <= 96; band += 64) { /* one row a band, then all rows */
+        ws_item it = {.w = w, .offset = {0, 64, 128}};
+        uint8_t *out = stream(&it, 1, (size_t)band, 2, 136);
+        assert_memory_equal(out, want_codes, 48);
+        assert_memory_equal(out + 64, want_scales, 12);
+        assert_int_equal(out[128], 0x88);
+        assert_int_equal(out[129], 0x88);
+        assert_int_equal(out[130], 0);          /* nothing past the part */
+        free(out);
+    }
+    g_weight j = w_plain(tensor("q"), FERRY_F32);
+    j.src[1] = tensor("q");
+    j.n_src = 2;
+    j.quant = (w_quant){.bits = 8, .block = 16, .symmetric = false};
+    float stacked[6 * 32];
+    memcpy(stacked, q, sizeof(float) * 96);
+    memcpy(stacked + 96, q, sizeof(float) * 96);
+    uint8_t jc[192], jz[12];
+    float js[12];
+    rtn_quantize(stacked, 6, 32, 8, 16, 0, FERRY_F32, jc, js, jz);
+    ws_item it = {.w = j, .offset = {0, 256, 320}};
+    uint8_t *out = stream(&it, 1, 32, 2, 332);
+    assert_memory_equal(out, jc, 192);
+    assert_memory_equal(out + 256, js, 48);
+    assert_memory_equal(out + 320, jz, 12);
+    free(out);
+}
+
 static void refused_recipes(void **state)
 {
     (void)state;
@@ -290,6 +337,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(convert_transpose_join),
         cmocka_unit_test(quantized),
+        cmocka_unit_test(quantized_explicit_zeros_and_joined),
         cmocka_unit_test(refused_recipes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -37,6 +37,9 @@ static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy_level is an attribute of "
                        "onnxruntime's MatMulNBits, which only fused graphs use (--ort-fusions); "
                        "standard ONNX has none");
+    if (cfg->ort_fusions != FERRY_ORT_NONE && cfg->quantizer.bits &&
+        cfg->quantizer.accuracy_level < 0)
+        cfg->quantizer.accuracy_level = 4; /* int8 activations: onnxruntime's fastest on CPU */
     return FERRY_OK;
 }
 

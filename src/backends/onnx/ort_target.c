@@ -81,13 +81,13 @@ static int matmul_nbits(g_lower_ctx *c, int x, int wv, const g_weight *w, int bi
     const w_quant *q = &w->quant;
     int64_t rows, cols;
     w_matrix(w, &rows, &cols);
-    int accuracy = cfg_of(c)->quantizer.accuracy_level;
+    int accuracy = cfg_of(c)->quantizer.accuracy_level; /* configure made it 0-4 */
     g_extern e = g_extern_init("com.microsoft", "MatMulNBits");
     g_extern_int(&e, "K", cols);
     g_extern_int(&e, "N", rows);
     g_extern_int(&e, "bits", q->bits);
     g_extern_int(&e, "block_size", q->block);
-    g_extern_int(&e, "accuracy_level", accuracy < 0 ? 4 : accuracy);
+    g_extern_int(&e, "accuracy_level", accuracy);
     if (!g_ok(g))
         return G_NONE;
     g_shape ys = g->values[x].shape;
@@ -289,18 +289,27 @@ static bool rotary_inside(const g_node *rq, const g_node *rk)
     if (!rq || !rk || rq->in[1] != rk->in[1])
         return false;
     const g_rope_opts *a = rq->a.rope, *b = rk->a.rope;
-    return memcmp(&a->rope, &b->rope, sizeof a->rope) == 0 && a->head_dim == b->head_dim &&
-           a->rotary_dim == b->rotary_dim && a->rotary_dim == a->head_dim &&
-           a->max_position_embeddings == b->max_position_embeddings &&
-           a->rope.type != ROPE_DYNAMIC && a->max_position_embeddings > 0 &&
+    return lw_same_rope(a, b) && a->rotary_dim == a->head_dim && a->rope.type != ROPE_DYNAMIC &&
+           a->max_position_embeddings > 0 &&
            a->max_position_embeddings <= (1 << 20);
 }
 
 /* cos and sin caches [max_position_embeddings, rotary_dim/2] in `dtype`, as transformers'
- * rotary embedding computes them (fp32 position * inv_freq, times the attention scaling). */
-static ferry_status rotary_caches(g_graph *g, const g_rope_opts *o, ferry_dtype dtype, int *cos_v,
-                                  int *sin_v)
+ * rotary embedding computes them (fp32 position * inv_freq, times the attention scaling); made
+ * once per graph for each set of rope options (every layer shares them). */
+static ferry_status rotary_caches(g_lower_ctx *c, const g_rope_opts *o, ferry_dtype dtype,
+                                  int *cos_v, int *sin_v)
 {
+    g_graph *g = c->dst;
+    for (size_t i = 0; i < c->n_memo; i++) {
+        const lw_memo *m = &c->memo[i];
+        if (m->kind == LW_MEMO_ROTARY_CACHE && m->key == (int64_t)dtype &&
+            lw_same_rope(&m->rope, o)) {
+            *cos_v = m->out_a;
+            *sin_v = m->out_b;
+            return FERRY_OK;
+        }
+    }
     int64_t half = o->rotary_dim / 2, n = o->max_position_embeddings;
     float *inv = malloc((size_t)half * sizeof *inv);
     float *cs = malloc((size_t)(n * half) * sizeof *cs), *sn = malloc((size_t)(n * half) * sizeof *sn);
@@ -314,8 +323,8 @@ static ferry_status rotary_caches(g_graph *g, const g_rope_opts *o, ferry_dtype 
     for (int64_t p = 0; p < n; p++)
         for (int64_t i = 0; i < half; i++) {
             float f = (float)p * inv[i];
-            cs[p * half + i] = (float)cos((double)f) * scaling;
-            sn[p * half + i] = (float)sin((double)f) * scaling;
+            cs[p * half + i] = cosf(f) * scaling; /* fp32, as torch's emb.cos() */
+            sn[p * half + i] = sinf(f) * scaling;
         }
     dt_convert(cs_d, dtype, cs, FERRY_F32, (size_t)(n * half));
     dt_convert(sn_d, dtype, sn, FERRY_F32, (size_t)(n * half));
@@ -323,6 +332,10 @@ static ferry_status rotary_caches(g_graph *g, const g_rope_opts *o, ferry_dtype 
     *cos_v = g_const(g, dtype, 2, dims, cs_d);
     *sin_v = g_const(g, dtype, 2, dims, sn_d);
     free(inv), free(cs), free(sn), free(cs_d), free(sn_d);
+    lw_memo m = {.kind = LW_MEMO_ROTARY_CACHE, .key = (int64_t)dtype, .out_a = *cos_v,
+                 .out_b = *sin_v};
+    m.rope = *o;
+    lw_memo_add(c, &m);
     return g->err.status;
 }
 
@@ -381,7 +394,7 @@ static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
     int bias = g_where(g, "Where_bias", m, g_scalar_f(g, dt, 0.0), g_scalar_f(g, dt, lowest));
 
     int cos_v = G_NONE, sin_v = G_NONE;
-    if (rotary && rotary_caches(g, rq->a.rope, dt, &cos_v, &sin_v) != FERRY_OK)
+    if (rotary && rotary_caches(c, rq->a.rope, dt, &cos_v, &sin_v) != FERRY_OK)
         return g->err.status;
 
     g_extern e = g_extern_init("com.microsoft", "GroupQueryAttention");

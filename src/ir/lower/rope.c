@@ -13,7 +13,7 @@
 #include "ir/legalize.h"
 #include "ir/lower/rope_freq.h"
 
-static bool same_rope(const g_rope_opts *a, const g_rope_opts *b)
+bool lw_same_rope(const g_rope_opts *a, const g_rope_opts *b)
 {
     const rope_config *x = &a->rope, *y = &b->rope;
     return a->head_dim == b->head_dim && a->rotary_dim == b->rotary_dim &&
@@ -70,7 +70,7 @@ static void rope_tables(g_lower_ctx *c, const g_rope_opts *o, int positions, fer
     for (size_t i = 0; i < c->n_memo; i++) {
         const lw_memo *m = &c->memo[i];
         if (m->kind == LW_MEMO_ROPE && m->in_a == positions && m->key == (int64_t)dtype &&
-            same_rope(&m->rope, o)) {
+            lw_same_rope(&m->rope, o)) {
             *cos_out = m->out_a;
             *sin_out = m->out_b;
             return;
