@@ -324,8 +324,12 @@ def main():
     work = HERE / "work"
     logs = work / "logs-quant"
     logs.mkdir(parents=True, exist_ok=True)
-    q = None if args.skip_quality else quality(work, logs)
-    s = None if args.skip_speed else speed(work, logs, args.tiny)
+    # a part skipped keeps the previous run's figures (bench/work/quant-results.json), if any
+    previous = {}
+    if (work / "quant-results.json").exists():
+        previous = json.loads((work / "quant-results.json").read_text())
+    q = previous.get("quality") if args.skip_quality else quality(work, logs)
+    s = previous.get("speed") if args.skip_speed else speed(work, logs, args.tiny)
     (work / "quant-results.json").write_text(json.dumps(dict(quality=q, speed=s), indent=2,
                                                          default=str))
     report(q, s, args.out)
