@@ -1,6 +1,8 @@
-"""--ort-fusions cpu: the ONNX graph with onnxruntime's fused CPU kernels (SimplifiedLayer-
-Normalization, SkipSimplifiedLayerNormalization, GroupQueryAttention with rotary inside,
-MatMulNBits, GatherBlockQuantized), emitted from ferry's semantic ops.
+"""--ort-fusions cpu|webgpu: the ONNX graph with onnxruntime's fused kernels (RMSNormalization,
+SkipSimplifiedLayerNormalization, GroupQueryAttention with rotary inside on cpu or after its own
+RotaryEmbedding on webgpu, MultiHeadAttention without a cache on webgpu, packed projections,
+MatMulNBits, GatherBlockQuantized), emitted from ferry's semantic ops. Every op of both has a
+CPU kernel, so the webgpu graphs are run here too, not only inspected.
 
 Fused graphs must compute what the standard graph computes: fp32 logits within 1e-4 of the eager
 model for every family, and through every generation layout (dynamic cache, multi-token decode,
@@ -45,10 +47,14 @@ def ckpts(tmp_path_factory):
     return get
 
 
+PROVIDERS = ["cpu", "webgpu"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_plain_export_fused_norms(ckpts, tmp_path, arch, record_property):
+def test_plain_export_fused_norms(ckpts, tmp_path, arch, provider, record_property):
     ckpt = ckpts(arch)
-    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", *FUSED, "--quiet")
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", "--ort-fusions", provider, "--quiet")
     check_model_full(out / "model.onnx")
     ops, _ = op_types(out / "model.onnx")
     layers = 2
@@ -57,7 +63,11 @@ def test_plain_export_fused_norms(ckpts, tmp_path, arch, record_property):
     assert ops["ai.onnx", "RMSNormalization"] == 1 + (2 * layers if arch == "qwen3" else 0)
     assert ops["com.microsoft", "SkipSimplifiedLayerNormalization"] == 2 * layers
     assert not any(op == "ReduceMean" for _, op in ops)      # no decomposed norm left
-    assert ops["com.microsoft", "GroupQueryAttention"] == 0  # no cache: plain ops (the table)
+    assert ops["com.microsoft", "GroupQueryAttention"] == 0
+    # no cache: plain ops on cpu, MultiHeadAttention after RotaryEmbedding on webgpu (the table)
+    webgpu = provider == "webgpu"
+    assert ops["com.microsoft", "MultiHeadAttention"] == (layers if webgpu else 0)
+    assert ops["com.microsoft", "RotaryEmbedding"] == (2 * layers if webgpu else 0)
     # q/k/v and gate/up each one MatMul over joined weights; then o, down and the head
     _, model = op_types(out / "model.onnx")
     packed = [n.name for n in model.graph.node if n.op_type == "MatMul" and "_proj" in n.name]
@@ -76,11 +86,11 @@ def fused_families(tmp_path_factory):
     from test_generation import Family
     made = {}
 
-    def get(arch, extra=(), reference=None, tag=""):
-        key = (arch, tuple(extra), tag)
+    def get(arch, extra=(), reference=None, tag="", provider="cpu"):
+        key = (arch, tuple(extra), tag, provider)
         if key not in made:
-            made[key] = Family(tmp_path_factory.mktemp(f"fgen-{arch}{tag}"), arch,
-                               [*FUSED, *extra], reference)
+            made[key] = Family(tmp_path_factory.mktemp(f"fgen-{arch}{tag}-{provider}"), arch,
+                               ["--ort-fusions", provider, *extra], reference)
         return made[key]
     return get
 
@@ -88,11 +98,18 @@ def fused_families(tmp_path_factory):
 LOOPS = ["dynamic", "mtd_chunks3", "static_mtd", "static", "static_in_place"]
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_fused_generation_equals_generate(fused_families, arch, loop):
+def test_fused_generation_equals_generate(fused_families, arch, loop, provider):
     from test_generation import BATCHES, LENGTHS, _check_calls, assert_tokens_equal
-    fam = fused_families(arch)
+    fam = fused_families(arch, provider=provider)
+    if loop == "dynamic" and arch == "qwen3":   # the structure, once per provider
+        ops, model = op_types(fam.export("dynamic") / "decode.onnx")
+        gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+        assert len(gqa) == 2
+        assert {attrs(n)["do_rotary"] for n in gqa} == {int(provider == "cpu")}
+        assert ops["com.microsoft", "RotaryEmbedding"] == (4 if provider == "webgpu" else 0)
     batches = [1] if loop.startswith("static") else BATCHES
     for batch in batches:
         for length in LENGTHS:
@@ -218,6 +235,7 @@ def test_quantized_fused_generation(fused_families, loop):
 
 FUSION_ERRORS = {
     "provider-not-yet": (["--ort-fusions", "cuda"], ["ort_fusions 'cuda'", "not supported"]),
+    "dml-not-yet": (["--ort-fusions", "dml"], ["ort_fusions 'dml'", "not supported"]),
     "unknown-provider": (["--ort-fusions", "tpu"], ["--ort-fusions tpu"]),
     "accuracy-without-quantize": (["--ort-fusions", "cpu", "--accuracy-level", "4"],
                                   ["quantiz", "bits"]),

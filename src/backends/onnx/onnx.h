@@ -16,6 +16,8 @@
 extern const g_target onnx_standard_target;
 /* onnxruntime's CPU provider: its fused contrib ops where it has them (ort_target.c). */
 extern const g_target ort_cpu_target;
+/* ... and its WebGPU provider (RotaryEmbedding separate, MultiHeadAttention without a cache). */
+extern const g_target ort_webgpu_target;
 /* onnx-standard's legality (semantic ops lowered; primitives and extern nodes printed) and its
  * lowering of linear (float weights; quantized ones through DequantizeLinear), which the ORT
  * targets share. */

@@ -29,9 +29,9 @@ static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
     if (cfg->quantizer.bits && cfg->opset < 21)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantized ONNX weights need opset 21 or later "
                        "(uint4 and blocked DequantizeLinear), not %d", cfg->opset);
-    if (cfg->ort_fusions != FERRY_ORT_NONE && cfg->ort_fusions != FERRY_ORT_CPU)
+    if (cfg->ort_fusions == FERRY_ORT_CUDA || cfg->ort_fusions == FERRY_ORT_DML)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ort_fusions '%s' is not supported yet (cpu "
-                       "is)", ferry_ort_fusions_name(cfg->ort_fusions));
+                       "and webgpu are)", ferry_ort_fusions_name(cfg->ort_fusions));
     if (cfg->ort_fusions == FERRY_ORT_NONE && cfg->quantizer.bits &&
         cfg->quantizer.accuracy_level >= 0)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy_level is an attribute of "
@@ -45,7 +45,9 @@ static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
 
 static void onnx_target(const ferry_export_config *cfg, g_target *out)
 {
-    *out = cfg->ort_fusions == FERRY_ORT_CPU ? ort_cpu_target : onnx_standard_target;
+    *out = cfg->ort_fusions == FERRY_ORT_CPU      ? ort_cpu_target
+           : cfg->ort_fusions == FERRY_ORT_WEBGPU ? ort_webgpu_target
+                                                  : onnx_standard_target;
     out->opts = cfg;
 }
 

@@ -1,5 +1,5 @@
-/* ort_target.c — the ort-cpu target: the ONNX graph with onnxruntime's fused kernels
- * (com.microsoft contrib ops) where its CPU provider has them, emitted straight from the
+/* ort_target.c — the ort-cpu and ort-webgpu targets: the ONNX graph with onnxruntime's fused
+ * kernels (com.microsoft contrib ops) where that provider has them, emitted straight from the
  * semantic ops, never found by matching ferry's own output:
  *
  *   rms_norm          RMSNormalization(x, w + offset) (opset 23, standard; axis -1, fp32 stash),
@@ -16,8 +16,13 @@
  *                     the bias is ferry's own mask (causal, padding, window) as 0 / most
  *                     negative, so left padding and given masks keep their meaning
  *
- * Everything else lowers as for onnx-standard (float linears included). Attention without a
- * cache stays plain ops, as the guide's table says for cpu. */
+ * webgpu differs where the guide's table says so: rope → RotaryEmbedding of its own (q and k
+ * reach GroupQueryAttention rotated), and attention without a cache → MultiHeadAttention (k/v
+ * repeated to every query head, the same bias). Every op either target prints has a CPU kernel
+ * too, so both are checked by running them here.
+ *
+ * Everything else lowers as for onnx-standard (float linears included). On cpu, attention
+ * without a cache stays plain ops, as the guide's table says. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +35,11 @@
 static const ferry_export_config *cfg_of(const g_lower_ctx *c)
 {
     return c->target->opts;
+}
+
+static bool webgpu(const g_lower_ctx *c)
+{
+    return cfg_of(c)->ort_fusions == FERRY_ORT_WEBGPU;
 }
 
 /* w + offset as a weight recipe when w is a stored weight, else computed. */
@@ -282,16 +292,21 @@ static const g_node *rope_source(const g_lower_ctx *c, const g_node *n, int k)
     return p->op == G_ROPE ? p : NULL;
 }
 
+/* A rope whose cos/sin table is fixed at export (not dynamic NTK) and of a sane length. */
+static bool fixed_table(const g_rope_opts *o)
+{
+    return o->rope.type != ROPE_DYNAMIC && o->max_position_embeddings > 0 &&
+           o->max_position_embeddings <= (1 << 20) && o->rotary_dim % 2 == 0;
+}
+
 /* Whether GroupQueryAttention can rotate q and k itself: both from rope nodes with one set of
- * options, one position input, a table fixed at export (not dynamic NTK), the whole head. */
+ * options, one position input, a fixed table, the whole head. */
 static bool rotary_inside(const g_node *rq, const g_node *rk)
 {
     if (!rq || !rk || rq->in[1] != rk->in[1])
         return false;
     const g_rope_opts *a = rq->a.rope, *b = rk->a.rope;
-    return lw_same_rope(a, b) && a->rotary_dim == a->head_dim && a->rope.type != ROPE_DYNAMIC &&
-           a->max_position_embeddings > 0 &&
-           a->max_position_embeddings <= (1 << 20);
+    return lw_same_rope(a, b) && a->rotary_dim == a->head_dim && fixed_table(a);
 }
 
 /* cos and sin caches [max_position_embeddings, rotary_dim/2] in `dtype`, as transformers'
@@ -339,14 +354,102 @@ static ferry_status rotary_caches(g_lower_ctx *c, const g_rope_opts *o, ferry_dt
     return g->err.status;
 }
 
+/* ferry's attention mask for `n` as an additive bias [b, 1, s, t] in `dt`. */
+static int mask_bias(g_lower_ctx *c, const g_node *n, ferry_dtype dt)
+{
+    g_graph *g = c->dst;
+    const g_attn_opts *o = n->a.attn;
+    int m = lw_attention_mask(c, lw_in(c, n, 3), lw_in(c, n, 0), lw_in(c, n, 6), o->mask,
+                              o->sliding_window);
+    if (!g_ok(g))
+        return G_NONE;
+    const g_shape *ms = &g->values[m].shape; /* [b, 1, 1, s, t] */
+    g_dim d4[4] = {ms->d[0], ms->d[1], ms->d[3], ms->d[4]};
+    m = g_reshape(g, "Reshape_mask", m, 4, d4);
+    double lowest = dt == FERRY_F16 ? -65504.0 : dt == FERRY_BF16 ? -3.3895313892515355e38
+                                                                  : -3.4028234663852886e38;
+    return g_where(g, "Where_bias", m, g_scalar_f(g, dt, 0.0), g_scalar_f(g, dt, lowest));
+}
+
+/* webgpu's attention without a cache: MultiHeadAttention over k/v repeated to every query
+ * head (it has no grouped form), masked by the same bias. */
+static ferry_status ort_mha(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    const g_attn_opts *o = n->a.attn;
+    int q = lw_in(c, n, 0), k = lw_in(c, n, 1), v = lw_in(c, n, 2);
+    ferry_dtype dt = g->values[q].dtype;
+    int64_t h = o->num_heads, kvh = o->num_kv_heads, d = o->head_dim, groups = h / kvh;
+    int64_t q3[3] = {0, 0, h * d};
+    q = g_reshape_spec(g, "Reshape_q", q, 3, q3);
+    if (groups > 1) { /* [b, t, kvh, d] -> [b, t, kvh, g, d] -> [b, t, h*d] */
+        int64_t three = 3;
+        int kv[2] = {k, v};
+        for (int i = 0; i < 2 && g_ok(g); i++) {
+            int u = g_unsqueeze(g, i ? "Unsqueeze_v" : "Unsqueeze_k", kv[i], 1, &three);
+            int shp = g_shape_of(g, i ? "Shape_v" : "Shape_k", u, 0, G_END);
+            int64_t ones[5] = {1, 1, 1, groups, 1};
+            shp = g_binary(g, G_MUL, i ? "Mul_v" : "Mul_k", shp, g_const_i64(g, 5, ones));
+            kv[i] = g_expand(g, i ? "Expand_v" : "Expand_k", u, shp);
+        }
+        k = kv[0], v = kv[1];
+    }
+    k = g_reshape_spec(g, "Reshape_k", k, 3, q3);
+    v = g_reshape_spec(g, "Reshape_v", v, 3, q3);
+    g_extern e = g_extern_init("com.microsoft", "MultiHeadAttention");
+    g_extern_int(&e, "num_heads", h);
+    g_extern_float(&e, "scale", o->scale);
+    g_extern_out(&e, 0, 0, dt, &c->src->values[n->out[0]].shape);
+    int in[6] = {q, k, v, G_NONE, G_NONE, mask_bias(c, n, dt)};
+    outs[0] = g_extern_node(g, "MultiHeadAttention", &e, 6, in);
+    return g->err.status;
+}
+
+/* webgpu: a rope with a fixed table is onnxruntime's RotaryEmbedding, on x as [b, s, h*d]. */
+static ferry_status ort_rope(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    const g_rope_opts *o = n->a.rope;
+    if (!webgpu(c) || !fixed_table(o))
+        return lower_rope(c, n, outs);
+    g_graph *g = c->dst;
+    int x = lw_in(c, n, 0), pos = lw_in(c, n, 1);
+    if (!g_ok(g))
+        return g->err.status;
+    g_shape xshape = g->values[x].shape; /* copies: adding values moves the table */
+    ferry_dtype dt = g->values[x].dtype;
+    int64_t heads = 0;
+    if (xshape.rank != 4 || !g_dim_is_const(xshape.d[2], &heads))
+        return lower_rope(c, n, outs);
+    int64_t x3[3] = {0, 0, heads * o->head_dim};
+    int cos_v, sin_v;
+    if (rotary_caches(c, o, dt, &cos_v, &sin_v) != FERRY_OK)
+        return g->err.status;
+    int flat = g_reshape_spec(g, "Reshape", x, 3, x3);
+    g_extern e = g_extern_init("com.microsoft", "RotaryEmbedding");
+    g_extern_int(&e, "num_heads", heads);
+    g_extern_int(&e, "rotary_embedding_dim", o->rotary_dim);
+    g_extern_int(&e, "interleaved", 0);
+    if (g_ok(g))
+        g_extern_out(&e, 0, 0, dt, &g->values[flat].shape);
+    int in[4] = {flat, pos, cos_v, sin_v};
+    int y = g_extern_node(g, "RotaryEmbedding", &e, 4, in);
+    y = g_reshape(g, "Reshape_1", y, 4, xshape.d);
+    lw_refine(c, y, n, 0);
+    outs[0] = y;
+    return g->err.status;
+}
+
 static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
 {
     const g_attn_opts *o = n->a.attn;
+    if (o->cache == G_CACHE_NONE && webgpu(c) && o->softcap == 0 &&
+        o->num_heads % o->num_kv_heads == 0)
+        return ort_mha(c, n, outs);
     if (o->cache == G_CACHE_NONE || o->mask == G_MASK_PADDING)
         return lower_attention(c, n, outs);
     g_graph *g = c->dst;
     const g_node *rq = rope_source(c, n, 0), *rk = rope_source(c, n, 1);
-    bool rotary = rotary_inside(rq, rk);
+    bool rotary = !webgpu(c) && rotary_inside(rq, rk);
     int q = rotary ? c->map[rq->in[0]] : lw_in(c, n, 0);
     int k = rotary ? c->map[rk->in[0]] : lw_in(c, n, 1);
     int v = lw_in(c, n, 2), mask = lw_in(c, n, 3), pos = lw_in(c, n, 6);
@@ -383,15 +486,7 @@ static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
                             FERRY_I32);
 
     /* ferry's own mask as an additive bias [b, 1, s, t] */
-    int m = lw_attention_mask(c, mask, lw_in(c, n, 0), pos, o->mask, o->sliding_window);
-    if (g_ok(g)) { /* [b, 1, 1, s, t] -> [b, 1, s, t] */
-        const g_shape *ms = &g->values[m].shape;
-        g_dim d4[4] = {ms->d[0], ms->d[1], ms->d[3], ms->d[4]};
-        m = g_reshape(g, "Reshape_mask", m, 4, d4);
-    }
-    double lowest = dt == FERRY_F16 ? -65504.0 : dt == FERRY_BF16 ? -3.3895313892515355e38
-                                                                  : -3.4028234663852886e38;
-    int bias = g_where(g, "Where_bias", m, g_scalar_f(g, dt, 0.0), g_scalar_f(g, dt, lowest));
+    int bias = mask_bias(c, n, dt);
 
     int cos_v = G_NONE, sin_v = G_NONE;
     if (rotary && rotary_caches(c, rq->a.rope, dt, &cos_v, &sin_v) != FERRY_OK)
@@ -427,8 +522,11 @@ static g_lower_fn ort_lowering(const g_target *t, g_op op)
     case G_LINEAR: return ort_linear;
     case G_EMBEDDING: return ort_embedding;
     case G_ATTENTION: return ort_attention;
+    case G_ROPE: return ort_rope;
     default: return NULL;
     }
 }
 
 const g_target ort_cpu_target = {.name = "ort-cpu", .legal = onnx_legal, .lowering = ort_lowering};
+const g_target ort_webgpu_target = {.name = "ort-webgpu", .legal = onnx_legal,
+                                    .lowering = ort_lowering};
