@@ -4,6 +4,7 @@
 #define FERRY_CLI_H
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "ferry.h"
@@ -18,6 +19,8 @@ int cmd_graph(int argc, char **argv);
 typedef struct cli_export_opts {
     ferry_export_config cfg;
     const char *revision;
+    const char *quant_flag;  /* the first quantizer option on the command line (for messages) */
+    bool accuracy_flag;      /* --accuracy-level was given */
 } cli_export_opts;
 
 enum {

@@ -176,7 +176,11 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         char *end;
         long v = strtol(arg, &end, 10);
         bool block = c == CLI_OPT_BLOCK_SIZE;
-        if (*end || end == arg || v < (block ? 16 : 0) || v > (block ? 256 : 4)) {
+        if (!o->quant_flag)
+            o->quant_flag = block ? "--block-size" : "--accuracy-level";
+        o->accuracy_flag |= !block;
+        if (*end || end == arg || v < (block ? 16 : 0) || v > (block ? 256 : 4) ||
+            (block && (v & (v - 1)) != 0)) {
             cli_error(block ? "--block-size %s: expected 16, 32, 64, 128 or 256"
                             : "--accuracy-level %s: expected 0 to 4", arg);
             return EXIT_USAGE;
@@ -186,12 +190,15 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
     }
     case CLI_OPT_ASYMMETRIC:
         o->cfg.quantizer.asymmetric = 1;
+        o->quant_flag = o->quant_flag ? o->quant_flag : "--asymmetric";
         return CLI_CONTINUE;
     case CLI_OPT_QUANT_EMBED:
         o->cfg.quantizer.embeddings = 1;
+        o->quant_flag = o->quant_flag ? o->quant_flag : "--quantize-embeddings";
         return CLI_CONTINUE;
     case CLI_OPT_FLOAT_HEAD:
         o->cfg.quantizer.lm_head = 0;
+        o->quant_flag = o->quant_flag ? o->quant_flag : "--float-lm-head";
         return CLI_CONTINUE;
     case CLI_OPT_ORT_FUSIONS:
         if (ferry_ort_fusions_from_name(arg, &o->cfg.ort_fusions) != FERRY_OK) {
@@ -261,6 +268,16 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
                   "--for-generation exports");
         return EXIT_USAGE;
     }
+    /* Options that would change nothing are usage errors here; a recipe's are the library's. */
+    if (o->quant_flag && !o->cfg.quantizer.bits) {
+        cli_error("%s applies to --quantize int4|int8", o->quant_flag);
+        return EXIT_USAGE;
+    }
+    if (o->accuracy_flag && o->cfg.ort_fusions == FERRY_ORT_NONE) {
+        cli_error("--accuracy-level is MatMulNBits' attribute, in fused graphs only: it applies "
+                  "to --ort-fusions cpu|webgpu");
+        return EXIT_USAGE;
+    }
     return CLI_CONTINUE;
 }
 
@@ -294,9 +311,10 @@ void cli_print_export_options(FILE *f)
             "--max-cache-len)\n"
             "  --max-cache-len N        static cache length\n"
             "  --ort-fusions EP         ONNX Runtime's fused ops for one execution provider: cpu\n"
-            "                           or webgpu (cuda and dml are not supported yet); such a\n"
-            "                           graph runs only on onnxruntime; opset 23 by default\n"
-            "                           (default: standard ONNX)\n"
+            "                           or webgpu (cuda and dml are not supported yet; none =\n"
+            "                           standard ONNX, the default); such a graph runs only on\n"
+            "                           onnxruntime, fp32 or fp16; opset 23 by default; positions\n"
+            "                           up to max(max_position_embeddings, --max-cache-len)\n"
             "  --quantize int4|int8     weight-only quantization of every linear layer, round to\n"
             "                           nearest per block, done while the weights stream: as\n"
             "                           DequantizeLinear + MatMul in standard ONNX (opset >= 21),\n"

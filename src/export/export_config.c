@@ -311,7 +311,8 @@ static ferry_status recipe_quantizer(ferry_quantizer *q, const cJSON *item, char
         return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'quantizer' must be null, \"int4\", "
                    "\"int8\" or an object");
     const cJSON *f;
-    q->bits = 4;
+    if (!cJSON_GetObjectItemCaseSensitive(item, "bits"))
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: quantizer needs \"bits\" (4 or 8)");
     cJSON_ArrayForEach(f, item) {
         const char *k = f->string;
         uint64_t v;

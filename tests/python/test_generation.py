@@ -53,11 +53,13 @@ EXPORT_FLAGS = {
 class Family:
     """`extra_flags` go to every export; `reference(ckpt, dir)`, when given, makes the
     checkpoint the eager reference runs (e.g. the dequantized weights of a quantized export);
-    by default the reference reads the exported checkpoint itself."""
+    by default the reference reads the exported checkpoint itself. `config` overrides keys of
+    the family's tiny config."""
 
-    def __init__(self, root, arch, extra_flags=(), reference=None):
+    def __init__(self, root, arch, extra_flags=(), reference=None, **config):
         self.arch, self.root = arch, Path(root)
         overrides = {"sliding_window": SLIDING_WINDOW} if arch == "mistral" else {}
+        overrides.update(config)
         self.ckpt = make_checkpoint(self.root / "ckpt", arch, seed=7, **overrides)
         self.ref = reference(self.ckpt, self.root / "reference") if reference else self.ckpt
         self.extra_flags = list(extra_flags)

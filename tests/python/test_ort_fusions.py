@@ -229,6 +229,19 @@ def test_quantized_fused_generation(fused_families, loop):
             _check_calls(fam, batch, length, tokens, calls)
 
 
+def test_static_cache_longer_than_trained_positions(tmp_path_factory):
+    """A static cache longer than max_position_embeddings (80 > 48): the fused rotary tables
+    cover the whole buffer (GroupQueryAttention checks them against it on every call)."""
+    from test_generation import LENGTHS, _check_calls, assert_tokens_equal, Family
+    for provider in PROVIDERS:
+        fam = Family(tmp_path_factory.mktemp(f"mpe-{provider}"), "llama",
+                     ["--ort-fusions", provider], max_position_embeddings=48)
+        for length in LENGTHS:
+            assert_tokens_equal(fam, "static_mtd", 1, length)
+            tokens, calls = fam.run("static_mtd", 1, length)
+            _check_calls(fam, 1, length, tokens, calls)
+
+
 # ---------------------------------------------------------------------------------------------
 # errors
 
@@ -238,7 +251,10 @@ FUSION_ERRORS = {
     "dml-not-yet": (["--ort-fusions", "dml"], ["ort_fusions 'dml'", "not supported"]),
     "unknown-provider": (["--ort-fusions", "tpu"], ["--ort-fusions tpu"]),
     "accuracy-without-quantize": (["--ort-fusions", "cpu", "--accuracy-level", "4"],
-                                  ["quantiz", "bits"]),
+                                  ["--accuracy-level", "--quantize"]),
+    "bf16": (["--ort-fusions", "cpu", "--dtype", "bf16"], ["bf16", "fp32 or fp16"]),
+    "table-too-long": (["--ort-fusions", "cpu", "--dynamic", "--for-generation", "--static-cache",
+                        "--max-cache-len", "2000000"], ["--max-cache-len 2000000"]),
 }
 
 
@@ -248,7 +264,8 @@ def test_fusion_errors(ckpts, tmp_path, case, build):
     args, needles = FUSION_ERRORS[case]
     out = tmp_path / "out"
     rc, _, stderr = run_ferry("export", ckpts("llama"), out, *args, binary=build[1])
-    assert rc in (1, 2), (rc, stderr)
+    usage = case in ("accuracy-without-quantize", "unknown-provider")   # command-line errors
+    assert rc == (2 if usage else 1), (rc, stderr)
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("ferry: error: "), stderr
     for needle in needles:

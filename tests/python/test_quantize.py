@@ -166,15 +166,18 @@ ERRORS = {
                               ["model.layers.0.self_attn.q_proj.weight", "128", "64"]),
     "asym-int4-odd-blocks": (["--quantize", "int4", "--block-size", "32", "--asymmetric"],
                              ["down_proj", "asymmetric", "3 blocks"]),
-    "block-size-without-quantize": (["--block-size", "32"], ["quantiz", "bits"]),
-    "float-head-without-quantize": (["--float-lm-head"], ["quantiz", "bits"]),
+    "block-size-without-quantize": (["--block-size", "32"], ["--block-size", "--quantize"]),
+    "float-head-without-quantize": (["--float-lm-head"], ["--float-lm-head", "--quantize"]),
     "accuracy-level-standard": (["--quantize", "int4", "--accuracy-level", "4"],
-                                ["accuracy_level", "MatMulNBits"]),
+                                ["--accuracy-level", "MatMulNBits", "--ort-fusions"]),
     "bf16-scales": (["--quantize", "int8", "--dtype", "bf16"], ["fp32 or fp16", "bf16"]),
     "old-opset": (["--quantize", "int8", "--opset", "20"], ["opset 21", "20"]),
     "bad-bits": (["--quantize", "int3"], ["--quantize", "int3"]),
-    "bad-block": (["--quantize", "int4", "--block-size", "48"], ["block size 48"]),
+    "bad-block": (["--quantize", "int4", "--block-size", "48"], ["--block-size 48"]),
 }
+# command-line conflicts are usage errors (2); what the export finds wrong, 1
+USAGE = {"block-size-without-quantize", "float-head-without-quantize", "accuracy-level-standard",
+         "bad-bits", "bad-block"}
 
 
 @pytest.mark.parametrize("build", ferry_builds(), ids=lambda b: b[0])
@@ -183,7 +186,7 @@ def test_errors(ckpts, tmp_path, case, build):
     args, needles = ERRORS[case]
     out = tmp_path / "out"
     rc, _, stderr = run_ferry("export", ckpts("llama"), out, *args, binary=build[1])
-    assert rc in (1, 2), (rc, stderr)
+    assert rc == (2 if case in USAGE else 1), (rc, stderr)
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("ferry: error: "), stderr
     for needle in needles:
@@ -252,3 +255,10 @@ def test_python_quantizer_and_recipe(ckpts, tmp_path):
         OnnxConfig(quantizer="int2")
     with pytest.raises(FerryError, match="ort_fusions"):
         OnnxConfig(ort_fusions="tpu")
+    # the recipe's quantizer object must say how many bits (a block size alone quantizes nothing)
+    with pytest.raises(FerryError, match="bits"):
+        OnnxConfig(quantizer={"block_size": 32})
+    # and the library refuses options that would change nothing, as the CLI does
+    with pytest.raises(FerryError, match="quantiz"):
+        OnnxExporter().export(ckpt, config=AutoExportConfig.from_dict(
+            {"export_format": "onnx", "quantizer": {"bits": 0, "block_size": 32}}))

@@ -29,6 +29,10 @@ static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
     if (cfg->quantizer.bits && cfg->opset < 21)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantized ONNX weights need opset 21 or later "
                        "(uint4 and blocked DequantizeLinear), not %d", cfg->opset);
+    if (cfg->ort_fusions != FERRY_ORT_NONE && cfg->dtype == FERRY_BF16)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ort_fusions '%s': onnxruntime's kernels for "
+                       "that provider take fp32 or fp16, not bf16 (--dtype)",
+                       ferry_ort_fusions_name(cfg->ort_fusions));
     if (cfg->ort_fusions == FERRY_ORT_CUDA || cfg->ort_fusions == FERRY_ORT_DML)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ort_fusions '%s' is not supported yet (cpu "
                        "and webgpu are)", ferry_ort_fusions_name(cfg->ort_fusions));

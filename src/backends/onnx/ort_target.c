@@ -325,7 +325,16 @@ static ferry_status rotary_caches(g_lower_ctx *c, const g_rope_opts *o, ferry_dt
             return FERRY_OK;
         }
     }
+    /* GroupQueryAttention and RotaryEmbedding need a row for every position a call can reach:
+     * a static cache's whole buffer, which may be longer than the model's trained length */
+    const ferry_export_config *cfg = cfg_of(c);
     int64_t half = o->rotary_dim / 2, n = o->max_position_embeddings;
+    if (cfg->for_generation && cfg->generation.static_cache && cfg->generation.max_cache_len > n)
+        n = cfg->generation.max_cache_len;
+    if (n > (1 << 20))
+        return g_fail(g, FERRY_ERR_UNSUPPORTED, "ort_fusions: --max-cache-len %lld is more "
+                      "positions than a fused rotary table holds (1048576)", (long long)n),
+               FERRY_ERR_UNSUPPORTED;
     float *inv = malloc((size_t)half * sizeof *inv);
     float *cs = malloc((size_t)(n * half) * sizeof *cs), *sn = malloc((size_t)(n * half) * sizeof *sn);
     void *cs_d = malloc((size_t)(n * half) * 4), *sn_d = malloc((size_t)(n * half) * 4);
