@@ -237,6 +237,18 @@ def ferry_export(model_dir, out_dir, *flags, env=None):
     return Path(out_dir)
 
 
+def check_export_error(model_dir, out_dir, flags, needles, code, binary=None):
+    """`ferry export MODEL OUT FLAGS...` must fail with exit `code`, exactly one stderr line
+    starting "ferry: error: " that contains every needle, and no OUT."""
+    rc, _, stderr = run_ferry("export", model_dir, out_dir, *flags, binary=binary)
+    assert rc == code, (rc, stderr)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ferry: error: "), stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert not Path(out_dir).exists()
+
+
 def ferry_header_version():
     """FERRY_VERSION from the public header, which export.json's producer must match."""
     text = (ROOT / "include" / "ferry.h").read_text()
@@ -391,6 +403,21 @@ def smollm2():
         return build_smollm2()
     except MissingSource as e:
         pytest.fail(str(e))
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    """ckpts(arch, **overrides): a tiny random checkpoint of `arch` (seed 5) with those config
+    overrides, made once per test module."""
+    made = {}
+
+    def get(arch, **overrides):
+        key = (arch, tuple(sorted(overrides.items())))
+        if key not in made:
+            made[key] = make_checkpoint(tmp_path_factory.mktemp(f"ckpt-{arch}"), arch, seed=5,
+                                        **overrides)
+        return made[key]
+    return get
 
 
 @pytest.fixture(scope="module")

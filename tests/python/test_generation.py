@@ -328,6 +328,16 @@ def assert_tokens_equal(fam, loop, batch, length):
         f"onnx     {got[row].tolist()}\ngenerate {want[row].tolist()}")
 
 
+def check_loop(fam, loop):
+    """`loop` on every prompt (batch 1 only for static caches): greedy tokens equal to
+    generate(), and every call's logits to the eager model's (_check_calls)."""
+    for batch in [1] if loop.startswith("static") else BATCHES:
+        for length in LENGTHS:
+            assert_tokens_equal(fam, loop, batch, length)
+            tokens, calls = fam.run(loop, batch, length)
+            _check_calls(fam, batch, length, tokens, calls)
+
+
 # ---------------------------------------------------------------------------------------------
 # (a) prefill + decode, dynamic cache
 

@@ -13,12 +13,11 @@ default accuracy_level 4 (int8 activations) against a measured bound."""
 from collections import Counter
 from functools import partial
 
-import numpy as np
 import onnx
 import pytest
 
-from conftest import (ARCHS, FP32_ATOL, check_against_reference, check_model_full,
-                      ferry_builds, ferry_export, make_checkpoint, run_ferry)
+from conftest import (ARCHS, check_against_reference, check_export_error, check_model_full,
+                      ferry_builds, ferry_export)
 from quant_ref import dequantized_checkpoint
 
 FUSED = ["--ort-fusions", "cpu"]
@@ -32,19 +31,6 @@ def op_types(path):
 
 def attrs(node):
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-
-
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory):
-    made = {}
-
-    def get(arch, **overrides):
-        key = (arch, tuple(sorted(overrides.items())))
-        if key not in made:
-            made[key] = make_checkpoint(tmp_path_factory.mktemp(f"f-{arch}"), arch, seed=5,
-                                        **overrides)
-        return made[key]
-    return get
 
 
 PROVIDERS = ["cpu", "webgpu"]
@@ -102,7 +88,7 @@ LOOPS = ["dynamic", "mtd_chunks3", "static_mtd", "static", "static_in_place"]
 @pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_fused_generation_equals_generate(fused_families, arch, loop, provider):
-    from test_generation import BATCHES, LENGTHS, _check_calls, assert_tokens_equal
+    from test_generation import check_loop
     fam = fused_families(arch, provider=provider)
     if loop == "dynamic" and arch == "qwen3":   # the structure, once per provider
         ops, model = op_types(fam.export("dynamic") / "decode.onnx")
@@ -110,12 +96,7 @@ def test_fused_generation_equals_generate(fused_families, arch, loop, provider):
         assert len(gqa) == 2
         assert {attrs(n)["do_rotary"] for n in gqa} == {int(provider == "cpu")}
         assert ops["com.microsoft", "RotaryEmbedding"] == (4 if provider == "webgpu" else 0)
-    batches = [1] if loop.startswith("static") else BATCHES
-    for batch in batches:
-        for length in LENGTHS:
-            assert_tokens_equal(fam, loop, batch, length)
-            tokens, calls = fam.run(loop, batch, length)
-            _check_calls(fam, batch, length, tokens, calls)
+    check_loop(fam, loop)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,29 +198,19 @@ def test_tied_embeddings_share_one_quantized_table(ckpts, tmp_path, symmetric):
 
 @pytest.mark.parametrize("loop", ["dynamic", "static_in_place"])
 def test_quantized_fused_generation(fused_families, loop):
-    from test_generation import BATCHES, LENGTHS, _check_calls, assert_tokens_equal
-    fam = fused_families("qwen3", qflags(4, 16, False, "--accuracy-level", "0"),
-                         partial(dequantized_checkpoint, bits=4, block=16, symmetric=False),
-                         tag="-q4")
-    batches = [1] if loop.startswith("static") else BATCHES
-    for batch in batches:
-        for length in LENGTHS:
-            assert_tokens_equal(fam, loop, batch, length)
-            tokens, calls = fam.run(loop, batch, length)
-            _check_calls(fam, batch, length, tokens, calls)
+    from test_generation import check_loop
+    check_loop(fused_families("qwen3", qflags(4, 16, False, "--accuracy-level", "0"),
+                              partial(dequantized_checkpoint, bits=4, block=16, symmetric=False),
+                              tag="-q4"), loop)
 
 
 def test_static_cache_longer_than_trained_positions(tmp_path_factory):
     """A static cache longer than max_position_embeddings (80 > 48): the fused rotary tables
     cover the whole buffer (GroupQueryAttention checks them against it on every call)."""
-    from test_generation import LENGTHS, _check_calls, assert_tokens_equal, Family
+    from test_generation import Family, check_loop
     for provider in PROVIDERS:
-        fam = Family(tmp_path_factory.mktemp(f"mpe-{provider}"), "llama",
-                     ["--ort-fusions", provider], max_position_embeddings=48)
-        for length in LENGTHS:
-            assert_tokens_equal(fam, "static_mtd", 1, length)
-            tokens, calls = fam.run("static_mtd", 1, length)
-            _check_calls(fam, 1, length, tokens, calls)
+        check_loop(Family(tmp_path_factory.mktemp(f"mpe-{provider}"), "llama",
+                          ["--ort-fusions", provider], max_position_embeddings=48), "static_mtd")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,11 +234,5 @@ FUSION_ERRORS = {
 def test_fusion_errors(ckpts, tmp_path, case, build):
     args, needles = FUSION_ERRORS[case]
     out = tmp_path / "out"
-    rc, _, stderr = run_ferry("export", ckpts("llama"), out, *args, binary=build[1])
     usage = case in ("accuracy-without-quantize", "unknown-provider")   # command-line errors
-    assert rc == (2 if usage else 1), (rc, stderr)
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("ferry: error: "), stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert not out.exists()
+    check_export_error(ckpts("llama"), out, args, needles, 2 if usage else 1, build[1])

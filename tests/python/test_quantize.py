@@ -10,12 +10,11 @@ Quantization quality on real weights is test_quantize_quality.py's."""
 import json
 from functools import partial
 
-import numpy as np
 import onnx
 import pytest
 
-from conftest import (ARCHS, FP32_ATOL, check_against_reference, ferry_builds, ferry_export,
-                      make_checkpoint, run_ferry)
+from conftest import (ARCHS, check_against_reference, check_export_error, ferry_builds,
+                      ferry_export, run_ferry)
 from quant_ref import dequantized_checkpoint
 
 # block 16 keeps every tiny weight's rows at an even number of blocks (hidden 64, intermediate
@@ -33,19 +32,6 @@ SHAPES = [(1, 7), (3, 33)]
 def flags(bits, block, symmetric):
     return ["--quantize", f"int{bits}", "--block-size", str(block)] + \
         ([] if symmetric else ["--asymmetric"])
-
-
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory):
-    made = {}
-
-    def get(arch, **overrides):
-        key = (arch, tuple(sorted(overrides.items())))
-        if key not in made:
-            made[key] = make_checkpoint(tmp_path_factory.mktemp(f"q-{arch}"), arch, seed=11,
-                                        **overrides)
-        return made[key]
-    return get
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
@@ -147,14 +133,8 @@ def quant_families(tmp_path_factory):
 @pytest.mark.parametrize("scheme", list(GEN_SCHEMES))
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_generation_matches_dequantized_generate(quant_families, arch, scheme, loop):
-    from test_generation import BATCHES, LENGTHS, _check_calls, assert_tokens_equal
-    fam = quant_families(arch, scheme)
-    batches = [1] if loop.startswith("static") else BATCHES
-    for batch in batches:
-        for length in LENGTHS:
-            assert_tokens_equal(fam, loop, batch, length)
-            tokens, calls = fam.run(loop, batch, length)
-            _check_calls(fam, batch, length, tokens, calls)
+    from test_generation import check_loop
+    check_loop(quant_families(arch, scheme), loop)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,13 +165,7 @@ USAGE = {"block-size-without-quantize", "float-head-without-quantize", "accuracy
 def test_errors(ckpts, tmp_path, case, build):
     args, needles = ERRORS[case]
     out = tmp_path / "out"
-    rc, _, stderr = run_ferry("export", ckpts("llama"), out, *args, binary=build[1])
-    assert rc == (2 if case in USAGE else 1), (rc, stderr)
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("ferry: error: "), stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert not out.exists()
+    check_export_error(ckpts("llama"), out, args, needles, 2 if case in USAGE else 1, build[1])
 
 
 def test_already_quantized_checkpoint_refused(ckpts, tmp_path):
