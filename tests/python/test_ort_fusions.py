@@ -44,6 +44,9 @@ def test_plain_export_fused_norms(ckpts, tmp_path, arch, provider, record_proper
     check_model_full(out / "model.onnx")
     ops, _ = op_types(out / "model.onnx")
     layers = 2
+    # Gemma's tanh GELU
+    assert ops["com.microsoft", "FastGelu"] == (layers if arch == "gemma" else 0)
+    assert not any(op == "Tanh" for _, op in ops)
     # standard RMSNormalization at opset 23: the first layer's input norm (the others fuse
     # with the residual add), and Qwen3's q/k norms
     assert ops["ai.onnx", "RMSNormalization"] == 1 + (2 * layers if arch == "qwen3" else 0)
@@ -61,6 +64,16 @@ def test_plain_export_fused_norms(ckpts, tmp_path, arch, provider, record_proper
         ["q_k_v_proj", "o_proj", "gate_up_proj", "down_proj"] * layers), packed
     worst = check_against_reference(ckpt, out / "model.onnx", SHAPES)
     record_property("fused_logits_max_abs_err", worst)
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh"])
+def test_gelu_fused(ckpts, tmp_path, act):
+    """The erf GELU as Gelu and the tanh one as FastGelu, against transformers."""
+    ckpt = ckpts("llama", hidden_act=act)
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", *FUSED, "--quiet")
+    ops, _ = op_types(out / "model.onnx")
+    assert ops["com.microsoft", "Gelu" if act == "gelu" else "FastGelu"] == 2
+    check_against_reference(ckpt, out / "model.onnx", SHAPES)
 
 
 # ---------------------------------------------------------------------------------------------

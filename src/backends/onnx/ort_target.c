@@ -10,6 +10,7 @@
  *     their input     then a Slice per linear: the weight recipe joins the checkpoint tensors
  *                     as they stream, named after them ("...self_attn.q_k_v_proj.weight")
  *   embedding, int4/8 GatherBlockQuantized(codes as [vocab, n*bits/8], ids, scales, [zeros])
+ *   gelu, gelu_tanh   Gelu, FastGelu (the erf and the tanh forms)
  *   attention + cache GroupQueryAttention(q, k, v, past_k, past_v, seqlens_k, total_len,
  *                     cos, sin, position_ids, bias): rotary inside when q and k come straight
  *                     from rope nodes with static tables (the rope nodes are then left dead);
@@ -230,6 +231,19 @@ static bool lower_packed(g_lower_ctx *c, const g_node *n, int *outs)
     }
     lw_scope_pop(c, saved);
     return true;
+}
+
+static ferry_status ort_gelu(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    int x = lw_in(c, n, 0);
+    if (!g_ok(g))
+        return g->err.status;
+    const char *op = n->op == G_GELU ? "Gelu" : "FastGelu";
+    g_extern e = g_extern_init("com.microsoft", op);
+    g_extern_out(&e, 0, 0, g->values[x].dtype, &g->values[x].shape);
+    outs[0] = g_extern_node(g, op, &e, 1, &x);
+    return g->err.status;
 }
 
 static ferry_status ort_linear(g_lower_ctx *c, const g_node *n, int *outs)
@@ -532,6 +546,7 @@ static g_lower_fn ort_lowering(const g_target *t, g_op op)
     case G_EMBEDDING: return ort_embedding;
     case G_ATTENTION: return ort_attention;
     case G_ROPE: return ort_rope;
+    case G_GELU: case G_GELU_TANH: return ort_gelu;
     default: return NULL;
     }
 }
