@@ -92,10 +92,11 @@ ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err)
                            what, w->quant.bits);
         if (w->quant.block < 16 || w->quant.block > 256 ||
             (w->quant.block & (w->quant.block - 1)) != 0 ||
-            shape[1] % w->quant.block != 0)
-            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight %s: rows of %lld elements do not "
-                           "divide into blocks of %d", what, (long long)shape[1],
-                           w->quant.block);
+            (w->quant.bits == 4 && shape[1] % 2 != 0))
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight %s: int%d blocks of %d over rows "
+                           "of %lld elements (blocks are powers of two from 16 to 256; 4-bit rows "
+                           "need an even length)", what, w->quant.bits, w->quant.block,
+                           (long long)shape[1]);
     }
     if (w->transpose) {
         int64_t r = shape[0];
@@ -116,7 +117,8 @@ bool w_equal(const g_weight *a, const g_weight *b)
            a->row_end == b->row_end && a->offset == b->offset && a->dtype == b->dtype &&
            a->transpose == b->transpose && a->quant.bits == b->quant.bits &&
            a->quant.block == b->quant.block && a->quant.symmetric == b->quant.symmetric &&
-           a->quant.explicit_zeros == b->quant.explicit_zeros;
+           a->quant.explicit_zeros == b->quant.explicit_zeros &&
+           a->quant.pad_blocks == b->quant.pad_blocks;
 }
 
 int w_n_parts(const g_weight *w)
@@ -150,14 +152,15 @@ void w_part_info(const g_weight *w, w_part part, int *rank, int64_t *shape, ferr
         return;
     }
     ferry_dtype code = w->quant.bits == 4 ? FERRY_U4 : FERRY_U8;
-    int64_t blocks = cols / w->quant.block;
+    int64_t blocks = (cols + w->quant.block - 1) / w->quant.block;
+    int64_t code_row = w->quant.pad_blocks ? blocks * w->quant.block : cols;
     *rank = 2;
     shape[0] = rows;
     switch (part) {
     case W_PART_DATA:
-        shape[1] = cols;
+        shape[1] = code_row;
         *dtype = code;
-        *nbytes = dt_nbytes(code, (uint64_t)rows * (uint64_t)cols);
+        *nbytes = dt_nbytes(code, (uint64_t)rows * (uint64_t)code_row);
         break;
     case W_PART_SCALES:
         shape[1] = blocks;

@@ -15,8 +15,10 @@
  * The int4 / int8 block packing (onnxruntime's MatMulNBits layout, made by quant/rtn.c):
  *   codes   unsigned, row-major over the logical [out, in] matrix; 4-bit codes two per byte,
  *           element 2j in the low nibble and 2j+1 in the high nibble; 8-bit codes one per byte.
- *           Each row holds in/block blocks; `in` must be a multiple of `block`.
- *   scales  [out, in/block] in `dtype` (fp32 or fp16)
+ *           Each row holds ceil(in/block) blocks; a short last block is quantized over what it
+ *           has, and its codes are padded to a whole block only with pad_blocks. 4-bit rows
+ *           need an even `in`.
+ *   scales  [out, ceil(in/block)] in `dtype` (fp32 or fp16); in/block below means ceil
  *   zeros   asymmetric only: [out, in/block] codes packed like the codes, each row padded to
  *           whole bytes (a pad nibble is 8); symmetric weights have the implicit zero point
  *           2^(bits-1) (8 or 128) and no zeros part.
@@ -47,6 +49,8 @@ typedef struct w_quant {
     int bits;                /* 0 = not quantized; 4 or 8 */
     int block;               /* a power of two from 16 to 256 (32, 64, 128 in practice) */
     bool symmetric;          /* no zero points: the mid code is zero */
+    bool pad_blocks;         /* code rows padded to whole blocks (MatMulNBits' B) when `in` is
+                                not a multiple of `block`; otherwise rows hold `in` codes */
     bool explicit_zeros;     /* symmetric only: still write the zeros part, every entry the
                                 mid code (a consumer without an implicit zero point, such as
                                 DequantizeLinear, takes it as its zero-point tensor) */

@@ -63,11 +63,10 @@ static ferry_status quantized_recipe(const g_value *x, const ferry_quantizer *q,
     if (x->shape.rank != 2 || x->weight.transpose || x->weight.offset != 0)
         return fy_fail(err, FERRY_ERR_INTERNAL, "cannot quantize '%s': not a plain 2-D weight",
                        what);
-    if (cols % q->block_size != 0)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "cannot quantize '%s' [%lld, %lld] in blocks "
-                       "of %d: its %lld inputs are not a multiple of the block size (choose "
-                       "one that divides %lld)", what, (long long)rows, (long long)cols,
-                       q->block_size, (long long)cols, (long long)cols);
+    if (q->bits == 4 && cols % 2 != 0)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "cannot quantize '%s' [%lld, %lld] to int4: "
+                       "its rows have an odd number of inputs (int8 can)", what,
+                       (long long)rows, (long long)cols);
     *out = x->weight;
     out->quant = (w_quant){.bits = q->bits, .block = q->block_size, .symmetric = !q->asymmetric};
     return FERRY_OK;

@@ -18,8 +18,9 @@ ferry_status q_check_config(ferry_quantizer *q, ferry_dtype dtype, fy_err *err);
 /* Quantizes the weights of every linear (the one named "lm_head" only when q->lm_head) and,
  * when q->embeddings, the embedding tables. A weight read both by something quantized and by
  * something not (a tied table when only the head is quantized) is stored twice: the float
- * value keeps its name and the quantized one gets "_q4" / "_q8" appended. Rows that do not
- * divide into blocks are an error naming the tensor. (Integer-typed checkpoint tensors, as a
+ * value keeps its name and the quantized one gets "_q4" / "_q8" appended. Rows need not divide
+ * into blocks (the last one is short); int4 rows of odd length are an error naming the
+ * tensor. (Integer-typed checkpoint tensors, as a
  * quantized checkpoint has, never get here: the checkpoint reader refuses them.) */
 ferry_status q_apply(g_graph *g, const ferry_quantizer *q, fy_err *err);
 

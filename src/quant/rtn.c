@@ -72,10 +72,11 @@ static void block_codes(const float *x, int n, float reciprocal, unsigned zero, 
     }
 }
 
-void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block, int symmetric,
-                  ferry_dtype scale_dtype, uint8_t *codes, void *scales, uint8_t *zeros)
+void rtn_quantize_rows(const float *x, size_t rows, size_t cols, int bits, int block,
+                       int symmetric, ferry_dtype scale_dtype, size_t code_row, uint8_t *codes,
+                       void *scales, uint8_t *zeros)
 {
-    size_t blocks = cols / (size_t)block;
+    size_t blocks = (cols + (size_t)block - 1) / (size_t)block;
     unsigned levels = (1u << bits) - 1, mid = 1u << (bits - 1);
     size_t zero_row_bytes = (blocks * (size_t)bits + 7) / 8;
     /* A row of 4-bit zero points ending in half a byte pads it with 8, as onnxruntime does. */
@@ -83,12 +84,17 @@ void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block,
         memset(zeros, bits == 4 ? 0x88 : 0, rows * zero_row_bytes);
     for (size_t r = 0; r < rows; r++) {
         const float *row = x + r * cols;
-        uint8_t *row_codes = codes + r * cols * (size_t)bits / 8;
+        uint8_t *row_codes = codes + r * code_row * (size_t)bits / 8;
         for (size_t b = 0; b < blocks; b++) {
             const float *blk = row + b * (size_t)block;
+            /* the last block may be short: its missing elements count as zeros, which move
+             * neither scale (asymmetric ranges hold 0 anyway; a symmetric one keeps its
+             * largest magnitude) and get the zero code where the codes are padded */
+            int n = (int)(cols - b * (size_t)block < (size_t)block ? cols - b * (size_t)block
+                                                                    : (size_t)block);
             float lo = FLT_MAX, hi = -FLT_MAX, scale;
             unsigned zero = mid;
-            for (int i = 0; i < block; i++) {
+            for (int i = 0; i < n; i++) {
                 lo = blk[i] < lo ? blk[i] : lo;
                 hi = blk[i] > hi ? blk[i] : hi;
             }
@@ -107,27 +113,37 @@ void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block,
             store_scale(scales, r * blocks + b, scale, scale_dtype);
             float reciprocal = scale != 0.0f ? 1.0f / scale : 0.0f;
             size_t at = b * (size_t)block;
+            int span = at + (size_t)block <= code_row ? block : (int)(code_row - at);
+            uint8_t tmp[256];
+            block_codes(blk, n, reciprocal, zero, levels, tmp);
+            memset(tmp + n, (int)zero, (size_t)(block - n));
             if (bits == 8) {
-                block_codes(blk, block, reciprocal, zero, levels, row_codes + at);
-            } else { /* blocks are even and start at even elements: whole bytes */
-                uint8_t tmp[256], *out = row_codes + at / 2;
-                block_codes(blk, block, reciprocal, zero, levels, tmp);
-                for (int i = 0; i < block / 2; i++)
+                memcpy(row_codes + at, tmp, (size_t)span);
+            } else { /* blocks start at even elements and spans are even: whole bytes */
+                uint8_t *out = row_codes + at / 2;
+                for (int i = 0; i < span / 2; i++)
                     out[i] = (uint8_t)(tmp[2 * i] | tmp[2 * i + 1] << 4);
             }
         }
     }
 }
 
+void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block, int symmetric,
+                  ferry_dtype scale_dtype, uint8_t *codes, void *scales, uint8_t *zeros)
+{
+    rtn_quantize_rows(x, rows, cols, bits, block, symmetric, scale_dtype, cols, codes, scales,
+                      zeros);
+}
+
 void rtn_dequantize_row(const uint8_t *codes, const void *scales, const uint8_t *zeros,
                         size_t cols, int bits, int block, int symmetric, ferry_dtype scale_dtype,
                         float *out)
 {
-    size_t blocks = cols / (size_t)block;
+    size_t blocks = (cols + (size_t)block - 1) / (size_t)block;
     for (size_t b = 0; b < blocks; b++) {
         float scale = load_scale(scales, b, scale_dtype);
         unsigned zero = symmetric ? 1u << (bits - 1) : get_code(zeros, b, bits);
-        for (int i = 0; i < block; i++) {
+        for (int i = 0; i < block && b * (size_t)block + (size_t)i < cols; i++) {
             size_t k = b * (size_t)block + (size_t)i;
             out[k] = ((float)get_code(codes, k, bits) - (float)zero) * scale;
         }

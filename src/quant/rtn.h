@@ -22,14 +22,23 @@
 
 #include "ferry.h"
 
-/* Quantizes `rows` rows of `cols` fp32 values (row stride `cols`) into:
- *   codes  rows * cols * bits / 8 bytes (4-bit: two per byte, low nibble first)
- *   scales rows * (cols / block) values of `scale_dtype` (FERRY_F32 or FERRY_F16)
- *   zeros  (asymmetric, may be NULL when symmetric) rows * ceil((cols / block) * bits / 8)
- *          bytes, packed like the codes, each row padded to whole bytes (a pad nibble is 8).
- * `cols` must be a multiple of `block`; `block` even. */
+/* rtn_quantize_rows with unpadded code rows (code_row = cols). */
 void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block, int symmetric,
                   ferry_dtype scale_dtype, uint8_t *codes, void *scales, uint8_t *zeros);
+
+/* Quantizes `rows` rows of `cols` fp32 values (row stride `cols`) into:
+ *   codes  rows of `code_row` codes, code_row * bits / 8 bytes each (4-bit: two per byte, low
+ *          nibble first): code_row = cols, or ceil(cols / block) * block where a short last
+ *          block is padded (MatMulNBits' B) with the zero code
+ *   scales rows * ceil(cols / block) values of `scale_dtype` (FERRY_F32 or FERRY_F16)
+ *   zeros  (asymmetric, may be NULL when symmetric) rows * ceil(ceil(cols / block) * bits / 8)
+ *          bytes, packed like the codes, each row padded to whole bytes (a pad nibble is 8).
+ * A short last block is quantized over the elements it has, which gives what onnxruntime's
+ * quantizer gives for it (it reads the missing ones as zeros). `block` even, at most 256;
+ * 4-bit rows need an even `cols`. */
+void rtn_quantize_rows(const float *x, size_t rows, size_t cols, int bits, int block,
+                       int symmetric, ferry_dtype scale_dtype, size_t code_row, uint8_t *codes,
+                       void *scales, uint8_t *zeros);
 
 /* (code - zero) * scale for one row, for tests and checks. */
 void rtn_dequantize_row(const uint8_t *codes, const void *scales, const uint8_t *zeros,

@@ -304,14 +304,17 @@ static ferry_status write_quantized(stream *s, const job *j, const float *x, wor
 {
     const g_weight *w = &j->item->w;
     const uint64_t *off = j->item->offset;
-    size_t rows = (size_t)j->nr, cols = (size_t)j->nc, blocks = cols / (size_t)w->quant.block;
-    size_t code_row = cols * (size_t)w->quant.bits / 8, scale_row = blocks * dt_size(w->dtype);
+    size_t rows = (size_t)j->nr, cols = (size_t)j->nc, block = (size_t)w->quant.block;
+    size_t blocks = (cols + block - 1) / block;
+    size_t codes_in_row = w->quant.pad_blocks ? blocks * block : cols;
+    size_t code_row = codes_in_row * (size_t)w->quant.bits / 8;
+    size_t scale_row = blocks * dt_size(w->dtype);
     size_t zero_row = (blocks * (size_t)w->quant.bits + 7) / 8;
     if (!grow(&b->out, rows * code_row) || !grow(&b->scales, rows * scale_row) ||
         !grow(&b->zeros, rows * zero_row + 1))
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory quantizing weights");
-    rtn_quantize(x, rows, cols, w->quant.bits, w->quant.block, w->quant.symmetric, w->dtype,
-                 b->out.p, b->scales.p, b->zeros.p);
+    rtn_quantize_rows(x, rows, cols, w->quant.bits, w->quant.block, w->quant.symmetric,
+                      w->dtype, codes_in_row, b->out.p, b->scales.p, b->zeros.p);
     ferry_status st = FERRY_OK;
     *written = 0;
     if (off[W_PART_CODES] != WS_UNPLACED) {

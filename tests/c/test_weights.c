@@ -286,16 +286,48 @@ static void quantized_explicit_zeros_and_joined(void **state)
     free(out);
 }
 
+/* Rows shorter than a block (32 of 64): the one short block is quantized over its 32 values;
+ * unpadded code rows hold 32 codes, pad_blocks rows a whole block with the zero code after. */
+static void quantized_short_block(void **state)
+{
+    (void)state;
+    const float *q = src_values("q");
+    uint8_t want_codes[48], want_scales[12];
+    rtn_quantize(q, 3, 32, 4, 64, 1, FERRY_F32, want_codes, want_scales, NULL);
+    for (int pad = 0; pad < 2; pad++) {
+        g_weight w = w_plain(tensor("q"), FERRY_F32);
+        w.quant = (w_quant){.bits = 4, .block = 64, .symmetric = true, .pad_blocks = pad};
+        int rank;
+        int64_t shape[2];
+        ferry_dtype dt;
+        uint64_t nbytes;
+        w_part_info(&w, W_PART_CODES, &rank, shape, &dt, &nbytes);
+        assert_int_equal(nbytes, pad ? 96 : 48);
+        w_part_info(&w, W_PART_SCALES, &rank, shape, &dt, &nbytes);
+        assert_true(nbytes == 12 && shape[1] == 1);
+        ws_item it = {.w = w, .offset = {0, 128, WS_UNPLACED}};
+        uint8_t *out = stream(&it, 1, 32, 2, 140);
+        for (int r = 0; r < 3; r++) {
+            const uint8_t *row = out + (size_t)r * (pad ? 32 : 16);
+            assert_memory_equal(row, want_codes + 16 * r, 16);
+            for (int k = 16; pad && k < 32; k++)
+                assert_int_equal(row[k], 0x88);
+        }
+        assert_memory_equal(out + 128, want_scales, 12);
+        free(out);
+    }
+}
+
 static void refused_recipes(void **state)
 {
     (void)state;
     int rank;
     int64_t shape[2];
     fy_err err = {0};
-    g_weight w = w_plain(tensor("a"), FERRY_F32);
+    g_weight w = w_plain(tensor("c"), FERRY_F32); /* [4, 3]: 4-bit rows of odd length */
     w.quant = (w_quant){.bits = 4, .block = 32};
     assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "do not divide into blocks of 32"));
+    assert_non_null(strstr(err.msg, "4-bit rows need an even length"));
     fy_err_clear(&err);
     w = w_plain(tensor("a"), FERRY_F32);
     w.src[1] = tensor("n");
@@ -338,6 +370,7 @@ int main(void)
         cmocka_unit_test(convert_transpose_join),
         cmocka_unit_test(quantized),
         cmocka_unit_test(quantized_explicit_zeros_and_joined),
+        cmocka_unit_test(quantized_short_block),
         cmocka_unit_test(refused_recipes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

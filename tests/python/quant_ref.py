@@ -16,9 +16,10 @@ from conftest import read_safetensors, write_safetensors
 
 def ort_quantize(w, bits, block, symmetric, fp16=False):
     """onnxruntime's MatMulNBits layout: B [N, k_blocks, blob], scales [N, k_blocks],
-    zero points [N, ceil(k_blocks * bits / 8)], from the MatMul weight [K, N] = w.T."""
+    zero points [N, ceil(k_blocks * bits / 8)], from the MatMul weight [K, N] = w.T; k_blocks =
+    ceil(K / block) (a short last block's padding codes are left as zeros)."""
     n, k = w.shape
-    k_blocks = k // block
+    k_blocks = -(-k // block)
     dt = np.float16 if fp16 else np.float32
     packed = np.zeros((n, k_blocks, block * bits // 8), np.uint8)
     scales = np.zeros((n, k_blocks), dt)
@@ -40,15 +41,16 @@ def _unpack(packed, bits, count):
 def ort_dequantized(w, bits, block, symmetric):
     """w [out, in] float32 -> what onnxruntime's quantizer makes of it, dequantized."""
     n, k = w.shape
-    k_blocks = k // block
+    k_blocks = -(-k // block)
     packed, scales, zeros = ort_quantize(np.asarray(w, np.float32), bits, block, symmetric)
-    codes = _unpack(packed, bits, n * k).reshape(n, k_blocks, block)
+    codes = _unpack(packed, bits, n * k_blocks * block).reshape(n, k_blocks, block)
     if symmetric:
         zp = np.full((n, k_blocks), 2 ** (bits - 1), np.float32)
     else:
         row = (k_blocks * bits + 7) // 8
         zp = np.stack([_unpack(zeros[r * row:(r + 1) * row], bits, k_blocks) for r in range(n)])
-    return ((codes - zp[..., None]) * scales.reshape(n, k_blocks, 1)).reshape(n, k)
+    full = ((codes - zp[..., None]) * scales.reshape(n, k_blocks, 1)).reshape(n, k_blocks * block)
+    return full[:, :k]
 
 
 def dequantized_checkpoint(src, dst, bits, block, symmetric, *, embeddings=False, lm_head=True):

@@ -25,6 +25,8 @@ SCHEMES = {
     "int4-sym-b32": (4, 32, True),      # intermediate 96: 3 blocks a row, odd
     "int8-sym-b32": (8, 32, True),
     "int8-asym-b32": (8, 32, False),
+    "int4-sym-b64": (4, 64, True),      # intermediate 96: a short last block (32 of 64)
+    "int8-asym-b64": (8, 64, False),
 }
 SHAPES = [(1, 7), (3, 33)]
 
@@ -142,8 +144,9 @@ def test_generation_matches_dequantized_generate(quant_families, arch, scheme, l
 
 
 ERRORS = {
-    "block-does-not-divide": (["--quantize", "int4", "--block-size", "128"],
-                              ["model.layers.0.self_attn.q_proj.weight", "128", "64"]),
+    "asym-int4-one-block-of-rows": (["--quantize", "int4", "--block-size", "128",
+                                     "--asymmetric"],
+                                    ["model.layers.0.self_attn.q_proj.weight", "1 blocks"]),
     "asym-int4-odd-blocks": (["--quantize", "int4", "--block-size", "32", "--asymmetric"],
                              ["down_proj", "asymmetric", "3 blocks"]),
     "block-size-without-quantize": (["--block-size", "32"], ["--block-size", "--quantize"]),

@@ -524,7 +524,7 @@ static int quant_part_dims(const g_value *x, int part, bool dq_form, int64_t *di
     const w_quant *q = &x->weight.quant;
     int64_t rows, cols;
     w_matrix(&x->weight, &rows, &cols);
-    int64_t blocks = cols / q->block;
+    int64_t blocks = (cols + q->block - 1) / q->block; /* the last may be short */
     ferry_dtype code = dq_form && q->bits == 4 ? FERRY_U4 : FERRY_U8;
     dims[0] = rows;
     if (part == W_PART_SCALES) {
@@ -540,7 +540,8 @@ static int quant_part_dims(const g_value *x, int part, bool dq_form, int64_t *di
                                     : (uint64_t)rows * (uint64_t)((blocks * q->bits + 7) / 8);
         return 2;
     }
-    *nbytes = (uint64_t)rows * (uint64_t)cols * (uint64_t)q->bits / 8;
+    /* MatMulNBits' B holds whole blocks: a short last one is padded (pad_blocks) */
+    *nbytes = (uint64_t)rows * (uint64_t)(dq_form ? cols : blocks * q->block) * (uint64_t)q->bits / 8;
     if (dq_form) {
         dims[1] = cols;
         return 2;

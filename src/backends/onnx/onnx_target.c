@@ -21,15 +21,15 @@ static int float_weight(g_lower_ctx *c, const g_node *n, int k)
     const g_value *w = lw_src(c, n, k);
     if (!w || w->kind != GV_WEIGHT || !w->weight.quant.bits)
         return lw_in(c, n, k);
-    int64_t rows, cols;
+    int64_t rows, cols, block = w->weight.quant.block, blocks;
     w_matrix(&w->weight, &rows, &cols);
-    if (w->weight.quant.bits == 4 && !w->weight.quant.symmetric &&
-        (cols / w->weight.quant.block) % 2 != 0)
+    blocks = (cols + block - 1) / block;
+    if (w->weight.quant.bits == 4 && !w->weight.quant.symmetric && blocks % 2 != 0)
         return g_fail(g, FERRY_ERR_UNSUPPORTED, "standard ONNX cannot hold '%s' in asymmetric "
                       "int4 blocks of %d: its %lld inputs make %lld blocks a row, and "
                       "DequantizeLinear's zero points need an even number (choose another block "
                       "size, symmetric, or --ort-fusions cpu)", w->name, w->weight.quant.block,
-                      (long long)cols, (long long)(cols / w->weight.quant.block));
+                      (long long)cols, (long long)blocks);
     g_weight r = w->weight;
     r.quant.explicit_zeros = r.quant.symmetric;
     return g_dequantize(g, "DequantizeLinear", g_weight_value(g, w->name, &r));

@@ -85,13 +85,20 @@ static ferry_status ort_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
-/* MatMulNBits of x by the quantized weight value `wv` (destination) with recipe `w`. */
-static int matmul_nbits(g_lower_ctx *c, int x, int wv, const g_weight *w, int bias)
+/* MatMulNBits of x by the quantized weight `name` with recipe `w`. B holds whole blocks: when
+ * the rows do not divide into them, the codes are stored padded (a recipe of its own, named
+ * "<name>_padded"; GatherBlockQuantized reads unpadded rows). */
+static int matmul_nbits(g_lower_ctx *c, int x, const char *name, const g_weight *w, int bias)
 {
     g_graph *g = c->dst;
     const w_quant *q = &w->quant;
     int64_t rows, cols;
     w_matrix(w, &rows, &cols);
+    g_weight r = *w;
+    char padded[600];
+    r.quant.pad_blocks = cols % q->block != 0;
+    snprintf(padded, sizeof padded, "%s%s", name, r.quant.pad_blocks ? "_padded" : "");
+    int wv = g_weight_value(g, padded, &r);
     int accuracy = cfg_of(c)->quantizer.accuracy_level; /* configure made it 0-4 */
     g_extern e = g_extern_init("com.microsoft", "MatMulNBits");
     g_extern_int(&e, "K", cols);
@@ -208,7 +215,7 @@ static bool lower_packed(g_lower_ctx *c, const g_node *n, int *outs)
         bv = g_weight_value(g, bname, &b);
     }
     if (w.quant.bits) {
-        y = matmul_nbits(c, x, g_weight_value(g, wname, &w), &w, bv);
+        y = matmul_nbits(c, x, wname, &w, bv);
     } else {
         w.transpose = true; /* [in, out] for a plain MatMul */
         y = g_matmul(g, "MatMul", x, g_weight_value(g, wname, &w), false);
@@ -260,7 +267,7 @@ static ferry_status ort_linear(g_lower_ctx *c, const g_node *n, int *outs)
     const g_value *w = lw_src(c, n, 1);
     if (w->kind != GV_WEIGHT || !w->weight.quant.bits)
         return onnx_lower_linear(c, n, outs);
-    outs[0] = matmul_nbits(c, lw_in(c, n, 0), lw_in(c, n, 1), &w->weight, lw_in(c, n, 2));
+    outs[0] = matmul_nbits(c, lw_in(c, n, 0), w->name, &w->weight, lw_in(c, n, 2));
     lw_refine(c, outs[0], n, 0);
     return g->err.status;
 }
