@@ -151,8 +151,8 @@ const char *ferry_ort_fusions_name(ferry_ort_fusions fusions);
  * norms and biases stay float. */
 typedef struct ferry_quantizer {
     int bits;                     /* 0: no quantization (default); 4 or 8 */
-    int block_size;               /* 16, 32 (default when 0), 64, 128 or 256; must divide the
-                                     input size of every quantized weight */
+    int block_size;               /* 16, 32 (default when 0), 64, 128 or 256; a row's last
+                                     block may be short */
     int asymmetric;               /* 1: a zero point per block; 0: symmetric (default) */
     int accuracy_level;           /* MatMulNBits' accuracy_level, 0-4 (fused graphs only); -1:
                                      the default (4 when fused) */
