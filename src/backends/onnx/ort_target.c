@@ -64,7 +64,9 @@ static ferry_status ort_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
     g_graph *g = c->dst;
     bool skip = n->op == G_SKIP_RMS_NORM;
     int x = lw_in(c, n, 0);
-    const g_value *xs = &g->values[x];
+    if (!g_ok(g))
+        return g->err.status;
+    const g_value *xs = &g->values[x]; /* read before anything adds values */
     const char *op = skip ? "SkipSimplifiedLayerNormalization"
                      : cfg_of(c)->opset >= 23 ? "RMSNormalization" : "SimplifiedLayerNormalization";
     g_extern e = g_extern_init(skip ? "com.microsoft" : "", op);
@@ -141,9 +143,12 @@ static bool packs_with(const g_graph *src, const g_node *n, const g_node *s)
     const g_value *a = &src->values[n->in[1]], *b = &src->values[s->in[1]];
     bool bias_a = n->n_in > 2 && n->in[2] != G_NONE, bias_b = s->n_in > 2 && s->in[2] != G_NONE;
     if (!joinable(a) || !joinable(b) || bias_a != bias_b ||
-        (bias_a && (!joinable(&src->values[n->in[2]]) || !joinable(&src->values[s->in[2]]))))
+        (bias_a && (!joinable(&src->values[n->in[2]]) || !joinable(&src->values[s->in[2]]) ||
+                    src->values[n->in[2]].weight.src[0]->dtype !=
+                        src->values[s->in[2]].weight.src[0]->dtype)))
         return false;
     return a->weight.dtype == b->weight.dtype && a->weight.src[0]->ndim == 2 &&
+           a->weight.src[0]->dtype == b->weight.src[0]->dtype && /* a join reads one dtype */
            b->weight.src[0]->ndim == 2 && a->weight.src[0]->shape[1] == b->weight.src[0]->shape[1] &&
            memcmp(&a->weight.quant, &b->weight.quant, sizeof a->weight.quant) == 0;
 }
