@@ -211,12 +211,43 @@ def test_tied_embeddings_share_one_quantized_table(ckpts, tmp_path, symmetric):
     check_against_reference(ref, out / "model.onnx", SHAPES)
 
 
+@pytest.mark.parametrize("scheme", [(4, True), (4, False), (8, False)],
+                         ids=["int4-sym", "int4-asym", "int8-asym"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_quantized_embeddings_short_block(ckpts, tmp_path, scheme, provider, tied):
+    """Block 128 over hidden 64 (one short block a row) with the embedding quantized: the head's
+    MatMulNBits reads its own padded codes, GatherBlockQuantized the unpadded ones."""
+    bits, sym = scheme
+    ckpt = ckpts("llama", tie_word_embeddings=tied)
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", "--ort-fusions", provider,
+                       *qflags(bits, 128, sym, "--quantize-embeddings", "--accuracy-level", "0"),
+                       "--quiet")
+    ops, model = op_types(out / "model.onnx")
+    assert ops["com.microsoft", "GatherBlockQuantized"] == 1
+    if tied:
+        assert "model.embed_tokens.weight_padded" in {t.name for t in model.graph.initializer}
+    ref = dequantized_checkpoint(ckpt, tmp_path / "ref", bits, 128, sym, embeddings=True)
+    check_against_reference(ref, out / "model.onnx", SHAPES)
+
+
 @pytest.mark.parametrize("loop", ["dynamic", "static_in_place"])
 def test_quantized_fused_generation(fused_families, loop):
     from test_generation import check_loop
     check_loop(fused_families("qwen3", qflags(4, 16, False, "--accuracy-level", "0"),
                               partial(dequantized_checkpoint, bits=4, block=16, symmetric=False),
                               tag="-q4"), loop)
+
+
+def test_webgpu_static_shapes(ckpts, tmp_path):
+    """A static export whose query is one token (a review finding: the mask and k/v reshapes
+    lost their dims)."""
+    ckpt = ckpts("llama")
+    for shape in ("3x1", "1x1", "2x5"):
+        out = ferry_export(ckpt, tmp_path / shape, "--ort-fusions", "webgpu", "--example-shape",
+                           f"input_ids={shape}", "--quiet")
+        b, s = map(int, shape.split("x"))
+        check_against_reference(ckpt, out / "model.onnx", [(b, s)])
 
 
 def test_static_cache_longer_than_trained_positions(tmp_path_factory):

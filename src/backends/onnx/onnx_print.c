@@ -540,10 +540,17 @@ static int quant_part_dims(const g_value *x, int part, bool dq_form, int64_t *di
                                     : (uint64_t)rows * (uint64_t)((blocks * q->bits + 7) / 8);
         return 2;
     }
-    /* MatMulNBits' B holds whole blocks: a short last one is padded (pad_blocks) */
-    *nbytes = (uint64_t)rows * (uint64_t)(dq_form ? cols : blocks * q->block) * (uint64_t)q->bits / 8;
+    /* MatMulNBits' B holds whole blocks (a short last one padded: pad_blocks); unpadded rows
+     * with a short block (GatherBlockQuantized's) are [out, in*bits/8] */
+    bool whole = q->pad_blocks || cols % q->block == 0;
+    *nbytes = (uint64_t)rows * (uint64_t)(dq_form || !whole ? cols : blocks * q->block) *
+              (uint64_t)q->bits / 8;
     if (dq_form) {
         dims[1] = cols;
+        return 2;
+    }
+    if (!whole) {
+        dims[1] = cols * q->bits / 8;
         return 2;
     }
     dims[1] = blocks;

@@ -26,9 +26,10 @@ static int float_weight(g_lower_ctx *c, const g_node *n, int k)
     blocks = (cols + block - 1) / block;
     if (w->weight.quant.bits == 4 && !w->weight.quant.symmetric && blocks % 2 != 0)
         return g_fail(g, FERRY_ERR_UNSUPPORTED, "standard ONNX cannot hold '%s' in asymmetric "
-                      "int4 blocks of %d: its %lld inputs make %lld blocks a row, and "
-                      "DequantizeLinear's zero points need an even number (choose another block "
-                      "size, symmetric, or --ort-fusions cpu)", w->name, w->weight.quant.block,
+                      "int4 blocks of %d: its %lld inputs make an odd number of blocks a row "
+                      "(%lld), and DequantizeLinear's zero points need an even one (choose "
+                      "another block size, symmetric, or --ort-fusions cpu)", w->name,
+                      w->weight.quant.block,
                       (long long)cols, (long long)blocks);
     g_weight r = w->weight;
     r.quant.explicit_zeros = r.quant.symmetric;

@@ -398,8 +398,11 @@ static int mask_bias(g_lower_ctx *c, const g_node *n, ferry_dtype dt)
                               o->sliding_window);
     if (!g_ok(g))
         return G_NONE;
-    const g_shape *ms = &g->values[m].shape; /* [b, 1, 1, s, t] */
-    g_dim d4[4] = {ms->d[0], ms->d[1], ms->d[3], ms->d[4]};
+    /* [b, 1, 1, s, t] -> [b, 1, s, t], the dims from the semantic graph (q [b, s, h, d]; the
+     * mask input [b, t] or, given, [b, 1, s, t]): the mask's own may be unknown */
+    const g_shape *qs = &c->src->values[n->in[0]].shape, *ms = &c->src->values[n->in[3]].shape;
+    g_dim d4[4] = {qs->d[0], g_dim_const(1), qs->d[1],
+                   ms->d[o->mask == G_MASK_GIVEN ? 3 : 1]};
     m = g_reshape(g, "Reshape_mask", m, 4, d4);
     double lowest = dt == FERRY_F16 ? -65504.0 : dt == FERRY_BF16 ? -3.3895313892515355e38
                                                                   : -3.4028234663852886e38;
@@ -429,8 +432,12 @@ static ferry_status ort_mha(g_lower_ctx *c, const g_node *n, int *outs)
         }
         k = kv[0], v = kv[1];
     }
-    k = g_reshape_spec(g, "Reshape_k", k, 3, q3);
-    v = g_reshape_spec(g, "Reshape_v", v, 3, q3);
+    /* k/v [b, t, h*d], the dims from the semantic graph (k [b, t, kvh, d]): after the repeat
+     * they are computed at run time */
+    const g_shape *ks = &c->src->values[n->in[1]].shape;
+    g_dim kv3[3] = {ks->d[0], ks->d[1], g_dim_const(h * d)};
+    k = g_reshape(g, "Reshape_k", k, 3, kv3);
+    v = g_reshape(g, "Reshape_v", v, 3, kv3);
     g_extern e = g_extern_init("com.microsoft", "MultiHeadAttention");
     g_extern_int(&e, "num_heads", h);
     g_extern_float(&e, "scale", o->scale);
