@@ -114,8 +114,9 @@ def quality(work, logs):
     rows = [dict(exporter="ferry", scheme="fp32", ppl=base, top1=1.0)]
     # (precision, block, symmetric, accuracy_level): the builder's CPU default is 4 (int8
     # activations); one row at 1 (fp32 compute) shows how much of a difference is that rounding
-    schemes = [("int8", 32, True, 4), ("int4", 32, True, 4), ("int4", 32, False, 4),
-               ("int4", 64, True, 4), ("int4", 64, True, 1), ("int4", 128, True, 4)]
+    schemes = [("int8", 32, True, 4), ("int4", 32, True, 4), ("int4", 32, True, 1),
+               ("int4", 32, False, 4), ("int4", 64, True, 4), ("int4", 64, True, 1),
+               ("int4", 128, True, 4), ("int4", 128, True, 1)]
     for prec, block, sym, acc in schemes:
         label = f"{prec} b{block}" + ("" if sym else " asym") + ("" if acc == 4 else f" acc{acc}")
         tag = label.replace(" ", "-")
