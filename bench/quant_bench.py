@@ -278,7 +278,7 @@ def report(q, s, path):
             if r is None:
                 return "—", "—"
             if "error" in r:
-                return f"refused: {r['error'][:90]}", ""
+                return f"failed: {r['error'][:90]}", ""
             return f"{r['ppl']:.2f}", f"{r['top1']:.3f}"
         for scheme, pair in by.items():
             f, g = cell(pair.get("ferry")), cell(pair.get("genai"))
