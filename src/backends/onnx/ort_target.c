@@ -389,7 +389,8 @@ static ferry_status rotary_caches(g_lower_ctx *c, const g_rope_opts *o, ferry_dt
     return g->err.status;
 }
 
-/* ferry's attention mask for `n` as an additive bias [b, 1, s, t] in `dt`. */
+/* ferry's attention mask for `n` as an additive bias [b, 1, s, t] in `dt`, made once per
+ * graph for each mask (every layer with the same mask and window shares it). */
 static int mask_bias(g_lower_ctx *c, const g_node *n, ferry_dtype dt)
 {
     g_graph *g = c->dst;
@@ -398,15 +399,26 @@ static int mask_bias(g_lower_ctx *c, const g_node *n, ferry_dtype dt)
                               o->sliding_window);
     if (!g_ok(g))
         return G_NONE;
+    for (size_t i = 0; i < c->n_memo; i++)
+        if (c->memo[i].kind == LW_MEMO_BIAS && c->memo[i].in_a == m &&
+            c->memo[i].key == (int64_t)dt)
+            return c->memo[i].out_a;
+    char saved[sizeof g->scope], scope[sizeof g->scope];
+    snprintf(scope, sizeof scope, "/model/attention_bias_%d", m);
+    lw_scope_push(c, saved, sizeof saved, scope);
     /* [b, 1, 1, s, t] -> [b, 1, s, t], the dims from the semantic graph (q [b, s, h, d]; the
      * mask input [b, t] or, given, [b, 1, s, t]): the mask's own may be unknown */
     const g_shape *qs = &c->src->values[n->in[0]].shape, *ms = &c->src->values[n->in[3]].shape;
     g_dim d4[4] = {qs->d[0], g_dim_const(1), qs->d[1],
                    ms->d[o->mask == G_MASK_GIVEN ? 3 : 1]};
-    m = g_reshape(g, "Reshape_mask", m, 4, d4);
+    int m4 = g_reshape(g, "Reshape_mask", m, 4, d4);
     double lowest = dt == FERRY_F16 ? -65504.0 : dt == FERRY_BF16 ? -3.3895313892515355e38
                                                                   : -3.4028234663852886e38;
-    return g_where(g, "Where_bias", m, g_scalar_f(g, dt, 0.0), g_scalar_f(g, dt, lowest));
+    int bias = g_where(g, "Where_bias", m4, g_scalar_f(g, dt, 0.0), g_scalar_f(g, dt, lowest));
+    lw_scope_pop(c, saved);
+    lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_BIAS, .in_a = m, .key = (int64_t)dt,
+                              .out_a = bias});
+    return bias;
 }
 
 /* webgpu's attention without a cache: MultiHeadAttention over k/v repeated to every query
