@@ -188,17 +188,17 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         *(block ? &o->cfg.quantizer.block_size : &o->cfg.quantizer.accuracy_level) = (int)v;
         return CLI_CONTINUE;
     }
-    case CLI_OPT_ASYMMETRIC:
-        o->cfg.quantizer.asymmetric = 1;
-        o->quant_flag = o->quant_flag ? o->quant_flag : "--asymmetric";
-        return CLI_CONTINUE;
-    case CLI_OPT_QUANT_EMBED:
-        o->cfg.quantizer.embeddings = 1;
-        o->quant_flag = o->quant_flag ? o->quant_flag : "--quantize-embeddings";
-        return CLI_CONTINUE;
-    case CLI_OPT_FLOAT_HEAD:
-        o->cfg.quantizer.lm_head = 0;
-        o->quant_flag = o->quant_flag ? o->quant_flag : "--float-lm-head";
+    case CLI_OPT_ASYMMETRIC: case CLI_OPT_QUANT_EMBED: case CLI_OPT_FLOAT_HEAD:
+        if (c == CLI_OPT_ASYMMETRIC)
+            o->cfg.quantizer.asymmetric = 1;
+        else if (c == CLI_OPT_QUANT_EMBED)
+            o->cfg.quantizer.embeddings = 1;
+        else
+            o->cfg.quantizer.lm_head = 0;
+        if (!o->quant_flag)
+            o->quant_flag = c == CLI_OPT_ASYMMETRIC ? "--asymmetric"
+                            : c == CLI_OPT_QUANT_EMBED ? "--quantize-embeddings"
+                                                       : "--float-lm-head";
         return CLI_CONTINUE;
     case CLI_OPT_ORT_FUSIONS:
         if (ferry_ort_fusions_from_name(arg, &o->cfg.ort_fusions) != FERRY_OK) {

@@ -106,19 +106,11 @@ ferry_status q_apply(g_graph *g, const ferry_quantizer *q, fy_err *err)
                 g_weight recipe;
                 if ((st = quantized_recipe(&g->values[v], q, &recipe, err)) != FERRY_OK)
                     break;
+                /* an unused float value may keep the name: graphs check and print only the
+                 * values something reads */
                 char name[512];
                 snprintf(name, sizeof name, keep[v] ? "%s_q%d" : "%s", g->values[v].name,
                          q->bits);
-                if (!keep[v]) { /* the float value goes unused: it must not hold the name */
-                    char *unused = malloc(strlen(name) + sizeof "#float");
-                    if (!unused) {
-                        st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-                        break;
-                    }
-                    snprintf(unused, strlen(name) + sizeof "#float", "%s#float", name);
-                    free(g->values[v].name);
-                    g->values[v].name = unused;
-                }
                 twin[v] = g_weight_value(g, name, &recipe);
                 if (twin[v] == G_NONE) {
                     st = fy_fail(err, g->err.status ? g->err.status : FERRY_ERR_INTERNAL, "%s",
