@@ -275,7 +275,7 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
     }
     if (o->accuracy_flag && o->cfg.ort_fusions == FERRY_ORT_NONE) {
         cli_error("--accuracy-level is MatMulNBits' attribute, in fused graphs only: it applies "
-                  "to --ort-fusions cpu|webgpu");
+                  "to --ort-fusions");
         return EXIT_USAGE;
     }
     return CLI_CONTINUE;
@@ -310,11 +310,12 @@ void cli_print_export_options(FILE *f)
             "                           pairs to bind to one buffer each (needs "
             "--max-cache-len)\n"
             "  --max-cache-len N        static cache length\n"
-            "  --ort-fusions EP         ONNX Runtime's fused ops for one execution provider: cpu\n"
-            "                           or webgpu (cuda and dml are not supported yet; none =\n"
-            "                           standard ONNX, the default); such a graph runs only on\n"
-            "                           onnxruntime, fp32 or fp16; opset 23 by default; positions\n"
-            "                           up to max(max_position_embeddings, --max-cache-len)\n"
+            "  --ort-fusions EP         ONNX Runtime's fused ops for one execution provider:\n"
+            "                           cpu, cuda, webgpu or dml (none = standard ONNX, the\n"
+            "                           default); such a graph runs only on onnxruntime, fp32 or\n"
+            "                           fp16; opset 23 by default; positions up to\n"
+            "                           max(max_position_embeddings, --max-cache-len); on webgpu\n"
+            "                           a call of several tokens after the first needs batch 1\n"
             "  --quantize int4|int8     weight-only quantization of every linear layer, round to\n"
             "                           nearest per block, done while the weights stream: as\n"
             "                           DequantizeLinear + MatMul in standard ONNX (opset >= 21),\n"

@@ -94,6 +94,11 @@ ferry_status lower_activation(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_rope(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs);
 
+/* attention's keys and values as it reads them, [b, kvh, t, d] each: the new rows joined with
+ * the cache as the node's cache kind says (ir/lower/attention.c); outs[1] and outs[2] get the
+ * present cache when there is one. For a target's own attention kernel over the whole cache. */
+void lw_attention_kv(g_lower_ctx *c, const g_node *n, int *k, int *v, int *outs);
+
 /* attention's mask (ir/lower/mask.c): the bool [b, 1, 1, s, t] mask for query `q` (dst id),
  * shared by every layer with the same mask input, kind and window. */
 int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind kind,

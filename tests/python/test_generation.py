@@ -328,10 +328,10 @@ def assert_tokens_equal(fam, loop, batch, length):
         f"onnx     {got[row].tolist()}\ngenerate {want[row].tolist()}")
 
 
-def check_loop(fam, loop):
+def check_loop(fam, loop, batches=None):
     """`loop` on every prompt (batch 1 only for static caches): greedy tokens equal to
     generate(), and every call's logits to the eager model's (_check_calls)."""
-    for batch in [1] if loop.startswith("static") else BATCHES:
+    for batch in batches or ([1] if loop.startswith("static") else BATCHES):
         for length in LENGTHS:
             assert_tokens_equal(fam, loop, batch, length)
             tokens, calls = fam.run(loop, batch, length)

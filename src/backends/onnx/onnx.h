@@ -16,8 +16,12 @@
 extern const g_target onnx_standard_target;
 /* onnxruntime's CPU provider: its fused contrib ops where it has them (ort_target.c). */
 extern const g_target ort_cpu_target;
-/* ... and its WebGPU provider (RotaryEmbedding separate, MultiHeadAttention without a cache). */
+/* ... its CUDA provider (q/k norms inside GroupQueryAttention; MultiHeadAttention for a prefill
+ * and without a cache), its WebGPU provider (RotaryEmbedding separate, MultiHeadAttention without
+ * a cache) and DirectML (MultiHeadAttention everywhere, RotaryEmbedding separate). */
+extern const g_target ort_cuda_target;
 extern const g_target ort_webgpu_target;
+extern const g_target ort_dml_target;
 /* onnx-standard's legality (semantic ops lowered; primitives and extern nodes printed) and its
  * lowering of linear (float weights; quantized ones through DequantizeLinear), which the ORT
  * targets share. */

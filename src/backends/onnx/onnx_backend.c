@@ -33,9 +33,6 @@ static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ort_fusions '%s': onnxruntime's kernels for "
                        "that provider take fp32 or fp16, not bf16 (--dtype)",
                        ferry_ort_fusions_name(cfg->ort_fusions));
-    if (cfg->ort_fusions == FERRY_ORT_CUDA || cfg->ort_fusions == FERRY_ORT_DML)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ort_fusions '%s' is not supported yet (cpu "
-                       "and webgpu are)", ferry_ort_fusions_name(cfg->ort_fusions));
     if (cfg->ort_fusions == FERRY_ORT_NONE && cfg->quantizer.bits &&
         cfg->quantizer.accuracy_level >= 0)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy_level is an attribute of "
@@ -49,9 +46,13 @@ static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
 
 static void onnx_target(const ferry_export_config *cfg, g_target *out)
 {
-    *out = cfg->ort_fusions == FERRY_ORT_CPU      ? ort_cpu_target
-           : cfg->ort_fusions == FERRY_ORT_WEBGPU ? ort_webgpu_target
-                                                  : onnx_standard_target;
+    switch (cfg->ort_fusions) {
+    case FERRY_ORT_CPU: *out = ort_cpu_target; break;
+    case FERRY_ORT_CUDA: *out = ort_cuda_target; break;
+    case FERRY_ORT_WEBGPU: *out = ort_webgpu_target; break;
+    case FERRY_ORT_DML: *out = ort_dml_target; break;
+    default: *out = onnx_standard_target; break;
+    }
     out->opts = cfg;
 }
 

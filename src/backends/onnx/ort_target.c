@@ -1,6 +1,6 @@
-/* ort_target.c — the ort-cpu and ort-webgpu targets: the ONNX graph with onnxruntime's fused
- * kernels (com.microsoft contrib ops) where that provider has them, emitted straight from the
- * semantic ops, never found by matching ferry's own output:
+/* ort_target.c — the ort-cpu, ort-cuda, ort-webgpu and ort-dml targets: the ONNX graph with
+ * onnxruntime's fused kernels (com.microsoft contrib ops) where that provider has them, emitted
+ * straight from the semantic ops, never found by matching ferry's own output:
  *
  *   rms_norm          RMSNormalization(x, w + offset) (opset 23, standard; axis -1, fp32 stash),
  *                     SimplifiedLayerNormalization, onnxruntime's own, at older opsets
@@ -12,18 +12,27 @@
  *   embedding, int4/8 GatherBlockQuantized(codes as [vocab, n*bits/8], ids, scales, [zeros])
  *   gelu, gelu_tanh   Gelu, FastGelu (the erf and the tanh forms)
  *   attention + cache GroupQueryAttention(q, k, v, past_k, past_v, seqlens_k, total_len,
- *                     cos, sin, position_ids, bias): rotary inside when q and k come straight
- *                     from rope nodes with static tables (the rope nodes are then left dead);
- *                     the bias is ferry's own mask (causal, padding, window) as 0 / most
- *                     negative, so left padding and given masks keep their meaning
+ *                     cos, sin, position_ids, bias, -, -, -, [q_norm, k_norm], [query_seqlens]):
+ *                     rotary inside when q and k come straight from rope nodes with static
+ *                     tables (the rope nodes are then left dead); the bias is ferry's own mask
+ *                     (causal, padding, window) as 0 / most negative, so left padding and given
+ *                     masks keep their meaning
+ *   other attention   MultiHeadAttention(q, K, V, -, -, bias) over the keys and values the
+ *                     plain cache step leaves (joined, or written in place), repeated to every
+ *                     query head
+ *   rope              RotaryEmbedding where attention does not rotate
  *
- * webgpu differs where the guide's table says so: rope → RotaryEmbedding of its own (q and k
- * reach GroupQueryAttention rotated), and attention without a cache → MultiHeadAttention (k/v
- * repeated to every query head, the same bias). Every op either target prints has a CPU kernel
- * too, so both are checked by running them here.
+ * The providers differ as the guide's table says:
+ *             cache: first call  cache: later calls     no cache             rope
+ *   cpu       GQA, rotary inside GQA, rotary inside     plain ops            plain / inside
+ *   cuda      MHA                GQA, rotary + q/k norm MHA                  RotaryEmbedding /
+ *                                inside                                      inside
+ *   webgpu    GQA                GQA                    MHA                  RotaryEmbedding
+ *   dml       MHA                MHA                    MHA                  RotaryEmbedding
+ * onnxruntime has a CPU kernel for every one of these ops, and runs all but GroupQueryAttention
+ * with q/k norms (cuda and webgpu only), so the tests run every graph without those norms.
  *
- * Everything else lowers as for onnx-standard (float linears included). On cpu, attention
- * without a cache stays plain ops, as the guide's table says. */
+ * Everything else lowers as for onnx-standard (float linears included). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,11 +45,6 @@
 static const ferry_export_config *cfg_of(const g_lower_ctx *c)
 {
     return c->target->opts;
-}
-
-static bool webgpu(const g_lower_ctx *c)
-{
-    return cfg_of(c)->ort_fusions == FERRY_ORT_WEBGPU;
 }
 
 /* w + offset as a weight recipe when w is a stored weight, else computed. */
@@ -390,13 +394,14 @@ static ferry_status rotary_caches(g_lower_ctx *c, const g_rope_opts *o, ferry_dt
 }
 
 /* ferry's attention mask for `n` as an additive bias [b, 1, s, t] in `dt`, made once per
- * graph for each mask (every layer with the same mask and window shares it). */
-static int mask_bias(g_lower_ctx *c, const g_node *n, ferry_dtype dt)
+ * graph for each mask (every layer with the same mask and window shares it). `q` (dst id)
+ * is any value whose axis 1 is the query length: not a rotated q that nothing else reads, or
+ * the rotation would be computed for its shape alone. */
+static int mask_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
 {
     g_graph *g = c->dst;
     const g_attn_opts *o = n->a.attn;
-    int m = lw_attention_mask(c, lw_in(c, n, 3), lw_in(c, n, 0), lw_in(c, n, 6), o->mask,
-                              o->sliding_window);
+    int m = lw_attention_mask(c, lw_in(c, n, 3), q, lw_in(c, n, 6), o->mask, o->sliding_window);
     if (!g_ok(g))
         return G_NONE;
     for (size_t i = 0; i < c->n_memo; i++)
@@ -421,49 +426,53 @@ static int mask_bias(g_lower_ctx *c, const g_node *n, ferry_dtype dt)
     return bias;
 }
 
-/* webgpu's attention without a cache: MultiHeadAttention over k/v repeated to every query
- * head (it has no grouped form), masked by the same bias. */
+/* MultiHeadAttention over attention's keys and values as plain ops leave them (the cache
+ * joined or written in place, [b, kvh, t, d]), repeated to every query head (it has no grouped
+ * form) and given in its BNSH form; ferry's mask is the bias. The cache keeps its kv heads. */
 static ferry_status ort_mha(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
     const g_attn_opts *o = n->a.attn;
-    int q = lw_in(c, n, 0), k = lw_in(c, n, 1), v = lw_in(c, n, 2);
+    int q = lw_in(c, n, 0), k, v;
+    lw_attention_kv(c, n, &k, &v, outs);
+    if (!g_ok(g))
+        return g->err.status;
     ferry_dtype dt = g->values[q].dtype;
     int64_t h = o->num_heads, kvh = o->num_kv_heads, d = o->head_dim, groups = h / kvh;
     int64_t q3[3] = {0, 0, h * d};
     q = g_reshape_spec(g, "Reshape_q", q, 3, q3);
-    if (groups > 1) { /* [b, t, kvh, d] -> [b, t, kvh, g, d] -> [b, t, h*d] */
-        int64_t three = 3;
+    if (groups > 1) { /* [b, kvh, t, d] -> [b, kvh, g, t, d] -> [b, h, t, d] */
+        /* the dims as the cache step left them: after the repeat they are computed at run time */
+        g_dim bhtd[4] = {g->values[k].shape.d[0], g_dim_const(h), g->values[k].shape.d[2],
+                         g_dim_const(d)};
+        int64_t two = 2;
         int kv[2] = {k, v};
         for (int i = 0; i < 2 && g_ok(g); i++) {
-            int u = g_unsqueeze(g, i ? "Unsqueeze_v" : "Unsqueeze_k", kv[i], 1, &three);
+            int u = g_unsqueeze(g, i ? "Unsqueeze_v" : "Unsqueeze_k", kv[i], 1, &two);
             int shp = g_shape_of(g, i ? "Shape_v" : "Shape_k", u, 0, G_END);
-            int64_t ones[5] = {1, 1, 1, groups, 1};
+            int64_t ones[5] = {1, 1, groups, 1, 1};
             shp = g_binary(g, G_MUL, i ? "Mul_v" : "Mul_k", shp, g_const_i64(g, 5, ones));
-            kv[i] = g_expand(g, i ? "Expand_v" : "Expand_k", u, shp);
+            u = g_expand(g, i ? "Expand_v" : "Expand_k", u, shp);
+            kv[i] = g_reshape(g, i ? "Reshape_v" : "Reshape_k", u, 4, bhtd);
         }
         k = kv[0], v = kv[1];
     }
-    /* k/v [b, t, h*d], the dims from the semantic graph (k [b, t, kvh, d]): after the repeat
-     * they are computed at run time */
-    const g_shape *ks = &c->src->values[n->in[1]].shape;
-    g_dim kv3[3] = {ks->d[0], ks->d[1], g_dim_const(h * d)};
-    k = g_reshape(g, "Reshape_k", k, 3, kv3);
-    v = g_reshape(g, "Reshape_v", v, 3, kv3);
     g_extern e = g_extern_init("com.microsoft", "MultiHeadAttention");
     g_extern_int(&e, "num_heads", h);
     g_extern_float(&e, "scale", o->scale);
     g_extern_out(&e, 0, 0, dt, &c->src->values[n->out[0]].shape);
-    int in[6] = {q, k, v, G_NONE, G_NONE, mask_bias(c, n, dt)};
+    int in[6] = {q, k, v, G_NONE, G_NONE, mask_bias(c, n, q, dt)};
     outs[0] = g_extern_node(g, "MultiHeadAttention", &e, 6, in);
     return g->err.status;
 }
 
-/* webgpu: a rope with a fixed table is onnxruntime's RotaryEmbedding, on x as [b, s, h*d]. */
+/* A rope with a fixed table as onnxruntime's RotaryEmbedding, on x as [b, s, h*d]: where the
+ * provider rotates apart from attention (webgpu, dml, and cuda's prefill). On cpu, and where
+ * GroupQueryAttention rotates q and k itself, plain ops (then left dead). */
 static ferry_status ort_rope(g_lower_ctx *c, const g_node *n, int *outs)
 {
     const g_rope_opts *o = n->a.rope;
-    if (!webgpu(c) || !fixed_table(o))
+    if (cfg_of(c)->ort_fusions == FERRY_ORT_CPU || !fixed_table(o))
         return lower_rope(c, n, outs);
     g_graph *g = c->dst;
     int x = lw_in(c, n, 0), pos = lw_in(c, n, 1);
@@ -493,19 +502,36 @@ static ferry_status ort_rope(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
-static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
+/* The per-head RMS norm producing rope `r`'s input (Qwen3's q_norm / k_norm: a weight of
+ * head_dim on [b, s, h, d]), or NULL. */
+static const g_node *head_norm_source(const g_lower_ctx *c, const g_node *r)
 {
-    const g_attn_opts *o = n->a.attn;
-    if (o->cache == G_CACHE_NONE && webgpu(c) && o->softcap == 0 &&
-        o->num_heads % o->num_kv_heads == 0)
-        return ort_mha(c, n, outs);
-    if (o->cache == G_CACHE_NONE || o->mask == G_MASK_PADDING)
-        return lower_attention(c, n, outs);
+    const g_value *x = &c->src->values[r->in[0]];
+    if (x->kind != GV_NODE)
+        return NULL;
+    const g_node *p = &c->src->nodes[x->producer];
+    const g_value *w = &c->src->values[p->in[1]];
+    int64_t len = 0;
+    return p->op == G_RMS_NORM && x->shape.rank == 4 && w->kind == GV_WEIGHT &&
+                   w->shape.rank == 1 && g_dim_is_const(w->shape.d[0], &len) &&
+                   len == r->a.rope->head_dim
+               ? p
+               : NULL;
+}
+
+static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
+{
     g_graph *g = c->dst;
+    const g_attn_opts *o = n->a.attn;
+    ferry_ort_fusions provider = cfg_of(c)->ort_fusions;
     const g_node *rq = rope_source(c, n, 0), *rk = rope_source(c, n, 1);
-    bool rotary = !webgpu(c) && rotary_inside(rq, rk);
-    int q = rotary ? c->map[rq->in[0]] : lw_in(c, n, 0);
-    int k = rotary ? c->map[rk->in[0]] : lw_in(c, n, 1);
+    /* cpu and cuda rotate inside; cuda also takes the q/k norms before the rotation */
+    bool rotary = provider != FERRY_ORT_WEBGPU && rotary_inside(rq, rk);
+    const g_node *nq = rotary ? head_norm_source(c, rq) : NULL;
+    const g_node *nk = rotary ? head_norm_source(c, rk) : NULL;
+    bool norms = provider == FERRY_ORT_CUDA && nq && nk;
+    int q = norms ? c->map[nq->in[0]] : rotary ? c->map[rq->in[0]] : lw_in(c, n, 0);
+    int k = norms ? c->map[nk->in[0]] : rotary ? c->map[rk->in[0]] : lw_in(c, n, 1);
     int v = lw_in(c, n, 2), mask = lw_in(c, n, 3), pos = lw_in(c, n, 6);
     ferry_dtype dt = g->values[q].dtype;
     /* A first call with no cache gets an empty one [b, kvh, 0, d]: GroupQueryAttention's
@@ -525,7 +551,8 @@ static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
     /* Every row's cache holds `filled` keys after this call (left padding is the bias's
      * business): seqlens_k = filled - 1 per row. total_sequence_length is the key length the
      * bias spans: filled for a growing cache, the whole buffer for a static one. With a past,
-     * query_seqlens (s per row: no right padding) lets a batch feed several tokens a call. */
+     * query_seqlens (s per row: no right padding) lets a batch feed several tokens a call; only
+     * cpu and cuda take it (the others must reject the node when it is given). */
     int s = g_shape_of(g, "Shape_s", q, 1, 2), batch = g_shape_of(g, "Shape_b", q, 0, 1);
     bool static_cache = o->cache == G_CACHE_STATIC;
     int filled = static_cache ? g_binary(g, G_ADD, "Add_filled", pos, s)
@@ -536,11 +563,13 @@ static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
     g_dim scalar[1];
     int total32 = g_cast(g, "Cast_total", g_reshape(g, "Reshape_total", span, 0, scalar),
                          FERRY_I32);
-    int query_lens = g_cast(g, "Cast_query_seqlens", g_expand(g, "Expand_query_seqlens", s, batch),
-                            FERRY_I32);
+    bool chunks = provider == FERRY_ORT_CPU || provider == FERRY_ORT_CUDA;
+    int query_lens = chunks ? g_cast(g, "Cast_query_seqlens",
+                                     g_expand(g, "Expand_query_seqlens", s, batch), FERRY_I32)
+                            : G_NONE;
 
     /* ferry's own mask as an additive bias [b, 1, s, t] */
-    int bias = mask_bias(c, n, dt);
+    int bias = mask_bias(c, n, q, dt);
 
     int cos_v = G_NONE, sin_v = G_NONE;
     if (rotary && rotary_caches(c, rq->a.rope, dt, &cos_v, &sin_v) != FERRY_OK)
@@ -554,18 +583,40 @@ static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
         g_extern_float(&e, "softcap", o->softcap);
     g_extern_int(&e, "do_rotary", rotary);
     g_extern_int(&e, "rotary_interleaved", 0);
+    if (norms) {
+        g_extern_float(&e, "q_norm_epsilon", nq->a.eps);
+        g_extern_float(&e, "k_norm_epsilon", nk->a.eps);
+    }
     const g_value *src_out = &c->src->values[n->out[0]];
     g_extern_out(&e, 0, 0, dt, &src_out->shape);
     for (int i = 1; i < 3; i++)
         g_extern_out(&e, i, i, dt, &c->src->values[n->out[i]].shape);
     int in[17] = {q, k, v, past_k, past_v, seqlens, total32, cos_v, sin_v,
-                  rotary ? c->map[rq->in[1]] : G_NONE, bias, G_NONE, G_NONE, G_NONE, G_NONE,
-                  G_NONE, query_lens};
-    int y = g_extern_node(g, "GroupQueryAttention", &e, 17, in);
+                  rotary ? c->map[rq->in[1]] : G_NONE, bias, G_NONE, G_NONE, G_NONE,
+                  norms ? offset_weight(c, nq, 1, nq->a.offset) : G_NONE,
+                  norms ? offset_weight(c, nk, 1, nk->a.offset) : G_NONE, query_lens};
+    int y = g_extern_node(g, "GroupQueryAttention", &e, chunks ? 17 : norms ? 16 : 11, in);
     outs[0] = y;
     outs[1] = g_node_out(g, y, 1);
     outs[2] = g_node_out(g, y, 2);
     return g->err.status;
+}
+
+/* The guide's table: attention with a cache is GroupQueryAttention (cpu, webgpu, and cuda
+ * after the first call) or MultiHeadAttention (dml, and cuda's prefill); attention without
+ * one is MultiHeadAttention except on cpu, where it stays plain ops. What neither kernel
+ * computes (softcapped scores; GroupQueryAttention is causal) stays plain ops too. */
+static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    const g_attn_opts *o = n->a.attn;
+    ferry_ort_fusions provider = cfg_of(c)->ort_fusions;
+    bool prefill = lw_in(c, n, 4) == G_NONE;
+    if (o->cache != G_CACHE_NONE && o->mask != G_MASK_PADDING && provider != FERRY_ORT_DML &&
+        !(provider == FERRY_ORT_CUDA && prefill))
+        return ort_gqa(c, n, outs);
+    if (provider != FERRY_ORT_CPU && o->softcap == 0 && o->num_heads % o->num_kv_heads == 0)
+        return ort_mha(c, n, outs);
+    return lower_attention(c, n, outs);
 }
 
 static g_lower_fn ort_lowering(const g_target *t, g_op op)
@@ -583,5 +634,7 @@ static g_lower_fn ort_lowering(const g_target *t, g_op op)
 }
 
 const g_target ort_cpu_target = {.name = "ort-cpu", .legal = onnx_legal, .lowering = ort_lowering};
+const g_target ort_cuda_target = {.name = "ort-cuda", .legal = onnx_legal, .lowering = ort_lowering};
 const g_target ort_webgpu_target = {.name = "ort-webgpu", .legal = onnx_legal,
                                     .lowering = ort_lowering};
+const g_target ort_dml_target = {.name = "ort-dml", .legal = onnx_legal, .lowering = ort_lowering};

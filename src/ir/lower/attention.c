@@ -65,16 +65,24 @@ static int with_cache(g_lower_ctx *c, const g_node *n, int now, int past, int po
     return now;
 }
 
+void lw_attention_kv(g_lower_ctx *c, const g_node *n, int *k, int *v, int *outs)
+{
+    g_graph *g = c->dst;
+    int pos = lw_in(c, n, 6);
+    *k = g_transpose(g, "Transpose_k", lw_in(c, n, 1), 4, to_bnsd);
+    *v = g_transpose(g, "Transpose_v", lw_in(c, n, 2), 4, to_bnsd);
+    *k = with_cache(c, n, *k, lw_in(c, n, 4), pos, "key", 1, &outs[1]);
+    *v = with_cache(c, n, *v, lw_in(c, n, 5), pos, "value", 2, &outs[2]);
+}
+
 ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
     const g_attn_opts *o = n->a.attn;
     int q = lw_in(c, n, 0), mask = lw_in(c, n, 3);
     int pos = lw_in(c, n, 6);
-    int k = g_transpose(g, "Transpose_k", lw_in(c, n, 1), 4, to_bnsd);
-    int v = g_transpose(g, "Transpose_v", lw_in(c, n, 2), 4, to_bnsd);
-    k = with_cache(c, n, k, lw_in(c, n, 4), pos, "key", 1, &outs[1]);
-    v = with_cache(c, n, v, lw_in(c, n, 5), pos, "value", 2, &outs[2]);
+    int k, v;
+    lw_attention_kv(c, n, &k, &v, outs);
 
     ferry_dtype dt = g->values[q].dtype;
     int64_t groups = o->num_heads / o->num_kv_heads;
