@@ -3,6 +3,9 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
 
 #include "cli.h"
@@ -102,5 +105,11 @@ static int close_stdout(int rc)
 
 int main(int argc, char **argv)
 {
+#ifdef __GLIBC__
+    /* Large buffers (weight bands, rotary tables) straight from and back to the kernel: glibc's
+     * adaptive threshold would otherwise keep freed ones in the heap, and peak RSS would show
+     * the allocator's history instead of what is live (30 MB of a 100 MB export). */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
     return close_stdout(run(argc, argv));
 }

@@ -191,12 +191,27 @@ static uint64_t weight_hash(const g_weight *w)
     return fnv(h, &w->offset, sizeof w->offset);
 }
 
+/* fnv's mixing a word at a time: constants can be large (a fused graph's rotary tables are
+ * tens of MB), and the index only needs a spread, equality being checked byte by byte. */
+static uint64_t words_hash(uint64_t h, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return fnv(h, p + i, n - i);
+}
+
 static uint64_t const_hash(ferry_dtype dtype, const g_shape *s, const void *data, size_t nbytes)
 {
     int64_t head[2 + G_MAX_RANK] = {dtype, s->rank};
     for (int i = 0; i < s->rank; i++)
         g_dim_is_const(s->d[i], &head[2 + i]);
-    return fnv(fnv(14695981039346656037ull, head, sizeof head), data, nbytes);
+    return words_hash(fnv(14695981039346656037ull, head, sizeof head), data, nbytes);
 }
 
 /* Adds value v to the index (growing it at half full). */
@@ -281,35 +296,65 @@ int g_weight_value(g_graph *g, const char *name, const g_weight *recipe)
     return index_add(g, v) ? v : oom(g);
 }
 
-int g_const(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, const void *data)
+/* g_const's work: `owned` data is the graph's once added (freed when it is not), `hash` is
+ * const_hash's when the caller has it (0 when not). */
+static int add_const(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims,
+                     const void *data, void *owned, uint64_t hash)
 {
-    if (!g_ok(g))
+    if (!g_ok(g)) {
+        free(owned);
         return G_NONE;
+    }
     uint64_t n = 1;
     g_shape s = {.rank = rank};
     for (int i = 0; i < rank; i++) {
-        if (dims[i] < 0 || __builtin_mul_overflow(n, (uint64_t)dims[i], &n))
+        if (dims[i] < 0 || __builtin_mul_overflow(n, (uint64_t)dims[i], &n)) {
+            free(owned);
             return g_fail(g, FERRY_ERR_INTERNAL, "constant of impossible shape");
+        }
         s.d[i] = g_dim_const(dims[i]);
     }
     size_t nbytes = (size_t)dt_nbytes(dtype, n);
-    uint64_t hash = const_hash(dtype, &s, data, nbytes);
+    if (!hash)
+        hash = const_hash(dtype, &s, data, nbytes);
     int found = find_const(g, dtype, &s, data, nbytes, hash);
-    if (found != G_NONE)
+    if (found != G_NONE) {
+        free(owned);
         return found;
+    }
     char name[64];
     snprintf(name, sizeof name, "const_%zu", g->n_values);
     int v = g_add_value(g, name, dtype, &s, GV_CONST);
-    if (v == G_NONE)
+    if (v == G_NONE) {
+        free(owned);
         return v;
-    g->values[v].data = malloc(nbytes ? nbytes : 1);
+    }
+    g->values[v].data = owned ? owned : malloc(nbytes ? nbytes : 1);
     if (!g->values[v].data)
         return oom(g);
-    if (nbytes)
+    if (nbytes && !owned)
         memcpy(g->values[v].data, data, nbytes);
     g->values[v].nbytes = nbytes;
     g->values[v].hash = hash;
     return index_add(g, v) ? v : oom(g);
+}
+
+int g_const(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, const void *data)
+{
+    return add_const(g, dtype, rank, dims, data, NULL, 0);
+}
+
+int g_const_owned(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, void *data)
+{
+    return add_const(g, dtype, rank, dims, data, data, 0);
+}
+
+int g_const_copy(g_graph *g, const g_value *x)
+{
+    int64_t dims[G_MAX_RANK];
+    for (int i = 0; i < x->shape.rank; i++)
+        g_dim_is_const(x->shape.d[i], &dims[i]);
+    return add_const(g, x->dtype, x->shape.rank, dims, x->data, NULL, x->hash);
 }
 
 int g_const_i64(g_graph *g, int n, const int64_t *vals)

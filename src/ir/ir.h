@@ -203,6 +203,11 @@ void g_output(g_graph *g, int v, const char *name);
 int g_weight_value(g_graph *g, const char *name, const g_weight *recipe);
 /* Small constants, stored inside the graph; de-duplicated by content. */
 int g_const(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, const void *data);
+/* ... taking `data` (malloc'd, of the shape's size) as the graph's own, freed on any failure
+ * or when an equal constant exists: for large tables made once. */
+int g_const_owned(g_graph *g, ferry_dtype dtype, int rank, const int64_t *dims, void *data);
+/* ... equal to constant `x` of another graph (its hash reused). */
+int g_const_copy(g_graph *g, const g_value *x);
 int g_const_i64(g_graph *g, int n, const int64_t *vals);     /* 1-D */
 int g_scalar_i64(g_graph *g, int64_t v);                      /* rank 0 */
 int g_scalar_f(g_graph *g, ferry_dtype dtype, double v);      /* rank 0, float dtype */

@@ -115,10 +115,7 @@ static int leaf(g_lower_ctx *c, int v)
     if (x->kind == GV_WEIGHT) {
         nv = g_weight_value(c->dst, x->name, &x->weight);
     } else if (x->kind == GV_CONST) {
-        int64_t dims[G_MAX_RANK];
-        for (int i = 0; i < x->shape.rank; i++)
-            g_dim_is_const(x->shape.d[i], &dims[i]);
-        nv = g_const(c->dst, x->dtype, x->shape.rank, dims, x->data);
+        nv = g_const_copy(c->dst, x);
     }
     c->map[v] = nv;
     return nv;

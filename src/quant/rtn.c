@@ -3,6 +3,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "util/dtype.h"
@@ -72,6 +73,47 @@ static void block_codes(const float *x, int n, float reciprocal, unsigned zero, 
     }
 }
 
+/* Four floats as one SSE/NEON register: GCC and Clang's vector extension. Plain loops over
+ * lane arrays are not vectorized at -O3 (GCC 12 turns the arrays into scalar registers
+ * first), and a float reduction may not be reordered by the compiler itself. */
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef int32_t i32x4 __attribute__((vector_size(16)));
+
+/* The smallest and largest of x[0..n), NaNs skipped, as a loop from the first element that
+ * keeps the earlier of equal values would find them (onnxruntime's quantizer is such a loop).
+ * The lanes only change which zero is kept when an extreme is zero, and only the minimum's
+ * sign reaches the output, in a block of nothing but zeros (a symmetric scale is lo / -mid),
+ * so that case is redone as the loop would. */
+static void block_range(const float *x, int n, float *lo_out, float *hi_out)
+{
+    f32x4 lo = {FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX}, hi = -lo;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        f32x4 v;
+        memcpy(&v, x + i, sizeof v);
+        i32x4 below = v < lo, above = v > hi; /* all ones where true; false for NaN */
+        lo = (f32x4)(((i32x4)v & below) | ((i32x4)lo & ~below));
+        hi = (f32x4)(((i32x4)v & above) | ((i32x4)hi & ~above));
+    }
+    float l = FLT_MAX, h = -FLT_MAX;
+    for (int j = 0; j < 4; j++) {
+        l = lo[j] < l ? lo[j] : l;
+        h = hi[j] > h ? hi[j] : h;
+    }
+    for (; i < n; i++) {
+        l = x[i] < l ? x[i] : l;
+        h = x[i] > h ? x[i] : h;
+    }
+    if (l == 0.0f && h == 0.0f)
+        for (i = 0; i < n; i++)
+            if (x[i] == 0.0f) { /* the first that is not NaN: every other one is zero */
+                l = x[i];
+                break;
+            }
+    *lo_out = l;
+    *hi_out = h;
+}
+
 void rtn_quantize_rows(const float *x, size_t rows, size_t cols, int bits, int block,
                        int symmetric, ferry_dtype scale_dtype, size_t code_row, uint8_t *codes,
                        void *scales, uint8_t *zeros)
@@ -92,12 +134,9 @@ void rtn_quantize_rows(const float *x, size_t rows, size_t cols, int bits, int b
              * largest magnitude) and get the zero code where the codes are padded */
             int n = (int)(cols - b * (size_t)block < (size_t)block ? cols - b * (size_t)block
                                                                     : (size_t)block);
-            float lo = FLT_MAX, hi = -FLT_MAX, scale;
+            float lo, hi, scale;
             unsigned zero = mid;
-            for (int i = 0; i < n; i++) {
-                lo = blk[i] < lo ? blk[i] : lo;
-                hi = blk[i] > hi ? blk[i] : hi;
-            }
+            block_range(blk, n, &lo, &hi);
             if (symmetric) {
                 float v = fabsf(hi) > fabsf(lo) ? hi : lo;
                 scale = round_scale(v / -(float)mid, scale_dtype);

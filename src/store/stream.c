@@ -26,6 +26,8 @@
  * disk speed, small enough to keep peak RSS flat whatever the model size. */
 #define BAND_ELEMS ((size_t)8 << 20)
 #define MAX_THREADS 4
+/* fp32 values a worker converts at a time before quantizing them: 16 KiB, cache-resident */
+#define QUANT_CHUNK_FLOATS ((size_t)4096)
 
 typedef struct job {
     const ws_item *item;
@@ -299,8 +301,11 @@ static ferry_status put(stream *s, const void *data, size_t n, uint64_t offset, 
     return fs_pwrite_all(s->fd, s->path, data, n, offset, err);
 }
 
-static ferry_status write_quantized(stream *s, const job *j, const float *x, worker_bufs *b,
-                                    uint64_t *written, fy_err *err)
+/* Quantizes the band's rows (`src`, in `from`) a few at a time: each chunk is converted to
+ * fp32 (plus the recipe's offset) in a buffer that stays in cache, instead of the whole band
+ * going through memory once more as fp32. */
+static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src, ferry_dtype from,
+                                    worker_bufs *b, uint64_t *written, fy_err *err)
 {
     const g_weight *w = &j->item->w;
     const uint64_t *off = j->item->offset;
@@ -313,8 +318,22 @@ static ferry_status write_quantized(stream *s, const job *j, const float *x, wor
     if (!grow(&b->out, rows * code_row) || !grow(&b->scales, rows * scale_row) ||
         !grow(&b->zeros, rows * zero_row + 1))
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory quantizing weights");
-    rtn_quantize_rows(x, rows, cols, w->quant.bits, w->quant.block, w->quant.symmetric,
-                      w->dtype, codes_in_row, b->out.p, b->scales.p, b->zeros.p);
+    size_t chunk = cols >= QUANT_CHUNK_FLOATS ? 1 : QUANT_CHUNK_FLOATS / cols;
+    if (!grow(&b->conv, (chunk < rows ? chunk : rows) * cols * 4))
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory quantizing weights");
+    size_t in_row = cols * dt_size(from);
+    for (size_t r = 0; r < rows; r += chunk) {
+        size_t nr = rows - r < chunk ? rows - r : chunk, n = nr * cols;
+        const float *x = (const float *)(const void *)(src + r * in_row);
+        if (from != FERRY_F32 || w->offset != 0) {
+            dt_convert(b->conv.p, FERRY_F32, src + r * in_row, from, n);
+            add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
+            x = (const float *)b->conv.p;
+        }
+        rtn_quantize_rows(x, nr, cols, w->quant.bits, w->quant.block, w->quant.symmetric,
+                          w->dtype, codes_in_row, b->out.p + r * code_row,
+                          b->scales.p + r * scale_row, b->zeros.p + r * zero_row);
+    }
     ferry_status st = FERRY_OK;
     *written = 0;
     if (off[W_PART_CODES] != WS_UNPLACED) {
@@ -365,6 +384,8 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     if (!src)
         return err->status;
     const uint8_t *data = src;
+    if (w->quant.bits)
+        return write_quantized(s, j, src, from, b, written, err);
     if (via_f32) {
         if (!grow(&b->conv, n * 4))
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory converting weights");
@@ -373,8 +394,6 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
         else
             dt_convert(b->conv.p, FERRY_F32, src, from, n);
         add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
-        if (w->quant.bits)
-            return write_quantized(s, j, (const float *)b->conv.p, b, written, err);
         from = FERRY_F32;
         data = b->conv.p;
     }

@@ -78,10 +78,10 @@ static void check_row(const float *x, size_t cols, int bits, int block, int sym,
         } else {
             memcpy(&scale, (const uint8_t *)scales + 4 * b, 4);
         }
-        float lo = blk[0], hi = blk[0];
+        float lo = blk[0], hi = blk[0]; /* a loop keeping the first of equal values */
         for (int i = 1; i < block; i++) {
-            lo = fminf(lo, blk[i]);
-            hi = fmaxf(hi, blk[i]);
+            lo = blk[i] < lo ? blk[i] : lo;
+            hi = blk[i] > hi ? blk[i] : hi;
         }
         if (sym) {
             /* the larger magnitude; on a tie the negative end */
@@ -112,7 +112,7 @@ static void check_row(const float *x, size_t cols, int bits, int block, int sym,
 static void matches_reference(void **state)
 {
     (void)state;
-    enum { ROWS = 6, COLS = 256 };
+    enum { ROWS = 7, COLS = 256 };
     static float x[ROWS * COLS];
     srand(7);
     for (int i = 0; i < ROWS * COLS; i++)
@@ -123,6 +123,8 @@ static void matches_reference(void **state)
         x[3 * COLS + i] = 0.0f;                                  /* a zero block */
     for (int i = 0; i < COLS; i++)                               /* ties: +-1, +-0.5 steps */
         x[4 * COLS + i] = (float)((i % 5) - 2) * 0.5f;
+    for (int i = 0; i < 128; i++) /* zero blocks of mixed signs, led by -0 then by +0: a */
+        x[6 * COLS + i] = (i % 2 == 0) == (i < 64) ? -0.0f : 0.0f; /* symmetric scale's sign */
     const int bits_list[2] = {4, 8}, blocks[3] = {32, 64, 128};
     const ferry_dtype sdts[2] = {FERRY_F32, FERRY_F16};
     for (int bi = 0; bi < 2; bi++)

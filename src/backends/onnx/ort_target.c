@@ -365,27 +365,30 @@ static ferry_status rotary_caches(g_lower_ctx *c, const g_rope_opts *o, ferry_dt
         return g_fail(g, FERRY_ERR_UNSUPPORTED, "ort_fusions: --max-cache-len %lld is more "
                       "positions than a fused rotary table holds (1048576)", (long long)n),
                FERRY_ERR_UNSUPPORTED;
-    float *inv = malloc((size_t)half * sizeof *inv);
-    float *cs = malloc((size_t)(n * half) * sizeof *cs), *sn = malloc((size_t)(n * half) * sizeof *sn);
-    void *cs_d = malloc((size_t)(n * half) * 4), *sn_d = malloc((size_t)(n * half) * 4);
-    if (!inv || !cs || !sn || !cs_d || !sn_d) {
-        free(inv), free(cs), free(sn), free(cs_d), free(sn_d);
+    size_t count = (size_t)(n * half), dsize = dt_size(dtype);
+    float *inv = malloc((size_t)half * sizeof *inv), *row = malloc(2 * (size_t)half * sizeof *row);
+    void *cs = malloc(count * dsize), *sn = malloc(count * dsize);
+    if (!inv || !row || !cs || !sn) {
+        free(inv), free(row), free(cs), free(sn);
         return g_fail(g, FERRY_ERR_NOMEM, "out of memory"), FERRY_ERR_NOMEM;
     }
     rope_inv_freq(&o->rope, o->rotary_dim, o->max_position_embeddings, inv);
     float scaling = (float)rope_attention_scaling(&o->rope);
-    for (int64_t p = 0; p < n; p++)
+    for (int64_t p = 0; p < n; p++) { /* a row in fp32, as torch's emb.cos(), then the dtype */
         for (int64_t i = 0; i < half; i++) {
             float f = (float)p * inv[i];
-            cs[p * half + i] = cosf(f) * scaling; /* fp32, as torch's emb.cos() */
-            sn[p * half + i] = sinf(f) * scaling;
+            row[i] = cosf(f) * scaling;
+            row[half + i] = sinf(f) * scaling;
         }
-    dt_convert(cs_d, dtype, cs, FERRY_F32, (size_t)(n * half));
-    dt_convert(sn_d, dtype, sn, FERRY_F32, (size_t)(n * half));
+        dt_convert((uint8_t *)cs + (size_t)(p * half) * dsize, dtype, row, FERRY_F32,
+                   (size_t)half);
+        dt_convert((uint8_t *)sn + (size_t)(p * half) * dsize, dtype, row + half, FERRY_F32,
+                   (size_t)half);
+    }
+    free(inv), free(row);
     int64_t dims[2] = {n, half};
-    *cos_v = g_const(g, dtype, 2, dims, cs_d);
-    *sin_v = g_const(g, dtype, 2, dims, sn_d);
-    free(inv), free(cs), free(sn), free(cs_d), free(sn_d);
+    *cos_v = g_const_owned(g, dtype, 2, dims, cs);
+    *sin_v = g_const_owned(g, dtype, 2, dims, sn);
     lw_memo m = {.kind = LW_MEMO_ROTARY_CACHE, .key = (int64_t)dtype, .out_a = *cos_v,
                  .out_b = *sin_v};
     m.rope = *o;
