@@ -229,9 +229,9 @@ int cmd_inspect(int argc, char **argv)
         const cJSON *ec = cJSON_GetObjectItemCaseSensitive(md, "export_config");
         const cJSON *q = cJSON_GetObjectItemCaseSensitive(ec, "quantizer");
         const cJSON *fu = cJSON_GetObjectItemCaseSensitive(ec, "ort_fusions");
-        char quant_text[160] = "", bits[32], block[32];
+        char quant_text[192] = "", bits[32], block[32];
         if (cJSON_IsObject(q))
-            snprintf(quant_text, sizeof quant_text, ", weights int%s in blocks of %s (%s%s%s)",
+            snprintf(quant_text, sizeof quant_text, ", weights int%s in blocks of %s (%s%s%s%s)",
                      int_text(cJSON_GetObjectItemCaseSensitive(q, "bits"), bits, sizeof bits),
                      int_text(cJSON_GetObjectItemCaseSensitive(q, "block_size"), block,
                               sizeof block),
@@ -240,7 +240,11 @@ int cmd_inspect(int argc, char **argv)
                      cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(q, "quantize_embeddings"))
                          ? ", embeddings too" : "",
                      cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(q, "quantize_lm_head"))
-                         ? ", lm_head float" : "");
+                         ? ", lm_head float" : "",
+                     cJSON_IsString(cJSON_GetObjectItemCaseSensitive(q, "method")) &&
+                             !strcmp(cJSON_GetObjectItemCaseSensitive(q, "method")->valuestring,
+                                     "mse")
+                         ? ", mse-searched scales" : "");
         printf("\ncomponent %s (role %s, precision %s%s%s%s%s)\n  files:\n", cli_quote(c->string),
                qstr(c, "role"), qstr(md, "precision"), opset_text, quant_text,
                cJSON_IsString(fu) ? ", fused for onnxruntime " : "",

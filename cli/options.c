@@ -188,6 +188,15 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         *(block ? &o->cfg.quantizer.block_size : &o->cfg.quantizer.accuracy_level) = (int)v;
         return CLI_CONTINUE;
     }
+    case CLI_OPT_QUANT_METHOD:
+        if (strcmp(arg, "rtn") != 0 && strcmp(arg, "mse") != 0) {
+            cli_error("--quant-method %s: expected rtn or mse", arg);
+            return EXIT_USAGE;
+        }
+        o->cfg.quantizer.method = arg[0] == 'm' ? FERRY_QUANT_MSE : FERRY_QUANT_RTN;
+        if (!o->quant_flag)
+            o->quant_flag = "--quant-method";
+        return CLI_CONTINUE;
     case CLI_OPT_ASYMMETRIC: case CLI_OPT_QUANT_EMBED: case CLI_OPT_FLOAT_HEAD:
         if (c == CLI_OPT_ASYMMETRIC)
             o->cfg.quantizer.asymmetric = 1;
@@ -233,6 +242,7 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         {"accuracy-level", required_argument, NULL, CLI_OPT_ACCURACY},
         {"quantize-embeddings", no_argument, NULL, CLI_OPT_QUANT_EMBED},
         {"float-lm-head", no_argument, NULL, CLI_OPT_FLOAT_HEAD},
+        {"quant-method", required_argument, NULL, CLI_OPT_QUANT_METHOD},
         {"ort-fusions", required_argument, NULL, CLI_OPT_ORT_FUSIONS},
     };
     enum { N_SHARED = sizeof shared / sizeof shared[0], MAX_OPTS = 32 };
@@ -329,6 +339,10 @@ void cli_print_export_options(FILE *f)
             "                           standard ONNX dequantizes the whole table each call,\n"
             "                           fused graphs gather quantized rows)\n"
             "  --float-lm-head          keep lm_head in float (default: quantized)\n"
+            "  --quant-method rtn|mse   each block's scale: rtn takes its range as is (default;\n"
+            "                           onnxruntime's quantizer, byte for byte); mse searches 17\n"
+            "                           shrinks of it for the least error weighted by each\n"
+            "                           weight's square (better at int4 b32, slower export)\n"
             "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
             ferry_supported_formats(), ferry_default_opset(), ferry_min_opset(),
             ferry_max_opset());

@@ -149,6 +149,11 @@ const char *ferry_ort_fusions_name(ferry_ort_fusions fusions);
  * point) in the export dtype, its values become `bits`-bit codes. The arithmetic and packing
  * are onnxruntime's own (src/quant/rtn.h). The weights of every linear layer are quantized;
  * norms and biases stay float. */
+/* How a quantizer chooses each block's scale: RTN takes the block's range as it is
+ * (onnxruntime's quantizer, byte for byte); MSE searches 17 shrinks of it for the least error
+ * weighted by each weight's square (src/quant/rtn.h), which costs more export time. */
+typedef enum ferry_quant_method { FERRY_QUANT_RTN = 0, FERRY_QUANT_MSE } ferry_quant_method;
+
 typedef struct ferry_quantizer {
     int bits;                     /* 0: no quantization (default); 4 or 8 */
     int block_size;               /* 16, 32 (default when 0), 64, 128 or 256; a row's last
@@ -159,6 +164,7 @@ typedef struct ferry_quantizer {
     int embeddings;               /* 1: quantize the embedding table too (default 0) */
     int lm_head;                  /* 1: quantize the lm_head (default, set by init); 0 keeps
                                      it float */
+    ferry_quant_method method;    /* how each block's scale is chosen (default RTN) */
 } ferry_quantizer;
 
 typedef struct ferry_export_config {
@@ -190,7 +196,7 @@ size_t ferry_export_config_size(void);
  * "static" | "dynamic", "max_cache_len": N}), "ort_fusions" ("cpu" | "cuda" | "webgpu" |
  * "dml" | null) and "quantizer" (null, "int4", "int8", or {"bits": 4 | 8, "block_size": N,
  * "symmetric": bool, "accuracy_level": 0-4, "quantize_embeddings": bool, "quantize_lm_head":
- * bool}, omitted fields keeping their defaults). Unknown keys are an error.
+ * bool, "method": "rtn" | "mse"}, omitted fields keeping their defaults). Unknown keys are an error.
  * `errbuf` (may be NULL) receives a message on failure. */
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json,
                                            char *errbuf, size_t errbuf_size);

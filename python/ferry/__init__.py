@@ -47,7 +47,8 @@ class _GenerationConfig(ctypes.Structure):
 
 class _Quantizer(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in
-                ("bits", "block_size", "asymmetric", "accuracy_level", "embeddings", "lm_head")]
+                ("bits", "block_size", "asymmetric", "accuracy_level", "embeddings", "lm_head",
+                 "method")]
 
 
 class _ExportConfig(ctypes.Structure):
@@ -173,7 +174,8 @@ class OnnxConfig:
                  example_shapes=None, ort_fusions=None, quantizer=None):
         """ort_fusions: None (standard ONNX) or "cpu" | "cuda" | "webgpu" | "dml".
         quantizer: None, "int4", "int8" or a dict of the recipe's quantizer keys (bits,
-        block_size, symmetric, accuracy_level, quantize_embeddings, quantize_lm_head)."""
+        block_size, symmetric, accuracy_level, quantize_embeddings, quantize_lm_head, method:
+        "rtn" | "mse")."""
         recipe = {"export_format": "onnx", "dynamic": bool(dynamic), "dtype": dtype}
         if ort_fusions is not None:
             recipe["ort_fusions"] = ort_fusions

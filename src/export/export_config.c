@@ -338,10 +338,16 @@ static ferry_status recipe_quantizer(ferry_quantizer *q, const cJSON *item, char
                 q->embeddings = on;
             else
                 q->lm_head = on;
+        } else if (!strcmp(k, "method")) {
+            if (!cJSON_IsString(f) || (strcmp(f->valuestring, "rtn") && strcmp(f->valuestring,
+                                                                             "mse")))
+                return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: quantizer.method must be "
+                           "\"rtn\" or \"mse\"");
+            q->method = f->valuestring[0] == 'm' ? FERRY_QUANT_MSE : FERRY_QUANT_RTN;
         } else {
             return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: unknown quantizer key '%s' (known: "
                        "bits, block_size, symmetric, accuracy_level, quantize_embeddings, "
-                       "quantize_lm_head)", k);
+                       "quantize_lm_head, method)", k);
         }
     }
     return FERRY_OK;
@@ -493,6 +499,7 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
             cJSON_AddNumberToObject(qo, "accuracy_level", q->accuracy_level);
         cJSON_AddBoolToObject(qo, "quantize_embeddings", q->embeddings);
         cJSON_AddBoolToObject(qo, "quantize_lm_head", q->lm_head);
+        cJSON_AddStringToObject(qo, "method", q->method == FERRY_QUANT_MSE ? "mse" : "rtn");
     }
     if (cfg->for_generation) {
         cJSON_AddBoolToObject(o, "for_generation", 1);

@@ -117,6 +117,7 @@ bool w_equal(const g_weight *a, const g_weight *b)
            a->row_end == b->row_end && a->offset == b->offset && a->dtype == b->dtype &&
            a->transpose == b->transpose && a->quant.bits == b->quant.bits &&
            a->quant.block == b->quant.block && a->quant.symmetric == b->quant.symmetric &&
+           a->quant.search == b->quant.search &&
            a->quant.explicit_zeros == b->quant.explicit_zeros &&
            a->quant.pad_blocks == b->quant.pad_blocks;
 }

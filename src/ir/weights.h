@@ -49,6 +49,7 @@ typedef struct w_quant {
     int bits;                /* 0 = not quantized; 4 or 8 */
     int block;               /* a power of two from 16 to 256 (32, 64, 128 in practice) */
     bool symmetric;          /* no zero points: the mid code is zero */
+    bool search;             /* scales searched per block (quant/rtn.h), not RTN's */
     bool pad_blocks;         /* code rows padded to whole blocks (MatMulNBits' B) when `in` is
                                 not a multiple of `block`; otherwise rows hold `in` codes */
     bool explicit_zeros;     /* symmetric only: still write the zeros part, every entry the

@@ -10,9 +10,9 @@ ferry_status q_check_config(ferry_quantizer *q, ferry_dtype dtype, fy_err *err)
 {
     if (q->bits == 0) {
         if (q->block_size || q->asymmetric || q->accuracy_level != -1 || q->embeddings ||
-            !q->lm_head)
+            !q->lm_head || q->method != FERRY_QUANT_RTN)
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer options (block size, "
-                           "asymmetric, accuracy level, embeddings, lm_head) apply only when "
+                           "asymmetric, accuracy level, embeddings, lm_head, method) apply only when "
                            "quantizing: give bits 4 or 8 (--quantize int4|int8)");
         return FERRY_OK;
     }
@@ -24,6 +24,9 @@ ferry_status q_check_config(ferry_quantizer *q, ferry_dtype dtype, fy_err *err)
     if (q->block_size < 16 || q->block_size > 256 || (q->block_size & (q->block_size - 1)))
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer: block size %d is not supported "
                        "(16, 32, 64, 128 or 256)", q->block_size);
+    if (q->method != FERRY_QUANT_RTN && q->method != FERRY_QUANT_MSE)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: unknown method %d (rtn or mse)",
+                       (int)q->method);
     if (q->accuracy_level < -1 || q->accuracy_level > 4)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy level %d is not in 0-4",
                        q->accuracy_level);
@@ -68,7 +71,8 @@ static ferry_status quantized_recipe(const g_value *x, const ferry_quantizer *q,
                        "its rows have an odd number of inputs (int8 can)", what,
                        (long long)rows, (long long)cols);
     *out = x->weight;
-    out->quant = (w_quant){.bits = q->bits, .block = q->block_size, .symmetric = !q->asymmetric};
+    out->quant = (w_quant){.bits = q->bits, .block = q->block_size, .symmetric = !q->asymmetric,
+                           .search = q->method == FERRY_QUANT_MSE};
     return FERRY_OK;
 }
 

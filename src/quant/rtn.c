@@ -114,12 +114,91 @@ static void block_range(const float *x, int n, float *lo_out, float *hi_out)
     *hi_out = h;
 }
 
+/* The scale and zero point of a block whose range [lo, hi] is shrunk by `shrink` (1: RTN's,
+ * the rules in rtn.h). */
+static void range_scale(float lo, float hi, float shrink, int bits, int symmetric,
+                        ferry_dtype scale_dtype, float *scale, unsigned *zero)
+{
+    unsigned levels = (1u << bits) - 1, mid = 1u << (bits - 1);
+    if (symmetric) {
+        float v = fabsf(hi) > fabsf(lo) ? hi : lo;
+        *scale = round_scale(v * shrink / -(float)mid, scale_dtype);
+        *zero = mid;
+        return;
+    }
+    lo = lo < 0.0f ? lo * shrink : 0.0f;
+    hi = hi > 0.0f ? hi * shrink : 0.0f;
+    float s = (hi - lo) / (float)levels;
+    float z = s != 0.0f ? 0.0f - lo / s : lo;
+    *zero = z < 0.0f ? 0 : z > (float)levels ? levels : (unsigned)roundf(z);
+    *scale = round_scale(s, scale_dtype);
+}
+
+/* The error of a block's codes under scale/zero, each element's squared error weighted by its
+ * own square, the codes as block_codes makes them; four lanes at a time (a float sum is not
+ * reordered by the compiler itself), so the search costs little more than its arithmetic. */
+static float block_error(const float *x, int n, float scale, unsigned zero, unsigned levels)
+{
+    float reciprocal = scale != 0.0f ? 1.0f / scale : 0.0f, z = (float)zero, top = (float)levels;
+    f32x4 r4 = {reciprocal, reciprocal, reciprocal, reciprocal}, z4 = {z, z, z, z};
+    f32x4 top4 = {top, top, top, top}, s4 = {scale, scale, scale, scale}, zero4 = {0}, sum = {0};
+    f32x4 half = {0.5f, 0.5f, 0.5f, 0.5f}, one = {1.0f, 1.0f, 1.0f, 1.0f};
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        f32x4 v;
+        memcpy(&v, x + i, sizeof v);
+        f32x4 t = v * r4 + z4;
+        i32x4 pos = t > zero4, below = t < top4;
+        t = (f32x4)((i32x4)t & pos);                           /* NaN and negatives: 0 */
+        t = (f32x4)(((i32x4)t & below) | ((i32x4)top4 & ~below));
+        f32x4 q = __builtin_convertvector(__builtin_convertvector(t, i32x4), f32x4);
+        i32x4 up = t - q >= half;
+        f32x4 code = q + (f32x4)((i32x4)one & up);
+        f32x4 d = v - (code - z4) * s4;
+        sum += d * d * v * v;
+    }
+    float err = sum[0] + sum[1] + sum[2] + sum[3];
+    for (; i < n; i++) {
+        float t = x[i] * reciprocal + z;
+        t = t > 0.0f ? t : 0.0f;
+        t = t < top ? t : top;
+        int q = (int)t;
+        float d = x[i] - ((float)(q + (t - (float)q >= 0.5f)) - z) * scale;
+        err += d * d * x[i] * x[i];
+    }
+    return err;
+}
+
+/* The search (rtn.h): the range shrunk by 1, 1 - 1/32, ... 1/2, keeping the first shrink with
+ * the least error, stopping after RTN_SEARCH_PATIENCE shrinks in a row that do no better. */
+static void searched_scale(const float *x, int n, float lo, float hi, int bits, int symmetric,
+                           ferry_dtype scale_dtype, float *scale, unsigned *zero)
+{
+    unsigned levels = (1u << bits) - 1;
+    range_scale(lo, hi, 1.0f, bits, symmetric, scale_dtype, scale, zero);
+    float best = block_error(x, n, *scale, *zero, levels);
+    for (int k = 1, since = 0; k <= RTN_SEARCH_STEPS && best > 0.0f && since < RTN_SEARCH_PATIENCE;
+         k++, since++) {
+        float s;
+        unsigned z;
+        range_scale(lo, hi, 1.0f - (float)k / (2.0f * RTN_SEARCH_STEPS), bits, symmetric,
+                    scale_dtype, &s, &z);
+        float e = block_error(x, n, s, z, levels);
+        if (e < best) {
+            best = e;
+            *scale = s;
+            *zero = z;
+            since = -1;
+        }
+    }
+}
+
 void rtn_quantize_rows(const float *x, size_t rows, size_t cols, int bits, int block,
-                       int symmetric, ferry_dtype scale_dtype, size_t code_row, uint8_t *codes,
-                       void *scales, uint8_t *zeros)
+                       int symmetric, int search, ferry_dtype scale_dtype, size_t code_row,
+                       uint8_t *codes, void *scales, uint8_t *zeros)
 {
     size_t blocks = (cols + (size_t)block - 1) / (size_t)block;
-    unsigned levels = (1u << bits) - 1, mid = 1u << (bits - 1);
+    unsigned levels = (1u << bits) - 1;
     size_t zero_row_bytes = (blocks * (size_t)bits + 7) / 8;
     /* A row of 4-bit zero points ending in half a byte pads it with 8, as onnxruntime does. */
     if (!symmetric && zeros)
@@ -135,20 +214,14 @@ void rtn_quantize_rows(const float *x, size_t rows, size_t cols, int bits, int b
             int n = (int)(cols - b * (size_t)block < (size_t)block ? cols - b * (size_t)block
                                                                     : (size_t)block);
             float lo, hi, scale;
-            unsigned zero = mid;
+            unsigned zero;
             block_range(blk, n, &lo, &hi);
-            if (symmetric) {
-                float v = fabsf(hi) > fabsf(lo) ? hi : lo;
-                scale = round_scale(v / -(float)mid, scale_dtype);
-            } else {
-                lo = lo < 0.0f ? lo : 0.0f;
-                hi = hi > 0.0f ? hi : 0.0f;
-                float s = (hi - lo) / (float)levels;
-                float z = s != 0.0f ? 0.0f - lo / s : lo;
-                zero = z < 0.0f ? 0 : z > (float)levels ? levels : (unsigned)roundf(z);
-                scale = round_scale(s, scale_dtype);
+            if (search)
+                searched_scale(blk, n, lo, hi, bits, symmetric, scale_dtype, &scale, &zero);
+            else
+                range_scale(lo, hi, 1.0f, bits, symmetric, scale_dtype, &scale, &zero);
+            if (!symmetric)
                 put_code(zeros + r * zero_row_bytes, b, bits, zero);
-            }
             store_scale(scales, r * blocks + b, scale, scale_dtype);
             float reciprocal = scale != 0.0f ? 1.0f / scale : 0.0f;
             size_t at = b * (size_t)block;
@@ -170,7 +243,7 @@ void rtn_quantize_rows(const float *x, size_t rows, size_t cols, int bits, int b
 void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block, int symmetric,
                   ferry_dtype scale_dtype, uint8_t *codes, void *scales, uint8_t *zeros)
 {
-    rtn_quantize_rows(x, rows, cols, bits, block, symmetric, scale_dtype, cols, codes, scales,
+    rtn_quantize_rows(x, rows, cols, bits, block, symmetric, 0, scale_dtype, cols, codes, scales,
                       zeros);
 }
 

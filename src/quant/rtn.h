@@ -13,7 +13,20 @@
  *   round = to nearest, ties away from zero.
  * These are the arithmetic and rounding points of onnxruntime's blockwise quantizer (the one
  * behind MatMulNBits' quantize_matmul_4bits/8bits): tests/python/test_quant_vs_ort.py checks the
- * bytes against it, so an export's int4 weights are the ones onnxruntime's own tools make. */
+ * bytes against it, so an export's int4 weights are the ones onnxruntime's own tools make.
+ *
+ * With `search` (the quantizer's "mse" method) the scale is searched per block instead: the
+ * rules above applied to the range shrunk by a factor f (symmetric: v * f; asymmetric: lo' * f
+ * and hi' * f) for f = 1, 1 - 1/32, ..., 1/2 (RTN_SEARCH_STEPS + 1 candidates), keeping the
+ * first f whose codes give the least sum of (x - (code - zero) * scale)^2 * x^2 (fp32, summed
+ * in four lanes) and stopping after RTN_SEARCH_PATIENCE candidates in a row that do no better
+ * (the error rarely falls again once it has risen that long; the search costs ~4x RTN). Clipping the
+ * extremes buys finer steps for the rest; weighting each error by the weight's own square keeps
+ * the large weights, which matter most, precise (unweighted, the search clips them and a
+ * 128-wide block loses quality: measured on SmolLM2, docs/benchmarks-quantization.md). f = 1
+ * is RTN, so a block's weighted error is never above RTN's. */
+#define RTN_SEARCH_STEPS 16
+#define RTN_SEARCH_PATIENCE 3
 #ifndef FERRY_QUANT_RTN_H
 #define FERRY_QUANT_RTN_H
 
@@ -26,7 +39,8 @@
 void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block, int symmetric,
                   ferry_dtype scale_dtype, uint8_t *codes, void *scales, uint8_t *zeros);
 
-/* Quantizes `rows` rows of `cols` fp32 values (row stride `cols`) into:
+/* Quantizes `rows` rows of `cols` fp32 values (row stride `cols`), scales by RTN or, with
+ * `search`, searched (above), into:
  *   codes  rows of `code_row` codes, code_row * bits / 8 bytes each (4-bit: two per byte, low
  *          nibble first): code_row = cols, or ceil(cols / block) * block where a short last
  *          block is padded (MatMulNBits' B) with the zero code
@@ -37,8 +51,8 @@ void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block,
  * quantizer gives for it (it reads the missing ones as zeros). `block` even, at most 256;
  * 4-bit rows need an even `cols`. */
 void rtn_quantize_rows(const float *x, size_t rows, size_t cols, int bits, int block,
-                       int symmetric, ferry_dtype scale_dtype, size_t code_row, uint8_t *codes,
-                       void *scales, uint8_t *zeros);
+                       int symmetric, int search, ferry_dtype scale_dtype, size_t code_row,
+                       uint8_t *codes, void *scales, uint8_t *zeros);
 
 /* (code - zero) * scale for one row, for tests and checks. */
 void rtn_dequantize_row(const uint8_t *codes, const void *scales, const uint8_t *zeros,

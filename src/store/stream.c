@@ -331,7 +331,7 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
             x = (const float *)b->conv.p;
         }
         rtn_quantize_rows(x, nr, cols, w->quant.bits, w->quant.block, w->quant.symmetric,
-                          w->dtype, codes_in_row, b->out.p + r * code_row,
+                          w->quant.search, w->dtype, codes_in_row, b->out.p + r * code_row,
                           b->scales.p + r * scale_row, b->zeros.p + r * zero_row);
     }
     ferry_status st = FERRY_OK;

@@ -60,15 +60,8 @@ def dequantized_checkpoint(src, dst, bits, block, symmetric, *, embeddings=False
     embedding stays float becomes its own lm_head.weight, the tie cut in config.json."""
     src, dst = Path(src), Path(dst)
     shutil.copytree(src, dst)
-    header, data = read_safetensors(src / "model.safetensors")
     config = json.loads((src / "config.json").read_text())
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        start, end = info["data_offsets"]
-        assert info["dtype"] == "F32", "the reference works on fp32 checkpoints"
-        tensors[name] = np.frombuffer(data[start:end], np.float32).reshape(info["shape"])
+    tensors = _read_f32(src / "model.safetensors")
     tied = config.get("tie_word_embeddings", False)
     embed = "model.embed_tokens.weight"
     out = {}
@@ -81,12 +74,61 @@ def dequantized_checkpoint(src, dst, bits, block, symmetric, *, embeddings=False
                                  if lm_head else tensors[embed])
         config["tie_word_embeddings"] = False
         (dst / "config.json").write_text(json.dumps(config))
+    _write_f32(dst / "model.safetensors", out)
+    return dst
+
+
+def _read_f32(path):
+    header, data = read_safetensors(path)
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        assert info["dtype"] == "F32", "the reference works on fp32 checkpoints"
+        tensors[name] = np.frombuffer(data[start:end], np.float32).reshape(info["shape"])
+    return tensors
+
+
+def _write_f32(path, tensors):
     new_header, blob, offset = {}, bytearray(), 0
-    for name, t in out.items():
+    for name, t in tensors.items():
         raw = np.ascontiguousarray(t, np.float32).tobytes()
         new_header[name] = {"dtype": "F32", "shape": list(t.shape),
                             "data_offsets": [offset, offset + len(raw)]}
         blob += raw
         offset += len(raw)
-    write_safetensors(dst / "model.safetensors", new_header, bytes(blob))
+    write_safetensors(path, new_header, bytes(blob))
+
+
+def exported_weights(model_path):
+    """{checkpoint key: fp32 values} of every weight a standard-ONNX export quantized, read
+    from its DequantizeLinear inputs (codes named after the key, scales and zero points) and
+    dequantized by numpy: what the graph computes with, whatever chose the scales."""
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.load(str(model_path))
+    inits = {t.name: t for t in model.graph.initializer}
+    out = {}
+    for node in model.graph.node:
+        if node.op_type != "DequantizeLinear":
+            continue
+        block = next(a.i for a in node.attribute if a.name == "block_size")
+        codes, scales, zeros = (numpy_helper.to_array(inits[i]).astype(np.float32)
+                                for i in node.input)
+        scales = np.repeat(scales, block, axis=1)[:, :codes.shape[1]]
+        zeros = np.repeat(zeros, block, axis=1)[:, :codes.shape[1]]
+        out[node.input[0]] = (codes - zeros) * scales
+    return out
+
+
+def checkpoint_with(src, dst, weights):
+    """A copy of checkpoint `src` at `dst` with the tensors in `weights` replaced."""
+    src, dst = Path(src), Path(dst)
+    shutil.copytree(src, dst)
+    tensors = _read_f32(src / "model.safetensors")
+    for name, w in weights.items():
+        assert tensors[name].shape == w.shape, name
+        tensors[name] = w
+    _write_f32(dst / "model.safetensors", tensors)
     return dst

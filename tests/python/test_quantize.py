@@ -15,7 +15,7 @@ import pytest
 
 from conftest import (ARCHS, check_against_reference, check_export_error, ferry_builds,
                       ferry_export, run_ferry)
-from quant_ref import dequantized_checkpoint
+from quant_ref import checkpoint_with, dequantized_checkpoint, exported_weights
 
 # block 16 keeps every tiny weight's rows at an even number of blocks (hidden 64, intermediate
 # 96); the asymmetric int4 cases need that in standard ONNX (see test_errors)
@@ -98,7 +98,8 @@ def test_graph_structure_and_manifest(ckpts, tmp_path):
     q = json.loads((out / "export.json").read_text())
     cfg = q["components"]["model"]["metadata"]["export_config"]
     assert cfg["quantizer"] == {"bits": 4, "block_size": 16, "symmetric": True,
-                                "quantize_embeddings": False, "quantize_lm_head": True}
+                                "quantize_embeddings": False, "quantize_lm_head": True,
+                                "method": "rtn"}
     # each quantized linear: 4 bits + an fp32 scale and a 4-bit zero point per 16 inputs =
     # 6.25 bits where fp32 had 32 (the data file itself pads every tensor to 4 KiB)
     def stored(t):
@@ -107,6 +108,35 @@ def test_graph_structure_and_manifest(ckpts, tmp_path):
         codes, scales, zeros = (inits[i] for i in n.input)
         rows, cols = codes.dims
         assert sum(stored(t) for t in (codes, scales, zeros)) == rows * cols * 6.25 / 8
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["sym", "asym"])
+def test_mse_searched_scales(ckpts, tmp_path, symmetric):
+    """--quant-method mse: every tensor's error (squared, weighted by each weight's square,
+    the search's measure) at most RTN's and lower for some; the graph computes with what it
+    stores (transformers on the export's own dequantized weights gives its logits);
+    export.json and inspect say so. Quality on real weights: test_quantize_quality.py."""
+    from quant_ref import _read_f32
+    ckpt = ckpts("llama")
+    outs = {m: ferry_export(ckpt, tmp_path / m, "--dynamic", *flags(4, 16, symmetric),
+                            "--quant-method", m, "--quiet") for m in ("rtn", "mse")}
+    original = _read_f32(ckpt / "model.safetensors")
+    got = {m: exported_weights(out / "model.onnx") for m, out in outs.items()}
+    assert got["rtn"].keys() == got["mse"].keys() and len(got["rtn"]) == 2 * 7 + 1
+    lower = 0
+    for name, w in got["rtn"].items():
+        x = original[name]
+        err = {m: float((((x - got[m][name]) * x) ** 2).sum()) for m in got}
+        assert err["mse"] <= err["rtn"] * (1 + 1e-5), (name, err)
+        lower += err["mse"] < err["rtn"] * 0.999
+    assert lower >= 5, lower
+    ref = checkpoint_with(ckpt, tmp_path / "ref", got["mse"])
+    check_against_reference(ref, outs["mse"] / "model.onnx", SHAPES)
+    manifest = json.loads((outs["mse"] / "export.json").read_text())
+    assert manifest["components"]["model"]["metadata"]["export_config"]["quantizer"][
+        "method"] == "mse"
+    rc, stdout, _ = run_ferry("inspect", outs["mse"])
+    assert rc == 0 and "mse-searched scales" in stdout, stdout
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,10 +188,12 @@ ERRORS = {
     "old-opset": (["--quantize", "int8", "--opset", "20"], ["opset 21", "20"]),
     "bad-bits": (["--quantize", "int3"], ["--quantize", "int3"]),
     "bad-block": (["--quantize", "int4", "--block-size", "48"], ["--block-size 48"]),
+    "method-without-quantize": (["--quant-method", "mse"], ["--quant-method", "--quantize"]),
+    "bad-method": (["--quantize", "int4", "--quant-method", "gptq"], ["--quant-method gptq"]),
 }
 # command-line conflicts are usage errors (2); what the export finds wrong, 1
 USAGE = {"block-size-without-quantize", "float-head-without-quantize", "accuracy-level-standard",
-         "bad-bits", "bad-block"}
+         "bad-bits", "bad-block", "method-without-quantize", "bad-method"}
 
 
 @pytest.mark.parametrize("build", ferry_builds(), ids=lambda b: b[0])
@@ -223,7 +255,8 @@ def test_python_quantizer_and_recipe(ckpts, tmp_path):
     check_against_reference(ref, tmp_path / "out" / "model.onnx", SHAPES)
     recorded = exported.manifest["components"]["model"]["metadata"]["export_config"]
     assert recorded["quantizer"] == {"bits": 8, "block_size": 32, "symmetric": False,
-                                     "quantize_embeddings": False, "quantize_lm_head": True}
+                                     "quantize_embeddings": False, "quantize_lm_head": True,
+                                     "method": "rtn"}
     again = AutoExportConfig.from_dict(recorded)
     assert again.to_dict()["quantizer"] == recorded["quantizer"]
     assert OnnxConfig(quantizer="int4").to_dict()["quantizer"] == "int4"
@@ -231,6 +264,8 @@ def test_python_quantizer_and_recipe(ckpts, tmp_path):
         OnnxConfig(quantizer={"bits": 4, "blocksize": 32})
     with pytest.raises(FerryError, match="int2"):
         OnnxConfig(quantizer="int2")
+    with pytest.raises(FerryError, match="method"):
+        OnnxConfig(quantizer={"bits": 4, "method": "hqq"})
     with pytest.raises(FerryError, match="ort_fusions"):
         OnnxConfig(ort_fusions="tpu")
     # the recipe's quantizer object must say how many bits (a block size alone quantizes nothing)

@@ -24,6 +24,8 @@ TOKENS = 512
 #   int4 b32 asym   38.68 / 38.78         0.652 / 0.650
 #   int4 b64        44.30 / 44.58         0.566 / 0.566
 #   int4 b128       48.94 / 49.76         0.513 / 0.515   (576 inputs: 4.5 blocks, the last short)
+#   int4 b32 mse    38.32 (standard)      0.599   (--quant-method mse)
+#   int4 b32 asym mse 36.87                0.667
 # Round to nearest costs a 135M model a third of its perplexity at int4: small models are the
 # hard case. The bounds leave ~10% of the measured loss as margin.
 EXPORTS = {
@@ -32,6 +34,10 @@ EXPORTS = {
     "int4-b32-asym": (["--quantize", "int4", "--block-size", "32", "--asymmetric"], 1.33, 0.62),
     "int4-b64": (["--quantize", "int4", "--block-size", "64"], 1.52, 0.53),
     "int4-b128": (["--quantize", "int4", "--block-size", "128"], 1.80, 0.47),
+    "int4-b32-mse": (["--quantize", "int4", "--block-size", "32", "--quant-method", "mse"],
+                     1.31, 0.56),
+    "int4-b32-asym-mse": (["--quantize", "int4", "--block-size", "32", "--asymmetric",
+                           "--quant-method", "mse"], 1.26, 0.62),
 }
 
 
@@ -76,3 +82,17 @@ def test_quantized_quality(smollm2, text_ids, fp32, tmp_path, name, fused, recor
     record_property("top1_agreement", round(top1, 4))
     assert ppl / base <= max_ratio, (name, ppl, base)
     assert top1 >= min_top1, (name, top1)
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["sym", "asym"])
+def test_mse_beats_rtn_at_block_32(smollm2, text_ids, tmp_path, symmetric):
+    """--quant-method mse is worth its export time where it was measured to help: at int4
+    block 32 its perplexity is lower than round to nearest's by more than 2% (measured, in the
+    standard graph: 38.32 vs 39.55 symmetric, 36.87 vs 38.68 asymmetric)."""
+    ppl = {}
+    for method in ("rtn", "mse"):
+        out = ferry_export(smollm2, tmp_path / method, "--dynamic", "--quantize", "int4",
+                           "--block-size", "32", "--quant-method", method,
+                           *([] if symmetric else ["--asymmetric"]), "--quiet")
+        ppl[method] = perplexity(logits_of(out / "model.onnx", text_ids), text_ids[0])
+    assert ppl["mse"] < 0.98 * ppl["rtn"], ppl
