@@ -101,6 +101,8 @@ def window_ratios(ferry_model, genai_model, ids, window=256):
     """ferry's perplexity over the builder's on each `window` tokens of ids: at accuracy_level
     4 both quantize activations to int8, where last-bit differences in what feeds a MatMulNBits
     flip roundings; whether the ratio keeps one side of 1 tells a real gap from that noise."""
+    from real_models import perplexity
+
     out = []
     for at in range(0, ids.shape[1] - window + 1, window):
         part = ids[:, at:at + window]

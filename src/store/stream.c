@@ -12,6 +12,7 @@
 #include "store/stream.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,26 @@ static const uint8_t *read_band(const job *j, worker_bufs *b, fy_err *err)
     const st_tensor *t = contiguous(j, &off);
     if (t)
         return st_read(t, off, b->src.p, n, err) == FERRY_OK ? b->src.p : NULL;
+    if (w->concat_axis == 0 && w->src[0]->ndim == 2 && j->c0 == 0) {
+        /* whole rows of tensors joined along rows: one read per run of rows of one tensor
+         * (row by row, a joined q/k/v was thousands of small reads) */
+        for (int64_t r = 0; r < j->nr;) {
+            int k;
+            int64_t row;
+            locate_row(w, j->r0 + r, &k, &row);
+            const st_tensor *ts = w->src[k];
+            int64_t run = ts->shape[0] - row < j->nr - r ? ts->shape[0] - row : j->nr - r;
+            size_t row_bytes = (size_t)j->nc * isz;
+            if (src_cols(ts) != j->nc)
+                break; /* not whole rows after all: the general path below */
+            if (st_read(ts, (uint64_t)row * row_bytes, b->src.p + (size_t)r * row_bytes,
+                        (size_t)run * row_bytes, err) != FERRY_OK)
+                return NULL;
+            r += run;
+            if (r == j->nr)
+                return b->src.p;
+        }
+    }
     for (int64_t r = 0; r < j->nr; r++) {
         uint8_t *dst = b->src.p + (size_t)(r * j->nc) * isz;
         int k;
@@ -296,9 +317,18 @@ static void add_offset(uint8_t *p, size_t n, double offset)
 
 /* ---- one band ---- */
 
+/* Writes a band, then starts the disk writing it (not waiting for it): the export's closing
+ * fsync, which makes the file durable before the export is renamed into place, then finds
+ * most of it written already instead of waiting for all of it (0.67 s of a 2.3 s int4 export
+ * of 0.6B weights). */
 static ferry_status put(stream *s, const void *data, size_t n, uint64_t offset, fy_err *err)
 {
-    return fs_pwrite_all(s->fd, s->path, data, n, offset, err);
+    ferry_status st = fs_pwrite_all(s->fd, s->path, data, n, offset, err);
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (st == FERRY_OK) /* only a hint: an error here leaves the fsync to do all of it */
+        (void)sync_file_range(s->fd, (off_t)offset, (off_t)n, SYNC_FILE_RANGE_WRITE);
+#endif
+    return st;
 }
 
 /* Quantizes the band's rows (`src`, in `from`) a few at a time: each chunk is converted to
