@@ -115,15 +115,16 @@ int cmd_export(int argc, char **argv)
         cli_error("%s", ferry_model_errmsg(model));
         goto done;
     }
-    if (!flags.quiet)
-        cli_print_warnings(ferry_exported_warnings(exported));
     if (ferry_exported_save(exported, out_dir, flags.force) != FERRY_OK) {
         cli_error("%s", ferry_exported_errmsg(exported));
         goto done;
     }
-    if (!flags.quiet)
+    /* after the save: a failed export says one line, its error */
+    if (!flags.quiet) {
+        cli_print_warnings(ferry_exported_warnings(exported));
         fprintf(stderr, "exported %s (%s) to %s\n", cli_quote(model_path),
                 cli_quote(ferry_model_architecture(model)), cli_quote(out_dir));
+    }
     rc = EXIT_OK;
 done:
     ferry_exported_free(exported);

@@ -218,6 +218,13 @@ int cmd_inspect(int argc, char **argv)
                qstr(gen, "cache_implementation"),
                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
                    ? ", multi-token decode" : "");
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files"), *t;
+    if (cJSON_IsArray(tok)) { /* exports made before ferry carried them have no such key */
+        printf("  tokenizer files:");
+        cJSON_ArrayForEach(t, tok)
+            printf("%s %s", t == tok->child ? "" : ",", cli_quote(t->valuestring));
+        printf("%s\n", tok->child ? "" : " none (the checkpoint had none, or --no-tokenizer)");
+    }
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components"), *c;
     cJSON_ArrayForEach(c, comps) {
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");

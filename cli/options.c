@@ -149,6 +149,9 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
     case CLI_OPT_GENERATION:
         o->cfg.for_generation = 1;
         return CLI_CONTINUE;
+    case CLI_OPT_NO_TOKENIZER:
+        o->cfg.skip_tokenizer = 1;
+        return CLI_CONTINUE;
     case CLI_OPT_MULTI_TOKEN:
         o->cfg.generation.multi_token_decode = 1;
         return CLI_CONTINUE;
@@ -233,6 +236,7 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         {"config", required_argument, NULL, CLI_OPT_CONFIG},
         {"revision", required_argument, NULL, CLI_OPT_REVISION},
         {"for-generation", no_argument, NULL, CLI_OPT_GENERATION},
+        {"no-tokenizer", no_argument, NULL, CLI_OPT_NO_TOKENIZER},
         {"multi-token-decode", no_argument, NULL, CLI_OPT_MULTI_TOKEN},
         {"static-cache", no_argument, NULL, CLI_OPT_STATIC_CACHE},
         {"max-cache-len", required_argument, NULL, CLI_OPT_MAX_CACHE},
@@ -310,6 +314,9 @@ void cli_print_export_options(FILE *f)
             "                           export_format, dynamic, dynamic_shapes, dtype, opset,\n"
             "                           example_shapes, ort_fusions, quantizer (command-line\n"
             "                           options given after it win)\n"
+            "  --no-tokenizer           do not copy the checkpoint's tokenizer and chat-template\n"
+            "                           files (tokenizer.json, tokenizer_config.json, ...; by\n"
+            "                           default every export carries those it has)\n"
             "  --for-generation         the components a generation loop needs: prefill and\n"
             "                           decode with a KV cache (past_key_values.* in, present.* "
             "out)\n"

@@ -182,6 +182,8 @@ typedef struct ferry_export_config {
     ferry_generation_config generation;
     ferry_ort_fusions ort_fusions; /* ONNX only; FERRY_ORT_NONE (default) keeps standard ONNX */
     ferry_quantizer quantizer;
+    int skip_tokenizer;           /* 1: do not carry the checkpoint's tokenizer and chat-template
+                                     files (default 0: every export carries those it has) */
 } ferry_export_config;
 
 void ferry_export_config_init(ferry_export_config *cfg);

@@ -58,7 +58,8 @@ class _ExportConfig(ctypes.Structure):
                 ("dtype", ctypes.c_int), ("opset", ctypes.c_int),
                 ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p),
                 ("for_generation", ctypes.c_int), ("generation", _GenerationConfig),
-                ("ort_fusions", ctypes.c_int), ("quantizer", _Quantizer)]
+                ("ort_fusions", ctypes.c_int), ("quantizer", _Quantizer),
+                ("skip_tokenizer", ctypes.c_int)]
 
 
 def _find_library():

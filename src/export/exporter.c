@@ -2,6 +2,7 @@
  * -> the family's semantic graph per component (checked) -> the backend's target lowering
  * (checked) -> the backend's conventions and file layout, kept in memory (weights still lazy)
  * until saved. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,29 @@ static char *export_warnings(const char *first, const ckpt *ck)
 static char *dup(const char *s)
 {
     return s ? strdup(s) : NULL;
+}
+
+/* Appends a line to the export's warnings. */
+static ferry_status add_warning(ferry_exported *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static ferry_status add_warning(ferry_exported *e, const char *fmt, ...)
+{
+    strbuf b = {0};
+    sb_puts(&b, e->warnings ? e->warnings : "");
+    if (b.len)
+        sb_puts(&b, "\n");
+    va_list ap;
+    va_start(ap, fmt);
+    char line[1024];
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    sb_puts(&b, line);
+    char *text = sb_take(&b);
+    if (!text)
+        return FERRY_ERR_NOMEM;
+    free(e->warnings);
+    e->warnings = text;
+    return FERRY_OK;
 }
 
 void ferry_components_free(ferry_components *c)
@@ -322,6 +346,16 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
         }
     }
     e->warnings = dup(c->warnings);
+    if (!e->cfg.skip_tokenizer) {
+        if (tok_files_read(m->dir, &e->tokenizer, err) != FERRY_OK)
+            goto fail;
+        if (e->tokenizer.n == 0 &&
+            add_warning(e, "the checkpoint has no tokenizer files (tokenizer.json, "
+                        "tokenizer_config.json, ...): the export carries none") != FERRY_OK) {
+            fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
     if (!(e->manifest = manifest_build(e, err)) ||
         !(e->manifest_text = cJSON_Print(e->manifest))) {
         fy_fail(err, FERRY_ERR_NOMEM, "out of memory building export.json");

@@ -4,6 +4,7 @@
 #ifndef FERRY_EXPORT_INTERNAL_H
 #define FERRY_EXPORT_INTERNAL_H
 
+#include "model/tokenizer_files.h"
 #include <sys/types.h>
 #include <time.h>
 
@@ -68,6 +69,7 @@ struct ferry_exported {
     char *warnings;          /* newline-separated, may be NULL */
     bool generation;         /* made by ferry_export_for_generation */
     ferry_generation_config gen;
+    tok_files tokenizer;     /* the checkpoint's, carried into the export (built exports) */
 };
 
 /* Records the model-level message into a handle error. */

@@ -155,6 +155,9 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
         if (g->n_states)
             cJSON_AddItemToObject(md, "cache", cache_info(e, g));
     }
+    cJSON *tok = cJSON_AddArrayToObject(m, "tokenizer_files");
+    for (int i = 0; i < e->tokenizer.n; i++)
+        cJSON_AddItemToArray(tok, cJSON_CreateString(e->tokenizer.f[i].name));
     if (e->generation) {
         cJSON *gen = cJSON_AddObjectToObject(m, "generation");
         cJSON_AddBoolToObject(gen, "multi_token_decode", e->gen.multi_token_decode);
@@ -342,6 +345,22 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         ec->data_file = first_data ? strdup(first_data) : NULL;
         if (!ec->name || !ec->role || !ec->file || (first_data && !ec->data_file))
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    }
+    /* the tokenizer files it carries: only names ferry takes (a --force replacing this export
+     * deletes what is listed here), each present */
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files"), *t;
+    if (tok && !cJSON_IsArray(tok))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'tokenizer_files' must be an "
+                       "array", dir);
+    cJSON_ArrayForEach(t, tok) {
+        char qname[ST_QUOTE_MAX];
+        if (!cJSON_IsString(t) || !tok_is_file_name(t->valuestring))
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: tokenizer_files: '%s' is not "
+                           "a tokenizer file name (%s)", dir,
+                           cJSON_IsString(t) ? st_quote_name(t->valuestring, qname, sizeof qname)
+                                             : "(not a string)", tok_file_names());
+        if (check_file(dir, "tokenizer_files", t->valuestring, err) != FERRY_OK)
+            return err->status;
     }
     return FERRY_OK;
 }

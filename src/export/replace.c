@@ -310,6 +310,10 @@ static ferry_status ferry_files(const char *out, names *allowed, fy_err *err)
         if (status)
             break;
     }
+    /* the tokenizer files it lists (loading checked each is a tokenizer file name) */
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(x->manifest, "tokenizer_files"))
+        if (!status)
+            status = names_add(allowed, c->valuestring, strlen(c->valuestring), err);
     ferry_exported_free(x);
     return status;
 }

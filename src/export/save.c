@@ -68,7 +68,7 @@ static int lock_exclusive(int fd)
 }
 
 /* A file name ferry writes into an export: a component's graph or data file, the manifest, the
- * two configs. */
+ * two configs, the tokenizer files. */
 static bool is_export_file_name(const char *name)
 {
     static const char *const exact[] = {"export.json", "config.json", "generation_config.json"};
@@ -77,6 +77,8 @@ static bool is_export_file_name(const char *name)
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (strcmp(name, exact[i]) == 0)
             return true;
+    if (tok_is_file_name(name))
+        return true;
     for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
         size_t slen = strlen(suffixes[i]);
         if (len > slen && strcmp(name + len - slen, suffixes[i]) == 0)
@@ -283,6 +285,13 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
     } else if (cfg->generation_text &&
                fs_write_file(path, cfg->generation_text, cfg->generation_len, err) != FERRY_OK) {
         return err->status;
+    }
+    /* the bytes read when the export was made (tokenizer_files.h) */
+    for (int i = 0; i < e->tokenizer.n; i++) {
+        const tok_file *f = &e->tokenizer.f[i];
+        if (fs_join(path, sizeof path, tmp, f->name, err) != FERRY_OK ||
+            fs_write_file(path, f->data, f->len, err) != FERRY_OK)
+            return err->status;
     }
     return fs_sync_dir(tmp, err);
 }
@@ -501,6 +510,7 @@ void ferry_exported_free(ferry_exported *e)
     free(e->manifest_text);
     free(e->dir);
     free(e->warnings);
+    tok_files_free(&e->tokenizer);
     free(e);
 }
 
