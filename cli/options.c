@@ -157,15 +157,18 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         return CLI_CONTINUE;
     case CLI_OPT_STATIC_CACHE:
         o->cfg.generation.static_cache = 1;
+        o->cache_flag = true;
         return CLI_CONTINUE;
     case CLI_OPT_MAX_CACHE: {
         char *end;
-        long long v = strtoll(arg, &end, 10);
-        if (*end || v <= 0 || v > (1LL << 30)) {
-            cli_error("--max-cache-len %s: expected a positive integer", arg);
+        errno = 0;
+        long long v = arg[0] >= '0' && arg[0] <= '9' ? strtoll(arg, &end, 10) : -1;
+        if (v <= 0 || *end || errno || v > (1LL << 30)) {
+            cli_error("--max-cache-len %s: expected a whole number from 1 to 1073741824", arg);
             return EXIT_USAGE;
         }
         o->cfg.generation.max_cache_len = v;
+        o->cache_flag = true;
         return CLI_CONTINUE;
     }
     case CLI_OPT_QUANTIZE:
@@ -282,9 +285,22 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
                   "--for-generation exports");
         return EXIT_USAGE;
     }
+    /* One of the pair without the other, on the command line: a static cache needs its length,
+     * and a length means nothing without one. */
+    if (o->cache_flag && !o->cfg.generation.static_cache != !o->cfg.generation.max_cache_len) {
+        cli_error(o->cfg.generation.static_cache
+                      ? "--static-cache needs --max-cache-len N (the cache's fixed length)"
+                      : "--max-cache-len applies to --static-cache (a dynamic cache grows)");
+        return EXIT_USAGE;
+    }
     /* Options that would change nothing are usage errors here; a recipe's are the library's. */
     if (o->quant_flag && !o->cfg.quantizer.bits) {
         cli_error("%s applies to --quantize int4|int8", o->quant_flag);
+        return EXIT_USAGE;
+    }
+    if (o->cfg.quantizer.method == FERRY_QUANT_MSE && o->cfg.quantizer.bits == 8) {
+        cli_error("--quant-method mse applies to --quantize int4 (at int8 it finds "
+                  "round-to-nearest's own scales)");
         return EXIT_USAGE;
     }
     if (o->accuracy_flag && o->cfg.ort_fusions == FERRY_ORT_NONE) {
@@ -332,7 +348,8 @@ void cli_print_export_options(FILE *f)
             "                           default); such a graph runs only on onnxruntime, fp32 or\n"
             "                           fp16; opset 23 by default; positions up to\n"
             "                           max(max_position_embeddings, --max-cache-len); on webgpu\n"
-            "                           a call of several tokens after the first needs batch 1\n"
+            "                           a call of several tokens with a cache (after the first\n"
+            "                           call, and every static-cache call) needs batch 1\n"
             "  --quantize int4|int8     weight-only quantization of every linear layer, round to\n"
             "                           nearest per block, done while the weights stream: as\n"
             "                           DequantizeLinear + MatMul in standard ONNX (opset >= 21),\n"
@@ -349,7 +366,8 @@ void cli_print_export_options(FILE *f)
             "  --quant-method rtn|mse   each block's scale: rtn takes its range as is (default;\n"
             "                           onnxruntime's quantizer, byte for byte); mse searches 17\n"
             "                           shrinks of it for the least error weighted by each\n"
-            "                           weight's square (better at int4 b32, slower export)\n"
+            "                           weight's square (int4 only; better at block 32,\n"
+            "                           about twice the export time)\n"
             "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
             ferry_supported_formats(), ferry_default_opset(), ferry_min_opset(),
             ferry_max_opset());

@@ -150,8 +150,8 @@ const char *ferry_ort_fusions_name(ferry_ort_fusions fusions);
  * are onnxruntime's own (src/quant/rtn.h). The weights of every linear layer are quantized;
  * norms and biases stay float. */
 /* How a quantizer chooses each block's scale: RTN takes the block's range as it is
- * (onnxruntime's quantizer, byte for byte); MSE searches 17 shrinks of it for the least error
- * weighted by each weight's square (src/quant/rtn.h), which costs more export time. */
+ * (onnxruntime's quantizer, byte for byte); MSE (int4 only) searches up to 17 shrinks of it for
+ * the least error weighted by each weight's square (src/quant/rtn.h), which costs export time. */
 typedef enum ferry_quant_method { FERRY_QUANT_RTN = 0, FERRY_QUANT_MSE } ferry_quant_method;
 
 typedef struct ferry_quantizer {

@@ -311,8 +311,6 @@ static ferry_status recipe_quantizer(ferry_quantizer *q, const cJSON *item, char
         return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'quantizer' must be null, \"int4\", "
                    "\"int8\" or an object");
     const cJSON *f;
-    if (!cJSON_GetObjectItemCaseSensitive(item, "bits"))
-        return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: quantizer needs \"bits\" (4 or 8)");
     cJSON_ArrayForEach(f, item) {
         const char *k = f->string;
         uint64_t v;
@@ -350,6 +348,9 @@ static ferry_status recipe_quantizer(ferry_quantizer *q, const cJSON *item, char
                        "quantize_lm_head, method)", k);
         }
     }
+    /* after the keys: a misspelt one is named rather than reported as bits missing */
+    if (!cJSON_GetObjectItemCaseSensitive(item, "bits"))
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: quantizer needs \"bits\" (4 or 8)");
     return FERRY_OK;
 }
 

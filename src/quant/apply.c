@@ -27,6 +27,11 @@ ferry_status q_check_config(ferry_quantizer *q, ferry_dtype dtype, fy_err *err)
     if (q->method != FERRY_QUANT_RTN && q->method != FERRY_QUANT_MSE)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: unknown method %d (rtn or mse)",
                        (int)q->method);
+    /* measured: at int8 the search keeps RTN's scales (its steps are fine already), so it would
+     * cost export time and change nothing */
+    if (q->method == FERRY_QUANT_MSE && q->bits != 4)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: method mse applies to int4 (at "
+                       "int8 it finds round-to-nearest's own scales)");
     if (q->accuracy_level < -1 || q->accuracy_level > 4)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy level %d is not in 0-4",
                        q->accuracy_level);

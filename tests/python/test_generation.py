@@ -451,10 +451,17 @@ ERROR_CASES = {
         ["--dynamic", "--for-generation", "--static-cache", "--example-shape", "input_ids=1x8",
          "--max-cache-len", "4"], ["max_cache_len", "4", "8"]),
     "static-cache-without-max-cache-len": (
-        ["--dynamic", "--for-generation", "--static-cache"], ["max_cache_len", "static"]),
+        ["--dynamic", "--for-generation", "--static-cache"], ["--static-cache", "--max-cache-len"]),
     "max-cache-len-without-static-cache": (
-        ["--dynamic", "--for-generation", "--max-cache-len", "64"], ["max_cache_len", "static"]),
+        ["--dynamic", "--for-generation", "--max-cache-len", "64"],
+        ["--max-cache-len", "--static-cache"]),
+    "max-cache-len-too-large": (
+        ["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "5000000000"],
+        ["--max-cache-len 5000000000", "1073741824"]),
 }
+# one option of a pair without the other, or a value out of range: the command line's fault (2)
+USAGE_CASES = {"static-cache-without-max-cache-len", "max-cache-len-without-static-cache",
+               "max-cache-len-too-large"}
 
 
 @pytest.fixture(scope="module")
@@ -468,7 +475,7 @@ def test_generation_export_errors(small_ckpt, tmp_path, case, build):
     flags, words = ERROR_CASES[case]
     out = tmp_path / "out"
     rc, stdout, stderr = run_ferry("export", small_ckpt, out, *flags, binary=build[1])
-    assert rc == 1, f"exit {rc}\nstdout: {stdout}\nstderr: {stderr}"
+    assert rc == (2 if case in USAGE_CASES else 1), f"exit {rc}\nstdout: {stdout}\nstderr: {stderr}"
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
     assert lines[0].startswith("ferry: error: "), stderr

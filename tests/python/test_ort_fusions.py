@@ -327,6 +327,36 @@ def test_webgpu_static_shapes(ckpts, tmp_path):
         check_against_reference(ckpt, out / "model.onnx", [(b, s)])
 
 
+def test_webgpu_static_cache_prompt_needs_batch_1(tmp_path_factory):
+    """Without query_seqlens (webgpu must reject it) onnxruntime's GroupQueryAttention refuses
+    several tokens at batch > 1 when the cache it is given is longer than the call, as a static
+    cache's buffer always is: its prefill runs at batch 1 (the guide's static loop,
+    test_fused_generation_equals_generate) and is refused at batch 2, as --help and the README
+    say."""
+    import numpy as np
+    import onnxruntime as ort
+    from test_generation import Family
+    fam = Family(tmp_path_factory.mktemp("wg-static"), "llama", ["--ort-fusions", "webgpu"])
+    length = fam.manifest("static")["generation"]["max_cache_len"]
+    session = ort.InferenceSession(str(fam.export("static") / "prefill.onnx"),
+                                   providers=["CPUExecutionProvider"])
+
+    def feeds(batch, seq=5):
+        out = {"input_ids": np.ones((batch, seq), np.int64),
+               "position_ids": np.tile(np.arange(seq), (batch, 1)),
+               "attention_mask": np.tril(np.ones((seq, length), bool))[None, None]
+               .repeat(batch, 0)}
+        for i in session.get_inputs():
+            if i.name.startswith("input."):
+                shape = [batch if isinstance(d, str) and "batch" in d else
+                         length if isinstance(d, str) else d for d in i.shape]
+                out[i.name] = np.zeros(shape, np.int64 if "int64" in i.type else np.float32)
+        return out
+    session.run(None, feeds(1))
+    with pytest.raises(Exception, match="batch_size must be 1 when sequence_length > 1"):
+        session.run(None, feeds(2))
+
+
 def test_static_cache_longer_than_trained_positions(tmp_path_factory):
     """A static cache longer than max_position_embeddings (80 > 48): the fused rotary tables
     cover the whole buffer (GroupQueryAttention checks them against it on every call)."""

@@ -190,10 +190,11 @@ ERRORS = {
     "bad-block": (["--quantize", "int4", "--block-size", "48"], ["--block-size 48"]),
     "method-without-quantize": (["--quant-method", "mse"], ["--quant-method", "--quantize"]),
     "bad-method": (["--quantize", "int4", "--quant-method", "gptq"], ["--quant-method gptq"]),
+    "mse-int8": (["--quantize", "int8", "--quant-method", "mse"], ["--quant-method mse", "int4"]),
 }
 # command-line conflicts are usage errors (2); what the export finds wrong, 1
 USAGE = {"block-size-without-quantize", "float-head-without-quantize", "accuracy-level-standard",
-         "bad-bits", "bad-block", "method-without-quantize", "bad-method"}
+         "bad-bits", "bad-block", "method-without-quantize", "bad-method", "mse-int8"}
 
 
 @pytest.mark.parametrize("build", ferry_builds(), ids=lambda b: b[0])
@@ -266,6 +267,10 @@ def test_python_quantizer_and_recipe(ckpts, tmp_path):
         OnnxConfig(quantizer="int2")
     with pytest.raises(FerryError, match="method"):
         OnnxConfig(quantizer={"bits": 4, "method": "hqq"})
+    with pytest.raises(FerryError, match="unknown quantizer key 'weights'"):
+        OnnxConfig(quantizer={"weights": "int4"})
+    with pytest.raises(FerryError, match="mse applies to int4"):
+        OnnxExporter().export(ckpt, config=OnnxConfig(quantizer={"bits": 8, "method": "mse"}))
     with pytest.raises(FerryError, match="ort_fusions"):
         OnnxConfig(ort_fusions="tpu")
     # the recipe's quantizer object must say how many bits (a block size alone quantizes nothing)
