@@ -48,9 +48,49 @@ const char *pl_name(const pl_file *f)
 static ws_item *find_item(const pl_file *f, const g_weight *w)
 {
     for (size_t i = 0; i < f->n; i++)
-        if (w_equal(&f->items[i].w, w))
+        if (!f->items[i].bytes && w_equal(&f->items[i].w, w))
             return &f->items[i];
     return NULL;
+}
+
+static ws_item *find_const(const pl_file *f, const g_value *x)
+{
+    for (size_t i = 0; i < f->n; i++) {
+        const ws_item *it = &f->items[i];
+        if (it->bytes && it->hash == x->hash && it->nbytes == x->nbytes &&
+            memcmp(it->bytes, x->data, x->nbytes) == 0)
+            return &f->items[i];
+    }
+    return NULL;
+}
+
+bool pl_find_const(const pl_file *f, const g_value *x, uint64_t *offset)
+{
+    const ws_item *it = find_const(f, x);
+    if (!it)
+        return false;
+    *offset = it->offset[W_PART_DATA];
+    return true;
+}
+
+ferry_status pl_place_const(pl_file *f, const g_value *x, fy_err *err)
+{
+    if (find_const(f, x))
+        return FERRY_OK;
+    ws_item *grown = fy_grow(f->items, &f->cap, f->n + 1, sizeof *grown);
+    if (!grown)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    f->items = grown;
+    ws_item *it = &f->items[f->n++];
+    memset(it, 0, sizeof *it);
+    for (int p = 0; p < 3; p++)
+        it->offset[p] = WS_UNPLACED;
+    it->bytes = x->data;
+    it->nbytes = x->nbytes;
+    it->hash = x->hash;
+    it->offset[W_PART_DATA] = (f->size + f->align - 1) / f->align * f->align;
+    f->size = it->offset[W_PART_DATA] + x->nbytes;
+    return FERRY_OK;
 }
 
 bool pl_find(const pl_file *f, const g_weight *w, w_part part, uint64_t *offset,
@@ -77,6 +117,7 @@ ferry_status pl_place(pl_file *f, const g_weight *w, w_part part, uint64_t *offs
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
         f->items = grown;
         it = &f->items[f->n++];
+        memset(it, 0, sizeof *it);
         it->w = *w;
         for (int p = 0; p < 3; p++)
             it->offset[p] = WS_UNPLACED;
@@ -93,10 +134,15 @@ ferry_status pl_place(pl_file *f, const g_weight *w, w_part part, uint64_t *offs
     return FERRY_OK;
 }
 
-ferry_status pl_place_graph(pl_file *f, const g_graph *g, fy_err *err)
+ferry_status pl_place_graph(pl_file *f, const g_graph *g, uint64_t const_min, fy_err *err)
 {
     for (size_t i = 0; i < g->n_values; i++) {
         const g_value *x = &g->values[i];
+        if (x->kind == GV_CONST && x->n_uses > 0 && const_min && x->nbytes >= const_min) {
+            if (pl_place_const(f, x, err) != FERRY_OK)
+                return err->status;
+            continue;
+        }
         if (x->kind != GV_WEIGHT || x->n_uses == 0)
             continue;
         for (int p = 0; p < w_n_parts(&x->weight); p++) {

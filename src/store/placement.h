@@ -16,8 +16,14 @@ const char *pl_name(const pl_file *f);
 /* Places `part` of recipe `w` (no I/O) if not placed yet; returns its offset and length. */
 ferry_status pl_place(pl_file *f, const g_weight *w, w_part part, uint64_t *offset,
                       uint64_t *length, fy_err *err);
-/* Places every part of every live weight of `g`. */
-ferry_status pl_place_graph(pl_file *f, const g_graph *g, fy_err *err);
+/* Places every part of every live weight of `g`, and every live constant of at least
+ * `const_min` bytes (0: none), each distinct one once (the graph must outlive the write: the
+ * file reads the constant's data from it). */
+ferry_status pl_place_graph(pl_file *f, const g_graph *g, uint64_t const_min, fy_err *err);
+/* Places constant `x` (its data, length and hash) if no equal one is placed yet. */
+ferry_status pl_place_const(pl_file *f, const g_value *x, fy_err *err);
+/* The offset of the placed constant equal to `x`; false if none. */
+bool pl_find_const(const pl_file *f, const g_value *x, uint64_t *offset);
 /* Offset and length of a placed part; false if it was not placed. */
 bool pl_find(const pl_file *f, const g_weight *w, w_part part, uint64_t *offset,
              uint64_t *length);

@@ -72,6 +72,8 @@ static bool grow(buf *b, size_t n)
 
 uint64_t ws_item_bytes(const ws_item *item)
 {
+    if (item->bytes)
+        return item->offset[W_PART_DATA] == WS_UNPLACED ? 0 : item->nbytes;
     uint64_t total = 0;
     for (int p = 0; p < w_n_parts(&item->w); p++) {
         int rank;
@@ -502,8 +504,8 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
     size_t cap = 0;
     for (size_t i = 0; i < n; i++) {
         int64_t rows, cols;
-        if (ws_item_bytes(&items[i]) == 0)
-            continue;
+        if (items[i].bytes || ws_item_bytes(&items[i]) == 0)
+            continue; /* constants are written whole by ws_write itself */
         w_matrix(&items[i].w, &rows, &cols);
         bool vector = items[i].w.src[0]->ndim == 1;
         int64_t per = vector ? (int64_t)band : (cols > 0 ? (int64_t)(band / (size_t)cols) : rows);
@@ -571,6 +573,16 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
         for (int i = 0; i < started; i++)
             pthread_join(tid[i], NULL);
     }
+    /* the constants, already in memory: one write each */
+    for (size_t i = 0; i < n && s.err.status == FERRY_OK; i++)
+        if (items[i].bytes && items[i].offset[W_PART_DATA] != WS_UNPLACED) {
+            fy_err e = {0};
+            if (put(&s, items[i].bytes, (size_t)items[i].nbytes, items[i].offset[W_PART_DATA],
+                    &e) != FERRY_OK)
+                s.err = e;
+            else
+                s.done += items[i].nbytes;
+        }
     if (progress)
         progress->done = s.done;
     ferry_status st = s.err.status;

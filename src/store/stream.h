@@ -20,10 +20,14 @@ typedef struct ws_progress {
 
 #define WS_UNPLACED UINT64_MAX
 
-/* One recipe and where each of its parts goes (WS_UNPLACED: a part nobody reads). */
+/* One recipe and where each of its parts goes (WS_UNPLACED: a part nobody reads); or, with
+ * `bytes`, a constant the export computed (a fused graph's rotary tables), its one part at
+ * offset[W_PART_DATA]. */
 typedef struct ws_item {
     g_weight w;
     uint64_t offset[3];      /* by w_part */
+    const void *bytes;       /* a constant's data (borrowed from its graph), or NULL */
+    uint64_t nbytes, hash;   /* its length, and its hash in that graph (g_value.hash) */
 } ws_item;
 
 /* Bytes `item` writes (the parts that are placed). */

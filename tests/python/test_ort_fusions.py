@@ -357,6 +357,29 @@ def test_webgpu_static_cache_prompt_needs_batch_1(tmp_path_factory):
         session.run(None, feeds(2))
 
 
+def test_rotary_tables_stored_once(tmp_path):
+    """The cos/sin tables GroupQueryAttention reads are constants the export computes: they live
+    in the shared model.onnx.data once, at the same place for prefill and decode, not inside
+    each .onnx (each is max_position_embeddings x head_dim/2: 4096 x 8 fp32 = 128 KiB here;
+    smaller constants stay inline)."""
+    from test_generation import Family
+    fam = Family(tmp_path, "llama", ["--ort-fusions", "cpu"], max_position_embeddings=4096)
+    out = fam.export("dynamic")
+    places = {}
+    for comp in ("prefill", "decode"):
+        model = onnx.load(str(out / f"{comp}.onnx"), load_external_data=False)
+        gqa = next(n for n in model.graph.node if n.op_type == "GroupQueryAttention")
+        inits = {t.name: t for t in model.graph.initializer}
+        for name in gqa.input[7:9]:
+            t = inits[name]
+            assert t.data_location == onnx.TensorProto.EXTERNAL and not t.raw_data, name
+            ext = {e.key: e.value for e in t.external_data}
+            assert ext["location"] == "model.onnx.data"
+            places.setdefault(comp, []).append((ext["offset"], ext["length"]))
+    assert places["prefill"] == places["decode"], places
+    assert (out / "decode.onnx").stat().st_size < 64 << 10
+
+
 def test_static_cache_longer_than_trained_positions(tmp_path_factory):
     """A static cache longer than max_position_embeddings (80 > 48): the fused rotary tables
     cover the whole buffer (GroupQueryAttention checks them against it on every call)."""

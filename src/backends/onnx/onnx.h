@@ -11,6 +11,9 @@
 #define ONNX_MAX_OPSET 23
 #define ONNX_DATA_ALIGN 4096
 #define ONNX_DATA_FILE "model.onnx.data"
+/* Constants at least this large (a fused graph's rotary tables) go to the shared data file,
+ * once for every component, instead of inside each .onnx */
+#define ONNX_EXTERNAL_CONST_BYTES ((uint64_t)64 << 10)
 
 /* Standard ONNX ops only: every semantic op lowered (onnx_target.c). */
 extern const g_target onnx_standard_target;

@@ -3,7 +3,8 @@
  *
  * Placement policy: every component's weights live in one shared model.onnx.data at 4096-byte
  * aligned offsets (onnxruntime can map them), each distinct weight once: a generation export's
- * prefill and decode read the same bytes and share page cache at run time.
+ * prefill and decode read the same bytes and share page cache at run time. So does every
+ * constant of ONNX_EXTERNAL_CONST_BYTES or more (a fused graph's rotary tables).
  *
  * Cache states print as the guide names them: a state updated in place (static cache) as the
  * pair input.<name> / output.<name>, meant to be bound to one buffer; an appended cache as
@@ -118,7 +119,7 @@ static ferry_status onnx_write(const be_component *comps, int n, const ferry_exp
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     ferry_status st = FERRY_OK;
     for (int i = 0; i < n && st == FERRY_OK; i++)
-        st = pl_place_graph(data, comps[i].graph, err);
+        st = pl_place_graph(data, comps[i].graph, ONNX_EXTERNAL_CONST_BYTES, err);
     if (st == FERRY_OK)
         st = pl_write(data, dir, progress, err);
     for (int i = 0; i < n && st == FERRY_OK; i++)

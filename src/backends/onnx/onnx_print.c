@@ -610,7 +610,11 @@ static ferry_status emit_initializer(printer *p, const g_value *x, int v, const 
     }
     pb_int(&t, TENSOR_DATA_TYPE, onnx_dtype(x->dtype));
     pb_string(&t, TENSOR_NAME, x->name);
-    if (x->kind == GV_CONST) {
+    uint64_t at;
+    if (x->kind == GV_CONST && x->nbytes >= ONNX_EXTERNAL_CONST_BYTES &&
+        pl_find_const(data, x, &at)) {
+        external_location(&t, data, at, x->nbytes);
+    } else if (x->kind == GV_CONST) {
         pb_bytes(&t, TENSOR_RAW_DATA, x->data, x->nbytes);
     } else {
         uint64_t offset, length;
