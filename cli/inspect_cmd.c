@@ -218,6 +218,15 @@ int cmd_inspect(int argc, char **argv)
                qstr(gen, "cache_implementation"),
                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
                    ? ", multi-token decode" : "");
+    const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");
+    if (cJSON_IsObject(og)) {
+        const cJSON *cf = cJSON_GetObjectItemCaseSensitive(og, "config");
+        if (cJSON_IsString(cf))
+            printf("  onnxruntime-genai: runs this directory as it is (%s)\n",
+                   cli_quote(cf->valuestring));
+        else
+            printf("  onnxruntime-genai: cannot run it: %s\n", qstr(og, "unsupported"));
+    }
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files"), *t;
     if (cJSON_IsArray(tok)) { /* exports made before ferry carried them have no such key */
         printf("  tokenizer files:");

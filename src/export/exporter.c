@@ -356,6 +356,8 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
             goto fail;
         }
     }
+    if (!genai_unsupported(e) && !(e->genai_text = genai_config_text(e, err)))
+        goto fail;
     if (!(e->manifest = manifest_build(e, err)) ||
         !(e->manifest_text = cJSON_Print(e->manifest))) {
         fy_fail(err, FERRY_ERR_NOMEM, "out of memory building export.json");

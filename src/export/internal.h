@@ -70,7 +70,15 @@ struct ferry_exported {
     bool generation;         /* made by ferry_export_for_generation */
     ferry_generation_config gen;
     tok_files tokenizer;     /* the checkpoint's, carried into the export (built exports) */
+    char *genai_text;        /* genai_config.json, when onnxruntime-genai can run the export */
 };
+
+/* onnxruntime-genai's config (genai_config.c): NULL when it can run export `e` as it is, else
+ * why not ("" for an export it has nothing to do with: not ONNX, not for generation). */
+const char *genai_unsupported(const struct ferry_exported *e);
+/* genai_config.json's text for an export it can run (malloc'd; NULL and `err` on failure). */
+char *genai_config_text(const struct ferry_exported *e, fy_err *err);
+#define GENAI_CONFIG_FILE "genai_config.json"
 
 /* Records the model-level message into a handle error. */
 ferry_status exp_set_error(fy_err *dst, const fy_err *src);

@@ -158,6 +158,14 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
     cJSON *tok = cJSON_AddArrayToObject(m, "tokenizer_files");
     for (int i = 0; i < e->tokenizer.n; i++)
         cJSON_AddItemToArray(tok, cJSON_CreateString(e->tokenizer.f[i].name));
+    const char *why_not = genai_unsupported(e);
+    if (!why_not || *why_not) { /* a generation export in ONNX: whether genai runs it */
+        cJSON *og = cJSON_AddObjectToObject(m, "onnxruntime_genai");
+        if (!why_not)
+            cJSON_AddStringToObject(og, "config", GENAI_CONFIG_FILE);
+        else
+            cJSON_AddStringToObject(og, "unsupported", why_not);
+    }
     if (e->generation) {
         cJSON *gen = cJSON_AddObjectToObject(m, "generation");
         cJSON_AddBoolToObject(gen, "multi_token_decode", e->gen.multi_token_decode);
@@ -346,6 +354,15 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         if (!ec->name || !ec->role || !ec->file || (first_data && !ec->data_file))
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     }
+    /* onnxruntime-genai's config, the one name it may have */
+    const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");
+    const cJSON *ogc = cJSON_GetObjectItemCaseSensitive(og, "config");
+    if (og && (!cJSON_IsObject(og) ||
+               (ogc && (!cJSON_IsString(ogc) || strcmp(ogc->valuestring, GENAI_CONFIG_FILE)))))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'onnxruntime_genai' must be an "
+                       "object whose 'config' is \"%s\"", dir, GENAI_CONFIG_FILE);
+    if (ogc && check_file(dir, "onnxruntime_genai", ogc->valuestring, err) != FERRY_OK)
+        return err->status;
     /* the tokenizer files it carries: only names ferry takes (a --force replacing this export
      * deletes what is listed here), each present */
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files"), *t;

@@ -310,6 +310,10 @@ static ferry_status ferry_files(const char *out, names *allowed, fy_err *err)
         if (status)
             break;
     }
+    /* onnxruntime-genai's config, when it lists one (loading checked its name) */
+    const cJSON *og = cJSON_GetObjectItemCaseSensitive(x->manifest, "onnxruntime_genai");
+    if (!status && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(og, "config")))
+        status = names_add(allowed, GENAI_CONFIG_FILE, strlen(GENAI_CONFIG_FILE), err);
     /* the tokenizer files it lists (loading checked each is a tokenizer file name) */
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(x->manifest, "tokenizer_files"))
         if (!status)

@@ -77,7 +77,7 @@ static bool is_export_file_name(const char *name)
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (strcmp(name, exact[i]) == 0)
             return true;
-    if (tok_is_file_name(name))
+    if (tok_is_file_name(name) || strcmp(name, GENAI_CONFIG_FILE) == 0)
         return true;
     for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
         size_t slen = strlen(suffixes[i]);
@@ -286,6 +286,10 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
                fs_write_file(path, cfg->generation_text, cfg->generation_len, err) != FERRY_OK) {
         return err->status;
     }
+    if (e->genai_text &&
+        (fs_join(path, sizeof path, tmp, GENAI_CONFIG_FILE, err) != FERRY_OK ||
+         fs_write_file(path, e->genai_text, strlen(e->genai_text), err) != FERRY_OK))
+        return err->status;
     /* the bytes read when the export was made (tokenizer_files.h) */
     for (int i = 0; i < e->tokenizer.n; i++) {
         const tok_file *f = &e->tokenizer.f[i];
@@ -511,6 +515,7 @@ void ferry_exported_free(ferry_exported *e)
     free(e->dir);
     free(e->warnings);
     tok_files_free(&e->tokenizer);
+    free(e->genai_text);
     free(e);
 }
 

@@ -175,6 +175,8 @@ def kill_during_export(ckpt, out, flags, rng, data_total, tail_seconds):
     rc = proc.wait()
     stderr = proc.stderr.read().decode()
     proc.stderr.close()
+    if rc == 0:  # it finished between the last poll and the kill: the export won the race
+        phase = "finished"
     if phase == "finished":
         assert rc == 0, stderr
     else:

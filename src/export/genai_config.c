@@ -1,0 +1,106 @@
+/* genai_config.c — genai_config.json: what onnxruntime-genai (og.Model) needs to run an ONNX
+ * generation export as it is, for the one layout it can drive: a single decoder graph that
+ * takes the prompt and each new token (ferry's --multi-token-decode decode.onnx) over a growing
+ * cache (past_key_values.* in, present.* out, never the same buffer). Derived from config.json
+ * and generation_config.json; session options are left to the user. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "export/internal.h"
+#include "models/lm_config.h"
+
+const char *genai_unsupported(const ferry_exported *e)
+{
+    if (e->backend->format != FERRY_FORMAT_ONNX || !e->generation)
+        return "";
+    if (e->gen.static_cache)
+        return "its static cache counts positions itself, which onnxruntime-genai does not feed";
+    if (!e->gen.multi_token_decode)
+        return "onnxruntime-genai runs one decoder graph for the prompt and each token: export "
+               "with --multi-token-decode";
+    for (int i = 0; i < e->n_components; i++)
+        if (strcmp(e->comps[i].name, "decode") == 0)
+            return NULL;
+    return "the decode component was not exported";
+}
+
+/* A generation_config.json value, else config.json's (token ids), else none. */
+static const cJSON *gen_key(const model_config *mc, const char *key)
+{
+    const cJSON *v = mc->generation ? cJSON_GetObjectItemCaseSensitive(mc->generation, key) : NULL;
+    if (!v || cJSON_IsNull(v))
+        v = cJSON_GetObjectItemCaseSensitive(mc->text, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static void copy_key(cJSON *to, const char *name, const cJSON *v)
+{
+    if (v && (cJSON_IsNumber(v) || cJSON_IsArray(v) || cJSON_IsBool(v)))
+        cJSON_AddItemToObject(to, name, cJSON_Duplicate(v, 1));
+}
+
+static void search_number(cJSON *search, const model_config *mc, const char *key, double dflt)
+{
+    const cJSON *v = mc->generation ? cJSON_GetObjectItemCaseSensitive(mc->generation, key) : NULL;
+    cJSON_AddNumberToObject(search, key, cJSON_IsNumber(v) ? v->valuedouble : dflt);
+}
+
+char *genai_config_text(const ferry_exported *e, fy_err *err)
+{
+    const model_config *mc = &e->model->cfg;
+    lm_config lm;
+    if (lm_config_read(mc, &lm, err) != FERRY_OK)
+        return NULL;
+    cJSON *root = cJSON_CreateObject(), *model = cJSON_AddObjectToObject(root, "model");
+    cJSON *dec = cJSON_AddObjectToObject(model, "decoder");
+    cJSON *so = cJSON_AddObjectToObject(dec, "session_options");
+    cJSON_AddStringToObject(so, "log_id", "onnxruntime-genai");
+    cJSON_AddArrayToObject(so, "provider_options");
+    const char *file = "decode.onnx";
+    for (int i = 0; i < e->n_components; i++)
+        if (strcmp(e->comps[i].name, "decode") == 0)
+            file = e->comps[i].file;
+    cJSON_AddStringToObject(dec, "filename", file);
+    cJSON_AddNumberToObject(dec, "head_size", (double)lm.head_dim);
+    cJSON_AddNumberToObject(dec, "hidden_size", (double)lm.hidden_size);
+    cJSON_AddNumberToObject(dec, "num_attention_heads", (double)lm.num_attention_heads);
+    cJSON_AddNumberToObject(dec, "num_hidden_layers", (double)lm.num_hidden_layers);
+    cJSON_AddNumberToObject(dec, "num_key_value_heads", (double)lm.num_key_value_heads);
+    cJSON *in = cJSON_AddObjectToObject(dec, "inputs"), *out = cJSON_AddObjectToObject(dec, "outputs");
+    cJSON_AddStringToObject(in, "input_ids", "input_ids");
+    cJSON_AddStringToObject(in, "attention_mask", "attention_mask");
+    cJSON_AddStringToObject(in, "position_ids", "position_ids");
+    cJSON_AddStringToObject(in, "past_key_names", "past_key_values.%d.key");
+    cJSON_AddStringToObject(in, "past_value_names", "past_key_values.%d.value");
+    cJSON_AddStringToObject(out, "logits", "logits");
+    cJSON_AddStringToObject(out, "present_key_names", "present.%d.key");
+    cJSON_AddStringToObject(out, "present_value_names", "present.%d.value");
+    cJSON_AddStringToObject(model, "type", mc->model_type);
+    cJSON_AddNumberToObject(model, "context_length", (double)lm.max_position_embeddings);
+    cJSON_AddNumberToObject(model, "vocab_size", (double)lm.vocab_size);
+    copy_key(model, "bos_token_id", gen_key(mc, "bos_token_id"));
+    copy_key(model, "eos_token_id", gen_key(mc, "eos_token_id"));
+    copy_key(model, "pad_token_id", gen_key(mc, "pad_token_id"));
+    cJSON *search = cJSON_AddObjectToObject(root, "search");
+    const cJSON *sample = mc->generation ? cJSON_GetObjectItemCaseSensitive(mc->generation,
+                                                                            "do_sample")
+                                         : NULL;
+    cJSON_AddBoolToObject(search, "do_sample", cJSON_IsTrue(sample));
+    cJSON_AddNumberToObject(search, "max_length", (double)lm.max_position_embeddings);
+    cJSON_AddNumberToObject(search, "min_length", 0);
+    cJSON_AddNumberToObject(search, "num_beams", 1);
+    cJSON_AddNumberToObject(search, "num_return_sequences", 1);
+    /* a growing cache: present is past plus this call's rows, a new buffer each call */
+    cJSON_AddBoolToObject(search, "past_present_share_buffer", 0);
+    search_number(search, mc, "temperature", 1.0);
+    search_number(search, mc, "top_k", 50);
+    search_number(search, mc, "top_p", 1.0);
+    search_number(search, mc, "repetition_penalty", 1.0);
+    lm_config_free(&lm);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    return text;
+}
