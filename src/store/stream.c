@@ -547,6 +547,10 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
         for (size_t i = 0; i < n; i++)
             progress->total += ws_item_bytes(&items[i]);
     }
+    /* a first report before any work: a progress bar shows at once, and a caller (or test)
+     * watching it knows the file exists and the stream has started, however fast it runs */
+    if (progress && progress->fn)
+        progress->fn(progress->user, 0, progress->total, path);
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.cv, NULL);
     pthread_t tid[MAX_THREADS];
@@ -583,8 +587,14 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
             else
                 s.done += items[i].nbytes;
         }
-    if (progress)
+    if (progress) {
+        bool changed = progress->done != s.done;
         progress->done = s.done;
+        /* the last report, which the loop above may not have made (the constants, or work
+         * that finished between two waits) */
+        if (progress->fn && changed && s.err.status == FERRY_OK)
+            progress->fn(progress->user, s.done, progress->total, path);
+    }
     ferry_status st = s.err.status;
     if (st != FERRY_OK)
         fy_fail(err, st, "%s", s.err.msg);
