@@ -2,7 +2,6 @@
  * -> the family's semantic graph per component (checked) -> the backend's target lowering
  * (checked) -> the backend's conventions and file layout, kept in memory (weights still lazy)
  * until saved. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,20 +47,12 @@ static char *dup(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-/* Appends a line to the export's warnings. */
-static ferry_status add_warning(ferry_exported *e, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static ferry_status add_warning(ferry_exported *e, const char *fmt, ...)
+/* Appends `line` to the export's warnings. */
+static ferry_status add_warning(ferry_exported *e, const char *line)
 {
     strbuf b = {0};
     sb_puts(&b, e->warnings ? e->warnings : "");
-    if (b.len)
-        sb_puts(&b, "\n");
-    va_list ap;
-    va_start(ap, fmt);
-    char line[1024];
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
+    sb_puts(&b, b.len ? "\n" : "");
     sb_puts(&b, line);
     char *text = sb_take(&b);
     if (!text)

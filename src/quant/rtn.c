@@ -60,17 +60,21 @@ static unsigned get_code(const uint8_t *p, size_t i, int bits)
  * clamping the rounded value, since 0 and `levels` are integers (NaN fails `t > 0` and becomes
  * 0); then t >= 0, where trunc is a conversion and t - trunc(t) is exact. The clamps are
  * comparisons, not fmaxf/fminf, whose NaN rules keep them library calls. */
+static inline int code_of(float x, float reciprocal, float z, float top)
+{
+    float t = x * reciprocal + z;
+    t = t > 0.0f ? t : 0.0f;
+    t = t < top ? t : top;
+    int q = (int)t;
+    return q + (t - (float)q >= 0.5f);
+}
+
 static void block_codes(const float *x, int n, float reciprocal, unsigned zero, unsigned levels,
                         uint8_t *codes)
 {
     float z = (float)zero, top = (float)levels;
-    for (int i = 0; i < n; i++) {
-        float t = x[i] * reciprocal + z;
-        t = t > 0.0f ? t : 0.0f;
-        t = t < top ? t : top;
-        int q = (int)t;
-        codes[i] = (uint8_t)(q + (t - (float)q >= 0.5f));
-    }
+    for (int i = 0; i < n; i++)
+        codes[i] = (uint8_t)code_of(x[i], reciprocal, z, top);
 }
 
 /* Four floats as one SSE/NEON register: GCC and Clang's vector extension. Plain loops over
@@ -158,12 +162,8 @@ static float block_error(const float *x, int n, float scale, unsigned zero, unsi
         sum += d * d * v * v;
     }
     float err = sum[0] + sum[1] + sum[2] + sum[3];
-    for (; i < n; i++) {
-        float t = x[i] * reciprocal + z;
-        t = t > 0.0f ? t : 0.0f;
-        t = t < top ? t : top;
-        int q = (int)t;
-        float d = x[i] - ((float)(q + (t - (float)q >= 0.5f)) - z) * scale;
+    for (; i < n; i++) { /* the rest as block_codes makes them */
+        float d = x[i] - ((float)code_of(x[i], reciprocal, z, top) - z) * scale;
         err += d * d * x[i] * x[i];
     }
     return err;
