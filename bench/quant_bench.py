@@ -22,6 +22,8 @@
      ferry int4 fused   ... --quantize int4 --block-size 32 --quantize-embeddings
      genai int4         builder -p int4 -e cpu (block 32, symmetric, accuracy_level 4)
      genai fp32         builder -p fp32 -e cpu
+   and bench/genai_latency.py on each export that carries a genai_config.json (ferry's and the
+   builder's): the same prompt and steps through onnxruntime-genai's og.Generator.
 3. The decode roofline: the bytes one decode step must read (every weight once: MatMulNBits
    codes + scales, float weights; the embedding row and KV cache are negligible at 128 tokens)
    over the machine's memory bandwidth, measured here as the copy rate of 2 x 512 MiB buffers
@@ -274,6 +276,17 @@ def speed(work, logs, tiny):
                 got = json.loads(res.read_text())
                 row.update(prefill_ms=got["prefill_ms"], decode_ms=got.get("decode_ms_mean"),
                            session_rss=lat["peak_rss"])
+        if not r["error"] and kind and (out / "genai_config.json").exists():
+            res = sdir / f"{label.replace(' ', '-')}-og.json"
+            lat = measure([PY, HERE / "genai_latency.py", "--dir", out, "--json", res,
+                           "--threads", str(THREADS)],
+                          logs / f"g-{label.replace(' ', '-')}.log", timeout=3600)
+            if lat["error"]:
+                row["genai_error"] = lat["error"]
+            else:
+                got = json.loads(res.read_text())
+                row.update(og_prefill_ms=got["prefill_ms"], og_decode_ms=got["decode_ms_mean"],
+                           og_rss=lat["peak_rss"])
         rows.append(row)
         print("speed", {k: v for k, v in row.items() if k != "command"}, flush=True)
     bw = copy_bandwidth(THREADS)
@@ -354,6 +367,27 @@ def report(q, s, path):
                       f"(1/{gi['peak_rss'] / fi['peak_rss']:.0f}); decode "
                       f"{fi.get('decode_ms', float('nan')):.1f} vs "
                       f"{gi.get('decode_ms', float('nan')):.1f} ms/step."]
+        lines += ["", "### Through onnxruntime-genai", "",
+                  "The same exports run by onnxruntime-genai's og.Generator as an application "
+                  "runs them (bench/genai_latency.py: the export's own genai_config.json with "
+                  f"{THREADS} intra-op threads, a 128-token prompt through append_tokens, then "
+                  "the mean of 64 greedy generate_next_token steps). ferry's `--for-generation "
+                  "--dynamic` exports carry a genai_config.json, so genai runs them as they are.",
+                  "", "| export | prefill-128 (ms) | decode (ms/step) | session peak RSS (MiB) |",
+                  "|---|---|---|---|"]
+        for r in s["rows"]:
+            if r.get("og_decode_ms") is not None:
+                lines.append(f"| {r['label']} | {r['og_prefill_ms']:.1f} | "
+                             f"{r['og_decode_ms']:.1f} | {r['og_rss'] / MiB:.0f} |")
+            elif r.get("genai_error"):
+                lines.append(f"| {r['label']} | failed: {r['genai_error'][:80]} | | |")
+        for prec in ("fp32", "int4"):
+            f = lab.get(f"ferry {prec} fused", {})
+            g = lab.get(f"genai {prec}", {})
+            if f.get("og_decode_ms") and g.get("og_decode_ms"):
+                lines += ["", f"{prec}: ferry's export over the builder's in genai: prefill "
+                          f"{f['og_prefill_ms'] / g['og_prefill_ms']:.2f}x the time, decode "
+                          f"{f['og_decode_ms'] / g['og_decode_ms']:.2f}x (below 1 = ferry faster)."]
         fm = lab.get("ferry int4 fused mse")
         if fm and gi:
             lines += ["", f"ferry int4 with `--quant-method mse`: {fm['export_s']:.1f} s, "

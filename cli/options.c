@@ -153,7 +153,14 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         o->cfg.skip_tokenizer = 1;
         return CLI_CONTINUE;
     case CLI_OPT_MULTI_TOKEN:
-        o->cfg.generation.multi_token_decode = 1;
+    case CLI_OPT_SINGLE_TOKEN:
+        if (o->cfg.generation.multi_token_decode == (c == CLI_OPT_SINGLE_TOKEN) &&
+            o->decode_flag) {
+            cli_error("--multi-token-decode and --single-token-decode contradict each other");
+            return EXIT_USAGE;
+        }
+        o->cfg.generation.multi_token_decode = c == CLI_OPT_MULTI_TOKEN;
+        o->decode_flag = true;
         return CLI_CONTINUE;
     case CLI_OPT_STATIC_CACHE:
         o->cfg.generation.static_cache = 1;
@@ -241,6 +248,7 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         {"for-generation", no_argument, NULL, CLI_OPT_GENERATION},
         {"no-tokenizer", no_argument, NULL, CLI_OPT_NO_TOKENIZER},
         {"multi-token-decode", no_argument, NULL, CLI_OPT_MULTI_TOKEN},
+        {"single-token-decode", no_argument, NULL, CLI_OPT_SINGLE_TOKEN},
         {"static-cache", no_argument, NULL, CLI_OPT_STATIC_CACHE},
         {"max-cache-len", required_argument, NULL, CLI_OPT_MAX_CACHE},
         {"quantize", required_argument, NULL, CLI_OPT_QUANTIZE},
@@ -279,10 +287,10 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
             return rc;
     }
     if (!o->cfg.for_generation &&
-        (o->cfg.generation.multi_token_decode || o->cfg.generation.static_cache ||
-         o->cfg.generation.max_cache_len)) {
-        cli_error("--multi-token-decode, --static-cache and --max-cache-len apply to "
-                  "--for-generation exports");
+        (o->decode_flag || o->cfg.generation.multi_token_decode > 0 ||
+         o->cfg.generation.static_cache || o->cfg.generation.max_cache_len)) {
+        cli_error("--multi-token-decode, --single-token-decode, --static-cache and "
+                  "--max-cache-len apply to --for-generation exports");
         return EXIT_USAGE;
     }
     /* One of the pair without the other, on the command line: a static cache needs its length,
@@ -336,8 +344,11 @@ void cli_print_export_options(FILE *f)
             "  --for-generation         the components a generation loop needs: prefill and\n"
             "                           decode with a KV cache (past_key_values.* in, present.* "
             "out)\n"
-            "  --multi-token-decode     decode takes any number of query tokens (needs "
-            "--dynamic)\n"
+            "  --multi-token-decode     decode takes any number of query tokens, so it also\n"
+            "                           serves the prompt (needs --dynamic; the default with\n"
+            "                           --dynamic and a dynamic cache, where onnxruntime-genai\n"
+            "                           then runs the export: it costs no decode time)\n"
+            "  --single-token-decode    decode takes one token per call (the guide's default)\n"
             "  --static-cache           fixed-size cache updated in place: input.<name>/"
             "output.<name>\n"
             "                           pairs to bind to one buffer each (needs "

@@ -123,8 +123,14 @@ typedef struct ferry_dim_spec {
 typedef void (*ferry_progress_fn)(void *user, uint64_t done, uint64_t total, const char *what);
 
 /* Options of a generation export (see ferry_export_for_generation). */
+#define FERRY_AUTO (-1)
+
 typedef struct ferry_generation_config {
-    int multi_token_decode;       /* decode's query length symbolic (needs cfg->dynamic) */
+    /* Decode's query length: 1 (0, the guide's default), symbolic (1; needs dynamic shapes), or
+     * FERRY_AUTO (-1, what init sets): symbolic where it costs nothing — dynamic shapes and the
+     * dynamic cache, where decode then also takes the prompt, so onnxruntime-genai runs the
+     * export — and 1 otherwise (a static cache keeps its prefill/decode pair). */
+    int multi_token_decode;
     int static_cache;             /* cache_implementation = "static" */
     int64_t max_cache_len;        /* static cache length (required with static_cache) */
 } ferry_generation_config;
@@ -231,7 +237,8 @@ ferry_status ferry_export(ferry_model *model, const ferry_export_config *cfg, fe
  *  - dynamic cache (default): "prefill" (no cache in; present.<l>.key/value out) and "decode"
  *    (past_key_values.<l>.key/value [batch, kv_heads, past_sequence, head_dim] in,
  *    present.<l>.* out, attention_mask [batch, past_sequence + sequence]); decode's query
- *    length is 1, or the symbol "sequence" with multi_token_decode.
+ *    length is the symbol "sequence" with multi_token_decode (the default with dynamic shapes),
+ *    else 1.
  *  - static cache: the cache is a fixed buffer [batch, kv_heads, max_cache_len, head_dim] plus a
  *    per-layer write counter, as input.past_key_values.<l>.{key,value,cumulative_length} /
  *    output.past_key_values.<l>.* pairs meant to be bound to one buffer each; attention_mask is

@@ -244,11 +244,14 @@ class OnnxExporter:
         return ExportedModel(exported, model_handle=handle)
 
     def export_for_generation(self, model, inputs=None, config=None, *, generation_config=None,
-                              multi_token_decode=False, revision=None):
+                              multi_token_decode=None, revision=None):
         """The generation components of `model` (prefill and decode with a KV cache; one decode
         with a static cache and `multi_token_decode`), as ferry_export_for_generation makes
         them. `generation_config` is a transformers GenerationConfig or a dict; only its
-        cache_implementation ("dynamic" or "static") and max_cache_len are read."""
+        cache_implementation ("dynamic" or "static") and max_cache_len are read.
+        `multi_token_decode`: True, False (decode takes one token, the guide's default) or None
+        (ferry's default: True with dynamic shapes and a dynamic cache, where it costs no
+        decode time and onnxruntime-genai can run the export; False otherwise)."""
         cfg = _example_config(inputs, config)
         gen = _c_generation(generation_config, multi_token_decode)
         handle = _open_model(model, revision)
@@ -263,7 +266,7 @@ class OnnxExporter:
 
 
 def decompose_for_generation(model, inputs=None, config=None, *, generation_config=None,
-                             multi_token_decode=False, revision=None):
+                             multi_token_decode=None, revision=None):
     """{component name: {"role": ..., "description": ...}} of a generation export, without
     lowering or saving anything (ferry_decompose_for_generation)."""
     cfg = _example_config(inputs, config or OnnxConfig(dynamic=True))
@@ -304,7 +307,7 @@ def _c_generation(generation_config, multi_token_decode):
     if impl not in (None, "dynamic", "static"):
         raise FerryError(f"cache_implementation {impl!r} is not supported (static or dynamic)",
                          status=4)
-    gen.multi_token_decode = int(bool(multi_token_decode))
+    gen.multi_token_decode = -1 if multi_token_decode is None else int(bool(multi_token_decode))
     gen.static_cache = int(impl == "static")
     gen.max_cache_len = int(length or 0)
     return gen

@@ -504,7 +504,8 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
     }
     if (cfg->for_generation) {
         cJSON_AddBoolToObject(o, "for_generation", 1);
-        cJSON_AddBoolToObject(o, "multi_token_decode", cfg->generation.multi_token_decode);
+        if (cfg->generation.multi_token_decode != FERRY_AUTO)
+            cJSON_AddBoolToObject(o, "multi_token_decode", cfg->generation.multi_token_decode);
         cJSON *gc = cJSON_AddObjectToObject(o, "generation_config");
         cJSON_AddStringToObject(gc, "cache_implementation",
                                 cfg->generation.static_cache ? "static" : "dynamic");

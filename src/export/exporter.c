@@ -119,10 +119,11 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
                     "this architecture yet", m->arch->architecture);
             goto fail;
         }
-        if (gen_plan(&c->cfg, gen, axes[0], axes[1], syms, plan, &c->n, err) != FERRY_OK)
+        ferry_generation_config decided = gen_resolve(&c->cfg, gen, axes[1]);
+        if (gen_plan(&c->cfg, &decided, axes[0], axes[1], syms, plan, &c->n, err) != FERRY_OK)
             goto fail;
         c->generation = true;
-        c->gen = *gen;
+        c->gen = decided;
         for (int i = 0; i < c->n; i++) {
             c->items[i].name = plan[i].name;
             c->items[i].role = plan[i].role;

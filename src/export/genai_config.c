@@ -1,8 +1,9 @@
 /* genai_config.c — genai_config.json: what onnxruntime-genai (og.Model) needs to run an ONNX
  * generation export as it is, for the one layout it can drive: a single decoder graph that
- * takes the prompt and each new token (ferry's --multi-token-decode decode.onnx) over a growing
- * cache (past_key_values.* in, present.* out, never the same buffer). Derived from config.json
- * and generation_config.json; session options are left to the user. */
+ * takes the prompt and each new token (the multi-token decode.onnx that --for-generation
+ * --dynamic writes by default) over a growing cache (past_key_values.* in, present.* out, never
+ * the same buffer). Derived from config.json and generation_config.json; session options are
+ * left to the user. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,12 @@ const char *genai_unsupported(const ferry_exported *e)
         return "";
     if (e->gen.static_cache)
         return "its static cache counts positions itself, which onnxruntime-genai does not feed";
+    if (!e->cfg.dynamic)
+        return "onnxruntime-genai grows the cache and the prompt to any length: export with "
+               "--dynamic";
     if (!e->gen.multi_token_decode)
-        return "onnxruntime-genai runs one decoder graph for the prompt and each token: export "
-               "with --multi-token-decode";
+        return "onnxruntime-genai runs one decoder graph for the prompt and each token, and "
+               "this decode takes one token (--single-token-decode)";
     for (int i = 0; i < e->n_components; i++)
         if (strcmp(e->comps[i].name, "decode") == 0)
             return NULL;
@@ -81,7 +85,12 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
     cJSON_AddNumberToObject(model, "vocab_size", (double)lm.vocab_size);
     copy_key(model, "bos_token_id", gen_key(mc, "bos_token_id"));
     copy_key(model, "eos_token_id", gen_key(mc, "eos_token_id"));
-    copy_key(model, "pad_token_id", gen_key(mc, "pad_token_id"));
+    /* Batches reach onnxruntime-genai padded on the right with pad_token_id (it masks the
+     * trailing run of it); a checkpoint without one pads with eos, as generate() does. */
+    const cJSON *pad = gen_key(mc, "pad_token_id"), *eos = gen_key(mc, "eos_token_id");
+    if (!pad)
+        pad = cJSON_IsArray(eos) ? cJSON_GetArrayItem(eos, 0) : eos;
+    copy_key(model, "pad_token_id", pad);
     cJSON *search = cJSON_AddObjectToObject(root, "search");
     const cJSON *sample = mc->generation ? cJSON_GetObjectItemCaseSensitive(mc->generation,
                                                                             "do_sample")

@@ -3,7 +3,7 @@
 
 void ferry_generation_config_init(ferry_generation_config *gen)
 {
-    gen->multi_token_decode = 0;
+    gen->multi_token_decode = FERRY_AUTO;
     gen->static_cache = 0;
     gen->max_cache_len = 0;
 }
@@ -17,12 +17,23 @@ static int add_sym(g_symtab *t, const char *name, int64_t min, int64_t max, int6
     return s;
 }
 
+ferry_generation_config gen_resolve(const ferry_export_config *cfg,
+                                    const ferry_generation_config *gen, g_dim sequence)
+{
+    ferry_generation_config g = *gen;
+    if (g.multi_token_decode < 0)
+        g.multi_token_decode = cfg->dynamic && !g.static_cache && !g_dim_is_const(sequence, NULL);
+    else
+        g.multi_token_decode = g.multi_token_decode != 0;
+    return g;
+}
+
 ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_config *gen,
                       g_dim batch, g_dim sequence, g_symtab *syms, gen_component *out, int *n,
                       fy_err *err)
 {
     *n = 0;
-    if (gen->multi_token_decode && !cfg->dynamic && g_dim_is_const(sequence, NULL))
+    if (gen->multi_token_decode > 0 && !cfg->dynamic && g_dim_is_const(sequence, NULL))
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "multi_token_decode needs dynamic shapes "
                        "(dynamic=true / --dynamic, or a symbolic sequence axis): a static export "
                        "would freeze the query length at the example's length");

@@ -30,7 +30,8 @@ static ferry_status plan(plan_case *p, bool dynamic)
     g_dim seq = dynamic ? g_dim_sym(g_symtab_add(&p->syms[0], "sequence", 1, 0, 8)) : g_dim_const(8);
     p->syms[1] = p->syms[0];
     fy_err_clear(&p->err);
-    return gen_plan(&p->cfg, &p->gen, batch, seq, p->syms, p->comps, &p->n, &p->err);
+    ferry_generation_config decided = gen_resolve(&p->cfg, &p->gen, seq); /* as decompose does */
+    return gen_plan(&p->cfg, &decided, batch, seq, p->syms, p->comps, &p->n, &p->err);
 }
 
 static void setup_case(plan_case *p)
@@ -51,14 +52,20 @@ static void dynamic_cache_components(void **state)
     assert_string_equal(p.comps[1].name, "decode");
     assert_int_equal(p.comps[0].io.cache, CACHE_DYNAMIC);
     assert_true(g_dim_is_const(p.comps[0].io.past, NULL)); /* prefill: no past */
+    assert_false(g_dim_is_const(p.comps[1].io.past, NULL)); /* past_sequence */
+    /* by default decode's query axis stays symbolic: with dynamic shapes it costs nothing */
+    assert_false(g_dim_is_const(p.comps[1].io.sequence, NULL));
+    /* the guide's decode: one query token */
+    p.gen.multi_token_decode = 0;
+    assert_int_equal(plan(&p, true), FERRY_OK);
     int64_t one;
     assert_true(g_dim_is_const(p.comps[1].io.sequence, &one));
-    assert_int_equal(one, 1);                              /* decode: one query token */
-    assert_false(g_dim_is_const(p.comps[1].io.past, NULL)); /* past_sequence */
-    /* multi-token: decode's query axis stays symbolic */
-    p.gen.multi_token_decode = 1;
-    assert_int_equal(plan(&p, true), FERRY_OK);
-    assert_false(g_dim_is_const(p.comps[1].io.sequence, NULL));
+    assert_int_equal(one, 1);
+    /* static shapes: one token by default too (a fixed query length cannot serve both) */
+    p.gen.multi_token_decode = FERRY_AUTO;
+    assert_int_equal(plan(&p, false), FERRY_OK);
+    assert_true(g_dim_is_const(p.comps[1].io.sequence, &one));
+    assert_int_equal(one, 1);
 }
 
 static void static_cache_components(void **state)
@@ -69,7 +76,7 @@ static void static_cache_components(void **state)
     p.gen.static_cache = 1;
     p.gen.max_cache_len = 64;
     assert_int_equal(plan(&p, true), FERRY_OK);
-    assert_int_equal(p.n, 2);
+    assert_int_equal(p.n, 2);          /* the default keeps the static cache's pair */
     assert_int_equal(p.comps[1].io.cache, CACHE_STATIC);
     p.gen.multi_token_decode = 1;
     assert_int_equal(plan(&p, true), FERRY_OK);

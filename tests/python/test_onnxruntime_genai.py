@@ -1,10 +1,15 @@
-"""onnxruntime-genai runs ferry's exports as they are: a --for-generation --multi-token-decode
-ONNX export (one decoder graph for the prompt and each token, a growing cache) carries a
+"""onnxruntime-genai runs ferry's exports as they are. A --for-generation --dynamic ONNX export
+(by default its decode graph takes the prompt and each token over a growing cache) carries a
 genai_config.json derived from config.json and generation_config.json, and og.Model /
 og.Generator over the export directory give transformers' generate() token for token: on the
-real SmolLM2-135M-Instruct with its own tokenizer files (og.Tokenizer reads them from the
-export), and on random weights of every family, fused graphs too. Layouts genai cannot drive get
-no config and say why (export.json, inspect)."""
+real SmolLM2-135M-Instruct with its own tokenizer files (og.Tokenizer reads them from the export
+and applies its chat template), batch 1 and batch 2; on random weights of every family, fused
+graphs too; and on int4 graphs, against transformers on the weights the export holds. Layouts
+genai cannot drive get no config and say why (export.json, inspect).
+
+Batches: onnxruntime-genai pads a batch on the right with pad_token_id and masks the trailing
+run of it (og.Tokenizer.encode_batch does the same), so each row must continue as its prompt
+alone does in generate()."""
 
 import json
 
@@ -13,72 +18,149 @@ import pytest
 import torch
 
 from conftest import ARCHS, ferry_export, run_ferry
+from quant_ref import dequantized_checkpoint
 
 og = pytest.importorskip("onnxruntime_genai")
 
-MTD = ["--dynamic", "--for-generation", "--multi-token-decode", "--quiet"]
+GEN = ["--dynamic", "--for-generation", "--quiet"]     # the layout genai runs, by default
 
 
-def og_greedy(export, ids, new_tokens):
+def og_generate(export, rows, new_tokens):
+    """Greedy onnxruntime-genai over `rows` (token lists, one batch, right-padded as genai
+    expects): each row's new tokens."""
     model = og.Model(str(export))
+    pad = json.loads((export / "genai_config.json").read_text())["model"]["pad_token_id"]
+    width = max(len(r) for r in rows)
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(ids) + new_tokens, do_sample=False)
+    params.set_search_options(max_length=width + new_tokens, do_sample=False,
+                              batch_size=len(rows))
     gen = og.Generator(model, params)
-    gen.append_tokens(np.array(ids, np.int32))
+    gen.append_tokens(np.array([r + [pad] * (width - len(r)) for r in rows], np.int32))
     while not gen.is_done():
         gen.generate_next_token()
-    return [int(t) for t in gen.get_sequence(0)]
+    return [[int(t) for t in gen.get_sequence(i)][width:] for i in range(len(rows))]
 
 
-def hf_greedy(ckpt, ids, new_tokens):
+def hf_generate(ckpt, rows, new_tokens):
+    """transformers' greedy generate() of each row on its own: its new tokens."""
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    out = []
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=new_tokens,
-                             min_new_tokens=new_tokens, do_sample=False)
-    return out[0].tolist()
+        for ids in rows:
+            seq = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids)),
+                                 max_new_tokens=new_tokens, do_sample=False)
+            out.append(seq[0, len(ids):].tolist())
+    return out
 
 
-def test_real_model_with_its_tokenizer(smollm2, tmp_path):
-    """SmolLM2 through og.Tokenizer (the export's own tokenizer.json) and og.Generator: greedy
-    tokens equal generate(), and the answer is the model's."""
-    out = ferry_export(smollm2, tmp_path / "out", *MTD)
+def check_same_tokens(export, ckpt, rows, new_tokens):
+    """genai's greedy tokens for `rows` (one batch) are generate()'s for each row alone, up to
+    its eos; genai does not append the eos and fills a finished row with pad tokens."""
+    model = json.loads((export / "genai_config.json").read_text())["model"]
+    eos = model["eos_token_id"]
+    eos = set(eos) if isinstance(eos, list) else {eos}
+    got = og_generate(export, rows, new_tokens)
+    want = hf_generate(ckpt, rows, new_tokens)
+    for row, g, w in zip(rows, got, want):
+        stop = next((i for i, t in enumerate(w) if t in eos), len(w))
+        assert g[:stop] == w[:stop], (len(row), g, w)
+        assert all(t in eos or t == model["pad_token_id"] for t in g[stop:]), (len(row), g, w)
+    return got
+
+
+CHATS = [[{"role": "user", "content": "What is the capital of France?"}],
+         [{"role": "system", "content": "Answer in one word."},
+          {"role": "user", "content": "Name a primary colour."}]]
+
+
+def test_real_model_chat_batch_1_and_2(smollm2, tmp_path):
+    """SmolLM2 through og.Tokenizer (the export's own tokenizer files and chat template) and
+    og.Generator: greedy tokens equal generate(), alone and as a right-padded batch of 2."""
+    from transformers import AutoTokenizer
+
+    out = ferry_export(smollm2, tmp_path / "out", *GEN)
     config = json.loads((out / "genai_config.json").read_text())
-    assert config["model"]["decoder"]["filename"] == "decode.onnx"
-    assert config["model"]["type"] == "llama" and config["model"]["eos_token_id"] == 2
+    model = config["model"]
+    assert model["decoder"]["filename"] == "decode.onnx" and model["type"] == "llama"
+    assert model["eos_token_id"] == 2 and model["pad_token_id"] == 2
     assert config["search"]["past_present_share_buffer"] is False
     tokenizer = og.Tokenizer(og.Model(str(out)))
-    for prompt in ["The capital of France is", "def fibonacci(n):"]:
-        ids = [int(t) for t in tokenizer.encode(prompt)]
-        got = og_greedy(out, ids, 16)
-        assert got == hf_greedy(smollm2, ids, len(got) - len(ids)), prompt
-        if "France" in prompt:
-            assert "Paris" in tokenizer.decode(np.array(got[len(ids):], np.int32))
+    theirs = AutoTokenizer.from_pretrained(smollm2)
+    prompts = []
+    for chat in CHATS:
+        text = tokenizer.apply_chat_template(json.dumps(chat), add_generation_prompt=True)
+        assert text == theirs.apply_chat_template(chat, add_generation_prompt=True,
+                                                  tokenize=False)
+        prompts.append(text)
+    rows = [[int(t) for t in tokenizer.encode(p)] for p in prompts]
+    batch = tokenizer.encode_batch(prompts).as_numpy()
+    short = min(range(2), key=lambda i: len(rows[i]))
+    assert batch.shape == (2, max(map(len, rows))) and len(rows[0]) != len(rows[1])
+    assert (batch[short, len(rows[short]):] == model["pad_token_id"]).all(), batch
+    for each in ([rows[0]], [rows[1]], rows):
+        got = check_same_tokens(out, smollm2, each, 16)
+    assert "Paris" in tokenizer.decode(np.array(got[0], np.int32))
     rc, stdout, _ = run_ferry("inspect", out)
     assert "onnxruntime-genai: runs this directory as it is (genai_config.json)" in stdout
+
+
+def test_real_model_int4(smollm2, tmp_path):
+    """An int4 export of SmolLM2 (standard ONNX) through genai gives transformers' greedy tokens
+    on the weights onnxruntime's quantizer makes of the checkpoint (the bytes ferry writes)."""
+    out = ferry_export(smollm2, tmp_path / "out", *GEN, "--quantize", "int4")
+    ref = dequantized_checkpoint(smollm2, tmp_path / "ref", 4, 32, True)
+    tokenizer = og.Tokenizer(og.Model(str(out)))
+    prompt = tokenizer.apply_chat_template(json.dumps(CHATS[0]), add_generation_prompt=True)
+    rows = [[int(t) for t in tokenizer.encode(text)] for text in (prompt, "1, 2, 3,")]
+    check_same_tokens(out, ref, rows, 12)
+
+
+# genai pads a batch with pad_token_id (ferry writes eos when the checkpoint has no pad) and masks
+# it: the random checkpoints get the ids a real one has, so that padding means something.
+TOKEN_IDS = dict(bos_token_id=1, eos_token_id=2)
+
+
+def random_rows(cfg, lengths, seed=3):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(3, cfg["vocab_size"], n).tolist() for n in lengths]
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["standard", "fused-cpu"])
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_every_family_greedy_equals_generate(ckpts, tmp_path, arch, fused):
-    ckpt = ckpts(arch)
-    out = ferry_export(ckpt, tmp_path / "out", *MTD, *(["--ort-fusions", "cpu"] if fused else []))
+    ckpt = ckpts(arch, **TOKEN_IDS)
+    out = ferry_export(ckpt, tmp_path / "out", *GEN, *(["--ort-fusions", "cpu"] if fused else []))
     cfg = json.loads((ckpt / "config.json").read_text())
     decoder = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]
     assert decoder["num_hidden_layers"] == cfg["num_hidden_layers"]
     assert decoder["num_key_value_heads"] == cfg["num_key_value_heads"]
-    rng = np.random.default_rng(3)
-    for length in (1, 7):
-        ids = rng.integers(3, cfg["vocab_size"], length).tolist()
-        got = og_greedy(out, ids, 12)
-        assert len(got) == length + 12
-        assert got == hf_greedy(ckpt, ids, 12), (arch, length)
+    for lengths in ([1], [7], [7, 3]):
+        check_same_tokens(out, ckpt, random_rows(cfg, lengths), 12)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["standard", "fused-cpu"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_int4_greedy_equals_generate_on_its_weights(ckpts, tmp_path, arch, fused):
+    """int4 through genai: DequantizeLinear + MatMul, or MatMulNBits (accuracy level 0: fp32
+    arithmetic, so the reference is exact) under GroupQueryAttention."""
+    ckpt = ckpts(arch, **TOKEN_IDS)
+    flags = ["--quantize", "int4", "--block-size", "16"]
+    if fused:
+        flags += ["--ort-fusions", "cpu", "--accuracy-level", "0"]
+    out = ferry_export(ckpt, tmp_path / "out", *GEN, *flags)
+    ref = dequantized_checkpoint(ckpt, tmp_path / "ref", 4, 16, True)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    for lengths in ([7], [5, 2]):
+        check_same_tokens(out, ref, random_rows(cfg, lengths, seed=4), 10)
 
 
 LAYOUTS = {
-    "prefill-decode": (["--dynamic", "--for-generation"], "--multi-token-decode"),
-    "static": (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "32"],
-               "static cache"),
+    "single-token-decode": (["--dynamic", "--for-generation", "--single-token-decode"],
+                            "decode takes one token (--single-token-decode)"),
+    "static-cache": (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "32"],
+                     "static cache"),
+    "static-shapes": (["--for-generation"], "export with --dynamic"),
 }
 
 
@@ -95,11 +177,33 @@ def test_layouts_genai_cannot_run_say_why(ckpts, tmp_path, layout):
     assert "onnxruntime_genai" not in json.loads((plain / "export.json").read_text())
 
 
+def test_decode_layout_flags(ckpts, tmp_path):
+    """--for-generation --dynamic makes decode take any number of tokens unless told otherwise;
+    the two flags contradict each other, and apply to generation exports only."""
+    import onnx
+
+    def query_axis(out):
+        model = onnx.load(str(out / "decode.onnx"), load_external_data=False)
+        ids = next(i for i in model.graph.input if i.name == "input_ids")
+        dim = ids.type.tensor_type.shape.dim[1]
+        return dim.dim_param or dim.dim_value
+
+    ckpt = ckpts("llama")
+    assert query_axis(ferry_export(ckpt, tmp_path / "default", *GEN)) == "sequence"
+    assert query_axis(ferry_export(ckpt, tmp_path / "one", *GEN, "--single-token-decode")) == 1
+    assert query_axis(ferry_export(ckpt, tmp_path / "many", *GEN, "--multi-token-decode")) \
+        == "sequence"
+    for flags, needle in [(["--multi-token-decode", "--single-token-decode"], "contradict"),
+                          (["--dynamic", "--single-token-decode"], "--for-generation")]:
+        rc, _, stderr = run_ferry("export", ckpt, tmp_path / "bad", *flags)
+        assert rc == 2 and needle in stderr and not (tmp_path / "bad").exists(), stderr
+
+
 def test_force_replaces_the_config_it_wrote(ckpts, tmp_path):
-    out = ferry_export(ckpts("llama"), tmp_path / "out", *MTD)
+    out = ferry_export(ckpts("llama"), tmp_path / "out", *GEN)
     assert (out / "genai_config.json").exists()
     ferry_export(ckpts("llama"), out, "--force", "--quiet")
     assert not (out / "genai_config.json").exists()
     (out / "genai_config.json").write_text("{}")      # the user's, not listed: kept, refused
-    rc, _, stderr = run_ferry("export", ckpts("llama"), out, "--force", *MTD)
+    rc, _, stderr = run_ferry("export", ckpts("llama"), out, "--force", *GEN)
     assert rc == 1 and "genai_config.json" in stderr, stderr

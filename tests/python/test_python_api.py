@@ -106,3 +106,24 @@ def test_export_errors_carry_library_message(tmp_path):
     with pytest.raises(FerryError, match=r"config\.json") as err:
         OnnxExporter().export(ckpt)
     assert err.value.status is not None and err.value.status != 0
+
+
+@pytest.mark.parametrize("multi_token_decode, axis", [(None, "sequence"), (False, 1),
+                                                      (True, "sequence")])
+def test_generation_decode_query_axis(ckpt, tmp_path, multi_token_decode, axis):
+    """multi_token_decode=None (the default) gives decode a symbolic query axis with dynamic
+    shapes, so onnxruntime-genai can run the export; False is the guide's one-token decode."""
+    import onnx
+
+    from ferry import OnnxConfig, OnnxExporter
+
+    exported = OnnxExporter().export_for_generation(ckpt, config=OnnxConfig(dynamic=True),
+                                                    multi_token_decode=multi_token_decode)
+    exported.save_pretrained(tmp_path / "gen")
+    graph = onnx.load(str(tmp_path / "gen" / "decode.onnx"), load_external_data=False).graph
+    dim = next(i for i in graph.input if i.name == "input_ids").type.tensor_type.shape.dim[1]
+    assert (dim.dim_param or dim.dim_value) == axis
+    assert (tmp_path / "gen" / "genai_config.json").exists() == (axis == "sequence")
+    for component in exported.manifest["components"].values():
+        recorded = component["metadata"]["export_config"]["multi_token_decode"]
+        assert recorded is (axis == "sequence")
