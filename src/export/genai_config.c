@@ -1,9 +1,9 @@
 /* genai_config.c — genai_config.json: what onnxruntime-genai (og.Model) needs to run an ONNX
  * generation export as it is, for the one layout it can drive: a single decoder graph that
  * takes the prompt and each new token (the multi-token decode.onnx that --for-generation
- * --dynamic writes by default) over a growing cache (past_key_values.* in, present.* out, never
- * the same buffer). Derived from config.json and generation_config.json; session options are
- * left to the user. */
+ * --dynamic writes by default) over a growing cache (past_key_values.* in, present.* out; one
+ * shared buffer where GroupQueryAttention writes the cache). Derived from config.json and
+ * generation_config.json; session options are left to the user but the provider. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +27,29 @@ const char *genai_unsupported(const ferry_exported *e)
         if (strcmp(e->comps[i].name, "decode") == 0)
             return NULL;
     return "the decode component was not exported";
+}
+
+/* Whether every cache output of the decode graph comes from GroupQueryAttention, which writes
+ * the new rows into the past buffer when present is bound to it: then genai may keep one
+ * buffer of max_length per layer instead of copying the whole cache every step. A graph that
+ * concatenates (plain ops, MultiHeadAttention) needs a new present each call. */
+static bool shares_buffer(const ferry_exported *e)
+{
+    const g_graph *g = NULL;
+    for (int i = 0; i < e->n_components; i++)
+        if (strcmp(e->comps[i].name, "decode") == 0)
+            g = e->lowered[i].graph;
+    int caches = 0;
+    for (size_t i = 0; g && i < g->n_outputs; i++) {
+        const g_value *v = &g->values[g->outputs[i]];
+        if (strncmp(v->name, "present.", 8) != 0)
+            continue;
+        const g_node *n = v->producer >= 0 ? &g->nodes[v->producer] : NULL;
+        if (!n || n->op != G_EXTERN || strcmp(n->a.ext->op_type, "GroupQueryAttention") != 0)
+            return false;
+        caches++;
+    }
+    return caches > 0;
 }
 
 /* A generation_config.json value, else config.json's (token ids), else none. */
@@ -60,7 +83,14 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
     cJSON *dec = cJSON_AddObjectToObject(model, "decoder");
     cJSON *so = cJSON_AddObjectToObject(dec, "session_options");
     cJSON_AddStringToObject(so, "log_id", "onnxruntime-genai");
-    cJSON_AddArrayToObject(so, "provider_options");
+    /* the provider the graph was made for (its fused kernels may exist only there) */
+    cJSON *providers = cJSON_AddArrayToObject(so, "provider_options");
+    ferry_ort_fusions fusions = e->cfg.ort_fusions;
+    if (fusions == FERRY_ORT_CUDA || fusions == FERRY_ORT_WEBGPU || fusions == FERRY_ORT_DML) {
+        cJSON *one = cJSON_CreateObject();
+        cJSON_AddObjectToObject(one, ferry_ort_fusions_name(fusions));
+        cJSON_AddItemToArray(providers, one);
+    }
     const char *file = "decode.onnx";
     for (int i = 0; i < e->n_components; i++)
         if (strcmp(e->comps[i].name, "decode") == 0)
@@ -100,8 +130,7 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
     cJSON_AddNumberToObject(search, "min_length", 0);
     cJSON_AddNumberToObject(search, "num_beams", 1);
     cJSON_AddNumberToObject(search, "num_return_sequences", 1);
-    /* a growing cache: present is past plus this call's rows, a new buffer each call */
-    cJSON_AddBoolToObject(search, "past_present_share_buffer", 0);
+    cJSON_AddBoolToObject(search, "past_present_share_buffer", shares_buffer(e));
     search_number(search, mc, "temperature", 1.0);
     search_number(search, mc, "top_k", 50);
     search_number(search, mc, "top_p", 1.0);

@@ -132,9 +132,12 @@ def test_every_family_greedy_equals_generate(ckpts, tmp_path, arch, fused):
     ckpt = ckpts(arch, **TOKEN_IDS)
     out = ferry_export(ckpt, tmp_path / "out", *GEN, *(["--ort-fusions", "cpu"] if fused else []))
     cfg = json.loads((ckpt / "config.json").read_text())
-    decoder = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]
+    config = json.loads((out / "genai_config.json").read_text())
+    decoder = config["model"]["decoder"]
     assert decoder["num_hidden_layers"] == cfg["num_hidden_layers"]
     assert decoder["num_key_value_heads"] == cfg["num_key_value_heads"]
+    # GroupQueryAttention writes the new rows into the buffer genai binds as past and present
+    assert config["search"]["past_present_share_buffer"] is fused
     for lengths in ([1], [7], [7, 3]):
         check_same_tokens(out, ckpt, random_rows(cfg, lengths), 12)
 
@@ -153,6 +156,17 @@ def test_int4_greedy_equals_generate_on_its_weights(ckpts, tmp_path, arch, fused
     cfg = json.loads((ckpt / "config.json").read_text())
     for lengths in ([7], [5, 2]):
         check_same_tokens(out, ref, random_rows(cfg, lengths, seed=4), 10)
+
+
+@pytest.mark.parametrize("provider, shared", [("cuda", True), ("webgpu", True), ("dml", False)])
+def test_other_providers_config(ckpts, tmp_path, provider, shared):
+    """A graph fused for another provider names it in the session options (its kernels may
+    exist only there), and shares the cache buffer only where GroupQueryAttention writes it
+    (dml's MultiHeadAttention reads a joined cache). No such provider here to run them."""
+    out = ferry_export(ckpts("llama"), tmp_path / "out", *GEN, "--ort-fusions", provider)
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["model"]["decoder"]["session_options"]["provider_options"] == [{provider: {}}]
+    assert config["search"]["past_present_share_buffer"] is shared
 
 
 LAYOUTS = {

@@ -233,6 +233,29 @@ static ferry_status symbol_tensor(printer *p, int s, fy_err *err)
                    g->syms.s[s].name);
 }
 
+/* Emits `out` = the int64 [1] extent of the first graph input axis whose dim is `d`, if any. */
+static bool input_dim(printer *p, const g_dim *d, const char *out)
+{
+    const g_graph *g = p->g;
+    if (d->n < 2)
+        return false; /* a lone symbol: symbol_tensor reads it the same way, once */
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const g_value *x = &g->values[g->inputs[i]];
+        for (int k = 0; k < x->shape.rank; k++) {
+            if (x->shape.d[k].unknown || !g_dim_eq(x->shape.d[k], *d))
+                continue;
+            pb_buf nb = {0};
+            const char *in[1] = {x->name};
+            begin_node(&nb, "Shape", out, in, 1, out);
+            attr_int(&nb, "start", k);
+            attr_int(&nb, "end", k + 1);
+            end_node(p, &nb);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Emits nodes computing the int64 [rank] shape `target` at run time into tensor `out`. */
 static ferry_status runtime_shape(printer *p, const char *node, const g_shape *target,
                                   const char *out, fy_err *err)
@@ -253,6 +276,11 @@ static ferry_status runtime_shape(printer *p, const char *node, const g_shape *t
             init_i64(p, parts[i], &c, 1);
             continue;
         }
+        /* A graph input with this very dim holds it: the key length is attention_mask's, even
+         * when a runtime binds a longer buffer as the past (onnxruntime-genai's shared
+         * past/present buffer), where past_sequence + sequence would overshoot. */
+        if (input_dim(p, d, parts[i]))
+            continue;
         /* c + sum k_j * sym_j, term by term */
         char acc[700] = "";
         for (int t = 0; t < d->n; t++) {
