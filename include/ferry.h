@@ -122,9 +122,10 @@ typedef struct ferry_dim_spec {
 /* Called during long exports; `done` and `total` count bytes of weights written. */
 typedef void (*ferry_progress_fn)(void *user, uint64_t done, uint64_t total, const char *what);
 
-/* Options of a generation export (see ferry_export_for_generation). */
+/* An option left to ferry: it decides from the rest of the configuration (see each field). */
 #define FERRY_AUTO (-1)
 
+/* Options of a generation export (see ferry_export_for_generation). */
 typedef struct ferry_generation_config {
     /* Decode's query length: 1 (0, the guide's default), symbolic (1; needs dynamic shapes), or
      * FERRY_AUTO (-1, what init sets): symbolic where it costs nothing — dynamic shapes and the

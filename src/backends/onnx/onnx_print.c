@@ -237,7 +237,7 @@ static ferry_status symbol_tensor(printer *p, int s, fy_err *err)
 static bool input_dim(printer *p, const g_dim *d, const char *out)
 {
     const g_graph *g = p->g;
-    if (d->n < 2)
+    if (d->n == 1 && d->c == 0 && d->t[0].coef == 1)
         return false; /* a lone symbol: symbol_tensor reads it the same way, once */
     for (size_t i = 0; i < g->n_inputs; i++) {
         const g_value *x = &g->values[g->inputs[i]];
