@@ -22,7 +22,7 @@ const char *genai_unsupported(const ferry_exported *e)
                "--dynamic";
     if (!e->gen.multi_token_decode)
         return "onnxruntime-genai runs one decoder graph for the prompt and each token, and "
-               "this decode takes one token (--single-token-decode)";
+               "this decode takes one token (--single-token-decode, multi_token_decode=false)";
     for (int i = 0; i < e->n_components; i++)
         if (strcmp(e->comps[i].name, "decode") == 0)
             return NULL;

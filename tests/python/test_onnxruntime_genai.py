@@ -171,7 +171,7 @@ def test_other_providers_config(ckpts, tmp_path, provider, shared):
 
 LAYOUTS = {
     "single-token-decode": (["--dynamic", "--for-generation", "--single-token-decode"],
-                            "decode takes one token (--single-token-decode)"),
+                            "decode takes one token (--single-token-decode"),
     "static-cache": (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "32"],
                      "static cache"),
     "static-shapes": (["--for-generation"], "export with --dynamic"),
