@@ -94,7 +94,7 @@ const char *ferry_supported_architectures(void);
 /* ---------------------------------------------------------------------------------------------
  * Export configuration — the C twin of transformers' OnnxConfig / AutoExportConfig.
  */
-typedef enum ferry_format { FERRY_FORMAT_ONNX = 1 } ferry_format;
+typedef enum ferry_format { FERRY_FORMAT_ONNX = 1, FERRY_FORMAT_OPENVINO = 2 } ferry_format;
 
 /* The format named `name` as --format and a recipe's export_format spell it ("onnx");
  * FERRY_ERR_UNSUPPORTED if this build has no such format. */
@@ -175,7 +175,7 @@ typedef struct ferry_quantizer {
 } ferry_quantizer;
 
 typedef struct ferry_export_config {
-    ferry_format format;          /* FERRY_FORMAT_ONNX */
+    ferry_format format;          /* FERRY_FORMAT_ONNX (default) or FERRY_FORMAT_OPENVINO */
     int dynamic;                  /* 1: every axis symbolic (batch, sequence) */
     ferry_dim_spec dims[FERRY_MAX_DIM_SPECS];
     int n_dims;                   /* explicit symbolic axes; the others are static */

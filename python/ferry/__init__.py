@@ -17,7 +17,8 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["FerryError", "OnnxConfig", "AutoExportConfig", "OnnxExporter", "ExportedModel",
+__all__ = ["FerryError", "OnnxConfig", "OpenVINOConfig", "AutoExportConfig", "OnnxExporter",
+           "OpenVINOExporter", "ExportedModel",
            "version", "decompose_for_generation"]
 
 
@@ -215,12 +216,33 @@ class OnnxConfig:
         return cfg
 
 
+class OpenVINOConfig(OnnxConfig):
+    """The recipe of an OpenVINO IR export (openvino_model.xml + .bin, run by OpenVINO's
+    runtime), with the guide's options. `stateful` concerns exports with a cache (generation),
+    which the OpenVINO backend does not write yet: a plain export has no state, so it changes
+    nothing there, as in the guide. `compress_to_fp16=True` is not supported yet (use
+    dtype="fp16" for fp16 weights and compute)."""
+
+    def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
+                 compress_to_fp16=False, stateful=True):
+        if compress_to_fp16:
+            raise FerryError("OpenVINOConfig: compress_to_fp16 (fp16 weights, fp32 compute) is "
+                             "not supported yet; dtype=\"fp16\" exports fp16 weights and compute",
+                             status=4)
+        super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
+                         example_shapes=example_shapes)
+        self._recipe["export_format"] = "openvino"
+        self.stateful = bool(stateful)
+        self._c_config()
+
+
 class AutoExportConfig:
     @staticmethod
     def from_dict(d):
         """A config from a recipe dict ({"export_format": "onnx", "dynamic": True, ...});
         libferry checks every key and names the one it refuses."""
-        return OnnxConfig._from_dict(d)
+        config_class = OpenVINOConfig if d.get("export_format") == "openvino" else OnnxConfig
+        return config_class._from_dict(d)
 
 
 # --- exporting, saving, loading, running ----------------------------------------------------
@@ -263,6 +285,18 @@ class OnnxExporter:
             _c().ferry_model_free(handle)
             _fail(status, message)
         return ExportedModel(exported, model_handle=handle)
+
+
+class OpenVINOExporter(OnnxExporter):
+    """Exports to OpenVINO IR (the recipe's export_format "openvino"); the plain export only for
+    now: export_for_generation fails with a message saying so."""
+
+    def export(self, model, inputs=None, config=None, revision=None):
+        return super().export(model, inputs, config or OpenVINOConfig(), revision)
+
+    def export_for_generation(self, model, inputs=None, config=None, **kwargs):
+        return super().export_for_generation(model, inputs, config or OpenVINOConfig(dynamic=True),
+                                             **kwargs)
 
 
 def decompose_for_generation(model, inputs=None, config=None, *, generation_config=None,
@@ -382,15 +416,20 @@ class ExportedModel:
 
     def _runner(self):
         if self._session is None:
-            import onnxruntime
-
             self._check_callable()
             if self.directory is None:  # a fresh export runs on first call: save it aside
                 self._tmp = tempfile.TemporaryDirectory(prefix="ferry-")
                 self.save_pretrained(Path(self._tmp.name) / "export")
             path = Path(self.directory) / self.components["model"]
-            self._session = onnxruntime.InferenceSession(
-                str(path), providers=["CPUExecutionProvider"])
+            manifest = self.manifest
+            if manifest.get("format") == "openvino":
+                precision = manifest["components"]["model"]["metadata"].get("precision")
+                self._session = _OpenVINOSession(path, precision)
+            else:
+                import onnxruntime
+
+                self._session = onnxruntime.InferenceSession(
+                    str(path), providers=["CPUExecutionProvider"])
         return self._session
 
     def _check_callable(self):
@@ -445,6 +484,44 @@ class ExportedModel:
     def __del__(self):
         if _lib is not None:
             self.close()
+
+
+class _OpenVINOSession:
+    """An OpenVINO compiled model behind onnxruntime's session calls (get_inputs, get_outputs,
+    run), on CPU; an fp32 export is compiled at f32 inference precision (OpenVINO's CPU plugin
+    would otherwise compute in bf16 where the processor has it)."""
+
+    class _Port:
+        def __init__(self, name):
+            self.name = name
+
+    def __init__(self, path, precision):
+        import openvino
+
+        core = openvino.Core()
+        model = core.read_model(str(path))
+        config = {"INFERENCE_PRECISION_HINT": "f32"} if precision == "fp32" else {}
+        self._compiled = core.compile_model(model, "CPU", config)
+        self._bf16 = {o.get_any_name() for o in self._compiled.outputs
+                      if o.get_element_type() == openvino.Type.bf16}
+
+    def get_inputs(self):
+        return [self._Port(i.get_any_name()) for i in self._compiled.inputs]
+
+    def get_outputs(self):
+        return [self._Port(o.get_any_name()) for o in self._compiled.outputs]
+
+    def run(self, names, feeds):
+        import numpy as np
+
+        result = self._compiled(feeds)
+        out = []
+        for name in names:
+            value = np.asarray(result[name])
+            if name in self._bf16:  # numpy has no bfloat16: OpenVINO hands the bits as float16
+                value = (value.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            out.append(value)
+        return out
 
 
 class ExportOutput(dict):

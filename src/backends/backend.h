@@ -49,5 +49,6 @@ const fb_backend *fb_find_name(const char *name);
 const char *fb_names(void);
 
 extern const fb_backend fb_onnx;
+extern const fb_backend fb_openvino;
 
 #endif

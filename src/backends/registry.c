@@ -5,7 +5,7 @@
 
 #include "backends/backend.h"
 
-static const fb_backend *const BACKENDS[] = {&fb_onnx};
+static const fb_backend *const BACKENDS[] = {&fb_onnx, &fb_openvino};
 #define N_BACKENDS (sizeof BACKENDS / sizeof BACKENDS[0])
 
 const fb_backend *fb_find(ferry_format format)

@@ -84,7 +84,9 @@ static bool is_export_file_name(const char *name)
         if (len > slen && strcmp(name + len - slen, suffixes[i]) == 0)
             return true;
     }
-    return false;
+    /* OpenVINO IR: openvino_<component>.xml over openvino_<component>.bin */
+    return len > strlen("openvino_.xml") && strncmp(name, "openvino_", 9) == 0 &&
+           (strcmp(name + len - 4, ".xml") == 0 || strcmp(name + len - 4, ".bin") == 0);
 }
 
 /* Goes over the entries of the directory `dfd` (which it closes): with `remove`, unlinks each

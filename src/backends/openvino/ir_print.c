@@ -1,0 +1,654 @@
+/* ir_print.c — OpenVINO IR v11: the .xml of one lowered graph (layers, their ports with element
+ * types and dims, edges) over a .bin holding every Const's bytes.
+ *
+ * Every graph input is a Parameter (dims -1 where symbolic), every graph output a Result fed by
+ * the port whose tensor name is the output's name. Each IR node is one layer, except where
+ * OpenVINO spells an attribute as an input: reshape targets, slice bounds, axes, permutations
+ * and gather axes become Const layers (made as constants of the graph, so they are placed in
+ * the .bin like any other), and a reshape to a shape with more than one symbolic dim computes
+ * it at run time from the inputs' ShapeOf, as the ONNX printer does. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/openvino/openvino.h"
+#include "util/dtype.h"
+#include "util/fs.h"
+#include "util/strbuf.h"
+
+typedef struct ov_in {
+    int layer, port;
+    ferry_dtype dtype;
+    g_shape shape;
+} ov_in;
+
+typedef struct printer {
+    g_graph *g;
+    pl_file *bin;
+    bool placing;            /* the first pass: place the bytes, write nothing */
+    strbuf layers, edges;
+    int next_layer;
+    ov_in *at;               /* per value id: the port that carries it (layer -1: none yet) */
+    size_t n_at;
+    int *shape_of;           /* per graph input: its ShapeOf layer (-1: none yet) */
+    fy_err *err;
+} printer;
+
+static const char *ov_type(ferry_dtype dt)
+{
+    switch (dt) {
+    case FERRY_F32: return "f32";
+    case FERRY_F16: return "f16";
+    case FERRY_BF16: return "bf16";
+    case FERRY_F64: return "f64";
+    case FERRY_I8: return "i8";
+    case FERRY_I16: return "i16";
+    case FERRY_I32: return "i32";
+    case FERRY_I64: return "i64";
+    case FERRY_U8: return "u8";
+    case FERRY_U16: return "u16";
+    case FERRY_U32: return "u32";
+    case FERRY_U64: return "u64";
+    case FERRY_BOOL: return "boolean";
+    case FERRY_U4: return "u4";
+    case FERRY_I4: return "i4";
+    default: return NULL;
+    }
+}
+
+/* The port precision OpenVINO writes for an element type ("FP32", "I64", "BOOL"). */
+static void ov_precision(ferry_dtype dt, char *buf, size_t size)
+{
+    const char *t = ov_type(dt);
+    if (dt == FERRY_BOOL)
+        t = "bool";
+    size_t i = 0;
+    if (t && t[0] == 'f' && dt != FERRY_BOOL) {
+        buf[i++] = 'F';
+        buf[i++] = 'P';
+        t++;
+    }
+    for (; t && *t && i + 1 < size; t++)
+        buf[i++] = (char)(*t >= 'a' && *t <= 'z' ? *t - 'a' + 'A' : *t);
+    buf[i] = '\0';
+}
+
+static void xml_text(strbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '&': sb_puts(b, "&amp;"); break;
+        case '<': sb_puts(b, "&lt;"); break;
+        case '>': sb_puts(b, "&gt;"); break;
+        case '"': sb_puts(b, "&quot;"); break;
+        case '\'': sb_puts(b, "&apos;"); break;
+        default: sb_printf(b, "%c", *s); break;
+        }
+    }
+}
+
+static void port(strbuf *b, int id, ferry_dtype dt, const g_shape *s, const char *names)
+{
+    char prec[16];
+    ov_precision(dt, prec, sizeof prec);
+    sb_printf(b, "\t\t\t\t<port id=\"%d\" precision=\"%s\"", id, prec);
+    if (names) {
+        sb_puts(b, " names=\"");
+        xml_text(b, names);
+        sb_puts(b, "\"");
+    }
+    sb_puts(b, s->rank ? ">\n" : " />\n");
+    for (int i = 0; i < s->rank; i++) {
+        int64_t c;
+        sb_printf(b, "\t\t\t\t\t<dim>%lld</dim>\n",
+                  g_dim_is_const(s->d[i], &c) ? (long long)c : -1LL);
+    }
+    if (s->rank)
+        sb_puts(b, "\t\t\t\t</port>\n");
+}
+
+/* "3,4" ("" for a scalar); `dynamic` prints "?" for a symbolic dim (a Parameter's shape). */
+static void shape_attr(strbuf *b, const g_shape *s, bool dynamic)
+{
+    for (int i = 0; i < s->rank; i++) {
+        int64_t c;
+        if (g_dim_is_const(s->d[i], &c))
+            sb_printf(b, "%s%lld", i ? "," : "", (long long)c);
+        else
+            sb_printf(b, "%s%s", i ? "," : "", dynamic ? "?" : "-1");
+    }
+}
+
+static bool grow_at(printer *p)
+{
+    size_t n = p->g->n_values;
+    if (n <= p->n_at)
+        return true;
+    ov_in *grown = realloc(p->at, n * sizeof *grown);
+    if (!grown)
+        return false;
+    for (size_t i = p->n_at; i < n; i++)
+        grown[i].layer = -1;
+    p->at = grown;
+    p->n_at = n;
+    return true;
+}
+
+typedef struct ov_out {
+    ferry_dtype dtype;
+    g_shape shape;
+    const char *names;       /* tensor names (NULL: none) */
+} ov_out;
+
+/* Writes one layer: `data` its attributes (NULL: none), its inputs as edges from where they are
+ * produced, its outputs numbered after the inputs. Returns the layer id. */
+static int layer(printer *p, const char *type, const char *version, const char *name,
+                 const char *data, const ov_in *ins, int n_in, const ov_out *outs, int n_out)
+{
+    int id = p->next_layer++;
+    strbuf *b = &p->layers;
+    sb_printf(b, "\t\t<layer id=\"%d\" name=\"", id);
+    xml_text(b, name);
+    sb_printf(b, "\" type=\"%s\" version=\"%s\">\n", type, version);
+    if (data)
+        sb_printf(b, "\t\t\t<data %s />\n", data);
+    if (n_in) {
+        sb_puts(b, "\t\t\t<input>\n");
+        for (int i = 0; i < n_in; i++) {
+            port(b, i, ins[i].dtype, &ins[i].shape, NULL);
+            sb_printf(&p->edges, "\t\t<edge from-layer=\"%d\" from-port=\"%d\" to-layer=\"%d\" "
+                      "to-port=\"%d\" />\n", ins[i].layer, ins[i].port, id, i);
+        }
+        sb_puts(b, "\t\t\t</input>\n");
+    }
+    if (n_out) {
+        sb_puts(b, "\t\t\t<output>\n");
+        for (int i = 0; i < n_out; i++)
+            port(b, n_in + i, outs[i].dtype, &outs[i].shape, outs[i].names);
+        sb_puts(b, "\t\t\t</output>\n");
+    }
+    sb_puts(b, "\t\t</layer>\n");
+    return id;
+}
+
+/* The port carrying value `v`: a Const layer the first time a constant or weight is read (its
+ * bytes placed in the first pass, found in the second). */
+static ferry_status value_in(printer *p, int v, ov_in *out)
+{
+    if (!grow_at(p))
+        return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
+    if (p->at[v].layer >= 0) {
+        *out = p->at[v];
+        return FERRY_OK;
+    }
+    const g_value *x = &p->g->values[v];
+    if (x->kind != GV_CONST && x->kind != GV_WEIGHT)
+        return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: '%s' is read before it is made",
+                       x->name);
+    if (x->kind == GV_WEIGHT && x->weight.quant.bits)
+        return fy_fail(p->err, FERRY_ERR_UNSUPPORTED, "OpenVINO: quantized weight '%s' is not "
+                       "supported yet", x->name);
+    const char *type = ov_type(x->dtype);
+    if (!type)
+        return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: '%s' has dtype %s, which it has no "
+                       "element type for", x->name, dt_st_name(x->dtype));
+    uint64_t offset = 0, length = x->kind == GV_CONST ? x->nbytes : 0;
+    ferry_status st = FERRY_OK;
+    if (x->kind == GV_WEIGHT) {
+        st = p->placing ? pl_place(p->bin, &x->weight, W_PART_DATA, &offset, &length, p->err)
+                        : (pl_find(p->bin, &x->weight, W_PART_DATA, &offset, &length)
+                               ? FERRY_OK
+                               : fy_fail(p->err, FERRY_ERR_INTERNAL, "weight '%s' was not "
+                                         "placed in %s", x->name, pl_name(p->bin)));
+    } else if (x->nbytes) {
+        if (p->placing)
+            st = pl_place_const(p->bin, x, p->err);
+        else if (!pl_find_const(p->bin, x, &offset))
+            st = fy_fail(p->err, FERRY_ERR_INTERNAL, "constant '%s' was not placed in %s",
+                         x->name, pl_name(p->bin));
+    }
+    if (st != FERRY_OK)
+        return st;
+    strbuf data = {0};
+    sb_printf(&data, "element_type=\"%s\" shape=\"", type);
+    shape_attr(&data, &x->shape, false);
+    sb_printf(&data, "\" offset=\"%llu\" size=\"%llu\"", (unsigned long long)offset,
+              (unsigned long long)length);
+    ov_out o = {x->dtype, x->shape, x->name};
+    int id = layer(p, "Const", "opset1", x->name, data.data, NULL, 0, &o, 1);
+    sb_free(&data);
+    if (data.oom)
+        return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
+    p->at[v] = (ov_in){id, 0, o.dtype, o.shape};
+    *out = p->at[v];
+    return FERRY_OK;
+}
+
+static ferry_status const_in(printer *p, int v, ov_in *out)
+{
+    if (v == G_NONE)
+        return fy_fail(p->err, p->g->err.status ? p->g->err.status : FERRY_ERR_NOMEM, "%s",
+                       p->g->err.status ? p->g->err.msg : "out of memory");
+    return value_in(p, v, out);
+}
+
+static ferry_status i64_in(printer *p, int n, const int64_t *vals, ov_in *out)
+{
+    return const_in(p, g_const_i64(p->g, n, vals), out);
+}
+
+static ov_in node_port(int layer, int port, ferry_dtype dt, const g_shape *s)
+{
+    return (ov_in){layer, port, dt, *s};
+}
+
+static g_shape shape1(int64_t n)
+{
+    g_shape s = {.rank = 1};
+    s.d[0] = g_dim_const(n);
+    return s;
+}
+
+/* The int64 [1] extent of axis k of graph input number `input`, read at run time. */
+static ferry_status input_extent(printer *p, size_t input, int k, const char *name, ov_in *out)
+{
+    g_graph *g = p->g;
+    int v = g->inputs[input];
+    if (p->shape_of[input] < 0) {
+        ov_in x;
+        if (value_in(p, v, &x) != FERRY_OK)
+            return p->err->status;
+        char lname[600];
+        snprintf(lname, sizeof lname, "%s/ShapeOf", g->values[v].name);
+        ov_out o = {FERRY_I64, shape1(x.shape.rank), NULL};
+        p->shape_of[input] = layer(p, "ShapeOf", "opset3", lname, "output_type=\"i64\"", &x, 1,
+                                   &o, 1);
+    }
+    ov_in ins[3];
+    int64_t index = k;
+    if (i64_in(p, 1, &index, &ins[1]) != FERRY_OK ||
+        const_in(p, g_scalar_i64(g, 0), &ins[2]) != FERRY_OK)
+        return p->err->status;
+    g_shape full = shape1(g->values[v].shape.rank);
+    ins[0] = node_port(p->shape_of[input], 1, FERRY_I64, &full);
+    ov_out o = {FERRY_I64, shape1(1), NULL};
+    int id = layer(p, "Gather", "opset8", name, "batch_dims=\"0\"", ins, 3, &o, 1);
+    *out = node_port(id, 3, FERRY_I64, &o.shape);
+    return FERRY_OK;
+}
+
+/* Finds the graph input axis whose dim is `d` (exactly); false if none. */
+static bool find_input_dim(const g_graph *g, g_dim d, size_t *input, int *axis)
+{
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const g_value *x = &g->values[g->inputs[i]];
+        for (int k = 0; k < x->shape.rank; k++)
+            if (!x->shape.d[k].unknown && g_dim_eq(x->shape.d[k], d)) {
+                *input = i;
+                *axis = k;
+                return true;
+            }
+    }
+    return false;
+}
+
+static ferry_status binary_i64(printer *p, const char *type, const char *name, ov_in a, ov_in b,
+                               ov_in *out)
+{
+    ov_in ins[2] = {a, b};
+    ov_out o = {FERRY_I64, shape1(1), NULL};
+    int id = layer(p, type, "opset1", name, "auto_broadcast=\"numpy\"", ins, 2, &o, 1);
+    *out = node_port(id, 2, FERRY_I64, &o.shape);
+    return FERRY_OK;
+}
+
+/* One dim of a shape computed at run time, as int64 [1]: a constant, the extent of an input axis
+ * that has this very dim, or c + sum k * symbol term by term. */
+static ferry_status runtime_dim(printer *p, const char *node, int i, g_dim d, ov_in *out)
+{
+    g_graph *g = p->g;
+    char name[700];
+    int64_t c;
+    size_t input;
+    int axis;
+    if (d.unknown || g_dim_is_const(d, &c))
+        return i64_in(p, 1, (int64_t[]){d.unknown ? -1 : c}, out);
+    snprintf(name, sizeof name, "%s/dim%d", node, i);
+    if (find_input_dim(g, d, &input, &axis))
+        return input_extent(p, input, axis, name, out);
+    ov_in acc = {.layer = -1};
+    for (int t = 0; t < d.n; t++) {
+        g_dim lone = g_dim_sym(d.t[t].sym);
+        if (!find_input_dim(g, lone, &input, &axis))
+            return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: no graph input carries the "
+                           "symbol '%s'", g->syms.s[d.t[t].sym].name);
+        ov_in term, k;
+        snprintf(name, sizeof name, "%s/dim%d/term%d", node, i, t);
+        if (input_extent(p, input, axis, name, &term) != FERRY_OK ||
+            i64_in(p, 1, &d.t[t].coef, &k) != FERRY_OK)
+            return p->err->status;
+        snprintf(name, sizeof name, "%s/dim%d/term%d/mul", node, i, t);
+        binary_i64(p, "Multiply", name, term, k, &term);
+        if (acc.layer < 0) {
+            acc = term;
+        } else {
+            snprintf(name, sizeof name, "%s/dim%d/term%d/add", node, i, t);
+            binary_i64(p, "Add", name, acc, term, &acc);
+        }
+    }
+    ov_in cst;
+    if (i64_in(p, 1, &d.c, &cst) != FERRY_OK)
+        return p->err->status;
+    snprintf(name, sizeof name, "%s/dim%d", node, i);
+    return binary_i64(p, "Add", name, acc, cst, out);
+}
+
+/* Reshape's target: a constant with 0 (the input's dim) and -1 (the one dim solved) where they
+ * say the same thing, else a shape computed at run time. */
+static ferry_status reshape_target(printer *p, const g_node *n, ov_in *out)
+{
+    const g_graph *g = p->g;
+    const g_shape *in = &g->values[n->in[0]].shape, *t = &n->a.shape;
+    int64_t spec[G_MAX_RANK];
+    int free_dims = 0;
+    for (int i = 0; i < t->rank; i++) {
+        int64_t c;
+        if (g_dim_is_const(t->d[i], &c))
+            spec[i] = c;
+        else if (!t->d[i].unknown && i < in->rank && g_dim_eq(t->d[i], in->d[i]))
+            spec[i] = 0;
+        else
+            spec[i] = -1, free_dims++;
+    }
+    if (free_dims <= 1)
+        return i64_in(p, t->rank, spec, out);
+    ov_in parts[G_MAX_RANK];
+    for (int i = 0; i < t->rank; i++)
+        if (runtime_dim(p, n->name, i, t->d[i], &parts[i]) != FERRY_OK)
+            return p->err->status;
+    char name[600];
+    snprintf(name, sizeof name, "%s/shape", n->name);
+    ov_out o = {FERRY_I64, shape1(t->rank), NULL};
+    int id = layer(p, "Concat", "opset1", name, "axis=\"0\"", parts, t->rank, &o, 1);
+    *out = node_port(id, t->rank, FERRY_I64, &o.shape);
+    return FERRY_OK;
+}
+
+static const char *binary_type(g_op op)
+{
+    switch (op) {
+    case G_ADD: return "Add";
+    case G_SUB: return "Subtract";
+    case G_MUL: return "Multiply";
+    case G_DIV: return "Divide";
+    case G_POW: return "Power";
+    case G_MAX: return "Maximum";
+    case G_MIN: return "Minimum";
+    case G_AND: return "LogicalAnd";
+    case G_OR: return "LogicalOr";
+    case G_EQUAL: return "Equal";
+    case G_LESS: return "Less";
+    case G_LESS_EQUAL: return "LessEqual";
+    case G_GREATER: return "Greater";
+    case G_GREATER_EQUAL: return "GreaterEqual";
+    case G_WHERE: return "Select";
+    default: return NULL;
+    }
+}
+
+static const char *unary_type(g_op op)
+{
+    switch (op) {
+    case G_SQRT: return "Sqrt";
+    case G_EXP: return "Exp";
+    case G_COS: return "Cos";
+    case G_SIN: return "Sin";
+    case G_SIGMOID: return "Sigmoid";
+    case G_TANH: return "Tanh";
+    case G_ERF: return "Erf";
+    case G_NEG: return "Negative";
+    case G_NOT: return "LogicalNot";
+    default: return NULL;
+    }
+}
+
+static ferry_status emit_node(printer *p, size_t index)
+{
+    g_graph *g = p->g;
+    const g_node n = g->nodes[index];
+    ov_in ins[G_MAX_IN + 4];
+    int n_in = 0;
+    /* ops whose attributes OpenVINO takes as inputs get them first (constants of the graph) */
+    if (n.op == G_RECIPROCAL) {
+        if (const_in(p, g_scalar_f(g, g->values[n.in[0]].dtype, 1.0), &ins[n_in++]) != FERRY_OK)
+            return p->err->status;
+    }
+    for (int i = 0; i < n.n_in; i++) {
+        if (n.in[i] == G_NONE)
+            return fy_fail(p->err, FERRY_ERR_INTERNAL, "node '%s': an absent input reached the "
+                           "OpenVINO printer", n.name);
+        if (value_in(p, n.in[i], &ins[n_in++]) != FERRY_OK)
+            return p->err->status;
+    }
+    const char *type = binary_type(n.op), *version = "opset1";
+    strbuf data = {0};
+    ferry_status st = FERRY_OK;
+    if (type) {
+        sb_puts(&data, "auto_broadcast=\"numpy\"");
+        if (n.op == G_DIV)
+            sb_puts(&data, " m_pythondiv=\"false\""); /* integer division truncates, as ONNX's */
+    } else if ((type = unary_type(n.op))) {
+    } else {
+        switch (n.op) {
+        case G_RECIPROCAL:
+            type = "Divide";
+            sb_puts(&data, "auto_broadcast=\"numpy\" m_pythondiv=\"false\"");
+            break;
+        case G_MATMUL:
+            type = "MatMul";
+            sb_printf(&data, "transpose_a=\"false\" transpose_b=\"%s\"",
+                      n.a.transpose_b ? "true" : "false");
+            break;
+        case G_GATHER:
+            type = "Gather", version = "opset8";
+            sb_puts(&data, "batch_dims=\"0\"");
+            st = const_in(p, g_scalar_i64(g, n.a.axis), &ins[n_in++]);
+            break;
+        case G_RESHAPE:
+            type = "Reshape";
+            sb_puts(&data, "special_zero=\"true\"");
+            st = reshape_target(p, &n, &ins[n_in++]);
+            break;
+        case G_TRANSPOSE:
+            type = "Transpose";
+            st = i64_in(p, n.a.n_ints, n.a.ints, &ins[n_in++]);
+            break;
+        case G_CONCAT:
+            type = "Concat";
+            sb_printf(&data, "axis=\"%lld\"", (long long)n.a.axis);
+            break;
+        case G_SLICE: {
+            type = "Slice", version = "opset8";
+            int64_t one = 1;
+            if ((st = i64_in(p, 1, &n.a.start, &ins[n_in++])) == FERRY_OK &&
+                (st = i64_in(p, 1, &n.a.end, &ins[n_in++])) == FERRY_OK && /* G_END: INT64_MAX */
+                (st = i64_in(p, 1, &one, &ins[n_in++])) == FERRY_OK)
+                st = i64_in(p, 1, &n.a.axis, &ins[n_in++]);
+            break;
+        }
+        case G_UNSQUEEZE:
+            type = "Unsqueeze";
+            st = i64_in(p, n.a.n_ints, n.a.ints, &ins[n_in++]);
+            break;
+        case G_CAST:
+            type = "Convert";
+            if (!ov_type(n.a.to))
+                st = fy_fail(p->err, FERRY_ERR_INTERNAL, "node '%s': no OpenVINO type for %s",
+                             n.name, dt_st_name(n.a.to));
+            else
+                sb_printf(&data, "destination_type=\"%s\"", ov_type(n.a.to));
+            break;
+        case G_SOFTMAX:
+            type = "SoftMax", version = "opset8";
+            sb_printf(&data, "axis=\"%lld\"", (long long)n.a.axis);
+            break;
+        case G_REDUCE_MEAN: case G_REDUCE_MAX:
+            type = n.op == G_REDUCE_MEAN ? "ReduceMean" : "ReduceMax";
+            sb_printf(&data, "keep_dims=\"%s\"", n.a.keepdims ? "true" : "false");
+            st = i64_in(p, n.a.n_ints, n.a.ints, &ins[n_in++]);
+            break;
+        case G_SHAPE_OF:
+            type = "ShapeOf", version = "opset3";
+            sb_puts(&data, "output_type=\"i64\"");
+            break;
+        case G_RANGE:
+            type = "Range", version = "opset4";
+            sb_printf(&data, "output_type=\"%s\"", ov_type(g->values[n.out[0]].dtype));
+            break;
+        case G_EXPAND:
+            type = "Broadcast", version = "opset3";
+            sb_puts(&data, "mode=\"bidirectional\"");
+            break;
+        case G_SCATTER_ELEMENTS:
+            type = "ScatterElementsUpdate", version = "opset12";
+            sb_puts(&data, "reduction=\"none\" use_init_val=\"true\"");
+            st = const_in(p, g_scalar_i64(g, n.a.axis), &ins[n_in++]);
+            break;
+        default:
+            st = fy_fail(p->err, g_op_is_semantic(n.op) ? FERRY_ERR_INTERNAL
+                                                        : FERRY_ERR_UNSUPPORTED,
+                         "node '%s': %s is not supported by the OpenVINO backend yet", n.name,
+                         g_op_name(n.op));
+            break;
+        }
+    }
+    if (st != FERRY_OK) {
+        sb_free(&data);
+        return st;
+    }
+    const g_value *y = &g->values[n.out[0]];
+    ov_out o = {y->dtype, y->shape, y->name};
+    int id;
+    if (n.op == G_SHAPE_OF && (n.a.start != 0 || n.a.end != G_END)) {
+        /* ShapeOf, then the axes [start, end) of it */
+        int rank = g->values[n.in[0]].shape.rank;
+        char name[600];
+        snprintf(name, sizeof name, "%s/full", n.name);
+        ov_out full = {FERRY_I64, shape1(rank), NULL};
+        int s = layer(p, type, version, name, data.data, ins, n_in, &full, 1);
+        ov_in sl[5] = {node_port(s, 1, FERRY_I64, &full.shape)};
+        int64_t one = 1, zero = 0;
+        if (i64_in(p, 1, &n.a.start, &sl[1]) != FERRY_OK ||
+            i64_in(p, 1, &n.a.end, &sl[2]) != FERRY_OK || i64_in(p, 1, &one, &sl[3]) != FERRY_OK ||
+            i64_in(p, 1, &zero, &sl[4]) != FERRY_OK) {
+            sb_free(&data);
+            return p->err->status;
+        }
+        id = layer(p, "Slice", "opset8", n.name, NULL, sl, 5, &o, 1);
+        n_in = 5;
+    } else {
+        id = layer(p, type, version, n.name, data.data, ins, n_in, &o, 1);
+    }
+    bool oom = data.oom;
+    sb_free(&data);
+    if (oom || !grow_at(p))
+        return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
+    p->at[n.out[0]] = node_port(id, n_in, o.dtype, &o.shape);
+    return FERRY_OK;
+}
+
+static bool no_space(int e)
+{
+    return e == ENOSPC || e == EFBIG || e == EDQUOT;
+}
+
+static ferry_status write_text(const char *dir, const char *file, const char *text, size_t len,
+                               fy_err *err)
+{
+    char path[PATH_MAX];
+    if (fs_join(path, sizeof path, dir, file, err) != FERRY_OK)
+        return err->status;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                       "%s: cannot create: %s", path, strerror(errno));
+    ferry_status st = fs_pwrite_all(fd, path, text, len, 0, err);
+    if (st == FERRY_OK && fsync(fd) != 0 && errno != EINVAL)
+        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                     "%s: sync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && st == FERRY_OK)
+        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                     "%s: close failed: %s", path, strerror(errno));
+    return st;
+}
+
+ferry_status ov_print_model(g_graph *g, pl_file *bin, const char *graph_name, const char *dir,
+                            const char *xml_file, fy_err *err)
+{
+    printer p = {.g = g, .bin = bin, .placing = xml_file == NULL, .err = err};
+    ferry_status st = FERRY_OK;
+    p.shape_of = malloc((g->n_inputs ? g->n_inputs : 1) * sizeof *p.shape_of);
+    if (!p.shape_of || !grow_at(&p)) {
+        st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        p.shape_of[i] = -1;
+        const g_value *x = &g->values[g->inputs[i]];
+        const char *type = ov_type(x->dtype);
+        if (!type) {
+            st = fy_fail(err, FERRY_ERR_INTERNAL, "OpenVINO: input '%s' has dtype %s", x->name,
+                         dt_st_name(x->dtype));
+            goto done;
+        }
+        strbuf data = {0};
+        sb_printf(&data, "shape=\"");
+        shape_attr(&data, &x->shape, true);
+        sb_printf(&data, "\" element_type=\"%s\"", type);
+        ov_out o = {x->dtype, x->shape, x->name};
+        int id = layer(&p, "Parameter", "opset1", x->name, data.data, NULL, 0, &o, 1);
+        sb_free(&data);
+        p.at[g->inputs[i]] = node_port(id, 0, x->dtype, &x->shape);
+    }
+    /* nodes in order (inputs before their readers); the printer may add constants, never nodes */
+    size_t n_nodes = g->n_nodes;
+    for (size_t i = 0; i < n_nodes && st == FERRY_OK; i++)
+        if (!g->nodes[i].dead)
+            st = emit_node(&p, i);
+    for (size_t i = 0; i < g->n_outputs && st == FERRY_OK; i++) {
+        ov_in y;
+        if ((st = value_in(&p, g->outputs[i], &y)) != FERRY_OK)
+            break;
+        char name[600];
+        snprintf(name, sizeof name, "%s/sink_port_0", g->values[g->outputs[i]].name);
+        layer(&p, "Result", "opset1", name, NULL, &y, 1, NULL, 0);
+    }
+    if (st != FERRY_OK || p.placing)
+        goto done;
+    strbuf xml = {0};
+    sb_puts(&xml, "<?xml version=\"1.0\"?>\n<net name=\"");
+    xml_text(&xml, graph_name ? graph_name : "ferry");
+    sb_printf(&xml, "\" version=\"11\">\n\t<layers>\n%s\t</layers>\n\t<edges>\n%s\t</edges>\n"
+              "\t<rt_info>\n\t\t<info name=\"producer\" value=\"ferry %s\" />\n"
+              "\t</rt_info>\n</net>\n",
+              p.layers.data ? p.layers.data : "", p.edges.data ? p.edges.data : "",
+              FERRY_VERSION);
+    if (xml.oom || p.layers.oom || p.edges.oom)
+        st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", xml_file);
+    else
+        st = write_text(dir, xml_file, xml.data, xml.len, err);
+    sb_free(&xml);
+done:
+    if (st == FERRY_OK && !g_ok(g))
+        st = fy_fail(err, g->err.status, "%s", g->err.msg);
+    sb_free(&p.layers);
+    sb_free(&p.edges);
+    free(p.at);
+    free(p.shape_of);
+    return st;
+}

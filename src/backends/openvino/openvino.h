@@ -1,0 +1,24 @@
+/* openvino.h — the OpenVINO backend's pieces: its target (every semantic op lowered by the
+ * generic lowerings; linear as MatMul with transpose_b over the weight as stored) and the IR v11
+ * printer. Only src/backends/openvino includes this. */
+#ifndef FERRY_BACKENDS_OPENVINO_H
+#define FERRY_BACKENDS_OPENVINO_H
+
+#include "ir/legalize.h"
+#include "store/placement.h"
+
+/* Const data offsets in the .bin: OpenVINO maps the file, and any alignment works; 64 keeps
+ * every tensor on its own cache lines. */
+#define OV_BIN_ALIGN 64
+
+extern const g_target openvino_target;
+
+/* The printer runs twice over `g` with the same calls. First with `xml_file` NULL: it only
+ * adds the small constants the IR spells as inputs (reshape targets, slice bounds, axes) to `g`
+ * and places every constant and weight a Const layer will read into `bin`. Then, after the
+ * .bin is written, with `xml_file`: it writes `dir`/`xml_file` (created exclusively, synced),
+ * each Const pointing at its placed bytes. */
+ferry_status ov_print_model(g_graph *g, pl_file *bin, const char *graph_name, const char *dir,
+                            const char *xml_file, fy_err *err);
+
+#endif
