@@ -221,9 +221,12 @@ int cmd_inspect(int argc, char **argv)
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");
     if (cJSON_IsObject(og)) {
         const cJSON *cf = cJSON_GetObjectItemCaseSensitive(og, "config");
+        const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files");
         if (cJSON_IsString(cf))
-            printf("  onnxruntime-genai: runs this directory as it is (%s)\n",
-                   cli_quote(cf->valuestring));
+            printf("  onnxruntime-genai: runs this directory as it is (%s)%s\n",
+                   cli_quote(cf->valuestring),
+                   cJSON_IsArray(tf) && !tf->child
+                       ? "; og.Tokenizer needs tokenizer files, and it carries none" : "");
         else
             printf("  onnxruntime-genai: cannot run it: %s\n", qstr(og, "unsupported"));
     }

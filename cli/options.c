@@ -287,10 +287,11 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
             return rc;
     }
     if (!o->cfg.for_generation &&
-        (o->decode_flag || o->cfg.generation.multi_token_decode > 0 ||
+        (o->decode_flag || o->cfg.generation.multi_token_decode != FERRY_AUTO ||
          o->cfg.generation.static_cache || o->cfg.generation.max_cache_len)) {
         cli_error("--multi-token-decode, --single-token-decode, --static-cache and "
-                  "--max-cache-len apply to --for-generation exports");
+                  "--max-cache-len (or a recipe's multi_token_decode and generation_config) "
+                  "apply to --for-generation exports");
         return EXIT_USAGE;
     }
     /* One of the pair without the other, on the command line: a static cache needs its length,
@@ -336,7 +337,8 @@ void cli_print_export_options(FILE *f)
             "  --opset N                ONNX opset (default %d, supported %d-%d)\n"
             "  --config RECIPE.json     read options from a recipe with AutoExportConfig keys:\n"
             "                           export_format, dynamic, dynamic_shapes, dtype, opset,\n"
-            "                           example_shapes, ort_fusions, quantizer (command-line\n"
+            "                           example_shapes, ort_fusions, quantizer, for_generation,\n"
+            "                           multi_token_decode, generation_config (command-line\n"
             "                           options given after it win)\n"
             "  --no-tokenizer           do not copy the checkpoint's tokenizer and chat-template\n"
             "                           files (tokenizer.json, tokenizer_config.json, ...; by\n"

@@ -341,7 +341,10 @@ def _c_generation(generation_config, multi_token_decode):
     if impl not in (None, "dynamic", "static"):
         raise FerryError(f"cache_implementation {impl!r} is not supported (static or dynamic)",
                          status=4)
-    gen.multi_token_decode = -1 if multi_token_decode is None else int(bool(multi_token_decode))
+    if multi_token_decode not in (None, True, False):
+        raise FerryError(f"multi_token_decode must be True, False or None (ferry's default), "
+                         f"not {multi_token_decode!r}", status=1)
+    gen.multi_token_decode = -1 if multi_token_decode is None else int(multi_token_decode)
     gen.static_cache = int(impl == "static")
     gen.max_cache_len = int(length or 0)
     return gen

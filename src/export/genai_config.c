@@ -11,6 +11,62 @@
 #include "export/internal.h"
 #include "models/lm_config.h"
 
+static const cJSON *gen_key(const model_config *mc, const char *key);
+static const cJSON *pad_token(const model_config *mc);
+
+/* onnxruntime-genai's model type for ferry's architectures (a checkpoint's own model_type may be
+ * a fine-tune's name genai does not know). */
+static const char *genai_type(const ferry_exported *e)
+{
+    static const char *const types[][2] = {
+        {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"},
+        {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"},
+        {"GemmaForCausalLM", "gemma"}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(e->model->arch->architecture, types[i][0]) == 0)
+            return types[i][1];
+    return NULL;
+}
+
+/* Whether `v` is absent or a token id genai takes: an integer in [0, vocab), or (`list`) a
+ * non-empty list of them. */
+static bool token_id_ok(const cJSON *v, int64_t vocab, bool list)
+{
+    if (!v)
+        return true;
+    if (list && cJSON_IsArray(v)) {
+        int n = 0;
+        for (const cJSON *x = v->child; x; x = x->next, n++)
+            if (!token_id_ok(x, vocab, false))
+                return false;
+        return n > 0;
+    }
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < (double)vocab &&
+           v->valuedouble == (double)(int64_t)v->valuedouble;
+}
+
+/* The first token-id key onnxruntime-genai could not take, as a reason; NULL if none. */
+static const char *bad_token_ids(const ferry_exported *e)
+{
+    const model_config *mc = &e->model->cfg;
+    lm_config lm;
+    fy_err ignored;
+    if (lm_config_read(mc, &lm, &ignored) != FERRY_OK)
+        return "the checkpoint's config does not give its head geometry";
+    int64_t vocab = lm.vocab_size;
+    lm_config_free(&lm);
+    if (!token_id_ok(gen_key(mc, "eos_token_id"), vocab, true))
+        return "eos_token_id (generation_config.json or config.json) is not a token id below "
+               "vocab_size or a list of them";
+    if (!token_id_ok(gen_key(mc, "bos_token_id"), vocab, false))
+        return "bos_token_id (generation_config.json or config.json) is not a token id below "
+               "vocab_size";
+    if (!token_id_ok(pad_token(mc), vocab, false))
+        return "pad_token_id (generation_config.json or config.json; else the first eos) is not "
+               "a token id below vocab_size";
+    return NULL;
+}
+
 const char *genai_unsupported(const ferry_exported *e)
 {
     if (e->backend->format != FERRY_FORMAT_ONNX || !e->generation)
@@ -23,6 +79,14 @@ const char *genai_unsupported(const ferry_exported *e)
     if (!e->gen.multi_token_decode)
         return "onnxruntime-genai runs one decoder graph for the prompt and each token, and "
                "this decode takes one token (--single-token-decode, multi_token_decode=false)";
+    if (e->cfg.dtype == FERRY_BF16)
+        return "onnxruntime's CPU provider has no bf16 kernels for this graph: export fp32 or "
+               "fp16";
+    if (!e->model || !genai_type(e))
+        return "onnxruntime-genai has no model type for this architecture";
+    const char *ids = bad_token_ids(e);
+    if (ids)
+        return ids;
     for (int i = 0; i < e->n_components; i++)
         if (strcmp(e->comps[i].name, "decode") == 0)
             return NULL;
@@ -50,6 +114,13 @@ static bool shares_buffer(const ferry_exported *e)
         caches++;
     }
     return caches > 0;
+}
+
+/* The pad id genai pads batches with: the checkpoint's, else its (first) eos. */
+static const cJSON *pad_token(const model_config *mc)
+{
+    const cJSON *pad = gen_key(mc, "pad_token_id"), *eos = gen_key(mc, "eos_token_id");
+    return pad ? pad : cJSON_IsArray(eos) ? cJSON_GetArrayItem(eos, 0) : eos;
 }
 
 /* A generation_config.json value, else config.json's (token ids), else none. */
@@ -110,17 +181,14 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
     cJSON_AddStringToObject(out, "logits", "logits");
     cJSON_AddStringToObject(out, "present_key_names", "present.%d.key");
     cJSON_AddStringToObject(out, "present_value_names", "present.%d.value");
-    cJSON_AddStringToObject(model, "type", mc->model_type);
+    cJSON_AddStringToObject(model, "type", genai_type(e));
     cJSON_AddNumberToObject(model, "context_length", (double)lm.max_position_embeddings);
     cJSON_AddNumberToObject(model, "vocab_size", (double)lm.vocab_size);
     copy_key(model, "bos_token_id", gen_key(mc, "bos_token_id"));
     copy_key(model, "eos_token_id", gen_key(mc, "eos_token_id"));
     /* Batches reach onnxruntime-genai padded on the right with pad_token_id (it masks the
      * trailing run of it); a checkpoint without one pads with eos, as generate() does. */
-    const cJSON *pad = gen_key(mc, "pad_token_id"), *eos = gen_key(mc, "eos_token_id");
-    if (!pad)
-        pad = cJSON_IsArray(eos) ? cJSON_GetArrayItem(eos, 0) : eos;
-    copy_key(model, "pad_token_id", pad);
+    copy_key(model, "pad_token_id", pad_token(mc));
     cJSON *search = cJSON_AddObjectToObject(root, "search");
     const cJSON *sample = mc->generation ? cJSON_GetObjectItemCaseSensitive(mc->generation,
                                                                             "do_sample")

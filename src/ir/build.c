@@ -119,6 +119,12 @@ int g_softmax(g_graph *g, const char *name, int x, int axis)
     return node(g, G_SOFTMAX, name, 1, &x, &at);
 }
 
+int g_cumsum(g_graph *g, const char *name, int x, int axis)
+{
+    g_attrs at = {.axis = axis};
+    return node(g, G_CUMSUM, name, 1, &x, &at);
+}
+
 int g_reduce(g_graph *g, g_op op, const char *name, int x, int n, const int64_t *axes,
              bool keepdims)
 {

@@ -232,6 +232,7 @@ int g_slice(g_graph *g, const char *name, int x, int64_t axis, int64_t start, in
 int g_unsqueeze(g_graph *g, const char *name, int x, int n, const int64_t *axes);
 int g_cast(g_graph *g, const char *name, int x, ferry_dtype to);
 int g_softmax(g_graph *g, const char *name, int x, int axis);
+int g_cumsum(g_graph *g, const char *name, int x, int axis);
 int g_reduce(g_graph *g, g_op op, const char *name, int x, int n, const int64_t *axes,
              bool keepdims);
 int g_shape_of(g_graph *g, const char *name, int x, int64_t start, int64_t end);

@@ -12,6 +12,7 @@ run of it (og.Tokenizer.encode_batch does the same), so each row must continue a
 alone does in generate()."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -142,6 +143,23 @@ def test_every_family_greedy_equals_generate(ckpts, tmp_path, arch, fused):
         check_same_tokens(out, ckpt, random_rows(cfg, lengths), 12)
 
 
+WINDOWED = {"mistral": dict(sliding_window=4),
+            "qwen2": dict(use_sliding_window=True, sliding_window=4, max_window_layers=1)}
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["standard", "fused-cpu"])
+@pytest.mark.parametrize("arch", list(WINDOWED))
+def test_sliding_window_rows_with_padding_inside(ckpts, tmp_path, arch, fused):
+    """genai appends a short row's new tokens after its right padding: the window must count
+    that row's real tokens, not cache slots, or the row loses its own prompt (found by review:
+    Mistral with a window of 6 answered 50, 15, 53 where generate() says 50, 5, 5)."""
+    ckpt = ckpts(arch, **TOKEN_IDS, **WINDOWED[arch])
+    out = ferry_export(ckpt, tmp_path / "out", *GEN, *(["--ort-fusions", "cpu"] if fused else []))
+    cfg = json.loads((ckpt / "config.json").read_text())
+    for lengths in ([9, 3], [6, 2, 5]):
+        check_same_tokens(out, ckpt, random_rows(cfg, lengths, seed=7), 10)
+
+
 @pytest.mark.parametrize("fused", [False, True], ids=["standard", "fused-cpu"])
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_int4_greedy_equals_generate_on_its_weights(ckpts, tmp_path, arch, fused):
@@ -221,3 +239,39 @@ def test_force_replaces_the_config_it_wrote(ckpts, tmp_path):
     (out / "genai_config.json").write_text("{}")      # the user's, not listed: kept, refused
     rc, _, stderr = run_ferry("export", ckpts("llama"), out, "--force", *GEN)
     assert rc == 1 and "genai_config.json" in stderr, stderr
+
+
+BAD_IDS = {"eos-negative": {"eos_token_id": -1}, "eos-too-large": {"eos_token_id": 100000},
+           "eos-nested": {"eos_token_id": [[2]]}, "eos-bool": {"eos_token_id": True},
+           "bos-string": {"bos_token_id": "<s>"}, "pad-list": {"pad_token_id": [0, 1]}}
+
+
+@pytest.mark.parametrize("case", list(BAD_IDS))
+def test_token_ids_genai_cannot_take(ckpts, tmp_path, case):
+    """A token id genai would refuse at load or generation time (found by review) gives no
+    config and says which key; the export itself succeeds."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(ckpts("llama"), ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    config.update(BAD_IDS[case])
+    (ckpt / "config.json").write_text(json.dumps(config))
+    (ckpt / "generation_config.json").unlink(missing_ok=True)
+    out = ferry_export(ckpt, tmp_path / "out", *GEN)
+    assert not (out / "genai_config.json").exists()
+    key = next(iter(BAD_IDS[case]))
+    assert key in json.loads((out / "export.json").read_text())["onnxruntime_genai"]["unsupported"]
+
+
+def test_bf16_and_model_type(ckpts, tmp_path):
+    """bf16 does not run on onnxruntime's CPU provider: no config. A checkpoint whose model_type
+    genai does not know still gets genai's type for its architecture."""
+    out = ferry_export(ckpts("llama"), tmp_path / "bf16", *GEN, "--dtype", "bf16")
+    assert "bf16" in json.loads((out / "export.json").read_text())["onnxruntime_genai"][
+        "unsupported"]
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(ckpts("llama", **TOKEN_IDS), ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    config["model_type"] = "smollm"  # a fine-tune's own name (reported by review)
+    (ckpt / "config.json").write_text(json.dumps(config))
+    out = ferry_export(ckpt, tmp_path / "out", *GEN)
+    assert json.loads((out / "genai_config.json").read_text())["model"]["type"] == "llama"

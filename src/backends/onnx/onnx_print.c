@@ -83,6 +83,7 @@ static const char *onnx_op(g_op op)
     case G_RANGE: return "Range";
     case G_EXPAND: return "Expand";
     case G_SCATTER_ELEMENTS: return "ScatterElements";
+    case G_CUMSUM: return "CumSum";
     case G_DEQUANTIZE: return "DequantizeLinear";
     default: return NULL;
     }
@@ -453,6 +454,11 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
         in[n_in++] = aux[2];
         break;
     }
+    case G_CUMSUM:
+        snprintf(aux[0], sizeof aux[0], "%s/axis", n->name);
+        init_i64(p, aux[0], &n->a.axis, -1); /* a scalar */
+        in[n_in++] = aux[0];
+        break;
     case G_UNSQUEEZE:
         snprintf(aux[0], sizeof aux[0], "%s/axes", n->name);
         init_i64(p, aux[0], n->a.ints, n->a.n_ints);

@@ -514,6 +514,11 @@ static ferry_status emit_node(printer *p, size_t index)
             type = "Broadcast", version = "opset3";
             sb_puts(&data, "mode=\"bidirectional\"");
             break;
+        case G_CUMSUM:
+            type = "CumSum", version = "opset3";
+            sb_puts(&data, "exclusive=\"false\" reverse=\"false\"");
+            st = const_in(p, g_scalar_i64(g, n.a.axis), &ins[n_in++]);
+            break;
         case G_SCATTER_ELEMENTS:
             type = "ScatterElementsUpdate", version = "opset12";
             sb_puts(&data, "reduction=\"none\" use_init_val=\"true\"");

@@ -6,7 +6,8 @@
  *       j <= its index and key j is not padding (transformers' causal + padding masks)
  *   padding (int64 [b, t]): every non-padding key (bidirectional encoders, cross attention)
  *   given (bool [b, 1, s, t]): as given; query i sits at index offset + i
- *   window w (any kind): also j > index - w (the sliding mask) */
+ *   window w: also fewer than w real tokens in slots (j, i] (int64 masks: padding may sit
+ *       between a row's tokens), or j > index - w (a given mask: its slots are positions) */
 #include <stdio.h>
 #include <string.h>
 
@@ -63,7 +64,21 @@ int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind k
             m = g_binary(g, G_AND, "And", allowed, m);                    /* [b, 1, 1, s, t] */
         }
     }
-    if (window > 0) {
+    if (window > 0 && !given) {
+        /* The window counts real tokens, not cache slots: a row may have padding between its
+         * tokens (onnxruntime-genai pads batches on the right and appends after the pads), and
+         * transformers' window over that row alone spans w tokens. Key j is in query i's window
+         * when fewer than w real tokens lie in slots (j, i]: n(i) - n(j) < w, n = running count
+         * of the mask. Left padding alone gives the slot distance, as before. */
+        int filled = g_cumsum(g, "CumSum_filled", mask, 1);                 /* [b, t] */
+        int q_idx = g_range(g, "Range_q_window", first, t, g_scalar_i64(g, 1));
+        int q_filled = g_gather(g, "Gather_q_filled", filled, q_idx, 1);    /* [b, s] */
+        int64_t kv_axes[3] = {1, 2, 3}, q_axes[3] = {1, 2, 4};
+        int kv = g_unsqueeze(g, "Unsqueeze_kv_window", filled, 3, kv_axes); /* [b, 1, 1, 1, t] */
+        int qc = g_unsqueeze(g, "Unsqueeze_q_window", q_filled, 3, q_axes); /* [b, 1, 1, s, 1] */
+        int lo = g_binary(g, G_SUB, "Sub_window", qc, g_scalar_i64(g, window));
+        m = g_binary(g, G_AND, "And_window", m, g_binary(g, G_GREATER, "Greater", kv, lo));
+    } else if (window > 0) {
         int kv_idx = g_range(g, "Range_kv_window", g_scalar_i64(g, 0), t, g_scalar_i64(g, 1));
         int q_end = g_binary(g, G_ADD, "Add_q_end", first, s);
         int q_idx = g_range(g, "Range_q_window", first, q_end, g_scalar_i64(g, 1));
