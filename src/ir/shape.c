@@ -209,3 +209,18 @@ bool g_shape_eq(const g_shape *a, const g_shape *b)
     }
     return true;
 }
+
+int g_reshape_literal(const g_shape *in, const g_shape *t, int64_t *spec)
+{
+    int free_dims = 0;
+    for (int i = 0; i < t->rank; i++) {
+        int64_t c;
+        if (g_dim_is_const(t->d[i], &c))
+            spec[i] = c;
+        else if (!t->d[i].unknown && i < in->rank && g_dim_eq(t->d[i], in->d[i]))
+            spec[i] = 0;
+        else
+            spec[i] = -1, free_dims++;
+    }
+    return free_dims;
+}

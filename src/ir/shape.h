@@ -49,6 +49,10 @@ g_dim g_dim_add(g_dim a, g_dim b);
 g_dim g_dim_sub(g_dim a, g_dim b);
 g_dim g_dim_scale(g_dim a, int64_t k);
 bool g_dim_eq(g_dim a, g_dim b);
+/* A reshape target `t` of `in` as the literal ONNX and OpenVINO take (special zero): each dim a
+ * constant, 0 where it is the input's dim at the same axis, or -1 (solved from the element
+ * count); returns how many are -1 (more than one: the shape must be computed at run time). */
+int g_reshape_literal(const g_shape *in, const g_shape *t, int64_t *spec);
 bool g_dim_is_const(g_dim a, int64_t *value);
 /* Whether two dims that must agree do: the same expression, or either unknown (data-dependent,
  * checked at run time). */

@@ -328,16 +328,7 @@ static ferry_status reshape_shape(printer *p, const g_node *n, char *name, size_
 {
     const g_shape *in = &p->g->values[n->in[0]].shape, *t = &n->a.shape;
     int64_t spec[G_MAX_RANK];
-    int free_dims = 0;
-    for (int i = 0; i < t->rank; i++) {
-        int64_t c;
-        if (g_dim_is_const(t->d[i], &c))
-            spec[i] = c;
-        else if (!t->d[i].unknown && i < in->rank && g_dim_eq(t->d[i], in->d[i]))
-            spec[i] = 0;
-        else
-            spec[i] = -1, free_dims++;
-    }
+    int free_dims = g_reshape_literal(in, t, spec);
     snprintf(name, size, "%s/shape", n->name);
     if (free_dims <= 1) {
         init_i64(p, name, spec, t->rank);

@@ -7,14 +7,11 @@
  * and gather axes become Const layers (made as constants of the graph, so they are placed in
  * the .bin like any other), and a reshape to a shape with more than one symbolic dim computes
  * it at run time from the inputs' ShapeOf, as the ONNX printer does. */
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backends/openvino/openvino.h"
 #include "util/dtype.h"
@@ -355,16 +352,7 @@ static ferry_status reshape_target(printer *p, const g_node *n, ov_in *out)
     const g_graph *g = p->g;
     const g_shape *in = &g->values[n->in[0]].shape, *t = &n->a.shape;
     int64_t spec[G_MAX_RANK];
-    int free_dims = 0;
-    for (int i = 0; i < t->rank; i++) {
-        int64_t c;
-        if (g_dim_is_const(t->d[i], &c))
-            spec[i] = c;
-        else if (!t->d[i].unknown && i < in->rank && g_dim_eq(t->d[i], in->d[i]))
-            spec[i] = 0;
-        else
-            spec[i] = -1, free_dims++;
-    }
+    int free_dims = g_reshape_literal(in, t, spec);
     if (free_dims <= 1)
         return i64_in(p, t->rank, spec, out);
     ov_in parts[G_MAX_RANK];
@@ -567,31 +555,6 @@ static ferry_status emit_node(printer *p, size_t index)
     return FERRY_OK;
 }
 
-static bool no_space(int e)
-{
-    return e == ENOSPC || e == EFBIG || e == EDQUOT;
-}
-
-static ferry_status write_text(const char *dir, const char *file, const char *text, size_t len,
-                               fy_err *err)
-{
-    char path[PATH_MAX];
-    if (fs_join(path, sizeof path, dir, file, err) != FERRY_OK)
-        return err->status;
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
-                       "%s: cannot create: %s", path, strerror(errno));
-    ferry_status st = fs_pwrite_all(fd, path, text, len, 0, err);
-    if (st == FERRY_OK && fsync(fd) != 0 && errno != EINVAL)
-        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
-                     "%s: sync failed: %s", path, strerror(errno));
-    if (close(fd) != 0 && st == FERRY_OK)
-        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
-                     "%s: close failed: %s", path, strerror(errno));
-    return st;
-}
-
 ferry_status ov_print_model(g_graph *g, pl_file *bin, const char *graph_name, const char *dir,
                             const char *xml_file, fy_err *err)
 {
@@ -645,8 +608,12 @@ ferry_status ov_print_model(g_graph *g, pl_file *bin, const char *graph_name, co
               FERRY_VERSION);
     if (xml.oom || p.layers.oom || p.edges.oom)
         st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", xml_file);
-    else
-        st = write_text(dir, xml_file, xml.data, xml.len, err);
+    else {
+        char path[PATH_MAX];
+        st = fs_join(path, sizeof path, dir, xml_file, err);
+        if (st == FERRY_OK)
+            st = fs_write_file(path, xml.data, xml.len, err);
+    }
     sb_free(&xml);
 done:
     if (st == FERRY_OK && !g_ok(g))
