@@ -218,13 +218,17 @@ class OnnxConfig:
 
 class OpenVINOConfig(OnnxConfig):
     """The recipe of an OpenVINO IR export (openvino_model.xml + .bin, run by OpenVINO's
-    runtime), with the guide's options. `stateful` concerns exports with a cache (generation),
-    which the OpenVINO backend does not write yet: a plain export has no state, so it changes
-    nothing there, as in the guide. `compress_to_fp16=True` is not supported yet (use
-    dtype="fp16" for fp16 weights and compute)."""
+    runtime), with the guide's options. Generation exports are stateful (the cache in the
+    model's variables); `stateful=False` (explicit cache tensors) is not supported yet, and a
+    plain export has no state for it to change. `compress_to_fp16=True` is not supported yet
+    (use dtype="fp16" for fp16 weights and compute)."""
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
                  compress_to_fp16=False, stateful=True):
+        if not stateful:
+            raise FerryError("OpenVINOConfig: stateful=False (the cache as explicit inputs and "
+                             "outputs) is not supported yet; generation exports are stateful",
+                             status=4)
         if compress_to_fp16:
             raise FerryError("OpenVINOConfig: compress_to_fp16 (fp16 weights, fp32 compute) is "
                              "not supported yet; dtype=\"fp16\" exports fp16 weights and compute",
@@ -232,7 +236,6 @@ class OpenVINOConfig(OnnxConfig):
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
                          example_shapes=example_shapes)
         self._recipe["export_format"] = "openvino"
-        self.stateful = bool(stateful)
         self._c_config()
 
 
@@ -288,8 +291,9 @@ class OnnxExporter:
 
 
 class OpenVINOExporter(OnnxExporter):
-    """Exports to OpenVINO IR (the recipe's export_format "openvino"); the plain export only for
-    now: export_for_generation fails with a message saying so."""
+    """Exports to OpenVINO IR (the recipe's export_format "openvino"). export_for_generation
+    makes one stateful graph ("decode", in openvino_model.xml) that openvino-genai's
+    LLMPipeline runs; a static cache is refused for now."""
 
     def export(self, model, inputs=None, config=None, revision=None):
         return super().export(model, inputs, config or OpenVINOConfig(), revision)
@@ -448,6 +452,13 @@ class ExportedModel:
             f"{_escape(file)})" for name, file in components.items())
         raw_dir = _c().ferry_exported_dir(self._h)
         where = _escape(raw_dir) if raw_dir else "the directory save_pretrained() writes"
+        if self.manifest.get("format") == "openvino":
+            raise FerryError(
+                f"this export has no \"model\" component to call: its {listed} is OpenVINO's "
+                "stateful generation graph, whose cache stays in the model's variables between "
+                f"calls. Run it (from {where}) with openvino-genai's LLMPipeline, or an OpenVINO "
+                "infer request fed input_ids, attention_mask, position_ids and beam_idx.",
+                status=4)
         raise FerryError(
             f"this export has no \"model\" component to call: its components, {listed}, are "
             "the stages of a generation loop, which pass a KV cache from one call to the next. "

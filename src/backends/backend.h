@@ -40,6 +40,9 @@ typedef struct fb_backend {
                           const char *dir, ws_progress *progress, fy_err *err);
     /* Format-specific metadata of a component in export.json (e.g. "opset"). */
     void (*describe)(const ferry_export_config *cfg, struct cJSON *metadata);
+    /* Its runtimes carry the cache themselves (OpenVINO's stateful models): a generation export
+     * is one graph for the prompt and each token, never a prefill/decode pair. */
+    bool one_generation_graph;
 } fb_backend;
 
 const fb_backend *fb_find(ferry_format format);

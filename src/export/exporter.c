@@ -120,7 +120,9 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
             goto fail;
         }
         ferry_generation_config decided = gen_resolve(&c->cfg, gen, axes[1]);
-        if (gen_plan(&c->cfg, &decided, axes[0], axes[1], syms, plan, &c->n, err) != FERRY_OK)
+        const char *one_graph = c->backend->one_generation_graph ? c->backend->name : NULL;
+        if (gen_plan(&c->cfg, &decided, one_graph, axes[0], axes[1], syms, plan, &c->n, err) !=
+            FERRY_OK)
             goto fail;
         c->generation = true;
         c->gen = decided;

@@ -29,10 +29,17 @@ ferry_generation_config gen_resolve(const ferry_export_config *cfg,
 }
 
 ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_config *gen,
-                      g_dim batch, g_dim sequence, g_symtab *syms, gen_component *out, int *n,
-                      fy_err *err)
+                      const char *single, g_dim batch, g_dim sequence, g_symtab *syms,
+                      gen_component *out, int *n, fy_err *err)
 {
     *n = 0;
+    if (single && gen->static_cache)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: a static cache (--static-cache) is not "
+                       "supported yet: its stateful model keeps a growing cache", single);
+    if (single && !gen->multi_token_decode)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s runs generation as one graph that takes "
+                       "the prompt and each new token: it needs a multi-token decode (dynamic "
+                       "shapes, and not --single-token-decode)", single);
     if (gen->multi_token_decode > 0 && !cfg->dynamic && g_dim_is_const(sequence, NULL))
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "multi_token_decode needs dynamic shapes "
                        "(dynamic=true / --dynamic, or a symbolic sequence axis): a static export "
@@ -50,7 +57,7 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "max_cache_len is only meaningful with a "
                        "static cache (--static-cache)");
     }
-    bool one_graph = gen->static_cache && gen->multi_token_decode;
+    bool one_graph = (single != NULL || gen->static_cache) && gen->multi_token_decode;
     int count = one_graph ? 1 : 2;
     for (int i = 0; i < count; i++) {
         gen_component *c = &out[i];

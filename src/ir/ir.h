@@ -164,6 +164,8 @@ typedef struct g_state {
     int layer;
     int in, out;
     bool in_place;           /* out may share in's buffer: a fixed-size (static) cache */
+    bool internal;           /* carried by the runtime (OpenVINO variables): in and out are not
+                                graph inputs and outputs */
 } g_state;
 
 typedef struct g_graph {

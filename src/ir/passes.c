@@ -123,8 +123,8 @@ static ferry_status check_states(const g_graph *g, fy_err *err)
 {
     for (size_t i = 0; i < g->n_states; i++) {
         const g_state *s = &g->states[i];
-        if (!is_listed(g->outputs, g->n_outputs, s->out) ||
-            (s->in != G_NONE && !is_listed(g->inputs, g->n_inputs, s->in)))
+        if (!s->internal && (!is_listed(g->outputs, g->n_outputs, s->out) ||
+                             (s->in != G_NONE && !is_listed(g->inputs, g->n_inputs, s->in))))
             return fy_fail(err, FERRY_ERR_INTERNAL, "graph state '%s': its values are not a graph "
                            "input and output", s->name);
         if (s->in_place && (s->in == G_NONE || g->values[s->in].dtype != g->values[s->out].dtype ||

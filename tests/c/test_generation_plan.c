@@ -20,6 +20,7 @@ typedef struct plan_case {
     gen_component comps[GEN_MAX_COMPONENTS];
     int n;
     fy_err err;
+    const char *one_graph;   /* a stateful format's name */
 } plan_case;
 
 static ferry_status plan(plan_case *p, bool dynamic)
@@ -31,7 +32,8 @@ static ferry_status plan(plan_case *p, bool dynamic)
     p->syms[1] = p->syms[0];
     fy_err_clear(&p->err);
     ferry_generation_config decided = gen_resolve(&p->cfg, &p->gen, seq); /* as decompose does */
-    return gen_plan(&p->cfg, &decided, batch, seq, p->syms, p->comps, &p->n, &p->err);
+    return gen_plan(&p->cfg, &decided, p->one_graph, batch, seq, p->syms, p->comps, &p->n,
+                    &p->err);
 }
 
 static void setup_case(plan_case *p)
@@ -66,6 +68,29 @@ static void dynamic_cache_components(void **state)
     assert_int_equal(plan(&p, false), FERRY_OK);
     assert_true(g_dim_is_const(p.comps[1].io.sequence, &one));
     assert_int_equal(one, 1);
+}
+
+static void one_stateful_graph(void **state)
+{
+    (void)state;
+    plan_case p;
+    setup_case(&p);
+    p.one_graph = "openvino";
+    assert_int_equal(plan(&p, true), FERRY_OK);
+    assert_int_equal(p.n, 1);
+    assert_string_equal(p.comps[0].name, "decode");
+    assert_int_equal(p.comps[0].io.cache, CACHE_DYNAMIC);
+    assert_false(g_dim_is_const(p.comps[0].io.sequence, NULL));
+    assert_false(g_dim_is_const(p.comps[0].io.past, NULL));
+    p.gen.multi_token_decode = 0;
+    assert_int_equal(plan(&p, true), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(p.err.msg, "openvino runs generation as one graph"));
+    p.gen.multi_token_decode = FERRY_AUTO;
+    assert_int_equal(plan(&p, false), FERRY_ERR_INVALID_ARG);   /* static shapes */
+    p.gen.static_cache = 1;
+    p.gen.max_cache_len = 64;
+    assert_int_equal(plan(&p, true), FERRY_ERR_UNSUPPORTED);
+    assert_non_null(strstr(p.err.msg, "static cache"));
 }
 
 static void static_cache_components(void **state)
@@ -148,6 +173,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dynamic_cache_components),
         cmocka_unit_test(static_cache_components),
+        cmocka_unit_test(one_stateful_graph),
         cmocka_unit_test(impossible_combinations),
         cmocka_unit_test(family_without_generation_is_refused),
     };

@@ -1,10 +1,13 @@
 """The OpenVINO IR export (--format openvino) against the oracle: OpenVINO's CPU plugin runs the
-openvino_model.xml/.bin ferry wrote, compiled with INFERENCE_PRECISION_HINT f32 (this CPU would
-default to bf16), and transformers' eager model runs the same checkpoint. fp32 logits agree
-within 1e-4 at every real position, batch 1 and 3 (left-padded) x sequence 1, 7, 33, dynamic
-and static; fp16 and bf16 exports within the ONNX oracle's bounds; the real SmolLM2-135M on real
-text too. What the backend cannot write yet (generation, quantization) fails with one line and
-writes nothing."""
+openvino_model.xml/.bin ferry wrote, compiled with INFERENCE_PRECISION_HINT f32 (a CPU with
+bf16 units would default to bf16), and transformers' eager model runs the same checkpoint. fp32
+logits agree within 1e-4 at every real position, batch 1 and 3 (left-padded) x sequence 1, 7,
+33, dynamic and static; fp16 and bf16 exports within the ONNX oracle's bounds; the real
+SmolLM2-135M on real text too. The generation export is one stateful graph (the cache in
+ReadValue/Assign variables, beam_idx): its greedy loop equals generate() for every family, and
+openvino-genai's LLMPipeline runs ferry's SmolLM2 export to transformers' text. What the
+backend cannot write yet (static caches, quantization) fails with one line and writes
+nothing."""
 
 import json
 
@@ -136,8 +139,12 @@ def test_real_model(smollm2, tmp_path):
 
 
 ERRORS = {
-    "generation": (["--dynamic", "--for-generation"], ["OpenVINO", "generation", "not supported"],
-                   1),
+    "static-cache": (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "32"],
+                     ["openvino", "static cache", "not supported"], 1),
+    "single-token": (["--dynamic", "--for-generation", "--single-token-decode"],
+                     ["openvino runs generation as one graph", "multi-token"], 1),
+    "static-shapes": (["--for-generation"], ["openvino runs generation as one graph",
+                                             "dynamic shapes"], 1),
     "quantized": (["--dynamic", "--quantize", "int8"], ["OpenVINO", "--quantize int8"], 1),
     "ort-fusions": (["--dynamic", "--ort-fusions", "cpu"], ["ort_fusions", "onnx"], 1),
     "opset": (["--dynamic", "--opset", "21"], ["opset", "ONNX"], 1),
@@ -169,5 +176,118 @@ def test_python_api(ckpts, tmp_path):
     assert isinstance(recipe, OpenVINOConfig)
     with pytest.raises(FerryError, match="compress_to_fp16"):
         OpenVINOConfig(compress_to_fp16=True)
-    with pytest.raises(FerryError, match="generation"):
-        OpenVINOExporter().export_for_generation(ckpt)
+    with pytest.raises(FerryError, match="stateful=False"):
+        OpenVINOConfig(stateful=False)
+    gen = OpenVINOExporter().export_for_generation(ckpt)
+    assert gen.components == {"decode": "openvino_model.xml"}
+    with pytest.raises(FerryError, match="LLMPipeline"):
+        gen(input_ids=ids)
+    with pytest.raises(FerryError, match="static cache"):
+        OpenVINOExporter().export_for_generation(
+            ckpt, generation_config={"cache_implementation": "static", "max_cache_len": 32})
+
+
+# ---------------------------------------------------------------------------------------------
+# generation: one stateful graph
+
+
+def stateful_greedy(compiled, rows, new_tokens, pad=2):
+    """Greedy tokens of OpenVINO's stateful graph for `rows` (left-padded into one batch): the
+    prompt in one call, then one token a call; the cache stays in the model's variables."""
+    batch, width = len(rows), max(len(r) for r in rows)
+    ids = np.full((batch, width), pad, np.int64)
+    mask = np.zeros((batch, width), np.int64)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = r
+        mask[i, width - len(r):] = 1
+    pos = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
+    request = compiled.create_infer_request()
+    request.reset_state()
+    feed_ids, out = ids, []
+    for _ in range(new_tokens):
+        request.infer({"input_ids": feed_ids, "attention_mask": mask, "position_ids": pos,
+                       "beam_idx": np.arange(batch, dtype=np.int32)})
+        nxt = request.get_tensor("logits").data[:, -1].argmax(-1).astype(np.int64)
+        out.append(nxt)
+        feed_ids = nxt[:, None]
+        mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], 1)
+        pos = mask.sum(-1, keepdims=True) - 1
+    return ids, mask[:, :width], np.stack(out, 1)
+
+
+def hf_greedy(ckpt, ids, mask, new_tokens, pad=2):
+    import torch
+    from conftest import reference_model
+    model = reference_model(ckpt)
+    with torch.no_grad():
+        out = model.generate(torch.tensor(ids), attention_mask=torch.tensor(mask),
+                             max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                             do_sample=False, pad_token_id=pad)
+    return out[:, ids.shape[1]:].numpy()
+
+
+@pytest.fixture(scope="module", params=list(ARCHS))
+def stateful(request, tmp_path_factory):
+    arch = request.param
+    base = tmp_path_factory.mktemp(f"ov-gen-{arch}")
+    ckpt = make_checkpoint(base / "ckpt", arch)
+    out = ferry_export(ckpt, base / "ov", "--format", "openvino", "--dynamic",
+                       "--for-generation", "--quiet")
+    return ckpt, out
+
+
+def test_stateful_interface(stateful):
+    ckpt, out = stateful
+    model, _ = compile_ov(out)
+    assert [i.get_any_name() for i in model.inputs] == ["input_ids", "attention_mask",
+                                                        "position_ids", "beam_idx"]
+    assert [o.get_any_name() for o in model.outputs] == ["logits"]
+    layers = json.loads((ckpt / "config.json").read_text())["num_hidden_layers"]
+    assert len(model.get_sinks()) == 2 * layers          # one Assign per key and value cache
+    manifest = json.loads((out / "export.json").read_text())
+    component = manifest["components"]["decode"]
+    assert component["file"] == "openvino_model.xml" and component["metadata"]["stateful"]
+    rc, stdout, _ = run_ferry("inspect", out)
+    assert rc == 0 and "beam_idx" in stdout, stdout
+
+
+@pytest.mark.parametrize("rows", [[1], [5], [40], [7, 3]], ids=["p1", "p5", "p40", "b2"])
+def test_stateful_greedy_equals_generate(stateful, rows):
+    ckpt, out = stateful
+    _, compiled = compile_ov(out)
+    rng = np.random.default_rng(len(rows) * 100 + rows[0])
+    prompts = [rng.integers(3, 160, n).tolist() for n in rows]
+    ids, mask, got = stateful_greedy(compiled, prompts, 32 if rows == [5] else 12)
+    want = hf_greedy(ckpt, ids, mask, got.shape[1])
+    assert (got == want).all(), (got, want)
+
+
+def test_llm_pipeline_runs_the_export(smollm2, tmp_path):
+    """openvino-genai's LLMPipeline on ferry's SmolLM2 export (the tokenizer converted by
+    openvino-tokenizers from the files the export carries) writes transformers' greedy text."""
+    import torch
+    ovg = pytest.importorskip("openvino_genai")
+    from openvino_tokenizers import convert_tokenizer
+    from transformers import AutoTokenizer
+
+    from conftest import reference_model
+
+    out = ferry_export(smollm2, tmp_path / "ov", "--format", "openvino", "--dynamic",
+                       "--for-generation", "--quiet")
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    ov_tok, ov_detok = convert_tokenizer(tokenizer, with_detokenizer=True)
+    ov.save_model(ov_tok, str(out / "openvino_tokenizer.xml"))
+    ov.save_model(ov_detok, str(out / "openvino_detokenizer.xml"))
+    pipe = ovg.LLMPipeline(str(out), "CPU", INFERENCE_PRECISION_HINT="f32")
+    model = reference_model(smollm2)
+    for chat in ([{"role": "user", "content": "What is the capital of France?"}],
+                 [{"role": "user", "content": "Write a haiku about the sea."}]):
+        text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        config = ovg.GenerationConfig()
+        config.max_new_tokens, config.do_sample, config.apply_chat_template = 24, False, False
+        got = str(pipe.generate(text, config))
+        enc = tokenizer(text, return_tensors="pt")
+        with torch.no_grad():
+            ref = model.generate(**enc, max_new_tokens=24, do_sample=False)
+        want = tokenizer.decode(ref[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        assert got == want, (got, want)

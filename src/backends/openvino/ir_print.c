@@ -31,8 +31,8 @@ typedef struct printer {
     strbuf layers, edges;
     int next_layer;
     ov_in *at;               /* per value id: the port that carries it (layer -1: none yet) */
+    int *shape_of;           /* per value id: its ShapeOf layer (-1: none yet) */
     size_t n_at;
-    int *shape_of;           /* per graph input: its ShapeOf layer (-1: none yet) */
     fy_err *err;
 } printer;
 
@@ -129,9 +129,13 @@ static bool grow_at(printer *p)
     ov_in *grown = realloc(p->at, n * sizeof *grown);
     if (!grown)
         return false;
-    for (size_t i = p->n_at; i < n; i++)
-        grown[i].layer = -1;
     p->at = grown;
+    int *shapes = realloc(p->shape_of, n * sizeof *shapes);
+    if (!shapes)
+        return false;
+    p->shape_of = shapes;
+    for (size_t i = p->n_at; i < n; i++)
+        grown[i].layer = shapes[i] = -1;
     p->n_at = n;
     return true;
 }
@@ -251,20 +255,19 @@ static g_shape shape1(int64_t n)
     return s;
 }
 
-/* The int64 [1] extent of axis k of graph input number `input`, read at run time. */
-static ferry_status input_extent(printer *p, size_t input, int k, const char *name, ov_in *out)
+/* The int64 [1] extent of axis k of value `v` (a graph input or a cache read), at run time. */
+static ferry_status input_extent(printer *p, int v, int k, const char *name, ov_in *out)
 {
     g_graph *g = p->g;
-    int v = g->inputs[input];
-    if (p->shape_of[input] < 0) {
+    if (p->shape_of[v] < 0) {
         ov_in x;
         if (value_in(p, v, &x) != FERRY_OK)
             return p->err->status;
         char lname[600];
         snprintf(lname, sizeof lname, "%s/ShapeOf", g->values[v].name);
         ov_out o = {FERRY_I64, shape1(x.shape.rank), NULL};
-        p->shape_of[input] = layer(p, "ShapeOf", "opset3", lname, "output_type=\"i64\"", &x, 1,
-                                   &o, 1);
+        p->shape_of[v] = layer(p, "ShapeOf", "opset3", lname, "output_type=\"i64\"", &x, 1,
+                               &o, 1);
     }
     ov_in ins[3];
     int64_t index = k;
@@ -272,25 +275,34 @@ static ferry_status input_extent(printer *p, size_t input, int k, const char *na
         const_in(p, g_scalar_i64(g, 0), &ins[2]) != FERRY_OK)
         return p->err->status;
     g_shape full = shape1(g->values[v].shape.rank);
-    ins[0] = node_port(p->shape_of[input], 1, FERRY_I64, &full);
+    ins[0] = node_port(p->shape_of[v], 1, FERRY_I64, &full);
     ov_out o = {FERRY_I64, shape1(1), NULL};
     int id = layer(p, "Gather", "opset8", name, "batch_dims=\"0\"", ins, 3, &o, 1);
     *out = node_port(id, 3, FERRY_I64, &o.shape);
     return FERRY_OK;
 }
 
-/* Finds the graph input axis whose dim is `d` (exactly); false if none. */
-static bool find_input_dim(const g_graph *g, g_dim d, size_t *input, int *axis)
+static bool value_has_dim(const g_graph *g, int v, g_dim d, int *value, int *axis)
 {
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const g_value *x = &g->values[g->inputs[i]];
-        for (int k = 0; k < x->shape.rank; k++)
-            if (!x->shape.d[k].unknown && g_dim_eq(x->shape.d[k], d)) {
-                *input = i;
-                *axis = k;
-                return true;
-            }
-    }
+    const g_value *x = &g->values[v];
+    for (int k = 0; k < x->shape.rank; k++)
+        if (!x->shape.d[k].unknown && g_dim_eq(x->shape.d[k], d)) {
+            *value = v;
+            *axis = k;
+            return true;
+        }
+    return false;
+}
+
+/* Finds the graph input (or, in a stateful model, cache read) axis whose dim is `d` exactly. */
+static bool find_input_dim(const g_graph *g, g_dim d, int *value, int *axis)
+{
+    for (size_t i = 0; i < g->n_inputs; i++)
+        if (value_has_dim(g, g->inputs[i], d, value, axis))
+            return true;
+    for (size_t i = 0; i < g->n_states; i++)
+        if (g->states[i].in != G_NONE && value_has_dim(g, g->states[i].in, d, value, axis))
+            return true;
     return false;
 }
 
@@ -311,8 +323,7 @@ static ferry_status runtime_dim(printer *p, const char *node, int i, g_dim d, ov
     g_graph *g = p->g;
     char name[700];
     int64_t c;
-    size_t input;
-    int axis;
+    int input, axis;
     if (d.unknown || g_dim_is_const(d, &c))
         return i64_in(p, 1, (int64_t[]){d.unknown ? -1 : c}, out);
     snprintf(name, sizeof name, "%s/dim%d", node, i);
@@ -555,18 +566,105 @@ static ferry_status emit_node(printer *p, size_t index)
     return FERRY_OK;
 }
 
+/* A stateful model's caches (openvino_finish took them out of the graph's inputs and outputs):
+ * each is a variable named as its input, read with ReadValue (first call: zeros [batch, kv
+ * heads, 0, head dim]), its rows reordered by beam_idx, and written back with Assign. */
+static ferry_status read_states(printer *p)
+{
+    g_graph *g = p->g;
+    int beam = G_NONE;
+    for (size_t i = 0; i < g->n_inputs; i++)
+        if (strcmp(g->values[g->inputs[i]].name, OV_BEAM_IDX) == 0)
+            beam = g->inputs[i];
+    if (g->n_states && beam == G_NONE)
+        return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: a cache without %s", OV_BEAM_IDX);
+    for (size_t i = 0; i < g->n_states; i++) {
+        const g_state st = g->states[i];
+        int v = st.in;
+        g_shape s = g->values[v].shape;
+        ferry_dtype dt = g->values[v].dtype;
+        int64_t heads, dim;
+        if (s.rank != 4 || !g_dim_is_const(s.d[1], &heads) || !g_dim_is_const(s.d[3], &dim))
+            return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: cache '%s' is not [batch, kv "
+                           "heads, length, head dim]", g->values[v].name);
+        char name[600];
+        ov_in batch, rest, zero, init_shape;
+        snprintf(name, sizeof name, "%s/batch", g->values[v].name);
+        int64_t tail[3] = {heads, 0, dim};
+        if (input_extent(p, beam, 0, name, &batch) != FERRY_OK ||
+            i64_in(p, 3, tail, &rest) != FERRY_OK ||
+            const_in(p, g_scalar_f(g, dt, 0.0), &zero) != FERRY_OK)
+            return p->err->status;
+        ov_in parts[2] = {batch, rest};
+        ov_out so = {FERRY_I64, shape1(4), NULL};
+        snprintf(name, sizeof name, "%s/init_shape", g->values[v].name);
+        int id = layer(p, "Concat", "opset1", name, "axis=\"0\"", parts, 2, &so, 1);
+        init_shape = node_port(id, 2, FERRY_I64, &so.shape);
+        g_shape empty = s;
+        empty.d[2] = g_dim_const(0);
+        ov_in bin[2] = {zero, init_shape};
+        ov_out zo = {dt, empty, NULL};
+        snprintf(name, sizeof name, "%s/init", g->values[v].name);
+        id = layer(p, "Broadcast", "opset3", name, "mode=\"numpy\"", bin, 2, &zo, 1);
+        ov_in init = node_port(id, 2, dt, &empty);
+        strbuf data = {0};
+        sb_puts(&data, "variable_id=\"");
+        xml_text(&data, g->values[v].name);
+        sb_printf(&data, "\" variable_type=\"%s\" variable_shape=\"", ov_type(dt));
+        shape_attr(&data, &s, true);
+        sb_puts(&data, "\"");
+        ov_out ro = {dt, s, NULL};
+        snprintf(name, sizeof name, "%s/read", g->values[v].name);
+        id = layer(p, "ReadValue", "opset6", name, data.data, &init, 1, &ro, 1);
+        bool oom = data.oom;
+        sb_free(&data);
+        if (oom)
+            return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
+        ov_in gin[3] = {node_port(id, 1, dt, &s)};
+        if (value_in(p, beam, &gin[1]) != FERRY_OK ||
+            const_in(p, g_scalar_i64(g, 0), &gin[2]) != FERRY_OK)
+            return p->err->status;
+        ov_out go = {dt, s, g->values[v].name};
+        id = layer(p, "Gather", "opset8", g->values[v].name, "batch_dims=\"0\"", gin, 3, &go, 1);
+        p->at[v] = node_port(id, 3, dt, &s);
+    }
+    return FERRY_OK;
+}
+
+static ferry_status write_states(printer *p)
+{
+    g_graph *g = p->g;
+    for (size_t i = 0; i < g->n_states; i++) {
+        const g_state st = g->states[i];
+        ov_in y;
+        if (value_in(p, st.out, &y) != FERRY_OK)
+            return p->err->status;
+        strbuf data = {0}, name = {0};
+        sb_puts(&data, "variable_id=\"");
+        xml_text(&data, g->values[st.in].name);
+        sb_puts(&data, "\"");
+        sb_printf(&name, "%s/assign", g->values[st.in].name);
+        ov_out o = {y.dtype, y.shape, NULL};
+        layer(p, "Assign", "opset6", name.data ? name.data : "", data.data, &y, 1, &o, 1);
+        bool oom = data.oom || name.oom;
+        sb_free(&data);
+        sb_free(&name);
+        if (oom)
+            return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
+    }
+    return FERRY_OK;
+}
+
 ferry_status ov_print_model(g_graph *g, pl_file *bin, const char *graph_name, const char *dir,
                             const char *xml_file, fy_err *err)
 {
     printer p = {.g = g, .bin = bin, .placing = xml_file == NULL, .err = err};
     ferry_status st = FERRY_OK;
-    p.shape_of = malloc((g->n_inputs ? g->n_inputs : 1) * sizeof *p.shape_of);
-    if (!p.shape_of || !grow_at(&p)) {
+    if (!grow_at(&p)) {
         st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
         goto done;
     }
     for (size_t i = 0; i < g->n_inputs; i++) {
-        p.shape_of[i] = -1;
         const g_value *x = &g->values[g->inputs[i]];
         const char *type = ov_type(x->dtype);
         if (!type) {
@@ -583,6 +681,8 @@ ferry_status ov_print_model(g_graph *g, pl_file *bin, const char *graph_name, co
         sb_free(&data);
         p.at[g->inputs[i]] = node_port(id, 0, x->dtype, &x->shape);
     }
+    if ((st = read_states(&p)) != FERRY_OK)
+        goto done;
     /* nodes in order (inputs before their readers); the printer may add constants, never nodes */
     size_t n_nodes = g->n_nodes;
     for (size_t i = 0; i < n_nodes && st == FERRY_OK; i++)
@@ -596,6 +696,8 @@ ferry_status ov_print_model(g_graph *g, pl_file *bin, const char *graph_name, co
         snprintf(name, sizeof name, "%s/sink_port_0", g->values[g->outputs[i]].name);
         layer(&p, "Result", "opset1", name, NULL, &y, 1, NULL, 0);
     }
+    if (st == FERRY_OK)
+        st = write_states(&p);
     if (st != FERRY_OK || p.placing)
         goto done;
     strbuf xml = {0};

@@ -10,6 +10,8 @@
 /* Const data offsets in the .bin: OpenVINO maps the file, and any alignment works; 64 keeps
  * every tensor on its own cache lines. */
 #define OV_BIN_ALIGN 64
+/* The stateful model's input that reorders the cache rows (beam search), as optimum-intel's */
+#define OV_BEAM_IDX "beam_idx"
 
 extern const g_target openvino_target;
 

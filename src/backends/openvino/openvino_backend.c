@@ -4,9 +4,10 @@
  * (OpenVINO reads the .bin of the same name), every Const's bytes at 64-byte aligned offsets,
  * each distinct weight or constant once.
  *
- * What this backend writes so far: the plain export (component "model") of every family, fp32,
- * fp16 or bf16. Generation exports (states as ReadValue/Assign), quantized weights and
- * onnxruntime's fusions are refused with a message saying so. */
+ * What this backend writes so far: the plain export (component "model") and the stateful
+ * generation graph (one "decode" for the prompt and each token, the cache in ReadValue/Assign
+ * variables, beam_idx) of every family, fp32, fp16 or bf16. Static caches, quantized weights
+ * and onnxruntime's fusions are refused with a message saying so. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
@@ -53,22 +54,56 @@ static void openvino_target_of(const ferry_export_config *cfg, g_target *out)
     out->opts = cfg;
 }
 
+static bool is_state_value(const g_graph *g, int v)
+{
+    for (size_t i = 0; i < g->n_states; i++)
+        if (g->states[i].in == v || g->states[i].out == v)
+            return true;
+    return false;
+}
+
+/* A graph with a cache becomes the interface of a stateful model: the cache inputs and outputs
+ * leave the graph's inputs and outputs (the printer reads them with ReadValue and writes them
+ * with Assign, one variable per cache tensor, named as its input), and an int32 beam_idx
+ * [batch] input reorders every cache row as optimum-intel's stateful models do. */
 static ferry_status openvino_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
     (void)cfg;
-    if (g->n_states)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "OpenVINO: generation exports (a KV cache, "
-                       "--for-generation) are not supported yet; export the plain model");
+    if (!g->n_states)
+        return g_check(g, err);
+    for (size_t i = 0; i < g->n_states; i++)
+        if (g->states[i].in_place || g->states[i].in == G_NONE)
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "OpenVINO: a static cache "
+                           "(--static-cache) is not supported yet; its stateful model keeps a "
+                           "growing cache");
+    for (size_t i = 0; i < g->n_states; i++)
+        g->states[i].internal = true;
+    size_t n = 0;
+    for (size_t i = 0; i < g->n_inputs; i++)
+        if (!is_state_value(g, g->inputs[i]))
+            g->inputs[n++] = g->inputs[i];
+    g->n_inputs = n;
+    n = 0;
+    for (size_t i = 0; i < g->n_outputs; i++)
+        if (!is_state_value(g, g->outputs[i]))
+            g->outputs[n++] = g->outputs[i];
+    g->n_outputs = n;
+    g_dim batch = g->values[g->states[0].in].shape.d[0];
+    if (g_input(g, OV_BEAM_IDX, FERRY_I32, 1, &batch) == G_NONE)
+        return fy_fail(err, g->err.status, "%s", g->err.msg);
     return g_check(g, err);
 }
 
+/* A lone component (the plain "model", or generation's one stateful "decode") is
+ * openvino_model.xml, the name openvino-genai and optimum-intel load. */
 static ferry_status openvino_files(be_component *comps, int n, fy_err *err)
 {
     for (int i = 0; i < n; i++) {
-        if (snprintf(comps[i].file, sizeof comps[i].file, "openvino_%s.xml", comps[i].name) >=
+        const char *name = n == 1 ? "model" : comps[i].name;
+        if (snprintf(comps[i].file, sizeof comps[i].file, "openvino_%s.xml", name) >=
                 (int)sizeof comps[i].file ||
             snprintf(comps[i].data_files[0], sizeof comps[i].data_files[0], "openvino_%s.bin",
-                     comps[i].name) >= (int)sizeof comps[i].data_files[0])
+                     name) >= (int)sizeof comps[i].data_files[0])
             return fy_fail(err, FERRY_ERR_INTERNAL, "component name '%s' too long",
                            comps[i].name);
         comps[i].n_data_files = 1;
@@ -98,8 +133,9 @@ static ferry_status openvino_write(const be_component *comps, int n,
 
 static void openvino_describe(const ferry_export_config *cfg, cJSON *metadata)
 {
-    (void)cfg;
     cJSON_AddNumberToObject(metadata, "ir_version", 11);
+    /* the cache pairs' inputs name the model's variables; beam_idx is an input */
+    cJSON_AddBoolToObject(metadata, "stateful", cfg->for_generation);
 }
 
 const fb_backend fb_openvino = {
@@ -111,4 +147,5 @@ const fb_backend fb_openvino = {
     .files = openvino_files,
     .write = openvino_write,
     .describe = openvino_describe,
+    .one_generation_graph = true,
 };
