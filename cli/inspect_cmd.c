@@ -150,7 +150,7 @@ static long long num(const cJSON *o, const char *key)
     return int_value(cJSON_GetObjectItemCaseSensitive(o, key), &i) ? i : -1;
 }
 
-static void print_cache(const cJSON *cache)
+static void print_cache(const cJSON *cache, bool stateful)
 {
     if (!cJSON_IsObject(cache))
         return;
@@ -160,6 +160,15 @@ static void print_cache(const cJSON *cache)
            qstr(cache, "dtype"));
     if (num(cache, "max_cache_len") > 0)
         printf(", max_cache_len %lld", num(cache, "max_cache_len"));
+    if (stateful) {
+        /* OpenVINO: the cache is the model's state, not its inputs and outputs */
+        printf("\n  stateful: the cache lives in the model's variables (ReadValue/Assign), "
+               "beam_idx reorders its rows; variables:\n");
+        const cJSON *p;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs"))
+            printf("    %s\n", qstr(p, "input"));
+        return;
+    }
     printf("\n  %s\n", strcmp(impl, "static") == 0
                             ? "in-place pairs (bind each input and its output to one buffer):"
                             : "cache inputs -> outputs:");
@@ -214,10 +223,12 @@ int cmd_inspect(int argc, char **argv)
            qstr(m, "architecture"));
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(m, "generation");
     if (cJSON_IsObject(gen))
-        printf("  generation: %s cache%s, components are run by the caller's loop\n",
-               qstr(gen, "cache_implementation"),
+        printf("  generation: %s cache%s, %s\n", qstr(gen, "cache_implementation"),
                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
-                   ? ", multi-token decode" : "");
+                   ? ", multi-token decode" : "",
+               strcmp(str(m, "format"), "openvino") == 0
+                   ? "one stateful graph (openvino-genai's LLMPipeline runs it)"
+                   : "components are run by the caller's loop");
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");
     if (cJSON_IsObject(og)) {
         const cJSON *cf = cJSON_GetObjectItemCaseSensitive(og, "config");
@@ -275,7 +286,8 @@ int cmd_inspect(int argc, char **argv)
                 print_size(ferry_exported_dir(e), df->valuestring);
         print_io("inputs", cJSON_GetObjectItemCaseSensitive(md, "inputs"));
         print_io("outputs", cJSON_GetObjectItemCaseSensitive(md, "outputs"));
-        print_cache(cJSON_GetObjectItemCaseSensitive(md, "cache"));
+        print_cache(cJSON_GetObjectItemCaseSensitive(md, "cache"),
+                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(md, "stateful")));
         const cJSON *syms = cJSON_GetObjectItemCaseSensitive(md, "symbols"), *s;
         if (cJSON_GetArraySize(syms) > 0) {
             printf("  symbols:\n");

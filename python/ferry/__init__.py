@@ -296,11 +296,19 @@ class OpenVINOExporter(OnnxExporter):
     LLMPipeline runs; a static cache is refused for now."""
 
     def export(self, model, inputs=None, config=None, revision=None):
-        return super().export(model, inputs, config or OpenVINOConfig(), revision)
+        return super().export(model, inputs, _as_openvino(config or OpenVINOConfig()), revision)
 
     def export_for_generation(self, model, inputs=None, config=None, **kwargs):
-        return super().export_for_generation(model, inputs, config or OpenVINOConfig(dynamic=True),
-                                             **kwargs)
+        config = _as_openvino(config or OpenVINOConfig(dynamic=True))
+        return super().export_for_generation(model, inputs, config, **kwargs)
+
+
+def _as_openvino(config):
+    """An OpenVINOExporter writes OpenVINO whatever config class it is handed (an OnnxConfig's
+    ONNX-only keys, opset or ort_fusions, are then refused by libferry by name)."""
+    recipe = config.to_dict()
+    recipe["export_format"] = "openvino"
+    return OpenVINOConfig._from_dict(recipe)
 
 
 def decompose_for_generation(model, inputs=None, config=None, *, generation_config=None,

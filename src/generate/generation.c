@@ -36,6 +36,10 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
     if (single && gen->static_cache)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: a static cache (--static-cache) is not "
                        "supported yet: its stateful model keeps a growing cache", single);
+    if (single && !cfg->dynamic)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s runs generation as one graph whose cache "
+                       "grows from call to call: it needs dynamic shapes (dynamic=true / "
+                       "--dynamic)", single);
     if (single && !gen->multi_token_decode)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s runs generation as one graph that takes "
                        "the prompt and each new token: it needs a multi-token decode (dynamic "

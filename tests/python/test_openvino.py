@@ -92,6 +92,17 @@ def test_logits_match_eager(family, batch, seq, record_property):
     record_property("max_abs_error", check_shapes(ckpt, compiled, [(batch, seq)]))
 
 
+def test_dim_range_enforced(ckpts, tmp_path):
+    """--dim bounds reach the Parameters ("2..16"), so OpenVINO refuses a longer sequence."""
+    out = ferry_export(ckpts("llama"), tmp_path / "ov", "--format", "openvino",
+                       "--dim", "input_ids:1=sequence:2:16", "--quiet")
+    model, compiled = compile_ov(out)
+    assert str(model.inputs[0].get_partial_shape()) == "[1,2..16]"
+    ids, mask, pos = make_inputs(160, 1, 20)
+    with pytest.raises(Exception):
+        ov_logits(compiled, ids, mask, pos)
+
+
 def test_static_shapes(ckpts, tmp_path):
     """Without --dynamic every dim is the example's, as for ONNX."""
     ckpt = ckpts("qwen3")
@@ -145,6 +156,9 @@ ERRORS = {
                      ["openvino runs generation as one graph", "multi-token"], 1),
     "static-shapes": (["--for-generation"], ["openvino runs generation as one graph",
                                              "dynamic shapes"], 1),
+    # a symbolic sequence alone would freeze the cache length (found by review)
+    "dim-only": (["--for-generation", "--multi-token-decode", "--dim", "input_ids:1=sequence"],
+                 ["openvino", "dynamic shapes"], 1),
     "quantized": (["--dynamic", "--quantize", "int8"], ["OpenVINO", "--quantize int8"], 1),
     "ort-fusions": (["--dynamic", "--ort-fusions", "cpu"], ["ort_fusions", "onnx"], 1),
     "opset": (["--dynamic", "--opset", "21"], ["opset", "ONNX"], 1),
@@ -174,6 +188,12 @@ def test_python_api(ckpts, tmp_path):
     assert_logits_close(loaded(input_ids=ids, attention_mask=mask).logits, want, mask)
     recipe = AutoExportConfig.from_dict({"export_format": "openvino", "dynamic": True})
     assert isinstance(recipe, OpenVINOConfig)
+    # the exporter decides the format, whatever config class it is handed (found by review)
+    from ferry import OnnxConfig
+    assert OpenVINOExporter().export(ckpt, config=OnnxConfig(dynamic=True)).components == {
+        "model": "openvino_model.xml"}
+    with pytest.raises(FerryError, match="opset"):
+        OpenVINOExporter().export(ckpt, config=OnnxConfig(dynamic=True, opset=21))
     with pytest.raises(FerryError, match="compress_to_fp16"):
         OpenVINOConfig(compress_to_fp16=True)
     with pytest.raises(FerryError, match="stateful=False"):
@@ -191,7 +211,7 @@ def test_python_api(ckpts, tmp_path):
 # generation: one stateful graph
 
 
-def stateful_greedy(compiled, rows, new_tokens, pad=2):
+def stateful_greedy(compiled, rows, new_tokens, pad=2, logits=None):
     """Greedy tokens of OpenVINO's stateful graph for `rows` (left-padded into one batch): the
     prompt in one call, then one token a call; the cache stays in the model's variables."""
     batch, width = len(rows), max(len(r) for r in rows)
@@ -207,7 +227,12 @@ def stateful_greedy(compiled, rows, new_tokens, pad=2):
     for _ in range(new_tokens):
         request.infer({"input_ids": feed_ids, "attention_mask": mask, "position_ids": pos,
                        "beam_idx": np.arange(batch, dtype=np.int32)})
-        nxt = request.get_tensor("logits").data[:, -1].argmax(-1).astype(np.int64)
+        last = np.asarray(request.get_tensor("logits").data[:, -1])
+        if compiled.output("logits").get_element_type() == ov.Type.bf16:
+            last = (last.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        if logits is not None:
+            logits.append(last.astype(np.float32))
+        nxt = last.argmax(-1).astype(np.int64)
         out.append(nxt)
         feed_ids = nxt[:, None]
         mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], 1)
@@ -248,7 +273,8 @@ def test_stateful_interface(stateful):
     component = manifest["components"]["decode"]
     assert component["file"] == "openvino_model.xml" and component["metadata"]["stateful"]
     rc, stdout, _ = run_ferry("inspect", out)
-    assert rc == 0 and "beam_idx" in stdout, stdout
+    assert rc == 0 and "beam_idx" in stdout and "one stateful graph" in stdout, stdout
+    assert "cache inputs -> outputs" not in stdout and "past_key_values.0.key" in stdout
 
 
 @pytest.mark.parametrize("rows", [[1], [5], [40], [7, 3]], ids=["p1", "p5", "p40", "b2"])
@@ -291,3 +317,25 @@ def test_llm_pipeline_runs_the_export(smollm2, tmp_path):
             ref = model.generate(**enc, max_new_tokens=24, do_sample=False)
         want = tokenizer.decode(ref[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         assert got == want, (got, want)
+
+
+@pytest.mark.parametrize("dtype,atol", [("fp16", FP16_ATOL), ("bf16", BF16_ATOL)])
+def test_stateful_half_precisions(ckpts, tmp_path, dtype, atol):
+    """fp16 and bf16 caches grow call after call (found by review: the first call failed when
+    the variables had an initialiser); every step's logits are transformers' on the sequence so
+    far, within the precision's bound."""
+    ckpt = ckpts("qwen3")
+    out = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic",
+                       "--for-generation", "--dtype", dtype, "--quiet")
+    _, compiled = compile_ov(out)
+    rng = np.random.default_rng(11)
+    steps = []
+    ids, mask, got = stateful_greedy(compiled, [rng.integers(3, 160, n).tolist() for n in (6, 2)],
+                                     5, logits=steps)
+    full_ids = np.concatenate([ids, got], 1)
+    full_mask = np.concatenate([mask, np.ones_like(got)], 1)
+    pos = np.where(full_mask == 1, np.cumsum(full_mask, -1) - 1, 1)
+    want = reference_logits(ckpt, full_ids, full_mask, pos)
+    for k, step in enumerate(steps):
+        column = ids.shape[1] - 1 + k
+        assert np.abs(step - want[:, column]).max() <= atol, (dtype, k)

@@ -109,15 +109,25 @@ static void port(strbuf *b, int id, ferry_dtype dt, const g_shape *s, const char
         sb_puts(b, "\t\t\t\t</port>\n");
 }
 
-/* "3,4" ("" for a scalar); `dynamic` prints "?" for a symbolic dim (a Parameter's shape). */
-static void shape_attr(strbuf *b, const g_shape *s, bool dynamic)
+/* "3,4" ("" for a scalar); with `syms` (a Parameter's or variable's shape) a symbolic dim is
+ * "?", or "min..max" for a bounded symbol (--dim NAME:AXIS=SYM:MIN:MAX), which OpenVINO
+ * enforces. */
+static void shape_attr(strbuf *b, const g_shape *s, const g_symtab *syms)
 {
     for (int i = 0; i < s->rank; i++) {
         int64_t c;
-        if (g_dim_is_const(s->d[i], &c))
-            sb_printf(b, "%s%lld", i ? "," : "", (long long)c);
+        const g_dim *d = &s->d[i];
+        sb_puts(b, i ? "," : "");
+        if (g_dim_is_const(*d, &c))
+            sb_printf(b, "%lld", (long long)c);
+        else if (!syms)
+            sb_puts(b, "-1");
+        else if (!d->unknown && d->n == 1 && d->c == 0 && d->t[0].coef == 1 &&
+                 syms->s[d->t[0].sym].max > 0)
+            sb_printf(b, "%lld..%lld", (long long)syms->s[d->t[0].sym].min,
+                      (long long)syms->s[d->t[0].sym].max);
         else
-            sb_printf(b, "%s%s", i ? "," : "", dynamic ? "?" : "-1");
+            sb_puts(b, "?");
     }
 }
 
@@ -217,7 +227,7 @@ static ferry_status value_in(printer *p, int v, ov_in *out)
         return st;
     strbuf data = {0};
     sb_printf(&data, "element_type=\"%s\" shape=\"", type);
-    shape_attr(&data, &x->shape, false);
+    shape_attr(&data, &x->shape, NULL);
     sb_printf(&data, "\" offset=\"%llu\" size=\"%llu\"", (unsigned long long)offset,
               (unsigned long long)length);
     ov_out o = {x->dtype, x->shape, x->name};
@@ -507,7 +517,11 @@ static ferry_status emit_node(printer *p, size_t index)
             break;
         case G_RANGE:
             type = "Range", version = "opset4";
-            sb_printf(&data, "output_type=\"%s\"", ov_type(g->values[n.out[0]].dtype));
+            if (!ov_type(g->values[n.out[0]].dtype))
+                st = fy_fail(p->err, FERRY_ERR_INTERNAL, "node '%s': no OpenVINO type for %s",
+                             n.name, dt_st_name(g->values[n.out[0]].dtype));
+            else
+                sb_printf(&data, "output_type=\"%s\"", ov_type(g->values[n.out[0]].dtype));
             break;
         case G_EXPAND:
             type = "Broadcast", version = "opset3";
@@ -567,8 +581,11 @@ static ferry_status emit_node(printer *p, size_t index)
 }
 
 /* A stateful model's caches (openvino_finish took them out of the graph's inputs and outputs):
- * each is a variable named as its input, read with ReadValue (first call: zeros [batch, kv
- * heads, 0, head dim]), its rows reordered by beam_idx, and written back with Assign. */
+ * each is a variable named as its input, read with ReadValue, its rows reordered by beam_idx,
+ * and written back with Assign. The ReadValue has no initialiser: a variable starts empty (its
+ * symbolic dims 0), which is the empty cache of a first call. An initialiser computed from
+ * beam_idx's shape gave the CPU plugin a memory descriptor with the length fixed at 0, which
+ * fp16 and bf16 graphs then failed to grow ("Can not clone with new dims"). */
 static ferry_status read_states(printer *p)
 {
     g_graph *g = p->g;
@@ -579,48 +596,28 @@ static ferry_status read_states(printer *p)
     if (g->n_states && beam == G_NONE)
         return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: a cache without %s", OV_BEAM_IDX);
     for (size_t i = 0; i < g->n_states; i++) {
-        const g_state st = g->states[i];
-        int v = st.in;
+        int v = g->states[i].in;
         g_shape s = g->values[v].shape;
         ferry_dtype dt = g->values[v].dtype;
-        int64_t heads, dim;
-        if (s.rank != 4 || !g_dim_is_const(s.d[1], &heads) || !g_dim_is_const(s.d[3], &dim))
-            return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: cache '%s' is not [batch, kv "
-                           "heads, length, head dim]", g->values[v].name);
+        const char *type = ov_type(dt);
+        if (s.rank != 4 || !type)
+            return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: cache '%s' is not a float "
+                           "[batch, kv heads, length, head dim]", g->values[v].name);
         char name[600];
-        ov_in batch, rest, zero, init_shape;
-        snprintf(name, sizeof name, "%s/batch", g->values[v].name);
-        int64_t tail[3] = {heads, 0, dim};
-        if (input_extent(p, beam, 0, name, &batch) != FERRY_OK ||
-            i64_in(p, 3, tail, &rest) != FERRY_OK ||
-            const_in(p, g_scalar_f(g, dt, 0.0), &zero) != FERRY_OK)
-            return p->err->status;
-        ov_in parts[2] = {batch, rest};
-        ov_out so = {FERRY_I64, shape1(4), NULL};
-        snprintf(name, sizeof name, "%s/init_shape", g->values[v].name);
-        int id = layer(p, "Concat", "opset1", name, "axis=\"0\"", parts, 2, &so, 1);
-        init_shape = node_port(id, 2, FERRY_I64, &so.shape);
-        g_shape empty = s;
-        empty.d[2] = g_dim_const(0);
-        ov_in bin[2] = {zero, init_shape};
-        ov_out zo = {dt, empty, NULL};
-        snprintf(name, sizeof name, "%s/init", g->values[v].name);
-        id = layer(p, "Broadcast", "opset3", name, "mode=\"numpy\"", bin, 2, &zo, 1);
-        ov_in init = node_port(id, 2, dt, &empty);
         strbuf data = {0};
         sb_puts(&data, "variable_id=\"");
         xml_text(&data, g->values[v].name);
-        sb_printf(&data, "\" variable_type=\"%s\" variable_shape=\"", ov_type(dt));
-        shape_attr(&data, &s, true);
+        sb_printf(&data, "\" variable_type=\"%s\" variable_shape=\"", type);
+        shape_attr(&data, &s, &g->syms);
         sb_puts(&data, "\"");
         ov_out ro = {dt, s, NULL};
         snprintf(name, sizeof name, "%s/read", g->values[v].name);
-        id = layer(p, "ReadValue", "opset6", name, data.data, &init, 1, &ro, 1);
+        int id = layer(p, "ReadValue", "opset6", name, data.data, NULL, 0, &ro, 1);
         bool oom = data.oom;
         sb_free(&data);
         if (oom)
             return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
-        ov_in gin[3] = {node_port(id, 1, dt, &s)};
+        ov_in gin[3] = {node_port(id, 0, dt, &s)};
         if (value_in(p, beam, &gin[1]) != FERRY_OK ||
             const_in(p, g_scalar_i64(g, 0), &gin[2]) != FERRY_OK)
             return p->err->status;
@@ -674,8 +671,13 @@ ferry_status ov_print_model(g_graph *g, pl_file *bin, const char *graph_name, co
         }
         strbuf data = {0};
         sb_printf(&data, "shape=\"");
-        shape_attr(&data, &x->shape, true);
+        shape_attr(&data, &x->shape, &g->syms);
         sb_printf(&data, "\" element_type=\"%s\"", type);
+        if (data.oom) {
+            sb_free(&data);
+            st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+            goto done;
+        }
         ov_out o = {x->dtype, x->shape, x->name};
         int id = layer(&p, "Parameter", "opset1", x->name, data.data, NULL, 0, &o, 1);
         sb_free(&data);

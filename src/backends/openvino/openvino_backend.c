@@ -73,9 +73,8 @@ static ferry_status openvino_finish(g_graph *g, const ferry_export_config *cfg, 
         return g_check(g, err);
     for (size_t i = 0; i < g->n_states; i++)
         if (g->states[i].in_place || g->states[i].in == G_NONE)
-            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "OpenVINO: a static cache "
-                           "(--static-cache) is not supported yet; its stateful model keeps a "
-                           "growing cache");
+            return fy_fail(err, FERRY_ERR_INTERNAL, "openvino: state '%s' is not a growing "
+                           "cache read and written by one graph", g->states[i].name);
     for (size_t i = 0; i < g->n_states; i++)
         g->states[i].internal = true;
     size_t n = 0;
