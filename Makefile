@@ -96,6 +96,7 @@ $(VENV)/.bench-stamp: $(VENV)/.stamp requirements-bench.txt
 bench: build venv $(VENV)/.bench-stamp
 	BENCH_PYTHON=$(PYTHON) $(VENV)/bin/python bench/peers_bench.py
 	$(VENV)/bin/python bench/quant_bench.py
+	$(VENV)/bin/python bench/openvino_bench.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_UBSAN) $(BUILD_FUZZ)

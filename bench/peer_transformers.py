@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""transformers' own ONNX export of a checkpoint directory, as a user would run it (one process).
+"""transformers' own ONNX (or OpenVINO) export of a checkpoint directory, as a user would run it
+(one process).
 
-    python bench/peer_transformers.py CKPT OUT --mode plain|generation
+    python bench/peer_transformers.py CKPT OUT --mode plain|generation [--format onnx|openvino]
 
 The documented API (transformers.exporters, shipped since transformers 5.13) at its defaults
 for a CPU fp32 export:
@@ -18,6 +19,9 @@ row left-padded by 3 (a real batch of prompts): with batch 1 or an all-ones mask
 specializes the batch axis to 1 or drops the attention_mask input, and the graph would not take
 the batched, padded inputs that ferry's graph takes.
 
+`--format openvino` runs OpenVINOExporter / OpenVINOConfig(dynamic=True) the same way (its
+defaults: stateful, no fp16 compression).
+
 Prints `bench-phase NAME SECONDS` lines (load, export, save) for the harness.
 """
 
@@ -31,12 +35,17 @@ def main():
     p.add_argument("ckpt")
     p.add_argument("out")
     p.add_argument("--mode", choices=["plain", "generation"], default="plain")
+    p.add_argument("--format", choices=["onnx", "openvino"], default="onnx")
     args = p.parse_args()
 
     t0 = time.perf_counter()
     import torch
     from transformers import AutoModelForCausalLM
-    from transformers.exporters import OnnxConfig, OnnxExporter
+    if args.format == "openvino":
+        from transformers.exporters import OpenVINOConfig as OnnxConfig
+        from transformers.exporters import OpenVINOExporter as OnnxExporter
+    else:
+        from transformers.exporters import OnnxConfig, OnnxExporter
 
     model = AutoModelForCausalLM.from_pretrained(args.ckpt, dtype=torch.float32)
     model.eval()
