@@ -152,6 +152,27 @@ int g_input(g_graph *g, const char *name, ferry_dtype dtype, int rank, const g_d
     return v;
 }
 
+int g_value_axis(const g_value *x, g_dim d)
+{
+    for (int k = 0; k < x->shape.rank; k++)
+        if (!x->shape.d[k].unknown && g_dim_eq(x->shape.d[k], d))
+            return k;
+    return -1;
+}
+
+bool g_input_dim(const g_graph *g, g_dim d, int *value, int *axis)
+{
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        int k = g_value_axis(&g->values[g->inputs[i]], d);
+        if (k >= 0) {
+            *value = g->inputs[i];
+            *axis = k;
+            return true;
+        }
+    }
+    return false;
+}
+
 void g_output(g_graph *g, int v, const char *name)
 {
     if (!g_ok(g) || v < 0 || (size_t)v >= g->n_values)

@@ -198,6 +198,11 @@ void g_scope(g_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 
 
 /* ---- values (graph.c) ---- */
 int g_input(g_graph *g, const char *name, ferry_dtype dtype, int rank, const g_dim *dims);
+/* The axis of `x` whose dim is exactly `d` (never an unknown one), or -1. */
+int g_value_axis(const g_value *x, g_dim d);
+/* The first graph input with an axis of dim `d`: its value id and axis; false if none. The
+ * printers read a symbolic extent at run time off such an axis. */
+bool g_input_dim(const g_graph *g, g_dim d, int *value, int *axis);
 /* Makes `v` a graph output named `name` (the value is renamed). */
 void g_output(g_graph *g, int v, const char *name);
 /* A lazy weight; reuses an existing value with an equal recipe. The value is named `name`

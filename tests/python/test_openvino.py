@@ -99,7 +99,7 @@ def test_dim_range_enforced(ckpts, tmp_path):
     model, compiled = compile_ov(out)
     assert str(model.inputs[0].get_partial_shape()) == "[1,2..16]"
     ids, mask, pos = make_inputs(160, 1, 20)
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError):
         ov_logits(compiled, ids, mask, pos)
 
 

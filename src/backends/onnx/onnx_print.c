@@ -206,6 +206,17 @@ static void end_node(printer *p, pb_buf *nb)
     pb_free(nb);
 }
 
+/* Emits `out` = Shape(x)[axis : axis + 1], an int64 [1] extent read at run time. */
+static void extent_node(printer *p, const g_value *x, int axis, const char *out)
+{
+    pb_buf nb = {0};
+    const char *in[1] = {x->name};
+    begin_node(&nb, "Shape", out, in, 1, out);
+    attr_int(&nb, "start", axis);
+    attr_int(&nb, "end", axis + 1);
+    end_node(p, &nb);
+}
+
 /* Makes p->sym_tensor[s] name an int64 [1] tensor holding symbol s at run time, read off the
  * first graph input that has the symbol as one of its dims. */
 static ferry_status symbol_tensor(printer *p, int s, fy_err *err)
@@ -213,48 +224,25 @@ static ferry_status symbol_tensor(printer *p, int s, fy_err *err)
     if (p->sym_tensor[s][0])
         return FERRY_OK;
     const g_graph *g = p->g;
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const g_value *x = &g->values[g->inputs[i]];
-        for (int k = 0; k < x->shape.rank; k++) {
-            const g_dim *d = &x->shape.d[k];
-            if (d->unknown || d->c != 0 || d->n != 1 || d->t[0].sym != s || d->t[0].coef != 1)
-                continue;
-            snprintf(p->sym_tensor[s], sizeof p->sym_tensor[s], "/symbols/%s",
-                     g->syms.s[s].name);
-            pb_buf nb = {0};
-            const char *in[1] = {x->name};
-            begin_node(&nb, "Shape", p->sym_tensor[s], in, 1, p->sym_tensor[s]);
-            attr_int(&nb, "start", k);
-            attr_int(&nb, "end", k + 1);
-            end_node(p, &nb);
-            return FERRY_OK;
-        }
-    }
-    return fy_fail(err, FERRY_ERR_INTERNAL, "ONNX: no graph input carries the symbol '%s'",
-                   g->syms.s[s].name);
+    int v, axis;
+    if (!g_input_dim(g, g_dim_sym(s), &v, &axis))
+        return fy_fail(err, FERRY_ERR_INTERNAL, "ONNX: no graph input carries the symbol '%s'",
+                       g->syms.s[s].name);
+    snprintf(p->sym_tensor[s], sizeof p->sym_tensor[s], "/symbols/%s", g->syms.s[s].name);
+    extent_node(p, &g->values[v], axis, p->sym_tensor[s]);
+    return FERRY_OK;
 }
 
-/* Emits `out` = the int64 [1] extent of the first graph input axis whose dim is `d`, if any. */
+/* Emits `out` = the extent of the first graph input axis whose dim is `d`, if any. */
 static bool input_dim(printer *p, const g_dim *d, const char *out)
 {
-    const g_graph *g = p->g;
+    int v, axis;
     if (d->n == 1 && d->c == 0 && d->t[0].coef == 1)
         return false; /* a lone symbol: symbol_tensor reads it the same way, once */
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        const g_value *x = &g->values[g->inputs[i]];
-        for (int k = 0; k < x->shape.rank; k++) {
-            if (x->shape.d[k].unknown || !g_dim_eq(x->shape.d[k], *d))
-                continue;
-            pb_buf nb = {0};
-            const char *in[1] = {x->name};
-            begin_node(&nb, "Shape", out, in, 1, out);
-            attr_int(&nb, "start", k);
-            attr_int(&nb, "end", k + 1);
-            end_node(p, &nb);
-            return true;
-        }
-    }
-    return false;
+    if (!g_input_dim(p->g, *d, &v, &axis))
+        return false;
+    extent_node(p, &p->g->values[v], axis, out);
+    return true;
 }
 
 /* Emits nodes computing the int64 [rank] shape `target` at run time into tensor `out`. */

@@ -59,20 +59,26 @@ static const char *ov_type(ferry_dtype dt)
 }
 
 /* The port precision OpenVINO writes for an element type ("FP32", "I64", "BOOL"). */
-static void ov_precision(ferry_dtype dt, char *buf, size_t size)
+static const char *ov_precision(ferry_dtype dt)
 {
-    const char *t = ov_type(dt);
-    if (dt == FERRY_BOOL)
-        t = "bool";
-    size_t i = 0;
-    if (t && t[0] == 'f' && dt != FERRY_BOOL) {
-        buf[i++] = 'F';
-        buf[i++] = 'P';
-        t++;
+    switch (dt) {
+    case FERRY_F32: return "FP32";
+    case FERRY_F16: return "FP16";
+    case FERRY_BF16: return "BF16";
+    case FERRY_F64: return "FP64";
+    case FERRY_I8: return "I8";
+    case FERRY_I16: return "I16";
+    case FERRY_I32: return "I32";
+    case FERRY_I64: return "I64";
+    case FERRY_U8: return "U8";
+    case FERRY_U16: return "U16";
+    case FERRY_U32: return "U32";
+    case FERRY_U64: return "U64";
+    case FERRY_BOOL: return "BOOL";
+    case FERRY_U4: return "U4";
+    case FERRY_I4: return "I4";
+    default: return "UNSPECIFIED";
     }
-    for (; t && *t && i + 1 < size; t++)
-        buf[i++] = (char)(*t >= 'a' && *t <= 'z' ? *t - 'a' + 'A' : *t);
-    buf[i] = '\0';
 }
 
 static void xml_text(strbuf *b, const char *s)
@@ -91,9 +97,7 @@ static void xml_text(strbuf *b, const char *s)
 
 static void port(strbuf *b, int id, ferry_dtype dt, const g_shape *s, const char *names)
 {
-    char prec[16];
-    ov_precision(dt, prec, sizeof prec);
-    sb_printf(b, "\t\t\t\t<port id=\"%d\" precision=\"%s\"", id, prec);
+    sb_printf(b, "\t\t\t\t<port id=\"%d\" precision=\"%s\"", id, ov_precision(dt));
     if (names) {
         sb_puts(b, " names=\"");
         xml_text(b, names);
@@ -162,6 +166,8 @@ static int layer(printer *p, const char *type, const char *version, const char *
                  const char *data, const ov_in *ins, int n_in, const ov_out *outs, int n_out)
 {
     int id = p->next_layer++;
+    if (p->placing)
+        return id; /* the first pass only places bytes: no text, no edges */
     strbuf *b = &p->layers;
     sb_printf(b, "\t\t<layer id=\"%d\" name=\"", id);
     xml_text(b, name);
@@ -292,27 +298,18 @@ static ferry_status input_extent(printer *p, int v, int k, const char *name, ov_
     return FERRY_OK;
 }
 
-static bool value_has_dim(const g_graph *g, int v, g_dim d, int *value, int *axis)
-{
-    const g_value *x = &g->values[v];
-    for (int k = 0; k < x->shape.rank; k++)
-        if (!x->shape.d[k].unknown && g_dim_eq(x->shape.d[k], d)) {
-            *value = v;
-            *axis = k;
-            return true;
-        }
-    return false;
-}
-
 /* Finds the graph input (or, in a stateful model, cache read) axis whose dim is `d` exactly. */
 static bool find_input_dim(const g_graph *g, g_dim d, int *value, int *axis)
 {
-    for (size_t i = 0; i < g->n_inputs; i++)
-        if (value_has_dim(g, g->inputs[i], d, value, axis))
+    if (g_input_dim(g, d, value, axis))
+        return true;
+    for (size_t i = 0; i < g->n_states; i++) {
+        int v = g->states[i].in;
+        if (v != G_NONE && (*axis = g_value_axis(&g->values[v], d)) >= 0) {
+            *value = v;
             return true;
-    for (size_t i = 0; i < g->n_states; i++)
-        if (g->states[i].in != G_NONE && value_has_dim(g, g->states[i].in, d, value, axis))
-            return true;
+        }
+    }
     return false;
 }
 
