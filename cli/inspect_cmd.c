@@ -222,12 +222,17 @@ int cmd_inspect(int argc, char **argv)
            qstr(m, "format"), qstr(prod, "name"), qstr(prod, "version"),
            qstr(m, "architecture"));
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(m, "generation");
+    /* a stateful export says so in its components' metadata; an explicit cache does not */
+    bool stateful = false;
+    const cJSON *comp;
+    cJSON_ArrayForEach(comp, cJSON_GetObjectItemCaseSensitive(m, "components"))
+        stateful |= cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(comp, "metadata"), "stateful"));
     if (cJSON_IsObject(gen))
         printf("  generation: %s cache%s, %s\n", qstr(gen, "cache_implementation"),
                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
                    ? ", multi-token decode" : "",
-               strcmp(str(m, "format"), "openvino") == 0
-                   ? "one stateful graph (openvino-genai's LLMPipeline runs it)"
+               stateful ? "one stateful graph (openvino-genai's LLMPipeline runs it)"
                    : "components are run by the caller's loop");
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");
     if (cJSON_IsObject(og)) {

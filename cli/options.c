@@ -152,6 +152,12 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
     case CLI_OPT_NO_TOKENIZER:
         o->cfg.skip_tokenizer = 1;
         return CLI_CONTINUE;
+    case CLI_OPT_DISABLE_STATEFUL:
+        o->cfg.stateless = 1;
+        return CLI_CONTINUE;
+    case CLI_OPT_COMPRESS_FP16:
+        o->cfg.compress_to_fp16 = 1;
+        return CLI_CONTINUE;
     case CLI_OPT_MULTI_TOKEN:
     case CLI_OPT_SINGLE_TOKEN:
         if (o->cfg.generation.multi_token_decode == (c == CLI_OPT_SINGLE_TOKEN) &&
@@ -247,6 +253,8 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         {"revision", required_argument, NULL, CLI_OPT_REVISION},
         {"for-generation", no_argument, NULL, CLI_OPT_GENERATION},
         {"no-tokenizer", no_argument, NULL, CLI_OPT_NO_TOKENIZER},
+        {"disable-stateful", no_argument, NULL, CLI_OPT_DISABLE_STATEFUL},
+        {"compress-to-fp16", no_argument, NULL, CLI_OPT_COMPRESS_FP16},
         {"multi-token-decode", no_argument, NULL, CLI_OPT_MULTI_TOKEN},
         {"single-token-decode", no_argument, NULL, CLI_OPT_SINGLE_TOKEN},
         {"static-cache", no_argument, NULL, CLI_OPT_STATIC_CACHE},
@@ -338,8 +346,9 @@ void cli_print_export_options(FILE *f)
             "  --config RECIPE.json     read options from a recipe with AutoExportConfig keys:\n"
             "                           export_format, dynamic, dynamic_shapes, dtype, opset,\n"
             "                           example_shapes, ort_fusions, quantizer, for_generation,\n"
-            "                           multi_token_decode, generation_config (command-line\n"
-            "                           options given after it win)\n"
+            "                           multi_token_decode, generation_config, stateful,\n"
+            "                           compress_to_fp16 (command-line options given after it\n"
+            "                           win)\n"
             "  --no-tokenizer           do not copy the checkpoint's tokenizer and chat-template\n"
             "                           files (tokenizer.json, tokenizer_config.json, ...; by\n"
             "                           default every export carries those it has)\n"
@@ -381,6 +390,11 @@ void cli_print_export_options(FILE *f)
             "                           shrinks of it for the least error weighted by each\n"
             "                           weight's square (int4 only; better at block 32,\n"
             "                           about twice the export time)\n"
+            "  --disable-stateful       OpenVINO generation: the cache as explicit inputs and\n"
+            "                           outputs (prefill/decode, as for ONNX) instead of one\n"
+            "                           stateful graph that keeps it in variables\n"
+            "  --compress-to-fp16       OpenVINO: weights stored in fp16, computed in fp32 (half\n"
+            "                           the bytes; --dtype stays fp32)\n"
             "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
             ferry_supported_formats(), ferry_default_opset(), ferry_min_opset(),
             ferry_max_opset());

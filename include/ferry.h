@@ -191,6 +191,12 @@ typedef struct ferry_export_config {
     ferry_quantizer quantizer;
     int skip_tokenizer;           /* 1: do not carry the checkpoint's tokenizer and chat-template
                                      files (default 0: every export carries those it has) */
+    /* OpenVINO only (any other format refuses a non-default value): */
+    int stateless;                /* 1: a generation export keeps its cache in explicit inputs
+                                     and outputs, as ONNX does (the guide's stateful=False);
+                                     0 (default): one stateful graph, the cache in variables */
+    int compress_to_fp16;         /* 1: fp32 compute over weights stored in fp16 (each weight a
+                                     f16 constant converted on load); dtype must be fp32 */
 } ferry_export_config;
 
 void ferry_export_config_init(ferry_export_config *cfg);
@@ -205,7 +211,8 @@ size_t ferry_export_config_size(void);
  * "static" | "dynamic", "max_cache_len": N}), "ort_fusions" ("cpu" | "cuda" | "webgpu" |
  * "dml" | null) and "quantizer" (null, "int4", "int8", or {"bits": 4 | 8, "block_size": N,
  * "symmetric": bool, "accuracy_level": 0-4, "quantize_embeddings": bool, "quantize_lm_head":
- * bool, "method": "rtn" | "mse"}, omitted fields keeping their defaults). Unknown keys are an error.
+ * bool, "method": "rtn" | "mse"}, omitted fields keeping their defaults), and OpenVINO's
+ * "stateful" (default true) and "compress_to_fp16" (default false). Unknown keys are an error.
  * `errbuf` (may be NULL) receives a message on failure. */
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json,
                                            char *errbuf, size_t errbuf_size);

@@ -60,7 +60,8 @@ class _ExportConfig(ctypes.Structure):
                 ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p),
                 ("for_generation", ctypes.c_int), ("generation", _GenerationConfig),
                 ("ort_fusions", ctypes.c_int), ("quantizer", _Quantizer),
-                ("skip_tokenizer", ctypes.c_int)]
+                ("skip_tokenizer", ctypes.c_int), ("stateless", ctypes.c_int),
+                ("compress_to_fp16", ctypes.c_int)]
 
 
 def _find_library():
@@ -218,24 +219,20 @@ class OnnxConfig:
 
 class OpenVINOConfig(OnnxConfig):
     """The recipe of an OpenVINO IR export (openvino_model.xml + .bin, run by OpenVINO's
-    runtime), with the guide's options. Generation exports are stateful (the cache in the
-    model's variables); `stateful=False` (explicit cache tensors) is not supported yet, and a
-    plain export has no state for it to change. `compress_to_fp16=True` is not supported yet
-    (use dtype="fp16" for fp16 weights and compute)."""
+    runtime), with the guide's options. `stateful` (generation only): True keeps the cache in
+    the model's variables (one graph, openvino-genai's layout); False gives it as explicit
+    inputs and outputs, in the components an ONNX generation export has. `compress_to_fp16`:
+    weights stored in fp16 and computed in fp32 (dtype stays "fp32")."""
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
                  compress_to_fp16=False, stateful=True):
-        if not stateful:
-            raise FerryError("OpenVINOConfig: stateful=False (the cache as explicit inputs and "
-                             "outputs) is not supported yet; generation exports are stateful",
-                             status=4)
-        if compress_to_fp16:
-            raise FerryError("OpenVINOConfig: compress_to_fp16 (fp16 weights, fp32 compute) is "
-                             "not supported yet; dtype=\"fp16\" exports fp16 weights and compute",
-                             status=4)
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
                          example_shapes=example_shapes)
         self._recipe["export_format"] = "openvino"
+        if stateful is not True:
+            self._recipe["stateful"] = stateful
+        if compress_to_fp16 is not False:
+            self._recipe["compress_to_fp16"] = compress_to_fp16
         self._c_config()
 
 

@@ -440,6 +440,15 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
         } else if (!strcmp(k, "quantizer")) {
             if ((st = recipe_quantizer(&cfg->quantizer, item, eb, es)) != FERRY_OK)
                 goto done;
+        } else if (!strcmp(k, "stateful") || !strcmp(k, "compress_to_fp16")) {
+            if (!cJSON_IsBool(item)) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: '%s' must be true or false", k);
+                goto done;
+            }
+            if (k[0] == 's')
+                cfg->stateless = !cJSON_IsTrue(item);
+            else
+                cfg->compress_to_fp16 = cJSON_IsTrue(item);
         } else if (!strcmp(k, "backend") || !strcmp(k, "optimize")) {
             if (!cJSON_IsNull(item)) {
                 st = say(eb, es, FERRY_ERR_UNSUPPORTED,
@@ -450,7 +459,7 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
             st = say(eb, es, FERRY_ERR_INVALID_ARG,
                      "recipe: unknown key '%s' (known: export_format, dynamic, dynamic_shapes, "
                      "dtype, opset, example_shapes, for_generation, multi_token_decode, "
-                     "generation_config, ort_fusions, quantizer)", k);
+                     "generation_config, ort_fusions, quantizer, stateful, compress_to_fp16)", k);
             goto done;
         }
     }
@@ -490,6 +499,10 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
     cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_sequence));
     if (cfg->ort_fusions != FERRY_ORT_NONE)
         cJSON_AddStringToObject(o, "ort_fusions", ferry_ort_fusions_name(cfg->ort_fusions));
+    if (cfg->stateless)
+        cJSON_AddBoolToObject(o, "stateful", 0);
+    if (cfg->compress_to_fp16)
+        cJSON_AddBoolToObject(o, "compress_to_fp16", 1);
     if (cfg->quantizer.bits) {
         const ferry_quantizer *q = &cfg->quantizer;
         cJSON *qo = cJSON_AddObjectToObject(o, "quantizer");

@@ -106,6 +106,11 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     c->cfg = *cfg_in;
     if (validate_config(&c->cfg, &c->backend, err) != FERRY_OK)
         goto fail;
+    if (!gen && c->cfg.stateless) {
+        fy_fail(err, FERRY_ERR_INVALID_ARG, "stateful=False applies to generation exports: a "
+                "plain export has no cache to keep in variables or not");
+        goto fail;
+    }
     g_symtab syms[GEN_MAX_COMPONENTS] = {{.n = 0}};
     g_dim axes[2];
     if (exp_resolve_axes(&c->cfg, m->arch, &syms[0], axes, err) != FERRY_OK)
@@ -120,7 +125,8 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
             goto fail;
         }
         ferry_generation_config decided = gen_resolve(&c->cfg, gen, axes[1]);
-        const char *one_graph = c->backend->one_generation_graph ? c->backend->name : NULL;
+        const char *one_graph =
+            c->backend->one_generation_graph && !c->cfg.stateless ? c->backend->name : NULL;
         if (gen_plan(&c->cfg, &decided, one_graph, axes[0], axes[1], syms, plan, &c->n, err) !=
             FERRY_OK)
             goto fail;

@@ -195,9 +195,10 @@ def test_python_api(ckpts, tmp_path):
     with pytest.raises(FerryError, match="opset"):
         OpenVINOExporter().export(ckpt, config=OnnxConfig(dynamic=True, opset=21))
     with pytest.raises(FerryError, match="compress_to_fp16"):
-        OpenVINOConfig(compress_to_fp16=True)
-    with pytest.raises(FerryError, match="stateful=False"):
-        OpenVINOConfig(stateful=False)
+        OpenVINOExporter().export(ckpt, config=OpenVINOConfig(compress_to_fp16=True,
+                                                              dtype="fp16"))
+    with pytest.raises(FerryError, match="stateful=False applies to generation"):
+        OpenVINOExporter().export(ckpt, config=OpenVINOConfig(stateful=False))
     gen = OpenVINOExporter().export_for_generation(ckpt)
     assert gen.components == {"decode": "openvino_model.xml"}
     with pytest.raises(FerryError, match="LLMPipeline"):

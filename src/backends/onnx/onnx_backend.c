@@ -19,6 +19,12 @@
 
 static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
 {
+    if (cfg->stateless)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "stateful=False is an OpenVINO option: an "
+                       "ONNX export's cache is always explicit inputs and outputs");
+    if (cfg->compress_to_fp16)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "compress_to_fp16 is an OpenVINO option; for "
+                       "fp16 ONNX weights export with dtype fp16");
     /* onnxruntime's fused graphs take opset 23 by default: its RMSNormalization is standard
      * there (older opsets need onnxruntime's own SimplifiedLayerNormalization). */
     if (cfg->opset == 0)

@@ -590,9 +590,12 @@ static ferry_status read_states(printer *p)
     for (size_t i = 0; i < g->n_inputs; i++)
         if (strcmp(g->values[g->inputs[i]].name, OV_BEAM_IDX) == 0)
             beam = g->inputs[i];
-    if (g->n_states && beam == G_NONE)
-        return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: a cache without %s", OV_BEAM_IDX);
     for (size_t i = 0; i < g->n_states; i++) {
+        if (!g->states[i].internal)
+            continue; /* an explicit cache: a Parameter and a Result like any other */
+        if (beam == G_NONE)
+            return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: a cache without %s",
+                           OV_BEAM_IDX);
         int v = g->states[i].in;
         g_shape s = g->values[v].shape;
         ferry_dtype dt = g->values[v].dtype;
@@ -630,6 +633,8 @@ static ferry_status write_states(printer *p)
     g_graph *g = p->g;
     for (size_t i = 0; i < g->n_states; i++) {
         const g_state st = g->states[i];
+        if (!st.internal)
+            continue;
         ov_in y;
         if (value_in(p, st.out, &y) != FERRY_OK)
             return p->err->status;

@@ -28,6 +28,10 @@ static ferry_status openvino_configure(ferry_export_config *cfg, fy_err *err)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "OpenVINO: quantized weights (--quantize "
                        "int%d) are not supported yet; export fp32, fp16 or bf16",
                        cfg->quantizer.bits);
+    if (cfg->compress_to_fp16 && cfg->dtype != FERRY_F32)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "compress_to_fp16 stores fp32 weights in "
+                       "fp16; with dtype %s the weights already are %s",
+                       ferry_dtype_name(cfg->dtype), ferry_dtype_name(cfg->dtype));
     return FERRY_OK;
 }
 
@@ -68,9 +72,8 @@ static bool is_state_value(const g_graph *g, int v)
  * [batch] input reorders every cache row as optimum-intel's stateful models do. */
 static ferry_status openvino_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
-    (void)cfg;
-    if (!g->n_states)
-        return g_check(g, err);
+    if (!g->n_states || cfg->stateless)
+        return g_check(g, err); /* the cache stays explicit inputs and outputs, as in ONNX */
     for (size_t i = 0; i < g->n_states; i++)
         if (g->states[i].in_place || g->states[i].in == G_NONE)
             return fy_fail(err, FERRY_ERR_INTERNAL, "openvino: state '%s' is not a growing "
@@ -134,7 +137,7 @@ static void openvino_describe(const ferry_export_config *cfg, cJSON *metadata)
 {
     cJSON_AddNumberToObject(metadata, "ir_version", 11);
     /* the cache pairs' inputs name the model's variables; beam_idx is an input */
-    cJSON_AddBoolToObject(metadata, "stateful", cfg->for_generation);
+    cJSON_AddBoolToObject(metadata, "stateful", cfg->for_generation && !cfg->stateless);
 }
 
 const fb_backend fb_openvino = {
