@@ -255,6 +255,13 @@ void g_extern_int(g_extern *e, const char *name, int64_t v)
         a->i = v;
 }
 
+void g_extern_bool(g_extern *e, const char *name, bool v)
+{
+    g_ext_attr *a = ext_attr(e, name, 'b');
+    if (a)
+        a->i = v;
+}
+
 void g_extern_float(g_extern *e, const char *name, double v)
 {
     g_ext_attr *a = ext_attr(e, name, 'f');

@@ -403,8 +403,11 @@ static ferry_status infer_expand(inf *x)
         len > G_MAX_RANK)
         return bad(x, "needs an int64 1-D shape of known length");
     g_shape t = {.rank = (int)len}, s;
+    /* a constant shape gives its dims (an axis of 1 in both stays 1, a repeat count is known) */
+    const int64_t *given = b->kind == GV_CONST && b->data && b->nbytes == (size_t)len * 8
+                               ? b->data : NULL;
     for (int i = 0; i < t.rank; i++)
-        t.d[i] = g_dim_unknown();
+        t.d[i] = given && given[i] >= 1 ? g_dim_const(given[i]) : g_dim_unknown();
     if (!g_shape_broadcast(&a->shape, &t, &s))
         return bad(x, "shapes do not broadcast");
     return one(x, a->dtype, &s);

@@ -91,7 +91,7 @@ typedef struct g_attn_opts {
 
 typedef struct g_ext_attr {
     char name[32];
-    char kind;               /* 'i' int, 'f' float */
+    char kind;               /* 'i' int, 'f' float, 'b' bool (i 0 or 1) */
     int64_t i;
     double f;
 } g_ext_attr;
@@ -278,6 +278,7 @@ g_extern g_extern_init(const char *domain, const char *op_type);
 /* Appends an int or float attribute (past G_EXT_MAX_ATTRS the node fails inference). */
 void g_extern_int(g_extern *e, const char *name, int64_t v);
 void g_extern_float(g_extern *e, const char *name, double v);
+void g_extern_bool(g_extern *e, const char *name, bool v);
 /* Declares output k at op output position `slot` with its type. */
 void g_extern_out(g_extern *e, int k, int slot, ferry_dtype dtype, const g_shape *shape);
 

@@ -104,4 +104,9 @@ void lw_attention_kv(g_lower_ctx *c, const g_node *n, int *k, int *v, int *outs)
 int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind kind,
                       int64_t window);
 
+/* attention `n`'s mask as an additive bias [b, 1, s, t] in `dt` (0 where a key is seen, the
+ * lowest finite value where not), made once per graph for each mask: for a target's own
+ * attention kernel. `q` (dst id) is any value whose axis 1 is the query length. */
+int lw_attention_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt);
+
 #endif

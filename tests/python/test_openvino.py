@@ -151,7 +151,7 @@ def test_real_model(smollm2, tmp_path):
 
 ERRORS = {
     "static-cache": (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "32"],
-                     ["openvino", "static cache", "not supported"], 1),
+                     ["openvino", "static cache", "--disable-stateful"], 1),
     "single-token": (["--dynamic", "--for-generation", "--single-token-decode"],
                      ["openvino runs generation as one graph", "multi-token"], 1),
     "static-shapes": (["--for-generation"], ["openvino runs generation as one graph",
@@ -159,7 +159,14 @@ ERRORS = {
     # a symbolic sequence alone would freeze the cache length (found by review)
     "dim-only": (["--for-generation", "--multi-token-decode", "--dim", "input_ids:1=sequence"],
                  ["openvino", "dynamic shapes"], 1),
-    "quantized": (["--dynamic", "--quantize", "int8"], ["OpenVINO", "--quantize int8"], 1),
+    # OpenVINO's compressed weights are [out, in/block, block]: rows of whole blocks only
+    "short-block": (["--dynamic", "--quantize", "int4", "--block-size", "256"],
+                    ["OpenVINO", "blocks of 256", "choose a block size"], 1),
+    "asymmetric-odd": (["--dynamic", "--quantize", "int4", "--asymmetric", "--block-size", "64"],
+                       ["OpenVINO", "odd number of blocks"], 1),
+    "compress-half": (["--dynamic", "--compress-to-fp16", "--dtype", "fp16"],
+                      ["compress_to_fp16", "fp16"], 1),
+    "stateless-plain": (["--dynamic", "--disable-stateful"], ["stateful=False", "generation"], 1),
     "ort-fusions": (["--dynamic", "--ort-fusions", "cpu"], ["ort_fusions", "onnx"], 1),
     "opset": (["--dynamic", "--opset", "21"], ["opset", "ONNX"], 1),
 }

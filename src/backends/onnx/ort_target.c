@@ -396,39 +396,6 @@ static ferry_status rotary_caches(g_lower_ctx *c, const g_rope_opts *o, ferry_dt
     return g->err.status;
 }
 
-/* ferry's attention mask for `n` as an additive bias [b, 1, s, t] in `dt`, made once per
- * graph for each mask (every layer with the same mask and window shares it). `q` (dst id)
- * is any value whose axis 1 is the query length: not a rotated q that nothing else reads, or
- * the rotation would be computed for its shape alone. */
-static int mask_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
-{
-    g_graph *g = c->dst;
-    const g_attn_opts *o = n->a.attn;
-    int m = lw_attention_mask(c, lw_in(c, n, 3), q, lw_in(c, n, 6), o->mask, o->sliding_window);
-    if (!g_ok(g))
-        return G_NONE;
-    for (size_t i = 0; i < c->n_memo; i++)
-        if (c->memo[i].kind == LW_MEMO_BIAS && c->memo[i].in_a == m &&
-            c->memo[i].key == (int64_t)dt)
-            return c->memo[i].out_a;
-    char saved[sizeof g->scope], scope[sizeof g->scope];
-    snprintf(scope, sizeof scope, "/model/attention_bias_%d", m);
-    lw_scope_push(c, saved, sizeof saved, scope);
-    /* [b, 1, 1, s, t] -> [b, 1, s, t], the dims from the semantic graph (q [b, s, h, d]; the
-     * mask input [b, t] or, given, [b, 1, s, t]): the mask's own may be unknown */
-    const g_shape *qs = &c->src->values[n->in[0]].shape, *ms = &c->src->values[n->in[3]].shape;
-    g_dim d4[4] = {qs->d[0], g_dim_const(1), qs->d[1],
-                   ms->d[o->mask == G_MASK_GIVEN ? 3 : 1]};
-    int m4 = g_reshape(g, "Reshape_mask", m, 4, d4);
-    double lowest = dt == FERRY_F16 ? -65504.0 : dt == FERRY_BF16 ? -3.3895313892515355e38
-                                                                  : -3.4028234663852886e38;
-    int bias = g_where(g, "Where_bias", m4, g_scalar_f(g, dt, 0.0), g_scalar_f(g, dt, lowest));
-    lw_scope_pop(c, saved);
-    lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_BIAS, .in_a = m, .key = (int64_t)dt,
-                              .out_a = bias});
-    return bias;
-}
-
 /* MultiHeadAttention over attention's keys and values as plain ops leave them (the cache
  * joined or written in place, [b, kvh, t, d]), repeated to every query head (it has no grouped
  * form) and given in its BNSH form; ferry's mask is the bias. The cache keeps its kv heads. */
@@ -464,7 +431,7 @@ static ferry_status ort_mha(g_lower_ctx *c, const g_node *n, int *outs)
     g_extern_int(&e, "num_heads", h);
     g_extern_float(&e, "scale", o->scale);
     g_extern_out(&e, 0, 0, dt, &c->src->values[n->out[0]].shape);
-    int in[6] = {q, k, v, G_NONE, G_NONE, mask_bias(c, n, q, dt)};
+    int in[6] = {q, k, v, G_NONE, G_NONE, lw_attention_bias(c, n, q, dt)};
     outs[0] = g_extern_node(g, "MultiHeadAttention", &e, 6, in);
     return g->err.status;
 }
@@ -572,7 +539,7 @@ static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
                             : G_NONE;
 
     /* ferry's own mask as an additive bias [b, 1, s, t] */
-    int bias = mask_bias(c, n, q, dt);
+    int bias = lw_attention_bias(c, n, q, dt);
 
     int cos_v = G_NONE, sin_v = G_NONE;
     if (rotary && rotary_caches(c, rq->a.rope, dt, &cos_v, &sin_v) != FERRY_OK)

@@ -27,6 +27,7 @@ typedef struct ov_in {
 typedef struct printer {
     g_graph *g;
     pl_file *bin;
+    const ov_options *opt;
     bool placing;            /* the first pass: place the bytes, write nothing */
     strbuf layers, edges;
     int next_layer;
@@ -162,8 +163,14 @@ typedef struct ov_out {
 
 /* Writes one layer: `data` its attributes (NULL: none), its inputs as edges from where they are
  * produced, its outputs numbered after the inputs. Returns the layer id. */
-static int layer(printer *p, const char *type, const char *version, const char *name,
-                 const char *data, const ov_in *ins, int n_in, const ov_out *outs, int n_out)
+static ov_in node_port(int layer, int port, ferry_dtype dt, const g_shape *s)
+{
+    return (ov_in){layer, port, dt, *s};
+}
+
+static int layer_rt(printer *p, const char *type, const char *version, const char *name,
+                    const char *data, const char *rt_attribute, const ov_in *ins, int n_in,
+                    const ov_out *outs, int n_out)
 {
     int id = p->next_layer++;
     if (p->placing)
@@ -174,6 +181,9 @@ static int layer(printer *p, const char *type, const char *version, const char *
     sb_printf(b, "\" type=\"%s\" version=\"%s\">\n", type, version);
     if (data)
         sb_printf(b, "\t\t\t<data %s />\n", data);
+    if (rt_attribute)
+        sb_printf(b, "\t\t\t<rt_info>\n\t\t\t\t<attribute name=\"%s\" version=\"0\" />\n"
+                  "\t\t\t</rt_info>\n", rt_attribute);
     if (n_in) {
         sb_puts(b, "\t\t\t<input>\n");
         for (int i = 0; i < n_in; i++) {
@@ -193,6 +203,39 @@ static int layer(printer *p, const char *type, const char *version, const char *
     return id;
 }
 
+static int layer(printer *p, const char *type, const char *version, const char *name,
+                 const char *data, const ov_in *ins, int n_in, const ov_out *outs, int n_out)
+{
+    return layer_rt(p, type, version, name, data, NULL, ins, n_in, outs, n_out);
+}
+
+/* A Const layer over `length` bytes at `offset` of the .bin. */
+static int const_layer(printer *p, const char *name, ferry_dtype dt, const g_shape *s,
+                       uint64_t offset, uint64_t length, const char *names)
+{
+    strbuf data = {0};
+    sb_printf(&data, "element_type=\"%s\" shape=\"", ov_type(dt));
+    shape_attr(&data, s, NULL);
+    sb_printf(&data, "\" offset=\"%llu\" size=\"%llu\"", (unsigned long long)offset,
+              (unsigned long long)length);
+    ov_out o = {dt, *s, names};
+    int id = data.oom ? -1 : layer(p, "Const", "opset1", name, data.data, NULL, 0, &o, 1);
+    sb_free(&data);
+    return id;
+}
+
+/* Places (first pass) or finds (second) part `part` of weight recipe `w`. */
+static ferry_status weight_bytes(printer *p, const g_weight *w, w_part part, const char *name,
+                                 uint64_t *offset, uint64_t *length)
+{
+    if (p->placing)
+        return pl_place(p->bin, w, part, offset, length, p->err);
+    if (pl_find(p->bin, w, part, offset, length))
+        return FERRY_OK;
+    return fy_fail(p->err, FERRY_ERR_INTERNAL, "weight '%s' was not placed in %s", name,
+                   pl_name(p->bin));
+}
+
 /* The port carrying value `v`: a Const layer the first time a constant or weight is read (its
  * bytes placed in the first pass, found in the second). */
 static ferry_status value_in(printer *p, int v, ov_in *out)
@@ -208,20 +251,34 @@ static ferry_status value_in(printer *p, int v, ov_in *out)
         return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: '%s' is read before it is made",
                        x->name);
     if (x->kind == GV_WEIGHT && x->weight.quant.bits)
-        return fy_fail(p->err, FERRY_ERR_UNSUPPORTED, "OpenVINO: quantized weight '%s' is not "
-                       "supported yet", x->name);
+        return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: the quantized weight '%s' is read "
+                       "without its decompression", x->name);
     const char *type = ov_type(x->dtype);
     if (!type)
         return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: '%s' has dtype %s, which it has no "
                        "element type for", x->name, dt_st_name(x->dtype));
     uint64_t offset = 0, length = x->kind == GV_CONST ? x->nbytes : 0;
     ferry_status st = FERRY_OK;
+    if (x->kind == GV_WEIGHT && p->opt->compress_to_fp16 && x->dtype == FERRY_F32) {
+        /* compress_to_fp16: the weight's bytes in fp16, converted on load; the "decompression"
+         * mark is what keeps OpenVINO from folding it back to fp32 in memory */
+        g_weight half = x->weight;
+        half.dtype = FERRY_F16;
+        char name[600];
+        snprintf(name, sizeof name, "%s/compressed", x->name);
+        if ((st = weight_bytes(p, &half, W_PART_DATA, x->name, &offset, &length)) != FERRY_OK)
+            return st;
+        ov_in c = {const_layer(p, name, FERRY_F16, &x->shape, offset, length, NULL), 0,
+                   FERRY_F16, x->shape};
+        ov_out o = {FERRY_F32, x->shape, x->name};
+        int id = layer_rt(p, "Convert", "opset1", x->name, "destination_type=\"f32\"",
+                          "decompression", &c, 1, &o, 1);
+        p->at[v] = node_port(id, 1, FERRY_F32, &x->shape);
+        *out = p->at[v];
+        return c.layer < 0 ? fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory") : FERRY_OK;
+    }
     if (x->kind == GV_WEIGHT) {
-        st = p->placing ? pl_place(p->bin, &x->weight, W_PART_DATA, &offset, &length, p->err)
-                        : (pl_find(p->bin, &x->weight, W_PART_DATA, &offset, &length)
-                               ? FERRY_OK
-                               : fy_fail(p->err, FERRY_ERR_INTERNAL, "weight '%s' was not "
-                                         "placed in %s", x->name, pl_name(p->bin)));
+        st = weight_bytes(p, &x->weight, W_PART_DATA, x->name, &offset, &length);
     } else if (x->nbytes) {
         if (p->placing)
             st = pl_place_const(p->bin, x, p->err);
@@ -231,17 +288,10 @@ static ferry_status value_in(printer *p, int v, ov_in *out)
     }
     if (st != FERRY_OK)
         return st;
-    strbuf data = {0};
-    sb_printf(&data, "element_type=\"%s\" shape=\"", type);
-    shape_attr(&data, &x->shape, NULL);
-    sb_printf(&data, "\" offset=\"%llu\" size=\"%llu\"", (unsigned long long)offset,
-              (unsigned long long)length);
-    ov_out o = {x->dtype, x->shape, x->name};
-    int id = layer(p, "Const", "opset1", x->name, data.data, NULL, 0, &o, 1);
-    sb_free(&data);
-    if (data.oom)
+    int id = const_layer(p, x->name, x->dtype, &x->shape, offset, length, x->name);
+    if (id < 0)
         return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
-    p->at[v] = (ov_in){id, 0, o.dtype, o.shape};
+    p->at[v] = (ov_in){id, 0, x->dtype, x->shape};
     *out = p->at[v];
     return FERRY_OK;
 }
@@ -259,10 +309,6 @@ static ferry_status i64_in(printer *p, int n, const int64_t *vals, ov_in *out)
     return const_in(p, g_const_i64(p->g, n, vals), out);
 }
 
-static ov_in node_port(int layer, int port, ferry_dtype dt, const g_shape *s)
-{
-    return (ov_in){layer, port, dt, *s};
-}
 
 static g_shape shape1(int64_t n)
 {
@@ -423,10 +469,122 @@ static const char *unary_type(g_op op)
     }
 }
 
+/* A block-quantized weight as OpenVINO's compressed-weight pattern (the CPU plugin runs the
+ * MatMul or Gather reading it on the compressed bytes): the codes as a u4/u8 Const
+ * [out, in/block, block] → Convert → Subtract the zero point (the per-block zeros part
+ * [out, in/block, 1], or the mid code when symmetric) → Multiply the scales [out, in/block, 1]
+ * → Reshape [out, in]. Codes, zeros and scales are the bytes the weight stream makes for
+ * every backend (ir/weights.h); the target checked that rows are whole blocks. */
+static ferry_status emit_dequantize(printer *p, const g_node *n)
+{
+    g_graph *g = p->g;
+    const g_value *w = &g->values[n->in[0]];
+    const w_quant *q = &w->weight.quant;
+    int64_t rows, cols;
+    w_matrix(&w->weight, &rows, &cols);
+    ferry_dtype code = q->bits == 4 ? FERRY_U4 : FERRY_U8, dt = w->dtype;
+    g_shape codes = {.rank = 3, .d = {g_dim_const(rows), g_dim_const(cols / q->block),
+                                      g_dim_const(q->block)}};
+    g_shape per_block = codes;
+    per_block.d[2] = g_dim_const(1);
+    char name[600];
+    uint64_t offset, length;
+    ferry_status st;
+    if ((st = weight_bytes(p, &w->weight, W_PART_CODES, w->name, &offset, &length)) != FERRY_OK)
+        return st;
+    ov_in c = {const_layer(p, w->name, code, &codes, offset, length, NULL), 0, code, codes};
+    snprintf(name, sizeof name, "%s/convert", w->name);
+    ov_out co = {dt, codes, NULL};
+    ov_in x[2] = {node_port(layer(p, "Convert", "opset1", name, dt == FERRY_F16
+                                  ? "destination_type=\"f16\"" : "destination_type=\"f32\"",
+                                  &c, 1, &co, 1), 1, dt, &codes)};
+    ov_in zero;
+    if (q->symmetric) {
+        uint8_t mid = q->bits == 4 ? 8 : 128;
+        if ((st = const_in(p, g_const(g, code, 0, NULL, &mid), &zero)) != FERRY_OK)
+            return st;
+    } else {
+        if ((st = weight_bytes(p, &w->weight, W_PART_ZEROS, w->name, &offset, &length)) !=
+            FERRY_OK)
+            return st;
+        snprintf(name, sizeof name, "%s/zero_point", w->name);
+        zero = (ov_in){const_layer(p, name, code, &per_block, offset, length, NULL), 0, code,
+                       per_block};
+    }
+    snprintf(name, sizeof name, "%s/zero_point/convert", w->name);
+    ov_out zo = {dt, zero.shape, NULL};
+    x[1] = node_port(layer(p, "Convert", "opset1", name, dt == FERRY_F16
+                           ? "destination_type=\"f16\"" : "destination_type=\"f32\"",
+                           &zero, 1, &zo, 1), 1, dt, &zero.shape);
+    snprintf(name, sizeof name, "%s/zero_point/subtract", w->name);
+    x[0] = node_port(layer(p, "Subtract", "opset1", name, "auto_broadcast=\"numpy\"", x, 2,
+                           &co, 1), 2, dt, &codes);
+    if ((st = weight_bytes(p, &w->weight, W_PART_SCALES, w->name, &offset, &length)) != FERRY_OK)
+        return st;
+    snprintf(name, sizeof name, "%s/scale", w->name);
+    x[1] = (ov_in){const_layer(p, name, dt, &per_block, offset, length, NULL), 0, dt, per_block};
+    snprintf(name, sizeof name, "%s/multiply", w->name);
+    x[0] = node_port(layer(p, "Multiply", "opset1", name, "auto_broadcast=\"numpy\"", x, 2,
+                           &co, 1), 2, dt, &codes);
+    int64_t target[2] = {rows, cols};
+    if ((st = i64_in(p, 2, target, &x[1])) != FERRY_OK)
+        return st;
+    const g_value *y = &g->values[n->out[0]];
+    ov_out o = {dt, y->shape, y->name};
+    int id = layer(p, "Reshape", "opset1", n->name, "special_zero=\"false\"", x, 2, &o, 1);
+    if (!grow_at(p))
+        return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
+    p->at[n->out[0]] = node_port(id, 2, dt, &y->shape);
+    return FERRY_OK;
+}
+
+/* A backend op the target made (g_extern): its domain is the opset, its attributes the data. */
+static ferry_status emit_extern(printer *p, const g_node *n)
+{
+    g_graph *g = p->g;
+    const g_extern *e = n->a.ext;
+    ov_in ins[G_MAX_IN];
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i] == G_NONE || value_in(p, n->in[i], &ins[i]) != FERRY_OK)
+            return n->in[i] == G_NONE
+                       ? fy_fail(p->err, FERRY_ERR_INTERNAL, "node '%s': an absent input "
+                                 "reached the OpenVINO printer", n->name)
+                       : p->err->status;
+    strbuf data = {0};
+    for (int i = 0; i < e->n_attr; i++) {
+        const g_ext_attr *a = &e->attr[i];
+        sb_printf(&data, "%s%s=\"", i ? " " : "", a->name);
+        if (a->kind == 'b')
+            sb_puts(&data, a->i ? "true" : "false");
+        else if (a->kind == 'i')
+            sb_printf(&data, "%lld", (long long)a->i);
+        else
+            sb_printf(&data, "%.9g", a->f);
+        sb_puts(&data, "\"");
+    }
+    ov_out o[G_MAX_OUT];
+    for (int k = 0; k < n->n_out; k++)
+        o[k] = (ov_out){g->values[n->out[k]].dtype, g->values[n->out[k]].shape,
+                        g->values[n->out[k]].name};
+    int id = layer(p, e->op_type, e->domain, n->name, e->n_attr ? data.data : NULL, ins,
+                   n->n_in, o, n->n_out);
+    bool oom = data.oom;
+    sb_free(&data);
+    if (oom || !grow_at(p))
+        return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < n->n_out; k++)
+        p->at[n->out[k]] = node_port(id, n->n_in + k, o[k].dtype, &o[k].shape);
+    return FERRY_OK;
+}
+
 static ferry_status emit_node(printer *p, size_t index)
 {
     g_graph *g = p->g;
     const g_node n = g->nodes[index];
+    if (n.op == G_DEQUANTIZE)
+        return emit_dequantize(p, &n);
+    if (n.op == G_EXTERN)
+        return emit_extern(p, &n);
     ov_in ins[G_MAX_IN + 4];
     int n_in = 0;
     /* ops whose attributes OpenVINO takes as inputs get them first (constants of the graph) */
@@ -579,10 +737,10 @@ static ferry_status emit_node(printer *p, size_t index)
 
 /* A stateful model's caches (openvino_finish took them out of the graph's inputs and outputs):
  * each is a variable named as its input, read with ReadValue, its rows reordered by beam_idx,
- * and written back with Assign. The ReadValue has no initialiser: a variable starts empty (its
- * symbolic dims 0), which is the empty cache of a first call. An initialiser computed from
- * beam_idx's shape gave the CPU plugin a memory descriptor with the length fixed at 0, which
- * fp16 and bf16 graphs then failed to grow ("Can not clone with new dims"). */
+ * and written back with Assign. A variable starts as its ReadValue's initialiser, zeros
+ * [batch, kv heads, 0, head dim] (the batch read off an input at run time): the empty cache of a
+ * first call. The CPU plugin needs the initialiser once it folds the cache into its attention
+ * node. */
 static ferry_status read_states(printer *p)
 {
     g_graph *g = p->g;
@@ -610,14 +768,33 @@ static ferry_status read_states(printer *p)
         sb_printf(&data, "\" variable_type=\"%s\" variable_shape=\"", type);
         shape_attr(&data, &s, &g->syms);
         sb_puts(&data, "\"");
+        /* the first call's cache: zeros [batch, kv heads, 0, head dim] */
+        ov_in init[2], dims[4];
+        for (int k = 0; k < 4; k++) {
+            snprintf(name, sizeof name, "%s/init", g->values[v].name);
+            if (runtime_dim(p, name, k, k == 2 ? g_dim_const(0) : s.d[k], &dims[k]) != FERRY_OK)
+                return p->err->status;
+        }
+        snprintf(name, sizeof name, "%s/init/shape", g->values[v].name);
+        ov_out so = {FERRY_I64, shape1(4), NULL};
+        init[1] = node_port(layer(p, "Concat", "opset1", name, "axis=\"0\"", dims, 4, &so, 1), 4,
+                            FERRY_I64, &so.shape);
+        if (const_in(p, g_scalar_f(g, dt, 0.0), &init[0]) != FERRY_OK)
+            return p->err->status;
+        g_shape empty = s;
+        empty.d[2] = g_dim_const(0);
+        ov_out io = {dt, empty, NULL};
+        snprintf(name, sizeof name, "%s/init", g->values[v].name);
+        ov_in first = node_port(layer(p, "Broadcast", "opset3", name, "mode=\"numpy\"", init, 2,
+                                      &io, 1), 2, dt, &empty);
         ov_out ro = {dt, s, NULL};
         snprintf(name, sizeof name, "%s/read", g->values[v].name);
-        int id = layer(p, "ReadValue", "opset6", name, data.data, NULL, 0, &ro, 1);
+        int id = layer(p, "ReadValue", "opset6", name, data.data, &first, 1, &ro, 1);
         bool oom = data.oom;
         sb_free(&data);
         if (oom)
             return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
-        ov_in gin[3] = {node_port(id, 0, dt, &s)};
+        ov_in gin[3] = {node_port(id, 1, dt, &s)};
         if (value_in(p, beam, &gin[1]) != FERRY_OK ||
             const_in(p, g_scalar_i64(g, 0), &gin[2]) != FERRY_OK)
             return p->err->status;
@@ -654,10 +831,11 @@ static ferry_status write_states(printer *p)
     return FERRY_OK;
 }
 
-ferry_status ov_print_model(g_graph *g, pl_file *bin, const char *graph_name, const char *dir,
-                            const char *xml_file, fy_err *err)
+ferry_status ov_print_model(g_graph *g, pl_file *bin, const ov_options *opt,
+                            const char *graph_name, const char *dir, const char *xml_file,
+                            fy_err *err)
 {
-    printer p = {.g = g, .bin = bin, .placing = xml_file == NULL, .err = err};
+    printer p = {.g = g, .bin = bin, .opt = opt, .placing = xml_file == NULL, .err = err};
     ferry_status st = FERRY_OK;
     if (!grow_at(&p)) {
         st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
@@ -708,10 +886,14 @@ ferry_status ov_print_model(g_graph *g, pl_file *bin, const char *graph_name, co
     sb_puts(&xml, "<?xml version=\"1.0\"?>\n<net name=\"");
     xml_text(&xml, graph_name ? graph_name : "ferry");
     sb_printf(&xml, "\" version=\"11\">\n\t<layers>\n%s\t</layers>\n\t<edges>\n%s\t</edges>\n"
-              "\t<rt_info>\n\t\t<info name=\"producer\" value=\"ferry %s\" />\n"
-              "\t</rt_info>\n</net>\n",
+              "\t<rt_info>\n\t\t<info name=\"producer\" value=\"ferry %s\" />\n",
               p.layers.data ? p.layers.data : "", p.edges.data ? p.edges.data : "",
               FERRY_VERSION);
+    if (opt->kv_cache_precision)
+        /* compile options the runtime takes from the model unless the caller sets them */
+        sb_printf(&xml, "\t\t<runtime_options>\n\t\t\t<KV_CACHE_PRECISION value=\"%s\" />\n"
+                  "\t\t</runtime_options>\n", opt->kv_cache_precision);
+    sb_puts(&xml, "\t</rt_info>\n</net>\n");
     if (xml.oom || p.layers.oom || p.edges.oom)
         st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", xml_file);
     else {

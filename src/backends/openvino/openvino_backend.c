@@ -1,13 +1,15 @@
-/* openvino_backend.c — the OpenVINO IR format: options, target, file layout and writing.
+/* openvino_backend.c — the OpenVINO IR format: options, file layout and writing (the target is
+ * openvino_target.c, the printer ir_print.c).
  *
  * Placement policy: each component is openvino_<name>.xml over its own openvino_<name>.bin
  * (OpenVINO reads the .bin of the same name), every Const's bytes at 64-byte aligned offsets,
  * each distinct weight or constant once.
  *
- * What this backend writes so far: the plain export (component "model") and the stateful
- * generation graph (one "decode" for the prompt and each token, the cache in ReadValue/Assign
- * variables, beam_idx) of every family, fp32, fp16 or bf16. Static caches, quantized weights
- * and onnxruntime's fusions are refused with a message saying so. */
+ * What it writes: the plain export (component "model"); generation as one stateful graph (one
+ * "decode" for the prompt and each token, the cache in ReadValue/Assign variables, beam_idx), or
+ * with stateful=false the explicit-cache components ONNX has (prefill/decode, static cache
+ * pairs); every family; fp32, fp16 or bf16, fp32 over fp16 weights (compress_to_fp16), int8 or
+ * int4 weights. onnxruntime's fusions and opsets are ONNX's, refused by name. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,33 +26,12 @@ static ferry_status openvino_configure(ferry_export_config *cfg, fy_err *err)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "ort_fusions '%s' are onnxruntime's kernels: "
                        "they apply to --format onnx, not openvino",
                        ferry_ort_fusions_name(cfg->ort_fusions));
-    if (cfg->quantizer.bits)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "OpenVINO: quantized weights (--quantize "
-                       "int%d) are not supported yet; export fp32, fp16 or bf16",
-                       cfg->quantizer.bits);
     if (cfg->compress_to_fp16 && cfg->dtype != FERRY_F32)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "compress_to_fp16 stores fp32 weights in "
                        "fp16; with dtype %s the weights already are %s",
                        ferry_dtype_name(cfg->dtype), ferry_dtype_name(cfg->dtype));
     return FERRY_OK;
 }
-
-static g_legality openvino_legal(const g_target *t, const g_graph *g, const g_node *n)
-{
-    (void)t;
-    (void)g;
-    return g_op_is_semantic(n->op) ? G_LOWER : G_NATIVE;
-}
-
-static g_lower_fn openvino_lowering(const g_target *t, g_op op)
-{
-    (void)t;
-    (void)op;
-    return NULL; /* the generic ones: linear as MatMul(transpose_b) over the stored weight */
-}
-
-const g_target openvino_target = {.name = "openvino", .legal = openvino_legal,
-                                  .lowering = openvino_lowering};
 
 static void openvino_target_of(const ferry_export_config *cfg, g_target *out)
 {
@@ -113,21 +94,40 @@ static ferry_status openvino_files(be_component *comps, int n, fy_err *err)
     return FERRY_OK;
 }
 
+static bool kv_in_variables(const g_graph *g)
+{
+    for (size_t i = 0; i < g->n_states; i++)
+        if (g->states[i].internal)
+            return true;
+    return false;
+}
+
+/* The KV cache precision OpenVINO's CPU plugin keeps the variables in: the export's own, the
+ * precision its tests hold it to (the plugin's default, u8 on CPUs without bf16, moves fp32
+ * logits by ~5e-4). A caller's KV_CACHE_PRECISION still wins. */
+static const char *kv_precision(ferry_dtype dt)
+{
+    return dt == FERRY_F16 ? "f16" : dt == FERRY_BF16 ? "bf16" : "f32";
+}
+
 static ferry_status openvino_write(const be_component *comps, int n,
                                    const ferry_export_config *cfg, const char *dir,
                                    ws_progress *progress, fy_err *err)
 {
-    (void)cfg;
     ferry_status st = FERRY_OK;
     for (int i = 0; i < n && st == FERRY_OK; i++) {
         pl_file *bin = pl_new(comps[i].data_files[0], OV_BIN_ALIGN);
         if (!bin)
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-        st = ov_print_model(comps[i].graph, bin, comps[i].name, dir, NULL, err);
+        ov_options opt = {.compress_to_fp16 = cfg->compress_to_fp16};
+        if (kv_in_variables(comps[i].graph))
+            opt.kv_cache_precision = kv_precision(cfg->dtype);
+        st = ov_print_model(comps[i].graph, bin, &opt, comps[i].name, dir, NULL, err);
         if (st == FERRY_OK)
             st = pl_write(bin, dir, progress, err);
         if (st == FERRY_OK)
-            st = ov_print_model(comps[i].graph, bin, comps[i].name, dir, comps[i].file, err);
+            st = ov_print_model(comps[i].graph, bin, &opt, comps[i].name, dir, comps[i].file,
+                                err);
         pl_free(bin);
     }
     return st;

@@ -7,7 +7,9 @@
  *   padding (int64 [b, t]): every non-padding key (bidirectional encoders, cross attention)
  *   given (bool [b, 1, s, t]): as given; query i sits at index offset + i
  *   window w: also fewer than w real tokens in slots (j, i] (int64 masks: padding may sit
- *       between a row's tokens), or j > index - w (a given mask: its slots are positions) */
+ *       between a row's tokens), or j > index - w (a given mask: its slots are positions)
+ * and, for targets whose attention kernel adds a bias, the same mask as an additive float
+ * [b, 1, s, t] (lw_attention_bias). */
 #include <stdio.h>
 #include <string.h>
 
@@ -91,4 +93,37 @@ int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind k
     lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_MASK, .in_a = mask, .in_b = offset, .key = key,
                               .out_a = m});
     return m;
+}
+
+/* ferry's attention mask for `n` as an additive bias [b, 1, s, t] in `dt`, made once per
+ * graph for each mask (every layer with the same mask and window shares it). `q` (dst id)
+ * is any value whose axis 1 is the query length: not a rotated q that nothing else reads, or
+ * the rotation would be computed for its shape alone. */
+int lw_attention_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
+{
+    g_graph *g = c->dst;
+    const g_attn_opts *o = n->a.attn;
+    int m = lw_attention_mask(c, lw_in(c, n, 3), q, lw_in(c, n, 6), o->mask, o->sliding_window);
+    if (!g_ok(g))
+        return G_NONE;
+    for (size_t i = 0; i < c->n_memo; i++)
+        if (c->memo[i].kind == LW_MEMO_BIAS && c->memo[i].in_a == m &&
+            c->memo[i].key == (int64_t)dt)
+            return c->memo[i].out_a;
+    char saved[sizeof g->scope], scope[sizeof g->scope];
+    snprintf(scope, sizeof scope, "/model/attention_bias_%d", m);
+    lw_scope_push(c, saved, sizeof saved, scope);
+    /* [b, 1, 1, s, t] -> [b, 1, s, t], the dims from the semantic graph (q [b, s, h, d]; the
+     * mask input [b, t] or, given, [b, 1, s, t]): the mask's own may be unknown */
+    const g_shape *qs = &c->src->values[n->in[0]].shape, *ms = &c->src->values[n->in[3]].shape;
+    g_dim d4[4] = {qs->d[0], g_dim_const(1), qs->d[1],
+                   ms->d[o->mask == G_MASK_GIVEN ? 3 : 1]};
+    int m4 = g_reshape(g, "Reshape_mask", m, 4, d4);
+    double lowest = dt == FERRY_F16 ? -65504.0 : dt == FERRY_BF16 ? -3.3895313892515355e38
+                                                                  : -3.4028234663852886e38;
+    int bias = g_where(g, "Where_bias", m4, g_scalar_f(g, dt, 0.0), g_scalar_f(g, dt, lowest));
+    lw_scope_pop(c, saved);
+    lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_BIAS, .in_a = m, .key = (int64_t)dt,
+                              .out_a = bias});
+    return bias;
 }
