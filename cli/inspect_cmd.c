@@ -265,7 +265,9 @@ int cmd_inspect(int argc, char **argv)
         const cJSON *q = cJSON_GetObjectItemCaseSensitive(ec, "quantizer");
         const cJSON *fu = cJSON_GetObjectItemCaseSensitive(ec, "ort_fusions");
         char quant_text[192] = "", bits[32], block[32];
-        if (cJSON_IsObject(q))
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ec, "compress_to_fp16")))
+            snprintf(quant_text, sizeof quant_text, ", weights stored fp16 (compress_to_fp16)");
+        else if (cJSON_IsObject(q))
             snprintf(quant_text, sizeof quant_text, ", weights int%s in blocks of %s (%s%s%s%s)",
                      int_text(cJSON_GetObjectItemCaseSensitive(q, "bits"), bits, sizeof bits),
                      int_text(cJSON_GetObjectItemCaseSensitive(q, "block_size"), block,
@@ -293,6 +295,14 @@ int cmd_inspect(int argc, char **argv)
         print_io("outputs", cJSON_GetObjectItemCaseSensitive(md, "outputs"));
         print_cache(cJSON_GetObjectItemCaseSensitive(md, "cache"),
                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(md, "stateful")));
+        const cJSON *ro = cJSON_GetObjectItemCaseSensitive(md, "runtime_options"), *opt;
+        if (cJSON_GetArraySize(ro) > 0) {
+            printf("  runtime options (OpenVINO applies them unless the caller sets its own):\n");
+            cJSON_ArrayForEach(opt, ro)
+                if (cJSON_IsString(opt))
+                    printf("    %-24s %s\n", cli_quote(opt->string),
+                           cli_quote(opt->valuestring));
+        }
         const cJSON *syms = cJSON_GetObjectItemCaseSensitive(md, "symbols"), *s;
         if (cJSON_GetArraySize(syms) > 0) {
             printf("  symbols:\n");

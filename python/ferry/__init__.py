@@ -222,12 +222,13 @@ class OpenVINOConfig(OnnxConfig):
     runtime), with the guide's options. `stateful` (generation only): True keeps the cache in
     the model's variables (one graph, openvino-genai's layout); False gives it as explicit
     inputs and outputs, in the components an ONNX generation export has. `compress_to_fp16`:
-    weights stored in fp16 and computed in fp32 (dtype stays "fp32")."""
+    weights stored in fp16 and computed in fp32 (dtype stays "fp32"). `quantizer`: as for
+    OnnxConfig ("int4", "int8" or a dict); OpenVINO runs the compressed weights as they are."""
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
-                 compress_to_fp16=False, stateful=True):
+                 compress_to_fp16=False, stateful=True, quantizer=None):
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
-                         example_shapes=example_shapes)
+                         example_shapes=example_shapes, quantizer=quantizer)
         self._recipe["export_format"] = "openvino"
         if stateful is not True:
             self._recipe["stateful"] = stateful

@@ -137,7 +137,11 @@ static void openvino_describe(const ferry_export_config *cfg, cJSON *metadata)
 {
     cJSON_AddNumberToObject(metadata, "ir_version", 11);
     /* the cache pairs' inputs name the model's variables; beam_idx is an input */
-    cJSON_AddBoolToObject(metadata, "stateful", cfg->for_generation && !cfg->stateless);
+    bool stateful = cfg->for_generation && !cfg->stateless;
+    cJSON_AddBoolToObject(metadata, "stateful", stateful);
+    if (stateful) /* as the printer writes them into the model's rt_info */
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(metadata, "runtime_options"),
+                                "KV_CACHE_PRECISION", kv_precision(cfg->dtype));
 }
 
 const fb_backend fb_openvino = {
