@@ -2,7 +2,8 @@
  * semantic op survives; rotary tables are built once per distinct rope setting (the defect of
  * 6fe3928 keyed them by positions and dtype only, so a second theta silently reused the first
  * table); layers asking for the same mask share one; skip_rms_norm is one add feeding one
- * rms_norm. And g_check's refusals of malformed nodes. That the lowered graphs compute the
+ * rms_norm; the OpenVINO target's attention and compressed weights. And g_check's refusals of
+ * malformed nodes. That the lowered graphs compute the
  * right numbers is tests/python/test_op_conformance.py's part. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <cmocka.h>
 
 #include "backends/onnx/onnx.h"
+#include "backends/openvino/openvino.h"
 #include "ir/legalize.h"
 #include "ir/lower/rope_freq.h"
 
@@ -457,6 +459,86 @@ static void quantized_weight_dequantized_or_refused(void **state)
     }
 }
 
+/* The OpenVINO target: each attention is one ScaledDotProductAttention (opset13) over keys and
+ * values repeated by Unsqueeze → Broadcast → Reshape when kv heads are grouped (the form the CPU
+ * plugin folds), every layer reading one shared additive bias; a softcapped attention keeps the
+ * generic lowering (SDPA has no softcap). A quantized linear is a dequantize over the weight with
+ * rows of whole blocks (no padding, no stored zeros for symmetric); a row of a short block is
+ * refused naming the weight. */
+static void openvino_attention_and_weights(void **state)
+{
+    (void)state;
+    const int64_t x4[4] = {1, 3, 4, 16}, kv4[4] = {1, 3, 2, 16}, bs[2] = {1, 3};
+    for (int softcap = 0; softcap < 2; softcap++) {
+        g_graph *g = g_new();
+        int mask = input(g, "attention_mask", FERRY_I64, 2, bs);
+        g_attn_opts ao = {.num_heads = 4, .num_kv_heads = 2, .head_dim = 16, .scale = 0.25,
+                          .softcap = softcap ? 50.0 : 0.0, .mask = G_MASK_CAUSAL};
+        for (int layer = 0; layer < 2; layer++) {
+            char name[32];
+            snprintf(name, sizeof name, "attn%d", layer);
+            int q = input(g, layer ? "q1" : "q0", FERRY_F32, 4, x4);
+            int k = input(g, layer ? "k1" : "k0", FERRY_F32, 4, kv4);
+            g_output(g, g_attention(g, name, q, k, k, mask, G_NONE, G_NONE, G_NONE, &ao, NULL,
+                                    NULL), layer ? "y1" : "y0");
+        }
+        g_graph *out = legalize(g, &openvino_target);
+        int sdpa = 0;
+        for (size_t i = 0; i < out->n_nodes; i++) {
+            const g_node *n = &out->nodes[i];
+            if (n->dead || n->op != G_EXTERN)
+                continue;
+            assert_string_equal(n->a.ext->domain, "opset13");
+            assert_string_equal(n->a.ext->op_type, "ScaledDotProductAttention");
+            assert_int_equal(n->n_in, 5);
+            const g_node *rk = producer(out, n->in[1]);
+            assert_int_equal(rk->op, G_RESHAPE);
+            assert_int_equal(producer(out, rk->in[0])->op, G_EXPAND);
+            assert_int_equal(producer(out, producer(out, rk->in[0])->in[0])->op, G_UNSQUEEZE);
+            sdpa++;
+        }
+        if (softcap) {
+            assert_int_equal(sdpa, 0);
+            assert_int_equal(count_op(out, G_SOFTMAX), 2);
+        } else {
+            assert_int_equal(sdpa, 2);
+            assert_int_equal(count_op(out, G_SOFTMAX), 0);
+            assert_int_equal(nth(out, G_EXTERN, 0)->in[3], nth(out, G_EXTERN, 1)->in[3]);
+        }
+        g_free(out);
+        g_free(g);
+    }
+    st_tensor t = {.name = "model.layers.0.mlp.down_proj.weight", .dtype = FERRY_F32, .ndim = 2,
+                   .shape = {32, 96}, .numel = 32 * 96, .begin = 0, .end = 32 * 96 * 4};
+    const int64_t x3[3] = {1, 3, 96};
+    for (int block = 32; block <= 64; block *= 2) {
+        g_graph *g = g_new();
+        g_weight w = w_plain(&t, FERRY_F32);
+        w.quant = (w_quant){.bits = 4, .block = block, .symmetric = true};
+        g_output(g, g_linear(g, "down", input(g, "x", FERRY_F32, 3, x3),
+                             g_weight_value(g, t.name, &w), G_NONE), "y");
+        g_remove_dead(g);
+        fy_err err = {0};
+        assert_int_equal(g_check(g, &err), FERRY_OK);
+        g_graph *out = g_legalize(g, &openvino_target, &err);
+        if (block == 32) {
+            if (!out)
+                fail_msg("openvino: %s", err.msg);
+            const g_node *dq = nth(out, G_DEQUANTIZE, 0);
+            const w_quant *q = &out->values[dq->in[0]].weight.quant;
+            assert_false(q->explicit_zeros || q->pad_blocks);
+            assert_int_equal(producer(out, nth(out, G_MATMUL, 0)->in[1])->op, G_DEQUANTIZE);
+            assert_true(nth(out, G_MATMUL, 0)->a.transpose_b);
+            g_free(out);
+        } else {
+            assert_null(out); /* 96 inputs are 1.5 blocks of 64 */
+            if (!strstr(err.msg, t.name) || !strstr(err.msg, "blocks of 64"))
+                fail_msg("message: %s", err.msg);
+        }
+        g_free(g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -468,6 +550,7 @@ int main(void)
         cmocka_unit_test(check_refuses_malformed_nodes),
         cmocka_unit_test(inference_refuses_impossible_nodes),
         cmocka_unit_test(quantized_weight_dequantized_or_refused),
+        cmocka_unit_test(openvino_attention_and_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
