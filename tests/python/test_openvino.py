@@ -309,7 +309,9 @@ def test_stateful_greedy_equals_generate(stateful, rows):
 
 def test_llm_pipeline_runs_the_export(smollm2, tmp_path):
     """openvino-genai's LLMPipeline on ferry's SmolLM2 export (the tokenizer converted by
-    openvino-tokenizers from the files the export carries) writes transformers' greedy text."""
+    openvino-tokenizers from the files the export carries) writes transformers' greedy text,
+    with either attention backend, and its ContinuousBatchingPipeline does for three prompts
+    batched together."""
     import torch
     ovg = pytest.importorskip("openvino_genai")
     from openvino_tokenizers import convert_tokenizer
@@ -323,19 +325,36 @@ def test_llm_pipeline_runs_the_export(smollm2, tmp_path):
     ov_tok, ov_detok = convert_tokenizer(tokenizer, with_detokenizer=True)
     ov.save_model(ov_tok, str(out / "openvino_tokenizer.xml"))
     ov.save_model(ov_detok, str(out / "openvino_detokenizer.xml"))
-    pipe = ovg.LLMPipeline(str(out), "CPU", INFERENCE_PRECISION_HINT="f32")
     model = reference_model(smollm2)
-    for chat in ([{"role": "user", "content": "What is the capital of France?"}],
-                 [{"role": "user", "content": "Write a haiku about the sea."}]):
-        text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-        config = ovg.GenerationConfig()
-        config.max_new_tokens, config.do_sample, config.apply_chat_template = 24, False, False
-        got = str(pipe.generate(text, config))
-        enc = tokenizer(text, return_tensors="pt")
+    config = ovg.GenerationConfig()
+    config.max_new_tokens, config.do_sample, config.apply_chat_template = 24, False, False
+    texts, wants = [], []
+    for question in ("What is the capital of France?", "Write a haiku about the sea.",
+                     "Name three primary colors."):
+        chat = [{"role": "user", "content": question}]
+        texts.append(tokenizer.apply_chat_template(chat, add_generation_prompt=True,
+                                                   tokenize=False))
+        enc = tokenizer(texts[-1], return_tensors="pt")
         with torch.no_grad():
             ref = model.generate(**enc, max_new_tokens=24, do_sample=False)
-        want = tokenizer.decode(ref[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        assert got == want, (got, want)
+        wants.append(tokenizer.decode(ref[0, enc["input_ids"].shape[1]:],
+                                      skip_special_tokens=True))
+    # both of its attention backends: the stateful graph as written (SDPA), and paged attention
+    # (PA), which openvino-genai makes by rewriting ferry's ScaledDotProductAttention
+    for backend in ("SDPA", "PA"):
+        pipe = ovg.LLMPipeline(str(out), "CPU", ATTENTION_BACKEND=backend,
+                               INFERENCE_PRECISION_HINT="f32")
+        for text, want in zip(texts, wants):
+            got = str(pipe.generate(text, config))
+            assert got == want, (backend, got, want)
+    # continuous batching: the three prompts at once in paged attention
+    scheduler = ovg.SchedulerConfig()
+    scheduler.cache_size = 1
+    pipe = ovg.ContinuousBatchingPipeline(str(out), scheduler, "CPU",
+                                          {"INFERENCE_PRECISION_HINT": "f32",
+                                           "KV_CACHE_PRECISION": "f32"})
+    got = [r.m_generation_ids[0] for r in pipe.generate(texts, [config] * len(texts))]
+    assert got == wants, (got, wants)
 
 
 @pytest.mark.parametrize("dtype,atol", [("fp16", FP16_ATOL), ("bf16", BF16_ATOL)])
