@@ -45,6 +45,11 @@ typedef struct fb_backend {
     bool one_generation_graph;
 } fb_backend;
 
+/* Names a graph's explicit cache as the guide does (cache_names.c): a state updated in place
+ * (static cache) as input.<name> / output.<name>, an appended one as past_key_values.<l>.key ->
+ * present.<l>.key. For the formats whose cache is the graph's inputs and outputs. */
+ferry_status be_name_explicit_cache(g_graph *g, fy_err *err);
+
 const fb_backend *fb_find(ferry_format format);
 /* By export.json / recipe name ("onnx"); NULL if unknown. */
 const fb_backend *fb_find_name(const char *name);

@@ -1,17 +1,15 @@
-/* onnx_backend.c — the ONNX format: options (opset), target, cache naming, file layout and
- * writing.
+/* onnx_backend.c — the ONNX format: options (opset), target, file layout and writing.
  *
  * Placement policy: every component's weights live in one shared model.onnx.data at 4096-byte
  * aligned offsets (onnxruntime can map them), each distinct weight once: a generation export's
  * prefill and decode read the same bytes and share page cache at run time. So does every
  * constant of ONNX_EXTERNAL_CONST_BYTES or more (a fused graph's rotary tables).
  *
- * Cache states print as the guide names them: a state updated in place (static cache) as the
- * pair input.<name> / output.<name>, meant to be bound to one buffer; an appended cache as
- * past_key_values.<l>.key -> present.<l>.key. */
+ * Cache states print as the guide names them (be_name_explicit_cache, cache_names.c): a state
+ * updated in place (static cache) as the pair input.<name> / output.<name>, meant to be bound
+ * to one buffer; an appended cache as past_key_values.<l>.key -> present.<l>.key. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backends/backend.h"
@@ -63,44 +61,11 @@ static void onnx_target(const ferry_export_config *cfg, g_target *out)
     out->opts = cfg;
 }
 
-static ferry_status rename_value(g_graph *g, int v, const char *prefix, const char *name, fy_err *err)
-{
-    size_t n = strlen(prefix) + strlen(name) + 1;
-    char *s = malloc(n);
-    if (!s)
-        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-    snprintf(s, n, "%s%s", prefix, name);
-    free(g->values[v].name);
-    g->values[v].name = s;
-    return FERRY_OK;
-}
-
-/* "past_key_values.3.key" -> "present.3.key" */
-static ferry_status present_name(g_graph *g, int v, const char *state, fy_err *err)
-{
-    const char *prefix = "past_key_values.";
-    size_t n = strlen(prefix);
-    return rename_value(g, v, "present.", strncmp(state, prefix, n) == 0 ? state + n : state, err);
-}
-
 static ferry_status onnx_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
     (void)cfg;
-    for (size_t i = 0; i < g->n_states; i++) {
-        const g_state *s = &g->states[i];
-        ferry_status st;
-        if (s->in_place) {
-            st = rename_value(g, s->in, "input.", s->name, err);
-            if (st == FERRY_OK)
-                st = rename_value(g, s->out, "output.", s->name, err);
-        } else {
-            st = s->in == G_NONE ? FERRY_OK : rename_value(g, s->in, "", s->name, err);
-            if (st == FERRY_OK)
-                st = present_name(g, s->out, s->name, err);
-        }
-        if (st != FERRY_OK)
-            return st;
-    }
+    if (be_name_explicit_cache(g, err) != FERRY_OK)
+        return err->status;
     return g_check(g, err);
 }
 

@@ -8,7 +8,7 @@
  * What it writes: the plain export (component "model"); generation as one stateful graph (one
  * "decode" for the prompt and each token, the cache in ReadValue/Assign variables, beam_idx), or
  * with stateful=false the explicit-cache components ONNX has (prefill/decode, static cache
- * pairs); every family; fp32, fp16 or bf16, fp32 over fp16 weights (compress_to_fp16), int8 or
+ * pairs, named as ONNX names them); every family; fp32, fp16 or bf16, fp32 over fp16 weights (compress_to_fp16), int8 or
  * int4 weights. onnxruntime's fusions and opsets are ONNX's, refused by name. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -53,8 +53,13 @@ static bool is_state_value(const g_graph *g, int v)
  * [batch] input reorders every cache row as optimum-intel's stateful models do. */
 static ferry_status openvino_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
-    if (!g->n_states || cfg->stateless)
-        return g_check(g, err); /* the cache stays explicit inputs and outputs, as in ONNX */
+    if (cfg->stateless) { /* the cache stays explicit inputs and outputs, named as in ONNX */
+        if (be_name_explicit_cache(g, err) != FERRY_OK)
+            return err->status;
+        return g_check(g, err);
+    }
+    if (!g->n_states)
+        return g_check(g, err);
     for (size_t i = 0; i < g->n_states; i++)
         if (g->states[i].in_place || g->states[i].in == G_NONE)
             return fy_fail(err, FERRY_ERR_INTERNAL, "openvino: state '%s' is not a growing "

@@ -1,0 +1,50 @@
+/* cache_names.c — the guide's names of an explicit cache, for every format that keeps the
+ * cache in the graph's inputs and outputs (ONNX always, OpenVINO with stateful=False): a
+ * state updated in place (static cache) as the pair input.<name> / output.<name>, meant to be
+ * bound to one buffer; an appended cache as past_key_values.<l>.key -> present.<l>.key. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+
+static ferry_status rename_value(g_graph *g, int v, const char *prefix, const char *name,
+                                 fy_err *err)
+{
+    size_t n = strlen(prefix) + strlen(name) + 1;
+    char *s = malloc(n);
+    if (!s)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    snprintf(s, n, "%s%s", prefix, name);
+    free(g->values[v].name);
+    g->values[v].name = s;
+    return FERRY_OK;
+}
+
+/* "past_key_values.3.key" -> "present.3.key" */
+static ferry_status present_name(g_graph *g, int v, const char *state, fy_err *err)
+{
+    const char *prefix = "past_key_values.";
+    size_t n = strlen(prefix);
+    return rename_value(g, v, "present.", strncmp(state, prefix, n) == 0 ? state + n : state, err);
+}
+
+ferry_status be_name_explicit_cache(g_graph *g, fy_err *err)
+{
+    for (size_t i = 0; i < g->n_states; i++) {
+        const g_state *s = &g->states[i];
+        ferry_status st;
+        if (s->in_place) {
+            st = rename_value(g, s->in, "input.", s->name, err);
+            if (st == FERRY_OK)
+                st = rename_value(g, s->out, "output.", s->name, err);
+        } else {
+            st = s->in == G_NONE ? FERRY_OK : rename_value(g, s->in, "", s->name, err);
+            if (st == FERRY_OK)
+                st = present_name(g, s->out, s->name, err);
+        }
+        if (st != FERRY_OK)
+            return st;
+    }
+    return FERRY_OK;
+}
