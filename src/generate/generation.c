@@ -33,19 +33,22 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
                       gen_component *out, int *n, fy_err *err)
 {
     *n = 0;
+    /* `single` is a stateful format's; stateful=False gives it the components below instead */
     if (single && gen->static_cache)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: a static cache (--static-cache) needs "
-                       "the cache as explicit inputs and outputs (stateful=false / "
-                       "--disable-stateful): the stateful model keeps a growing cache", single);
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: a static cache (--static-cache) is not "
+                       "supported by a stateful model, which keeps a growing cache; "
+                       "stateful=False (--disable-stateful) exports it as explicit inputs and "
+                       "outputs", single);
     if (single && !cfg->dynamic)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s runs generation as one graph whose cache "
                        "grows from call to call: it needs dynamic shapes (dynamic=true / "
-                       "--dynamic), or an explicit cache (--disable-stateful)", single);
+                       "--dynamic), or stateful=False (--disable-stateful) for prefill and "
+                       "decode components", single);
     if (single && !gen->multi_token_decode)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s runs generation as one graph that takes "
                        "the prompt and each new token: it needs a multi-token decode (dynamic "
-                       "shapes, and not --single-token-decode), or an explicit cache "
-                       "(--disable-stateful)", single);
+                       "shapes, and not --single-token-decode), or stateful=False "
+                       "(--disable-stateful) for prefill and decode components", single);
     if (gen->multi_token_decode > 0 && !cfg->dynamic && g_dim_is_const(sequence, NULL))
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "multi_token_decode needs dynamic shapes "
                        "(dynamic=true / --dynamic, or a symbolic sequence axis): a static export "
