@@ -91,6 +91,7 @@ static void one_stateful_graph(void **state)
     p.gen.max_cache_len = 64;
     assert_int_equal(plan(&p, true), FERRY_ERR_UNSUPPORTED);
     assert_non_null(strstr(p.err.msg, "static cache"));
+    assert_non_null(strstr(p.err.msg, "--disable-stateful")); /* which writes one */
 }
 
 static void static_cache_components(void **state)

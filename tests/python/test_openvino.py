@@ -152,13 +152,15 @@ def test_real_model(smollm2, tmp_path):
         p.name for p in smollm2.iterdir() if p.name.startswith(("tokenizer", "chat_template")))
 
 
+# the stateful generation export's refusals name --disable-stateful, which writes each of them
 ERRORS = {
     "static-cache": (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "32"],
-                     ["openvino", "static cache", "--disable-stateful"], 1),
+                     ["openvino", "static cache", "not supported", "--disable-stateful"], 1),
     "single-token": (["--dynamic", "--for-generation", "--single-token-decode"],
-                     ["openvino runs generation as one graph", "multi-token"], 1),
+                     ["openvino runs generation as one graph", "multi-token",
+                      "--disable-stateful"], 1),
     "static-shapes": (["--for-generation"], ["openvino runs generation as one graph",
-                                             "dynamic shapes"], 1),
+                                             "dynamic shapes", "--disable-stateful"], 1),
     # a symbolic sequence alone would freeze the cache length (found by review)
     "dim-only": (["--for-generation", "--multi-token-decode", "--dim", "input_ids:1=sequence"],
                  ["openvino", "dynamic shapes"], 1),
@@ -221,7 +223,7 @@ def test_python_api(ckpts, tmp_path):
     assert gen.components == {"decode": "openvino_model.xml"}
     with pytest.raises(FerryError, match="LLMPipeline"):
         gen(input_ids=ids)
-    with pytest.raises(FerryError, match="static cache"):
+    with pytest.raises(FerryError, match="static cache.*stateful=False"):
         OpenVINOExporter().export_for_generation(
             ckpt, generation_config={"cache_implementation": "static", "max_cache_len": 32})
 
