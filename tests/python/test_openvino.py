@@ -5,12 +5,15 @@ logits agree within 1e-4 at every real position, batch 1 and 3 (left-padded) x s
 33, dynamic and static; fp16 and bf16 exports within the ONNX oracle's bounds; the real
 SmolLM2-135M on real text too. The generation export is one stateful graph (the cache in
 ReadValue/Assign variables, beam_idx): its greedy loop equals generate() for every family, and
-openvino-genai's LLMPipeline runs ferry's SmolLM2 export to transformers' text. The CPU
-plugin fuses what ferry writes (RMS, RoPE, ScaledDotProductAttention with its cache,
-FullyConnected on f16/u8/u4 weights: read off the compiled runtime model), and int8/int4 and
-fp16-stored weights hold SmolLM2's perplexity and top-1 agreement to measured bounds. What the
-backend cannot write (a static cache in a stateful graph, blocks OpenVINO cannot hold) fails
-with one line and writes nothing."""
+openvino-genai's LLMPipeline runs ferry's SmolLM2 export to transformers' text. With
+--disable-stateful (stateful=False) it is ONNX's components instead (prefill/decode, the cache
+as past_key_values.* in and present.* out, or a static cache's input.*/output.* pairs): the
+caller's loop gives generate()'s tokens, every call's logits within 1e-4. The CPU plugin fuses
+what ferry writes (RMS, RoPE, ScaledDotProductAttention with its cache, FullyConnected on
+f16/u8/u4 weights: read off the compiled runtime model), and int8/int4 and fp16-stored weights
+hold SmolLM2's perplexity and top-1 agreement to measured bounds. What the backend cannot write
+(a static cache in a stateful graph, blocks OpenVINO cannot hold) fails with one line and
+writes nothing."""
 
 import json
 
@@ -232,15 +235,22 @@ def test_python_api(ckpts, tmp_path):
 # generation: one stateful graph
 
 
-def stateful_greedy(compiled, rows, new_tokens, pad=2, logits=None):
-    """Greedy tokens of OpenVINO's stateful graph for `rows` (left-padded into one batch): the
-    prompt in one call, then one token a call; the cache stays in the model's variables."""
+def left_pad(rows, pad=2):
+    """(input_ids, attention_mask) of token lists `rows` left-padded into one batch."""
     batch, width = len(rows), max(len(r) for r in rows)
     ids = np.full((batch, width), pad, np.int64)
     mask = np.zeros((batch, width), np.int64)
     for i, r in enumerate(rows):
         ids[i, width - len(r):] = r
         mask[i, width - len(r):] = 1
+    return ids, mask
+
+
+def stateful_greedy(compiled, rows, new_tokens, pad=2, logits=None):
+    """Greedy tokens of OpenVINO's stateful graph for `rows` (left-padded into one batch): the
+    prompt in one call, then one token a call; the cache stays in the model's variables."""
+    ids, mask = left_pad(rows, pad)
+    batch, width = ids.shape
     pos = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
     request = compiled.create_infer_request()
     request.reset_state()
@@ -509,3 +519,238 @@ def test_quantized_quality_real_model(smollm2, real_text, tmp_path, name, record
     record_property("top1_agreement", round(top1, 4))
     assert ppl / base <= max_ratio, (name, ppl, base)
     assert top1 >= min_top1, (name, top1)
+
+
+# ---------------------------------------------------------------------------------------------
+# generation with stateful=False (--disable-stateful): the cache as explicit inputs and outputs,
+# in the components an ONNX generation export has, driven by the caller's loop
+
+def compile_components(out):
+    """(export.json, {component: compiled model}) of a generation export, at f32 (no variables
+    here, so KV_CACHE_PRECISION, which sets a stateful model's cache, has nothing to apply to)."""
+    core = ov.Core()
+    manifest = json.loads((out / "export.json").read_text())
+    return manifest, {name: core.compile_model(core.read_model(str(out / c["file"])), "CPU",
+                                               {"INFERENCE_PRECISION_HINT": "f32"})
+                      for name, c in manifest["components"].items()}
+
+
+def eos_ids(ckpt):
+    """The ids min_new_tokens keeps generate() from picking (hf_greedy asks for every token)."""
+    eos = json.loads((ckpt / "generation_config.json").read_text()).get("eos_token_id")
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
+def pick(logits, suppressed):
+    scores = logits[:, -1].astype(np.float64)
+    scores[:, suppressed] = -np.inf
+    return scores.argmax(-1).astype(np.int64)
+
+
+def stateless_greedy(manifest, compiled, rows, new_tokens, suppressed, chunk=None):
+    """Greedy tokens of a dynamic-cache export for `rows` (left-padded into one batch): the
+    prompt through "prefill" (or, with `chunk`, through "decode" on an empty past, `chunk`
+    tokens a call), then "decode" one token a call, each call's present.* fed back as the next
+    call's past_key_values.* (export.json's cache pairs) and the mask one column longer.
+    -> (ids, mask, tokens, calls: [(first position, logits [batch, query, vocab])])."""
+    ids, mask = left_pad(rows)
+    batch, width = ids.shape
+    pos = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
+    cache = manifest["components"]["decode"]["metadata"]["cache"]
+    to_past = {p["output"]: p["input"] for p in cache["pairs"]}
+    calls = []
+
+    def call(component, feeds, start):
+        outs = compiled[component](feeds)
+        calls.append((start, np.asarray(outs["logits"])))
+        return {to_past[name]: np.asarray(outs[name]) for name in to_past}
+
+    if chunk is None:
+        past = call("prefill", {"input_ids": ids, "attention_mask": mask, "position_ids": pos}, 0)
+    else:
+        past = {name: np.zeros((batch, cache["kv_heads"], 0, cache["head_dim"]), np.float32)
+                for name in to_past.values()}
+        for start in range(0, width, chunk):
+            stop = min(width, start + chunk)
+            past = call("decode", {"input_ids": ids[:, start:stop], "attention_mask": mask[:, :stop],
+                                   "position_ids": pos[:, start:stop], **past}, start)
+    tokens, grown = [], mask
+    for k in range(new_tokens):
+        tokens.append(pick(calls[-1][1], suppressed))
+        if k == new_tokens - 1:
+            break
+        grown = np.concatenate([grown, np.ones((batch, 1), np.int64)], 1)
+        past = call("decode", {"input_ids": tokens[-1][:, None], "attention_mask": grown,
+                               "position_ids": grown.sum(-1, keepdims=True) - 1, **past},
+                    width + k)
+        assert next(iter(past.values())).shape[2] == width + k + 1
+    return ids, mask, np.stack(tokens, 1), calls
+
+
+def static_greedy(manifest, compiled, rows, new_tokens, suppressed):
+    """The static-cache loop of test_generation.py (the guide's), here for left-padded rows too:
+    zero input.<name> buffers of max_cache_len slots (slot = column of the padded sequence), the
+    prompt through "prefill" (or "decode" when it is the only component), then one token a
+    call, every output.<name> fed back as input.<name>. The bool mask [batch, 1, query,
+    max_cache_len] lets a query at slot s see slots pad..s of its row."""
+    ids, mask = left_pad(rows)
+    batch, width = ids.shape
+    pos = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
+    pads = (mask == 0).sum(-1)
+    decode = manifest["components"]["decode"]["metadata"]
+    max_len = decode["cache"]["max_cache_len"]
+    buffers = {i["name"][len("input."):]: np.zeros(
+        [batch if d == "batch" else max_len if d == "max_cache_len" else d for d in i["shape"]],
+        {"float32": np.float32, "int64": np.int64}[i["dtype"]])
+        for i in decode["inputs"] if i["name"].startswith("input.")}
+    assert buffers, "no input.<name> cache inputs"
+    slots = np.arange(max_len)
+    calls = []
+
+    def call(component, tokens, first, positions):
+        nonlocal buffers
+        query = first + np.arange(tokens.shape[1])
+        visible = (slots[None, None, :] <= query[None, :, None]) & \
+            (slots[None, None, :] >= pads[:, None, None])
+        outs = compiled[component]({"input_ids": tokens, "attention_mask": visible[:, None],
+                                    "position_ids": positions,
+                                    **{f"input.{n}": v for n, v in buffers.items()}})
+        buffers = {n: np.asarray(outs[f"output.{n}"]) for n in buffers}
+        calls.append((first, np.asarray(outs["logits"])))
+
+    call("prefill" if "prefill" in compiled else "decode", ids, 0, pos)
+    tokens = []
+    for k in range(new_tokens):
+        tokens.append(pick(calls[-1][1], suppressed))
+        if k < new_tokens - 1:
+            call("decode", tokens[-1][:, None], width + k, pos[:, -1:] + k + 1)
+    counters = [int(v[0]) for n, v in buffers.items() if n.endswith("cumulative_length")]
+    assert counters and set(counters) == {width + new_tokens - 1}, counters
+    return ids, mask, np.stack(tokens, 1), calls
+
+
+def check_calls(ckpt, ids, mask, tokens, calls):
+    """Every call's logits against one eager forward over the prompt and the fed tokens, at
+    the real positions; -> the worst |ov - eager|."""
+    fed = tokens[:, :-1]
+    full_ids = np.concatenate([ids, fed], 1)
+    full_mask = np.concatenate([mask, np.ones_like(fed)], 1)
+    want = reference_logits(ckpt, full_ids, full_mask,
+                            np.where(full_mask == 1, np.cumsum(full_mask, -1) - 1, 1))
+    worst, covered = 0.0, 0
+    for start, got in calls:
+        stop = start + got.shape[1]
+        worst = max(worst, assert_logits_close(got, want[:, start:stop], full_mask[:, start:stop],
+                                               what=f"positions {start}:{stop}"))
+        covered += got.shape[1]
+    assert covered == full_ids.shape[1]
+    return worst
+
+
+def prompts(rows):
+    rng = np.random.default_rng(len(rows) * 100 + rows[0])
+    return [rng.integers(3, 160, n).tolist() for n in rows]
+
+
+@pytest.fixture(scope="module", params=list(ARCHS))
+def stateless(request, ckpts, tmp_path_factory):
+    ckpt = ckpts(request.param)
+    out = ferry_export(ckpt, tmp_path_factory.mktemp("ov-stateless") / "ov", "--format",
+                       "openvino", "--dynamic", "--for-generation", "--disable-stateful",
+                       "--quiet")
+    return ckpt, out, *compile_components(out)
+
+
+def test_stateless_interface(stateless, tmp_path):
+    """Two plain graphs (no ReadValue/Assign, no beam_idx) with the inputs, outputs and
+    export.json cache pairs of the ONNX generation export of the same checkpoint."""
+    import onnx
+
+    ckpt, out, manifest, _ = stateless
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json", "export.json", "generation_config.json", "openvino_decode.bin",
+        "openvino_decode.xml", "openvino_prefill.bin", "openvino_prefill.xml"]
+    onnx_out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", "--for-generation", "--quiet")
+    onnx_manifest = json.loads((onnx_out / "export.json").read_text())
+    assert manifest["generation"] == onnx_manifest["generation"]
+    core = ov.Core()
+    for name in ("prefill", "decode"):
+        component = manifest["components"][name]
+        assert component["file"] == f"openvino_{name}.xml"
+        assert component["metadata"]["stateful"] is False
+        assert component["metadata"]["cache"] == \
+            onnx_manifest["components"][name]["metadata"]["cache"]
+        model = core.read_model(str(out / component["file"]))
+        assert not model.get_sinks() and not model.get_variables()
+        assert not {op.get_type_name() for op in model.get_ordered_ops()} & {"ReadValue",
+                                                                              "Assign"}
+        graph = onnx.load(str(onnx_out / f"{name}.onnx"), load_external_data=False).graph
+        assert [i.get_any_name() for i in model.inputs] == [i.name for i in graph.input]
+        assert [o.get_any_name() for o in model.outputs] == [o.name for o in graph.output]
+    rc, stdout, _ = run_ferry("inspect", out)
+    assert rc == 0 and "components are run by the caller's loop" in stdout, stdout
+    assert "one stateful graph" not in stdout and "beam_idx" not in stdout
+    assert "past_key_values.0.key" in stdout and "present.1.value" in stdout
+
+
+@pytest.mark.parametrize("rows", [[1], [5], [40], [7, 3]], ids=["p1", "p5", "p40", "b2"])
+def test_stateless_greedy_equals_generate(stateless, rows, record_property):
+    """prefill, then 32 one-token decode calls fed the previous call's present.*: generate()'s
+    tokens, and every call's logits the eager model's within 1e-4."""
+    ckpt, _, manifest, compiled = stateless
+    ids, mask, got, calls = stateless_greedy(manifest, compiled, prompts(rows), 32,
+                                             eos_ids(ckpt))
+    want = hf_greedy(ckpt, ids, mask, 32)
+    assert (got == want).all(), (got, want)
+    record_property("max_abs_error", check_calls(ckpt, ids, mask, got, calls))
+
+
+@pytest.mark.parametrize("stateless", ["qwen3"], indirect=True)
+def test_stateless_decode_takes_chunks(stateless, record_property):
+    """decode's query is any length by default (--dynamic): the prompt in chunks of 3 on an
+    empty past instead of prefill gives the same tokens and logits."""
+    ckpt, _, manifest, compiled = stateless
+    ids, mask, got, calls = stateless_greedy(manifest, compiled, prompts([7, 3]), 8,
+                                             eos_ids(ckpt), chunk=3)
+    assert [start for start, _ in calls[:3]] == [0, 3, 6]
+    assert (got == hf_greedy(ckpt, ids, mask, 8)).all()
+    record_property("max_abs_error", check_calls(ckpt, ids, mask, got, calls))
+
+
+def test_stateless_single_token_decode(ckpts, tmp_path):
+    ckpt = ckpts("llama")
+    out = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic",
+                       "--for-generation", "--disable-stateful", "--single-token-decode",
+                       "--quiet")
+    manifest, compiled = compile_components(out)
+    assert manifest["generation"]["multi_token_decode"] is False
+    assert str(compiled["decode"].input("input_ids").get_partial_shape()) == "[?,1]"
+    for rows in ([5], [7, 3]):
+        ids, mask, got, calls = stateless_greedy(manifest, compiled, prompts(rows), 32,
+                                                 eos_ids(ckpt))
+        assert (got == hf_greedy(ckpt, ids, mask, 32)).all(), rows
+        check_calls(ckpt, ids, mask, got, calls)
+
+
+# 33 + 31 fed tokens fill the 64 slots exactly
+@pytest.mark.parametrize("arch,flags", [("llama", []), ("mistral", ["--multi-token-decode"])],
+                         ids=["llama", "mistral-window8-one-graph"])
+def test_stateless_static_cache_greedy_equals_generate(ckpts, tmp_path, arch, flags):
+    """--static-cache --max-cache-len 64: prefill + decode (or one multi-token decode), the
+    input.<name> / output.<name> pairs ONNX has; Mistral with a sliding window of 8, crossed in
+    the prompt and while decoding. Tokens equal generate()'s, logits the eager model's."""
+    ckpt = ckpts(arch, sliding_window=8) if arch == "mistral" else ckpts(arch)
+    out = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic",
+                       "--for-generation", "--disable-stateful", "--static-cache",
+                       "--max-cache-len", "64", *flags, "--quiet")
+    manifest, compiled = compile_components(out)
+    assert sorted(compiled) == (["decode"] if flags else ["decode", "prefill"])
+    pairs = manifest["components"]["decode"]["metadata"]["cache"]["pairs"]
+    assert all(p["in_place"] and p["input"] == "input." + p["output"][len("output."):]
+               for p in pairs) and len(pairs) == 3 * 2
+    for rows in ([1], [5], [33], [7, 3]):
+        ids, mask, got, calls = static_greedy(manifest, compiled, prompts(rows), 32,
+                                              eos_ids(ckpt))
+        assert (got == hf_greedy(ckpt, ids, mask, 32)).all(), rows
+        check_calls(ckpt, ids, mask, got, calls)
+
