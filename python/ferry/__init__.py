@@ -291,7 +291,9 @@ class OnnxExporter:
 class OpenVINOExporter(OnnxExporter):
     """Exports to OpenVINO IR (the recipe's export_format "openvino"). export_for_generation
     makes one stateful graph ("decode", in openvino_model.xml) that openvino-genai's
-    LLMPipeline runs; a static cache is refused for now."""
+    LLMPipeline runs (a static cache is refused there); with OpenVINOConfig(stateful=False) it
+    makes the components an ONNX generation export has (openvino_prefill.xml and
+    openvino_decode.xml, or one decode; dynamic or static cache), run by the caller's loop."""
 
     def export(self, model, inputs=None, config=None, revision=None):
         return super().export(model, inputs, _as_openvino(config or OpenVINOConfig()), revision)
@@ -458,17 +460,20 @@ class ExportedModel:
             f"{_escape(file)})" for name, file in components.items())
         raw_dir = _c().ferry_exported_dir(self._h)
         where = _escape(raw_dir) if raw_dir else "the directory save_pretrained() writes"
-        if self.manifest.get("format") == "openvino":
+        openvino = self.manifest.get("format") == "openvino"
+        if openvino and any(c.get("metadata", {}).get("stateful") for c in manifest.values()):
             raise FerryError(
                 f"this export has no \"model\" component to call: its {listed} is OpenVINO's "
                 "stateful generation graph, whose cache stays in the model's variables between "
                 f"calls. Run it (from {where}) with openvino-genai's LLMPipeline, or an OpenVINO "
                 "infer request fed input_ids, attention_mask, position_ids and beam_idx.",
                 status=4)
+        runtime = ("OpenVINO (openvino.Core().compile_model)" if openvino
+                   else "onnxruntime.InferenceSession")
         raise FerryError(
             f"this export has no \"model\" component to call: its components, {listed}, are "
             "the stages of a generation loop, which pass a KV cache from one call to the next. "
-            f"Run each component's file with onnxruntime.InferenceSession (from {where}), "
+            f"Run each component's file with {runtime} (from {where}), "
             "feeding the cache as export.json's components.<name>.metadata.cache describes "
             "(docs/design.md, \"Generation components\"); or export without for-generation to "
             "get a callable \"model\".", status=4)

@@ -754,3 +754,42 @@ def test_stateless_static_cache_greedy_equals_generate(ckpts, tmp_path, arch, fl
         assert (got == hf_greedy(ckpt, ids, mask, 32)).all(), rows
         check_calls(ckpt, ids, mask, got, calls)
 
+
+def test_stateless_python_api(ckpts, tmp_path):
+    """OpenVINOConfig(stateful=False) through OpenVINOExporter: the CLI's files byte for byte;
+    calling the export is refused as for an ONNX generation export (its components are a loop's
+    stages; no LLMPipeline, which cannot run them); the saved components, driven by the loop
+    above, give generate()'s tokens."""
+    from ferry import ExportedModel, FerryError, OpenVINOConfig, OpenVINOExporter
+
+    ckpt = ckpts("qwen2")
+    config = OpenVINOConfig(dynamic=True, stateful=False)
+    exported = OpenVINOExporter().export_for_generation(ckpt, config=config)
+    assert exported.components == {"prefill": "openvino_prefill.xml",
+                                   "decode": "openvino_decode.xml"}
+    ids, mask, _ = make_inputs(160, 2, 7)
+    with pytest.raises(FerryError, match="stages of a generation loop") as err:
+        exported(input_ids=ids, attention_mask=mask)
+    assert "OpenVINO" in str(err.value) and "LLMPipeline" not in str(err.value)
+    exported.save_pretrained(tmp_path / "api")
+    cli = ferry_export(ckpt, tmp_path / "cli", "--format", "openvino", "--dynamic",
+                       "--for-generation", "--disable-stateful", "--quiet")
+    for name in ("openvino_prefill.xml", "openvino_prefill.bin", "openvino_decode.xml",
+                 "openvino_decode.bin"):
+        assert (tmp_path / "api" / name).read_bytes() == (cli / name).read_bytes(), name
+    loaded = ExportedModel.from_pretrained(tmp_path / "api")
+    assert loaded.components == exported.components
+    with pytest.raises(FerryError, match="stages of a generation loop"):
+        loaded(input_ids=ids)
+    manifest, compiled = compile_components(tmp_path / "api")
+    ids, mask, got, calls = stateless_greedy(manifest, compiled, prompts([7, 3]), 32,
+                                             eos_ids(ckpt))
+    assert (got == hf_greedy(ckpt, ids, mask, 32)).all()
+    check_calls(ckpt, ids, mask, got, calls)
+    static = OpenVINOExporter().export_for_generation(
+        ckpt, config=config,
+        generation_config={"cache_implementation": "static", "max_cache_len": 64})
+    assert static.components == {"prefill": "openvino_prefill.xml",
+                                 "decode": "openvino_decode.xml"}
+    pairs = static.manifest["components"]["decode"]["metadata"]["cache"]["pairs"]
+    assert pairs[0]["input"] == "input.past_key_values.0.key"
