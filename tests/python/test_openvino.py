@@ -525,6 +525,7 @@ def test_quantized_quality_real_model(smollm2, real_text, tmp_path, name, record
 # generation with stateful=False (--disable-stateful): the cache as explicit inputs and outputs,
 # in the components an ONNX generation export has, driven by the caller's loop
 
+
 def compile_components(out):
     """(export.json, {component: compiled model}) of a generation export, at f32 (no variables
     here, so KV_CACHE_PRECISION, which sets a stateful model's cache, has nothing to apply to)."""
