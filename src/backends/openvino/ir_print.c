@@ -220,6 +220,8 @@ static int const_layer(printer *p, const char *name, ferry_dtype dt, const g_sha
               (unsigned long long)length);
     ov_out o = {dt, *s, names};
     int id = data.oom ? -1 : layer(p, "Const", "opset1", name, data.data, NULL, 0, &o, 1);
+    if (data.oom)
+        p->layers.oom = true; /* the XML is then refused as a whole */
     sb_free(&data);
     return id;
 }
@@ -308,7 +310,6 @@ static ferry_status i64_in(printer *p, int n, const int64_t *vals, ov_in *out)
 {
     return const_in(p, g_const_i64(p->g, n, vals), out);
 }
-
 
 static g_shape shape1(int64_t n)
 {
@@ -495,9 +496,10 @@ static ferry_status emit_dequantize(printer *p, const g_node *n)
     ov_in c = {const_layer(p, w->name, code, &codes, offset, length, NULL), 0, code, codes};
     snprintf(name, sizeof name, "%s/convert", w->name);
     ov_out co = {dt, codes, NULL};
-    ov_in x[2] = {node_port(layer(p, "Convert", "opset1", name, dt == FERRY_F16
-                                  ? "destination_type=\"f16\"" : "destination_type=\"f32\"",
-                                  &c, 1, &co, 1), 1, dt, &codes)};
+    char to[48];
+    snprintf(to, sizeof to, "destination_type=\"%s\"", ov_type(dt)); /* the scales' type */
+    ov_in x[2] = {node_port(layer(p, "Convert", "opset1", name, to, &c, 1, &co, 1), 1, dt,
+                            &codes)};
     ov_in zero;
     if (q->symmetric) {
         uint8_t mid = q->bits == 4 ? 8 : 128;
@@ -513,9 +515,8 @@ static ferry_status emit_dequantize(printer *p, const g_node *n)
     }
     snprintf(name, sizeof name, "%s/zero_point/convert", w->name);
     ov_out zo = {dt, zero.shape, NULL};
-    x[1] = node_port(layer(p, "Convert", "opset1", name, dt == FERRY_F16
-                           ? "destination_type=\"f16\"" : "destination_type=\"f32\"",
-                           &zero, 1, &zo, 1), 1, dt, &zero.shape);
+    x[1] = node_port(layer(p, "Convert", "opset1", name, to, &zero, 1, &zo, 1), 1, dt,
+                     &zero.shape);
     snprintf(name, sizeof name, "%s/zero_point/subtract", w->name);
     x[0] = node_port(layer(p, "Subtract", "opset1", name, "auto_broadcast=\"numpy\"", x, 2,
                            &co, 1), 2, dt, &codes);
@@ -762,12 +763,6 @@ static ferry_status read_states(printer *p)
             return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: cache '%s' is not a float "
                            "[batch, kv heads, length, head dim]", g->values[v].name);
         char name[600];
-        strbuf data = {0};
-        sb_puts(&data, "variable_id=\"");
-        xml_text(&data, g->values[v].name);
-        sb_printf(&data, "\" variable_type=\"%s\" variable_shape=\"", type);
-        shape_attr(&data, &s, &g->syms);
-        sb_puts(&data, "\"");
         /* the first call's cache: zeros [batch, kv heads, 0, head dim] */
         ov_in init[2], dims[4];
         for (int k = 0; k < 4; k++) {
@@ -787,6 +782,12 @@ static ferry_status read_states(printer *p)
         snprintf(name, sizeof name, "%s/init", g->values[v].name);
         ov_in first = node_port(layer(p, "Broadcast", "opset3", name, "mode=\"numpy\"", init, 2,
                                       &io, 1), 2, dt, &empty);
+        strbuf data = {0};
+        sb_puts(&data, "variable_id=\"");
+        xml_text(&data, g->values[v].name);
+        sb_printf(&data, "\" variable_type=\"%s\" variable_shape=\"", type);
+        shape_attr(&data, &s, &g->syms);
+        sb_puts(&data, "\"");
         ov_out ro = {dt, s, NULL};
         snprintf(name, sizeof name, "%s/read", g->values[v].name);
         int id = layer(p, "ReadValue", "opset6", name, data.data, &first, 1, &ro, 1);
