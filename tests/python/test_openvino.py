@@ -405,24 +405,28 @@ def runtime_layers(compiled):
     return out
 
 
-@pytest.mark.parametrize("flags,weights", [([], "f32"), (["--compress-to-fp16"], "f16"),
-                                           (["--quantize", "int8"], "u8"),
-                                           (["--quantize", "int4"], "u4")],
-                         ids=["fp32", "fp16-weights", "int8", "int4"])
-def test_cpu_plugin_fuses_the_stateful_graph(ckpts, tmp_path, flags, weights):
+FUSION_CASES = [(arch, [], "f32") for arch in ARCHS] + [
+    ("llama", ["--compress-to-fp16"], "f16"), ("llama", ["--quantize", "int8"], "u8"),
+    ("llama", ["--quantize", "int4"], "u4")]
+
+
+@pytest.mark.parametrize("arch,flags,weights", FUSION_CASES,
+                         ids=[f"{a}-{w}" for a, _, w in FUSION_CASES])
+def test_cpu_plugin_fuses_the_stateful_graph(ckpts, tmp_path, arch, flags, weights):
     """The forms ferry writes are the ones the CPU plugin fuses: every RMSNorm becomes one RMS
     node, every rotation one RoPE, each layer's attention with its cache (ReadValue, beam_idx
     Gather, Concat, the grouped-kv Broadcast, Assign) one ScaledDotProductAttention that keeps
     the cache itself (8 inputs: q, k, v, mask, scale, beam_idx and both past caches), and every
     linear a FullyConnected running on the weights as stored (f16, u8, u4: never unpacked to f32)."""
-    ckpt = ckpts("llama")   # 4 query heads over 2 kv heads
+    ckpt = ckpts(arch)   # 4 query heads over 2 kv heads
     layers = json.loads((ckpt / "config.json").read_text())["num_hidden_layers"]
     out = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic",
                        "--for-generation", *flags, "--quiet")
     _, compiled = compile_ov(out)
     found = runtime_layers(compiled)
     kinds = [k for k, _, _ in found]
-    assert kinds.count("RMS") == 2 * layers + 1, kinds
+    norms = 2 * layers + 1 + (2 * layers if arch == "qwen3" else 0)   # + q_norm, k_norm
+    assert kinds.count("RMS") == norms, kinds
     assert kinds.count("RoPE") == 2 * layers, kinds
     sdpa = [n for k, _, n in found if k == "ScaledDotProductAttention"]
     assert sdpa == [8] * layers, found
