@@ -11,7 +11,8 @@ PYTHON     ?= python3
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 APT_BUILD  = cmake gcc make libcjson-dev libcmocka-dev
-APT_TEST   = $(APT_BUILD) clang libclang-rt-14-dev
+# pkg-config: tests/python/test_c_install.py builds a program against an installed libferry.
+APT_TEST   = $(APT_BUILD) clang libclang-rt-14-dev pkg-config
 
 .PHONY: all build build-asan build-clang-ubsan demo test test-c test-python deps-build deps-test \
 	venv bench clean build-fuzz fuzz test-fuzz
