@@ -21,6 +21,7 @@ typedef struct cli_export_opts {
     const char *revision;
     const char *quant_flag;  /* the first quantizer option on the command line (for messages) */
     bool accuracy_flag;      /* --accuracy-level was given */
+    const char *openvino_flag; /* the last OpenVINO-only option on the command line */
     bool cache_flag;         /* --static-cache or --max-cache-len was given */
     bool decode_flag;        /* --multi-token-decode or --single-token-decode was given */
 } cli_export_opts;

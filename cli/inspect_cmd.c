@@ -232,7 +232,8 @@ int cmd_inspect(int argc, char **argv)
         printf("  generation: %s cache%s, %s\n", qstr(gen, "cache_implementation"),
                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
                    ? ", multi-token decode" : "",
-               stateful ? "one stateful graph (openvino-genai's LLMPipeline runs it)"
+               stateful ? "one stateful graph (openvino-genai's LLMPipeline runs it once "
+                          "openvino-tokenizers has converted its tokenizer)"
                    : "components are run by the caller's loop");
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");
     if (cJSON_IsObject(og)) {
@@ -265,7 +266,8 @@ int cmd_inspect(int argc, char **argv)
         const cJSON *q = cJSON_GetObjectItemCaseSensitive(ec, "quantizer");
         const cJSON *fu = cJSON_GetObjectItemCaseSensitive(ec, "ort_fusions");
         char quant_text[192] = "", bits[32], block[32];
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ec, "compress_to_fp16")))
+        bool half = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ec, "compress_to_fp16"));
+        if (half && !cJSON_IsObject(q))
             snprintf(quant_text, sizeof quant_text, ", weights stored fp16 (compress_to_fp16)");
         else if (cJSON_IsObject(q))
             snprintf(quant_text, sizeof quant_text, ", weights int%s in blocks of %s (%s%s%s%s)",
@@ -282,6 +284,9 @@ int cmd_inspect(int argc, char **argv)
                              !strcmp(cJSON_GetObjectItemCaseSensitive(q, "method")->valuestring,
                                      "mse")
                          ? ", mse-searched scales" : "");
+        if (half && cJSON_IsObject(q)) /* the float weights that are not quantized */
+            snprintf(quant_text + strlen(quant_text), sizeof quant_text - strlen(quant_text),
+                     ", other weights stored fp16");
         printf("\ncomponent %s (role %s, precision %s%s%s%s%s)\n  files:\n", cli_quote(c->string),
                qstr(c, "role"), qstr(md, "precision"), opset_text, quant_text,
                cJSON_IsString(fu) ? ", fused for onnxruntime " : "",

@@ -154,9 +154,11 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         return CLI_CONTINUE;
     case CLI_OPT_DISABLE_STATEFUL:
         o->cfg.stateless = 1;
+        o->openvino_flag = "--disable-stateful";
         return CLI_CONTINUE;
     case CLI_OPT_COMPRESS_FP16:
         o->cfg.compress_to_fp16 = 1;
+        o->openvino_flag = "--compress-to-fp16";
         return CLI_CONTINUE;
     case CLI_OPT_MULTI_TOKEN:
     case CLI_OPT_SINGLE_TOKEN:
@@ -318,6 +320,16 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
     if (o->cfg.quantizer.method == FERRY_QUANT_MSE && o->cfg.quantizer.bits == 8) {
         cli_error("--quant-method mse applies to --quantize int4 (at int8 it finds "
                   "round-to-nearest's own scales)");
+        return EXIT_USAGE;
+    }
+    if (o->openvino_flag && o->cfg.format != FERRY_FORMAT_OPENVINO) {
+        cli_error("%s is an OpenVINO option: it applies to --format openvino", o->openvino_flag);
+        return EXIT_USAGE;
+    }
+    if (o->cfg.stateless && !o->cfg.for_generation && o->openvino_flag &&
+        !strcmp(o->openvino_flag, "--disable-stateful")) {
+        cli_error("--disable-stateful applies to --for-generation exports (a plain export has "
+                  "no cache)");
         return EXIT_USAGE;
     }
     if (o->accuracy_flag && o->cfg.ort_fusions == FERRY_ORT_NONE) {

@@ -115,7 +115,8 @@ bool w_equal(const g_weight *a, const g_weight *b)
             return false;
     return a->concat_axis == b->concat_axis && a->row_begin == b->row_begin &&
            a->row_end == b->row_end && a->offset == b->offset && a->dtype == b->dtype &&
-           a->transpose == b->transpose && a->quant.bits == b->quant.bits &&
+           a->transpose == b->transpose && a->saturate == b->saturate &&
+           a->quant.bits == b->quant.bits &&
            a->quant.block == b->quant.block && a->quant.symmetric == b->quant.symmetric &&
            a->quant.search == b->quant.search &&
            a->quant.explicit_zeros == b->quant.explicit_zeros &&

@@ -70,6 +70,9 @@ typedef struct g_weight {
     double offset;
     ferry_dtype dtype;
     bool transpose;
+    bool saturate;           /* a value beyond an fp16 `dtype`'s range becomes its largest
+                                finite one (OpenVINO's compress_to_fp16 does so), not ±inf as a
+                                plain cast gives */
     w_quant quant;
 } g_weight;
 

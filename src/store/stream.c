@@ -306,6 +306,17 @@ static bool transpose_widen(uint8_t *restrict dst, const uint8_t *restrict src, 
 }
 
 /* fp32 + offset, in place. */
+static void clamp_to_f16_range(uint8_t *p, size_t n)
+{
+    const float most = 65504.0f; /* fp16's largest finite value; NaN stays NaN */
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, p + 4 * i, 4);
+        v = v > most ? most : v < -most ? -most : v;
+        memcpy(p + 4 * i, &v, 4);
+    }
+}
+
 static void add_offset(uint8_t *p, size_t n, double offset)
 {
     float off = (float)offset;
@@ -403,7 +414,8 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     const g_weight *w = &j->item->w;
     ferry_dtype from = w->src[0]->dtype, to = w->dtype;
     size_t n = (size_t)(j->nr * j->nc), osz = dt_size(to);
-    bool via_f32 = w->offset != 0 || w->quant.bits;
+    bool saturate = w->saturate && to == FERRY_F16;
+    bool via_f32 = w->offset != 0 || w->quant.bits || saturate;
     uint64_t src_off;
     const st_tensor *t = !via_f32 && !w->transpose && from == to ? contiguous(j, &src_off) : NULL;
     if (t) {
@@ -426,6 +438,8 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
         else
             dt_convert(b->conv.p, FERRY_F32, src, from, n);
         add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
+        if (saturate)
+            clamp_to_f16_range(b->conv.p, n);
         from = FERRY_F32;
         data = b->conv.p;
     }

@@ -174,7 +174,13 @@ ERRORS = {
                        ["OpenVINO", "odd number of blocks"], 1),
     "compress-half": (["--dynamic", "--compress-to-fp16", "--dtype", "fp16"],
                       ["compress_to_fp16", "fp16"], 1),
-    "stateless-plain": (["--dynamic", "--disable-stateful"], ["stateful=False", "generation"], 1),
+    "stateless-plain": (["--dynamic", "--disable-stateful"],
+                        ["--disable-stateful", "--for-generation"], 2),
+    # an OpenVINO-only option with another format is a usage error (found by review: exit 1)
+    "onnx-compress": (["--dynamic", "--compress-to-fp16", "--format", "onnx"],
+                      ["--compress-to-fp16", "OpenVINO option"], 2),
+    "onnx-stateless": (["--dynamic", "--for-generation", "--disable-stateful", "--format",
+                        "onnx"], ["--disable-stateful", "OpenVINO option"], 2),
     "ort-fusions": (["--dynamic", "--ort-fusions", "cpu"], ["ort_fusions", "onnx"], 1),
     "opset": (["--dynamic", "--opset", "21"], ["opset", "ONNX"], 1),
 }
@@ -218,6 +224,11 @@ def test_python_api(ckpts, tmp_path):
                                                                  compress_to_fp16=True))
     assert_logits_close(small(input_ids=ids, attention_mask=mask).logits, want, mask,
                         atol=FP16_ATOL)
+    # MatMulNBits' accuracy_level means nothing to OpenVINO (found by review: a recipe's was
+    # recorded and ignored)
+    with pytest.raises(FerryError, match="accuracy_level"):
+        OpenVINOExporter().export(ckpt, config=OpenVINOConfig(
+            dynamic=True, quantizer={"bits": 4, "accuracy_level": 2}))
     int8 = OpenVINOExporter().export(ckpt, config=OpenVINOConfig(dynamic=True, quantizer="int8"))
     assert np.isfinite(int8(input_ids=ids, attention_mask=mask).logits).all()
     recorded = int8.manifest["components"]["model"]["metadata"]["export_config"]
@@ -359,6 +370,17 @@ def test_llm_pipeline_runs_the_export(smollm2, tmp_path):
         for text, want in zip(texts, wants):
             got = str(pipe.generate(text, config))
             assert got == want, (backend, got, want)
+    # an fp16 export's stateful graph gives fp32 logits, which genai's sampler needs (found by
+    # review: an fp16 logits output failed in LLMPipeline); fp16 arithmetic may pick other
+    # tokens than fp32 eager late in a reply, so the first words are compared
+    half = ferry_export(smollm2, tmp_path / "ov16", "--format", "openvino", "--dynamic",
+                        "--for-generation", "--dtype", "fp16", "--quiet")
+    for name in ("openvino_tokenizer.xml", "openvino_tokenizer.bin", "openvino_detokenizer.xml",
+                 "openvino_detokenizer.bin"):
+        (half / name).write_bytes((out / name).read_bytes())
+    pipe = ovg.LLMPipeline(str(half), "CPU")
+    got = str(pipe.generate(texts[0], config))
+    assert got.split()[:4] == wants[0].split()[:4], (got, wants[0])
     # continuous batching: the three prompts at once in paged attention
     scheduler = ovg.SchedulerConfig()
     scheduler.cache_size = 1
@@ -475,6 +497,31 @@ def test_compress_to_fp16(ckpts, tmp_path):
     assert manifest["components"]["model"]["metadata"]["export_config"]["compress_to_fp16"]
     worst = check_shapes(ckpt, compiled, [(3, 7)], atol=FP16_ATOL)
     assert worst > 1e-6   # the weights really are rounded: not the fp32 export again
+
+
+def test_compress_to_fp16_matches_openvinos_own(ckpts, tmp_path):
+    """A weight beyond fp16's range (1e5) is stored as fp16's largest finite value, as
+    OpenVINO's own compress_to_fp16 (ov.save_model) stores it, not as inf (found by review: it
+    became inf and every logit NaN): ferry's compressed export and OpenVINO's compression of
+    ferry's fp32 export give the same logits."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(ckpts("llama"), dtype=torch.float32)
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight[3, 5] = 1e5
+    model.save_pretrained(tmp_path / "big")
+    full = ferry_export(tmp_path / "big", tmp_path / "f32", "--format", "openvino", "--dynamic",
+                        "--quiet")
+    ours = ferry_export(tmp_path / "big", tmp_path / "c16", "--format", "openvino", "--dynamic",
+                        "--compress-to-fp16", "--quiet")
+    theirs = tmp_path / "ov-c16"
+    ov.save_model(ov.Core().read_model(str(full / "openvino_model.xml")),
+                  str(theirs / "openvino_model.xml"), compress_to_fp16=True)
+    ids, mask, pos = make_inputs(160, 3, 7)
+    got = ov_logits(compile_ov(ours)[1], ids, mask, pos)
+    want = ov_logits(compile_ov(theirs)[1], ids, mask, pos)
+    assert np.isfinite(got).all()
+    assert np.abs(got - want)[mask == 1].max() < 1e-5
 
 
 # measured on SmolLM2-135M, 512 tokens of tests/python/data/perplexity.txt, OpenVINO CPU (f32

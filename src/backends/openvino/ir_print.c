@@ -266,6 +266,7 @@ static ferry_status value_in(printer *p, int v, ov_in *out)
          * mark is what keeps OpenVINO from folding it back to fp32 in memory */
         g_weight half = x->weight;
         half.dtype = FERRY_F16;
+        half.saturate = true; /* as OpenVINO's own compression: no weight becomes inf */
         char name[600];
         snprintf(name, sizeof name, "%s/compressed", x->name);
         if ((st = weight_bytes(p, &half, W_PART_DATA, x->name, &offset, &length)) != FERRY_OK)

@@ -9,9 +9,11 @@
  * "decode" for the prompt and each token, the cache in ReadValue/Assign variables, beam_idx), or
  * with stateful=false the explicit-cache components ONNX has (prefill/decode, static cache
  * pairs, named as ONNX names them); every family; fp32, fp16 or bf16, fp32 over fp16 weights (compress_to_fp16), int8 or
- * int4 weights. onnxruntime's fusions and opsets are ONNX's, refused by name. */
+ * int4 weights (the stateful graph's logits always fp32, as openvino-genai reads them).
+ * onnxruntime's fusions and opsets are ONNX's, refused by name. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/backend.h"
@@ -26,6 +28,10 @@ static ferry_status openvino_configure(ferry_export_config *cfg, fy_err *err)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "ort_fusions '%s' are onnxruntime's kernels: "
                        "they apply to --format onnx, not openvino",
                        ferry_ort_fusions_name(cfg->ort_fusions));
+    if (cfg->quantizer.bits && cfg->quantizer.accuracy_level >= 0)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy_level is an attribute of "
+                       "onnxruntime's MatMulNBits; OpenVINO has none (its CPU plugin picks how "
+                       "to run compressed weights)");
     if (cfg->compress_to_fp16 && cfg->dtype != FERRY_F32)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "compress_to_fp16 stores fp32 weights in "
                        "fp16; with dtype %s the weights already are %s",
@@ -45,6 +51,36 @@ static bool is_state_value(const g_graph *g, int v)
         if (g->states[i].in == v || g->states[i].out == v)
             return true;
     return false;
+}
+
+static bool rename_value(g_graph *g, int v, const char *name)
+{
+    char *n = strdup(name);
+    if (!n)
+        return false;
+    free(g->values[v].name);
+    g->values[v].name = n;
+    return true;
+}
+
+/* The stateful model's logits in fp32 whatever the export's dtype: openvino-genai's samplers
+ * read f32 logits only (an fp16 or bf16 one fails in LLMPipeline), as optimum-intel's exports
+ * give them. */
+static ferry_status logits_in_f32(g_graph *g, fy_err *err)
+{
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        int v = g->outputs[i];
+        if (strcmp(g->values[v].name, "logits") != 0 || g->values[v].dtype == FERRY_F32)
+            continue;
+        if (!rename_value(g, v, "logits_before_cast"))
+            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        int f32 = g_cast(g, "/model/Cast_logits", v, FERRY_F32);
+        if (f32 == G_NONE || !rename_value(g, f32, "logits"))
+            return fy_fail(err, g->err.status ? g->err.status : FERRY_ERR_NOMEM, "%s",
+                           g->err.status ? g->err.msg : "out of memory");
+        g->outputs[i] = f32;
+    }
+    return FERRY_OK;
 }
 
 /* A graph with a cache becomes the interface of a stateful model: the cache inputs and outputs
@@ -76,6 +112,8 @@ static ferry_status openvino_finish(g_graph *g, const ferry_export_config *cfg, 
         if (!is_state_value(g, g->outputs[i]))
             g->outputs[n++] = g->outputs[i];
     g->n_outputs = n;
+    if (logits_in_f32(g, err) != FERRY_OK)
+        return err->status;
     g_dim batch = g->values[g->states[0].in].shape.d[0];
     if (g_input(g, OV_BEAM_IDX, FERRY_I32, 1, &batch) == G_NONE)
         return fy_fail(err, g->err.status, "%s", g->err.msg);

@@ -44,10 +44,11 @@ static int float_weight(g_lower_ctx *c, const g_node *n, int k)
                       "are [out, in/block, block] (choose a block size that divides %lld)",
                       w->name, (long long)block, (long long)cols, (long long)cols);
     if (w->weight.quant.bits == 4 && !w->weight.quant.symmetric && (cols / block) % 2)
-        return g_fail(g, FERRY_ERR_UNSUPPORTED, "OpenVINO cannot hold '%s' in asymmetric int4 "
-                      "blocks of %lld: its rows make an odd number of blocks (%lld), and the "
-                      "zero points are stored a whole byte per row (choose another block size, "
-                      "or symmetric)", w->name, (long long)block, (long long)(cols / block));
+        return g_fail(g, FERRY_ERR_UNSUPPORTED, "OpenVINO: '%s' in asymmetric int4 blocks of "
+                      "%lld makes an odd number of blocks a row (%lld), and ferry stores int4 "
+                      "zero points a whole byte per row (onnxruntime's layout), which an "
+                      "OpenVINO zero-point constant cannot read (choose another block size, or "
+                      "symmetric)", w->name, (long long)block, (long long)(cols / block));
     g_weight r = w->weight;
     r.quant.pad_blocks = false;
     r.quant.explicit_zeros = false;
