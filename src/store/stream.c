@@ -305,7 +305,8 @@ static bool transpose_widen(uint8_t *restrict dst, const uint8_t *restrict src, 
     return false;
 }
 
-/* fp32 + offset, in place. */
+/* fp32 values beyond fp16's range set to its largest finite one, in place (a saturating
+ * recipe's). */
 static void clamp_to_f16_range(uint8_t *p, size_t n)
 {
     const float most = 65504.0f; /* fp16's largest finite value; NaN stays NaN */
@@ -317,6 +318,7 @@ static void clamp_to_f16_range(uint8_t *p, size_t n)
     }
 }
 
+/* fp32 + offset, in place. */
 static void add_offset(uint8_t *p, size_t n, double offset)
 {
     float off = (float)offset;

@@ -8,8 +8,9 @@
  * What it writes: the plain export (component "model"); generation as one stateful graph (one
  * "decode" for the prompt and each token, the cache in ReadValue/Assign variables, beam_idx), or
  * with stateful=false the explicit-cache components ONNX has (prefill/decode, static cache
- * pairs, named as ONNX names them); every family; fp32, fp16 or bf16, fp32 over fp16 weights (compress_to_fp16), int8 or
- * int4 weights (the stateful graph's logits always fp32, as openvino-genai reads them).
+ * pairs, named as ONNX names them); every family; fp32, fp16 or bf16, fp32 over fp16 weights
+ * (compress_to_fp16), int8 or int4 weights (the stateful graph's logits always fp32, as
+ * openvino-genai reads them).
  * onnxruntime's fusions and opsets are ONNX's, refused by name. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
