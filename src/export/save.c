@@ -355,10 +355,10 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     if (empty)
         exists = false;
     if (exists && !force)
-        return fy_fail(err, FERRY_ERR_EXISTS, "%s already exists (pass --force to replace an "
-                       "earlier export there)", shown);
+        return fy_fail(err, FERRY_ERR_EXISTS, "%s already exists (--force, or force=True in "
+                       "Python, replaces an earlier export there)", shown);
     if (exists && S_ISLNK(st.st_mode))
-        return fy_fail(err, FERRY_ERR_EXISTS, "not replacing %s: it is a symbolic link (--force "
+        return fy_fail(err, FERRY_ERR_EXISTS, "not replacing %s: it is a symbolic link (force "
                        "replaces an export directory, not a link)", shown);
     if (exists && !S_ISDIR(st.st_mode))
         return fy_fail(err, FERRY_ERR_EXISTS, "%s exists and is not a directory; not replacing it",
