@@ -120,6 +120,7 @@ bool w_equal(const g_weight *a, const g_weight *b)
            a->quant.block == b->quant.block && a->quant.symmetric == b->quant.symmetric &&
            a->quant.search == b->quant.search &&
            a->quant.explicit_zeros == b->quant.explicit_zeros &&
+           a->quant.zeros_bytes == b->quant.zeros_bytes &&
            a->quant.pad_blocks == b->quant.pad_blocks;
 }
 
@@ -171,6 +172,11 @@ void w_part_info(const g_weight *w, w_part part, int *rank, int64_t *shape, ferr
         break;
     case W_PART_ZEROS:
         shape[1] = blocks;
+        if (w->quant.zeros_bytes) {
+            *dtype = FERRY_U8;
+            *nbytes = (uint64_t)rows * (uint64_t)blocks;
+            break;
+        }
         *dtype = code;
         /* rows padded to whole bytes (MatMulNBits' zero_points layout); explicit zeros of a
          * symmetric weight, all the mid code, packed contiguously (DequantizeLinear's) */

@@ -31,8 +31,9 @@
  *     explicit zero-point tensor of 8s (128s), since DequantizeLinear's default zero point is
  *     0: the recipe's explicit_zeros writes one, packed contiguously (every nibble alike).
  *   OpenVINO (u4/u8 constant [out, in/block, block], Convert, Subtract zero, Multiply scale):
- *     codes and scales as they are; zeros as a u4/u8 [out, in/block, 1] constant (the padding
- *     dropped where in/block is odd), or the scalar mid code when symmetric. */
+ *     codes and scales as they are; zeros as a u4/u8 [out, in/block, 1] constant, or u8 one a
+ *     byte (zeros_bytes) where 4-bit rows hold an odd number of blocks, or the scalar mid code
+ *     when symmetric. */
 #ifndef FERRY_IR_WEIGHTS_H
 #define FERRY_IR_WEIGHTS_H
 
@@ -52,6 +53,10 @@ typedef struct w_quant {
     bool search;             /* scales searched per block (quant/rtn.h), not RTN's */
     bool pad_blocks;         /* code rows padded to whole blocks (MatMulNBits' B) when `in` is
                                 not a multiple of `block`; otherwise rows hold `in` codes */
+    bool zeros_bytes;        /* asymmetric 4-bit only: the zeros part holds one zero point a
+                                byte, u8 [out, in/block], for a consumer that cannot read nibbles
+                                packed a whole byte per row (OpenVINO, when a row has an odd
+                                number of blocks) */
     bool explicit_zeros;     /* symmetric only: still write the zeros part, every entry the
                                 mid code (a consumer without an implicit zero point, such as
                                 DequantizeLinear, takes it as its zero-point tensor) */

@@ -402,6 +402,18 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
         memset(b->zeros.p, w->quant.bits == 4 ? 0x88 : 0x80, (size_t)(end - first));
         st = put(s, b->zeros.p, (size_t)(end - first), off[W_PART_ZEROS] + first, err);
         *written += end - ((uint64_t)j->r0 * bits_per_row + 7) / 8; /* shared bytes once */
+    } else if (st == FERRY_OK && !w->quant.symmetric && w->quant.zeros_bytes &&
+               w->quant.bits == 4 && off[W_PART_ZEROS] != WS_UNPLACED) {
+        /* one zero point a byte: each row's nibbles (low first) spread out */
+        if (!grow(&b->conv, rows * blocks))
+            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory quantizing weights");
+        for (size_t r = 0; r < rows; r++)
+            for (size_t k = 0; k < blocks; k++) {
+                uint8_t pair = b->zeros.p[r * zero_row + k / 2];
+                b->conv.p[r * blocks + k] = k % 2 ? pair >> 4 : pair & 0x0f;
+            }
+        st = put(s, b->conv.p, rows * blocks, off[W_PART_ZEROS] + (uint64_t)j->r0 * blocks, err);
+        *written += rows * blocks;
     } else if (st == FERRY_OK && !w->quant.symmetric && off[W_PART_ZEROS] != WS_UNPLACED) {
         st = put(s, b->zeros.p, rows * zero_row, off[W_PART_ZEROS] + (uint64_t)j->r0 * zero_row,
                  err);

@@ -463,8 +463,9 @@ static void quantized_weight_dequantized_or_refused(void **state)
  * values repeated by Unsqueeze → Broadcast → Reshape when kv heads are grouped (the form the CPU
  * plugin folds), every layer reading one shared additive bias; a softcapped attention keeps the
  * generic lowering (SDPA has no softcap). A quantized linear is a dequantize over the weight with
- * rows of whole blocks (no padding, no stored zeros for symmetric); a row of a short block is
- * refused naming the weight. */
+ * rows of whole blocks (no padding, no stored zeros for symmetric, asymmetric zero points one a
+ * byte when a row holds an odd number of blocks); a row of a short block is refused naming the
+ * weight. */
 static void openvino_attention_and_weights(void **state)
 {
     (void)state;
@@ -512,30 +513,34 @@ static void openvino_attention_and_weights(void **state)
                    .shape = {32, 96}, .numel = 32 * 96, .begin = 0, .end = 32 * 96 * 4};
     const int64_t x3[3] = {1, 3, 96};
     for (int block = 32; block <= 64; block *= 2) {
-        g_graph *g = g_new();
-        g_weight w = w_plain(&t, FERRY_F32);
-        w.quant = (w_quant){.bits = 4, .block = block, .symmetric = true};
-        g_output(g, g_linear(g, "down", input(g, "x", FERRY_F32, 3, x3),
-                             g_weight_value(g, t.name, &w), G_NONE), "y");
-        g_remove_dead(g);
-        fy_err err = {0};
-        assert_int_equal(g_check(g, &err), FERRY_OK);
-        g_graph *out = g_legalize(g, &openvino_target, &err);
-        if (block == 32) {
-            if (!out)
-                fail_msg("openvino: %s", err.msg);
-            const g_node *dq = nth(out, G_DEQUANTIZE, 0);
-            const w_quant *q = &out->values[dq->in[0]].weight.quant;
-            assert_false(q->explicit_zeros || q->pad_blocks);
-            assert_int_equal(producer(out, nth(out, G_MATMUL, 0)->in[1])->op, G_DEQUANTIZE);
-            assert_true(nth(out, G_MATMUL, 0)->a.transpose_b);
-            g_free(out);
-        } else {
-            assert_null(out); /* 96 inputs are 1.5 blocks of 64 */
-            if (!strstr(err.msg, t.name) || !strstr(err.msg, "blocks of 64"))
-                fail_msg("message: %s", err.msg);
+        for (int symmetric = 0; symmetric < 2; symmetric++) {
+            g_graph *g = g_new();
+            g_weight w = w_plain(&t, FERRY_F32);
+            w.quant = (w_quant){.bits = 4, .block = block, .symmetric = symmetric};
+            g_output(g, g_linear(g, "down", input(g, "x", FERRY_F32, 3, x3),
+                                 g_weight_value(g, t.name, &w), G_NONE), "y");
+            g_remove_dead(g);
+            fy_err err = {0};
+            assert_int_equal(g_check(g, &err), FERRY_OK);
+            g_graph *out = g_legalize(g, &openvino_target, &err);
+            if (block == 32) {
+                if (!out)
+                    fail_msg("openvino: %s", err.msg);
+                const g_node *dq = nth(out, G_DEQUANTIZE, 0);
+                const w_quant *q = &out->values[dq->in[0]].weight.quant;
+                assert_false(q->explicit_zeros || q->pad_blocks);
+                /* 3 blocks a row: asymmetric zero points one a byte */
+                assert_int_equal(q->zeros_bytes, !symmetric);
+                assert_int_equal(producer(out, nth(out, G_MATMUL, 0)->in[1])->op, G_DEQUANTIZE);
+                assert_true(nth(out, G_MATMUL, 0)->a.transpose_b);
+                g_free(out);
+            } else {
+                assert_null(out); /* 96 inputs are 1.5 blocks of 64 */
+                if (!strstr(err.msg, t.name) || !strstr(err.msg, "blocks of 64"))
+                    fail_msg("message: %s", err.msg);
+            }
+            g_free(g);
         }
-        g_free(g);
     }
 }
 

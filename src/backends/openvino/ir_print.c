@@ -474,7 +474,7 @@ static const char *unary_type(g_op op)
 /* A block-quantized weight as OpenVINO's compressed-weight pattern (the CPU plugin runs the
  * MatMul or Gather reading it on the compressed bytes): the codes as a u4/u8 Const
  * [out, in/block, block] → Convert → Subtract the zero point (the per-block zeros part
- * [out, in/block, 1], or the mid code when symmetric) → Multiply the scales [out, in/block, 1]
+ * [out, in/block, 1], u4 or one a byte, or the mid code when symmetric) → Multiply the scales [out, in/block, 1]
  * → Reshape [out, in]. Codes, zeros and scales are the bytes the weight stream makes for
  * every backend (ir/weights.h); the target checked that rows are whole blocks. */
 static ferry_status emit_dequantize(printer *p, const g_node *n)
@@ -510,8 +510,9 @@ static ferry_status emit_dequantize(printer *p, const g_node *n)
         if ((st = weight_bytes(p, &w->weight, W_PART_ZEROS, w->name, &offset, &length)) !=
             FERRY_OK)
             return st;
+        ferry_dtype zt = q->zeros_bytes ? FERRY_U8 : code;
         snprintf(name, sizeof name, "%s/zero_point", w->name);
-        zero = (ov_in){const_layer(p, name, code, &per_block, offset, length, NULL), 0, code,
+        zero = (ov_in){const_layer(p, name, zt, &per_block, offset, length, NULL), 0, zt,
                        per_block};
     }
     snprintf(name, sizeof name, "%s/zero_point/convert", w->name);

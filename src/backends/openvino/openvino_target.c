@@ -29,7 +29,7 @@ static g_legality openvino_legal(const g_target *t, const g_graph *g, const g_no
 
 /* The destination value of weight input k of `n`: decompressed to float when block-quantized.
  * OpenVINO's pattern reshapes [out, in/block, block] codes to [out, in], so a row must hold
- * whole blocks, and 4-bit zero points a whole number of bytes. */
+ * whole blocks. */
 static int float_weight(g_lower_ctx *c, const g_node *n, int k)
 {
     g_graph *g = c->dst;
@@ -43,15 +43,12 @@ static int float_weight(g_lower_ctx *c, const g_node *n, int k)
                       "its rows of %lld are not whole blocks, and OpenVINO's compressed weights "
                       "are [out, in/block, block] (choose a block size that divides %lld)",
                       w->name, (long long)block, (long long)cols, (long long)cols);
-    if (w->weight.quant.bits == 4 && !w->weight.quant.symmetric && (cols / block) % 2)
-        return g_fail(g, FERRY_ERR_UNSUPPORTED, "OpenVINO: '%s' in asymmetric int4 blocks of "
-                      "%lld makes an odd number of blocks a row (%lld), and ferry stores int4 "
-                      "zero points a whole byte per row (onnxruntime's layout), which an "
-                      "OpenVINO zero-point constant cannot read (choose another block size, or "
-                      "symmetric)", w->name, (long long)block, (long long)(cols / block));
     g_weight r = w->weight;
     r.quant.pad_blocks = false;
     r.quant.explicit_zeros = false;
+    /* 4-bit zero points are packed a whole byte per row; with an odd number of blocks a row
+     * that is not the flat stream a u4 constant is, so they are stored one a byte (u8) */
+    r.quant.zeros_bytes = r.quant.bits == 4 && !r.quant.symmetric && (cols / block) % 2;
     return g_dequantize(g, "Decompress", g_weight_value(g, w->name, &r));
 }
 
