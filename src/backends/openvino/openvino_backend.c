@@ -1,5 +1,5 @@
 /* openvino_backend.c — the OpenVINO IR format: options, file layout and writing (the target is
- * openvino_target.c, the printer ir_print.c).
+ * openvino_target.c, the printer ir_print.c over ir_nodes.c and ir_layers.c).
  *
  * Placement policy: each component is openvino_<name>.xml over its own openvino_<name>.bin
  * (OpenVINO reads the .bin of the same name), every Const's bytes at 64-byte aligned offsets,
