@@ -17,27 +17,21 @@ export does the same number of steps whatever its weights.
     timed ones (each picks the next token and runs the model on it).
 """
 
-import argparse
 import json
-import os
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import onnxruntime_genai as og
+
+from latency_args import latency_parser
+
 
 WARMUP_STEPS = 4
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--dir", type=Path, required=True)
-    p.add_argument("--json", type=Path, required=True)
-    p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--prompt", type=int, default=128)
-    p.add_argument("--steps", type=int, default=64)
-    p.add_argument("--reps", type=int, default=5)
+    p = latency_parser(__doc__)
     args = p.parse_args()
 
     config = og.Config(str(args.dir))

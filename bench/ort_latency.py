@@ -24,9 +24,7 @@ The prompt's last-position logits and the last step's logits go to --logits (npz
 harness can check that all exports compute the same function.
 """
 
-import argparse
 import json
-import os
 import re
 import statistics
 import time
@@ -34,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+
+from latency_args import latency_parser
 
 # What each exporter writes, and which of its files serve the prompt and the steps.
 KINDS = {
@@ -176,16 +176,10 @@ def last_row(logits_value):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = latency_parser(__doc__)
     p.add_argument("--kind", required=True, choices=sorted(KINDS))
-    p.add_argument("--dir", required=True, type=Path)
     p.add_argument("--config", required=True, type=Path, help="the checkpoint's config.json")
-    p.add_argument("--json", required=True, type=Path)
     p.add_argument("--logits", type=Path)
-    p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--prompt", type=int, default=128)
-    p.add_argument("--steps", type=int, default=64)
-    p.add_argument("--reps", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-cache-len", type=int, default=None)
     args = p.parse_args()

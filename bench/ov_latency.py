@@ -14,26 +14,19 @@ Every export is compiled the same way: CPU, INFERENCE_PRECISION_HINT f32, INFERE
     one-token calls (mean). Tokens are fixed (seeded), not sampled.
 """
 
-import argparse
 import json
-import os
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import openvino as ov
 
+from latency_args import latency_parser
+
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = latency_parser(__doc__)
     p.add_argument("--kind", required=True, choices=["ferry-plain", "ferry-gen", "tf-plain", "tf-gen"])
-    p.add_argument("--dir", type=Path, required=True)
-    p.add_argument("--json", type=Path, required=True)
-    p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--prompt", type=int, default=128)
-    p.add_argument("--steps", type=int, default=64)
-    p.add_argument("--reps", type=int, default=5)
     a = p.parse_args()
     core = ov.Core()
     cfg = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": a.threads}
