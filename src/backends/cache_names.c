@@ -16,9 +16,9 @@ static ferry_status rename_value(g_graph *g, int v, const char *prefix, const ch
     if (!s)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     snprintf(s, n, "%s%s", prefix, name);
-    free(g->values[v].name);
-    g->values[v].name = s;
-    return FERRY_OK;
+    bool renamed = g_rename(g, v, s);
+    free(s);
+    return renamed ? FERRY_OK : fy_fail(err, g->err.status, "%s", g->err.msg);
 }
 
 /* "past_key_values.3.key" -> "present.3.key" */

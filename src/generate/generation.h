@@ -23,11 +23,12 @@ ferry_generation_config gen_resolve(const ferry_export_config *cfg,
 /* Checks the options against the export config (errors name the option) and fills `out` with
  * the components; symbols (past_sequence, max_cache_len) are added to each component's
  * symtab (syms[i]). `batch` and `sequence` are the axes the export config resolved.
- * `one_graph`: the name of a format that runs generation as one graph taking the prompt and
- * each token (OpenVINO's stateful model; NULL for others): a dynamic cache then gets "decode"
- * alone, multi-token, and a static cache is refused. */
+ * `single`: the name of a format that runs generation as one graph taking the prompt and
+ * each token (OpenVINO's stateful model; NULL for others, and for OpenVINO with
+ * stateful=False): a dynamic cache then gets "decode" alone, multi-token, and a static cache is
+ * refused. */
 ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_config *gen,
-                      const char *one_graph, g_dim batch, g_dim sequence, g_symtab *syms,
+                      const char *single, g_dim batch, g_dim sequence, g_symtab *syms,
                       gen_component *out, int *n, fy_err *err);
 
 #endif

@@ -173,21 +173,26 @@ bool g_input_dim(const g_graph *g, g_dim d, int *value, int *axis)
     return false;
 }
 
+bool g_rename(g_graph *g, int v, const char *name)
+{
+    if (!g_ok(g) || v < 0 || (size_t)v >= g->n_values)
+        return false;
+    char *n = strdup(name);
+    if (!n) {
+        oom(g);
+        return false;
+    }
+    free(g->values[v].name);
+    g->values[v].name = n;
+    return true;
+}
+
 void g_output(g_graph *g, int v, const char *name)
 {
     if (!g_ok(g) || v < 0 || (size_t)v >= g->n_values)
         return;
-    char *n = strdup(name);
-    if (!n) {
-        oom(g);
-        return;
-    }
-    if (!push_id(g, &g->outputs, &g->n_outputs, v)) {
-        free(n);
-        return;
-    }
-    free(g->values[v].name);
-    g->values[v].name = n;
+    if (push_id(g, &g->outputs, &g->n_outputs, v))
+        g_rename(g, v, name);
 }
 
 /* ---- the index of weights and constants: one of each distinct recipe or content per graph,

@@ -203,6 +203,8 @@ int g_value_axis(const g_value *x, g_dim d);
 /* The first graph input with an axis of dim `d`: its value id and axis; false if none. The
  * printers read a symbolic extent at run time off such an axis. */
 bool g_input_dim(const g_graph *g, g_dim d, int *value, int *axis);
+/* Renames value `v` (false, with the graph's error set, when out of memory). */
+bool g_rename(g_graph *g, int v, const char *name);
 /* Makes `v` a graph output named `name` (the value is renamed). */
 void g_output(g_graph *g, int v, const char *name);
 /* A lazy weight; reuses an existing value with an equal recipe. The value is named `name`

@@ -14,7 +14,6 @@
  * onnxruntime's fusions and opsets are ONNX's, refused by name. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backends/backend.h"
@@ -54,16 +53,6 @@ static bool is_state_value(const g_graph *g, int v)
     return false;
 }
 
-static bool rename_value(g_graph *g, int v, const char *name)
-{
-    char *n = strdup(name);
-    if (!n)
-        return false;
-    free(g->values[v].name);
-    g->values[v].name = n;
-    return true;
-}
-
 /* The stateful model's logits in fp32 whatever the export's dtype: openvino-genai's samplers
  * read f32 logits only (an fp16 or bf16 one fails in LLMPipeline), as optimum-intel's exports
  * give them. */
@@ -73,12 +62,10 @@ static ferry_status logits_in_f32(g_graph *g, fy_err *err)
         int v = g->outputs[i];
         if (strcmp(g->values[v].name, "logits") != 0 || g->values[v].dtype == FERRY_F32)
             continue;
-        if (!rename_value(g, v, "logits_before_cast"))
-            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        g_rename(g, v, "logits_before_cast");
         int f32 = g_cast(g, "/model/Cast_logits", v, FERRY_F32);
-        if (f32 == G_NONE || !rename_value(g, f32, "logits"))
-            return fy_fail(err, g->err.status ? g->err.status : FERRY_ERR_NOMEM, "%s",
-                           g->err.status ? g->err.msg : "out of memory");
+        if (!g_rename(g, f32, "logits"))
+            return fy_fail(err, g->err.status, "%s", g->err.msg);
         g->outputs[i] = f32;
     }
     return FERRY_OK;
