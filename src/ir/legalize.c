@@ -135,11 +135,8 @@ static ferry_status copy_node(g_lower_ctx *c, const g_node *n, int *outs)
         return g->err.status;
     for (int k = 0; k < g->nodes[id].n_out; k++) {
         int v = g->nodes[id].out[k];
-        char *name = strdup(c->src->values[n->out[k]].name);
-        if (!name)
-            return g_fail(g, FERRY_ERR_NOMEM, "out of memory"), FERRY_ERR_NOMEM;
-        free(g->values[v].name);
-        g->values[v].name = name;
+        if (!g_rename(g, v, c->src->values[n->out[k]].name))
+            return g->err.status;
         outs[k] = v;
     }
     return FERRY_OK;
