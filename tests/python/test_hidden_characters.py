@@ -112,7 +112,7 @@ def test_every_format_character_is_escaped():
     format controls printed raw before."""
     import unicodedata
 
-    from ferry import _escape
+    from ferry._lib import _escape
 
     raw = [chr(cp) for cp in range(0x110000) if unicodedata.category(chr(cp)) == "Cf"]
     assert len(raw) > 150

@@ -1,0 +1,147 @@
+"""libferry through ctypes: the structs and prototypes of include/ferry.h, errors, and the
+marshalling of strings and paths. Nothing here exports or runs anything.
+
+libferry.so is found via $FERRY_LIB (a file or a directory), then inside this package (where
+`pip install .` puts it), then ../../build/ next to this package (a source tree), then the
+system's library path.
+"""
+
+import ctypes
+import ctypes.util
+import os
+from pathlib import Path
+
+class FerryError(RuntimeError):
+    """A failure reported by libferry; str() is the library's message."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+# --- the C library --------------------------------------------------------------------------
+
+_NAME_MAX, _MAX_DIMS = 64, 16
+
+
+class _DimSpec(ctypes.Structure):
+    _fields_ = [("input", ctypes.c_char * _NAME_MAX), ("axis", ctypes.c_int),
+                ("symbol", ctypes.c_char * _NAME_MAX), ("min", ctypes.c_int64),
+                ("max", ctypes.c_int64)]
+
+
+class _GenerationConfig(ctypes.Structure):
+    _fields_ = [("multi_token_decode", ctypes.c_int), ("static_cache", ctypes.c_int),
+                ("max_cache_len", ctypes.c_int64)]
+
+
+class _Quantizer(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int) for name in
+                ("bits", "block_size", "asymmetric", "accuracy_level", "embeddings", "lm_head",
+                 "method")]
+
+
+class _ExportConfig(ctypes.Structure):
+    _fields_ = [("format", ctypes.c_int), ("dynamic", ctypes.c_int),
+                ("dims", _DimSpec * _MAX_DIMS), ("n_dims", ctypes.c_int),
+                ("example_batch", ctypes.c_int64), ("example_sequence", ctypes.c_int64),
+                ("dtype", ctypes.c_int), ("opset", ctypes.c_int),
+                ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p),
+                ("for_generation", ctypes.c_int), ("generation", _GenerationConfig),
+                ("ort_fusions", ctypes.c_int), ("quantizer", _Quantizer),
+                ("skip_tokenizer", ctypes.c_int), ("stateless", ctypes.c_int),
+                ("compress_to_fp16", ctypes.c_int)]
+
+
+def _find_library():
+    env = Path(os.environ.get("FERRY_LIB", "/nonexistent"))
+    here = Path(__file__).resolve().parent
+    for path in (env / "libferry.so" if env.is_dir() else env,
+                 here / "lib" / "libferry.so",                      # pip install .
+                 here.parents[1] / "build" / "libferry.so"):        # the source tree
+        if path.is_file():
+            return str(path)
+    found = ctypes.util.find_library("ferry")
+    if not found:
+        raise FerryError("libferry.so not found (set FERRY_LIB, `pip install .`, or build into "
+                         "./build)")
+    return found
+
+
+_lib, _P, _S = None, ctypes.c_void_p, ctypes.c_char_p
+
+
+def _c():
+    """Loads libferry once and declares the prototypes of ferry.h."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    lib = ctypes.CDLL(_find_library())
+    i, cfg, out = ctypes.c_int, ctypes.POINTER(_ExportConfig), ctypes.POINTER(_P)
+    protos = {
+        "ferry_version": (_S, []), "ferry_status_str": (_S, [i]),
+        "ferry_model_open": (i, [_S, _S, out]), "ferry_model_free": (None, [_P]),
+        "ferry_model_errmsg": (_S, [_P]), "ferry_export_config_init": (None, [cfg]),
+        "ferry_export_config_from_json": (i, [cfg, _S, ctypes.c_char_p, ctypes.c_size_t]),
+        "ferry_export": (i, [_P, cfg, out]), "ferry_exported_save": (i, [_P, _S, i]),
+        "ferry_exported_load": (i, [_S, _S, out]), "ferry_exported_free": (None, [_P]),
+        "ferry_exported_errmsg": (_S, [_P]), "ferry_exported_manifest": (_S, [_P]),
+        "ferry_exported_dir": (_S, [_P]), "ferry_exported_component_count": (i, [_P]),
+        "ferry_exported_component_name": (_S, [_P, i]),
+        "ferry_exported_component_file": (_S, [_P, i]),
+        "ferry_generation_config_init": (None, [_P]),
+        "ferry_export_for_generation": (i, [_P, cfg, _P, out]),
+        "ferry_decompose_for_generation": (i, [_P, cfg, _P, out]),
+        "ferry_components_free": (None, [_P]), "ferry_components_count": (i, [_P]),
+        "ferry_components_name": (_S, [_P, i]), "ferry_components_role": (_S, [_P, i]),
+        "ferry_components_describe": (_S, [_P, i]),
+        "ferry_export_config_size": (ctypes.c_size_t, []),
+        "ferry_escape": (_S, [_S, ctypes.c_char_p, ctypes.c_size_t]),
+    }
+    for name, (res, args) in protos.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    if lib.ferry_export_config_size() != ctypes.sizeof(_ExportConfig):
+        raise FerryError("python/ferry is out of step with libferry: ferry_export_config is "
+                         f"{lib.ferry_export_config_size()} bytes in C, "
+                         f"{ctypes.sizeof(_ExportConfig)} here")
+    _lib = lib
+    return lib
+
+
+def _str(raw):
+    return raw.decode("utf-8", "replace") if raw else None
+
+
+def _escape(text):
+    """`text` as libferry prints untrusted text (ferry_escape): C0/C1 controls, bidi and invisible
+    characters and invalid UTF-8 escaped, so that a name from a file cannot drive or disguise
+    the terminal a message is shown on."""
+    raw = text if isinstance(text, bytes) else str(text).encode("utf-8", "surrogateescape")
+    size = 12 * len(raw) + 16          # each byte at most one 12-character escape
+    buf = ctypes.create_string_buffer(size)
+    return _str(_c().ferry_escape(raw, buf, size))
+
+
+def _c_bytes(value, what):
+    """A str, bytes or os.PathLike as the bytes libferry takes (os.fsencode(os.fspath(...)): the
+    file system's encoding, undecodable bytes kept). A NUL would end the C string there, so that
+    "model\\0/etc" named "model": refused."""
+    try:
+        raw = os.fsencode(os.fspath(value))
+    except TypeError:
+        raise FerryError(f"{what} must be a str, bytes or os.PathLike, not "
+                         f"{type(value).__name__}", status=1) from None
+    if b"\0" in raw:
+        at = raw.index(b"\0")
+        raise FerryError(f"{what} holds a NUL byte at byte {at} ({_escape(raw[:at])}\\x00...), "
+                         "which would end it there for the C library", status=1)
+    return raw
+
+
+def _fail(status, message):
+    raise FerryError(message or _str(_c().ferry_status_str(status)), status)
+
+
+def version():
+    return _str(_c().ferry_version())

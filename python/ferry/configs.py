@@ -1,0 +1,98 @@
+"""The export recipes: OnnxConfig, OpenVINOConfig and AutoExportConfig. A recipe is the JSON
+that the CLI's --config takes; libferry validates it (ferry_export_config_from_json) when a
+config is made, so a bad key fails here and not at export time."""
+
+import ctypes
+import json
+
+from ._lib import _ExportConfig, _c, _fail, _str
+
+# --- configs --------------------------------------------------------------------------------
+
+
+def _json_dim(dim):
+    """A symbol as the recipe spells it: "batch", or {"name", "min", "max"} (also accepts
+    objects with those attributes, such as torch.export.Dim)."""
+    if isinstance(dim, (str, dict)):
+        return dim
+    out = {"name": getattr(dim, "__name__", None) or getattr(dim, "name")}
+    out.update({k: v for k in ("min", "max")
+                if isinstance(v := getattr(dim, k, None), int) and 0 < v < 2**62})
+    return out
+
+
+class OnnxConfig:
+    """The recipe of an ONNX export; its keys are AutoExportConfig.from_dict's (and the CLI's
+    --config recipe's). Validated by libferry when made."""
+
+    def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", opset=None,
+                 example_shapes=None, ort_fusions=None, quantizer=None):
+        """ort_fusions: None (standard ONNX) or "cpu" | "cuda" | "webgpu" | "dml".
+        quantizer: None, "int4", "int8" or a dict of the recipe's quantizer keys (bits,
+        block_size, symmetric, accuracy_level, quantize_embeddings, quantize_lm_head, method:
+        "rtn" | "mse")."""
+        recipe = {"export_format": "onnx", "dynamic": bool(dynamic), "dtype": dtype}
+        if ort_fusions is not None:
+            recipe["ort_fusions"] = ort_fusions
+        if quantizer is not None:
+            recipe["quantizer"] = dict(quantizer) if isinstance(quantizer, dict) else quantizer
+        if dynamic_shapes:
+            recipe["dynamic_shapes"] = {
+                name: {str(axis): _json_dim(dim) for axis, dim in axes.items()}
+                for name, axes in dynamic_shapes.items()}
+        if opset is not None:
+            recipe["opset"] = int(opset)
+        if example_shapes:
+            recipe["example_shapes"] = {k: [int(x) for x in v] for k, v in example_shapes.items()}
+        self._recipe = recipe
+        self._c_config()
+
+    @classmethod
+    def _from_dict(cls, recipe):
+        config = cls.__new__(cls)
+        config._recipe = dict(recipe)
+        config._c_config()
+        return config
+
+    def to_dict(self):
+        return dict(self._recipe)
+
+    def _c_config(self):
+        """The ferry_export_config that libferry makes of this recipe (or its error)."""
+        cfg = _ExportConfig()
+        _c().ferry_export_config_init(ctypes.byref(cfg))
+        err = ctypes.create_string_buffer(1024)
+        status = _c().ferry_export_config_from_json(ctypes.byref(cfg),
+                                                    json.dumps(self._recipe).encode(), err, 1024)
+        if status:
+            _fail(status, _str(err.value))
+        return cfg
+
+
+class OpenVINOConfig(OnnxConfig):
+    """The recipe of an OpenVINO IR export (openvino_model.xml + .bin, run by OpenVINO's
+    runtime), with the guide's options. `stateful` (generation only): True keeps the cache in
+    the model's variables (one graph, openvino-genai's layout); False gives it as explicit
+    inputs and outputs, in the components an ONNX generation export has. `compress_to_fp16`:
+    weights stored in fp16 and computed in fp32 (dtype stays "fp32"). `quantizer`: as for
+    OnnxConfig ("int4", "int8" or a dict); OpenVINO runs the compressed weights as they are."""
+
+    def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
+                 compress_to_fp16=False, stateful=True, quantizer=None):
+        super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
+                         example_shapes=example_shapes, quantizer=quantizer)
+        self._recipe["export_format"] = "openvino"
+        if stateful is not True:
+            self._recipe["stateful"] = stateful
+        if compress_to_fp16 is not False:
+            self._recipe["compress_to_fp16"] = compress_to_fp16
+        self._c_config()
+
+
+class AutoExportConfig:
+    @staticmethod
+    def from_dict(d):
+        """A config from a recipe dict ({"export_format": "onnx", "dynamic": True, ...});
+        libferry checks every key and names the one it refuses."""
+        config_class = OpenVINOConfig if d.get("export_format") == "openvino" else OnnxConfig
+        return config_class._from_dict(d)

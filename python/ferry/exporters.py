@@ -1,0 +1,139 @@
+"""The exporters: OnnxExporter and OpenVINOExporter (the guide's names), and
+decompose_for_generation. They marshal a recipe and a checkpoint to libferry, which does all the
+work, and wrap what it made in an ExportedModel."""
+
+import ctypes
+
+from ._lib import FerryError, _GenerationConfig, _P, _c, _c_bytes, _fail, _str
+from .configs import OnnxConfig, OpenVINOConfig
+from .exported import ExportedModel
+
+# --- exporting, saving, loading, running ----------------------------------------------------
+
+
+class OnnxExporter:
+    def export(self, model, inputs=None, config=None, revision=None):
+        """Exports the checkpoint at `model` (a directory or a local hub cache id). `inputs`
+        (optional) give the traced shape of a static export via their input_ids."""
+        recipe = (config or OnnxConfig()).to_dict()
+        if inputs is not None and "input_ids" in inputs and "example_shapes" not in recipe:
+            recipe["example_shapes"] = {"input_ids": [int(n) for n in inputs["input_ids"].shape]}
+        cfg = OnnxConfig._from_dict(recipe)._c_config()
+        lib, handle = _c(), _open_model(model, revision)
+        exported = _P()
+        status = lib.ferry_export(handle, ctypes.byref(cfg), ctypes.byref(exported))
+        if status:
+            message = _str(lib.ferry_model_errmsg(handle))
+            lib.ferry_model_free(handle)
+            _fail(status, message)
+        return ExportedModel(exported, model_handle=handle)
+
+    def export_for_generation(self, model, inputs=None, config=None, *, generation_config=None,
+                              multi_token_decode=None, revision=None):
+        """The generation components of `model` (prefill and decode with a KV cache; one decode
+        with a static cache and `multi_token_decode`), as ferry_export_for_generation makes
+        them. `generation_config` is a transformers GenerationConfig or a dict; only its
+        cache_implementation ("dynamic" or "static") and max_cache_len are read.
+        `multi_token_decode`: True, False (decode takes one token, the guide's default) or None
+        (ferry's default: True with dynamic shapes and a dynamic cache, where it costs no
+        decode time and onnxruntime-genai can run the export; False otherwise)."""
+        cfg = _example_config(inputs, config)
+        gen = _c_generation(generation_config, multi_token_decode)
+        handle = _open_model(model, revision)
+        exported = _P()
+        status = _c().ferry_export_for_generation(handle, ctypes.byref(cfg), ctypes.byref(gen),
+                                                  ctypes.byref(exported))
+        if status:
+            message = _str(_c().ferry_model_errmsg(handle))
+            _c().ferry_model_free(handle)
+            _fail(status, message)
+        return ExportedModel(exported, model_handle=handle)
+
+
+class OpenVINOExporter(OnnxExporter):
+    """Exports to OpenVINO IR (the recipe's export_format "openvino"). export_for_generation
+    makes one stateful graph ("decode", in openvino_model.xml) that openvino-genai's
+    LLMPipeline runs (a static cache is refused there); with OpenVINOConfig(stateful=False) it
+    makes the components an ONNX generation export has (openvino_prefill.xml and
+    openvino_decode.xml, or one decode; dynamic or static cache), run by the caller's loop."""
+
+    def export(self, model, inputs=None, config=None, revision=None):
+        return super().export(model, inputs, _as_openvino(config or OpenVINOConfig()), revision)
+
+    def export_for_generation(self, model, inputs=None, config=None, **kwargs):
+        config = _as_openvino(config or OpenVINOConfig(dynamic=True))
+        return super().export_for_generation(model, inputs, config, **kwargs)
+
+
+def _as_openvino(config):
+    """An OpenVINOExporter writes OpenVINO whatever config class it is handed (an OnnxConfig's
+    ONNX-only keys, opset or ort_fusions, are then refused by libferry by name)."""
+    recipe = config.to_dict()
+    recipe["export_format"] = "openvino"
+    return OpenVINOConfig._from_dict(recipe)
+
+
+def decompose_for_generation(model, inputs=None, config=None, *, generation_config=None,
+                             multi_token_decode=None, revision=None):
+    """{component name: {"role": ..., "description": ...}} of a generation export, without
+    lowering or saving anything (ferry_decompose_for_generation)."""
+    cfg = _example_config(inputs, config or OnnxConfig(dynamic=True))
+    gen = _c_generation(generation_config, multi_token_decode)
+    lib, handle = _c(), _open_model(model, revision)
+    components = _P()
+    try:
+        status = lib.ferry_decompose_for_generation(handle, ctypes.byref(cfg), ctypes.byref(gen),
+                                                    ctypes.byref(components))
+        if status:
+            _fail(status, _str(lib.ferry_model_errmsg(handle)))
+        return {_str(lib.ferry_components_name(components, k)):
+                {"role": _str(lib.ferry_components_role(components, k)),
+                 "description": _str(lib.ferry_components_describe(components, k))}
+                for k in range(lib.ferry_components_count(components))}
+    finally:
+        lib.ferry_components_free(components)
+        lib.ferry_model_free(handle)
+
+
+def _example_config(inputs, config):
+    """The C config of `config`, traced at `inputs["input_ids"]`'s shape when given."""
+    recipe = (config or OnnxConfig()).to_dict()
+    if inputs is not None and "input_ids" in inputs and "example_shapes" not in recipe:
+        recipe["example_shapes"] = {"input_ids": [int(n) for n in inputs["input_ids"].shape]}
+    return OnnxConfig._from_dict(recipe)._c_config()
+
+
+def _c_generation(generation_config, multi_token_decode):
+    """A ferry_generation_config from a GenerationConfig-like object or dict."""
+    gen = _GenerationConfig()
+    _c().ferry_generation_config_init(ctypes.byref(gen))
+    if isinstance(generation_config, dict):
+        impl, length = (generation_config.get(k) for k in ("cache_implementation", "max_cache_len"))
+    else:
+        impl, length = (getattr(generation_config, k, None)
+                        for k in ("cache_implementation", "max_cache_len"))
+    if impl not in (None, "dynamic", "static"):
+        raise FerryError(f"cache_implementation {impl!r} is not supported (static or dynamic)",
+                         status=4)
+    if multi_token_decode not in (None, True, False):
+        raise FerryError(f"multi_token_decode must be True, False or None (ferry's default), "
+                         f"not {multi_token_decode!r}", status=1)
+    gen.multi_token_decode = -1 if multi_token_decode is None else int(multi_token_decode)
+    gen.static_cache = int(impl == "static")
+    gen.max_cache_len = int(length or 0)
+    return gen
+
+
+def _open_model(model, revision=None):
+    """A ferry_model handle for the checkpoint at `model` (a directory or local hub id)."""
+    # A revision is passed whenever one is given, "" included: libferry refuses an empty one as
+    # the CLI's --revision "" is refused (it used to be taken as no revision at all).
+    path = _c_bytes(model, "model")
+    rev = None if revision is None else _c_bytes(revision, "revision")
+    lib, handle = _c(), _P()
+    status = lib.ferry_model_open(path, rev, ctypes.byref(handle))
+    if status:
+        message = _str(lib.ferry_model_errmsg(handle)) if handle else None
+        lib.ferry_model_free(handle)
+        _fail(status, message)
+    return handle
