@@ -11,9 +11,11 @@ exporters) and runs the saved graphs in their runtime (exported).
 
 from ._lib import FerryError, version
 from .configs import AutoExportConfig, OnnxConfig, OpenVINOConfig
-from .exported import ExportedModel, ExportOutput
-from .exporters import OnnxExporter, OpenVINOExporter, decompose_for_generation
+from .exported import ExportedComponent, ExportedModel, ExportOutput
+from .exporters import (AutoHfExporter, OnnxExporter, OpenVINOExporter,
+                        decompose_for_generation)
 
-__all__ = ["FerryError", "OnnxConfig", "OpenVINOConfig", "AutoExportConfig", "OnnxExporter",
-           "OpenVINOExporter", "ExportedModel", "ExportOutput",
+__all__ = ["FerryError", "OnnxConfig", "OpenVINOConfig", "AutoExportConfig", "AutoHfExporter",
+           "OnnxExporter", "OpenVINOExporter", "ExportedModel", "ExportedComponent",
+           "ExportOutput",
            "version", "decompose_for_generation"]

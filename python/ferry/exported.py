@@ -1,22 +1,66 @@
 """ExportedModel: an export in memory or on disk (components, manifest), saved and loaded by
-libferry, and run in its runtime (onnxruntime or OpenVINO)."""
+libferry, and run in its runtime (onnxruntime or OpenVINO, ferry.runtime) like the model it came
+from: same kwargs, same output class."""
 
 import ctypes
+import importlib.util
 import json
 import tempfile
 from pathlib import Path
 
 from . import _lib
 from ._lib import FerryError, _P, _c, _c_bytes, _escape, _fail, _str
+from .runtime import check_device, open_session
+
+
+class ExportedComponent:
+    """One graph of an export: its file, its role in the export ("model", "prefill", "decode")
+    and the metadata export.json records for it (inputs, outputs, precision, cache...).
+    `.program` is the backend's program, loaded on first use: an onnx.ModelProto whose weights
+    stay in the external data file, or an openvino.Model."""
+
+    def __init__(self, exported, name, file, entry):
+        self._exported, self.name, self.file = exported, name, file
+        self.role = entry.get("role")
+        self.metadata = entry.get("metadata", {})
+        self._program = None
+
+    @property
+    def path(self):
+        """The component's file on disk (a fresh export is saved aside first)."""
+        return self._exported._saved_directory() / self.file
+
+    @property
+    def program(self):
+        if self._program is None:
+            if self._exported.manifest.get("format") == "openvino":
+                import openvino
+
+                self._program = openvino.Core().read_model(str(self.path))
+            else:
+                import onnx
+
+                self._program = onnx.load(str(self.path), load_external_data=False)
+        return self._program
+
+    def __repr__(self):
+        return f"ExportedComponent(name={self.name!r}, file={self.file!r}, role={self.role!r})"
+
 
 class ExportedModel:
-    """An export: components (name -> file), the manifest, and a runner for its graph."""
+    """An export: its components (name -> ExportedComponent), the manifest, and a runner for
+    its graph on `device`."""
 
-    def __init__(self, handle, model_handle=None):
+    def __init__(self, handle, model_handle=None, device=None, source=None):
         self._h, self._model, self._session, self._tmp = handle, model_handle, None, None
+        self._device, self._source = None, source  # source: a temporary checkpoint, kept
+        if device is not None:
+            self.to(device)
 
     @classmethod
-    def from_pretrained(cls, path, subfolder=None):
+    def from_pretrained(cls, path, subfolder=None, device=None):
+        """Loads the export in `path` (a directory, or a local hub cache id; `subfolder` for an
+        export kept beside the model's weights), to run on `device` (see to())."""
         raw = _c_bytes(path, "path")
         sub = _c_bytes(subfolder, "subfolder") if subfolder else None
         handle = _P()
@@ -25,7 +69,26 @@ class ExportedModel:
             message = _str(_c().ferry_exported_errmsg(handle)) if handle else None
             _c().ferry_exported_free(handle)
             _fail(status, message)
-        return cls(handle)
+        return cls(handle, device=device)
+
+    def to(self, device=None, **kwargs):
+        """Runs the export on `device` from the next call on, and returns self: an onnxruntime
+        provider ("cpu", "cuda", "cuda:N") for ONNX, an OpenVINO device ("cpu", "gpu"/"xpu",
+        "npu", "auto": the default) for OpenVINO IR. A device this machine's runtime lacks is
+        refused here, by name."""
+        if kwargs:
+            raise FerryError(f"to() takes only a device, not {', '.join(sorted(kwargs))}",
+                             status=1)
+        if device is not None and not isinstance(device, str):
+            device = str(device)  # a torch.device
+        if device is not None:
+            check_device(self.manifest.get("format"), device)
+        self._device, self._session = device, None
+        return self
+
+    @property
+    def device(self):
+        return self._device or ("auto" if self.manifest.get("format") == "openvino" else "cpu")
 
     def save_pretrained(self, save_directory, force=False):
         """Writes the export to save_directory atomically. With force, an earlier export there
@@ -51,38 +114,55 @@ class ExportedModel:
         return _str(_c().ferry_exported_dir(self._h))
 
     @property
-    def components(self):
+    def files(self):
+        """{component name: its file name} (the files save_pretrained writes beside
+        export.json)."""
         lib, handle = _c(), self._live("list its components")
         return {_str(lib.ferry_exported_component_name(handle, i)):
                 _str(lib.ferry_exported_component_file(handle, i))
                 for i in range(lib.ferry_exported_component_count(handle))}
 
     @property
+    def components(self):
+        """{component name: ExportedComponent}, as the guide's ExportedModel.components."""
+        entries = self.manifest.get("components", {})
+        return {name: ExportedComponent(self, name, file, entries.get(name, {}))
+                for name, file in self.files.items()}
+
+    @property
+    def program(self):
+        """The program of the single "model" component (the guide's exported.program)."""
+        components = self.components
+        if len(components) != 1:
+            raise FerryError(f"this export has {len(components)} components "
+                             f"({', '.join(map(_escape, components))}): take one's program "
+                             "with exported.components[name].program", status=1)
+        return next(iter(components.values())).program
+
+    @property
     def manifest(self):
         return json.loads(_str(_c().ferry_exported_manifest(self._live("read its manifest"))))
+
+    def _saved_directory(self):
+        """The directory the export's files are in; a fresh export is saved aside to a
+        temporary one first (kept until close())."""
+        if self.directory is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="ferry-")
+            self.save_pretrained(Path(self._tmp.name) / "export")
+        return Path(self.directory)
 
     def _runner(self):
         if self._session is None:
             self._check_callable()
-            if self.directory is None:  # a fresh export runs on first call: save it aside
-                self._tmp = tempfile.TemporaryDirectory(prefix="ferry-")
-                self.save_pretrained(Path(self._tmp.name) / "export")
-            path = Path(self.directory) / self.components["model"]
-            manifest = self.manifest
-            if manifest.get("format") == "openvino":
-                precision = manifest["components"]["model"]["metadata"].get("precision")
-                self._session = _OpenVINOSession(path, precision)
-            else:
-                import onnxruntime
-
-                self._session = onnxruntime.InferenceSession(
-                    str(path), providers=["CPUExecutionProvider"])
+            model = self.components["model"]
+            self._session = open_session(model.path, self.manifest.get("format"),
+                                         model.metadata.get("precision"), self._device)
         return self._session
 
     def _check_callable(self):
         """Calling runs the single "model" graph; a generation export has none, only stages that
         pass a KV cache between them, which the caller has to drive."""
-        components = self.components
+        components = self.files
         if "model" in components:
             return
         manifest = self.manifest.get("components", {})
@@ -111,23 +191,37 @@ class ExportedModel:
             "get a callable \"model\".", status=4)
 
     def __call__(self, **inputs):
-        """Runs the "model" component. Inputs the graph does not take are dropped; position_ids
-        are derived from attention_mask as generate() does when not given."""
+        """Runs the "model" component like the model it came from. Inputs are torch tensors,
+        numpy arrays or lists; those the graph does not take are dropped (a tokenizer's whole
+        output can be passed); position_ids are derived from attention_mask as generate() does
+        when not given. Returns transformers' CausalLMOutputWithPast when transformers is
+        installed (ExportOutput otherwise), holding torch tensors when the inputs were torch
+        tensors and numpy arrays otherwise."""
         import numpy as np
 
         session = self._runner()
-        ints = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v, dtype=np.int64)
-                for k, v in inputs.items()
-                if v is not None and k in ("input_ids", "attention_mask", "position_ids")}
+        as_torch = any(type(v).__module__.startswith("torch") for v in inputs.values())
+        arrays = {k: _to_numpy(v) for k, v in inputs.items() if v is not None}
+        ints = {k: np.asarray(arrays[k], dtype=np.int64)
+                for k in ("input_ids", "attention_mask", "position_ids") if k in arrays}
         if "attention_mask" not in ints and "input_ids" in ints:
             ints["attention_mask"] = np.ones_like(ints["input_ids"])
         if "position_ids" not in ints and "attention_mask" in ints:
             mask = ints["attention_mask"]
             ints["position_ids"] = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
-        feeds = {i.name: ints[i.name] if i.name in ints else inputs[i.name]
-                 for i in session.get_inputs()}
+        wanted = [i.name for i in session.get_inputs()]
+        missing = [name for name in wanted if name not in ints and name not in arrays]
+        if missing:
+            raise FerryError(f"the export takes {', '.join(map(_escape, wanted))}; missing "
+                             f"{', '.join(map(_escape, missing))}", status=1)
+        feeds = {name: ints.get(name, arrays.get(name)) for name in wanted}
         names = [o.name for o in session.get_outputs()]
-        return ExportOutput(zip(names, session.run(names, feeds)))
+        values = session.run(names, feeds)
+        if as_torch:
+            import torch
+
+            values = [torch.from_numpy(np.ascontiguousarray(v)) for v in values]
+        return _model_output(dict(zip(names, values)))
 
     def close(self):
         if self._h:
@@ -137,48 +231,33 @@ class ExportedModel:
             _c().ferry_model_free(self._model)
             self._model = None
         self._session = None
+        if self._source is not None:  # the saved checkpoint of a loaded transformers model
+            self._source.cleanup()
+            self._source = None
 
     def __del__(self):
         if _lib._lib is not None:
             self.close()
 
 
-class _OpenVINOSession:
-    """An OpenVINO compiled model behind onnxruntime's session calls (get_inputs, get_outputs,
-    run), on CPU; an fp32 export is compiled at f32 inference precision (OpenVINO's CPU plugin
-    would otherwise compute in bf16 where the processor has it)."""
+def _to_numpy(value):
+    """A torch tensor (any device, any grad state), numpy array or nested list as numpy."""
+    import numpy as np
 
-    class _Port:
-        def __init__(self, name):
-            self.name = name
+    if type(value).__module__.startswith("torch"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
 
-    def __init__(self, path, precision):
-        import openvino
 
-        core = openvino.Core()
-        model = core.read_model(str(path))
-        config = {"INFERENCE_PRECISION_HINT": "f32"} if precision == "fp32" else {}
-        self._compiled = core.compile_model(model, "CPU", config)
-        self._bf16 = {o.get_any_name() for o in self._compiled.outputs
-                      if o.get_element_type() == openvino.Type.bf16}
+def _model_output(outputs):
+    """transformers' CausalLMOutputWithPast of `outputs` when transformers is installed and the
+    names are its fields (a causal LM's logits); ExportOutput otherwise."""
+    if importlib.util.find_spec("transformers") is not None:
+        from transformers.modeling_outputs import CausalLMOutputWithPast
 
-    def get_inputs(self):
-        return [self._Port(i.get_any_name()) for i in self._compiled.inputs]
-
-    def get_outputs(self):
-        return [self._Port(o.get_any_name()) for o in self._compiled.outputs]
-
-    def run(self, names, feeds):
-        import numpy as np
-
-        result = self._compiled(feeds)
-        out = []
-        for name in names:
-            value = np.asarray(result[name])
-            if name in self._bf16:  # numpy has no bfloat16: OpenVINO hands the bits as float16
-                value = (value.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-            out.append(value)
-        return out
+        if set(outputs) <= set(CausalLMOutputWithPast.__dataclass_fields__):
+            return CausalLMOutputWithPast(**outputs)
+    return ExportOutput(outputs)
 
 
 class ExportOutput(dict):

@@ -3,6 +3,7 @@ decompose_for_generation. They marshal a recipe and a checkpoint to libferry, wh
 work, and wrap what it made in an ExportedModel."""
 
 import ctypes
+import tempfile
 
 from ._lib import FerryError, _GenerationConfig, _P, _c, _c_bytes, _fail, _str
 from .configs import OnnxConfig, OpenVINOConfig
@@ -13,20 +14,19 @@ from .exported import ExportedModel
 
 class OnnxExporter:
     def export(self, model, inputs=None, config=None, revision=None):
-        """Exports the checkpoint at `model` (a directory or a local hub cache id). `inputs`
-        (optional) give the traced shape of a static export via their input_ids."""
-        recipe = (config or OnnxConfig()).to_dict()
-        if inputs is not None and "input_ids" in inputs and "example_shapes" not in recipe:
-            recipe["example_shapes"] = {"input_ids": [int(n) for n in inputs["input_ids"].shape]}
-        cfg = OnnxConfig._from_dict(recipe)._c_config()
-        lib, handle = _c(), _open_model(model, revision)
+        """Exports `model`: a checkpoint directory, a local hub cache id, or a loaded
+        transformers model (see _checkpoint). `inputs` (optional) give the traced shape of a
+        static export via their input_ids."""
+        cfg = _example_config(inputs, config)
+        source, keep = _checkpoint(model)
+        lib, handle = _c(), _open_model(source, revision)
         exported = _P()
         status = lib.ferry_export(handle, ctypes.byref(cfg), ctypes.byref(exported))
         if status:
             message = _str(lib.ferry_model_errmsg(handle))
             lib.ferry_model_free(handle)
             _fail(status, message)
-        return ExportedModel(exported, model_handle=handle)
+        return ExportedModel(exported, model_handle=handle, source=keep)
 
     def export_for_generation(self, model, inputs=None, config=None, *, generation_config=None,
                               multi_token_decode=None, revision=None):
@@ -39,7 +39,8 @@ class OnnxExporter:
         decode time and onnxruntime-genai can run the export; False otherwise)."""
         cfg = _example_config(inputs, config)
         gen = _c_generation(generation_config, multi_token_decode)
-        handle = _open_model(model, revision)
+        source, keep = _checkpoint(model)
+        handle = _open_model(source, revision)
         exported = _P()
         status = _c().ferry_export_for_generation(handle, ctypes.byref(cfg), ctypes.byref(gen),
                                                   ctypes.byref(exported))
@@ -47,7 +48,7 @@ class OnnxExporter:
             message = _str(_c().ferry_model_errmsg(handle))
             _c().ferry_model_free(handle)
             _fail(status, message)
-        return ExportedModel(exported, model_handle=handle)
+        return ExportedModel(exported, model_handle=handle, source=keep)
 
 
 class OpenVINOExporter(OnnxExporter):
@@ -65,6 +66,20 @@ class OpenVINOExporter(OnnxExporter):
         return super().export_for_generation(model, inputs, config, **kwargs)
 
 
+class AutoHfExporter:
+    """The exporter for a config, as the guide's AutoHfExporter.from_config."""
+
+    @staticmethod
+    def from_config(config):
+        recipe = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        export_format = recipe.get("export_format", "onnx")
+        exporters = {"onnx": OnnxExporter, "openvino": OpenVINOExporter}
+        if export_format not in exporters:
+            raise FerryError(f"export_format {export_format!r} has no exporter in ferry (it "
+                             f"writes {', '.join(exporters)})", status=4)
+        return exporters[export_format]()
+
+
 def _as_openvino(config):
     """An OpenVINOExporter writes OpenVINO whatever config class it is handed (an OnnxConfig's
     ONNX-only keys, opset or ort_fusions, are then refused by libferry by name)."""
@@ -79,7 +94,8 @@ def decompose_for_generation(model, inputs=None, config=None, *, generation_conf
     lowering or saving anything (ferry_decompose_for_generation)."""
     cfg = _example_config(inputs, config or OnnxConfig(dynamic=True))
     gen = _c_generation(generation_config, multi_token_decode)
-    lib, handle = _c(), _open_model(model, revision)
+    source, keep = _checkpoint(model)
+    lib, handle = _c(), _open_model(source, revision)
     components = _P()
     try:
         status = lib.ferry_decompose_for_generation(handle, ctypes.byref(cfg), ctypes.byref(gen),
@@ -122,6 +138,20 @@ def _c_generation(generation_config, multi_token_decode):
     gen.static_cache = int(impl == "static")
     gen.max_cache_len = int(length or 0)
     return gen
+
+
+def _checkpoint(model):
+    """(what libferry opens, what must live as long as the export) for `model`. A path or hub
+    id is opened as it is. A loaded transformers model (the guide's
+    `AutoModelForCausalLM.from_pretrained(...)`) is saved to a temporary directory first with
+    save_pretrained (safetensors): its weights may have changed since they were read from disk,
+    so only what it holds now is exported. libferry streams the weights from that directory
+    when the export is saved, so the directory lives as long as the ExportedModel."""
+    if not (hasattr(model, "save_pretrained") and hasattr(model, "config")):
+        return model, None  # a path (anything else is refused by name when opened)
+    keep = tempfile.TemporaryDirectory(prefix="ferry-model-")
+    model.save_pretrained(keep.name, safe_serialization=True)
+    return keep.name, keep
 
 
 def _open_model(model, revision=None):

@@ -501,7 +501,7 @@ def test_binding_export_for_generation_static(families, tmp_path):
         fam.ckpt, config=OnnxConfig(dynamic=True),
         generation_config={"cache_implementation": "static", "max_cache_len": MAX_CACHE_LEN},
         multi_token_decode=True)
-    assert exported.components == {"decode": "decode.onnx"}
+    assert exported.files == {"decode": "decode.onnx"}
     exported.save_pretrained(tmp_path / "out")
     manifest = json.loads((tmp_path / "out" / "export.json").read_text())
     assert manifest == exported.manifest
@@ -519,7 +519,7 @@ def test_binding_export_for_generation_static(families, tmp_path):
     # The same graph as the CLI's, and the loaded export lists the same component.
     cli = fam.export("static_mtd")
     assert (tmp_path / "out" / "decode.onnx").read_bytes() == (cli / "decode.onnx").read_bytes()
-    assert ExportedModel.from_pretrained(tmp_path / "out").components == exported.components
+    assert ExportedModel.from_pretrained(tmp_path / "out").files == exported.files
 
 
 def test_binding_export_for_generation_dynamic_and_generation_config_object(families, tmp_path):
@@ -530,7 +530,7 @@ def test_binding_export_for_generation_dynamic_and_generation_config_object(fami
     fam = families("llama")
     exporter = OnnxExporter()
     dynamic = exporter.export_for_generation(fam.ckpt, config=OnnxConfig(dynamic=True))
-    assert dynamic.components == {"prefill": "prefill.onnx", "decode": "decode.onnx"}
+    assert dynamic.files == {"prefill": "prefill.onnx", "decode": "decode.onnx"}
     dynamic.save_pretrained(tmp_path / "dynamic")
     manifest = json.loads((tmp_path / "dynamic" / "export.json").read_text())
     assert manifest["generation"]["cache_implementation"] == "dynamic"
@@ -545,7 +545,7 @@ def test_binding_export_for_generation_dynamic_and_generation_config_object(fami
     static = exporter.export_for_generation(
         fam.ckpt, config=OnnxConfig(dynamic=True),
         generation_config=GenerationConfig(cache_implementation="static", max_cache_len=48))
-    assert static.components == {"prefill": "prefill.onnx", "decode": "decode.onnx"}
+    assert static.files == {"prefill": "prefill.onnx", "decode": "decode.onnx"}
     assert static.manifest["generation"]["max_cache_len"] == 48
     assert static.manifest["generation"]["multi_token_decode"] is False
 

@@ -163,7 +163,7 @@ def test_load_export(dynamic_export):
     from ferry import ExportedModel
 
     loaded = ExportedModel.from_pretrained(dynamic_export)
-    assert loaded.components == {"model": "model.onnx"}
+    assert loaded.files == {"model": "model.onnx"}
     assert loaded.manifest == manifest(dynamic_export)
     assert Path(loaded.directory).resolve() == dynamic_export.resolve()
 
@@ -173,7 +173,7 @@ def test_load_subfolder(dynamic_export, tmp_path):
 
     shutil.copytree(dynamic_export, tmp_path / "repo" / "onnx")
     loaded = ExportedModel.from_pretrained(tmp_path / "repo", subfolder="onnx")
-    assert loaded.components == {"model": "model.onnx"}
+    assert loaded.files == {"model": "model.onnx"}
 
 
 @pytest.mark.parametrize("field,value", [

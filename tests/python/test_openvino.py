@@ -198,7 +198,7 @@ def test_python_api(ckpts, tmp_path):
 
     ckpt = ckpts("mistral")
     exported = OpenVINOExporter().export(ckpt, config=OpenVINOConfig(dynamic=True))
-    assert exported.components == {"model": "openvino_model.xml"}
+    assert exported.files == {"model": "openvino_model.xml"}
     ids, mask, pos = make_inputs(160, 3, 7)
     want = reference_logits(ckpt, ids, mask, pos)
     assert_logits_close(exported(input_ids=ids, attention_mask=mask).logits, want, mask)
@@ -209,7 +209,7 @@ def test_python_api(ckpts, tmp_path):
     assert isinstance(recipe, OpenVINOConfig)
     # the exporter decides the format, whatever config class it is handed (found by review)
     from ferry import OnnxConfig
-    assert OpenVINOExporter().export(ckpt, config=OnnxConfig(dynamic=True)).components == {
+    assert OpenVINOExporter().export(ckpt, config=OnnxConfig(dynamic=True)).files == {
         "model": "openvino_model.xml"}
     with pytest.raises(FerryError, match="opset"):
         OpenVINOExporter().export(ckpt, config=OnnxConfig(dynamic=True, opset=21))
@@ -232,7 +232,7 @@ def test_python_api(ckpts, tmp_path):
     recorded = int8.manifest["components"]["model"]["metadata"]["export_config"]
     assert recorded["quantizer"]["bits"] == 8
     gen = OpenVINOExporter().export_for_generation(ckpt)
-    assert gen.components == {"decode": "openvino_model.xml"}
+    assert gen.files == {"decode": "openvino_model.xml"}
     with pytest.raises(FerryError, match="LLMPipeline"):
         gen(input_ids=ids)
     with pytest.raises(FerryError, match="static cache.*stateful=False"):
@@ -846,7 +846,7 @@ def test_stateless_python_api(ckpts, tmp_path):
     ckpt = ckpts("qwen2")
     config = OpenVINOConfig(dynamic=True, stateful=False)
     exported = OpenVINOExporter().export_for_generation(ckpt, config=config)
-    assert exported.components == {"prefill": "openvino_prefill.xml",
+    assert exported.files == {"prefill": "openvino_prefill.xml",
                                    "decode": "openvino_decode.xml"}
     ids, mask, _ = make_inputs(160, 2, 7)
     with pytest.raises(FerryError, match="stages of a generation loop") as err:
@@ -859,7 +859,7 @@ def test_stateless_python_api(ckpts, tmp_path):
                  "openvino_decode.bin"):
         assert (tmp_path / "api" / name).read_bytes() == (cli / name).read_bytes(), name
     loaded = ExportedModel.from_pretrained(tmp_path / "api")
-    assert loaded.components == exported.components
+    assert loaded.files == exported.files
     with pytest.raises(FerryError, match="stages of a generation loop"):
         loaded(input_ids=ids)
     manifest, compiled = compile_components(tmp_path / "api")
@@ -870,7 +870,7 @@ def test_stateless_python_api(ckpts, tmp_path):
     static = OpenVINOExporter().export_for_generation(
         ckpt, config=config,
         generation_config={"cache_implementation": "static", "max_cache_len": 64})
-    assert static.components == {"prefill": "openvino_prefill.xml",
+    assert static.files == {"prefill": "openvino_prefill.xml",
                                  "decode": "openvino_decode.xml"}
     pairs = static.manifest["components"]["decode"]["metadata"]["cache"]["pairs"]
     assert pairs[0]["input"] == "input.past_key_values.0.key"

@@ -25,7 +25,7 @@ def test_export_save_load_run(ckpt, tmp_path):
     from ferry import ExportedModel, OnnxConfig, OnnxExporter
 
     exported = OnnxExporter().export(ckpt, config=OnnxConfig(dynamic=True))
-    assert exported.components == {"model": "model.onnx"}
+    assert exported.files == {"model": "model.onnx"}
     assert exported.directory is None
     assert exported.manifest["components"]["model"]["metadata"]["precision"] == "fp32"
     exported.save_pretrained(tmp_path / "out")

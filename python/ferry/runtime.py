@@ -1,0 +1,114 @@
+"""The runtimes an export runs in, behind one small interface (get_inputs, get_outputs, run):
+an onnxruntime InferenceSession, or an OpenVINO compiled model. Also where `device` is read:
+an onnxruntime provider ("cpu", "cuda", "cuda:1") or an OpenVINO device ("cpu", "gpu", "xpu",
+"npu", "auto"; AUTO when none is given, as the guide says). Nothing here exports anything.
+"""
+
+from ._lib import FerryError, _escape
+
+
+def open_session(path, export_format, precision, device=None):
+    """A session for the graph file at `path`, on `device`."""
+    if export_format == "openvino":
+        return OpenVINOSession(path, precision, device)
+    return onnxruntime_session(path, device)
+
+
+def check_device(export_format, device):
+    """Refuses, by name, a device the export's runtime does not have on this machine."""
+    if export_format == "openvino":
+        openvino_device(device)
+    else:
+        _onnxruntime_provider(device)
+
+
+def onnxruntime_session(path, device=None, options=None):
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(str(path), sess_options=options,
+                                        providers=[_onnxruntime_provider(device)])
+
+
+def _onnxruntime_provider(device):
+    """The provider entry InferenceSession takes for `device`."""
+    import onnxruntime
+
+    kind, index = _split_device(device or "cpu")
+    providers = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+    if kind not in providers:
+        raise FerryError(f"device {_escape(device)!r} is not one onnxruntime runs on here: "
+                         "\"cpu\" or \"cuda\" (\"cuda:N\" for the N-th GPU)", status=1)
+    provider = providers[kind]
+    available = onnxruntime.get_available_providers()
+    if provider not in available:
+        raise FerryError(f"device {_escape(device)!r}: this onnxruntime has no {provider} "
+                         f"(it has {', '.join(available)}); install onnxruntime-gpu for cuda",
+                         status=1)
+    return (provider, {"device_id": index}) if kind == "cuda" else provider
+
+
+def _split_device(device):
+    text = str(device).strip().lower()
+    kind, _, index = text.partition(":")
+    if index and not index.isdigit():
+        raise FerryError(f"device {_escape(device)!r}: the part after ':' must be a GPU number",
+                         status=1)
+    return kind, int(index or 0)
+
+
+_OPENVINO_DEVICES = {"cpu": "CPU", "gpu": "GPU", "xpu": "GPU", "npu": "NPU", "auto": "AUTO"}
+
+
+def openvino_device(device):
+    """OpenVINO's name for `device` ("xpu" is an Intel GPU, OpenVINO's GPU), checked against
+    the devices this machine has (AUTO picks among them)."""
+    import openvino
+
+    kind, index = _split_device(device or "auto")
+    if kind not in _OPENVINO_DEVICES:
+        raise FerryError(f"device {_escape(device)!r} is not an OpenVINO device: one of "
+                         f"{', '.join(sorted(_OPENVINO_DEVICES))}", status=1)
+    name = _OPENVINO_DEVICES[kind] + (f".{index}" if ":" in str(device) else "")
+    available = openvino.Core().available_devices
+    if name != "AUTO" and name not in available and f"{name}.0" not in available:
+        raise FerryError(f"device {_escape(device)!r}: OpenVINO has no {name} here (it has "
+                         f"{', '.join(available)})", status=1)
+    return name
+
+
+class OpenVINOSession:
+    """An OpenVINO compiled model behind onnxruntime's session calls. An fp32 export is compiled
+    at f32 inference precision (OpenVINO's CPU plugin would otherwise compute in bf16 where the
+    processor has it)."""
+
+    class _Port:
+        def __init__(self, name):
+            self.name = name
+
+    def __init__(self, path, precision, device=None):
+        import openvino
+
+        core = openvino.Core()
+        model = core.read_model(str(path))
+        config = {"INFERENCE_PRECISION_HINT": "f32"} if precision == "fp32" else {}
+        self._compiled = core.compile_model(model, openvino_device(device), config)
+        self._bf16 = {o.get_any_name() for o in self._compiled.outputs
+                      if o.get_element_type() == openvino.Type.bf16}
+
+    def get_inputs(self):
+        return [self._Port(i.get_any_name()) for i in self._compiled.inputs]
+
+    def get_outputs(self):
+        return [self._Port(o.get_any_name()) for o in self._compiled.outputs]
+
+    def run(self, names, feeds):
+        import numpy as np
+
+        result = self._compiled(feeds)
+        out = []
+        for name in names:
+            value = np.asarray(result[name])
+            if name in self._bf16:  # numpy has no bfloat16: OpenVINO hands the bits as float16
+                value = (value.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            out.append(value)
+        return out

@@ -1,0 +1,209 @@
+"""The guide's ONNX and OpenVINO snippets (shared/seeds, transformers' "Exporters" page) as they
+are written there, with `from ferry import ...` in place of `from transformers.exporters import
+...` and a tiny checkpoint in place of Qwen/Qwen3-0.6B. The model is a loaded transformers model,
+as in the guide; every result is compared with that model's own eager forward. The one change of
+substance: the guide's static-cache decode loop binds CUDA buffers with CudaSession; here the same
+loop binds CPU buffers with onnxruntime's IOBinding.
+"""
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, GenerationConfig
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from conftest import FP32_ATOL, make_checkpoint
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = make_checkpoint(tmp_path_factory.mktemp("guide") / "ckpt", "qwen3")
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+@pytest.fixture
+def inputs():
+    """What `tokenizer(["Hello, world!", "Hi"], padding=True, return_tensors="pt")` returns
+    for a left-padding tokenizer, token_type_ids included (the export does not take them)."""
+    ids = torch.tensor([[5, 17, 33, 2, 91, 40], [0, 0, 0, 0, 7, 12]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 1]])
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+def eager_logits(model, inputs):
+    mask = inputs["attention_mask"]
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        return model(input_ids=inputs["input_ids"], attention_mask=mask,
+                     position_ids=position_ids).logits
+
+
+def assert_matches_eager(outputs, model, inputs):
+    assert isinstance(outputs, CausalLMOutputWithPast), type(outputs)
+    assert isinstance(outputs.logits, torch.Tensor)
+    want = eager_logits(model, inputs)
+    real = inputs["attention_mask"].bool()
+    assert (outputs.logits[real] - want[real]).abs().max().item() <= FP32_ATOL
+
+
+def test_export_save_load_run(model, inputs, tmp_path):
+    from ferry import ExportedModel, OnnxConfig, OnnxExporter
+
+    exporter = OnnxExporter()
+    config = OnnxConfig(dynamic=True)
+    exported = exporter.export(model, inputs, config=config)
+    # run the exported graph directly (a fresh export runs on first call)
+    assert_matches_eager(exported(**inputs), model, inputs)
+    # save, then load and run on ONNX Runtime
+    exported.save_pretrained(tmp_path / "qwen3-onnx")
+    outputs = ExportedModel.from_pretrained(tmp_path / "qwen3-onnx")(**inputs)
+    assert_matches_eager(outputs, model, inputs)
+
+
+def test_program_components_and_metadata(model, inputs, tmp_path):
+    import onnx
+
+    from ferry import ExportedModel, OnnxConfig, OnnxExporter
+
+    exported = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True))
+    program = exported.program  # the backend's program
+    assert isinstance(program, onnx.ModelProto)
+    assert [i.name for i in program.graph.input] == ["input_ids", "attention_mask",
+                                                     "position_ids"]
+    component = exported.components["model"]
+    assert component.program is not None and component.file == "model.onnx"
+    assert component.metadata["precision"] == "fp32"
+    # The weights stay in model.onnx.data until read: the program holds references only.
+    assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in program.graph.initializer
+               if t.dims and np.prod(t.dims) > 64)
+
+    # Exports to several formats in subfolders of one directory, loaded with subfolder=.
+    # (ferry makes the export's own directory, not missing parents: a mistyped parent is an
+    # error, not a new tree.)
+    (tmp_path / "exports").mkdir()
+    exported.save_pretrained(tmp_path / "exports" / "onnx")
+    loaded = ExportedModel.from_pretrained(tmp_path / "exports", subfolder="onnx", device="cpu")
+    assert_matches_eager(loaded(**inputs), model, inputs)
+
+
+def test_auto_export_config_and_auto_hf_exporter(model, inputs):
+    from ferry import AutoExportConfig, AutoHfExporter, OnnxExporter, OpenVINOExporter
+
+    export_config_dict = {"export_format": "onnx", "dynamic": True}
+    config = AutoExportConfig.from_dict(export_config_dict)
+    exporter = AutoHfExporter.from_config(config)
+    assert type(exporter) is OnnxExporter
+    exported = exporter.export(model, inputs, config=config)
+    assert_matches_eager(exported(**inputs), model, inputs)
+    openvino = AutoHfExporter.from_config(AutoExportConfig.from_dict(
+        {"export_format": "openvino"}))
+    assert type(openvino) is OpenVINOExporter
+
+
+def test_dynamic_shapes_with_torch_dims(model, inputs):
+    from ferry import OnnxConfig, OnnxExporter
+
+    batch = torch.export.Dim("batch", min=1, max=32)
+    seq = torch.export.Dim("seq", min=1, max=2048)
+    exporter = OnnxExporter()
+    config = OnnxConfig(
+        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+    )
+    exported = exporter.export(model, inputs, config=config)
+    assert_matches_eager(exported(**inputs), model, inputs)
+    shape = [d.dim_param or d.dim_value for d in
+             exported.program.graph.input[0].type.tensor_type.shape.dim]
+    assert shape == ["batch", "seq"]
+    # The same export at another batch and length, within the stated ranges.
+    other = {"input_ids": inputs["input_ids"][:1, 2:], "attention_mask":
+             inputs["attention_mask"][:1, 2:]}
+    assert_matches_eager(exported(**other), model, other)
+
+
+def test_openvino_snippet(model, inputs, tmp_path):
+    from ferry import ExportedModel, OpenVINOConfig, OpenVINOExporter
+
+    exporter = OpenVINOExporter()
+    config = OpenVINOConfig(dynamic=True)
+    exported = exporter.export(model, inputs, config=config)
+    exported.save_pretrained(tmp_path / "qwen3-openvino")
+    # run on CPU (or "xpu" for an Intel GPU)
+    assert_matches_eager(exported.to("cpu")(**inputs), model, inputs)
+    import openvino
+
+    assert isinstance(exported.program, openvino.Model)
+    loaded = ExportedModel.from_pretrained(tmp_path / "qwen3-openvino")  # AUTO device
+    assert loaded.device == "auto"
+    assert_matches_eager(loaded(**inputs), model, inputs)
+
+
+def test_devices_this_machine_lacks_are_refused_by_name(model, inputs):
+    import onnxruntime
+
+    from ferry import FerryError, OnnxExporter, OpenVINOExporter
+
+    exported = OnnxExporter().export(model, inputs)
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        with pytest.raises(FerryError, match="no CUDAExecutionProvider"):
+            exported.to("cuda")
+    with pytest.raises(FerryError, match="'tpu' is not one onnxruntime runs on"):
+        exported.to("tpu")
+    assert exported.to("cpu") is exported
+    ov = OpenVINOExporter().export(model, inputs)
+    with pytest.raises(FerryError, match="'quantum' is not an OpenVINO device"):
+        ov.to("quantum")
+
+
+def test_multi_token_decode_and_static_cache_loop(model, tmp_path):
+    """export_for_generation with a static cache and multi-token decode, then the guide's
+    decode loop: the prompt in one call, then one token a call, the cache bound in place."""
+    import onnxruntime as ort
+
+    from ferry import OnnxConfig, OnnxExporter
+
+    prompt_ids = torch.tensor([[5, 17, 33, 2, 91]])
+    prompt_len, max_cache_len, new_tokens = prompt_ids.shape[1], 32, 12
+    exporter = OnnxExporter()
+    gen_config = GenerationConfig(cache_implementation="static", max_cache_len=max_cache_len)
+    exported = exporter.export_for_generation(
+        model, {"input_ids": prompt_ids}, config=OnnxConfig(dynamic=True),
+        generation_config=gen_config, multi_token_decode=True)
+    assert list(exported.components) == ["decode"]
+
+    def causal_mask(positions, cache_len):
+        return (torch.arange(cache_len)[None, :] <= positions[:, None])[None, None]
+
+    session = ort.InferenceSession(str(exported.components["decode"].path),
+                                   providers=["CPUExecutionProvider"])
+    binding = session.io_binding()
+    cache = {}
+    for i in session.get_inputs():
+        if not i.name.startswith("input."):
+            continue
+        name = i.name[len("input."):]
+        dims = [{"batch": 1}.get(d, max_cache_len) if isinstance(d, str) else int(d)
+                for d in i.shape]
+        dtype = np.int64 if i.type == "tensor(int64)" else np.float32
+        cache[name] = ort.OrtValue.ortvalue_from_numpy(np.zeros(dims, dtype))
+        binding.bind_ortvalue_input(i.name, cache[name])
+        binding.bind_ortvalue_output(f"output.{name}", cache[name])  # updated in place
+
+    def step(input_ids, positions):
+        for name, value in (("input_ids", input_ids), ("position_ids", positions[None]),
+                            ("attention_mask", causal_mask(positions, max_cache_len))):
+            binding.bind_cpu_input(name, np.ascontiguousarray(value.numpy()))
+        binding.bind_output("logits")
+        session.run_with_iobinding(binding)
+        logits = torch.from_numpy(binding.copy_outputs_to_cpu()[-1])
+        return logits[:, -1:].argmax(-1)
+
+    next_token = step(prompt_ids, torch.arange(prompt_len))   # prefill: the whole prompt
+    tokens = [next_token]
+    for position in range(prompt_len, prompt_len + new_tokens - 1):   # decode, one at a time
+        next_token = step(next_token, torch.tensor([position]))
+        tokens.append(next_token)
+    with torch.no_grad():
+        want = model.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids),
+                              max_new_tokens=new_tokens, do_sample=False,
+                              pad_token_id=0)[:, prompt_len:]
+    assert torch.equal(torch.cat(tokens, dim=1), want)
