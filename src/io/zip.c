@@ -1,0 +1,287 @@
+/* zip.c — the zip writer of zip.h (PKWARE APPNOTE 6.3: local headers, central directory, zip64
+ * extended information extra field 0x0001, zip64 end of central directory record and locator).
+ * CRC-32 from zlib. */
+#include "io/zip.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "util/fs.h"
+
+#define U32_MAX_FIELD 0xFFFFFFFFu
+#define PADDING_ID 0x4246    /* "FB": the extra field torch pads local headers with */
+#define DOS_DATE_1980 0x21   /* 1980-01-01, the earliest a DOS date can say */
+#define CRC_CHUNK (1u << 20)
+
+typedef struct zip_entry {
+    char *name;
+    uint64_t header_offset, data_offset, size;
+    uint32_t crc;
+    bool reserved;           /* written by the caller: its CRC is read back at close */
+} zip_entry;
+
+struct zip_writer {
+    int fd;
+    const char *path;
+    zip_entry *entries;
+    size_t n, cap;
+    uint64_t end;            /* where the next local header goes */
+};
+
+typedef struct bytes {
+    uint8_t *p;
+    size_t len, cap;
+    bool oom;
+} bytes;
+
+static void put(bytes *b, const void *data, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n)
+            cap *= 2;
+        uint8_t *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p, b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+}
+
+static void le(bytes *b, uint64_t v, int width)
+{
+    uint8_t raw[8];
+    for (int i = 0; i < width; i++)
+        raw[i] = (uint8_t)(v >> (8 * i));
+    put(b, raw, (size_t)width);
+}
+
+static bool needs_zip64(uint64_t v)
+{
+    return v >= U32_MAX_FIELD;
+}
+
+zip_writer *zip_new(int fd, const char *path, fy_err *err)
+{
+    zip_writer *z = calloc(1, sizeof *z);
+    if (!z) {
+        fy_fail(err, FERRY_ERR_NOMEM, "out of memory starting %s", path);
+        return NULL;
+    }
+    z->fd = fd, z->path = path;
+    return z;
+}
+
+void zip_free(zip_writer *z)
+{
+    if (!z)
+        return;
+    for (size_t i = 0; i < z->n; i++)
+        free(z->entries[i].name);
+    free(z->entries);
+    free(z);
+}
+
+uint64_t zip_end_offset(const zip_writer *z)
+{
+    return z->end;
+}
+
+/* Appends the entry and writes its local header at z->end; its data follows, aligned. */
+static ferry_status add_entry(zip_writer *z, const char *name, uint64_t size, uint32_t crc,
+                              bool reserved, zip_entry **out, fy_err *err)
+{
+    size_t name_len = strlen(name);
+    if (name_len == 0 || name_len > 0xFFFF)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s: zip entry name of %zu bytes", z->path,
+                       name_len);
+    if (z->n == z->cap) {
+        size_t cap = z->cap ? 2 * z->cap : 32;
+        zip_entry *e = realloc(z->entries, cap * sizeof *e);
+        if (!e)
+            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", z->path);
+        z->entries = e, z->cap = cap;
+    }
+    zip_entry *e = &z->entries[z->n];
+    *e = (zip_entry){.name = strdup(name), .header_offset = z->end, .size = size, .crc = crc,
+                     .reserved = reserved};
+    if (!e->name)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", z->path);
+    z->n++;
+
+    bool zip64 = needs_zip64(size);
+    size_t fixed = 30 + name_len + (zip64 ? 20 : 0);
+    size_t pad = (ZIP_ALIGN - (z->end + fixed + 4) % ZIP_ALIGN) % ZIP_ALIGN;
+    bytes h = {0};
+    le(&h, 0x04034b50, 4);
+    le(&h, zip64 ? 45 : 20, 2);          /* version needed: 4.5 for zip64 */
+    le(&h, 0x0800, 2);                   /* names are UTF-8 */
+    le(&h, 0, 2);                        /* stored */
+    le(&h, 0, 2);
+    le(&h, DOS_DATE_1980, 2);
+    le(&h, crc, 4);                      /* a reserved entry's is written at close */
+    le(&h, zip64 ? U32_MAX_FIELD : size, 4);
+    le(&h, zip64 ? U32_MAX_FIELD : size, 4);
+    le(&h, name_len, 2);
+    le(&h, (zip64 ? 20 : 0) + 4 + pad, 2);
+    put(&h, name, name_len);
+    if (zip64) {
+        le(&h, 0x0001, 2);
+        le(&h, 16, 2);
+        le(&h, size, 8);
+        le(&h, size, 8);
+    }
+    le(&h, PADDING_ID, 2);
+    le(&h, pad, 2);
+    for (size_t i = 0; i < pad; i++)
+        put(&h, "Z", 1);
+    if (h.oom) {
+        free(h.p);
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", z->path);
+    }
+    ferry_status st = fs_pwrite_all(z->fd, z->path, h.p, h.len, z->end, err);
+    e->data_offset = z->end + h.len;
+    free(h.p);
+    z->end = e->data_offset + size;
+    *out = e;
+    return st;
+}
+
+ferry_status zip_put(zip_writer *z, const char *name, const void *data, size_t n, fy_err *err)
+{
+    zip_entry *e;
+    uint32_t crc = 0;
+    for (size_t done = 0; done < n;) {   /* zlib's crc32 takes a uInt length */
+        size_t k = n - done < CRC_CHUNK ? n - done : CRC_CHUNK;
+        crc = (uint32_t)crc32(crc, (const Bytef *)data + done, (uInt)k);
+        done += k;
+    }
+    ferry_status st = add_entry(z, name, n, crc, false, &e, err);
+    if (st == FERRY_OK && n)
+        st = fs_pwrite_all(z->fd, z->path, data, n, e->data_offset, err);
+    return st;
+}
+
+ferry_status zip_reserve(zip_writer *z, const char *name, uint64_t size, uint64_t *data_offset,
+                         fy_err *err)
+{
+    zip_entry *e;
+    ferry_status st = add_entry(z, name, size, 0, true, &e, err);
+    if (st == FERRY_OK)
+        *data_offset = e->data_offset;
+    return st;
+}
+
+/* CRC-32 of a reserved entry's bytes, as the caller wrote them. */
+static ferry_status read_back_crc(zip_writer *z, zip_entry *e, uint8_t *buf, fy_err *err)
+{
+    uint32_t crc = 0;
+    for (uint64_t done = 0; done < e->size;) {
+        size_t want = e->size - done < CRC_CHUNK ? (size_t)(e->size - done) : CRC_CHUNK;
+        ssize_t k = pread(z->fd, buf, want, (off_t)(e->data_offset + done));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return fy_fail(err, FERRY_ERR_IO, "cannot read back %s (entry %s): %s", z->path,
+                           e->name, k < 0 ? strerror(errno) : "short file");
+        crc = (uint32_t)crc32(crc, buf, (uInt)k);
+        done += (uint64_t)k;
+    }
+    e->crc = crc;
+    uint8_t raw[4] = {(uint8_t)crc, (uint8_t)(crc >> 8), (uint8_t)(crc >> 16),
+                      (uint8_t)(crc >> 24)};
+    return fs_pwrite_all(z->fd, z->path, raw, 4, e->header_offset + 14, err);
+}
+
+static void central_entry(bytes *cd, const zip_entry *e)
+{
+    bool big_size = needs_zip64(e->size), big_offset = needs_zip64(e->header_offset);
+    size_t extra = (big_size ? 16 : 0) + (big_offset ? 8 : 0);
+    size_t name_len = strlen(e->name);
+    le(cd, 0x02014b50, 4);
+    le(cd, extra ? 45 : 20, 2);          /* version made by (MS-DOS attributes) */
+    le(cd, extra ? 45 : 20, 2);
+    le(cd, 0x0800, 2);
+    le(cd, 0, 2);
+    le(cd, 0, 2);
+    le(cd, DOS_DATE_1980, 2);
+    le(cd, e->crc, 4);
+    le(cd, big_size ? U32_MAX_FIELD : e->size, 4);
+    le(cd, big_size ? U32_MAX_FIELD : e->size, 4);
+    le(cd, name_len, 2);
+    le(cd, extra ? extra + 4 : 0, 2);
+    le(cd, 0, 2);                        /* comment */
+    le(cd, 0, 2);                        /* disk */
+    le(cd, 0, 2);                        /* internal attributes */
+    le(cd, 0, 4);                        /* external attributes */
+    le(cd, big_offset ? U32_MAX_FIELD : e->header_offset, 4);
+    put(cd, e->name, name_len);
+    if (extra) {
+        le(cd, 0x0001, 2);
+        le(cd, extra, 2);
+        if (big_size) {
+            le(cd, e->size, 8);
+            le(cd, e->size, 8);
+        }
+        if (big_offset)
+            le(cd, e->header_offset, 8);
+    }
+}
+
+ferry_status zip_close(zip_writer *z, fy_err *err)
+{
+    uint8_t *buf = malloc(CRC_CHUNK);
+    if (!buf)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", z->path);
+    ferry_status st = FERRY_OK;
+    for (size_t i = 0; i < z->n && st == FERRY_OK; i++)
+        if (z->entries[i].reserved)
+            st = read_back_crc(z, &z->entries[i], buf, err);
+    free(buf);
+    if (st != FERRY_OK)
+        return st;
+
+    bytes cd = {0};
+    for (size_t i = 0; i < z->n; i++)
+        central_entry(&cd, &z->entries[i]);
+    uint64_t cd_offset = z->end, cd_size = cd.len, zip64_end = cd_offset + cd_size;
+    le(&cd, 0x06064b50, 4);              /* zip64 end of central directory record */
+    le(&cd, 44, 8);
+    le(&cd, 45, 2);
+    le(&cd, 45, 2);
+    le(&cd, 0, 4);
+    le(&cd, 0, 4);
+    le(&cd, z->n, 8);
+    le(&cd, z->n, 8);
+    le(&cd, cd_size, 8);
+    le(&cd, cd_offset, 8);
+    le(&cd, 0x07064b50, 4);              /* its locator */
+    le(&cd, 0, 4);
+    le(&cd, zip64_end, 8);
+    le(&cd, 1, 4);
+    le(&cd, 0x06054b50, 4);              /* end of central directory */
+    le(&cd, 0, 2);
+    le(&cd, 0, 2);
+    le(&cd, z->n >= 0xFFFF ? 0xFFFF : z->n, 2);
+    le(&cd, z->n >= 0xFFFF ? 0xFFFF : z->n, 2);
+    le(&cd, needs_zip64(cd_size) ? U32_MAX_FIELD : cd_size, 4);
+    le(&cd, needs_zip64(cd_offset) ? U32_MAX_FIELD : cd_offset, 4);
+    le(&cd, 0, 2);
+    if (cd.oom)
+        st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", z->path);
+    else
+        st = fs_pwrite_all(z->fd, z->path, cd.p, cd.len, cd_offset, err);
+    free(cd.p);
+    if (st == FERRY_OK)
+        z->end = cd_offset + cd.len;
+    return st;
+}

@@ -1,0 +1,178 @@
+/* test_zip.c — the zip writer (io/zip.h) read back by a parser written from PKWARE's APPNOTE:
+ * end records, central directory, local headers, 64-byte data alignment, CRC-32 against known
+ * values, and zip64 fields for an entry past 4 GiB (a sparse file: nothing is stored). */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "io/zip.h"
+#include "scratch.h"
+
+static uint64_t rd(int fd, uint64_t offset, int width)
+{
+    uint8_t raw[8] = {0};
+    assert_int_equal(pread(fd, raw, (size_t)width, (off_t)offset), width);
+    uint64_t v = 0;
+    for (int i = width - 1; i >= 0; i--)
+        v = v << 8 | raw[i];
+    return v;
+}
+
+typedef struct parsed {
+    char name[64];
+    uint64_t size, header_offset, data_offset;
+    uint32_t crc;
+} parsed;
+
+/* Walks the end records and the central directory, checking each entry's local header. */
+static size_t parse(int fd, parsed *out, size_t max)
+{
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    uint64_t eocd = (uint64_t)st.st_size - 22;
+    assert_int_equal(rd(fd, eocd, 4), 0x06054b50);
+    uint64_t locator = eocd - 20;
+    assert_int_equal(rd(fd, locator, 4), 0x07064b50);
+    uint64_t z64 = rd(fd, locator + 8, 8);
+    assert_int_equal(rd(fd, z64, 4), 0x06064b50);
+    uint64_t n = rd(fd, z64 + 32, 8), cd_size = rd(fd, z64 + 40, 8), cd = rd(fd, z64 + 48, 8);
+    assert_int_equal(cd + cd_size, z64);
+    assert_true(n <= max);
+    for (uint64_t i = 0; i < n; i++) {
+        parsed *p = &out[i];
+        assert_int_equal(rd(fd, cd, 4), 0x02014b50);
+        assert_int_equal(rd(fd, cd + 10, 2), 0);             /* stored */
+        p->crc = (uint32_t)rd(fd, cd + 16, 4);
+        p->size = rd(fd, cd + 24, 4);
+        assert_int_equal(rd(fd, cd + 20, 4), p->size);       /* compressed = uncompressed */
+        size_t name_len = rd(fd, cd + 28, 2), extra = rd(fd, cd + 30, 2);
+        p->header_offset = rd(fd, cd + 42, 4);
+        assert_true(name_len < sizeof p->name);
+        assert_int_equal(pread(fd, p->name, name_len, (off_t)(cd + 46)), (ssize_t)name_len);
+        p->name[name_len] = 0;
+        uint64_t x = cd + 46 + name_len;
+        if (extra) {
+            assert_int_equal(rd(fd, x, 2), 0x0001);
+            uint64_t at = x + 4;
+            if (p->size == 0xFFFFFFFFu) {
+                p->size = rd(fd, at, 8);
+                at += 16;
+            }
+            if (p->header_offset == 0xFFFFFFFFu)
+                p->header_offset = rd(fd, at, 8);
+        }
+        uint64_t h = p->header_offset;
+        assert_int_equal(rd(fd, h, 4), 0x04034b50);
+        assert_int_equal(rd(fd, h + 14, 4), p->crc);
+        size_t lname = rd(fd, h + 26, 2), lextra = rd(fd, h + 28, 2);
+        assert_int_equal(lname, name_len);
+        p->data_offset = h + 30 + lname + lextra;
+        assert_int_equal(p->data_offset % ZIP_ALIGN, 0);
+        cd = x + extra;
+    }
+    assert_int_equal(cd, z64);
+    return (size_t)n;
+}
+
+static int open_new(const char *name, char *path, size_t size)
+{
+    snprintf(path, size, "%s/%s", tmp_dir, name);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    return fd;
+}
+
+static void small_and_reserved_entries(void **state)
+{
+    (void)state;
+    char path[256];
+    int fd = open_new("small.zip", path, sizeof path);
+    fy_err err = {0};
+    zip_writer *z = zip_new(fd, path, &err);
+    assert_non_null(z);
+    assert_int_equal(zip_put(z, "archive/archive_format", "pt2", 3, &err), FERRY_OK);
+    uint64_t at;
+    assert_int_equal(zip_reserve(z, "archive/data/weights/blob", 5, &at, &err), FERRY_OK);
+    assert_int_equal(zip_put(z, "archive/empty", "", 0, &err), FERRY_OK);
+    assert_int_equal(pwrite(fd, "hello", 5, (off_t)at), 5);   /* the caller's own write */
+    assert_int_equal(zip_close(z, &err), FERRY_OK);
+    zip_free(z);
+
+    parsed p[4];
+    assert_int_equal(parse(fd, p, 4), 3);
+    assert_string_equal(p[0].name, "archive/archive_format");
+    assert_int_equal(p[0].size, 3);
+    assert_int_equal(p[0].crc, 0x28345c30);                   /* CRC-32 of "pt2" */
+    assert_string_equal(p[1].name, "archive/data/weights/blob");
+    assert_int_equal(p[1].data_offset, at);
+    assert_int_equal(p[1].crc, 0x3610a686);                   /* CRC-32 of "hello" */
+    assert_int_equal(p[2].size, 0);
+    assert_int_equal(p[2].crc, 0);
+    char data[4] = {0};
+    assert_int_equal(pread(fd, data, 3, (off_t)p[0].data_offset), 3);
+    assert_string_equal(data, "pt2");
+    close(fd);
+}
+
+static void entry_past_four_gib(void **state)
+{
+    (void)state;
+    char path[256];
+    int fd = open_new("big.zip", path, sizeof path);
+    fy_err err = {0};
+    zip_writer *z = zip_new(fd, path, &err);
+    uint64_t at, size = (UINT64_C(1) << 32) + 100, tail;
+    assert_int_equal(zip_reserve(z, "r/big", size, &at, &err), FERRY_OK);
+    assert_int_equal(zip_put(z, "r/after", "x", 1, &err), FERRY_OK);
+    /* The big entry stays a hole of zeros but for one byte at its end. */
+    assert_int_equal(pwrite(fd, "\1", 1, (off_t)(at + size - 1)), 1);
+    assert_int_equal(zip_close(z, &err), FERRY_OK);
+    zip_free(z);
+    parsed p[2];
+    assert_int_equal(parse(fd, p, 2), 2);
+    assert_int_equal(p[0].size, size);
+    assert_true(p[1].header_offset > UINT64_C(0xFFFFFFFF));   /* offset in the zip64 field */
+    tail = rd(fd, p[1].data_offset, 1);
+    assert_int_equal(tail, 'x');
+    assert_int_equal(rd(fd, p[0].header_offset + 18, 4), 0xFFFFFFFFu);   /* local: zip64 */
+    assert_int_equal(rd(fd, p[0].header_offset + 30 + 5 + 4, 8), size);
+    close(fd);
+}
+
+static void name_too_long_is_refused(void **state)
+{
+    (void)state;
+    char path[256], name[70000];
+    int fd = open_new("long.zip", path, sizeof path);
+    memset(name, 'a', sizeof name - 1);
+    name[sizeof name - 1] = 0;
+    fy_err err = {0};
+    zip_writer *z = zip_new(fd, path, &err);
+    assert_int_equal(zip_put(z, name, "", 0, &err), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "zip entry name of 69999 bytes"));
+    zip_free(z);
+    close(fd);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return scratch_make("zip");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(small_and_reserved_entries),
+        cmocka_unit_test(entry_past_four_gib),
+        cmocka_unit_test(name_too_long_is_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, remove_tmp);
+}
