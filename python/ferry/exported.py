@@ -69,7 +69,12 @@ class ExportedModel:
                 self.save_pretrained(Path(self._tmp.name) / "export")
             path = Path(self.directory) / self.components["model"]
             manifest = self.manifest
-            if manifest.get("format") == "openvino":
+            # transformers' export.json names its format "export_format" (and ferry's has both)
+            fmt = manifest.get("format", manifest.get("export_format"))
+            if fmt not in ("onnx", "openvino"):
+                raise FerryError(f"this is a {_escape(fmt)} export: ferry runs ONNX (onnxruntime) "
+                                 "and OpenVINO exports", status=4)
+            if fmt == "openvino":
                 precision = manifest["components"]["model"]["metadata"].get("precision")
                 self._session = _OpenVINOSession(path, precision)
             else:
@@ -88,11 +93,11 @@ class ExportedModel:
         manifest = self.manifest.get("components", {})
         # Names, roles and the directory come from export.json and the file system: escaped.
         listed = ", ".join(
-            f"{_escape(name)} (role {_escape(manifest.get(name, {}).get('role'))}, "
+            f"{_escape(name)} (role {_escape(manifest.get(name, {}).get('role', name))}, "
             f"{_escape(file)})" for name, file in components.items())
         raw_dir = _c().ferry_exported_dir(self._h)
         where = _escape(raw_dir) if raw_dir else "the directory save_pretrained() writes"
-        openvino = self.manifest.get("format") == "openvino"
+        openvino = self.manifest.get("format", self.manifest.get("export_format")) == "openvino"
         if openvino and any(c.get("metadata", {}).get("stateful") for c in manifest.values()):
             raise FerryError(
                 f"this export has no \"model\" component to call: its {listed} is OpenVINO's "
