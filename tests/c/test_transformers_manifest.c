@@ -131,6 +131,9 @@ static void test_accepted(void **state)
     assert_string_equal(ferry_exported_component_data_file(e, 0), "model.onnx.data");
     ferry_exported_free(e);
 
+    e = expect_ok("an architecture with a space and a non-ASCII letter",
+                  tf_manifest("{\"architecture\": \"My Llama\u00e9ForCausalLM\"}"));
+    ferry_exported_free(e);
     e = expect_ok("no version, empty metadata, nulls",
                   "{\"export_format\": \"onnx\", \"components\": {\"model\": {\"file\": "
                   "\"model.onnx\", \"metadata\": {\"architecture\": null, \"in_spec\": null, "
