@@ -18,6 +18,7 @@ static const char usage[] =
     "\n"
     "Show what the export in DIR holds: each component with its role, file sizes, inputs and\n"
     "outputs (dtype, symbolic shape, traced shape), precision, opset and symbol ranges.\n"
+    "DIR may also hold an export transformers' ExportedModel.save_pretrained wrote.\n"
     "The manifest is validated first (paths must stay inside DIR).\n"
     "\n"
     "options:\n"
@@ -181,6 +182,97 @@ static void print_cache(const cJSON *cache, bool stateful)
     }
 }
 
+/* "name version, name version, ..." of transformers' metadata.packages. */
+static void print_packages(const cJSON *md)
+{
+    const cJSON *p, *pk = cJSON_GetObjectItemCaseSensitive(md, "packages");
+    if (!pk || !pk->child)
+        return;
+    printf("  packages:");
+    cJSON_ArrayForEach(p, pk)
+        printf("%s %s %s", p == pk->child ? "" : ",", cli_quote(p->string),
+               cli_quote(cJSON_IsString(p) ? p->valuestring : "?"));
+    printf("\n");
+}
+
+/* What a transformers runner returns: out_spec's root type and, for a ModelOutput or a dict, its
+ * keys (the context, JSON text), then how many leaves are tensors (not out_constants). The
+ * spec was checked when loaded. */
+static void print_out_spec(const cJSON *md)
+{
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(md, "out_spec");
+    cJSON *spec = cJSON_IsString(text) ? cJSON_Parse(text->valuestring) : NULL;
+    const cJSON *root = cJSON_GetArrayItem(spec, 1);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "type");
+    const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(root, "context");
+    cJSON *keys = cJSON_IsString(ctx) ? cJSON_Parse(ctx->valuestring) : NULL;
+    printf("  returns: %s", cJSON_IsString(type) ? cli_quote(type->valuestring)
+                            : cJSON_IsObject(root) ? "a tensor" : "(no out_spec)");
+    if (cJSON_IsArray(keys) && keys->child) {
+        const cJSON *k;
+        printf(" (");
+        cJSON_ArrayForEach(k, keys)
+            printf("%s%s", k == keys->child ? "" : ", ",
+                   cli_quote(cJSON_IsString(k) ? k->valuestring : "?"));
+        printf(")");
+    }
+    printf("\n");
+    cJSON_Delete(keys);
+    cJSON_Delete(spec);
+}
+
+/* transformers' traced kwargs: a tensor's dtype and traced shape, a mapping's leaves, or the
+ * type of anything else (a cache object). */
+static void print_kwargs(const cJSON *kwargs, int depth)
+{
+    const cJSON *k;
+    cJSON_ArrayForEach(k, kwargs) {
+        const cJSON *leaves = cJSON_GetObjectItemCaseSensitive(k, "leaves");
+        const cJSON *container = cJSON_GetObjectItemCaseSensitive(k, "container");
+        char traced[256] = "[]";
+        printf("    %*s%-20s ", 2 * depth, "", cli_quote(k->string));
+        if (cJSON_IsObject(leaves)) {
+            printf("(mapping)\n");
+            if (depth < 4)
+                print_kwargs(leaves, depth + 1);
+        } else if (cJSON_IsString(container)) {
+            printf("(%s)\n", cli_quote(container->valuestring));
+        } else {
+            print_dims(cJSON_GetObjectItemCaseSensitive(k, "shape"), traced, sizeof traced);
+            printf("%-9s traced %s\n", qstr(k, "dtype"), cli_quote(traced));
+        }
+    }
+}
+
+/* An export transformers' ExportedModel.save_pretrained wrote: its schema has no producer,
+ * roles, data files or symbolic shapes, but each component's ExportMetadata. */
+static void inspect_transformers(const ferry_exported *e, const cJSON *m)
+{
+    const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components"), *c;
+    const cJSON *first_md = cJSON_GetObjectItemCaseSensitive(comps->child, "metadata");
+    const cJSON *version = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(first_md, "packages"), "transformers");
+    printf("export %s\n  format %s, producer transformers %s, architecture %s\n"
+           "  schema: transformers' (ExportedModel.save_pretrained; its from_pretrained loads "
+           "it)\n", cli_quote(ferry_exported_dir(e)), qstr(m, "export_format"),
+           cli_quote(cJSON_IsString(version) ? version->valuestring : "?"),
+           qstr(first_md, "architecture"));
+    int i = 0;
+    cJSON_ArrayForEach(c, comps) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
+        printf("\ncomponent %s (precision %s, traced on %s)\n  files:\n", cli_quote(c->string),
+               qstr(md, "export_dtype"), qstr(md, "export_device"));
+        print_size(ferry_exported_dir(e), ferry_exported_component_file(e, i));
+        if (ferry_exported_component_data_file(e, i))
+            print_size(ferry_exported_dir(e), ferry_exported_component_data_file(e, i));
+        printf("  inputs (the call's keyword arguments, as traced):\n");
+        print_kwargs(cJSON_GetObjectItemCaseSensitive(md, "kwargs"), 0);
+        print_out_spec(md);
+        print_packages(md);
+        i++;
+    }
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     const char *dir = NULL, *subfolder = NULL;
@@ -216,6 +308,12 @@ int cmd_inspect(int argc, char **argv)
         return EXIT_OK;
     }
     cJSON *m = cJSON_Parse(ferry_exported_manifest(e));
+    if (!cJSON_GetObjectItemCaseSensitive(m, "format")) { /* transformers' schema */
+        inspect_transformers(e, m);
+        cJSON_Delete(m);
+        ferry_exported_free(e);
+        return EXIT_OK;
+    }
     const cJSON *prod = cJSON_GetObjectItemCaseSensitive(m, "producer");
     printf("export %s\n  format %s, producer %s %s, architecture %s\n",
            cli_quote(ferry_exported_dir(e)),
@@ -247,6 +345,12 @@ int cmd_inspect(int argc, char **argv)
         else
             printf("  onnxruntime-genai: cannot run it: %s\n", qstr(og, "unsupported"));
     }
+    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "transformers");
+    if (cJSON_GetObjectItemCaseSensitive(m, "export_format"))
+        printf("  transformers: ExportedModel.from_pretrained loads it and runs each component\n");
+    else if (cJSON_IsObject(tf))
+        printf("  transformers: ExportedModel.from_pretrained cannot run it: %s\n",
+               qstr(tf, "unsupported"));
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files"), *t;
     if (cJSON_IsArray(tok)) { /* exports made before ferry carried them have no such key */
         printf("  tokenizer files:");

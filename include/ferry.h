@@ -313,7 +313,9 @@ ferry_status ferry_export_for_generation(ferry_model *model, const ferry_export_
 ferry_status ferry_exported_save(ferry_exported *exported, const char *dir, int force);
 
 /* Loads a saved export (`subfolder` may be NULL): validates export.json and refuses any file
- * path that leaves the directory. On failure *out carries the message. */
+ * path that leaves the directory. ferry's export.json, or the one transformers'
+ * ExportedModel.save_pretrained writes (its components, files and metadata checked alike; each
+ * component's role is its name). On failure *out carries the message. */
 ferry_status ferry_exported_load(const char *dir, const char *subfolder, ferry_exported **out);
 
 void ferry_exported_free(ferry_exported *exported);
@@ -332,6 +334,9 @@ const char *ferry_exported_warnings(const ferry_exported *exported);
 int ferry_exported_component_count(const ferry_exported *exported);
 const char *ferry_exported_component_name(const ferry_exported *exported, int index);
 const char *ferry_exported_component_file(const ferry_exported *exported, int index);
+/* The weights file beside component `index`'s file: ferry's data file, or for a transformers
+ * export the sidecar its loader reads (model.onnx.data, openvino_model.bin); NULL if none. */
+const char *ferry_exported_component_data_file(const ferry_exported *exported, int index);
 
 #ifdef __cplusplus
 }

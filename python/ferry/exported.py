@@ -33,7 +33,7 @@ class ExportedComponent:
     @property
     def program(self):
         if self._program is None:
-            if self._exported.manifest.get("format") == "openvino":
+            if self._exported.format == "openvino":
                 import openvino
 
                 self._program = openvino.Core().read_model(str(self.path))
@@ -82,13 +82,13 @@ class ExportedModel:
         if device is not None and not isinstance(device, str):
             device = str(device)  # a torch.device
         if device is not None:
-            check_device(self.manifest.get("format"), device)
+            check_device(self.format, device)
         self._device, self._session = device, None
         return self
 
     @property
     def device(self):
-        return self._device or ("auto" if self.manifest.get("format") == "openvino" else "cpu")
+        return self._device or ("auto" if self.format == "openvino" else "cpu")
 
     def save_pretrained(self, save_directory, force=False):
         """Writes the export to save_directory atomically. With force, an earlier export there
@@ -140,6 +140,13 @@ class ExportedModel:
         return next(iter(components.values())).program
 
     @property
+    def format(self):
+        """"onnx" or "openvino" (export.json's format; transformers' exports say export_format,
+        and ferry's carry both where transformers' loader can run them)."""
+        manifest = self.manifest
+        return manifest.get("format", manifest.get("export_format"))
+
+    @property
     def manifest(self):
         return json.loads(_str(_c().ferry_exported_manifest(self._live("read its manifest"))))
 
@@ -154,9 +161,15 @@ class ExportedModel:
     def _runner(self):
         if self._session is None:
             self._check_callable()
+            fmt = self.format
+            if fmt not in ("onnx", "openvino"):
+                raise FerryError(f"this is a {_escape(fmt)} export: ferry runs ONNX (onnxruntime) "
+                                 "and OpenVINO exports", status=4)
             model = self.components["model"]
-            self._session = open_session(model.path, self.manifest.get("format"),
-                                         model.metadata.get("precision"), self._device)
+            # transformers' metadata says export_dtype ("float32"), ferry's precision ("fp32")
+            precision = model.metadata.get("precision") or (
+                "fp32" if model.metadata.get("export_dtype") == "float32" else None)
+            self._session = open_session(model.path, fmt, precision, self._device)
         return self._session
 
     def _check_callable(self):
@@ -168,11 +181,11 @@ class ExportedModel:
         manifest = self.manifest.get("components", {})
         # Names, roles and the directory come from export.json and the file system: escaped.
         listed = ", ".join(
-            f"{_escape(name)} (role {_escape(manifest.get(name, {}).get('role'))}, "
+            f"{_escape(name)} (role {_escape(manifest.get(name, {}).get('role', name))}, "
             f"{_escape(file)})" for name, file in components.items())
         raw_dir = _c().ferry_exported_dir(self._h)
         where = _escape(raw_dir) if raw_dir else "the directory save_pretrained() writes"
-        openvino = self.manifest.get("format") == "openvino"
+        openvino = self.format == "openvino"
         if openvino and any(c.get("metadata", {}).get("stateful") for c in manifest.values()):
             raise FerryError(
                 f"this export has no \"model\" component to call: its {listed} is OpenVINO's "

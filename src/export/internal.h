@@ -90,8 +90,15 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err);
  * a key, and no key or string holds a character text_quote would escape. Errors name
  * `dir`/export.json, the key and the byte. manifest_validate applies it first. */
 ferry_status manifest_check_tree(const cJSON *m, const char *dir, fy_err *err);
+/* Loads export.json `m` into `e`, either schema: ferry's, or transformers' (transformers.c). */
 ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exported *e,
                                fy_err *err);
+/* A file export.json names for component `comp`: a plain relative path to a regular file inside
+ * `dir`, links resolved. */
+ferry_status manifest_check_file(const char *dir, const char *comp, const char *rel,
+                                 fy_err *err);
+/* torch's name of a dtype ("float32", "int64"), as transformers writes it. */
+const char *exp_torch_dtype_name(ferry_dtype dt);
 cJSON *export_config_to_json(const ferry_export_config *cfg);
 
 /* Symbolic axes (axes.c): the dims of the model's logical axes ("batch", "sequence") from the

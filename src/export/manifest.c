@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "export/internal.h"
+#include "export/transformers.h"
 #include "util/fs.h"
 #include "util/text.h"
 
@@ -21,7 +22,7 @@ const json_limits exp_manifest_limits = {
     .utf8 = true,
 };
 
-static const char *torch_dtype_name(ferry_dtype dt)
+const char *exp_torch_dtype_name(ferry_dtype dt)
 {
     switch (dt) {
     case FERRY_F32: return "float32";
@@ -41,7 +42,7 @@ static cJSON *io_list(const g_graph *g, const int *ids, size_t n)
         const g_value *v = &g->values[ids[i]];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", v->name);
-        cJSON_AddStringToObject(o, "dtype", torch_dtype_name(v->dtype));
+        cJSON_AddStringToObject(o, "dtype", exp_torch_dtype_name(v->dtype));
         cJSON *shape = cJSON_AddArrayToObject(o, "shape");
         cJSON *traced = cJSON_AddArrayToObject(o, "traced_shape");
         for (int k = 0; k < v->shape.rank; k++) {
@@ -102,7 +103,7 @@ static cJSON *cache_info(const struct ferry_exported *e, const g_graph *g)
     cJSON_AddNumberToObject(o, "layers", layers);
     cJSON_AddNumberToObject(o, "kv_heads", (double)kv_heads);
     cJSON_AddNumberToObject(o, "head_dim", (double)head_dim);
-    cJSON_AddStringToObject(o, "dtype", torch_dtype_name(key ? key->dtype : e->cfg.dtype));
+    cJSON_AddStringToObject(o, "dtype", exp_torch_dtype_name(key ? key->dtype : e->cfg.dtype));
     if (in_place)
         cJSON_AddNumberToObject(o, "max_cache_len", (double)e->gen.max_cache_len);
     else
@@ -125,11 +126,15 @@ static cJSON *cache_info(const struct ferry_exported *e, const g_graph *g)
 
 cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
 {
-    (void)err;
+    /* transformers' loader reads "export_format" and its ExportMetadata keys in each
+     * component's metadata: written where its runners call the components (transformers.c) */
+    const char *tf_why_not = tf_unsupported(e);
     const char *arch = e->model ? e->model->cfg.architecture : "";
     cJSON *m = cJSON_CreateObject();
     cJSON_AddNumberToObject(m, "schema_version", SCHEMA_VERSION);
     cJSON_AddStringToObject(m, "format", e->backend->name);
+    if (!tf_why_not)
+        cJSON_AddStringToObject(m, "export_format", e->backend->name);
     cJSON *prod = cJSON_AddObjectToObject(m, "producer");
     cJSON_AddStringToObject(prod, "name", "ferry");
     cJSON_AddStringToObject(prod, "version", FERRY_VERSION);
@@ -154,7 +159,14 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
         cJSON_AddItemToObject(md, "export_config", export_config_to_json(&e->cfg));
         if (g->n_states)
             cJSON_AddItemToObject(md, "cache", cache_info(e, g));
+        if (!tf_why_not && tf_describe_component(e, i, md, err) != FERRY_OK) {
+            cJSON_Delete(m);
+            return NULL;
+        }
     }
+    if (tf_why_not)
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(m, "transformers"), "unsupported",
+                                tf_why_not);
     cJSON *tok = cJSON_AddArrayToObject(m, "tokenizer_files");
     for (int i = 0; i < e->tokenizer.n; i++)
         cJSON_AddItemToArray(tok, cJSON_CreateString(e->tokenizer.f[i].name));
@@ -180,7 +192,8 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
 
 /* Names and paths from export.json are quoted (control bytes and invalid UTF-8 as \xNN) so that
  * a hostile manifest cannot break the one-line error message. */
-static ferry_status check_file(const char *dir, const char *comp, const char *rel, fy_err *err)
+ferry_status manifest_check_file(const char *dir, const char *comp, const char *rel,
+                                 fy_err *err)
 {
     char qcomp[ST_QUOTE_MAX], qrel[ST_QUOTE_MAX];
     st_quote_name(comp, qcomp, sizeof qcomp);
@@ -305,6 +318,8 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: not a JSON object", dir);
     if (manifest_check_tree(m, dir, err) != FERRY_OK)
         return err->status;
+    if (tf_is_transformers_manifest(m))
+        return tf_manifest_validate(m, dir, e, err);
     if (!cJSON_IsNumber(ver) || ver->valuedouble != SCHEMA_VERSION)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: schema_version must be %d",
                        dir, SCHEMA_VERSION);
@@ -317,6 +332,16 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
     if (cJSON_GetArraySize(comps) > EXP_MAX_COMPONENTS)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: more than %d components", dir,
                        EXP_MAX_COMPONENTS);
+    /* transformers' keys, where ferry wrote them: the same format, or why they are absent */
+    const cJSON *tf_fmt = cJSON_GetObjectItemCaseSensitive(m, "export_format");
+    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "transformers");
+    if (tf_fmt && (!cJSON_IsString(tf_fmt) || strcmp(tf_fmt->valuestring, fmt->valuestring)))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: export_format (transformers' "
+                       "key) must name the same format as 'format'", dir);
+    if (tf && (!cJSON_IsObject(tf) ||
+               !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(tf, "unsupported"))))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'transformers' must be an object "
+                       "whose 'unsupported' says why transformers cannot load the export", dir);
     const cJSON *c;
     char qcomp[ST_QUOTE_MAX];
     cJSON_ArrayForEach(c, comps) {
@@ -332,7 +357,10 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': the name and "
                            "role must be non-empty and free of control characters", dir,
                            st_quote_name(c->string, qcomp, sizeof qcomp));
-        if (check_file(dir, c->string, file->valuestring, err) != FERRY_OK)
+        if (manifest_check_file(dir, c->string, file->valuestring, err) != FERRY_OK)
+            return err->status;
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
+        if (md && tf_check_metadata(md, dir, c->string, err) != FERRY_OK)
             return err->status;
         const cJSON *d;
         const char *first_data = NULL;
@@ -341,7 +369,7 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
                 return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': "
                                "data_files must hold strings", dir,
                                st_quote_name(c->string, qcomp, sizeof qcomp));
-            if (check_file(dir, c->string, d->valuestring, err) != FERRY_OK)
+            if (manifest_check_file(dir, c->string, d->valuestring, err) != FERRY_OK)
                 return err->status;
             if (!first_data)
                 first_data = d->valuestring;
@@ -361,7 +389,7 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
                (ogc && (!cJSON_IsString(ogc) || strcmp(ogc->valuestring, GENAI_CONFIG_FILE)))))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'onnxruntime_genai' must be an "
                        "object whose 'config' is \"%s\"", dir, GENAI_CONFIG_FILE);
-    if (ogc && check_file(dir, "onnxruntime_genai", ogc->valuestring, err) != FERRY_OK)
+    if (ogc && manifest_check_file(dir, "onnxruntime_genai", ogc->valuestring, err) != FERRY_OK)
         return err->status;
     /* the tokenizer files it carries: only names ferry takes (a --force replacing this export
      * deletes what is listed here), each present */
@@ -376,7 +404,7 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
                            "a tokenizer file name (%s)", dir,
                            cJSON_IsString(t) ? st_quote_name(t->valuestring, qname, sizeof qname)
                                              : "(not a string)", tok_file_names());
-        if (check_file(dir, "tokenizer_files", t->valuestring, err) != FERRY_OK)
+        if (manifest_check_file(dir, "tokenizer_files", t->valuestring, err) != FERRY_OK)
             return err->status;
     }
     return FERRY_OK;

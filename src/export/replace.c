@@ -18,22 +18,11 @@
 #include <unistd.h>
 
 #include "export/internal.h"
+#include "export/transformers.h"
 #include "model/safetensors.h"
 #include "util/fs.h"
 #include "util/grow.h"
 #include "util/json.h"
-
-/* transformers/exporters: a component `name` is saved as <prefix><name><suffix> by the format's
- * save_program, which also writes the sidecar that program_files() lists (file with `strip`
- * removed and `add` appended). */
-static const struct tf_format {
-    const char *name, *prefix, *suffix, *strip, *add;
-} TF_FORMATS[] = {
-    {"onnx", "", ".onnx", "", ".data"},          /* model.onnx + model.onnx.data */
-    {"openvino", "openvino_", ".xml", ".xml", ".bin"},
-    {"dynamo", "", ".pt2", NULL, NULL},
-    {"executorch", "", ".pte", NULL, NULL},
-};
 
 #define MAX_COMPONENTS 64
 
@@ -243,13 +232,10 @@ static ferry_status transformers_files(const cJSON *m, const char *out, const ch
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components");
     if (!cJSON_IsNumber(ver) || ver->valuedouble != 1)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: schema_version must be 1", qmpath);
-    const struct tf_format *f = NULL;
-    for (size_t i = 0; cJSON_IsString(fmt) && i < sizeof TF_FORMATS / sizeof *TF_FORMATS; i++)
-        if (strcmp(fmt->valuestring, TF_FORMATS[i].name) == 0)
-            f = &TF_FORMATS[i];
+    const tf_format *f = cJSON_IsString(fmt) ? tf_format_find(fmt->valuestring) : NULL;
     if (!f)
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s: export_format must be one of onnx, openvino, "
-                       "dynamo, executorch", qmpath);
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: export_format must be one of %s", qmpath,
+                       tf_format_names());
     int n = cJSON_GetArraySize(comps);
     if (!cJSON_IsObject(comps) || n == 0 || n > MAX_COMPONENTS)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: 'components' must be an object of 1 to %d "
@@ -278,12 +264,9 @@ static ferry_status transformers_files(const cJSON *m, const char *out, const ch
                            "regular file", qmpath, qname, want);
         if (names_add(allowed, want, strlen(want), err) != FERRY_OK)
             return err->status;
-        if (f->add) {
-            size_t keep = strlen(want) - strlen(f->strip);
-            snprintf(sidecar, sizeof sidecar, "%.*s%s", (int)keep, want, f->add);
-            if (names_add(allowed, sidecar, strlen(sidecar), err) != FERRY_OK)
-                return err->status;
-        }
+        if (tf_sidecar(f, want, sidecar, sizeof sidecar) &&
+            names_add(allowed, sidecar, strlen(sidecar), err) != FERRY_OK)
+            return err->status;
     }
     return custom_config_module(out, allowed, err);
 }
@@ -380,7 +363,7 @@ ferry_status replace_check(const char *out, const char *shown, const char *src, 
         goto done;
     /* Repeated keys: cJSON would check the first "components" or "file", Python's json (which
      * transformers loads it with) use the last. ferry's schema gets this in ferry_files. */
-    if (cJSON_IsObject(m) && cJSON_GetObjectItemCaseSensitive(m, "export_format"))
+    if (tf_is_transformers_manifest(m))
         status = manifest_check_tree(m, out, err) ? err->status
                                                   : transformers_files(m, out, mpath, &allowed, err);
     else

@@ -557,3 +557,8 @@ const char *ferry_exported_component_file(const ferry_exported *e, int i)
 {
     return e && i >= 0 && i < e->n_components ? e->comps[i].file : NULL;
 }
+
+const char *ferry_exported_component_data_file(const ferry_exported *e, int i)
+{
+    return e && i >= 0 && i < e->n_components ? e->comps[i].data_file : NULL;
+}

@@ -3,7 +3,8 @@
  * subdirectory, a link that stays inside and links that leave it.
  *
  * An accepted manifest must name only files that exist inside the directory: every component
- * file must resolve (links followed) to a path under the directory's real path. */
+ * file and data file must resolve (links followed) to a path under the directory's real path.
+ * Either schema: ferry's, or transformers' (whose sidecars ferry derives from the file). */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
@@ -98,6 +99,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int i = 0; i < n; i++) {
             check(ferry_exported_component_name(e, i) != NULL, "component name");
             check_inside(ferry_exported_component_file(e, i));
+            /* a transformers export's sidecar is derived, not listed: it must be inside too */
+            if (ferry_exported_component_data_file(e, i))
+                check_inside(ferry_exported_component_data_file(e, i));
         }
         check(ferry_exported_manifest(e) != NULL, "manifest text");
     }

@@ -12,7 +12,7 @@ Standard library only. The seeds are committed; rerun this after changing a fixt
 - config: fixtures/tiny-llama/config.json and variants per family and rope type, in the
   transformers 4 and 5 spellings the tests use.
 - manifest: export.json of the fixture exported plain, static, and for generation (static and
-  dynamic cache) by the ferry binary given with --ferry.
+  dynamic cache) by the ferry binary given with --ferry, and one in transformers' schema.
 - recipe: recipes with every key, and --dim strings.
 - index: model.safetensors.index.json files for fuzz_index's scratch checkpoint.
 """
@@ -139,7 +139,41 @@ def index_seeds():
     yield "partial", {"weight_map": {"model.norm.weight": a}}
 
 
+LEAF_SPEC = {"type": None, "context": None, "children_spec": []}
+
+
+def treespec(node_type, keys, leaves):
+    """A torch pytree spec as treespec_dumps writes it: [protocol, node], the context JSON text."""
+    node = {"type": node_type, "context": json.dumps(keys), "children_spec": [LEAF_SPEC] * leaves}
+    return json.dumps([1, node])
+
+
+def transformers_manifest():
+    """export.json as transformers' ExportedModel.save_pretrained writes it (5.24, a tiny Llama
+    exported to ONNX; packages and export_config abridged), its files those fuzz_manifest makes."""
+    kwarg = {"rank": 2, "shape": [2, 5], "dtype": "int64"}
+    meta = {"architecture": "LlamaForCausalLM", "packages": {"transformers": "5.24.0"},
+            "export_config": {"dynamic": True, "export_format": "onnx"},
+            "export_dtype": "float32", "export_device": "cpu",
+            "kwargs": {"input_ids": kwarg, "attention_mask": kwarg,
+                       "cache": {"container": "DynamicCache"},
+                       "pixels": {"leaves": {"0": kwarg}}},
+            "in_spec": json.dumps([1, {"type": "builtins.tuple", "context": "null",
+                                       "children_spec": [
+                                           {"type": "builtins.tuple", "context": "null",
+                                            "children_spec": []},
+                                           json.loads(treespec("builtins.dict",
+                                                               ["input_ids", "attention_mask"],
+                                                               2))[1]]}]),
+            "out_spec": treespec("transformers.modeling_outputs.CausalLMOutputWithPast",
+                                 ["logits", "loss"], 2),
+            "in_constants": {"use_cache": True}, "out_constants": [[1, None]]}
+    return {"schema_version": 1, "export_format": "onnx",
+            "components": {"model": {"file": "model.onnx", "metadata": meta}}}
+
+
 def manifest_seeds(ferry):
+    yield "transformers-onnx", json.dumps(transformers_manifest(), indent=2).encode()
     runs = {"dynamic": ["--dynamic"],
             "static-dim": ["--dim", "input_ids:1=sequence:1:64", "--dtype", "fp16"],
             "generation-static": ["--for-generation", "--static-cache", "--max-cache-len", "64"],

@@ -457,7 +457,8 @@ def test_cpu_plugin_fuses_the_stateful_graph(ckpts, tmp_path, arch, flags, weigh
 
 def test_runtime_options(ckpts, tmp_path):
     """A stateful export tells the plugin to keep its cache in the export's precision (the
-    default, u8 on CPUs without bf16, moves fp32 logits by ~5e-4); a caller's setting wins."""
+    default, u8 on CPUs without bf16, moves fp32 logits by ~5e-4); a caller's setting wins. An
+    fp32 export also asks for f32 compute."""
     ckpt = ckpts("llama")
     for dtype, want in (("fp32", ov.Type.f32), ("fp16", ov.Type.f16)):
         out = ferry_export(ckpt, tmp_path / dtype, "--format", "openvino", "--dynamic",
@@ -468,8 +469,20 @@ def test_runtime_options(ckpts, tmp_path):
         assert compiled.get_property("KV_CACHE_PRECISION") == want
     _, compiled = compile_ov(out, KV_CACHE_PRECISION="u8")
     assert compiled.get_property("KV_CACHE_PRECISION") == ov.Type.u8
+    # Without a cache there is no KV_CACHE_PRECISION; an fp32 export computes in f32 whoever
+    # compiles it (the plugin would pick bf16 on CPUs that have it), a 16-bit one as the
+    # plugin chooses.
     plain = ferry_export(ckpt, tmp_path / "plain", "--format", "openvino", "--dynamic", "--quiet")
-    assert "runtime_options" not in (plain / "openvino_model.xml").read_text()
+    model = ov.Core().read_model(str(plain / "openvino_model.xml"))
+    assert model.get_rt_info(["runtime_options", "INFERENCE_PRECISION_HINT"]).astype(str) == "f32"
+    assert not model.has_rt_info(["runtime_options", "KV_CACHE_PRECISION"])
+    compiled = ov.Core().compile_model(model, "CPU")
+    assert compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.f32
+    meta = json.loads((plain / "export.json").read_text())["components"]["model"]["metadata"]
+    assert meta["runtime_options"] == {"INFERENCE_PRECISION_HINT": "f32"}
+    half = ferry_export(ckpt, tmp_path / "half", "--format", "openvino", "--dynamic", "--dtype",
+                        "fp16", "--quiet")
+    assert "runtime_options" not in (half / "openvino_model.xml").read_text()
 
 
 def test_compress_to_fp16(ckpts, tmp_path):

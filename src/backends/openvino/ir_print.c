@@ -171,10 +171,17 @@ ferry_status ov_print_model(g_graph *g, pl_file *bin, const ov_options *opt,
               "\t<rt_info>\n\t\t<info name=\"producer\" value=\"ferry %s\" />\n",
               p.layers.data ? p.layers.data : "", p.edges.data ? p.edges.data : "",
               FERRY_VERSION);
-    if (opt->kv_cache_precision)
+    if (opt->kv_cache_precision || opt->inference_precision) {
         /* compile options the runtime takes from the model unless the caller sets them */
-        sb_printf(&xml, "\t\t<runtime_options>\n\t\t\t<KV_CACHE_PRECISION value=\"%s\" />\n"
-                  "\t\t</runtime_options>\n", opt->kv_cache_precision);
+        sb_puts(&xml, "\t\t<runtime_options>\n");
+        if (opt->inference_precision)
+            sb_printf(&xml, "\t\t\t<INFERENCE_PRECISION_HINT value=\"%s\" />\n",
+                      opt->inference_precision);
+        if (opt->kv_cache_precision)
+            sb_printf(&xml, "\t\t\t<KV_CACHE_PRECISION value=\"%s\" />\n",
+                      opt->kv_cache_precision);
+        sb_puts(&xml, "\t\t</runtime_options>\n");
+    }
     sb_puts(&xml, "\t</rt_info>\n</net>\n");
     if (xml.oom || p.layers.oom || p.edges.oom)
         st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", xml_file);

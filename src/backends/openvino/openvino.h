@@ -19,6 +19,8 @@ typedef struct ov_options {
     /* the model's runtime option KV_CACHE_PRECISION (the cache precision the export was
      * checked with); NULL: none */
     const char *kv_cache_precision;
+    /* the model's runtime option INFERENCE_PRECISION_HINT; NULL: none */
+    const char *inference_precision;
 } ov_options;
 
 /* The printer runs twice over `g` with the same calls. First with `xml_file` NULL: it only

@@ -141,6 +141,16 @@ static const char *kv_precision(ferry_dtype dt)
     return dt == FERRY_F16 ? "f16" : dt == FERRY_BF16 ? "bf16" : "f32";
 }
 
+/* The compute precision of an fp32 export: the CPU plugin's default is bf16 on processors
+ * that have it (an 8-bit mantissa, far from the 1e-4 fp32 logits are held to), and a runtime
+ * that compiles the model with its defaults (transformers' OpenVINO runner, openvino-genai)
+ * would get it. Recorded as transformers' exporter records it; 16-bit exports keep the
+ * plugin's choice. */
+static const char *inference_precision(ferry_dtype dt)
+{
+    return dt == FERRY_F32 ? "f32" : NULL;
+}
+
 static ferry_status openvino_write(const be_component *comps, int n,
                                    const ferry_export_config *cfg, const char *dir,
                                    ws_progress *progress, fy_err *err)
@@ -150,7 +160,8 @@ static ferry_status openvino_write(const be_component *comps, int n,
         pl_file *bin = pl_new(comps[i].data_files[0], OV_BIN_ALIGN);
         if (!bin)
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-        ov_options opt = {.compress_to_fp16 = cfg->compress_to_fp16};
+        ov_options opt = {.compress_to_fp16 = cfg->compress_to_fp16,
+                          .inference_precision = inference_precision(cfg->dtype)};
         if (kv_in_variables(comps[i].graph))
             opt.kv_cache_precision = kv_precision(cfg->dtype);
         st = ov_print_model(comps[i].graph, bin, &opt, comps[i].name, dir, NULL, err);
@@ -170,9 +181,15 @@ static void openvino_describe(const ferry_export_config *cfg, cJSON *metadata)
     /* the cache pairs' inputs name the model's variables; beam_idx is an input */
     bool stateful = cfg->for_generation && !cfg->stateless;
     cJSON_AddBoolToObject(metadata, "stateful", stateful);
-    if (stateful) /* as the printer writes them into the model's rt_info */
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(metadata, "runtime_options"),
-                                "KV_CACHE_PRECISION", kv_precision(cfg->dtype));
+    if (!stateful && !inference_precision(cfg->dtype))
+        return;
+    /* as the printer writes them into the model's rt_info */
+    cJSON *options = cJSON_AddObjectToObject(metadata, "runtime_options");
+    if (inference_precision(cfg->dtype))
+        cJSON_AddStringToObject(options, "INFERENCE_PRECISION_HINT",
+                                inference_precision(cfg->dtype));
+    if (stateful)
+        cJSON_AddStringToObject(options, "KV_CACHE_PRECISION", kv_precision(cfg->dtype));
 }
 
 const fb_backend fb_openvino = {

@@ -1,0 +1,310 @@
+"""Interop with transformers' exporters (transformers.exporters, the pinned 5.x).
+
+ferry -> transformers: `ExportedModel.from_pretrained(ferry_dir)(**inputs)` runs a ferry export
+in transformers' own runners and returns transformers' eager logits (1e-4), for every family,
+in ONNX and OpenVINO, and the pytree specs ferry writes in C are byte for byte what torch's
+treespec_dumps writes. Exports transformers cannot run say why in export.json.
+
+transformers -> ferry: an export transformers' exporter wrote (made here by OnnxExporter /
+OpenVINOExporter) is loaded by ferry's ExportedModel and listed by `ferry inspect`; malformed
+ExportMetadata keys in it are refused with one line naming export.json, component and key.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import (ARCHS, FP32_ATOL, assert_logits_close, ferry_builds, ferry_export,
+                      generate_position_ids, make_checkpoint, make_inputs, reference_logits,
+                      reference_model, run_ferry)
+
+from transformers.exporters import ExportedModel as HfExportedModel  # noqa: E402
+from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
+
+VOCAB = 160
+INPUTS = ["input_ids", "attention_mask", "position_ids"]
+# batch 2 padded (row 1 left-padded by a third), one token, and batch 3 down to one real token
+SHAPES = [(2, 7), (1, 1), (3, 12)]
+
+
+def hf_call(exported, ids, mask, pos):
+    """transformers' ExportedModel called as the model is: keyword tensors in, a ModelOutput
+    out."""
+    out = exported(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                   position_ids=torch.from_numpy(pos))
+    assert isinstance(out, CausalLMOutputWithPast), type(out)
+    return out.logits.numpy()
+
+
+def treespec_dumps(tree):
+    from torch.utils import _pytree
+
+    return _pytree.treespec_dumps(_pytree.tree_flatten(tree)[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# ferry's exports in transformers' loader
+
+
+@pytest.fixture(scope="module", params=list(ARCHS))
+def family(request, tmp_path_factory):
+    arch = request.param
+    base = tmp_path_factory.mktemp(f"interop-{arch}")
+    ckpt = make_checkpoint(base / "ckpt", arch)
+    return arch, ckpt, ferry_export(ckpt, base / "onnx", "--dynamic", "--quiet")
+
+
+def test_transformers_runs_ferry_onnx(family):
+    """Each family's dynamic ONNX export, through transformers' loader and ONNX Runtime runner,
+    against transformers' eager model: batch 2 with left padding, 1x1, and batch 3."""
+    arch, ckpt, out = family
+    exported = HfExportedModel.from_pretrained(out, device="cpu")
+    assert str(exported.export_format) == "onnx" and list(exported.components) == ["model"]
+    assert exported.dtype == torch.float32
+    assert type(exported.config).__name__ == type(reference_model(ckpt).config).__name__
+    for batch, seq in SHAPES:
+        ids, mask, pos = make_inputs(VOCAB, batch, seq)
+        want = reference_logits(ckpt, ids, mask, pos)
+        assert_logits_close(hf_call(exported, ids, mask, pos), want, mask, FP32_ATOL,
+                            f"{arch} {batch}x{seq}")
+
+
+def test_specs_are_torch_treespecs(family):
+    """in_spec and out_spec, written in C, are the text torch's treespec_dumps writes for the
+    call's (args, kwargs) and for a CausalLMOutputWithPast holding the logits; the kwargs
+    record the traced example."""
+    _, _, out = family
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["export_format"] == manifest["format"] == "onnx"
+    assert "transformers" not in manifest
+    meta = manifest["components"]["model"]["metadata"]
+    leaf = torch.zeros(1)
+    assert meta["in_spec"] == treespec_dumps(((), {name: leaf for name in INPUTS}))
+    assert meta["out_spec"] == treespec_dumps(CausalLMOutputWithPast(logits=leaf))
+    assert meta["kwargs"] == {name: {"rank": 2, "shape": [1, 8], "dtype": "int64"}
+                              for name in INPUTS}
+    assert meta["export_dtype"] == "float32" and meta["export_device"] == "cpu"
+    assert meta["in_constants"] == {} and meta["out_constants"] == []
+    # ferry's own keys are still there, unchanged
+    assert meta["precision"] == "fp32" and [i["name"] for i in meta["inputs"]] == INPUTS
+
+
+def test_static_export_kwargs(tmp_path):
+    """A static export's kwargs are its example shape, and transformers runs it at that shape."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", "qwen3")
+    out = ferry_export(ckpt, tmp_path / "out", "--example-shape", "input_ids=2x6", "--quiet")
+    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    assert meta["kwargs"]["attention_mask"] == {"rank": 2, "shape": [2, 6], "dtype": "int64"}
+    ids, mask, pos = make_inputs(VOCAB, 2, 6)
+    got = hf_call(HfExportedModel.from_pretrained(out, device="cpu"), ids, mask, pos)
+    assert_logits_close(got, reference_logits(ckpt, ids, mask, pos), mask)
+
+
+def test_transformers_runs_ferry_openvino(tmp_path):
+    """OpenVINO: the plain export, and the stateful generation graph (one "decode" component,
+    the cache in its variables; transformers' runner feeds beam_idx): prompt, then two steps,
+    each against eager logits of the whole sequence so far."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
+    ids, mask, pos = make_inputs(VOCAB, 2, 10)
+    want = reference_logits(ckpt, ids, mask, pos)
+    plain = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic", "--quiet")
+    got = hf_call(HfExportedModel.from_pretrained(plain, device="cpu"), ids, mask, pos)
+    assert_logits_close(got, want, mask, what="openvino plain")
+
+    gen = ferry_export(ckpt, tmp_path / "ovgen", "--format", "openvino", "--dynamic",
+                       "--for-generation", "--quiet")
+    manifest = json.loads((gen / "export.json").read_text())
+    assert manifest["export_format"] == "openvino" and list(manifest["components"]) == ["decode"]
+    exported = HfExportedModel.from_pretrained(gen, device="cpu")
+    prompt = 8
+    got = hf_call(exported, ids[:, :prompt], mask[:, :prompt], pos[:, :prompt])
+    assert_logits_close(got, want[:, :prompt], mask[:, :prompt], what="stateful prompt")
+    for step in range(prompt, 10):
+        got = hf_call(exported, ids[:, step:step + 1], mask[:, :step + 1],
+                      pos[:, step:step + 1])
+        assert_logits_close(got, want[:, step:step + 1], mask[:, step:step + 1],
+                            what=f"stateful step {step}")
+
+
+@pytest.mark.parametrize("flags,component,culprit", [
+    (["--dynamic", "--for-generation"], "prefill", "present.0.key"),
+    (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "32"], "prefill",
+     "input.past_key_values.0.cumulative_length"),
+    (["--format", "openvino", "--dynamic", "--for-generation", "--config", "STATELESS"],
+     "prefill", "present.0.key"),
+], ids=["onnx-dynamic-cache", "onnx-static-cache", "openvino-stateless"])
+def test_generation_exports_say_why(tmp_path, flags, component, culprit):
+    """A generation export whose components pass the cache as inputs and outputs stays ferry's:
+    transformers' runners name a cache by its pytree paths (cache.layers.<l>.keys), ferry by
+    the guide's. export.json has no export_format, says why under "transformers", and inspect
+    prints it; ferry still loads it."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
+    if "STATELESS" in flags:
+        recipe = tmp_path / "stateless.json"
+        recipe.write_text('{"stateful": false}')
+        flags = [str(recipe) if f == "STATELESS" else f for f in flags]
+    out = ferry_export(ckpt, tmp_path / "out", *flags, "--quiet")
+    manifest = json.loads((out / "export.json").read_text())
+    assert "export_format" not in manifest
+    why = manifest["transformers"]["unsupported"]
+    assert f"component '{component}'" in why and f"'{culprit}'" in why, why
+    for meta in (c["metadata"] for c in manifest["components"].values()):
+        assert "in_spec" not in meta and "kwargs" not in meta
+    rc, text, err = run_ferry("inspect", out)
+    assert rc == 0, err
+    assert f"transformers: ExportedModel.from_pretrained cannot run it: {why}" in text
+    with pytest.raises(KeyError, match="export_format"):
+        HfExportedModel.from_pretrained(out)
+    import ferry
+
+    assert set(ferry.ExportedModel.from_pretrained(out).components) >= {component}
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers' exports in ferry
+
+HF_EXPORT = """
+import sys, torch
+torch.set_num_threads(1)
+from transformers import AutoModelForCausalLM
+from transformers.exporters import OnnxConfig, OnnxExporter, OpenVINOConfig, OpenVINOExporter
+ckpt, out, fmt = sys.argv[1], sys.argv[2], sys.argv[3]
+model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+inputs = {"input_ids": torch.arange(1, 11).reshape(2, 5),
+          "attention_mask": torch.ones(2, 5, dtype=torch.long)}
+exporter, config = ((OnnxExporter, OnnxConfig) if fmt == "onnx"
+                    else (OpenVINOExporter, OpenVINOConfig))
+exporter().export(model, inputs, config(dynamic=False)).save_pretrained(out)
+"""
+
+
+@pytest.fixture(scope="module")
+def hf_exports(tmp_path_factory):
+    """{format: directory}: transformers' own static exports (batch 2 x 5) of a tiny Llama, made
+    by its OnnxExporter and OpenVINOExporter in a child process (they patch torch)."""
+    base = tmp_path_factory.mktemp("hf-exports")
+    ckpt = make_checkpoint(base / "ckpt", "llama")
+    made = {}
+    for fmt in ("onnx", "openvino"):
+        proc = subprocess.run([sys.executable, "-c", HF_EXPORT, str(ckpt), str(base / fmt), fmt],
+                              capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        made[fmt] = base / fmt
+    return ckpt, made
+
+
+@pytest.mark.parametrize("fmt,files", [("onnx", ["model.onnx", "model.onnx.data"]),
+                                       ("openvino", ["openvino_model.xml",
+                                                     "openvino_model.bin"])])
+def test_ferry_loads_transformers_export(hf_exports, fmt, files):
+    """ferry's ExportedModel loads transformers' export (components by name, the manifest as
+    written) and runs it: logits equal eager's on the traced shape (transformers' graph takes
+    input_ids and attention_mask, positions from 0)."""
+    import ferry
+
+    ckpt, made = hf_exports
+    exported = ferry.ExportedModel.from_pretrained(made[fmt])
+    assert exported.components == {"model": files[0]}
+    assert exported.manifest["export_format"] == fmt
+    ids = np.arange(1, 11, dtype=np.int64).reshape(2, 5) * 7 % VOCAB
+    mask = np.ones_like(ids)
+    with torch.no_grad():
+        want = reference_model(ckpt)(input_ids=torch.from_numpy(ids),
+                                     attention_mask=torch.from_numpy(mask)).logits.numpy()
+    out = exported(input_ids=ids, attention_mask=mask)
+    assert_logits_close(out.logits, want, mask, what=f"transformers' {fmt} export in ferry")
+
+
+@pytest.mark.parametrize("binary", [b[1] for b in ferry_builds()],
+                         ids=[b[0] for b in ferry_builds()])
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_inspect_lists_transformers_export(hf_exports, fmt, binary):
+    """`ferry inspect` of transformers' export: format, producer, each file with its size (the
+    program and the sidecar transformers' loader reads), the traced kwargs and what out_spec
+    returns; --json prints export.json as loaded."""
+    _, made = hf_exports
+    rc, text, err = run_ferry("inspect", made[fmt], binary=binary)
+    assert rc == 0, err
+    version = __import__("transformers").__version__
+    assert f"format {fmt}, producer transformers {version}, architecture LlamaForCausalLM" in text
+    files = (["model.onnx", "model.onnx.data"] if fmt == "onnx"
+             else ["openvino_model.xml", "openvino_model.bin"])
+    for name in files:
+        line = next(line for line in text.splitlines() if line.strip().startswith(name))
+        assert line.strip().endswith("KB"), line
+    assert "component model (precision float32, traced on cpu)" in text
+    for name in ("input_ids", "attention_mask"):
+        assert any(line.split()[:3] == [name, "int64", "traced"] and line.endswith("[2, 5]")
+                   for line in text.splitlines()), text
+    assert ("returns: transformers.modeling_outputs.CausalLMOutputWithPast (logits, cache)"
+            in text)
+    rc, raw, err = run_ferry("inspect", made[fmt], "--json", binary=binary)
+    assert rc == 0, err
+    assert json.loads(raw) == json.loads((made[fmt] / "export.json").read_text())
+
+
+def _corrupt(src, dst, edit):
+    shutil.copytree(src, dst)
+    manifest = json.loads((dst / "export.json").read_text())
+    edit(manifest["components"]["model"]["metadata"])
+    (dst / "export.json").write_text(json.dumps(manifest))
+    return dst
+
+
+def _spec_with_children_of_leaf(meta):
+    spec = json.loads(meta["out_spec"])
+    leaf = spec[1]["children_spec"][0]  # the logits
+    leaf["children_spec"] = [dict(leaf)]
+    meta["out_spec"] = json.dumps(spec)
+
+
+MALFORMED = {
+    "negative size": (lambda m: m["kwargs"]["input_ids"].update(shape=[2, -5]),
+                      "metadata.kwargs: 'input_ids': shape holds a size that is not an integer"),
+    "rank beyond shape": (lambda m: m["kwargs"]["attention_mask"].update(rank=3),
+                          "'attention_mask': shape must be an array of rank (3) sizes"),
+    "rank 1e9": (lambda m: m["kwargs"]["input_ids"].update(rank=10 ** 9),
+                 "'input_ids': rank must be an integer from 0 to 64"),
+    "spec not JSON": (lambda m: m.update(out_spec=m["out_spec"][:40]),
+                      "metadata.out_spec: invalid JSON"),
+    "spec protocol": (lambda m: m.update(in_spec=m["in_spec"].replace("[1,", "[7,", 1)),
+                      "metadata.in_spec must be [1, node]"),
+    "leaf with children": (_spec_with_children_of_leaf,
+                           "metadata.out_spec: a leaf (type null) has children"),
+    "constant past the leaves": (lambda m: m.update(out_constants=[[5, None]]),
+                                 "leaf index 5 is out of order or not below out_spec's 5 "
+                                 "leaves"),
+    "constant not a pair": (lambda m: m.update(out_constants=[[0]]),
+                            "metadata.out_constants: each entry must be"),
+    "kwargs a list": (lambda m: m.update(kwargs=["input_ids"]),
+                      "metadata.kwargs must be an object"),
+    "dtype not a name": (lambda m: m.update(export_dtype="float32; rm"),
+                         "metadata.export_dtype must be a name"),
+}
+
+
+@pytest.mark.parametrize("binary", [b[1] for b in ferry_builds()],
+                         ids=[b[0] for b in ferry_builds()])
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_interop_keys(hf_exports, tmp_path, case, binary):
+    """Each malformed ExportMetadata key in transformers' export.json: `ferry inspect` exits 1
+    with one line naming export.json, the component and the key; the binding raises FerryError
+    with the same message."""
+    import ferry
+
+    _, made = hf_exports
+    edit, needle = MALFORMED[case]
+    bad = _corrupt(made["onnx"], tmp_path / "bad", edit)
+    rc, text, err = run_ferry("inspect", bad, binary=binary)
+    lines = err.splitlines()
+    assert rc == 1 and text == "" and len(lines) == 1, (rc, text, err)
+    assert lines[0].startswith("ferry: error: ") and "export.json: component 'model': " in err
+    assert needle in lines[0], (needle, lines[0])
+    with pytest.raises(ferry.FerryError, match="component 'model'") as raised:
+        ferry.ExportedModel.from_pretrained(bad)
+    assert needle in str(raised.value)
