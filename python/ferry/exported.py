@@ -21,7 +21,7 @@ class ExportedComponent:
 
     def __init__(self, exported, name, file, entry):
         self._exported, self.name, self.file = exported, name, file
-        self.role = entry.get("role")
+        self.role = entry.get("role", name)  # transformers: a component's role is its name
         self.metadata = entry.get("metadata", {})
         self._program = None
 

@@ -209,7 +209,7 @@ def test_ferry_loads_transformers_export(hf_exports, fmt, files):
 
     ckpt, made = hf_exports
     exported = ferry.ExportedModel.from_pretrained(made[fmt])
-    assert exported.components == {"model": files[0]}
+    assert exported.files == {"model": files[0]}
     assert exported.manifest["export_format"] == fmt
     ids = np.arange(1, 11, dtype=np.int64).reshape(2, 5) * 7 % VOCAB
     mask = np.ones_like(ids)
