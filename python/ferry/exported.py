@@ -14,6 +14,7 @@ class ExportedModel:
 
     def __init__(self, handle, model_handle=None):
         self._h, self._model, self._session, self._tmp = handle, model_handle, None, None
+        self._runners = None
 
     @classmethod
     def from_pretrained(cls, path, subfolder=None):
@@ -36,7 +37,7 @@ class ExportedModel:
         status = _c().ferry_exported_save(handle, raw, int(force))
         if status:
             _fail(status, _str(_c().ferry_exported_errmsg(handle)))
-        self._session = None
+        self._session = self._runners = None
 
     def _live(self, doing):
         """The library handle; after close() there is none, and libferry would take the NULL for
@@ -61,12 +62,38 @@ class ExportedModel:
     def manifest(self):
         return json.loads(_str(_c().ferry_exported_manifest(self._live("read its manifest"))))
 
+    def _saved_directory(self):
+        """Where the export's files are; a fresh export is first saved aside to a temporary
+        directory, which lives as long as this object."""
+        if self.directory is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="ferry-")
+            self.save_pretrained(Path(self._tmp.name) / "export")
+        return self.directory
+
+    @property
+    def runners(self):
+        """{"prefill": runner, "decode": runner} of a generation export, each owning its
+        session and sharing one KV cache (ferry.runners)."""
+        if self._runners is None:
+            from .runners import Runners
+
+            self._live("run it")
+            manifest = self.manifest
+            Runners.check_generation(manifest)
+            self._runners = Runners(self._saved_directory(), manifest)
+        return self._runners
+
+    def generate(self, input_ids, attention_mask=None, **kwargs):
+        """Greedy search or sampling with the generation export, as transformers' generate()
+        with the checkpoint's generation_config.json; see ferry.generation."""
+        from .generation import generate
+
+        return generate(self.runners, self.directory, input_ids, attention_mask, **kwargs)
+
     def _runner(self):
         if self._session is None:
             self._check_callable()
-            if self.directory is None:  # a fresh export runs on first call: save it aside
-                self._tmp = tempfile.TemporaryDirectory(prefix="ferry-")
-                self.save_pretrained(Path(self._tmp.name) / "export")
+            self._saved_directory()
             path = Path(self.directory) / self.components["model"]
             manifest = self.manifest
             if manifest.get("format") == "openvino":
@@ -97,15 +124,17 @@ class ExportedModel:
             raise FerryError(
                 f"this export has no \"model\" component to call: its {listed} is OpenVINO's "
                 "stateful generation graph, whose cache stays in the model's variables between "
-                f"calls. Run it (from {where}) with openvino-genai's LLMPipeline, or an OpenVINO "
-                "infer request fed input_ids, attention_mask, position_ids and beam_idx.",
+                f"calls. Run it with generate() (or runners), or (from {where}) with "
+                "openvino-genai's LLMPipeline, or an OpenVINO infer request fed input_ids, "
+                "attention_mask, position_ids and beam_idx.",
                 status=4)
         runtime = ("OpenVINO (openvino.Core().compile_model)" if openvino
                    else "onnxruntime.InferenceSession")
         raise FerryError(
             f"this export has no \"model\" component to call: its components, {listed}, are "
             "the stages of a generation loop, which pass a KV cache from one call to the next. "
-            f"Run each component's file with {runtime} (from {where}), "
+            "Run them with generate() (or runners), or each component's file with "
+            f"{runtime} (from {where}), "
             "feeding the cache as export.json's components.<name>.metadata.cache describes "
             "(docs/design.md, \"Generation components\"); or export without for-generation to "
             "get a callable \"model\".", status=4)
@@ -136,7 +165,7 @@ class ExportedModel:
         if self._model:
             _c().ferry_model_free(self._model)
             self._model = None
-        self._session = None
+        self._session = self._runners = None
 
     def __del__(self):
         if _lib._lib is not None:
