@@ -1,7 +1,8 @@
 """generate(): greedy search and sampling over an export's runners (runners.py), with the
 generation settings transformers' generate() would use for the same checkpoint: the call's
 keyword arguments, else the export's generation_config.json (token ids also from its
-config.json), else transformers' defaults (max_length 20; when sampling, top_k 50).
+config.json), else transformers' defaults (20 new tokens, at most max_position_embeddings in
+all; when sampling, top_k 50).
 
 Supported: max_new_tokens / max_length, min_new_tokens / min_length, do_sample, temperature,
 top_k, top_p, min_p, repetition_penalty, eos_token_id (one id or a list), pad_token_id, and
@@ -18,8 +19,10 @@ import numpy as np
 from ._lib import FerryError, _escape
 
 # What transformers' generate() uses where neither the call nor the checkpoint says
-# (GenerationConfig._get_default_generation_params).
-_DEFAULTS = {"max_length": 20, "min_length": 0, "do_sample": False, "temperature": 1.0,
+# (GenerationConfig._get_default_generation_params; its max_length of 20 counts new tokens when
+# no one set it, _prepare_generated_length).
+_DEFAULT_NEW_TOKENS = 20
+_DEFAULTS = {"max_length": None, "min_length": 0, "do_sample": False, "temperature": 1.0,
              "top_k": 50, "top_p": 1.0, "min_p": None, "repetition_penalty": 1.0,
              "max_new_tokens": None, "min_new_tokens": None, "eos_token_id": None,
              "pad_token_id": None}
@@ -103,6 +106,7 @@ def resolve(directory, kwargs):
     for key in ("eos_token_id", "pad_token_id"):  # as ferry's genai_config.json reads them
         if settings[key] is None:
             settings[key] = config.get(key)
+    settings["max_position_embeddings"] = config.get("max_position_embeddings")
     return settings
 
 
@@ -241,7 +245,15 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
     if mask.shape != ids.shape:
         _fail(f"attention_mask has shape {list(mask.shape)}, input_ids {list(ids.shape)}")
     new_tokens = settings["max_new_tokens"]
-    if new_tokens is None:
+    if new_tokens is None and settings["max_length"] is None:
+        new_tokens = _DEFAULT_NEW_TOKENS
+        limit = settings["max_position_embeddings"]
+        if isinstance(limit, int):
+            new_tokens = min(new_tokens, limit - width)
+            if new_tokens < 1:
+                _fail(f"the {width}-token prompt already fills max_position_embeddings "
+                      f"({limit}) of config.json: pass max_new_tokens")
+    elif new_tokens is None:
         new_tokens = settings["max_length"] - width
         if new_tokens < 1:
             _fail(f"max_length {settings['max_length']} leaves no room for new tokens after "
