@@ -16,6 +16,7 @@ generation). Also prints each loop's time per generated token, prompt included (
 run first; on a shared machine a rough figure).
 
     .venv/bin/python bench/runner_memory.py [--ferry build/ferry] [--new 32] [--prompt 32]
+        [--flags="--quantize int4 --ort-fusions cpu"]     # extra flags for every export
 
 The acceptance bound of the runners: peak RSS within 10% of the single-graph export's.
 """
@@ -123,6 +124,7 @@ def main():
     parser.add_argument("--work", type=Path, default=WORK / "runner_memory")
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--flags", default="", help="extra ferry export flags for every export")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "EXPORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -137,28 +139,39 @@ def main():
     exports, rows = {}, []
     try:
         for name, (flags, kind) in RUNS.items():
+            flags = [*flags, *args.flags.split()]
             key = tuple(flags)
             if key not in exports:
                 exports[key] = args.work / f"export{len(exports)}"
-                subprocess.run([str(args.ferry), "export", str(ckpt), str(exports[key]), *flags,
-                                "--quiet"], check=True)
+                made = subprocess.run([str(args.ferry), "export", str(ckpt), str(exports[key]),
+                                       *flags, "--quiet"], capture_output=True, text=True)
+                if made.returncode:  # e.g. an ONNX-only flag on an OpenVINO export
+                    exports[key] = made.stderr.strip()
+            if isinstance(exports[key], str):
+                rows.append((name, {"error": exports[key]}))
+                continue
             out = subprocess.run([sys.executable, __file__, "--child", kind, str(exports[key]),
                                   "--prompt", str(args.prompt), "--new", str(args.new)],
                                  capture_output=True, text=True, env=env)
             if out.returncode:
                 sys.exit(f"{name}: {out.stderr.strip()}")
             rows.append((name, json.loads(out.stdout.splitlines()[-1])))
-        weights = (exports[("--dynamic",)] / "model.onnx.data").stat().st_size / 2**20
+        plain = exports[("--dynamic", *args.flags.split())]
+        weights = (plain / "model.onnx.data").stat().st_size / 2**20
     finally:
         if not args.keep:
             shutil.rmtree(args.work, ignore_errors=True)
 
-    print(f"checkpoint: {SHAPE}, {LAYERS} layers; {weights:.0f} MiB of fp32 weights; "
-          f"prompt {args.prompt}, {args.new} new tokens; onnxruntime and OpenVINO on CPU\n")
+    print(f"checkpoint: {SHAPE}, {LAYERS} layers; {weights:.0f} MiB of ONNX weights "
+          f"(export flags: {args.flags or 'none'}); prompt {args.prompt}, {args.new} new "
+          "tokens; onnxruntime and OpenVINO on CPU\n")
     print("| run | peak RSS (MiB) | vs. its plain export | ms / new token |")
     print("|---|---:|---:|---:|")
     baseline = None
     for name, row in rows:
+        if "error" in row:
+            print(f"| {name} | not exported: {row['error']} | | |")
+            continue
         plain = "plain" in name
         if plain:
             baseline = row["peak_mib"]

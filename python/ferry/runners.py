@@ -35,6 +35,7 @@ _ONNX_TYPE = {"float32": 1, "float16": 10, "bfloat16": 16, "float64": 11, "int64
 _ONNX_NUMPY = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
                7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32,
                13: np.uint64, 16: np.uint16}
+_ONNX_4BIT = {21, 22}  # UINT4, INT4: two elements a byte
 
 
 def _fail(message, status=4):
@@ -432,15 +433,25 @@ def _wrap_ortvalue(array, dtype):
 def _onnx_runners(directory, files, metas, cache, maps):
     """onnxruntime sessions of `files` on CPU. One session: onnxruntime's defaults (it maps the
     data file and prepacks the weights). Two: each external initializer is handed to both as the
-    same OrtValue over one copy-on-write mapping of its data file, and prepacking is off, since
-    each session would otherwise keep its own packed copy of every weight."""
+    same OrtValue over one copy-on-write mapping of its data file, and prepacking and the memory
+    arena are off, since each session would otherwise keep its own packed copy of every weight
+    and its own pool of temporaries; except for MatMulNBits (onnxruntime's fused quantized
+    linear), whose packed 4- or 8-bit copies are small and without which it runs ~20x slower
+    (bench/runner_memory.py, int4: 192 MiB and 16 ms a token with default sessions, 232 MiB and
+    464 ms shared)."""
     import onnxruntime as ort
 
-    shared, made = len(files) > 1, {}
+    config = next(iter(metas.values())).get("export_config", {})
+    packs_small = bool(config.get("quantizer")) and bool(config.get("ort_fusions"))
+    shared, made = len(files) > 1 and not packs_small, {}
     for name, path in files.items():
         options = ort.SessionOptions()
         if shared:
             options.add_session_config_entry("session.disable_prepacking", "1")
+            # Each session's arena would keep its own high-water mark of temporaries, which a
+            # quantized graph's dequantized weights make as large as the weights themselves
+            # (int4 DequantizeLinear + MatMul: 350 MiB with arenas, 234 without, bench model).
+            options.enable_cpu_mem_arena = False
             for init in external_initializers(path):
                 options.add_initializer(init["name"], _mapped(directory, init, maps))
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -458,22 +469,37 @@ def _mapped(directory, init, maps):
         maps[location] = {"map": np.memmap(Path(directory) / location, dtype=np.uint8,
                                            mode="c"), "values": {}}
     mapping = maps[location]
-    numpy_type = _ONNX_NUMPY.get(init["data_type"])
-    if numpy_type is None:
+    count = int(np.prod(init["dims"], dtype=np.int64))
+    if init["data_type"] in _ONNX_4BIT:
+        numpy_type, size = np.uint8, (count + 1) // 2
+    elif init["data_type"] in _ONNX_NUMPY:
+        numpy_type = _ONNX_NUMPY[init["data_type"]]
+        size = count * np.dtype(numpy_type).itemsize
+    else:
         _fail(f"initializer {_escape(init['name'])} has ONNX element type {init['data_type']}, "
               "which the runners do not map")
-    count = int(np.prod(init["dims"], dtype=np.int64))
-    length = init["length"] if init["length"] is not None else count * np.dtype(numpy_type).itemsize
+    length = size if init["length"] is None else init["length"]
     key = (init["offset"], length, init["data_type"], tuple(init["dims"]))
     if key not in mapping["values"]:
         end = init["offset"] + length
-        if length != count * np.dtype(numpy_type).itemsize or end > len(mapping["map"]):
+        if length != size or end > len(mapping["map"]):
             _fail(f"initializer {_escape(init['name'])}: {length} bytes at offset "
                   f"{init['offset']} of {_escape(location)} do not hold its "
                   f"{init['dims']} elements", 3)
-        array = mapping["map"][init["offset"]:end].view(numpy_type).reshape(init["dims"])
-        mapping["values"][key] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-            array, init["data_type"])
+        data = mapping["map"][init["offset"]:end]
+        if init["data_type"] in _ONNX_4BIT:
+            # numpy has no 4-bit type: a view with the tensor's shape over its packed bytes
+            # (strides 0, so it spans exactly them); onnxruntime takes the shape and reads
+            # ceil(count / 2) bytes from the data pointer
+            array = np.lib.stride_tricks.as_strided(data, shape=init["dims"],
+                                                    strides=[0] * len(init["dims"]))
+        else:
+            array = data.view(numpy_type).reshape(init["dims"])
+        value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array, init["data_type"])
+        if value.data_ptr() != data.ctypes.data:
+            _fail(f"initializer {_escape(init['name'])}: onnxruntime copied it instead of "
+                  "using the mapping", 8)
+        mapping["values"][key] = value
     return mapping["values"][key]
 
 
