@@ -188,6 +188,9 @@ class Runner:
                   f"the {query} new ones)", 1)
         pos = (derive_position_ids(mask, query) if position_ids is None
                else np.ascontiguousarray(np.asarray(position_ids, dtype=np.int64)))
+        if pos.shape != ids.shape:
+            _fail(f"{self.component}: position_ids has shape {list(pos.shape)}, not "
+                  f"input_ids' {list(ids.shape)}", 1)
         logits = self._run(ids, mask, pos)
         cache.length += query
         return logits
@@ -263,8 +266,6 @@ class _OnnxRunner(Runner):
         return logits
 
     def _run_static(self, ids, mask, pos):
-        import onnxruntime as ort
-
         cache, layout = self._cache, self._layout
         if self._bound_epoch != cache.epoch:
             self._binding = self.session.io_binding()

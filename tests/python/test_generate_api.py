@@ -201,6 +201,42 @@ def test_runner_errors(families):
         runners["decode"](np.zeros((2, 2), np.int64))
 
 
+def test_shared_int4_weights_equal_onnxruntime_loading_them(families, tmp_path):
+    """An int4 export's two sessions get the packed 4-bit initializers from our mapping (numpy
+    has no 4-bit type): the tokens equal a loop over two default sessions, where onnxruntime
+    reads model.onnx.data itself."""
+    import onnxruntime as ort
+
+    from ferry import ExportedModel
+
+    fam = families("qwen3")
+    out = ferry_export(fam.ckpt, tmp_path / "int4", *LAYOUTS["prefill_decode"][0], "--quantize",
+                       "int4", "--quiet")
+    manifest = json.loads((out / "export.json").read_text())
+    assert "quantizer" in manifest["components"]["decode"]["metadata"]["export_config"]
+    ids, mask = prompt(2)
+    got = ExportedModel.from_pretrained(out).generate(ids, mask, max_new_tokens=12)
+    pairs = manifest["components"]["decode"]["metadata"]["cache"]["pairs"]
+    to_past = {p["output"]: p["input"] for p in pairs}
+    prefill, decode = (ort.InferenceSession(str(out / f"{name}.onnx"),
+                                            providers=["CPUExecutionProvider"])
+                       for name in ("prefill", "decode"))
+    pos = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
+    names = [o.name for o in prefill.get_outputs()]
+    outs = dict(zip(names, prefill.run(names, {"input_ids": ids, "attention_mask": mask,
+                                               "position_ids": pos})))
+    tokens = []
+    for _ in range(12):
+        tokens.append(outs["logits"][:, -1].argmax(-1))
+        mask = np.concatenate([mask, np.ones((2, 1), np.int64)], 1)
+        names = [o.name for o in decode.get_outputs()]
+        outs = dict(zip(names, decode.run(names, {
+            "input_ids": tokens[-1][:, None], "attention_mask": mask,
+            "position_ids": mask.sum(-1, keepdims=True) - 1,
+            **{to_past[n]: outs[n] for n in to_past}})))
+    assert np.array_equal(got[:, ids.shape[1]:], np.stack(tokens, 1))
+
+
 def _peak_rss_mib(export, script):
     """Peak RSS (MiB) of a fresh Python process that imports ferry and runs `script` on the
     export (without torch or transformers). Read from VmHWM: a child's ru_maxrss would start
