@@ -54,6 +54,7 @@ class ExportedModel:
     def __init__(self, handle, model_handle=None, device=None, source=None):
         self._h, self._model, self._session, self._tmp = handle, model_handle, None, None
         self._device, self._source = None, source  # source: a temporary checkpoint, kept
+        self._runners = None
         if device is not None:
             self.to(device)
 
@@ -83,7 +84,7 @@ class ExportedModel:
             device = str(device)  # a torch.device
         if device is not None:
             check_device(self.format, device)
-        self._device, self._session = device, None
+        self._device, self._session, self._runners = device, None, None
         return self
 
     @property
@@ -99,7 +100,7 @@ class ExportedModel:
         status = _c().ferry_exported_save(handle, raw, int(force))
         if status:
             _fail(status, _str(_c().ferry_exported_errmsg(handle)))
-        self._session = None
+        self._session = self._runners = None
 
     def _live(self, doing):
         """The library handle; after close() there is none, and libferry would take the NULL for
@@ -158,6 +159,26 @@ class ExportedModel:
             self.save_pretrained(Path(self._tmp.name) / "export")
         return Path(self.directory)
 
+    @property
+    def runners(self):
+        """{"prefill": runner, "decode": runner} of a generation export, each owning its
+        session and sharing one KV cache (ferry.runners)."""
+        if self._runners is None:
+            from .runners import Runners
+
+            self._live("run it")
+            manifest = self.manifest
+            Runners.check_generation(manifest)
+            self._runners = Runners(self._saved_directory(), manifest, self._device)
+        return self._runners
+
+    def generate(self, input_ids, attention_mask=None, **kwargs):
+        """Greedy search or sampling with the generation export, as transformers' generate()
+        with the checkpoint's generation_config.json; see ferry.generation."""
+        from .generation import generate
+
+        return generate(self.runners, self.directory, input_ids, attention_mask, **kwargs)
+
     def _runner(self):
         if self._session is None:
             self._check_callable()
@@ -190,15 +211,17 @@ class ExportedModel:
             raise FerryError(
                 f"this export has no \"model\" component to call: its {listed} is OpenVINO's "
                 "stateful generation graph, whose cache stays in the model's variables between "
-                f"calls. Run it (from {where}) with openvino-genai's LLMPipeline, or an OpenVINO "
-                "infer request fed input_ids, attention_mask, position_ids and beam_idx.",
+                f"calls. Run it with generate() (or runners), or (from {where}) with "
+                "openvino-genai's LLMPipeline, or an OpenVINO infer request fed input_ids, "
+                "attention_mask, position_ids and beam_idx.",
                 status=4)
         runtime = ("OpenVINO (openvino.Core().compile_model)" if openvino
                    else "onnxruntime.InferenceSession")
         raise FerryError(
             f"this export has no \"model\" component to call: its components, {listed}, are "
             "the stages of a generation loop, which pass a KV cache from one call to the next. "
-            f"Run each component's file with {runtime} (from {where}), "
+            "Run them with generate() (or runners), or each component's file with "
+            f"{runtime} (from {where}), "
             "feeding the cache as export.json's components.<name>.metadata.cache describes "
             "(docs/design.md, \"Generation components\"); or export without for-generation to "
             "get a callable \"model\".", status=4)
@@ -243,7 +266,7 @@ class ExportedModel:
         if self._model:
             _c().ferry_model_free(self._model)
             self._model = None
-        self._session = None
+        self._session = self._runners = None
         if self._source is not None:  # the saved checkpoint of a loaded transformers model
             self._source.cleanup()
             self._source = None

@@ -1,0 +1,523 @@
+"""Runners of a generation export: the components of export.json run in their runtime
+(onnxruntime, or OpenVINO stateless or stateful), each owning its session and sharing one KV
+cache with the others, driven only by the manifest (roles, inputs, metadata.cache).
+
+    runners = exported.runners                # {"prefill": Runner, "decode": Runner}
+    runners.reset(batch)                      # a fresh, empty cache
+    logits = runners["prefill"](input_ids, attention_mask)      # the prompt
+    logits = runners["decode"](next_ids[:, None], attention_mask)  # mask one column longer
+
+`attention_mask` is always the 2-D [batch, cached + new] mask generate() keeps (1 = a real
+token); each runner makes what its graph takes from it (position_ids as generate() derives them;
+a static cache's bool [batch, 1, query, max_cache_len] mask). runners["prefill"] is the runner
+that takes prompts: when decode takes more than one token a call, it is runners["decode"]
+itself and no prefill session is made, so the weights are loaded once. Where prefill and decode
+are both needed (a single-token decode), their onnxruntime sessions get the same memory-mapped
+initializers (SessionOptions.add_initializer over one mapping of the data file) and do not
+prepack them, which would give each session a packed copy (bench/runner_memory.py measures it).
+A static cache is one set of buffers bound in place (IOBinding) to every session."""
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ._lib import FerryError, _escape
+from ._onnx_weights import external_initializers
+from .runtime import _onnxruntime_provider, openvino_device
+
+_CACHE_LAYOUT = "[batch, kv_heads, length, head_dim]"
+_FEEDS = ("input_ids", "attention_mask", "position_ids")
+# ONNX element types whose bits numpy holds in another type: bfloat16 as uint16
+_NUMPY = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16,
+          "float64": np.float64, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
+_ONNX_TYPE = {"float32": 1, "float16": 10, "bfloat16": 16, "float64": 11, "int64": 7,
+              "int32": 6, "bool": 9, "uint8": 2, "int8": 3, "uint16": 4}
+_ONNX_NUMPY = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
+               7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32,
+               13: np.uint64, 16: np.uint16}
+_ONNX_4BIT = {21, 22}  # UINT4, INT4: two elements a byte
+
+
+def _fail(message, status=4):
+    raise FerryError(message, status=status)
+
+
+def _bf16_to_f32(bits):
+    return (np.asarray(bits).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def derive_position_ids(attention_mask, query):
+    """The last `query` columns of generate()'s position_ids: cumsum(mask) - 1, padding 1."""
+    mask = np.asarray(attention_mask, dtype=np.int64)
+    pos = np.cumsum(mask, axis=-1) - 1
+    pos[mask == 0] = 1
+    return np.ascontiguousarray(pos[:, mask.shape[1] - query:])
+
+
+def static_mask(attention_mask, start, query, slots):
+    """The static cache's bool mask [batch, 1, query, slots]: a query at column start + i sees
+    the slots up to its own column whose token is real (slot = column of the padded sequence);
+    the graph applies a sliding window on top."""
+    mask = np.asarray(attention_mask) != 0
+    real = np.zeros((mask.shape[0], slots), dtype=bool)
+    real[:, :mask.shape[1]] = mask
+    causal = np.arange(slots)[None, :] <= (start + np.arange(query))[:, None]
+    return np.ascontiguousarray((causal[None] & real[:, None, :])[:, None])
+
+
+# --- the cache a sequence keeps, shared by the runners ---------------------------------------
+
+
+class _Cache:
+    """Batch and length of the sequence in progress (None before the first reset), plus what
+    the runtime keeps between calls: `values` (dynamic: input name -> the last call's output)
+    or `buffers` (static: name -> one buffer, the same for every call; `epoch` counts resets so
+    that a runner rebinds new buffers)."""
+
+    def __init__(self, layout):
+        self.layout, self.batch, self.length, self.epoch = layout, None, 0, 0
+        self.values, self.buffers = {}, {}
+
+    def reset(self, batch):
+        self.batch, self.length, self.epoch = batch, 0, self.epoch + 1
+        self.values, self.buffers = self.layout.empty(batch)
+
+
+class _CacheLayout:
+    """What export.json says of the cache (decode's metadata.cache and inputs), and how to make
+    an empty one. `wrap(array, dtype name)` turns a numpy array into the runtime's value."""
+
+    def __init__(self, decode_name, decode_meta, wrap, stateful):
+        cache = decode_meta.get("cache")
+        if not cache:
+            _fail(f"component {_escape(decode_name)} has no metadata.cache in export.json")
+        if cache.get("layout") != _CACHE_LAYOUT:
+            _fail(f"component {_escape(decode_name)}: cache layout {_escape(cache.get('layout'))}"
+                  f" is not {_CACHE_LAYOUT}, the one the runners know")
+        self.static = cache.get("implementation") == "static"
+        self.max_cache_len = cache.get("max_cache_len") if self.static else None
+        self.kv_heads, self.head_dim = cache["kv_heads"], cache["head_dim"]
+        self.pairs = [(p["input"], p["output"]) for p in cache["pairs"]]
+        self.to_input = {out: inp for inp, out in self.pairs}
+        if self.static and not all(p["in_place"] for p in cache["pairs"]):
+            _fail(f"component {_escape(decode_name)}: a static cache whose pairs are not all "
+                  "in place; the runners bind each pair to one buffer")
+        inputs = {i["name"]: i for i in decode_meta["inputs"]}
+        # a stateful graph keeps its cache in variables: nothing to feed
+        self.specs = {} if stateful else {inp: inputs[inp] for inp, _ in self.pairs}
+        self.wrap = wrap
+
+    def empty(self, batch):
+        """(values, buffers) of an empty cache for `batch` rows."""
+        made = {}
+        for name, spec in self.specs.items():
+            if len(spec["shape"]) == 4:
+                length = self.max_cache_len if self.static else 0
+                dims = [batch, self.kv_heads, length, self.head_dim]
+            elif self.static and all(isinstance(d, int) for d in spec["shape"]):
+                dims = spec["shape"]  # the position counter, [1]
+            else:
+                _fail(f"cache input {_escape(name)} has shape {_escape(spec['shape'])}, which "
+                      f"is neither {_CACHE_LAYOUT} nor a static cache's fixed counter")
+            array = np.zeros(dims, dtype=_NUMPY[spec["dtype"]])
+            made[name] = (array, self.wrap(array, spec["dtype"]))
+        if self.static:
+            return {}, made
+        return {name: value for name, (_, value) in made.items()}, {}
+
+
+# --- runners ---------------------------------------------------------------------------------
+
+
+class Runner:
+    """One component of a generation export in its runtime. Call it with the new tokens
+    [batch, query] and the 2-D attention mask over the cached and new tokens; it returns the
+    logits [batch, query, vocab] (float32) and advances the cache it shares with the other
+    runners. A first call without reset() starts a sequence of input_ids' batch."""
+
+    def __init__(self, name, meta, cache):
+        self.component, self._cache = name, cache
+        self._inputs = {i["name"]: i for i in meta["inputs"]}
+        self._symbols = meta.get("symbols", {})
+        self.query = self._inputs["input_ids"]["shape"][1]
+        self.takes_prompts = self.query != 1
+        self._layout = cache.layout
+        logits = next((o for o in meta["outputs"] if o["name"] == "logits"), None)
+        if logits is None:
+            _fail(f"component {_escape(name)} has no logits output", 3)
+        self._vocab, self._logits_dtype = logits["shape"][-1], logits["dtype"]
+        self._from_cache = [p for p in self._layout.pairs if p[0] in self._inputs]
+        own = [p["output"] for p in meta.get("cache", {}).get("pairs", [])]
+        if self._layout.specs and not set(own) <= set(self._layout.to_input):
+            _fail(f"component {_escape(name)}'s cache outputs are not the ones decode takes "
+                  "back (export.json's metadata.cache pairs)", 3)
+        known = set(_FEEDS) | set(self._layout.specs) | self._extra_inputs()
+        unknown = [n for n in self._inputs if n not in known]
+        if unknown:
+            _fail(f"component {_escape(name)} takes {', '.join(map(_escape, unknown))}, which "
+                  "the runners do not know how to feed")
+
+    @property
+    def _cache_free(self):
+        """A dynamic prefill: no past inputs, it starts a sequence."""
+        return not any(n in self._inputs for n in self._layout.specs)
+
+    def _extra_inputs(self):
+        return set()
+
+    def __call__(self, input_ids, attention_mask=None, position_ids=None):
+        ids = np.ascontiguousarray(np.asarray(input_ids, dtype=np.int64))
+        if ids.ndim != 2:
+            _fail(f"input_ids must be [batch, query], not of shape {list(ids.shape)}", 1)
+        batch, query = ids.shape
+        cache = self._cache
+        if cache.batch is None:
+            cache.reset(batch)
+        if batch != cache.batch:
+            _fail(f"{self.component}: input_ids has {batch} rows but the cache holds "
+                  f"{cache.batch}: call reset({batch}) to start a new sequence", 1)
+        if self._cache_free and cache.length:
+            _fail(f"{self.component} starts a sequence, but the cache holds {cache.length} "
+                  "tokens: call reset() first", 1)
+        self.check_shapes(batch, query, cache.length)
+        mask = (np.ones((batch, cache.length + query), np.int64) if attention_mask is None
+                else np.ascontiguousarray(np.asarray(attention_mask, dtype=np.int64)))
+        if mask.shape != (batch, cache.length + query):
+            _fail(f"{self.component}: attention_mask has shape {list(mask.shape)}, not "
+                  f"[{batch}, {cache.length + query}] (the cached {cache.length} tokens and "
+                  f"the {query} new ones)", 1)
+        pos = (derive_position_ids(mask, query) if position_ids is None
+               else np.ascontiguousarray(np.asarray(position_ids, dtype=np.int64)))
+        if pos.shape != ids.shape:
+            _fail(f"{self.component}: position_ids has shape {list(pos.shape)}, not "
+                  f"input_ids' {list(ids.shape)}", 1)
+        logits = self._run(ids, mask, pos)
+        cache.length += query
+        return logits
+
+    def check_shapes(self, batch, query, past):
+        """Refuses a call the graph's fixed dims or symbol ranges do not allow (a static-shape
+        export takes only the shapes it was traced at)."""
+        want = {"input_ids": [batch, query], "position_ids": [batch, query],
+                "attention_mask": [batch, past + query]}
+        if self._layout.static:
+            slots = self._layout.max_cache_len
+            if past + query > slots:
+                _fail(f"{self.component}: the static cache has {slots} slots (max_cache_len), "
+                      f"but {past} cached + {query} new tokens need {past + query}", 1)
+            want["attention_mask"] = [batch, 1, query, slots]
+        for name, dims in want.items():
+            declared = self._inputs.get(name, {}).get("shape", dims)
+            for got, dim in zip(dims, declared):
+                spec = self._symbols.get(dim, {}) if isinstance(dim, str) else {}
+                if isinstance(dim, int) and got != dim or \
+                        spec.get("min") is not None and got < spec["min"] or \
+                        spec.get("max") is not None and got > spec["max"]:
+                    _fail(f"{self.component}: input {name} would be {dims}, but the graph "
+                          f"takes {_escape(declared)} (symbols {_escape(self._symbols)}); a "
+                          "generation loop needs an export with dynamic shapes covering them", 1)
+
+    def _run(self, ids, mask, pos):
+        raise NotImplementedError
+
+    def _logits(self, array):
+        return _bf16_to_f32(array) if self._logits_dtype == "bfloat16" else \
+            np.asarray(array, dtype=np.float32)
+
+
+class _OnnxRunner(Runner):
+    """An onnxruntime session. Dynamic cache: the previous call's present.* OrtValues are fed
+    back as past_key_values.* (run_with_ort_values, no copy through numpy). Static cache: every
+    input.<name>/output.<name> pair bound to the cache's one OrtValue (IOBinding), so the
+    graph's in-place writes land in the same buffers call after call."""
+
+    def __init__(self, name, meta, cache, session):
+        super().__init__(name, meta, cache)
+        self.session = session
+        self._cache_outputs = [o.name for o in session.get_outputs()
+                               if o.name in self._layout.to_input]
+        self._binding, self._bound_epoch = None, None
+
+    def _run(self, ids, mask, pos):
+        import onnxruntime as ort
+
+        cache, layout = self._cache, self._layout
+        if layout.static:
+            return self._run_static(ids, mask, pos)
+        binding = self.session.io_binding()
+        for name, value in (("input_ids", ids), ("attention_mask", mask), ("position_ids", pos)):
+            if name in self._inputs:
+                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value))
+        for inp, _ in self._from_cache:
+            binding.bind_ortvalue_input(inp, cache.values[inp])
+        logits = self._bind_logits(binding, *ids.shape)
+        for name in self._cache_outputs:
+            binding.bind_output(name, "cpu")
+        self.session.run_with_iobinding(binding)
+        values = binding.get_outputs()[1:]  # in the order bound: logits, then the cache
+        cache.values = {layout.to_input[n]: v for n, v in zip(self._cache_outputs, values)}
+        return self._logits(logits)
+
+    def _bind_logits(self, binding, batch, query):
+        """Binds "logits" to a numpy array of ours (bfloat16 as uint16 bits, which onnxruntime
+        cannot hand to numpy itself) and returns the array."""
+        logits = np.empty((batch, query, self._vocab), dtype=_NUMPY[self._logits_dtype])
+        binding.bind_ortvalue_output("logits", self._layout.wrap(logits, self._logits_dtype))
+        return logits
+
+    def _run_static(self, ids, mask, pos):
+        cache, layout = self._cache, self._layout
+        if self._bound_epoch != cache.epoch:
+            self._binding = self.session.io_binding()
+            for inp, out in layout.pairs:
+                self._binding.bind_ortvalue_input(inp, cache.buffers[inp][1])
+                self._binding.bind_ortvalue_output(out, cache.buffers[inp][1])
+            self._bound_epoch = cache.epoch
+        batch, query = ids.shape
+        self._binding.bind_cpu_input("input_ids", ids)
+        self._binding.bind_cpu_input("attention_mask",
+                                     static_mask(mask, cache.length, query, layout.max_cache_len))
+        self._binding.bind_cpu_input("position_ids", pos)
+        logits = self._bind_logits(self._binding, batch, query)
+        self.session.run_with_iobinding(self._binding)
+        return self._logits(logits)
+
+
+class _OpenVINORunner(Runner):
+    """An OpenVINO infer request of a stateless component: the cache goes in and out as numpy
+    arrays (a static cache's outputs replace its buffers)."""
+
+    def __init__(self, name, meta, cache, compiled):
+        super().__init__(name, meta, cache)
+        self.compiled, self.request = compiled, compiled.create_infer_request()
+        self._output_names = {o.get_any_name() for o in compiled.outputs}
+
+    def _run(self, ids, mask, pos):
+        cache, layout = self._cache, self._layout
+        if layout.static:
+            mask = static_mask(mask, cache.length, ids.shape[1], layout.max_cache_len)
+            feeds = {inp: cache.buffers[inp][0] for inp, _ in self._from_cache}
+        else:
+            feeds = {inp: cache.values[inp] for inp, _ in self._from_cache}
+        feeds.update({"input_ids": ids, "attention_mask": mask, "position_ids": pos})
+        self.request.infer(feeds)
+        out = {n: np.array(self.request.get_tensor(n).data) for _, n in layout.pairs
+               if n in self._output_names}
+        if layout.static:
+            cache.buffers = {inp: (out[o], out[o]) for inp, o in layout.pairs}
+        else:
+            cache.values = {layout.to_input[n]: v for n, v in out.items()}
+        return _openvino_logits(self.compiled, self.request)
+
+
+class _StatefulRunner(Runner):
+    """OpenVINO's stateful graph: the cache lives in the model's variables, reset with
+    reset_state() when a sequence starts; beam_idx keeps every row where it is."""
+
+    def __init__(self, name, meta, cache, compiled):
+        self.compiled, self.request = compiled, compiled.create_infer_request()
+        super().__init__(name, meta, cache)
+
+    @property
+    def _cache_free(self):
+        return False
+
+    def _extra_inputs(self):
+        return {"beam_idx"}
+
+    def _run(self, ids, mask, pos):
+        if self._cache.length == 0:
+            self.request.reset_state()
+        self.request.infer({"input_ids": ids, "attention_mask": mask, "position_ids": pos,
+                            "beam_idx": np.arange(ids.shape[0], dtype=np.int32)})
+        return _openvino_logits(self.compiled, self.request)
+
+
+def _openvino_logits(compiled, request):
+    """The request's logits as float32 (numpy has no bfloat16: OpenVINO hands its bits over as
+    float16)."""
+    import openvino
+
+    data = request.get_tensor("logits").data
+    if compiled.output("logits").get_element_type() == openvino.Type.bf16:
+        return _bf16_to_f32(data)
+    return np.array(data, dtype=np.float32)
+
+
+# --- the set of runners of an export ---------------------------------------------------------
+
+
+class Runners(Mapping):
+    """{"prefill": Runner, "decode": Runner} of a saved generation export (`directory` and its
+    parsed export.json); see the module's docstring. `components` lists the components loaded
+    (one when decode takes prompts)."""
+
+    @staticmethod
+    def check_generation(manifest):
+        """Refuses an export that has no decode component to generate with."""
+        comps = manifest.get("components", {})
+        if "generation" not in manifest or \
+                not any(c.get("role") == "decode" for c in comps.values()):
+            listed = ", ".join(f"{_escape(n)} (role {_escape(c.get('role'))})"
+                               for n, c in comps.items())
+            _fail(f"this export has no generation components (its components: {listed}): "
+                  "call it instead, or export with export_for_generation (the CLI's "
+                  "--for-generation) to generate")
+
+    def __init__(self, directory, manifest, device=None):
+        self.check_generation(manifest)
+        self.directory = Path(directory)
+        comps = manifest.get("components", {})
+        roles = {c.get("role"): name for name, c in comps.items()}
+        self.format = manifest.get("format")
+        decode_name = roles["decode"]
+        decode_meta = comps[decode_name]["metadata"]
+        stateful = bool(decode_meta.get("stateful"))
+        wrap = _wrap_numpy if self.format == "openvino" else _wrap_ortvalue
+        self.cache = _Cache(_CacheLayout(decode_name, decode_meta, wrap, stateful))
+        decode_query = next((i["shape"][1] for i in decode_meta["inputs"]
+                             if i["name"] == "input_ids"), 1)
+        names = [decode_name]
+        if decode_query == 1 and not stateful:
+            if "prefill" not in roles:
+                _fail("this export's decode takes one token a call and it has no prefill "
+                      "component to take the prompt")
+            names.insert(0, roles["prefill"])
+        self.components = names
+        metas = {n: comps[n]["metadata"] for n in names}
+        files = {n: self.directory / comps[n]["file"] for n in names}
+        self._weights = {}  # the data files' mappings, alive as long as the sessions using them
+        if self.format == "openvino":
+            made = _openvino_runners(files, metas, self.cache, stateful, device)
+        elif self.format == "onnx":
+            made = _onnx_runners(self.directory, files, metas, self.cache, self._weights, device)
+        else:
+            _fail(f"the runners run ONNX and OpenVINO exports, not {_escape(self.format)}")
+        decode = made[decode_name]
+        self._runners = {"prefill": made[names[0]], "decode": decode}
+        self.vocab_size = decode._vocab
+        self.max_cache_len = self.cache.layout.max_cache_len
+
+    def reset(self, batch):
+        """Starts a new sequence of `batch` rows on an empty cache."""
+        if not isinstance(batch, int) or batch < 1:
+            _fail(f"reset() takes a batch size of at least 1, not {batch!r}", 1)
+        self.cache.reset(batch)
+
+    @property
+    def cache_length(self):
+        """Tokens (columns, padding included) the cache holds."""
+        return self.cache.length
+
+    def __getitem__(self, role):
+        return self._runners[role]
+
+    def __iter__(self):
+        return iter(self._runners)
+
+    def __len__(self):
+        return len(self._runners)
+
+
+def _wrap_numpy(array, dtype):
+    return array
+
+
+def _wrap_ortvalue(array, dtype):
+    import onnxruntime as ort
+
+    if dtype == "bfloat16":
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array, _ONNX_TYPE[dtype])
+    return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+def _onnx_runners(directory, files, metas, cache, maps, device=None):
+    """onnxruntime sessions of `files` on `device` (ExportedModel.to(); CPU by default). One session: onnxruntime's defaults (it maps the
+    data file and prepacks the weights). Two: each external initializer is handed to both as the
+    same OrtValue over one copy-on-write mapping of its data file, and prepacking and the memory
+    arena are off, since each session would otherwise keep its own packed copy of every weight
+    and its own pool of temporaries; except for MatMulNBits (onnxruntime's fused quantized
+    linear), whose packed 4- or 8-bit copies are small and without which it runs ~20x slower
+    (bench/runner_memory.py, int4: 192 MiB and 16 ms a token with default sessions, 232 MiB and
+    464 ms shared)."""
+    import onnxruntime as ort
+
+    config = next(iter(metas.values())).get("export_config", {})
+    packs_small = bool(config.get("quantizer")) and bool(config.get("ort_fusions"))
+    shared, made = len(files) > 1 and not packs_small, {}
+    for name, path in files.items():
+        options = ort.SessionOptions()
+        if shared:
+            options.add_session_config_entry("session.disable_prepacking", "1")
+            # Each session's arena would keep its own high-water mark of temporaries, which a
+            # quantized graph's dequantized weights make as large as the weights themselves
+            # (int4 DequantizeLinear + MatMul: 350 MiB with arenas, 234 without, bench model).
+            options.enable_cpu_mem_arena = False
+            for init in external_initializers(path):
+                options.add_initializer(init["name"], _mapped(directory, init, maps))
+        session = ort.InferenceSession(str(path), options,
+                                       providers=[_onnxruntime_provider(device)])
+        made[name] = _OnnxRunner(name, metas[name], cache, session)
+    return made
+
+
+def _mapped(directory, init, maps):
+    """The OrtValue of one external initializer over the mapping of its data file (made once
+    per file; a tensor at the same place in the same file gets the same OrtValue)."""
+    import onnxruntime as ort
+
+    location = init["location"]
+    if location not in maps:
+        maps[location] = {"map": np.memmap(Path(directory) / location, dtype=np.uint8,
+                                           mode="c"), "values": {}}
+    mapping = maps[location]
+    count = int(np.prod(init["dims"], dtype=np.int64))
+    if init["data_type"] in _ONNX_4BIT:
+        numpy_type, size = np.uint8, (count + 1) // 2
+    elif init["data_type"] in _ONNX_NUMPY:
+        numpy_type = _ONNX_NUMPY[init["data_type"]]
+        size = count * np.dtype(numpy_type).itemsize
+    else:
+        _fail(f"initializer {_escape(init['name'])} has ONNX element type {init['data_type']}, "
+              "which the runners do not map")
+    length = size if init["length"] is None else init["length"]
+    key = (init["offset"], length, init["data_type"], tuple(init["dims"]))
+    if key not in mapping["values"]:
+        end = init["offset"] + length
+        if length != size or end > len(mapping["map"]):
+            _fail(f"initializer {_escape(init['name'])}: {length} bytes at offset "
+                  f"{init['offset']} of {_escape(location)} do not hold its "
+                  f"{init['dims']} elements", 3)
+        data = mapping["map"][init["offset"]:end]
+        if init["data_type"] in _ONNX_4BIT:
+            # numpy has no 4-bit type: a view with the tensor's shape over its packed bytes
+            # (strides 0, so it spans exactly them); onnxruntime takes the shape and reads
+            # ceil(count / 2) bytes from the data pointer
+            array = np.lib.stride_tricks.as_strided(data, shape=init["dims"],
+                                                    strides=[0] * len(init["dims"]))
+        else:
+            array = data.view(numpy_type).reshape(init["dims"])
+        value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array, init["data_type"])
+        if value.data_ptr() != data.ctypes.data:
+            _fail(f"initializer {_escape(init['name'])}: onnxruntime copied it instead of "
+                  "using the mapping", 8)
+        mapping["values"][key] = value
+    return mapping["values"][key]
+
+
+def _openvino_runners(files, metas, cache, stateful, device=None):
+    """Compiled OpenVINO models on `device` (ExportedModel.to(); AUTO by default); an fp32 export at f32 inference precision (the CPU
+    plugin would otherwise compute in bf16 where the processor has it)."""
+    import openvino
+
+    core = openvino.Core()
+    made = {}
+    for name, path in files.items():
+        config = {"INFERENCE_PRECISION_HINT": "f32"} if metas[name].get("precision") == "fp32" \
+            else {}
+        compiled = core.compile_model(core.read_model(str(path)), openvino_device(device),
+                                      config)
+        runner = _StatefulRunner if stateful else _OpenVINORunner
+        made[name] = runner(name, metas[name], cache, compiled)
+    return made
