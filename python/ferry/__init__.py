@@ -16,4 +16,14 @@ from .exporters import OnnxExporter, OpenVINOExporter, decompose_for_generation
 
 __all__ = ["FerryError", "OnnxConfig", "OpenVINOConfig", "AutoExportConfig", "OnnxExporter",
            "OpenVINOExporter", "ExportedModel", "ExportOutput",
-           "version", "decompose_for_generation"]
+           "version", "decompose_for_generation", "validate", "ValidationReport"]
+
+
+def __getattr__(name):
+    """validate and ValidationReport, imported on first use: `python -m ferry.validation` would
+    otherwise find its module already imported by this package, and warn."""
+    if name in ("validate", "ValidationReport"):
+        from . import validation
+
+        return getattr(validation, name)
+    raise AttributeError(f"module 'ferry' has no attribute {name!r}")

@@ -6,7 +6,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from . import _lib
+from . import _lib, _versions
 from ._lib import FerryError, _P, _c, _c_bytes, _escape, _fail, _str
 
 class ExportedModel:
@@ -25,7 +25,9 @@ class ExportedModel:
             message = _str(_c().ferry_exported_errmsg(handle)) if handle else None
             _c().ferry_exported_free(handle)
             _fail(status, message)
-        return cls(handle)
+        loaded = cls(handle)
+        _versions.warn_on_drift(loaded.manifest, _escape(loaded.directory))
+        return loaded
 
     def save_pretrained(self, save_directory, force=False):
         """Writes the export to save_directory atomically. With force, an earlier export there
