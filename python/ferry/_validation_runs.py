@@ -14,12 +14,12 @@ import numpy as np
 
 from ._lib import CannotValidate, FerryError, _escape
 
-BATCH, SEQUENCE, STEPS, SEED = 2, 8, 3, 0
+BATCH, SEQUENCE, STEPS, SEED = 2, 16, 8, 0
 
 
 @dataclass
 class Call:
-    """One run of a component: `label` names it in the report ("decode: logits, 3 steps"),
+    """One run of a component: `label` names it in the report ("decode: logits, 8 steps"),
     `start` is the position of its first token in the whole sequence, `logits` float32
     [batch, tokens, vocab]."""
 

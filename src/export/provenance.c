@@ -21,8 +21,8 @@
 #define MAX_NAME 128
 
 static const json_limits record_limits = {
-    .kind = "validation record", .max_bytes = 64u << 10, .max_values = 2 * MAX_GROUPS * MAX_PACKAGES,
-    .max_depth = 4, .utf8 = true,
+    .kind = "validation record", .max_bytes = 64u << 10,
+    .max_values = 2 * MAX_GROUPS * MAX_PACKAGES, .max_depth = 4, .utf8 = true,
 };
 
 /* A name or version: non-empty, short, and nothing ferry_escape would change. */

@@ -86,11 +86,11 @@ def test_good_export_passes_and_records_versions(onnx_export, ckpt, tmp_path):
 
 
 @pytest.mark.parametrize("flags,outputs", [
-    (["--dynamic", "--for-generation"], ["prefill: logits, prompt", "decode: logits, 3 steps"]),
+    (["--dynamic", "--for-generation"], ["prefill: logits, prompt", "decode: logits, 8 steps"]),
     (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "24",
-      "--multi-token-decode"], ["decode: logits, prompt", "decode: logits, 3 steps"]),
+      "--multi-token-decode"], ["decode: logits, prompt", "decode: logits, 8 steps"]),
     (["--format", "openvino", "--dynamic", "--for-generation"],
-     ["decode: logits, prompt", "decode: logits, 3 steps"]),
+     ["decode: logits, prompt", "decode: logits, 8 steps"]),
 ], ids=["onnx-dynamic-cache", "onnx-static-cache", "openvino-stateful"])
 def test_generation_exports_validate(ckpt, tmp_path, flags, outputs):
     out = ferry_export(ckpt, tmp_path / "gen", *flags, "--quiet")
@@ -138,7 +138,7 @@ def test_another_checkpoint_fails(onnx_export, tmp_path):
     wide = make_checkpoint(tmp_path / "wide", "qwen3", seed=11, vocab_size=200)
     rc, stdout, _ = validate(onnx_export, "--model", wide, "--no-record")
     assert rc == 1
-    assert "FAIL (shape [2, 8, 160], eager [2, 8, 200])" in stdout
+    assert "FAIL (shape [2, 16, 160], eager [2, 16, 200])" in stdout
 
 
 def test_quantized_export_checks_top1(ckpt, tmp_path):
@@ -148,7 +148,7 @@ def test_quantized_export_checks_top1(ckpt, tmp_path):
     assert "top-1 agreement" in stdout.splitlines()[1]
     diff, bound, result = table_rows(stdout)["logits"]
     agreement, floor = map(float, bound.split(" >= "))
-    assert agreement >= floor == 0.85 and result == "PASS"
+    assert agreement >= floor == 0.5 and result == "PASS"
     assert diff > 1e-4     # int8 weights do move the logits: no abs bound is claimed
     # the floor is a real check: one above any agreement fails
     rc, stdout, _ = validate(out, "--no-record", "--min-top1", "1.01")
@@ -233,6 +233,56 @@ def test_source_gone_asks_for_model(ckpt, tmp_path):
     assert rc == 0, stdout
 
 
+def test_python_beside_the_executable_is_found(onnx_export, tmp_path):
+    """Without FERRY_PYTHON, python3 next to the ferry executable (a venv's bin/) comes before
+    the one on PATH (here one that only fails)."""
+    from conftest import FERRY_BIN
+
+    bin_dir, other = tmp_path / "bin", tmp_path / "other"
+    bin_dir.mkdir()
+    other.mkdir()
+    shutil.copy2(FERRY_BIN, bin_dir / "ferry")
+    for where, script in ((bin_dir, f'exec {sys.executable} "$@"'),
+                          (other, "echo 'the python3 on PATH ran' >&2; exit 1")):
+        (where / "python3").write_text(f"#!/bin/sh\n{script}\n")
+        (where / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "FERRY_PYTHON"}
+    env.update(PYTHONPATH=PYTHON_ENV["PYTHONPATH"], PATH=f"{other}:/usr/bin:/bin")
+    import subprocess
+
+    proc = subprocess.run([str(bin_dir / "ferry"), "validate", str(onnx_export), "--no-record"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert table_rows(proc.stdout)["logits"][2] == "PASS"
+
+
+def test_bound_grows_with_large_logits(tmp_path):
+    """Logits beyond ±10 (a real model's reach ~30) scale the bound in proportion."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import ferry
+    from ferry import _validation_runs as runs
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama", seed=3)
+    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    model.save_pretrained(ckpt)
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", "--quiet")
+    report = ferry.validate(out, record=False)
+    ids, mask, _ = runs.example_prompt(json.loads((out / "export.json").read_text()), "model",
+                                       160)
+    largest = np.abs(runs.reference_logits(runs.load_reference(str(ckpt)), ids, mask)[mask == 1]
+                     ).max()
+    assert largest > 20
+    (check,) = report.checks
+    assert check.tolerance == pytest.approx(1e-4 * largest / 10)
+    assert report.passed and check.max_abs_diff > 1e-6
+    # an explicit --atol is taken as given
+    assert ferry.validate(out, atol=1e-4, record=False).checks[0].tolerance == 1e-4
+
+
 def test_help():
     rc, stdout, _ = run_ferry("validate", "--help")
     assert rc == 0
@@ -256,7 +306,7 @@ def test_python_api(onnx_export):
     assert report.passed
     (check,) = report.checks
     assert check.output == "logits" and check.tolerance == 1e-4
-    assert 0 < check.max_abs_diff <= 1e-4 and check.positions == 2 * 8 - 8 // 3
+    assert 0 < check.max_abs_diff <= 1e-4 and check.positions == 2 * 16 - 16 // 3
     assert "logits" in str(report) and report.recorded is False
 
 
