@@ -9,11 +9,19 @@
 
 #include "ferry.h"
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+/* EXIT_CANNOT: validation could not run here (no Python with ferry and its packages, or the
+ * runtime cannot run the export), as distinct from a check that failed. */
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_CANNOT = 3 };
 
 int cmd_export(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
+int cmd_validate(int argc, char **argv);
+
+/* Runs validation (python/ferry/validation.py's main) on `args` ("EXPORT", options) in the
+ * interpreter `ferry validate --help` describes: its exit status, or EXIT_CANNOT after one line
+ * when no interpreter can import ferry (validate_cmd.c). */
+int cli_validate(char *const *args, int n);
 
 /* The options `export` and `graph` share (options.c). */
 typedef struct cli_export_opts {

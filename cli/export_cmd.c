@@ -30,6 +30,10 @@ static void print_usage(FILE *f)
           "                           The swap happens only once the new export is complete.\n"
           "                           An empty directory OUT needs no --force: it is used\n"
           "                           as the destination\n"
+          "  --validate               then validate OUT as `ferry validate OUT` does (run it and\n"
+          "                           transformers' eager model on example inputs, compare the\n"
+          "                           logits); a failed validation exits 1 (3 when it cannot\n"
+          "                           run here) and leaves the export in OUT\n"
           "  -q, --quiet              no progress or warnings\n"
           "  -h, --help               this help\n"
           "\n"
@@ -58,10 +62,22 @@ static void on_progress(void *user, uint64_t done, uint64_t total, const char *w
     fflush(stderr);
 }
 
-enum { OPT_FORCE = CLI_OPT_COMMAND };
+/* --validate: the export just saved, checked against the checkpoint export.json records. */
+static int validate_export(const char *out_dir, int quiet)
+{
+    char *args[] = {(char *)out_dir, (char *)"--quiet"};
+    int rc = cli_validate(args, quiet ? 2 : 1);
+    if (rc == EXIT_FAIL || rc == EXIT_CANNOT)
+        cli_error("export: %s was written, but it %s validated; it is left there (ferry validate "
+                  "%s checks it again)", cli_quote(out_dir),
+                  rc == EXIT_FAIL ? "did not pass when" : "could not be", cli_quote(out_dir));
+    return rc == EXIT_OK ? EXIT_OK : rc == EXIT_CANNOT ? EXIT_CANNOT : EXIT_FAIL;
+}
+
+enum { OPT_FORCE = CLI_OPT_COMMAND, OPT_VALIDATE };
 
 typedef struct export_flags {
-    int force, quiet;
+    int force, quiet, validate;
 } export_flags;
 
 static int export_option(int opt, const char *arg, void *user)
@@ -71,6 +87,9 @@ static int export_option(int opt, const char *arg, void *user)
     switch (opt) {
     case OPT_FORCE:
         f->force = 1;
+        return CLI_CONTINUE;
+    case OPT_VALIDATE:
+        f->validate = 1;
         return CLI_CONTINUE;
     case 'q':
         f->quiet = 1;
@@ -86,12 +105,13 @@ int cmd_export(int argc, char **argv)
 {
     static const struct option own[] = {
         {"force", no_argument, NULL, OPT_FORCE},
+        {"validate", no_argument, NULL, OPT_VALIDATE},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
     };
     cli_export_opts o;
-    export_flags flags = {0, 0};
-    int rc = cli_parse_export_options(argc, argv, "export", own, 3, export_option, &flags, &o);
+    export_flags flags = {0, 0, 0};
+    int rc = cli_parse_export_options(argc, argv, "export", own, 4, export_option, &flags, &o);
     if (rc != CLI_CONTINUE)
         return rc;
     if (argc - optind != 2) {
@@ -127,6 +147,8 @@ int cmd_export(int argc, char **argv)
                 cli_quote(ferry_model_architecture(model)), cli_quote(out_dir));
     }
     rc = EXIT_OK;
+    if (flags.validate)
+        rc = validate_export(out_dir, flags.quiet);
 done:
     ferry_exported_free(exported);
     ferry_model_free(model);

@@ -20,6 +20,8 @@ static const char usage[] =
     "  export MODEL OUT   export a checkpoint directory or local hub id to OUT\n"
     "  inspect DIR        show the components, inputs, outputs and files of an export\n"
     "  graph MODEL        print the graphs an export would hold, semantic or lowered\n"
+    "  validate EXPORT    run an export and transformers' eager model on the same inputs and\n"
+    "                     compare their logits (needs Python; see ferry validate --help)\n"
     "\n"
     "options:\n"
     "  -h, --help         this help; `ferry <command> --help` explains a command\n"
@@ -28,8 +30,10 @@ static const char usage[] =
     "example:\n"
     "  ferry export Qwen/Qwen3-0.6B qwen3-onnx --format onnx --dynamic\n"
     "  ferry inspect qwen3-onnx\n"
+    "  ferry validate qwen3-onnx\n"
     "\n"
-    "exit status: 0 success, 1 the export or inspection failed, 2 bad command line.\n";
+    "exit status: 0 success, 1 the export, inspection or validation failed, 2 bad command\n"
+    "line, 3 validation cannot run here (no Python with ferry, transformers and torch).\n";
 
 static void vmsg(const char *kind, const char *fmt, va_list ap)
 {
@@ -83,7 +87,10 @@ static int run(int argc, char **argv)
         return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "graph"))
         return cmd_graph(argc - 1, argv + 1);
-    cli_error("unknown command '%s' (commands: export, inspect, graph; see ferry --help)", cmd);
+    if (!strcmp(cmd, "validate"))
+        return cmd_validate(argc - 1, argv + 1);
+    cli_error("unknown command '%s' (commands: export, inspect, graph, validate; see ferry "
+              "--help)", cmd);
     return EXIT_USAGE;
 }
 

@@ -330,6 +330,22 @@ const char *ferry_exported_dir(const ferry_exported *exported);
  * use); "" if none. Owned by the handle. */
 const char *ferry_exported_warnings(const ferry_exported *exported);
 
+/* Records in the saved export's export.json, under "validated_with", the package versions a
+ * validation of it passed with (`ferry validate`, ferry.validate() in Python), so that a later
+ * load can say when the runtime installed differs from the one it was checked with.
+ * `versions_json` is a JSON object of groups, each an object of package name -> version string:
+ * {"runtime": {"onnxruntime": "1.32.0"}, "reference": {"transformers": "5.24.0", "torch": "2.13.0"}}
+ * (at most 16 groups of 64 packages; names and versions plain text of at most 128 bytes). An
+ * earlier record is replaced. The export must be one this handle saved or loaded, still in the
+ * same directory (an export swapped in since, e.g. by --force, is refused), whose export.json
+ * ferry wrote (producer "ferry") and still holds what the handle has (apart from an earlier
+ * "validated_with"). export.json is rewritten atomically: a temporary file in the directory,
+ * synced, renamed over it; on any failure it is left as it was. Errors: FERRY_ERR_INVALID_ARG
+ * (NULL, an export not saved, `versions_json` malformed or of another shape),
+ * FERRY_ERR_FORMAT (export.json is not ferry's or changed since), FERRY_ERR_EXISTS (the
+ * directory now holds another export), FERRY_ERR_IO / FERRY_ERR_NOSPACE (writing it). */
+ferry_status ferry_exported_record_validation(ferry_exported *exported, const char *versions_json);
+
 /* Components ("model" for a plain export). Index in [0, count). Strings owned by the handle. */
 int ferry_exported_component_count(const ferry_exported *exported);
 const char *ferry_exported_component_name(const ferry_exported *exported, int index);

@@ -18,4 +18,14 @@ from .exporters import (AutoHfExporter, OnnxExporter, OpenVINOExporter,
 __all__ = ["FerryError", "OnnxConfig", "OpenVINOConfig", "AutoExportConfig", "AutoHfExporter",
            "OnnxExporter", "OpenVINOExporter", "ExportedModel", "ExportedComponent",
            "ExportOutput",
-           "version", "decompose_for_generation"]
+           "version", "decompose_for_generation", "validate", "ValidationReport"]
+
+
+def __getattr__(name):
+    """validate and ValidationReport, imported on first use: `python -m ferry.validation` would
+    otherwise find its module already imported by this package, and warn."""
+    if name in ("validate", "ValidationReport"):
+        from . import validation
+
+        return getattr(validation, name)
+    raise AttributeError(f"module 'ferry' has no attribute {name!r}")

@@ -19,6 +19,12 @@ class FerryError(RuntimeError):
         self.status = status
 
 
+class CannotValidate(FerryError):
+    """ferry.validate() cannot run here: a package it needs is missing, the runtime cannot run
+    the export on this machine, or validation does not handle its kind yet (exit status 3 of
+    `ferry validate`)."""
+
+
 # --- the C library --------------------------------------------------------------------------
 
 _NAME_MAX, _MAX_DIMS = 64, 16
@@ -89,6 +95,7 @@ def _c():
         "ferry_exported_dir": (_S, [_P]), "ferry_exported_component_count": (i, [_P]),
         "ferry_exported_component_name": (_S, [_P, i]),
         "ferry_exported_component_file": (_S, [_P, i]),
+        "ferry_exported_record_validation": (i, [_P, _S]),
         "ferry_generation_config_init": (None, [_P]),
         "ferry_export_for_generation": (i, [_P, cfg, _P, out]),
         "ferry_decompose_for_generation": (i, [_P, cfg, _P, out]),

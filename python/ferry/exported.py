@@ -8,7 +8,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from . import _lib
+from . import _lib, _versions
 from ._lib import FerryError, _P, _c, _c_bytes, _escape, _fail, _str
 from .runtime import check_device, open_session
 
@@ -70,7 +70,9 @@ class ExportedModel:
             message = _str(_c().ferry_exported_errmsg(handle)) if handle else None
             _c().ferry_exported_free(handle)
             _fail(status, message)
-        return cls(handle, device=device)
+        loaded = cls(handle, device=device)
+        _versions.warn_on_drift(loaded.manifest, _escape(loaded.directory))
+        return loaded
 
     def to(self, device=None, **kwargs):
         """Runs the export on `device` from the next call on, and returns self: an onnxruntime

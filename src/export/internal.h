@@ -27,6 +27,8 @@ struct ferry_model {
     const model_arch *arch;
     void *hparams;           /* the family's, from arch->read and arch->bind */
     char warning[512];       /* from arch->bind (e.g. an untied head), or "" */
+    char *source;            /* the path or hub id as the caller gave it (export.json source) */
+    char *revision;          /* as given, or NULL */
 };
 
 #define EXP_MAX_COMPONENTS 8
@@ -71,6 +73,8 @@ struct ferry_exported {
     ferry_generation_config gen;
     tok_files tokenizer;     /* the checkpoint's, carried into the export (built exports) */
     char *genai_text;        /* genai_config.json, when onnxruntime-genai can run the export */
+    dev_t dir_dev;           /* the directory saved or loaded (dir), so that a validation */
+    ino_t dir_ino;           /* record never lands in an export swapped in since (--force) */
 };
 
 /* onnxruntime-genai's config (genai_config.c): NULL when it can run export `e` as it is, else
@@ -100,6 +104,14 @@ ferry_status manifest_check_file(const char *dir, const char *comp, const char *
 /* torch's name of a dtype ("float32", "int64"), as transformers writes it. */
 const char *exp_torch_dtype_name(ferry_dtype dt);
 cJSON *export_config_to_json(const ferry_export_config *cfg);
+
+/* Provenance (provenance.c): export.json's "source" (the checkpoint an export was made from)
+ * and "validated_with" (the package versions a validation passed with). */
+cJSON *provenance_source(const ferry_model *m);
+/* Checks the two keys when present; errors name `dir`/export.json and the key. */
+ferry_status provenance_check(const cJSON *manifest, const char *dir, fy_err *err);
+/* Remembers which directory `e->dir` is (after a save or load). */
+void provenance_note_dir(struct ferry_exported *e);
 
 /* Symbolic axes (axes.c): the dims of the model's logical axes ("batch", "sequence") from the
  * export config's dynamic flag, explicit dynamic dims (checked against the model's declared

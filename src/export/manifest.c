@@ -139,6 +139,8 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
     cJSON_AddStringToObject(prod, "name", "ferry");
     cJSON_AddStringToObject(prod, "version", FERRY_VERSION);
     cJSON_AddStringToObject(m, "architecture", arch);
+    if (e->model)
+        cJSON_AddItemToObject(m, "source", provenance_source(e->model));
     cJSON *comps = cJSON_AddObjectToObject(m, "components");
     for (int i = 0; i < e->n_components; i++) {
         const exp_component *c = &e->comps[i];
@@ -317,6 +319,8 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
     if (!cJSON_IsObject(m))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: not a JSON object", dir);
     if (manifest_check_tree(m, dir, err) != FERRY_OK)
+        return err->status;
+    if (provenance_check(m, dir, err) != FERRY_OK)
         return err->status;
     if (tf_is_transformers_manifest(m))
         return tf_manifest_validate(m, dir, e, err);

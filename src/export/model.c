@@ -22,6 +22,10 @@ ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferr
         return fy_fail(&m->err, FERRY_ERR_INVALID_ARG, "no model path or hub id given");
     if (hub_resolve(path_or_id, revision, m->dir, sizeof m->dir, &m->err) != FERRY_OK)
         return m->err.status;
+    m->source = strdup(path_or_id);
+    m->revision = revision ? strdup(revision) : NULL;
+    if (!m->source || (revision && !m->revision))
+        return fy_fail(&m->err, FERRY_ERR_NOMEM, "out of memory");
     if (cfg_load(m->dir, &m->cfg, &m->err) != FERRY_OK)
         return m->err.status;
     m->cfg_loaded = true;
@@ -53,6 +57,8 @@ void ferry_model_free(ferry_model *m)
     if (m->cfg_loaded)
         cfg_free(&m->cfg);
     ckpt_close(m->ck);
+    free(m->source);
+    free(m->revision);
     free(m);
 }
 

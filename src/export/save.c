@@ -446,6 +446,7 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
         return err->status; /* the export is in place; only its durability is in doubt */
     free(e->dir);
     e->dir = strdup(dir);
+    provenance_note_dir(e);
     return FERRY_OK;
 wrap: {
         /* The file at fault is inside the temporary directory, which is about to go: say which
@@ -498,6 +499,7 @@ ferry_status ferry_exported_load(const char *dir, const char *subfolder, ferry_e
         return err->status;
     if (!(e->manifest_text = cJSON_Print(e->manifest)))
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    provenance_note_dir(e);
     return FERRY_OK;
 }
 

@@ -1,0 +1,161 @@
+/* validate_cmd.c — `ferry validate EXPORT ...` and `ferry export ... --validate`. Validation
+ * compares an export with transformers' eager model, which is Python, so both run ferry's
+ * Python package (python/ferry/validation.py) in an interpreter found as the help says. */
+#include <errno.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+extern char **environ;
+
+static const char usage[] =
+    "usage: ferry validate EXPORT [--model CKPT [--revision REV]] [--subfolder DIR]\n"
+    "                      [--atol X | --min-top1 X] [--no-record] [-q]\n"
+    "\n"
+    "Run the export in EXPORT in its runtime (onnxruntime or OpenVINO, on CPU) and\n"
+    "transformers' eager model on the same example inputs, and compare the logits of every\n"
+    "real (non-padding) position. The inputs are a batch of 2 with one row left-padded, 16\n"
+    "tokens (a static export: its traced shape). A generation export runs the prompt (prefill,\n"
+    "or decode on an empty cache), then 8 greedy decode steps with its cache carried between\n"
+    "calls (OpenVINO's stateful graph: in its variables). One row per output: max |Δ|, the\n"
+    "bound, PASS or FAIL.\n"
+    "\n"
+    "Bounds: max |Δ| <= 1e-4 for fp32, 2e-2 for fp16 (fp16-compressed weights too), 0.25 for\n"
+    "bf16, times max(1, largest |eager logit| / 10): a real model's logits reach ~30, and a\n"
+    "runtime summing in another order than torch moves them in proportion. Quantized weights:\n"
+    "the top-1 token agrees with the eager model's at >= 0.5 of the positions for int8,\n"
+    ">= 0.1 for int4 (floors that catch a broken export, not a measure of quality).\n"
+    "When every check passes, export.json records the versions it passed with\n"
+    "(\"validated_with\"), and loading the export in Python with another runtime version logs\n"
+    "one warning.\n"
+    "\n"
+    "options:\n"
+    "  --model CKPT      the checkpoint of the eager reference (a directory, or a hub id in the\n"
+    "                    local cache); default: the one export.json records as its source\n"
+    "  --revision REV    the revision of a hub id given as --model\n"
+    "  --subfolder DIR   validate the export in EXPORT/DIR (e.g. onnx/)\n"
+    "  --atol X          an absolute bound instead (not scaled)\n"
+    "  --min-top1 X      replace a quantized export's least top-1 agreement\n"
+    "  --no-record       leave export.json as it is\n"
+    "  -q, --quiet       print the table only when a check fails\n"
+    "  -h, --help        this help\n"
+    "\n"
+    "Validation runs in Python: $FERRY_PYTHON if set (a pip-installed ferry command sets it to\n"
+    "its own Python), else python3 beside the ferry executable (a virtual environment's bin/),\n"
+    "else python3 on PATH. It needs the ferry package (`pip install .` from ferry's source, or\n"
+    "its python/ directory on PYTHONPATH), transformers, torch, and onnxruntime or openvino.\n"
+    "Nothing is downloaded.\n"
+    "\n"
+    "exit status: 0 every check passed, 1 a check failed (or the export or the checkpoint could\n"
+    "not be read or run), 2 bad command line, 3 validation cannot run here (no Python with\n"
+    "ferry, transformers and torch; no runtime; or the runtime cannot run this export).\n";
+
+/* What the interpreter runs: the module's main, or this status when it cannot import it. */
+#define NO_FERRY 97
+#define STR_(x) #x
+#define STR(x) STR_(x)
+static const char bootstrap[] =
+    "import sys\n"
+    "try:\n"
+    "    from ferry.validation import main\n"
+    "except ImportError:\n"
+    "    sys.exit(" STR(NO_FERRY) ")\n"
+    "sys.exit(main(sys.argv[1:]))\n";
+
+/* Runs `python` on the bootstrap with `args` (n of them); the exit status, NO_FERRY when it
+ * cannot import ferry.validation or cannot be started, -1 after one line when it died. */
+static int run_python(const char *python, char *const *args, int n)
+{
+    char **argv = calloc((size_t)n + 4, sizeof *argv);
+    if (!argv) {
+        cli_error("validate: out of memory");
+        return -1;
+    }
+    argv[0] = (char *)python;
+    argv[1] = (char *)"-c";
+    argv[2] = (char *)bootstrap;
+    for (int i = 0; i < n; i++)
+        argv[3 + i] = args[i];
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, python, NULL, NULL, argv, environ);
+    free(argv);
+    if (rc != 0)
+        return NO_FERRY;
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) {
+            cli_error("validate: waiting for %s: %s", cli_quote(python), strerror(errno));
+            return -1;
+        }
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    cli_error("validate: %s was killed by signal %d", cli_quote(python), WTERMSIG(status));
+    return -1;
+}
+
+/* python3 in the directory of this executable, if there is one. */
+static bool python_beside_me(char *out, size_t size)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return false;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (!slash)
+        return false;
+    *slash = '\0';
+    int len = snprintf(out, size, "%s/python3", self);
+    return len > 0 && (size_t)len < size && access(out, X_OK) == 0;
+}
+
+int cli_validate(char *const *args, int n)
+{
+    const char *chosen = getenv("FERRY_PYTHON");
+    char beside[PATH_MAX], tried[3 * PATH_MAX + 64] = "";
+    const char *candidates[2];
+    int n_candidates = 0;
+    if (chosen && *chosen) {
+        candidates[n_candidates++] = chosen;
+    } else {
+        if (python_beside_me(beside, sizeof beside))
+            candidates[n_candidates++] = beside;
+        candidates[n_candidates++] = "python3";
+    }
+    for (int i = 0; i < n_candidates; i++) {
+        int rc = run_python(candidates[i], args, n);
+        if (rc < 0)
+            return EXIT_FAIL;
+        if (rc != NO_FERRY)
+            return rc;
+        size_t used = strlen(tried);
+        snprintf(tried + used, sizeof tried - used, "%s%s", used ? ", " : "", candidates[i]);
+    }
+    cli_error("validate: needs a Python that can import the ferry package (`pip install .` "
+              "from ferry's source, or its python/ directory on PYTHONPATH) with transformers, torch and onnxruntime "
+              "or openvino; tried %s%s", tried, chosen && *chosen ? " ($FERRY_PYTHON)" :
+              " (set FERRY_PYTHON to choose one)");
+    return EXIT_CANNOT;
+}
+
+int cmd_validate(int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(usage, stdout);
+            return EXIT_OK;
+        }
+    if (argc < 2) {
+        cli_error("validate: expected EXPORT (see ferry validate --help)");
+        return EXIT_USAGE;
+    }
+    return cli_validate(argv + 1, argc - 1);
+}

@@ -1,0 +1,346 @@
+"""`ferry validate`, `ferry export --validate` and ferry.validate(): an export run in its runtime
+against transformers' eager model on a padded batch, the table they print, the exit statuses,
+the versions a passing validation records in export.json, and the one warning a load gives when
+the installed runtime differs from the recorded one.
+
+The command runs ferry's Python package in the interpreter FERRY_PYTHON names: here this
+test's own, with ./python on PYTHONPATH (ferry is not installed in it)."""
+
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, ferry_export, make_checkpoint, run_ferry
+
+PYTHON_ENV = {"FERRY_PYTHON": sys.executable,
+              "PYTHONPATH": os.pathsep.join([str(ROOT / "python"),
+                                             os.environ.get("PYTHONPATH", "")])}
+
+
+def validate(*args, env=None):
+    """`ferry validate ARGS` in this Python -> (exit status, stdout, stderr)."""
+    return run_ferry("validate", *args, env=dict(PYTHON_ENV, **(env or {})))
+
+
+def table_rows(stdout):
+    """{output: (max |Δ|, bound text, PASS/FAIL)} from the printed table, whose columns are
+    two or more spaces apart."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("output "))
+    rows = {}
+    for line in lines[start + 1:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) != 4:
+            break
+        output, diff, bound, result = cells
+        rows[output] = (float(diff), bound, result.split(" (")[0])
+    return rows
+
+
+def recorded(out):
+    return json.loads((Path(out) / "export.json").read_text()).get("validated_with")
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_checkpoint(tmp_path_factory.mktemp("validate") / "ckpt", "qwen3", seed=11)
+
+
+@pytest.fixture(scope="module")
+def onnx_export(ckpt, tmp_path_factory):
+    """A dynamic ONNX export, never validated in place (tests copy it)."""
+    return ferry_export(ckpt, tmp_path_factory.mktemp("onnx") / "out", "--dynamic", "--quiet")
+
+
+def copy_export(src, tmp_path, name="out"):
+    return Path(shutil.copytree(src, tmp_path / name))
+
+
+def test_good_export_passes_and_records_versions(onnx_export, ckpt, tmp_path):
+    import onnxruntime
+    import torch
+    import transformers
+
+    out = copy_export(onnx_export, tmp_path)
+    assert recorded(out) is None
+    rc, stdout, stderr = validate(out)
+    assert rc == 0, (stdout, stderr)
+    assert stderr == ""
+    assert f"vs transformers eager ({ckpt.resolve()})" in stdout   # the recorded source
+    rows = table_rows(stdout)
+    assert list(rows) == ["logits"]
+    diff, bound, result = rows["logits"]
+    assert 0 < diff <= 1e-4 and bound == "0.0001" and result == "PASS"
+    assert stdout.rstrip().endswith("PASS")
+    assert recorded(out) == {
+        "runtime": {"onnxruntime": onnxruntime.__version__.split("+")[0]},
+        "reference": {"transformers": transformers.__version__.split("+")[0],
+                      "torch": torch.__version__.split("+")[0]}}
+
+
+@pytest.mark.parametrize("flags,outputs", [
+    (["--dynamic", "--for-generation"], ["prefill: logits, prompt", "decode: logits, 8 steps"]),
+    (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "24",
+      "--multi-token-decode"], ["decode: logits, prompt", "decode: logits, 8 steps"]),
+    (["--format", "openvino", "--dynamic", "--for-generation"],
+     ["decode: logits, prompt", "decode: logits, 8 steps"]),
+], ids=["onnx-dynamic-cache", "onnx-static-cache", "openvino-stateful"])
+def test_generation_exports_validate(ckpt, tmp_path, flags, outputs):
+    out = ferry_export(ckpt, tmp_path / "gen", *flags, "--quiet")
+    rc, stdout, stderr = validate(out)
+    assert rc == 0, (stdout, stderr)
+    rows = table_rows(stdout)
+    assert list(rows) == outputs
+    assert all(0 < diff <= 1e-4 and result == "PASS" for diff, _, result in rows.values()), rows
+    runtime = "openvino" if "openvino" in flags else "onnxruntime"
+    assert list(recorded(out)["runtime"]) == [runtime]
+
+
+def _flip_weight(out, name):
+    """Negates the checkpoint tensor `name` in the export's model.onnx.data."""
+    import onnx
+
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    (tensor,) = [t for t in model.graph.initializer if t.name == name]
+    place = {e.key: int(e.value) for e in tensor.external_data if e.key in ("offset", "length")}
+    data = np.fromfile(out / "model.onnx.data", dtype=np.uint8)
+    values = data[place["offset"]:place["offset"] + place["length"]].view(np.float32)
+    values *= -1
+    data.tofile(out / "model.onnx.data")
+
+
+def test_tampered_weights_fail(onnx_export, tmp_path):
+    out = copy_export(onnx_export, tmp_path)
+    _flip_weight(out, "model.layers.1.self_attn.o_proj.weight")
+    before = (out / "export.json").read_bytes()
+    rc, stdout, stderr = validate(out)
+    assert rc == 1, (stdout, stderr)
+    diff, _, result = table_rows(stdout)["logits"]
+    assert diff > 1e-2 and result == "FAIL"
+    assert stdout.rstrip().endswith("FAIL")
+    assert (out / "export.json").read_bytes() == before     # nothing recorded
+
+
+def test_another_checkpoint_fails(onnx_export, tmp_path):
+    other = make_checkpoint(tmp_path / "other", "qwen3", seed=12)
+    rc, stdout, stderr = validate(onnx_export, "--model", other, "--no-record")
+    assert rc == 1, (stdout, stderr)
+    assert f"vs transformers eager ({other})" in stdout
+    assert table_rows(stdout)["logits"][2] == "FAIL"
+    # a vocabulary of another size: the shapes themselves disagree
+    wide = make_checkpoint(tmp_path / "wide", "qwen3", seed=11, vocab_size=200)
+    rc, stdout, _ = validate(onnx_export, "--model", wide, "--no-record")
+    assert rc == 1
+    assert "FAIL (shape [2, 16, 160], eager [2, 16, 200])" in stdout
+
+
+def test_quantized_export_checks_top1(ckpt, tmp_path):
+    out = ferry_export(ckpt, tmp_path / "q8", "--dynamic", "--quantize", "int8", "--quiet")
+    rc, stdout, stderr = validate(out, "--no-record")
+    assert rc == 0, (stdout, stderr)
+    assert "top-1 agreement" in stdout.splitlines()[1]
+    diff, bound, result = table_rows(stdout)["logits"]
+    agreement, floor = map(float, bound.split(" >= "))
+    assert agreement >= floor == 0.5 and result == "PASS"
+    assert diff > 1e-4     # int8 weights do move the logits: no abs bound is claimed
+    # the floor is a real check: one above any agreement fails
+    rc, stdout, _ = validate(out, "--no-record", "--min-top1", "1.01")
+    assert rc == 1 and table_rows(stdout)["logits"][2] == "FAIL"
+    rc, _, stderr = validate(out, "--atol", "0.1")
+    assert rc == 1 and "--min-top1" in stderr and len(stderr.splitlines()) == 1
+
+
+def test_atol_replaces_the_bound(onnx_export):
+    rc, stdout, _ = validate(onnx_export, "--no-record", "--atol", "1e-9")
+    assert rc == 1
+    assert table_rows(stdout)["logits"][1:] == ("1e-09", "FAIL")
+
+
+def test_no_record_leaves_export_json(onnx_export):
+    before = (onnx_export / "export.json").read_bytes()
+    rc, stdout, _ = validate(onnx_export, "--no-record", "--quiet")
+    assert rc == 0 and stdout == ""
+    assert (onnx_export / "export.json").read_bytes() == before
+
+
+def test_export_validate_flag(ckpt, tmp_path):
+    rc, stdout, stderr = run_ferry("export", ckpt, tmp_path / "out", "--dynamic", "--validate",
+                                   env=PYTHON_ENV)
+    assert rc == 0, (stdout, stderr)
+    assert table_rows(stdout)["logits"][2] == "PASS"
+    assert recorded(tmp_path / "out")["runtime"]
+
+
+def test_export_validate_that_cannot_run_keeps_the_export(ckpt, tmp_path):
+    """Validation fails (here: cannot run): the status says so, the export stays."""
+    rc, _, stderr = run_ferry("export", ckpt, tmp_path / "out", "--dynamic", "--validate", "-q",
+                              env={"FERRY_PYTHON": str(tmp_path / "no-python")})
+    assert rc == 3, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 2 and all(line.startswith("ferry: error: ") for line in lines), stderr
+    assert "needs a Python that can import the ferry package" in lines[0]
+    assert "was written, but it could not be validated; it is left there" in lines[1]
+    assert (tmp_path / "out" / "model.onnx").is_file()
+
+
+def _no_transformers(tmp_path):
+    """A PYTHONPATH entry under which `import transformers` fails as if it were absent."""
+    fake = tmp_path / "hide" / "transformers"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'transformers'\", name='transformers')\n")
+    return str(fake.parent)
+
+
+def test_without_transformers_one_clear_line(onnx_export, tmp_path):
+    path = os.pathsep.join([_no_transformers(tmp_path), PYTHON_ENV["PYTHONPATH"]])
+    rc, stdout, stderr = validate(onnx_export, env={"PYTHONPATH": path})
+    assert rc == 3, (stdout, stderr)
+    assert stdout == ""
+    (line,) = stderr.splitlines()
+    assert line.startswith("ferry: error: validate: ")
+    assert "transformers" in line and "pip install transformers" in line
+
+
+def test_without_a_python_that_has_ferry(onnx_export, tmp_path):
+    # this interpreter, but without ./python: ferry is not installed in it
+    rc, stdout, stderr = run_ferry("validate", onnx_export,
+                                   env={"FERRY_PYTHON": sys.executable, "PYTHONPATH": ""})
+    assert rc == 3 and stdout == ""
+    (line,) = stderr.splitlines()
+    assert "needs a Python that can import the ferry package" in line
+    assert f"tried {sys.executable} ($FERRY_PYTHON)" in line
+
+
+def test_source_gone_asks_for_model(ckpt, tmp_path):
+    moved = shutil.copytree(ckpt, tmp_path / "ckpt")
+    out = ferry_export(moved, tmp_path / "out", "--dynamic", "--quiet")
+    source = json.loads((out / "export.json").read_text())["source"]
+    assert source == {"model": str(moved), "revision": None, "path": str(moved.resolve())}
+    shutil.rmtree(moved)
+    rc, _, stderr = validate(out)
+    assert rc == 1
+    (line,) = stderr.splitlines()
+    assert "no longer holds it" in line and "--model" in line
+    rc, stdout, _ = validate(out, "--model", ckpt)
+    assert rc == 0, stdout
+
+
+def test_python_beside_the_executable_is_found(onnx_export, tmp_path):
+    """Without FERRY_PYTHON, python3 next to the ferry executable (a venv's bin/) comes before
+    the one on PATH (here one that only fails)."""
+    from conftest import FERRY_BIN
+
+    bin_dir, other = tmp_path / "bin", tmp_path / "other"
+    bin_dir.mkdir()
+    other.mkdir()
+    shutil.copy2(FERRY_BIN, bin_dir / "ferry")
+    for where, script in ((bin_dir, f'exec {sys.executable} "$@"'),
+                          (other, "echo 'the python3 on PATH ran' >&2; exit 1")):
+        (where / "python3").write_text(f"#!/bin/sh\n{script}\n")
+        (where / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "FERRY_PYTHON"}
+    env.update(PYTHONPATH=PYTHON_ENV["PYTHONPATH"], PATH=f"{other}:/usr/bin:/bin")
+    import subprocess
+
+    proc = subprocess.run([str(bin_dir / "ferry"), "validate", str(onnx_export), "--no-record"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert table_rows(proc.stdout)["logits"][2] == "PASS"
+
+
+def test_bound_grows_with_large_logits(tmp_path):
+    """Logits beyond ±10 (a real model's reach ~30) scale the bound in proportion."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import ferry
+    from ferry import _validation_runs as runs
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama", seed=3)
+    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    model.save_pretrained(ckpt)
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", "--quiet")
+    report = ferry.validate(out, record=False)
+    ids, mask, _ = runs.example_prompt(json.loads((out / "export.json").read_text()), "model",
+                                       160)
+    largest = np.abs(runs.reference_logits(runs.load_reference(str(ckpt)), ids, mask)[mask == 1]
+                     ).max()
+    assert largest > 20
+    (check,) = report.checks
+    assert check.tolerance == pytest.approx(1e-4 * largest / 10)
+    assert report.passed and check.max_abs_diff > 1e-6
+    # an explicit --atol is taken as given
+    assert ferry.validate(out, atol=1e-4, record=False).checks[0].tolerance == 1e-4
+
+
+def test_help():
+    rc, stdout, _ = run_ferry("validate", "--help")
+    assert rc == 0
+    for needle in ("usage: ferry validate EXPORT", "--model CKPT", "FERRY_PYTHON",
+                   "1e-4 for fp32", "top-1", "exit status: 0", "3 validation cannot run"):
+        assert needle in stdout, needle
+    rc, stdout, _ = run_ferry("--help")
+    assert rc == 0 and "validate EXPORT" in stdout and "3 validation cannot run" in stdout
+    rc, stdout, _ = run_ferry("export", "--help")
+    assert rc == 0 and "--validate" in stdout
+    rc, _, stderr = run_ferry("validate")
+    assert rc == 2 and "expected EXPORT" in stderr
+    rc, _, stderr = validate("somewhere", "--bogus")
+    assert rc == 2 and len(stderr.splitlines()) == 1 and "--bogus" in stderr
+
+
+def test_python_api(onnx_export):
+    import ferry
+
+    report = ferry.validate(onnx_export, record=False)
+    assert report.passed
+    (check,) = report.checks
+    assert check.output == "logits" and check.tolerance == 1e-4
+    assert 0 < check.max_abs_diff <= 1e-4 and check.positions == 2 * 16 - 16 // 3
+    assert "logits" in str(report) and report.recorded is False
+
+
+# --- version drift ----------------------------------------------------------------------------
+
+
+def _drift_records(caplog, path):
+    from ferry import ExportedModel
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ferry"):
+        ExportedModel.from_pretrained(path).close()
+    return [r for r in caplog.records if r.name == "ferry"]
+
+
+def test_version_drift_warns_once(onnx_export, tmp_path, caplog):
+    import onnxruntime
+
+    out = copy_export(onnx_export, tmp_path)
+    rc, _, _ = validate(out, "--quiet")
+    assert rc == 0
+    installed = onnxruntime.__version__.split("+")[0]
+    assert recorded(out)["runtime"] == {"onnxruntime": installed}
+    assert _drift_records(caplog, out) == []          # the versions match: silence
+
+    manifest = json.loads((out / "export.json").read_text())
+    manifest["validated_with"]["runtime"]["onnxruntime"] = "0.0.1"
+    manifest["validated_with"]["reference"]["torch"] = "0.0.1"   # not what runs the export
+    (out / "export.json").write_text(json.dumps(manifest))
+    (record,) = _drift_records(caplog, out)
+    message = record.getMessage()
+    assert f"onnxruntime {installed} is installed, it was validated with 0.0.1" in message
+    assert "torch" not in message
+    # validating again records what is installed, and the warning goes
+    rc, _, stderr = validate(out, "--quiet")
+    assert rc == 0 and "ferry: warning: " in stderr and "0.0.1" in stderr
+    assert _drift_records(caplog, out) == []
