@@ -122,7 +122,8 @@ def test_manifest_file_escaped_nul(export_copy, build):
 
 
 def test_manifest_component_name_escaped_nul(export_copy, build):
-    edit_text(export_copy / "export.json", b'"model":', b'"model\\u0000evil":')
+    # the component's key (an object), not source.model (the checkpoint's name)
+    edit_text(export_copy / "export.json", b'"model":\t{', b'"model\\u0000evil":\t{')
     inspect_refused(export_copy, build, "export.json", "escaped NUL")
 
 
