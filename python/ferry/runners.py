@@ -351,7 +351,8 @@ def _openvino_logits(compiled, request):
 class Runners(Mapping):
     """{"prefill": Runner, "decode": Runner} of a saved generation export (`directory` and its
     parsed export.json); see the module's docstring. `components` lists the components loaded
-    (one when decode takes prompts)."""
+    (one when decode takes prompts, unless `every_component`: then a prefill the export has
+    takes the prompts, as validation runs it to check each graph)."""
 
     @staticmethod
     def check_generation(manifest):
@@ -365,7 +366,7 @@ class Runners(Mapping):
                   "call it instead, or export with export_for_generation (the CLI's "
                   "--for-generation) to generate")
 
-    def __init__(self, directory, manifest, device=None):
+    def __init__(self, directory, manifest, device=None, every_component=False):
         self.check_generation(manifest)
         self.directory = Path(directory)
         comps = manifest.get("components", {})
@@ -379,7 +380,7 @@ class Runners(Mapping):
         decode_query = next((i["shape"][1] for i in decode_meta["inputs"]
                              if i["name"] == "input_ids"), 1)
         names = [decode_name]
-        if decode_query == 1 and not stateful:
+        if (decode_query == 1 or every_component and "prefill" in roles) and not stateful:
             if "prefill" not in roles:
                 _fail("this export's decode takes one token a call and it has no prefill "
                       "component to take the prompt")

@@ -243,7 +243,7 @@ def validate(export_dir, model=None, atol=None, *, min_top1=None, revision=None,
 
         from . import _validation_runs as runs
 
-        run, runtime = runs.run_export(directory, manifest)
+        run, runtime = runs.run_export(loaded, manifest)
         want = runs.reference_logits(runs.load_reference(checkpoint, ref_revision),
                                      run.input_ids, run.attention_mask)
         versions = {"runtime": {runtime: _versions.installed_version(runtime)},
