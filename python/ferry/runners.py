@@ -434,8 +434,8 @@ def _wrap_ortvalue(array, dtype):
 
 
 def _onnx_runners(directory, files, metas, cache, maps, device=None):
-    """onnxruntime sessions of `files` on `device` (ExportedModel.to(); CPU by default). One session: onnxruntime's defaults (it maps the
-    data file and prepacks the weights). Two: each external initializer is handed to both as the
+    """onnxruntime sessions of `files` on `device` (ExportedModel.to(); CPU by default). One
+    session: onnxruntime's defaults (it maps the data file and prepacks the weights). Two: each external initializer is handed to both as the
     same OrtValue over one copy-on-write mapping of its data file, and prepacking and the memory
     arena are off, since each session would otherwise keep its own packed copy of every weight
     and its own pool of temporaries; except for MatMulNBits (onnxruntime's fused quantized
@@ -508,8 +508,9 @@ def _mapped(directory, init, maps):
 
 
 def _openvino_runners(files, metas, cache, stateful, device=None):
-    """Compiled OpenVINO models on `device` (ExportedModel.to(); AUTO by default); an fp32 export at f32 inference precision (the CPU
-    plugin would otherwise compute in bf16 where the processor has it)."""
+    """Compiled OpenVINO models on `device` (ExportedModel.to(); AUTO by default); an fp32
+    export at f32 inference precision (the CPU plugin would otherwise compute in bf16 where the
+    processor has it)."""
     import openvino
 
     core = openvino.Core()
