@@ -435,8 +435,9 @@ def _wrap_ortvalue(array, dtype):
 
 def _onnx_runners(directory, files, metas, cache, maps, device=None):
     """onnxruntime sessions of `files` on `device` (ExportedModel.to(); CPU by default). One
-    session: onnxruntime's defaults (it maps the data file and prepacks the weights). Two: each external initializer is handed to both as the
-    same OrtValue over one copy-on-write mapping of its data file, and prepacking and the memory
+    session: onnxruntime's defaults (it maps the data file and prepacks the weights). Two: each
+    external initializer is handed to both as the same OrtValue over one copy-on-write mapping
+    of its data file, and prepacking and the memory
     arena are off, since each session would otherwise keep its own packed copy of every weight
     and its own pool of temporaries; except for MatMulNBits (onnxruntime's fused quantized
     linear), whose packed 4- or 8-bit copies are small and without which it runs ~20x slower
