@@ -77,7 +77,10 @@ import numpy as np
 from ferry import ExportedModel, OnnxConfig, OnnxExporter
 exported = OnnxExporter().export({str(FIXTURE)!r}, config=OnnxConfig(dynamic=True))
 exported.save_pretrained("saved")
-logits = ExportedModel.from_pretrained("saved")(input_ids=np.array([[1, 2, 3]])).logits
+out = ExportedModel.from_pretrained("saved")(input_ids=np.array([[1, 2, 3]]))
+# No transformers in this venv: the outputs read like its ModelOutput, by name or attribute.
+assert type(out).__name__ == "ExportOutput" and out["logits"] is out.logits, type(out)
+logits = out.logits
 assert logits.shape[:2] == (1, 3) and np.isfinite(logits).all(), logits.shape
 print("ok")
 """
