@@ -66,7 +66,13 @@ def example_prompt(manifest, first, vocab, cap=None):
     has a third of its tokens padding) and generate-style position_ids, all int64 [batch,
     sequence]: shaped as the first component's input_ids allow."""
     meta = manifest["components"][first]["metadata"]
-    dims = next(i["shape"] for i in meta["inputs"] if i["name"] == "input_ids")
+    if "inputs" in meta:
+        dims = next(i["shape"] for i in meta["inputs"] if i["name"] == "input_ids")
+    else:  # a transformers export records the shapes it traced (its kwargs), which it takes
+        dims = ((meta.get("kwargs") or {}).get("input_ids") or {}).get("shape")
+        if not dims or len(dims) != 2:
+            raise CannotValidate(f"component {_escape(first)} records no [batch, sequence] "
+                                 "input_ids shape to make an example of", status=4)
     batch = _size(dims[0], meta.get("symbols", {}), BATCH)
     length = _size(dims[1], meta.get("symbols", {}), SEQUENCE, cap)
     ids = np.random.default_rng(SEED).integers(0, vocab, size=(batch, length), dtype=np.int64)
@@ -79,7 +85,10 @@ def example_prompt(manifest, first, vocab, cap=None):
 def vocab_size(manifest, first, export_dir):
     """The last dim of the logits, from export.json, else config.json's vocab_size."""
     meta = manifest["components"][first]["metadata"]
-    dims = next((o["shape"] for o in meta["outputs"] if o["name"] == "logits"), None)
+    if "outputs" not in meta:  # a transformers export: its out_spec says logits, no shape
+        dims = [None]
+    else:
+        dims = next((o["shape"] for o in meta["outputs"] if o["name"] == "logits"), None)
     if dims is None:
         raise CannotValidate(f"component {_escape(first)} has no logits output to validate",
                              status=4)
@@ -157,7 +166,7 @@ def _generation(loaded, manifest):
 def run_export(loaded, manifest):
     """Runs the loaded export (an ExportedModel, its manifest given) on the CPU on the example
     inputs -> (Run, runtime name)."""
-    fmt = manifest.get("format")
+    fmt = manifest.get("format", manifest.get("export_format"))
     if fmt not in RUNTIMES:
         raise CannotValidate(f"validating a {_escape(fmt)} export is not supported (onnx, "
                              "openvino)", status=4)

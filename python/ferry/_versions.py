@@ -7,6 +7,8 @@ import functools
 import logging
 from importlib import metadata
 
+from ._lib import _escape
+
 logger = logging.getLogger("ferry")
 
 # The package that runs each format's files, and those the eager reference ran with.
@@ -32,15 +34,16 @@ def installed_version(package):
 
 
 def drift(manifest):
-    """[(package, recorded, installed)] for each recorded runtime package installed here at
-    another version. Packages not installed are left out: running the export says so."""
+    """[(package, recorded, installed)] when the package that runs this export's format was
+    recorded at another version than the one installed here (another runtime's record says
+    nothing about this export; an absent package is left to running the export to say)."""
     recorded = (manifest.get("validated_with") or {}).get("runtime") or {}
-    found = []
-    for package, version in recorded.items():
-        installed = installed_version(package)
-        if installed is not None and installed != version:
-            found.append((package, version, installed))
-    return found
+    package = RUNTIME_PACKAGE.get(manifest.get("format", manifest.get("export_format")))
+    version = recorded.get(package) if package else None
+    installed = installed_version(package) if version is not None else None
+    if installed is not None and installed != version:
+        return [(package, _escape(version), installed)]  # the version is the file's text
+    return []
 
 
 def warn_on_drift(manifest, where):

@@ -5,7 +5,7 @@ config is made, so a bad key fails here and not at export time."""
 import ctypes
 import json
 
-from ._lib import _ExportConfig, _c, _fail, _str
+from ._lib import FerryError, _ExportConfig, _c, _fail, _str
 
 # --- configs --------------------------------------------------------------------------------
 
@@ -21,6 +21,18 @@ def _json_dim(dim):
     return out
 
 
+def _dtype_name(dtype):
+    """The recipe's dtype: a name ("fp32", "bf16", ...), or a torch dtype as the guide's
+    configs take (torch.float16 -> "float16", a name libferry also reads)."""
+    if isinstance(dtype, str):
+        return dtype
+    name = str(dtype)
+    if name.startswith("torch."):
+        return name[len("torch."):]
+    raise FerryError(f"dtype must be a name such as \"fp32\" or a torch dtype, not {dtype!r}",
+                     status=1)
+
+
 class OnnxConfig:
     """The recipe of an ONNX export; its keys are AutoExportConfig.from_dict's (and the CLI's
     --config recipe's). Validated by libferry when made."""
@@ -31,7 +43,9 @@ class OnnxConfig:
         quantizer: None, "int4", "int8" or a dict of the recipe's quantizer keys (bits,
         block_size, symmetric, accuracy_level, quantize_embeddings, quantize_lm_head, method:
         "rtn" | "mse")."""
-        recipe = {"export_format": "onnx", "dynamic": bool(dynamic), "dtype": dtype}
+        if not isinstance(dynamic, bool):  # bool("no") would be True
+            raise FerryError(f"dynamic must be True or False, not {dynamic!r}", status=1)
+        recipe = {"export_format": "onnx", "dynamic": dynamic, "dtype": _dtype_name(dtype)}
         if ort_fusions is not None:
             recipe["ort_fusions"] = ort_fusions
         if quantizer is not None:
@@ -94,5 +108,8 @@ class AutoExportConfig:
     def from_dict(d):
         """A config from a recipe dict ({"export_format": "onnx", "dynamic": True, ...});
         libferry checks every key and names the one it refuses."""
+        if not isinstance(d, dict):
+            raise FerryError(f"from_dict takes a dict of recipe keys, not {type(d).__name__}",
+                             status=1)
         config_class = OpenVINOConfig if d.get("export_format") == "openvino" else OnnxConfig
         return config_class._from_dict(d)

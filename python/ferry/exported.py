@@ -82,9 +82,8 @@ class ExportedModel:
         if kwargs:
             raise FerryError(f"to() takes only a device, not {', '.join(sorted(kwargs))}",
                              status=1)
-        if device is not None and not isinstance(device, str):
-            device = str(device)  # a torch.device
         if device is not None:
+            device = str(device).strip().lower()  # a torch.device too: "cuda:0"
             check_device(self.format, device)
         self._device, self._session, self._runners = device, None, None
         return self
@@ -240,8 +239,7 @@ class ExportedModel:
         session = self._runner()
         as_torch = any(type(v).__module__.startswith("torch") for v in inputs.values())
         arrays = {k: _to_numpy(v) for k, v in inputs.items() if v is not None}
-        ints = {k: np.asarray(arrays[k], dtype=np.int64)
-                for k in ("input_ids", "attention_mask", "position_ids") if k in arrays}
+        ints = _token_inputs(arrays, self.components["model"].metadata)
         if "attention_mask" not in ints and "input_ids" in ints:
             ints["attention_mask"] = np.ones_like(ints["input_ids"])
         if "position_ids" not in ints and "attention_mask" in ints:
@@ -276,6 +274,39 @@ class ExportedModel:
     def __del__(self):
         if _lib._lib is not None:
             self.close()
+
+
+def _token_inputs(arrays, metadata):
+    """input_ids, attention_mask and position_ids as int64, checked as the model would check
+    them (a graph would broadcast a one-row mask over every row, or gather a negative id, and
+    answer wrong numbers instead of failing): integers, [batch, sequence] alike, ids within the
+    vocabulary the logits have."""
+    import numpy as np
+
+    ints = {}
+    for name in ("input_ids", "attention_mask", "position_ids"):
+        if name not in arrays:
+            continue
+        value = arrays[name]
+        if value.dtype.kind not in "iub":
+            raise FerryError(f"{name} must hold integers, not {value.dtype}", status=1)
+        if value.ndim != 2:
+            raise FerryError(f"{name} must be [batch, sequence], not of shape "
+                             f"{list(value.shape)}", status=1)
+        ints[name] = value.astype(np.int64, copy=False)
+    ids = ints.get("input_ids")
+    if ids is None:
+        return ints
+    for name, value in ints.items():
+        if value.shape != ids.shape:
+            raise FerryError(f"{name} is {list(value.shape)} but input_ids is "
+                             f"{list(ids.shape)}", status=1)
+    logits = next((o for o in metadata.get("outputs", []) if o.get("name") == "logits"), {})
+    vocab = (logits.get("shape") or [None])[-1]
+    if ids.size and (ids.min() < 0 or (isinstance(vocab, int) and ids.max() >= vocab)):
+        raise FerryError(f"input_ids holds {int(ids.min() if ids.min() < 0 else ids.max())}, "
+                         f"outside the vocabulary [0, {vocab})", status=1)
+    return ints
 
 
 def _to_numpy(value):

@@ -5,7 +5,7 @@ work, and wrap what it made in an ExportedModel."""
 import ctypes
 import tempfile
 
-from ._lib import FerryError, _GenerationConfig, _P, _c, _c_bytes, _fail, _str
+from ._lib import FerryError, _GenerationConfig, _P, _c, _c_bytes, _escape, _fail, _str
 from .configs import OnnxConfig, OpenVINOConfig
 from .exported import ExportedModel
 
@@ -13,11 +13,24 @@ from .exported import ExportedModel
 
 
 class OnnxExporter:
-    def export(self, model, inputs=None, config=None, revision=None):
+    export_format = "onnx"
+
+    def _config(self, config):
+        """`config`, which must be one for this exporter's format: an OpenVINOConfig handed to
+        OnnxExporter would otherwise write OpenVINO IR under the ONNX exporter's name."""
+        fmt = (config.to_dict() if config is not None else {}).get("export_format", "onnx")
+        if fmt != self.export_format:
+            raise FerryError(f"{type(self).__name__} writes {self.export_format}, but its config "
+                             f"is for {_escape(fmt)}: use AutoHfExporter.from_config(config) to "
+                             "get the exporter for a config", status=1)
+        return config
+
+    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None):
         """Exports `model`: a checkpoint directory, a local hub cache id, or a loaded
-        transformers model (see _checkpoint). `inputs` (optional) give the traced shape of a
-        static export via their input_ids."""
-        cfg = _example_config(inputs, config)
+        transformers model (see _checkpoint). `inputs` (optional; `sample_inputs=` as
+        transformers names it) give the traced shape of a static export via their input_ids."""
+        inputs = _sample_inputs(inputs, sample_inputs)
+        cfg = _example_config(inputs, self._config(config))
         source, keep = _checkpoint(model)
         lib, handle = _c(), _open_model(source, revision)
         exported = _P()
@@ -29,7 +42,7 @@ class OnnxExporter:
         return ExportedModel(exported, model_handle=handle, source=keep)
 
     def export_for_generation(self, model, inputs=None, config=None, *, generation_config=None,
-                              multi_token_decode=None, revision=None):
+                              multi_token_decode=None, revision=None, sample_inputs=None):
         """The generation components of `model` (prefill and decode with a KV cache; one decode
         with a static cache and `multi_token_decode`), as ferry_export_for_generation makes
         them. `generation_config` is a transformers GenerationConfig or a dict; only its
@@ -37,7 +50,8 @@ class OnnxExporter:
         `multi_token_decode`: True, False (decode takes one token, the guide's default) or None
         (ferry's default: True with dynamic shapes and a dynamic cache, where it costs no
         decode time and onnxruntime-genai can run the export; False otherwise)."""
-        cfg = _example_config(inputs, config)
+        inputs = _sample_inputs(inputs, sample_inputs)
+        cfg = _example_config(inputs, self._config(config))
         gen = _c_generation(generation_config, multi_token_decode)
         source, keep = _checkpoint(model)
         handle = _open_model(source, revision)
@@ -58,8 +72,11 @@ class OpenVINOExporter(OnnxExporter):
     makes the components an ONNX generation export has (openvino_prefill.xml and
     openvino_decode.xml, or one decode; dynamic or static cache), run by the caller's loop."""
 
-    def export(self, model, inputs=None, config=None, revision=None):
-        return super().export(model, inputs, _as_openvino(config or OpenVINOConfig()), revision)
+    export_format = "openvino"
+
+    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None):
+        return super().export(model, inputs, _as_openvino(config or OpenVINOConfig()), revision,
+                              sample_inputs=sample_inputs)
 
     def export_for_generation(self, model, inputs=None, config=None, **kwargs):
         config = _as_openvino(config or OpenVINOConfig(dynamic=True))
@@ -109,6 +126,12 @@ def decompose_for_generation(model, inputs=None, config=None, *, generation_conf
     finally:
         lib.ferry_components_free(components)
         lib.ferry_model_free(handle)
+
+
+def _sample_inputs(inputs, sample_inputs):
+    if inputs is not None and sample_inputs is not None:
+        raise FerryError("give the example inputs once: inputs or sample_inputs", status=1)
+    return sample_inputs if inputs is None else inputs
 
 
 def _example_config(inputs, config):

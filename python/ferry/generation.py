@@ -264,6 +264,8 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
     runners["prefill"].check_shapes(batch, width, 0)
     if new_tokens > 1:
         runners["decode"].check_shapes(batch, 1, width + new_tokens - 2)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise FerryError(f"seed must be an integer, not {seed!r}", status=1)
     rng = np.random.default_rng(seed) if settings["do_sample"] else None
     prompt_starts = (mask != 0).argmax(-1)
 

@@ -371,7 +371,7 @@ class Runners(Mapping):
         self.directory = Path(directory)
         comps = manifest.get("components", {})
         roles = {c.get("role"): name for name, c in comps.items()}
-        self.format = manifest.get("format")
+        self.format = manifest.get("format", manifest.get("export_format"))
         decode_name = roles["decode"]
         decode_meta = comps[decode_name]["metadata"]
         stateful = bool(decode_meta.get("stateful"))

@@ -33,7 +33,7 @@ def _onnxruntime_provider(device):
     """The provider entry InferenceSession takes for `device`."""
     import onnxruntime
 
-    kind, index = _split_device(device or "cpu")
+    kind, index = _split_device("cpu" if device is None else device)
     providers = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
     if kind not in providers:
         raise FerryError(f"device {_escape(device)!r} is not one onnxruntime runs on here: "
@@ -50,6 +50,8 @@ def _onnxruntime_provider(device):
 def _split_device(device):
     text = str(device).strip().lower()
     kind, _, index = text.partition(":")
+    if not kind:
+        raise FerryError("device is empty: name one (\"cpu\", \"cuda\", ...)", status=1)
     if index and not index.isdigit():
         raise FerryError(f"device {_escape(device)!r}: the part after ':' must be a GPU number",
                          status=1)
@@ -64,7 +66,7 @@ def openvino_device(device):
     the devices this machine has (AUTO picks among them)."""
     import openvino
 
-    kind, index = _split_device(device or "auto")
+    kind, index = _split_device("auto" if device is None else device)
     if kind not in _OPENVINO_DEVICES:
         raise FerryError(f"device {_escape(device)!r} is not an OpenVINO device: one of "
                          f"{', '.join(sorted(_OPENVINO_DEVICES))}", status=1)

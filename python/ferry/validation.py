@@ -238,7 +238,7 @@ def validate(export_dir, model=None, atol=None, *, min_top1=None, revision=None,
             precision = f"{precision}, int{bits} weights"
         else:
             tolerance = ATOL.get(precision, ATOL["bf16"]) if atol is None else float(atol)
-        _require_runtime(manifest.get("format"))
+        _require_runtime(manifest.get("format", manifest.get("export_format")))
         checkpoint, ref_revision, shown = _reference_checkpoint(manifest, model, revision)
 
         from . import _validation_runs as runs

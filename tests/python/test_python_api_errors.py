@@ -118,3 +118,62 @@ def test_closed_export(tmp_path):
             call()
         assert "was closed" in str(info.value) and "out of memory" not in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def dynamic_export():
+    from ferry import OnnxConfig, OnnxExporter
+
+    return OnnxExporter().export(FIXTURE, config=OnnxConfig(dynamic=True))
+
+
+@pytest.mark.parametrize("inputs,needle", [
+    # a one-row mask would be broadcast over both rows by the graph: wrong numbers, no error
+    ({"input_ids": [[1, 5, 6], [3, 4, 1]], "attention_mask": [[0, 1, 1]]},
+     "attention_mask is [1, 3] but input_ids is [2, 3]"),
+    ({"input_ids": [[1.5, 2.0]]}, "input_ids must hold integers, not float64"),
+    ({"input_ids": [1, 2, 3]}, "input_ids must be [batch, sequence], not of shape [3]"),
+    ({"input_ids": [[1, -5]]}, "input_ids holds -5, outside the vocabulary [0, 512)"),
+    ({"input_ids": [[1, 512]]}, "input_ids holds 512, outside the vocabulary [0, 512)"),
+    ({"attention_mask": [[1, 1]]}, "missing input_ids"),
+])
+def test_call_checks_its_inputs_as_the_model_would(dynamic_export, inputs, needle):
+    import numpy as np
+
+    from ferry import FerryError
+
+    with pytest.raises(FerryError) as info:
+        dynamic_export(**{k: np.array(v) for k, v in inputs.items()})
+    assert needle in str(info.value)
+
+
+def test_config_and_exporter_mismatches_are_refused():
+    import torch
+
+    from ferry import AutoExportConfig, FerryError, OnnxConfig, OnnxExporter, OpenVINOConfig
+
+    with pytest.raises(FerryError, match="dynamic must be True or False, not 'no'"):
+        OnnxConfig(dynamic="no")
+    with pytest.raises(FerryError, match="from_dict takes a dict of recipe keys, not str"):
+        AutoExportConfig.from_dict("onnx")
+    with pytest.raises(FerryError, match="OnnxExporter writes onnx, but its config is for "
+                                         "openvino"):
+        OnnxExporter().export(FIXTURE, config=OpenVINOConfig())
+    assert OnnxConfig(dtype=torch.float16).to_dict()["dtype"] == "float16"
+    with pytest.raises(FerryError, match="give the example inputs once"):
+        OnnxExporter().export(FIXTURE, {"input_ids": torch.ones(1, 3, dtype=torch.long)},
+                              sample_inputs={"input_ids": torch.ones(1, 3, dtype=torch.long)})
+    static = OnnxExporter().export(FIXTURE,
+                                   sample_inputs={"input_ids": torch.ones(2, 5, dtype=torch.long)})
+    assert static.manifest["components"]["model"]["metadata"]["inputs"][0]["shape"] == [2, 5]
+    with pytest.raises(FerryError, match="device is empty"):
+        static.to("")
+    assert static.to(" CPU ").device == "cpu"
+
+
+def test_generate_seed_must_be_an_integer():
+    from ferry import FerryError, OnnxConfig, OnnxExporter
+
+    gen = OnnxExporter().export_for_generation(FIXTURE, config=OnnxConfig(dynamic=True))
+    with pytest.raises(FerryError, match="seed must be an integer, not 'x'"):
+        gen.generate([[1, 2, 3]], max_new_tokens=2, do_sample=True, seed="x")

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (ARCHS, FP32_ATOL, assert_logits_close, ferry_builds, ferry_export,
-                      generate_position_ids, make_checkpoint, make_inputs, reference_logits,
+from conftest import (ARCHS, FP32_ATOL, ROOT, assert_logits_close, ferry_builds, ferry_export,
+                      make_checkpoint, make_inputs, reference_logits,
                       reference_model, run_ferry)
 
 from transformers.exporters import ExportedModel as HfExportedModel  # noqa: E402
@@ -308,3 +308,14 @@ def test_malformed_interop_keys(hf_exports, tmp_path, case, binary):
     with pytest.raises(ferry.FerryError, match="component 'model'") as raised:
         ferry.ExportedModel.from_pretrained(bad)
     assert needle in str(raised.value)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_validate_runs_transformers_export(hf_exports, fmt):
+    """`ferry validate` reads a transformers export's format (export_format) as the loader does."""
+    ckpt, made = hf_exports
+    code, out, err = run_ferry("validate", made[fmt], "--model", ckpt, "--no-record",
+                               env={"FERRY_PYTHON": sys.executable,
+                                    "PYTHONPATH": str(ROOT / "python")})
+    assert code == 0, out + err
+    assert "PASS" in out and "FAIL" not in out, out
