@@ -347,7 +347,8 @@ int cmd_inspect(int argc, char **argv)
     }
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "transformers");
     if (cJSON_GetObjectItemCaseSensitive(m, "export_format"))
-        printf("  transformers: ExportedModel.from_pretrained loads it and runs each component\n");
+        printf("  transformers: ExportedModel.from_pretrained loads it and runs each component, "
+               "given every input it takes (position_ids too: transformers derives none)\n");
     else if (cJSON_IsObject(tf))
         printf("  transformers: ExportedModel.from_pretrained cannot run it: %s\n",
                qstr(tf, "unsupported"));
