@@ -126,19 +126,28 @@ def main():
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--flags", default="", help="extra ferry export flags for every export")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--ckpt", type=Path, help="an existing checkpoint instead of the small "
+                        "one (e.g. bench/work/ckpt-0.6b, the bench model)")
+    parser.add_argument("--only", help="run only the rows whose name starts with this "
+                        "(\"onnx\" or \"openvino\")")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "EXPORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args.child[0], args.child[1], args.prompt, args.new)
 
-    ckpt = args.work / "ckpt"
+    ckpt = args.ckpt or args.work / "ckpt"
     if args.work.exists():
         shutil.rmtree(args.work)
-    write_checkpoint(ckpt, LAYERS, SHAPE["vocab_size"], shape=SHAPE)
+    if args.ckpt is None:
+        write_checkpoint(ckpt, LAYERS, SHAPE["vocab_size"], shape=SHAPE)
+    else:
+        args.work.mkdir(parents=True)
     env = dict(os.environ, FERRY_LIB=str(args.ferry.resolve().parent / "libferry.so"))
     exports, rows = {}, []
     try:
         for name, (flags, kind) in RUNS.items():
+            if args.only and not name.startswith(args.only):
+                continue
             flags = [*flags, *args.flags.split()]
             key = tuple(flags)
             if key not in exports:
@@ -156,13 +165,15 @@ def main():
             if out.returncode:
                 sys.exit(f"{name}: {out.stderr.strip()}")
             rows.append((name, json.loads(out.stdout.splitlines()[-1])))
-        plain = exports[("--dynamic", *args.flags.split())]
-        weights = (plain / "model.onnx.data").stat().st_size / 2**20
+        plain = exports.get(("--dynamic", *args.flags.split()))
+        data = plain / "model.onnx.data" if isinstance(plain, Path) else None
+        weights = data.stat().st_size / 2**20 if data and data.exists() else float("nan")
     finally:
         if not args.keep:
             shutil.rmtree(args.work, ignore_errors=True)
 
-    print(f"checkpoint: {SHAPE}, {LAYERS} layers; {weights:.0f} MiB of ONNX weights "
+    shape = f"{args.ckpt}" if args.ckpt else f"{SHAPE}, {LAYERS} layers"
+    print(f"checkpoint: {shape}; {weights:.0f} MiB of ONNX weights "
           f"(export flags: {args.flags or 'none'}); prompt {args.prompt}, {args.new} new "
           "tokens; onnxruntime and OpenVINO on CPU\n")
     print("| run | peak RSS (MiB) | vs. its plain export | ms / new token |")
