@@ -60,8 +60,11 @@ static const char usage[] =
 #define NO_FERRY 97
 #define STR_(x) #x
 #define STR(x) STR_(x)
+/* `python -c` puts the working directory first on sys.path: a ferry.py or ferry/ there (an
+ * untrusted download, say) would be imported in place of the package. */
 static const char bootstrap[] =
     "import sys\n"
+    "sys.path = [p for p in sys.path if p not in ('', '.')]\n"
     "try:\n"
     "    from ferry.validation import main\n"
     "except ImportError:\n"

@@ -170,6 +170,22 @@ def test_no_record_leaves_export_json(onnx_export):
     assert (onnx_export / "export.json").read_bytes() == before
 
 
+def test_working_directory_is_not_imported_from(onnx_export, tmp_path):
+    """A ferry/ in the directory validate runs from (an untrusted download) is not imported in
+    place of the package: `python -c` would put the working directory first on sys.path."""
+    import subprocess
+
+    from conftest import FERRY_BIN
+
+    (tmp_path / "ferry").mkdir()
+    (tmp_path / "ferry" / "__init__.py").write_text('raise SystemExit("imported from cwd")\n')
+    proc = subprocess.run([str(FERRY_BIN), "validate", str(onnx_export), "--no-record"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                          env=dict(os.environ, **PYTHON_ENV))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "imported from cwd" not in proc.stdout + proc.stderr
+
+
 def test_export_validate_flag(ckpt, tmp_path):
     rc, stdout, stderr = run_ferry("export", ckpt, tmp_path / "out", "--dynamic", "--validate",
                                    env=PYTHON_ENV)
