@@ -181,6 +181,7 @@ class ExportedModel:
         return generate(self.runners, self.directory, input_ids, attention_mask, **kwargs)
 
     def _runner(self):
+        """(session, the "model" component's metadata), made on first use."""
         if self._session is None:
             self._check_callable()
             fmt = self.format
@@ -191,7 +192,10 @@ class ExportedModel:
             # transformers' metadata says export_dtype ("float32"), ferry's precision ("fp32")
             precision = model.metadata.get("precision") or (
                 "fp32" if model.metadata.get("export_dtype") == "float32" else None)
-            self._session = open_session(model.path, fmt, precision, self._device)
+            # the metadata is kept with the session: each call reads it, and export.json is
+            # parsed anew on every self.manifest
+            self._session = (open_session(model.path, fmt, precision, self._device),
+                             model.metadata)
         return self._session
 
     def _check_callable(self):
@@ -236,10 +240,10 @@ class ExportedModel:
         tensors and numpy arrays otherwise."""
         import numpy as np
 
-        session = self._runner()
+        session, metadata = self._runner()
         as_torch = any(type(v).__module__.startswith("torch") for v in inputs.values())
         arrays = {k: _to_numpy(v) for k, v in inputs.items() if v is not None}
-        ints = _token_inputs(arrays, self.components["model"].metadata)
+        ints = _token_inputs(arrays, metadata)
         if "attention_mask" not in ints and "input_ids" in ints:
             ints["attention_mask"] = np.ones_like(ints["input_ids"])
         if "position_ids" not in ints and "attention_mask" in ints:

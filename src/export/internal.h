@@ -94,6 +94,9 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err);
  * a key, and no key or string holds a character text_quote would escape. Errors name
  * `dir`/export.json, the key and the byte. manifest_validate applies it first. */
 ferry_status manifest_check_tree(const cJSON *m, const char *dir, fy_err *err);
+/* `components` of an export.json (ferry's or transformers'): a non-empty object of at most
+ * EXP_MAX_COMPONENTS entries, else one line naming `dir`/export.json. */
+ferry_status manifest_check_components(const cJSON *comps, const char *dir, fy_err *err);
 /* Loads export.json `m` into `e`, either schema: ferry's, or transformers' (transformers.c). */
 ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exported *e,
                                fy_err *err);

@@ -310,6 +310,17 @@ static char *dup_string(const cJSON *o, const char *key)
     return cJSON_IsString(v) ? strdup(v->valuestring) : NULL;
 }
 
+ferry_status manifest_check_components(const cJSON *comps, const char *dir, fy_err *err)
+{
+    if (!cJSON_IsObject(comps) || cJSON_GetArraySize(comps) == 0)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'components' must be a non-empty "
+                       "object", dir);
+    if (cJSON_GetArraySize(comps) > EXP_MAX_COMPONENTS)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: more than %d components", dir,
+                       EXP_MAX_COMPONENTS);
+    return FERRY_OK;
+}
+
 ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exported *e,
                                fy_err *err)
 {
@@ -330,12 +341,8 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
     if (!cJSON_IsString(fmt) || !fb_find_name(fmt->valuestring))
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: format must be one of: %s",
                        dir, fb_names());
-    if (!cJSON_IsObject(comps) || cJSON_GetArraySize(comps) == 0)
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'components' must be a non-empty "
-                       "object", dir);
-    if (cJSON_GetArraySize(comps) > EXP_MAX_COMPONENTS)
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: more than %d components", dir,
-                       EXP_MAX_COMPONENTS);
+    if (manifest_check_components(comps, dir, err) != FERRY_OK)
+        return err->status;
     /* transformers' keys, where ferry wrote them: the same format, or why they are absent */
     const cJSON *tf_fmt = cJSON_GetObjectItemCaseSensitive(m, "export_format");
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "transformers");

@@ -450,12 +450,8 @@ ferry_status tf_manifest_validate(const cJSON *m, const char *dir, struct ferry_
     if (!f)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: export_format must be one of "
                        "transformers' formats: %s", dir, tf_format_names());
-    if (!cJSON_IsObject(comps) || cJSON_GetArraySize(comps) == 0)
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'components' must be a non-empty "
-                       "object", dir);
-    if (cJSON_GetArraySize(comps) > EXP_MAX_COMPONENTS)
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: more than %d components", dir,
-                       EXP_MAX_COMPONENTS);
+    if (manifest_check_components(comps, dir, err) != FERRY_OK)
+        return err->status;
     const cJSON *c;
     char qcomp[ST_QUOTE_MAX], sidecar[PATH_MAX];
     cJSON_ArrayForEach(c, comps) {

@@ -157,6 +157,18 @@ static ferry_status emit_extern(printer *p, const g_node *n)
     return FERRY_OK;
 }
 
+/* `attr`="<OpenVINO element type of dt>" into `data`; a dtype OpenVINO has no name for is a bug
+ * (the target casts only to types its printer knows). */
+static ferry_status type_attr(printer *p, strbuf *data, const g_node *n, const char *attr,
+                              ferry_dtype dt)
+{
+    if (!ov_type(dt))
+        return fy_fail(p->err, FERRY_ERR_INTERNAL, "node '%s': no OpenVINO type for %s",
+                       n->name, dt_st_name(dt));
+    sb_printf(data, "%s=\"%s\"", attr, ov_type(dt));
+    return FERRY_OK;
+}
+
 ferry_status ov_emit_node(printer *p, size_t index)
 {
     g_graph *g = p->g;
@@ -231,11 +243,7 @@ ferry_status ov_emit_node(printer *p, size_t index)
             break;
         case G_CAST:
             type = "Convert";
-            if (!ov_type(n.a.to))
-                st = fy_fail(p->err, FERRY_ERR_INTERNAL, "node '%s': no OpenVINO type for %s",
-                             n.name, dt_st_name(n.a.to));
-            else
-                sb_printf(&data, "destination_type=\"%s\"", ov_type(n.a.to));
+            st = type_attr(p, &data, &n, "destination_type", n.a.to);
             break;
         case G_SOFTMAX:
             type = "SoftMax", version = "opset8";
@@ -252,11 +260,7 @@ ferry_status ov_emit_node(printer *p, size_t index)
             break;
         case G_RANGE:
             type = "Range", version = "opset4";
-            if (!ov_type(g->values[n.out[0]].dtype))
-                st = fy_fail(p->err, FERRY_ERR_INTERNAL, "node '%s': no OpenVINO type for %s",
-                             n.name, dt_st_name(g->values[n.out[0]].dtype));
-            else
-                sb_printf(&data, "output_type=\"%s\"", ov_type(g->values[n.out[0]].dtype));
+            st = type_attr(p, &data, &n, "output_type", g->values[n.out[0]].dtype);
             break;
         case G_EXPAND:
             type = "Broadcast", version = "opset3";
