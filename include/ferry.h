@@ -94,7 +94,10 @@ const char *ferry_supported_architectures(void);
 /* ---------------------------------------------------------------------------------------------
  * Export configuration — the C twin of transformers' OnnxConfig / AutoExportConfig.
  */
-typedef enum ferry_format { FERRY_FORMAT_ONNX = 1, FERRY_FORMAT_OPENVINO = 2 } ferry_format;
+/* ONNX; OpenVINO IR; torch.export's .pt2 (the guide's DynamoExporter, "dynamo" in a recipe) */
+typedef enum ferry_format {
+    FERRY_FORMAT_ONNX = 1, FERRY_FORMAT_OPENVINO = 2, FERRY_FORMAT_PT2 = 3
+} ferry_format;
 
 /* The format named `name` as --format and a recipe's export_format spell it ("onnx");
  * FERRY_ERR_UNSUPPORTED if this build has no such format. */
@@ -175,7 +178,7 @@ typedef struct ferry_quantizer {
 } ferry_quantizer;
 
 typedef struct ferry_export_config {
-    ferry_format format;          /* FERRY_FORMAT_ONNX (default) or FERRY_FORMAT_OPENVINO */
+    ferry_format format;          /* FERRY_FORMAT_ONNX (default), _OPENVINO or _PT2 */
     int dynamic;                  /* 1: every axis symbolic (batch, sequence) */
     ferry_dim_spec dims[FERRY_MAX_DIM_SPECS];
     int n_dims;                   /* explicit symbolic axes; the others are static */

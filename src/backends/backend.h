@@ -25,6 +25,8 @@ typedef struct be_component {
 
 typedef struct fb_backend {
     const char *name;        /* "onnx": --format, the recipe's export_format, export.json */
+    const char *alias;       /* another name --format and the recipe take, or NULL ("dynamo":
+                                the guide's DynamoExporter writes pt2) */
     ferry_format format;
     /* Checks the backend's options in `cfg` (opset, ...) and fills their defaults. */
     ferry_status (*configure)(ferry_export_config *cfg, fy_err *err);
@@ -51,12 +53,13 @@ typedef struct fb_backend {
 ferry_status be_name_explicit_cache(g_graph *g, fy_err *err);
 
 const fb_backend *fb_find(ferry_format format);
-/* By export.json / recipe name ("onnx"); NULL if unknown. */
+/* By export.json / recipe name ("onnx") or alias ("dynamo"); NULL if unknown. */
 const fb_backend *fb_find_name(const char *name);
 /* "onnx" (comma-separated names of every backend in this build). */
 const char *fb_names(void);
 
 extern const fb_backend fb_onnx;
 extern const fb_backend fb_openvino;
+extern const fb_backend fb_pt2;
 
 #endif

@@ -5,7 +5,7 @@
 
 #include "backends/backend.h"
 
-static const fb_backend *const BACKENDS[] = {&fb_onnx, &fb_openvino};
+static const fb_backend *const BACKENDS[] = {&fb_onnx, &fb_openvino, &fb_pt2};
 #define N_BACKENDS (sizeof BACKENDS / sizeof BACKENDS[0])
 
 const fb_backend *fb_find(ferry_format format)
@@ -19,7 +19,8 @@ const fb_backend *fb_find(ferry_format format)
 const fb_backend *fb_find_name(const char *name)
 {
     for (size_t i = 0; i < N_BACKENDS; i++)
-        if (strcmp(BACKENDS[i]->name, name) == 0)
+        if (strcmp(BACKENDS[i]->name, name) == 0 ||
+            (BACKENDS[i]->alias && strcmp(BACKENDS[i]->alias, name) == 0))
             return BACKENDS[i];
     return NULL;
 }

@@ -27,6 +27,12 @@ bool pl_find_const(const pl_file *f, const g_value *x, uint64_t *offset);
 /* Offset and length of a placed part; false if it was not placed. */
 bool pl_find(const pl_file *f, const g_weight *w, w_part part, uint64_t *offset,
              uint64_t *length);
+/* Bytes the placed parts span (the file's size once written). */
+uint64_t pl_size(const pl_file *f);
+/* Streams every placed part into `fd` (the file `path`, named in errors), `base` bytes on from
+ * its placed offset: the file's parts inside a larger one (a zip entry's data). */
+ferry_status pl_write_fd(pl_file *f, int fd, const char *path, uint64_t base,
+                         ws_progress *progress, fy_err *err);
 /* Creates `dir`/<file_name> exclusively, streams every placed part into it, sets its size and
  * syncs it. */
 ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, fy_err *err);

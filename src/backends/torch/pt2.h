@@ -1,0 +1,33 @@
+/* pt2.h — what the ExportedProgram printer (pt2_print.c) hands the archive writer
+ * (pt2_archive.c): the program's JSON and the tensors its signature lifts. */
+#ifndef FERRY_BACKENDS_TORCH_PT2_H
+#define FERRY_BACKENDS_TORCH_PT2_H
+
+#include "ir/ir.h"
+
+typedef struct pt2_lifted {
+    int value;               /* a weight (parameter) or constant (non-persistent buffer) */
+    char *fqn;               /* its name in the module's state: "model.norm.weight" */
+} pt2_lifted;
+
+typedef struct pt2_program {
+    char *json;              /* models/model.json */
+    size_t json_len;
+    pt2_lifted *params, *buffers;
+    size_t n_params, n_buffers, cap_params, cap_buffers;
+} pt2_program;
+
+/* Prints lowered graph `g` as an ExportedProgram (torch's serialized schema 8). `g` gains
+ * nothing; its unknown dims must have been refined (pt_refine_shapes). */
+ferry_status pt2_print_program(g_graph *g, pt2_program *out, fy_err *err);
+void pt2_program_free(pt2_program *prog);
+
+struct strbuf;
+/* `s` as a JSON string (quoted, escaped). */
+void pt2_json_str(struct strbuf *b, const char *s);
+/* TensorMeta (JSON) of a contiguous CPU tensor whose data starts `storage_offset` elements into
+ * its storage: sizes symbolic where the shape is (s0, s1, ... by the symbol table). */
+void pt2_tensor_meta(struct strbuf *b, ferry_dtype dt, const g_shape *s, const g_symtab *syms,
+                     int64_t storage_offset);
+
+#endif

@@ -1,0 +1,77 @@
+/* pt2_printer.h — the ExportedProgram printer's state, shared by the program (pt2_print.c:
+ * names, symbols, tensor metadata, signature, the JSON around the nodes) and the nodes
+ * (pt2_nodes.c: one aten call per IR node). Only those two files include this. */
+#ifndef FERRY_BACKENDS_TORCH_PT2_PRINTER_H
+#define FERRY_BACKENDS_TORCH_PT2_PRINTER_H
+
+#include "backends/torch/pt2.h"
+#include "backends/torch/torch.h"
+#include "util/strbuf.h"
+
+/* argument kinds as torch's schema numbers them */
+enum { PT_POSITIONAL = 1, PT_KEYWORD = 2 };
+
+#define PT_MAX_DEPTH 6
+
+typedef struct pt_sym {
+    g_dim d;
+    char *name;
+} pt_sym;
+
+typedef struct pt_printer {
+    g_graph *g;
+    pt_ints *ints;           /* the known integers of every value (pt2_symbolic.c) */
+    char **names;            /* per value: its name in the program, once it has one */
+    strbuf nodes, tensor_values, sym_int_values;
+    int n_nodes, n_tensor_values, n_sym_int_values;
+    /* the nodes being written: a node's argument may need a node of its own first (a SymInt,
+     * a shape made a tensor), which is finished and placed before it */
+    struct pt_frame {
+        strbuf b;
+        bool first_arg;
+    } frame[PT_MAX_DEPTH];
+    int depth;
+    pt_sym *syms;            /* SymInt nodes made so far, by the dim they compute */
+    size_t n_syms, cap_syms;
+    char **taken;            /* every name in the program (open addressing) */
+    size_t cap_taken, n_taken;
+    pt2_program *prog;
+    fy_err *err;
+    ferry_status st;         /* the first failure; later calls do nothing */
+} pt_printer;
+
+/* Records the first failure (the message names what the target cannot express). */
+ferry_status pt_fail(pt_printer *p, ferry_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The name of value `v` as a tensor argument: a parameter, a lifted constant, a user input or
+ * an earlier node's output; an integer the IR computed from shapes is made a tensor here. NULL
+ * (with the failure recorded) if it cannot be. */
+const char *pt_tensor(pt_printer *p, int v);
+/* The name of the SymInt node computing `d` (made on first use); NULL for a constant dim. */
+const char *pt_symint(pt_printer *p, g_dim d);
+/* A fresh unique name from `base` ("linear" -> "linear", then "linear_1", ...). */
+const char *pt_fresh(pt_printer *p, const char *base);
+
+/* Writing one node: begin, its arguments, end with its output. */
+void pt_node_begin(pt_printer *p, const char *target);
+void pt_arg_tensor(pt_printer *p, const char *arg, int v, int kind);
+/* an argument whose value is JSON text: {"as_int": 3}, {"as_bool": true}, ... */
+void pt_arg(pt_printer *p, const char *arg, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void pt_arg_symint(pt_printer *p, const char *arg, int kind, g_dim d);
+/* a list of SymInts: as_ints when every one is constant, as_sym_ints otherwise */
+void pt_arg_symints(pt_printer *p, const char *arg, int kind, const g_dim *d, int n);
+/* ends the node with tensor output `out` named `name`, of dtype/shape of value `like` */
+void pt_node_end_tensor(pt_printer *p, const char *name, ferry_dtype dt, const g_shape *s);
+
+/* Writes node `i` of the graph (nothing for the integer arithmetic the program spells as
+ * SymInts). */
+void pt_emit_node(pt_printer *p, size_t i);
+/* Makes value `v`, an integer the IR computed from shapes, a tensor (aten.full per element,
+ * stacked for a 1-D one); returns its name. */
+const char *pt_materialize(pt_printer *p, int v);
+/* aten's ScalarType number of a dtype (0 if it has none). */
+int pt_scalar_type(ferry_dtype dt);
+
+#endif

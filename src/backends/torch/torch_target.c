@@ -1,0 +1,71 @@
+/* torch_target.c — the torch target (the .pt2 backend): aten ops at the level torch.export
+ * produces before decompositions.
+ *
+ *   linear, embedding, silu, gelu, layer_norm   kept: aten.linear, aten.embedding, aten.silu,
+ *               aten.gelu, aten.layer_norm (the printer, pt2_nodes.c, spells them)
+ *   attention   aten.scaled_dot_product_attention over [b, h, s, d] queries and the keys and
+ *               values as the cache step leaves them ([b, kvh, t, d]); grouped kv heads by
+ *               enable_gqa, so no repeated K/V is ever made; ferry's mask as an additive bias
+ *               (a row that sees no key, a padded query, then averages instead of giving NaN,
+ *               which a bool mask would spread through the next layer's values). A softcapped
+ *               attention keeps the generic lowering: SDPA takes no softcap.
+ * Everything else takes the generic lowerings (ir/lower/): RMSNorm as transformers writes it
+ * (in fp32, then back), rotary from inv_freq in the graph, as transformers computes it. */
+#include "backends/torch/torch.h"
+
+static const int64_t to_bnsd[4] = {0, 2, 1, 3};
+
+static bool quantized(const g_graph *g, const g_node *n, int k)
+{
+    return k < n->n_in && n->in[k] != G_NONE && g->values[n->in[k]].kind == GV_WEIGHT &&
+           g->values[n->in[k]].weight.quant.bits;
+}
+
+static g_legality torch_legal(const g_target *t, const g_graph *g, const g_node *n)
+{
+    (void)t;
+    switch (n->op) {
+    case G_LINEAR: return quantized(g, n, 1) ? G_LOWER : G_NATIVE;
+    case G_EMBEDDING: return quantized(g, n, 0) ? G_LOWER : G_NATIVE;
+    case G_SILU: case G_GELU: case G_GELU_TANH: case G_LAYER_NORM: return G_NATIVE;
+    default: return g_op_is_semantic(n->op) ? G_LOWER : G_NATIVE;
+    }
+}
+
+static ferry_status torch_attention(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    const g_attn_opts *o = n->a.attn;
+    if (o->softcap > 0)
+        return lower_attention(c, n, outs);
+    g_graph *g = c->dst;
+    int q = lw_in(c, n, 0), k, v;
+    lw_attention_kv(c, n, &k, &v, outs);
+    if (!g_ok(g))
+        return g->err.status;
+    ferry_dtype dt = g->values[q].dtype;
+    int bias = lw_attention_bias(c, n, q, dt);
+    int qt = g_transpose(g, "transpose_q", q, 4, to_bnsd);
+    if (!g_ok(g))
+        return g->err.status;
+    g_extern e = g_extern_init(PT_ATEN, PT_SDPA);
+    g_extern_float(&e, "scale", o->scale);
+    g_extern_bool(&e, "enable_gqa", o->num_heads != o->num_kv_heads);
+    g_shape out = g->values[qt].shape; /* [b, h, s, d] */
+    g_extern_out(&e, 0, 0, dt, &out);
+    int in[4] = {qt, k, v, bias};
+    int y = g_extern_node(g, "sdpa", &e, 4, in);
+    int64_t out3[3] = {0, 0, o->num_heads * o->head_dim};
+    y = g_reshape_spec(g, "reshape_out", g_transpose(g, "transpose_out", y, 4, to_bnsd), 3, out3);
+    lw_refine(c, y, n, 0);
+    outs[0] = y;
+    return g->err.status;
+}
+
+static g_lower_fn torch_lowering(const g_target *t, g_op op)
+{
+    (void)t;
+    return op == G_ATTENTION ? torch_attention : NULL;
+}
+
+const g_target torch_target = {.name = "torch", .legal = torch_legal,
+                               .lowering = torch_lowering};
