@@ -7,7 +7,7 @@
  *
  * The graph is at the level torch.export produces before decompositions ("TRAINING" verifier),
  * as torch.export.export would trace the module. Symbols are s0, s1, ... in the order of the
- * graph's symbol table; every size carries its traced value as the hint. */
+ * graph's symbol table; every symbolic size carries a hint (symbol_hint). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +143,25 @@ const char *pt_fresh(pt_printer *p, const char *base)
 
 /* ---- sizes ---- */
 
+/* The value torch's shape environment gives a symbol while it retraces (run_decompositions, AOT
+ * compilation, which needs one for every size): the traced value, but never 0 or 1 where the
+ * range allows 2, as torch.export's own examples must be (it specialises a symbol whose hint is
+ * 0 or 1: ferry's traced batch of 1 would pin the batch). */
+static int64_t symbol_hint(const g_sym *y)
+{
+    if (y->example >= 2 || (y->max != 0 && y->max < 2))
+        return y->example;
+    return 2;
+}
+
+static int64_t dim_hint(g_dim d, const g_symtab *syms)
+{
+    int64_t v = d.c;
+    for (int i = 0; i < d.n; i++)
+        v += d.t[i].coef * symbol_hint(&syms->s[d.t[i].sym]);
+    return v;
+}
+
 static void put_symint(strbuf *b, g_dim d, const g_symtab *syms)
 {
     int64_t c;
@@ -154,11 +173,7 @@ static void put_symint(strbuf *b, g_dim d, const g_symtab *syms)
     pt_dim_expr(d, expr, sizeof expr);
     sb_puts(b, "{\"as_expr\": {\"expr_str\": ");
     pt2_json_str(b, expr);
-    int64_t hint;
-    if (g_dim_example(d, syms, &hint))
-        sb_printf(b, ", \"hint\": {\"as_int\": %lld}}}", (long long)hint);
-    else
-        sb_puts(b, ", \"hint\": null}}");
+    sb_printf(b, ", \"hint\": {\"as_int\": %lld}}}", (long long)dim_hint(d, syms));
 }
 
 /* A contiguous tensor's stride of axis k: the product of the later dims. */
@@ -175,9 +190,7 @@ static void put_stride(strbuf *b, const g_shape *s, int k, const g_symtab *syms)
         char e[256];
         pt_dim_expr(s->d[i], e, sizeof e);
         sb_printf(&expr, "%s(%s)", expr.len ? "*" : "", e);
-        int64_t h = 0;
-        g_dim_example(s->d[i], syms, &h);
-        hint *= h;
+        hint *= dim_hint(s->d[i], syms);
     }
     if (!expr.len)
         sb_printf(b, "{\"as_int\": %lld}", (long long)c);
