@@ -10,13 +10,13 @@ exporters) and runs the saved graphs in their runtime (exported).
 """
 
 from ._lib import FerryError, version
-from .configs import AutoExportConfig, OnnxConfig, OpenVINOConfig
+from .configs import AutoExportConfig, DynamoConfig, OnnxConfig, OpenVINOConfig
 from .exported import ExportedComponent, ExportedModel, ExportOutput
-from .exporters import (AutoHfExporter, OnnxExporter, OpenVINOExporter,
+from .exporters import (AutoHfExporter, DynamoExporter, OnnxExporter, OpenVINOExporter,
                         decompose_for_generation)
 
-__all__ = ["FerryError", "OnnxConfig", "OpenVINOConfig", "AutoExportConfig", "AutoHfExporter",
-           "OnnxExporter", "OpenVINOExporter", "ExportedModel", "ExportedComponent",
+__all__ = ["FerryError", "OnnxConfig", "OpenVINOConfig", "DynamoConfig", "AutoExportConfig",
+           "AutoHfExporter", "OnnxExporter", "OpenVINOExporter", "DynamoExporter", "ExportedModel", "ExportedComponent",
            "ExportOutput",
            "version", "decompose_for_generation", "validate", "ValidationReport"]
 

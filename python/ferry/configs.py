@@ -103,6 +103,19 @@ class OpenVINOConfig(OnnxConfig):
         self._c_config()
 
 
+class DynamoConfig(OnnxConfig):
+    """The recipe of a torch.export export (the guide's DynamoExporter: one <component>.pt2 per
+    component, which torch.export.load reads and .module() runs), written by ferry from the
+    checkpoint without tracing. `dynamic` / `dynamic_shapes` make the program's symbols, as
+    torch.export.Dim does."""
+
+    def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None):
+        super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
+                         example_shapes=example_shapes)
+        self._recipe["export_format"] = "dynamo"
+        self._c_config()
+
+
 class AutoExportConfig:
     @staticmethod
     def from_dict(d):
@@ -111,5 +124,6 @@ class AutoExportConfig:
         if not isinstance(d, dict):
             raise FerryError(f"from_dict takes a dict of recipe keys, not {type(d).__name__}",
                              status=1)
-        config_class = OpenVINOConfig if d.get("export_format") == "openvino" else OnnxConfig
+        config_class = {"openvino": OpenVINOConfig, "dynamo": DynamoConfig,
+                        "pt2": DynamoConfig}.get(d.get("export_format"), OnnxConfig)
         return config_class._from_dict(d)

@@ -17,7 +17,7 @@ class ExportedComponent:
     """One graph of an export: its file, its role in the export ("model", "prefill", "decode")
     and the metadata export.json records for it (inputs, outputs, precision, cache...).
     `.program` is the backend's program, loaded on first use: an onnx.ModelProto whose weights
-    stay in the external data file, or an openvino.Model."""
+    stay in the external data file, an openvino.Model, or a torch.export.ExportedProgram."""
 
     def __init__(self, exported, name, file, entry):
         self._exported, self.name, self.file = exported, name, file
@@ -37,6 +37,10 @@ class ExportedComponent:
                 import openvino
 
                 self._program = openvino.Core().read_model(str(self.path))
+            elif self._exported.format == "pt2":
+                import torch
+
+                self._program = torch.export.load(str(self.path))
             else:
                 import onnx
 
@@ -143,7 +147,7 @@ class ExportedModel:
 
     @property
     def format(self):
-        """"onnx" or "openvino" (export.json's format; transformers' exports say export_format,
+        """"onnx", "openvino" or "pt2" (export.json's format; transformers' exports say export_format,
         and ferry's carry both where transformers' loader can run them)."""
         manifest = self.manifest
         return manifest.get("format", manifest.get("export_format"))
@@ -185,9 +189,9 @@ class ExportedModel:
         if self._session is None:
             self._check_callable()
             fmt = self.format
-            if fmt not in ("onnx", "openvino"):
-                raise FerryError(f"this is a {_escape(fmt)} export: ferry runs ONNX (onnxruntime) "
-                                 "and OpenVINO exports", status=4)
+            if fmt not in ("onnx", "openvino", "pt2"):
+                raise FerryError(f"this is a {_escape(fmt)} export: ferry runs ONNX (onnxruntime), "
+                                 "OpenVINO and pt2 (torch) exports", status=4)
             model = self.components["model"]
             # transformers' metadata says export_dtype ("float32"), ferry's precision ("fp32")
             precision = model.metadata.get("precision") or (

@@ -1,4 +1,4 @@
-"""The exporters: OnnxExporter and OpenVINOExporter (the guide's names), and
+"""The exporters: OnnxExporter, OpenVINOExporter and DynamoExporter (the guide's names), and
 decompose_for_generation. They marshal a recipe and a checkpoint to libferry, which does all the
 work, and wrap what it made in an ExportedModel."""
 
@@ -6,7 +6,7 @@ import ctypes
 import tempfile
 
 from ._lib import FerryError, _GenerationConfig, _P, _c, _c_bytes, _escape, _fail, _str
-from .configs import OnnxConfig, OpenVINOConfig
+from .configs import DynamoConfig, OnnxConfig, OpenVINOConfig
 from .exported import ExportedModel
 
 # --- exporting, saving, loading, running ----------------------------------------------------
@@ -83,6 +83,28 @@ class OpenVINOExporter(OnnxExporter):
         return super().export_for_generation(model, inputs, config, **kwargs)
 
 
+class DynamoExporter(OnnxExporter):
+    """Exports to torch.export's .pt2 (the recipe's export_format "dynamo"): model.pt2, which
+    torch.export.load reads, written by libferry from the checkpoint (no tracing, no torch).
+    Generation exports are not written for this format yet, and are refused by libferry."""
+
+    export_format = "dynamo"
+
+    def _config(self, config):
+        recipe = (config.to_dict() if config is not None else {})
+        if recipe.get("export_format", "dynamo") not in ("dynamo", "pt2"):
+            return super()._config(config)
+        return config
+
+    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None):
+        return super().export(model, inputs, self._config(config) or DynamoConfig(), revision,
+                              sample_inputs=sample_inputs)
+
+    def export_for_generation(self, model, inputs=None, config=None, **kwargs):
+        return super().export_for_generation(model, inputs, config or DynamoConfig(dynamic=True),
+                                             **kwargs)
+
+
 class AutoHfExporter:
     """The exporter for a config, as the guide's AutoHfExporter.from_config."""
 
@@ -90,7 +112,8 @@ class AutoHfExporter:
     def from_config(config):
         recipe = config.to_dict() if hasattr(config, "to_dict") else dict(config)
         export_format = recipe.get("export_format", "onnx")
-        exporters = {"onnx": OnnxExporter, "openvino": OpenVINOExporter}
+        exporters = {"onnx": OnnxExporter, "openvino": OpenVINOExporter,
+                     "dynamo": DynamoExporter, "pt2": DynamoExporter}
         if export_format not in exporters:
             raise FerryError(f"export_format {export_format!r} has no exporter in ferry (it "
                              f"writes {', '.join(exporters)})", status=4)

@@ -1,7 +1,8 @@
 """The runtimes an export runs in, behind one small interface (get_inputs, get_outputs, run):
-an onnxruntime InferenceSession, or an OpenVINO compiled model. Also where `device` is read:
-an onnxruntime provider ("cpu", "cuda", "cuda:1") or an OpenVINO device ("cpu", "gpu", "xpu",
-"npu", "auto"; AUTO when none is given, as the guide says). Nothing here exports anything.
+an onnxruntime InferenceSession, an OpenVINO compiled model, or a torch.export program's
+module. Also where `device` is read: an onnxruntime provider ("cpu", "cuda", "cuda:1"), an
+OpenVINO device ("cpu", "gpu", "xpu", "npu", "auto"; AUTO when none is given, as the guide
+says) or a torch device ("cpu", "cuda", "cuda:1"). Nothing here exports anything.
 """
 
 from ._lib import FerryError, _escape
@@ -11,6 +12,8 @@ def open_session(path, export_format, precision, device=None):
     """A session for the graph file at `path`, on `device`."""
     if export_format == "openvino":
         return OpenVINOSession(path, precision, device)
+    if export_format == "pt2":
+        return TorchSession(path, device)
     return onnxruntime_session(path, device)
 
 
@@ -18,6 +21,8 @@ def check_device(export_format, device):
     """Refuses, by name, a device the export's runtime does not have on this machine."""
     if export_format == "openvino":
         openvino_device(device)
+    elif export_format == "pt2":
+        torch_device(device)
     else:
         _onnxruntime_provider(device)
 
@@ -113,4 +118,56 @@ class OpenVINOSession:
             if name in self._bf16:  # numpy has no bfloat16: OpenVINO hands the bits as float16
                 value = (value.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
             out.append(value)
+        return out
+
+
+def torch_device(device):
+    """torch's device for `device` ("cpu", "cuda", "cuda:N"), checked against this machine."""
+    import torch
+
+    kind, index = _split_device("cpu" if device is None else device)
+    if kind not in ("cpu", "cuda"):
+        raise FerryError(f"device {_escape(device)!r} is not one ferry runs a torch program on: "
+                         "\"cpu\" or \"cuda\" (\"cuda:N\" for the N-th GPU)", status=1)
+    if kind == "cuda" and index >= torch.cuda.device_count():
+        raise FerryError(f"device {_escape(device)!r}: this torch sees "
+                         f"{torch.cuda.device_count()} CUDA device(s)", status=1)
+    return torch.device(kind, index) if kind == "cuda" else torch.device("cpu")
+
+
+class TorchSession:
+    """A .pt2 program run as torch.export.load(path).module(), called with keywords as the
+    model was; numpy in and out (bf16 outputs as float32, which numpy can hold)."""
+
+    class _Port:
+        def __init__(self, name):
+            self.name = name
+
+    def __init__(self, path, device=None):
+        import torch
+
+        self._device = torch_device(device)
+        program = torch.export.load(str(path))
+        self._inputs = [s.arg.name for s in program.graph_signature.input_specs
+                        if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
+        spec = program.call_spec.out_spec  # the program returns a dict of its outputs
+        self._outputs = list(spec.context) if spec is not None and spec.context else ["logits"]
+        self._module = program.module().to(self._device)
+
+    def get_inputs(self):
+        return [self._Port(name) for name in self._inputs]
+
+    def get_outputs(self):
+        return [self._Port(name) for name in self._outputs]
+
+    def run(self, names, feeds):
+        import torch
+
+        with torch.no_grad():
+            result = self._module(**{k: torch.as_tensor(v).to(self._device)
+                                     for k, v in feeds.items()})
+        out = []
+        for name in names:
+            value = result[name].detach().to("cpu")
+            out.append((value.float() if value.dtype == torch.bfloat16 else value).numpy())
         return out
