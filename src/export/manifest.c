@@ -338,7 +338,9 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
     if (!cJSON_IsNumber(ver) || ver->valuedouble != SCHEMA_VERSION)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: schema_version must be %d",
                        dir, SCHEMA_VERSION);
-    if (!cJSON_IsString(fmt) || !fb_find_name(fmt->valuestring))
+    /* the format's own name: a recipe's alias ("dynamo") is not what ferry writes here */
+    const fb_backend *b = cJSON_IsString(fmt) ? fb_find_name(fmt->valuestring) : NULL;
+    if (!b || strcmp(b->name, fmt->valuestring) != 0)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s/export.json: format must be one of: %s",
                        dir, fb_names());
     if (manifest_check_components(comps, dir, err) != FERRY_OK)

@@ -168,7 +168,7 @@ static void test_malformed_manifests(void **state)
         {"schema as a string", "{\"schema_version\": \"1\"}", FERRY_ERR_UNSUPPORTED,
          "schema_version must be 1"},
         {"other format", "{\"schema_version\": 1, \"format\": \"dynamo\"}",
-         FERRY_ERR_UNSUPPORTED, "format must be one of: onnx, openvino"},
+         FERRY_ERR_UNSUPPORTED, "format must be one of: onnx, openvino, pt2"},
         {"no components", HEAD "\"x\": 1}", FERRY_ERR_FORMAT, "'components' must be a non-empty"},
         {"empty components", HEAD "\"components\": {}}", FERRY_ERR_FORMAT,
          "'components' must be a non-empty"},
