@@ -2,7 +2,7 @@
 """transformers' own ONNX (or OpenVINO) export of a checkpoint directory, as a user would run it
 (one process).
 
-    python bench/peer_transformers.py CKPT OUT --mode plain|generation [--format onnx|openvino]
+    python bench/peer_transformers.py CKPT OUT --mode plain|generation [--format onnx|openvino|dynamo]
 
 The documented API (transformers.exporters, shipped since transformers 5.13) at its defaults
 for a CPU fp32 export:
@@ -20,7 +20,8 @@ specializes the batch axis to 1 or drops the attention_mask input, and the graph
 the batched, padded inputs that ferry's graph takes.
 
 `--format openvino` runs OpenVINOExporter / OpenVINOConfig(dynamic=True) the same way (its
-defaults: stateful, no fp16 compression).
+defaults: stateful, no fp16 compression), `--format dynamo` DynamoExporter /
+DynamoConfig(dynamic=True) (model.pt2, torch.export).
 
 Prints `bench-phase NAME SECONDS` lines (load, export, save) for the harness.
 """
@@ -35,7 +36,7 @@ def main():
     p.add_argument("ckpt")
     p.add_argument("out")
     p.add_argument("--mode", choices=["plain", "generation"], default="plain")
-    p.add_argument("--format", choices=["onnx", "openvino"], default="onnx")
+    p.add_argument("--format", choices=["onnx", "openvino", "dynamo"], default="onnx")
     args = p.parse_args()
 
     t0 = time.perf_counter()
@@ -44,6 +45,9 @@ def main():
     if args.format == "openvino":
         from transformers.exporters import OpenVINOConfig as OnnxConfig
         from transformers.exporters import OpenVINOExporter as OnnxExporter
+    elif args.format == "dynamo":
+        from transformers.exporters import DynamoConfig as OnnxConfig
+        from transformers.exporters import DynamoExporter as OnnxExporter
     else:
         from transformers.exporters import OnnxConfig, OnnxExporter
 

@@ -117,8 +117,11 @@ static cJSON *cache_info(const struct ferry_exported *e, const g_graph *g)
             cJSON_AddStringToObject(p, "input", g->values[s->in].name);
         else
             cJSON_AddNullToObject(p, "input");
-        cJSON_AddStringToObject(p, "output", g->values[s->out].name);
+        /* a state written into its input (pt2) has no output: the input holds the new value */
+        cJSON_AddStringToObject(p, "output", g->values[s->mutated ? s->in : s->out].name);
         cJSON_AddBoolToObject(p, "in_place", s->in_place);
+        if (s->mutated)
+            cJSON_AddBoolToObject(p, "written_into_input", true);
         cJSON_AddItemToArray(pairs, p);
     }
     return o;

@@ -166,6 +166,8 @@ typedef struct g_state {
     bool in_place;           /* out may share in's buffer: a fixed-size (static) cache */
     bool internal;           /* carried by the runtime (OpenVINO variables): in and out are not
                                 graph inputs and outputs */
+    bool mutated;            /* written into its input (pt2's input mutations): in is a graph
+                                input, out is not an output */
 } g_state;
 
 typedef struct g_graph {

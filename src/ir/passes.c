@@ -123,8 +123,13 @@ static ferry_status check_states(const g_graph *g, fy_err *err)
 {
     for (size_t i = 0; i < g->n_states; i++) {
         const g_state *s = &g->states[i];
-        if (!s->internal && (!is_listed(g->outputs, g->n_outputs, s->out) ||
-                             (s->in != G_NONE && !is_listed(g->inputs, g->n_inputs, s->in))))
+        if (s->mutated && (s->in == G_NONE || !is_listed(g->inputs, g->n_inputs, s->in) ||
+                           is_listed(g->outputs, g->n_outputs, s->out)))
+            return fy_fail(err, FERRY_ERR_INTERNAL, "graph state '%s': a state written into its "
+                           "input needs that input and no output", s->name);
+        if (!s->internal && !s->mutated &&
+            (!is_listed(g->outputs, g->n_outputs, s->out) ||
+             (s->in != G_NONE && !is_listed(g->inputs, g->n_inputs, s->in))))
             return fy_fail(err, FERRY_ERR_INTERNAL, "graph state '%s': its values are not a graph "
                            "input and output", s->name);
         if (s->in_place && (s->in == G_NONE || g->values[s->in].dtype != g->values[s->out].dtype ||

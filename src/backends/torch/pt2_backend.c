@@ -5,10 +5,11 @@
  * Placement policy: each component is <name>.pt2, one archive holding its program, its
  * parameters (one blob per dtype, 64-byte aligned, each distinct weight once) and constants.
  *
- * What it writes today: the plain export (component "model") for every family, fp32, fp16 or
- * bf16, static or symbolic dims. Not yet: generation components, and quantized weights (torch
- * has no op for ferry's block-quantized codes at this level) — refused by name. onnxruntime's
- * and OpenVINO's options are refused as theirs. */
+ * What it writes: the plain export (component "model") and generation with a static cache
+ * (prefill/decode, or one multi-token decode), the cache written into the caller's tensors;
+ * every family; fp32, fp16 or bf16; static or symbolic dims. Not yet: a dynamic cache, and
+ * quantized weights (torch has no op for ferry's block-quantized codes at this level) — refused
+ * by name. onnxruntime's and OpenVINO's options are refused as theirs. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 
@@ -32,11 +33,6 @@ static ferry_status pt2_configure(ferry_export_config *cfg, fy_err *err)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int%d: the pt2 format cannot hold "
                        "ferry's quantized weights yet (export fp32, fp16 or bf16)",
                        cfg->quantizer.bits);
-    if (cfg->for_generation)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "for_generation: the pt2 format writes the "
-                       "plain export only so far (its generation components are not written "
-                       "yet); export without --for-generation, or use --format onnx or "
-                       "openvino");
     return FERRY_OK;
 }
 
@@ -46,9 +42,42 @@ static void pt2_target_of(const ferry_export_config *cfg, g_target *out)
     out->opts = cfg;
 }
 
+/* A generation component's cache is written into the caller's tensors, as a module that owns
+ * its cache writes it: each state becomes a mutation of its input (the keys and values by
+ * aten.index_copy_, the write position by aten.copy_ at the end: pt2_print.c), and leaves the
+ * outputs; its inputs are named as identifiers ("past_key_values_0_key"), which the module's
+ * forward takes as keywords. Only a cache of fixed size (static) can be written so; a growing one would have to
+ * be returned, and is not written for pt2 yet. */
 static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
     (void)cfg;
+    for (size_t i = 0; i < g->n_states; i++) {
+        g_state *s = &g->states[i];
+        if (!s->in_place)
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "pt2: generation exports write their "
+                           "cache in place, so they need a static cache (--static-cache "
+                           "--max-cache-len N; the recipe's generation_config "
+                           "cache_implementation \"static\"); a dynamic cache is not written "
+                           "for pt2 yet");
+        s->mutated = true;
+        /* the module's forward takes its inputs as keywords: Python identifiers */
+        char name[256];
+        snprintf(name, sizeof name, "%s", g->values[s->in].name);
+        for (char *c = name; *c; c++)
+            if (*c == '.')
+                *c = '_';
+        if (!g_rename(g, s->in, name))
+            return fy_fail(err, g->err.status, "%s", g->err.msg);
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        bool state = false;
+        for (size_t k = 0; k < g->n_states; k++)
+            state |= g->states[k].out == g->outputs[i];
+        if (!state)
+            g->outputs[n++] = g->outputs[i];
+    }
+    g->n_outputs = n;
     if (pt_refine_shapes(g, err) != FERRY_OK)
         return err->status;
     return g_check(g, err);

@@ -292,22 +292,42 @@ static void emit_reduce(pt_printer *p, const g_node *n)
     end_node(p, n);
 }
 
+static void arange(pt_printer *p, g_dim start, g_dim end, g_dim step, ferry_dtype dt)
+{
+    target(p, "arange.start_step");
+    pt_arg_symint(p, "start", PT_POSITIONAL, start);
+    pt_arg_symint(p, "end", PT_POSITIONAL, end);
+    pt_arg_symint(p, "step", PT_POSITIONAL, step);
+    pt_arg(p, "dtype", PT_KEYWORD, "{\"as_scalar_type\": %d}", pt_scalar_type(dt));
+    pt_arg(p, "device", PT_KEYWORD, "{\"as_device\": {\"type\": \"cpu\", \"index\": null}}");
+    pt_arg(p, "pin_memory", PT_KEYWORD, "{\"as_bool\": false}");
+}
+
 static void emit_range(pt_printer *p, const g_node *n)
 {
     const pt_ints *s = &p->ints[n->in[0]], *l = &p->ints[n->in[1]], *d = &p->ints[n->in[2]];
+    const g_value *y = val(p, n->out[0]);
+    int length = pt_range_offset_length(p->g, n, p->ints);
+    if (length != G_NONE && !s->known) {
+        /* from a position held in a tensor: arange(n) + position */
+        const char *start = pt_tensor(p, n->in[0]);
+        const char *name = pt_fresh(p, "arange");
+        if (!start || !name)
+            return;
+        arange(p, g_dim_const(0), p->ints[length].d[0], g_dim_const(1), y->dtype);
+        pt_node_end_tensor(p, name, y->dtype, &y->shape);
+        target(p, "add.Tensor");
+        pt_arg(p, "self", PT_POSITIONAL, "{\"as_tensor\": {\"name\": \"%s\"}}", name);
+        pt_arg_tensor(p, "other", n->in[0], PT_POSITIONAL);
+        end_node(p, n);
+        return;
+    }
     if (!s->known || !l->known || !d->known) {
         pt_fail(p, FERRY_ERR_UNSUPPORTED, "pt2: the bounds of '%s' come from data, not shapes, "
                 "so torch cannot size it", n->name);
         return;
     }
-    target(p, "arange.start_step");
-    pt_arg_symint(p, "start", PT_POSITIONAL, s->d[0]);
-    pt_arg_symint(p, "end", PT_POSITIONAL, l->d[0]);
-    pt_arg_symint(p, "step", PT_POSITIONAL, d->d[0]);
-    pt_arg(p, "dtype", PT_KEYWORD, "{\"as_scalar_type\": %d}",
-           pt_scalar_type(val(p, n->out[0])->dtype));
-    pt_arg(p, "device", PT_KEYWORD, "{\"as_device\": {\"type\": \"cpu\", \"index\": null}}");
-    pt_arg(p, "pin_memory", PT_KEYWORD, "{\"as_bool\": false}");
+    arange(p, s->d[0], l->d[0], d->d[0], y->dtype);
     end_node(p, n);
 }
 
@@ -379,9 +399,26 @@ static const g_ext_attr *ext_attr(const g_extern *e, const char *name)
     return NULL;
 }
 
+/* a static cache's write into the caller's tensor (torch_target.c) */
+static void emit_index_copy(pt_printer *p, const g_node *n)
+{
+    const g_ext_attr *dim = ext_attr(n->a.ext, "dim");
+    target(p, "index_copy_.default");
+    pt_arg_tensor(p, "self", n->in[0], PT_POSITIONAL);
+    pt_arg(p, "dim", PT_POSITIONAL, "{\"as_int\": %lld}", (long long)(dim ? dim->i : 0));
+    pt_arg_tensor(p, "index", n->in[1], PT_POSITIONAL);
+    pt_arg_tensor(p, "source", n->in[2], PT_POSITIONAL);
+    end_node(p, n);
+}
+
 static void emit_extern(pt_printer *p, const g_node *n)
 {
     const g_extern *e = n->a.ext;
+    if (strcmp(e->domain, PT_ATEN) == 0 && strcmp(e->op_type, PT_INDEX_COPY) == 0 &&
+        n->n_in == 3) {
+        emit_index_copy(p, n);
+        return;
+    }
     if (strcmp(e->domain, PT_ATEN) != 0 || strcmp(e->op_type, PT_SDPA) != 0 || n->n_in != 4) {
         pt_fail(p, FERRY_ERR_INTERNAL, "pt2: node '%s' is %s.%s, which the torch target never "
                 "makes", n->name, e->domain, e->op_type);
@@ -480,5 +517,34 @@ void pt_emit_node(pt_printer *p, size_t i)
     default:
         pt_fail(p, FERRY_ERR_UNSUPPORTED, "pt2: node '%s' (%s) has no aten form in ferry's torch "
                 "target", n->name, g_op_name(n->op));
+    }
+}
+
+/* Whether value `out` is input `in` written in place by aten.index_copy_. */
+static bool written_into(const g_graph *g, int out, int in)
+{
+    const g_value *x = &g->values[out];
+    if (x->kind != GV_NODE)
+        return false;
+    const g_node *n = &g->nodes[x->producer];
+    return n->op == G_EXTERN && strcmp(n->a.ext->op_type, PT_INDEX_COPY) == 0 && n->in[0] == in;
+}
+
+void pt_emit_mutations(pt_printer *p)
+{
+    const g_graph *g = p->g;
+    for (size_t i = 0; i < g->n_states && p->st == FERRY_OK; i++) {
+        const g_state *s = &g->states[i];
+        if (!s->mutated || written_into(g, s->out, s->in))
+            continue;
+        /* the new value copied into the caller's tensor, after every read of the old one */
+        const g_value *x = &g->values[s->in];
+        char base[200];
+        snprintf(base, sizeof base, "copy_%s", x->name);
+        const char *name = pt_fresh(p, base);
+        target(p, "copy_.default");
+        pt_arg_tensor(p, "self", s->in, PT_POSITIONAL);
+        pt_arg_tensor(p, "src", s->out, PT_POSITIONAL);
+        pt_node_end_tensor(p, name, x->dtype, &x->shape);
     }
 }

@@ -675,9 +675,14 @@ static void assemble(strbuf *b, pt_printer *p)
     }
     sb_puts(b, "]}}], \"metadata\": {}, \"treespec_namedtuple_fields\": {}},\n"
                "\"opset_version\": {\"aten\": 10}, \"range_constraints\": {");
+    int listed = 0;
     for (int s = 0; s < g->syms.n; s++) {
         const g_sym *y = &g->syms.s[s];
-        sb_printf(b, "%s\"s%d\": {\"min_val\": %lld, ", s ? ", " : "", s, (long long)y->min);
+        int v, axis;
+        if (!g_input_dim(g, g_dim_sym(s), &v, &axis))
+            continue; /* a symbol no input has (decode's query of 1): not in the program */
+        sb_printf(b, "%s\"s%d\": {\"min_val\": %lld, ", listed++ ? ", " : "", s,
+                  (long long)y->min);
         if (y->max)
             sb_printf(b, "\"max_val\": %lld}", (long long)y->max);
         else
@@ -713,6 +718,7 @@ ferry_status pt2_print_program(g_graph *g, pt2_program *out, fy_err *err)
     for (size_t i = 0; i < g->n_nodes && p.st == FERRY_OK; i++)
         if (!g->nodes[i].dead)
             pt_emit_node(&p, i);
+    pt_emit_mutations(&p);
     for (size_t i = 0; i < g->n_outputs && p.st == FERRY_OK; i++)
         pt_tensor(&p, g->outputs[i]);
     strbuf b = {0};

@@ -68,6 +68,9 @@ void pt_node_end_tensor(pt_printer *p, const char *name, ferry_dtype dt, const g
 /* Writes node `i` of the graph (nothing for the integer arithmetic the program spells as
  * SymInts). */
 void pt_emit_node(pt_printer *p, size_t i);
+/* Writes each state that is not written in place already (a static cache's position) into its
+ * input: aten.copy_, after every other node. */
+void pt_emit_mutations(pt_printer *p);
 /* Makes value `v`, an integer the IR computed from shapes, a tensor (aten.full per element,
  * stacked for a 1-D one); returns its name. */
 const char *pt_materialize(pt_printer *p, int v);

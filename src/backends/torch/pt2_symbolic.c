@@ -158,11 +158,31 @@ pt_ints *pt_track(const g_graph *g)
     return ints;
 }
 
+int pt_range_offset_length(const g_graph *g, const g_node *n, const pt_ints *ints)
+{
+    const pt_ints *d = &ints[n->in[2]];
+    int64_t step;
+    const g_value *limit = &g->values[n->in[1]];
+    if (!d->known || !g_dim_is_const(d->d[0], &step) || step != 1 || limit->kind != GV_NODE)
+        return G_NONE;
+    const g_node *add = &g->nodes[limit->producer];
+    if (add->op != G_ADD)
+        return G_NONE;
+    for (int k = 0; k < 2; k++)
+        if (add->in[k] == n->in[0] && ints[add->in[1 - k]].known &&
+            ints[add->in[1 - k]].n == 1)
+            return add->in[1 - k];
+    return G_NONE;
+}
+
 /* an arange from `start` to `limit` by 1 holds limit - start integers */
-static g_dim range_length(const g_node *n, const pt_ints *ints)
+static g_dim range_length(const g_graph *g, const g_node *n, const pt_ints *ints)
 {
     const pt_ints *s = &ints[n->in[0]], *l = &ints[n->in[1]], *d = &ints[n->in[2]];
     int64_t step;
+    int length = pt_range_offset_length(g, n, ints);
+    if (length != G_NONE)
+        return ints[length].d[0];
     if (!s->known || !l->known || !d->known || !g_dim_is_const(d->d[0], &step) || step != 1)
         return g_dim_unknown();
     return g_dim_sub(l->d[0], s->d[0]);
@@ -184,7 +204,7 @@ ferry_status pt_refine_shapes(g_graph *g, fy_err *err)
         if (n->op == G_RANGE) {
             g_value *y = &g->values[n->out[0]];
             if (y->shape.d[0].unknown)
-                y->shape.d[0] = range_length(n, ints);
+                y->shape.d[0] = range_length(g, n, ints);
         } else {
             g_typed outs[G_MAX_OUT];
             int n_out = 0;

@@ -11,6 +11,8 @@
 /* the extern node the target makes for attention, printed as aten's SDPA */
 #define PT_ATEN "aten"
 #define PT_SDPA "scaled_dot_product_attention"
+/* ... and for a static cache's write into the caller's tensor */
+#define PT_INDEX_COPY "index_copy_"
 
 extern const g_target torch_target;
 
@@ -32,6 +34,9 @@ pt_ints *pt_track(const g_graph *g);
  * expression, and names the value whose extent stays unknown: the torch target writes every
  * tensor's size. */
 ferry_status pt_refine_shapes(g_graph *g, fy_err *err);
+/* For range(start, start + n, 1) with n known and start data (a cache position): the value
+ * n; else G_NONE. torch spells it arange(n) + start. */
+int pt_range_offset_length(const g_graph *g, const g_node *range, const pt_ints *ints);
 /* "2*s0 + s1 - 1": a dim as the sympy expression torch's serializer reads (symbol k is s<k>). */
 int pt_dim_expr(g_dim d, char *buf, size_t size);
 

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""ferry's torch.export (.pt2) exports against transformers' own DynamoExporter, in one run.
+
+    .venv/bin/python bench/pt2_bench.py           # the Qwen3-0.6B-shaped checkpoint
+    .venv/bin/python bench/pt2_bench.py --tiny    # a 2-layer smoke run
+
+The checkpoint is peers_bench.py's (random bf16 weights, tied embeddings). Each export runs in
+its own process (wall time, peak RSS of the process tree, bytes written), after os.sync():
+    ferry plain          ferry export CKPT OUT --format pt2 --dynamic
+    transformers plain   bench/peer_transformers.py CKPT OUT --mode plain --format dynamo
+both fp32. Then bench/pt2_latency.py on each (torch eager, the loaded program's .module(), the
+same threads): a 128-token prompt, batch 1. ferry's export is bound by the disk's writeback,
+which swings run to run on a shared machine: it runs REPEATS times (output removed and synced
+between) and the row is the median wall time. ferry writes no pt2 generation export yet, so
+there is no decode row. Writes docs/benchmarks-pt2.md.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from openvino_bench import REPEATS, dir_bytes  # noqa: E402
+from peers_bench import MAIN, SIZES, TINY, make_checkpoint, measure  # noqa: E402
+
+MiB = 1024 * 1024
+FERRY = Path(os.environ.get("FERRY_BUILD", ROOT / "build")) / "ferry"
+PY = sys.executable
+THREADS = os.cpu_count()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--tiny", action="store_true")
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks-pt2.md")
+    args = p.parse_args()
+    work = HERE / "work"
+    sizes = TINY if args.tiny else SIZES
+    ckpt, how = make_checkpoint(work, MAIN, sizes[MAIN])
+    sdir, logs = work / "pt2", work / "logs-pt2"
+    shutil.rmtree(sdir, ignore_errors=True)
+    sdir.mkdir(parents=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    runs = [
+        ("ferry plain", "ferry-plain", [FERRY, "export", ckpt, sdir / "ferry-plain", "--format",
+                                        "pt2", "--dynamic", "--quiet"]),
+        ("transformers plain (DynamoExporter)", "tf-plain",
+         [PY, HERE / "peer_transformers.py", ckpt, sdir / "tf-plain", "--mode", "plain",
+          "--format", "dynamo"]),
+    ]
+    rows = []
+    for label, kind, cmd in runs:
+        out = Path(cmd[3])
+        walls, rss, r = [], 0, None
+        for _ in range(REPEATS if kind.startswith("ferry") else 1):
+            shutil.rmtree(out, ignore_errors=True)
+            os.sync()
+            r = measure(cmd, logs / f"x-{kind}.log", env={"HF_HUB_OFFLINE": "1"}, timeout=3600)
+            if r["error"]:
+                break
+            walls.append(r["wall"])
+            rss = max(rss, r["peak_rss"])
+        row = dict(label=label, kind=kind, export_s=statistics.median(walls) if walls else None,
+                   export_s_all=walls, peak_rss=rss, error=r["error"],
+                   command=" ".join(map(str, cmd)))
+        if not r["error"]:
+            row["bytes"] = dir_bytes(out)
+            res = sdir / f"{kind}.json"
+            lat = measure([PY, HERE / "pt2_latency.py", "--dir", out, "--json", res,
+                           "--threads", str(THREADS)], logs / f"l-{kind}.log", timeout=3600)
+            if lat["error"]:
+                row["latency_error"] = lat["error"]
+            else:
+                row.update(json.loads(res.read_text()), session_rss=lat["peak_rss"])
+        rows.append(row)
+        print("pt2", {k: v for k, v in row.items() if k != "command"}, flush=True)
+    (work / "pt2-results.json").write_text(json.dumps(dict(rows=rows), indent=2, default=str))
+
+    lines = ["# torch.export (.pt2) exports: ferry against transformers' DynamoExporter", "",
+             f"Written by `bench/pt2_bench.py` on {datetime.date.today().isoformat()}: "
+             f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; checkpoint "
+             f"{sizes[MAIN]['title']}-shaped ({ckpt}, {how}); fp32 exports; torch eager "
+             f"(`torch.export.load(...).module()`), {THREADS} threads, batch 1. Reproduce: "
+             "`.venv/bin/python bench/pt2_bench.py`.", "",
+             "| export | time (s) | peak RSS (MiB) | bytes written (MiB) | prefill-128 (ms) | "
+             "runtime peak RSS (MiB) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r.get("error"):
+            lines.append(f"| {r['label']} | failed: {r['error'][:80]} | | | | |")
+            continue
+        pre = r.get("prefill_ms")
+        srss = r.get("session_rss")
+        lines.append(f"| {r['label']} | {r['export_s']:.1f} | {r['peak_rss'] / MiB:.0f} | "
+                     f"{r['bytes'] / MiB:.0f} | {'—' if pre is None else f'{pre:.1f}'} | "
+                     f"{'—' if srss is None else f'{srss / MiB:.0f}'} |")
+    by = {r["kind"]: r for r in rows if not r.get("error")}
+    f, t = by.get("ferry-plain"), by.get("tf-plain")
+    if f and t:
+        line = (f"plain: ferry's export {t['export_s'] / f['export_s']:.1f}x faster, "
+                f"1/{t['peak_rss'] / f['peak_rss']:.0f} of the peak RSS, "
+                f"{f['bytes'] / t['bytes']:.2f}x the bytes")
+        if f.get("prefill_ms") and t.get("prefill_ms"):
+            line += f"; prefill {f['prefill_ms'] / t['prefill_ms']:.2f}x the time (below 1 = "
+            line += "ferry faster)"
+        lines += ["", line + "."]
+    lines += ["", "ferry's export times, every run (s): " + "; ".join(
+        f"{r['label']} " + ", ".join(f"{w:.1f}" for w in r["export_s_all"])
+        for r in rows if r["kind"].startswith("ferry") and r.get("export_s_all"))]
+    lines += ["", "Commands:", ""] + [f"    {r['command']}" for r in rows]
+    args.out.write_text("\n".join(lines) + "\n")
+    print(args.out.read_text())
+
+
+if __name__ == "__main__":
+    main()
