@@ -18,7 +18,7 @@ from ._lib import CannotValidate, FerryError, _escape
 from .runners import Runners, derive_position_ids
 
 BATCH, SEQUENCE, STEPS, SEED = 2, 16, 8, 0
-RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino"}
+RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino", "pt2": "torch"}
 
 
 @dataclass
@@ -123,7 +123,7 @@ def _cannot_run(runtime):
             raise
         raise CannotValidate(f"{runtime} cannot run this export here: {e}", status=4) from None
     except Exception as e:
-        if type(e).__module__.split(".")[0] not in ("onnxruntime", "openvino") and \
+        if type(e).__module__.split(".")[0] not in ("onnxruntime", "openvino", "torch") and \
                 not isinstance(e, RuntimeError):
             raise
         raise CannotValidate(f"{runtime} (CPU) cannot run this export: "
@@ -169,7 +169,7 @@ def run_export(loaded, manifest):
     fmt = manifest.get("format", manifest.get("export_format"))
     if fmt not in RUNTIMES:
         raise CannotValidate(f"validating a {_escape(fmt)} export is not supported (onnx, "
-                             "openvino)", status=4)
+                             "openvino, pt2)", status=4)
     components = manifest["components"]
     if "model" not in components and "decode" not in components:
         raise CannotValidate("validation runs a plain export's \"model\" or a generation "

@@ -12,7 +12,7 @@ from ._lib import _escape
 logger = logging.getLogger("ferry")
 
 # The package that runs each format's files, and those the eager reference ran with.
-RUNTIME_PACKAGE = {"onnx": "onnxruntime", "openvino": "openvino"}
+RUNTIME_PACKAGE = {"onnx": "onnxruntime", "openvino": "openvino", "pt2": "torch"}
 REFERENCE_PACKAGES = ("transformers", "torch")
 
 

@@ -1,5 +1,5 @@
 """Runners of a generation export: the components of export.json run in their runtime
-(onnxruntime, or OpenVINO stateless or stateful), each owning its session and sharing one KV
+(onnxruntime, OpenVINO stateless or stateful, or torch for a .pt2), each owning its session and sharing one KV
 cache with the others, driven only by the manifest (roles, inputs, metadata.cache).
 
     runners = exported.runners                # {"prefill": Runner, "decode": Runner}
@@ -15,7 +15,8 @@ itself and no prefill session is made, so the weights are loaded once. Where pre
 are both needed (a single-token decode), their onnxruntime sessions get the same memory-mapped
 initializers (SessionOptions.add_initializer over one mapping of the data file) and do not
 prepack them, which would give each session a packed copy (bench/runner_memory.py measures it).
-A static cache is one set of buffers bound in place (IOBinding) to every session."""
+A static cache is one set of buffers bound in place (IOBinding) to every session; a .pt2
+program is handed the same torch tensors every call and writes the new rows into them."""
 
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 
 from ._lib import FerryError, _escape
 from ._onnx_weights import external_initializers
-from .runtime import _onnxruntime_provider, openvino_device
+from .runtime import _onnxruntime_provider, openvino_device, torch_device
 
 _CACHE_LAYOUT = "[batch, kv_heads, length, head_dim]"
 _FEEDS = ("input_ids", "attention_mask", "position_ids")
@@ -334,6 +335,28 @@ class _StatefulRunner(Runner):
         return _openvino_logits(self.compiled, self.request)
 
 
+class _TorchRunner(Runner):
+    """A torch.export program's module (a .pt2 generation export has a static cache): every
+    call is handed the same cache tensors, which the program writes into (index_copy_ and
+    copy_ on its inputs), so only the logits come back."""
+
+    def __init__(self, name, meta, cache, module, device):
+        super().__init__(name, meta, cache)
+        self.module, self.device = module, device
+
+    def _run(self, ids, mask, pos):
+        import torch
+
+        cache, layout = self._cache, self._layout
+        mask = static_mask(mask, cache.length, ids.shape[1], layout.max_cache_len)
+        feeds = {inp: cache.buffers[inp][1] for inp, _ in self._from_cache}
+        with torch.no_grad():
+            out = self.module(input_ids=torch.from_numpy(ids).to(self.device),
+                              attention_mask=torch.from_numpy(mask).to(self.device),
+                              position_ids=torch.from_numpy(pos).to(self.device), **feeds)
+        return out["logits"].to("cpu", torch.float32).numpy()
+
+
 def _openvino_logits(compiled, request):
     """The request's logits as float32 (numpy has no bfloat16: OpenVINO hands its bits over as
     float16)."""
@@ -375,7 +398,8 @@ class Runners(Mapping):
         decode_name = roles["decode"]
         decode_meta = comps[decode_name]["metadata"]
         stateful = bool(decode_meta.get("stateful"))
-        wrap = _wrap_numpy if self.format == "openvino" else _wrap_ortvalue
+        wrap = {"openvino": _wrap_numpy, "pt2": _torch_wrapper(device)}.get(self.format,
+                                                                            _wrap_ortvalue)
         self.cache = _Cache(_CacheLayout(decode_name, decode_meta, wrap, stateful))
         decode_query = next((i["shape"][1] for i in decode_meta["inputs"]
                              if i["name"] == "input_ids"), 1)
@@ -393,8 +417,10 @@ class Runners(Mapping):
             made = _openvino_runners(files, metas, self.cache, stateful, device)
         elif self.format == "onnx":
             made = _onnx_runners(self.directory, files, metas, self.cache, self._weights, device)
+        elif self.format == "pt2":
+            made = _torch_runners(files, metas, self.cache, device)
         else:
-            _fail(f"the runners run ONNX and OpenVINO exports, not {_escape(self.format)}")
+            _fail(f"the runners run ONNX, OpenVINO and pt2 exports, not {_escape(self.format)}")
         decode = made[decode_name]
         self._runners = {"prefill": made[names[0]], "decode": decode}
         self.vocab_size = decode._vocab
@@ -523,4 +549,34 @@ def _openvino_runners(files, metas, cache, stateful, device=None):
                                       config)
         runner = _StatefulRunner if stateful else _OpenVINORunner
         made[name] = runner(name, metas[name], cache, compiled)
+    return made
+
+
+def _torch_wrapper(device):
+    """wrap() for a .pt2 export's cache: a torch tensor over the numpy buffer (on the CPU, the
+    same memory), bfloat16 viewed from its uint16 bits."""
+    def wrap(array, dtype):
+        import torch
+
+        tensor = torch.from_numpy(array)
+        if dtype == "bfloat16":
+            tensor = tensor.view(torch.bfloat16)
+        return tensor.to(torch_device(device))
+    return wrap
+
+
+def _torch_runners(files, metas, cache, device=None):
+    """Each component's program loaded with torch.export.load and run as its module on
+    `device`. A prefill and a decode hold one set of weights: decode's parameters are made
+    prefill's tensors (load_state_dict(assign=True)), so its own copies are freed."""
+    import torch
+
+    made, first = {}, None
+    for name, path in files.items():
+        module = torch.export.load(str(path)).module().to(torch_device(device))
+        if first is None:
+            first = module
+        else:
+            module.load_state_dict(first.state_dict(), strict=False, assign=True)
+        made[name] = _TorchRunner(name, metas[name], cache, module, torch_device(device))
     return made
