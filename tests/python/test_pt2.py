@@ -6,9 +6,13 @@ family; fp16 and bf16 exports within the ONNX oracle's bounds. run_decomposition
 program to core aten and gives the same logits, and AOTInductor compiles it into a package
 that runs to the same logits. The archive holds what torch's own exporter puts there:
 parameters named by the checkpoint's state_dict keys, holding its values; one symbol per
-dynamic axis with its range, which the loaded module enforces. What the format cannot hold yet
-(generation components, quantized weights) and other formats' options fail with one line and
-write nothing."""
+dynamic axis with its range, which the loaded module enforces. Generation (a static cache) is
+written as a module that owns its cache would write it: the program writes the new rows into
+the caller's cache tensors (aten.index_copy_; run_decompositions() makes them
+USER_INPUT_MUTATIONs, as for a traced module), and greedy decoding over those same tensors
+equals generate() for every family, prompts of 1, 5 and 40 tokens and a left-padded batch.
+What the format cannot hold yet (a dynamic cache, quantized weights) and other formats' options
+fail with one line and write nothing."""
 
 import json
 import zipfile
@@ -21,13 +25,14 @@ from conftest import (ARCHS, FP32_ATOL, assert_logits_close, check_export_error,
                       make_inputs, reference_logits, reference_model,
                       run_ferry)
 from test_oracle_onnx import BF16_ATOL, FP16_ATOL
+from test_openvino import check_calls, eos_ids, hf_greedy, left_pad, pick, prompts
 
 SHAPES = [(1, 1), (1, 7), (1, 33), (3, 1), (3, 7), (3, 33)]
 VOCAB = 160
 
 
-def load(out):
-    return torch.export.load(str(out / "model.pt2"))
+def load(out, component="model"):
+    return torch.export.load(str(out / f"{component}.pt2"))
 
 
 def run(module, ids, mask, pos):
@@ -244,8 +249,8 @@ def test_real_model(smollm2, tmp_path, record_property):
 
 
 ERRORS = {
-    "generation": (["--dynamic", "--for-generation"],
-                   ["for_generation", "pt2", "not written yet"], 1),
+    "dynamic-cache": (["--dynamic", "--for-generation"],
+                      ["pt2", "static cache", "--static-cache", "dynamic cache"], 1),
     "quantized": (["--dynamic", "--quantize", "int4"], ["int4", "pt2", "quantized"], 1),
     "ort-fusions": (["--dynamic", "--ort-fusions", "cpu"], ["ort_fusions", "onnx"], 1),
     "opset": (["--dynamic", "--opset", "21"], ["opset", "ONNX"], 1),
@@ -258,3 +263,165 @@ def test_what_it_cannot_write_yet(ckpts, tmp_path, case):
     flags, needles, code = ERRORS[case]
     check_export_error(ckpts("llama"), tmp_path / "out", ["--format", "pt2", *flags],
                        needles, code)
+
+
+# ---------------------------------------------------------------------------------------------
+# Generation: a static cache written into the caller's tensors
+
+MAX_CACHE_LEN = 96
+NEW_TOKENS = 32
+
+
+def torch_greedy(out, rows, new_tokens=NEW_TOKENS, suppressed=()):
+    """The guide's static-cache loop over export.json: one zero tensor per cache input, handed
+    to every call; the prompt through "prefill" (or "decode" alone when it takes prompts),
+    then a token a call. Checks that each call writes into those same tensors (their identity
+    kept, their data changed) and that every layer's position ends at the tokens fed.
+    -> (ids, mask, tokens, calls)."""
+    manifest = json.loads((out / "export.json").read_text())
+    modules = {n: torch.export.load(str(out / c["file"])).module()
+               for n, c in manifest["components"].items()}
+    decode = manifest["components"]["decode"]["metadata"]
+    assert decode["outputs"] == [o for o in decode["outputs"] if o["name"] == "logits"]
+    max_len = decode["cache"]["max_cache_len"]
+    ids, mask = left_pad(rows)
+    batch, width = ids.shape
+    pos = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
+    pads = (mask == 0).sum(-1)
+    dtypes = {"float32": torch.float32, "int64": torch.int64}
+    cache = {i["name"]: torch.zeros([batch if d == "batch" else max_len if d == "max_cache_len"
+                                     else d for d in i["shape"]], dtype=dtypes[i["dtype"]])
+             for i in decode["inputs"] if i["name"] not in ("input_ids", "attention_mask",
+                                                            "position_ids")}
+    pairs = decode["cache"]["pairs"]
+    assert {p["input"] for p in pairs} == set(cache) and \
+        all(p["in_place"] and p["written_into_input"] for p in pairs)
+    objects = {n: id(t) for n, t in cache.items()}
+    slots, calls = np.arange(max_len), []
+
+    def call(component, tokens, first, positions):
+        before = {n: t.clone() for n, t in cache.items()}
+        query = first + np.arange(tokens.shape[1])
+        visible = (slots[None, None, :] <= query[None, :, None]) & \
+            (slots[None, None, :] >= pads[:, None, None])
+        with torch.no_grad():
+            logits = modules[component](
+                input_ids=torch.from_numpy(tokens), attention_mask=torch.from_numpy(visible[:, None]),
+                position_ids=torch.from_numpy(np.ascontiguousarray(positions)), **cache)["logits"]
+        assert {n: id(t) for n, t in cache.items()} == objects
+        assert all(not torch.equal(before[n], t) for n, t in cache.items()), "a cache not written"
+        calls.append((first, logits.float().numpy()))
+
+    call("prefill" if "prefill" in modules else "decode", ids, 0, pos)
+    tokens = []
+    for k in range(new_tokens):
+        tokens.append(pick(calls[-1][1], list(suppressed)))
+        if k < new_tokens - 1:
+            call("decode", tokens[-1][:, None], width + k, pos[:, -1:] + k + 1)
+    counters = {int(t[0]) for n, t in cache.items() if n.endswith("cumulative_length")}
+    assert counters == {width + new_tokens - 1}, counters
+    return ids, mask, np.stack(tokens, 1), calls
+
+
+@pytest.fixture(scope="module", params=list(ARCHS))
+def generation(request, ckpts, tmp_path_factory):
+    """The guide's single-graph generation: a static cache and a multi-token decode."""
+    ckpt = ckpts(request.param)
+    out = ferry_export(ckpt, tmp_path_factory.mktemp("pt2-gen") / "pt2", "--format", "pt2",
+                       "--dynamic", "--for-generation", "--static-cache", "--max-cache-len",
+                       str(MAX_CACHE_LEN), "--multi-token-decode", "--quiet")
+    return ckpt, out
+
+
+@pytest.mark.parametrize("rows", [[1], [5], [40], [7, 3]], ids=["p1", "p5", "p40", "b2"])
+def test_static_greedy_equals_generate(generation, rows, record_property):
+    ckpt, out = generation
+    assert sorted(p.name for p in out.glob("*.pt2")) == ["decode.pt2"]
+    ids, mask, tokens, calls = torch_greedy(out, prompts(rows), suppressed=eos_ids(ckpt))
+    np.testing.assert_array_equal(tokens, hf_greedy(ckpt, ids, mask, NEW_TOKENS))
+    record_property("max_abs_error", check_calls(ckpt, ids, mask, tokens, calls))
+
+
+def test_prefill_decode_pair(ckpts, tmp_path):
+    """The static cache's default components, prefill and decode, in the loop and through
+    ferry's generate() (one set of weights for both modules)."""
+    from ferry import ExportedModel
+
+    ckpt = ckpts("qwen2")
+    out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic",
+                       "--for-generation", "--static-cache", "--max-cache-len", "64", "--quiet")
+    assert sorted(p.name for p in out.glob("*.pt2")) == ["decode.pt2", "prefill.pt2"]
+    ids, mask, tokens, calls = torch_greedy(out, prompts([7, 3]), 16, eos_ids(ckpt))
+    np.testing.assert_array_equal(tokens, hf_greedy(ckpt, ids, mask, 16))
+    check_calls(ckpt, ids, mask, tokens, calls)
+    exported = ExportedModel.from_pretrained(out)
+    got = exported.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                            max_new_tokens=16, min_new_tokens=16)
+    np.testing.assert_array_equal(got[:, ids.shape[1]:].numpy(), tokens)
+
+
+def test_sliding_window_in_place(ckpts, tmp_path):
+    """A window shorter than the prompt, on the positions a static cache's slots are."""
+    ckpt = ckpts("mistral", sliding_window=8)
+    out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic",
+                       "--for-generation", "--static-cache", "--max-cache-len", "64",
+                       "--multi-token-decode", "--quiet")
+    ids, mask, tokens, calls = torch_greedy(out, prompts([20, 11]), 12, eos_ids(ckpt))
+    np.testing.assert_array_equal(tokens, hf_greedy(ckpt, ids, mask, 12))
+    check_calls(ckpt, ids, mask, tokens, calls)
+
+
+def test_cache_write_signature_matches_torch(generation):
+    """The cache write as torch.export records it for a module that writes its cache argument:
+    an in-place op and no mutation spec before decompositions, a USER_INPUT_MUTATION per cache
+    tensor after run_decompositions() (which still runs to the same logits)."""
+    from torch.export.graph_signature import OutputKind
+
+    class Writes(torch.nn.Module):
+        def forward(self, x, cache, position):
+            cache.index_copy_(2, position + torch.arange(x.shape[2]), x)
+            position.copy_(position + x.shape[2])
+            return cache.sum()
+
+    traced = torch.export.export(Writes(), (torch.ones(1, 2, 3, 4), torch.zeros(1, 2, 8, 4),
+                                            torch.zeros(1, dtype=torch.int64)))
+    ckpt, out = generation
+    ours = load(out, "decode")
+    for program in (traced, ours):
+        assert [s.kind for s in program.graph_signature.output_specs] == [OutputKind.USER_OUTPUT]
+    theirs = traced.run_decompositions().graph_signature.output_specs
+    assert [s.kind for s in theirs] == [OutputKind.USER_INPUT_MUTATION] * 2 + \
+        [OutputKind.USER_OUTPUT]
+    decomposed = ours.run_decompositions()
+    specs = decomposed.graph_signature.output_specs
+    cache_inputs = [i for i in decomposed.graph_signature.user_inputs
+                    if i.startswith("past_key_values")]
+    assert [s.kind for s in specs] == [OutputKind.USER_INPUT_MUTATION] * len(cache_inputs) + \
+        [OutputKind.USER_OUTPUT]
+    assert sorted(s.target for s in specs[:-1]) == sorted(cache_inputs)
+
+
+def test_half_precision_generation(ckpts, tmp_path):
+    """A bf16 program's cache is bf16 tensors, written in place like fp32's; the prompt's
+    logits within the bf16 bound."""
+    ckpt = ckpts("llama")
+    out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic", "--dtype", "bf16",
+                       "--for-generation", "--static-cache", "--max-cache-len", "32",
+                       "--multi-token-decode", "--quiet")
+    module = load(out, "decode").module()
+    ids, mask = left_pad(prompts([9]))
+    cache = {}
+    for l in range(2):
+        cache[f"past_key_values_{l}_cumulative_length"] = torch.zeros(1, dtype=torch.int64)
+        for kind in ("key", "value"):
+            cache[f"past_key_values_{l}_{kind}"] = torch.zeros(1, 2, 32, 16, dtype=torch.bfloat16)
+    visible = np.tril(np.ones((9, 32), bool), 0)[None, None]
+    with torch.no_grad():
+        logits = module(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(visible),
+                        position_ids=torch.arange(9)[None], **cache)["logits"]
+    assert logits.dtype == torch.bfloat16
+    assert cache["past_key_values_0_key"][:, :, :9].abs().sum() > 0
+    assert not cache["past_key_values_0_key"][:, :, 9:].any()
+    assert [int(cache[f"past_key_values_{l}_cumulative_length"][0]) for l in range(2)] == [9, 9]
+    assert_logits_close(logits.float().numpy(), reference_logits(
+        ckpt, ids, mask, np.arange(9)[None]), mask, atol=BF16_ATOL)
