@@ -170,6 +170,15 @@ static void print_cache(const cJSON *cache, bool stateful)
             printf("    %s\n", qstr(p, "input"));
         return;
     }
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cache, "pairs"), 0);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(first, "written_into_input"))) {
+        /* pt2: the program writes the new rows into the tensors it is given */
+        printf("\n  written in place into these inputs (pass the same tensors every call):\n");
+        const cJSON *p;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs"))
+            printf("    %s\n", qstr(p, "input"));
+        return;
+    }
     printf("\n  %s\n", strcmp(impl, "static") == 0
                             ? "in-place pairs (bind each input and its output to one buffer):"
                             : "cache inputs -> outputs:");
@@ -413,6 +422,15 @@ int cmd_inspect(int argc, char **argv)
                     printf("    %-24s %s\n", cli_quote(opt->string),
                            cli_quote(opt->valuestring));
         }
+        const cJSON *tsyms = cJSON_GetObjectItemCaseSensitive(md, "torch_symbols");
+        if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "verifier"))) {
+            char params[32];
+            printf("  torch.export program: schema %s, %s IR, %s parameters; call "
+                   "torch.export.load(file).module() with the inputs as keywords, it returns "
+                   "{\"logits\": ...}\n", qstr(md, "schema_version"), qstr(md, "verifier"),
+                   int_text(cJSON_GetObjectItemCaseSensitive(md, "parameters"), params,
+                            sizeof params));
+        }
         const cJSON *syms = cJSON_GetObjectItemCaseSensitive(md, "symbols"), *s;
         if (cJSON_GetArraySize(syms) > 0) {
             printf("  symbols:\n");
@@ -420,11 +438,13 @@ int cmd_inspect(int argc, char **argv)
                 const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "min");
                 const cJSON *mx = cJSON_GetObjectItemCaseSensitive(s, "max");
                 const cJSON *tr = cJSON_GetObjectItemCaseSensitive(s, "traced");
+                const cJSON *ts = cJSON_GetObjectItemCaseSensitive(tsyms, s->string);
                 char mins[32], maxs[32], trs[32];
-                printf("    %-20s min %s, max %s, traced %s\n", cli_quote(s->string),
+                printf("    %-20s min %s, max %s, traced %s%s%s\n", cli_quote(s->string),
                        int_text(mn, mins, sizeof mins),
                        cJSON_IsNumber(mx) ? int_text(mx, maxs, sizeof maxs) : "unbounded",
-                       int_text(tr, trs, sizeof trs));
+                       int_text(tr, trs, sizeof trs), cJSON_IsString(ts) ? ", torch " : "",
+                       cJSON_IsString(ts) ? cli_quote(ts->valuestring) : "");
             }
         }
     }

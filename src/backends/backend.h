@@ -40,8 +40,8 @@ typedef struct fb_backend {
     /* Writes every component's files into `dir` (created exclusively, synced). */
     ferry_status (*write)(const be_component *comps, int n, const ferry_export_config *cfg,
                           const char *dir, ws_progress *progress, fy_err *err);
-    /* Format-specific metadata of a component in export.json (e.g. "opset"). */
-    void (*describe)(const ferry_export_config *cfg, struct cJSON *metadata);
+    /* Format-specific metadata of component graph `g` in export.json (e.g. "opset"). */
+    void (*describe)(const ferry_export_config *cfg, const g_graph *g, struct cJSON *metadata);
     /* Its runtimes carry the cache themselves (OpenVINO's stateful models): a generation export
      * is one graph for the prompt and each token, never a prefill/decode pair. */
     bool one_generation_graph;

@@ -159,7 +159,7 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
         cJSON_AddItemToObject(md, "inputs", io_list(g, g->inputs, g->n_inputs));
         cJSON_AddItemToObject(md, "outputs", io_list(g, g->outputs, g->n_outputs));
         cJSON_AddStringToObject(md, "precision", ferry_dtype_name(e->cfg.dtype));
-        e->backend->describe(&e->cfg, md);
+        e->backend->describe(&e->cfg, g, md);
         cJSON_AddItemToObject(md, "symbols", symbols(&g->syms));
         cJSON_AddItemToObject(md, "export_config", export_config_to_json(&e->cfg));
         if (g->n_states)

@@ -99,6 +99,9 @@ const char *tf_unsupported(const struct ferry_exported *e)
 {
     static _Thread_local char why[512];
     const tf_format *f = tf_format_find(e->backend ? e->backend->name : NULL);
+    if (!f && e->backend && e->backend->alias && tf_format_find(e->backend->alias))
+        return "ferry does not write transformers' metadata for this format yet; load each "
+               "component with torch.export.load(file).module()";
     if (!f)
         return "transformers has no runner for this format";
     for (int i = 0; i < e->n_components; i++) {

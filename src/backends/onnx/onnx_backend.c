@@ -100,8 +100,9 @@ static ferry_status onnx_write(const be_component *comps, int n, const ferry_exp
     return st;
 }
 
-static void onnx_describe(const ferry_export_config *cfg, cJSON *metadata)
+static void onnx_describe(const ferry_export_config *cfg, const g_graph *g, cJSON *metadata)
 {
+    (void)g;
     cJSON_AddNumberToObject(metadata, "opset", cfg->opset);
 }
 

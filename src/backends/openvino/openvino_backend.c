@@ -175,8 +175,9 @@ static ferry_status openvino_write(const be_component *comps, int n,
     return st;
 }
 
-static void openvino_describe(const ferry_export_config *cfg, cJSON *metadata)
+static void openvino_describe(const ferry_export_config *cfg, const g_graph *g, cJSON *metadata)
 {
+    (void)g;
     cJSON_AddNumberToObject(metadata, "ir_version", 11);
     /* the cache pairs' inputs name the model's variables; beam_idx is an input */
     bool stateful = cfg->for_generation && !cfg->stateless;

@@ -105,12 +105,26 @@ static ferry_status pt2_write(const be_component *comps, int n, const ferry_expo
     return FERRY_OK;
 }
 
-static void pt2_describe(const ferry_export_config *cfg, cJSON *metadata)
+static void pt2_describe(const ferry_export_config *cfg, const g_graph *g, cJSON *metadata)
 {
     (void)cfg;
     /* what torch.export.load reads: the serialized ExportedProgram's schema and IR level */
     cJSON_AddStringToObject(metadata, "schema_version", "8.20");
     cJSON_AddStringToObject(metadata, "verifier", "TRAINING");
+    /* the program's name of each symbol (its range_constraints key), as pt2_print.c names
+     * them: s<k> for the k-th symbol of the graph, where an input has it */
+    cJSON *syms = cJSON_AddObjectToObject(metadata, "torch_symbols");
+    for (int k = 0; k < g->syms.n; k++) {
+        int v, axis;
+        char name[24];
+        snprintf(name, sizeof name, "s%d", k);
+        if (g_input_dim(g, g_dim_sym(k), &v, &axis))
+            cJSON_AddStringToObject(syms, g->syms.s[k].name, name);
+    }
+    int params = 0;
+    for (size_t i = 0; i < g->n_values; i++)
+        params += g->values[i].kind == GV_WEIGHT && g->values[i].n_uses > 0;
+    cJSON_AddNumberToObject(metadata, "parameters", params);
 }
 
 const fb_backend fb_pt2 = {
