@@ -98,6 +98,7 @@ bench: build venv $(VENV)/.bench-stamp
 	BENCH_PYTHON=$(PYTHON) $(VENV)/bin/python bench/peers_bench.py
 	$(VENV)/bin/python bench/quant_bench.py
 	$(VENV)/bin/python bench/openvino_bench.py
+	$(VENV)/bin/python bench/pt2_bench.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_UBSAN) $(BUILD_FUZZ)

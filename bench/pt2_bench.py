@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from openvino_bench import REPEATS, dir_bytes  # noqa: E402
+from openvino_bench import REPEATS, dir_bytes, disk_floor  # noqa: E402
 from peers_bench import MAIN, SIZES, TINY, make_checkpoint, measure  # noqa: E402
 
 MiB = 1024 * 1024
@@ -83,7 +83,14 @@ def main():
                 row.update(json.loads(res.read_text()), session_rss=lat["peak_rss"])
         rows.append(row)
         print("pt2", {k: v for k, v in row.items() if k != "command"}, flush=True)
-    (work / "pt2-results.json").write_text(json.dumps(dict(rows=rows), indent=2, default=str))
+    plain = next((r for r in rows if r["kind"] == "ferry-plain" and not r["error"]), None)
+    floor = None
+    if plain:
+        floors = [disk_floor(sdir / "disk-floor.tmp", plain["bytes"]) for _ in range(REPEATS)]
+        floor = dict(bytes=plain["bytes"], wall_s=statistics.median(floors), all=floors)
+        print("pt2 disk floor", floor, flush=True)
+    (work / "pt2-results.json").write_text(json.dumps(dict(rows=rows, disk_floor=floor),
+                                                      indent=2, default=str))
 
     lines = ["# torch.export (.pt2) exports: ferry against transformers' DynamoExporter", "",
              f"Written by `bench/pt2_bench.py` on {datetime.date.today().isoformat()}: "
@@ -112,6 +119,12 @@ def main():
             line += f"; prefill {f['prefill_ms'] / t['prefill_ms']:.2f}x the time (below 1 = "
             line += "ferry faster)"
         lines += ["", line + "."]
+    if floor:
+        lines += ["", f"The disk's floor: writing and syncing {floor['bytes'] / MiB:.0f} MiB "
+                  f"(ferry plain's bytes) takes {floor['wall_s']:.1f} s on this machine "
+                  f"(median of {REPEATS}: " + ", ".join(f"{w:.1f}" for w in floor["all"]) +
+                  f"); ferry's plain export takes {plain['export_s'] / floor['wall_s']:.2f}x that, "
+                  "so its ratio to transformers' exporter is bound by the disk."]
     lines += ["", "ferry's export times, every run (s): " + "; ".join(
         f"{r['label']} " + ", ".join(f"{w:.1f}" for w in r["export_s_all"])
         for r in rows if r["kind"].startswith("ferry") and r.get("export_s_all"))]

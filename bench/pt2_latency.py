@@ -25,6 +25,17 @@ def main():
     import torch
 
     torch.set_num_threads(args.threads)
+    manifest = json.loads((args.dir / "export.json").read_text())
+    if "export_format" in manifest and "format" not in manifest:
+        # transformers' DynamoExporter saves a program whose out_spec is its
+        # CausalLMOutputWithPast, which torch rebuilds only once transformers registers it
+        # (as its ExportedModel.from_pretrained does); ferry's program returns a dict
+        from transformers.exporters.metadata import register_treespec_types
+
+        register_treespec_types(manifest["components"]["model"]["metadata"]["out_spec"])
+        takes = set(manifest["components"]["model"]["metadata"]["kwargs"])
+    else:
+        takes = {i["name"] for i in manifest["components"]["model"]["metadata"]["inputs"]}
     module = torch.export.load(str(args.dir / "model.pt2")).module()
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 1000, (1, args.prompt), generator=gen)
@@ -34,7 +45,8 @@ def main():
     with torch.no_grad():
         for i in range(args.reps + 1):
             start = time.perf_counter()
-            out = module(input_ids=ids, attention_mask=mask, position_ids=pos)
+            feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+            out = module(**{k: v for k, v in feeds.items() if k in takes})
             logits = out["logits"] if isinstance(out, dict) else out.logits
             assert torch.isfinite(logits[0, -1]).all()
             if i:

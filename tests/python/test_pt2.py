@@ -168,14 +168,18 @@ def test_half_precisions(ckpts, tmp_path, dtype, atol, record_property):
 
 
 def test_tied_embeddings(ckpts, tmp_path):
-    """A tied lm_head reads the embedding table itself: one parameter, one copy on disk."""
+    """A tied lm_head is what transformers' module holds: two parameters, lm_head.weight and
+    model.embed_tokens.weight, over one storage, stored once in the archive."""
     ckpt = ckpts("llama", tie_word_embeddings=True)
     out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic", "--quiet")
     program = load(out)
-    assert "model.embed_tokens.weight" in program.state_dict
-    table = program.state_dict["model.embed_tokens.weight"]
-    assert (out / "model.pt2").stat().st_size < 2 * table.numel() * 4 + \
-        sum(p.numel() * 4 for n, p in program.state_dict.items() if "embed" not in n) + 200_000
+    state = program.state_dict
+    assert set(state) == set(reference_model(ckpt).state_dict())
+    head, table = state["lm_head.weight"], state["model.embed_tokens.weight"]
+    assert head.untyped_storage().data_ptr() == table.untyped_storage().data_ptr()
+    assert head.storage_offset() == table.storage_offset() and torch.equal(head, table)
+    stored = sum(p.numel() * 4 for n, p in state.items() if n != "lm_head.weight")
+    assert (out / "model.pt2").stat().st_size < stored + 200_000
     check_shapes(ckpt, program.module(), [(3, 7)])
 
 

@@ -358,11 +358,26 @@ static void emit_where(pt_printer *p, const g_node *n)
     end_node(p, n);
 }
 
+/* The lm_head of a tied checkpoint reads the embedding table: as transformers' module does,
+ * through its own parameter lm_head.weight, one storage with model.embed_tokens.weight. */
+static bool tied_head(const pt_printer *p, const g_node *n)
+{
+    const g_value *w = val(p, n->in[1]);
+    return strcmp(n->name, "/lm_head") == 0 && w->kind == GV_WEIGHT &&
+           strcmp(w->name, "lm_head.weight") != 0;
+}
+
 static void emit_linear(pt_printer *p, const g_node *n)
 {
+    const char *tied = tied_head(p, n) ? pt_tied_head(p, n->in[1]) : NULL;
+    if (tied_head(p, n) && !tied)
+        return;
     target(p, "linear.default");
     pt_arg_tensor(p, "input", n->in[0], PT_POSITIONAL);
-    pt_arg_tensor(p, "weight", n->in[1], PT_POSITIONAL);
+    if (tied)
+        pt_arg(p, "weight", PT_POSITIONAL, "{\"as_tensor\": {\"name\": \"%s\"}}", tied);
+    else
+        pt_arg_tensor(p, "weight", n->in[1], PT_POSITIONAL);
     if (n->n_in > 2 && n->in[2] != G_NONE)
         pt_arg_tensor(p, "bias", n->in[2], PT_POSITIONAL);
     end_node(p, n);

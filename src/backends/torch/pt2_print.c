@@ -532,6 +532,19 @@ static const char *lift(pt_printer *p, int v)
     return name;
 }
 
+const char *pt_tied_head(pt_printer *p, int v)
+{
+    if (p->tied_head)
+        return p->tied_head;
+    const g_value *x = &p->g->values[v];
+    const char *name = pt_fresh(p, "p_lm_head_weight");
+    if (!name || !push_lifted(p, &p->prog->params, &p->prog->n_params, &p->prog->cap_params, v,
+                              "lm_head.weight"))
+        return NULL;
+    tensor_value(p, name, x->dtype, &x->shape);
+    return p->tied_head = name;
+}
+
 const char *pt_tensor(pt_printer *p, int v)
 {
     if (p->st != FERRY_OK)
@@ -612,13 +625,16 @@ static void placeholders(strbuf *b, const pt_printer *p, bool specs)
     int k = 0;
     for (size_t i = 0; i < p->prog->n_params; i++, k++) {
         const pt2_lifted *l = &p->prog->params[i];
+        /* the tied lm_head's own placeholder reads the embedding's value */
+        const char *name = strcmp(l->fqn, "lm_head.weight") == 0 && p->tied_head &&
+                                   strcmp(p->g->values[l->value].name, "lm_head.weight") != 0
+                               ? p->tied_head : p->names[l->value];
         if (!specs) {
-            sb_printf(b, "%s{\"as_tensor\": {\"name\": \"%s\"}}", k ? ", " : "",
-                      p->names[l->value]);
+            sb_printf(b, "%s{\"as_tensor\": {\"name\": \"%s\"}}", k ? ", " : "", name);
             continue;
         }
         sb_printf(b, "%s{\"parameter\": {\"arg\": {\"name\": \"%s\"}, \"parameter_name\": ",
-                  k ? ", " : "", p->names[l->value]);
+                  k ? ", " : "", name);
         pt2_json_str(b, l->fqn);
         sb_puts(b, "}}");
     }

@@ -36,6 +36,7 @@ typedef struct pt_printer {
     char **taken;            /* every name in the program (open addressing) */
     size_t cap_taken, n_taken;
     pt2_program *prog;
+    const char *tied_head;   /* the placeholder of a tied lm_head.weight, once made */
     fy_err *err;
     ferry_status st;         /* the first failure; later calls do nothing */
 } pt_printer;
@@ -50,6 +51,10 @@ ferry_status pt_fail(pt_printer *p, ferry_status st, const char *fmt, ...)
 const char *pt_tensor(pt_printer *p, int v);
 /* The name of the SymInt node computing `d` (made on first use); NULL for a constant dim. */
 const char *pt_symint(pt_printer *p, g_dim d);
+/* The placeholder of parameter "lm_head.weight" over weight value `v` (the embedding table a
+ * tied lm_head reads): the module's own second name for the one tensor, as transformers' model
+ * holds it (both state_dict keys, one storage). */
+const char *pt_tied_head(pt_printer *p, int v);
 /* A fresh unique name from `base` ("linear" -> "linear", then "linear_1", ...). */
 const char *pt_fresh(pt_printer *p, const char *base);
 
