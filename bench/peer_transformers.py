@@ -21,7 +21,8 @@ the batched, padded inputs that ferry's graph takes.
 
 `--format openvino` runs OpenVINOExporter / OpenVINOConfig(dynamic=True) the same way (its
 defaults: stateful, no fp16 compression), `--format dynamo` DynamoExporter /
-DynamoConfig(dynamic=True) (model.pt2, torch.export).
+DynamoConfig(dynamic=True) (model.pt2, torch.export). `--static-cache N` (generation) exports
+against a StaticCache of N slots with a multi-token decode, the guide's single-graph generation.
 
 Prints `bench-phase NAME SECONDS` lines (load, export, save) for the harness.
 """
@@ -37,6 +38,8 @@ def main():
     p.add_argument("out")
     p.add_argument("--mode", choices=["plain", "generation"], default="plain")
     p.add_argument("--format", choices=["onnx", "openvino", "dynamo"], default="onnx")
+    p.add_argument("--static-cache", type=int, metavar="MAX_CACHE_LEN",
+                   help="generation: a static cache of this length and a multi-token decode")
     args = p.parse_args()
 
     t0 = time.perf_counter()
@@ -64,6 +67,14 @@ def main():
     exporter = OnnxExporter()
     if args.mode == "plain":
         exported = exporter.export(model, inputs, config=OnnxConfig(dynamic=True))
+    elif args.static_cache:
+        from transformers import GenerationConfig
+
+        exported = exporter.export_for_generation(
+            model, inputs, config=OnnxConfig(dynamic=True),
+            generation_config=GenerationConfig(cache_implementation="static",
+                                               max_cache_len=args.static_cache),
+            multi_token_decode=True)
     else:
         exported = exporter.export_for_generation(model, inputs, config=OnnxConfig(dynamic=True))
     t2 = time.perf_counter()

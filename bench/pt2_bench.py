@@ -8,11 +8,16 @@ The checkpoint is peers_bench.py's (random bf16 weights, tied embeddings). Each 
 its own process (wall time, peak RSS of the process tree, bytes written), after os.sync():
     ferry plain          ferry export CKPT OUT --format pt2 --dynamic
     transformers plain   bench/peer_transformers.py CKPT OUT --mode plain --format dynamo
-both fp32. Then bench/pt2_latency.py on each (torch eager, the loaded program's .module(), the
-same threads): a 128-token prompt, batch 1. ferry's export is bound by the disk's writeback,
-which swings run to run on a shared machine: it runs REPEATS times (output removed and synced
-between) and the row is the median wall time. ferry writes no pt2 generation export yet, so
-there is no decode row. Writes docs/benchmarks-pt2.md.
+    ferry generation     ... --for-generation --static-cache --max-cache-len 256
+                         --multi-token-decode (one decode.pt2)
+    transformers gen.    ... --mode generation --static-cache 256 (prefill.pt2 + decode.pt2,
+                         a StaticCache, multi_token_decode=True)
+all fp32. Then bench/pt2_latency.py on each (torch eager, the loaded program's .module(), the
+same threads): plain, a 128-token prompt at batch 1; generation, a 128-token prompt through
+decode and 32 single-token steps at batch 2 (the batch transformers' export is traced at, which
+its StaticCache spec fixes). ferry's export is bound by the disk's writeback, which swings run
+to run on a shared machine: it runs REPEATS times (output removed and synced between) and the
+row is the median wall time. Writes docs/benchmarks-pt2.md.
 """
 
 import argparse
@@ -36,6 +41,7 @@ MiB = 1024 * 1024
 FERRY = Path(os.environ.get("FERRY_BUILD", ROOT / "build")) / "ferry"
 PY = sys.executable
 THREADS = os.cpu_count()
+CACHE = 256   # static cache slots: a 128-token prompt and the decode steps
 
 
 def main():
@@ -56,6 +62,13 @@ def main():
         ("transformers plain (DynamoExporter)", "tf-plain",
          [PY, HERE / "peer_transformers.py", ckpt, sdir / "tf-plain", "--mode", "plain",
           "--format", "dynamo"]),
+        ("ferry generation (static cache, multi-token decode)", "ferry-gen",
+         [FERRY, "export", ckpt, sdir / "ferry-gen", "--format", "pt2", "--dynamic",
+          "--for-generation", "--static-cache", "--max-cache-len", str(CACHE),
+          "--multi-token-decode", "--quiet"]),
+        ("transformers generation (DynamoExporter, the same)", "tf-gen",
+         [PY, HERE / "peer_transformers.py", ckpt, sdir / "tf-gen", "--mode", "generation",
+          "--format", "dynamo", "--static-cache", str(CACHE)]),
     ]
     rows = []
     for label, kind, cmd in runs:
@@ -99,26 +112,31 @@ def main():
              f"(`torch.export.load(...).module()`), {THREADS} threads, batch 1. Reproduce: "
              "`.venv/bin/python bench/pt2_bench.py`.", "",
              "| export | time (s) | peak RSS (MiB) | bytes written (MiB) | prefill-128 (ms) | "
-             "runtime peak RSS (MiB) |", "|---|---|---|---|---|---|"]
+             "decode (ms/step) | runtime peak RSS (MiB) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.get("error"):
-            lines.append(f"| {r['label']} | failed: {r['error'][:80]} | | | | |")
+            lines.append(f"| {r['label']} | failed: {r['error'][:80]} | | | | | |")
             continue
-        pre = r.get("prefill_ms")
+        pre, dec = r.get("prefill_ms"), r.get("decode_ms_median")
         srss = r.get("session_rss")
         lines.append(f"| {r['label']} | {r['export_s']:.1f} | {r['peak_rss'] / MiB:.0f} | "
                      f"{r['bytes'] / MiB:.0f} | {'—' if pre is None else f'{pre:.1f}'} | "
+                     f"{'—' if dec is None else f'{dec:.1f}'} | "
                      f"{'—' if srss is None else f'{srss / MiB:.0f}'} |")
     by = {r["kind"]: r for r in rows if not r.get("error")}
-    f, t = by.get("ferry-plain"), by.get("tf-plain")
-    if f and t:
-        line = (f"plain: ferry's export {t['export_s'] / f['export_s']:.1f}x faster, "
+    for ours, theirs, what in (("ferry-plain", "tf-plain", "plain"),
+                               ("ferry-gen", "tf-gen", "generation")):
+        f, t = by.get(ours), by.get(theirs)
+        if not (f and t):
+            continue
+        line = (f"{what}: ferry's export {t['export_s'] / f['export_s']:.1f}x faster, "
                 f"1/{t['peak_rss'] / f['peak_rss']:.0f} of the peak RSS, "
                 f"{f['bytes'] / t['bytes']:.2f}x the bytes")
         if f.get("prefill_ms") and t.get("prefill_ms"):
-            line += f"; prefill {f['prefill_ms'] / t['prefill_ms']:.2f}x the time (below 1 = "
-            line += "ferry faster)"
-        lines += ["", line + "."]
+            line += f"; prefill {f['prefill_ms'] / t['prefill_ms']:.2f}x the time"
+        if f.get("decode_ms_median") and t.get("decode_ms_median"):
+            line += f", decode {f['decode_ms_median'] / t['decode_ms_median']:.2f}x"
+        lines += ["", line + " (below 1 = ferry faster)."]
     if floor:
         lines += ["", f"The disk's floor: writing and syncing {floor['bytes'] / MiB:.0f} MiB "
                   f"(ferry plain's bytes) takes {floor['wall_s']:.1f} s on this machine "

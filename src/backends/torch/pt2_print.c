@@ -1,477 +1,18 @@
 /* pt2_print.c — a lowered graph as torch.export's serialized ExportedProgram (models/model.json
  * of a .pt2; torch/_export/serde/schema.py, schema 8): the placeholders and their signature
  * (parameters by their state_dict keys, constants as non-persistent buffers, the user inputs),
- * the nodes (pt2_nodes.c), every tensor's metadata with symbolic sizes, the SymInt nodes that
- * read symbols off the inputs (aten.sym_size) and compute from them (_operator.add/mul), each
- * symbol's range, and the call specs of a kwargs-only call returning a dict of the outputs.
+ * the nodes (pt2_nodes.c, written with pt2_writer.c: tensor metadata, SymInts), each symbol's
+ * range, and the call specs of a kwargs-only call returning a dict of the outputs.
  *
  * The graph is at the level torch.export produces before decompositions ("TRAINING" verifier),
  * as torch.export.export would trace the module. Symbols are s0, s1, ... in the order of the
- * graph's symbol table; every symbolic size carries a hint (symbol_hint). */
+ * graph's symbol table; every symbolic size carries a hint (pt2_writer.c). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/torch/pt2_printer.h"
-#include "util/dtype.h"
-
-#define NAME_MAX_LEN 160
-
-ferry_status pt_fail(pt_printer *p, ferry_status st, const char *fmt, ...)
-{
-    if (p->st != FERRY_OK)
-        return p->st;
-    va_list ap;
-    va_start(ap, fmt);
-    char msg[sizeof p->err->msg];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    p->st = fy_fail(p->err, st, "%s", msg);
-    return p->st;
-}
-
-void pt2_json_str(strbuf *b, const char *s)
-{
-    sb_puts(b, "\"");
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            sb_printf(b, "\\%c", *c);
-        else if (*c < 0x20)
-            sb_printf(b, "\\u%04x", *c);
-        else
-            sb_printf(b, "%c", *c);
-    }
-    sb_puts(b, "\"");
-}
-
-int pt_scalar_type(ferry_dtype dt)
-{
-    switch (dt) {
-    case FERRY_U8: return 1;
-    case FERRY_I8: return 2;
-    case FERRY_I16: return 3;
-    case FERRY_I32: return 4;
-    case FERRY_I64: return 5;
-    case FERRY_F16: return 6;
-    case FERRY_F32: return 7;
-    case FERRY_F64: return 8;
-    case FERRY_BOOL: return 12;
-    case FERRY_BF16: return 13;
-    default: return 0;
-    }
-}
-
-/* ---- names ---- */
-
-static uint64_t hash_name(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-static bool is_taken(const pt_printer *p, const char *s)
-{
-    if (!p->cap_taken)
-        return false;
-    for (size_t i = hash_name(s) & (p->cap_taken - 1);; i = (i + 1) & (p->cap_taken - 1)) {
-        if (!p->taken[i])
-            return false;
-        if (strcmp(p->taken[i], s) == 0)
-            return true;
-    }
-}
-
-static const char *take(pt_printer *p, const char *s)
-{
-    if (p->st != FERRY_OK)
-        return NULL;
-    if ((p->n_taken + 1) * 2 > p->cap_taken) {
-        size_t cap = p->cap_taken ? p->cap_taken * 2 : 1024;
-        char **t = calloc(cap, sizeof *t);
-        if (!t) {
-            pt_fail(p, FERRY_ERR_NOMEM, "out of memory");
-            return NULL;
-        }
-        for (size_t i = 0; i < p->cap_taken; i++) {
-            if (!p->taken[i])
-                continue;
-            size_t k = hash_name(p->taken[i]) & (cap - 1);
-            while (t[k])
-                k = (k + 1) & (cap - 1);
-            t[k] = p->taken[i];
-        }
-        free(p->taken);
-        p->taken = t, p->cap_taken = cap;
-    }
-    size_t k = hash_name(s) & (p->cap_taken - 1);
-    while (p->taken[k])
-        k = (k + 1) & (p->cap_taken - 1);
-    if (!(p->taken[k] = strdup(s))) {
-        pt_fail(p, FERRY_ERR_NOMEM, "out of memory");
-        return NULL;
-    }
-    p->n_taken++;
-    return p->taken[k];
-}
-
-/* A Python identifier from `base`: what the graph module's code names each node. */
-const char *pt_fresh(pt_printer *p, const char *base)
-{
-    char s[NAME_MAX_LEN + 24];
-    size_t n = 0;
-    for (const char *c = base; *c && n < NAME_MAX_LEN; c++) {
-        bool word = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-                    (*c >= '0' && *c <= '9') || *c == '_';
-        if (!word && (n == 0 || s[n - 1] == '_'))
-            continue; /* "/model/layers.0/" -> "model_layers_0_" */
-        s[n++] = word ? *c : '_';
-    }
-    while (n && s[n - 1] == '_')
-        n--;
-    if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
-        memmove(s + 2, s, n), s[0] = 'v', s[1] = '_', n += 2;
-    s[n] = '\0';
-    char cand[sizeof s + 24];
-    snprintf(cand, sizeof cand, "%s", s);
-    for (unsigned k = 1; is_taken(p, cand); k++)
-        snprintf(cand, sizeof cand, "%s_%u", s, k);
-    return take(p, cand);
-}
-
-/* ---- sizes ---- */
-
-/* The value torch's shape environment gives a symbol while it retraces (run_decompositions, AOT
- * compilation, which needs one for every size): the traced value, but never 0 or 1 where the
- * range allows 2, as torch.export's own examples must be (it specialises a symbol whose hint is
- * 0 or 1: ferry's traced batch of 1 would pin the batch). */
-static int64_t symbol_hint(const g_sym *y)
-{
-    if (y->example >= 2 || (y->max != 0 && y->max < 2))
-        return y->example;
-    return 2;
-}
-
-static int64_t dim_hint(g_dim d, const g_symtab *syms)
-{
-    int64_t v = d.c;
-    for (int i = 0; i < d.n; i++)
-        v += d.t[i].coef * symbol_hint(&syms->s[d.t[i].sym]);
-    return v;
-}
-
-static void put_symint(strbuf *b, g_dim d, const g_symtab *syms)
-{
-    int64_t c;
-    if (g_dim_is_const(d, &c)) {
-        sb_printf(b, "{\"as_int\": %lld}", (long long)c);
-        return;
-    }
-    char expr[256];
-    pt_dim_expr(d, expr, sizeof expr);
-    sb_puts(b, "{\"as_expr\": {\"expr_str\": ");
-    pt2_json_str(b, expr);
-    sb_printf(b, ", \"hint\": {\"as_int\": %lld}}}", (long long)dim_hint(d, syms));
-}
-
-/* A contiguous tensor's stride of axis k: the product of the later dims. */
-static void put_stride(strbuf *b, const g_shape *s, int k, const g_symtab *syms)
-{
-    int64_t c = 1, hint = 1;
-    strbuf expr = {0};
-    for (int i = k + 1; i < s->rank; i++) {
-        int64_t v;
-        if (g_dim_is_const(s->d[i], &v)) {
-            c *= v;
-            continue;
-        }
-        char e[256];
-        pt_dim_expr(s->d[i], e, sizeof e);
-        sb_printf(&expr, "%s(%s)", expr.len ? "*" : "", e);
-        hint *= dim_hint(s->d[i], syms);
-    }
-    if (!expr.len)
-        sb_printf(b, "{\"as_int\": %lld}", (long long)c);
-    else {
-        char head[32];
-        snprintf(head, sizeof head, "%lld*", (long long)c);
-        sb_puts(b, "{\"as_expr\": {\"expr_str\": ");
-        strbuf full = {0};
-        sb_printf(&full, "%s%s", c == 1 ? "" : head, expr.data);
-        pt2_json_str(b, full.data ? full.data : "");
-        sb_printf(b, ", \"hint\": {\"as_int\": %lld}}}", (long long)(hint * c));
-        if (full.oom)
-            b->oom = true;
-        sb_free(&full);
-    }
-    if (expr.oom)
-        b->oom = true;
-    sb_free(&expr);
-}
-
-void pt2_tensor_meta(strbuf *b, ferry_dtype dt, const g_shape *s, const g_symtab *syms,
-                     int64_t storage_offset)
-{
-    sb_printf(b, "{\"dtype\": %d, \"sizes\": [", pt_scalar_type(dt));
-    for (int k = 0; k < s->rank; k++) {
-        sb_puts(b, k ? ", " : "");
-        put_symint(b, s->d[k], syms);
-    }
-    sb_puts(b, "], \"requires_grad\": false, \"device\": {\"type\": \"cpu\", \"index\": null}, "
-               "\"strides\": [");
-    for (int k = 0; k < s->rank; k++) {
-        sb_puts(b, k ? ", " : "");
-        put_stride(b, s, k, syms);
-    }
-    sb_printf(b, "], \"storage_offset\": {\"as_int\": %lld}, \"layout\": 7}",
-              (long long)storage_offset);
-}
-
-static void tensor_value(pt_printer *p, const char *name, ferry_dtype dt, const g_shape *s)
-{
-    for (int k = 0; k < s->rank; k++)
-        if (s->d[k].unknown) {
-            pt_fail(p, FERRY_ERR_UNSUPPORTED, "pt2: the extent of axis %d of '%s' depends on "
-                    "data, which a torch program cannot size", k, name);
-            return;
-        }
-    if (!pt_scalar_type(dt)) {
-        pt_fail(p, FERRY_ERR_UNSUPPORTED, "pt2: '%s' is %s, which torch has no dtype for", name,
-                ferry_dtype_name(dt));
-        return;
-    }
-    strbuf *b = &p->tensor_values;
-    sb_puts(b, p->n_tensor_values++ ? ", " : "");
-    pt2_json_str(b, name);
-    sb_puts(b, ": ");
-    pt2_tensor_meta(b, dt, s, &p->g->syms, 0);
-}
-
-/* ---- nodes ---- */
-
-static struct pt_frame *frame(pt_printer *p)
-{
-    return &p->frame[p->depth - 1];
-}
-
-void pt_node_begin(pt_printer *p, const char *target)
-{
-    if (p->depth == PT_MAX_DEPTH) {
-        pt_fail(p, FERRY_ERR_INTERNAL, "pt2: nodes nested too deep");
-        return;
-    }
-    struct pt_frame *f = &p->frame[p->depth++];
-    f->b = (strbuf){0};
-    f->first_arg = true;
-    sb_printf(&f->b, "{\"target\": \"%s\", \"inputs\": [", target);
-}
-
-static strbuf *arg_begin(pt_printer *p, const char *arg, int kind)
-{
-    struct pt_frame *f = frame(p);
-    sb_printf(&f->b, "%s{\"name\": \"%s\", \"kind\": %d, \"arg\": ", f->first_arg ? "" : ", ",
-              arg, kind);
-    f->first_arg = false;
-    return &f->b;
-}
-
-void pt_arg(pt_printer *p, const char *arg, int kind, const char *fmt, ...)
-{
-    if (!p->depth)
-        return;
-    strbuf *b = arg_begin(p, arg, kind);
-    char text[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    sb_printf(b, "%s}", text);
-}
-
-void pt_arg_tensor(pt_printer *p, const char *arg, int v, int kind)
-{
-    const char *name = pt_tensor(p, v);
-    if (!name || !p->depth)
-        return;
-    strbuf *b = arg_begin(p, arg, kind);
-    sb_puts(b, "{\"as_tensor\": {\"name\": ");
-    pt2_json_str(b, name);
-    sb_puts(b, "}}}");
-}
-
-void pt_arg_symint(pt_printer *p, const char *arg, int kind, g_dim d)
-{
-    int64_t c;
-    if (g_dim_is_const(d, &c)) {
-        pt_arg(p, arg, kind, "{\"as_int\": %lld}", (long long)c);
-        return;
-    }
-    const char *name = pt_symint(p, d);
-    if (name)
-        pt_arg(p, arg, kind, "{\"as_sym_int\": {\"as_name\": \"%s\"}}", name);
-}
-
-void pt_arg_symints(pt_printer *p, const char *arg, int kind, const g_dim *d, int n)
-{
-    const char *names[G_MAX_RANK] = {0};
-    bool symbolic = false;
-    for (int i = 0; i < n; i++) {
-        int64_t c;
-        if (!g_dim_is_const(d[i], &c)) {
-            symbolic = true;
-            if (!(names[i] = pt_symint(p, d[i])))
-                return;
-        }
-    }
-    if (!p->depth)
-        return;
-    strbuf *b = arg_begin(p, arg, kind);
-    sb_puts(b, symbolic ? "{\"as_sym_ints\": [" : "{\"as_ints\": [");
-    for (int i = 0; i < n; i++) {
-        int64_t c = 0;
-        g_dim_is_const(d[i], &c);
-        if (!symbolic)
-            sb_printf(b, "%s%lld", i ? ", " : "", (long long)c);
-        else if (names[i])
-            sb_printf(b, "%s{\"as_name\": \"%s\"}", i ? ", " : "", names[i]);
-        else
-            sb_printf(b, "%s{\"as_int\": %lld}", i ? ", " : "", (long long)c);
-    }
-    sb_puts(b, "]}}");
-}
-
-static void node_end(pt_printer *p, const char *outputs, const char *name)
-{
-    if (!p->depth)
-        return;
-    struct pt_frame *f = frame(p);
-    sb_printf(&f->b, "], \"outputs\": [%s], \"metadata\": {}, \"name\": \"%s\"}", outputs, name);
-    if (f->b.oom)
-        p->nodes.oom = true;
-    sb_puts(&p->nodes, p->n_nodes++ ? ",\n" : "");
-    sb_puts(&p->nodes, f->b.data ? f->b.data : "");
-    sb_free(&f->b);
-    p->depth--;
-}
-
-void pt_node_end_tensor(pt_printer *p, const char *name, ferry_dtype dt, const g_shape *s)
-{
-    if (!name)
-        return;
-    char out[NAME_MAX_LEN + 64];
-    snprintf(out, sizeof out, "{\"as_tensor\": {\"name\": \"%s\"}}", name);
-    node_end(p, out, name);
-    tensor_value(p, name, dt, s);
-}
-
-static void sym_value(pt_printer *p, const char *name, g_dim d)
-{
-    strbuf *b = &p->sym_int_values;
-    sb_printf(b, "%s\"%s\": ", p->n_sym_int_values++ ? ", " : "", name);
-    put_symint(b, d, &p->g->syms);
-}
-
-static void node_end_symint(pt_printer *p, const char *name, g_dim d)
-{
-    if (!name)
-        return;
-    char out[NAME_MAX_LEN + 64];
-    snprintf(out, sizeof out, "{\"as_sym_int\": {\"as_name\": \"%s\"}}", name);
-    node_end(p, out, name);
-    sym_value(p, name, d);
-}
-
-/* ---- SymInts ---- */
-
-static const char *memo(pt_printer *p, g_dim d, const char *name)
-{
-    if (!name)
-        return NULL;
-    if (p->n_syms == p->cap_syms) {
-        size_t cap = p->cap_syms ? p->cap_syms * 2 : 32;
-        pt_sym *s = realloc(p->syms, cap * sizeof *s);
-        if (!s) {
-            pt_fail(p, FERRY_ERR_NOMEM, "out of memory");
-            return NULL;
-        }
-        p->syms = s, p->cap_syms = cap;
-    }
-    p->syms[p->n_syms++] = (pt_sym){d, (char *)name};
-    return name;
-}
-
-/* sym_size of the first input that has symbol `sym` as an axis */
-static const char *symbol_node(pt_printer *p, int sym)
-{
-    int v, axis;
-    g_dim d = g_dim_sym(sym);
-    if (!g_input_dim(p->g, d, &v, &axis)) {
-        pt_fail(p, FERRY_ERR_UNSUPPORTED, "pt2: symbol '%s' is no input's axis, so the program "
-                "cannot read it", p->g->syms.s[sym].name);
-        return NULL;
-    }
-    const char *x = pt_tensor(p, v);
-    const char *name = pt_fresh(p, "sym_size_int");
-    if (!x || !name)
-        return NULL;
-    pt_node_begin(p, "torch.ops.aten.sym_size.int");
-    pt_arg_tensor(p, "self", v, PT_POSITIONAL);
-    pt_arg(p, "dim", PT_POSITIONAL, "{\"as_int\": %d}", axis);
-    node_end_symint(p, name, d);
-    return name;
-}
-
-/* a op b over SymInts (b a name, or a constant when b_name is NULL) */
-static const char *sym_op(pt_printer *p, const char *op, const char *a, const char *b_name,
-                          int64_t b, g_dim result)
-{
-    const char *name = pt_fresh(p, op);
-    if (!a || !name)
-        return NULL;
-    char target[32];
-    snprintf(target, sizeof target, "_operator.%s", op);
-    pt_node_begin(p, target);
-    pt_arg(p, "a", PT_POSITIONAL, "{\"as_sym_int\": {\"as_name\": \"%s\"}}", a);
-    if (b_name)
-        pt_arg(p, "b", PT_POSITIONAL, "{\"as_sym_int\": {\"as_name\": \"%s\"}}", b_name);
-    else
-        pt_arg(p, "b", PT_POSITIONAL, "{\"as_int\": %lld}", (long long)b);
-    node_end_symint(p, name, result);
-    return name;
-}
-
-const char *pt_symint(pt_printer *p, g_dim d)
-{
-    int64_t c;
-    if (p->st != FERRY_OK || g_dim_is_const(d, &c))
-        return NULL;
-    if (d.unknown) {
-        pt_fail(p, FERRY_ERR_UNSUPPORTED, "pt2: a size that depends on data, which a torch "
-                "program cannot compute from its symbols");
-        return NULL;
-    }
-    for (size_t i = 0; i < p->n_syms; i++)
-        if (g_dim_eq(p->syms[i].d, d))
-            return p->syms[i].name;
-    g_term last = d.t[d.n - 1];
-    if (d.c != 0) { /* (the terms) + c */
-        g_dim terms = d;
-        terms.c = 0;
-        return memo(p, d, sym_op(p, "add", pt_symint(p, terms), NULL, d.c, d));
-    }
-    if (d.n > 1) { /* (the other terms) + k * s */
-        g_dim head = d, tail = g_dim_scale(g_dim_sym(last.sym), last.coef);
-        head.n--;
-        const char *a = pt_symint(p, head), *b = pt_symint(p, tail);
-        return memo(p, d, b ? sym_op(p, "add", a, b, 0, d) : NULL);
-    }
-    if (last.coef != 1) /* k * s */
-        return memo(p, d, sym_op(p, "mul", pt_symint(p, g_dim_sym(last.sym)), NULL, last.coef,
-                                 d));
-    return memo(p, d, symbol_node(p, last.sym));
-}
 
 /* ---- placeholders ---- */
 
@@ -507,7 +48,7 @@ static const char *lift(pt_printer *p, int v)
 {
     const g_value *x = &p->g->values[v];
     pt2_program *prog = p->prog;
-    char base[NAME_MAX_LEN + 8];
+    char base[PT_NAME_MAX + 8];
     if (x->kind == GV_WEIGHT) {
         if (!module_path(x->name)) {
             pt_fail(p, FERRY_ERR_UNSUPPORTED, "pt2: weight '%s' has no name a module can hold "
@@ -519,7 +60,7 @@ static const char *lift(pt_printer *p, int v)
         if (!name || !push_lifted(p, &prog->params, &prog->n_params, &prog->cap_params, v,
                                   x->name))
             return NULL;
-        tensor_value(p, name, x->dtype, &x->shape);
+        pt_tensor_value(p, name, x->dtype, &x->shape);
         return name;
     }
     /* a constant: a non-persistent buffer, named as the graph names it */
@@ -528,7 +69,7 @@ static const char *lift(pt_printer *p, int v)
     if (!name || !push_lifted(p, &prog->buffers, &prog->n_buffers, &prog->cap_buffers, v,
                               name + 2))
         return NULL;
-    tensor_value(p, name, x->dtype, &x->shape);
+    pt_tensor_value(p, name, x->dtype, &x->shape);
     return name;
 }
 
@@ -541,7 +82,7 @@ const char *pt_tied_head(pt_printer *p, int v)
     if (!name || !push_lifted(p, &p->prog->params, &p->prog->n_params, &p->prog->cap_params, v,
                               "lm_head.weight"))
         return NULL;
-    tensor_value(p, name, x->dtype, &x->shape);
+    pt_tensor_value(p, name, x->dtype, &x->shape);
     return p->tied_head = name;
 }
 
@@ -705,6 +246,7 @@ static void assemble(strbuf *b, pt_printer *p)
             sb_puts(b, "\"max_val\": null}");
     }
     sb_puts(b, "}, \"schema_version\": {\"major\": 8, \"minor\": 20}, "
+               /* the torch whose serialized schema this follows (kept as metadata only) */
                "\"verifiers\": [\"TRAINING\"], \"torch_version\": \"2.13.0\"}\n");
 }
 
@@ -717,7 +259,7 @@ static void user_inputs(pt_printer *p)
         if (!name)
             return;
         p->names[g->inputs[i]] = (char *)name;
-        tensor_value(p, name, x->dtype, &x->shape);
+        pt_tensor_value(p, name, x->dtype, &x->shape);
     }
 }
 

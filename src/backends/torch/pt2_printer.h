@@ -1,6 +1,7 @@
 /* pt2_printer.h — the ExportedProgram printer's state, shared by the program (pt2_print.c:
- * names, symbols, tensor metadata, signature, the JSON around the nodes) and the nodes
- * (pt2_nodes.c: one aten call per IR node). Only those two files include this. */
+ * placeholders, signature, the JSON around the nodes), its writer (pt2_writer.c: names, tensor
+ * metadata, nodes and arguments, SymInts) and the nodes (pt2_nodes.c: one aten call per IR
+ * node). Only those three files include this. */
 #ifndef FERRY_BACKENDS_TORCH_PT2_PRINTER_H
 #define FERRY_BACKENDS_TORCH_PT2_PRINTER_H
 
@@ -12,6 +13,8 @@
 enum { PT_POSITIONAL = 1, PT_KEYWORD = 2 };
 
 #define PT_MAX_DEPTH 6
+/* the longest name pt_fresh makes, before a _<n> that makes it unique */
+#define PT_NAME_MAX 160
 
 typedef struct pt_sym {
     g_dim d;
@@ -55,6 +58,9 @@ const char *pt_symint(pt_printer *p, g_dim d);
  * tied lm_head reads): the module's own second name for the one tensor, as transformers' model
  * holds it (both state_dict keys, one storage). */
 const char *pt_tied_head(pt_printer *p, int v);
+/* Adds the TensorMeta of `name` (a placeholder or a node's output) to the graph's
+ * tensor_values; a size that stays unknown, or a dtype torch lacks, is refused by name. */
+void pt_tensor_value(pt_printer *p, const char *name, ferry_dtype dt, const g_shape *s);
 /* A fresh unique name from `base` ("linear" -> "linear", then "linear_1", ...). */
 const char *pt_fresh(pt_printer *p, const char *base);
 
