@@ -429,3 +429,21 @@ def test_half_precision_generation(ckpts, tmp_path):
     assert [int(cache[f"past_key_values_{l}_cumulative_length"][0]) for l in range(2)] == [9, 9]
     assert_logits_close(logits.float().numpy(), reference_logits(
         ckpt, ids, mask, np.arange(9)[None]), mask, atol=BF16_ATOL)
+
+
+def test_writer_under_sanitizers(build, ckpts, tmp_path):
+    """The pt2 writer in every build make test makes (ASan + UBSan, clang UBSan: a memory error
+    or leak exits 86): a plain export with a tied head and a static-cache generation export,
+    each loaded and run by torch."""
+    ckpt = ckpts("gemma", tie_word_embeddings=True)
+    for name, flags in (("plain", ["--dynamic"]),
+                        ("gen", ["--dynamic", "--for-generation", "--static-cache",
+                                 "--max-cache-len", "32"])):
+        rc, _, err = run_ferry("export", ckpt, tmp_path / name, "--format", "pt2", "--quiet",
+                               *flags, binary=build)
+        assert rc == 0, err
+    check_shapes(ckpt, load(tmp_path / "plain").module(), [(3, 7)])
+    assert load(tmp_path / "gen", "decode").graph_signature.user_inputs[3:] == \
+        ("past_key_values_0_cumulative_length", "past_key_values_0_key",
+         "past_key_values_0_value", "past_key_values_1_cumulative_length",
+         "past_key_values_1_key", "past_key_values_1_value")
