@@ -217,6 +217,12 @@ def test_python_api(ckpts, tmp_path):
                  position_ids=torch.from_numpy(pos)).logits
     assert isinstance(got, torch.Tensor)
     assert_logits_close(got.numpy(), reference_logits(ckpt, ids, mask, pos), mask)
+    # the guide's dynamic_shapes with torch.export.Dim: the program's symbols and ranges
+    Dim = torch.export.Dim
+    shaped = DynamoExporter().export(str(ckpt), config=DynamoConfig(dynamic_shapes={
+        "input_ids": {0: Dim("batch", max=4), 1: Dim("seq", min=2, max=64)}}))
+    ranges = sorted((int(r.lower), int(r.upper)) for r in shaped.program.range_constraints.values())
+    assert ranges == [(1, 4), (2, 64)], ranges
     config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
     assert isinstance(config, DynamoConfig)
     assert isinstance(AutoHfExporter.from_config(config), DynamoExporter)
