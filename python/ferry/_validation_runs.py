@@ -123,7 +123,12 @@ def _cannot_run(runtime):
             raise
         raise CannotValidate(f"{runtime} cannot run this export here: {e}", status=4) from None
     except Exception as e:
-        if type(e).__module__.split(".")[0] not in ("onnxruntime", "openvino", "torch") and \
+        if runtime == "torch":
+            # torch runs every op and dtype a pt2 export holds on the CPU: a program it cannot
+            # load or run is a broken export, not a runtime that lacks something here
+            raise FerryError(f"torch cannot load or run this export: "
+                             f"{_escape(_first_line(e))}", status=1) from None
+        if type(e).__module__.split(".")[0] not in ("onnxruntime", "openvino") and \
                 not isinstance(e, RuntimeError):
             raise
         raise CannotValidate(f"{runtime} (CPU) cannot run this export: "
@@ -167,6 +172,9 @@ def run_export(loaded, manifest):
     """Runs the loaded export (an ExportedModel, its manifest given) on the CPU on the example
     inputs -> (Run, runtime name)."""
     fmt = manifest.get("format", manifest.get("export_format"))
+    if fmt == "dynamo":
+        raise CannotValidate("this is transformers' DynamoExporter export: ferry validates its "
+                             "own pt2 exports, and ONNX and OpenVINO ones", status=4)
     if fmt not in RUNTIMES:
         raise CannotValidate(f"validating a {_escape(fmt)} export is not supported (onnx, "
                              "openvino, pt2)", status=4)

@@ -10,12 +10,28 @@ from ._lib import FerryError, _ExportConfig, _c, _fail, _str
 # --- configs --------------------------------------------------------------------------------
 
 
-def _json_dim(dim):
+# the symbols a torch.export.Dim.AUTO / Dim.DYNAMIC axis gets: ferry's names for the axes
+_HINTED_AXES = {0: "batch", 1: "sequence"}
+
+
+def _json_dim(dim, axis):
     """A symbol as the recipe spells it: "batch", or {"name", "min", "max"} (also accepts
-    objects with those attributes, such as torch.export.Dim)."""
+    objects with those attributes, such as torch.export.Dim). torch's Dim.AUTO and Dim.DYNAMIC
+    name no symbol: axis 0 becomes "batch" and axis 1 "sequence", as --dynamic names them;
+    Dim.STATIC keeps the axis static (None)."""
     if isinstance(dim, (str, dict)):
         return dim
-    out = {"name": getattr(dim, "__name__", None) or getattr(dim, "name")}
+    hint = getattr(getattr(dim, "type", None), "name", None)
+    if type(dim).__name__ == "_DimHint" and hint in ("AUTO", "DYNAMIC", "STATIC"):
+        if hint == "STATIC":
+            return None
+        if int(axis) not in _HINTED_AXES:
+            raise FerryError(f"Dim.{hint} on axis {axis}: name the symbol of an axis other "
+                             "than batch (0) and sequence (1) with torch.export.Dim(name, "
+                             "min=..., max=...)", status=1)
+        out = {"name": _HINTED_AXES[int(axis)]}
+    else:
+        out = {"name": getattr(dim, "__name__", None) or getattr(dim, "name")}
     out.update({k: v for k in ("min", "max")
                 if isinstance(v := getattr(dim, k, None), int) and 0 < v < 2**62})
     return out
@@ -52,7 +68,8 @@ class OnnxConfig:
             recipe["quantizer"] = dict(quantizer) if isinstance(quantizer, dict) else quantizer
         if dynamic_shapes:
             recipe["dynamic_shapes"] = {
-                name: {str(axis): _json_dim(dim) for axis, dim in axes.items()}
+                name: {str(axis): spec for axis, dim in axes.items()
+                       if (spec := _json_dim(dim, axis)) is not None}
                 for name, axes in dynamic_shapes.items()}
         if opset is not None:
             recipe["opset"] = int(opset)

@@ -189,6 +189,10 @@ class ExportedModel:
         if self._session is None:
             self._check_callable()
             fmt = self.format
+            if fmt == "dynamo":  # transformers' own DynamoExporter wrote it
+                raise FerryError("this is transformers' DynamoExporter export: run it with "
+                                 "transformers.exporters.ExportedModel; ferry runs its own pt2 "
+                                 "exports, and ONNX and OpenVINO ones", status=4)
             if fmt not in ("onnx", "openvino", "pt2"):
                 raise FerryError(f"this is a {_escape(fmt)} export: ferry runs ONNX (onnxruntime), "
                                  "OpenVINO and pt2 (torch) exports", status=4)
@@ -225,6 +229,7 @@ class ExportedModel:
                 "attention_mask, position_ids and beam_idx.",
                 status=4)
         runtime = ("OpenVINO (openvino.Core().compile_model)" if openvino
+                   else "torch (torch.export.load(file).module())" if self.format == "pt2"
                    else "onnxruntime.InferenceSession")
         raise FerryError(
             f"this export has no \"model\" component to call: its components, {listed}, are "

@@ -86,7 +86,9 @@ class OpenVINOExporter(OnnxExporter):
 class DynamoExporter(OnnxExporter):
     """Exports to torch.export's .pt2 (the recipe's export_format "dynamo"): model.pt2, which
     torch.export.load reads, written by libferry from the checkpoint (no tracing, no torch).
-    Generation exports are not written for this format yet, and are refused by libferry."""
+    export_for_generation needs a static cache (generation_config={"cache_implementation":
+    "static", "max_cache_len": N}): the programs write the new rows into the cache tensors they
+    are handed; a dynamic cache is refused by libferry."""
 
     export_format = "dynamo"
 

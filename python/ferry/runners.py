@@ -25,7 +25,7 @@ import numpy as np
 
 from ._lib import FerryError, _escape
 from ._onnx_weights import external_initializers
-from .runtime import _onnxruntime_provider, openvino_device, torch_device
+from .runtime import _onnxruntime_provider, load_program, openvino_device, torch_device
 
 _CACHE_LAYOUT = "[batch, kv_heads, length, head_dim]"
 _FEEDS = ("input_ids", "attention_mask", "position_ids")
@@ -569,11 +569,9 @@ def _torch_runners(files, metas, cache, device=None):
     """Each component's program loaded with torch.export.load and run as its module on
     `device`. A prefill and a decode hold one set of weights: decode's parameters are made
     prefill's tensors (load_state_dict(assign=True)), so its own copies are freed."""
-    import torch
-
     made, first = {}, None
     for name, path in files.items():
-        module = torch.export.load(str(path)).module().to(torch_device(device))
+        module = load_program(path, torch_device(device)).module()
         if first is None:
             first = module
         else:

@@ -135,6 +135,20 @@ def torch_device(device):
     return torch.device(kind, index) if kind == "cuda" else torch.device("cpu")
 
 
+def load_program(path, device):
+    """torch.export.load(path) on `device` (a torch.device): the program's parameters, buffers
+    and the devices its ops name (an arange on "cpu") moved by torch's own pass; .to() on the
+    module would leave those ops on the CPU."""
+    import torch
+
+    program = torch.export.load(str(path))
+    if device.type != "cpu":
+        from torch.export.passes import move_to_device_pass
+
+        program = move_to_device_pass(program, device)
+    return program
+
+
 class TorchSession:
     """A .pt2 program run as torch.export.load(path).module(), called with keywords as the
     model was; numpy in and out (bf16 outputs as float32, which numpy can hold)."""
@@ -147,12 +161,12 @@ class TorchSession:
         import torch
 
         self._device = torch_device(device)
-        program = torch.export.load(str(path))
+        program = load_program(path, self._device)
         self._inputs = [s.arg.name for s in program.graph_signature.input_specs
                         if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
         spec = program.call_spec.out_spec  # the program returns a dict of its outputs
         self._outputs = list(spec.context) if spec is not None and spec.context else ["logits"]
-        self._module = program.module().to(self._device)
+        self._module = program.module()
 
     def get_inputs(self):
         return [self._Port(name) for name in self._inputs]

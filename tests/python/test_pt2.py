@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (ARCHS, FP32_ATOL, assert_logits_close, check_export_error, ferry_export,
-                      make_inputs, reference_logits, reference_model,
-                      run_ferry)
+from conftest import (ARCHS, FIXTURE, FP32_ATOL, assert_logits_close, check_export_error,
+                      ferry_export, make_checkpoint, make_inputs, reference_logits,
+                      reference_model, run_ferry)
 from test_oracle_onnx import BF16_ATOL, FP16_ATOL
 from test_openvino import check_calls, eos_ids, hf_greedy, left_pad, pick, prompts
 
@@ -56,8 +56,6 @@ def check_shapes(ckpt, module, shapes, atol=FP32_ATOL, seed=0):
 def family(request, tmp_path_factory):
     arch = request.param
     base = tmp_path_factory.mktemp(f"pt2-{arch}")
-    from conftest import make_checkpoint
-
     ckpt = make_checkpoint(base / "ckpt", arch)
     out = ferry_export(ckpt, base / "pt2", "--format", "pt2", "--dynamic", "--quiet")
     program = load(out)
@@ -453,3 +451,70 @@ def test_writer_under_sanitizers(build, ckpts, tmp_path):
         ("past_key_values_0_cumulative_length", "past_key_values_0_key",
          "past_key_values_0_value", "past_key_values_1_cumulative_length",
          "past_key_values_1_key", "past_key_values_1_value")
+
+
+def test_rope_variants(ckpts, tmp_path, record_property):
+    """Rope scalings whose lowering uses ops the default one does not (dynamic NTK's pow of two
+    tensors, found by review: aten names pow's operand "exponent"), beyond
+    max_position_embeddings too."""
+    worst = 0.0
+    for name, rope in (("dynamic", {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}),
+                       ("linear", {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})):
+        ckpt = make_checkpoint(tmp_path / f"ckpt-{name}", "llama", rope_parameters=rope,
+                               max_position_embeddings=32)
+        out = ferry_export(ckpt, tmp_path / name, "--format", "pt2", "--dynamic", "--quiet")
+        worst = max(worst, check_shapes(ckpt, load(out).module(), [(1, 7), (3, 33), (1, 80)]))
+    record_property("max_abs_error", worst)
+
+
+def test_runs_on_another_device(tmp_path):
+    """ferry moves a program to a device with torch's move_to_device_pass (the ops that name
+    "cpu", an arange's device, move too; module().to() would leave them): on "meta", which
+    stands in for a GPU here, the module runs to logits of the right shape."""
+    from ferry.runtime import load_program
+
+    out = ferry_export(FIXTURE, tmp_path / "pt2", "--format", "pt2", "--dynamic", "--quiet")
+    module = load_program(out / "model.pt2", torch.device("meta")).module()
+    ids = torch.zeros(3, 7, dtype=torch.int64, device="meta")
+    logits = module(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=ids)["logits"]
+    assert logits.device.type == "meta" and tuple(logits.shape) == (3, 7, 512)
+
+
+def test_dim_hints(ckpts):
+    """torch.export.Dim.AUTO and Dim.DYNAMIC name no symbol: axis 0 is batch, axis 1 sequence;
+    Dim.STATIC keeps the axis static; another axis needs a named Dim."""
+    from ferry import DynamoConfig, DynamoExporter, FerryError
+
+    Dim = torch.export.Dim
+    ckpt = ckpts("llama")
+    exported = DynamoExporter().export(str(ckpt), config=DynamoConfig(dynamic_shapes={
+        "input_ids": {0: Dim.STATIC, 1: Dim.AUTO}}))
+    sizes = exported.components["model"].metadata["inputs"][0]["shape"]
+    assert sizes == [1, "sequence"], sizes
+    with pytest.raises(FerryError, match="Dim.DYNAMIC on axis 2"):
+        DynamoConfig(dynamic_shapes={"input_ids": {2: Dim.DYNAMIC}})
+
+
+def test_validate_fails_a_broken_program(ckpts, tmp_path):
+    """A program torch cannot load is the export's fault: ferry validate exits 1 (not 3, which
+    says validation cannot run here) and names torch."""
+    import os
+    import sys
+
+    from conftest import ROOT
+
+    ckpt = ckpts("llama")
+    out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic", "--quiet")
+    archive = out / "model.pt2"
+    with zipfile.ZipFile(archive) as z:
+        entries = [(i, z.read(i.filename)) for i in z.infolist()]
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as z:
+        for info, data in entries:
+            if info.filename.endswith("models/model.json"):
+                data = data.replace(b"aten.linear.default", b"aten.no_such_op.default")
+            z.writestr(info.filename, data)
+    env = {"FERRY_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
+    rc, _, err = run_ferry("validate", out, "--no-record", env=env)
+    assert rc == 1, err
+    assert "torch cannot load or run this export" in err

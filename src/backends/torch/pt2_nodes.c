@@ -121,12 +121,14 @@ static void emit_binary(pt_printer *p, const g_node *n)
     }
     if (number && (n->op == G_MAX || n->op == G_MIN))
         number = false; /* maximum/minimum take tensors only */
+    /* aten's schemas name the second operand "other", except pow's "exponent" */
+    const char *second = n->op == G_POW ? "exponent" : "other";
     target(p, BINARY[n->op]);
     pt_arg_tensor(p, "self", n->in[0], PT_POSITIONAL);
     if (number)
-        arg_number(p, "other", PT_POSITIONAL, n->in[1], x);
+        arg_number(p, second, PT_POSITIONAL, n->in[1], x);
     else
-        pt_arg_tensor(p, "other", n->in[1], PT_POSITIONAL);
+        pt_arg_tensor(p, second, n->in[1], PT_POSITIONAL);
     end_node(p, n);
 }
 
