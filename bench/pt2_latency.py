@@ -65,7 +65,10 @@ def generation(args, manifest, torch):
 
         exported = ExportedModel.from_pretrained(args.dir, trust_remote_code=True)
         config = AutoConfig.from_pretrained(args.dir)
-        slots = next(iter(decode_meta["kwargs"]["attention_mask"]["shape"][-1:]))
+        # a 4-D mask, or (models with several layer types, Qwen3) a dict of them by type
+        spec = decode_meta["kwargs"]["attention_mask"]
+        leaves = spec.get("leaves") or {None: spec}
+        slots = next(iter(leaves.values()))["shape"][-1]
         cache = StaticCache(config=config, max_cache_len=slots)
         head_dim = getattr(config, "head_dim", None) or \
             config.hidden_size // config.num_attention_heads
@@ -73,11 +76,17 @@ def generation(args, manifest, torch):
                                    head_dim=head_dim, dtype=torch.float32, device="cpu")
         runner = exported.runners["decode"]
 
+        def one_mask(q, first, dtype):
+            visible = (torch.arange(slots)[None, :] <= (first + torch.arange(q))[:, None])
+            visible = visible[None, None].repeat(BATCH, 1, 1, 1)
+            if dtype == "bool":
+                return visible
+            return torch.where(visible, 0.0, torch.finfo(torch.float32).min)
+
         def call(ids, first):
             q = ids.shape[1]
-            mask = torch.full((BATCH, 1, q, slots), torch.finfo(torch.float32).min)
-            for i in range(q):
-                mask[:, 0, i, :first + i + 1] = 0
+            masks = {k: one_mask(q, first, leaf["dtype"]) for k, leaf in leaves.items()}
+            mask = masks[None] if None in masks else masks
             pos = (first + torch.arange(q)).unsqueeze(0).repeat(BATCH, 1)
             return runner(input_ids=ids, attention_mask=mask, position_ids=pos,
                           cache=cache).logits
