@@ -65,6 +65,29 @@ def disk_floor(path, nbytes):
     return wall
 
 
+def timed_export(label, kind, cmd, logs):
+    """One export's row: `cmd` (its output directory cmd[3]) run in its own process after
+    os.sync(), REPEATS times for ferry's (whose seconds swing with the disk's writeback; the
+    median is the row's) and once for a peer: wall time, the peak RSS of the process tree, the
+    bytes it wrote."""
+    out = Path(cmd[3])
+    walls, rss, r = [], 0, None
+    for _ in range(REPEATS if kind.startswith("ferry") else 1):
+        shutil.rmtree(out, ignore_errors=True)
+        os.sync()
+        r = measure(cmd, logs / f"x-{kind}.log", env={"HF_HUB_OFFLINE": "1"}, timeout=3600)
+        if r["error"]:
+            break
+        walls.append(r["wall"])
+        rss = max(rss, r["peak_rss"])
+    row = dict(label=label, kind=kind, export_s=statistics.median(walls) if walls else None,
+               export_s_all=walls, peak_rss=rss, error=r["error"],
+               command=" ".join(map(str, cmd)))
+    if not r["error"]:
+        row["bytes"] = dir_bytes(out)
+    return row
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--tiny", action="store_true")
@@ -98,21 +121,9 @@ def main():
     ]
     rows = []
     for label, kind, cmd in runs:
+        row = timed_export(label, kind, cmd, logs)
         out = Path(cmd[3])
-        walls, rss, r = [], 0, None
-        for _ in range(REPEATS if kind.startswith("ferry") else 1):
-            shutil.rmtree(out, ignore_errors=True)
-            os.sync()
-            r = measure(cmd, logs / f"x-{kind}.log", env={"HF_HUB_OFFLINE": "1"}, timeout=3600)
-            if r["error"]:
-                break
-            walls.append(r["wall"])
-            rss = max(rss, r["peak_rss"])
-        row = dict(label=label, kind=kind, export_s=statistics.median(walls) if walls else None,
-                   export_s_all=walls, peak_rss=rss, error=r["error"],
-                   command=" ".join(map(str, cmd)))
-        if not r["error"]:
-            row["bytes"] = dir_bytes(out)
+        if not row["error"]:
             res = sdir / f"{kind}.json"
             if kind == "ferry-onnx-gen":
                 lat_cmd = [PY, HERE / "ort_latency.py", "--kind", "ferry-gen", "--dir", out,

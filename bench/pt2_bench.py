@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from openvino_bench import REPEATS, dir_bytes, disk_floor  # noqa: E402
+from openvino_bench import REPEATS, disk_floor, timed_export  # noqa: E402
 from peers_bench import MAIN, SIZES, TINY, make_checkpoint, measure  # noqa: E402
 
 MiB = 1024 * 1024
@@ -72,21 +72,9 @@ def main():
     ]
     rows = []
     for label, kind, cmd in runs:
+        row = timed_export(label, kind, cmd, logs)
         out = Path(cmd[3])
-        walls, rss, r = [], 0, None
-        for _ in range(REPEATS if kind.startswith("ferry") else 1):
-            shutil.rmtree(out, ignore_errors=True)
-            os.sync()
-            r = measure(cmd, logs / f"x-{kind}.log", env={"HF_HUB_OFFLINE": "1"}, timeout=3600)
-            if r["error"]:
-                break
-            walls.append(r["wall"])
-            rss = max(rss, r["peak_rss"])
-        row = dict(label=label, kind=kind, export_s=statistics.median(walls) if walls else None,
-                   export_s_all=walls, peak_rss=rss, error=r["error"],
-                   command=" ".join(map(str, cmd)))
-        if not r["error"]:
-            row["bytes"] = dir_bytes(out)
+        if not row["error"]:
             res = sdir / f"{kind}.json"
             lat = measure([PY, HERE / "pt2_latency.py", "--dir", out, "--json", res,
                            "--threads", str(THREADS)], logs / f"l-{kind}.log", timeout=3600)
