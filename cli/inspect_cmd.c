@@ -95,20 +95,36 @@ static void print_dims(const cJSON *arr, char *buf, size_t size)
         snprintf(buf + len, size - len, "]");
 }
 
+static const char *io_name(const cJSON *v)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(v, "name");
+    return cli_quote(cJSON_IsString(name) ? name->valuestring : "?");
+}
+
+/* The columns as wide as the longest name and shape (a static cache's
+ * past_key_values_0_cumulative_length, a 4-D mask's shape), at least 20 and 32. */
 static void print_io(const char *title, const cJSON *list)
 {
     const cJSON *v;
+    int name_w = 20, shape_w = 32;
+    char shape[256], traced[256];
+    cJSON_ArrayForEach(v, list) {
+        int n = (int)strlen(io_name(v));
+        print_dims(cJSON_GetObjectItemCaseSensitive(v, "shape"), shape, sizeof shape);
+        int w = (int)strlen(cli_quote(shape));
+        name_w = n > name_w && n < 80 ? n : name_w;
+        shape_w = w > shape_w && w < 80 ? w : shape_w;
+    }
     printf("  %s:\n", title);
     cJSON_ArrayForEach(v, list) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(v, "name");
         const cJSON *dt = cJSON_GetObjectItemCaseSensitive(v, "dtype");
-        char shape[256] = "[]", traced[256] = "[]";
+        snprintf(shape, sizeof shape, "[]");
+        snprintf(traced, sizeof traced, "[]");
         print_dims(cJSON_GetObjectItemCaseSensitive(v, "shape"), shape, sizeof shape);
         print_dims(cJSON_GetObjectItemCaseSensitive(v, "traced_shape"), traced, sizeof traced);
-        printf("    %-20s %-9s %-32s traced %s\n",
-               cli_quote(cJSON_IsString(name) ? name->valuestring : "?"),
-               cli_quote(cJSON_IsString(dt) ? dt->valuestring : "?"), cli_quote(shape),
-               cli_quote(traced));
+        printf("    %-*s %-9s %-*s traced %s\n", name_w, io_name(v),
+               cli_quote(cJSON_IsString(dt) ? dt->valuestring : "?"), shape_w,
+               cli_quote(shape), cli_quote(traced));
     }
 }
 
