@@ -88,6 +88,46 @@ def timed_export(label, kind, cmd, logs):
     return row
 
 
+def measure_floor(rows, sdir, tag):
+    """(ferry plain's row, the disk's floor for its bytes: median of REPEATS runs) or
+    (None, None) when that export failed."""
+    plain = next((r for r in rows if r["kind"] == "ferry-plain" and not r["error"]), None)
+    if not plain:
+        return None, None
+    floors = [disk_floor(sdir / "disk-floor.tmp", plain["bytes"]) for _ in range(REPEATS)]
+    floor = dict(bytes=plain["bytes"], wall_s=statistics.median(floors), all=floors)
+    print(f"{tag} disk floor", floor, flush=True)
+    return plain, floor
+
+
+def floor_text(floor, plain):
+    """The report's sentence on the disk's floor under ferry's plain export."""
+    return (f"The disk's floor: writing and syncing {floor['bytes'] / MiB:.0f} MiB (ferry plain's "
+            f"bytes) takes {floor['wall_s']:.1f} s on this machine (median of {REPEATS}: " +
+            ", ".join(f"{w:.1f}" for w in floor["all"]) +
+            f"); ferry's plain export takes {plain['export_s'] / floor['wall_s']:.2f}x that: an "
+            "export is bound by the bytes it must write, so its ratio to transformers' exporter "
+            "is bound by the disk too.")
+
+
+def comparison_text(what, f, t, decode_key):
+    """ferry's row `f` against transformers' `t`: export time, peak RSS, bytes, latency."""
+    line = (f"{what}: ferry's export {t['export_s'] / f['export_s']:.1f}x faster, "
+            f"1/{t['peak_rss'] / f['peak_rss']:.0f} of the peak RSS, "
+            f"{f['bytes'] / t['bytes']:.2f}x the bytes")
+    if f.get("prefill_ms") and t.get("prefill_ms"):
+        line += f"; prefill {f['prefill_ms'] / t['prefill_ms']:.2f}x the time"
+    if f.get(decode_key) and t.get(decode_key):
+        line += f", decode {f[decode_key] / t[decode_key]:.2f}x"
+    return line + " (below 1 = ferry faster)."
+
+
+def export_times_text(rows):
+    return "ferry's export times, every run (s): " + "; ".join(
+        f"{r['label']} " + ", ".join(f"{w:.1f}" for w in r["export_s_all"])
+        for r in rows if r["kind"].startswith("ferry") and r.get("export_s_all"))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--tiny", action="store_true")
@@ -141,14 +181,7 @@ def main():
                 row.update(timing, session_rss=lat["peak_rss"])
         rows.append(row)
         print("openvino", {k: v for k, v in row.items() if k != "command"}, flush=True)
-    plain = next((r for r in rows if r["kind"] == "ferry-plain" and not r["error"]), None)
-    floor = None
-    if plain:
-        floors = []
-        for _ in range(REPEATS):
-            floors.append(disk_floor(sdir / "disk-floor.tmp", plain["bytes"]))
-        floor = dict(bytes=plain["bytes"], wall_s=statistics.median(floors), all=floors)
-        print("openvino disk floor", floor, flush=True)
+    plain, floor = measure_floor(rows, sdir, "openvino")
     (work / "openvino-results.json").write_text(json.dumps(dict(rows=rows, disk_floor=floor),
                                                            indent=2, default=str))
 
@@ -175,13 +208,7 @@ def main():
                                ("ferry-gen-int4", "tf-gen", "generation, ferry int4")):
         f, t = by.get(ours), by.get(theirs)
         if f and t:
-            line = (f"{what}: ferry's export {t['export_s'] / f['export_s']:.1f}x faster, "
-                    f"1/{t['peak_rss'] / f['peak_rss']:.0f} of the peak RSS, "
-                    f"{f['bytes'] / t['bytes']:.2f}x the bytes; prefill "
-                    f"{f['prefill_ms'] / t['prefill_ms']:.2f}x the time")
-            if f.get("decode_ms_mean") and t.get("decode_ms_mean"):
-                line += f", decode {f['decode_ms_mean'] / t['decode_ms_mean']:.2f}x"
-            lines += ["", line + " (below 1 = ferry faster)."]
+            lines += ["", comparison_text(what, f, t, "decode_ms_mean")]
     f, o = by.get("ferry-gen"), by.get("ferry-onnx-gen")
     if f and o and f.get("decode_ms_mean") and o.get("decode_ms_mean"):
         lines += ["", f"ferry's export in its two runtimes: OpenVINO's stateful graph prefills in "
@@ -189,15 +216,8 @@ def main():
                   f"{f['decode_ms_mean'] / o['decode_ms_mean']:.2f}x the time of the ONNX "
                   "generation export in onnxruntime (below 1 = OpenVINO faster)."]
     if floor:
-        lines += ["", f"The disk's floor: writing and syncing {floor['bytes'] / MiB:.0f} MiB "
-                  f"(ferry plain's bytes) takes {floor['wall_s']:.1f} s on this machine "
-                  f"(median of {REPEATS}: " + ", ".join(f"{w:.1f}" for w in floor["all"]) +
-                  f"); ferry's plain export takes {plain['export_s'] / floor['wall_s']:.2f}x that: "
-                  "an fp32 export is bound by the bytes it must write, so its ratio to "
-                  "transformers' exporter is bound by the disk too."]
-    lines += ["", "ferry's export times, every run (s): " + "; ".join(
-        f"{r['label']} " + ", ".join(f"{w:.1f}" for w in r["export_s_all"])
-        for r in rows if r["kind"].startswith("ferry") and r.get("export_s_all"))]
+        lines += ["", floor_text(floor, plain)]
+    lines += ["", export_times_text(rows)]
     lines += ["", "transformers' generation export writes a prefill graph (cache as outputs) and "
               "a stateful decode graph (cache in variables) with no way to hand the one's cache "
               "to the other, so its decode is measured after feeding the prompt to the decode "

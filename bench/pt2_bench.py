@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sys
 from pathlib import Path
 
@@ -34,7 +33,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from openvino_bench import REPEATS, disk_floor, timed_export  # noqa: E402
+from openvino_bench import (comparison_text, export_times_text, floor_text,  # noqa: E402
+                            measure_floor, timed_export)
 from peers_bench import MAIN, SIZES, TINY, make_checkpoint, measure  # noqa: E402
 
 MiB = 1024 * 1024
@@ -84,12 +84,7 @@ def main():
                 row.update(json.loads(res.read_text()), session_rss=lat["peak_rss"])
         rows.append(row)
         print("pt2", {k: v for k, v in row.items() if k != "command"}, flush=True)
-    plain = next((r for r in rows if r["kind"] == "ferry-plain" and not r["error"]), None)
-    floor = None
-    if plain:
-        floors = [disk_floor(sdir / "disk-floor.tmp", plain["bytes"]) for _ in range(REPEATS)]
-        floor = dict(bytes=plain["bytes"], wall_s=statistics.median(floors), all=floors)
-        print("pt2 disk floor", floor, flush=True)
+    plain, floor = measure_floor(rows, sdir, "pt2")
     (work / "pt2-results.json").write_text(json.dumps(dict(rows=rows, disk_floor=floor),
                                                       indent=2, default=str))
 
@@ -115,25 +110,11 @@ def main():
     for ours, theirs, what in (("ferry-plain", "tf-plain", "plain"),
                                ("ferry-gen", "tf-gen", "generation")):
         f, t = by.get(ours), by.get(theirs)
-        if not (f and t):
-            continue
-        line = (f"{what}: ferry's export {t['export_s'] / f['export_s']:.1f}x faster, "
-                f"1/{t['peak_rss'] / f['peak_rss']:.0f} of the peak RSS, "
-                f"{f['bytes'] / t['bytes']:.2f}x the bytes")
-        if f.get("prefill_ms") and t.get("prefill_ms"):
-            line += f"; prefill {f['prefill_ms'] / t['prefill_ms']:.2f}x the time"
-        if f.get("decode_ms_median") and t.get("decode_ms_median"):
-            line += f", decode {f['decode_ms_median'] / t['decode_ms_median']:.2f}x"
-        lines += ["", line + " (below 1 = ferry faster)."]
+        if f and t:
+            lines += ["", comparison_text(what, f, t, "decode_ms_median")]
     if floor:
-        lines += ["", f"The disk's floor: writing and syncing {floor['bytes'] / MiB:.0f} MiB "
-                  f"(ferry plain's bytes) takes {floor['wall_s']:.1f} s on this machine "
-                  f"(median of {REPEATS}: " + ", ".join(f"{w:.1f}" for w in floor["all"]) +
-                  f"); ferry's plain export takes {plain['export_s'] / floor['wall_s']:.2f}x that, "
-                  "so its ratio to transformers' exporter is bound by the disk."]
-    lines += ["", "ferry's export times, every run (s): " + "; ".join(
-        f"{r['label']} " + ", ".join(f"{w:.1f}" for w in r["export_s_all"])
-        for r in rows if r["kind"].startswith("ferry") and r.get("export_s_all"))]
+        lines += ["", floor_text(floor, plain)]
+    lines += ["", export_times_text(rows)]
     lines += ["", "Commands:", ""] + [f"    {r['command']}" for r in rows]
     args.out.write_text("\n".join(lines) + "\n")
     print(args.out.read_text())

@@ -83,14 +83,17 @@ def openvino_device(device):
     return name
 
 
+class _Port:
+    """An input or output as onnxruntime's sessions list them: its .name."""
+
+    def __init__(self, name):
+        self.name = name
+
+
 class OpenVINOSession:
     """An OpenVINO compiled model behind onnxruntime's session calls. An fp32 export is compiled
     at f32 inference precision (OpenVINO's CPU plugin would otherwise compute in bf16 where the
     processor has it)."""
-
-    class _Port:
-        def __init__(self, name):
-            self.name = name
 
     def __init__(self, path, precision, device=None):
         import openvino
@@ -103,10 +106,10 @@ class OpenVINOSession:
                       if o.get_element_type() == openvino.Type.bf16}
 
     def get_inputs(self):
-        return [self._Port(i.get_any_name()) for i in self._compiled.inputs]
+        return [_Port(i.get_any_name()) for i in self._compiled.inputs]
 
     def get_outputs(self):
-        return [self._Port(o.get_any_name()) for o in self._compiled.outputs]
+        return [_Port(o.get_any_name()) for o in self._compiled.outputs]
 
     def run(self, names, feeds):
         import numpy as np
@@ -153,10 +156,6 @@ class TorchSession:
     """A .pt2 program run as torch.export.load(path).module(), called with keywords as the
     model was; numpy in and out (bf16 outputs as float32, which numpy can hold)."""
 
-    class _Port:
-        def __init__(self, name):
-            self.name = name
-
     def __init__(self, path, device=None):
         import torch
 
@@ -169,10 +168,10 @@ class TorchSession:
         self._module = program.module()
 
     def get_inputs(self):
-        return [self._Port(name) for name in self._inputs]
+        return [_Port(name) for name in self._inputs]
 
     def get_outputs(self):
-        return [self._Port(name) for name in self._outputs]
+        return [_Port(name) for name in self._outputs]
 
     def run(self, names, feeds):
         import torch

@@ -144,14 +144,21 @@ static void track_node(const g_graph *g, const g_node *n, pt_ints *ints)
         ints[n->out[0]] = r;
 }
 
-pt_ints *pt_track(const g_graph *g)
+/* the integers known before any node: the small integer constants (NULL when out of memory) */
+static pt_ints *constant_ints(const g_graph *g)
 {
     pt_ints *ints = calloc(g->n_values ? g->n_values : 1, sizeof *ints);
-    if (!ints)
-        return NULL;
-    for (size_t v = 0; v < g->n_values; v++)
+    for (size_t v = 0; ints && v < g->n_values; v++)
         if (g->values[v].kind == GV_CONST)
             from_const(&g->values[v], &ints[v]);
+    return ints;
+}
+
+pt_ints *pt_track(const g_graph *g)
+{
+    pt_ints *ints = constant_ints(g);
+    if (!ints)
+        return NULL;
     for (size_t i = 0; i < g->n_nodes; i++)
         if (!g->nodes[i].dead)
             track_node(g, &g->nodes[i], ints);
@@ -190,12 +197,9 @@ static g_dim range_length(const g_graph *g, const g_node *n, const pt_ints *ints
 
 ferry_status pt_refine_shapes(g_graph *g, fy_err *err)
 {
-    pt_ints *ints = calloc(g->n_values ? g->n_values : 1, sizeof *ints);
+    pt_ints *ints = constant_ints(g);
     if (!ints)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-    for (size_t v = 0; v < g->n_values; v++)
-        if (g->values[v].kind == GV_CONST)
-            from_const(&g->values[v], &ints[v]);
     ferry_status st = FERRY_OK;
     for (size_t i = 0; i < g->n_nodes && st == FERRY_OK; i++) {
         g_node *n = &g->nodes[i];
