@@ -10,7 +10,7 @@ VENV       ?= .venv
 PYTHON     ?= python3
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-APT_BUILD  = cmake gcc make libcjson-dev libcmocka-dev zlib1g-dev
+APT_BUILD  = cmake gcc make libcjson-dev libcmocka-dev zlib1g-dev libdeflate-dev
 # pkg-config: tests/python/test_c_install.py builds a program against an installed libferry.
 APT_TEST   = $(APT_BUILD) clang libclang-rt-14-dev pkg-config
 

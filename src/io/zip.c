@@ -1,16 +1,19 @@
 /* zip.c — the zip writer of zip.h (PKWARE APPNOTE 6.3: local headers, central directory, zip64
  * extended information extra field 0x0001, zip64 end of central directory record and locator).
- * CRC-32 from zlib. */
+ * CRC-32 from libdeflate; zlib joins two CRC-32s (crc32_combine64). */
 #include "io/zip.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libdeflate.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "util/fs.h"
+#include "util/grow.h"
 
 #define U32_MAX_FIELD 0xFFFFFFFFu
 #define PADDING_ID 0x4246    /* "FB": the extra field torch pads local headers with */
@@ -21,8 +24,14 @@ typedef struct zip_entry {
     char *name;
     uint64_t header_offset, data_offset, size;
     uint32_t crc;
-    bool reserved;           /* written by the caller: its CRC is read back at close */
+    bool reserved;           /* written by the caller: its CRC is found at close */
 } zip_entry;
+
+/* A run of bytes the caller wrote into a reserved entry, and their CRC-32. */
+typedef struct zip_run {
+    uint64_t offset, n;
+    uint32_t crc;
+} zip_run;
 
 struct zip_writer {
     int fd;
@@ -30,6 +39,10 @@ struct zip_writer {
     zip_entry *entries;
     size_t n, cap;
     uint64_t end;            /* where the next local header goes */
+    pthread_mutex_t mu;      /* guards the runs: zip_wrote is called from many threads */
+    zip_run *runs;
+    size_t n_runs, cap_runs;
+    bool runs_lost;          /* a run could not be recorded: every entry is read back */
 };
 
 typedef struct bytes {
@@ -78,6 +91,7 @@ zip_writer *zip_new(int fd, const char *path, fy_err *err)
         return NULL;
     }
     z->fd = fd, z->path = path;
+    pthread_mutex_init(&z->mu, NULL);
     return z;
 }
 
@@ -88,6 +102,8 @@ void zip_free(zip_writer *z)
     for (size_t i = 0; i < z->n; i++)
         free(z->entries[i].name);
     free(z->entries);
+    free(z->runs);
+    pthread_mutex_destroy(&z->mu);
     free(z);
 }
 
@@ -156,15 +172,16 @@ static ferry_status add_entry(zip_writer *z, const char *name, uint64_t size, ui
     return st;
 }
 
+/* `crc` carried on over `n` bytes. */
+static uint32_t crc_of(uint32_t crc, const void *data, size_t n)
+{
+    return n ? libdeflate_crc32(crc, data, n) : crc;
+}
+
 ferry_status zip_put(zip_writer *z, const char *name, const void *data, size_t n, fy_err *err)
 {
     zip_entry *e;
-    uint32_t crc = 0;
-    for (size_t done = 0; done < n;) {   /* zlib's crc32 takes a uInt length */
-        size_t k = n - done < CRC_CHUNK ? n - done : CRC_CHUNK;
-        crc = (uint32_t)crc32(crc, (const Bytef *)data + done, (uInt)k);
-        done += k;
-    }
+    uint32_t crc = crc_of(0, data, n);
     ferry_status st = add_entry(z, name, n, crc, false, &e, err);
     if (st == FERRY_OK && n)
         st = fs_pwrite_all(z->fd, z->path, data, n, e->data_offset, err);
@@ -181,21 +198,91 @@ ferry_status zip_reserve(zip_writer *z, const char *name, uint64_t size, uint64_
     return st;
 }
 
-/* CRC-32 of a reserved entry's bytes, as the caller wrote them. */
-static ferry_status read_back_crc(zip_writer *z, zip_entry *e, uint8_t *buf, fy_err *err)
+void zip_wrote(zip_writer *z, const void *data, size_t n, uint64_t offset)
 {
-    uint32_t crc = 0;
-    for (uint64_t done = 0; done < e->size;) {
-        size_t want = e->size - done < CRC_CHUNK ? (size_t)(e->size - done) : CRC_CHUNK;
-        ssize_t k = pread(z->fd, buf, want, (off_t)(e->data_offset + done));
+    if (n == 0)
+        return;
+    uint32_t crc = crc_of(0, data, n);   /* here, in the caller's thread, while data is hot */
+    pthread_mutex_lock(&z->mu);
+    zip_run *runs = fy_grow(z->runs, &z->cap_runs, z->n_runs + 1, sizeof *runs);
+    if (runs) {
+        z->runs = runs;
+        z->runs[z->n_runs++] = (zip_run){offset, n, crc};
+    } else {
+        z->runs_lost = true;
+    }
+    pthread_mutex_unlock(&z->mu);
+}
+
+void zip_wrote_observer(void *user, const void *data, size_t n, uint64_t offset)
+{
+    zip_wrote(user, data, n, offset);
+}
+
+/* `crc` carried on over the file's bytes [offset, offset + n), read back (from the page
+ * cache) through `buf` (CRC_CHUNK bytes). */
+static ferry_status read_back(zip_writer *z, const zip_entry *e, uint64_t offset, uint64_t n,
+                              uint8_t *buf, uint32_t *crc, fy_err *err)
+{
+    for (uint64_t done = 0; done < n;) {
+        size_t want = n - done < CRC_CHUNK ? (size_t)(n - done) : CRC_CHUNK;
+        ssize_t k = pread(z->fd, buf, want, (off_t)(offset + done));
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
             return fy_fail(err, FERRY_ERR_IO, "cannot read back %s (entry %s): %s", z->path,
                            e->name, k < 0 ? strerror(errno) : "short file");
-        crc = (uint32_t)crc32(crc, buf, (uInt)k);
+        *crc = crc_of(*crc, buf, (size_t)k);
         done += (uint64_t)k;
     }
+    return FERRY_OK;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    uint64_t x = ((const zip_run *)a)->offset, y = ((const zip_run *)b)->offset;
+    return x < y ? -1 : x > y;
+}
+
+/* CRC-32 of a reserved entry's bytes, as the caller wrote them: the reported runs (z->runs,
+ * sorted by offset) folded in order with crc32_combine, the bytes between them read back. Runs
+ * that overlap or cross the entry's bounds cannot be trusted to be what the file holds: the
+ * whole entry is read back then. */
+static ferry_status reserved_crc(zip_writer *z, zip_entry *e, uint8_t *buf, fy_err *err)
+{
+    uint64_t pos = e->data_offset, end = e->data_offset + e->size;
+    uint32_t crc = 0;
+    bool trusted = !z->runs_lost;
+    size_t lo = 0, hi = z->n_runs;      /* the first run ending past the entry's start */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (z->runs[mid].offset + z->runs[mid].n <= e->data_offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    ferry_status st = FERRY_OK;
+    for (size_t i = lo; trusted && i < z->n_runs && z->runs[i].offset < end; i++) {
+        const zip_run *r = &z->runs[i];
+        if (r->offset < pos || r->n > end - r->offset) {
+            trusted = false;
+            break;
+        }
+        if (r->offset > pos) {
+            st = read_back(z, e, pos, r->offset - pos, buf, &crc, err);
+            if (st != FERRY_OK)
+                return st;
+        }
+        crc = (uint32_t)crc32_combine64(crc, r->crc, (z_off64_t)r->n);
+        pos = r->offset + r->n;
+    }
+    if (!trusted) {
+        crc = 0;
+        pos = e->data_offset;
+    }
+    st = read_back(z, e, pos, end - pos, buf, &crc, err);
+    if (st != FERRY_OK)
+        return st;
     e->crc = crc;
     uint8_t raw[4] = {(uint8_t)crc, (uint8_t)(crc >> 8), (uint8_t)(crc >> 16),
                       (uint8_t)(crc >> 24)};
@@ -243,9 +330,11 @@ ferry_status zip_close(zip_writer *z, fy_err *err)
     if (!buf)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", z->path);
     ferry_status st = FERRY_OK;
+    if (z->n_runs)
+        qsort(z->runs, z->n_runs, sizeof *z->runs, by_offset);
     for (size_t i = 0; i < z->n && st == FERRY_OK; i++)
         if (z->entries[i].reserved)
-            st = read_back_crc(z, &z->entries[i], buf, err);
+            st = reserved_crc(z, &z->entries[i], buf, err);
     free(buf);
     if (st != FERRY_OK)
         return st;

@@ -5,9 +5,11 @@
  *
  * Entries are laid out as they are declared: zip_put writes a small entry at once; zip_reserve
  * declares an entry of a known size and returns the file offset of its data, which the caller
- * writes itself (the weight stream's pwrite, from many threads). zip_close then reads the
- * reserved entries back (from the page cache) for their CRC-32, writes them into the local
- * headers, and writes the central directory. Nothing is kept in memory but the entry table. */
+ * writes itself (the weight stream's pwrite, from many threads), telling zip_wrote what it wrote.
+ * zip_close folds those runs' CRC-32s into each reserved entry's (reading back from the file
+ * only the bytes nobody reported: padding, bands copied in the kernel), writes them into the
+ * local headers, and writes the central directory. Nothing is kept in memory but the entry
+ * table and one record per reported run. */
 #ifndef FERRY_IO_ZIP_H
 #define FERRY_IO_ZIP_H
 
@@ -29,6 +31,13 @@ ferry_status zip_put(zip_writer *z, const char *name, const void *data, size_t n
 /* Declares entry `name` of `size` bytes; *data_offset is where its bytes go in the file. */
 ferry_status zip_reserve(zip_writer *z, const char *name, uint64_t size, uint64_t *data_offset,
                          fy_err *err);
+/* Reports `n` bytes `data`, just written at file offset `offset` inside a reserved entry; safe
+ * to call from several threads at once. A run reported twice, overlapping another or crossing
+ * an entry's end makes zip_close read that entry back whole instead. */
+void zip_wrote(zip_writer *z, const void *data, size_t n, uint64_t offset);
+/* zip_wrote in the shape of a weight stream's observer (ws_observer.wrote); `user` is the
+ * zip_writer. */
+void zip_wrote_observer(void *user, const void *data, size_t n, uint64_t offset);
 /* The file offset the next entry's local header starts at (a layout's size, once done). */
 uint64_t zip_end_offset(const zip_writer *z);
 /* CRCs of the reserved entries, then the central directory and end records. */

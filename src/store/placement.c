@@ -165,10 +165,10 @@ uint64_t pl_size(const pl_file *f)
 }
 
 ferry_status pl_write_fd(pl_file *f, int fd, const char *path, uint64_t base,
-                         ws_progress *progress, fy_err *err)
+                         ws_progress *progress, const ws_observer *observer, fy_err *err)
 {
     if (!base)
-        return ws_write(fd, path, f->items, f->n, 0, 0, progress, err);
+        return ws_write(fd, path, f->items, f->n, 0, 0, progress, observer, err);
     ws_item *items = malloc((f->n ? f->n : 1) * sizeof *items);
     if (!items)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
@@ -178,7 +178,7 @@ ferry_status pl_write_fd(pl_file *f, int fd, const char *path, uint64_t base,
             if (items[i].offset[p] != WS_UNPLACED)
                 items[i].offset[p] += base;
     }
-    ferry_status st = ws_write(fd, path, items, f->n, 0, 0, progress, err);
+    ferry_status st = ws_write(fd, path, items, f->n, 0, 0, progress, observer, err);
     free(items);
     return st;
 }
@@ -192,7 +192,7 @@ ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, fy_err
     if (fd < 0)
         return fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                        "%s: cannot create: %s", path, strerror(errno));
-    ferry_status st = pl_write_fd(f, fd, path, 0, progress, err);
+    ferry_status st = pl_write_fd(f, fd, path, 0, progress, NULL, err);
     if (st == FERRY_OK && ftruncate(fd, (off_t)f->size) != 0)
         st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                      "%s: cannot set size: %s", path, strerror(errno));

@@ -30,9 +30,10 @@ bool pl_find(const pl_file *f, const g_weight *w, w_part part, uint64_t *offset,
 /* Bytes the placed parts span (the file's size once written). */
 uint64_t pl_size(const pl_file *f);
 /* Streams every placed part into `fd` (the file `path`, named in errors), `base` bytes on from
- * its placed offset: the file's parts inside a larger one (a zip entry's data). */
+ * its placed offset: the file's parts inside a larger one (a zip entry's data, whose writer
+ * `observer` may be told what was written). */
 ferry_status pl_write_fd(pl_file *f, int fd, const char *path, uint64_t base,
-                         ws_progress *progress, fy_err *err);
+                         ws_progress *progress, const ws_observer *observer, fy_err *err);
 /* Creates `dir`/<file_name> exclusively, streams every placed part into it, sets its size and
  * syncs it. */
 ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, fy_err *err);

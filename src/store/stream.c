@@ -56,6 +56,7 @@ typedef struct stream {
     fy_err err;              /* first failure (guarded by mu) */
     bool no_copy_range;      /* copy_file_range refused once (other filesystem, ...): pread */
     const char *what;        /* the tensor of the band finished last, for progress */
+    const ws_observer *observer;
 } stream;
 
 static bool grow(buf *b, size_t n)
@@ -339,6 +340,8 @@ static void add_offset(uint8_t *p, size_t n, double offset)
 static ferry_status put(stream *s, const void *data, size_t n, uint64_t offset, fy_err *err)
 {
     ferry_status st = fs_pwrite_all(s->fd, s->path, data, n, offset, err);
+    if (st == FERRY_OK && s->observer)
+        s->observer->wrote(s->observer->user, data, n, offset);
 #ifdef SYNC_FILE_RANGE_WRITE
     if (st == FERRY_OK) /* only a hint: an error here leaves the fsync to do all of it */
         (void)sync_file_range(s->fd, (off_t)offset, (off_t)n, SYNC_FILE_RANGE_WRITE);
@@ -554,9 +557,10 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
 }
 
 ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, int threads,
-                      size_t band_elems, ws_progress *progress, fy_err *err)
+                      size_t band_elems, ws_progress *progress, const ws_observer *observer,
+                      fy_err *err)
 {
-    stream s = {.fd = fd, .path = path};
+    stream s = {.fd = fd, .path = path, .observer = observer};
     if (plan_jobs(&s, items, n, band_elems ? band_elems : BAND_ELEMS, err) != FERRY_OK) {
         free(s.jobs);
         return err->status;

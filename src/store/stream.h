@@ -18,6 +18,14 @@ typedef struct ws_progress {
     uint64_t done, total;    /* bytes */
 } ws_progress;
 
+/* Told of each run of bytes a worker wrote with pwrite, from that worker's thread while the
+ * bytes are still in its cache (a zip's CRC-32 taken there, not by reading the file back).
+ * Bands copied file to file in the kernel are not reported. */
+typedef struct ws_observer {
+    void (*wrote)(void *user, const void *data, size_t n, uint64_t offset);
+    void *user;
+} ws_observer;
+
 #define WS_UNPLACED UINT64_MAX
 
 /* One recipe and where each of its parts goes (WS_UNPLACED: a part nobody reads); or, with
@@ -35,9 +43,10 @@ uint64_t ws_item_bytes(const ws_item *item);
 
 /* Writes every item into `fd` (the file `path`, named in errors) with `threads` workers (0: one
  * per core, at most 4), in bands of at most `band_elems` elements (0: the default, 8 Mi; tests
- * pass tiny bands to exercise banding). Progress (if any) counts bytes written. Returns the
- * first error. */
+ * pass tiny bands to exercise banding). Progress (if any) counts bytes written; `observer` (if
+ * any) sees what was written. Returns the first error. */
 ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, int threads,
-                      size_t band_elems, ws_progress *progress, fy_err *err);
+                      size_t band_elems, ws_progress *progress, const ws_observer *observer,
+                      fy_err *err);
 
 #endif

@@ -66,7 +66,7 @@ static ferry_status stream(const g_weight *w, const char *out, fy_err *err)
     int fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     assert_true(fd >= 0);
     ws_item item = {.w = *w, .offset = {0, WS_UNPLACED, WS_UNPLACED}};
-    ferry_status st = ws_write(fd, out, &item, 1, 2, 0, NULL, err);
+    ferry_status st = ws_write(fd, out, &item, 1, 2, 0, NULL, NULL, err);
     close(fd);
     return st;
 }

@@ -117,7 +117,7 @@ static uint8_t *stream(const ws_item *items, size_t n, size_t band, int threads,
     assert_true(fd >= 0);
     fy_err err = {0};
     ws_progress pr = {0};
-    ferry_status st = ws_write(fd, path, items, n, threads, band, &pr, &err);
+    ferry_status st = ws_write(fd, path, items, n, threads, band, &pr, NULL, &err);
     if (st != FERRY_OK)
         fail_msg("ws_write: %s", err.msg);
     uint64_t total = 0;

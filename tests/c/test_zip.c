@@ -1,6 +1,8 @@
 /* test_zip.c — the zip writer (io/zip.h) read back by a parser written from PKWARE's APPNOTE:
  * end records, central directory, local headers, 64-byte data alignment, CRC-32 against known
- * values, and zip64 fields for an entry past 4 GiB (a sparse file: nothing is stored). */
+ * values, zip64 fields for an entry past 4 GiB (a sparse file: nothing is stored), and a
+ * reserved entry's CRC-32 folded from the runs its writers reported (with gaps, out of order,
+ * overlapping) equal to that of its bytes. */
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <zlib.h>
 
 #include "io/zip.h"
 #include "scratch.h"
@@ -146,6 +149,55 @@ static void entry_past_four_gib(void **state)
     close(fd);
 }
 
+/* A reserved entry of 1000 bytes: `runs` of it written and reported (in the order given), one
+ * written and not reported, the rest left a hole. Its CRC must be that of all 1000 bytes. */
+static void reported_runs(const uint64_t (*runs)[2], size_t n_runs, const char *name)
+{
+    char path[256];
+    int fd = open_new(name, path, sizeof path);
+    fy_err err = {0};
+    zip_writer *z = zip_new(fd, path, &err);
+    assert_int_equal(zip_put(z, "a/first", "x", 1, &err), FERRY_OK);
+    uint64_t at;
+    assert_int_equal(zip_reserve(z, "a/blob", 1000, &at, &err), FERRY_OK);
+    assert_int_equal(zip_put(z, "a/after", "y", 1, &err), FERRY_OK);
+    uint8_t want[1000] = {0};
+    for (size_t i = 0; i < 700; i++)
+        want[i] = (uint8_t)(i * 37 + 11);
+    assert_int_equal(pwrite(fd, want + 100, 64, (off_t)(at + 100)), 64);   /* unreported */
+    for (size_t i = 0; i < n_runs; i++) {
+        uint64_t off = runs[i][0], len = runs[i][1];
+        assert_int_equal(pwrite(fd, want + off, len, (off_t)(at + off)), (ssize_t)len);
+        zip_wrote(z, want + off, len, at + off);
+    }
+    assert_int_equal(zip_close(z, &err), FERRY_OK);
+    zip_free(z);
+    parsed p[3];
+    assert_int_equal(parse(fd, p, 3), 3);
+    assert_string_equal(p[1].name, "a/blob");
+    assert_int_equal(p[1].crc, (uint32_t)crc32(0, want, sizeof want));
+    assert_int_equal(p[0].crc, (uint32_t)crc32(0, (const Bytef *)"x", 1));
+    close(fd);
+}
+
+static void crc_folded_from_reported_runs(void **state)
+{
+    (void)state;
+    /* out of order, a gap of unreported bytes at 100, a hole from 700 */
+    const uint64_t runs[][2] = {{400, 300}, {0, 100}, {164, 236}};
+    reported_runs(runs, 3, "runs.zip");
+}
+
+static void crc_of_untrusted_runs_read_back(void **state)
+{
+    (void)state;
+    /* reported twice, overlapping: the entry is read back whole */
+    const uint64_t twice[][2] = {{0, 100}, {164, 536}, {0, 100}};
+    reported_runs(twice, 3, "twice.zip");
+    const uint64_t overlap[][2] = {{0, 100}, {164, 300}, {400, 300}};
+    reported_runs(overlap, 3, "overlap.zip");
+}
+
 static void name_too_long_is_refused(void **state)
 {
     (void)state;
@@ -172,6 +224,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(small_and_reserved_entries),
         cmocka_unit_test(entry_past_four_gib),
+        cmocka_unit_test(crc_folded_from_reported_runs),
+        cmocka_unit_test(crc_of_untrusted_runs_read_back),
         cmocka_unit_test(name_too_long_is_refused),
     };
     return cmocka_run_group_tests(tests, setup, remove_tmp);

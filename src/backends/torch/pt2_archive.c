@@ -146,9 +146,10 @@ static ferry_status write_entries(zip_writer *z, int fd, const char *path, const
         st = put_text(z, root, ".data/version", "6\n", 2, err);
     if (st == FERRY_OK)
         st = put_text(z, root, "byteorder", "little", 6, err);
+    const ws_observer crcs = {zip_wrote_observer, z};
     for (int dt = 0; dt < FERRY_DTYPE_COUNT && st == FERRY_OK; dt++)
         if (blobs[dt].pl)
-            st = pl_write_fd(blobs[dt].pl, fd, path, blobs[dt].base, progress, err);
+            st = pl_write_fd(blobs[dt].pl, fd, path, blobs[dt].base, progress, &crcs, err);
     return st;
 }
 
