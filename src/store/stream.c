@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "quant/rtn.h"
+#include "store/direct.h"
 #include "util/dtype.h"
 #include "util/fs.h"
 #include "util/grow.h"
@@ -42,11 +43,13 @@ typedef struct buf {
 
 typedef struct worker_bufs {
     buf src, conv, out, scales, zeros;
+    dw_bounce bounce;
 } worker_bufs;
 
 typedef struct stream {
     int fd;
     const char *path;
+    dw_file out;             /* fd, with its O_DIRECT twin */
     job *jobs;
     size_t n_jobs, next;
     uint64_t done;
@@ -111,7 +114,8 @@ static int64_t src_cols(const st_tensor *t)
     return t->ndim == 2 ? t->shape[1] : t->shape[0];
 }
 
-static ferry_status put(stream *s, const void *data, size_t n, uint64_t offset, fy_err *err);
+static ferry_status put(stream *s, worker_bufs *b, const void *data, size_t n, uint64_t offset,
+                        fy_err *err);
 
 /* Where the band's bytes lie when they are one contiguous range of one tensor: the tensor and
  * the byte offset in it; NULL when they must be gathered (a join along columns, or a band that
@@ -212,14 +216,16 @@ static bool copy_range_unsupported(int e)
            e == EBADF;
 }
 
-/* A band that needs no transform: copied file to file in the kernel when it can (no copy
- * through user space, one page cache), through b->src otherwise. A source that ends early (the
- * file shrank) is the truncation error. */
+/* A band that needs no transform: read into b->src and written past the page cache where the
+ * output takes direct writes (direct.h), else copied file to file in the kernel when it can
+ * (no copy through user space), through b->src otherwise. A source that ends early (the file
+ * shrank) is the truncation error. */
 static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, uint64_t dst,
                               size_t len, worker_bufs *b, fy_err *err)
 {
     size_t done = 0;
-    while (done < len && !__atomic_load_n(&s->no_copy_range, __ATOMIC_RELAXED)) {
+    while (done < len && !dw_takes_direct(&s->out, len) &&
+           !__atomic_load_n(&s->no_copy_range, __ATOMIC_RELAXED)) {
         loff_t in = (loff_t)(st_file_offset(t) + src_off + done);
         loff_t out = (loff_t)(dst + done);
         ssize_t k = copy_file_range(t->file->fd, &in, s->fd, &out, len - done, 0);
@@ -247,7 +253,7 @@ static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, u
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory reading weights");
     if (st_read(t, src_off + done, b->src.p, len - done, err) != FERRY_OK)
         return err->status;
-    return put(s, b->src.p, len - done, dst + done, err);
+    return put(s, b, b->src.p, len - done, dst + done, err);
 }
 
 /* ---- transforms ---- */
@@ -333,19 +339,14 @@ static void add_offset(uint8_t *p, size_t n, double offset)
 
 /* ---- one band ---- */
 
-/* Writes a band, then starts the disk writing it (not waiting for it): the export's closing
- * fsync, which makes the file durable before the export is renamed into place, then finds
- * most of it written already instead of waiting for all of it (0.67 s of a 2.3 s int4 export
- * of 0.6B weights). */
-static ferry_status put(stream *s, const void *data, size_t n, uint64_t offset, fy_err *err)
+/* Writes a band (direct.h: past the page cache where it can, through `b`'s staging buffer;
+ * `b` NULL: buffered) and shows it to the observer. */
+static ferry_status put(stream *s, worker_bufs *b, const void *data, size_t n, uint64_t offset,
+                        fy_err *err)
 {
-    ferry_status st = fs_pwrite_all(s->fd, s->path, data, n, offset, err);
+    ferry_status st = dw_pwrite(&s->out, b ? &b->bounce : NULL, data, n, offset, err);
     if (st == FERRY_OK && s->observer)
         s->observer->wrote(s->observer->user, data, n, offset);
-#ifdef SYNC_FILE_RANGE_WRITE
-    if (st == FERRY_OK) /* only a hint: an error here leaves the fsync to do all of it */
-        (void)sync_file_range(s->fd, (off_t)offset, (off_t)n, SYNC_FILE_RANGE_WRITE);
-#endif
     return st;
 }
 
@@ -385,12 +386,12 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
     ferry_status st = FERRY_OK;
     *written = 0;
     if (off[W_PART_CODES] != WS_UNPLACED) {
-        st = put(s, b->out.p, rows * code_row, off[W_PART_CODES] + (uint64_t)j->r0 * code_row,
+        st = put(s, b, b->out.p, rows * code_row, off[W_PART_CODES] + (uint64_t)j->r0 * code_row,
                  err);
         *written += rows * code_row;
     }
     if (st == FERRY_OK && off[W_PART_SCALES] != WS_UNPLACED) {
-        st = put(s, b->scales.p, rows * scale_row,
+        st = put(s, b, b->scales.p, rows * scale_row,
                  off[W_PART_SCALES] + (uint64_t)j->r0 * scale_row, err);
         *written += rows * scale_row;
     }
@@ -403,7 +404,7 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
         uint64_t end = ((uint64_t)j->r0 + rows) * bits_per_row;
         end = (end + 7) / 8;
         memset(b->zeros.p, w->quant.bits == 4 ? 0x88 : 0x80, (size_t)(end - first));
-        st = put(s, b->zeros.p, (size_t)(end - first), off[W_PART_ZEROS] + first, err);
+        st = put(s, b, b->zeros.p, (size_t)(end - first), off[W_PART_ZEROS] + first, err);
         *written += end - ((uint64_t)j->r0 * bits_per_row + 7) / 8; /* shared bytes once */
     } else if (st == FERRY_OK && !w->quant.symmetric && w->quant.zeros_bytes &&
                w->quant.bits == 4 && off[W_PART_ZEROS] != WS_UNPLACED) {
@@ -415,10 +416,11 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
                 uint8_t pair = b->zeros.p[r * zero_row + k / 2];
                 b->conv.p[r * blocks + k] = k % 2 ? pair >> 4 : pair & 0x0f;
             }
-        st = put(s, b->conv.p, rows * blocks, off[W_PART_ZEROS] + (uint64_t)j->r0 * blocks, err);
+        st = put(s, b, b->conv.p, rows * blocks, off[W_PART_ZEROS] + (uint64_t)j->r0 * blocks,
+                 err);
         *written += rows * blocks;
     } else if (st == FERRY_OK && !w->quant.symmetric && off[W_PART_ZEROS] != WS_UNPLACED) {
-        st = put(s, b->zeros.p, rows * zero_row, off[W_PART_ZEROS] + (uint64_t)j->r0 * zero_row,
+        st = put(s, b, b->zeros.p, rows * zero_row, off[W_PART_ZEROS] + (uint64_t)j->r0 * zero_row,
                  err);
         *written += rows * zero_row;
     }
@@ -470,7 +472,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
             data = b->out.p;
         }
         *written = n * osz;
-        return put(s, data, n * osz,
+        return put(s, b, data, n * osz,
                    j->item->offset[W_PART_DATA] + (uint64_t)(j->r0 * j->nc + j->c0) * osz, err);
     }
     /* transposed: logical [R, C] stored [C, R]; this band is rows r0..r0+nr */
@@ -489,9 +491,9 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     *written = n * osz;
     uint64_t base = j->item->offset[W_PART_DATA];
     if ((int64_t)rows == rows_total)
-        return put(s, b->out.p, n * osz, base, err);
+        return put(s, b, b->out.p, n * osz, base, err);
     for (int64_t c = 0; c < cols; c++) {
-        ferry_status st = put(s, b->out.p + (size_t)c * rows * osz, rows * osz,
+        ferry_status st = put(s, b, b->out.p + (size_t)c * rows * osz, rows * osz,
                               base + ((uint64_t)c * (uint64_t)rows_total + (uint64_t)j->r0) * osz,
                               err);
         if (st != FERRY_OK)
@@ -525,6 +527,7 @@ static void *worker_main(void *arg)
     free(b.out.p);
     free(b.scales.p);
     free(b.zeros.p);
+    dw_bounce_free(&b.bounce);
     return NULL;
 }
 
@@ -565,6 +568,7 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
         free(s.jobs);
         return err->status;
     }
+    dw_open(&s.out, fd, path);
     if (threads <= 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         threads = cores > 0 ? (int)cores : 1;
@@ -613,8 +617,8 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
     for (size_t i = 0; i < n && s.err.status == FERRY_OK; i++)
         if (items[i].bytes && items[i].offset[W_PART_DATA] != WS_UNPLACED) {
             fy_err e = {0};
-            if (put(&s, items[i].bytes, (size_t)items[i].nbytes, items[i].offset[W_PART_DATA],
-                    &e) != FERRY_OK)
+            if (put(&s, NULL, items[i].bytes, (size_t)items[i].nbytes,
+                    items[i].offset[W_PART_DATA], &e) != FERRY_OK)
                 s.err = e;
             else
                 s.done += items[i].nbytes;
@@ -632,6 +636,7 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
         fy_fail(err, st, "%s", s.err.msg);
     pthread_mutex_destroy(&s.mu);
     pthread_cond_destroy(&s.cv);
+    dw_close(&s.out);
     free(s.jobs);
     return st;
 }

@@ -1,6 +1,7 @@
 /* test_weight_stream.c — the weight stream reads tensors with pread and copy_file_range: bytes
- * land where they belong whichever way they travel (same filesystem, another filesystem), and a
- * checkpoint that shrinks after it was opened is an error naming it, on both paths. */
+ * land where they belong whichever way they travel (same filesystem, another filesystem; large
+ * bands read and written past the page cache, small ones copied in the kernel), and a
+ * checkpoint that shrinks after it was opened is an error naming it, on every path. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -60,13 +61,20 @@ static st_file *write_checkpoint(const char *path)
     return st;
 }
 
-/* Streams `w` into a new file `out` at offset 0; returns the status, message in err. */
-static ferry_status stream(const g_weight *w, const char *out, fy_err *err)
+/* Band sizes (elements): the default (one band of 8.4 MB, written directly where the
+ * filesystem takes O_DIRECT), and bands of 128 KiB, below direct.c's threshold (an unchanged
+ * band copied with copy_file_range). */
+static const size_t BANDS[] = {0, 32768};
+#define N_BANDS (sizeof BANDS / sizeof BANDS[0])
+
+/* Streams `w` into a new file `out` at offset 0 in bands of `band` elements; returns the
+ * status, message in err. */
+static ferry_status stream(const g_weight *w, const char *out, size_t band, fy_err *err)
 {
     int fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     assert_true(fd >= 0);
     ws_item item = {.w = *w, .offset = {0, WS_UNPLACED, WS_UNPLACED}};
-    ferry_status st = ws_write(fd, out, &item, 1, 2, 0, NULL, NULL, err);
+    ferry_status st = ws_write(fd, out, &item, 1, 2, band, NULL, NULL, err);
     close(fd);
     return st;
 }
@@ -92,7 +100,7 @@ static float *read_floats(const char *path, size_t n)
 
 /* Same dtype, untransposed: a file-to-file copy; transposed and converted: through the
  * buffers. Each output is checked value by value. */
-static void check_outputs(const st_tensor *t, const char *out_dir)
+static void check_outputs_in_bands(const st_tensor *t, const char *out_dir, size_t band)
 {
     char out[512];
     fy_err err = {0};
@@ -100,7 +108,7 @@ static void check_outputs(const st_tensor *t, const char *out_dir)
 
     snprintf(out, sizeof out, "%s/plain.bin", out_dir);
     g_weight plain = recipe(t, FERRY_F32, false);
-    if (stream(&plain, out, &err) != FERRY_OK)
+    if (stream(&plain, out, band, &err) != FERRY_OK)
         fail_msg("plain copy: %s", err.msg);
     float *v = read_floats(out, n);
     for (size_t i = 0; i < n; i++)
@@ -110,7 +118,7 @@ static void check_outputs(const st_tensor *t, const char *out_dir)
 
     snprintf(out, sizeof out, "%s/transposed.bin", out_dir);
     g_weight tr = recipe(t, FERRY_F32, true);
-    if (stream(&tr, out, &err) != FERRY_OK)
+    if (stream(&tr, out, band, &err) != FERRY_OK)
         fail_msg("transpose: %s", err.msg);
     v = read_floats(out, n);
     for (size_t c = 0; c < COLS; c++)
@@ -121,12 +129,18 @@ static void check_outputs(const st_tensor *t, const char *out_dir)
 
     snprintf(out, sizeof out, "%s/bf16.bin", out_dir);
     g_weight narrow = recipe(t, FERRY_BF16, false);
-    if (stream(&narrow, out, &err) != FERRY_OK)
+    if (stream(&narrow, out, band, &err) != FERRY_OK)
         fail_msg("bf16: %s", err.msg);
     uint16_t *h = (uint16_t *)read_floats(out, n / 2);
     for (size_t i = 0; i < n; i += 997)
         assert_int_equal(h[i], dt_f32_to_bf16((float)i));
     free(h);
+}
+
+static void check_outputs(const st_tensor *t, const char *out_dir)
+{
+    for (size_t b = 0; b < N_BANDS; b++)
+        check_outputs_in_bands(t, out_dir, BANDS[b]);
 }
 
 static void test_copies_same_filesystem(void **state)
@@ -176,18 +190,23 @@ static void test_truncated_checkpoint(void **state)
              (unsigned long long)(st_file_offset(t) + (uint64_t)ROWS * COLS * 4),
              (unsigned long long)keep);
     const g_weight cases[] = {
-        recipe(t, FERRY_F32, false),   /* copy_file_range */
+        recipe(t, FERRY_F32, false),   /* copied: direct, or copy_file_range */
         recipe(t, FERRY_F32, true),    /* pread, transpose */
         recipe(t, FERRY_F16, false),   /* pread, convert */
         recipe(t, FERRY_BF16, true),   /* pread, convert, transpose */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fy_err err = {0};
-        ferry_status st = stream(&cases[i], out, &err);
-        if (st != FERRY_ERR_IO || !strstr(err.msg, path) ||
-            !strstr(err.msg, "truncated while exporting (tensor 'w'") || !strstr(err.msg, needle))
-            fail_msg("case %zu: status %d, message: %s", i, st, err.msg);
-    }
+    for (size_t b = 0; b < N_BANDS; b++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            fy_err err = {0};
+            ferry_status st = stream(&cases[i], out, BANDS[b], &err);
+            if (st != FERRY_ERR_IO || !strstr(err.msg, path) ||
+                !strstr(err.msg, "truncated while exporting (tensor 'w'"))
+                fail_msg("bands %zu, case %zu: status %d, message: %s", BANDS[b], i, st,
+                         err.msg);
+            /* the whole tensor's range where one band reads it all */
+            if (BANDS[b] == 0 && !strstr(err.msg, needle))
+                fail_msg("case %zu: message: %s", i, err.msg);
+        }
     st_close(f);
 }
 

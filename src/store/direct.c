@@ -1,0 +1,123 @@
+/* direct.c — the O_DIRECT writes of direct.h. */
+#include "store/direct.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/fs.h"
+
+/* Runs shorter than this go through the cache whole: a direct write waits for the disk, which
+ * pays only for large runs. */
+#define DIRECT_MIN ((size_t)256 << 10)
+/* The staging buffer: 4 MiB, large enough for the disk to stream, small enough per worker. */
+#define BOUNCE_BYTES ((size_t)4 << 20)
+
+void dw_open(dw_file *f, int fd, const char *path)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    *f = (dw_file){.fd = fd, .direct_fd = -1, .path = path,
+                   .align = page > 4096 ? (size_t)page : 4096};
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    f->direct_fd = open(self, O_WRONLY | O_DIRECT | O_CLOEXEC);
+}
+
+void dw_close(dw_file *f)
+{
+    if (f->direct_fd >= 0)
+        close(f->direct_fd);
+    f->direct_fd = -1;
+}
+
+void dw_bounce_free(dw_bounce *b)
+{
+    free(b->p);
+    b->p = NULL;
+}
+
+bool dw_takes_direct(dw_file *f, size_t n)
+{
+    return f->direct_fd >= 0 && n >= DIRECT_MIN &&
+           !__atomic_load_n(&f->direct_refused, __ATOMIC_RELAXED);
+}
+
+static ferry_status buffered(dw_file *f, const uint8_t *data, size_t n, uint64_t offset,
+                             fy_err *err)
+{
+    if (n == 0)
+        return FERRY_OK;
+    ferry_status st = fs_pwrite_all(f->fd, f->path, data, n, offset, err);
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (st == FERRY_OK) /* only a hint: an error here leaves the fsync to do all of it */
+        (void)sync_file_range(f->fd, (off_t)offset, (off_t)n, SYNC_FILE_RANGE_WRITE);
+#endif
+    return st;
+}
+
+/* One direct write of `n` bytes (a multiple of the alignment, from aligned memory, to an
+ * aligned offset). Returns the bytes written: fewer than `n` when the filesystem refused
+ * (direct_refused set; the caller writes the rest buffered) or stopped short. */
+static size_t direct(dw_file *f, const uint8_t *data, size_t n, uint64_t offset, fy_err *err,
+                     ferry_status *st)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = pwrite(f->direct_fd, data + done, n - done, (off_t)(offset + done));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == ENOSPC || errno == EFBIG || errno == EDQUOT)) {
+            *st = fy_fail(err, FERRY_ERR_NOSPACE, "%s: no space left while writing (%s)",
+                          f->path, strerror(errno));
+            return done;
+        }
+        if (k < 0 && errno != EINVAL && errno != EOPNOTSUPP) {
+            *st = fy_fail(err, FERRY_ERR_IO, "%s: write failed: %s", f->path, strerror(errno));
+            return done;
+        }
+        if (k < 0)
+            __atomic_store_n(&f->direct_refused, true, __ATOMIC_RELAXED);
+        if (k <= 0 || (size_t)k % f->align != 0)
+            return done + (k > 0 ? (size_t)k : 0);   /* the rest, buffered */
+        done += (size_t)k;
+    }
+    return done;
+}
+
+ferry_status dw_pwrite(dw_file *f, dw_bounce *bounce, const void *data, size_t n,
+                       uint64_t offset, fy_err *err)
+{
+    const uint8_t *p = data;
+    uint64_t first = (offset + f->align - 1) / f->align * f->align;
+    uint64_t last = (offset + n) / f->align * f->align;   /* the whole pages: [first, last) */
+    if (!bounce || last <= first || !dw_takes_direct(f, n))
+        return buffered(f, p, n, offset, err);
+    if (!bounce->p && posix_memalign((void **)&bounce->p, f->align, BOUNCE_BYTES) != 0) {
+        bounce->p = NULL;
+        return buffered(f, p, n, offset, err);
+    }
+    size_t head = (size_t)(first - offset);
+    ferry_status st = buffered(f, p, head, offset, err);
+    uint64_t at = first;
+    const uint8_t *src = p + head;
+    bool aligned = (uintptr_t)src % f->align == 0;
+    while (st == FERRY_OK && at < last) {
+        size_t want = (size_t)(last - at);
+        const uint8_t *from = src;
+        if (!aligned) {
+            want = want < BOUNCE_BYTES ? want : BOUNCE_BYTES;
+            memcpy(bounce->p, src, want);
+            from = bounce->p;
+        }
+        size_t k = direct(f, from, want, at, err, &st);
+        at += k, src += k;
+        if (st == FERRY_OK && k < want)
+            break;   /* refused or short: the rest through the cache */
+    }
+    if (st == FERRY_OK)
+        st = buffered(f, src, (size_t)(offset + n - at), at, err);
+    return st;
+}
