@@ -4,7 +4,7 @@
  * through the page cache costs a copy into freshly allocated pages and leaves the export's
  * gigabytes there, evicting the checkpoint being read; on a VM whose freed pages go back to
  * the host, those fresh pages fault in the host too (the same 2.2 GB export took 1.1 to 7 s
- * buffered, 1.2 to 1.6 s direct). Where O_DIRECT is refused (tmpfs, some FUSE filesystems, an
+ * buffered, 1.2 to 1.6 s direct). Where O_DIRECT is refused (tmpfs on older kernels, FUSE, an
  * alignment the device wants larger than a page), everything goes through the ordinary one.
  *
  * Pages written directly are never also written through the cache (a head or tail shares its
