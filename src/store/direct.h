@@ -8,8 +8,10 @@
  * alignment the device wants larger than a page), everything goes through the ordinary one.
  *
  * Pages written directly are never also written through the cache (a head or tail shares its
- * page only with other buffered bytes), so the kernel keeps the two paths coherent without
- * invalidation races; the caller's closing fsync makes both durable. */
+ * page only with other buffered bytes) as long as the caller writes no byte twice: runs must not
+ * overlap. The kernel then keeps the two paths coherent without invalidation races (a buffered
+ * write into a page a direct one is writing could leave a stale cached copy that writeback
+ * later puts over the direct data); the caller's closing fsync makes both durable. */
 #ifndef FERRY_STORE_DIRECT_H
 #define FERRY_STORE_DIRECT_H
 

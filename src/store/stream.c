@@ -340,7 +340,8 @@ static void add_offset(uint8_t *p, size_t n, double offset)
 /* ---- one band ---- */
 
 /* Writes a band (direct.h: past the page cache where it can, through `b`'s staging buffer;
- * `b` NULL: buffered) and shows it to the observer. */
+ * `b` NULL: buffered) and shows it to the observer. No byte is put twice: a page written
+ * directly must not also be written through the cache. */
 static ferry_status put(stream *s, worker_bufs *b, const void *data, size_t n, uint64_t offset,
                         fy_err *err)
 {
@@ -397,15 +398,14 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
     }
     if (st == FERRY_OK && w->quant.explicit_zeros && off[W_PART_ZEROS] != WS_UNPLACED) {
         /* Every zero point is the mid code, packed contiguously over the whole tensor: this
-         * band's bytes are those its rows' nibbles touch (a byte shared with the next band gets
-         * the same value from both). */
+         * band writes the bytes its rows' nibbles start in, a byte it shares with the previous
+         * band being that band's (no byte is written twice: direct.h's pages must not be). */
         uint64_t bits_per_row = (uint64_t)blocks * (uint64_t)w->quant.bits;
-        uint64_t first = (uint64_t)j->r0 * bits_per_row / 8;
-        uint64_t end = ((uint64_t)j->r0 + rows) * bits_per_row;
-        end = (end + 7) / 8;
+        uint64_t first = ((uint64_t)j->r0 * bits_per_row + 7) / 8;
+        uint64_t end = (((uint64_t)j->r0 + rows) * bits_per_row + 7) / 8;
         memset(b->zeros.p, w->quant.bits == 4 ? 0x88 : 0x80, (size_t)(end - first));
         st = put(s, b, b->zeros.p, (size_t)(end - first), off[W_PART_ZEROS] + first, err);
-        *written += end - ((uint64_t)j->r0 * bits_per_row + 7) / 8; /* shared bytes once */
+        *written += end - first;
     } else if (st == FERRY_OK && !w->quant.symmetric && w->quant.zeros_bytes &&
                w->quant.bits == 4 && off[W_PART_ZEROS] != WS_UNPLACED) {
         /* one zero point a byte: each row's nibbles (low first) spread out */

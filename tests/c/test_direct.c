@@ -53,7 +53,7 @@ static int open_new(const char *name, char *path, size_t size)
     return fd;
 }
 
-/* Whether this scratch filesystem takes O_DIRECT at all (tmpfs before Linux 6.6 does not). */
+/* Whether this scratch filesystem takes O_DIRECT at all (tmpfs on older kernels does not). */
 static bool takes_direct(const char *path)
 {
     int fd = open(path, O_WRONLY | O_DIRECT | O_CLOEXEC);
