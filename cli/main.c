@@ -6,6 +6,7 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <signal.h>
 #include <string.h>
 
 #include "cli.h"
@@ -118,5 +119,9 @@ int main(int argc, char **argv)
      * the allocator's history instead of what is live (30 MB of a 100 MB export). */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
 #endif
+    /* Past a file-size limit (ulimit -f) a write then fails with EFBIG, which the export reports
+     * in one line and cleans up after, instead of SIGXFSZ killing the process mid-export and
+     * leaving its temporary directory behind (found by review). */
+    signal(SIGXFSZ, SIG_IGN);
     return close_stdout(run(argc, argv));
 }

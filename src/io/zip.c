@@ -42,7 +42,7 @@ struct zip_writer {
     pthread_mutex_t mu;      /* guards the runs: zip_wrote is called from many threads */
     zip_run *runs;
     size_t n_runs, cap_runs;
-    bool runs_lost;          /* a run could not be recorded: every entry is read back */
+    bool runs_lost;          /* a run not recorded, or runs overlapping: all read back */
 };
 
 typedef struct bytes {
@@ -245,9 +245,9 @@ static int by_offset(const void *a, const void *b)
 }
 
 /* CRC-32 of a reserved entry's bytes, as the caller wrote them: the reported runs (z->runs,
- * sorted by offset) folded in order with crc32_combine, the bytes between them read back. Runs
- * that overlap or cross the entry's bounds cannot be trusted to be what the file holds: the
- * whole entry is read back then. */
+ * sorted by offset, none overlapping another: zip_close checked) folded in order with
+ * crc32_combine, the bytes between them read back. A run crossing the entry's bounds may have
+ * been overwritten by the next entry's header: the whole entry is read back then. */
 static ferry_status reserved_crc(zip_writer *z, zip_entry *e, uint8_t *buf, fy_err *err)
 {
     uint64_t pos = e->data_offset, end = e->data_offset + e->size;
@@ -332,6 +332,11 @@ ferry_status zip_close(zip_writer *z, fy_err *err)
     ferry_status st = FERRY_OK;
     if (z->n_runs)
         qsort(z->runs, z->n_runs, sizeof *z->runs, by_offset);
+    /* Runs that overlap one another cannot all be what the file holds, and the search in
+     * reserved_crc needs their ends in order too: any overlap, and every entry is read back. */
+    for (size_t i = 1; i < z->n_runs; i++)
+        if (z->runs[i].offset < z->runs[i - 1].offset + z->runs[i - 1].n)
+            z->runs_lost = true;
     for (size_t i = 0; i < z->n && st == FERRY_OK; i++)
         if (z->entries[i].reserved)
             st = reserved_crc(z, &z->entries[i], buf, err);

@@ -36,11 +36,12 @@ def snapshot(root):
             if p.is_file()}
 
 
-def run_export(binary, out, *flags, fsize=None):
-    """`ferry export FIXTURE OUT FLAGS`; with `fsize`, under RLIMIT_FSIZE = fsize bytes.
+def run_export(binary, out, *flags, fsize=None, sigxfsz=signal.SIG_IGN):
+    """`ferry export FIXTURE OUT FLAGS`; with `fsize`, under RLIMIT_FSIZE = fsize bytes, SIGXFSZ
+    handled as `sigxfsz` (SIG_DFL: a shell's `ulimit -f`, which ferry must survive too).
     Returns (returncode, stderr)."""
     def limit():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        signal.signal(signal.SIGXFSZ, sigxfsz)
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     env = SANITIZER_ENV if Path(binary) != FERRY_BIN else os.environ
@@ -85,6 +86,19 @@ def test_file_size_limit(reference, tmp_path, build, limit):
     rc, stderr = run_export(build, out, "--dynamic", fsize=fsize)
     assert_no_space(rc, stderr, out, "model.onnx.data")
     assert "File too large" in stderr      # the system's reason, after ferry's words
+    assert os.listdir(parent) == [], f"left behind: {os.listdir(parent)}"
+
+
+def test_file_size_limit_with_sigxfsz_default(reference, tmp_path, build):
+    """Under a shell's `ulimit -f` SIGXFSZ kills a process at its first write past the limit,
+    leaving the temporary directory behind (found by review); ferry ignores the signal, so the
+    write fails with EFBIG and the export ends as on a full disk."""
+    parent = tmp_path / "outs"
+    parent.mkdir()
+    out = parent / "out"
+    rc, stderr = run_export(build, out, "--dynamic", fsize=reference["model.onnx.data"] // 2,
+                            sigxfsz=signal.SIG_DFL)
+    assert_no_space(rc, stderr, out, "model.onnx.data")
     assert os.listdir(parent) == [], f"left behind: {os.listdir(parent)}"
 
 
