@@ -74,6 +74,26 @@ static bool grow(buf *b, size_t n)
     return true;
 }
 
+/* Room for `n` bytes in `b` that will be written at file offset `dst`: where that run goes out
+ * directly (direct.h), placed in a page-aligned allocation at dst's offset within a page, so
+ * that memory and file are aligned alike and the whole pages go to the disk from here, not
+ * through the staging buffer; else at b->p. The contents are not kept. NULL: out of memory. */
+static uint8_t *room_for_run(stream *s, buf *b, size_t n, uint64_t dst)
+{
+    if (!dw_takes_direct(&s->out, n))
+        return grow(b, n) ? b->p : NULL;
+    size_t align = s->out.align, skew = (size_t)(dst % align);
+    if (b->cap < n + skew || (uintptr_t)b->p % align != 0) {
+        void *p;
+        if (posix_memalign(&p, align, n + skew) != 0)
+            return NULL;
+        free(b->p);
+        b->p = p;
+        b->cap = n + skew;
+    }
+    return b->p + skew;
+}
+
 uint64_t ws_item_bytes(const ws_item *item)
 {
     if (item->bytes)
@@ -249,11 +269,12 @@ static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, u
     }
     if (done == len)
         return FERRY_OK;
-    if (!grow(&b->src, len - done))
+    uint8_t *room = room_for_run(s, &b->src, len - done, dst + done);
+    if (!room)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory reading weights");
-    if (st_read(t, src_off + done, b->src.p, len - done, err) != FERRY_OK)
+    if (st_read(t, src_off + done, room, len - done, err) != FERRY_OK)
         return err->status;
-    return put(s, b, b->src.p, len - done, dst + done, err);
+    return put(s, b, room, len - done, dst + done, err);
 }
 
 /* ---- transforms ---- */
@@ -463,17 +484,18 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
         data = b->conv.p;
     }
     if (!w->transpose) {
+        uint64_t dst = j->item->offset[W_PART_DATA] + (uint64_t)(j->r0 * j->nc + j->c0) * osz;
         if (from != to) {
-            if (!grow(&b->out, n * osz))
+            uint8_t *room = room_for_run(s, &b->out, n * osz, dst);
+            if (!room)
                 return fy_fail(err, FERRY_ERR_NOMEM, "out of memory converting weights");
-            if (dt_convert(b->out.p, to, data, from, n) != 0)
+            if (dt_convert(room, to, data, from, n) != 0)
                 return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight '%s': cannot convert %s to %s",
                                w->src[0]->name, dt_st_name(from), dt_st_name(to));
-            data = b->out.p;
+            data = room;
         }
         *written = n * osz;
-        return put(s, b, data, n * osz,
-                   j->item->offset[W_PART_DATA] + (uint64_t)(j->r0 * j->nc + j->c0) * osz, err);
+        return put(s, b, data, n * osz, dst, err);
     }
     /* transposed: logical [R, C] stored [C, R]; this band is rows r0..r0+nr */
     int64_t rows_total, cols;
