@@ -96,4 +96,5 @@ def test_pip_wheel_holds_library_and_command(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"ferry/__init__.py", "ferry/lib/libferry.so", "ferry/bin/ferry"} <= names, names
     assert any(n.startswith("ferry/lib/libcjson.so") for n in names), names
+    assert any(n.startswith("ferry/lib/libdeflate.so") for n in names), names
     assert any(n.endswith("entry_points.txt") for n in names), names
