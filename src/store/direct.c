@@ -69,13 +69,8 @@ static size_t direct(dw_file *f, const uint8_t *data, size_t n, uint64_t offset,
         ssize_t k = pwrite(f->direct_fd, data + done, n - done, (off_t)(offset + done));
         if (k < 0 && errno == EINTR)
             continue;
-        if (k < 0 && (errno == ENOSPC || errno == EFBIG || errno == EDQUOT)) {
-            *st = fy_fail(err, FERRY_ERR_NOSPACE, "%s: no space left while writing (%s)",
-                          f->path, strerror(errno));
-            return done;
-        }
         if (k < 0 && errno != EINVAL && errno != EOPNOTSUPP) {
-            *st = fy_fail(err, FERRY_ERR_IO, "%s: write failed: %s", f->path, strerror(errno));
+            *st = fs_write_failed(err, f->path, errno);
             return done;
         }
         if (k < 0)
@@ -95,15 +90,17 @@ ferry_status dw_pwrite(dw_file *f, dw_bounce *bounce, const void *data, size_t n
     uint64_t last = (offset + n) / f->align * f->align;   /* the whole pages: [first, last) */
     if (!bounce || last <= first || !dw_takes_direct(f, n))
         return buffered(f, p, n, offset, err);
-    if (!bounce->p && posix_memalign((void **)&bounce->p, f->align, BOUNCE_BYTES) != 0) {
-        bounce->p = NULL;
-        return buffered(f, p, n, offset, err);
-    }
     size_t head = (size_t)(first - offset);
     ferry_status st = buffered(f, p, head, offset, err);
     uint64_t at = first;
     const uint8_t *src = p + head;
     bool aligned = (uintptr_t)src % f->align == 0;
+    /* the staging buffer, only where one is needed; without it the run goes through the cache */
+    if (!aligned && !bounce->p &&
+        posix_memalign((void **)&bounce->p, f->align, BOUNCE_BYTES) != 0) {
+        bounce->p = NULL;
+        last = at;
+    }
     while (st == FERRY_OK && at < last) {
         size_t want = (size_t)(last - at);
         const uint8_t *from = src;

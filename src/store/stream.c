@@ -47,9 +47,7 @@ typedef struct worker_bufs {
 } worker_bufs;
 
 typedef struct stream {
-    int fd;
-    const char *path;
-    dw_file out;             /* fd, with its O_DIRECT twin */
+    dw_file out;             /* the file written, with its O_DIRECT twin */
     job *jobs;
     size_t n_jobs, next;
     uint64_t done;
@@ -248,7 +246,7 @@ static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, u
            !__atomic_load_n(&s->no_copy_range, __ATOMIC_RELAXED)) {
         loff_t in = (loff_t)(st_file_offset(t) + src_off + done);
         loff_t out = (loff_t)(dst + done);
-        ssize_t k = copy_file_range(t->file->fd, &in, s->fd, &out, len - done, 0);
+        ssize_t k = copy_file_range(t->file->fd, &in, s->out.fd, &out, len - done, 0);
         if (k > 0) {
             done += (size_t)k;
             continue;
@@ -256,10 +254,9 @@ static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, u
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0 && (errno == ENOSPC || errno == EFBIG || errno == EDQUOT))
-            return fy_fail(err, FERRY_ERR_NOSPACE, "%s: no space left while writing (%s)",
-                           s->path, strerror(errno));
+            return fs_write_failed(err, s->out.path, errno);
         if (k < 0 && !copy_range_unsupported(errno))
-            return fy_fail(err, FERRY_ERR_IO, "%s: copying from %s failed: %s", s->path,
+            return fy_fail(err, FERRY_ERR_IO, "%s: copying from %s failed: %s", s->out.path,
                            t->file->path, strerror(errno));
         /* Refused, or 0 bytes: some filesystems answer 0 for what they cannot copy, so the
          * plain read below decides whether the file really ended. */
@@ -585,12 +582,13 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
                       size_t band_elems, ws_progress *progress, const ws_observer *observer,
                       fy_err *err)
 {
-    stream s = {.fd = fd, .path = path, .observer = observer};
+    stream s = {.observer = observer};
+    dw_open(&s.out, fd, path);
     if (plan_jobs(&s, items, n, band_elems ? band_elems : BAND_ELEMS, err) != FERRY_OK) {
+        dw_close(&s.out);
         free(s.jobs);
         return err->status;
     }
-    dw_open(&s.out, fd, path);
     if (threads <= 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         threads = cores > 0 ? (int)cores : 1;

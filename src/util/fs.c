@@ -96,6 +96,14 @@ static ferry_status io_fail(fy_err *err, const char *path, const char *what)
     return fy_fail(err, FERRY_ERR_IO, "%s: %s: %s", shown, what, strerror(e));
 }
 
+ferry_status fs_write_failed(fy_err *err, const char *path, int e)
+{
+    if (e == ENOSPC || e == EFBIG || e == EDQUOT)
+        return fy_fail(err, FERRY_ERR_NOSPACE, "%s: no space left while writing (%s)", path,
+                       strerror(e));
+    return fy_fail(err, FERRY_ERR_IO, "%s: write failed: %s", path, strerror(e));
+}
+
 ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n, uint64_t offset,
                            fy_err *err)
 {
@@ -104,11 +112,8 @@ ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n,
         ssize_t k = pwrite(fd, p, n, (off_t)offset);
         if (k < 0 && errno == EINTR)
             continue;
-        if (k < 0 && (errno == ENOSPC || errno == EFBIG || errno == EDQUOT))
-            return fy_fail(err, FERRY_ERR_NOSPACE, "%s: no space left while writing (%s)", path,
-                           strerror(errno));
         if (k < 0)
-            return fy_fail(err, FERRY_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+            return fs_write_failed(err, path, errno);
         if (k == 0)
             return fy_fail(err, FERRY_ERR_NOSPACE, "%s: no space left while writing", path);
         p += k;

@@ -11,6 +11,10 @@
 
 /* pwrite of the whole buffer, retrying short writes. A full disk or a file-size limit gives
  * FERRY_ERR_NOSPACE naming the path. */
+/* The error of a write into `path` that failed with errno `e`: "no space left while writing"
+ * for a full disk, a quota or a file-size limit, "write failed" otherwise; the system's reason
+ * after. */
+ferry_status fs_write_failed(fy_err *err, const char *path, int e);
 ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n, uint64_t offset,
                            fy_err *err);
 /* Removes `path` and everything under it, never following symbolic links. Missing is fine. */

@@ -128,7 +128,9 @@ static void every_alignment_lands(void **state)
     dw_open(&f, fd, path);
     assert_int_equal(f.direct_fd >= 0, takes_direct(path));
     dw_bounce bounce = {0};
-    for (size_t k = N_RUNS; k-- > 0;)      /* out of order, as the stream's workers write */
+    write_run(&f, &bounce, &RUNS[N_RUNS - 1]);
+    assert_null(bounce.p);                  /* aligned alike in memory and file: not staged */
+    for (size_t k = N_RUNS - 1; k-- > 0;)   /* out of order, as the stream's workers write */
         write_run(&f, &bounce, &RUNS[k]);
     dw_bounce_free(&bounce);
     bool direct = f.direct_fd >= 0;
