@@ -32,8 +32,8 @@ ferry_status zip_put(zip_writer *z, const char *name, const void *data, size_t n
 ferry_status zip_reserve(zip_writer *z, const char *name, uint64_t size, uint64_t *data_offset,
                          fy_err *err);
 /* Reports `n` bytes `data`, just written at file offset `offset` inside a reserved entry; safe
- * to call from several threads at once. A run reported twice, overlapping another or crossing
- * an entry's end makes zip_close read that entry back whole instead. */
+ * to call from several threads at once. Runs that overlap (one reported twice included) make
+ * zip_close read every reserved entry back whole; one crossing an entry's bounds, that entry. */
 void zip_wrote(zip_writer *z, const void *data, size_t n, uint64_t offset);
 /* zip_wrote in the shape of a weight stream's observer (ws_observer.wrote); `user` is the
  * zip_writer. */
