@@ -1,5 +1,6 @@
 /* export_cmd.c — `ferry export MODEL OUT ...`: options -> ferry_export_config -> export -> save,
  * with a progress line on stderr when it is a terminal. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -42,11 +43,16 @@ static void print_usage(FILE *f)
           "Without --dynamic or --dim the export is static: it runs only at the example shape.\n"
           "OUT is written atomically: on any failure nothing is left and an existing OUT is "
           "untouched.\n"
+          "Ctrl-C (SIGINT), SIGTERM or SIGHUP stops an export within a band of weights and "
+          "removes\n"
+          "what it wrote; a second one stops it at once (the next export to OUT removes what\n"
+          "that leaves). Either way ferry then dies of the signal, as a shell script expects.\n"
           "`ferry graph MODEL` shows the graphs the same options would export.\n", f);
 }
 
 typedef struct progress_state {
     int last_percent;
+    int line_open;   /* a progress line is drawn, not ended with a newline */
 } progress_state;
 
 static void on_progress(void *user, uint64_t done, uint64_t total, const char *what)
@@ -59,7 +65,8 @@ static void on_progress(void *user, uint64_t done, uint64_t total, const char *w
     char name[64]; /* a tensor name from the checkpoint */
     fprintf(stderr, "\r\033[Kwriting weights %3d%%  %.1f / %.1f MB  %s", pct, done / 1e6,
             total / 1e6, ferry_escape(what, name, sizeof name));
-    if (done >= total)
+    p->line_open = done < total;
+    if (!p->line_open)
         fputc('\n', stderr);
     fflush(stderr);
 }
@@ -74,6 +81,48 @@ static int validate_export(const char *out_dir, int quiet)
                   "%s checks it again)", cli_quote(out_dir),
                   rc == EXIT_FAIL ? "did not pass when" : "could not be", cli_quote(out_dir));
     return rc == EXIT_OK ? EXIT_OK : rc == EXIT_CANNOT ? EXIT_CANNOT : EXIT_FAIL;
+}
+
+/* The signal that asked the export to stop, or 0: the library polls it (cfg.cancel, an int,
+ * which sig_atomic_t is here: checked below). */
+static volatile sig_atomic_t stop_signal;
+_Static_assert(sizeof(sig_atomic_t) == sizeof(int), "cfg.cancel points at an int");
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal) { /* asked twice: die now */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+}
+
+/* Handles the signals that ask a program to stop, except those already ignored (nohup's
+ * SIGHUP, a background job's SIGINT): they stay ignored. */
+static void catch_stop_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN)
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sa.sa_flags = SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+/* Dies of the signal that stopped the export, so that the caller (a shell running a loop, a
+ * supervisor) sees it as such: exit status 128 + signal in a shell. */
+static void die_of_stop_signal(void)
+{
+    int sig = stop_signal;
+    fflush(NULL);
+    signal(sig, SIG_DFL);
+    raise(sig);
 }
 
 enum { OPT_FORCE = CLI_OPT_COMMAND, OPT_VALIDATE };
@@ -122,7 +171,9 @@ int cmd_export(int argc, char **argv)
     }
     const char *model_path = argv[optind], *out_dir = argv[optind + 1];
 
-    progress_state ps = {-1};
+    catch_stop_signals();
+    o.cfg.cancel = &stop_signal;
+    progress_state ps = {-1, 0};
     if (!flags.quiet && isatty(STDERR_FILENO)) {
         o.cfg.progress = on_progress;
         o.cfg.progress_user = &ps;
@@ -139,6 +190,8 @@ int cmd_export(int argc, char **argv)
         goto done;
     }
     if (ferry_exported_save(exported, out_dir, flags.force) != FERRY_OK) {
+        if (ps.line_open)
+            fputc('\n', stderr); /* the error below the progress line, not after it */
         cli_error("%s", ferry_exported_errmsg(exported));
         goto done;
     }
@@ -149,10 +202,14 @@ int cmd_export(int argc, char **argv)
                 cli_quote(ferry_model_architecture(model)), cli_quote(out_dir));
     }
     rc = EXIT_OK;
+    if (stop_signal) /* too late to stop the save, which is whole; not too late to stop here */
+        goto done;
     if (flags.validate)
         rc = validate_export(out_dir, flags.quiet);
 done:
     ferry_exported_free(exported);
     ferry_model_free(model);
+    if (stop_signal)
+        die_of_stop_signal();
     return rc;
 }

@@ -36,7 +36,8 @@ typedef enum ferry_status {
     FERRY_ERR_NOMEM = 5,
     FERRY_ERR_EXISTS = 6,       /* output exists and overwriting was not asked for */
     FERRY_ERR_NOSPACE = 7,      /* the disk or a file-size limit ran out while writing */
-    FERRY_ERR_INTERNAL = 8      /* a bug in ferry: please report it */
+    FERRY_ERR_INTERNAL = 8,     /* a bug in ferry: please report it */
+    FERRY_ERR_CANCELLED = 9     /* the caller asked the save to stop (ferry_export_config.cancel) */
 } ferry_status;
 
 /* A static, never-NULL description of a status code. */
@@ -200,6 +201,13 @@ typedef struct ferry_export_config {
                                      0 (default): one stateful graph, the cache in variables */
     int compress_to_fp16;         /* 1: fp32 compute over weights stored in fp16 (each weight a
                                      f16 constant converted on load); dtype must be fp32 */
+    /* Optional (NULL: none). Once *cancel is non-zero, ferry_exported_save stops at its next
+     * band of weights (tens of milliseconds), removes everything it wrote and returns
+     * FERRY_ERR_CANCELLED; an existing export at the destination is untouched. A signal
+     * handler may set it: it is read atomically, and an int is what sig_atomic_t is wherever
+     * ferry builds (the CLI sets it on SIGINT, SIGTERM and SIGHUP). A save that has already
+     * swapped its export in completes. */
+    volatile int *cancel;
 } ferry_export_config;
 
 void ferry_export_config_init(ferry_export_config *cfg);

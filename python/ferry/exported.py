@@ -6,6 +6,7 @@ import ctypes
 import json
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from . import _lib, _versions
@@ -55,9 +56,10 @@ class ExportedModel:
     """An export: its components (name -> ExportedComponent), the manifest, and a runner for
     its graph on `device`."""
 
-    def __init__(self, handle, model_handle=None, device=None, source=None):
+    def __init__(self, handle, model_handle=None, device=None, source=None, cancel=None):
         self._h, self._model, self._session, self._tmp = handle, model_handle, None, None
         self._device, self._source = None, source  # source: a temporary checkpoint, kept
+        self._cancel = cancel  # the c_int the export's ferry_export_config.cancel points at
         self._runners = None
         if device is not None:
             self.to(device)
@@ -102,10 +104,39 @@ class ExportedModel:
         is refused with a FerryError and left untouched (ferry_exported_save)."""
         raw = _c_bytes(save_directory, "save_directory")
         handle = self._live("save it")
-        status = _c().ferry_exported_save(handle, raw, int(force))
+        status = self._save_interruptibly(handle, raw, int(force))
         if status:
             _fail(status, _str(_c().ferry_exported_errmsg(handle)))
         self._session = self._runners = None
+
+    def _save_interruptibly(self, handle, raw, force):
+        """ferry_exported_save on a worker thread, so that Ctrl-C (KeyboardInterrupt, which
+        Python raises only between bytecodes, never inside a C call) reaches this thread: it
+        sets the export's cancel flag, libferry stops within a band of weights and removes what
+        it wrote, and the KeyboardInterrupt goes on up."""
+        if self._cancel is None:  # a loaded export: ferry_exported_save refuses it at once
+            return _c().ferry_exported_save(handle, raw, force)
+        self._cancel.value = 0
+        result, finished = [], threading.Event()
+
+        def save():
+            try:
+                result.append(_c().ferry_exported_save(handle, raw, force))
+            finally:
+                finished.set()
+
+        # An Event, not Thread.join: a join that an exception interrupts may not wait again.
+        worker = threading.Thread(target=save, name="ferry-save", daemon=True)
+        try:
+            worker.start()
+            while not finished.wait(0.1):
+                pass
+        except BaseException:  # KeyboardInterrupt, or any exception a signal handler raised
+            self._cancel.value = 1
+            if worker.ident is not None:
+                finished.wait()
+            raise
+        return result[0]
 
     def _live(self, doing):
         """The library handle; after close() there is none, and libferry would take the NULL for

@@ -33,13 +33,14 @@ class OnnxExporter:
         cfg = _example_config(inputs, self._config(config))
         source, keep = _checkpoint(model)
         lib, handle = _c(), _open_model(source, revision)
-        exported = _P()
+        exported, cancel = _P(), ctypes.c_int(0)
+        cfg.cancel = ctypes.addressof(cancel)  # the export keeps the pointer: see save_pretrained
         status = lib.ferry_export(handle, ctypes.byref(cfg), ctypes.byref(exported))
         if status:
             message = _str(lib.ferry_model_errmsg(handle))
             lib.ferry_model_free(handle)
             _fail(status, message)
-        return ExportedModel(exported, model_handle=handle, source=keep)
+        return ExportedModel(exported, model_handle=handle, source=keep, cancel=cancel)
 
     def export_for_generation(self, model, inputs=None, config=None, *, generation_config=None,
                               multi_token_decode=None, revision=None, sample_inputs=None):
@@ -55,14 +56,15 @@ class OnnxExporter:
         gen = _c_generation(generation_config, multi_token_decode)
         source, keep = _checkpoint(model)
         handle = _open_model(source, revision)
-        exported = _P()
+        exported, cancel = _P(), ctypes.c_int(0)
+        cfg.cancel = ctypes.addressof(cancel)  # the export keeps the pointer: see save_pretrained
         status = _c().ferry_export_for_generation(handle, ctypes.byref(cfg), ctypes.byref(gen),
                                                   ctypes.byref(exported))
         if status:
             message = _str(_c().ferry_model_errmsg(handle))
             _c().ferry_model_free(handle)
             _fail(status, message)
-        return ExportedModel(exported, model_handle=handle, source=keep)
+        return ExportedModel(exported, model_handle=handle, source=keep, cancel=cancel)
 
 
 class OpenVINOExporter(OnnxExporter):

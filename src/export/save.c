@@ -245,7 +245,8 @@ static ferry_status make_tmp(const char *parent, const char *base, char *tmp, in
 
 static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *err)
 {
-    ws_progress pr = {.fn = e->cfg.progress, .user = e->cfg.progress_user};
+    ws_progress pr = {.fn = e->cfg.progress, .user = e->cfg.progress_user,
+                      .cancel = e->cfg.cancel};
     ferry_status st = e->backend->write(e->lowered, e->n_components, &e->cfg, tmp, &pr, err);
     if (st != FERRY_OK)
         return st;
@@ -389,6 +390,11 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     chmod(tree, 0755);
     if (write_contents(e, tree, err) != FERRY_OK)
         goto wrap;
+    /* The last moment to stop: past it the new export is swapped in whole. */
+    if (ws_cancelled(e->cfg.cancel)) {
+        fy_fail(err, FERRY_ERR_CANCELLED, "interrupted");
+        goto wrap;
+    }
     if (exists) {
         if (replace_check(target, dir, e->model->dir, &old, err) != FERRY_OK)
             goto fail;
@@ -448,7 +454,11 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     e->dir = strdup(dir);
     provenance_note_dir(e);
     return FERRY_OK;
-wrap: {
+wrap:
+    if (err->status == FERRY_ERR_CANCELLED) {
+        fy_refail(err, err->status, "export to %s interrupted: nothing was written%s", shown,
+                  exists ? "; the export already there is untouched" : "");
+    } else {
         /* The file at fault is inside the temporary directory, which is about to go: say which
          * export it was for. */
         char inner[sizeof err->msg];

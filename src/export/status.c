@@ -27,6 +27,7 @@ const char *ferry_status_str(ferry_status status)
     case FERRY_ERR_EXISTS: return "output exists";
     case FERRY_ERR_NOSPACE: return "no space left";
     case FERRY_ERR_INTERNAL: return "internal error";
+    case FERRY_ERR_CANCELLED: return "cancelled";
     }
     return "unknown status";
 }

@@ -48,6 +48,7 @@ typedef struct worker_bufs {
 
 typedef struct stream {
     dw_file out;             /* the file written, with its O_DIRECT twin */
+    volatile int *cancel;
     job *jobs;
     size_t n_jobs, next;
     uint64_t done;
@@ -521,12 +522,23 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     return FERRY_OK;
 }
 
+bool ws_cancelled(volatile int *cancel)
+{
+    /* an atomic load: the flag is set by a signal handler, on whichever thread took the signal */
+    return cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED) != 0;
+}
+
 static void *worker_main(void *arg)
 {
     stream *s = arg;
     worker_bufs b = {0};
     pthread_mutex_lock(&s->mu);
     while (s->next < s->n_jobs && s->err.status == FERRY_OK) {
+        if (ws_cancelled(s->cancel)) {
+            fy_fail(&s->err, FERRY_ERR_CANCELLED, "interrupted");
+            pthread_cond_broadcast(&s->cv);
+            break;
+        }
         const job *j = &s->jobs[s->next++];
         pthread_mutex_unlock(&s->mu);
         fy_err e = {0};
@@ -582,7 +594,7 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
                       size_t band_elems, ws_progress *progress, const ws_observer *observer,
                       fy_err *err)
 {
-    stream s = {.observer = observer};
+    stream s = {.observer = observer, .cancel = progress ? progress->cancel : NULL};
     dw_open(&s.out, fd, path);
     if (plan_jobs(&s, items, n, band_elems ? band_elems : BAND_ELEMS, err) != FERRY_OK) {
         dw_close(&s.out);

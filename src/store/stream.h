@@ -12,11 +12,18 @@
 #include "ir/weights.h"
 #include "util/err.h"
 
+/* The caller's hold on a long write: progress reported out, a request to stop read in. */
 typedef struct ws_progress {
     ferry_progress_fn fn;    /* may be NULL; called from the thread that called ws_write */
     void *user;
     uint64_t done, total;    /* bytes */
+    /* may be NULL; non-zero (set by a signal handler, say): the workers take no further band
+     * and ws_write returns FERRY_ERR_CANCELLED */
+    volatile int *cancel;
 } ws_progress;
+
+/* Whether `cancel` (may be NULL) asks to stop; safe from any thread. */
+bool ws_cancelled(volatile int *cancel);
 
 /* Told of each run of bytes a worker wrote with pwrite, from that worker's thread while the
  * bytes are still in its cache (a zip's CRC-32 taken there, not by reading the file back).
@@ -43,8 +50,8 @@ uint64_t ws_item_bytes(const ws_item *item);
 
 /* Writes every item into `fd` (the file `path`, named in errors) with `threads` workers (0: one
  * per core, at most 4), in bands of at most `band_elems` elements (0: the default, 8 Mi; tests
- * pass tiny bands to exercise banding). Progress (if any) counts bytes written; `observer` (if
- * any) sees what was written. Returns the first error. */
+ * pass tiny bands to exercise banding). Progress (if any) counts bytes written and may cancel;
+ * `observer` (if any) sees what was written. Returns the first error. */
 ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, int threads,
                       size_t band_elems, ws_progress *progress, const ws_observer *observer,
                       fy_err *err);

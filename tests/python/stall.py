@@ -30,7 +30,7 @@ def _fill(fd):
 
 
 class StalledExport:
-    def __init__(self, argv, env=None):
+    def __init__(self, argv, env=None, preexec_fn=None):
         self.master, slave = pty.openpty()
         name = os.ttyname(slave)
         filler = os.open(name, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
@@ -40,7 +40,7 @@ class StalledExport:
         err = os.open(name, os.O_WRONLY | os.O_NOCTTY)
         self.proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=err,
-                                     start_new_session=True, env=env)
+                                     start_new_session=True, env=env, preexec_fn=preexec_fn)
         os.close(err)
         os.close(slave)
 
