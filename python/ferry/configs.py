@@ -49,19 +49,38 @@ def _dtype_name(dtype):
                      status=1)
 
 
+def _tracing_options(recipe, strict, prefer_deferred):
+    """transformers' torch.export options, in the recipe where they differ from the default, so
+    that libferry judges them: ferry does not trace, so strict=True is refused and
+    prefer_deferred_runtime_asserts_over_guards (no guard to defer) is taken either way."""
+    if strict is not False:
+        recipe["strict"] = strict
+    if prefer_deferred is not False:
+        recipe["prefer_deferred_runtime_asserts_over_guards"] = prefer_deferred
+
+
 class OnnxConfig:
     """The recipe of an ONNX export; its keys are AutoExportConfig.from_dict's (and the CLI's
     --config recipe's). Validated by libferry when made."""
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", opset=None,
-                 example_shapes=None, ort_fusions=None, quantizer=None):
+                 example_shapes=None, ort_fusions=None, quantizer=None, *, opset_version=None,
+                 optimize=True, strict=False, prefer_deferred_runtime_asserts_over_guards=False):
         """ort_fusions: None (standard ONNX) or "cpu" | "cuda" | "webgpu" | "dml".
         quantizer: None, "int4", "int8" or a dict of the recipe's quantizer keys (bits,
         block_size, symmetric, accuracy_level, quantize_embeddings, quantize_lm_head, method:
-        "rtn" | "mse")."""
+        "rtn" | "mse"). transformers' names are taken too: opset_version (= opset), optimize
+        (True: ferry's graphs are built optimized; False is refused), strict and
+        prefer_deferred_runtime_asserts_over_guards (torch.export's tracing options: ferry does
+        not trace, so strict=True is refused, and the other needs nothing done)."""
         if not isinstance(dynamic, bool):  # bool("no") would be True
             raise FerryError(f"dynamic must be True or False, not {dynamic!r}", status=1)
         recipe = {"export_format": "onnx", "dynamic": dynamic, "dtype": _dtype_name(dtype)}
+        _tracing_options(recipe, strict, prefer_deferred_runtime_asserts_over_guards)
+        if optimize is not True:
+            recipe["optimize"] = optimize
+        if opset_version is not None:
+            recipe["opset_version"] = opset_version
         if ort_fusions is not None:
             recipe["ort_fusions"] = ort_fusions
         if quantizer is not None:
@@ -109,9 +128,12 @@ class OpenVINOConfig(OnnxConfig):
     OnnxConfig ("int4", "int8" or a dict); OpenVINO runs the compressed weights as they are."""
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
-                 compress_to_fp16=False, stateful=True, quantizer=None):
+                 compress_to_fp16=False, stateful=True, quantizer=None, *, strict=False,
+                 prefer_deferred_runtime_asserts_over_guards=False):
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
-                         example_shapes=example_shapes, quantizer=quantizer)
+                         example_shapes=example_shapes, quantizer=quantizer, strict=strict,
+                         prefer_deferred_runtime_asserts_over_guards=(
+                             prefer_deferred_runtime_asserts_over_guards))
         self._recipe["export_format"] = "openvino"
         if stateful is not True:
             self._recipe["stateful"] = stateful
@@ -126,9 +148,12 @@ class DynamoConfig(OnnxConfig):
     checkpoint without tracing. `dynamic` / `dynamic_shapes` make the program's symbols, as
     torch.export.Dim does."""
 
-    def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None):
+    def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
+                 *, strict=False, prefer_deferred_runtime_asserts_over_guards=False):
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
-                         example_shapes=example_shapes)
+                         example_shapes=example_shapes, strict=strict,
+                         prefer_deferred_runtime_asserts_over_guards=(
+                             prefer_deferred_runtime_asserts_over_guards))
         self._recipe["export_format"] = "dynamo"
         self._c_config()
 

@@ -368,17 +368,23 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
         st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: not a JSON object");
         goto done;
     }
-    const cJSON *item;
+    /* The format first: keys of a format ferry lacks (ExecutorchConfig's alloc_graph_input)
+     * would otherwise be named as unknown before the format is. */
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, "export_format");
+    if (item) {
+        const fb_backend *be = cJSON_IsString(item) ? fb_find_name(item->valuestring) : NULL;
+        if (!be) {
+            st = say(eb, es, FERRY_ERR_UNSUPPORTED, "recipe: export_format must be one of: %s",
+                     fb_names());
+            goto done;
+        }
+        cfg->format = be->format;
+    }
+    const cJSON *opset = NULL;   /* "opset" or transformers' "opset_version", whichever came */
     cJSON_ArrayForEach(item, root) {
         const char *k = item->string;
         if (!strcmp(k, "export_format")) {
-            const fb_backend *be = cJSON_IsString(item) ? fb_find_name(item->valuestring) : NULL;
-            if (!be) {
-                st = say(eb, es, FERRY_ERR_UNSUPPORTED,
-                         "recipe: export_format must be one of: %s", fb_names());
-                goto done;
-            }
-            cfg->format = be->format;
+            continue;
         } else if (!strcmp(k, "dynamic")) {
             if (!cJSON_IsBool(item)) {
                 st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'dynamic' must be true or false");
@@ -386,7 +392,8 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
             }
             cfg->dynamic = cJSON_IsTrue(item);
         } else if (!strcmp(k, "dynamic_shapes")) {
-            if ((st = recipe_dynamic_shapes(cfg, item, eb, es)) != FERRY_OK)
+            /* null: transformers' to_json_string of a config that sets none */
+            if (!cJSON_IsNull(item) && (st = recipe_dynamic_shapes(cfg, item, eb, es)) != FERRY_OK)
                 goto done;
         } else if (!strcmp(k, "dtype")) {
             if (!cJSON_IsString(item) || parse_dtype(item->valuestring, &cfg->dtype) != FERRY_OK) {
@@ -394,15 +401,44 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
                          "recipe: 'dtype' must be \"fp32\", \"fp16\" or \"bf16\"");
                 goto done;
             }
-        } else if (!strcmp(k, "opset")) {
-            uint64_t v;
-            if (!json_number_to_u64(item, &v) || v < (uint64_t)ferry_min_opset() ||
-                v > (uint64_t)ferry_max_opset()) {
-                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'opset' must be an integer in "
-                         "[%d, %d]", ferry_min_opset(), ferry_max_opset());
+        } else if (!strcmp(k, "opset") || !strcmp(k, "opset_version")) {
+            uint64_t v = 0;
+            if (!(cJSON_IsNull(item) && k[5] == '_') &&
+                (!json_number_to_u64(item, &v) || v < (uint64_t)ferry_min_opset() ||
+                 v > (uint64_t)ferry_max_opset())) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: '%s' must be an integer in "
+                         "[%d, %d]%s", k, ferry_min_opset(), ferry_max_opset(),
+                         k[5] == '_' ? " or null (the default)" : "");
                 goto done;
             }
-            cfg->opset = (int)v;
+            if (opset && !cJSON_IsNull(opset) && !cJSON_IsNull(item) &&
+                opset->valuedouble != item->valuedouble) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'opset' and 'opset_version' "
+                         "(the same option) disagree");
+                goto done;
+            }
+            if (!cJSON_IsNull(item)) {
+                opset = item;
+                cfg->opset = (int)v;
+            } else if (!opset) {
+                opset = item;
+            }
+        } else if (!strcmp(k, "strict") || !strcmp(k, "prefer_deferred_runtime_asserts_over_guards")) {
+            /* torch.export's tracing modes, kept by transformers' recipes. ferry does not trace:
+             * its graph holds over every declared range by construction, with no guard to
+             * defer, which is what the second asks for. The strict tracer's extra checks are
+             * not done, so strict=true is refused. */
+            if (!cJSON_IsBool(item)) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: '%s' must be true or false", k);
+                goto done;
+            }
+            if (k[1] == 't' && cJSON_IsTrue(item)) {
+                st = say(eb, es, FERRY_ERR_UNSUPPORTED, "recipe: strict=true asks for "
+                         "torch.export's strict tracer; ferry builds the graph from the "
+                         "checkpoint without tracing, so it has no strict mode (leave strict "
+                         "false)");
+                goto done;
+            }
         } else if (!strcmp(k, "example_shapes")) {
             const cJSON *ids = cJSON_GetObjectItemCaseSensitive(item, "input_ids");
             uint64_t b, s;
@@ -449,7 +485,21 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
                 cfg->stateless = !cJSON_IsTrue(item);
             else
                 cfg->compress_to_fp16 = cJSON_IsTrue(item);
-        } else if (!strcmp(k, "backend") || !strcmp(k, "optimize")) {
+        } else if (!strcmp(k, "optimize")) {
+            /* transformers' default, true: onnxscript's optimizer (constant folding, dead code
+             * removal), which ferry's graphs need not (they are built folded) */
+            if (!cJSON_IsNull(item) && !cJSON_IsBool(item)) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'optimize' must be true or "
+                         "false");
+                goto done;
+            }
+            if (cJSON_IsFalse(item)) {
+                st = say(eb, es, FERRY_ERR_UNSUPPORTED, "recipe: optimize=false asks for the "
+                         "graph as traced, before optimization; ferry has no such graph (it "
+                         "builds the optimized one directly): leave optimize true");
+                goto done;
+            }
+        } else if (!strcmp(k, "backend")) {
             if (!cJSON_IsNull(item)) {
                 st = say(eb, es, FERRY_ERR_UNSUPPORTED,
                          "recipe: '%s' is not supported yet (only null is accepted)", k);
@@ -459,7 +509,9 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
             st = say(eb, es, FERRY_ERR_INVALID_ARG,
                      "recipe: unknown key '%s' (known: export_format, dynamic, dynamic_shapes, "
                      "dtype, opset, example_shapes, for_generation, multi_token_decode, "
-                     "generation_config, ort_fusions, quantizer, stateful, compress_to_fp16)", k);
+                     "generation_config, ort_fusions, quantizer, stateful, compress_to_fp16; "
+                     "and transformers' opset_version, optimize, strict, "
+                     "prefer_deferred_runtime_asserts_over_guards)", k);
             goto done;
         }
     }

@@ -173,6 +173,28 @@ static void test_hostile_recipes(void **state)
          FERRY_ERR_INVALID_ARG, "bad min"},
         {"nested 100000 deep", NULL, FERRY_ERR_INVALID_ARG,
          "recipe: nesting deeper than 32 levels (at byte 37) exceeds the limit for a recipe"},
+        /* transformers' tracing options: what ferry cannot do is refused, by name */
+        {"strict tracer", "{\"strict\": true}", FERRY_ERR_UNSUPPORTED,
+         "strict=true asks for torch.export's strict tracer"},
+        {"strict as a string", "{\"strict\": \"no\"}", FERRY_ERR_INVALID_ARG,
+         "'strict' must be true or false"},
+        {"guards as a number", "{\"prefer_deferred_runtime_asserts_over_guards\": 1}",
+         FERRY_ERR_INVALID_ARG, "'prefer_deferred_runtime_asserts_over_guards' must be true"},
+        {"unoptimized", "{\"optimize\": false}", FERRY_ERR_UNSUPPORTED,
+         "optimize=false asks for the graph as traced"},
+        {"optimize as a string", "{\"optimize\": \"yes\"}", FERRY_ERR_INVALID_ARG,
+         "'optimize' must be true or false"},
+        {"opset_version 3", "{\"opset_version\": 3}", FERRY_ERR_INVALID_ARG,
+         "'opset_version' must be an integer in [17, 23] or null"},
+        {"opset null", "{\"opset\": null}", FERRY_ERR_INVALID_ARG, "'opset' must be an integer"},
+        {"opset and opset_version disagree", "{\"opset\": 18, \"opset_version\": 21}",
+         FERRY_ERR_INVALID_ARG, "'opset' and 'opset_version' (the same option) disagree"},
+        {"opset_version and opset disagree", "{\"opset_version\": 21, \"opset\": 18}",
+         FERRY_ERR_INVALID_ARG, "disagree"},
+        /* the format is judged first: its own keys are not reported as unknown */
+        {"executorch recipe", "{\"alloc_graph_input\": true, \"backend\": \"xnnpack\", "
+         "\"export_format\": \"executorch\"}", FERRY_ERR_UNSUPPORTED,
+         "export_format must be one of"},
     };
     char seventeen[2048];
     size_t o = (size_t)sprintf(seventeen, "{\"dynamic_shapes\": {");
@@ -322,12 +344,55 @@ static void test_round_trip(void **state)
     cJSON_Delete(json);
 }
 
+/* What transformers' to_json_string writes for OnnxConfig(dynamic=True, opset_version=18),
+ * DynamoConfig(dynamic=True) and OpenVINOConfig(dynamic=True): read as ferry's own keys. */
+static void test_transformers_recipes(void **state)
+{
+    (void)state;
+    static const char *const recipes[] = {
+        "{\"dynamic\": true, \"dynamic_shapes\": null, \"export_format\": \"onnx\", "
+        "\"opset_version\": 18, \"optimize\": true, \"ort_fusions\": null, "
+        "\"prefer_deferred_runtime_asserts_over_guards\": false, \"strict\": false}",
+        "{\"dynamic\": true, \"dynamic_shapes\": null, \"export_format\": \"dynamo\", "
+        "\"prefer_deferred_runtime_asserts_over_guards\": true, \"strict\": false}",
+        "{\"compress_to_fp16\": false, \"dynamic\": true, \"dynamic_shapes\": null, "
+        "\"export_format\": \"openvino\", \"prefer_deferred_runtime_asserts_over_guards\": "
+        "false, \"stateful\": true, \"strict\": false}",
+    };
+    static const ferry_format formats[] = {FERRY_FORMAT_ONNX, FERRY_FORMAT_PT2,
+                                           FERRY_FORMAT_OPENVINO};
+    for (size_t i = 0; i < sizeof recipes / sizeof recipes[0]; i++) {
+        ferry_export_config cfg;
+        char eb[256] = "";
+        ferry_export_config_init(&cfg);
+        if (ferry_export_config_from_json(&cfg, recipes[i], eb, sizeof eb) != FERRY_OK)
+            fail_msg("recipe %zu refused: %s", i, eb);
+        assert_int_equal(cfg.format, formats[i]);
+        assert_int_equal(cfg.dynamic, 1);
+        assert_int_equal(cfg.n_dims, 0);
+        assert_int_equal(cfg.opset, i == 0 ? 18 : 0);
+    }
+    /* null opset_version keeps an opset given beside it, in either order */
+    static const char *const kept[] = {"{\"opset\": 19, \"opset_version\": null}",
+                                       "{\"opset_version\": null, \"opset\": 19}",
+                                       "{\"opset\": 19, \"opset_version\": 19}"};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        ferry_export_config cfg;
+        char eb[256] = "";
+        ferry_export_config_init(&cfg);
+        if (ferry_export_config_from_json(&cfg, kept[i], eb, sizeof eb) != FERRY_OK)
+            fail_msg("%s refused: %s", kept[i], eb);
+        assert_int_equal(cfg.opset, 19);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostile_recipes),
         cmocka_unit_test(test_hostile_dims),
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_transformers_recipes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,6 +108,12 @@ def test_dynamic_shapes_with_torch_dims(model, inputs):
     exporter = OnnxExporter()
     config = OnnxConfig(
         dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+        # Emit data-dependent shape guards as runtime asserts instead of failing the export when a
+        # guard wouldn't hold across the explicit symbolic range. Most LLMs need this under
+        # fine-grained ``Dim(min=, max=)`` bounds. Not needed with ``dynamic=True`` /
+        # ``Dim.AUTO``, where torch.export infers shape relations instead of verifying them
+        # against user-stated bounds.
+        prefer_deferred_runtime_asserts_over_guards=True,
     )
     exported = exporter.export(model, inputs, config=config)
     assert_matches_eager(exported(**inputs), model, inputs)
@@ -115,6 +121,25 @@ def test_dynamic_shapes_with_torch_dims(model, inputs):
              exported.program.graph.input[0].type.tensor_type.shape.dim]
     assert shape == ["batch", "seq"]
     # The same export at another batch and length, within the stated ranges.
+    other = {"input_ids": inputs["input_ids"][:1, 2:], "attention_mask":
+             inputs["attention_mask"][:1, 2:]}
+    assert_matches_eager(exported(**other), model, other)
+
+
+@pytest.mark.parametrize("name", ["Dynamo", "OpenVINO"])
+def test_dynamic_shapes_snippet_of_the_other_exporters(model, inputs, name):
+    """The same snippet as the guide gives it for DynamoExporter and OpenVINOExporter."""
+    import ferry
+
+    batch = torch.export.Dim("batch", min=1, max=32)
+    seq = torch.export.Dim("seq", min=1, max=2048)
+    exporter = getattr(ferry, f"{name}Exporter")()
+    config = getattr(ferry, f"{name}Config")(
+        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+        prefer_deferred_runtime_asserts_over_guards=True,
+    )
+    exported = exporter.export(model, inputs, config=config)
+    assert_matches_eager(exported(**inputs), model, inputs)
     other = {"input_ids": inputs["input_ids"][:1, 2:], "attention_mask":
              inputs["attention_mask"][:1, 2:]}
     assert_matches_eager(exported(**other), model, other)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (ARCHS, FP32_ATOL, ROOT, assert_logits_close, ferry_builds, ferry_export,
+from conftest import (ARCHS, FIXTURE, FP32_ATOL, ROOT, assert_logits_close, ferry_builds, ferry_export,
                       make_checkpoint, make_inputs, reference_logits,
                       reference_model, run_ferry)
 
@@ -323,3 +323,52 @@ def test_validate_runs_transformers_export(hf_exports, fmt):
                                     "PYTHONPATH": str(ROOT / "python")})
     assert code == 0, out + err
     assert "PASS" in out and "FAIL" not in out, out
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers' recipes in ferry
+
+
+@pytest.mark.parametrize("name,kwargs,fmt", [
+    ("OnnxConfig", dict(dynamic=True, opset_version=19), "onnx"),
+    ("DynamoConfig", dict(dynamic=True, prefer_deferred_runtime_asserts_over_guards=True), "pt2"),
+    ("OpenVINOConfig", dict(dynamic=True), "openvino"),
+])
+def test_transformers_recipe_drives_ferry(tmp_path, name, kwargs, fmt):
+    """A recipe as transformers writes it (to_json_string: every field, the tracing options and
+    nulls included) is a --config that ferry exports with, to the export its own flags make;
+    the same dict (to_dict, less the quantizer object) is an AutoExportConfig."""
+    import transformers.exporters as hf
+
+    import ferry
+
+    config = getattr(hf, name)(**kwargs)
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(config.to_json_string())
+    flags = ["--dynamic", "--format", fmt] + (["--opset", "19"] if fmt == "onnx" else [])
+    by_recipe = ferry_export(FIXTURE, tmp_path / "by-recipe", "--config", recipe, "-q")
+    by_flags = ferry_export(FIXTURE, tmp_path / "by-flags", *flags, "-q")
+    recorded = [[c["metadata"]["export_config"] for c in
+                 json.loads((d / "export.json").read_text())["components"].values()]
+                for d in (by_recipe, by_flags)]
+    assert recorded[0] == recorded[1]
+    for f in sorted(p.name for p in by_flags.iterdir()):
+        assert (by_recipe / f).read_bytes() == (by_flags / f).read_bytes(), f
+    as_dict = {k: v for k, v in config.to_dict().items() if k != "quantizer"}
+    as_dict["export_format"] = str(getattr(as_dict["export_format"], "value",
+                                           as_dict["export_format"]))
+    assert ferry.AutoExportConfig.from_dict(as_dict).to_dict() == as_dict
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(strict=True), "strict=true asks for torch.export's strict tracer"),
+    (dict(optimize=False), "optimize=false asks for the graph as traced"),
+])
+def test_transformers_recipe_ferry_cannot_follow(tmp_path, kwargs, needle):
+    import transformers.exporters as hf
+
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(hf.OnnxConfig(dynamic=True, **kwargs).to_json_string())
+    rc, _, err = run_ferry("export", FIXTURE, tmp_path / "out", "--config", recipe)
+    assert rc == 1 and needle in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
