@@ -124,7 +124,7 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
                     "this architecture yet", m->arch->architecture);
             goto fail;
         }
-        ferry_generation_config decided = gen_resolve(&c->cfg, gen, axes[1]);
+        ferry_generation_config decided = gen_resolve(gen, axes[1]);
         const char *one_graph =
             c->backend->one_generation_graph && !c->cfg.stateless ? c->backend->name : NULL;
         if (gen_plan(&c->cfg, &decided, one_graph, axes[0], axes[1], syms, plan, &c->n, err) !=

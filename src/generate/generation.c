@@ -17,12 +17,11 @@ static int add_sym(g_symtab *t, const char *name, int64_t min, int64_t max, int6
     return s;
 }
 
-ferry_generation_config gen_resolve(const ferry_export_config *cfg,
-                                    const ferry_generation_config *gen, g_dim sequence)
+ferry_generation_config gen_resolve(const ferry_generation_config *gen, g_dim sequence)
 {
     ferry_generation_config g = *gen;
     if (g.multi_token_decode < 0)
-        g.multi_token_decode = cfg->dynamic && !g.static_cache && !g_dim_is_const(sequence, NULL);
+        g.multi_token_decode = !g.static_cache && !g_dim_is_const(sequence, NULL);
     else
         g.multi_token_decode = g.multi_token_decode != 0;
     return g;
@@ -39,17 +38,20 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
                        "supported by a stateful model, which keeps a growing cache; "
                        "stateful=False (--disable-stateful) exports it as explicit inputs and "
                        "outputs", single);
-    if (single && !cfg->dynamic)
+    /* A symbolic sequence axis (--dynamic, or a --dim on it) makes the cache grow: decode's
+     * past length is then a symbol of its own. */
+    bool growing = !g_dim_is_const(sequence, NULL);
+    if (single && !growing)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s runs generation as one graph whose cache "
-                       "grows from call to call: it needs dynamic shapes (dynamic=true / "
-                       "--dynamic), or stateful=False (--disable-stateful) for prefill and "
-                       "decode components", single);
+                       "grows from call to call: it needs a symbolic sequence (dynamic=true / "
+                       "--dynamic, or a dim on the sequence axis), or stateful=False "
+                       "(--disable-stateful) for prefill and decode components", single);
     if (single && !gen->multi_token_decode)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s runs generation as one graph that takes "
                        "the prompt and each new token: it needs a multi-token decode (dynamic "
                        "shapes, and not --single-token-decode), or stateful=False "
                        "(--disable-stateful) for prefill and decode components", single);
-    if (gen->multi_token_decode > 0 && !cfg->dynamic && g_dim_is_const(sequence, NULL))
+    if (gen->multi_token_decode > 0 && !growing)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "multi_token_decode needs dynamic shapes "
                        "(dynamic=true / --dynamic, or a symbolic sequence axis): a static export "
                        "would freeze the query length at the example's length");
@@ -90,7 +92,7 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
             c->io.cache = CACHE_DYNAMIC;
             c->io.past = g_dim_const(0);
             if (is_decode) {
-                if (cfg->dynamic) {
+                if (growing) {
                     int s = add_sym(&syms[i], "past_sequence", 0, 0, prompt, err);
                     if (s < 0)
                         return err->status;

@@ -15,10 +15,10 @@ typedef struct gen_component {
     decoder_io io;
 } gen_component;
 
-/* `gen` with FERRY_AUTO decided: a symbolic decode query where it costs nothing (dynamic shapes,
- * a symbolic sequence axis, the dynamic cache; measured: the same decode time per step), else 1. */
-ferry_generation_config gen_resolve(const ferry_export_config *cfg,
-                                    const ferry_generation_config *gen, g_dim sequence);
+/* `gen` with FERRY_AUTO decided: a symbolic decode query where it costs nothing (a symbolic
+ * sequence axis, from --dynamic or a dim, and the dynamic cache; measured: the same decode time
+ * per step), else 1. */
+ferry_generation_config gen_resolve(const ferry_generation_config *gen, g_dim sequence);
 
 /* Checks the options against the export config (errors name the option) and fills `out` with
  * the components; symbols (past_sequence, max_cache_len) are added to each component's

@@ -31,7 +31,7 @@ static ferry_status plan(plan_case *p, bool dynamic)
     g_dim seq = dynamic ? g_dim_sym(g_symtab_add(&p->syms[0], "sequence", 1, 0, 8)) : g_dim_const(8);
     p->syms[1] = p->syms[0];
     fy_err_clear(&p->err);
-    ferry_generation_config decided = gen_resolve(&p->cfg, &p->gen, seq); /* as decompose does */
+    ferry_generation_config decided = gen_resolve(&p->gen, seq); /* as decompose does */
     return gen_plan(&p->cfg, &decided, p->one_graph, batch, seq, p->syms, p->comps, &p->n,
                     &p->err);
 }
@@ -68,6 +68,34 @@ static void dynamic_cache_components(void **state)
     assert_int_equal(plan(&p, false), FERRY_OK);
     assert_true(g_dim_is_const(p.comps[1].io.sequence, &one));
     assert_int_equal(one, 1);
+}
+
+/* A dim on the sequence axis alone (dynamic off, batch static), as `--dim input_ids:1=seq`
+ * makes it: the cache grows as with --dynamic. It was frozen at the example prompt's length, so
+ * decode took one step and no more. */
+static void symbolic_sequence_from_a_dim(void **state)
+{
+    (void)state;
+    plan_case p;
+    setup_case(&p);
+    memset(p.syms, 0, sizeof p.syms);
+    g_dim batch = g_dim_const(1);
+    g_dim seq = g_dim_sym(g_symtab_add(&p.syms[0], "seq", 1, 2048, 8));
+    p.syms[1] = p.syms[0];
+    ferry_generation_config decided = gen_resolve(&p.gen, seq);
+    assert_int_equal(decided.multi_token_decode, 1);
+    assert_int_equal(gen_plan(&p.cfg, &decided, NULL, batch, seq, p.syms, p.comps, &p.n,
+                              &p.err), FERRY_OK);
+    assert_int_equal(p.n, 2);
+    assert_false(g_dim_is_const(p.comps[1].io.past, NULL));
+    assert_string_equal(p.syms[1].s[p.comps[1].io.past.t[0].sym].name, "past_sequence");
+    assert_false(g_dim_is_const(p.comps[1].io.sequence, NULL));
+    /* and the one stateful graph, which needs a growing cache, is made */
+    p.syms[1] = p.syms[0];
+    assert_int_equal(gen_plan(&p.cfg, &decided, "openvino", batch, seq, p.syms, p.comps, &p.n,
+                              &p.err), FERRY_OK);
+    assert_int_equal(p.n, 1);
+    assert_false(g_dim_is_const(p.comps[0].io.past, NULL));
 }
 
 static void one_stateful_graph(void **state)
@@ -175,6 +203,7 @@ int main(void)
         cmocka_unit_test(dynamic_cache_components),
         cmocka_unit_test(static_cache_components),
         cmocka_unit_test(one_stateful_graph),
+        cmocka_unit_test(symbolic_sequence_from_a_dim),
         cmocka_unit_test(impossible_combinations),
         cmocka_unit_test(family_without_generation_is_refused),
     };

@@ -43,6 +43,8 @@ EXPORT_FLAGS = {
                    str(MAX_CACHE_LEN), "--multi-token-decode"],
     "static": ["--dynamic", "--for-generation", "--static-cache", "--max-cache-len",
                str(MAX_CACHE_LEN)],
+    # named dims instead of --dynamic: the cache must grow all the same
+    "dims": ["--for-generation", "--dim", "input_ids:0=b:1:4", "--dim", "input_ids:1=s:1:256"],
 }
 
 
@@ -308,6 +310,7 @@ LOOPS = {
     "static_mtd": partial(greedy_static, mode="static_mtd"),
     "static": partial(greedy_static, mode="static"),
     "static_in_place": partial(greedy_static_in_place, mode="static_mtd"),
+    "dims": partial(greedy_dynamic, mode="dims"),
 }
 
 
@@ -347,6 +350,18 @@ def check_loop(fam, loop, batches=None):
 @pytest.mark.parametrize("arch", FAMILIES)
 def test_dynamic_cache_greedy_equals_generate(families, arch, batch, length):
     assert_tokens_equal(families(arch), "dynamic", batch, length)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_named_dims_cache_grows(families, arch):
+    """--dim on batch and sequence instead of --dynamic: decode's past length is a symbol of
+    its own, so the cache grows step after step (it was frozen at the example prompt's 8
+    tokens, and decode failed at the second step)."""
+    fam = families(arch)
+    decode = fam.manifest("dims")["components"]["decode"]["metadata"]
+    past = next(i for i in decode["inputs"] if i["name"].startswith("past_key_values"))
+    assert past["shape"][0] == "b" and past["shape"][2] == "past_sequence", past
+    check_loop(fam, "dims")
 
 
 # (b) multi-token decode: the prompt in one call on an empty past, or in chunks of 3
