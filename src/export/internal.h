@@ -68,6 +68,7 @@ struct ferry_exported {
     int n_components;
     exp_component comps[EXP_MAX_COMPONENTS];
     be_component lowered[EXP_MAX_COMPONENTS]; /* what the backend writes (built exports) */
+    be_module_classes classes; /* of the model's modules, which `lowered` points to */
     char *warnings;          /* newline-separated, may be NULL */
     bool generation;         /* made by ferry_export_for_generation */
     ferry_generation_config gen;

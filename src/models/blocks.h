@@ -24,12 +24,17 @@ typedef struct blk_names {
 /* transformers' Llama names ("model.layers.%d.self_attn.q_proj.weight", ...). */
 extern const blk_names blk_llama_names;
 
+/* ACT2FN["gelu_pytorch_tanh"]: what Gemma makes of its legacy "gelu" too. */
+#define BLK_GELU_TANH_CLASS "transformers.activations.GELUTanh"
+
 /* A decoder language model of the standard shape. */
 typedef struct blk_lm {
     int64_t n_layers, hidden, n_heads, n_kv_heads, head_dim, intermediate, vocab;
     int64_t max_position_embeddings;
     double eps;
     g_op act;                /* G_SILU, G_GELU or G_GELU_TANH (gated MLP) */
+    const char *act_class;   /* the transformers class of act_fn ("...SiLUActivation") */
+    const char *scaled_embedding_class; /* embed_tokens' when embed_scale is set (Gemma's) */
     bool qkv_bias;           /* q/k/v projections carry biases */
     bool o_bias;             /* o_proj carries a bias */
     bool mlp_bias;
@@ -98,6 +103,8 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_gr
 ferry_status blk_lm_read(const model_config *cfg, void (*quirks)(const lm_config *c, blk_lm *lm),
                          void **out, fy_err *err);
 void blk_lm_destroy(void *lm);
+/* model_arch.module_classes of every blk_lm family. */
+void blk_lm_module_classes(const void *lm, model_module_classes *out);
 /* Settles lm->tie_embeddings against the checkpoint as transformers 5.x does when it loads one
  * (PreTrainedModel.tie_weights during from_pretrained):
  *   tie_word_embeddings true: the head absent -> tie to the embedding; the embedding absent but

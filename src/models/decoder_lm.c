@@ -9,13 +9,17 @@
 
 #include "models/blocks.h"
 
-/* transformers' ACT2FN names this shape's gated MLP can use. */
+/* transformers' ACT2FN names this shape's gated MLP can use, and the module each makes. */
 static const struct {
     const char *name;
     g_op op;
+    const char *cls;
 } ACTIVATIONS[] = {
-    {"silu", G_SILU}, {"swish", G_SILU}, {"gelu", G_GELU}, {"gelu_pytorch_tanh", G_GELU_TANH},
-    {"gelu_new", G_GELU_TANH},
+    {"silu", G_SILU, "transformers.activations.SiLUActivation"},
+    {"swish", G_SILU, "torch.nn.modules.activation.SiLU"},
+    {"gelu", G_GELU, "transformers.activations.GELUActivation"},
+    {"gelu_pytorch_tanh", G_GELU_TANH, BLK_GELU_TANH_CLASS},
+    {"gelu_new", G_GELU_TANH, "transformers.activations.NewGELUActivation"},
 };
 
 ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const char *arch,
@@ -53,6 +57,7 @@ ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const 
                        "dimension of %lld; it must be even and at least 2", origin,
                        cfg->rope.partial_rotary_factor, (long long)rotary_dim);
     lm->act = ACTIVATIONS[a].op;
+    lm->act_class = ACTIVATIONS[a].cls;
     lm->n_layers = cfg->num_hidden_layers;
     lm->hidden = cfg->hidden_size;
     lm->n_heads = cfg->num_attention_heads;
@@ -197,6 +202,13 @@ void blk_lm_destroy(void *lm)
         return;
     blk_lm_free(lm);
     free(lm);
+}
+
+void blk_lm_module_classes(const void *hparams, model_module_classes *out)
+{
+    const blk_lm *lm = hparams;
+    out->activation = lm->act_class;
+    out->scaled_embedding = lm->embed_scale != 0.0 ? lm->scaled_embedding_class : NULL;
 }
 
 ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const decoder_io *io, g_graph *g,

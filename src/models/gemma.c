@@ -10,8 +10,11 @@ static void gemma_quirks(const lm_config *c, blk_lm *lm)
 {
     lm->norm_offset = 1.0;
     lm->embed_scale = sqrt((double)lm->hidden);
-    if (lm->act == G_GELU)
+    lm->scaled_embedding_class = "GemmaTextScaledWordEmbedding";
+    if (lm->act == G_GELU) {
         lm->act = G_GELU_TANH;
+        lm->act_class = BLK_GELU_TANH_CLASS;
+    }
     if (!c->tie_word_embeddings_set)
         lm->tie_embeddings = true;
 }
@@ -25,4 +28,5 @@ const model_arch model_gemma = {
     .architecture = "GemmaForCausalLM", .model_type = "gemma", .read = gemma_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
+    .module_classes = blk_lm_module_classes,
 };

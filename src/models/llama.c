@@ -19,4 +19,5 @@ const model_arch model_llama = {
     .architecture = "LlamaForCausalLM", .model_type = "llama", .read = llama_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
+    .module_classes = blk_lm_module_classes,
 };

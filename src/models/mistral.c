@@ -17,4 +17,5 @@ const model_arch model_mistral = {
     .architecture = "MistralForCausalLM", .model_type = "mistral", .read = mistral_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
+    .module_classes = blk_lm_module_classes,
 };

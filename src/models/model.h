@@ -39,6 +39,14 @@ typedef struct model_input {
     const char *axes[4];
 } model_input;
 
+/* What transformers makes of a checkpoint's modules where it depends on the config. */
+typedef struct model_module_classes {
+    const char *activation;       /* act_fn: "transformers.activations.SiLUActivation" */
+    const char *scaled_embedding; /* embed_tokens when it scales its output, a class of the
+                                     family's modeling module ("GemmaTextScaledWordEmbedding");
+                                     NULL: torch's Embedding */
+} model_module_classes;
+
 typedef struct model_arch {
     const char *architecture;       /* config.json "architectures"[0] */
     const char *model_type;
@@ -58,6 +66,9 @@ typedef struct model_arch {
     const model_input *inputs;      /* the plain forward's inputs */
     int n_inputs;
     bool generation;                /* the KV-cache graphs are verified for this family */
+    /* The transformers classes of the modules that differ within the family, for formats that
+     * record where each node came from (torch.export's nn_module_stack); may be NULL. */
+    void (*module_classes)(const void *hparams, model_module_classes *out);
 } model_arch;
 
 const model_arch *model_find(const char *architecture);

@@ -20,4 +20,5 @@ const model_arch model_qwen3 = {
     .architecture = "Qwen3ForCausalLM", .model_type = "qwen3", .read = qwen3_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
+    .module_classes = blk_lm_module_classes,
 };

@@ -331,6 +331,49 @@ def torch_greedy(out, rows, new_tokens=NEW_TOKENS, suppressed=()):
     return ids, mask, np.stack(tokens, 1), calls
 
 
+def module_classes(program):
+    """{module fqn: class} over every node's nn_module_stack."""
+    return {fqn: cls for n in program.graph.nodes
+            for fqn, cls in (n.meta.get("nn_module_stack") or {}).values()}
+
+
+def test_module_stack_matches_torch_export(family):
+    """Each node records the transformers modules it came from, as torch.export records them
+    for the same checkpoint: the same module paths with the same classes (the family's
+    attention, MLP, RMSNorm, rotary embedding and activation, Gemma's scaled embedding), and
+    each aten.linear in the Linear whose weight it reads."""
+    arch, ckpt, _, program, _ = family
+    model = reference_model(ckpt)
+    ids, mask, pos = (torch.from_numpy(a) for a in make_inputs(VOCAB, 2, 5))
+    traced = torch.export.export(model, (), dict(input_ids=ids, attention_mask=mask,
+                                                 position_ids=pos, use_cache=False))
+    assert module_classes(program) == module_classes(traced)
+    signature = program.graph_signature.inputs_to_parameters
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.target == torch.ops.aten.linear.default:
+            fqn, cls = list(node.meta["nn_module_stack"].values())[-1]
+            weight = signature[node.args[1].name]
+            assert cls == "torch.nn.modules.linear.Linear", node.name
+            assert weight == f"{fqn}.weight" or (fqn, weight) == (
+                "lm_head", "model.embed_tokens.weight"), (node.name, fqn, weight)
+    calls = [e.fqn for e in program.module_call_graph]
+    assert calls[0] == "" and set(calls[1:]) == set(module_classes(traced)) - {""} | {
+        "model.layers"}
+
+
+def test_unflatten(family):
+    """torch.export.unflatten rebuilds the module tree (model.layers.0.self_attn.q_proj, ...),
+    which runs to ep.module()'s logits exactly."""
+    _, ckpt, _, program, module = family
+    tree = torch.export.unflatten(program)
+    layer = getattr(tree.model.layers, "0")
+    assert isinstance(layer.self_attn.q_proj, torch.nn.Module)
+    assert hasattr(layer.mlp, "act_fn") and hasattr(tree, "lm_head")
+    for batch, seq in [(1, 1), (3, 7)]:
+        ids, mask, pos = make_inputs(VOCAB, batch, seq)
+        assert np.array_equal(run(tree, ids, mask, pos), run(module, ids, mask, pos))
+
+
 @pytest.fixture(scope="module", params=list(ARCHS))
 def generation(request, ckpts, tmp_path_factory):
     """The guide's single-graph generation: a static cache and a multi-token decode."""
@@ -377,6 +420,34 @@ def test_sliding_window_in_place(ckpts, tmp_path):
     ids, mask, tokens, calls = torch_greedy(out, prompts([20, 11]), 12, eos_ids(ckpt))
     np.testing.assert_array_equal(tokens, hf_greedy(ckpt, ids, mask, 12))
     check_calls(ckpt, ids, mask, tokens, calls)
+
+
+def test_unflatten_static_cache(generation):
+    """The decode with its cache written in place, unflattened: the same logits, and the
+    caller's cache tensors written as ep.module() writes them."""
+    ckpt, out = generation
+    program = load(out, "decode")
+    tree = torch.export.unflatten(program)
+    feeds = []
+    for _ in range(2):
+        ids, mask, pos = make_inputs(VOCAB, 1, 5)
+        feed = {"input_ids": torch.from_numpy(ids), "position_ids": torch.from_numpy(pos),
+                "attention_mask": torch.tril(torch.ones(5, MAX_CACHE_LEN, dtype=torch.bool))
+                [None, None]}
+        for node in program.graph.nodes:  # every cache tensor empty: batch 1, MAX_CACHE_LEN
+            if node.op == "placeholder" and node.name.startswith("past_key_values"):
+                meta = node.meta["val"]
+                shape = [int(d) if not isinstance(d, torch.SymInt) else
+                         1 if axis == 0 else MAX_CACHE_LEN for axis, d in enumerate(meta.shape)]
+                feed[node.name] = torch.zeros(shape, dtype=meta.dtype)
+        feeds.append(feed)
+    with torch.no_grad():
+        want = program.module()(**feeds[0])["logits"]
+        got = tree(**feeds[1])["logits"]
+    assert torch.equal(got, want)
+    for name in feeds[0]:
+        assert torch.equal(feeds[0][name], feeds[1][name]), name
+    assert feeds[1]["past_key_values_0_key"].abs().sum() > 0
 
 
 def test_cache_write_signature_matches_torch(generation):

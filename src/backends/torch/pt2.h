@@ -3,6 +3,7 @@
 #ifndef FERRY_BACKENDS_TORCH_PT2_H
 #define FERRY_BACKENDS_TORCH_PT2_H
 
+#include "backends/backend.h"
 #include "ir/ir.h"
 
 typedef struct pt2_lifted {
@@ -17,9 +18,11 @@ typedef struct pt2_program {
     size_t n_params, n_buffers, cap_params, cap_buffers;
 } pt2_program;
 
-/* Prints lowered graph `g` as an ExportedProgram (torch's serialized schema 8). `g` gains
- * nothing; its unknown dims must have been refined (pt_refine_shapes). */
-ferry_status pt2_print_program(g_graph *g, pt2_program *out, fy_err *err);
+/* Prints lowered graph `g` as an ExportedProgram (torch's serialized schema 8); with `classes`
+ * (may be NULL) each node records the transformers modules it came from (pt2_modules.c). `g`
+ * gains nothing; its unknown dims must have been refined (pt_refine_shapes). */
+ferry_status pt2_print_program(g_graph *g, const be_module_classes *classes, pt2_program *out,
+                               fy_err *err);
 void pt2_program_free(pt2_program *prog);
 
 struct strbuf;

@@ -100,7 +100,7 @@ static ferry_status pt2_write(const be_component *comps, int n, const ferry_expo
 {
     (void)cfg;
     for (int i = 0; i < n; i++)
-        if (pt2_write_archive(comps[i].graph, dir, comps[i].file, progress, err) != FERRY_OK)
+        if (pt2_write_archive(&comps[i], dir, progress, err) != FERRY_OK)
             return err->status;
     return FERRY_OK;
 }

@@ -230,7 +230,9 @@ static void assemble(strbuf *b, pt_printer *p)
         sb_puts(b, i ? ", " : "");
         pt2_json_str(b, g->values[g->inputs[i]].name);
     }
-    sb_puts(b, "]}}], \"metadata\": {}, \"treespec_namedtuple_fields\": {}},\n"
+    sb_puts(b, "]}}");
+    pt_module_calls(p, b);
+    sb_puts(b, "], \"metadata\": {}, \"treespec_namedtuple_fields\": {}},\n"
                "\"opset_version\": {\"aten\": 10}, \"range_constraints\": {");
     int listed = 0;
     for (int s = 0; s < g->syms.n; s++) {
@@ -263,19 +265,87 @@ static void user_inputs(pt_printer *p)
     }
 }
 
-ferry_status pt2_print_program(g_graph *g, pt2_program *out, fy_err *err)
+/* Every live node; first those outside the decoder layers that the layers read and that need
+ * nothing a layer computes (the embedding, the rotary tables and the mask, which lowering
+ * makes where layer 0 first reads them): each module's nodes then lie together, as
+ * torch.export.unflatten needs, and in transformers' order (the model computes them before its
+ * layers). */
+static void emit_nodes(pt_printer *p)
+{
+    const g_graph *g = p->g;
+    if (p->st != FERRY_OK) /* p->ints may be missing */
+        return;
+    bool *early = calloc(g->n_values ? g->n_values : 1, sizeof *early);
+    bool *wanted = calloc(g->n_values ? g->n_values : 1, sizeof *wanted);
+    bool *hoisted = calloc(g->n_nodes ? g->n_nodes : 1, sizeof *hoisted);
+    if (!early || !wanted || !hoisted) {
+        pt_fail(p, FERRY_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t v = 0; v < g->n_values; v++)
+        early[v] = true; /* inputs, weights and constants; node outputs are cleared below */
+    for (size_t i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_out; k++) {
+            int v = g->nodes[i].out[k];
+            /* an integer known from the symbols is spelt from the inputs, not computed */
+            if (v != G_NONE && !p->ints[v].known)
+                early[v] = false;
+        }
+    /* the candidates: outside the layers, over inputs and other candidates only */
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const g_node *n = &g->nodes[i];
+        bool ok = !n->dead && !pt_module_in_layer(n->name);
+        for (int k = 0; k < n->n_in && ok; k++)
+            ok = n->in[k] == G_NONE || early[n->in[k]];
+        if (!ok)
+            continue;
+        hoisted[i] = true;
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] != G_NONE)
+                early[n->out[k]] = true;
+    }
+    /* of those, the ones a layer reads, directly or through another (backwards: consumers
+     * follow producers); the rest (the final norm's weight offset) stay in their module */
+    for (size_t i = g->n_nodes; i-- > 0;) {
+        const g_node *n = &g->nodes[i];
+        if (n->dead)
+            continue;
+        if (hoisted[i]) {
+            bool used = false;
+            for (int k = 0; k < n->n_out; k++)
+                used |= n->out[k] != G_NONE && wanted[n->out[k]];
+            hoisted[i] = used;
+        }
+        if (hoisted[i] || pt_module_in_layer(n->name))
+            for (int k = 0; k < n->n_in; k++)
+                if (n->in[k] != G_NONE)
+                    wanted[n->in[k]] = true;
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < g->n_nodes && p->st == FERRY_OK; i++)
+            if (!g->nodes[i].dead && hoisted[i] == (pass == 0)) {
+                p->ir_name = g->nodes[i].name;
+                pt_emit_node(p, i);
+            }
+    p->ir_name = NULL;
+done:
+    free(early);
+    free(wanted);
+    free(hoisted);
+}
+
+ferry_status pt2_print_program(g_graph *g, const be_module_classes *classes, pt2_program *out,
+                               fy_err *err)
 {
     *out = (pt2_program){0};
-    pt_printer p = {.g = g, .prog = out, .err = err};
+    pt_printer p = {.g = g, .prog = out, .err = err, .classes = classes};
     p.ints = pt_track(g);
     p.names = calloc(g->n_values ? g->n_values : 1, sizeof *p.names);
     if (!p.ints || !p.names)
         pt_fail(&p, FERRY_ERR_NOMEM, "out of memory");
     /* the user inputs keep their names (parameters and constants are named when first read) */
     user_inputs(&p);
-    for (size_t i = 0; i < g->n_nodes && p.st == FERRY_OK; i++)
-        if (!g->nodes[i].dead)
-            pt_emit_node(&p, i);
+    emit_nodes(&p);
     pt_emit_mutations(&p);
     for (size_t i = 0; i < g->n_outputs && p.st == FERRY_OK; i++)
         pt_tensor(&p, g->outputs[i]);
@@ -298,6 +368,9 @@ ferry_status pt2_print_program(g_graph *g, pt2_program *out, fy_err *err)
     for (size_t i = 0; i < p.cap_taken; i++)
         free(p.taken[i]);
     free(p.taken);
+    for (size_t i = 0; i < p.n_modules; i++)
+        free(p.modules[i]);
+    free(p.modules);
     free(p.syms);
     free(p.names);
     free(p.ints);

@@ -1,7 +1,7 @@
 /* pt2_printer.h — the ExportedProgram printer's state, shared by the program (pt2_print.c:
  * placeholders, signature, the JSON around the nodes), its writer (pt2_writer.c: names, tensor
- * metadata, nodes and arguments, SymInts) and the nodes (pt2_nodes.c: one aten call per IR
- * node). Only those three files include this. */
+ * metadata, nodes and arguments, SymInts), the nodes (pt2_nodes.c: one aten call per IR node)
+ * and their provenance (pt2_modules.c: nn_module_stack). Only those four files include this. */
 #ifndef FERRY_BACKENDS_TORCH_PT2_PRINTER_H
 #define FERRY_BACKENDS_TORCH_PT2_PRINTER_H
 
@@ -32,6 +32,7 @@ typedef struct pt_printer {
     struct pt_frame {
         strbuf b;
         bool first_arg;
+        char target[96];     /* the aten op */
     } frame[PT_MAX_DEPTH];
     int depth;
     pt_sym *syms;            /* SymInt nodes made so far, by the dim they compute */
@@ -40,6 +41,10 @@ typedef struct pt_printer {
     size_t cap_taken, n_taken;
     pt2_program *prog;
     const char *tied_head;   /* the placeholder of a tied lm_head.weight, once made */
+    const be_module_classes *classes; /* NULL: nodes carry no nn_module_stack */
+    const char *ir_name;     /* the IR node being written (NULL: one of the program's own) */
+    char **modules;          /* every module a node came from, in order of first use */
+    size_t n_modules, cap_modules;
     fy_err *err;
     ferry_status st;         /* the first failure; later calls do nothing */
 } pt_printer;
@@ -75,6 +80,15 @@ void pt_arg_symint(pt_printer *p, const char *arg, int kind, g_dim d);
 void pt_arg_symints(pt_printer *p, const char *arg, int kind, const g_dim *d, int n);
 /* ends the node with tensor output `out` named `name`, of dtype/shape of value `like` */
 void pt_node_end_tensor(pt_printer *p, const char *name, ferry_dtype dt, const g_shape *s);
+
+/* A node's metadata (JSON object): the nn_module_stack of a node with aten op `target` made
+ * for IR node p->ir_name; records its modules for pt_module_calls. */
+void pt_module_metadata(pt_printer *p, const char *target, strbuf *b);
+/* Whether IR node `ir_name` lies in a decoder layer ("/model/layers.3/..."). */
+bool pt_module_in_layer(const char *ir_name);
+/* The module call graph's entries after the root's: `, {"fqn": ..., "signature": null}` for
+ * every module pt_module_metadata met. */
+void pt_module_calls(const pt_printer *p, strbuf *b);
 
 /* Writes node `i` of the graph (nothing for the integer arithmetic the program spells as
  * SymInts). */

@@ -257,6 +257,7 @@ void pt_node_begin(pt_printer *p, const char *target)
     struct pt_frame *f = &p->frame[p->depth++];
     f->b = (strbuf){0};
     f->first_arg = true;
+    snprintf(f->target, sizeof f->target, "%s", target);
     sb_printf(&f->b, "{\"target\": \"%s\", \"inputs\": [", target);
 }
 
@@ -349,7 +350,9 @@ static void node_end(pt_printer *p, const char *outputs, const char *name)
     if (!p->depth)
         return;
     struct pt_frame *f = frame(p);
-    sb_printf(&f->b, "], \"outputs\": [%s], \"metadata\": {}, \"name\": \"%s\"}", outputs, name);
+    sb_printf(&f->b, "], \"outputs\": [%s], \"metadata\": ", outputs);
+    pt_module_metadata(p, f->target, &f->b);
+    sb_printf(&f->b, ", \"name\": \"%s\"}", name);
     if (f->b.oom)
         p->nodes.oom = true;
     sb_puts(&p->nodes, p->n_nodes++ ? ",\n" : "");

@@ -5,6 +5,7 @@
 #ifndef FERRY_BACKENDS_TORCH_H
 #define FERRY_BACKENDS_TORCH_H
 
+#include "backends/backend.h"
 #include "ir/legalize.h"
 #include "store/placement.h"
 
@@ -42,9 +43,9 @@ int pt_dim_expr(g_dim d, char *buf, size_t size);
 
 /* ---- the archive (pt2_archive.c over pt2_print.c) ---- */
 
-/* Writes component graph `g` as the .pt2 archive `dir`/`file` (created exclusively, synced):
- * the ExportedProgram, its weights streamed into one blob per dtype, its constants. */
-ferry_status pt2_write_archive(g_graph *g, const char *dir, const char *file,
-                               ws_progress *progress, fy_err *err);
+/* Writes component `c` as the .pt2 archive `dir`/`c->file` (created exclusively, synced): the
+ * ExportedProgram, its weights streamed into one blob per dtype, its constants. */
+ferry_status pt2_write_archive(const be_component *c, const char *dir, ws_progress *progress,
+                               fy_err *err);
 
 #endif

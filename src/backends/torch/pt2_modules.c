@@ -1,0 +1,204 @@
+/* pt2_modules.c — where each node of the program came from, as torch.export records it: the
+ * node's nn_module_stack (its transformers modules, outermost first, each as
+ * "L__self__<fqn>,<fqn>,<class>", joined by ";") and, in the module call graph, an entry for
+ * every module. torch.export.unflatten rebuilds the module tree from them, and PT2E quantizers
+ * select nodes by module class (torch.nn.modules.linear.Linear).
+ *
+ * The modules are read off the IR node's name, which the model builders scope by module path
+ * ("/model/layers.0/self_attn/q_proj"; a lowered node adds its own segments,
+ * ".../input_layernorm/Square"): the longest prefix of segments that are transformers module
+ * names. A leaf module (a Linear, the Embedding, the activation) holds only its own op; any
+ * other op named under it ("q_proj/Reshape") is its parent's, as in transformers' forward.
+ * One difference remains: the residual add that a norm fused with it carries is placed in the
+ * norm's module, where transformers has it in the decoder layer.
+ *
+ * unflatten needs each module's nodes to be contiguous; the rotary tables and the mask, which
+ * lowering makes where a layer first reads them, are hoisted before the layers
+ * (pt2_print.c, with pt_module_in_layer). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/torch/pt2_printer.h"
+#include "util/grow.h"
+
+#define MAX_DEPTH 8
+#define FQN_MAX 512
+
+typedef enum {
+    MOD_NONE, MOD_MODEL, MOD_LAYER, MOD_ATTENTION, MOD_MLP, MOD_LINEAR, MOD_EMBEDDING,
+    MOD_NORM, MOD_ACT, MOD_ROTARY
+} mod_kind;
+
+static bool ends_with(const char *s, size_t len, const char *tail)
+{
+    size_t n = strlen(tail);
+    return len >= n && memcmp(s + len - n, tail, n) == 0;
+}
+
+static bool is(const char *s, size_t len, const char *word)
+{
+    return len == strlen(word) && memcmp(s, word, len) == 0;
+}
+
+/* transformers' attribute names for the modules of the decoders ferry builds */
+static mod_kind segment_kind(const char *s, size_t len, int depth)
+{
+    if (depth == 0 && is(s, len, "model"))
+        return MOD_MODEL;
+    if (len > 7 && memcmp(s, "layers.", 7) == 0 && strspn(s + 7, "0123456789") == len - 7)
+        return MOD_LAYER;
+    if (is(s, len, "self_attn"))
+        return MOD_ATTENTION;
+    if (is(s, len, "mlp"))
+        return MOD_MLP;
+    if (is(s, len, "lm_head") || (len > 5 && ends_with(s, len, "_proj")))
+        return MOD_LINEAR;
+    if (is(s, len, "embed_tokens"))
+        return MOD_EMBEDDING;
+    if (is(s, len, "norm") || is(s, len, "q_norm") || is(s, len, "k_norm") ||
+        ends_with(s, len, "layernorm"))
+        return MOD_NORM;
+    if (is(s, len, "act_fn"))
+        return MOD_ACT;
+    if (is(s, len, "rotary_emb"))
+        return MOD_ROTARY;
+    return MOD_NONE;
+}
+
+/* Whether aten op `target` is the whole of leaf module `kind`'s forward (an embedding that
+ * scales its output holds the scaling too). */
+static bool own_op(const be_module_classes *c, mod_kind kind, const char *target)
+{
+    switch (kind) {
+    case MOD_LINEAR: return !strcmp(target, "torch.ops.aten.linear.default");
+    case MOD_EMBEDDING:
+        return c->scaled_embedding || !strcmp(target, "torch.ops.aten.embedding.default");
+    case MOD_ACT:
+        return !strncmp(target, "torch.ops.aten.silu.", 20) ||
+               !strncmp(target, "torch.ops.aten.gelu.", 20);
+    default: return true;
+    }
+}
+
+static void class_name(const be_module_classes *c, mod_kind kind, char *out, size_t size)
+{
+    static const char *const suffix[] = {
+        [MOD_MODEL] = "Model", [MOD_LAYER] = "DecoderLayer", [MOD_ATTENTION] = "Attention",
+        [MOD_MLP] = "MLP", [MOD_NORM] = "RMSNorm", [MOD_ROTARY] = "RotaryEmbedding",
+    };
+    switch (kind) {
+    case MOD_LINEAR: snprintf(out, size, "torch.nn.modules.linear.Linear"); break;
+    case MOD_EMBEDDING:
+        if (c->scaled_embedding)
+            snprintf(out, size, "%s.%s", c->module, c->scaled_embedding);
+        else
+            snprintf(out, size, "torch.nn.modules.sparse.Embedding");
+        break;
+    case MOD_ACT: snprintf(out, size, "%s", c->activation); break;
+    default: snprintf(out, size, "%s.%s%s", c->module, c->prefix, suffix[kind]); break;
+    }
+}
+
+/* Records module `fqn` for the call graph (once; "model.layers" before its first layer). */
+static void note_module(pt_printer *p, const char *fqn, mod_kind kind)
+{
+    for (size_t i = p->n_modules; i-- > 0;)
+        if (!strcmp(p->modules[i], fqn))
+            return;
+    if (kind == MOD_LAYER) {
+        char list[FQN_MAX];
+        snprintf(list, sizeof list, "%.*s", (int)(strrchr(fqn, '.') - fqn), fqn);
+        note_module(p, list, MOD_NONE);
+    }
+    char **grown = fy_grow(p->modules, &p->cap_modules, p->n_modules + 1, sizeof *grown);
+    char *copy = strdup(fqn);
+    if (!grown || !copy) {
+        free(copy);
+        if (grown)
+            p->modules = grown;
+        pt_fail(p, FERRY_ERR_NOMEM, "out of memory");
+        return;
+    }
+    p->modules = grown;
+    p->modules[p->n_modules++] = copy;
+}
+
+void pt_module_metadata(pt_printer *p, const char *target, strbuf *b)
+{
+    const be_module_classes *c = p->classes;
+    if (!c) {
+        sb_puts(b, "{}");
+        return;
+    }
+    /* the modules along the IR node's name */
+    size_t ends[MAX_DEPTH];     /* each module's fqn is fqn[0, ends[i]) */
+    mod_kind kinds[MAX_DEPTH];
+    char fqn[FQN_MAX];
+    size_t len = 0;
+    int depth = 0;
+    const char *name = p->ir_name;
+    if (name && name[0] == '/') {
+        const char *s = name + 1;
+        while (*s && depth < MAX_DEPTH) {
+            size_t n = strcspn(s, "/");
+            mod_kind k = segment_kind(s, n, depth);
+            if (k == MOD_NONE || (k == MOD_ACT && !c->activation) ||
+                len + n + 2 > sizeof fqn)
+                break;
+            if (len)
+                fqn[len++] = '.';
+            memcpy(fqn + len, s, n);
+            len += n;
+            ends[depth] = len;
+            kinds[depth++] = k;
+            s += n + (s[n] == '/');
+        }
+    }
+    if (depth > 0 && !own_op(c, kinds[depth - 1], target))
+        depth--;
+    char cls[512], root[400];
+    snprintf(root, sizeof root, "%s.%s", c->module, c->root);
+    strbuf stack = {0};
+    sb_printf(&stack, "L__self__,,%s", root);
+    for (int i = 0; i < depth; i++) {
+        fqn[ends[i]] = '\0';
+        class_name(c, kinds[i], cls, sizeof cls);
+        sb_printf(&stack, ";L__self__%s,%s,%s", fqn, fqn, cls);
+        note_module(p, fqn, kinds[i]);
+        if (i + 1 < depth)
+            fqn[ends[i]] = '.';
+    }
+    sb_puts(b, "{\"nn_module_stack\": ");
+    pt2_json_str(b, stack.data ? stack.data : "");
+    sb_puts(b, "}");
+    if (stack.oom)
+        b->oom = true;
+    sb_free(&stack);
+}
+
+bool pt_module_in_layer(const char *ir_name)
+{
+    if (!ir_name || ir_name[0] != '/')
+        return false;
+    const char *s = ir_name + 1;
+    for (int depth = 0; *s; depth++) {
+        size_t n = strcspn(s, "/");
+        mod_kind k = segment_kind(s, n, depth);
+        if (k == MOD_LAYER)
+            return true;
+        if (k == MOD_NONE)
+            return false;
+        s += n + (s[n] == '/');
+    }
+    return false;
+}
+
+void pt_module_calls(const pt_printer *p, strbuf *b)
+{
+    for (size_t i = 0; i < p->n_modules; i++) {
+        sb_puts(b, ", {\"fqn\": ");
+        pt2_json_str(b, p->modules[i]);
+        sb_puts(b, ", \"signature\": null}");
+    }
+}
