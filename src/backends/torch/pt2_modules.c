@@ -1,8 +1,8 @@
 /* pt2_modules.c — where each node of the program came from, as torch.export records it: the
  * node's nn_module_stack (its transformers modules, outermost first, each as
  * "L__self__<fqn>,<fqn>,<class>", joined by ";") and, in the module call graph, an entry for
- * every module. torch.export.unflatten rebuilds the module tree from them, and PT2E quantizers
- * select nodes by module class (torch.nn.modules.linear.Linear).
+ * every module. torch.export.unflatten rebuilds the module tree from them, and passes that pick
+ * nodes by module name or class (torch.nn.modules.linear.Linear) read them.
  *
  * The modules are read off the IR node's name, which the model builders scope by module path
  * ("/model/layers.0/self_attn/q_proj"; a lowered node adds its own segments,
