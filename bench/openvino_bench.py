@@ -12,10 +12,10 @@ its own process (wall time, peak RSS of the process tree, bytes written), after 
     transformers plain   bench/peer_transformers.py CKPT OUT --mode plain --format openvino
     transformers gen.    ... --mode generation (openvino_prefill + stateful openvino_decode)
 then bench/ov_latency.py on each (OpenVINO CPU, f32, the same threads): prefill-128 and, for the
-generation exports, the mean of 64 decode steps. ferry's exports take seconds and are bound by
-the disk's writeback, which swings run to run on a shared machine: each runs REPEATS times
-(output removed and synced between) and the row is the median wall time (all times listed
-below the table). The same ferry checkpoint exported to ONNX (--for-generation) runs through
+generation exports, the mean of 64 decode steps. Every export runs REPEATS times (output
+removed and synced between) and the row is the median wall time (all times listed below the
+table): ferry's seconds swing with the disk's writeback, the peer's minute by tens of percent
+between runs on a shared machine, and one run of either is no stable denominator. The same ferry checkpoint exported to ONNX (--for-generation) runs through
 bench/ort_latency.py (onnxruntime CPU, same threads) for the ONNX-vs-OpenVINO runtime row.
 Writes docs/benchmarks-openvino.md.
 """
@@ -76,13 +76,12 @@ def disk_floor(path, nbytes, direct=False):
 
 
 def timed_export(label, kind, cmd, logs):
-    """One export's row: `cmd` (its output directory cmd[3]) run in its own process after
-    os.sync(), REPEATS times for ferry's (whose seconds swing with the disk's writeback; the
-    median is the row's) and once for a peer: wall time, the peak RSS of the process tree, the
-    bytes it wrote."""
+    """One export's row: `cmd` (its output directory cmd[3]) run REPEATS times, each in its
+    own process after os.sync(): the median wall time, the largest peak RSS of the process
+    tree, the bytes it wrote."""
     out = Path(cmd[3])
     walls, rss, r = [], 0, None
-    for _ in range(REPEATS if kind.startswith("ferry") else 1):
+    for _ in range(REPEATS):
         shutil.rmtree(out, ignore_errors=True)
         os.sync()
         r = measure(cmd, logs / f"x-{kind}.log", env={"HF_HUB_OFFLINE": "1"}, timeout=3600)
@@ -139,9 +138,9 @@ def comparison_text(what, f, t, decode_key):
 
 
 def export_times_text(rows):
-    return "ferry's export times, every run (s): " + "; ".join(
+    return "Export times, every run (s): " + "; ".join(
         f"{r['label']} " + ", ".join(f"{w:.1f}" for w in r["export_s_all"])
-        for r in rows if r["kind"].startswith("ferry") and r.get("export_s_all"))
+        for r in rows if r.get("export_s_all"))
 
 
 def main():

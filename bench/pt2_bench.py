@@ -15,9 +15,9 @@ its own process (wall time, peak RSS of the process tree, bytes written), after 
 all fp32. Then bench/pt2_latency.py on each (torch eager, the loaded program's .module(), the
 same threads): plain, a 128-token prompt at batch 1; generation, a 128-token prompt through
 decode and 32 single-token steps at batch 2 (the batch transformers' export is traced at, which
-its StaticCache spec fixes). ferry's export is bound by the disk's writeback, which swings run
-to run on a shared machine: it runs REPEATS times (output removed and synced between) and the
-row is the median wall time. Writes docs/benchmarks-pt2.md.
+its StaticCache spec fixes). Every export runs REPEATS times (output removed and synced
+between) and the row is the median wall time: ferry's swings with the disk's writeback, the
+peer's by tens of percent between runs. Writes docs/benchmarks-pt2.md.
 """
 
 import argparse
