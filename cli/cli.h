@@ -4,8 +4,10 @@
 #define FERRY_CLI_H
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "ferry.h"
 
@@ -17,6 +19,17 @@ int cmd_export(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
+
+/* Stop signals (stop.c): the first SIGINT, SIGTERM or SIGHUP is recorded here (0: none yet),
+ * for the library to poll (cfg.cancel) and the command to check; it is passed on as SIGTERM to
+ * the child given to cli_stop_child; a second one kills at once. Signals ignored at start stay
+ * ignored. */
+extern volatile sig_atomic_t cli_stop_signal;
+void cli_catch_stop_signals(void);
+/* The child to pass the signal on to (0: none). */
+void cli_stop_child(pid_t pid);
+/* Dies of the recorded stop signal, if any (exit status 128 + N in a shell). */
+void cli_die_if_stopped(void);
 
 /* Runs validation (python/ferry/validation.py's main) on `args` ("EXPORT", options) in the
  * interpreter `ferry validate --help` describes: its exit status, or EXIT_CANNOT after one line

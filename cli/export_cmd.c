@@ -1,6 +1,5 @@
 /* export_cmd.c — `ferry export MODEL OUT ...`: options -> ferry_export_config -> export -> save,
  * with a progress line on stderr when it is a terminal. */
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -45,8 +44,9 @@ static void print_usage(FILE *f)
           "untouched.\n"
           "Ctrl-C (SIGINT), SIGTERM or SIGHUP stops an export within a band of weights and "
           "removes\n"
-          "what it wrote; a second one stops it at once (the next export to OUT removes what\n"
-          "that leaves). Either way ferry then dies of the signal, as a shell script expects.\n"
+          "what it wrote (once it is written: stops --validate, which records nothing); a second\n"
+          "one stops it at once (the next export to OUT removes what that leaves). Either way\n"
+          "ferry then dies of the signal, as a shell script expects.\n"
           "`ferry graph MODEL` shows the graphs the same options would export.\n", f);
 }
 
@@ -76,53 +76,16 @@ static int validate_export(const char *out_dir, int quiet)
 {
     char *args[] = {(char *)out_dir, (char *)"--quiet"};
     int rc = cli_validate(args, quiet ? 2 : 1);
+    if (cli_stop_signal) {
+        cli_error("export: %s was written; its validation was interrupted (ferry validate %s "
+                  "runs it again)", cli_quote(out_dir), cli_quote(out_dir));
+        return EXIT_FAIL;
+    }
     if (rc == EXIT_FAIL || rc == EXIT_CANNOT)
         cli_error("export: %s was written, but it %s validated; it is left there (ferry validate "
                   "%s checks it again)", cli_quote(out_dir),
                   rc == EXIT_FAIL ? "did not pass when" : "could not be", cli_quote(out_dir));
     return rc == EXIT_OK ? EXIT_OK : rc == EXIT_CANNOT ? EXIT_CANNOT : EXIT_FAIL;
-}
-
-/* The signal that asked the export to stop, or 0: the library polls it (cfg.cancel, an int,
- * which sig_atomic_t is here: checked below). */
-static volatile sig_atomic_t stop_signal;
-_Static_assert(sizeof(sig_atomic_t) == sizeof(int), "cfg.cancel points at an int");
-
-static void on_stop_signal(int sig)
-{
-    if (stop_signal) { /* asked twice: die now */
-        signal(sig, SIG_DFL);
-        raise(sig);
-        return;
-    }
-    stop_signal = sig;
-}
-
-/* Handles the signals that ask a program to stop, except those already ignored (nohup's
- * SIGHUP, a background job's SIGINT): they stay ignored. */
-static void catch_stop_signals(void)
-{
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-        struct sigaction old, sa;
-        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN)
-            continue;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_stop_signal;
-        sa.sa_flags = SA_RESTART;
-        sigemptyset(&sa.sa_mask);
-        sigaction(sigs[i], &sa, NULL);
-    }
-}
-
-/* Dies of the signal that stopped the export, so that the caller (a shell running a loop, a
- * supervisor) sees it as such: exit status 128 + signal in a shell. */
-static void die_of_stop_signal(void)
-{
-    int sig = stop_signal;
-    fflush(NULL);
-    signal(sig, SIG_DFL);
-    raise(sig);
 }
 
 enum { OPT_FORCE = CLI_OPT_COMMAND, OPT_VALIDATE };
@@ -171,8 +134,8 @@ int cmd_export(int argc, char **argv)
     }
     const char *model_path = argv[optind], *out_dir = argv[optind + 1];
 
-    catch_stop_signals();
-    o.cfg.cancel = &stop_signal;
+    cli_catch_stop_signals();
+    o.cfg.cancel = &cli_stop_signal;
     progress_state ps = {-1, 0};
     if (!flags.quiet && isatty(STDERR_FILENO)) {
         o.cfg.progress = on_progress;
@@ -202,14 +165,13 @@ int cmd_export(int argc, char **argv)
                 cli_quote(ferry_model_architecture(model)), cli_quote(out_dir));
     }
     rc = EXIT_OK;
-    if (stop_signal) /* too late to stop the save, which is whole; not too late to stop here */
+    if (cli_stop_signal) /* too late to stop the save, which is whole; not to skip the rest */
         goto done;
     if (flags.validate)
         rc = validate_export(out_dir, flags.quiet);
 done:
     ferry_exported_free(exported);
     ferry_model_free(model);
-    if (stop_signal)
-        die_of_stop_signal();
+    cli_die_if_stopped();
     return rc;
 }

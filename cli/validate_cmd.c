@@ -50,7 +50,8 @@ static const char usage[] =
     "its own Python), else python3 beside the ferry executable (a virtual environment's bin/),\n"
     "else python3 on PATH. It needs the ferry package (`pip install .` from ferry's source, or\n"
     "its python/ directory on PYTHONPATH), transformers, torch, and onnxruntime or openvino.\n"
-    "Nothing is downloaded.\n"
+    "Nothing is downloaded. Ctrl-C, SIGTERM or SIGHUP stops it (the Python too), records\n"
+    "nothing, and ferry dies of the signal.\n"
     "\n"
     "exit status: 0 every check passed, 1 a check failed (or the export or the checkpoint could\n"
     "not be read or run), 2 bad command line, 3 validation cannot run here (no Python with\n"
@@ -92,12 +93,17 @@ static int run_python(const char *python, char *const *args, int n)
     free(argv);
     if (rc != 0)
         return NO_FERRY;
+    cli_stop_child(pid);
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) {
+            cli_stop_child(0);
             cli_error("validate: waiting for %s: %s", cli_quote(python), strerror(errno));
             return -1;
         }
+    cli_stop_child(0);
+    if (cli_stop_signal)
+        return -1; /* stopped: the caller says so */
     if (WIFEXITED(status))
         return WEXITSTATUS(status);
     cli_error("validate: %s was killed by signal %d", cli_quote(python), WTERMSIG(status));
@@ -160,5 +166,11 @@ int cmd_validate(int argc, char **argv)
         cli_error("validate: expected EXPORT (see ferry validate --help)");
         return EXIT_USAGE;
     }
-    return cli_validate(argv + 1, argc - 1);
+    cli_catch_stop_signals();
+    int rc = cli_validate(argv + 1, argc - 1);
+    if (cli_stop_signal) {
+        cli_error("validate: interrupted");
+        cli_die_if_stopped();
+    }
+    return rc;
 }

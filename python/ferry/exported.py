@@ -60,6 +60,7 @@ class ExportedModel:
         self._h, self._model, self._session, self._tmp = handle, model_handle, None, None
         self._device, self._source = None, source  # source: a temporary checkpoint, kept
         self._cancel = cancel  # the c_int the export's ferry_export_config.cancel points at
+        self._saving = threading.Lock()  # one save at a time: they share the handle and flag
         self._runners = None
         if device is not None:
             self.to(device)
@@ -116,27 +117,32 @@ class ExportedModel:
         it wrote, and the KeyboardInterrupt goes on up."""
         if self._cancel is None:  # a loaded export: ferry_exported_save refuses it at once
             return _c().ferry_exported_save(handle, raw, force)
-        self._cancel.value = 0
-        result, finished = [], threading.Event()
-
-        def save():
-            try:
-                result.append(_c().ferry_exported_save(handle, raw, force))
-            finally:
-                finished.set()
-
-        # An Event, not Thread.join: a join that an exception interrupts may not wait again.
-        worker = threading.Thread(target=save, name="ferry-save", daemon=True)
+        while not self._saving.acquire(timeout=0.1):
+            pass  # another thread is saving this export: after it
         try:
-            worker.start()
-            while not finished.wait(0.1):
-                pass
-        except BaseException:  # KeyboardInterrupt, or any exception a signal handler raised
-            self._cancel.value = 1
-            if worker.ident is not None:
-                finished.wait()
-            raise
-        return result[0]
+            self._cancel.value = 0
+            result, finished = [], threading.Event()
+
+            def save():
+                try:
+                    result.append(_c().ferry_exported_save(handle, raw, force))
+                finally:
+                    finished.set()
+
+            # An Event, not Thread.join: a join that an exception interrupts may not wait again.
+            worker = threading.Thread(target=save, name="ferry-save", daemon=True)
+            try:
+                worker.start()
+                while not finished.wait(0.1):
+                    pass
+            except BaseException:  # KeyboardInterrupt, or what a signal handler raised
+                self._cancel.value = 1
+                if worker.ident is not None:
+                    _wait_through_interrupts(finished)
+                raise
+            return result[0]
+        finally:
+            self._saving.release()
 
     def _live(self, doing):
         """The library handle; after close() there is none, and libferry would take the NULL for
@@ -304,6 +310,10 @@ class ExportedModel:
         return _model_output(dict(zip(names, values)))
 
     def close(self):
+        with self._saving:  # not under a save running on another thread
+            self._close()
+
+    def _close(self):
         if self._h:
             _c().ferry_exported_free(self._h)
             self._h = None
@@ -318,6 +328,17 @@ class ExportedModel:
     def __del__(self):
         if _lib._lib is not None:
             self.close()
+
+
+def _wait_through_interrupts(finished):
+    """Waits for `finished` however many more Ctrl-Cs come: the cancelled save stops within a
+    band of weights, and until it has, its handle must not be freed nor saved again."""
+    while True:
+        try:
+            finished.wait()
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def _token_inputs(arrays, metadata):

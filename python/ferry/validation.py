@@ -314,6 +314,8 @@ def main(argv=None):
     except FerryError as e:
         print(f"ferry: error: validate: {e}", file=sys.stderr)
         return EXIT_FAIL
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole group: `ferry` says it, once
+        return 128 + 2
     if not args.quiet or not report.passed:
         print(report)
     if report.record_error:

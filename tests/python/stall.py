@@ -60,17 +60,20 @@ class StalledExport:
         """Drains the terminal until ferry exits; returns (exit status, what it wrote, the
         filler removed, newlines as written)."""
         os.set_blocking(self.master, False)
-        chunks, deadline = [], time.monotonic() + timeout
+        chunks, deadline, exited = [], time.monotonic() + timeout, None
         while True:
             try:
                 chunks.append(os.read(self.master, 65536))
                 continue
             except BlockingIOError:
-                pass
-            except OSError:  # EIO: every writer is gone
+                # the terminal hands on what ferry wrote last a moment after it exits: read
+                # on until every writer is gone (EIO), or a second after the exit
+                if exited is not None and time.monotonic() > exited + 1:
+                    break
+            except OSError:  # EIO: every writer is gone, all read
                 break
-            if self.proc.poll() is not None:
-                break
+            if exited is None and self.proc.poll() is not None:
+                exited = time.monotonic()
             if time.monotonic() > deadline:
                 self.kill()
                 raise AssertionError("ferry did not finish once released")

@@ -171,3 +171,177 @@ def test_keyboard_interrupt_in_save_pretrained(tmp_path, big):
     assert lines[0] == "KeyboardInterrupt []", (written, output)
     assert lines[1].startswith("then saved ['config.json', 'export.json'"), output
     assert os.listdir(parent) == ["out"]
+
+
+DOUBLE_SCRIPT = textwrap.dedent("""
+    import gc, os, sys, threading
+    sys.path.insert(0, {python!r})
+    import ferry
+    exported = ferry.OnnxExporter().export({ckpt!r}, config=ferry.OnnxConfig(dynamic=True))
+    print("ready", flush=True)
+    try:
+        exported.save_pretrained({out!r})
+        print("saved", flush=True)
+    except KeyboardInterrupt:
+        alive = [t.name for t in threading.enumerate() if t.name == "ferry-save"]
+        print("KeyboardInterrupt", alive, sorted(os.listdir({parent!r})), flush=True)
+    del exported   # frees the handle: the cancelled save must be over by now
+    gc.collect()
+    print("freed", flush=True)
+""")
+
+
+def stopped_at_weights(proc, parent, name="out"):
+    """SIGSTOPs `proc` as soon as its export's weights file exists (the save under way)."""
+    deadline = time.monotonic() + 120
+    while True:
+        if list(parent.glob(f".{name}.ferry-tmp-*/export/model.onnx.data")):
+            proc.send_signal(signal.SIGSTOP)
+            return
+        assert proc.poll() is None, "the save ended before it could be interrupted"
+        assert time.monotonic() < deadline, "no weights file appeared"
+        time.sleep(0.001)
+
+
+def test_second_keyboard_interrupt_waits_for_the_save(tmp_path, big):
+    """A second Ctrl-C while the cancelled save winds down: the save still ends before
+    save_pretrained returns, so freeing the export then is safe (found by review: the handle
+    was freed under the running save, and the process aborted on a corrupted heap)."""
+    parent = tmp_path / "outs"
+    parent.mkdir()
+    script = DOUBLE_SCRIPT.format(python=str(ROOT / "python"), ckpt=str(big),
+                                  out=str(parent / "out"), parent=str(parent))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_dispositions())
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        stopped_at_weights(proc, parent)
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)   # while the first one's cancel winds the save down
+        output, errors = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, errors[-2000:]
+    assert output.splitlines() == ["KeyboardInterrupt [] []", "freed"], (output, errors)
+
+
+CONCURRENT_SCRIPT = textwrap.dedent("""
+    import os, sys, threading, time
+    sys.path.insert(0, {python!r})
+    import ferry
+    exported = ferry.OnnxExporter().export({ckpt!r}, config=ferry.OnnxConfig(dynamic=True))
+    other = threading.Thread(target=exported.save_pretrained, args=({first!r},))
+    other.start()
+    while not any(n.startswith(".first.ferry-tmp-") for n in os.listdir({parent!r})):
+        time.sleep(0.001)
+    print("ready", flush=True)
+    try:
+        exported.save_pretrained({second!r})   # waits for the other thread's save
+        print("saved", flush=True)
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", flush=True)
+    other.join()
+    print(sorted(os.listdir({parent!r})), flush=True)
+""")
+
+
+def test_saves_on_two_threads_take_turns(tmp_path, big):
+    """Two threads saving one export take turns (they share its handle and its cancel flag):
+    a Ctrl-C in the waiting one stops its wait, not the other thread's save (found by review:
+    it cancelled the other thread's save)."""
+    parent = tmp_path / "outs"
+    parent.mkdir()
+    script = CONCURRENT_SCRIPT.format(python=str(ROOT / "python"), ckpt=str(big),
+                                      first=str(parent / "first"), second=str(parent / "second"),
+                                      parent=str(parent))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_dispositions())
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        stopped_at_weights(proc, parent, "first")
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGCONT)
+        output, errors = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, errors[-2000:]
+    assert output.splitlines() == ["KeyboardInterrupt", "['first']"], (output, errors)
+    assert (parent / "first" / "model.onnx.data").stat().st_size > 300 << 20
+
+
+def python_children(pid):
+    """The pids whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_signal_stops_validation(tmp_path, sig):
+    """`ferry export --validate`, signalled while Python validates the export just written:
+    the Python child is stopped too, ferry says the export was written and its validation
+    interrupted, and dies of the signal; nothing is recorded as validated (found by review:
+    validation ran on to the end and recorded itself)."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen([FERRY_BIN, "export", FIXTURE, out, "--dynamic", "--validate",
+                             "--quiet"], stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_dispositions())
+    try:
+        deadline = time.monotonic() + 120
+        while not (children := python_children(proc.pid)):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "validation did not start"
+            time.sleep(0.01)
+        proc.send_signal(sig)
+        _, errors = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == -sig, errors
+    assert errors.strip().splitlines()[-1] == (
+        f"ferry: error: export: {out} was written; its validation was interrupted (ferry "
+        f"validate {out} runs it again)"), errors
+    assert "Traceback" not in errors
+    for child in children:
+        assert not Path(f"/proc/{child}").exists() or \
+            Path(f"/proc/{child}/stat").read_text().split(") ")[1][0] == "Z"
+    manifest = (out / "export.json").read_text()
+    assert "validated_with" not in manifest
+
+
+WAIT_SCRIPT = textwrap.dedent("""
+    import signal, sys, threading, time
+    sys.path.insert(0, {python!r})
+    from ferry.exported import _wait_through_interrupts
+    finished, main = threading.Event(), threading.main_thread().ident
+    def interrupt_then_finish():
+        for _ in range(3):
+            time.sleep(0.05)
+            signal.pthread_kill(main, signal.SIGINT)   # a KeyboardInterrupt inside the wait
+        time.sleep(0.05)
+        finished.set()
+    threading.Thread(target=interrupt_then_finish).start()
+    _wait_through_interrupts(finished)
+    print("returned once finished:", finished.is_set(), flush=True)
+""")
+
+
+def test_the_wait_for_a_cancelled_save_outlasts_interrupts():
+    """What save_pretrained waits with once it has cancelled: three more KeyboardInterrupts
+    inside the wait, and it still returns only when the save has ended (the end-to-end test
+    above cannot place the second Ctrl-C inside that wait every time)."""
+    proc = subprocess.run([sys.executable, "-c", WAIT_SCRIPT.format(python=str(ROOT / "python"))],
+                          capture_output=True, text=True, timeout=60,
+                          preexec_fn=default_dispositions())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "returned once finished: True\n"
