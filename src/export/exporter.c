@@ -47,18 +47,18 @@ static char *dup(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-/* Appends `line` to the export's warnings. */
-static ferry_status add_warning(ferry_exported *e, const char *line)
+/* Appends `line` to the newline-separated `*warnings` (NULL: none yet). */
+static ferry_status add_warning(char **warnings, const char *line)
 {
     strbuf b = {0};
-    sb_puts(&b, e->warnings ? e->warnings : "");
+    sb_puts(&b, *warnings ? *warnings : "");
     sb_puts(&b, b.len ? "\n" : "");
     sb_puts(&b, line);
     char *text = sb_take(&b);
     if (!text)
         return FERRY_ERR_NOMEM;
-    free(e->warnings);
-    e->warnings = text;
+    free(*warnings);
+    *warnings = text;
     return FERRY_OK;
 }
 
@@ -124,7 +124,7 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
                     "this architecture yet", m->arch->architecture);
             goto fail;
         }
-        ferry_generation_config decided = gen_resolve(gen, axes[1]);
+        ferry_generation_config decided = gen_resolve(gen, axes[1], &syms[0]);
         const char *one_graph =
             c->backend->one_generation_graph && !c->cfg.stateless ? c->backend->name : NULL;
         if (gen_plan(&c->cfg, &decided, one_graph, axes[0], axes[1], syms, plan, &c->n, err) !=
@@ -160,6 +160,18 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
             goto fail;
     }
     c->warnings = export_warnings(m->warning, m->ck);
+    int64_t prompt;
+    if (c->generation && !c->gen.static_cache && g_dim_is_const(axes[1], &prompt)) {
+        char line[400];
+        snprintf(line, sizeof line, "decode's cache holds exactly %lld positions (the example "
+                 "prompt's; the sequence axis is static): it runs one step after such a prompt. "
+                 "For a generation loop make the sequence symbolic (--dynamic, or --dim "
+                 "input_ids:1=NAME), or use --static-cache", (long long)prompt);
+        if (add_warning(&c->warnings, line) != FERRY_OK) {
+            fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
     *out = c;
     return FERRY_OK;
 fail:
@@ -370,7 +382,7 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
         if (tok_files_read(m->dir, &e->tokenizer, err) != FERRY_OK)
             goto fail;
         if (e->tokenizer.n == 0 &&
-            add_warning(e, "the checkpoint has no tokenizer files (tokenizer.json, "
+            add_warning(&e->warnings, "the checkpoint has no tokenizer files (tokenizer.json, "
                         "tokenizer_config.json, ...): the export carries none") != FERRY_OK) {
             fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
             goto fail;

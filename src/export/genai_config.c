@@ -67,15 +67,34 @@ static const char *bad_token_ids(const ferry_exported *e)
     return NULL;
 }
 
+/* Whether decode's attention_mask has a symbol on both axes, the batch and the cache that grows
+ * (--dynamic, or dims on batch and sequence: an ONNX graph does not hold their ranges, so
+ * onnxruntime-genai is not bound by them). */
+static bool symbolic_batch_and_sequence(const ferry_exported *e)
+{
+    for (int i = 0; i < e->n_components; i++) {
+        const g_graph *g = e->lowered[i].graph;
+        if (strcmp(e->comps[i].name, "decode") != 0)
+            continue;
+        for (size_t k = 0; k < g->n_inputs; k++) {
+            const g_value *v = &g->values[g->inputs[k]];
+            if (!strcmp(v->name, "attention_mask"))
+                return v->shape.rank == 2 && !g_dim_is_const(v->shape.d[0], NULL) &&
+                       !g_dim_is_const(v->shape.d[1], NULL);
+        }
+    }
+    return false;
+}
+
 const char *genai_unsupported(const ferry_exported *e)
 {
     if (e->backend->format != FERRY_FORMAT_ONNX || !e->generation)
         return "";
     if (e->gen.static_cache)
         return "its static cache counts positions itself, which onnxruntime-genai does not feed";
-    if (!e->cfg.dynamic)
-        return "onnxruntime-genai grows the cache and the prompt to any length: export with "
-               "--dynamic";
+    if (!symbolic_batch_and_sequence(e))
+        return "onnxruntime-genai grows the cache and the prompt to any length, batches of any "
+               "size: export with --dynamic (or dims on both axes of input_ids)";
     if (!e->gen.multi_token_decode)
         return "onnxruntime-genai runs one decoder graph for the prompt and each token, and "
                "this decode takes one token (--single-token-decode, multi_token_decode=false)";

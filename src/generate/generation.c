@@ -17,11 +17,25 @@ static int add_sym(g_symtab *t, const char *name, int64_t min, int64_t max, int6
     return s;
 }
 
-ferry_generation_config gen_resolve(const ferry_generation_config *gen, g_dim sequence)
+/* The least value of `d` (a constant, or one symbol); 1 when it is not that simple. */
+static int64_t dim_min(g_dim d, const g_symtab *syms)
+{
+    int64_t c;
+    if (g_dim_is_const(d, &c))
+        return c;
+    if (d.n == 1 && d.t[0].coef == 1 && !d.unknown)
+        return d.c + syms->s[d.t[0].sym].min;
+    return 1;
+}
+
+ferry_generation_config gen_resolve(const ferry_generation_config *gen, g_dim sequence,
+                                    const g_symtab *syms)
 {
     ferry_generation_config g = *gen;
+    /* a decode that also takes single tokens: not when the sequence's dim starts above 1 */
     if (g.multi_token_decode < 0)
-        g.multi_token_decode = !g.static_cache && !g_dim_is_const(sequence, NULL);
+        g.multi_token_decode = !g.static_cache && !g_dim_is_const(sequence, NULL) &&
+                               dim_min(sequence, syms) <= 1;
     else
         g.multi_token_decode = g.multi_token_decode != 0;
     return g;
@@ -43,9 +57,16 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
     bool growing = !g_dim_is_const(sequence, NULL);
     if (single && !growing)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s runs generation as one graph whose cache "
-                       "grows from call to call: it needs a symbolic sequence (dynamic=true / "
-                       "--dynamic, or a dim on the sequence axis), or stateful=False "
+                       "grows from call to call: it needs dynamic shapes on the sequence axis "
+                       "(dynamic=true / --dynamic, or a dim on it), or stateful=False "
                        "(--disable-stateful) for prefill and decode components", single);
+    int64_t least = dim_min(sequence, &syms[0]);
+    if ((single || gen->multi_token_decode > 0) && growing && least > 1)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s takes the prompt, then 1 token a call, "
+                       "but the sequence axis starts at %lld: give its dim min 1 (--dim "
+                       "input_ids:1=NAME:1:MAX)%s", single ? "the stateful graph" :
+                       "a multi-token decode", (long long)least,
+                       single ? "" : ", or take a prefill/decode pair (--single-token-decode)");
     if (single && !gen->multi_token_decode)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s runs generation as one graph that takes "
                        "the prompt and each new token: it needs a multi-token decode (dynamic "
@@ -55,7 +76,10 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "multi_token_decode needs dynamic shapes "
                        "(dynamic=true / --dynamic, or a symbolic sequence axis): a static export "
                        "would freeze the query length at the example's length");
+    /* the prompt traced: the example, moved into the sequence dim's range */
     int64_t prompt = cfg->example_sequence;
+    if (!g_dim_example(sequence, &syms[0], &prompt))
+        prompt = cfg->example_sequence;
     if (gen->static_cache) {
         if (gen->max_cache_len <= 0)
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "a static cache needs max_cache_len "

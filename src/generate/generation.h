@@ -16,9 +16,10 @@ typedef struct gen_component {
 } gen_component;
 
 /* `gen` with FERRY_AUTO decided: a symbolic decode query where it costs nothing (a symbolic
- * sequence axis, from --dynamic or a dim, and the dynamic cache; measured: the same decode time
- * per step), else 1. */
-ferry_generation_config gen_resolve(const ferry_generation_config *gen, g_dim sequence);
+ * sequence axis, from --dynamic or a dim, starting at 1, and the dynamic cache; measured: the
+ * same decode time per step), else 1. `syms` holds the sequence's symbol. */
+ferry_generation_config gen_resolve(const ferry_generation_config *gen, g_dim sequence,
+                                    const g_symtab *syms);
 
 /* Checks the options against the export config (errors name the option) and fills `out` with
  * the components; symbols (past_sequence, max_cache_len) are added to each component's

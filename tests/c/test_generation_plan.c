@@ -31,7 +31,7 @@ static ferry_status plan(plan_case *p, bool dynamic)
     g_dim seq = dynamic ? g_dim_sym(g_symtab_add(&p->syms[0], "sequence", 1, 0, 8)) : g_dim_const(8);
     p->syms[1] = p->syms[0];
     fy_err_clear(&p->err);
-    ferry_generation_config decided = gen_resolve(&p->gen, seq); /* as decompose does */
+    ferry_generation_config decided = gen_resolve(&p->gen, seq, &p->syms[0]); /* as decompose does */
     return gen_plan(&p->cfg, &decided, p->one_graph, batch, seq, p->syms, p->comps, &p->n,
                     &p->err);
 }
@@ -82,7 +82,7 @@ static void symbolic_sequence_from_a_dim(void **state)
     g_dim batch = g_dim_const(1);
     g_dim seq = g_dim_sym(g_symtab_add(&p.syms[0], "seq", 1, 2048, 8));
     p.syms[1] = p.syms[0];
-    ferry_generation_config decided = gen_resolve(&p.gen, seq);
+    ferry_generation_config decided = gen_resolve(&p.gen, seq, &p.syms[0]);
     assert_int_equal(decided.multi_token_decode, 1);
     assert_int_equal(gen_plan(&p.cfg, &decided, NULL, batch, seq, p.syms, p.comps, &p.n,
                               &p.err), FERRY_OK);
@@ -90,6 +90,29 @@ static void symbolic_sequence_from_a_dim(void **state)
     assert_false(g_dim_is_const(p.comps[1].io.past, NULL));
     assert_string_equal(p.syms[1].s[p.comps[1].io.past.t[0].sym].name, "past_sequence");
     assert_false(g_dim_is_const(p.comps[1].io.sequence, NULL));
+    /* a dim starting above 1: the decode cannot take 1 token, so the auto choice is the
+     * prefill/decode pair, an explicit multi-token decode and the stateful graph are refused
+     * (found by review: OpenVINO refused the first decode step) */
+    g_symtab_add(&p.syms[0], "seq2", 2, 64, 8);
+    g_dim from2 = g_dim_sym(g_symtab_find(&p.syms[0], "seq2"));
+    ferry_generation_config auto_gen;
+    ferry_generation_config_init(&auto_gen);
+    assert_int_equal(gen_resolve(&auto_gen, from2, &p.syms[0]).multi_token_decode, 0);
+    p.syms[1] = p.syms[0];
+    assert_int_equal(gen_plan(&p.cfg, &decided, NULL, batch, from2, p.syms, p.comps, &p.n,
+                              &p.err), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(p.err.msg, "a multi-token decode takes the prompt, then 1 token a "
+                                      "call, but the sequence axis starts at 2"));
+    ferry_generation_config pair = gen_resolve(&auto_gen, from2, &p.syms[0]);
+    p.syms[1] = p.syms[0];
+    assert_int_equal(gen_plan(&p.cfg, &pair, NULL, batch, from2, p.syms, p.comps, &p.n,
+                              &p.err), FERRY_OK);
+    assert_int_equal(p.n, 2);
+    p.syms[1] = p.syms[0];
+    fy_err_clear(&p.err);
+    assert_int_equal(gen_plan(&p.cfg, &pair, "openvino", batch, from2, p.syms, p.comps, &p.n,
+                              &p.err), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(p.err.msg, "the stateful graph takes the prompt"));
     /* and the one stateful graph, which needs a growing cache, is made */
     p.syms[1] = p.syms[0];
     assert_int_equal(gen_plan(&p.cfg, &decided, "openvino", batch, seq, p.syms, p.comps, &p.n,
@@ -164,6 +187,26 @@ static void impossible_combinations(void **state)
     p.gen.max_cache_len = 4; /* the example prompt is 8 tokens */
     assert_int_equal(plan(&p, true), FERRY_ERR_INVALID_ARG);
     assert_non_null(strstr(p.err.msg, "smaller than the example prompt"));
+
+    /* the prompt checked against the cache is the one a dim moves the example to (found by
+     * review: the unmoved example of 8 refused a cache of 6 for prompts up to 4) */
+    setup_case(&p);
+    p.gen.static_cache = 1;
+    p.gen.max_cache_len = 6;
+    memset(p.syms, 0, sizeof p.syms);
+    g_dim seq4 = g_dim_sym(g_symtab_add(&p.syms[0], "s", 1, 4, 4));
+    p.syms[1] = p.syms[0];
+    ferry_generation_config resolved = gen_resolve(&p.gen, seq4, &p.syms[0]);
+    assert_int_equal(gen_plan(&p.cfg, &resolved, NULL, g_dim_const(1), seq4, p.syms, p.comps,
+                              &p.n, &p.err), FERRY_OK);
+    memset(p.syms, 0, sizeof p.syms);
+    g_dim seq100 = g_dim_sym(g_symtab_add(&p.syms[0], "s", 100, 200, 100));
+    p.syms[1] = p.syms[0];
+    p.gen.max_cache_len = 64; /* a prompt of at least 100 does not fit */
+    resolved = gen_resolve(&p.gen, seq100, &p.syms[0]);
+    assert_int_equal(gen_plan(&p.cfg, &resolved, NULL, g_dim_const(1), seq100, p.syms,
+                              p.comps, &p.n, &p.err), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(p.err.msg, "smaller than the example prompt (100 tokens)"));
 
     setup_case(&p);
     p.gen.max_cache_len = 16; /* without a static cache */

@@ -143,6 +143,20 @@ def test_every_family_greedy_equals_generate(ckpts, tmp_path, arch, fused):
         check_same_tokens(out, ckpt, random_rows(cfg, lengths), 12)
 
 
+def test_named_dims_run_in_genai(ckpts, tmp_path):
+    """Dims on both axes of input_ids instead of --dynamic: the same graphs, which genai runs
+    (it was refused: its check read --dynamic itself)."""
+    ckpt = ckpts("llama", **TOKEN_IDS)
+    out = ferry_export(ckpt, tmp_path / "out", "--for-generation", "--dim", "input_ids:0=b:1:8",
+                       "--dim", "input_ids:1=s:1:512", "--quiet")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    check_same_tokens(out, ckpt, random_rows(cfg, [7, 3]), 12)
+    half = ferry_export(ckpt, tmp_path / "batch-only", "--for-generation", "--dim",
+                        "input_ids:0=b", "--quiet")
+    why = json.loads((half / "export.json").read_text())["onnxruntime_genai"]["unsupported"]
+    assert "export with --dynamic (or dims on both axes of input_ids)" in why
+
+
 WINDOWED = {"mistral": dict(sliding_window=4),
             "qwen2": dict(use_sliding_window=True, sliding_window=4, max_window_layers=1)}
 

@@ -164,9 +164,10 @@ ERRORS = {
                       "--disable-stateful"], 1),
     "static-shapes": (["--for-generation"], ["openvino runs generation as one graph",
                                              "dynamic shapes", "--disable-stateful"], 1),
-    # a symbolic sequence alone would freeze the cache length (found by review)
-    "dim-only": (["--for-generation", "--multi-token-decode", "--dim", "input_ids:1=sequence"],
-                 ["openvino", "dynamic shapes"], 1),
+    # decode takes one token a call: a sequence dim starting above 1 cannot (found by review)
+    "dim-above-1": (["--for-generation", "--dim", "input_ids:1=s:2:64"],
+                    ["the stateful graph takes the prompt, then 1 token a call",
+                     "starts at 2", "min 1"], 1),
     # OpenVINO's compressed weights are [out, in/block, block]: rows of whole blocks only
     "short-block": (["--dynamic", "--quantize", "int4", "--block-size", "256"],
                     ["OpenVINO", "blocks of 256", "choose a block size"], 1),
@@ -299,6 +300,19 @@ def stateful(request, tmp_path_factory):
     out = ferry_export(ckpt, base / "ov", "--format", "openvino", "--dynamic",
                        "--for-generation", "--quiet")
     return ckpt, out
+
+
+def test_stateful_graph_from_named_dims(ckpts, tmp_path):
+    """Dims on batch and sequence instead of --dynamic make the same growing stateful graph
+    (a dim alone once froze the cache length, and was refused): greedy tokens = generate()."""
+    ckpt = ckpts("llama")
+    out = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--for-generation",
+                       "--dim", "input_ids:0=b:1:4", "--dim", "input_ids:1=s:1:128", "--quiet")
+    _, compiled = compile_ov(out)
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(3, 160, n).tolist() for n in (9, 4)]
+    ids, mask, got = stateful_greedy(compiled, prompts, 16)
+    assert (got == hf_greedy(ckpt, ids, mask, got.shape[1])).all()
 
 
 def test_stateful_interface(stateful):
