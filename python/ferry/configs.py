@@ -59,6 +59,30 @@ def _tracing_options(recipe, strict, prefer_deferred):
         recipe["prefer_deferred_runtime_asserts_over_guards"] = prefer_deferred
 
 
+def _plain_recipe(recipe):
+    """`recipe` as JSON holds it: a transformers config's to_dict() carries torch.export.Dim
+    objects in dynamic_shapes (written as ferry's Python config writes them) and its
+    ExportFormat enum; a transformers quantizer object is not a recipe's and is refused."""
+    plain = dict(recipe)
+    fmt = plain.get("export_format")
+    if fmt is not None and not isinstance(fmt, str):
+        plain["export_format"] = str(getattr(fmt, "value", fmt))
+    elif isinstance(fmt, str) and fmt.startswith("ExportFormat."):
+        plain["export_format"] = fmt[len("ExportFormat."):].lower()
+    shapes = plain.get("dynamic_shapes")
+    if isinstance(shapes, dict):
+        plain["dynamic_shapes"] = {
+            name: {str(axis): spec for axis, dim in axes.items()
+                   if (spec := (None if dim is None else _json_dim(dim, axis))) is not None}
+            if isinstance(axes, dict) else axes
+            for name, axes in shapes.items()}
+    quantizer = plain.get("quantizer")
+    if quantizer is not None and not isinstance(quantizer, (str, dict)):
+        raise FerryError(f"quantizer: ferry takes \"int4\", \"int8\" or a dict of its keys, "
+                         f"not a {type(quantizer).__name__}", status=1)
+    return plain
+
+
 class OnnxConfig:
     """The recipe of an ONNX export; its keys are AutoExportConfig.from_dict's (and the CLI's
     --config recipe's). Validated by libferry when made."""
@@ -100,7 +124,7 @@ class OnnxConfig:
     @classmethod
     def _from_dict(cls, recipe):
         config = cls.__new__(cls)
-        config._recipe = dict(recipe)
+        config._recipe = _plain_recipe(recipe)
         config._c_config()
         return config
 

@@ -213,7 +213,8 @@ static ferry_status recipe_dynamic_shapes(ferry_export_config *cfg, const cJSON 
                                           size_t es)
 {
     if (!cJSON_IsObject(ds))
-        return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'dynamic_shapes' must be an object");
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'dynamic_shapes' must be an object "
+                   "(or null: none)");
     const cJSON *input;
     cJSON_ArrayForEach(input, ds) {
         if (!cJSON_IsObject(input))
@@ -229,7 +230,27 @@ static ferry_status recipe_dynamic_shapes(ferry_export_config *cfg, const cJSON 
                            input->string, ax->string);
             const char *sym = NULL;
             long long min = 1, max = 0;
-            if (cJSON_IsString(ax)) {
+            if (cJSON_IsNull(ax) || (cJSON_IsString(ax) &&
+                                     !strcmp(ax->valuestring, "DimHint(STATIC)"))) {
+                continue; /* torch's None and Dim.STATIC: the axis stays static */
+            } else if (cJSON_IsString(ax) && (!strcmp(ax->valuestring, "DimHint(AUTO)") ||
+                                              !strcmp(ax->valuestring, "DimHint(DYNAMIC)"))) {
+                /* Dim.AUTO / Dim.DYNAMIC as transformers' to_json_string writes them: named as
+                 * --dynamic and ferry's Python name them */
+                if (axis != 0 && axis != 1)
+                    return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: dynamic_shapes['%s']['%s'] "
+                               "is %s, which names no symbol; ferry names axes 0 (batch) and 1 "
+                               "(sequence) only: give it {\"name\": ..., \"min\": ..., "
+                               "\"max\": ...}", input->string, ax->string, ax->valuestring);
+                sym = axis == 0 ? "batch" : "sequence";
+            } else if (cJSON_IsString(ax) && !strncmp(ax->valuestring, "Dim(", 4)) {
+                return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: dynamic_shapes['%s']['%s'] is "
+                           "\"%s\", a torch.export.Dim as transformers' to_json_string writes "
+                           "it, whose text can drop the range (torch prints Dim('s', min=2, "
+                           "max=256) as Dim('s', max=256)): write it as {\"name\": ..., "
+                           "\"min\": ..., \"max\": ...}", input->string, ax->string,
+                           ax->valuestring);
+            } else if (cJSON_IsString(ax)) {
                 sym = ax->valuestring;
             } else if (cJSON_IsObject(ax)) {
                 const cJSON *nm = cJSON_GetObjectItemCaseSensitive(ax, "name");
@@ -370,12 +391,19 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
     }
     /* The format first: keys of a format ferry lacks (ExecutorchConfig's alloc_graph_input)
      * would otherwise be named as unknown before the format is. */
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, "export_format");
-    if (item) {
-        const fb_backend *be = cJSON_IsString(item) ? fb_find_name(item->valuestring) : NULL;
+    const cJSON *item, *format = NULL;
+    cJSON_ArrayForEach(item, root)
+        if (!strcmp(item->string, "export_format"))
+            format = item; /* the last one, as for every key */
+    if (format) {
+        const fb_backend *be = cJSON_IsString(format) ? fb_find_name(format->valuestring) : NULL;
         if (!be) {
-            st = say(eb, es, FERRY_ERR_UNSUPPORTED, "recipe: export_format must be one of: %s",
-                     fb_names());
+            st = say(eb, es, FERRY_ERR_UNSUPPORTED, "recipe: export_format %s%s%s is not one "
+                     "ferry writes (%s; \"dynamo\" is pt2)",
+                     cJSON_IsString(format) ? "'" : "",
+                     cJSON_IsString(format) ? format->valuestring
+                     : cJSON_IsNull(format) ? "null" : "of this type",
+                     cJSON_IsString(format) ? "'" : "", fb_names());
             goto done;
         }
         cfg->format = be->format;
@@ -411,8 +439,8 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
                          k[5] == '_' ? " or null (the default)" : "");
                 goto done;
             }
-            if (opset && !cJSON_IsNull(opset) && !cJSON_IsNull(item) &&
-                opset->valuedouble != item->valuedouble) {
+            if (opset && strcmp(opset->string, k) && !cJSON_IsNull(opset) &&
+                !cJSON_IsNull(item) && opset->valuedouble != item->valuedouble) {
                 st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'opset' and 'opset_version' "
                          "(the same option) disagree");
                 goto done;

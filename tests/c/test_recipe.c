@@ -194,7 +194,17 @@ static void test_hostile_recipes(void **state)
         /* the format is judged first: its own keys are not reported as unknown */
         {"executorch recipe", "{\"alloc_graph_input\": true, \"backend\": \"xnnpack\", "
          "\"export_format\": \"executorch\"}", FERRY_ERR_UNSUPPORTED,
-         "export_format must be one of"},
+         "export_format 'executorch' is not one ferry writes (onnx, openvino, pt2; \"dynamo\" is "
+         "pt2)"},
+        {"null format", "{\"export_format\": null}", FERRY_ERR_UNSUPPORTED,
+         "export_format null is not one ferry writes"},
+        {"the last format is the one judged", "{\"export_format\": \"onnx\", "
+         "\"export_format\": \"pte\"}", FERRY_ERR_UNSUPPORTED, "export_format 'pte'"},
+        /* a torch.export.Dim as transformers' to_json_string writes it: its text loses the min */
+        {"Dim text", "{\"dynamic_shapes\": {\"input_ids\": {\"1\": \"Dim('seq', max=256)\"}}}",
+         FERRY_ERR_INVALID_ARG, "is \"Dim('seq', max=256)\", a torch.export.Dim as transformers'"},
+        {"Dim.AUTO on axis 2", "{\"dynamic_shapes\": {\"input_ids\": {\"2\": \"DimHint(AUTO)\"}}}",
+         FERRY_ERR_INVALID_ARG, "is DimHint(AUTO), which names no symbol"},
     };
     char seventeen[2048];
     size_t o = (size_t)sprintf(seventeen, "{\"dynamic_shapes\": {");
@@ -372,10 +382,13 @@ static void test_transformers_recipes(void **state)
         assert_int_equal(cfg.n_dims, 0);
         assert_int_equal(cfg.opset, i == 0 ? 18 : 0);
     }
-    /* null opset_version keeps an opset given beside it, in either order */
+    /* null opset_version keeps an opset given beside it, in either order; a key given twice
+     * takes its last value, as every key does */
     static const char *const kept[] = {"{\"opset\": 19, \"opset_version\": null}",
                                        "{\"opset_version\": null, \"opset\": 19}",
-                                       "{\"opset\": 19, \"opset_version\": 19}"};
+                                       "{\"opset\": 19, \"opset_version\": 19}",
+                                       "{\"opset\": 18, \"opset\": 19}",
+                                       "{\"opset_version\": 17, \"opset_version\": 19}"};
     for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
         ferry_export_config cfg;
         char eb[256] = "";
@@ -384,6 +397,22 @@ static void test_transformers_recipes(void **state)
             fail_msg("%s refused: %s", kept[i], eb);
         assert_int_equal(cfg.opset, 19);
     }
+    /* Dim.AUTO / DYNAMIC / STATIC and None as transformers writes them; the last format wins */
+    ferry_export_config cfg;
+    char eb[256] = "";
+    ferry_export_config_init(&cfg);
+    if (ferry_export_config_from_json(&cfg, "{\"export_format\": \"onnx\", \"dynamic_shapes\": "
+                                      "{\"input_ids\": {\"0\": \"DimHint(AUTO)\", \"1\": "
+                                      "\"DimHint(DYNAMIC)\"}, \"attention_mask\": {\"1\": null}, "
+                                      "\"position_ids\": {\"0\": \"DimHint(STATIC)\"}}, "
+                                      "\"export_format\": \"dynamo\"}", eb, sizeof eb) != FERRY_OK)
+        fail_msg("refused: %s", eb);
+    assert_int_equal(cfg.format, FERRY_FORMAT_PT2);
+    assert_int_equal(cfg.n_dims, 2);
+    assert_string_equal(cfg.dims[0].symbol, "batch");
+    assert_int_equal(cfg.dims[0].axis, 0);
+    assert_string_equal(cfg.dims[1].symbol, "sequence");
+    assert_int_equal(cfg.dims[1].axis, 1);
 }
 
 int main(void)

@@ -372,3 +372,31 @@ def test_transformers_recipe_ferry_cannot_follow(tmp_path, kwargs, needle):
     rc, _, err = run_ferry("export", FIXTURE, tmp_path / "out", "--config", recipe)
     assert rc == 1 and needle in err and err.count("\n") == 1, err
     assert not (tmp_path / "out").exists()
+
+
+def test_transformers_config_with_dims(tmp_path):
+    """A transformers config holding torch.export.Dims: its to_dict() is an AutoExportConfig
+    and the config itself drives ferry's exporter, the Dims read as ferry's own config reads
+    them (a TypeError before: Dim is not JSON). Its to_json_string() writes each Dim as text
+    that can drop the range, so that recipe is refused, saying what to write instead."""
+    import transformers.exporters as hf
+
+    import ferry
+
+    batch = torch.export.Dim("batch", min=1, max=4)
+    seq = torch.export.Dim("seq", min=2, max=256)
+    shapes = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
+    theirs = hf.OnnxConfig(dynamic_shapes=shapes)
+    ours = ferry.OnnxConfig(dynamic_shapes=shapes)
+    read = ferry.AutoExportConfig.from_dict(theirs.to_dict())
+    assert read.to_dict()["dynamic_shapes"] == ours.to_dict()["dynamic_shapes"]
+    assert read.to_dict()["dynamic_shapes"]["input_ids"]["1"] == {"name": "seq", "min": 2,
+                                                                  "max": 256}
+    exported = ferry.OnnxExporter().export(FIXTURE, config=theirs)
+    dims = exported.program.graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param for d in dims] == ["batch", "seq"]
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(theirs.to_json_string())
+    rc, _, err = run_ferry("export", FIXTURE, tmp_path / "out", "--config", recipe)
+    assert rc == 1 and "a torch.export.Dim as transformers' to_json_string writes it" in err, err
+    assert not (tmp_path / "out").exists()
