@@ -157,6 +157,13 @@ void pt_module_metadata(pt_printer *p, const char *target, strbuf *b)
     }
     if (depth > 0 && !own_op(c, kinds[depth - 1], target))
         depth--;
+    /* the innermost module's path names the whole stack: most nodes repeat the one before */
+    size_t key_len = depth ? ends[depth - 1] : 0;
+    if (p->stack_json && strlen(p->stack_key) == key_len &&
+        !memcmp(p->stack_key, fqn, key_len)) {
+        sb_puts(b, p->stack_json);
+        return;
+    }
     char cls[512], root[400];
     snprintf(root, sizeof root, "%s.%s", c->module, c->root);
     strbuf stack = {0};
@@ -169,12 +176,23 @@ void pt_module_metadata(pt_printer *p, const char *target, strbuf *b)
         if (i + 1 < depth)
             fqn[ends[i]] = '.';
     }
-    sb_puts(b, "{\"nn_module_stack\": ");
-    pt2_json_str(b, stack.data ? stack.data : "");
-    sb_puts(b, "}");
-    if (stack.oom)
-        b->oom = true;
+    strbuf json = {0};
+    sb_puts(&json, "{\"nn_module_stack\": ");
+    pt2_json_str(&json, stack.data ? stack.data : "");
+    sb_puts(&json, "}");
     sb_free(&stack);
+    free(p->stack_json);
+    p->stack_json = NULL;
+    if (stack.oom || json.oom || key_len >= sizeof p->stack_key) {
+        sb_puts(b, json.data ? json.data : "{}");
+        b->oom |= stack.oom || json.oom;
+        sb_free(&json);
+        return;
+    }
+    memcpy(p->stack_key, fqn, key_len);
+    p->stack_key[key_len] = '\0';
+    p->stack_json = sb_take(&json);
+    sb_puts(b, p->stack_json ? p->stack_json : "{}");
 }
 
 bool pt_module_in_layer(const char *ir_name)

@@ -371,6 +371,7 @@ ferry_status pt2_print_program(g_graph *g, const be_module_classes *classes, pt2
     for (size_t i = 0; i < p.n_modules; i++)
         free(p.modules[i]);
     free(p.modules);
+    free(p.stack_json);
     free(p.syms);
     free(p.names);
     free(p.ints);

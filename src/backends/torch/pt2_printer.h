@@ -45,6 +45,8 @@ typedef struct pt_printer {
     const char *ir_name;     /* the IR node being written (NULL: one of the program's own) */
     char **modules;          /* every module a node came from, in order of first use */
     size_t n_modules, cap_modules;
+    char stack_key[512];     /* the innermost module of the last stack written ... */
+    char *stack_json;        /* ... and that stack's metadata (NULL: none yet) */
     fy_err *err;
     ferry_status st;         /* the first failure; later calls do nothing */
 } pt_printer;
