@@ -14,6 +14,8 @@
 /* EXIT_CANNOT: validation could not run here (no Python with ferry and its packages, or the
  * runtime cannot run the export), as distinct from a check that failed. */
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_CANNOT = 3 };
+/* cli_validate's: a stop signal ended validation before it finished (stop.c) */
+enum { VALIDATE_STOPPED = 130 };
 
 int cmd_export(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

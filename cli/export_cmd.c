@@ -76,7 +76,7 @@ static int validate_export(const char *out_dir, int quiet)
 {
     char *args[] = {(char *)out_dir, (char *)"--quiet"};
     int rc = cli_validate(args, quiet ? 2 : 1);
-    if (cli_stop_signal) {
+    if (rc == VALIDATE_STOPPED) {
         cli_error("export: %s was written; its validation was interrupted (ferry validate %s "
                   "runs it again)", cli_quote(out_dir), cli_quote(out_dir));
         return EXIT_FAIL;

@@ -50,8 +50,9 @@ static const char usage[] =
     "its own Python), else python3 beside the ferry executable (a virtual environment's bin/),\n"
     "else python3 on PATH. It needs the ferry package (`pip install .` from ferry's source, or\n"
     "its python/ directory on PYTHONPATH), transformers, torch, and onnxruntime or openvino.\n"
-    "Nothing is downloaded. Ctrl-C, SIGTERM or SIGHUP stops it (the Python too), records\n"
-    "nothing, and ferry dies of the signal.\n"
+    "Nothing is downloaded. Ctrl-C, SIGTERM or SIGHUP stops it (its Python gets SIGTERM;\n"
+    "a $FERRY_PYTHON wrapper script must exec Python for that to reach it): nothing is\n"
+    "recorded, unless validation had already finished, and ferry dies of the signal.\n"
     "\n"
     "exit status: 0 every check passed, 1 a check failed (or the export or the checkpoint could\n"
     "not be read or run), 2 bad command line, 3 validation cannot run here (no Python with\n"
@@ -102,10 +103,12 @@ static int run_python(const char *python, char *const *args, int n)
             return -1;
         }
     cli_stop_child(0);
-    if (cli_stop_signal)
-        return -1; /* stopped: the caller says so */
-    if (WIFEXITED(status))
+    /* A validation that finished before the signal keeps its result (and its record); one
+     * the signal ended (killed, or Python's KeyboardInterrupt exit) was stopped. */
+    if (WIFEXITED(status) && !(cli_stop_signal && WEXITSTATUS(status) == VALIDATE_STOPPED))
         return WEXITSTATUS(status);
+    if (cli_stop_signal)
+        return VALIDATE_STOPPED;
     cli_error("validate: %s was killed by signal %d", cli_quote(python), WTERMSIG(status));
     return -1;
 }
@@ -143,6 +146,8 @@ int cli_validate(char *const *args, int n)
         int rc = run_python(candidates[i], args, n);
         if (rc < 0)
             return EXIT_FAIL;
+        if (rc == VALIDATE_STOPPED)
+            return rc;
         if (rc != NO_FERRY)
             return rc;
         size_t used = strlen(tried);
@@ -168,9 +173,8 @@ int cmd_validate(int argc, char **argv)
     }
     cli_catch_stop_signals();
     int rc = cli_validate(argv + 1, argc - 1);
-    if (cli_stop_signal) {
-        cli_error("validate: interrupted");
-        cli_die_if_stopped();
-    }
-    return rc;
+    if (rc == VALIDATE_STOPPED)
+        cli_error("validate: interrupted; nothing was recorded");
+    cli_die_if_stopped();
+    return rc == VALIDATE_STOPPED ? EXIT_FAIL : rc;
 }

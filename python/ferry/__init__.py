@@ -9,13 +9,13 @@ All export work happens in libferry; this package only marshals arguments (_lib,
 exporters) and runs the saved graphs in their runtime (exported).
 """
 
-from ._lib import FerryError, version
+from ._lib import FerryError, FerryWarning, version
 from .configs import AutoExportConfig, DynamoConfig, OnnxConfig, OpenVINOConfig
 from .exported import ExportedComponent, ExportedModel, ExportOutput
 from .exporters import (AutoHfExporter, DynamoExporter, OnnxExporter, OpenVINOExporter,
                         decompose_for_generation)
 
-__all__ = ["FerryError", "OnnxConfig", "OpenVINOConfig", "DynamoConfig", "AutoExportConfig",
+__all__ = ["FerryError", "FerryWarning", "OnnxConfig", "OpenVINOConfig", "DynamoConfig", "AutoExportConfig",
            "AutoHfExporter", "OnnxExporter", "OpenVINOExporter", "DynamoExporter", "ExportedModel", "ExportedComponent",
            "ExportOutput",
            "version", "decompose_for_generation", "validate", "ValidationReport"]

@@ -19,6 +19,11 @@ class FerryError(RuntimeError):
         self.status = status
 
 
+class FerryWarning(UserWarning):
+    """What libferry warns of while building an export (ferry_exported_warnings): a checkpoint
+    tensor the export does not use, a cache that holds only the example prompt, ..."""
+
+
 class CannotValidate(FerryError):
     """ferry.validate() cannot run here: a package it needs is missing, the runtime cannot run
     the export on this machine, or validation does not handle its kind yet (exit status 3 of
@@ -92,6 +97,7 @@ def _c():
         "ferry_export": (i, [_P, cfg, out]), "ferry_exported_save": (i, [_P, _S, i]),
         "ferry_exported_load": (i, [_S, _S, out]), "ferry_exported_free": (None, [_P]),
         "ferry_exported_errmsg": (_S, [_P]), "ferry_exported_manifest": (_S, [_P]),
+        "ferry_exported_warnings": (_S, [_P]),
         "ferry_exported_dir": (_S, [_P]), "ferry_exported_component_count": (i, [_P]),
         "ferry_exported_component_name": (_S, [_P, i]),
         "ferry_exported_component_file": (_S, [_P, i]),

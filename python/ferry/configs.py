@@ -37,6 +37,27 @@ def _json_dim(dim, axis):
     return out
 
 
+def _json_shapes(shapes):
+    """dynamic_shapes as a recipe holds them, from what torch.export takes: per input a dict of
+    axis -> dim, a tuple or list of dims by position, or None (the input stays static)."""
+    if not isinstance(shapes, dict):
+        raise FerryError("dynamic_shapes must be a dict from input name to its dims (the "
+                         "exporters take keyword inputs), not a " + type(shapes).__name__,
+                         status=1)
+    out = {}
+    for name, axes in shapes.items():
+        if axes is None:
+            continue
+        if isinstance(axes, (tuple, list)):
+            axes = dict(enumerate(axes))
+        if not isinstance(axes, dict):
+            out[name] = axes  # libferry names what it refuses
+            continue
+        out[name] = {str(axis): spec for axis, dim in axes.items()
+                     if dim is not None and (spec := _json_dim(dim, axis)) is not None}
+    return out
+
+
 def _dtype_name(dtype):
     """The recipe's dtype: a name ("fp32", "bf16", ...), or a torch dtype as the guide's
     configs take (torch.float16 -> "float16", a name libferry also reads)."""
@@ -70,12 +91,8 @@ def _plain_recipe(recipe):
     elif isinstance(fmt, str) and fmt.startswith("ExportFormat."):
         plain["export_format"] = fmt[len("ExportFormat."):].lower()
     shapes = plain.get("dynamic_shapes")
-    if isinstance(shapes, dict):
-        plain["dynamic_shapes"] = {
-            name: {str(axis): spec for axis, dim in axes.items()
-                   if (spec := (None if dim is None else _json_dim(dim, axis))) is not None}
-            if isinstance(axes, dict) else axes
-            for name, axes in shapes.items()}
+    if shapes is not None:
+        plain["dynamic_shapes"] = _json_shapes(shapes)
     quantizer = plain.get("quantizer")
     if quantizer is not None and not isinstance(quantizer, (str, dict)):
         raise FerryError(f"quantizer: ferry takes \"int4\", \"int8\" or a dict of its keys, "
@@ -110,10 +127,7 @@ class OnnxConfig:
         if quantizer is not None:
             recipe["quantizer"] = dict(quantizer) if isinstance(quantizer, dict) else quantizer
         if dynamic_shapes:
-            recipe["dynamic_shapes"] = {
-                name: {str(axis): spec for axis, dim in axes.items()
-                       if (spec := _json_dim(dim, axis)) is not None}
-                for name, axes in dynamic_shapes.items()}
+            recipe["dynamic_shapes"] = _json_shapes(dynamic_shapes)
         if opset is not None:
             recipe["opset"] = int(opset)
         if example_shapes:

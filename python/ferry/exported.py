@@ -104,8 +104,17 @@ class ExportedModel:
         (ferry's or transformers': export.json and only its files) is replaced; anything else
         is refused with a FerryError and left untouched (ferry_exported_save)."""
         raw = _c_bytes(save_directory, "save_directory")
-        handle = self._live("save it")
-        status = self._save_interruptibly(handle, raw, int(force))
+        if self._cancel is None:  # a loaded export: ferry_exported_save refuses it at once
+            handle = self._live("save it")
+            status = _c().ferry_exported_save(handle, raw, int(force))
+        else:
+            while not self._saving.acquire(timeout=0.1):
+                pass  # another thread is saving this export (or closing it): after it
+            try:
+                handle = self._live("save it")  # under the lock: close() may have come first
+                status = self._save_interruptibly(handle, raw, int(force))
+            finally:
+                self._saving.release()
         if status:
             _fail(status, _str(_c().ferry_exported_errmsg(handle)))
         self._session = self._runners = None
@@ -115,34 +124,27 @@ class ExportedModel:
         Python raises only between bytecodes, never inside a C call) reaches this thread: it
         sets the export's cancel flag, libferry stops within a band of weights and removes what
         it wrote, and the KeyboardInterrupt goes on up."""
-        if self._cancel is None:  # a loaded export: ferry_exported_save refuses it at once
-            return _c().ferry_exported_save(handle, raw, force)
-        while not self._saving.acquire(timeout=0.1):
-            pass  # another thread is saving this export: after it
-        try:
-            self._cancel.value = 0
-            result, finished = [], threading.Event()
+        self._cancel.value = 0
+        result, finished = [], threading.Event()
 
-            def save():
-                try:
-                    result.append(_c().ferry_exported_save(handle, raw, force))
-                finally:
-                    finished.set()
-
-            # An Event, not Thread.join: a join that an exception interrupts may not wait again.
-            worker = threading.Thread(target=save, name="ferry-save", daemon=True)
+        def save():
             try:
-                worker.start()
-                while not finished.wait(0.1):
-                    pass
-            except BaseException:  # KeyboardInterrupt, or what a signal handler raised
-                self._cancel.value = 1
-                if worker.ident is not None:
-                    _wait_through_interrupts(finished)
-                raise
-            return result[0]
-        finally:
-            self._saving.release()
+                result.append(_c().ferry_exported_save(handle, raw, force))
+            finally:
+                finished.set()
+
+        # An Event, not Thread.join: a join that an exception interrupts may not wait again.
+        worker = threading.Thread(target=save, name="ferry-save", daemon=True)
+        try:
+            worker.start()
+            while not finished.wait(0.1):
+                pass
+        except BaseException:  # KeyboardInterrupt, or what a signal handler raised
+            self._cancel.value = 1
+            if worker.ident is not None:
+                _wait_through_interrupts(finished)
+            raise
+        return result[0]
 
     def _live(self, doing):
         """The library handle; after close() there is none, and libferry would take the NULL for
@@ -331,13 +333,14 @@ class ExportedModel:
 
 
 def _wait_through_interrupts(finished):
-    """Waits for `finished` however many more Ctrl-Cs come: the cancelled save stops within a
-    band of weights, and until it has, its handle must not be freed nor saved again."""
+    """Waits for `finished` whatever more comes (Ctrl-C, or what a signal handler raises: a
+    SystemExit): the cancelled save stops within a band of weights, and until it has, its
+    handle must not be freed nor saved again. The first exception is the one that goes on."""
     while True:
         try:
             finished.wait()
             return
-        except KeyboardInterrupt:
+        except BaseException:
             continue
 
 

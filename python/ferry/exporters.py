@@ -4,8 +4,10 @@ work, and wrap what it made in an ExportedModel."""
 
 import ctypes
 import tempfile
+import warnings
 
-from ._lib import FerryError, _GenerationConfig, _P, _c, _c_bytes, _escape, _fail, _str
+from ._lib import (FerryError, FerryWarning, _GenerationConfig, _P, _c, _c_bytes, _escape, _fail,
+                   _str)
 from .configs import DynamoConfig, OnnxConfig, OpenVINOConfig
 from .exported import ExportedModel
 
@@ -40,6 +42,7 @@ class OnnxExporter:
             message = _str(lib.ferry_model_errmsg(handle))
             lib.ferry_model_free(handle)
             _fail(status, message)
+        _warn(exported)
         return ExportedModel(exported, model_handle=handle, source=keep, cancel=cancel)
 
     def export_for_generation(self, model, inputs=None, config=None, *, generation_config=None,
@@ -64,6 +67,7 @@ class OnnxExporter:
             message = _str(_c().ferry_model_errmsg(handle))
             _c().ferry_model_free(handle)
             _fail(status, message)
+        _warn(exported)
         return ExportedModel(exported, model_handle=handle, source=keep, cancel=cancel)
 
 
@@ -159,6 +163,13 @@ def _sample_inputs(inputs, sample_inputs):
     if inputs is not None and sample_inputs is not None:
         raise FerryError("give the example inputs once: inputs or sample_inputs", status=1)
     return sample_inputs if inputs is None else inputs
+
+
+def _warn(exported):
+    """libferry's warnings about the export just built, as the CLI prints them, as Python
+    warnings (FerryWarning)."""
+    for line in (_str(_c().ferry_exported_warnings(exported)) or "").splitlines():
+        warnings.warn(line, FerryWarning, stacklevel=3)
 
 
 def _example_config(inputs, config):

@@ -217,6 +217,8 @@ static ferry_status recipe_dynamic_shapes(ferry_export_config *cfg, const cJSON 
                    "(or null: none)");
     const cJSON *input;
     cJSON_ArrayForEach(input, ds) {
+        if (cJSON_IsNull(input))
+            continue; /* torch's None for an input: it stays static */
         if (!cJSON_IsObject(input))
             return say(eb, es, FERRY_ERR_INVALID_ARG,
                        "recipe: dynamic_shapes['%s'] must map axes to dims", input->string);
@@ -243,13 +245,15 @@ static ferry_status recipe_dynamic_shapes(ferry_export_config *cfg, const cJSON 
                                "(sequence) only: give it {\"name\": ..., \"min\": ..., "
                                "\"max\": ...}", input->string, ax->string, ax->valuestring);
                 sym = axis == 0 ? "batch" : "sequence";
-            } else if (cJSON_IsString(ax) && !strncmp(ax->valuestring, "Dim(", 4)) {
+            } else if (cJSON_IsString(ax) && (!strncmp(ax->valuestring, "Dim(", 4) ||
+                                              !strncmp(ax->valuestring, "DimHint(", 8) ||
+                                              strpbrk(ax->valuestring, "*+-/ "))) {
                 return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: dynamic_shapes['%s']['%s'] is "
-                           "\"%s\", a torch.export.Dim as transformers' to_json_string writes "
-                           "it, whose text can drop the range (torch prints Dim('s', min=2, "
-                           "max=256) as Dim('s', max=256)): write it as {\"name\": ..., "
-                           "\"min\": ..., \"max\": ...}", input->string, ax->string,
-                           ax->valuestring);
+                           "\"%s\", a torch.export.Dim as transformers' to_json_string writes it "
+                           "(or a hint with a range, or a dim derived from another), whose text "
+                           "can drop the range (torch prints Dim('s', min=2, max=256) as "
+                           "Dim('s', max=256)): write it as {\"name\": ..., \"min\": ..., "
+                           "\"max\": ...}", input->string, ax->string, ax->valuestring);
             } else if (cJSON_IsString(ax)) {
                 sym = ax->valuestring;
             } else if (cJSON_IsObject(ax)) {
@@ -375,6 +379,22 @@ static ferry_status recipe_quantizer(ferry_quantizer *q, const cJSON *item, char
     return FERRY_OK;
 }
 
+/* Keys whose value adds to the config rather than replacing it: given twice, only the last is
+ * read, as every other key ends with its last value. */
+static bool adds_up(const char *key)
+{
+    return !strcmp(key, "dynamic_shapes") || !strcmp(key, "quantizer") ||
+           !strcmp(key, "generation_config") || !strcmp(key, "example_shapes");
+}
+
+static bool repeated_later(const cJSON *item)
+{
+    for (const cJSON *n = item->next; n; n = n->next)
+        if (!strcmp(n->string, item->string))
+            return true;
+    return false;
+}
+
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json, char *eb,
                                            size_t es)
 {
@@ -408,10 +428,10 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
         }
         cfg->format = be->format;
     }
-    const cJSON *opset = NULL;   /* "opset" or transformers' "opset_version", whichever came */
+    const cJSON *opset = NULL, *version = NULL; /* "opset", transformers' "opset_version" */
     cJSON_ArrayForEach(item, root) {
         const char *k = item->string;
-        if (!strcmp(k, "export_format")) {
+        if (!strcmp(k, "export_format") || (adds_up(k) && repeated_later(item))) {
             continue;
         } else if (!strcmp(k, "dynamic")) {
             if (!cJSON_IsBool(item)) {
@@ -439,18 +459,11 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
                          k[5] == '_' ? " or null (the default)" : "");
                 goto done;
             }
-            if (opset && strcmp(opset->string, k) && !cJSON_IsNull(opset) &&
-                !cJSON_IsNull(item) && opset->valuedouble != item->valuedouble) {
-                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'opset' and 'opset_version' "
-                         "(the same option) disagree");
-                goto done;
-            }
-            if (!cJSON_IsNull(item)) {
+            /* each key's last value; the two are compared once all are read */
+            if (k[5] == '_')
+                version = item;
+            else
                 opset = item;
-                cfg->opset = (int)v;
-            } else if (!opset) {
-                opset = item;
-            }
         } else if (!strcmp(k, "strict") || !strcmp(k, "prefer_deferred_runtime_asserts_over_guards")) {
             /* torch.export's tracing modes, kept by transformers' recipes. ferry does not trace:
              * its graph holds over every declared range by construction, with no guard to
@@ -543,6 +556,13 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
             goto done;
         }
     }
+    if (opset && version && !cJSON_IsNull(version) && opset->valuedouble != version->valuedouble) {
+        st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'opset' (%g) and 'opset_version' (%g), "
+                 "the same option, disagree", opset->valuedouble, version->valuedouble);
+        goto done;
+    }
+    if (opset || (version && !cJSON_IsNull(version)))
+        cfg->opset = (int)(opset ? opset : version)->valuedouble;
 done:
     cJSON_Delete(root);
     return st;

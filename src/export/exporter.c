@@ -165,8 +165,8 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         char line[400];
         snprintf(line, sizeof line, "decode's cache holds exactly %lld positions (the example "
                  "prompt's; the sequence axis is static): it runs one step after such a prompt. "
-                 "For a generation loop make the sequence symbolic (--dynamic, or --dim "
-                 "input_ids:1=NAME), or use --static-cache", (long long)prompt);
+                 "For a generation loop make the sequence symbolic (--dynamic / dynamic=True, "
+                 "or a dim on input_ids' axis 1), or use a static cache", (long long)prompt);
         if (add_warning(&c->warnings, line) != FERRY_OK) {
             fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
             goto fail;
@@ -299,7 +299,8 @@ const char *ferry_components_dump(ferry_components *c, int i, ferry_graph_stage 
  * type, its classes after the architecture ("LlamaForCausalLM" -> "Llama" + "Model", ...). */
 static void module_classes(const ferry_model *m, be_module_classes *out)
 {
-    const char *arch = m->cfg.architecture, *type = m->cfg.model_type;
+    /* the family's own names: config.json's model_type may be absent or another family's */
+    const char *arch = m->arch->architecture, *type = m->arch->model_type;
     size_t len = strlen(arch), tail = strlen("ForCausalLM");
     snprintf(out->module, sizeof out->module, "transformers.models.%s.modeling_%s", type, type);
     snprintf(out->root, sizeof out->root, "%s", arch);

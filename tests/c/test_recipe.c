@@ -188,9 +188,16 @@ static void test_hostile_recipes(void **state)
          "'opset_version' must be an integer in [17, 23] or null"},
         {"opset null", "{\"opset\": null}", FERRY_ERR_INVALID_ARG, "'opset' must be an integer"},
         {"opset and opset_version disagree", "{\"opset\": 18, \"opset_version\": 21}",
-         FERRY_ERR_INVALID_ARG, "'opset' and 'opset_version' (the same option) disagree"},
+         FERRY_ERR_INVALID_ARG, "'opset' (18) and 'opset_version' (21), the same option, disagree"},
         {"opset_version and opset disagree", "{\"opset_version\": 21, \"opset\": 18}",
          FERRY_ERR_INVALID_ARG, "disagree"},
+        /* the last values are compared, not the ones seen on the way (found by review) */
+        {"the last opset_version disagrees", "{\"opset\": 18, \"opset_version\": 18, "
+         "\"opset_version\": 19}", FERRY_ERR_INVALID_ARG, "disagree"},
+        {"a derived dim", "{\"dynamic_shapes\": {\"input_ids\": {\"1\": \"2*u\"}}}",
+         FERRY_ERR_INVALID_ARG, "a dim derived from another"},
+        {"a hint with a range", "{\"dynamic_shapes\": {\"input_ids\": {\"1\": "
+         "\"DimHint(DYNAMIC, min=1, max=128)\"}}}", FERRY_ERR_INVALID_ARG, "a hint with a range"},
         /* the format is judged first: its own keys are not reported as unknown */
         {"executorch recipe", "{\"alloc_graph_input\": true, \"backend\": \"xnnpack\", "
          "\"export_format\": \"executorch\"}", FERRY_ERR_UNSUPPORTED,
@@ -388,7 +395,10 @@ static void test_transformers_recipes(void **state)
                                        "{\"opset_version\": null, \"opset\": 19}",
                                        "{\"opset\": 19, \"opset_version\": 19}",
                                        "{\"opset\": 18, \"opset\": 19}",
-                                       "{\"opset_version\": 17, \"opset_version\": 19}"};
+                                       "{\"opset_version\": 17, \"opset_version\": 19}",
+                                       ("{\"opset_version\": 18, \"opset\": 19, "
+                                        "\"opset_version\": 19}"),
+                                       "{\"opset\": 18, \"opset_version\": 19, \"opset\": 19}"};
     for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
         ferry_export_config cfg;
         char eb[256] = "";
@@ -413,6 +423,26 @@ static void test_transformers_recipes(void **state)
     assert_int_equal(cfg.dims[0].axis, 0);
     assert_string_equal(cfg.dims[1].symbol, "sequence");
     assert_int_equal(cfg.dims[1].axis, 1);
+    /* a key whose value adds up, given twice: the last one only (found by review: both were
+     * applied, and a last null did not clear the first) */
+    static const struct { const char *json; int n_dims; } repeats[] = {
+        {"{\"dynamic_shapes\": {\"input_ids\": {\"0\": \"batch\"}}, \"dynamic_shapes\": "
+         "{\"input_ids\": {\"1\": \"seq\"}}}", 1},
+        {"{\"dynamic_shapes\": {\"input_ids\": {\"1\": \"DimHint(AUTO)\"}}, "
+         "\"dynamic_shapes\": null}", 0},
+        {"{\"dynamic_shapes\": {\"input_ids\": {\"1\": \"s\"}, \"position_ids\": null}}", 1},
+    };
+    for (size_t i = 0; i < sizeof repeats / sizeof repeats[0]; i++) {
+        ferry_export_config_init(&cfg);
+        if (ferry_export_config_from_json(&cfg, repeats[i].json, eb, sizeof eb) != FERRY_OK)
+            fail_msg("%s refused: %s", repeats[i].json, eb);
+        assert_int_equal(cfg.n_dims, repeats[i].n_dims);
+    }
+    ferry_export_config_init(&cfg);
+    assert_int_equal(ferry_export_config_from_json(&cfg, "{\"dynamic_shapes\": {\"input_ids\": "
+                     "{\"0\": \"batch\"}}, \"dynamic_shapes\": {\"input_ids\": {\"1\": "
+                     "\"seq\"}}}", eb, sizeof eb), FERRY_OK);
+    assert_string_equal(cfg.dims[0].symbol, "seq");
 }
 
 int main(void)

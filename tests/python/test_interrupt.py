@@ -324,10 +324,11 @@ WAIT_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {python!r})
     from ferry.exported import _wait_through_interrupts
     finished, main = threading.Event(), threading.main_thread().ident
+    signal.signal(signal.SIGUSR1, lambda *a: sys.exit(3))   # a handler raising SystemExit
     def interrupt_then_finish():
-        for _ in range(3):
+        for sig in (signal.SIGINT, signal.SIGUSR1, signal.SIGINT):
             time.sleep(0.05)
-            signal.pthread_kill(main, signal.SIGINT)   # a KeyboardInterrupt inside the wait
+            signal.pthread_kill(main, sig)   # an exception inside the wait
         time.sleep(0.05)
         finished.set()
     threading.Thread(target=interrupt_then_finish).start()
@@ -337,11 +338,52 @@ WAIT_SCRIPT = textwrap.dedent("""
 
 
 def test_the_wait_for_a_cancelled_save_outlasts_interrupts():
-    """What save_pretrained waits with once it has cancelled: three more KeyboardInterrupts
-    inside the wait, and it still returns only when the save has ended (the end-to-end test
-    above cannot place the second Ctrl-C inside that wait every time)."""
+    """What save_pretrained waits with once it has cancelled: three more exceptions inside the
+    wait (KeyboardInterrupts, a SystemExit from a signal handler: found by the second review),
+    and it still returns only when the save has ended (the end-to-end test above cannot place
+    the second Ctrl-C inside that wait every time)."""
     proc = subprocess.run([sys.executable, "-c", WAIT_SCRIPT.format(python=str(ROOT / "python"))],
                           capture_output=True, text=True, timeout=60,
                           preexec_fn=default_dispositions())
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout == "returned once finished: True\n"
+
+
+CLOSE_SCRIPT = textwrap.dedent("""
+    import os, sys, threading, time
+    sys.path.insert(0, {python!r})
+    import ferry
+    exported = ferry.OnnxExporter().export({ckpt!r}, config=ferry.OnnxConfig(dynamic=True))
+    outcome = {{}}
+    def save(name):
+        try:
+            exported.save_pretrained(os.path.join({parent!r}, name))
+            outcome[name] = "saved"
+        except ferry.FerryError as e:
+            outcome[name] = str(e)
+    a = threading.Thread(target=save, args=("A",))
+    a.start()
+    while not any(n.startswith(".A.ferry-tmp-") for n in os.listdir({parent!r})):
+        time.sleep(0.001)
+    b = threading.Thread(target=save, args=("B",))
+    b.start()
+    time.sleep(0.05)       # B waits for A's save
+    exported.close()       # after A's save, before B's
+    a.join(); b.join()
+    print(outcome["A"]); print(outcome["B"]); print(sorted(os.listdir({parent!r})))
+""")
+
+
+def test_close_while_a_save_waits(tmp_path, big):
+    """close() while one thread saves and another waits to: the save ends, close() frees the
+    export, and the waiting save is refused as closed (found by the second review: it saved
+    with the freed handle and the process crashed)."""
+    parent = tmp_path / "outs"
+    parent.mkdir()
+    script = CLOSE_SCRIPT.format(python=str(ROOT / "python"), ckpt=str(big), parent=str(parent))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == [
+        "saved", "this ExportedModel was closed (close() frees it): cannot save it", "['A']"], \
+        proc.stdout

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_logits_close, make_checkpoint, make_inputs, reference_logits
+from conftest import FIXTURE, assert_logits_close, make_checkpoint, make_inputs, reference_logits
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +127,31 @@ def test_generation_decode_query_axis(ckpt, tmp_path, multi_token_decode, axis):
     for component in exported.manifest["components"].values():
         recorded = component["metadata"]["export_config"]["multi_token_decode"]
         assert recorded is (axis == "sequence")
+
+
+def test_warnings_reach_python(tmp_path):
+    """What the CLI prints as `ferry: warning:` reaches Python as a FerryWarning: here, a
+    generation export over static shapes whose cache holds only the example prompt."""
+    import ferry
+
+    with pytest.warns(ferry.FerryWarning, match="decode's cache holds exactly 8 positions"):
+        ferry.OnnxExporter().export_for_generation(FIXTURE)
+
+
+def test_dynamic_shapes_as_torch_takes_them():
+    """dynamic_shapes as torch.export takes them too: a tuple of dims by position, None for an
+    input that stays static; from ferry's config and from a transformers config alike."""
+    import torch
+    import transformers.exporters as hf
+
+    import ferry
+
+    b, s = torch.export.Dim("b", min=1, max=4), torch.export.Dim("s", min=1, max=64)
+    shapes = {"input_ids": (b, s), "attention_mask": {0: b, 1: s}, "position_ids": None}
+    want = {"input_ids": {"0": {"name": "b", "min": 1, "max": 4},
+                          "1": {"name": "s", "min": 1, "max": 64}},
+            "attention_mask": {"0": {"name": "b", "min": 1, "max": 4},
+                               "1": {"name": "s", "min": 1, "max": 64}}}
+    assert ferry.OnnxConfig(dynamic_shapes=shapes).to_dict()["dynamic_shapes"] == want
+    read = ferry.AutoExportConfig.from_dict(hf.OnnxConfig(dynamic_shapes=shapes).to_dict())
+    assert read.to_dict()["dynamic_shapes"] == want
