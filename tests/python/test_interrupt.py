@@ -237,8 +237,8 @@ CONCURRENT_SCRIPT = textwrap.dedent("""
     other.start()
     while not any(n.startswith(".first.ferry-tmp-") for n in os.listdir({parent!r})):
         time.sleep(0.001)
-    print("ready", flush=True)
     try:
+        print("ready", flush=True)   # inside the try: the Ctrl-C may come at once
         exported.save_pretrained({second!r})   # waits for the other thread's save
         print("saved", flush=True)
     except KeyboardInterrupt:
