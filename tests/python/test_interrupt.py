@@ -117,8 +117,9 @@ def test_ignored_signal_stays_ignored(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Python: KeyboardInterrupt in save_pretrained
 
-SAVE_SCRIPT = textwrap.dedent("""
-    import os, sys
+# A child's export of the big checkpoint, then a save to {out} that the test interrupts.
+SAVE_HEAD = textwrap.dedent("""
+    import gc, os, sys, threading
     sys.path.insert(0, {python!r})
     import ferry
     exported = ferry.OnnxExporter().export({ckpt!r}, config=ferry.OnnxConfig(dynamic=True))
@@ -127,6 +128,9 @@ SAVE_SCRIPT = textwrap.dedent("""
         exported.save_pretrained({out!r})
         print("saved", flush=True)
     except KeyboardInterrupt:
+""")
+
+SAVE_SCRIPT = SAVE_HEAD + textwrap.dedent("""
         print("KeyboardInterrupt", sorted(os.listdir({parent!r})), flush=True)
     exported.save_pretrained({out!r})   # the same export, saved whole this time
     print("then saved", sorted(os.listdir({out!r})), flush=True)
@@ -173,16 +177,7 @@ def test_keyboard_interrupt_in_save_pretrained(tmp_path, big):
     assert os.listdir(parent) == ["out"]
 
 
-DOUBLE_SCRIPT = textwrap.dedent("""
-    import gc, os, sys, threading
-    sys.path.insert(0, {python!r})
-    import ferry
-    exported = ferry.OnnxExporter().export({ckpt!r}, config=ferry.OnnxConfig(dynamic=True))
-    print("ready", flush=True)
-    try:
-        exported.save_pretrained({out!r})
-        print("saved", flush=True)
-    except KeyboardInterrupt:
+DOUBLE_SCRIPT = SAVE_HEAD + textwrap.dedent("""
         alive = [t.name for t in threading.enumerate() if t.name == "ferry-save"]
         print("KeyboardInterrupt", alive, sorted(os.listdir({parent!r})), flush=True)
     del exported   # frees the handle: the cancelled save must be over by now
