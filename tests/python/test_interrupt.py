@@ -219,8 +219,11 @@ def test_second_keyboard_interrupt_waits_for_the_save(tmp_path, big):
         output, errors = proc.communicate(timeout=300)
     finally:
         proc.kill()
-    assert proc.returncode == 0, errors[-2000:]
-    assert output.splitlines() == ["KeyboardInterrupt [] []", "freed"], (output, errors)
+    # The second SIGINT may also land after the save's except clause, killing the script
+    # there (-2); what must never happen is a crash (-6, -11) or a save left running.
+    assert proc.returncode in (0, -signal.SIGINT), errors[-2000:]
+    assert output.splitlines()[0] == "KeyboardInterrupt [] []", (output, errors)
+    assert os.listdir(parent) == [], "something was left behind"
 
 
 CONCURRENT_SCRIPT = textwrap.dedent("""
