@@ -124,6 +124,32 @@ static void note_module(pt_printer *p, const char *fqn, mod_kind kind)
     p->modules[p->n_modules++] = copy;
 }
 
+/* The modules along IR node name `name` ("/model/layers.0/self_attn/..."), outermost first:
+ * their kinds, and their paths fqn[0, ends[i]) ("model.layers.0"). Returns how many. */
+static int modules_of(const char *name, const be_module_classes *c, mod_kind *kinds,
+                      size_t *ends, char *fqn, size_t fqn_size)
+{
+    size_t len = 0;
+    int depth = 0;
+    if (!name || name[0] != '/')
+        return 0;
+    const char *s = name + 1;
+    while (*s && depth < MAX_DEPTH) {
+        size_t n = strcspn(s, "/");
+        mod_kind k = segment_kind(s, n, depth);
+        if (k == MOD_NONE || (k == MOD_ACT && !c->activation) || len + n + 2 > fqn_size)
+            break;
+        if (len)
+            fqn[len++] = '.';
+        memcpy(fqn + len, s, n);
+        len += n;
+        ends[depth] = len;
+        kinds[depth++] = k;
+        s += n + (s[n] == '/');
+    }
+    return depth;
+}
+
 void pt_module_metadata(pt_printer *p, const char *target, strbuf *b)
 {
     const be_module_classes *c = p->classes;
@@ -131,30 +157,10 @@ void pt_module_metadata(pt_printer *p, const char *target, strbuf *b)
         sb_puts(b, "{}");
         return;
     }
-    /* the modules along the IR node's name */
-    size_t ends[MAX_DEPTH];     /* each module's fqn is fqn[0, ends[i]) */
+    size_t ends[MAX_DEPTH];
     mod_kind kinds[MAX_DEPTH];
     char fqn[FQN_MAX];
-    size_t len = 0;
-    int depth = 0;
-    const char *name = p->ir_name;
-    if (name && name[0] == '/') {
-        const char *s = name + 1;
-        while (*s && depth < MAX_DEPTH) {
-            size_t n = strcspn(s, "/");
-            mod_kind k = segment_kind(s, n, depth);
-            if (k == MOD_NONE || (k == MOD_ACT && !c->activation) ||
-                len + n + 2 > sizeof fqn)
-                break;
-            if (len)
-                fqn[len++] = '.';
-            memcpy(fqn + len, s, n);
-            len += n;
-            ends[depth] = len;
-            kinds[depth++] = k;
-            s += n + (s[n] == '/');
-        }
-    }
+    int depth = modules_of(p->ir_name, c, kinds, ends, fqn, sizeof fqn);
     if (depth > 0 && !own_op(c, kinds[depth - 1], target))
         depth--;
     /* the innermost module's path names the whole stack: most nodes repeat the one before */
@@ -195,20 +201,17 @@ void pt_module_metadata(pt_printer *p, const char *target, strbuf *b)
     sb_puts(b, p->stack_json ? p->stack_json : "{}");
 }
 
-bool pt_module_in_layer(const char *ir_name)
+bool pt_module_in_layer(const pt_printer *p, const char *ir_name)
 {
-    if (!ir_name || ir_name[0] != '/')
-        return false;
-    const char *s = ir_name + 1;
-    for (int depth = 0; *s; depth++) {
-        size_t n = strcspn(s, "/");
-        mod_kind k = segment_kind(s, n, depth);
-        if (k == MOD_LAYER)
+    static const be_module_classes none = {.activation = NULL};
+    size_t ends[MAX_DEPTH];
+    mod_kind kinds[MAX_DEPTH];
+    char fqn[FQN_MAX];
+    int depth = modules_of(ir_name, p->classes ? p->classes : &none, kinds, ends, fqn,
+                           sizeof fqn);
+    for (int i = 0; i < depth; i++)
+        if (kinds[i] == MOD_LAYER)
             return true;
-        if (k == MOD_NONE)
-            return false;
-        s += n + (s[n] == '/');
-    }
     return false;
 }
 

@@ -278,7 +278,8 @@ static void emit_nodes(pt_printer *p)
     bool *early = calloc(g->n_values ? g->n_values : 1, sizeof *early);
     bool *wanted = calloc(g->n_values ? g->n_values : 1, sizeof *wanted);
     bool *hoisted = calloc(g->n_nodes ? g->n_nodes : 1, sizeof *hoisted);
-    if (!early || !wanted || !hoisted) {
+    bool *in_layer = calloc(g->n_nodes ? g->n_nodes : 1, sizeof *in_layer);
+    if (!early || !wanted || !hoisted || !in_layer) {
         pt_fail(p, FERRY_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -294,7 +295,8 @@ static void emit_nodes(pt_printer *p)
     /* the candidates: outside the layers, over inputs and other candidates only */
     for (size_t i = 0; i < g->n_nodes; i++) {
         const g_node *n = &g->nodes[i];
-        bool ok = !n->dead && !pt_module_in_layer(n->name);
+        in_layer[i] = pt_module_in_layer(p, n->name);
+        bool ok = !n->dead && !in_layer[i];
         for (int k = 0; k < n->n_in && ok; k++)
             ok = n->in[k] == G_NONE || early[n->in[k]];
         if (!ok)
@@ -316,7 +318,7 @@ static void emit_nodes(pt_printer *p)
                 used |= n->out[k] != G_NONE && wanted[n->out[k]];
             hoisted[i] = used;
         }
-        if (hoisted[i] || pt_module_in_layer(n->name))
+        if (hoisted[i] || in_layer[i])
             for (int k = 0; k < n->n_in; k++)
                 if (n->in[k] != G_NONE)
                     wanted[n->in[k]] = true;
@@ -332,6 +334,7 @@ done:
     free(early);
     free(wanted);
     free(hoisted);
+    free(in_layer);
 }
 
 ferry_status pt2_print_program(g_graph *g, const be_module_classes *classes, pt2_program *out,

@@ -87,7 +87,7 @@ void pt_node_end_tensor(pt_printer *p, const char *name, ferry_dtype dt, const g
  * for IR node p->ir_name; records its modules for pt_module_calls. */
 void pt_module_metadata(pt_printer *p, const char *target, strbuf *b);
 /* Whether IR node `ir_name` lies in a decoder layer ("/model/layers.3/..."). */
-bool pt_module_in_layer(const char *ir_name);
+bool pt_module_in_layer(const pt_printer *p, const char *ir_name);
 /* The module call graph's entries after the root's: `, {"fqn": ..., "signature": null}` for
  * every module pt_module_metadata met. */
 void pt_module_calls(const pt_printer *p, strbuf *b);
