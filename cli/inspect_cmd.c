@@ -371,9 +371,13 @@ int cmd_inspect(int argc, char **argv)
             printf("  onnxruntime-genai: cannot run it: %s\n", qstr(og, "unsupported"));
     }
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "transformers");
-    if (cJSON_GetObjectItemCaseSensitive(m, "export_format"))
-        printf("  transformers: ExportedModel.from_pretrained loads it and runs each component, "
-               "given every input it takes (position_ids too: transformers derives none)\n");
+    const cJSON *tf_fmt = cJSON_GetObjectItemCaseSensitive(m, "export_format");
+    if (tf_fmt)
+        printf("  transformers: ExportedModel.from_pretrained loads it%s and runs each component, "
+               "given every input it takes (position_ids too: transformers derives none)\n",
+               cJSON_IsString(tf_fmt) && !strcmp(tf_fmt->valuestring, "dynamo")
+                   ? " (with trust_remote_code=True: it gates every pickled torch program)"
+                   : "");
     else if (cJSON_IsObject(tf))
         printf("  transformers: ExportedModel.from_pretrained cannot run it: %s\n",
                qstr(tf, "unsupported"));
@@ -441,11 +445,15 @@ int cmd_inspect(int argc, char **argv)
         const cJSON *tsyms = cJSON_GetObjectItemCaseSensitive(md, "torch_symbols");
         if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "verifier"))) {
             char params[32];
+            bool model_output = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ec, "model_output"));
             printf("  torch.export program: schema %s, %s IR, %s parameters; call "
                    "torch.export.load(file).module() with the inputs as keywords, it returns "
-                   "{\"logits\": ...}\n", qstr(md, "schema_version"), qstr(md, "verifier"),
+                   "%s\n", qstr(md, "schema_version"), qstr(md, "verifier"),
                    int_text(cJSON_GetObjectItemCaseSensitive(md, "parameters"), params,
-                            sizeof params));
+                            sizeof params),
+                   model_output ? "transformers' CausalLMOutputWithPast (.logits; import "
+                                  "transformers.modeling_outputs before loading it)"
+                                : "{\"logits\": ...}");
         }
         const cJSON *syms = cJSON_GetObjectItemCaseSensitive(md, "symbols"), *s;
         if (cJSON_GetArraySize(syms) > 0) {

@@ -160,6 +160,10 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         o->cfg.compress_to_fp16 = 1;
         o->openvino_flag = "--compress-to-fp16";
         return CLI_CONTINUE;
+    case CLI_OPT_MODEL_OUTPUT:
+        o->cfg.model_output = 1;
+        o->model_output_flag = true;
+        return CLI_CONTINUE;
     case CLI_OPT_MULTI_TOKEN:
     case CLI_OPT_SINGLE_TOKEN:
         if (o->cfg.generation.multi_token_decode == (c == CLI_OPT_SINGLE_TOKEN) &&
@@ -257,6 +261,7 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         {"no-tokenizer", no_argument, NULL, CLI_OPT_NO_TOKENIZER},
         {"disable-stateful", no_argument, NULL, CLI_OPT_DISABLE_STATEFUL},
         {"compress-to-fp16", no_argument, NULL, CLI_OPT_COMPRESS_FP16},
+        {"model-output", no_argument, NULL, CLI_OPT_MODEL_OUTPUT},
         {"multi-token-decode", no_argument, NULL, CLI_OPT_MULTI_TOKEN},
         {"single-token-decode", no_argument, NULL, CLI_OPT_SINGLE_TOKEN},
         {"static-cache", no_argument, NULL, CLI_OPT_STATIC_CACHE},
@@ -326,6 +331,12 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         cli_error("%s is an OpenVINO option: it applies to --format openvino", o->openvino_flag);
         return EXIT_USAGE;
     }
+    if (o->model_output_flag && o->cfg.format != FERRY_FORMAT_PT2) {
+        cli_error("--model-output is a pt2 option: it applies to --format pt2 (ONNX and "
+                  "OpenVINO outputs are named, and transformers' runners build its "
+                  "CausalLMOutputWithPast from them already)");
+        return EXIT_USAGE;
+    }
     if (o->cfg.stateless && !o->cfg.for_generation && o->openvino_flag &&
         !strcmp(o->openvino_flag, "--disable-stateful")) {
         cli_error("--disable-stateful applies to --for-generation exports (a plain export has "
@@ -359,10 +370,10 @@ void cli_print_export_options(FILE *f)
             "                           export_format, dynamic, dynamic_shapes, dtype, opset,\n"
             "                           example_shapes, ort_fusions, quantizer, for_generation,\n"
             "                           multi_token_decode, generation_config, stateful,\n"
-            "                           compress_to_fp16 (command-line options given after it\n"
-            "                           win); a recipe transformers wrote (a config's\n"
-            "                           to_json_string) is read as it is: opset_version,\n"
-            "                           optimize (true), strict (false) and\n"
+            "                           compress_to_fp16, model_output (command-line options\n"
+            "                           given after it win); a recipe transformers wrote (a\n"
+            "                           config's to_json_string) is read as it is:\n"
+            "                           opset_version, optimize (true), strict (false) and\n"
             "                           prefer_deferred_runtime_asserts_over_guards (either)\n"
             "  --no-tokenizer           do not copy the checkpoint's tokenizer and chat-template\n"
             "                           files (tokenizer.json, tokenizer_config.json, ...; by\n"
@@ -412,6 +423,12 @@ void cli_print_export_options(FILE *f)
             "                           stateful graph that keeps it in variables\n"
             "  --compress-to-fp16       OpenVINO: weights stored in fp16, computed in fp32 (half\n"
             "                           the bytes; --dtype stays fp32)\n"
+            "  --model-output           pt2: the program returns transformers'\n"
+            "                           CausalLMOutputWithPast (.logits), as transformers'\n"
+            "                           DynamoExporter's do, so transformers.exporters'\n"
+            "                           ExportedModel runs a plain export; torch.export.load\n"
+            "                           then needs `import transformers.modeling_outputs` first\n"
+            "                           (default: a dict {\"logits\": ...}, torch alone loads it)\n"
             "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
             ferry_supported_formats(), ferry_default_opset(), ferry_min_opset(),
             ferry_max_opset());

@@ -201,6 +201,13 @@ typedef struct ferry_export_config {
                                      0 (default): one stateful graph, the cache in variables */
     int compress_to_fp16;         /* 1: fp32 compute over weights stored in fp16 (each weight a
                                      f16 constant converted on load); dtype must be fp32 */
+    /* pt2 only (any other format refuses a non-default value): */
+    int model_output;             /* 1: the program returns transformers' CausalLMOutputWithPast,
+                                     as transformers' DynamoExporter's programs do, so its
+                                     ExportedModel runs a plain export; torch.export.load then
+                                     needs that class imported first (import
+                                     transformers.modeling_outputs). 0 (default): a dict
+                                     {"logits": ...}, which torch loads alone */
     /* Optional (NULL: none). Once *cancel is non-zero, ferry_exported_save stops at its next
      * band of weights (tens of milliseconds), removes everything it wrote and returns
      * FERRY_ERR_CANCELLED; an existing export at the destination is untouched. A signal
@@ -222,8 +229,9 @@ size_t ferry_export_config_size(void);
  * "static" | "dynamic", "max_cache_len": N}), "ort_fusions" ("cpu" | "cuda" | "webgpu" |
  * "dml" | null) and "quantizer" (null, "int4", "int8", or {"bits": 4 | 8, "block_size": N,
  * "symmetric": bool, "accuracy_level": 0-4, "quantize_embeddings": bool, "quantize_lm_head":
- * bool, "method": "rtn" | "mse"}, omitted fields keeping their defaults), and OpenVINO's
- * "stateful" (default true) and "compress_to_fp16" (default false). Unknown keys are an error.
+ * bool, "method": "rtn" | "mse"}, omitted fields keeping their defaults), OpenVINO's
+ * "stateful" (default true) and "compress_to_fp16" (default false), and pt2's "model_output"
+ * (default false). Unknown keys are an error.
  * `errbuf` (may be NULL) receives a message on failure. */
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json,
                                            char *errbuf, size_t errbuf_size);

@@ -61,7 +61,8 @@ class _ExportConfig(ctypes.Structure):
                 ("for_generation", ctypes.c_int), ("generation", _GenerationConfig),
                 ("ort_fusions", ctypes.c_int), ("quantizer", _Quantizer),
                 ("skip_tokenizer", ctypes.c_int), ("stateless", ctypes.c_int),
-                ("compress_to_fp16", ctypes.c_int), ("cancel", ctypes.c_void_p)]
+                ("compress_to_fp16", ctypes.c_int), ("model_output", ctypes.c_int),
+                ("cancel", ctypes.c_void_p)]
 
 
 def _find_library():

@@ -184,15 +184,22 @@ class DynamoConfig(OnnxConfig):
     """The recipe of a torch.export export (the guide's DynamoExporter: one <component>.pt2 per
     component, which torch.export.load reads and .module() runs), written by ferry from the
     checkpoint without tracing. `dynamic` / `dynamic_shapes` make the program's symbols, as
-    torch.export.Dim does."""
+    torch.export.Dim does. `model_output` (ferry's): the program returns transformers'
+    CausalLMOutputWithPast, as transformers' own DynamoExporter's do, so
+    transformers.exporters.ExportedModel runs the saved export; torch.export.load then needs
+    transformers.modeling_outputs imported first (the default, a dict {"logits": ...}, loads in
+    torch alone)."""
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
-                 *, strict=False, prefer_deferred_runtime_asserts_over_guards=False):
+                 *, model_output=False, strict=False,
+                 prefer_deferred_runtime_asserts_over_guards=False):
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
                          example_shapes=example_shapes, strict=strict,
                          prefer_deferred_runtime_asserts_over_guards=(
                              prefer_deferred_runtime_asserts_over_guards))
         self._recipe["export_format"] = "dynamo"
+        if model_output is not False:
+            self._recipe["model_output"] = model_output
         self._c_config()
 
 

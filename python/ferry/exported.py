@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import _lib, _versions
 from ._lib import FerryError, _P, _c, _c_bytes, _escape, _fail, _str
-from .runtime import check_device, open_session
+from .runtime import check_device, open_session, register_output_types
 
 
 class ExportedComponent:
@@ -41,6 +41,7 @@ class ExportedComponent:
             elif self._exported.format == "pt2":
                 import torch
 
+                register_output_types(self.metadata)
                 self._program = torch.export.load(str(self.path))
             else:
                 import onnx
@@ -241,8 +242,8 @@ class ExportedModel:
                 "fp32" if model.metadata.get("export_dtype") == "float32" else None)
             # the metadata is kept with the session: each call reads it, and export.json is
             # parsed anew on every self.manifest
-            self._session = (open_session(model.path, fmt, precision, self._device),
-                             model.metadata)
+            self._session = (open_session(model.path, fmt, precision, self._device,
+                                          model.metadata), model.metadata)
         return self._session
 
     def _check_callable(self):

@@ -571,7 +571,7 @@ def _torch_runners(files, metas, cache, device=None):
     prefill's tensors (load_state_dict(assign=True)), so its own copies are freed."""
     made, first = {}, None
     for name, path in files.items():
-        module = load_program(path, torch_device(device)).module()
+        module = load_program(path, torch_device(device), metas[name]).module()
         if first is None:
             first = module
         else:

@@ -5,15 +5,19 @@ OpenVINO device ("cpu", "gpu", "xpu", "npu", "auto"; AUTO when none is given, as
 says) or a torch device ("cpu", "cuda", "cuda:1"). Nothing here exports anything.
 """
 
+import importlib
+import re
+
 from ._lib import FerryError, _escape
 
 
-def open_session(path, export_format, precision, device=None):
-    """A session for the graph file at `path`, on `device`."""
+def open_session(path, export_format, precision, device=None, metadata=None):
+    """A session for the graph file at `path`, on `device` (`metadata`: its component's, from
+    export.json)."""
     if export_format == "openvino":
         return OpenVINOSession(path, precision, device)
     if export_format == "pt2":
-        return TorchSession(path, device)
+        return TorchSession(path, device, metadata)
     return onnxruntime_session(path, device)
 
 
@@ -138,12 +142,30 @@ def torch_device(device):
     return torch.device(kind, index) if kind == "cuda" else torch.device("cpu")
 
 
-def load_program(path, device):
+def register_output_types(metadata):
+    """A program that returns transformers' CausalLMOutputWithPast (exported with
+    --model-output) can be read back only once that class is a pytree node, which it becomes
+    when its module is imported: the module named by the component's out_spec in export.json."""
+    spec = (metadata or {}).get("out_spec")
+    modules = set(re.findall(r'"type": "(transformers(?:\.\w+)*)\.\w+"', spec)) if isinstance(
+        spec, str) else set()
+    for module in sorted(modules):
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise FerryError(f"this pt2 program returns a class of {module} (exported with "
+                             f"--model-output): loading it needs transformers ({e})",
+                             status=4) from None
+
+
+def load_program(path, device, metadata=None):
     """torch.export.load(path) on `device` (a torch.device): the program's parameters, buffers
     and the devices its ops name (an arange on "cpu") moved by torch's own pass; .to() on the
-    module would leave those ops on the CPU."""
+    module would leave those ops on the CPU. `metadata` (its component's, from export.json)
+    names the transformers classes the program returns, if any."""
     import torch
 
+    register_output_types(metadata)
     program = torch.export.load(str(path))
     if device.type != "cpu":
         from torch.export.passes import move_to_device_pass
@@ -156,14 +178,14 @@ class TorchSession:
     """A .pt2 program run as torch.export.load(path).module(), called with keywords as the
     model was; numpy in and out (bf16 outputs as float32, which numpy can hold)."""
 
-    def __init__(self, path, device=None):
+    def __init__(self, path, device=None, metadata=None):
         import torch
 
         self._device = torch_device(device)
-        program = load_program(path, self._device)
+        program = load_program(path, self._device, metadata)
         self._inputs = [s.arg.name for s in program.graph_signature.input_specs
                         if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
-        spec = program.call_spec.out_spec  # the program returns a dict of its outputs
+        spec = program.call_spec.out_spec  # a dict of its outputs, or a ModelOutput of them
         self._outputs = list(spec.context) if spec is not None and spec.context else ["logits"]
         self._module = program.module()
 

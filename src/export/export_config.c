@@ -517,15 +517,18 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
         } else if (!strcmp(k, "quantizer")) {
             if ((st = recipe_quantizer(&cfg->quantizer, item, eb, es)) != FERRY_OK)
                 goto done;
-        } else if (!strcmp(k, "stateful") || !strcmp(k, "compress_to_fp16")) {
+        } else if (!strcmp(k, "stateful") || !strcmp(k, "compress_to_fp16") ||
+                   !strcmp(k, "model_output")) {
             if (!cJSON_IsBool(item)) {
                 st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: '%s' must be true or false", k);
                 goto done;
             }
             if (k[0] == 's')
                 cfg->stateless = !cJSON_IsTrue(item);
-            else
+            else if (k[0] == 'c')
                 cfg->compress_to_fp16 = cJSON_IsTrue(item);
+            else
+                cfg->model_output = cJSON_IsTrue(item);
         } else if (!strcmp(k, "optimize")) {
             /* transformers' default, true: onnxscript's optimizer (constant folding, dead code
              * removal), which ferry's graphs need not (they are built folded) */
@@ -550,7 +553,8 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
             st = say(eb, es, FERRY_ERR_INVALID_ARG,
                      "recipe: unknown key '%s' (known: export_format, dynamic, dynamic_shapes, "
                      "dtype, opset, example_shapes, for_generation, multi_token_decode, "
-                     "generation_config, ort_fusions, quantizer, stateful, compress_to_fp16; "
+                     "generation_config, ort_fusions, quantizer, stateful, compress_to_fp16, "
+                     "model_output; "
                      "and transformers' opset_version, optimize, strict, "
                      "prefer_deferred_runtime_asserts_over_guards)", k);
             goto done;
@@ -603,6 +607,8 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
         cJSON_AddBoolToObject(o, "stateful", 0);
     if (cfg->compress_to_fp16)
         cJSON_AddBoolToObject(o, "compress_to_fp16", 1);
+    if (cfg->model_output)
+        cJSON_AddBoolToObject(o, "model_output", 1);
     if (cfg->quantizer.bits) {
         const ferry_quantizer *q = &cfg->quantizer;
         cJSON *qo = cJSON_AddObjectToObject(o, "quantizer");

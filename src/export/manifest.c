@@ -136,8 +136,8 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
     cJSON *m = cJSON_CreateObject();
     cJSON_AddNumberToObject(m, "schema_version", SCHEMA_VERSION);
     cJSON_AddStringToObject(m, "format", e->backend->name);
-    if (!tf_why_not)
-        cJSON_AddStringToObject(m, "export_format", e->backend->name);
+    if (!tf_why_not) /* transformers' name of the format: "dynamo" for pt2 */
+        cJSON_AddStringToObject(m, "export_format", tf_format_of(e)->name);
     cJSON *prod = cJSON_AddObjectToObject(m, "producer");
     cJSON_AddStringToObject(prod, "name", "ferry");
     cJSON_AddStringToObject(prod, "version", FERRY_VERSION);
@@ -351,7 +351,7 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
     /* transformers' keys, where ferry wrote them: the same format, or why they are absent */
     const cJSON *tf_fmt = cJSON_GetObjectItemCaseSensitive(m, "export_format");
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "transformers");
-    if (tf_fmt && (!cJSON_IsString(tf_fmt) || strcmp(tf_fmt->valuestring, fmt->valuestring)))
+    if (tf_fmt && (!cJSON_IsString(tf_fmt) || fb_find_name(tf_fmt->valuestring) != b))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: export_format (transformers' "
                        "key) must name the same format as 'format'", dir);
     if (tf && (!cJSON_IsObject(tf) ||

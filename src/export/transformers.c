@@ -4,8 +4,11 @@
  * "file" (and the sidecar its format derives from it) and "metadata", an ExportMetadata whose
  * runners (ONNX Runtime, OpenVINO) use `kwargs` (which call arguments to pass), `out_spec` (a
  * torch pytree spec, treespec_dumps text, that rebuilds the model's output from the flat graph
- * outputs), `out_constants` and `export_dtype`. ferry writes these next to its own keys for the
- * components those runners call as they call transformers' own: graph inputs among
+ * outputs), `out_constants` and `export_dtype`; its torch runner ("dynamo", ferry's pt2)
+ * orders the kwargs by `in_spec` and returns what the program returns, so a pt2 export
+ * qualifies when its program returns CausalLMOutputWithPast (model_output). ferry writes these
+ * next to its own keys for the components those runners call as they call transformers' own:
+ * graph inputs among
  * input_ids / attention_mask / position_ids (and OpenVINO's beam_idx, which the runner feeds),
  * one output, logits. A cache passed in and out is named by transformers' pytree leaf paths
  * (cache.layers.<l>.keys), ferry's by the guide's (past_key_values.<l>.key), and ferry's ONNX
@@ -95,13 +98,18 @@ static bool has_internal_state(const g_graph *g)
     return false;
 }
 
+const tf_format *tf_format_of(const struct ferry_exported *e)
+{
+    if (!e->backend)
+        return NULL;
+    const tf_format *f = tf_format_find(e->backend->name);
+    return f || !e->backend->alias ? f : tf_format_find(e->backend->alias);
+}
+
 const char *tf_unsupported(const struct ferry_exported *e)
 {
     static _Thread_local char why[512];
-    const tf_format *f = tf_format_find(e->backend ? e->backend->name : NULL);
-    if (!f && e->backend && e->backend->alias && tf_format_find(e->backend->alias))
-        return "ferry does not write transformers' metadata for this format yet; load each "
-               "component with torch.export.load(file).module()";
+    const tf_format *f = tf_format_of(e);
     if (!f)
         return "transformers has no runner for this format";
     for (int i = 0; i < e->n_components; i++) {
@@ -136,6 +144,20 @@ const char *tf_unsupported(const struct ferry_exported *e)
                          c->name, name);
                 return why;
             }
+        }
+        /* transformers' torch runner returns what the program returns */
+        if (e->cfg.format == FERRY_FORMAT_PT2 && !e->cfg.model_output) {
+            snprintf(why, sizeof why, "component '%s' returns a dict, and transformers' runner "
+                     "returns what a torch program returns: export with --model-output "
+                     "(recipe \"model_output\": true) for its CausalLMOutputWithPast", c->name);
+            return why;
+        }
+        if (!f->add) { /* the program holds its weights */
+            if (c->n_data_files == 0)
+                continue;
+            snprintf(why, sizeof why, "component '%s': transformers' loader reads %s alone, and "
+                     "this export keeps weights in %s", c->name, c->file, c->data_files[0]);
+            return why;
         }
         if (c->n_data_files != 1 || !tf_sidecar(f, c->file, sidecar, sizeof sidecar) ||
             strcmp(sidecar, c->data_files[0])) {

@@ -31,6 +31,8 @@ bool tf_sidecar(const tf_format *f, const char *file, char *out, size_t size);
 /* An export.json in transformers' schema: "export_format" and no ferry "format". */
 bool tf_is_transformers_manifest(const cJSON *m);
 
+/* The format transformers knows export `e` by ("dynamo" for ferry's pt2), or NULL. */
+const tf_format *tf_format_of(const struct ferry_exported *e);
 /* NULL when transformers' ExportedModel.from_pretrained loads export `e` and its runners call
  * each component as they would its own; else why not, for export.json's "transformers" key. */
 const char *tf_unsupported(const struct ferry_exported *e);

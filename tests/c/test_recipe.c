@@ -145,6 +145,8 @@ static void test_hostile_recipes(void **state)
          "'ort_fusions' must be"},
         {"for_generation a number", "{\"for_generation\": 1}", FERRY_ERR_INVALID_ARG,
          "'for_generation' must be true or false"},
+        {"model_output a string", "{\"model_output\": \"yes\"}", FERRY_ERR_INVALID_ARG,
+         "'model_output' must be true or false"},
         /* Refused like config.json: data after the value, which the parser used to ignore. */
         {"a second object", "{\"dynamic\": true} {\"dtype\": \"fp16\"}", FERRY_ERR_INVALID_ARG,
          "recipe: unexpected data after the JSON value at byte 18"},
@@ -313,6 +315,22 @@ static void test_round_trip(void **state)
     assert_int_equal(back.example_sequence, 16);
     assert_int_equal(back.generation.max_cache_len, 128);
     assert_true(back.generation.static_cache && back.generation.multi_token_decode);
+    cJSON_free(text);
+    cJSON_Delete(json);
+
+    /* pt2's model_output is recorded, so an export's recipe makes the same program again */
+    ferry_export_config_init(&cfg);
+    if (ferry_export_config_from_json(&cfg, "{\"export_format\": \"dynamo\", "
+                                      "\"model_output\": true}", eb, sizeof eb) != FERRY_OK)
+        fail_msg("model_output refused: %s", eb);
+    assert_int_equal(cfg.model_output, 1);
+    json = export_config_to_json(&cfg);
+    text = cJSON_PrintUnformatted(json);
+    ferry_export_config_init(&back);
+    if (ferry_export_config_from_json(&back, text, eb, sizeof eb) != FERRY_OK)
+        fail_msg("export.json's copy refused: %s\n%s", eb, text);
+    assert_int_equal(back.model_output, 1);
+    assert_int_equal(back.format, FERRY_FORMAT_PT2);
     cJSON_free(text);
     cJSON_Delete(json);
 

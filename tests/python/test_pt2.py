@@ -411,6 +411,73 @@ def test_prefill_decode_pair(ckpts, tmp_path):
     np.testing.assert_array_equal(got[:, ids.shape[1]:].numpy(), tokens)
 
 
+def test_model_output_generation(ckpts, tmp_path):
+    """--model-output on the guide's static-cache generation export: each module returns
+    CausalLMOutputWithPast (the cache still written into the caller's tensors), and the loop
+    over them, and ferry's generate(), equal generate()."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    from ferry import ExportedModel
+
+    ckpt = ckpts("llama")
+    out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic",
+                       "--for-generation", "--static-cache", "--max-cache-len", "64",
+                       "--multi-token-decode", "--model-output", "--quiet")
+    assert load(out, "decode").call_spec.out_spec.type is CausalLMOutputWithPast
+    ids, mask, tokens, calls = torch_greedy(out, prompts([5, 2]), 16, eos_ids(ckpt))
+    np.testing.assert_array_equal(tokens, hf_greedy(ckpt, ids, mask, 16))
+    check_calls(ckpt, ids, mask, tokens, calls)
+    got = ExportedModel.from_pretrained(out).generate(
+        torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), max_new_tokens=16,
+        min_new_tokens=16)
+    np.testing.assert_array_equal(got[:, ids.shape[1]:].numpy(), tokens)
+
+
+LOAD_ALONE = """
+import sys, torch
+try:
+    torch.export.load(sys.argv[1])
+    print("loaded alone")
+except Exception:
+    print("refused alone")
+import transformers.modeling_outputs
+print(type(torch.export.load(sys.argv[1]).module()(
+    input_ids=torch.ones(1, 3, dtype=torch.long), attention_mask=torch.ones(1, 3, dtype=torch.long),
+    position_ids=torch.arange(3)[None])).__name__)
+"""
+
+
+def test_model_output_load_needs_the_class(ckpts, tmp_path):
+    """What --model-output costs, as --help says: torch alone cannot read the program back (it
+    names a transformers class); once transformers.modeling_outputs is imported it loads and
+    returns that class. Without the option torch alone loads it."""
+    import subprocess
+    import sys
+
+    ckpt = ckpts("qwen3")
+    for flags, want in ((["--model-output"], "refused alone\nCausalLMOutputWithPast"),
+                        ([], "loaded alone\ndict")):
+        out = ferry_export(ckpt, tmp_path / f"pt2{len(flags)}", "--format", "pt2", "--dynamic",
+                           *flags, "--quiet")
+        proc = subprocess.run([sys.executable, "-c", LOAD_ALONE, str(out / "model.pt2")],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.split() == want.split(), proc.stdout
+
+
+@pytest.mark.parametrize("flags,needles,code", [
+    (["--model-output"], ["--model-output", "--format pt2"], 2),
+    (["--format", "openvino", "--model-output"], ["--model-output", "--format pt2"], 2),
+    (["--config", "RECIPE"], ["model_output is a pt2 option", "ONNX"], 1),
+], ids=["onnx", "openvino", "onnx-recipe"])
+def test_model_output_is_pt2s(ckpts, tmp_path, flags, needles, code):
+    """model_output changes only a torch program's return; other formats refuse it."""
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text('{"export_format": "onnx", "model_output": true}')
+    flags = [str(recipe) if f == "RECIPE" else f for f in flags]
+    check_export_error(ckpts("llama"), tmp_path / "out", ["--dynamic", *flags], needles, code)
+
+
 def test_sliding_window_in_place(ckpts, tmp_path):
     """A window shorter than the prompt, on the positions a static cache's slots are."""
     ckpt = ckpts("mistral", sliding_window=8)

@@ -135,6 +135,71 @@ def test_transformers_runs_ferry_openvino(tmp_path):
                             what=f"stateful step {step}")
 
 
+def test_transformers_runs_ferry_pt2(family, tmp_path):
+    """pt2 with --model-output: the program returns CausalLMOutputWithPast, as transformers'
+    DynamoExporter's programs do, so transformers' loader (export_format "dynamo") and its
+    torch runner run it, every family, against eager logits; the specs export.json records
+    are the program's own, and ferry's ExportedModel runs the same directory."""
+    import ferry
+
+    arch, ckpt, _ = family
+    out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic", "--model-output",
+                       "--quiet")
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["format"] == "pt2" and manifest["export_format"] == "dynamo"
+    assert "transformers" not in manifest
+    meta = manifest["components"]["model"]["metadata"]
+    exported = HfExportedModel.from_pretrained(out, device="cpu", trust_remote_code=True)
+    assert str(exported.export_format) == "dynamo" and list(exported.components) == ["model"]
+    program = exported.components["model"].program
+    assert meta["in_spec"] == treespec_dumps(((), {name: torch.zeros(1) for name in INPUTS}))
+    assert meta["out_spec"] == treespec_dumps(CausalLMOutputWithPast(logits=torch.zeros(1)))
+    from torch.utils import _pytree
+
+    assert meta["in_spec"] == _pytree.treespec_dumps(program.call_spec.in_spec)
+    assert meta["out_spec"] == _pytree.treespec_dumps(program.call_spec.out_spec)
+    mine = ferry.ExportedModel.from_pretrained(out)
+    for batch, seq in SHAPES:
+        ids, mask, pos = make_inputs(VOCAB, batch, seq)
+        want = reference_logits(ckpt, ids, mask, pos)
+        assert_logits_close(hf_call(exported, ids, mask, pos), want, mask, FP32_ATOL,
+                            f"{arch} {batch}x{seq} in transformers")
+        got = mine(input_ids=ids, attention_mask=mask, position_ids=pos)
+        assert isinstance(got, CausalLMOutputWithPast)
+        assert_logits_close(got.logits, want, mask, FP32_ATOL, f"{arch} {batch}x{seq} in ferry")
+
+
+def test_pt2_dict_says_why(tmp_path):
+    """pt2's default program returns a dict, which transformers' torch runner would hand back
+    as it is: export.json keeps transformers' keys out and says how to get them; inspect
+    prints that, and the Python API's model_output gives an export transformers runs."""
+    from ferry import DynamoConfig, DynamoExporter
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "qwen2")
+    out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic", "--quiet")
+    manifest = json.loads((out / "export.json").read_text())
+    assert "export_format" not in manifest
+    why = manifest["transformers"]["unsupported"]
+    assert "returns a dict" in why and "--model-output" in why and '"model_output"' in why, why
+    rc, text, err = run_ferry("inspect", out)
+    assert rc == 0, err
+    assert f"transformers: ExportedModel.from_pretrained cannot run it: {why}" in text
+    assert 'it returns {"logits": ...}' in text
+    with pytest.raises(KeyError, match="export_format"):
+        HfExportedModel.from_pretrained(out, trust_remote_code=True)
+
+    saved = tmp_path / "api"
+    DynamoExporter().export(ckpt, config=DynamoConfig(dynamic=True, model_output=True)) \
+        .save_pretrained(saved)
+    rc, text, err = run_ferry("inspect", saved)
+    assert rc == 0, err
+    assert "it returns transformers' CausalLMOutputWithPast" in text
+    assert "loads it (with trust_remote_code=True" in text
+    ids, mask, pos = make_inputs(VOCAB, 2, 7)
+    got = hf_call(HfExportedModel.from_pretrained(saved, trust_remote_code=True), ids, mask, pos)
+    assert_logits_close(got, reference_logits(ckpt, ids, mask, pos), mask, FP32_ATOL, "api")
+
+
 @pytest.mark.parametrize("flags,component,culprit", [
     (["--dynamic", "--for-generation"], "prefill", "present.0.key"),
     (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "32"], "prefill",

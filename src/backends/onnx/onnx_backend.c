@@ -23,6 +23,10 @@ static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
     if (cfg->compress_to_fp16)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "compress_to_fp16 is an OpenVINO option; for "
                        "fp16 ONNX weights export with dtype fp16");
+    if (cfg->model_output)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "model_output is a pt2 option: an ONNX "
+                       "graph's outputs are named, and transformers' runner builds its "
+                       "CausalLMOutputWithPast from them already");
     /* onnxruntime's fused graphs take opset 23 by default: its RMSNormalization is standard
      * there (older opsets need onnxruntime's own SimplifiedLayerNormalization). */
     if (cfg->opset == 0)

@@ -32,6 +32,10 @@ static ferry_status openvino_configure(ferry_export_config *cfg, fy_err *err)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy_level is an attribute of "
                        "onnxruntime's MatMulNBits; OpenVINO has none (its CPU plugin picks how "
                        "to run compressed weights)");
+    if (cfg->model_output)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "model_output is a pt2 option: an OpenVINO "
+                       "model's outputs are named, and transformers' runner builds its "
+                       "CausalLMOutputWithPast from them already");
     if (cfg->compress_to_fp16 && cfg->dtype != FERRY_F32)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "compress_to_fp16 stores fp32 weights in "
                        "fp16; with dtype %s the weights already are %s",

@@ -19,10 +19,12 @@ typedef struct pt2_program {
 } pt2_program;
 
 /* Prints lowered graph `g` as an ExportedProgram (torch's serialized schema 8); with `classes`
- * (may be NULL) each node records the transformers modules it came from (pt2_modules.c). `g`
- * gains nothing; its unknown dims must have been refined (pt_refine_shapes). */
-ferry_status pt2_print_program(g_graph *g, const be_module_classes *classes, pt2_program *out,
-                               fy_err *err);
+ * (may be NULL) each node records the transformers modules it came from (pt2_modules.c). The
+ * program returns a dict of its outputs, or with `model_output` transformers'
+ * CausalLMOutputWithPast of them. `g` gains nothing; its unknown dims must have been refined
+ * (pt_refine_shapes). */
+ferry_status pt2_print_program(g_graph *g, const be_module_classes *classes, bool model_output,
+                               pt2_program *out, fy_err *err);
 void pt2_program_free(pt2_program *prog);
 
 struct strbuf;

@@ -153,8 +153,8 @@ static ferry_status write_entries(zip_writer *z, int fd, const char *path, const
     return st;
 }
 
-ferry_status pt2_write_archive(const be_component *c, const char *dir, ws_progress *progress,
-                               fy_err *err)
+ferry_status pt2_write_archive(const be_component *c, bool model_output, const char *dir,
+                               ws_progress *progress, fy_err *err)
 {
     g_graph *g = c->graph;
     const char *file = c->file;
@@ -167,7 +167,7 @@ ferry_status pt2_write_archive(const be_component *c, const char *dir, ws_progre
     memcpy(root, file, len - 4);
     root[len - 4] = '\0';
     pt2_program prog;
-    if (pt2_print_program(g, c->classes, &prog, err) != FERRY_OK)
+    if (pt2_print_program(g, c->classes, model_output, &prog, err) != FERRY_OK)
         return err->status;
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {

@@ -12,6 +12,7 @@
  * by name. onnxruntime's and OpenVINO's options are refused as theirs. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "backends/backend.h"
 #include "backends/torch/torch.h"
@@ -50,7 +51,6 @@ static void pt2_target_of(const ferry_export_config *cfg, g_target *out)
  * be returned, and is not written for pt2 yet. */
 static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
-    (void)cfg;
     for (size_t i = 0; i < g->n_states; i++) {
         g_state *s = &g->states[i];
         if (!s->in_place)
@@ -78,6 +78,13 @@ static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_er
             g->outputs[n++] = g->outputs[i];
     }
     g->n_outputs = n;
+    /* CausalLMOutputWithPast has a field for the logits; the cache it would return is written
+     * into the caller's tensors instead */
+    for (size_t i = 0; cfg->model_output && i < g->n_outputs; i++)
+        if (strcmp(g->values[g->outputs[i]].name, "logits") != 0)
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "model_output: the program returns '%s', "
+                           "which transformers' CausalLMOutputWithPast has no field for",
+                           g->values[g->outputs[i]].name);
     if (pt_refine_shapes(g, err) != FERRY_OK)
         return err->status;
     return g_check(g, err);
@@ -98,9 +105,8 @@ static ferry_status pt2_files(be_component *comps, int n, fy_err *err)
 static ferry_status pt2_write(const be_component *comps, int n, const ferry_export_config *cfg,
                               const char *dir, ws_progress *progress, fy_err *err)
 {
-    (void)cfg;
     for (int i = 0; i < n; i++)
-        if (pt2_write_archive(&comps[i], dir, progress, err) != FERRY_OK)
+        if (pt2_write_archive(&comps[i], cfg->model_output, dir, progress, err) != FERRY_OK)
             return err->status;
     return FERRY_OK;
 }

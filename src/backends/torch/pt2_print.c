@@ -118,8 +118,9 @@ static void treespec_leaves(strbuf *b, size_t n)
                   i ? ", " : "");
 }
 
-/* pytree's dumps of a dict with these keys: its context is JSON text of the key list */
-static void dict_spec(strbuf *b, const g_graph *g, const int *vals, size_t n)
+/* pytree's dumps of a dict with these keys, or of a ModelOutput (`type`) with these fields:
+ * either's context is JSON text of the key list */
+static void keyed_spec(strbuf *b, const char *type, const g_graph *g, const int *vals, size_t n)
 {
     strbuf keys = {0};
     sb_puts(&keys, "[");
@@ -128,7 +129,7 @@ static void dict_spec(strbuf *b, const g_graph *g, const int *vals, size_t n)
         pt2_json_str(&keys, g->values[vals[i]].name);
     }
     sb_puts(&keys, "]");
-    sb_puts(b, "{\"type\": \"builtins.dict\", \"context\": ");
+    sb_printf(b, "{\"type\": \"%s\", \"context\": ", type);
     pt2_json_str(b, keys.data ? keys.data : "[]");
     sb_puts(b, ", \"children_spec\": [");
     treespec_leaves(b, n);
@@ -138,17 +139,22 @@ static void dict_spec(strbuf *b, const g_graph *g, const int *vals, size_t n)
     sb_free(&keys);
 }
 
-static void call_specs(strbuf *b, const g_graph *g)
+/* What transformers' causal LMs return; pt2_finish checks that every output is its field. */
+#define MODEL_OUTPUT_TYPE "transformers.modeling_outputs.CausalLMOutputWithPast"
+
+static void call_specs(strbuf *b, const g_graph *g, bool model_output)
 {
     strbuf in = {0}, out = {0};
     /* the module is called with keywords only, as transformers' models are */
     sb_puts(&in, "[1, {\"type\": \"builtins.tuple\", \"context\": \"null\", \"children_spec\": "
                  "[{\"type\": \"builtins.tuple\", \"context\": \"null\", \"children_spec\": []}, ");
-    dict_spec(&in, g, g->inputs, g->n_inputs);
+    keyed_spec(&in, "builtins.dict", g, g->inputs, g->n_inputs);
     sb_puts(&in, "]}]");
-    /* and returns a dict of its outputs: out["logits"] as from transformers' output classes */
+    /* and returns a dict of its outputs, out["logits"] as from transformers' output classes,
+     * which torch rebuilds alone; or the output class itself, which transformers registers */
     sb_puts(&out, "[1, ");
-    dict_spec(&out, g, g->outputs, g->n_outputs);
+    keyed_spec(&out, model_output ? MODEL_OUTPUT_TYPE : "builtins.dict", g, g->outputs,
+               g->n_outputs);
     sb_puts(&out, "]");
     sb_puts(b, "\"in_spec\": ");
     pt2_json_str(b, in.data ? in.data : "");
@@ -224,7 +230,7 @@ static void assemble(strbuf *b, pt_printer *p)
                   i ? ", " : "", p->names[g->outputs[i]]);
     sb_puts(b, "]},\n\"module_call_graph\": [{\"fqn\": \"\", \"signature\": {\"inputs\": [], "
                "\"outputs\": [], ");
-    call_specs(b, g);
+    call_specs(b, g, p->model_output);
     sb_puts(b, ", \"forward_arg_names\": [");
     for (size_t i = 0; i < g->n_inputs; i++) {
         sb_puts(b, i ? ", " : "");
@@ -337,11 +343,12 @@ done:
     free(in_layer);
 }
 
-ferry_status pt2_print_program(g_graph *g, const be_module_classes *classes, pt2_program *out,
-                               fy_err *err)
+ferry_status pt2_print_program(g_graph *g, const be_module_classes *classes, bool model_output,
+                               pt2_program *out, fy_err *err)
 {
     *out = (pt2_program){0};
-    pt_printer p = {.g = g, .prog = out, .err = err, .classes = classes};
+    pt_printer p = {.g = g, .prog = out, .err = err, .classes = classes,
+                    .model_output = model_output};
     p.ints = pt_track(g);
     p.names = calloc(g->n_values ? g->n_values : 1, sizeof *p.names);
     if (!p.ints || !p.names)

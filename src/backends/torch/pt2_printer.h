@@ -42,6 +42,7 @@ typedef struct pt_printer {
     pt2_program *prog;
     const char *tied_head;   /* the placeholder of a tied lm_head.weight, once made */
     const be_module_classes *classes; /* NULL: nodes carry no nn_module_stack */
+    bool model_output;       /* returns CausalLMOutputWithPast, not a dict (model_output) */
     const char *ir_name;     /* the IR node being written (NULL: one of the program's own) */
     char **modules;          /* every module a node came from, in order of first use */
     size_t n_modules, cap_modules;

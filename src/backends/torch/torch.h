@@ -44,8 +44,9 @@ int pt_dim_expr(g_dim d, char *buf, size_t size);
 /* ---- the archive (pt2_archive.c over pt2_print.c) ---- */
 
 /* Writes component `c` as the .pt2 archive `dir`/`c->file` (created exclusively, synced): the
- * ExportedProgram, its weights streamed into one blob per dtype, its constants. */
-ferry_status pt2_write_archive(const be_component *c, const char *dir, ws_progress *progress,
-                               fy_err *err);
+ * ExportedProgram (returning CausalLMOutputWithPast with `model_output`, else a dict), its
+ * weights streamed into one blob per dtype, its constants. */
+ferry_status pt2_write_archive(const be_component *c, bool model_output, const char *dir,
+                               ws_progress *progress, fy_err *err);
 
 #endif
