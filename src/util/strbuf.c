@@ -46,6 +46,16 @@ void sb_puts(strbuf *b, const char *s)
     b->len += n;
 }
 
+void sb_putn(strbuf *b, const void *data, size_t n)
+{
+    if (!reserve(b, n))
+        return;
+    if (n)
+        memcpy(b->data + b->len, data, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
 char *sb_take(strbuf *b)
 {
     char *out = NULL;

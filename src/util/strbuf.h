@@ -14,6 +14,8 @@ typedef struct strbuf {
 
 void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sb_puts(strbuf *b, const char *s);
+/* Appends `n` bytes, NULs included (a binary buffer: `len` counts them). */
+void sb_putn(strbuf *b, const void *data, size_t n);
 /* Hands the text over (the caller frees it); NULL after an allocation failure. The buffer is
  * empty afterwards. */
 char *sb_take(strbuf *b);

@@ -14,6 +14,7 @@ equals generate() for every family, prompts of 1, 5 and 40 tokens and a left-pad
 What the format cannot hold yet (a dynamic cache, quantized weights) and other formats' options
 fail with one line and write nothing."""
 
+import io
 import json
 import zipfile
 
@@ -129,7 +130,9 @@ def test_static_shapes(ckpts, tmp_path):
     assert not program.range_constraints
     check_shapes(ckpt, program.module(), [(3, 7)])
     ids, mask, pos = make_inputs(VOCAB, 3, 8)
-    with pytest.raises(Exception, match="equal to 7"):
+    # torch's words for it: "Guard failed: input_ids.size()[1] == 7" where the program has
+    # example inputs, as ferry's have, "... to be equal to 7" where it has none
+    with pytest.raises(Exception, match=r"input_ids.*(== 7|equal to 7)"):
         run(program.module(), ids, mask, pos)
 
 
@@ -182,16 +185,18 @@ def test_tied_embeddings(ckpts, tmp_path):
 
 
 def test_aot_compile(ckpts, tmp_path, record_property):
-    """AOTInductor compiles the loaded program (given example inputs: the archive has none)
-    into a package that runs, at other shapes too, to eager's logits."""
+    """AOTInductor compiles the loaded program as it is, against the example inputs the archive
+    carries (what torch.save writes, at the symbols' hints), into a package that runs, at
+    other shapes too, to eager's logits."""
     ckpt = ckpts("qwen2")
     out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic", "--quiet")
     program = load(out)
-    assert program.example_inputs is None
-    ids, mask, pos = make_inputs(VOCAB, 2, 7)
-    program.example_inputs = ((), {"input_ids": torch.from_numpy(ids),
-                                   "attention_mask": torch.from_numpy(mask),
-                                   "position_ids": torch.from_numpy(pos)})
+    args, kwargs = program.example_inputs
+    assert args == () and list(kwargs) == ["input_ids", "attention_mask", "position_ids"]
+    # batch and sequence at their hints: 2 (a traced 1 would make torch specialise), and 8
+    assert all(t.shape == (2, 8) and t.dtype == torch.int64 for t in kwargs.values())
+    assert not kwargs["input_ids"].any() and kwargs["attention_mask"].eq(1).all()
+    assert kwargs["position_ids"].tolist() == [list(range(8))] * 2
     package = torch._inductor.aoti_compile_and_package(
         program, package_path=str(tmp_path / "aoti.pt2"))
     compiled = torch._inductor.aoti_load_package(package)
@@ -409,6 +414,30 @@ def test_prefill_decode_pair(ckpts, tmp_path):
     got = exported.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                             max_new_tokens=16, min_new_tokens=16)
     np.testing.assert_array_equal(got[:, ids.shape[1]:].numpy(), tokens)
+
+
+def test_example_inputs(ckpts, tmp_path):
+    """The example inputs torch.export.load gives: a static export's are its example shape
+    (the program runs on them to eager's logits); a generation component that takes its cache
+    has none (the example would be as large as the cache). torch reads them with its
+    weights_only unpickler, without falling back to full unpickling."""
+    ckpt = ckpts("gemma")
+    out = ferry_export(ckpt, tmp_path / "static", "--format", "pt2", "--example-shape",
+                       "input_ids=3x5", "--quiet")
+    with zipfile.ZipFile(out / "model.pt2") as z:
+        sample = z.read("model/data/sample_inputs/model.pt")
+    args, kwargs = torch.load(io.BytesIO(sample), weights_only=True)
+    assert args == () and {n: tuple(t.shape) for n, t in kwargs.items()} == {
+        "input_ids": (3, 5), "attention_mask": (3, 5), "position_ids": (3, 5)}
+    program = load(out)
+    assert all(torch.equal(kwargs[n], program.example_inputs[1][n]) for n in kwargs)
+    ids, mask, pos = (kwargs[n].numpy() for n in ("input_ids", "attention_mask", "position_ids"))
+    assert_logits_close(run(program.module(), ids, mask, pos),
+                        reference_logits(ckpt, ids, mask, pos), mask)
+    gen = ferry_export(ckpt, tmp_path / "gen", "--format", "pt2", "--dynamic",
+                       "--for-generation", "--static-cache", "--max-cache-len", "32", "--quiet")
+    assert load(gen, "decode").example_inputs is None
+    assert load(gen, "prefill").example_inputs is None
 
 
 def test_model_output_generation(ckpts, tmp_path):

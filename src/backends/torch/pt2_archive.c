@@ -8,7 +8,8 @@
  *   data/constants/tensor_<k>        the graph's constants (non-persistent buffers)
  *   data/constants/model_constants_config.json
  *   models/model.json                the ExportedProgram (pt2_print.c)
- *   data/sample_inputs/model.pt      empty: torch then loads example_inputs as None
+ *   data/sample_inputs/model.pt      the example inputs, as torch.save writes them
+ *                                    (pt2_sample_inputs.c); empty where a cache is an input
  *   archive_format, archive_version, .data/version, byteorder
  *
  * Parameters load with requires_grad false: an inference program, and a blob whose first
@@ -135,9 +136,14 @@ static ferry_status write_entries(zip_writer *z, int fd, const char *path, const
         st = write_constants(z, root, g, prog, err);
     if (st == FERRY_OK)
         st = put_text(z, root, "models/model.json", prog->json, prog->json_len, err);
-    /* no example inputs: torch.export.load gives example_inputs None */
+    /* a plain program's example inputs; none (example_inputs None) for one that takes a cache */
+    strbuf sample = {0};
     if (st == FERRY_OK)
-        st = put_text(z, root, "data/sample_inputs/model.pt", "", 0, err);
+        st = pt2_sample_inputs(g, &sample, err);
+    if (st == FERRY_OK)
+        st = put_text(z, root, "data/sample_inputs/model.pt", sample.data ? sample.data : "",
+                      sample.len, err);
+    sb_free(&sample);
     if (st == FERRY_OK)
         st = put_text(z, root, "archive_format", "pt2", 3, err);
     if (st == FERRY_OK)

@@ -146,7 +146,7 @@ static int64_t symbol_hint(const g_sym *y)
     return 2;
 }
 
-static int64_t dim_hint(g_dim d, const g_symtab *syms)
+int64_t pt2_dim_hint(g_dim d, const g_symtab *syms)
 {
     int64_t v = d.c;
     for (int i = 0; i < d.n; i++)
@@ -165,7 +165,7 @@ static void put_symint(strbuf *b, g_dim d, const g_symtab *syms)
     pt_dim_expr(d, expr, sizeof expr);
     sb_puts(b, "{\"as_expr\": {\"expr_str\": ");
     pt2_json_str(b, expr);
-    sb_printf(b, ", \"hint\": {\"as_int\": %lld}}}", (long long)dim_hint(d, syms));
+    sb_printf(b, ", \"hint\": {\"as_int\": %lld}}}", (long long)pt2_dim_hint(d, syms));
 }
 
 /* A contiguous tensor's stride of axis k: the product of the later dims. */
@@ -182,7 +182,7 @@ static void put_stride(strbuf *b, const g_shape *s, int k, const g_symtab *syms)
         char e[256];
         pt_dim_expr(s->d[i], e, sizeof e);
         sb_printf(&expr, "%s(%s)", expr.len ? "*" : "", e);
-        hint *= dim_hint(s->d[i], syms);
+        hint *= pt2_dim_hint(s->d[i], syms);
     }
     if (!expr.len)
         sb_printf(b, "{\"as_int\": %lld}", (long long)c);
