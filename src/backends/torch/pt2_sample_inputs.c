@@ -27,9 +27,9 @@
 /* Inputs whose example ferry knows how to fill, and how */
 static const char *const TOKEN_INPUTS[] = {"input_ids", "attention_mask", "position_ids"};
 #define N_TOKEN_INPUTS (sizeof TOKEN_INPUTS / sizeof *TOKEN_INPUTS)
-/* A hint shape far beyond any example ferry writes (batch x sequence per input): refused as
- * an example rather than allocated */
-#define MAX_EXAMPLE_ELEMENTS (1 << 22)
+/* The most elements an example input may have (8 MiB of int64): a static export traced at a
+ * larger shape gets no example rather than that much memory spent building it */
+#define MAX_EXAMPLE_ELEMENTS (1 << 20)
 
 typedef struct example {
     const char *name;
