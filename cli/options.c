@@ -426,9 +426,12 @@ void cli_print_export_options(FILE *f)
             "  --model-output           pt2: the program returns transformers'\n"
             "                           CausalLMOutputWithPast (.logits), as transformers'\n"
             "                           DynamoExporter's do, so transformers.exporters'\n"
-            "                           ExportedModel runs a plain export; torch.export.load\n"
-            "                           then needs `import transformers.modeling_outputs` first\n"
-            "                           (default: a dict {\"logits\": ...}, torch alone loads it)\n"
+            "                           ExportedModel.from_pretrained(OUT,\n"
+            "                           trust_remote_code=True) runs a plain export (not a\n"
+            "                           generation one: its runners name the cache otherwise);\n"
+            "                           torch.export.load then needs\n"
+            "                           `import transformers.modeling_outputs` first (default:\n"
+            "                           a dict {\"logits\": ...}, which torch alone loads)\n"
             "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
             ferry_supported_formats(), ferry_default_opset(), ferry_min_opset(),
             ferry_max_opset());

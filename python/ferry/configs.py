@@ -198,8 +198,11 @@ class DynamoConfig(OnnxConfig):
                          prefer_deferred_runtime_asserts_over_guards=(
                              prefer_deferred_runtime_asserts_over_guards))
         self._recipe["export_format"] = "dynamo"
-        if model_output is not False:
-            self._recipe["model_output"] = model_output
+        if not isinstance(model_output, bool):
+            raise FerryError("DynamoConfig: model_output must be True or False, not "
+                             f"{type(model_output).__name__}", status=1)
+        if model_output:
+            self._recipe["model_output"] = True
         self._c_config()
 
 

@@ -38,7 +38,7 @@ class ExportedComponent:
                 import openvino
 
                 self._program = openvino.Core().read_model(str(self.path))
-            elif self._exported.format == "pt2":
+            elif self._exported.format in ("pt2", "dynamo"):
                 import torch
 
                 register_output_types(self.metadata)
@@ -229,11 +229,7 @@ class ExportedModel:
         if self._session is None:
             self._check_callable()
             fmt = self.format
-            if fmt == "dynamo":  # transformers' own DynamoExporter wrote it
-                raise FerryError("this is transformers' DynamoExporter export: run it with "
-                                 "transformers.exporters.ExportedModel; ferry runs its own pt2 "
-                                 "exports, and ONNX and OpenVINO ones", status=4)
-            if fmt not in ("onnx", "openvino", "pt2"):
+            if fmt not in ("onnx", "openvino", "pt2", "dynamo"):
                 raise FerryError(f"this is a {_escape(fmt)} export: ferry runs ONNX (onnxruntime), "
                                  "OpenVINO and pt2 (torch) exports", status=4)
             model = self.components["model"]

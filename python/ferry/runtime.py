@@ -6,6 +6,7 @@ says) or a torch device ("cpu", "cuda", "cuda:1"). Nothing here exports anything
 """
 
 import importlib
+import importlib.util
 import re
 
 from ._lib import FerryError, _escape
@@ -16,7 +17,7 @@ def open_session(path, export_format, precision, device=None, metadata=None):
     export.json)."""
     if export_format == "openvino":
         return OpenVINOSession(path, precision, device)
-    if export_format == "pt2":
+    if export_format in ("pt2", "dynamo"):  # ferry's, or transformers' DynamoExporter's
         return TorchSession(path, device, metadata)
     return onnxruntime_session(path, device)
 
@@ -25,7 +26,7 @@ def check_device(export_format, device):
     """Refuses, by name, a device the export's runtime does not have on this machine."""
     if export_format == "openvino":
         openvino_device(device)
-    elif export_format == "pt2":
+    elif export_format in ("pt2", "dynamo"):
         torch_device(device)
     else:
         _onnxruntime_provider(device)
@@ -142,20 +143,38 @@ def torch_device(device):
     return torch.device(kind, index) if kind == "cuda" else torch.device("cpu")
 
 
+MODEL_OUTPUTS = "transformers.modeling_outputs"
+
+
+def _needs(module, why):
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise FerryError(f"this pt2 program returns a class of {module} ({why}): loading it "
+                         f"needs transformers ({e})", status=4) from None
+
+
 def register_output_types(metadata):
-    """A program that returns transformers' CausalLMOutputWithPast (exported with
-    --model-output) can be read back only once that class is a pytree node, which it becomes
-    when its module is imported: the module named by the component's out_spec in export.json."""
-    spec = (metadata or {}).get("out_spec")
-    modules = set(re.findall(r'"type": "(transformers(?:\.\w+)*)\.\w+"', spec)) if isinstance(
-        spec, str) else set()
-    for module in sorted(modules):
-        try:
-            importlib.import_module(module)
-        except ImportError as e:
-            raise FerryError(f"this pt2 program returns a class of {module} (exported with "
-                             f"--model-output): loading it needs transformers ({e})",
-                             status=4) from None
+    """A program that returns a transformers class (CausalLMOutputWithPast: ferry's with
+    --model-output, transformers' DynamoExporter's) can be read back only once that class is a
+    pytree node. A ModelOutput becomes one when its module is imported; a cache (in
+    transformers' own programs) when transformers' exporter registers it. `metadata` is the
+    component's, from export.json: its out_spec names the classes, and ferry's export_config
+    says model_output (a generation component records no out_spec)."""
+    metadata = metadata if isinstance(metadata, dict) else {}
+    config = metadata.get("export_config")
+    if isinstance(config, dict) and config.get("model_output") is True:
+        _needs(MODEL_OUTPUTS, "exported with --model-output")
+    spec = metadata.get("out_spec")
+    if not isinstance(spec, str) or '"type": "transformers' not in spec:
+        return
+    try:
+        from transformers.exporters.metadata import register_treespec_types
+    except ImportError:  # a transformers without exporters: its ModelOutputs still register
+        for module in sorted(set(re.findall(r'"type": "(transformers(?:\.\w+)*)\.\w+"', spec))):
+            _needs(module, "named by export.json's out_spec")
+        return
+    register_treespec_types(spec)
 
 
 def load_program(path, device, metadata=None):
@@ -163,10 +182,20 @@ def load_program(path, device, metadata=None):
     and the devices its ops name (an arange on "cpu") moved by torch's own pass; .to() on the
     module would leave those ops on the CPU. `metadata` (its component's, from export.json)
     names the transformers classes the program returns, if any."""
+    import sys
+
     import torch
 
     register_output_types(metadata)
-    program = torch.export.load(str(path))
+    try:
+        program = torch.export.load(str(path))
+    except Exception:
+        # export.json did not say that the program returns CausalLMOutputWithPast (edited, or
+        # another tool's): torch reads such a program once that class is imported
+        if MODEL_OUTPUTS in sys.modules or importlib.util.find_spec("transformers") is None:
+            raise
+        importlib.import_module(MODEL_OUTPUTS)
+        program = torch.export.load(str(path))
     if device.type != "cpu":
         from torch.export.passes import move_to_device_pass
 
@@ -185,8 +214,12 @@ class TorchSession:
         program = load_program(path, self._device, metadata)
         self._inputs = [s.arg.name for s in program.graph_signature.input_specs
                         if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
-        spec = program.call_spec.out_spec  # a dict of its outputs, or a ModelOutput of them
-        self._outputs = list(spec.context) if spec is not None and spec.context else ["logits"]
+        # a dict of its outputs, or a ModelOutput of them; its tensors are what a call returns
+        # (transformers' own programs also return their cache, an object)
+        spec = program.call_spec.out_spec
+        self._outputs = ([key for key, child in zip(spec.context, spec.children())
+                          if child.is_leaf()] if spec is not None and spec.context
+                         else ["logits"])
         self._module = program.module()
 
     def get_inputs(self):

@@ -351,9 +351,15 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
     /* transformers' keys, where ferry wrote them: the same format, or why they are absent */
     const cJSON *tf_fmt = cJSON_GetObjectItemCaseSensitive(m, "export_format");
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "transformers");
-    if (tf_fmt && (!cJSON_IsString(tf_fmt) || fb_find_name(tf_fmt->valuestring) != b))
+    /* transformers' name of the same format ("dynamo" for pt2), as ferry writes it */
+    if (tf_fmt && (!cJSON_IsString(tf_fmt) || !tf_format_find(tf_fmt->valuestring) ||
+                   fb_find_name(tf_fmt->valuestring) != b))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: export_format (transformers' "
-                       "key) must name the same format as 'format'", dir);
+                       "key) must be transformers' name of the format 'format' names", dir);
+    if (tf_fmt && tf)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: export_format says transformers "
+                       "loads the export, and 'transformers' says why it cannot: one of them "
+                       "was edited", dir);
     if (tf && (!cJSON_IsObject(tf) ||
                !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(tf, "unsupported"))))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'transformers' must be an object "

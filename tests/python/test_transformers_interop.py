@@ -11,6 +11,7 @@ ExportMetadata keys in it are refused with one line naming export.json, componen
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -169,10 +170,85 @@ def test_transformers_runs_ferry_pt2(family, tmp_path):
         assert_logits_close(got.logits, want, mask, FP32_ATOL, f"{arch} {batch}x{seq} in ferry")
 
 
+FRESH_GENERATE = """
+import sys, numpy as np, ferry
+tokens = ferry.ExportedModel.from_pretrained(sys.argv[1]).generate(
+    np.array([[3, 7, 11, 5]]), attention_mask=np.ones((1, 4), dtype=np.int64), max_new_tokens=6,
+    min_new_tokens=6)
+assert "transformers.modeling_outputs" in sys.modules
+print(" ".join(str(int(t)) for t in np.asarray(tokens)[0, 4:]))
+"""
+
+
+def test_model_output_in_a_fresh_process(tmp_path):
+    """Found by review: a generation export with --model-output records no out_spec (its
+    components stay ferry's), so a process that had not imported transformers could not load
+    it. ferry reads model_output from export_config, and falls back to importing the class
+    when export.json says neither; `ferry validate` passes both exports, and generate() in a
+    fresh interpreter equals transformers' greedy tokens."""
+    from test_openvino import hf_greedy
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "mistral")
+    gen = ferry_export(ckpt, tmp_path / "gen", "--format", "pt2", "--dynamic",
+                       "--for-generation", "--static-cache", "--max-cache-len", "32",
+                       "--model-output", "--quiet")
+    plain = ferry_export(ckpt, tmp_path / "plain", "--format", "pt2", "--dynamic",
+                         "--model-output", "--quiet")
+    manifest = json.loads((plain / "export.json").read_text())
+    meta = manifest["components"]["model"]["metadata"]
+    del meta["out_spec"], meta["export_config"]["model_output"]
+    (plain / "export.json").write_text(json.dumps(manifest))
+    from test_validate import validate
+
+    for out in (gen, plain):
+        rc, text, err = validate(out)
+        assert rc == 0 and "PASS" in text, (out, text, err)
+    want = hf_greedy(ckpt, np.array([[3, 7, 11, 5]]), np.ones((1, 4), dtype=np.int64), 6)
+    from test_validate import PYTHON_ENV
+
+    proc = subprocess.run([sys.executable, "-c", FRESH_GENERATE, str(gen)], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, **PYTHON_ENV))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [str(int(t)) for t in want[0]], (proc.stdout, want)
+
+
+def test_round_trip_through_transformers(tmp_path):
+    """Found by review: transformers' save_pretrained of a ferry --model-output export writes
+    transformers' schema; ferry loads and runs that too."""
+    import ferry
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
+    out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic", "--model-output",
+                       "--quiet")
+    HfExportedModel.from_pretrained(out, trust_remote_code=True).save_pretrained(tmp_path / "re")
+    assert "format" not in json.loads((tmp_path / "re" / "export.json").read_text())
+    ids, mask, pos = make_inputs(VOCAB, 2, 7)
+    got = ferry.ExportedModel.from_pretrained(tmp_path / "re")(input_ids=ids, attention_mask=mask,
+                                                               position_ids=pos)
+    assert_logits_close(got.logits, reference_logits(ckpt, ids, mask, pos), mask, FP32_ATOL)
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda m: m.update(export_format="pt2"), "must be transformers' name of the format"),
+    (lambda m: m.update(transformers={"unsupported": "x"}), "one of them was edited"),
+], ids=["ferry-name", "contradiction"])
+def test_export_format_checked(tmp_path, edit, needle):
+    """Found by review: export.json's export_format must be transformers' name of the format
+    ("pt2" is ferry's), and cannot sit beside a 'transformers' key saying it cannot run."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
+    out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--model-output", "--quiet")
+    manifest = json.loads((out / "export.json").read_text())
+    edit(manifest)
+    (out / "export.json").write_text(json.dumps(manifest))
+    rc, _, err = run_ferry("inspect", out)
+    assert rc != 0 and needle in err and "export.json" in err, err
+
+
 def test_pt2_dict_says_why(tmp_path):
     """pt2's default program returns a dict, which transformers' torch runner would hand back
     as it is: export.json keeps transformers' keys out and says how to get them; inspect
     prints that, and the Python API's model_output gives an export transformers runs."""
+    import ferry
     from ferry import DynamoConfig, DynamoExporter
 
     ckpt = make_checkpoint(tmp_path / "ckpt", "qwen2")
@@ -194,6 +270,8 @@ def test_pt2_dict_says_why(tmp_path):
     rc, text, err = run_ferry("inspect", saved)
     assert rc == 0, err
     assert "it returns transformers' CausalLMOutputWithPast" in text
+    with pytest.raises(ferry.FerryError, match="model_output must be True or False"):
+        DynamoConfig(model_output=1)
     assert "loads it (with trust_remote_code=True" in text
     ids, mask, pos = make_inputs(VOCAB, 2, 7)
     got = hf_call(HfExportedModel.from_pretrained(saved, trust_remote_code=True), ids, mask, pos)
@@ -241,13 +319,14 @@ HF_EXPORT = """
 import sys, torch
 torch.set_num_threads(1)
 from transformers import AutoModelForCausalLM
-from transformers.exporters import OnnxConfig, OnnxExporter, OpenVINOConfig, OpenVINOExporter
+from transformers.exporters import (DynamoConfig, DynamoExporter, OnnxConfig, OnnxExporter,
+                                   OpenVINOConfig, OpenVINOExporter)
 ckpt, out, fmt = sys.argv[1], sys.argv[2], sys.argv[3]
 model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
 inputs = {"input_ids": torch.arange(1, 11).reshape(2, 5),
           "attention_mask": torch.ones(2, 5, dtype=torch.long)}
-exporter, config = ((OnnxExporter, OnnxConfig) if fmt == "onnx"
-                    else (OpenVINOExporter, OpenVINOConfig))
+exporter, config = {"onnx": (OnnxExporter, OnnxConfig), "openvino": (OpenVINOExporter, OpenVINOConfig),
+                    "dynamo": (DynamoExporter, DynamoConfig)}[fmt]
 exporter().export(model, inputs, config(dynamic=False)).save_pretrained(out)
 """
 
@@ -255,11 +334,12 @@ exporter().export(model, inputs, config(dynamic=False)).save_pretrained(out)
 @pytest.fixture(scope="module")
 def hf_exports(tmp_path_factory):
     """{format: directory}: transformers' own static exports (batch 2 x 5) of a tiny Llama, made
-    by its OnnxExporter and OpenVINOExporter in a child process (they patch torch)."""
+    by its OnnxExporter, OpenVINOExporter and DynamoExporter in a child process (they patch
+    torch)."""
     base = tmp_path_factory.mktemp("hf-exports")
     ckpt = make_checkpoint(base / "ckpt", "llama")
     made = {}
-    for fmt in ("onnx", "openvino"):
+    for fmt in ("onnx", "openvino", "dynamo"):
         proc = subprocess.run([sys.executable, "-c", HF_EXPORT, str(ckpt), str(base / fmt), fmt],
                               capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -269,11 +349,14 @@ def hf_exports(tmp_path_factory):
 
 @pytest.mark.parametrize("fmt,files", [("onnx", ["model.onnx", "model.onnx.data"]),
                                        ("openvino", ["openvino_model.xml",
-                                                     "openvino_model.bin"])])
+                                                     "openvino_model.bin"]),
+                                       ("dynamo", ["model.pt2"])])
 def test_ferry_loads_transformers_export(hf_exports, fmt, files):
     """ferry's ExportedModel loads transformers' export (components by name, the manifest as
     written) and runs it: logits equal eager's on the traced shape (transformers' graph takes
-    input_ids and attention_mask, positions from 0)."""
+    input_ids and attention_mask, positions from 0). Its torch program returns its cache too
+    (registered from out_spec as transformers' loader registers it); a call returns the
+    logits."""
     import ferry
 
     ckpt, made = hf_exports
