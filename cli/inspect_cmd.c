@@ -454,6 +454,12 @@ int cmd_inspect(int argc, char **argv)
                    model_output ? "transformers' CausalLMOutputWithPast (.logits; import "
                                   "transformers.modeling_outputs before loading it)"
                                 : "{\"logits\": ...}");
+            if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(md, "example_inputs")))
+                printf("  example inputs: in the archive (program.example_inputs), so "
+                       "AOTInductor compiles the program as loaded\n");
+            else if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "no_example_inputs")))
+                printf("  example inputs: none (%s): set program.example_inputs before "
+                       "AOTInductor compiles it\n", qstr(md, "no_example_inputs"));
         }
         const cJSON *syms = cJSON_GetObjectItemCaseSensitive(md, "symbols"), *s;
         if (cJSON_GetArraySize(syms) > 0) {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import _lib, _versions
 from ._lib import FerryError, _P, _c, _c_bytes, _escape, _fail, _str
-from .runtime import check_device, open_session, register_output_types
+from .runtime import check_device, load_program, open_session
 
 
 class ExportedComponent:
@@ -41,8 +41,7 @@ class ExportedComponent:
             elif self._exported.format in ("pt2", "dynamo"):
                 import torch
 
-                register_output_types(self.metadata)
-                self._program = torch.export.load(str(self.path))
+                self._program = load_program(self.path, torch.device("cpu"), self.metadata)
             else:
                 import onnx
 

@@ -174,7 +174,70 @@ def register_output_types(metadata):
         for module in sorted(set(re.findall(r'"type": "(transformers(?:\.\w+)*)\.\w+"', spec))):
             _needs(module, "named by export.json's out_spec")
         return
-    register_treespec_types(spec)
+    try:
+        register_treespec_types(spec)
+    except Exception as e:  # a class transformers does not have: an edited or newer export
+        raise FerryError(f"export.json: the out_spec of this pt2 program names a class this "
+                         f"transformers cannot provide ({type(e).__name__}: {e})",
+                         status=4) from None
+
+
+def check_archive_is_data(path):
+    """torch.export.load unpickles some of an archive's entries in full, which runs whatever
+    code a pickle names: the example inputs where its weights_only reader refuses them, weights
+    and constants saved with use_pickle, custom or opaque objects, and archives in the format
+    before 2.8. ferry loads an archive only where nothing of that kind is there, or its pickles
+    are ones the weights_only reader takes (ferry's own example inputs, transformers'
+    DynamoExporter's), as loading an export must never run code it carries."""
+    import io
+    import json
+    import zipfile
+
+    import torch
+
+    def refuse(entry, why):
+        return FerryError(f"{_escape(str(path))}: {_escape(entry)} {why}: torch.export.load "
+                          "would run code from it; ferry loads only programs whose pickles "
+                          "torch's weights_only loader reads", status=4)
+
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as e:
+        raise FerryError(f"{_escape(str(path))}: not a pt2 archive ({e})", status=4) from None
+    with archive:
+        names = archive.namelist()
+        models = [n for n in names if "/models/" in n and n.endswith(".json")]
+        if not models:
+            raise refuse(str(path), "has no models/<name>.json (an archive from before torch "
+                         "2.8 holds pickles)")
+        pickled = [n for n in names if "/data/sample_inputs/" in n]
+        for name in names:
+            folder, _, base = name.rpartition("/")
+            if base.endswith(".pt") and folder.endswith(("/data/weights", "/data/constants")):
+                raise refuse(name, "is a pickled state dict (the legacy layout)")
+            if not base.endswith(("_weights_config.json", "_constants_config.json")):
+                continue
+            try:
+                config = json.loads(archive.read(name))["config"]
+                entries = [(e["path_name"], e.get("use_pickle")) for e in config.values()]
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise FerryError(f"{_escape(name)}: malformed ({e})", status=4) from None
+            for file, use_pickle in entries:
+                if not str(file).startswith(("weight_", "tensor_")):
+                    raise refuse(f"{folder}/{file}", "is a custom object, unpickled in full")
+                if use_pickle:
+                    pickled.append(f"{folder}/{file}")
+        for name in pickled:
+            try:
+                data = archive.read(name)
+            except KeyError:
+                continue  # torch names what is missing
+            if not data:
+                continue
+            try:
+                torch.load(io.BytesIO(data), weights_only=True)
+            except Exception:
+                raise refuse(name, "is a pickle the weights_only loader refuses") from None
 
 
 def load_program(path, device, metadata=None):
@@ -186,6 +249,7 @@ def load_program(path, device, metadata=None):
 
     import torch
 
+    check_archive_is_data(path)
     register_output_types(metadata)
     try:
         program = torch.export.load(str(path))

@@ -360,6 +360,17 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: export_format says transformers "
                        "loads the export, and 'transformers' says why it cannot: one of them "
                        "was edited", dir);
+    const cJSON *tc;
+    cJSON_ArrayForEach(tc, comps) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(tc, "metadata");
+        char q[ST_QUOTE_MAX];
+        if (tf_fmt && (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "in_spec")) ||
+                       !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "out_spec"))))
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': export_format "
+                           "says transformers loads the export, and its metadata has no "
+                           "in_spec and out_spec, which transformers' runners read", dir,
+                           st_quote_name(tc->string, q, sizeof q));
+    }
     if (tf && (!cJSON_IsObject(tf) ||
                !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(tf, "unsupported"))))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'transformers' must be an object "

@@ -438,6 +438,101 @@ def test_example_inputs(ckpts, tmp_path):
                        "--for-generation", "--static-cache", "--max-cache-len", "32", "--quiet")
     assert load(gen, "decode").example_inputs is None
     assert load(gen, "prefill").example_inputs is None
+    rc, text, err = run_ferry("inspect", gen)
+    assert rc == 0 and "example inputs: none (it takes its cache)" in text, (text, err)
+    rc, text, err = run_ferry("inspect", out)
+    assert rc == 0 and "example inputs: in the archive" in text, (text, err)
+    # 65536 tokens an input at most: a larger traced shape gets none, and inspect says why
+    big = ferry_export(ckpt, tmp_path / "big", "--format", "pt2", "--example-shape",
+                       "input_ids=2x32769", "--quiet")
+    assert load(big).example_inputs is None
+    rc, text, err = run_ferry("inspect", big)
+    assert rc == 0 and "example inputs: none (its traced shape is over 65536" in text, text
+
+
+EVIL = """
+import io, os, sys, zipfile, torch
+src, dst, marker, entry = sys.argv[1:5]
+class Payload:
+    def __reduce__(self):
+        return (os.system, ("touch " + marker,))
+buf = io.BytesIO()
+torch.save(((), {"x": Payload()}) if entry == "sample" else Payload(), buf)
+with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+    for info in zin.infolist():
+        data = zin.read(info)
+        if entry == "sample" and info.filename.endswith("data/sample_inputs/model.pt"):
+            data = buf.getvalue()
+        if entry == "constant" and info.filename.endswith("data/constants/tensor_0"):
+            data = buf.getvalue()
+        if entry == "constant" and info.filename.endswith("model_constants_config.json"):
+            data = data.replace(b'"use_pickle": false', b'"use_pickle": true', 1)
+        zout.writestr(info.filename, data)
+"""
+
+
+@pytest.mark.parametrize("entry", ["sample", "constant"])
+def test_loading_never_runs_code(ckpts, tmp_path, entry):
+    """Found by review: torch.export.load unpickles in full what its weights_only reader
+    refuses (the example inputs) and what an archive marks use_pickle, running the code a
+    pickle names. ferry's ExportedModel, its .program and `ferry validate` refuse such an
+    archive first; torch alone runs it (shown here, so the archive is a live one)."""
+    import subprocess
+    import sys
+
+    from ferry import ExportedModel, FerryError
+    from test_validate import validate
+
+    out = ferry_export(ckpts("llama"), tmp_path / "out", "--format", "pt2", "--dynamic",
+                       "--quiet")
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.pt2"
+    subprocess.run([sys.executable, "-c", EVIL, str(out / "model.pt2"), str(evil), str(marker),
+                    entry], check=True, timeout=120)
+    evil.replace(out / "model.pt2")
+    subprocess.run([sys.executable, "-c", "import sys, torch; torch.export.load(sys.argv[1])",
+                    str(out / "model.pt2")], capture_output=True, timeout=300)
+    assert marker.exists(), "the archive does not run code in torch: the test proves nothing"
+    marker.unlink()
+    exported = ExportedModel.from_pretrained(out)
+    ids, mask, pos = make_inputs(VOCAB, 1, 4)
+    with pytest.raises(FerryError, match="would run code from it"):
+        exported(input_ids=ids, attention_mask=mask, position_ids=pos)
+    with pytest.raises(FerryError, match="would run code from it"):
+        exported.components["model"].program
+    rc, text, err = validate(out)
+    assert rc != 0 and "would run code from it" in err, (text, err)
+    assert not marker.exists()
+
+
+NO_MEMFD = """
+#include <errno.h>
+int memfd_create(const char *name, unsigned flags)
+{
+    (void)name; (void)flags;
+    errno = ENOSYS;
+    return -1;
+}
+"""
+
+
+def test_example_inputs_without_memfd(ckpts, tmp_path):
+    """Found by review: where memfd_create is refused (old kernels, seccomp sandboxes) the
+    example inputs were an export's failure; they are built in a temporary file instead."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    (tmp_path / "no_memfd.c").write_text(NO_MEMFD)
+    shim = tmp_path / "no_memfd.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "no_memfd.c")],
+                   check=True, timeout=120)
+    out = ferry_export(ckpts("qwen3"), tmp_path / "out", "--format", "pt2", "--dynamic",
+                       "--quiet", env={"LD_PRELOAD": str(shim)})
+    args, kwargs = load(out).example_inputs
+    assert kwargs["input_ids"].shape == (2, 8)
 
 
 def test_model_output_generation(ckpts, tmp_path):

@@ -194,9 +194,14 @@ def test_model_output_in_a_fresh_process(tmp_path):
                        "--model-output", "--quiet")
     plain = ferry_export(ckpt, tmp_path / "plain", "--format", "pt2", "--dynamic",
                          "--model-output", "--quiet")
+    # an export.json that says nothing of what the program returns (transformers' keys gone,
+    # as where it could not run the export)
     manifest = json.loads((plain / "export.json").read_text())
     meta = manifest["components"]["model"]["metadata"]
-    del meta["out_spec"], meta["export_config"]["model_output"]
+    for key in ("in_spec", "out_spec", "kwargs", "in_constants", "out_constants"):
+        del meta[key]
+    del meta["export_config"]["model_output"], manifest["export_format"]
+    manifest["transformers"] = {"unsupported": "edited by hand"}
     (plain / "export.json").write_text(json.dumps(manifest))
     from test_validate import validate
 
@@ -231,7 +236,10 @@ def test_round_trip_through_transformers(tmp_path):
 @pytest.mark.parametrize("edit,needle", [
     (lambda m: m.update(export_format="pt2"), "must be transformers' name of the format"),
     (lambda m: m.update(transformers={"unsupported": "x"}), "one of them was edited"),
-], ids=["ferry-name", "contradiction"])
+    (lambda m: m["components"]["model"]["metadata"].pop("out_spec"),
+     "component 'model': export_format says transformers loads the export, and its metadata "
+     "has no in_spec and out_spec"),
+], ids=["ferry-name", "contradiction", "no-specs"])
 def test_export_format_checked(tmp_path, edit, needle):
     """Found by review: export.json's export_format must be transformers' name of the format
     ("pt2" is ferry's), and cannot sit beside a 'transformers' key saying it cannot run."""

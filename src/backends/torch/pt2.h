@@ -33,10 +33,12 @@ struct strbuf;
 int64_t pt2_dim_hint(g_dim d, const g_symtab *syms);
 /* Appends to `out` what torch.save writes for the example inputs of `g`, ((), {name: tensor}),
  * each at its hint shape (token 0, a mask of ones, positions from 0), when `g` takes the call's
- * token inputs alone (input_ids, attention_mask, position_ids: int64, rank 2) of at most 2^20
+ * token inputs alone (input_ids, attention_mask, position_ids: int64, rank 2) of at most 2^16
  * elements each; appends nothing otherwise (a cache input: the example would be as large as
  * the cache). */
 ferry_status pt2_sample_inputs(const g_graph *g, struct strbuf *out, fy_err *err);
+/* NULL when pt2_sample_inputs writes `g`'s example inputs, else why it writes none. */
+const char *pt2_sample_inputs_missing(const g_graph *g);
 /* `s` as a JSON string (quoted, escaped). */
 void pt2_json_str(struct strbuf *b, const char *s);
 /* TensorMeta (JSON) of a contiguous CPU tensor whose data starts `storage_offset` elements into

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "backends/torch/pt2.h"
 #include "backends/torch/torch.h"
 
 static ferry_status pt2_configure(ferry_export_config *cfg, fy_err *err)
@@ -131,6 +132,12 @@ static void pt2_describe(const ferry_export_config *cfg, const g_graph *g, cJSON
     for (size_t i = 0; i < g->n_values; i++)
         params += g->values[i].kind == GV_WEIGHT && g->values[i].n_uses > 0;
     cJSON_AddNumberToObject(metadata, "parameters", params);
+    /* what torch.export.load gives as example_inputs, which AOTInductor compiles against */
+    const char *no_example = pt2_sample_inputs_missing(g);
+    if (no_example)
+        cJSON_AddStringToObject(metadata, "no_example_inputs", no_example);
+    else
+        cJSON_AddBoolToObject(metadata, "example_inputs", 1);
 }
 
 const fb_backend fb_pt2 = {

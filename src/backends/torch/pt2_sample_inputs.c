@@ -12,6 +12,7 @@
  * its hint shape, the size torch retraces with (pt2_writer.c), holding a valid call: token 0,
  * a mask of ones, positions from 0. A generation component also takes its cache, which would
  * make the example as large as the cache itself: its entry stays empty (example_inputs None). */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,9 +28,9 @@
 /* Inputs whose example ferry knows how to fill, and how */
 static const char *const TOKEN_INPUTS[] = {"input_ids", "attention_mask", "position_ids"};
 #define N_TOKEN_INPUTS (sizeof TOKEN_INPUTS / sizeof *TOKEN_INPUTS)
-/* The most elements an example input may have (8 MiB of int64): a static export traced at a
- * larger shape gets no example rather than that much memory spent building it */
-#define MAX_EXAMPLE_ELEMENTS (1 << 20)
+/* The most elements an example input may have (512 KiB of int64): an export traced at a
+ * larger shape gets no example rather than megabytes of zeros in every archive */
+#define MAX_EXAMPLE_ELEMENTS (1 << 16)
 
 typedef struct example {
     const char *name;
@@ -141,9 +142,14 @@ static void storage(strbuf *b, const example *e)
  * the .pt2 itself is written with, then read back */
 static ferry_status archive(const example *ex, int n, strbuf *out, fy_err *err)
 {
-    int fd = memfd_create("ferry-sample-inputs", MFD_CLOEXEC);
+    /* where memfd_create is refused (old kernels, seccomp sandboxes), an unnamed temporary */
+    int fd = memfd_create("ferry-sample-inputs", MFD_CLOEXEC), memfd_errno = errno;
+    FILE *tmp = fd < 0 ? tmpfile() : NULL;
+    if (tmp)
+        fd = fileno(tmp);
     if (fd < 0)
-        return fy_fail(err, FERRY_ERR_IO, "pt2: sample inputs: memfd_create failed");
+        return fy_fail(err, FERRY_ERR_IO, "pt2: no scratch file for the example inputs: "
+                       "memfd_create: %s; tmpfile: %s", strerror(memfd_errno), strerror(errno));
     ferry_status st = FERRY_OK;
     zip_writer *z = zip_new(fd, "pt2 sample inputs", err);
     if (!z)
@@ -192,25 +198,42 @@ static ferry_status archive(const example *ex, int n, strbuf *out, fy_err *err)
         if (st == FERRY_OK && out->oom)
             st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     }
-    close(fd);
+    if (tmp)
+        fclose(tmp);
+    else
+        close(fd);
     return st;
 }
 
-ferry_status pt2_sample_inputs(const g_graph *g, strbuf *out, fy_err *err)
+/* The examples of `g`'s inputs into `ex`; NULL when it has them, else why not */
+static const char *examples(const g_graph *g, example *ex)
 {
-    example ex[N_TOKEN_INPUTS];
     if (g->n_inputs == 0 || g->n_inputs > N_TOKEN_INPUTS)
-        return FERRY_OK;
+        return "it takes its cache";
     for (size_t i = 0; i < g->n_inputs; i++) {
         const g_value *v = &g->values[g->inputs[i]];
         if (token_input(v->name) < 0 || v->dtype != FERRY_I64 || v->shape.rank != 2)
-            return FERRY_OK; /* a cache, or an input ferry cannot fill: no example */
+            return "it takes its cache";
         ex[i].name = v->name;
         ex[i].rows = pt2_dim_hint(v->shape.d[0], &g->syms);
         ex[i].cols = pt2_dim_hint(v->shape.d[1], &g->syms);
         if (ex[i].rows < 1 || ex[i].cols < 1 ||
             ex[i].rows > MAX_EXAMPLE_ELEMENTS / ex[i].cols)
-            return FERRY_OK;
+            return "its traced shape is over 65536 tokens, or empty";
     }
+    return NULL;
+}
+
+const char *pt2_sample_inputs_missing(const g_graph *g)
+{
+    example ex[N_TOKEN_INPUTS];
+    return examples(g, ex);
+}
+
+ferry_status pt2_sample_inputs(const g_graph *g, strbuf *out, fy_err *err)
+{
+    example ex[N_TOKEN_INPUTS];
+    if (examples(g, ex))
+        return FERRY_OK;
     return archive(ex, (int)g->n_inputs, out, err);
 }
