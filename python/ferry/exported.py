@@ -247,6 +247,10 @@ class ExportedModel:
         components = self.files
         if "model" in components:
             return
+        if "format" not in self.manifest:  # transformers' export_for_generation wrote it
+            from .runners import TRANSFORMERS_GENERATION
+
+            raise FerryError(TRANSFORMERS_GENERATION, status=4)
         manifest = self.manifest.get("components", {})
         # Names, roles and the directory come from export.json and the file system: escaped.
         listed = ", ".join(

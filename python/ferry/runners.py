@@ -371,6 +371,12 @@ def _openvino_logits(compiled, request):
 # --- the set of runners of an export ---------------------------------------------------------
 
 
+TRANSFORMERS_GENERATION = (
+    "this is transformers' own export: its stages pass transformers' cache object between "
+    "calls (cache.layers.<l>.keys), which ferry does not drive; generate with "
+    "transformers.exporters.ExportedModel, or export with ferry's --for-generation")
+
+
 class Runners(Mapping):
     """{"prefill": Runner, "decode": Runner} of a saved generation export (`directory` and its
     parsed export.json); see the module's docstring. `components` lists the components loaded
@@ -381,6 +387,8 @@ class Runners(Mapping):
     def check_generation(manifest):
         """Refuses an export that has no decode component to generate with."""
         comps = manifest.get("components", {})
+        if "export_format" in manifest and "format" not in manifest:
+            _fail(TRANSFORMERS_GENERATION)
         if "generation" not in manifest or \
                 not any(c.get("role") == "decode" for c in comps.values()):
             listed = ", ".join(f"{_escape(n)} (role {_escape(c.get('role'))})"

@@ -334,8 +334,10 @@ model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
 inputs = {"input_ids": torch.arange(1, 11).reshape(2, 5),
           "attention_mask": torch.ones(2, 5, dtype=torch.long)}
 exporter, config = {"onnx": (OnnxExporter, OnnxConfig), "openvino": (OpenVINOExporter, OpenVINOConfig),
-                    "dynamo": (DynamoExporter, DynamoConfig)}[fmt]
-exporter().export(model, inputs, config(dynamic=False)).save_pretrained(out)
+                    "dynamo": (DynamoExporter, DynamoConfig),
+                    "dynamo-gen": (DynamoExporter, DynamoConfig)}[fmt]
+export = exporter().export_for_generation if fmt.endswith("-gen") else exporter().export
+export(model, inputs, config(dynamic=False)).save_pretrained(out)
 """
 
 
@@ -347,7 +349,7 @@ def hf_exports(tmp_path_factory):
     base = tmp_path_factory.mktemp("hf-exports")
     ckpt = make_checkpoint(base / "ckpt", "llama")
     made = {}
-    for fmt in ("onnx", "openvino", "dynamo"):
+    for fmt in ("onnx", "openvino", "dynamo", "dynamo-gen"):
         proc = subprocess.run([sys.executable, "-c", HF_EXPORT, str(ckpt), str(base / fmt), fmt],
                               capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -378,6 +380,22 @@ def test_ferry_loads_transformers_export(hf_exports, fmt, files):
                                      attention_mask=torch.from_numpy(mask)).logits.numpy()
     out = exported(input_ids=ids, attention_mask=mask)
     assert_logits_close(out.logits, want, mask, what=f"transformers' {fmt} export in ferry")
+
+
+def test_transformers_generation_export_says_why(hf_exports):
+    """Found by review: calling transformers' own generation export, and generate() on it, each
+    pointed at the other; both now say what ferry cannot drive (transformers' cache object)
+    and what to use instead."""
+    import ferry
+
+    exported = ferry.ExportedModel.from_pretrained(hf_exports[1]["dynamo-gen"])
+    ids = np.arange(1, 11, dtype=np.int64).reshape(2, 5)
+    for call in (lambda: exported(input_ids=ids),
+                 lambda: exported.generate(ids, attention_mask=np.ones_like(ids),
+                                           max_new_tokens=2)):
+        with pytest.raises(ferry.FerryError, match="transformers' own export: its stages pass "
+                           "transformers' cache object"):
+            call()
 
 
 @pytest.mark.parametrize("binary", [b[1] for b in ferry_builds()],
