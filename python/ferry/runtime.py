@@ -207,6 +207,9 @@ def check_archive_is_data(path):
     with archive:
         names = archive.namelist()
         models = [n for n in names if "/models/" in n and n.endswith(".json")]
+        if "version" in names:  # where the program fails to load, torch reads this layout
+            raise refuse("version", "marks the layout before torch 2.8, whose program is "
+                         "unpickled in full")
         if not models:
             raise refuse(str(path), "has no models/<name>.json (an archive from before torch "
                          "2.8 holds pickles)")

@@ -8,9 +8,8 @@
  * orders the kwargs by `in_spec` and returns what the program returns, so a pt2 export
  * qualifies when its program returns CausalLMOutputWithPast (model_output). ferry writes these
  * next to its own keys for the components those runners call as they call transformers' own:
- * graph inputs among
- * input_ids / attention_mask / position_ids (and OpenVINO's beam_idx, which the runner feeds),
- * one output, logits. A cache passed in and out is named by transformers' pytree leaf paths
+ * graph inputs among input_ids / attention_mask / position_ids (and OpenVINO's beam_idx, which
+ * the runner feeds), one output, logits. A cache passed in and out is named by transformers' pytree leaf paths
  * (cache.layers.<l>.keys), ferry's by the guide's (past_key_values.<l>.key), and ferry's ONNX
  * components share one model.onnx.data where transformers' loader fetches <file>.data: so an
  * ONNX generation export stays ferry's alone, and says why in export.json.

@@ -505,6 +505,18 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
     assert not marker.exists()
 
 
+def test_legacy_layout_refused(ckpts, tmp_path):
+    """A root "version" entry is the layout before torch 2.8, which torch.export.load falls
+    back to where the program fails to load, and whose program it unpickles in full."""
+    from ferry import ExportedModel, FerryError
+
+    out = ferry_export(ckpts("llama"), tmp_path / "out", "--format", "pt2", "--quiet")
+    with zipfile.ZipFile(out / "model.pt2", "a") as z:
+        z.writestr("version", "8.20")
+    with pytest.raises(FerryError, match="version marks the layout before torch 2.8"):
+        ExportedModel.from_pretrained(out).components["model"].program
+
+
 NO_MEMFD = """
 #include <errno.h>
 int memfd_create(const char *name, unsigned flags)

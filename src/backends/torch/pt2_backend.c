@@ -3,11 +3,13 @@
  * archive pt2_archive.c).
  *
  * Placement policy: each component is <name>.pt2, one archive holding its program, its
- * parameters (one blob per dtype, 64-byte aligned, each distinct weight once) and constants.
+ * parameters (one blob per dtype, 64-byte aligned, each distinct weight once), constants and,
+ * where it takes no cache, example inputs (pt2_sample_inputs.c).
  *
  * What it writes: the plain export (component "model") and generation with a static cache
  * (prefill/decode, or one multi-token decode), the cache written into the caller's tensors;
- * every family; fp32, fp16 or bf16; static or symbolic dims. Not yet: a dynamic cache, and
+ * every family; fp32, fp16 or bf16; static or symbolic dims; returning a dict, or with
+ * model_output transformers' CausalLMOutputWithPast. Not yet: a dynamic cache, and
  * quantized weights (torch has no op for ferry's block-quantized codes at this level) — refused
  * by name. onnxruntime's and OpenVINO's options are refused as theirs. */
 #include <cjson/cJSON.h>
