@@ -7,10 +7,11 @@ import json
 import sys
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 from . import _lib, _versions
-from ._lib import FerryError, _P, _c, _c_bytes, _escape, _fail, _str
+from ._lib import FerryError, FerryWarning, _P, _c, _c_bytes, _escape, _fail, _str
 from .runtime import check_device, load_program, open_session
 
 
@@ -302,6 +303,11 @@ class ExportedModel:
         if missing:
             raise FerryError(f"the export takes {', '.join(map(_escape, wanted))}; missing "
                              f"{', '.join(map(_escape, missing))}", status=1)
+        if inputs.get("position_ids") is not None and "position_ids" not in wanted:
+            # transformers' own exports take none: their positions run from 0 in every row
+            warnings.warn(FerryWarning("the export takes no position_ids: those given are "
+                                       "dropped, and its logits are those of positions from "
+                                       "0 in every row"), stacklevel=2)
         feeds = {name: ints.get(name, arrays.get(name)) for name in wanted}
         names = [o.name for o in session.get_outputs()]
         values = session.run(names, feeds)

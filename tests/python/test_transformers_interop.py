@@ -380,6 +380,9 @@ def test_ferry_loads_transformers_export(hf_exports, fmt, files):
                                      attention_mask=torch.from_numpy(mask)).logits.numpy()
     out = exported(input_ids=ids, attention_mask=mask)
     assert_logits_close(out.logits, want, mask, what=f"transformers' {fmt} export in ferry")
+    # found by review: positions its graph cannot take were dropped without a word
+    with pytest.warns(ferry.FerryWarning, match="takes no position_ids"):
+        exported(input_ids=ids, attention_mask=mask, position_ids=np.zeros_like(ids))
 
 
 def test_transformers_generation_export_says_why(hf_exports):
