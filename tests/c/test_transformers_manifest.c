@@ -203,7 +203,23 @@ static void test_malformed_top(void **state)
         {"ferry: export_format differs", "{\"schema_version\": 1, \"format\": \"onnx\", "
          "\"export_format\": \"openvino\", \"components\": {\"model\": {\"file\": "
          "\"model.onnx\", \"role\": \"model\"}}}",
-         "export_format (transformers' key) must name the same format", FERRY_ERR_FORMAT},
+         "export_format (transformers' key) must be transformers' name of the format",
+         FERRY_ERR_FORMAT},
+        /* ferry's name, not transformers' (which refuses "pt2") */
+        {"ferry: export_format pt2", "{\"schema_version\": 1, \"format\": \"pt2\", "
+         "\"export_format\": \"pt2\", \"components\": {\"model\": {\"file\": "
+         "\"model.pt2\", \"role\": \"model\"}}}",
+         "export_format (transformers' key) must be transformers' name of the format",
+         FERRY_ERR_FORMAT},
+        {"ferry: export_format and a refusal", "{\"schema_version\": 1, \"format\": \"onnx\", "
+         "\"export_format\": \"onnx\", \"transformers\": {\"unsupported\": \"x\"}, "
+         "\"components\": {\"model\": {\"file\": \"model.onnx\", \"role\": \"model\"}}}",
+         "one of them was edited", FERRY_ERR_FORMAT},
+        {"ferry: export_format without specs", "{\"schema_version\": 1, \"format\": \"onnx\", "
+         "\"export_format\": \"onnx\", \"components\": {\"model\": {\"file\": "
+         "\"model.onnx\", \"role\": \"model\", \"metadata\": {}}}}",
+         "component 'model': export_format says transformers loads the export, and its "
+         "metadata has no in_spec and out_spec", FERRY_ERR_FORMAT},
         {"ferry: transformers not an object", "{\"schema_version\": 1, \"format\": \"onnx\", "
          "\"transformers\": \"no\", \"components\": {\"model\": {\"file\": \"model.onnx\", "
          "\"role\": \"model\"}}}", "'transformers' must be an object", FERRY_ERR_FORMAT},
