@@ -12,7 +12,8 @@ from pathlib import Path
 
 from . import _lib, _versions
 from ._lib import FerryError, FerryWarning, _P, _c, _c_bytes, _escape, _fail, _str
-from .runtime import check_device, load_program, open_session
+from .runtime import (TORCH_FORMATS, check_device, is_transformers_manifest, load_program,
+                      open_session)
 
 
 class ExportedComponent:
@@ -39,7 +40,7 @@ class ExportedComponent:
                 import openvino
 
                 self._program = openvino.Core().read_model(str(self.path))
-            elif self._exported.format in ("pt2", "dynamo"):
+            elif self._exported.format in TORCH_FORMATS:
                 import torch
 
                 self._program = load_program(self.path, torch.device("cpu"), self.metadata)
@@ -229,7 +230,7 @@ class ExportedModel:
         if self._session is None:
             self._check_callable()
             fmt = self.format
-            if fmt not in ("onnx", "openvino", "pt2", "dynamo"):
+            if fmt not in ("onnx", "openvino", *TORCH_FORMATS):
                 raise FerryError(f"this is a {_escape(fmt)} export: ferry runs ONNX (onnxruntime), "
                                  "OpenVINO and pt2 (torch) exports", status=4)
             model = self.components["model"]
@@ -248,7 +249,7 @@ class ExportedModel:
         components = self.files
         if "model" in components:
             return
-        if "format" not in self.manifest:  # transformers' export_for_generation wrote it
+        if is_transformers_manifest(self.manifest):  # its export_for_generation wrote it
             from .runners import TRANSFORMERS_GENERATION
 
             raise FerryError(TRANSFORMERS_GENERATION, status=4)

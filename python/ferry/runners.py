@@ -25,7 +25,8 @@ import numpy as np
 
 from ._lib import FerryError, _escape
 from ._onnx_weights import external_initializers
-from .runtime import _onnxruntime_provider, load_program, openvino_device, torch_device
+from .runtime import (_onnxruntime_provider, is_transformers_manifest, load_program,
+                      openvino_device, torch_device)
 
 _CACHE_LAYOUT = "[batch, kv_heads, length, head_dim]"
 _FEEDS = ("input_ids", "attention_mask", "position_ids")
@@ -387,7 +388,7 @@ class Runners(Mapping):
     def check_generation(manifest):
         """Refuses an export that has no decode component to generate with."""
         comps = manifest.get("components", {})
-        if "export_format" in manifest and "format" not in manifest:
+        if is_transformers_manifest(manifest):
             _fail(TRANSFORMERS_GENERATION)
         if "generation" not in manifest or \
                 not any(c.get("role") == "decode" for c in comps.values()):

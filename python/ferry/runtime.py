@@ -12,12 +12,21 @@ import re
 from ._lib import FerryError, _escape
 
 
+# export.json's format names of a torch program: ferry's, and transformers' DynamoExporter's
+TORCH_FORMATS = ("pt2", "dynamo")
+
+
+def is_transformers_manifest(manifest):
+    """export.json in transformers' schema: its export_format, no ferry format."""
+    return "export_format" in manifest and "format" not in manifest
+
+
 def open_session(path, export_format, precision, device=None, metadata=None):
     """A session for the graph file at `path`, on `device` (`metadata`: its component's, from
     export.json)."""
     if export_format == "openvino":
         return OpenVINOSession(path, precision, device)
-    if export_format in ("pt2", "dynamo"):  # ferry's, or transformers' DynamoExporter's
+    if export_format in TORCH_FORMATS:
         return TorchSession(path, device, metadata)
     return onnxruntime_session(path, device)
 
@@ -26,7 +35,7 @@ def check_device(export_format, device):
     """Refuses, by name, a device the export's runtime does not have on this machine."""
     if export_format == "openvino":
         openvino_device(device)
-    elif export_format in ("pt2", "dynamo"):
+    elif export_format in TORCH_FORMATS:
         torch_device(device)
     else:
         _onnxruntime_provider(device)

@@ -197,7 +197,7 @@ static char *in_spec(const g_graph *g)
 
 /* out_spec: what a causal LM's forward returns, its one tensor the logits. */
 static const char OUT_SPEC[] =
-    "[1, {\"type\": \"transformers.modeling_outputs.CausalLMOutputWithPast\", \"context\": "
+    "[1, {\"type\": \"" BE_CAUSAL_LM_OUTPUT "\", \"context\": "
     "\"[\\\"logits\\\"]\", \"children_spec\": [" LEAF_SPEC "]}]";
 
 ferry_status tf_describe_component(const struct ferry_exported *e, int i, cJSON *md,

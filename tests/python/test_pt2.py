@@ -519,9 +519,15 @@ def test_legacy_layout_refused(ckpts, tmp_path):
 
 NO_MEMFD = """
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
 int memfd_create(const char *name, unsigned flags)
 {
     (void)name; (void)flags;
+    const char *seen = getenv("NO_MEMFD_SEEN"); /* proof that the export asked for one */
+    if (seen)
+        close(open(seen, O_WRONLY | O_CREAT, 0600));
     errno = ENOSYS;
     return -1;
 }
@@ -541,8 +547,10 @@ def test_example_inputs_without_memfd(ckpts, tmp_path):
     shim = tmp_path / "no_memfd.so"
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "no_memfd.c")],
                    check=True, timeout=120)
+    seen = tmp_path / "memfd-refused"
     out = ferry_export(ckpts("qwen3"), tmp_path / "out", "--format", "pt2", "--dynamic",
-                       "--quiet", env={"LD_PRELOAD": str(shim)})
+                       "--quiet", env={"LD_PRELOAD": str(shim), "NO_MEMFD_SEEN": str(seen)})
+    assert seen.exists(), "the shim never ran: the fallback went untested"
     args, kwargs = load(out).example_inputs
     assert kwargs["input_ids"].shape == (2, 8)
 

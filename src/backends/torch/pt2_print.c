@@ -139,9 +139,6 @@ static void keyed_spec(strbuf *b, const char *type, const g_graph *g, const int 
     sb_free(&keys);
 }
 
-/* What transformers' causal LMs return; pt2_finish checks that every output is its field. */
-#define MODEL_OUTPUT_TYPE "transformers.modeling_outputs.CausalLMOutputWithPast"
-
 static void call_specs(strbuf *b, const g_graph *g, bool model_output)
 {
     strbuf in = {0}, out = {0};
@@ -151,9 +148,10 @@ static void call_specs(strbuf *b, const g_graph *g, bool model_output)
     keyed_spec(&in, "builtins.dict", g, g->inputs, g->n_inputs);
     sb_puts(&in, "]}]");
     /* and returns a dict of its outputs, out["logits"] as from transformers' output classes,
-     * which torch rebuilds alone; or the output class itself, which transformers registers */
+     * which torch rebuilds alone; or the output class itself, which transformers registers
+     * (pt2_finish checks that every output is one of its fields) */
     sb_puts(&out, "[1, ");
-    keyed_spec(&out, model_output ? MODEL_OUTPUT_TYPE : "builtins.dict", g, g->outputs,
+    keyed_spec(&out, model_output ? BE_CAUSAL_LM_OUTPUT : "builtins.dict", g, g->outputs,
                g->n_outputs);
     sb_puts(&out, "]");
     sb_puts(b, "\"in_spec\": ");
