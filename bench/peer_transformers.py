@@ -23,6 +23,7 @@ the batched, padded inputs that ferry's graph takes.
 defaults: stateful, no fp16 compression), `--format dynamo` DynamoExporter /
 DynamoConfig(dynamic=True) (model.pt2, torch.export). `--static-cache N` (generation) exports
 against a StaticCache of N slots with a multi-token decode, the guide's single-graph generation.
+`--dtype bfloat16` loads the model in bfloat16 (the checkpoint's own dtype), so the export is bf16.
 
 Prints `bench-phase NAME SECONDS` lines (load, export, save) for the harness.
 """
@@ -40,6 +41,8 @@ def main():
     p.add_argument("--format", choices=["onnx", "openvino", "dynamo"], default="onnx")
     p.add_argument("--static-cache", type=int, metavar="MAX_CACHE_LEN",
                    help="generation: a static cache of this length and a multi-token decode")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="the dtype the model is loaded in, so the export's (default float32)")
     args = p.parse_args()
 
     t0 = time.perf_counter()
@@ -54,7 +57,7 @@ def main():
     else:
         from transformers.exporters import OnnxConfig, OnnxExporter
 
-    model = AutoModelForCausalLM.from_pretrained(args.ckpt, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(args.ckpt, dtype=getattr(torch, args.dtype))
     model.eval()
     t1 = time.perf_counter()
     print(f"bench-phase load {t1 - t0:.2f}", flush=True)

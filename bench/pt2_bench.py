@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/pt2_bench.py           # the Qwen3-0.6B-shaped checkpoint
     .venv/bin/python bench/pt2_bench.py --tiny    # a 2-layer smoke run
+    .venv/bin/python bench/pt2_bench.py --dtype bf16   # the checkpoint's own dtype, exports only
 
 The checkpoint is peers_bench.py's (random bf16 weights, tied embeddings). Each export runs in
 its own process (wall time, peak RSS of the process tree, bytes written), after os.sync():
@@ -18,6 +19,10 @@ decode and 32 single-token steps at batch 2 (the batch transformers' export is t
 its StaticCache spec fixes). Every export runs REPEATS times (output removed and synced
 between) and the row is the median wall time: ferry's swings with the disk's writeback, the
 peer's by tens of percent between runs. Writes docs/benchmarks-pt2.md.
+
+--dtype bf16 exports in the checkpoint's own dtype (ferry's --dtype bf16, the model loaded in
+bfloat16: the setting the pt2 issue measured transformers' exporter in) and measures the
+exports only (the runtime rows stay the fp32 run's); writes docs/benchmarks-pt2-bf16.md.
 """
 
 import argparse
@@ -47,34 +52,41 @@ CACHE = 256   # static cache slots: a 128-token prompt and the decode steps
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--tiny", action="store_true")
-    p.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks-pt2.md")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                   help="the exports' dtype; bf16 measures the exports only")
+    p.add_argument("--out", type=Path)
     args = p.parse_args()
+    bf16 = args.dtype == "bf16"
+    suffix = "-bf16" if bf16 else ""
+    args.out = args.out or ROOT / "docs" / f"benchmarks-pt2{suffix}.md"
     work = HERE / "work"
     sizes = TINY if args.tiny else SIZES
     ckpt, how = make_checkpoint(work, MAIN, sizes[MAIN])
-    sdir, logs = work / "pt2", work / "logs-pt2"
+    sdir, logs = work / f"pt2{suffix}", work / f"logs-pt2{suffix}"
+    ferry_dtype = ["--dtype", "bf16"] if bf16 else []
+    peer_dtype = ["--dtype", "bfloat16"] if bf16 else []
     shutil.rmtree(sdir, ignore_errors=True)
     sdir.mkdir(parents=True)
     logs.mkdir(parents=True, exist_ok=True)
     runs = [
         ("ferry plain", "ferry-plain", [FERRY, "export", ckpt, sdir / "ferry-plain", "--format",
-                                        "pt2", "--dynamic", "--quiet"]),
+                                        "pt2", "--dynamic", "--quiet", *ferry_dtype]),
         ("transformers plain (DynamoExporter)", "tf-plain",
          [PY, HERE / "peer_transformers.py", ckpt, sdir / "tf-plain", "--mode", "plain",
-          "--format", "dynamo"]),
+          "--format", "dynamo", *peer_dtype]),
         ("ferry generation (static cache, multi-token decode)", "ferry-gen",
          [FERRY, "export", ckpt, sdir / "ferry-gen", "--format", "pt2", "--dynamic",
           "--for-generation", "--static-cache", "--max-cache-len", str(CACHE),
-          "--multi-token-decode", "--quiet"]),
+          "--multi-token-decode", "--quiet", *ferry_dtype]),
         ("transformers generation (DynamoExporter, the same)", "tf-gen",
          [PY, HERE / "peer_transformers.py", ckpt, sdir / "tf-gen", "--mode", "generation",
-          "--format", "dynamo", "--static-cache", str(CACHE)]),
+          "--format", "dynamo", "--static-cache", str(CACHE), *peer_dtype]),
     ]
     rows = []
     for label, kind, cmd in runs:
         row = timed_export(label, kind, cmd, logs)
         out = Path(cmd[3])
-        if not row["error"]:
+        if not row["error"] and not bf16:
             res = sdir / f"{kind}.json"
             lat = measure([PY, HERE / "pt2_latency.py", "--dir", out, "--json", res,
                            "--threads", str(THREADS)], logs / f"l-{kind}.log", timeout=3600)
@@ -85,15 +97,18 @@ def main():
         rows.append(row)
         print("pt2", {k: v for k, v in row.items() if k != "command"}, flush=True)
     plain, floor = measure_floor(rows, sdir, "pt2")
-    (work / "pt2-results.json").write_text(json.dumps(dict(rows=rows, disk_floor=floor),
+    (work / f"pt2{suffix}-results.json").write_text(json.dumps(dict(rows=rows, disk_floor=floor),
                                                       indent=2, default=str))
 
     lines = ["# torch.export (.pt2) exports: ferry against transformers' DynamoExporter", "",
              f"Written by `bench/pt2_bench.py` on {datetime.date.today().isoformat()}: "
              f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; checkpoint "
-             f"{sizes[MAIN]['title']}-shaped ({ckpt}, {how}); fp32 exports; torch eager "
-             f"(`torch.export.load(...).module()`), {THREADS} threads, batch 1. Reproduce: "
-             "`.venv/bin/python bench/pt2_bench.py`.", "",
+             f"{sizes[MAIN]['title']}-shaped ({ckpt}, {how}); {args.dtype} exports; "
+             + ("export rows only (the runtime rows are docs/benchmarks-pt2.md's fp32 run). "
+                if bf16 else f"torch eager (`torch.export.load(...).module()`), {THREADS} "
+                "threads, batch 1. ")
+             + f"Reproduce: `.venv/bin/python bench/pt2_bench.py{' --dtype bf16' if bf16 else ''}`.",
+             "",
              "| export | time (s) | peak RSS (MiB) | bytes written (MiB) | prefill-128 (ms) | "
              "decode (ms/step) | runtime peak RSS (MiB) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
