@@ -214,26 +214,41 @@ def check_archive_is_data(path):
     except (OSError, zipfile.BadZipFile) as e:
         raise FerryError(f"{_escape(str(path))}: not a pt2 archive ({e})", status=4) from None
     with archive:
-        names = archive.namelist()
-        models = [n for n in names if "/models/" in n and n.endswith(".json")]
-        if "version" in names:  # where the program fails to load, torch reads this layout
+        # torch's zip reader finds an entry by its name ignoring case and, where two match,
+        # not necessarily the copy Python's zipfile reads: every name is checked folded, read
+        # through the one copy it may have, and an archive naming an entry twice is refused
+        names, by_folded = archive.namelist(), {}
+        for name in names:
+            if by_folded.setdefault(name.lower(), name) is not name:
+                raise FerryError(f"{_escape(str(path))}: {_escape(name)} is in the archive twice "
+                                 "(names compared ignoring case, as torch's zip reader does): "
+                                 "which copy torch.export.load would read is unknown, so ferry "
+                                 "does not load it", status=4)
+
+        def read(name):
+            return archive.read(by_folded[name.lower()])
+
+        folded = list(by_folded)
+        models = [n for n in folded if "/models/" in n and n.endswith(".json")]
+        if "version" in folded:  # where the program fails to load, torch reads this layout
             raise refuse("version", "marks the layout before torch 2.8, whose program is "
                          "unpickled in full")
         if not models:
             raise refuse(str(path), "has no models/<name>.json (an archive from before torch "
                          "2.8 holds pickles)")
-        pickled = [n for n in names if "/data/sample_inputs/" in n]
-        for name in names:
+        pickled = [n for n in folded if "/data/sample_inputs/" in n]
+        for name in folded:
             folder, _, base = name.rpartition("/")
             if base.endswith(".pt") and folder.endswith(("/data/weights", "/data/constants")):
-                raise refuse(name, "is a pickled state dict (the legacy layout)")
+                raise refuse(by_folded[name], "is a pickled state dict (the legacy layout)")
             if not base.endswith(("_weights_config.json", "_constants_config.json")):
                 continue
             try:
-                config = json.loads(archive.read(name))["config"]
+                config = json.loads(read(name))["config"]
                 entries = [(e["path_name"], e.get("use_pickle")) for e in config.values()]
             except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise FerryError(f"{_escape(name)}: malformed ({e})", status=4) from None
+                raise FerryError(f"{_escape(by_folded[name])}: malformed ({e})",
+                                 status=4) from None
             for file, use_pickle in entries:
                 if not str(file).startswith(("weight_", "tensor_")):
                     raise refuse(f"{folder}/{file}", "is a custom object, unpickled in full")
@@ -241,7 +256,7 @@ def check_archive_is_data(path):
                     pickled.append(f"{folder}/{file}")
         for name in pickled:
             try:
-                data = archive.read(name)
+                data = read(name)
             except KeyError:
                 continue  # torch names what is missing
             if not data:
@@ -249,7 +264,8 @@ def check_archive_is_data(path):
             try:
                 torch.load(io.BytesIO(data), weights_only=True)
             except Exception:
-                raise refuse(name, "is a pickle the weights_only loader refuses") from None
+                raise refuse(by_folded.get(name.lower(), name),
+                             "is a pickle the weights_only loader refuses") from None
 
 
 def load_program(path, device, metadata=None):
