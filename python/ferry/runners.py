@@ -26,7 +26,7 @@ import numpy as np
 from ._lib import FerryError, _escape
 from ._onnx_weights import external_initializers
 from .runtime import (_onnxruntime_provider, is_transformers_manifest, load_program,
-                      openvino_device, torch_device)
+                      openvino_compile_config, openvino_device, torch_device)
 
 _CACHE_LAYOUT = "[batch, kv_heads, length, head_dim]"
 _FEEDS = ("input_ids", "attention_mask", "position_ids")
@@ -544,18 +544,15 @@ def _mapped(directory, init, maps):
 
 
 def _openvino_runners(files, metas, cache, stateful, device=None):
-    """Compiled OpenVINO models on `device` (ExportedModel.to(); AUTO by default); an fp32
-    export at f32 inference precision (the CPU plugin would otherwise compute in bf16 where the
-    processor has it)."""
+    """Compiled OpenVINO models on `device` (ExportedModel.to(); AUTO by default), at the
+    precision runtime.openvino_compile_config gives."""
     import openvino
 
     core = openvino.Core()
     made = {}
     for name, path in files.items():
-        config = {"INFERENCE_PRECISION_HINT": "f32"} if metas[name].get("precision") == "fp32" \
-            else {}
         compiled = core.compile_model(core.read_model(str(path)), openvino_device(device),
-                                      config)
+                                      openvino_compile_config(metas[name].get("precision")))
         runner = _StatefulRunner if stateful else _OpenVINORunner
         made[name] = runner(name, metas[name], cache, compiled)
     return made

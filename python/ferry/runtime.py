@@ -104,18 +104,25 @@ class _Port:
         self.name = name
 
 
+def openvino_compile_config(precision):
+    """The compile_model settings an export of `precision` runs at: an fp32 or fp16 export at
+    f32 inference precision, the hint its rt_info records and OpenVINO does not apply from
+    there (the CPU plugin would otherwise compute in bf16 where the processor has it, coarser
+    than either; f16 on a processor without native fp16 ran as coarsely)."""
+    return {"INFERENCE_PRECISION_HINT": "f32"} if precision in ("fp32", "fp16") else {}
+
+
 class OpenVINOSession:
-    """An OpenVINO compiled model behind onnxruntime's session calls. An fp32 export is compiled
-    at f32 inference precision (OpenVINO's CPU plugin would otherwise compute in bf16 where the
-    processor has it)."""
+    """An OpenVINO compiled model behind onnxruntime's session calls, at the precision
+    openvino_compile_config gives."""
 
     def __init__(self, path, precision, device=None):
         import openvino
 
         core = openvino.Core()
         model = core.read_model(str(path))
-        config = {"INFERENCE_PRECISION_HINT": "f32"} if precision == "fp32" else {}
-        self._compiled = core.compile_model(model, openvino_device(device), config)
+        self._compiled = core.compile_model(model, openvino_device(device),
+                                            openvino_compile_config(precision))
         self._bf16 = {o.get_any_name() for o in self._compiled.outputs
                       if o.get_element_type() == openvino.Type.bf16}
 
