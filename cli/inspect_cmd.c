@@ -436,7 +436,10 @@ int cmd_inspect(int argc, char **argv)
                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(md, "stateful")));
         const cJSON *ro = cJSON_GetObjectItemCaseSensitive(md, "runtime_options"), *opt;
         if (cJSON_GetArraySize(ro) > 0) {
-            printf("  runtime options (OpenVINO applies them unless the caller sets its own):\n");
+            /* OpenVINO 2026.4 applies KV_CACHE_PRECISION from rt_info, not the inference
+             * precision (docs/design.md): a caller of another runner must pass it */
+            printf("  runtime options (in rt_info; ferry's runner compiles with them, other "
+                   "callers pass INFERENCE_PRECISION_HINT themselves):\n");
             cJSON_ArrayForEach(opt, ro)
                 if (cJSON_IsString(opt))
                     printf("    %-24s %s\n", cli_quote(opt->string),
