@@ -8,7 +8,7 @@ import warnings
 
 from ._lib import (FerryError, FerryWarning, _GenerationConfig, _P, _c, _c_bytes, _escape, _fail,
                    _str)
-from .configs import DynamoConfig, OnnxConfig, OpenVINOConfig
+from .configs import AutoExportConfig, DynamoConfig, OnnxConfig, OpenVINOConfig
 from .exported import ExportedModel
 
 # --- exporting, saving, loading, running ----------------------------------------------------
@@ -32,7 +32,7 @@ class OnnxExporter:
         transformers model (see _checkpoint). `inputs` (optional; `sample_inputs=` as
         transformers names it) give the traced shape of a static export via their input_ids."""
         inputs = _sample_inputs(inputs, sample_inputs)
-        cfg = _example_config(inputs, self._config(config))
+        cfg = _example_config(inputs, self._config(_from_recipe(config, self.export_format)))
         source, keep = _checkpoint(model)
         lib, handle = _c(), _open_model(source, revision)
         exported, cancel = _P(), ctypes.c_int(0)
@@ -55,7 +55,7 @@ class OnnxExporter:
         (ferry's default: True with dynamic shapes and a dynamic cache, where it costs no
         decode time and onnxruntime-genai can run the export; False otherwise)."""
         inputs = _sample_inputs(inputs, sample_inputs)
-        cfg = _example_config(inputs, self._config(config))
+        cfg = _example_config(inputs, self._config(_from_recipe(config, self.export_format)))
         gen = _c_generation(generation_config, multi_token_decode)
         source, keep = _checkpoint(model)
         handle = _open_model(source, revision)
@@ -81,10 +81,12 @@ class OpenVINOExporter(OnnxExporter):
     export_format = "openvino"
 
     def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None):
+        config = _from_recipe(config, self.export_format)
         return super().export(model, inputs, _as_openvino(config or OpenVINOConfig()), revision,
                               sample_inputs=sample_inputs)
 
     def export_for_generation(self, model, inputs=None, config=None, **kwargs):
+        config = _from_recipe(config, self.export_format)
         config = _as_openvino(config or OpenVINOConfig(dynamic=True))
         return super().export_for_generation(model, inputs, config, **kwargs)
 
@@ -105,10 +107,12 @@ class DynamoExporter(OnnxExporter):
         return config
 
     def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None):
-        return super().export(model, inputs, self._config(config) or DynamoConfig(), revision,
+        config = self._config(_from_recipe(config, self.export_format))
+        return super().export(model, inputs, config or DynamoConfig(), revision,
                               sample_inputs=sample_inputs)
 
     def export_for_generation(self, model, inputs=None, config=None, **kwargs):
+        config = _from_recipe(config, self.export_format)
         return super().export_for_generation(model, inputs, config or DynamoConfig(dynamic=True),
                                              **kwargs)
 
@@ -128,6 +132,18 @@ class AutoHfExporter:
         return exporters[export_format]()
 
 
+def _from_recipe(config, export_format):
+    """`config` as a config object: transformers' exporters take a dict of recipe keys too
+    (found by review: a dict raised AttributeError), whose export_format defaults to the
+    format of the exporter it is handed to."""
+    if config is None or hasattr(config, "to_dict"):
+        return config
+    if isinstance(config, dict):
+        return AutoExportConfig.from_dict({"export_format": export_format, **config})
+    raise FerryError("config must be an OnnxConfig, OpenVINOConfig or DynamoConfig, or a dict of "
+                     f"recipe keys, not {_escape(type(config).__name__)}", status=1)
+
+
 def _as_openvino(config):
     """An OpenVINOExporter writes OpenVINO whatever config class it is handed (an OnnxConfig's
     ONNX-only keys, opset or ort_fusions, are then refused by libferry by name)."""
@@ -140,7 +156,7 @@ def decompose_for_generation(model, inputs=None, config=None, *, generation_conf
                              multi_token_decode=None, revision=None):
     """{component name: {"role": ..., "description": ...}} of a generation export, without
     lowering or saving anything (ferry_decompose_for_generation)."""
-    cfg = _example_config(inputs, config or OnnxConfig(dynamic=True))
+    cfg = _example_config(inputs, _from_recipe(config, "onnx") or OnnxConfig(dynamic=True))
     gen = _c_generation(generation_config, multi_token_decode)
     source, keep = _checkpoint(model)
     lib, handle = _c(), _open_model(source, revision)

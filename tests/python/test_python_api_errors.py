@@ -177,3 +177,32 @@ def test_generate_seed_must_be_an_integer():
     gen = OnnxExporter().export_for_generation(FIXTURE, config=OnnxConfig(dynamic=True))
     with pytest.raises(FerryError, match="seed must be an integer, not 'x'"):
         gen.generate([[1, 2, 3]], max_new_tokens=2, do_sample=True, seed="x")
+
+
+def test_a_dict_config_as_transformers_takes_one():
+    """Found by review: transformers' exporters take `config` as a config or a dict of its
+    keys; ferry's raised AttributeError on a dict. A dict is that exporter's recipe (its
+    export_format the exporter's unless it says another, which is refused as a config would
+    be), and anything else is a FerryError naming the type."""
+    from ferry import (DynamoExporter, FerryError, OnnxExporter, OpenVINOExporter,
+                       decompose_for_generation)
+
+    for exporter, fmt in ((OnnxExporter(), "onnx"), (OpenVINOExporter(), "openvino"),
+                          (DynamoExporter(), "dynamo")):
+        exported = exporter.export(FIXTURE, config={"dynamic": True})
+        meta = exported.manifest["components"]["model"]["metadata"]
+        assert meta["export_config"]["dynamic"] is True, (fmt, meta["export_config"])
+        assert exported.manifest["format"] == {"dynamo": "pt2"}.get(fmt, fmt)
+        gen = exporter.export_for_generation(
+            FIXTURE, config={"dynamic": True},
+            generation_config={"cache_implementation": "static", "max_cache_len": 16}
+            if fmt == "dynamo" else None)
+        assert gen.manifest["format"] == exported.manifest["format"]
+        with pytest.raises(FerryError, match="dict of recipe keys, not list"):
+            exporter.export(FIXTURE, config=["dynamic"])
+    with pytest.raises(FerryError, match="OnnxExporter writes onnx, but its config is for "
+                                         "dynamo"):
+        OnnxExporter().export(FIXTURE, config={"export_format": "dynamo"})
+    with pytest.raises(FerryError, match="no_such_key"):
+        DynamoExporter().export(FIXTURE, config={"no_such_key": 1})
+    assert "decode" in decompose_for_generation(FIXTURE, config={"dynamic": True})
