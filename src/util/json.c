@@ -278,9 +278,16 @@ ferry_status json_get_int(const cJSON *obj, const char *key, bool required, int6
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be an integer (got %s)", origin,
                        key, type_name(node));
     double v = node->valuedouble;
-    if (!isfinite(v) || floor(v) != v || fabs(v) >= JSON_INT_LIMIT)
+    if (!isfinite(v) || floor(v) != v)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be an integer (got %.17g)",
                        origin, key, v);
+    if (fabs(v) >= JSON_INT_LIMIT) { /* an integer all the same: say the range (found by review),
+                                      * as far as a double holds integers exactly */
+        int64_t exact = (int64_t)JSON_INT_LIMIT - 1;
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be an integer in [%lld, %lld] "
+                       "(got %.17g)", origin, key, (long long)(min > -exact ? min : -exact),
+                       (long long)(max < exact ? max : exact), v);
+    }
     int64_t value = (int64_t)v;
     if (value < min || value > max)
         return fy_fail(err, FERRY_ERR_FORMAT,

@@ -151,7 +151,9 @@ static void test_get_int(void **state)
         {"n", 13, 20, "c.json: key 'n' must be an integer in [13, 20] (got 12)"},
         {"frac", 0, 10, "key 'frac' must be an integer (got 1.5)"},
         {"s", 0, 10, "key 's' must be an integer (got a string)"},
-        {"big", 0, INT64_MAX, "key 'big' must be an integer (got 9007199254740992"},
+        /* an integer past a double's exact ones: the range it can be in */
+        {"big", 0, INT64_MAX, "key 'big' must be an integer in [0, 9007199254740991] (got "
+                              "9007199254740992"},
         {"dup", 0, 10, "key 'dup' appears more than once"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
