@@ -263,7 +263,13 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
     # Refuse before running what the graphs or the static cache cannot take.
     runners["prefill"].check_shapes(batch, width, 0)
     if new_tokens > 1:
-        runners["decode"].check_shapes(batch, 1, width + new_tokens - 2)
+        try:  # the last step's: say it is the prompt and max_new_tokens that ask for it
+            runners["decode"].check_shapes(batch, 1, width + new_tokens - 2)
+        except FerryError as e:
+            raise FerryError(f"a {width}-token prompt and {new_tokens} new tokens would take "
+                             f"generation to {width + new_tokens - 1} positions, past what the "
+                             f"export takes (lower max_new_tokens); its last step would fail: "
+                             f"{e}", status=e.status) from None
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise FerryError(f"seed must be an integer, not {seed!r}", status=1)
     rng = np.random.default_rng(seed) if settings["do_sample"] else None
