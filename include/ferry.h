@@ -183,8 +183,11 @@ typedef struct ferry_export_config {
     int dynamic;                  /* 1: every axis symbolic (batch, sequence) */
     ferry_dim_spec dims[FERRY_MAX_DIM_SPECS];
     int n_dims;                   /* explicit symbolic axes; the others are static */
-    int64_t example_batch;        /* traced shape for static axes (default 1) */
-    int64_t example_sequence;     /* traced shape for static axes (default 8) */
+    /* The traced extents (a static axis's size, a symbolic one's example). 0 (default): 1 and
+     * 8, moved to a dynamic dim's min where outside its range; a value given outside its dim's
+     * range is an error. The export records the extents traced. */
+    int64_t example_batch;
+    int64_t example_sequence;
     ferry_dtype dtype;            /* FERRY_F32 (default), FERRY_F16 or FERRY_BF16 */
     int opset;                    /* ONNX opset; 0 picks the default (ferry_default_opset) */
     ferry_progress_fn progress;   /* optional */

@@ -8,6 +8,8 @@
 #include "export/internal.h"
 
 #define EXAMPLE_DIM_MAX ((int64_t)1 << 24)
+#define EXAMPLE_BATCH_DEFAULT 1
+#define EXAMPLE_SEQUENCE_DEFAULT 8
 
 static const char *const LOGICAL[2] = {"batch", "sequence"};
 static const char *const RESERVED[] = {"past_sequence", "max_cache_len"};
@@ -30,10 +32,12 @@ static void input_list(const model_arch *arch, char *buf, size_t size)
                                 arch->inputs[i].name);
 }
 
-ferry_status exp_resolve_axes(const ferry_export_config *cfg, const model_arch *arch,
+ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch,
                               g_symtab *syms, g_dim out[2], fy_err *err)
 {
-    int64_t examples[2] = {cfg->example_batch, cfg->example_sequence};
+    const int64_t given[2] = {cfg->example_batch, cfg->example_sequence};
+    int64_t examples[2] = {given[0] ? given[0] : EXAMPLE_BATCH_DEFAULT,
+                           given[1] ? given[1] : EXAMPLE_SEQUENCE_DEFAULT};
     const ferry_dim_spec *chosen[2] = {NULL, NULL};
     char names[256];
     input_list(arch, names, sizeof names);
@@ -85,9 +89,21 @@ ferry_status exp_resolve_axes(const ferry_export_config *cfg, const model_arch *
                            "must satisfy 0 <= min <= max <= %lld (max 0 = unbounded)", d->input,
                            d->axis, (long long)d->min, (long long)d->max,
                            (long long)FERRY_DIM_BOUND_MAX);
-        /* An example outside the dim's range is traced at its min instead. */
-        if (d && (examples[a] < d->min || (d->max > 0 && examples[a] > d->max)))
+        /* The default example outside the dim's range is traced at its min instead; one the
+         * caller gave is refused (found by review: it was moved without a word). */
+        if (d && (examples[a] < d->min || (d->max > 0 && examples[a] > d->max))) {
+            if (given[a]) {
+                char max[32] = "unbounded";
+                if (d->max > 0)
+                    snprintf(max, sizeof max, "%lld", (long long)d->max);
+                return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape: %s %lld is outside "
+                               "dynamic dim %s:%d's range (min %lld, max %s): give an example "
+                               "inside it, or none (the range's min is traced then)", LOGICAL[a],
+                               (long long)examples[a], d->input, d->axis, (long long)d->min,
+                               max);
+            }
             examples[a] = d->min > 0 ? d->min : 1;
+        }
         /* Traced extents size nothing ferry allocates, but they are multiplied in shape
          * inference and printed in metadata: keep them far from overflow. Checked after the
          * move above, which a min of 2^63 - 1 used to take past this cap. */
@@ -112,5 +128,8 @@ ferry_status exp_resolve_axes(const ferry_export_config *cfg, const model_arch *
             out[a] = g_dim_const(examples[a]);
         }
     }
+    /* what was traced, which the export's recorded recipe says */
+    cfg->example_batch = examples[0];
+    cfg->example_sequence = examples[1];
     return FERRY_OK;
 }

@@ -14,8 +14,6 @@ void ferry_export_config_init(ferry_export_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->format = FERRY_FORMAT_ONNX;
-    cfg->example_batch = 1;
-    cfg->example_sequence = 8;
     cfg->dtype = FERRY_F32;
     ferry_generation_config_init(&cfg->generation);
     cfg->quantizer.accuracy_level = -1;
@@ -597,10 +595,12 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
     cJSON_AddStringToObject(o, "dtype", ferry_dtype_name(cfg->dtype));
     if (cfg->format == FERRY_FORMAT_ONNX)
         cJSON_AddNumberToObject(o, "opset", cfg->opset ? cfg->opset : ferry_default_opset());
-    cJSON *ex = cJSON_AddObjectToObject(o, "example_shapes");
-    cJSON *ids = cJSON_AddArrayToObject(ex, "input_ids");
-    cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_batch));
-    cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_sequence));
+    if (cfg->example_batch > 0 && cfg->example_sequence > 0) { /* else the defaults */
+        cJSON *ex = cJSON_AddObjectToObject(o, "example_shapes");
+        cJSON *ids = cJSON_AddArrayToObject(ex, "input_ids");
+        cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_batch));
+        cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_sequence));
+    }
     if (cfg->ort_fusions != FERRY_ORT_NONE)
         cJSON_AddStringToObject(o, "ort_fusions", ferry_ort_fusions_name(cfg->ort_fusions));
     if (cfg->stateless)

@@ -119,8 +119,9 @@ void provenance_note_dir(struct ferry_exported *e);
 
 /* Symbolic axes (axes.c): the dims of the model's logical axes ("batch", "sequence") from the
  * export config's dynamic flag, explicit dynamic dims (checked against the model's declared
- * inputs) and example shapes. Symbols are added to `syms`. */
-ferry_status exp_resolve_axes(const ferry_export_config *cfg, const model_arch *arch,
+ * inputs) and example shapes. Symbols are added to `syms`; the extents traced are written
+ * back into cfg's example shape. */
+ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch,
                               g_symtab *syms, g_dim out[2], fy_err *err);
 /* Replacing an existing export under --force (replace.c). */
 typedef struct old_file {
