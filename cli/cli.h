@@ -48,6 +48,7 @@ typedef struct cli_export_opts {
     bool model_output_flag;    /* --model-output (pt2 only) was on the command line */
     bool cache_flag;         /* --static-cache or --max-cache-len was given */
     bool decode_flag;        /* --multi-token-decode or --single-token-decode was given */
+    bool recipe_given;       /* --config took part in the config */
 } cli_export_opts;
 
 enum {
@@ -74,6 +75,12 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
 
 /* The help lines of the shared options. */
 void cli_print_export_options(FILE *f);
+
+/* The exit status of an export or decomposition the library refused with `st`: its
+ * FERRY_ERR_INVALID_ARG is a caller's mistake (options that contradict each other or the
+ * model's inputs), a bad command line when the command line alone made the config; a recipe's
+ * is the file's, as its other errors are (EXIT_FAIL). */
+int cli_export_failure_status(const cli_export_opts *o, ferry_status st);
 
 /* Each line of a library warnings text as "ferry: warning: ..." on stderr. */
 void cli_print_warnings(const char *warnings);

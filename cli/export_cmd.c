@@ -148,8 +148,10 @@ int cmd_export(int argc, char **argv)
         cli_error("%s", ferry_model_errmsg(model));
         goto done;
     }
-    if (ferry_export(model, &o.cfg, &exported) != FERRY_OK) {
+    ferry_status st = ferry_export(model, &o.cfg, &exported);
+    if (st != FERRY_OK) {
         cli_error("%s", ferry_model_errmsg(model));
+        rc = cli_export_failure_status(&o, st);
         goto done;
     }
     if (ferry_exported_save(exported, out_dir, flags.force) != FERRY_OK) {

@@ -81,8 +81,10 @@ int cmd_graph(int argc, char **argv)
     ferry_model *model = NULL;
     ferry_components *comps = NULL;
     rc = EXIT_FAIL;
-    if (ferry_model_open(argv[optind], o.revision, &model) != FERRY_OK ||
-        ferry_decompose(model, &o.cfg, &comps) != FERRY_OK) {
+    ferry_status st = ferry_model_open(argv[optind], o.revision, &model);
+    if (st == FERRY_OK && (st = ferry_decompose(model, &o.cfg, &comps)) != FERRY_OK)
+        rc = cli_export_failure_status(&o, st);
+    if (st != FERRY_OK) {
         cli_error("%s", ferry_model_errmsg(model));
         goto done;
     }

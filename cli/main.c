@@ -34,7 +34,9 @@ static const char usage[] =
     "  ferry validate qwen3-onnx\n"
     "\n"
     "exit status: 0 success, 1 the export, inspection or validation failed, 2 bad command\n"
-    "line, 3 validation cannot run here (no Python with ferry, transformers and torch).\n";
+    "line (options that contradict each other or the model's inputs included; a --config\n"
+    "recipe's are 1), 3 validation cannot run here (no Python with ferry, transformers and\n"
+    "torch).\n";
 
 static void vmsg(const char *kind, const char *fmt, va_list ap)
 {

@@ -68,6 +68,7 @@ static int read_recipe(const char *path, cli_export_opts *o)
     }
     ferry_status st = ferry_export_config_from_json(&o->cfg, text, eb, sizeof eb);
     free(text);
+    o->recipe_given = true;
     if (st != FERRY_OK) {
         cli_error("%s: %s", path, eb);
         return EXIT_FAIL;
@@ -349,6 +350,11 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         return EXIT_USAGE;
     }
     return CLI_CONTINUE;
+}
+
+int cli_export_failure_status(const cli_export_opts *o, ferry_status st)
+{
+    return st == FERRY_ERR_INVALID_ARG && !o->recipe_given ? EXIT_USAGE : EXIT_FAIL;
 }
 
 void cli_print_export_options(FILE *f)

@@ -48,7 +48,7 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
     *n = 0;
     /* `single` is a stateful format's; stateful=False gives it the components below instead */
     if (single && gen->static_cache)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: a static cache (--static-cache) is not "
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s: a static cache (--static-cache) is not "
                        "supported by a stateful model, which keeps a growing cache; "
                        "stateful=False (--disable-stateful) exports it as explicit inputs and "
                        "outputs", single);

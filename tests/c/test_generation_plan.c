@@ -140,7 +140,7 @@ static void one_stateful_graph(void **state)
     assert_int_equal(plan(&p, false), FERRY_ERR_INVALID_ARG);   /* static shapes */
     p.gen.static_cache = 1;
     p.gen.max_cache_len = 64;
-    assert_int_equal(plan(&p, true), FERRY_ERR_UNSUPPORTED);
+    assert_int_equal(plan(&p, true), FERRY_ERR_INVALID_ARG); /* options that contradict */
     assert_non_null(strstr(p.err.msg, "static cache"));
     assert_non_null(strstr(p.err.msg, "--disable-stateful")); /* which writes one */
 }

@@ -34,9 +34,10 @@ def refused(rc, stderr, code, *needles):
      ("99999999999999999999 is out of range",)),
     (("--example-shape", "input_ids=99999999999999999999x1"), 2,
      ("99999999999999999999 is out of range",)),
-    # Within the bound, above the example cap: no example can be traced in the range.
-    (("--dim", "input_ids:1=s:16777217:0") + GEN, 1, ("min 16777217 is above 16777216",)),
-    (("--dim", "input_ids:1=s:1099511627776:1099511627776") + GEN, 1, ("min 1099511627776",)),
+    # Within the bound, above the example cap: no example can be traced in the range (options
+    # the library refuses as contradicting each other: a bad command line too).
+    (("--dim", "input_ids:1=s:16777217:0") + GEN, 2, ("min 16777217 is above 16777216",)),
+    (("--dim", "input_ids:1=s:1099511627776:1099511627776") + GEN, 2, ("min 1099511627776",)),
 ], ids=["dim-min-2^66", "dim-max-2^66", "dim-min-2^40+1", "example-seq-2^66",
         "example-batch-2^66", "min-above-example-cap", "min-2^40"])
 def test_refused(tmp_path, label, binary, args, code, needles):
@@ -71,3 +72,39 @@ def test_example_moved_into_range(tmp_path, label, binary):
         meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
         assert meta["symbols"]["s"]["traced"] == traced, meta["symbols"]
         assert meta["inputs"][0]["traced_shape"] == [1, traced]
+        # the recorded recipe says what was traced, so it reads back as the same export
+        assert meta["export_config"]["example_shapes"] == {"input_ids": [1, traced]}
+
+
+@pytest.mark.parametrize("label,binary", BUILDS, ids=IDS)
+def test_example_given_outside_range(tmp_path, label, binary):
+    """Found by review: an example shape the caller gave outside a dim's range was traced at
+    the min without a word. Only the default moves now; a given one is refused, by the command
+    line (exit 2), a recipe (1) and Python (FerryError), and nothing is written."""
+    for args in (["--dim", "input_ids:1=s:4:64", "--example-shape", "input_ids=1x2"],
+                 ["--dim", "input_ids:0=b:2:8", "--example-shape", "input_ids=9x8"],
+                 ["--format", "pt2", "--dim", "input_ids:1=s:4:0", "--example-shape",
+                  "input_ids=1x3"]):
+        rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "-q", *args,
+                                  binary=binary)
+        refused(rc, stderr, 2, "example shape: ", "is outside dynamic dim input_ids:")
+        assert not (tmp_path / "out").exists()
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"dynamic_shapes": {"input_ids": {"1": {
+        "name": "s", "min": 4, "max": 64}}}, "example_shapes": {"input_ids": [1, 65]}}))
+    rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "-q", "--config", recipe,
+                              binary=binary)
+    refused(rc, stderr, 1, "sequence 65 is outside dynamic dim input_ids:1's range (min 4, "
+            "max 64)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_example_given_outside_range_python():
+    import torch
+
+    from ferry import DynamoConfig, DynamoExporter, FerryError
+
+    config = DynamoConfig(dynamic_shapes={"input_ids": {1: {"name": "s", "min": 4, "max": 64}}})
+    with pytest.raises(FerryError, match="sequence 2 is outside dynamic dim input_ids:1"):
+        DynamoExporter().export(FIXTURE, {"input_ids": torch.ones(1, 2, dtype=torch.long)},
+                                config=config)
