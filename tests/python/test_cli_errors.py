@@ -286,9 +286,10 @@ def test_opset_out_of_range(good_ckpt, tmp_path):
      "'past_sequence' is ferry's own"),
 ], ids=["batch-named-sequence", "query-named-cache-length", "batch-named-past"])
 def test_symbol_names_do_not_merge_axes(good_ckpt, tmp_path, flags, needle):
-    """Two axes that share a symbol would be one dim: refused, never merged."""
+    """Two axes that share a symbol would be one dim: refused, never merged (a bad command
+    line, exit 2)."""
     rc, _, stderr = run_ferry("export", good_ckpt, tmp_path / "out", *flags)
-    assert rc == 1 and needle in stderr, (rc, stderr)
+    assert rc == 2 and needle in stderr, (rc, stderr)
     assert not (tmp_path / "out").exists()
 
 

@@ -466,7 +466,8 @@ def test_logits_of_every_call_match_eager(families, arch, loop, record_property)
 
 
 # ---------------------------------------------------------------------------------------------
-# (f) errors: exit 1, one clear stderr line, no output directory
+# (f) errors: exit 2 (each is options that contradict each other), one clear stderr line, no
+# output directory
 
 
 ERROR_CASES = {
@@ -484,9 +485,6 @@ ERROR_CASES = {
         ["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "5000000000"],
         ["--max-cache-len 5000000000", "1073741824"]),
 }
-# one option of a pair without the other, or a value out of range: the command line's fault (2)
-USAGE_CASES = {"static-cache-without-max-cache-len", "max-cache-len-without-static-cache",
-               "max-cache-len-too-large"}
 
 
 @pytest.fixture(scope="module")
@@ -500,7 +498,7 @@ def test_generation_export_errors(small_ckpt, tmp_path, case, build):
     flags, words = ERROR_CASES[case]
     out = tmp_path / "out"
     rc, stdout, stderr = run_ferry("export", small_ckpt, out, *flags, binary=build[1])
-    assert rc == (2 if case in USAGE_CASES else 1), f"exit {rc}\nstdout: {stdout}\nstderr: {stderr}"
+    assert rc == 2, f"exit {rc}\nstdout: {stdout}\nstderr: {stderr}"
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
     assert lines[0].startswith("ferry: error: "), stderr

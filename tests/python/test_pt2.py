@@ -265,8 +265,8 @@ ERRORS = {
     "dynamic-cache": (["--dynamic", "--for-generation"],
                       ["pt2", "static cache", "--static-cache", "dynamic cache"], 1),
     "quantized": (["--dynamic", "--quantize", "int4"], ["int4", "pt2", "quantized"], 1),
-    "ort-fusions": (["--dynamic", "--ort-fusions", "cpu"], ["ort_fusions", "onnx"], 1),
-    "opset": (["--dynamic", "--opset", "21"], ["opset", "ONNX"], 1),
+    "ort-fusions": (["--dynamic", "--ort-fusions", "cpu"], ["ort_fusions", "onnx"], 2),
+    "opset": (["--dynamic", "--opset", "21"], ["opset", "ONNX"], 2),
     "compress": (["--dynamic", "--compress-to-fp16"], ["--compress-to-fp16", "OpenVINO"], 2),
 }
 
