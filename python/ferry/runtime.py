@@ -198,52 +198,129 @@ def register_output_types(metadata):
                          status=4) from None
 
 
+# The names a program's symbolic expressions may call: torch's serializer parses each
+# expr_str with sympy.sympify, which evaluates it as Python (found by review: an expr_str
+# calling __import__ ran code in torch.export.load). torch's own functions
+# (torch/_export/serde/serialize.py) and what sympy prints.
+_SYMPY_NAMES = frozenset((
+    "FloorDiv", "ModularIndexing", "Where", "PythonMod", "Mod", "CleanDiv", "CeilToInt",
+    "FloorToInt", "CeilDiv", "LShift", "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv",
+    "IntTrueDiv", "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt",
+    "RoundToInt", "RoundDecimal", "ToFloat", "Identity", "Max", "Min", "Abs", "floor",
+    "ceiling", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or", "Not", "Piecewise", "True",
+    "False", "oo", "zoo", "nan", "Integer", "Rational"))
+_SYMPY_TOKEN = re.compile(r"\s*(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)|\d+(?:\.\d+)?(?:e[-+]?\d+)?|"
+                          r"//|\*\*|<=|>=|==|!=|[-+*/%(),<>&|~])")
+_SYMBOL_NAME = re.compile(r"[a-z]+[0-9]+")
+_PAYLOAD_NAME = re.compile(r"(weight|tensor)_[0-9]+")
+
+
+def _is_plain_expression(text):
+    """Whether `text` is arithmetic over symbols (s0, u1, ...), numbers and _SYMPY_NAMES only:
+    no attribute, subscript, string or other name, so sympify can build nothing else."""
+    if not isinstance(text, str) or len(text) > 4096:
+        return False
+    text, pos = text.rstrip(), 0
+    while pos < len(text):
+        m = _SYMPY_TOKEN.match(text, pos)
+        if not m:
+            return False
+        name = m.group("name")
+        if name is not None and name not in _SYMPY_NAMES and not _SYMBOL_NAME.fullmatch(name):
+            return False
+        pos = m.end()
+    return True
+
+
+def _expressions(node):
+    """Every expr_str in a program's JSON."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "expr_str":
+                    yield value
+                else:
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+class UnsafeArchive(FerryError):
+    """A pt2 archive that torch.export.load would run code from: refused (status 3, a file
+    ferry will not read), never a runtime that cannot run here."""
+
+
 def check_archive_is_data(path):
-    """torch.export.load unpickles some of an archive's entries in full, which runs whatever
-    code a pickle names: the example inputs where its weights_only reader refuses them, weights
-    and constants saved with use_pickle, custom or opaque objects, and archives in the format
-    before 2.8. ferry loads an archive only where nothing of that kind is there, or its pickles
-    are ones the weights_only reader takes (ferry's own example inputs, transformers'
-    DynamoExporter's), as loading an export must never run code it carries."""
+    """torch.export.load runs code an archive carries in several ways: it unpickles in full
+    the example inputs where its weights_only reader refuses them, weights and constants saved
+    with use_pickle, custom or opaque objects, and archives in the format before 2.8; it loads
+    the compiled libraries of an AOTInductor package (data/aotinductor/); and it evaluates each
+    symbolic expression of a program as Python. ferry loads an archive only where nothing of
+    that kind is there: its pickles are ones the weights_only reader takes (ferry's own example
+    inputs, transformers' DynamoExporter's), and its expressions plain arithmetic, as loading
+    an export must never run code it carries."""
     import io
     import json
     import zipfile
 
     import torch
 
-    def refuse(entry, why):
-        return FerryError(f"{_escape(str(path))}: {_escape(entry)} {why}: torch.export.load "
-                          "would run code from it; ferry loads only programs whose pickles "
-                          "torch's weights_only loader reads", status=4)
+    def refuse(entry, why, consequence="torch.export.load would run code from it"):
+        return UnsafeArchive(f"{_escape(str(path))}: {_escape(entry)} {why}: {consequence}; "
+                             "ferry loads only programs whose pickles torch's weights_only "
+                             "loader reads and whose expressions are arithmetic", status=3)
 
     try:
         archive = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as e:
-        raise FerryError(f"{_escape(str(path))}: not a pt2 archive ({e})", status=4) from None
+        raise UnsafeArchive(f"{_escape(str(path))}: not a pt2 archive ({e})", status=3) from None
     with archive:
         # torch's zip reader finds an entry by its name ignoring case and, where two match,
-        # not necessarily the copy Python's zipfile reads: every name is checked folded, read
-        # through the one copy it may have, and an archive naming an entry twice is refused
+        # not necessarily the copy Python's zipfile reads; it also stops a name at a NUL: every
+        # name is checked folded, read through the one copy it may have, and an archive
+        # naming an entry twice, or with a control character, is refused
         names, by_folded = archive.namelist(), {}
         for name in names:
+            if re.search(r"[\x00-\x1f\x7f\\]", name):
+                raise refuse(name, "has a control character or backslash in its name",
+                             "torch's reader may take it for another entry")
             if by_folded.setdefault(name.lower(), name) is not name:
-                raise FerryError(f"{_escape(str(path))}: {_escape(name)} is in the archive twice "
-                                 "(names compared ignoring case, as torch's zip reader does): "
-                                 "which copy torch.export.load would read is unknown, so ferry "
-                                 "does not load it", status=4)
+                raise refuse(name, "is in the archive twice (names compared ignoring case, as "
+                             "torch's zip reader does)", "which copy torch.export.load would "
+                             "read is unknown")
 
         def read(name):
             return archive.read(by_folded[name.lower()])
 
+        def inside(name):  # the path below the archive's root folder, as torch names it
+            return name.partition("/")[2]
+
         folded = list(by_folded)
-        models = [n for n in folded if "/models/" in n and n.endswith(".json")]
         if "version" in folded:  # where the program fails to load, torch reads this layout
             raise refuse("version", "marks the layout before torch 2.8, whose program is "
                          "unpickled in full")
-        if not models:
+        programs = [n for n in folded if inside(n).startswith("models/")]
+        if not any(n.endswith(".json") for n in programs):
             raise refuse(str(path), "has no models/<name>.json (an archive from before torch "
                          "2.8 holds pickles)")
-        pickled = [n for n in folded if "/data/sample_inputs/" in n]
+        for name in folded:
+            if inside(name).startswith("data/aotinductor/"):
+                raise refuse(by_folded[name], "is part of an AOTInductor package, whose "
+                             "compiled library torch.export.load loads")
+        for name in programs:
+            try:
+                program = json.loads(read(name))
+            except (ValueError, UnicodeDecodeError) as e:
+                raise UnsafeArchive(f"{_escape(by_folded[name])}: malformed ({e})",
+                                    status=3) from None
+            for expr in _expressions(program):
+                if not _is_plain_expression(expr):
+                    raise refuse(by_folded[name], f"has the symbolic expression "
+                                 f"{_escape(str(expr)[:80])!s}, which is not plain arithmetic "
+                                 "(torch evaluates it as Python)")
+        pickled = [n for n in folded if inside(n).startswith("data/sample_inputs/")]
         for name in folded:
             folder, _, base = name.rpartition("/")
             if base.endswith(".pt") and folder.endswith(("/data/weights", "/data/constants")):
@@ -253,19 +330,24 @@ def check_archive_is_data(path):
             try:
                 config = json.loads(read(name))["config"]
                 entries = [(e["path_name"], e.get("use_pickle")) for e in config.values()]
-            except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise FerryError(f"{_escape(by_folded[name])}: malformed ({e})",
-                                 status=4) from None
+            except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+                raise UnsafeArchive(f"{_escape(by_folded[name])}: malformed ({e})",
+                                    status=3) from None
             for file, use_pickle in entries:
-                if not str(file).startswith(("weight_", "tensor_")):
-                    raise refuse(f"{folder}/{file}", "is a custom object, unpickled in full")
+                # torch reads path_name through a C string: a NUL ends it there, so only the
+                # names torch writes are taken, and each must be an entry of the archive
+                if not isinstance(file, str) or not _PAYLOAD_NAME.fullmatch(file):
+                    raise refuse(f"{folder}/{file!r}", "is not a weight_N or tensor_N entry "
+                                 "(a custom object, unpickled in full, or a name torch may "
+                                 "read as another)")
+                if f"{folder}/{file}" not in by_folded:
+                    raise refuse(f"{folder}/{file}", "is named by "
+                                 f"{_escape(by_folded[name])} but not in the archive",
+                                 "torch.export.load cannot load it")
                 if use_pickle:
                     pickled.append(f"{folder}/{file}")
         for name in pickled:
-            try:
-                data = read(name)
-            except KeyError:
-                continue  # torch names what is missing
+            data = read(name)
             if not data:
                 continue
             try:

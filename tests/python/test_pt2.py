@@ -451,7 +451,7 @@ def test_example_inputs(ckpts, tmp_path):
 
 
 EVIL = """
-import io, os, sys, zipfile, torch
+import io, json, os, sys, zipfile, torch
 src, dst, marker, entry = sys.argv[1:5]
 class Payload:
     def __reduce__(self):
@@ -459,8 +459,22 @@ class Payload:
 buf = io.BytesIO()
 torch.save(((), {"x": Payload()}) if entry == "sample" else Payload(), buf)
 with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+    root = zin.namelist()[0].split("/")[0]
+    if entry == "nul":  # torch reads path_name as a C string: the NUL ends it at weight_1
+        zout.writestr(root + "/data/weights/weight_1", buf.getvalue())
+    if entry == "aoti":  # only refused: a live one needs a compiled library
+        zout.writestr(root + "/data/aotinductor/model/model.so", b"\\x7fELF")
     for info in zin.infolist():
         data = zin.read(info)
+        if entry == "sympy" and info.filename.endswith("models/model.json"):
+            # torch parses each expr_str with sympy.sympify, which evaluates Python
+            expr = "s0+0*__import__('os').system('touch " + marker + "')"
+            data = data.replace(b'"expr_str": "s0"', b'"expr_str": ' + json.dumps(expr).encode(), 1)
+        if entry == "nul" and info.filename.endswith("model_weights_config.json"):
+            config = json.loads(data)
+            first = config["config"][next(iter(config["config"]))]
+            first.update(path_name="weight_1\\u0000", use_pickle=True)
+            data = json.dumps(config).encode()
         if entry == "sample" and info.filename.endswith("data/sample_inputs/model.pt"):
             data = buf.getvalue()
         if entry in ("duplicate", "case") and info.filename.endswith("data/sample_inputs/model.pt"):
@@ -479,14 +493,16 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) 
 """
 
 
-@pytest.mark.parametrize("entry", ["sample", "constant", "duplicate", "case"])
+@pytest.mark.parametrize("entry", ["sample", "constant", "duplicate", "case", "sympy", "nul"])
 def test_loading_never_runs_code(ckpts, tmp_path, entry):
     """Found by review: torch.export.load unpickles in full what its weights_only reader
     refuses (the example inputs) and what an archive marks use_pickle, running the code a
     pickle names. ferry's ExportedModel, its .program and `ferry validate` refuse such an
     archive first; torch alone runs it (shown here, so the archive is a live one). Found by a
     later review: a second copy of an entry, or one named in other case, which torch's zip
-    reader finds and Python's zipfile does not, hid the pickle from that check."""
+    reader finds and Python's zipfile does not, hid the pickle from that check; a third: an
+    expression torch evaluates as Python (sympify), and a path_name whose NUL torch's C reader
+    stops at, ran code past it."""
     import subprocess
     import sys
 
@@ -506,14 +522,37 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
     marker.unlink()
     exported = ExportedModel.from_pretrained(out)
     ids, mask, pos = make_inputs(VOCAB, 1, 4)
-    why = "is in the archive twice" if entry == "duplicate" else "would run code from it"
+    why = {"duplicate": "is in the archive twice",
+           "nul": "is not a weight_N or tensor_N entry"}.get(entry, "would run code from it")
     with pytest.raises(FerryError, match=why):
         exported(input_ids=ids, attention_mask=mask, position_ids=pos)
     with pytest.raises(FerryError, match=why):
         exported.components["model"].program
-    rc, text, err = validate(out)
-    assert rc != 0 and why in err, (text, err)
+    rc, text, err = validate(out)  # 1, a file ferry will not read (found by review: 3)
+    assert rc == 1 and why in err, (rc, text, err)
     assert not marker.exists()
+
+
+def test_aotinductor_package_refused(ckpts, tmp_path):
+    """Found by review: torch.export.load loads the compiled library of every model under
+    data/aotinductor/ (a native payload would run); ferry's exports never hold one, and an
+    archive that does is refused before torch opens it, by ferry validate too (exit 1: a file
+    ferry will not read, not a runtime missing here)."""
+    import subprocess
+    import sys
+
+    from ferry import ExportedModel, FerryError
+    from test_validate import validate
+
+    out = ferry_export(ckpts("llama"), tmp_path / "out", "--format", "pt2", "--quiet")
+    evil = tmp_path / "evil.pt2"
+    subprocess.run([sys.executable, "-c", EVIL, str(out / "model.pt2"), str(evil),
+                    str(tmp_path / "ran"), "aoti"], check=True, timeout=120)
+    evil.replace(out / "model.pt2")
+    with pytest.raises(FerryError, match="part of an AOTInductor package"):
+        ExportedModel.from_pretrained(out).components["model"].program
+    rc, text, err = validate(out)
+    assert rc == 1 and "part of an AOTInductor package" in err, (rc, text, err)
 
 
 def test_legacy_layout_refused(ckpts, tmp_path):
