@@ -280,12 +280,15 @@ typedef struct ferry_components ferry_components;
 /* Decomposes `model` into the components `cfg` asks for — "model" for a plain export, the
  * generation components (below) when cfg->for_generation — as checked graphs that can be
  * described, dumped or exported one by one. The twin of decompose_for_generation for any
- * export. Errors are on the model handle. */
+ * export. cfg->generation other than its defaults without cfg->for_generation is an error
+ * (FERRY_ERR_INVALID_ARG: it would change nothing). Errors are on the model handle. */
 ferry_status ferry_decompose(ferry_model *model, const ferry_export_config *cfg,
                              ferry_components **out);
 
 /* Decomposes `model` into the generation components described above, as graphs that can be
  * inspected (ferry_components_describe) or exported one by one (ferry_components_export).
+ * `gen` at its defaults (ferry_generation_config_init) takes cfg->generation (a recipe's
+ * generation_config and multi_token_decode); where both are set they must be equal.
  * Errors (on the model handle): multi_token_decode without dynamic shapes, static_cache
  * without max_cache_len, max_cache_len below the example prompt length, an architecture
  * without generation support. */

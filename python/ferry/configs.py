@@ -90,6 +90,8 @@ def _plain_recipe(recipe):
         plain["export_format"] = str(getattr(fmt, "value", fmt))
     elif isinstance(fmt, str) and fmt.startswith("ExportFormat."):
         plain["export_format"] = fmt[len("ExportFormat."):].lower()
+    if "dtype" in plain and plain["dtype"] is not None:  # a torch dtype, as the configs take
+        plain["dtype"] = _dtype_name(plain["dtype"])      # (found by review: a TypeError)
     shapes = plain.get("dynamic_shapes")
     if shapes is not None:
         plain["dynamic_shapes"] = _json_shapes(shapes)

@@ -145,9 +145,16 @@ def _from_recipe(config, export_format):
 
 
 def _as_openvino(config):
-    """An OpenVINOExporter writes OpenVINO whatever config class it is handed (an OnnxConfig's
-    ONNX-only keys, opset or ort_fusions, are then refused by libferry by name)."""
+    """An OpenVINOExporter writes OpenVINO from an OpenVINO or ONNX config (an OnnxConfig's
+    ONNX-only keys, opset or ort_fusions, are then refused by libferry by name); one for
+    another format is refused, as the other exporters refuse it (found by review: a
+    DynamoConfig wrote OpenVINO)."""
     recipe = config.to_dict()
+    fmt = str(recipe.get("export_format") or "openvino")
+    if fmt not in ("openvino", "onnx"):
+        raise FerryError(f"OpenVINOExporter writes openvino, but its config is for "
+                         f"{_escape(fmt)}: use AutoHfExporter.from_config(config) to get the "
+                         "exporter for a config", status=1)
     recipe["export_format"] = "openvino"
     return OpenVINOConfig._from_dict(recipe)
 

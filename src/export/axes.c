@@ -33,11 +33,15 @@ static void input_list(const model_arch *arch, char *buf, size_t size)
 }
 
 ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch,
-                              g_symtab *syms, g_dim out[2], fy_err *err)
+                              int64_t sequence_cap, g_symtab *syms, g_dim out[2], fy_err *err)
 {
     const int64_t given[2] = {cfg->example_batch, cfg->example_sequence};
     int64_t examples[2] = {given[0] ? given[0] : EXAMPLE_BATCH_DEFAULT,
                            given[1] ? given[1] : EXAMPLE_SEQUENCE_DEFAULT};
+    /* the default prompt fits a static cache shorter than it (found by review: the caller,
+     * who gave no example, was told the example did not fit) */
+    if (!given[1] && sequence_cap > 0 && examples[1] > sequence_cap)
+        examples[1] = sequence_cap;
     const ferry_dim_spec *chosen[2] = {NULL, NULL};
     char names[256];
     input_list(arch, names, sizeof names);

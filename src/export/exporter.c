@@ -113,7 +113,8 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     }
     g_symtab syms[GEN_MAX_COMPONENTS] = {{.n = 0}};
     g_dim axes[2];
-    if (exp_resolve_axes(&c->cfg, m->arch, &syms[0], axes, err) != FERRY_OK)
+    int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;
+    if (exp_resolve_axes(&c->cfg, m->arch, cache_len, &syms[0], axes, err) != FERRY_OK)
         goto fail;
     for (int i = 1; i < GEN_MAX_COMPONENTS; i++)
         syms[i] = syms[0];
@@ -179,12 +180,32 @@ fail:
     return err->status;
 }
 
+static bool generation_is_default(const ferry_generation_config *g)
+{
+    return g->multi_token_decode == FERRY_AUTO && !g->static_cache && !g->max_cache_len;
+}
+
+static bool generation_equal(const ferry_generation_config *a, const ferry_generation_config *b)
+{
+    return a->multi_token_decode == b->multi_token_decode &&
+           a->static_cache == b->static_cache && a->max_cache_len == b->max_cache_len;
+}
+
 ferry_status ferry_decompose(ferry_model *m, const ferry_export_config *cfg,
                              ferry_components **out)
 {
     if (!cfg) {
         *out = NULL;
         return m ? fy_refail(&m->err, FERRY_ERR_INVALID_ARG, "no export config given")
+                 : FERRY_ERR_INVALID_ARG;
+    }
+    /* generation options on a plain export would change nothing (found by review: a Python
+     * recipe's generation_config was dropped without a word) */
+    if (!cfg->for_generation && !generation_is_default(&cfg->generation)) {
+        *out = NULL;
+        return m ? fy_refail(&m->err, FERRY_ERR_INVALID_ARG, "multi_token_decode and "
+                             "generation_config (a static cache, max_cache_len) apply to "
+                             "generation exports (for_generation, export_for_generation)")
                  : FERRY_ERR_INVALID_ARG;
     }
     return decompose(m, cfg, cfg->for_generation ? &cfg->generation : NULL, out);
@@ -198,6 +219,18 @@ ferry_status ferry_decompose_for_generation(ferry_model *m, const ferry_export_c
         *out = NULL;
         return m ? fy_refail(&m->err, FERRY_ERR_INVALID_ARG, "no export or generation config "
                              "given") : FERRY_ERR_INVALID_ARG;
+    }
+    /* The config's own generation options (a recipe's generation_config, multi_token_decode)
+     * count where `gen` leaves everything at its default (found by review: they were ignored);
+     * where both say something, they must agree. */
+    if (generation_is_default(gen))
+        gen = &cfg->generation;
+    else if (!generation_is_default(&cfg->generation) && !generation_equal(gen, &cfg->generation)) {
+        *out = NULL;
+        return m ? fy_refail(&m->err, FERRY_ERR_INVALID_ARG, "the export config's "
+                             "generation_config / multi_token_decode and the generation config "
+                             "given beside it differ: give them once")
+                 : FERRY_ERR_INVALID_ARG;
     }
     return decompose(m, cfg, gen, out);
 }

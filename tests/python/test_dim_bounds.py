@@ -108,3 +108,20 @@ def test_example_given_outside_range_python():
     with pytest.raises(FerryError, match="sequence 2 is outside dynamic dim input_ids:1"):
         DynamoExporter().export(FIXTURE, {"input_ids": torch.ones(1, 2, dtype=torch.long)},
                                 config=config)
+
+
+@pytest.mark.parametrize("label,binary", BUILDS, ids=IDS)
+def test_default_example_fits_a_short_static_cache(tmp_path, label, binary):
+    """Found by review: a static cache shorter than the default 8-token example was refused as
+    "smaller than the example prompt", an example the caller never gave; the default prompt is
+    the cache's length then. A given example still has to fit."""
+    out = tmp_path / "out"
+    rc, _, stderr = run_ferry("export", FIXTURE, out, "-q", "--for-generation", "--dynamic",
+                              "--static-cache", "--max-cache-len", "4", binary=binary)
+    assert rc == 0, stderr[-3000:]
+    meta = json.loads((out / "export.json").read_text())["components"]["prefill"]["metadata"]
+    assert meta["inputs"][0]["traced_shape"] == [1, 4]
+    rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "given", "-q", "--for-generation",
+                              "--dynamic", "--static-cache", "--max-cache-len", "4",
+                              "--example-shape", "input_ids=1x5", binary=binary)
+    refused(rc, stderr, 2, "max_cache_len 4 is smaller than the example prompt (5 tokens)")

@@ -206,3 +206,39 @@ def test_a_dict_config_as_transformers_takes_one():
     with pytest.raises(FerryError, match="no_such_key"):
         DynamoExporter().export(FIXTURE, config={"no_such_key": 1})
     assert "decode" in decompose_for_generation(FIXTURE, config={"dynamic": True})
+    # found by a later review: a torch dtype in a dict was a TypeError; OpenVINOExporter wrote
+    # OpenVINO from a config for another format
+    import torch
+
+    from ferry import DynamoConfig
+    half = OnnxExporter().export(FIXTURE, config={"dtype": torch.float16})
+    assert half.manifest["components"]["model"]["metadata"]["export_config"]["dtype"] == "fp16"
+    for config in ({"export_format": "dynamo"}, DynamoConfig()):
+        with pytest.raises(FerryError, match="OpenVINOExporter writes openvino, but its config "
+                                             "is for dynamo"):
+            OpenVINOExporter().export(FIXTURE, config=config)
+
+
+def test_a_recipes_generation_options_count():
+    """Found by review: a recipe's generation_config (and multi_token_decode) were dropped
+    without a word by export_for_generation, which read only its own generation_config, and
+    by export, where they mean nothing. The first now takes the recipe's where it is given
+    none, and refuses two that differ; the second refuses them."""
+    from ferry import DynamoExporter, FerryError, OnnxExporter
+
+    static = {"cache_implementation": "static", "max_cache_len": 16}
+    for exporter in (OnnxExporter(), DynamoExporter()):
+        gen = exporter.export_for_generation(FIXTURE, config={"dynamic": True,
+                                                              "generation_config": static})
+        cache = gen.manifest["components"]["decode"]["metadata"]["cache"]
+        assert cache["max_cache_len"] == 16, cache
+        same = exporter.export_for_generation(FIXTURE, config={"dynamic": True,
+                                                               "generation_config": static},
+                                              generation_config=static)
+        assert same.manifest["components"]["decode"]["metadata"]["cache"] == cache
+        with pytest.raises(FerryError, match="differ: give them once"):
+            exporter.export_for_generation(
+                FIXTURE, config={"dynamic": True, "generation_config": static},
+                generation_config=dict(static, max_cache_len=32))
+        with pytest.raises(FerryError, match="apply to generation exports"):
+            exporter.export(FIXTURE, config={"dynamic": True, "generation_config": static})
