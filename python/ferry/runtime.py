@@ -198,26 +198,40 @@ def register_output_types(metadata):
                          status=4) from None
 
 
-# The names a program's symbolic expressions may call: torch's serializer parses each
-# expr_str with sympy.sympify, which evaluates it as Python (found by review: an expr_str
-# calling __import__ ran code in torch.export.load). torch's own functions
-# (torch/_export/serde/serialize.py) and what sympy prints.
+# The names a program's symbolic expressions may use: torch's serializer parses each expr_str
+# with sympy.sympify, which evaluates it as Python (found by review: an expr_str calling
+# __import__ ran code in torch.export.load). torch writes them as sympy's srepr
+# ("Mul(Integer(64), Symbol('s1'))"), ferry as arithmetic ("64*s1"): sympy's classes and
+# printed names, torch's own functions (torch/_export/serde/serialize.py) and the assumptions
+# a Symbol takes as keywords.
 _SYMPY_NAMES = frozenset((
     "FloorDiv", "ModularIndexing", "Where", "PythonMod", "Mod", "CleanDiv", "CeilToInt",
     "FloorToInt", "CeilDiv", "LShift", "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv",
     "IntTrueDiv", "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt",
     "RoundToInt", "RoundDecimal", "ToFloat", "Identity", "Max", "Min", "Abs", "floor",
-    "ceiling", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or", "Not", "Piecewise", "True",
-    "False", "oo", "zoo", "nan", "Integer", "Rational"))
-_SYMPY_TOKEN = re.compile(r"\s*(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)|\d+(?:\.\d+)?(?:e[-+]?\d+)?|"
-                          r"//|\*\*|<=|>=|==|!=|[-+*/%(),<>&|~])")
+    "ceiling", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or", "Not", "Piecewise",
+    "ExprCondPair", "Tuple", "True", "False", "true", "false", "BooleanTrue", "BooleanFalse",
+    "oo", "zoo", "nan", "NaN", "Infinity", "NegativeInfinity", "ComplexInfinity", "Integer",
+    "Rational", "Float", "One", "Zero", "NegativeOne", "Half", "Symbol", "Add", "Mul", "Pow",
+    "Equality", "Unequality", "StrictLessThan", "LessThan", "StrictGreaterThan",
+    "GreaterThan"))
+_SYMPY_KEYWORDS = frozenset((
+    "integer", "positive", "nonnegative", "negative", "nonpositive", "nonzero", "real",
+    "finite", "commutative", "even", "odd", "precision"))
+_SYMPY_TOKEN = re.compile(
+    r"\s*(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<keyword>\s*=(?!=))?|"
+    r"(?P<quote>['\"])(?P<text>[^'\"]*)(?P=quote)|"
+    r"\d+(?:\.\d+)?(?:e[-+]?\d+)?|//|\*\*|<=|>=|==|!=|[-+*/%(),<>&|~])")
 _SYMBOL_NAME = re.compile(r"[a-z]+[0-9]+")
+_NUMBER_TEXT = re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?(?:e[-+]?[0-9]+)?")
 _PAYLOAD_NAME = re.compile(r"(weight|tensor)_[0-9]+")
 
 
 def _is_plain_expression(text):
-    """Whether `text` is arithmetic over symbols (s0, u1, ...), numbers and _SYMPY_NAMES only:
-    no attribute, subscript, string or other name, so sympify can build nothing else."""
+    """Whether `text` builds nothing but a sympy expression: symbols (s0, u1, ...), numbers,
+    operators and _SYMPY_NAMES; a string only as a symbol's name or a number (sympy sympifies
+    the string arguments of its functions too); a keyword only for an assumption. No
+    attribute, subscript or other name."""
     if not isinstance(text, str) or len(text) > 4096:
         return False
     text, pos = text.rstrip(), 0
@@ -225,9 +239,17 @@ def _is_plain_expression(text):
         m = _SYMPY_TOKEN.match(text, pos)
         if not m:
             return False
-        name = m.group("name")
-        if name is not None and name not in _SYMPY_NAMES and not _SYMBOL_NAME.fullmatch(name):
-            return False
+        name, quoted = m.group("name"), m.group("quote")
+        if name is not None:
+            if m.group("keyword"):
+                if name not in _SYMPY_KEYWORDS:
+                    return False
+            elif name not in _SYMPY_NAMES and not _SYMBOL_NAME.fullmatch(name):
+                return False
+        elif quoted is not None:
+            inner = m.group("text")
+            if not (_SYMBOL_NAME.fullmatch(inner) or _NUMBER_TEXT.fullmatch(inner)):
+                return False
         pos = m.end()
     return True
 

@@ -533,6 +533,24 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("expr,plain", [
+    ("s0", True), ("64*(s0)", True), ("(s0)*(s0)", True), ("FloorDiv(s0, 2) + 1", True),
+    ("(s0 < 3) & (s1 > 2)", True), ("Mul(Integer(64), Symbol('s1'))", True),  # torch's srepr
+    ("Symbol('s0', integer=True, positive=True)", True), ("Float('1.5', precision=53)", True),
+    ("s0+0*__import__('os').system('id')", False), ("s0.func", False), ("s0[0]", False),
+    ("lambda: 1", False), ("open(1)", False), ("Symbol('s0', evil=1)", False),
+    # sympy sympifies a function's string arguments: only symbol names and numbers pass
+    ("Max(1, 'open(1)')", False), ("Mod('s0 + 1', 2)", False), ("Symbol('os')", False),
+])
+def test_expressions_torch_evaluates(expr, plain):
+    """torch.export.load parses each expr_str with sympy.sympify, which evaluates Python:
+    ferry's check takes what torch and ferry write, arithmetic over symbols, and nothing that
+    could name or call anything else."""
+    from ferry.runtime import _is_plain_expression
+
+    assert _is_plain_expression(expr) is plain
+
+
 def test_aotinductor_package_refused(ckpts, tmp_path):
     """Found by review: torch.export.load loads the compiled library of every model under
     data/aotinductor/ (a native payload would run); ferry's exports never hold one, and an
