@@ -269,6 +269,28 @@ def _expressions(node):
             stack.extend(node)
 
 
+def _stated_directory_offset(path):
+    """Where the archive's end record says its central directory starts (the offset torch's
+    reader, miniz, reads it at; Python's zipfile instead takes it to end at the end record,
+    which data put before the archive moves), or None where there is no readable end record."""
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        f.seek(size - min(size, 65536 + 22))
+        tail = f.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < 22:
+            return None
+        offset = int.from_bytes(tail[at + 16:at + 20], "little")
+        if offset != 0xFFFFFFFF:
+            return offset
+        locator = tail[at - 20:at] if at >= 20 else b""  # zip64: its own end record
+        if locator[:4] != b"PK\x06\x07":
+            return None
+        f.seek(int.from_bytes(locator[8:16], "little"))
+        record = f.read(56)
+        return int.from_bytes(record[48:56], "little") if record[:4] == b"PK\x06\x06" else None
+
+
 class UnsafeArchive(FerryError):
     """A pt2 archive that torch.export.load would run code from: refused (status 3, a file
     ferry will not read), never a runtime that cannot run here."""
@@ -296,9 +318,16 @@ def check_archive_is_data(path):
 
     try:
         archive = zipfile.ZipFile(path)
+        stated = _stated_directory_offset(path)
     except (OSError, zipfile.BadZipFile) as e:
         raise UnsafeArchive(f"{_escape(str(path))}: not a pt2 archive ({e})", status=3) from None
     with archive:
+        # data before the archive: zipfile shifts every offset past it, miniz does not, so the
+        # two could read two central directories (found by review's questions)
+        if stated != archive.start_dir:
+            raise refuse(str(path), "has its central directory elsewhere than its end record "
+                         "states (data before the archive?)", "torch's reader and Python's "
+                         "would read different entries")
         # torch's zip reader finds an entry by its name ignoring case and, where two match,
         # not necessarily the copy Python's zipfile reads; it also stops a name at a NUL: every
         # name is checked folded, read through the one copy it may have, and an archive
@@ -314,7 +343,13 @@ def check_archive_is_data(path):
                              "read is unknown")
 
         def read(name):
-            return archive.read(by_folded[name.lower()])
+            try:
+                return archive.read(by_folded[name.lower()])
+            except (OSError, EOFError, NotImplementedError, zipfile.BadZipFile) as e:
+                # a local header naming another entry, a bad size or compression
+                raise UnsafeArchive(f"{_escape(str(path))}: {_escape(by_folded[name.lower()])} "
+                                    f"cannot be read as the archive lists it ({e})",
+                                    status=3) from None
 
         def inside(name):  # the path below the archive's root folder, as torch names it
             return name.partition("/")[2]

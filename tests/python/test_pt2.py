@@ -573,6 +573,27 @@ def test_aotinductor_package_refused(ckpts, tmp_path):
     assert rc == 1 and "part of an AOTInductor package" in err, (rc, text, err)
 
 
+def test_archive_two_readers_disagree_on_refused(ckpts, tmp_path):
+    """Found by review's questions: with data before the archive Python's zipfile shifts every
+    offset past it and torch's reader (miniz) does not, so each could read its own central
+    directory; an entry whose local header names another is read by neither as listed. Both are
+    refused before torch opens the file."""
+    from ferry import ExportedModel, FerryError
+
+    out = ferry_export(ckpts("llama"), tmp_path / "out", "--format", "pt2", "--quiet")
+    archive = out / "model.pt2"
+    original = archive.read_bytes()
+    archive.write_bytes(b"\0" * 4096 + original)
+    with pytest.raises(FerryError, match="central directory elsewhere than its end record"):
+        ExportedModel.from_pretrained(out).components["model"].program
+    name = b"data/sample_inputs/model.pt"
+    at = original.index(name)  # the first copy is the local header's
+    archive.write_bytes(original[:at] + name.replace(b"model.pt", b"MODEL.PT") +
+                        original[at + len(name):])
+    with pytest.raises(FerryError, match="cannot be read as the archive lists it"):
+        ExportedModel.from_pretrained(out).components["model"].program
+
+
 def test_legacy_layout_refused(ckpts, tmp_path):
     """A root "version" entry is the layout before torch 2.8, which torch.export.load falls
     back to where the program fails to load, and whose program it unpickles in full."""
