@@ -464,12 +464,31 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) 
         zout.writestr(root + "/data/weights/weight_1", buf.getvalue())
     if entry == "aoti":  # only refused: a live one needs a compiled library
         zout.writestr(root + "/data/aotinductor/model/model.so", b"\\x7fELF")
+    if entry == "subfolder":  # a program models/sub/x reads the legacy data/weights/sub/x.pt
+        zout.writestr(root + "/models/sub/x.json", zin.read(root + "/models/model.json"))
+        zout.writestr(root + "/data/sample_inputs/sub/x.pt",
+                      zin.read(root + "/data/sample_inputs/model.pt"))
+        zout.writestr(root + "/data/weights/sub/x.pt", buf.getvalue())
+        zout.writestr(root + "/data/constants/sub/x.pt", buf.getvalue())
     for info in zin.infolist():
         data = zin.read(info)
         if entry == "sympy" and info.filename.endswith("models/model.json"):
             # torch parses each expr_str with sympy.sympify, which evaluates Python
             expr = "s0+0*__import__('os').system('touch " + marker + "')"
             data = data.replace(b'"expr_str": "s0"', b'"expr_str": ' + json.dumps(expr).encode(), 1)
+        if entry in ("input_name", "guard") and info.filename.endswith("models/model.json"):
+            program = json.loads(data)
+            run = "__import__('os').system('touch " + marker + "')"
+            if entry == "input_name":  # FX writes it into the forward it executes
+                name = "zz=" + run
+                graph = program["graph_module"]["graph"]
+                graph["inputs"].append({"as_tensor": {"name": name}})
+                graph["tensor_values"][name] = graph["tensor_values"]["input_ids"]
+                program["graph_module"]["signature"]["input_specs"].append(
+                    {"user_input": {"arg": {"as_tensor": {"name": name}}}})
+            else:  # .module() executes each guard
+                program["guards_code"] = [run + " == 0"]
+            data = json.dumps(program).encode()
         if entry == "nul" and info.filename.endswith("model_weights_config.json"):
             config = json.loads(data)
             first = config["config"][next(iter(config["config"]))]
@@ -493,7 +512,8 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) 
 """
 
 
-@pytest.mark.parametrize("entry", ["sample", "constant", "duplicate", "case", "sympy", "nul"])
+@pytest.mark.parametrize("entry", ["sample", "constant", "duplicate", "case", "sympy", "nul",
+                                   "subfolder", "input_name", "guard"])
 def test_loading_never_runs_code(ckpts, tmp_path, entry):
     """Found by review: torch.export.load unpickles in full what its weights_only reader
     refuses (the example inputs) and what an archive marks use_pickle, running the code a
@@ -502,7 +522,9 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
     later review: a second copy of an entry, or one named in other case, which torch's zip
     reader finds and Python's zipfile does not, hid the pickle from that check; a third: an
     expression torch evaluates as Python (sympify), and a path_name whose NUL torch's C reader
-    stops at, ran code past it."""
+    stops at, ran code past it; a fourth: a second program in a subfolder (whose legacy pickles
+    torch reads), a graph input whose name FX writes into code, and (found while fixing those)
+    a guard .module() executes."""
     import subprocess
     import sys
 
@@ -516,14 +538,20 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
     subprocess.run([sys.executable, "-c", EVIL, str(out / "model.pt2"), str(evil), str(marker),
                     entry], check=True, timeout=120)
     evil.replace(out / "model.pt2")
-    subprocess.run([sys.executable, "-c", "import sys, torch; torch.export.load(sys.argv[1])",
+    # torch alone: load, unlift and call (a guard runs at the call)
+    subprocess.run([sys.executable, "-c", "import sys, torch; "
+                    "m = torch.export.load(sys.argv[1]).module(); ids = torch.zeros(1, 4).long(); "
+                    "m(input_ids=ids, attention_mask=ids + 1, position_ids=torch.arange(4)[None])",
                     str(out / "model.pt2")], capture_output=True, timeout=300)
     assert marker.exists(), "the archive does not run code in torch: the test proves nothing"
     marker.unlink()
     exported = ExportedModel.from_pretrained(out)
     ids, mask, pos = make_inputs(VOCAB, 1, 4)
     why = {"duplicate": "is in the archive twice",
-           "nul": "is not a weight_N or tensor_N entry"}.get(entry, "would run code from it")
+           "nul": "is not a weight_N or tensor_N entry", "sympy": "not plain arithmetic",
+           "subfolder": "is not an entry of a pt2 in the layout",
+           "input_name": "not an identifier", "guard": "does more than compare input sizes",
+           }.get(entry, "is a pickle the weights_only loader refuses")
     with pytest.raises(FerryError, match=why):
         exported(input_ids=ids, attention_mask=mask, position_ids=pos)
     with pytest.raises(FerryError, match=why):
@@ -546,9 +574,25 @@ def test_expressions_torch_evaluates(expr, plain):
     """torch.export.load parses each expr_str with sympy.sympify, which evaluates Python:
     ferry's check takes what torch and ferry write, arithmetic over symbols, and nothing that
     could name or call anything else."""
-    from ferry.runtime import _is_plain_expression
+    from ferry.pt2_safety import is_plain_expression
 
-    assert _is_plain_expression(expr) is plain
+    assert is_plain_expression(expr) is plain
+
+
+@pytest.mark.parametrize("guard,plain", [
+    ("L['input_ids'].size()[1] <= L['attention_mask'].size()[1]", True),  # transformers' own
+    ("L['cache'][0].size()[0] == L['position_ids'].size()[0] and L['cache'][0].size()[3] == 16",
+     True), ("L['input_ids'].size()[1] + ((-1)*L['attention_mask'].size()[1]) <= 0", True),
+    ("__import__('os').system('id') == 0", False), ("L['x'].size.__class__", False),
+    ("L['x'].numpy()", False), ("open('f')", False), ('L["x"].size()[0] == 1', False),
+    ("L['a\\'].size()[0]", False), ("(lambda: 1)()", False), ("[1][0]", False),
+])
+def test_guards_torch_executes(guard, plain):
+    """.module() compiles each guards_code entry into a function it runs at every call (and
+    pastes it, unescaped, into a string literal of its message): only size comparisons pass."""
+    from ferry.pt2_safety import is_plain_guard
+
+    assert is_plain_guard(guard) is plain
 
 
 def test_aotinductor_package_refused(ckpts, tmp_path):
@@ -567,10 +611,11 @@ def test_aotinductor_package_refused(ckpts, tmp_path):
     subprocess.run([sys.executable, "-c", EVIL, str(out / "model.pt2"), str(evil),
                     str(tmp_path / "ran"), "aoti"], check=True, timeout=120)
     evil.replace(out / "model.pt2")
-    with pytest.raises(FerryError, match="part of an AOTInductor package"):
+    why = "data/aotinductor/model/model.so is not an entry of a pt2 in the layout"
+    with pytest.raises(FerryError, match=why):
         ExportedModel.from_pretrained(out).components["model"].program
     rc, text, err = validate(out)
-    assert rc == 1 and "part of an AOTInductor package" in err, (rc, text, err)
+    assert rc == 1 and why in err, (rc, text, err)
 
 
 def test_archive_two_readers_disagree_on_refused(ckpts, tmp_path):

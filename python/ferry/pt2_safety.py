@@ -1,0 +1,291 @@
+"""Whether a .pt2 archive is data only, checked before torch.export.load reads it.
+
+torch.export.load runs code an archive carries through many doors, each found by a review that
+ran a payload through it: it unpickles in full the example inputs its weights_only reader
+refuses, weights and constants saved with use_pickle, custom and opaque objects, and archives
+in the layout before torch 2.8; it loads the compiled library of an AOTInductor package; it
+deserializes every program under models/ (a subfolder included) and reads files at paths built
+from the program's name; it evaluates each symbolic expression (expr_str) with
+sympy.sympify, which runs Python; FX writes each graph input's name into the source of the
+forward it executes; and .module() executes the program's guards_code. Its zip reader (miniz)
+also differs from Python's zipfile: names are looked up ignoring case and read as C strings,
+and offsets are not shifted past data put before the archive.
+
+So ferry takes an archive only in the exact layout ferry, transformers' DynamoExporter and
+torch.export.save write (one root folder, one program "model", weight_N and tensor_N
+payloads), whose pickles the weights_only reader takes, whose names are identifiers, whose
+expressions are arithmetic and whose guards compare input sizes. Anything else is refused with
+UnsafeArchive before torch opens the file; torch.export.load called directly stays unsafe."""
+
+import ast
+import io
+import json
+import keyword
+import re
+import zipfile
+
+from ._lib import FerryError, _escape
+
+
+class UnsafeArchive(FerryError):
+    """A pt2 archive that torch.export.load could run code from: refused (status 3, a file
+    ferry will not read), never a runtime that cannot run here."""
+
+
+# The entries below the root folder (names folded to lower case, as torch looks them up).
+_FIXED_ENTRIES = frozenset((
+    "archive_format", "archive_version", ".data/version", ".data/serialization_id", "byteorder",
+    "models/model.json", "data/sample_inputs/model.pt",
+    "data/weights/model_weights_config.json", "data/constants/model_constants_config.json"))
+_PAYLOAD_ENTRY = re.compile(r"data/(weights/weight|constants/tensor)_[0-9]+")
+_PAYLOAD_NAME = re.compile(r"(weight|tensor)_[0-9]+")
+_CONFIGS = {"data/weights/model_weights_config.json": "data/weights/",
+            "data/constants/model_constants_config.json": "data/constants/"}
+
+# What an expr_str may name: torch writes sympy's srepr ("Mul(Integer(64), Symbol('s1'))"),
+# ferry arithmetic ("64*s1"). sympy's classes and printed names, torch's own functions
+# (torch/_export/serde/serialize.py), and the assumptions a Symbol takes as keywords.
+SYMPY_NAMES = frozenset((
+    "FloorDiv", "ModularIndexing", "Where", "PythonMod", "Mod", "CleanDiv", "CeilToInt",
+    "FloorToInt", "CeilDiv", "LShift", "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv",
+    "IntTrueDiv", "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt",
+    "RoundToInt", "RoundDecimal", "ToFloat", "Identity", "Max", "Min", "Abs", "floor",
+    "ceiling", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or", "Not", "Piecewise",
+    "ExprCondPair", "Tuple", "True", "False", "true", "false", "BooleanTrue", "BooleanFalse",
+    "oo", "zoo", "nan", "NaN", "Infinity", "NegativeInfinity", "ComplexInfinity", "Integer",
+    "Rational", "Float", "One", "Zero", "NegativeOne", "Half", "Symbol", "Add", "Mul", "Pow",
+    "Equality", "Unequality", "StrictLessThan", "LessThan", "StrictGreaterThan",
+    "GreaterThan"))
+_SYMPY_KEYWORDS = frozenset((
+    "integer", "positive", "nonnegative", "negative", "nonpositive", "nonzero", "real",
+    "finite", "commutative", "even", "odd", "precision"))
+_SYMPY_TOKEN = re.compile(
+    r"\s*(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<keyword>\s*=(?!=))?|"
+    r"(?P<quote>['\"])(?P<text>[^'\"]*)(?P=quote)|"
+    r"\d+(?:\.\d+)?(?:e[-+]?\d+)?|//|\*\*|<=|>=|==|!=|[-+*/%(),<>&|~])")
+_SYMBOL_NAME = re.compile(r"[a-z]+[0-9]+")
+_NUMBER_TEXT = re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?(?:e[-+]?[0-9]+)?")
+# names torch gives graph values and arguments, which FX writes into the forward it executes
+_NAME_KEYS = frozenset(("name", "as_name", "forward_arg_names"))
+# module paths (parameters, buffers, constants, submodules): identifiers and indices
+_PATH_KEYS = frozenset(("parameter_name", "buffer_name", "tensor_constant_name",
+                        "custom_obj_name", "fqn"))
+_MODULE_PATH = re.compile(r"([A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*)?")
+_TARGET = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
+# what a guard may ask of an input (torch writes "L['x'].size()[1] <= L['y'].size()[1]")
+_GUARD_METHODS = frozenset(("size", "stride", "storage_offset", "dim", "numel"))
+_GUARD_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.Compare, ast.Eq, ast.NotEq,
+                ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.BinOp, ast.Add, ast.Sub, ast.Mult,
+                ast.FloorDiv, ast.Mod, ast.Pow, ast.UnaryOp, ast.USub, ast.UAdd, ast.Not,
+                ast.Load, ast.Subscript)
+
+
+def is_plain_expression(text):
+    """Whether `text` builds nothing but a sympy expression: symbols (s0, u1, ...), numbers,
+    operators and SYMPY_NAMES; a string only as a symbol's name or a number (sympy sympifies
+    the string arguments of its functions too); a keyword only for an assumption. No
+    attribute, subscript or other name."""
+    if not isinstance(text, str) or len(text) > 4096:
+        return False
+    text, pos = text.rstrip(), 0
+    while pos < len(text):
+        m = _SYMPY_TOKEN.match(text, pos)
+        if not m:
+            return False
+        name, quoted = m.group("name"), m.group("quote")
+        if name is not None:
+            if m.group("keyword"):
+                if name not in _SYMPY_KEYWORDS:
+                    return False
+            elif name not in SYMPY_NAMES and not _SYMBOL_NAME.fullmatch(name):
+                return False
+        elif quoted is not None:
+            inner = m.group("text")
+            if not (_SYMBOL_NAME.fullmatch(inner) or _NUMBER_TEXT.fullmatch(inner)):
+                return False
+        pos = m.end()
+    return True
+
+
+def is_plain_guard(text):
+    """Whether `text` only compares sizes of inputs: L['name'] subscripts, .size() and its
+    kin, integers, arithmetic, comparisons, and/or/not and SYMPY_NAMES calls. torch executes
+    it (as the body of a function, inside a string literal of its error message too, so no
+    quote or backslash may be in it)."""
+    if not isinstance(text, str) or len(text) > 4096 or '"' in text or "\\" in text:
+        return False
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, _GUARD_NODES):
+            continue
+        if isinstance(node, ast.Constant) and (type(node.value) in (int, bool) or (
+                isinstance(node.value, str) and node.value.isidentifier())):
+            continue
+        if isinstance(node, ast.Name) and (node.id == "L" or node.id in SYMPY_NAMES):
+            continue
+        if isinstance(node, ast.Attribute) and node.attr in _GUARD_METHODS:
+            continue
+        if isinstance(node, ast.Call) and not node.keywords and (
+                isinstance(node.func, ast.Attribute) and node.func.attr in _GUARD_METHODS or
+                isinstance(node.func, ast.Name) and node.func.id in SYMPY_NAMES):
+            continue
+        return False
+    return True
+
+
+def _is_identifier(text):
+    return isinstance(text, str) and text.isidentifier() and not keyword.iskeyword(text)
+
+
+def _program_problem(program):
+    """Why the program's JSON could make torch run code, or None."""
+    stack = [(None, program)]
+    while stack:
+        key, node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.items())
+            continue
+        if isinstance(node, list):
+            stack.extend((key, item) for item in node)
+            continue
+        if not isinstance(node, str):
+            continue
+        shown = _escape(node[:80])
+        if re.search(r"[\x00-\x08\x0b-\x1f\x7f]", node):
+            return f"a {key} with a control character ({shown})"
+        if key == "expr_str" and not is_plain_expression(node):
+            return (f"the symbolic expression {shown}, which is not plain arithmetic (torch "
+                    "evaluates it as Python)")
+        if key == "guards_code" and not is_plain_guard(node):
+            return (f"the guard {shown}, which does more than compare input sizes (torch "
+                    "executes it)")
+        if key in _NAME_KEYS and not _is_identifier(node):
+            return f"the {key} {shown}, not an identifier (torch writes names into code)"
+        if key in _PATH_KEYS and not _MODULE_PATH.fullmatch(node):
+            return f"the {key} {shown}, not a module path"
+        if key == "target" and not _TARGET.fullmatch(node):
+            return f"the target {shown}, not an operator's name"
+    return None
+
+
+def _stated_directory_offset(path):
+    """Where the archive's end record says its central directory starts (the offset torch's
+    reader, miniz, reads it at; Python's zipfile instead takes it to end at the end record,
+    which data put before the archive moves), or None where there is no readable end record."""
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        f.seek(size - min(size, 65536 + 22))
+        tail = f.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < 22:
+            return None
+        offset = int.from_bytes(tail[at + 16:at + 20], "little")
+        if offset != 0xFFFFFFFF:
+            return offset
+        locator = tail[at - 20:at] if at >= 20 else b""  # zip64: its own end record
+        if locator[:4] != b"PK\x06\x07":
+            return None
+        f.seek(int.from_bytes(locator[8:16], "little"))
+        record = f.read(56)
+        return int.from_bytes(record[48:56], "little") if record[:4] == b"PK\x06\x06" else None
+
+
+def check_archive_is_data(path):
+    """Raises UnsafeArchive unless the .pt2 at `path` is one torch.export.load can read
+    without running anything it carries (the module docstring says what that takes)."""
+    import torch
+
+    def refuse(entry, why, consequence="torch.export.load could run code from it"):
+        return UnsafeArchive(f"{_escape(str(path))}: {_escape(entry)} {why}: {consequence}; "
+                             "ferry loads only archives in the layout ferry, transformers and "
+                             "torch.export.save write, holding data only", status=3)
+
+    try:
+        archive = zipfile.ZipFile(path)
+        stated = _stated_directory_offset(path)
+    except (OSError, zipfile.BadZipFile) as e:
+        raise UnsafeArchive(f"{_escape(str(path))}: not a pt2 archive ({e})", status=3) from None
+    with archive:
+        if stated != archive.start_dir:
+            raise refuse(str(path), "has its central directory elsewhere than its end record "
+                         "states (data before the archive?)", "torch's reader and Python's "
+                         "would read different entries")
+        names, by_inside, root = archive.namelist(), {}, None
+        for name in names:
+            if name.lower() == "version":  # where the program fails to load, torch reads this
+                raise refuse(name, "marks the layout before torch 2.8, whose program is "
+                             "unpickled in full")
+            if re.search(r"[\x00-\x1f\x7f\\]", name):
+                raise refuse(name, "has a control character or backslash in its name",
+                             "torch's reader may take it for another entry")
+            top, _, inside = name.lower().partition("/")
+            root = top if root is None else root
+            if top != root or not inside:
+                raise refuse(name, "is outside the archive's one root folder",
+                             "torch.export.load cannot read it as a pt2")
+            if by_inside.setdefault(inside, name) is not name:
+                raise refuse(name, "is in the archive twice (names compared ignoring case, as "
+                             "torch's zip reader does)", "which copy torch.export.load would "
+                             "read is unknown")
+            if inside not in _FIXED_ENTRIES and not _PAYLOAD_ENTRY.fullmatch(inside):
+                raise refuse(name, "is not an entry of a pt2 in the layout ferry, transformers "
+                             "and torch.export.save write (the program models/model.json, its "
+                             "configs, sample inputs and weight_N / tensor_N payloads)")
+        if "models/model.json" not in by_inside:
+            raise refuse(str(path), "has no models/model.json (an archive from before torch "
+                         "2.8 holds pickles)")
+
+        def read(inside):
+            try:
+                return archive.read(by_inside[inside])
+            except (OSError, EOFError, NotImplementedError, zipfile.BadZipFile) as e:
+                # a local header naming another entry, a bad size or compression
+                raise UnsafeArchive(f"{_escape(str(path))}: {_escape(by_inside[inside])} cannot "
+                                    f"be read as the archive lists it ({e})", status=3) from None
+
+        def json_of(inside):
+            try:
+                return json.loads(read(inside))
+            except (ValueError, UnicodeDecodeError, RecursionError) as e:
+                raise UnsafeArchive(f"{_escape(by_inside[inside])}: malformed ({e})",
+                                    status=3) from None
+
+        problem = _program_problem(json_of("models/model.json"))
+        if problem:
+            raise refuse(by_inside["models/model.json"], f"has {problem}")
+        pickled = ["data/sample_inputs/model.pt"] if "data/sample_inputs/model.pt" in \
+            by_inside else []
+        for config_entry, folder in _CONFIGS.items():
+            if config_entry not in by_inside:
+                continue
+            try:
+                entries = [(e["path_name"], e.get("use_pickle"))
+                           for e in json_of(config_entry)["config"].values()]
+            except (KeyError, TypeError, AttributeError) as e:
+                raise UnsafeArchive(f"{_escape(by_inside[config_entry])}: malformed ({e})",
+                                    status=3) from None
+            for file, use_pickle in entries:
+                # torch reads data/<kind>/<path_name>, as a C string: only the names torch
+                # writes, each an entry of the archive
+                if not isinstance(file, str) or not _PAYLOAD_NAME.fullmatch(file):
+                    raise refuse(f"{by_inside[config_entry]}: {file!r}", "is not a weight_N or "
+                                 "tensor_N entry (a custom object, unpickled in full, or a name "
+                                 "torch may read as another)")
+                if folder + file not in by_inside:
+                    raise refuse(f"{folder}{file}", f"is named by {by_inside[config_entry]} but "
+                                 "not in the archive", "torch.export.load cannot load it")
+                if use_pickle:
+                    pickled.append(folder + file)
+        for inside in pickled:
+            data = read(inside)
+            if not data:
+                continue
+            try:
+                torch.load(io.BytesIO(data), weights_only=True)
+            except Exception:
+                raise refuse(by_inside[inside], "is a pickle the weights_only loader refuses",
+                             "torch.export.load would unpickle it in full, running the code "
+                             "it names") from None
