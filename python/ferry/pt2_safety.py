@@ -7,14 +7,17 @@ in the layout before torch 2.8; it loads the compiled library of an AOTInductor 
 deserializes every program under models/ (a subfolder included) and reads files at paths built
 from the program's name; it evaluates each symbolic expression (expr_str) with
 sympy.sympify, which runs Python; FX writes each graph input's name into the source of the
-forward it executes; and .module() executes the program's guards_code. Its zip reader (miniz)
+forward it executes; .module() executes the program's guards_code; and the contexts of its
+pytree specs are read with a JSON hook that imports what an "__enum__" names, and rebuilt by
+transformers from class paths it calls. Its zip reader (miniz)
 also differs from Python's zipfile: names are looked up ignoring case and read as C strings,
 and offsets are not shifted past data put before the archive.
 
 So ferry takes an archive only in the exact layout ferry, transformers' DynamoExporter and
 torch.export.save write (one root folder, one program "model", weight_N and tensor_N
 payloads), whose pickles the weights_only reader takes, whose names are identifiers, whose
-expressions are arithmetic and whose guards compare input sizes. Anything else is refused with
+expressions are arithmetic, whose guards compare input sizes and whose specs name containers,
+transformers' model outputs and caches only. Anything else is refused with
 UnsafeArchive before torch opens the file; torch.export.load called directly stays unsafe."""
 
 import ast
@@ -136,6 +139,68 @@ def is_plain_guard(text):
     return True
 
 
+# A pytree spec (in_spec, out_spec) names the classes torch and transformers rebuild values
+# with, and its contexts are JSON that torch reads with an object hook importing any module an
+# "__enum__" names, and transformers resolves and calls the class paths of its "_t" records
+# with (found by review: ctypes.CDLL and builtins.exec ran that way). Only the containers,
+# transformers' model outputs and its cache classes pass, and their contexts as written.
+_SPEC_TYPES = re.compile(r"builtins\.(tuple|list|dict)|transformers\.modeling_outputs\.[A-Za-z]+|"
+                         r"transformers\.cache_utils:[A-Za-z]+(Cache|Layer)")
+_CACHE_CLASS = re.compile(r"transformers\.cache_utils:[A-Za-z]+(Cache|Layer)")
+_CONTEXT_TAGS = frozenset(("tensor", "sym", "device", "dtype", "size", "items", "obj"))
+
+
+def _context_problem(node):
+    """Why a spec's context (parsed JSON) is more than data, or None."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if "__enum__" in node:
+                return "an __enum__ record (torch imports the module it names)"
+            tag = node.get("_t")
+            if tag is not None and tag not in _CONTEXT_TAGS:
+                return f"a {_escape(str(tag))!s} record (transformers calls the class it names)"
+            path = node.get("p")
+            if path is not None and (tag != "obj" or not isinstance(path, str) or
+                                     not _CACHE_CLASS.fullmatch(path)):
+                return f"the class path {_escape(str(path)[:80])!s}"
+            stack.extend(node.values())
+        elif not (node is None or isinstance(node, (str, int, float, bool))):
+            return "a value JSON does not hold"
+    return None
+
+
+def treespec_problem(text):
+    """Why the serialized pytree spec `text` could make torch or transformers import or call
+    something, or None."""
+    try:
+        version, root = json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        return "a spec that is not [version, tree] JSON"
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict) or not isinstance(node.get("children_spec", []), list):
+            return "a spec node that is not an object"
+        kind, context = node.get("type"), node.get("context")
+        if kind is not None and (not isinstance(kind, str) or not _SPEC_TYPES.fullmatch(kind)):
+            return f"the type {_escape(str(kind)[:80])!s} (only containers, transformers' model " \
+                   "outputs and caches)"
+        if context is not None:
+            try:
+                parsed = json.loads(context) if isinstance(context, str) else context
+            except (ValueError, RecursionError):
+                return "a context that is not JSON"
+            problem = _context_problem(parsed)
+            if problem:
+                return f"a context with {problem}"
+        stack.extend(node.get("children_spec", []))
+    return None
+
+
 def _is_identifier(text):
     return isinstance(text, str) and text.isidentifier() and not keyword.iskeyword(text)
 
@@ -168,6 +233,10 @@ def _program_problem(program):
             return f"the {key} {shown}, not a module path"
         if key == "target" and not _TARGET.fullmatch(node):
             return f"the target {shown}, not an operator's name"
+        if key in ("in_spec", "out_spec"):
+            problem = treespec_problem(node)
+            if problem:
+                return f"an {key} with {problem}"
     return None
 
 

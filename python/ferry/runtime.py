@@ -10,7 +10,7 @@ import importlib.util
 import re
 
 from ._lib import FerryError, _escape
-from .pt2_safety import check_archive_is_data
+from .pt2_safety import UnsafeArchive, check_archive_is_data, treespec_problem
 
 
 # export.json's format names of a torch program: ferry's, and transformers' DynamoExporter's
@@ -185,6 +185,12 @@ def register_output_types(metadata):
     spec = metadata.get("out_spec")
     if not isinstance(spec, str) or '"type": "transformers' not in spec:
         return
+    # transformers imports and registers what the spec names, and rebuilds outputs by the
+    # class paths in its contexts: only its model outputs and caches (found by review)
+    problem = treespec_problem(spec)
+    if problem:
+        raise UnsafeArchive(f"export.json: the out_spec of this pt2 program has {problem}: "
+                            "transformers would import or call what it names", status=3)
     try:
         from transformers.exporters.metadata import register_treespec_types
     except ImportError:  # a transformers without exporters: its ModelOutputs still register

@@ -16,6 +16,7 @@ fail with one line and write nothing."""
 
 import io
 import json
+import os
 import zipfile
 
 import numpy as np
@@ -489,6 +490,23 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) 
             else:  # .module() executes each guard
                 program["guards_code"] = [run + " == 0"]
             data = json.dumps(program).encode()
+        if entry in ("spec_exec", "spec_enum") and info.filename.endswith("models/model.json"):
+            program = json.loads(data)
+            signature = program["graph_module"]["module_call_graph"][0]["signature"]
+            leaf = {"type": None, "context": None, "children_spec": []}
+            if entry == "spec_exec":  # transformers calls the class path of a "seq" record
+                context = {"_t": "seq", "p": "builtins.exec",
+                           "v": ["import os; os.system('touch " + marker + "')"]}
+                extra = {"type": "transformers.cache_utils:DynamicCache",
+                         "context": json.dumps(context), "children_spec": []}
+                key = "z"
+            else:  # torch's object hook imports what an __enum__ names: ctypes.cdll[so]
+                key = {"__enum__": True, "fqn": "ctypes:cdll", "name": os.environ["EVIL_SO"]}
+                extra = {"type": "builtins.tuple", "context": "null", "children_spec": []}
+            signature["out_spec"] = json.dumps([1, {
+                "type": "builtins.dict", "context": json.dumps(["logits", key]),
+                "children_spec": [leaf, extra]}])
+            data = json.dumps(program).encode()
         if entry == "nul" and info.filename.endswith("model_weights_config.json"):
             config = json.loads(data)
             first = config["config"][next(iter(config["config"]))]
@@ -513,7 +531,7 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) 
 
 
 @pytest.mark.parametrize("entry", ["sample", "constant", "duplicate", "case", "sympy", "nul",
-                                   "subfolder", "input_name", "guard"])
+                                   "subfolder", "input_name", "guard", "spec_exec", "spec_enum"])
 def test_loading_never_runs_code(ckpts, tmp_path, entry):
     """Found by review: torch.export.load unpickles in full what its weights_only reader
     refuses (the example inputs) and what an archive marks use_pickle, running the code a
@@ -524,7 +542,9 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
     expression torch evaluates as Python (sympify), and a path_name whose NUL torch's C reader
     stops at, ran code past it; a fourth: a second program in a subfolder (whose legacy pickles
     torch reads), a graph input whose name FX writes into code, and (found while fixing those)
-    a guard .module() executes."""
+    a guard .module() executes; a fifth: a pytree spec whose context torch's JSON hook imports
+    from (__enum__: ctypes.cdll loads a library) or transformers calls a class path of (seq:
+    builtins.exec)."""
     import subprocess
     import sys
 
@@ -535,11 +555,23 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
                        "--quiet")
     marker = tmp_path / "ran"
     evil = tmp_path / "evil.pt2"
+    env = dict(os.environ)
+    if entry == "spec_enum":  # a library whose constructor leaves the marker
+        source = tmp_path / "payload.c"
+        source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void ran(void)'
+                          f'{{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n')
+        env["EVIL_SO"] = str(tmp_path / "payload.so")
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", env["EVIL_SO"], str(source)],
+                       check=True, timeout=120)
     subprocess.run([sys.executable, "-c", EVIL, str(out / "model.pt2"), str(evil), str(marker),
-                    entry], check=True, timeout=120)
+                    entry], check=True, timeout=120, env=env)
     evil.replace(out / "model.pt2")
-    # torch alone: load, unlift and call (a guard runs at the call)
-    subprocess.run([sys.executable, "-c", "import sys, torch; "
+    # torch alone, as a transformers user loads a program (its cache registered): load, unlift
+    # and call (a guard runs at the call, and the output spec's classes rebuild the output)
+    subprocess.run([sys.executable, "-c", "import json, sys, torch; "
+                    "from transformers.exporters.metadata import register_treespec_types; "
+                    "register_treespec_types(json.dumps("
+                    "{'type': 'transformers.cache_utils:DynamicCache'})); "
                     "m = torch.export.load(sys.argv[1]).module(); ids = torch.zeros(1, 4).long(); "
                     "m(input_ids=ids, attention_mask=ids + 1, position_ids=torch.arange(4)[None])",
                     str(out / "model.pt2")], capture_output=True, timeout=300)
@@ -551,6 +583,7 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
            "nul": "is not a weight_N or tensor_N entry", "sympy": "not plain arithmetic",
            "subfolder": "is not an entry of a pt2 in the layout",
            "input_name": "not an identifier", "guard": "does more than compare input sizes",
+           "spec_exec": "a seq record", "spec_enum": "an __enum__ record",
            }.get(entry, "is a pickle the weights_only loader refuses")
     with pytest.raises(FerryError, match=why):
         exported(input_ids=ids, attention_mask=mask, position_ids=pos)
@@ -593,6 +626,25 @@ def test_guards_torch_executes(guard, plain):
     from ferry.pt2_safety import is_plain_guard
 
     assert is_plain_guard(guard) is plain
+
+
+def test_manifest_spec_refused(ckpts, tmp_path):
+    """export.json's out_spec is what ferry has transformers register (import, and make pytree
+    nodes of) before torch reads the program: held to the archive's spec rules (found by
+    review: it could name any transformers class, with contexts transformers calls paths of)."""
+    from ferry import ExportedModel, FerryError
+
+    out = ferry_export(ckpts("llama"), tmp_path / "out", "--format", "pt2", "--dynamic",
+                       "--model-output", "--quiet")
+    manifest = json.loads((out / "export.json").read_text())
+    context = {"_t": "seq", "p": "builtins.exec", "v": ["print(1)"]}
+    manifest["components"]["model"]["metadata"]["out_spec"] = json.dumps([1, {
+        "type": "transformers.cache_utils:DynamicCache", "context": json.dumps(context),
+        "children_spec": []}])
+    (out / "export.json").write_text(json.dumps(manifest))
+    with pytest.raises(FerryError, match="export.json: the out_spec of this pt2 program has a "
+                                         "context with a seq record"):
+        ExportedModel.from_pretrained(out).components["model"].program
 
 
 def test_aotinductor_package_refused(ckpts, tmp_path):
