@@ -9,15 +9,17 @@ from the program's name; it evaluates each symbolic expression (expr_str) with
 sympy.sympify, which runs Python; FX writes each graph input's name into the source of the
 forward it executes; .module() executes the program's guards_code; and the contexts of its
 pytree specs are read with a JSON hook that imports what an "__enum__" names, and rebuilt by
-transformers from class paths it calls. Its zip reader (miniz)
+transformers from class paths it calls; FX writes the keys of the inputs' spec into the forward,
+and .module() pastes a string graph input into a guard it executes. Its zip reader (miniz)
 also differs from Python's zipfile: names are looked up ignoring case and read as C strings,
 and offsets are not shifted past data put before the archive.
 
 So ferry takes an archive only in the exact layout ferry, transformers' DynamoExporter and
 torch.export.save write (one root folder, one program "model", weight_N and tensor_N
 payloads), whose pickles the weights_only reader takes, whose names are identifiers, whose
-expressions are arithmetic, whose guards compare input sizes and whose specs name containers,
-transformers' model outputs and caches only. Anything else is refused with
+expressions are arithmetic, whose guards compare input sizes, whose specs name containers,
+transformers' model outputs and caches only with names for keys, whose graph inputs are tensors
+and symbols, and whose strings hold no line break outside a stack trace. Anything else is refused with
 UnsafeArchive before torch opens the file; torch.export.load called directly stays unsafe."""
 
 import ast
@@ -148,16 +150,30 @@ _SPEC_TYPES = re.compile(r"builtins\.(tuple|list|dict)|transformers\.modeling_ou
                          r"transformers\.cache_utils:[A-Za-z]+(Cache|Layer)")
 _CACHE_CLASS = re.compile(r"transformers\.cache_utils:[A-Za-z]+(Cache|Layer)")
 _CONTEXT_TAGS = frozenset(("tensor", "sym", "device", "dtype", "size", "items", "obj"))
+_CONTEXT_TEXT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*([.:][A-Za-z0-9_]+)*")
+# the values a graph takes and the roles its inputs and outputs play, as ferry, transformers
+# and torch.export.save write them: a string input is pasted into a guard torch executes
+# (found by review), and no other kind is needed
+_GRAPH_INPUTS = frozenset(("as_tensor", "as_sym_int"))
+_INPUT_SPECS = frozenset(("user_input", "parameter", "buffer", "tensor_constant"))
+_OUTPUT_SPECS = frozenset(("user_output", "user_input_mutation", "buffer_mutation"))
 
 
 def _context_problem(node):
-    """Why a spec's context (parsed JSON) is more than data, or None."""
+    """Why a spec's context (parsed JSON) is more than data, or None. Its strings are names
+    (FX writes a dict's keys into the forward it executes: found by review, a key closed the
+    call and ran code), class paths, devices and dtypes only."""
     stack = [node]
     while stack:
         node = stack.pop()
-        if isinstance(node, list):
+        if isinstance(node, str):
+            if not _CONTEXT_TEXT.fullmatch(node) or keyword.iskeyword(node):
+                return f"the text {_escape(node[:80])!s}, not a name"
+        elif isinstance(node, list):
             stack.extend(node)
         elif isinstance(node, dict):
+            if any(not _is_identifier(k) for k in node):
+                return "a key that is not an identifier"
             if "__enum__" in node:
                 return "an __enum__ record (torch imports the module it names)"
             tag = node.get("_t")
@@ -205,8 +221,33 @@ def _is_identifier(text):
     return isinstance(text, str) and text.isidentifier() and not keyword.iskeyword(text)
 
 
+def _signature_problem(program):
+    """Why the graphs' inputs or the signature's roles are of a kind ferry does not take."""
+    stack = [program]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        if "nodes" in node and isinstance(node.get("inputs"), list):  # a graph, or a subgraph
+            for value in node["inputs"]:
+                if not isinstance(value, dict) or set(value) - _GRAPH_INPUTS:
+                    return f"a graph input of kind {_escape(str(value)[:60])!s}"
+        for key, kinds in (("input_specs", _INPUT_SPECS), ("output_specs", _OUTPUT_SPECS)):
+            for spec in node.get(key) or []:
+                if not isinstance(spec, dict) or set(spec) - kinds:
+                    return f"an {key[:-1]} of kind {_escape(str(spec)[:60])!s}"
+        stack.extend(node.values())
+    return None
+
+
 def _program_problem(program):
     """Why the program's JSON could make torch run code, or None."""
+    problem = _signature_problem(program)
+    if problem:
+        return problem
     stack = [(None, program)]
     while stack:
         key, node = stack.pop()
@@ -219,7 +260,10 @@ def _program_problem(program):
         if not isinstance(node, str):
             continue
         shown = _escape(node[:80])
-        if re.search(r"[\x00-\x08\x0b-\x1f\x7f]", node):
+        # a line break moves code out of the comment or string it is pasted in; only a stack
+        # trace, which torch prints and never compiles, has lines
+        if re.search(r"[\x00-\x08\x0b-\x1f\x7f]" if key == "stack_trace" else
+                     r"[\x00-\x1f\x7f]", node):
             return f"a {key} with a control character ({shown})"
         if key == "expr_str" and not is_plain_expression(node):
             return (f"the symbolic expression {shown}, which is not plain arithmetic (torch "

@@ -507,6 +507,18 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) 
                 "type": "builtins.dict", "context": json.dumps(["logits", key]),
                 "children_spec": [leaf, extra]}])
             data = json.dumps(program).encode()
+        if entry == "spec_key" and info.filename.endswith("models/model.json"):
+            # FX writes each key of the inputs' dict into the forward it executes
+            program = json.loads(data)
+            signature = program["graph_module"]["module_call_graph"][0]["signature"]
+            spec = json.loads(signature["in_spec"])
+            kwargs = spec[1]["children_spec"][1]
+            keys = json.loads(kwargs["context"])
+            keys[0] = ("input_ids':input_ids}), 0)\\nimport os; os.system('touch " + marker +
+                       "')\\ndef z():\\n    return (({'input_ids")
+            kwargs["context"] = json.dumps(keys)
+            signature["in_spec"] = json.dumps(spec)
+            data = json.dumps(program).encode()
         if entry == "nul" and info.filename.endswith("model_weights_config.json"):
             config = json.loads(data)
             first = config["config"][next(iter(config["config"]))]
@@ -531,7 +543,8 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) 
 
 
 @pytest.mark.parametrize("entry", ["sample", "constant", "duplicate", "case", "sympy", "nul",
-                                   "subfolder", "input_name", "guard", "spec_exec", "spec_enum"])
+                                   "subfolder", "input_name", "guard", "spec_exec", "spec_enum",
+                                   "spec_key"])
 def test_loading_never_runs_code(ckpts, tmp_path, entry):
     """Found by review: torch.export.load unpickles in full what its weights_only reader
     refuses (the example inputs) and what an archive marks use_pickle, running the code a
@@ -544,7 +557,7 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
     torch reads), a graph input whose name FX writes into code, and (found while fixing those)
     a guard .module() executes; a fifth: a pytree spec whose context torch's JSON hook imports
     from (__enum__: ctypes.cdll loads a library) or transformers calls a class path of (seq:
-    builtins.exec)."""
+    builtins.exec); a sixth: a key of the inputs' spec, which FX writes into code."""
     import subprocess
     import sys
 
@@ -584,6 +597,7 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
            "subfolder": "is not an entry of a pt2 in the layout",
            "input_name": "not an identifier", "guard": "does more than compare input sizes",
            "spec_exec": "a seq record", "spec_enum": "an __enum__ record",
+           "spec_key": "not a name",
            }.get(entry, "is a pickle the weights_only loader refuses")
     with pytest.raises(FerryError, match=why):
         exported(input_ids=ids, attention_mask=mask, position_ids=pos)
@@ -626,6 +640,30 @@ def test_guards_torch_executes(guard, plain):
     from ferry.pt2_safety import is_plain_guard
 
     assert is_plain_guard(guard) is plain
+
+
+def test_graph_input_kinds_refused():
+    """Found by review: a string graph input (a constant_input spec) is pasted unescaped into a
+    guard .module() executes; only the inputs and roles ferry, transformers and torch.export.save
+    write pass."""
+    from ferry.pt2_safety import _program_problem
+
+    graph = {"inputs": [{"as_tensor": {"name": "x"}}], "nodes": [], "outputs": []}
+    ok = {"graph_module": {"graph": graph, "signature": {
+        "input_specs": [{"user_input": {"arg": {"as_tensor": {"name": "x"}}}}],
+        "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": "x"}}}}]}}}
+    assert _program_problem(ok) is None
+    string_input = json.loads(json.dumps(ok))
+    string_input["graph_module"]["graph"]["inputs"].append({"as_string": "x'\nimport os"})
+    assert "a graph input of kind" in _program_problem(string_input)
+    constant = json.loads(json.dumps(ok))
+    constant["graph_module"]["signature"]["input_specs"].append(
+        {"constant_input": {"name": "s", "value": {"as_string": "hi"}}})
+    assert "an input_spec of kind" in _program_problem(constant)
+    newline = json.loads(json.dumps(ok))
+    newline["graph_module"]["graph"]["nodes"].append({"target": "torch.ops.aten.add.Tensor",
+                                                      "inputs": [{"arg": {"as_string": "a\nb"}}]})
+    assert "control character" in _program_problem(newline)
 
 
 def test_manifest_spec_refused(ckpts, tmp_path):
