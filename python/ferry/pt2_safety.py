@@ -10,7 +10,8 @@ sympy.sympify, which runs Python; FX writes each graph input's name into the sou
 forward it executes; .module() executes the program's guards_code; and the contexts of its
 pytree specs are read with a JSON hook that imports what an "__enum__" names, and rebuilt by
 transformers from class paths it calls; FX writes the keys of the inputs' spec into the forward,
-and .module() pastes a string graph input into a guard it executes. Its zip reader (miniz)
+and .module() pastes a string graph input, and the path of each example input, into guard code
+it executes. Its zip reader (miniz)
 also differs from Python's zipfile: names are looked up ignoring case and read as C strings,
 and offsets are not shifted past data put before the archive.
 
@@ -19,7 +20,8 @@ torch.export.save write (one root folder, one program "model", weight_N and tens
 payloads), whose pickles the weights_only reader takes, whose names are identifiers, whose
 expressions are arithmetic, whose guards compare input sizes, whose specs name containers,
 transformers' model outputs and caches only with names for keys, whose graph inputs are tensors
-and symbols, and whose strings hold no line break outside a stack trace. Anything else is refused with
+and symbols, whose example inputs are tensors under identifier names, and whose strings hold no
+line break outside a stack trace. Anything else is refused with
 UnsafeArchive before torch opens the file; torch.export.load called directly stays unsafe."""
 
 import ast
@@ -210,6 +212,10 @@ def treespec_problem(text):
                 parsed = json.loads(context) if isinstance(context, str) else context
             except (ValueError, RecursionError):
                 return "a context that is not JSON"
+            # a dict's or model output's keys become argument names and code (found by review)
+            if kind in ("builtins.dict",) or str(kind).startswith("transformers.modeling_outputs."):
+                if not isinstance(parsed, list) or not all(_is_identifier(k) for k in parsed):
+                    return "keys that are not identifiers"
             problem = _context_problem(parsed)
             if problem:
                 return f"a context with {problem}"
@@ -282,6 +288,21 @@ def _program_problem(program):
             if problem:
                 return f"an {key} with {problem}"
     return None
+
+
+def _plain_example(value, torch):
+    """Whether example inputs are ((leaves...), {identifier: leaf}), leaves tensors or plain
+    numbers: .module() writes each input's path into a guard it executes (found by review: a
+    key holding a quote closed the guard's message and ran code at every call)."""
+    def leaf(v):
+        return v is None or isinstance(v, (torch.Tensor, bool, int, float))
+
+    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple) and
+            isinstance(value[1], dict)):
+        return False
+    args, kwargs = value
+    return all(leaf(v) for v in args) and all(
+        isinstance(k, str) and _is_identifier(k) and leaf(v) for k, v in kwargs.items())
 
 
 def _stated_directory_offset(path):
@@ -397,8 +418,12 @@ def check_archive_is_data(path):
             if not data:
                 continue
             try:
-                torch.load(io.BytesIO(data), weights_only=True)
+                value = torch.load(io.BytesIO(data), weights_only=True)
             except Exception:
                 raise refuse(by_inside[inside], "is a pickle the weights_only loader refuses",
                              "torch.export.load would unpickle it in full, running the code "
                              "it names") from None
+            if inside == "data/sample_inputs/model.pt" and not _plain_example(value, torch):
+                raise refuse(by_inside[inside], "holds example inputs other than "
+                             "((tensors...), {name: tensor}) with identifier names (.module() "
+                             "writes their names into a guard it executes)")

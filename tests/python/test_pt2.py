@@ -526,6 +526,14 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) 
             data = json.dumps(config).encode()
         if entry == "sample" and info.filename.endswith("data/sample_inputs/model.pt"):
             data = buf.getvalue()
+        if entry == "example_key" and info.filename.endswith("data/sample_inputs/model.pt"):
+            # .module() writes each example input's path into a guard's message it executes
+            args, kwargs = torch.load(io.BytesIO(data), weights_only=True)
+            key = "+str(__import__('os').system('touch " + marker + "'))+"
+            kwargs["attention_mask"] = {key: kwargs["attention_mask"]}
+            example = io.BytesIO()
+            torch.save((args, kwargs), example)
+            data = example.getvalue()
         if entry in ("duplicate", "case") and info.filename.endswith("data/sample_inputs/model.pt"):
             # torch's reader looks names up ignoring case, and takes the first of two copies
             # where Python's zipfile takes the last
@@ -544,7 +552,7 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) 
 
 @pytest.mark.parametrize("entry", ["sample", "constant", "duplicate", "case", "sympy", "nul",
                                    "subfolder", "input_name", "guard", "spec_exec", "spec_enum",
-                                   "spec_key"])
+                                   "spec_key", "example_key"])
 def test_loading_never_runs_code(ckpts, tmp_path, entry):
     """Found by review: torch.export.load unpickles in full what its weights_only reader
     refuses (the example inputs) and what an archive marks use_pickle, running the code a
@@ -557,7 +565,8 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
     torch reads), a graph input whose name FX writes into code, and (found while fixing those)
     a guard .module() executes; a fifth: a pytree spec whose context torch's JSON hook imports
     from (__enum__: ctypes.cdll loads a library) or transformers calls a class path of (seq:
-    builtins.exec); a sixth: a key of the inputs' spec, which FX writes into code."""
+    builtins.exec); a sixth: a key of the inputs' spec, which FX writes into code; a seventh:
+    a key in the example inputs, which .module() writes into a guard's message."""
     import subprocess
     import sys
 
@@ -597,7 +606,7 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
            "subfolder": "is not an entry of a pt2 in the layout",
            "input_name": "not an identifier", "guard": "does more than compare input sizes",
            "spec_exec": "a seq record", "spec_enum": "an __enum__ record",
-           "spec_key": "not a name",
+           "spec_key": "not a name", "example_key": "holds example inputs other than",
            }.get(entry, "is a pickle the weights_only loader refuses")
     with pytest.raises(FerryError, match=why):
         exported(input_ids=ids, attention_mask=mask, position_ids=pos)
