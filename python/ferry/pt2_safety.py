@@ -10,8 +10,8 @@ sympy.sympify, which runs Python; FX writes each graph input's name into the sou
 forward it executes; .module() executes the program's guards_code; and the contexts of its
 pytree specs are read with a JSON hook that imports what an "__enum__" names, and rebuilt by
 transformers from class paths it calls; FX writes the keys of the inputs' spec into the forward,
-and .module() pastes a string graph input, and the path of each example input, into guard code
-it executes. Its zip reader (miniz)
+.module() pastes a string graph input, and the path of each example input, into guard code
+it executes; and a higher-order op such as inline_asm_elementwise compiles code it is handed. Its zip reader (miniz)
 also differs from Python's zipfile: names are looked up ignoring case and read as C strings,
 and offsets are not shifted past data put before the archive.
 
@@ -20,8 +20,8 @@ torch.export.save write (one root folder, one program "model", weight_N and tens
 payloads), whose pickles the weights_only reader takes, whose names are identifiers, whose
 expressions are arithmetic, whose guards compare input sizes, whose specs name containers,
 transformers' model outputs and caches only with names for keys, whose graph inputs are tensors
-and symbols, whose example inputs are tensors under identifier names, and whose strings hold no
-line break outside a stack trace. Anything else is refused with
+and symbols, whose nodes call aten operators on data arguments only, whose example inputs are
+tensors under identifier names, and whose strings hold no line break outside a stack trace. Anything else is refused with
 UnsafeArchive before torch opens the file; torch.export.load called directly stays unsafe."""
 
 import ast
@@ -78,7 +78,17 @@ _NAME_KEYS = frozenset(("name", "as_name", "forward_arg_names"))
 _PATH_KEYS = frozenset(("parameter_name", "buffer_name", "tensor_constant_name",
                         "custom_obj_name", "fqn"))
 _MODULE_PATH = re.compile(r"([A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*)?")
-_TARGET = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
+# a node's operator: an aten op, as every program ferry, transformers and torch.export.save
+# write calls (found by review: a higher-order op, inline_asm_elementwise, compiles and launches
+# the GPU code an archive hands it), none that reads or writes files
+_TARGET = re.compile(r"torch\.ops\.aten\.([A-Za-z0-9_]+)\.[A-Za-z0-9_]+")
+_FILE_OPS = frozenset(("from_file", "save", "_print"))
+# a node's arguments: data only, no graph, operator or script object for an op to call
+_ARGUMENT_KINDS = frozenset((
+    "as_none", "as_tensor", "as_tensors", "as_optional_tensor", "as_optional_tensors", "as_int",
+    "as_ints", "as_float", "as_floats", "as_bool", "as_bools", "as_string", "as_strings",
+    "as_sym_int", "as_sym_ints", "as_sym_bool", "as_sym_bools", "as_sym_float",
+    "as_sym_floats", "as_scalar_type", "as_memory_format", "as_layout", "as_device"))
 # what a guard may ask of an input (torch writes "L['x'].size()[1] <= L['y'].size()[1]")
 _GUARD_METHODS = frozenset(("size", "stride", "storage_offset", "dim", "numel"))
 _GUARD_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.Compare, ast.Eq, ast.NotEq,
@@ -237,6 +247,13 @@ def _signature_problem(program):
             continue
         if not isinstance(node, dict):
             continue
+        if isinstance(node.get("nodes"), list):  # a graph: its nodes' arguments
+            for graph_node in node["nodes"]:
+                for given in (graph_node.get("inputs") or []) if isinstance(graph_node, dict) \
+                        else [None]:
+                    argument = given.get("arg") if isinstance(given, dict) else None
+                    if not isinstance(argument, dict) or set(argument) - _ARGUMENT_KINDS:
+                        return f"an argument of kind {_escape(str(argument)[:60])!s}"
         if "nodes" in node and isinstance(node.get("inputs"), list):  # a graph, or a subgraph
             for value in node["inputs"]:
                 if not isinstance(value, dict) or set(value) - _GRAPH_INPUTS:
@@ -281,8 +298,10 @@ def _program_problem(program):
             return f"the {key} {shown}, not an identifier (torch writes names into code)"
         if key in _PATH_KEYS and not _MODULE_PATH.fullmatch(node):
             return f"the {key} {shown}, not a module path"
-        if key == "target" and not _TARGET.fullmatch(node):
-            return f"the target {shown}, not an operator's name"
+        if key == "target":
+            op = _TARGET.fullmatch(node)
+            if not op or op.group(1) in _FILE_OPS:
+                return f"the target {shown}, not an aten operator"
         if key in ("in_spec", "out_spec"):
             problem = treespec_problem(node)
             if problem:

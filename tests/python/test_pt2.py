@@ -605,8 +605,9 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
            "nul": "is not a weight_N or tensor_N entry", "sympy": "not plain arithmetic",
            "subfolder": "is not an entry of a pt2 in the layout",
            "input_name": "not an identifier", "guard": "does more than compare input sizes",
-           "spec_exec": "a seq record", "spec_enum": "an __enum__ record",
-           "spec_key": "not a name", "example_key": "holds example inputs other than",
+           "spec_exec": "a seq record", "spec_enum": "keys that are not identifiers",
+           "spec_key": "keys that are not identifiers",
+           "example_key": "holds example inputs other than",
            }.get(entry, "is a pickle the weights_only loader refuses")
     with pytest.raises(FerryError, match=why):
         exported(input_ids=ids, attention_mask=mask, position_ids=pos)
@@ -673,6 +674,18 @@ def test_graph_input_kinds_refused():
     newline["graph_module"]["graph"]["nodes"].append({"target": "torch.ops.aten.add.Tensor",
                                                       "inputs": [{"arg": {"as_string": "a\nb"}}]})
     assert "control character" in _program_problem(newline)
+    # found by review: a higher-order op (inline_asm_elementwise compiles the GPU code it is
+    # handed) or a graph, operator or script object argument; and ops that touch files
+    for target, argument in (("torch.ops.higher_order.inline_asm_elementwise", {"as_none": None}),
+                             ("torch.ops.aten.from_file.default", {"as_string": "/etc/passwd"}),
+                             ("torch.ops.aten.add.Tensor", {"as_operator": "torch.os.system"}),
+                             ("torch.ops.aten.add.Tensor", {"as_graph": {}})):
+        node = json.loads(json.dumps(ok))
+        node["graph_module"]["graph"]["nodes"].append(
+            {"target": target, "inputs": [{"name": "x", "arg": argument}], "outputs": []})
+        problem = _program_problem(node)
+        assert problem and ("not an aten operator" in problem or
+                            "an argument of kind" in problem), (target, argument, problem)
 
 
 def test_manifest_spec_refused(ckpts, tmp_path):
