@@ -1,19 +1,19 @@
 """Whether a .pt2 archive is data only, checked before torch.export.load reads it.
 
-torch.export.load runs code an archive carries through many doors, each found by a review that
-ran a payload through it: it unpickles in full the example inputs its weights_only reader
-refuses, weights and constants saved with use_pickle, custom and opaque objects, and archives
-in the layout before torch 2.8; it loads the compiled library of an AOTInductor package; it
-deserializes every program under models/ (a subfolder included) and reads files at paths built
-from the program's name; it evaluates each symbolic expression (expr_str) with
-sympy.sympify, which runs Python; FX writes each graph input's name into the source of the
-forward it executes; .module() executes the program's guards_code; and the contexts of its
-pytree specs are read with a JSON hook that imports what an "__enum__" names, and rebuilt by
-transformers from class paths it calls; FX writes the keys of the inputs' spec into the forward,
-.module() pastes a string graph input, and the path of each example input, into guard code
-it executes; and a higher-order op such as inline_asm_elementwise compiles code it is handed. Its zip reader (miniz)
-also differs from Python's zipfile: names are looked up ignoring case and read as C strings,
-and offsets are not shifted past data put before the archive.
+torch.export.load, .module() and the module's calls run code an archive carries through many
+doors, each found by a review that ran a payload through it:
+- pickles: example inputs its weights_only reader refuses, weights and constants saved with
+  use_pickle, custom and opaque objects, the layout before torch 2.8, and a second program in a
+  subfolder of models/ (whose legacy files it reads at paths built from the program's name);
+- an AOTInductor package, whose compiled library it loads;
+- each symbolic expression (expr_str), evaluated with sympy.sympify, which runs Python;
+- names FX writes into the forward it executes: graph inputs, the keys of the inputs' spec;
+- guard code .module() executes: guards_code, a string graph input, each example input's path;
+- pytree spec contexts, read with a JSON hook that imports what an "__enum__" names, and
+  rebuilt by transformers from class paths it calls;
+- higher-order ops: inline_asm_elementwise compiles the code it is handed;
+- its zip reader (miniz), which looks names up ignoring case, reads them as C strings and does
+  not shift offsets past data put before the archive, as Python's zipfile does.
 
 So ferry takes an archive only in the exact layout ferry, transformers' DynamoExporter and
 torch.export.save write (one root folder, one program "model", weight_N and tensor_N
@@ -21,8 +21,9 @@ payloads), whose pickles the weights_only reader takes, whose names are identifi
 expressions are arithmetic, whose guards compare input sizes, whose specs name containers,
 transformers' model outputs and caches only with names for keys, whose graph inputs are tensors
 and symbols, whose nodes call aten operators on data arguments only, whose example inputs are
-tensors under identifier names, and whose strings hold no line break outside a stack trace. Anything else is refused with
-UnsafeArchive before torch opens the file; torch.export.load called directly stays unsafe."""
+tensors under identifier names, and whose strings hold no line break outside a stack trace.
+Anything else is refused with UnsafeArchive before torch opens the file; torch.export.load
+called directly stays unsafe."""
 
 import ast
 import io
