@@ -238,8 +238,26 @@ def _is_identifier(text):
     return isinstance(text, str) and text.isidentifier() and not keyword.iskeyword(text)
 
 
+def _kind_problem(values, kinds, what):
+    """Why one of `values` (records of one kind each, {kind: ...}) is of a kind not in `kinds`,
+    or None."""
+    for value in values if isinstance(values, list) else [values]:
+        if not isinstance(value, dict) or set(value) - kinds:
+            return f"{what} of kind {_escape(str(value)[:60])!s}"
+    return None
+
+
+def _arguments(graph):
+    """The arguments a graph's nodes are called with (None for a malformed one)."""
+    for graph_node in graph["nodes"]:
+        inputs = graph_node.get("inputs") if isinstance(graph_node, dict) else None
+        for given in inputs if isinstance(inputs, list) else [None]:
+            yield given.get("arg") if isinstance(given, dict) else None
+
+
 def _signature_problem(program):
-    """Why the graphs' inputs or the signature's roles are of a kind ferry does not take."""
+    """Why the graphs' inputs and arguments or the signature's roles are of a kind ferry does
+    not take, or None."""
     stack = [program]
     while stack:
         node = stack.pop()
@@ -248,21 +266,15 @@ def _signature_problem(program):
             continue
         if not isinstance(node, dict):
             continue
-        if isinstance(node.get("nodes"), list):  # a graph: its nodes' arguments
-            for graph_node in node["nodes"]:
-                for given in (graph_node.get("inputs") or []) if isinstance(graph_node, dict) \
-                        else [None]:
-                    argument = given.get("arg") if isinstance(given, dict) else None
-                    if not isinstance(argument, dict) or set(argument) - _ARGUMENT_KINDS:
-                        return f"an argument of kind {_escape(str(argument)[:60])!s}"
-        if "nodes" in node and isinstance(node.get("inputs"), list):  # a graph, or a subgraph
-            for value in node["inputs"]:
-                if not isinstance(value, dict) or set(value) - _GRAPH_INPUTS:
-                    return f"a graph input of kind {_escape(str(value)[:60])!s}"
+        problem = None
+        if isinstance(node.get("nodes"), list):  # a graph, or a subgraph
+            problem = (_kind_problem(node.get("inputs"), _GRAPH_INPUTS, "a graph input") or
+                       _kind_problem(list(_arguments(node)), _ARGUMENT_KINDS, "an argument"))
         for key, kinds in (("input_specs", _INPUT_SPECS), ("output_specs", _OUTPUT_SPECS)):
-            for spec in node.get(key) or []:
-                if not isinstance(spec, dict) or set(spec) - kinds:
-                    return f"an {key[:-1]} of kind {_escape(str(spec)[:60])!s}"
+            if not problem and key in node:
+                problem = _kind_problem(node[key], kinds, f"an {key[:-1]}")
+        if problem:
+            return problem
         stack.extend(node.values())
     return None
 
