@@ -62,6 +62,9 @@ typedef struct fb_backend {
     /* Its runtimes carry the cache themselves (OpenVINO's stateful models): a generation export
      * is one graph for the prompt and each token, never a prefill/decode pair. */
     bool one_generation_graph;
+    /* Its programs write the cache into the caller's tensors (torch's input mutations): only a
+     * cache of fixed size can be written so, and a generation export needs a static cache. */
+    bool cache_in_place_only;
 } fb_backend;
 
 /* Names a graph's explicit cache as the guide does (cache_names.c): a state updated in place

@@ -125,6 +125,14 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
                     "this architecture yet", m->arch->architecture);
             goto fail;
         }
+        /* refused at planning, so that `ferry graph` and describe refuse what export would */
+        if (c->backend->cache_in_place_only && !gen->static_cache) {
+            fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: generation exports write their cache in "
+                    "place, so they need a static cache (--static-cache --max-cache-len N; the "
+                    "recipe's generation_config cache_implementation \"static\"); a dynamic "
+                    "cache is not written for %s yet", c->backend->name, c->backend->name);
+            goto fail;
+        }
         ferry_generation_config decided = gen_resolve(gen, axes[1], &syms[0]);
         const char *one_graph =
             c->backend->one_generation_graph && !c->cfg.stateless ? c->backend->name : NULL;

@@ -279,6 +279,17 @@ def test_what_it_cannot_write_yet(ckpts, tmp_path, case):
                        needles, code)
 
 
+@pytest.mark.parametrize("stage", ["semantic", "lowered"])
+def test_graph_refuses_what_export_refuses(ckpts, stage):
+    """`ferry graph` shows only what an export with the same options writes (found by review:
+    its semantic stage printed a dynamic-cache generation graph that export then refused)."""
+    flags, needles, code = ERRORS["dynamic-cache"]
+    rc, stdout, stderr = run_ferry("graph", ckpts("llama"), "--format", "pt2", "--stage", stage,
+                                   *flags)
+    assert (rc, stdout) == (code, ""), (rc, stderr)
+    assert stderr.startswith("ferry: error: ") and all(n in stderr for n in needles), stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # Generation: a static cache written into the caller's tensors
 

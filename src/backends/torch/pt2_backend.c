@@ -50,18 +50,16 @@ static void pt2_target_of(const ferry_export_config *cfg, g_target *out)
  * its cache writes it: each state becomes a mutation of its input (the keys and values by
  * aten.index_copy_, the write position by aten.copy_ at the end: pt2_print.c), and leaves the
  * outputs; its inputs are named as identifiers ("past_key_values_0_key"), which the module's
- * forward takes as keywords. Only a cache of fixed size (static) can be written so; a growing one would have to
- * be returned, and is not written for pt2 yet. */
+ * forward takes as keywords. Only a cache of fixed size (static) can be written so; a growing
+ * one would have to be returned, and is not written for pt2 yet (refused when the components are
+ * planned: cache_in_place_only). */
 static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
     for (size_t i = 0; i < g->n_states; i++) {
         g_state *s = &g->states[i];
         if (!s->in_place)
-            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "pt2: generation exports write their "
-                           "cache in place, so they need a static cache (--static-cache "
-                           "--max-cache-len N; the recipe's generation_config "
-                           "cache_implementation \"static\"); a dynamic cache is not written "
-                           "for pt2 yet");
+            return fy_fail(err, FERRY_ERR_INTERNAL, "pt2: a cache state not written in place "
+                           "(the plan refuses a dynamic cache: cache_in_place_only)");
         s->mutated = true;
         /* the module's forward takes its inputs as keywords: Python identifiers */
         char name[256];
@@ -152,4 +150,5 @@ const fb_backend fb_pt2 = {
     .files = pt2_files,
     .write = pt2_write,
     .describe = pt2_describe,
+    .cache_in_place_only = true,
 };
