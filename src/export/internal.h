@@ -76,7 +76,14 @@ struct ferry_exported {
     char *genai_text;        /* genai_config.json, when onnxruntime-genai can run the export */
     dev_t dir_dev;           /* the directory saved or loaded (dir), so that a validation */
     ino_t dir_ino;           /* record never lands in an export swapped in since (--force) */
+    bool sizes_unchecked;    /* loaded to be replaced (--force): files of another size than
+                                export.json's "bytes" are still the export's own */
 };
+
+/* ferry_exported_load; with `check_sizes` false, files whose size differs from export.json's
+ * "bytes" load (an export cut short is still ferry's to replace). */
+ferry_status exp_load(const char *dir, const char *subfolder, bool check_sizes,
+                      struct ferry_exported **out);
 
 /* onnxruntime-genai's config (genai_config.c): NULL when it can run export `e` as it is, else
  * why not ("" for an export it has nothing to do with: not ONNX, not for generation). */
@@ -105,6 +112,9 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
  * `dir`, links resolved. */
 ferry_status manifest_check_file(const char *dir, const char *comp, const char *rel,
                                  fy_err *err);
+/* Each component's "bytes" in export.json: the size of its file and data files as written into
+ * `dir`, which loading compares (a copy cut short, a disk that filled). */
+ferry_status manifest_record_sizes(cJSON *m, const char *dir, fy_err *err);
 /* torch's name of a dtype ("float32", "int64"), as transformers writes it. */
 const char *exp_torch_dtype_name(ferry_dtype dt);
 cJSON *export_config_to_json(const ferry_export_config *cfg);

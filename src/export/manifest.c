@@ -231,6 +231,83 @@ ferry_status manifest_check_file(const char *dir, const char *comp, const char *
     return FERRY_OK;
 }
 
+static ferry_status file_size(const char *dir, const char *rel, long long *size, fy_err *err)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    if (fs_join(path, sizeof path, dir, rel, err) != FERRY_OK)
+        return err->status;
+    if (stat(path, &st) != 0)
+        return fy_fail(err, FERRY_ERR_IO, "%s: %s", path, strerror(errno));
+    *size = (long long)st.st_size;
+    return FERRY_OK;
+}
+
+ferry_status manifest_record_sizes(cJSON *m, const char *dir, fy_err *err)
+{
+    cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "components")) {
+        cJSON *bytes = cJSON_CreateObject();
+        if (!bytes)
+            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "bytes");
+        cJSON_AddItemToObject(c, "bytes", bytes);
+        const cJSON *d, *file = cJSON_GetObjectItemCaseSensitive(c, "file");
+        long long size;
+        if (file_size(dir, file->valuestring, &size, err) != FERRY_OK)
+            return err->status;
+        if (!cJSON_AddNumberToObject(bytes, file->valuestring, (double)size))
+            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(c, "data_files")) {
+            if (file_size(dir, d->valuestring, &size, err) != FERRY_OK)
+                return err->status;
+            if (!cJSON_AddNumberToObject(bytes, d->valuestring, (double)size))
+                return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        }
+    }
+    return FERRY_OK;
+}
+
+/* Component `c`'s "bytes", when present: one whole number per file it names (its file and data
+ * files, no other), each the size of that file unless `unchecked`. An export whose weights were
+ * cut short would otherwise load, and fail (or read zeros) in its runtime far from the cause. */
+static ferry_status check_sizes(const cJSON *c, const char *dir, bool unchecked, fy_err *err)
+{
+    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(c, "bytes");
+    if (!bytes)
+        return FERRY_OK;
+    char qcomp[ST_QUOTE_MAX], qrel[ST_QUOTE_MAX];
+    st_quote_name(c->string, qcomp, sizeof qcomp);
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(c, "data_files");
+    int named = 1 + cJSON_GetArraySize(data);
+    if (!cJSON_IsObject(bytes) || cJSON_GetArraySize(bytes) != named)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'bytes' must be "
+                       "an object with the size of each of its %d files", dir, qcomp, named);
+    const cJSON *d = NULL;
+    for (int i = 0; i < named; i++) {
+        const char *rel = i == 0 ? cJSON_GetObjectItemCaseSensitive(c, "file")->valuestring
+                                 : (d = d ? d->next : data->child)->valuestring;
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(bytes, rel);
+        st_quote_name(rel, qrel, sizeof qrel);
+        /* below 2^53, where a JSON number is still a whole number exactly */
+        if (!cJSON_IsNumber(want) || !(want->valuedouble >= 0) ||
+            want->valuedouble >= 9007199254740992.0 ||
+            want->valuedouble != (double)(long long)want->valuedouble)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'bytes' "
+                           "needs a whole number of bytes for '%s'", dir, qcomp, qrel);
+        long long size = -1;
+        if (unchecked)
+            continue;
+        if (file_size(dir, rel, &size, err) != FERRY_OK)
+            return err->status;
+        if (size != (long long)want->valuedouble)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s/%s: %lld bytes, where the export wrote "
+                           "%lld (export.json): the file was cut short or changed since; export "
+                           "again", dir, qrel, size, (long long)want->valuedouble);
+    }
+    return FERRY_OK;
+}
+
 static int compare_strings(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -407,6 +484,8 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
             if (!first_data)
                 first_data = d->valuestring;
         }
+        if (check_sizes(c, dir, e->sizes_unchecked, err) != FERRY_OK)
+            return err->status;
         exp_component *ec = &e->comps[e->n_components++];
         ec->name = strdup(c->string);
         ec->role = dup_string(c, "role");

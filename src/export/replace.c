@@ -276,7 +276,7 @@ static ferry_status transformers_files(const cJSON *m, const char *out, const ch
 static ferry_status ferry_files(const char *out, names *allowed, fy_err *err)
 {
     ferry_exported *x = NULL;
-    ferry_status status = ferry_exported_load(out, NULL, &x);
+    ferry_status status = exp_load(out, NULL, false, &x);
     if (status != FERRY_OK) {
         fy_refail(err, status, "%s", x ? x->err.msg : "out of memory");
         ferry_exported_free(x);

@@ -252,6 +252,14 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
         return st;
     char path[PATH_MAX];
     const model_config *cfg = &e->model->cfg;
+    /* the sizes written, which loading compares: the manifest shown from now on has them */
+    if (manifest_record_sizes(e->manifest, tmp, err) != FERRY_OK)
+        return err->status;
+    char *printed = cJSON_Print(e->manifest);
+    if (!printed)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    free(e->manifest_text);
+    e->manifest_text = printed;
     if (fs_join(path, sizeof path, tmp, "export.json", err) != FERRY_OK ||
         fs_write_file(path, e->manifest_text, strlen(e->manifest_text), err) != FERRY_OK)
         return err->status;
@@ -476,10 +484,17 @@ fail:
 
 ferry_status ferry_exported_load(const char *dir, const char *subfolder, ferry_exported **out)
 {
+    return exp_load(dir, subfolder, true, out);
+}
+
+ferry_status exp_load(const char *dir, const char *subfolder, bool check_sizes,
+                      ferry_exported **out)
+{
     ferry_exported *e = calloc(1, sizeof *e);
     *out = e;
     if (!e)
         return FERRY_ERR_NOMEM;
+    e->sizes_unchecked = !check_sizes;
     fy_err *err = &e->err;
     char path[PATH_MAX];
     if (!dir)

@@ -1,7 +1,8 @@
 /* test_manifest_load.c — ferry_exported_load on hostile export directories: export.json that
  * is malformed, oversized or deeply nested, names files outside the directory (absolute paths,
- * "..", links that leave), repeats keys, or names things that are not regular files. Each is
- * refused with one line naming export.json and the culprit. */
+ * "..", links that leave), repeats keys, names things that are not regular files, or records
+ * sizes the files do not have (or sizes that are not sizes). Each is refused with one line
+ * naming export.json and the culprit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -275,6 +276,41 @@ static void test_malformed_manifests(void **state)
     expect_load_error("missing", NULL, FERRY_ERR_IO, "cannot open");
 }
 
+/* A manifest with component "model" (model.onnx, model.onnx.data: 4 bytes each) and `bytes`. */
+#define SIZED(bytes) \
+    HEAD "\"components\": {\"model\": {\"file\": \"model.onnx\", \"data_files\": " \
+    "[\"model.onnx.data\"], \"role\": \"model\", \"bytes\": " bytes "}}}"
+
+static void test_recorded_sizes(void **state)
+{
+    (void)state;
+    expect_load_ok("sizes that match", SIZED("{\"model.onnx\": 4, \"model.onnx.data\": 4}"), 1);
+    static const struct {
+        const char *label, *manifest, *needle;
+    } cases[] = {
+        {"a file cut short", SIZED("{\"model.onnx\": 4, \"model.onnx.data\": 5}"),
+         "model.onnx.data: 4 bytes, where the export wrote 5"},
+        {"a file grown", SIZED("{\"model.onnx\": 3, \"model.onnx.data\": 4}"),
+         "model.onnx: 4 bytes, where the export wrote 3"},
+        {"not an object", SIZED("[4, 4]"), "'bytes' must be an object"},
+        {"a file left out", SIZED("{\"model.onnx\": 4}"), "size of each of its 2 files"},
+        {"another name", SIZED("{\"model.onnx\": 4, \"other\": 4}"),
+         "whole number of bytes for 'model.onnx.data'"},
+        {"a name too many", SIZED("{\"model.onnx\": 4, \"model.onnx.data\": 4, \"x\": 1}"),
+         "size of each of its 2 files"},
+        {"negative", SIZED("{\"model.onnx\": -4, \"model.onnx.data\": 4}"),
+         "whole number of bytes for 'model.onnx'"},
+        {"a fraction", SIZED("{\"model.onnx\": 4.5, \"model.onnx.data\": 4}"),
+         "whole number of bytes for 'model.onnx'"},
+        {"2^53", SIZED("{\"model.onnx\": 9007199254740992, \"model.onnx.data\": 4}"),
+         "whole number of bytes for 'model.onnx'"},
+        {"a string", SIZED("{\"model.onnx\": \"4\", \"model.onnx.data\": 4}"),
+         "whole number of bytes for 'model.onnx'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_load_error(cases[i].label, cases[i].manifest, FERRY_ERR_FORMAT, cases[i].needle);
+}
+
 static void test_subfolders(void **state)
 {
     (void)state;
@@ -303,6 +339,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_good_manifests, make_export, remove_export),
         cmocka_unit_test_setup_teardown(test_paths_that_leave, make_export, remove_export),
         cmocka_unit_test_setup_teardown(test_malformed_manifests, make_export, remove_export),
+        cmocka_unit_test_setup_teardown(test_recorded_sizes, make_export, remove_export),
         cmocka_unit_test_setup_teardown(test_subfolders, make_export, remove_export),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -237,6 +237,17 @@ def ferry_export(model_dir, out_dir, *flags, env=None):
     return Path(out_dir)
 
 
+def record_sizes(out):
+    """export.json's "bytes" set to the files as they are now, as whoever edits an export's
+    files would also set them: a test of what loading checks beyond the sizes reaches it."""
+    out = Path(out)
+    manifest = json.loads((out / "export.json").read_text())
+    for comp in manifest["components"].values():
+        comp["bytes"] = {f: (out / f).stat().st_size
+                         for f in [comp["file"], *comp.get("data_files", [])]}
+    (out / "export.json").write_text(json.dumps(manifest))
+
+
 def check_export_error(model_dir, out_dir, flags, needles, code, binary=None):
     """`ferry export MODEL OUT FLAGS...` must fail with exit `code`, exactly one stderr line
     starting "ferry: error: " that contains every needle, and no OUT."""

@@ -116,9 +116,10 @@ def inspect_refused(copy, build, *needles):
 
 def test_manifest_file_escaped_nul(export_copy, build):
     """The issue's case: "model.onnx\\u0000/../../x" was validated as "model.onnx"."""
-    at = edit_text(export_copy / "export.json", b'"model.onnx"', b'"model.onnx\\u0000/../../x"')
+    at = edit_text(export_copy / "export.json", b'"file":\t"model.onnx"',
+                   b'"file":\t"model.onnx\\u0000/../../x"')
     inspect_refused(export_copy, build, "export.json",
-                    f"escaped NUL (\\u0000) in a string at byte {at + 11}")
+                    f"escaped NUL (\\u0000) in a string at byte {at + 19}")
 
 
 def test_manifest_component_name_escaped_nul(export_copy, build):
@@ -128,9 +129,10 @@ def test_manifest_component_name_escaped_nul(export_copy, build):
 
 
 def test_manifest_raw_nul(export_copy, build):
-    at = edit_text(export_copy / "export.json", b'"model.onnx"', b'"model.onnx\x00/../../x"')
+    at = edit_text(export_copy / "export.json", b'"file":\t"model.onnx"',
+                   b'"file":\t"model.onnx\x00/../../x"')
     inspect_refused(export_copy, build, "export.json",
-                    f"raw control byte 0x00 in a string at byte {at + 11}")
+                    f"raw control byte 0x00 in a string at byte {at + 19}")
 
 
 def test_recipe_escaped_nul(tmp_path, build):

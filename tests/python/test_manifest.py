@@ -9,7 +9,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from conftest import ferry_export, ferry_header_version, make_checkpoint
+from conftest import ferry_export, ferry_header_version, make_checkpoint, run_ferry
 
 INPUT_NAMES = ["input_ids", "attention_mask", "position_ids"]
 
@@ -213,4 +213,54 @@ def test_load_refuses_bad_manifest(dynamic_export, tmp_path, edit):
         (copy / "export.json").write_text("{\"schema_version\": 1,")
         needle = "export.json"
     with pytest.raises(FerryError, match=needle.replace(".", r"\.")):
+        ExportedModel.from_pretrained(copy)
+
+
+# ---------------------------------------------------------------------------------------------
+# "bytes": each component's file sizes as written, compared on every load
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino", "pt2"])
+def test_sizes_recorded_and_a_cut_file_refused(ckpt, tmp_path, fmt):
+    """A copy cut short (a full disk, an interrupted transfer) loaded before and failed in its
+    runtime far from the cause, or read zeros; it is now one line naming the file, and `--force`
+    still replaces the damaged export."""
+    from ferry import ExportedModel, FerryError
+
+    out = ferry_export(ckpt, tmp_path / "out", "--format", fmt, "--dynamic", "--quiet")
+    comp = manifest(out)["components"]["model"]
+    files = [comp["file"], *comp["data_files"]]
+    assert comp["bytes"] == {f: (out / f).stat().st_size for f in files}
+    assert ExportedModel.from_pretrained(out).manifest["components"]["model"]["bytes"] == \
+        comp["bytes"]
+    weights = files[-1]
+    with open(out / weights, "r+b") as f:
+        f.truncate(comp["bytes"][weights] - 1)
+    rc, stdout, stderr = run_ferry("inspect", out)
+    lines = stderr.splitlines()
+    assert (rc, stdout, len(lines)) == (1, "", 1), (rc, stderr)
+    assert f"{weights}: {comp['bytes'][weights] - 1} bytes, where the export wrote " \
+        f"{comp['bytes'][weights]}" in lines[0]
+    with pytest.raises(FerryError, match="cut short"):
+        ExportedModel.from_pretrained(out)
+    ferry_export(ckpt, out, "--format", fmt, "--dynamic", "--quiet", "--force")
+    assert ExportedModel.from_pretrained(out).manifest["components"]["model"]["bytes"] == \
+        comp["bytes"]
+
+
+@pytest.mark.parametrize("bytes_value", [
+    [], {}, {"model.onnx": 1}, {"model.onnx": -1, "model.onnx.data": 1},
+    {"model.onnx": 1.5, "model.onnx.data": 1}, {"model.onnx": 2 ** 53, "model.onnx.data": 1},
+    {"model.onnx": "1", "model.onnx.data": 1}, {"other": 1, "model.onnx.data": 1},
+    {"model.onnx": 1, "model.onnx.data": 1, "x": 1},
+], ids=["list", "empty", "one-missing", "negative", "fraction", "too-large", "string",
+        "wrong-name", "extra"])
+def test_load_refuses_bad_bytes(dynamic_export, tmp_path, bytes_value):
+    from ferry import ExportedModel, FerryError
+
+    copy = Path(shutil.copytree(dynamic_export, tmp_path / "copy"))
+    m = manifest(copy)
+    m["components"]["model"]["bytes"] = bytes_value
+    (copy / "export.json").write_text(json.dumps(m))
+    with pytest.raises(FerryError, match="'bytes'"):
         ExportedModel.from_pretrained(copy)

@@ -25,7 +25,7 @@ import torch
 
 from conftest import (ARCHS, FIXTURE, FP32_ATOL, assert_logits_close, check_export_error,
                       ferry_export, make_checkpoint, make_inputs, reference_logits,
-                      reference_model, run_ferry)
+                      reference_model, record_sizes, run_ferry)
 from test_oracle_onnx import BF16_ATOL, FP16_ATOL
 from test_openvino import check_calls, eos_ids, hf_greedy, left_pad, pick, prompts
 
@@ -599,6 +599,7 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
     subprocess.run([sys.executable, "-c", EVIL, str(out / "model.pt2"), str(evil), str(marker),
                     entry], check=True, timeout=120, env=env)
     evil.replace(out / "model.pt2")
+    record_sizes(out)
     # torch alone, as a transformers user loads a program (its cache registered): load, unlift
     # and call (a guard runs at the call, and the output spec's classes rebuild the output)
     subprocess.run([sys.executable, "-c", "import json, sys, torch; "
@@ -734,6 +735,7 @@ def test_aotinductor_package_refused(ckpts, tmp_path):
     subprocess.run([sys.executable, "-c", EVIL, str(out / "model.pt2"), str(evil),
                     str(tmp_path / "ran"), "aoti"], check=True, timeout=120)
     evil.replace(out / "model.pt2")
+    record_sizes(out)
     why = "data/aotinductor/model/model.so is not an entry of a pt2 in the layout"
     with pytest.raises(FerryError, match=why):
         ExportedModel.from_pretrained(out).components["model"].program
@@ -752,12 +754,14 @@ def test_archive_two_readers_disagree_on_refused(ckpts, tmp_path):
     archive = out / "model.pt2"
     original = archive.read_bytes()
     archive.write_bytes(b"\0" * 4096 + original)
+    record_sizes(out)
     with pytest.raises(FerryError, match="central directory elsewhere than its end record"):
         ExportedModel.from_pretrained(out).components["model"].program
     name = b"data/sample_inputs/model.pt"
     at = original.index(name)  # the first copy is the local header's
     archive.write_bytes(original[:at] + name.replace(b"model.pt", b"MODEL.PT") +
                         original[at + len(name):])
+    record_sizes(out)
     with pytest.raises(FerryError, match="cannot be read as the archive lists it"):
         ExportedModel.from_pretrained(out).components["model"].program
 
@@ -770,6 +774,7 @@ def test_legacy_layout_refused(ckpts, tmp_path):
     out = ferry_export(ckpts("llama"), tmp_path / "out", "--format", "pt2", "--quiet")
     with zipfile.ZipFile(out / "model.pt2", "a") as z:
         z.writestr("version", "8.20")
+    record_sizes(out)
     with pytest.raises(FerryError, match="version marks the layout before torch 2.8"):
         ExportedModel.from_pretrained(out).components["model"].program
 
@@ -1052,6 +1057,7 @@ def test_validate_fails_a_broken_program(ckpts, tmp_path):
             if info.filename.endswith("models/model.json"):
                 data = data.replace(b"aten.linear.default", b"aten.no_such_op.default")
             z.writestr(info.filename, data)
+    record_sizes(out)
     env = {"FERRY_PYTHON": sys.executable,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
     rc, _, err = run_ferry("validate", out, "--no-record", env=env)
