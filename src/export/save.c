@@ -72,7 +72,8 @@ static int lock_exclusive(int fd)
 static bool is_export_file_name(const char *name)
 {
     static const char *const exact[] = {"export.json", "config.json", "generation_config.json"};
-    static const char *const suffixes[] = {".onnx", ".onnx.data"};
+    /* pt2: found by review, a killed pt2 export's temporary directory was never removed */
+    static const char *const suffixes[] = {".onnx", ".onnx.data", ".pt2"};
     size_t len = strlen(name);
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (strcmp(name, exact[i]) == 0)

@@ -321,3 +321,21 @@ def test_stale_temp_dirs_are_recognised(tmp_path):
     assert sorted(os.listdir(parent)) == sorted([p.name for p in keep] + ["model"])
     assert not any(p.exists() for p in stale)
     assert {p.name: digest(p) for p in keep} == kept_before
+
+
+@pytest.mark.parametrize("files", [["model.onnx", "model.onnx.data"],
+                                   ["openvino_model.xml", "openvino_model.bin"],
+                                   ["prefill.pt2", "decode.pt2"]], ids=["onnx", "openvino", "pt2"])
+def test_stale_temp_dirs_of_every_format_removed(tmp_path, files):
+    """A killed export's temporary directory holds its format's files, and the next export to
+    the same destination removes it, whatever the format (found by review: pt2's were left
+    behind, gigabytes each for a real model)."""
+    parent = tmp_path / "outs"
+    stale = parent / f".model.ferry-tmp-{dead_pid()}-a1B2c3"
+    (stale / "export").mkdir(parents=True)
+    (stale / "lock").write_bytes(b"")
+    for name in files + ["export.json", "config.json"]:
+        (stale / "export" / name).write_bytes(b"\0" * 4096)
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-llama"
+    ferry_export(fixture, parent / "model", "--dynamic", "-q")
+    assert os.listdir(parent) == ["model"]
