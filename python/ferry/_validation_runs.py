@@ -8,6 +8,7 @@ Every call's logits are kept with the position of their first token, so that val
 compare them with the eager logits at the same positions."""
 
 import json
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,11 +107,25 @@ def _first_line(error):
     return text.splitlines()[0] if text else type(error).__name__
 
 
+# OpenVINO's messages open with where they were raised, which names no cause.
+_WHERE = re.compile(r"(Exception from \S+:\d+:|Check '.*' failed at \S+:\d+:)")
+
+
+def _reason(error, limit=400):
+    """The runtime's message on one line, without OpenVINO's source locations (found by review:
+    its first line, all that was kept, was always "Exception from src/...:84:")."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    kept = [line for line in lines if not _WHERE.fullmatch(line)] or lines
+    text = "; ".join(kept) or type(error).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 @contextmanager
 def _cannot_run(runtime):
     """The runtime failing to load or run the export (a kernel or type its CPU provider lacks:
     a bfloat16 ONNX export) and what the runners and ExportedModel refuse to run (status 1, a
-    shape they cannot feed; 4, unsupported) as CannotValidate; a broken export stays FerryError."""
+    shape they cannot feed; 4, unsupported) as CannotValidate; a broken export stays FerryError,
+    and so does a program torch or OpenVINO cannot load or run."""
     try:
         yield
     except CannotValidate:
@@ -131,8 +146,14 @@ def _cannot_run(runtime):
         if type(e).__module__.split(".")[0] not in ("onnxruntime", "openvino") and \
                 not isinstance(e, RuntimeError):
             raise
+        if runtime == "openvino" and "opset" not in str(e):
+            # OpenVINO's CPU plugin runs every op and precision ferry writes (an older OpenVINO
+            # that lacks an op says "opset"): an IR it cannot read, compile or feed is broken
+            # (found by review: an edited .xml exited 3, which scripts take for "skip")
+            raise FerryError(f"openvino cannot load or run this export: "
+                             f"{_escape(_reason(e))}", status=1) from None
         raise CannotValidate(f"{runtime} (CPU) cannot run this export: "
-                             f"{_escape(_first_line(e))}", status=4) from None
+                             f"{_escape(_reason(e))}", status=4) from None
 
 
 def _plain(loaded, manifest):

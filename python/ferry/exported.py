@@ -301,6 +301,13 @@ class ExportedModel:
             ints["position_ids"] = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
         wanted = [i.name for i in session.get_inputs()]
         missing = [name for name in wanted if name not in ints and name not in arrays]
+        listed = [i.get("name") for i in metadata.get("inputs") or [] if isinstance(i, dict)]
+        if missing and listed and sorted(listed) != sorted(wanted):
+            # the file and export.json disagree: an edited export, not a caller's mistake (found
+            # by review: `ferry validate` reported it as an export it cannot run here)
+            raise FerryError(f"the program takes {', '.join(map(_escape, wanted))}, where "
+                             f"export.json lists {', '.join(map(_escape, map(str, listed)))}: "
+                             "one of them was edited since the export", status=3)
         if missing:
             raise FerryError(f"the export takes {', '.join(map(_escape, wanted))}; missing "
                              f"{', '.join(map(_escape, missing))}", status=1)

@@ -128,6 +128,29 @@ def test_tampered_weights_fail(onnx_export, tmp_path):
     assert (out / "export.json").read_bytes() == before     # nothing recorded
 
 
+@pytest.mark.parametrize("old,new,needle", [
+    ('<layer id="1"', '<lay3r id="1"', "openvino cannot load or run this export: Start-end tags "
+     "mismatch at offset"),
+    ('names="position_ids"', 'names="position_idz"', "the program takes input_ids, "
+     "attention_mask, position_idz, where export.json lists input_ids, attention_mask, "
+     "position_ids: one of them was edited"),
+], ids=["xml-syntax", "input-renamed"])
+def test_edited_openvino_ir_fails(ckpt, tmp_path, old, new, needle):
+    """An IR edited in place (its size kept) is a broken export: exit 1, the cause in one line
+    (found by review: exit 3, "cannot run here", which scripts take for "skip", and a message
+    that kept only OpenVINO's "Exception from src/...:84:")."""
+    out = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic", "--quiet")
+    xml = out / "openvino_model.xml"
+    text = xml.read_text()
+    assert len(old) == len(new) and text.count(old) >= 1
+    xml.write_text(text.replace(old, new, 1))
+    rc, stdout, stderr = validate(out, "--no-record")
+    assert (rc, stdout) == (1, ""), (rc, stderr)
+    (line,) = stderr.splitlines()
+    assert line.startswith("ferry: error: validate: ") and needle in line, line
+    assert "Exception from" not in line
+
+
 def test_another_checkpoint_fails(onnx_export, tmp_path):
     other = make_checkpoint(tmp_path / "other", "qwen3", seed=12)
     rc, stdout, stderr = validate(onnx_export, "--model", other, "--no-record")
