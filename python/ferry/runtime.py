@@ -109,13 +109,8 @@ def openvino_compile_config(precision):
     """The compile_model settings an export of `precision` runs at: an fp32 or fp16 export at
     f32 inference precision, the hint its rt_info records and OpenVINO does not apply from
     there (the CPU plugin would otherwise compute in bf16 where the processor has it, coarser
-    than either; f16 on a processor without native fp16 ran as coarsely); an fp32 one with its
-    cache in f32 too (the plugin's default, u8, moves logits by ~5e-4), which its rt_info leaves
-    out because OpenVINO applies that option alone, and paged attention refuses an f32 cache
-    under bf16 compute (a half-precision export's rt_info names its cache precision)."""
-    if precision == "fp32":
-        return {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
-    return {"INFERENCE_PRECISION_HINT": "f32"} if precision == "fp16" else {}
+    than either; f16 on a processor without native fp16 ran as coarsely)."""
+    return {"INFERENCE_PRECISION_HINT": "f32"} if precision in ("fp32", "fp16") else {}
 
 
 class OpenVINOSession:

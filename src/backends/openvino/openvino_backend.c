@@ -137,15 +137,12 @@ static bool kv_in_variables(const g_graph *g)
     return false;
 }
 
-/* The KV cache precision OpenVINO's CPU plugin keeps the variables in, for a half-precision
- * export: its own (the plugin's default, u8, moves logits by ~5e-4). Not for fp32 (found by
- * review): OpenVINO's core applies this option from rt_info but not the f32 compute hint, and on
- * a CPU with bf16 paged attention (openvino-genai's PA backend, ContinuousBatchingPipeline)
- * refuses an f32 cache under bf16 compute; ferry's runner asks for both (runtime.py), as any
- * caller may. A caller's KV_CACHE_PRECISION wins. */
+/* The KV cache precision OpenVINO's CPU plugin keeps the variables in: the export's own, the
+ * precision its tests hold it to (the plugin's default, u8 on CPUs without bf16, moves fp32
+ * logits by ~5e-4). A caller's KV_CACHE_PRECISION still wins. */
 static const char *kv_precision(ferry_dtype dt)
 {
-    return dt == FERRY_F16 ? "f16" : dt == FERRY_BF16 ? "bf16" : NULL;
+    return dt == FERRY_F16 ? "f16" : dt == FERRY_BF16 ? "bf16" : "f32";
 }
 
 /* The compute precision an export is validated at: the CPU plugin's default is bf16 on
@@ -191,16 +188,15 @@ static void openvino_describe(const ferry_export_config *cfg, const g_graph *g, 
     /* the cache pairs' inputs name the model's variables; beam_idx is an input */
     bool stateful = cfg->for_generation && !cfg->stateless;
     cJSON_AddBoolToObject(metadata, "stateful", stateful);
-    const char *kv = stateful ? kv_precision(cfg->dtype) : NULL;
-    if (!kv && !inference_precision(cfg->dtype))
+    if (!stateful && !inference_precision(cfg->dtype))
         return;
     /* as the printer writes them into the model's rt_info */
     cJSON *options = cJSON_AddObjectToObject(metadata, "runtime_options");
     if (inference_precision(cfg->dtype))
         cJSON_AddStringToObject(options, "INFERENCE_PRECISION_HINT",
                                 inference_precision(cfg->dtype));
-    if (kv)
-        cJSON_AddStringToObject(options, "KV_CACHE_PRECISION", kv);
+    if (stateful)
+        cJSON_AddStringToObject(options, "KV_CACHE_PRECISION", kv_precision(cfg->dtype));
 }
 
 const fb_backend fb_openvino = {
