@@ -918,3 +918,19 @@ def test_stateless_python_api(ckpts, tmp_path):
                                  "decode": "openvino_decode.xml"}
     pairs = static.manifest["components"]["decode"]["metadata"]["cache"]["pairs"]
     assert pairs[0]["input"] == "input.past_key_values.0.key"
+
+
+@pytest.mark.parametrize("window,flags,warned", [
+    (8, [], True), (8, ["--disable-stateful"], False), (4096, [], False)],
+    ids=["window-8-stateful", "window-8-stateless", "window-past-positions"])
+def test_sliding_window_warns_of_paged_attention(ckpts, tmp_path, window, flags, warned):
+    """openvino-genai's paged attention drops a sliding window it does not recognise (found by
+    review: past the window its tokens parted from transformers'): a stateful export of such a
+    model says so; not an explicit-cache one, which paged attention never runs, and not a window
+    as long as the positions the model takes (128 here), which never takes effect."""
+    rc, _, stderr = run_ferry("export", ckpts("mistral", sliding_window=window), tmp_path / "ov",
+                              "--format", "openvino", "--dynamic", "--for-generation", *flags)
+    assert rc == 0, stderr
+    line = ("ferry: warning: openvino-genai's paged attention (its PA backend, "
+            "ContinuousBatchingPipeline) drops this model's sliding window of 8 tokens")
+    assert (line in stderr) == warned, stderr
