@@ -36,7 +36,9 @@ static const char usage[] =
     "exit status: 0 success, 1 the export, inspection or validation failed, 2 bad command\n"
     "line (options that contradict each other or the model's inputs included; a --config\n"
     "recipe's are 1), 3 validation cannot run here (no Python with ferry, transformers and\n"
-    "torch).\n";
+    "torch). What ferry cannot write yet is 1, even where options alone ask for it (a format\n"
+    "with quantized weights it cannot hold, a block size that does not divide the model's\n"
+    "rows): the command line is valid, the export fails.\n";
 
 static void vmsg(const char *kind, const char *fmt, va_list ap)
 {

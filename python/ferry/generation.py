@@ -5,7 +5,7 @@ config.json), else transformers' defaults (20 new tokens, at most max_position_e
 all; when sampling, top_k 50).
 
 Supported: max_new_tokens / max_length, min_new_tokens / min_length, do_sample, temperature,
-top_k, top_p, min_p, repetition_penalty, eos_token_id (one id or a list), pad_token_id, and
+top_k, top_p, min_p, repetition_penalty, eos_token_id (one id or a list; None given: none), pad_token_id, and
 `seed` (numpy's Generator; sampling cannot reproduce torch's draws). A row that produced an
 eos is padded with pad_token_id after it; generation stops when every row has finished. Any
 other setting that would change the tokens (num_beams > 1, no_repeat_ngram_size, ...) is
@@ -104,7 +104,11 @@ def resolve(directory, kwargs):
     config = config.get("text_config", config) if isinstance(config.get("text_config"), dict) \
         else config
     for key in ("eos_token_id", "pad_token_id"):  # as ferry's genai_config.json reads them
-        if settings[key] is None:
+        if key in given and given[key] is None:
+            # transformers' generate() takes an explicit None as "none" (found by review: the
+            # checkpoint's eos still stopped the rows), where other keys' None means unset
+            settings[key] = None
+        elif settings[key] is None:
             settings[key] = config.get(key)
     settings["max_position_embeddings"] = config.get("max_position_embeddings")
     return settings

@@ -329,6 +329,13 @@ def test_eos_and_pad_from_generation_config_json(families, tmp_path):
                          eos_token_id=eos, pad_token_id=9)
     assert np.array_equal(got, want), first_difference(got, want)
     assert 9 in got[0] and 5 not in got[0, ids.shape[1]:]
+    # an explicit None is "no eos", as transformers' generate() takes it (found by review: the
+    # export's eos still stopped the row)
+    got = exported.generate(ids[:1], mask[:1], max_new_tokens=NEW_TOKENS, eos_token_id=None)
+    want = fam.reference(ids[:1], mask[:1], max_new_tokens=NEW_TOKENS, do_sample=False,
+                         eos_token_id=None)
+    assert np.array_equal(got, want), first_difference(got, want)
+    assert got.shape[1] == ids.shape[1] + NEW_TOKENS and eos in got[0, ids.shape[1]:]
 
 
 def test_min_new_tokens_and_repetition_penalty_match_transformers(families):
