@@ -142,8 +142,8 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         o->cfg.opset = (int)v;
         return CLI_CONTINUE;
     }
-    case CLI_OPT_CONFIG:
-        return read_recipe(arg, o);
+    case CLI_OPT_CONFIG: /* read before every other option: cli_parse_export_options */
+        return CLI_CONTINUE;
     case CLI_OPT_REVISION:
         o->revision = arg;
         return CLI_CONTINUE;
@@ -287,9 +287,20 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
 
     memset(o, 0, sizeof *o);
     ferry_export_config_init(&o->cfg);
-    optind = 1;
     opterr = 0;
     int c;
+    /* The recipe first, wherever --config stands, so that every option on the command line
+     * wins over it (found by review: `--dtype fp16 --config r.json` exported the recipe's fp32
+     * without a word). optind 0 restarts glibc's getopt, which permutes argv as it goes. */
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "qh", all, NULL)) != -1) {
+        if (c != CLI_OPT_CONFIG)
+            continue;
+        int rc = read_recipe(optarg, o);
+        if (rc != CLI_CONTINUE)
+            return rc;
+    }
+    optind = 0;
     while ((c = getopt_long(argc, argv, "qh", all, NULL)) != -1) {
         int rc = shared_option(c, optarg, o);
         if (rc == -2)
@@ -377,9 +388,10 @@ void cli_print_export_options(FILE *f)
             "                           export_format, dynamic, dynamic_shapes, dtype, opset,\n"
             "                           example_shapes, ort_fusions, quantizer, for_generation,\n"
             "                           multi_token_decode, generation_config, stateful,\n"
-            "                           compress_to_fp16, model_output (command-line options\n"
-            "                           given after it win); a recipe transformers wrote (a\n"
-            "                           config's to_json_string) is read as it is:\n"
+            "                           compress_to_fp16, model_output (the command line's\n"
+            "                           options win over it, wherever they stand); a recipe\n"
+            "                           transformers wrote (a config's to_json_string) is\n"
+            "                           read as it is:\n"
             "                           opset_version, optimize (true), strict (false) and\n"
             "                           prefer_deferred_runtime_asserts_over_guards (either)\n"
             "  --no-tokenizer           do not copy the checkpoint's tokenizer and chat-template\n"

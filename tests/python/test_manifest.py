@@ -155,6 +155,17 @@ def test_recipe_config_equivalent_to_flags(ckpt, tmp_path):
     assert meta["export_config"]["dynamic_shapes"]["input_ids"]["0"]["max"] == 32
 
 
+@pytest.mark.parametrize("before", [True, False], ids=["option-before", "option-after"])
+def test_command_line_wins_over_recipe_wherever_it_stands(ckpt, tmp_path, before):
+    """Found by review: `--dtype fp16 --config r.json` exported the recipe's fp32 silently."""
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"dtype": "fp32", "dynamic": True, "export_format": "onnx"}))
+    flags = [["--dtype", "fp16"], ["--config", recipe]]
+    out = ferry_export(ckpt, tmp_path / "out", *sum(flags if before else flags[::-1], []))
+    meta = manifest(out)["components"]["model"]["metadata"]
+    assert meta["precision"] == "fp16" and meta["inputs"][0]["shape"] == ["batch", "sequence"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Loading through the Python binding
 
