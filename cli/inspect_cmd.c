@@ -447,13 +447,16 @@ int cmd_inspect(int argc, char **argv)
         }
         const cJSON *tsyms = cJSON_GetObjectItemCaseSensitive(md, "torch_symbols");
         if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "verifier"))) {
-            char params[32];
+            char params[32], shared[300] = "";
             bool model_output = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ec, "model_output"));
-            printf("  torch.export program: schema %s, %s IR, %s parameters; call "
+            if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "lm_head_shares")))
+                snprintf(shared, sizeof shared, " (lm_head.weight over %s's storage, stored "
+                         "once)", qstr(md, "lm_head_shares"));
+            printf("  torch.export program: schema %s, %s IR, %s parameters%s; call "
                    "torch.export.load(file).module() with the inputs as keywords, it returns "
                    "%s\n", qstr(md, "schema_version"), qstr(md, "verifier"),
                    int_text(cJSON_GetObjectItemCaseSensitive(md, "parameters"), params,
-                            sizeof params),
+                            sizeof params), shared,
                    model_output ? "transformers' CausalLMOutputWithPast (.logits; import "
                                   "transformers.modeling_outputs before loading it)"
                                 : "{\"logits\": ...}");

@@ -183,6 +183,13 @@ def test_tied_embeddings(ckpts, tmp_path):
     stored = sum(p.numel() * 4 for n, p in state.items() if n != "lm_head.weight")
     assert (out / "model.pt2").stat().st_size < stored + 200_000
     check_shapes(ckpt, program.module(), [(3, 7)])
+    # export.json and inspect count as torch does (found by review: one short)
+    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    assert meta["parameters"] == len(program.graph_signature.parameters) == len(state)
+    assert meta["lm_head_shares"] == "model.embed_tokens.weight"
+    rc, text, _ = run_ferry("inspect", out)
+    assert rc == 0 and f"{len(state)} parameters (lm_head.weight over " \
+        "model.embed_tokens.weight's storage, stored once)" in text, text
 
 
 def test_aot_compile(ckpts, tmp_path, record_property):

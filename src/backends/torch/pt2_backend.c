@@ -131,6 +131,17 @@ static void pt2_describe(const ferry_export_config *cfg, const g_graph *g, cJSON
     int params = 0;
     for (size_t i = 0; i < g->n_values; i++)
         params += g->values[i].kind == GV_WEIGHT && g->values[i].n_uses > 0;
+    /* torch's count (found by review: one short of it for a tied lm_head, which the program
+     * lists as a parameter of its own over the embedding's storage, as the module does) */
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const g_node *n = &g->nodes[i];
+        const g_value *w = n->n_in > 1 && n->in[1] >= 0 ? &g->values[n->in[1]] : NULL;
+        if (!n->dead && strcmp(n->name, "/lm_head") == 0 && w && w->kind == GV_WEIGHT &&
+            strcmp(w->name, "lm_head.weight") != 0) {
+            params++;
+            cJSON_AddStringToObject(metadata, "lm_head_shares", w->name);
+        }
+    }
     cJSON_AddNumberToObject(metadata, "parameters", params);
     /* what torch.export.load gives as example_inputs, which AOTInductor compiles against */
     const char *no_example = pt2_sample_inputs_missing(g);
