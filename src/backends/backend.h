@@ -65,9 +65,6 @@ typedef struct fb_backend {
     /* Its programs write the cache into the caller's tensors (torch's input mutations): only a
      * cache of fixed size can be written so, and a generation export needs a static cache. */
     bool cache_in_place_only;
-    /* A warning for a generation export of a model with a sliding window, where a runtime
-     * commonly used with the format drops the window ("%lld": the window), or NULL. */
-    const char *sliding_window_warning;
 } fb_backend;
 
 /* Names a graph's explicit cache as the guide does (cache_names.c): a state updated in place

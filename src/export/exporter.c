@@ -169,26 +169,6 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
             goto fail;
     }
     c->warnings = export_warnings(m->warning, m->ck);
-    /* the widest window, where it is shorter than the positions the model was made for (a
-     * window as long as those never takes effect) */
-    int64_t window = 0, positions = 0;
-    for (int i = 0; c->generation && !c->cfg.stateless && c->backend->sliding_window_warning &&
-                    i < c->n; i++)
-        for (size_t k = 0; k < c->items[i].graph->n_nodes; k++) {
-            const g_node *node = &c->items[i].graph->nodes[k];
-            if (!node->dead && node->op == G_ATTENTION && node->a.attn->sliding_window > window)
-                window = node->a.attn->sliding_window;
-            if (!node->dead && node->op == G_ROPE)
-                positions = node->a.rope->max_position_embeddings;
-        }
-    if (window > 0 && (positions <= 0 || window < positions)) {
-        char line[400];
-        snprintf(line, sizeof line, c->backend->sliding_window_warning, (long long)window);
-        if (add_warning(&c->warnings, line) != FERRY_OK) {
-            fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-    }
     int64_t prompt;
     if (c->generation && !c->gen.static_cache && g_dim_is_const(axes[1], &prompt)) {
         char line[400];

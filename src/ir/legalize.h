@@ -40,7 +40,8 @@ typedef struct lw_memo {
 
 enum { LW_MEMO_ROPE = 1, LW_MEMO_MASK = 2, LW_MEMO_PACKED = 3 /* in_a: a source node */,
        LW_MEMO_ROTARY_CACHE = 4 /* a target's cos/sin tables per rope options and dtype */,
-       LW_MEMO_BIAS = 5 /* a target's additive attention bias per mask and dtype */ };
+       LW_MEMO_BIAS = 5 /* a target's additive attention bias per mask and dtype */,
+       LW_MEMO_WINDOW_BIAS = 6 /* a target's own form of it for a sliding window */ };
 
 struct g_lower_ctx {
     const g_graph *src;

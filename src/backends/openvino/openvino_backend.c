@@ -209,11 +209,4 @@ const fb_backend fb_openvino = {
     .write = openvino_write,
     .describe = openvino_describe,
     .one_generation_graph = true,
-    /* found by review: OpenVINO's rewrite into paged attention matches only its own patterns
-     * for a window's mask and otherwise makes every layer causal, without a word */
-    .sliding_window_warning = "openvino-genai's paged attention (its PA backend, "
-                              "ContinuousBatchingPipeline) drops this model's sliding window "
-                              "of %lld tokens: past that many, its tokens part from "
-                              "transformers'; its SDPA backend (ATTENTION_BACKEND=\"SDPA\") "
-                              "keeps the window",
 };

@@ -7,13 +7,15 @@
  *               which the plugin runs as a FullyConnected on the compressed weights
  *   embedding   Gather over the table, likewise decompressed when quantized
  *   attention   ScaledDotProductAttention (opset13) over [b, h, s, d] queries and the keys and
- *               values as the cache step leaves them, ferry's mask as its additive bias. Grouped
+ *               values as the cache step leaves them, ferry's mask as its additive bias (a
+ *               sliding window's in the form paged attention reads: window_bias). Grouped
  *               kv heads reach it as Unsqueeze → Broadcast(bidirectional) → Reshape: the
  *               pattern the CPU plugin folds, with the ReadValue → Gather(beam_idx) → Concat →
  *               Assign cache around it, into one attention node that keeps the cache itself and
  *               never materialises the repeat. SDPA takes no softcap: a softcapped attention
  *               keeps the generic lowering (grouped matmuls, softmax).
  * Everything else takes the generic lowerings (ir/lower/). */
+#include <stdint.h>
 #include <stdio.h>
 
 #include "backends/openvino/openvino.h"
@@ -83,6 +85,78 @@ static int repeat_kv(g_graph *g, const char *which, int x, int64_t groups, int64
     return g_reshape_spec(g, name, x, 4, bhtd);
 }
 
+/* An extern of OpenVINO's `version`.`type` with one output of `dt` and `shape`. */
+static int ov_op(g_graph *g, const char *version, const char *type, const char *name,
+                 ferry_dtype dt, const g_shape *shape, int n_in, const int *in)
+{
+    g_extern e = g_extern_init(version, type);
+    g_extern_out(&e, 0, 0, dt, shape);
+    return g_extern_node(g, name, &e, n_in, in);
+}
+
+/* A sliding window's additive mask [b, 1, s, t], in the one form OpenVINO's rewrite into paged
+ * attention (openvino-genai's PA backend and ContinuousBatchingPipeline) reads a window from:
+ * the gpt-oss pattern of its StateManagementPattern (transformations/sdpa_to_paged_attention/
+ * state_management_pattern.cpp, OpenVINO 2026.4),
+ *   Slice(Select(Broadcast(BitwiseAnd(BitwiseAnd(_, BitwiseAnd(BitwiseAnd(_, Greater(kv,
+ *       Add(q, Constant -w))), _)), _)), _, _)) -> SDPA's mask,
+ * taking w from the Constant. Any other form it drops without a word, and every layer is causal
+ * there (found by review: past the window, tokens parted from transformers'). The mask is
+ * ferry's (lw_attention_mask): causal and padding (each `_` above), and keys within w real
+ * tokens of the query (kv, q: the running count of real tokens), as the generic form. */
+static int window_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
+{
+    g_graph *g = c->dst;
+    const g_attn_opts *o = n->a.attn;
+    int mask = lw_in(c, n, 3);
+    int64_t key = o->sliding_window * 64 + (int64_t)dt;
+    for (size_t i = 0; i < c->n_memo; i++)
+        if (c->memo[i].kind == LW_MEMO_WINDOW_BIAS && c->memo[i].in_a == mask &&
+            c->memo[i].key == key)
+            return c->memo[i].out_a;
+    int causal = lw_attention_mask(c, mask, q, G_NONE, G_MASK_CAUSAL, 0); /* [b, 1, 1, s, t] */
+    char saved[sizeof g->scope], scope[96];
+    snprintf(scope, sizeof scope, "/model/sliding_bias_%lld", (long long)o->sliding_window);
+    lw_scope_push(c, saved, sizeof saved, scope);
+    const g_shape *qs = &c->src->values[n->in[0]].shape, *ms = &c->src->values[n->in[3]].shape;
+    g_shape s4 = {.rank = 4, .d = {qs->d[0], g_dim_const(1), qs->d[1], ms->d[1]}};
+    int m4 = g_reshape(g, "Reshape_mask", causal, 4, s4.d);
+    int t = g_gather(g, "Gather_t", g_shape_of(g, "Shape_t", mask, 0, G_END),
+                     g_scalar_i64(g, 1), 0);
+    int s = g_gather(g, "Gather_s", g_shape_of(g, "Shape_s", q, 0, G_END), g_scalar_i64(g, 1), 0);
+    int filled = g_cumsum(g, "CumSum_filled", mask, 1);                   /* [b, t] */
+    int q_idx = g_range(g, "Range_q", g_binary(g, G_SUB, "Sub_first", t, s), t,
+                        g_scalar_i64(g, 1));
+    int q_filled = g_gather(g, "Gather_q_filled", filled, q_idx, 1);      /* [b, s] */
+    int64_t kv_axes[2] = {1, 2}, q_axes[2] = {1, 3};
+    int kv = g_unsqueeze(g, "Unsqueeze_kv", filled, 2, kv_axes);          /* [b, 1, 1, t] */
+    int qc = g_unsqueeze(g, "Unsqueeze_q", q_filled, 2, q_axes);          /* [b, 1, s, 1] */
+    int low = g_binary(g, G_ADD, "Add", qc, g_scalar_i64(g, -o->sliding_window));
+    int inside = g_binary(g, G_GREATER, "Greater", kv, low);             /* [b, 1, s, t] */
+    /* the pattern's four ANDs, the causal mask at each free input (x & m = x here) */
+    int a1 = ov_op(g, "opset13", "BitwiseAnd", "BitwiseAnd_window", FERRY_BOOL, &s4, 2,
+                   (int[]){m4, inside});
+    int a2 = ov_op(g, "opset13", "BitwiseAnd", "BitwiseAnd_2", FERRY_BOOL, &s4, 2,
+                   (int[]){a1, m4});
+    int a3 = ov_op(g, "opset13", "BitwiseAnd", "BitwiseAnd_3", FERRY_BOOL, &s4, 2,
+                   (int[]){m4, a2});
+    int a4 = ov_op(g, "opset13", "BitwiseAnd", "BitwiseAnd_4", FERRY_BOOL, &s4, 2,
+                   (int[]){a3, m4});
+    int wide = ov_op(g, "opset3", "Broadcast", "Broadcast", FERRY_BOOL, &s4, 2,
+                     (int[]){a4, g_shape_of(g, "Shape_mask", a4, 0, G_END)});
+    double lowest = dt == FERRY_F16 ? -65504.0 : dt == FERRY_BF16 ? -3.3895313892515355e38
+                                                                  : -3.4028234663852886e38;
+    int bias = g_where(g, "Where_bias", wide, g_scalar_f(g, dt, 0.0), g_scalar_f(g, dt, lowest));
+    int64_t big = INT64_MAX;
+    bias = ov_op(g, "opset8", "Slice", "Slice", dt, &s4, 5,
+                 (int[]){bias, g_const_i64(g, 1, (int64_t[]){0}), g_const_i64(g, 1, &big),
+                         g_const_i64(g, 1, (int64_t[]){1}), g_const_i64(g, 1, (int64_t[]){3})});
+    lw_scope_pop(c, saved);
+    lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_WINDOW_BIAS, .in_a = mask, .key = key,
+                              .out_a = bias});
+    return bias;
+}
+
 static ferry_status ov_attention(g_lower_ctx *c, const g_node *n, int *outs)
 {
     const g_attn_opts *o = n->a.attn;
@@ -95,7 +169,8 @@ static ferry_status ov_attention(g_lower_ctx *c, const g_node *n, int *outs)
         return g->err.status;
     ferry_dtype dt = g->values[q].dtype;
     int64_t h = o->num_heads, kvh = o->num_kv_heads, d = o->head_dim;
-    int bias = lw_attention_bias(c, n, q, dt);
+    int bias = o->sliding_window > 0 && o->mask == G_MASK_CAUSAL ? window_bias(c, n, q, dt)
+                                                                 : lw_attention_bias(c, n, q, dt);
     if (h != kvh) {
         k = repeat_kv(g, "k", k, h / kvh, h, d);
         v = repeat_kv(g, "v", v, h / kvh, h, d);
