@@ -125,7 +125,8 @@ def _cannot_run(runtime):
     """The runtime failing to load or run the export (a kernel or type its CPU provider lacks:
     a bfloat16 ONNX export) and what the runners and ExportedModel refuse to run (status 1, a
     shape they cannot feed; 4, unsupported) as CannotValidate; a broken export stays FerryError,
-    and so does a program torch or OpenVINO cannot load or run."""
+    and so does a program torch cannot load or run (an IR OpenVINO cannot read is found before:
+    _read_openvino_files)."""
     try:
         yield
     except CannotValidate:
@@ -146,12 +147,6 @@ def _cannot_run(runtime):
         if type(e).__module__.split(".")[0] not in ("onnxruntime", "openvino") and \
                 not isinstance(e, RuntimeError):
             raise
-        if runtime == "openvino" and "opset" not in str(e):
-            # OpenVINO's CPU plugin runs every op and precision ferry writes (an older OpenVINO
-            # that lacks an op says "opset"): an IR it cannot read, compile or feed is broken
-            # (found by review: an edited .xml exited 3, which scripts take for "skip")
-            raise FerryError(f"openvino cannot load or run this export: "
-                             f"{_escape(_reason(e))}", status=1) from None
         raise CannotValidate(f"{runtime} (CPU) cannot run this export: "
                              f"{_escape(_reason(e))}", status=4) from None
 
@@ -189,6 +184,28 @@ def _generation(loaded, manifest):
     return Run(calls, ids, mask)
 
 
+def _read_openvino_files(directory, components):
+    """Each IR as OpenVINO reads it, before anything compiles or runs: one it cannot parse is a
+    broken export, exit 1 (found by review: an edited .xml exited 3, "cannot run here", which
+    scripts take for "skip"), unless this OpenVINO lacks an op ("opset"); what fails later (a
+    device, a kernel) stays "cannot run here"."""
+    try:
+        import openvino
+    except ImportError:
+        return  # running it says what is missing
+    core = openvino.Core()
+    for name, component in components.items():
+        try:
+            core.read_model(str(Path(directory) / component["file"]))
+        except Exception as e:
+            if "opset" in str(e):
+                raise CannotValidate(f"openvino {openvino.__version__} cannot read component "
+                                     f"{_escape(name)}: {_escape(_reason(e))}", status=4) from None
+            raise FerryError(f"openvino cannot read component {_escape(name)} "
+                             f"({_escape(component['file'])}): {_escape(_reason(e))}",
+                             status=1) from None
+
+
 def run_export(loaded, manifest):
     """Runs the loaded export (an ExportedModel, its manifest given) on the CPU on the example
     inputs -> (Run, runtime name)."""
@@ -204,6 +221,8 @@ def run_export(loaded, manifest):
         raise CannotValidate("validation runs a plain export's \"model\" or a generation "
                              f"export's \"decode\"; this export has "
                              f"{_escape(', '.join(components))}", status=4)
+    if fmt == "openvino":
+        _read_openvino_files(loaded.directory, components)
     with _cannot_run(RUNTIMES[fmt]):
         loaded.to("cpu")
         run = _plain(loaded, manifest) if "model" in components else _generation(loaded, manifest)

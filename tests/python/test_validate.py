@@ -129,8 +129,8 @@ def test_tampered_weights_fail(onnx_export, tmp_path):
 
 
 @pytest.mark.parametrize("old,new,needle", [
-    ('<layer id="1"', '<lay3r id="1"', "openvino cannot load or run this export: Start-end tags "
-     "mismatch at offset"),
+    ('<layer id="1"', '<lay3r id="1"', "openvino cannot read component model "
+     "(openvino_model.xml): Start-end tags mismatch at offset"),
     ('names="position_ids"', 'names="position_idz"', "the program takes input_ids, "
      "attention_mask, position_idz, where export.json lists input_ids, attention_mask, "
      "position_ids: one of them was edited"),
