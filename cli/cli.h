@@ -49,6 +49,7 @@ typedef struct cli_export_opts {
     bool cache_flag;         /* --static-cache or --max-cache-len was given */
     bool decode_flag;        /* --multi-token-decode or --single-token-decode was given */
     bool recipe_given;       /* --config took part in the config */
+    int recipe_dims;         /* cfg.dims[0..recipe_dims) came from recipes: a --dim replaces */
 } cli_export_opts;
 
 enum {

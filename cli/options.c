@@ -91,12 +91,27 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
     case CLI_OPT_DYNAMIC:
         o->cfg.dynamic = 1;
         return CLI_CONTINUE;
-    case CLI_OPT_DIM:
+    case CLI_OPT_DIM: {
+        /* parsed alone first: a recipe's dim on the same axis is replaced, as every option on
+         * the command line wins over a recipe (found by review: "given twice") */
+        ferry_export_config one;
+        ferry_export_config_init(&one);
+        if (ferry_export_config_add_dim(&one, arg, eb, sizeof eb) != FERRY_OK) {
+            cli_error("%s", eb);
+            return EXIT_USAGE;
+        }
+        for (int i = 0; i < o->recipe_dims; i++)
+            if (!strcmp(o->cfg.dims[i].input, one.dims[0].input) &&
+                o->cfg.dims[i].axis == one.dims[0].axis) {
+                o->cfg.dims[i] = one.dims[0];
+                return CLI_CONTINUE;
+            }
         if (ferry_export_config_add_dim(&o->cfg, arg, eb, sizeof eb) != FERRY_OK) {
             cli_error("%s", eb);
             return EXIT_USAGE;
         }
         return CLI_CONTINUE;
+    }
     case CLI_OPT_EXAMPLE: {
         long long bs[2];
         const char *p = arg;
@@ -245,6 +260,49 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
     return -2; /* not a shared option */
 }
 
+/* One reading of the options into `o` (--config's recipes are read_recipes'). optind 0
+ * restarts glibc's getopt, which permutes argv so that the operands come last. */
+static int parse_pass(int argc, char **argv, const char *cmd, const struct option *all,
+                      cli_extra_fn on_extra, void *user, cli_export_opts *o)
+{
+    opterr = 0;
+    optind = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "qh", all, NULL)) != -1) {
+        int rc = shared_option(c, optarg, o);
+        if (rc == -2)
+            rc = c == '?' || c == ':' ? -3 : on_extra(c, optarg, user);
+        if (rc == -3 || rc == -2) {
+            cli_error("%s: unknown or incomplete option '%s' (see ferry %s --help)", cmd,
+                      argv[optind - 1], cmd);
+            return EXIT_USAGE;
+        }
+        if (rc != CLI_CONTINUE)
+            return rc;
+    }
+    return CLI_CONTINUE;
+}
+
+/* Each --config's recipe into `o`, in order. The leading "-" keeps argv as it is (an operand
+ * comes back as option 1), so that this reading pairs each option with the argument the full
+ * reading gives it (found by review: after a permuting pass a dangling --config took an
+ * operand as its recipe). */
+static int read_recipes(int argc, char **argv, const struct option *all, cli_export_opts *o)
+{
+    opterr = 0;
+    optind = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "-qh", all, NULL)) != -1) {
+        if (c != CLI_OPT_CONFIG)
+            continue;
+        int rc = read_recipe(optarg, o);
+        if (rc != CLI_CONTINUE)
+            return rc;
+    }
+    o->recipe_dims = o->cfg.n_dims;
+    return CLI_CONTINUE;
+}
+
 int cli_parse_export_options(int argc, char **argv, const char *cmd,
                              const struct option *extra, int n_extra, cli_extra_fn on_extra,
                              void *user, cli_export_opts *o)
@@ -285,34 +343,21 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         all[n++] = extra[i];
     all[n] = (struct option){NULL, 0, NULL, 0};
 
+    /* Every option on the command line wins over a recipe, wherever --config stands (found by
+     * review: `--dtype fp16 --config r.json` exported the recipe's fp32 without a word): the
+     * command line alone first, so that its errors and --help come before a recipe's; then
+     * each recipe in order; then the command line again, over them. */
+    cli_export_opts alone;
+    memset(&alone, 0, sizeof alone);
+    ferry_export_config_init(&alone.cfg);
+    int rc = parse_pass(argc, argv, cmd, all, on_extra, user, &alone);
+    if (rc != CLI_CONTINUE)
+        return rc;
     memset(o, 0, sizeof *o);
     ferry_export_config_init(&o->cfg);
-    opterr = 0;
-    int c;
-    /* The recipe first, wherever --config stands, so that every option on the command line
-     * wins over it (found by review: `--dtype fp16 --config r.json` exported the recipe's fp32
-     * without a word). optind 0 restarts glibc's getopt, which permutes argv as it goes. */
-    optind = 0;
-    while ((c = getopt_long(argc, argv, "qh", all, NULL)) != -1) {
-        if (c != CLI_OPT_CONFIG)
-            continue;
-        int rc = read_recipe(optarg, o);
-        if (rc != CLI_CONTINUE)
-            return rc;
-    }
-    optind = 0;
-    while ((c = getopt_long(argc, argv, "qh", all, NULL)) != -1) {
-        int rc = shared_option(c, optarg, o);
-        if (rc == -2)
-            rc = c == '?' || c == ':' ? -3 : on_extra(c, optarg, user);
-        if (rc == -3 || rc == -2) {
-            cli_error("%s: unknown or incomplete option '%s' (see ferry %s --help)", cmd,
-                      argv[optind - 1], cmd);
-            return EXIT_USAGE;
-        }
-        if (rc != CLI_CONTINUE)
-            return rc;
-    }
+    if ((rc = read_recipes(argc, argv, all, o)) != CLI_CONTINUE ||
+        (rc = parse_pass(argc, argv, cmd, all, on_extra, user, o)) != CLI_CONTINUE)
+        return rc;
     if (!o->cfg.for_generation &&
         (o->decode_flag || o->cfg.generation.multi_token_decode != FERRY_AUTO ||
          o->cfg.generation.static_cache || o->cfg.generation.max_cache_len)) {

@@ -125,8 +125,8 @@ def _cannot_run(runtime):
     """The runtime failing to load or run the export (a kernel or type its CPU provider lacks:
     a bfloat16 ONNX export) and what the runners and ExportedModel refuse to run (status 1, a
     shape they cannot feed; 4, unsupported) as CannotValidate; a broken export stays FerryError,
-    and so does a program torch cannot load or run (an IR OpenVINO cannot read is found before:
-    _read_openvino_files)."""
+    and so does a program torch cannot load or run (an ONNX or OpenVINO program that its reader
+    cannot parse is found before: _read_program_files)."""
     try:
         yield
     except CannotValidate:
@@ -184,26 +184,49 @@ def _generation(loaded, manifest):
     return Run(calls, ids, mask)
 
 
-def _read_openvino_files(directory, components):
-    """Each IR as OpenVINO reads it, before anything compiles or runs: one it cannot parse is a
-    broken export, exit 1 (found by review: an edited .xml exited 3, "cannot run here", which
-    scripts take for "skip"), unless this OpenVINO lacks an op ("opset"); what fails later (a
-    device, a kernel) stays "cannot run here"."""
+def _program_inputs(fmt, path):
+    """The input names of the program at `path` as its format's reader parses it, or None where
+    that reader is not installed (running it then says what is missing)."""
+    if fmt == "openvino":
+        try:
+            import openvino
+        except ImportError:
+            return None
+        return [i.get_any_name() for i in openvino.Core().read_model(str(path)).inputs]
     try:
-        import openvino
+        import onnx
     except ImportError:
-        return  # running it says what is missing
-    core = openvino.Core()
+        return None
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {t.name for t in graph.initializer}
+    return [i.name for i in graph.input if i.name not in weights]
+
+
+def _read_program_files(fmt, directory, components):
+    """Each ONNX or OpenVINO program as its format's reader parses it, before anything compiles
+    or runs: one it cannot parse, or whose inputs are not the ones export.json lists, is a
+    broken export, exit 1 (found by review: an edited .xml exited 3, "cannot run here", which
+    scripts take for "skip"; an input renamed in export.json alone passed). An OpenVINO that
+    lacks an op says "opset": that, and what fails later (a device, a kernel), stays "cannot run
+    here"."""
     for name, component in components.items():
         try:
-            core.read_model(str(Path(directory) / component["file"]))
+            program = _program_inputs(fmt, Path(directory) / component["file"])
         except Exception as e:
-            if "opset" in str(e):
-                raise CannotValidate(f"openvino {openvino.__version__} cannot read component "
-                                     f"{_escape(name)}: {_escape(_reason(e))}", status=4) from None
-            raise FerryError(f"openvino cannot read component {_escape(name)} "
+            if fmt == "openvino" and "opset" in str(e):
+                raise CannotValidate(f"openvino cannot read component {_escape(name)} "
+                                     f"({_escape(component['file'])}) here: "
+                                     f"{_escape(_reason(e))}", status=4) from None
+            raise FerryError(f"{fmt} cannot read component {_escape(name)} "
                              f"({_escape(component['file'])}): {_escape(_reason(e))}",
                              status=1) from None
+        listed = [i.get("name") for i in component.get("metadata", {}).get("inputs") or []
+                  if isinstance(i, dict)]
+        if program is not None and listed and sorted(program) != sorted(map(str, listed)):
+            raise FerryError(f"component {_escape(name)}: the program takes "
+                             f"{', '.join(map(_escape, program))}, where export.json lists "
+                             f"{', '.join(map(_escape, map(str, listed)))}: one of them was "
+                             "edited since the export", status=1)
 
 
 def run_export(loaded, manifest):
@@ -221,8 +244,8 @@ def run_export(loaded, manifest):
         raise CannotValidate("validation runs a plain export's \"model\" or a generation "
                              f"export's \"decode\"; this export has "
                              f"{_escape(', '.join(components))}", status=4)
-    if fmt == "openvino":
-        _read_openvino_files(loaded.directory, components)
+    if fmt in ("onnx", "openvino"):
+        _read_program_files(fmt, loaded.directory, components)
     with _cannot_run(RUNTIMES[fmt]):
         loaded.to("cpu")
         run = _plain(loaded, manifest) if "model" in components else _generation(loaded, manifest)

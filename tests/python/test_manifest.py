@@ -166,6 +166,51 @@ def test_command_line_wins_over_recipe_wherever_it_stands(ckpt, tmp_path, before
     assert meta["precision"] == "fp16" and meta["inputs"][0]["shape"] == ["batch", "sequence"]
 
 
+@pytest.mark.parametrize("args,code,line", [
+    # a dangling --config takes no operand for its recipe (found by review: a word before it
+    # became the recipe, which was then never read)
+    (["{recipe}", "{ckpt}", "{out}", "--config"], 2,
+     "ferry: error: export: unknown or incomplete option '--config' (see ferry export --help)"),
+    # the command line's own errors and --help come before a recipe's (found by review)
+    (["{ckpt}", "{out}", "--bogus", "--config", "{bad}"], 2,
+     "ferry: error: export: unknown or incomplete option '--bogus' (see ferry export --help)"),
+    (["{ckpt}", "{out}", "--dtype", "fp99", "--config", "{bad}"], 2,
+     "ferry: error: --dtype fp99: expected fp32, fp16 or bf16"),
+    (["{ckpt}", "{out}", "--help", "--config", "{bad}"], 0, None),
+    (["{ckpt}", "{out}", "--config", "{bad}"], 1, "ferry: error: {bad}: recipe: invalid JSON"),
+], ids=["dangling-config", "unknown-option", "bad-value", "help", "bad-recipe-alone"])
+def test_recipe_and_command_line_errors(ckpt, tmp_path, args, code, line):
+    recipe, bad = tmp_path / "recipe.json", tmp_path / "bad.json"
+    recipe.write_text('{"dtype": "bf16"}')
+    bad.write_text('{"dtype":')
+    names = {"recipe": recipe, "bad": bad, "ckpt": ckpt, "out": tmp_path / "out"}
+    rc, stdout, stderr = run_ferry("export", *[a.format(**names) for a in args])
+    assert rc == code, (rc, stderr)
+    if line is None:
+        assert stdout.startswith("usage: ferry export") and stderr == ""
+    else:
+        (got,) = stderr.splitlines()
+        assert got.startswith(line.format(**names)), got
+    assert not (tmp_path / "out").exists()
+
+
+def test_dim_replaces_the_recipes_on_its_axis(ckpt, tmp_path):
+    """--dim wins over a recipe's dynamic_shapes entry for the same axis (found by review:
+    "given twice"); twice on the command line is still an error."""
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"dynamic_shapes": {name: {"1": {"name": "s1", "min": 1,
+                                                                  "max": 64}}
+                                                     for name in INPUT_NAMES}}))
+    dims = [f"{name}:1=s2:1:128" for name in INPUT_NAMES]
+    out = ferry_export(ckpt, tmp_path / "out", *sum([["--dim", d] for d in dims], []),
+                       "--config", recipe)
+    meta = manifest(out)["components"]["model"]["metadata"]
+    assert meta["symbols"]["s2"]["max"] == 128 and "s1" not in meta["symbols"]
+    rc, _, stderr = run_ferry("export", ckpt, tmp_path / "twice", "--dim", dims[0], "--dim",
+                              dims[0].replace("s2", "s3"))
+    assert rc == 2 and "given twice" in stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # Loading through the Python binding
 

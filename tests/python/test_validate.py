@@ -151,6 +151,35 @@ def test_edited_openvino_ir_fails(ckpt, tmp_path, old, new, needle):
     assert "Exception from" not in line
 
 
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_program_and_manifest_that_disagree_fail(ckpt, onnx_export, tmp_path, fmt):
+    """An input renamed in export.json alone (found by review: the runner still fed the program,
+    and the export passed and was recorded as validated), and for ONNX a program its reader
+    cannot parse (was exit 3, "cannot run here"): exit 1, one line, nothing recorded."""
+    out = copy_export(onnx_export, tmp_path) if fmt == "onnx" else ferry_export(
+        ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic", "--quiet")
+    manifest = json.loads((out / "export.json").read_text())
+    inputs = manifest["components"]["model"]["metadata"]["inputs"]
+    assert inputs[2]["name"] == "position_ids"
+    inputs[2]["name"] = "pos"
+    (out / "export.json").write_text(json.dumps(manifest))
+    rc, stdout, stderr = validate(out)
+    assert (rc, stdout) == (1, ""), (rc, stderr)
+    assert stderr.splitlines() == [
+        "ferry: error: validate: component model: the program takes input_ids, attention_mask, "
+        "position_ids, where export.json lists input_ids, attention_mask, pos: one of them was "
+        "edited since the export"], stderr
+    assert "validated_with" not in json.loads((out / "export.json").read_text())
+    if fmt == "onnx":
+        program = out / "model.onnx"
+        program.write_bytes(b"\xff" * program.stat().st_size)
+        inputs[2]["name"] = "position_ids"
+        (out / "export.json").write_text(json.dumps(manifest))
+        rc, stdout, stderr = validate(out, "--no-record")
+        assert (rc, stdout) == (1, "") and len(stderr.splitlines()) == 1, (rc, stderr)
+        assert "onnx cannot read component model (model.onnx): " in stderr, stderr
+
+
 def test_another_checkpoint_fails(onnx_export, tmp_path):
     other = make_checkpoint(tmp_path / "other", "qwen3", seed=12)
     rc, stdout, stderr = validate(onnx_export, "--model", other, "--no-record")

@@ -32,7 +32,7 @@ static ferry_status pt2_configure(ferry_export_config *cfg, fy_err *err)
     if (cfg->stateless || cfg->compress_to_fp16)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s is an OpenVINO option: it applies to "
                        "--format openvino, not pt2",
-                       cfg->stateless ? "stateful=false" : "compress_to_fp16");
+                       cfg->stateless ? "stateful=False" : "compress_to_fp16");
     if (cfg->quantizer.bits)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int%d: the pt2 format cannot hold "
                        "ferry's quantized weights yet (export fp32, fp16 or bf16)",
