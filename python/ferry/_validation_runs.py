@@ -184,49 +184,83 @@ def _generation(loaded, manifest):
     return Run(calls, ids, mask)
 
 
-def _program_inputs(fmt, path):
-    """The input names of the program at `path` as its format's reader parses it, or None where
-    that reader is not installed (running it then says what is missing)."""
+# element types as export.json names them (torch's names)
+_OV_TYPES = {"i64": "int64", "i32": "int32", "f32": "float32", "f16": "float16",
+             "bf16": "bfloat16", "boolean": "bool", "u8": "uint8", "i8": "int8"}
+
+
+class _TooNew(Exception):
+    """The program is newer than the reader installed here: not the export's fault."""
+
+
+def _program_io(fmt, path):
+    """([(name, dtype)] of the inputs, of the outputs) of the program at `path` as its format's
+    reader checks it (onnx.checker for ONNX), or None where that reader is not installed
+    (running it then says what is missing)."""
     if fmt == "openvino":
         try:
             import openvino
         except ImportError:
             return None
-        return [i.get_any_name() for i in openvino.Core().read_model(str(path)).inputs]
+        model = openvino.Core().read_model(str(path))
+        return tuple([(p.get_any_name(), _OV_TYPES.get(p.get_element_type().get_type_name(),
+                                                        p.get_element_type().get_type_name()))
+                      for p in ports] for ports in (model.inputs, model.outputs))
     try:
         import onnx
     except ImportError:
         return None
-    graph = onnx.load(str(path), load_external_data=False).graph
-    weights = {t.name for t in graph.initializer}
-    return [i.name for i in graph.input if i.name not in weights]
+    model = onnx.load(str(path), load_external_data=False)
+    known = onnx.defs.onnx_opset_version()
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx") and opset.version > known:
+            raise _TooNew(f"opset {opset.version}: the onnx package installed here knows opsets "
+                          f"up to {known}")
+    onnx.checker.check_model(str(path))  # by path: the data files beside it are checked too
+
+    def dtype(v):
+        name = onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type).lower()
+        return {"float": "float32", "double": "float64"}.get(name, name)
+
+    weights = {t.name for t in model.graph.initializer}
+    return ([(v.name, dtype(v)) for v in model.graph.input if v.name not in weights],
+            [(v.name, dtype(v)) for v in model.graph.output])
+
+
+def _io_text(values):
+    return ", ".join(f"{_escape(name)} {_escape(dtype)}" for name, dtype in values)
 
 
 def _read_program_files(fmt, directory, components):
-    """Each ONNX or OpenVINO program as its format's reader parses it, before anything compiles
-    or runs: one it cannot parse, or whose inputs are not the ones export.json lists, is a
-    broken export, exit 1 (found by review: an edited .xml exited 3, "cannot run here", which
-    scripts take for "skip"; an input renamed in export.json alone passed). An OpenVINO that
-    lacks an op says "opset": that, and what fails later (a device, a kernel), stays "cannot run
+    """Each ONNX or OpenVINO program as its format's reader checks it, before anything compiles
+    or runs: one it refuses, or whose inputs or outputs (names, element types) are not the ones
+    export.json lists, is a broken export, exit 1 (found by review: an edited .xml or .onnx
+    exited 3, "cannot run here", which scripts take for "skip"; an input renamed in export.json
+    alone passed, an output renamed ended in a traceback). A program newer than the reader here
+    (an opset it does not know) and what fails later (a device, a kernel) stay "cannot run
     here"."""
     for name, component in components.items():
+        where = f"component {_escape(name)} ({_escape(component['file'])})"
         try:
-            program = _program_inputs(fmt, Path(directory) / component["file"])
+            io = _program_io(fmt, Path(directory) / component["file"])
+        except _TooNew as e:
+            raise CannotValidate(f"{fmt} cannot read {where} here: {_escape(e)}",
+                                 status=4) from None
         except Exception as e:
-            if fmt == "openvino" and "opset" in str(e):
-                raise CannotValidate(f"openvino cannot read component {_escape(name)} "
-                                     f"({_escape(component['file'])}) here: "
+            # OpenVINO names an opset it does not know so; it names every node "opsetN::Type"
+            if fmt == "openvino" and "unsupported opset" in str(e):
+                raise CannotValidate(f"openvino cannot read {where} here: "
                                      f"{_escape(_reason(e))}", status=4) from None
-            raise FerryError(f"{fmt} cannot read component {_escape(name)} "
-                             f"({_escape(component['file'])}): {_escape(_reason(e))}",
-                             status=1) from None
-        listed = [i.get("name") for i in component.get("metadata", {}).get("inputs") or []
-                  if isinstance(i, dict)]
-        if program is not None and listed and sorted(program) != sorted(map(str, listed)):
-            raise FerryError(f"component {_escape(name)}: the program takes "
-                             f"{', '.join(map(_escape, program))}, where export.json lists "
-                             f"{', '.join(map(_escape, map(str, listed)))}: one of them was "
-                             "edited since the export", status=1)
+            raise FerryError(f"{fmt} refuses {where}: {_escape(_reason(e))}", status=1) from None
+        metadata = component.get("metadata") or {}
+        for kind, program in zip(("inputs", "outputs"), io or ()):
+            listed = [(str(v.get("name")), str(v.get("dtype"))) for v in
+                      metadata.get(kind) or [] if isinstance(v, dict)]
+            if listed and sorted(program) != sorted(listed):
+                raise FerryError(f"{where}: the program's {kind} are {_io_text(program)}, "
+                                 f"where export.json lists {_io_text(listed)}: one of them was "
+                                 "edited "
+                                 "since the export", status=1)
 
 
 def run_export(loaded, manifest):
