@@ -66,13 +66,35 @@ static int read_recipe(const char *path, cli_export_opts *o)
         free(text);
         return EXIT_FAIL;
     }
-    ferry_status st = ferry_export_config_from_json(&o->cfg, text, eb, sizeof eb);
+    /* A later recipe wins over an earlier one, its dims too (found by review: a second
+     * recipe's dim on an axis the first gave was "given twice"). */
+    ferry_export_config next = o->cfg;
+    next.n_dims = 0;
+    ferry_status st = ferry_export_config_from_json(&next, text, eb, sizeof eb);
     free(text);
     o->recipe_given = true;
     if (st != FERRY_OK) {
         cli_error("%s: %s", path, eb);
         return EXIT_FAIL;
     }
+    int n = o->cfg.n_dims;
+    ferry_dim_spec merged[FERRY_MAX_DIM_SPECS];
+    memcpy(merged, o->cfg.dims, sizeof merged);
+    for (int i = 0; i < next.n_dims; i++) {
+        int k = 0;
+        while (k < n && (strcmp(merged[k].input, next.dims[i].input) ||
+                         merged[k].axis != next.dims[i].axis))
+            k++;
+        if (k == FERRY_MAX_DIM_SPECS) {
+            cli_error("%s: more than %d dynamic dims in all", path, FERRY_MAX_DIM_SPECS);
+            return EXIT_FAIL;
+        }
+        merged[k] = next.dims[i];
+        n += k == n;
+    }
+    memcpy(next.dims, merged, sizeof merged);
+    next.n_dims = n;
+    o->cfg = next;
     return CLI_CONTINUE;
 }
 
@@ -100,12 +122,25 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
             cli_error("%s", eb);
             return EXIT_USAGE;
         }
-        for (int i = 0; i < o->recipe_dims; i++)
-            if (!strcmp(o->cfg.dims[i].input, one.dims[0].input) &&
-                o->cfg.dims[i].axis == one.dims[0].axis) {
-                o->cfg.dims[i] = one.dims[0];
-                return CLI_CONTINUE;
+        for (int i = 0; i < o->recipe_dims; i++) {
+            ferry_dim_spec *d = &o->cfg.dims[i];
+            if (strcmp(d->input, one.dims[0].input) || d->axis != one.dims[0].axis)
+                continue;
+            /* the recipe's other axes of the same symbol follow it (found by review: a recipe
+             * naming one symbol on every input refused a single --dim as a mismatch) */
+            char old[sizeof d->symbol];
+            memcpy(old, d->symbol, sizeof old);
+            for (int k = 0; k < o->recipe_dims; k++) {
+                ferry_dim_spec *same = &o->cfg.dims[k];
+                if (k != i && !strcmp(same->symbol, old)) {
+                    memcpy(same->symbol, one.dims[0].symbol, sizeof same->symbol);
+                    same->min = one.dims[0].min;
+                    same->max = one.dims[0].max;
+                }
             }
+            *d = one.dims[0];
+            return CLI_CONTINUE;
+        }
         if (ferry_export_config_add_dim(&o->cfg, arg, eb, sizeof eb) != FERRY_OK) {
             cli_error("%s", eb);
             return EXIT_USAGE;
@@ -273,8 +308,13 @@ static int parse_pass(int argc, char **argv, const char *cmd, const struct optio
         if (rc == -2)
             rc = c == '?' || c == ':' ? -3 : on_extra(c, optarg, user);
         if (rc == -3 || rc == -2) {
+            /* a short option by its letter: inside a bundle ("-xq") optind has not moved past
+             * it, and argv[optind - 1] is another word (found by review) */
+            int bad = c == '?' || c == ':' ? optopt : c;
+            char letter[3] = {'-', (char)bad, '\0'};
+            bool short_opt = bad > ' ' && bad < 127;
             cli_error("%s: unknown or incomplete option '%s' (see ferry %s --help)", cmd,
-                      argv[optind - 1], cmd);
+                      short_opt ? letter : argv[optind - 1], cmd);
             return EXIT_USAGE;
         }
         if (rc != CLI_CONTINUE)
@@ -361,6 +401,11 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
     if (!o->cfg.for_generation &&
         (o->decode_flag || o->cfg.generation.multi_token_decode != FERRY_AUTO ||
          o->cfg.generation.static_cache || o->cfg.generation.max_cache_len)) {
+        if (!o->decode_flag && !o->cache_flag) { /* the recipe's alone: exit 1 (found by review) */
+            cli_error("the recipe's multi_token_decode and generation_config apply to "
+                      "generation exports (its for_generation, or --for-generation)");
+            return EXIT_FAIL;
+        }
         cli_error("--multi-token-decode, --single-token-decode, --static-cache and "
                   "--max-cache-len (or a recipe's multi_token_decode and generation_config) "
                   "apply to --for-generation exports");
@@ -380,9 +425,9 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         return EXIT_USAGE;
     }
     if (o->cfg.quantizer.method == FERRY_QUANT_MSE && o->cfg.quantizer.bits == 8) {
-        cli_error("--quant-method mse applies to --quantize int4 (at int8 it finds "
-                  "round-to-nearest's own scales)");
-        return EXIT_USAGE;
+        cli_error("%s applies to int4 (at int8 it finds round-to-nearest's own scales)",
+                  o->quant_flag ? "--quant-method mse" : "the recipe's quantizer method mse");
+        return o->quant_flag ? EXIT_USAGE : EXIT_FAIL;
     }
     if (o->openvino_flag && o->cfg.format != FERRY_FORMAT_OPENVINO) {
         cli_error("%s is an OpenVINO option: it applies to --format openvino", o->openvino_flag);

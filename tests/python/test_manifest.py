@@ -178,12 +178,24 @@ def test_command_line_wins_over_recipe_wherever_it_stands(ckpt, tmp_path, before
      "ferry: error: --dtype fp99: expected fp32, fp16 or bf16"),
     (["{ckpt}", "{out}", "--help", "--config", "{bad}"], 0, None),
     (["{ckpt}", "{out}", "--config", "{bad}"], 1, "ferry: error: {bad}: recipe: invalid JSON"),
-], ids=["dangling-config", "unknown-option", "bad-value", "help", "bad-recipe-alone"])
+    # a short option in a bundle is named by its letter (found by review: the next word was)
+    (["--dtype", "fp16", "-xq", "{ckpt}", "{out}"], 2,
+     "ferry: error: export: unknown or incomplete option '-x' (see ferry export --help)"),
+    # what a recipe alone asks for is the recipe's fault: 1, as `ferry --help` says
+    (["{ckpt}", "{out}", "--config", "{mse8}"], 1,
+     "ferry: error: the recipe's quantizer method mse applies to int4"),
+    (["{ckpt}", "{out}", "--config", "{decode}"], 1,
+     "ferry: error: the recipe's multi_token_decode and generation_config apply to generation "
+     "exports"),
+], ids=["dangling-config", "unknown-option", "bad-value", "help", "bad-recipe-alone",
+        "short-in-bundle", "recipe-mse-int8", "recipe-decode-plain"])
 def test_recipe_and_command_line_errors(ckpt, tmp_path, args, code, line):
-    recipe, bad = tmp_path / "recipe.json", tmp_path / "bad.json"
-    recipe.write_text('{"dtype": "bf16"}')
-    bad.write_text('{"dtype":')
-    names = {"recipe": recipe, "bad": bad, "ckpt": ckpt, "out": tmp_path / "out"}
+    names = {"ckpt": ckpt, "out": tmp_path / "out"}
+    for name, text in (("recipe", '{"dtype": "bf16"}'), ("bad", '{"dtype":'),
+                       ("mse8", '{"quantizer": {"bits": 8, "method": "mse"}}'),
+                       ("decode", '{"multi_token_decode": true}')):
+        names[name] = tmp_path / f"{name}.json"
+        names[name].write_text(text)
     rc, stdout, stderr = run_ferry("export", *[a.format(**names) for a in args])
     assert rc == code, (rc, stderr)
     if line is None:
@@ -209,6 +221,15 @@ def test_dim_replaces_the_recipes_on_its_axis(ckpt, tmp_path):
     rc, _, stderr = run_ferry("export", ckpt, tmp_path / "twice", "--dim", dims[0], "--dim",
                               dims[0].replace("s2", "s3"))
     assert rc == 2 and "given twice" in stderr
+    # one --dim over a recipe that names one symbol on every input: the symbol follows it
+    # (found by review: "dims ... differ"); a later recipe replaces an earlier one's dims
+    out = ferry_export(ckpt, tmp_path / "one", "--config", recipe, "--dim", dims[0])
+    assert manifest(out)["components"]["model"]["metadata"]["symbols"]["s2"]["max"] == 128
+    later = tmp_path / "later.json"
+    later.write_text(recipe.read_text().replace('"s1"', '"s9"').replace("64", "32"))
+    out = ferry_export(ckpt, tmp_path / "two", "--config", recipe, "--config", later)
+    symbols = manifest(out)["components"]["model"]["metadata"]["symbols"]
+    assert list(symbols) == ["s9"] and symbols["s9"]["max"] == 32
 
 
 # ---------------------------------------------------------------------------------------------
