@@ -259,8 +259,7 @@ def _read_program_files(fmt, directory, components):
             if listed and sorted(program) != sorted(listed):
                 raise FerryError(f"{where}: the program's {kind} are {_io_text(program)}, "
                                  f"where export.json lists {_io_text(listed)}: one of them was "
-                                 "edited "
-                                 "since the export", status=1)
+                                 "edited since the export", status=1)
 
 
 def run_export(loaded, manifest):

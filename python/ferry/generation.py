@@ -6,10 +6,10 @@ all; when sampling, top_k 50).
 
 Supported: max_new_tokens / max_length, min_new_tokens / min_length, do_sample, temperature,
 top_k, top_p, min_p, repetition_penalty, eos_token_id (one id or a list; None given: none),
-pad_token_id, and `seed` (numpy's Generator; sampling cannot reproduce torch's draws). A row that produced an
-eos is padded with pad_token_id after it; generation stops when every row has finished. Any
-other setting that would change the tokens (num_beams > 1, no_repeat_ngram_size, ...) is
-refused by name, from the call or from generation_config.json."""
+pad_token_id, and `seed` (numpy's Generator; sampling cannot reproduce torch's draws). A row
+that produced an eos is padded with pad_token_id after it; generation stops when every row has
+finished. Any other setting that would change the tokens (num_beams > 1, no_repeat_ngram_size,
+...) is refused by name, from the call or from generation_config.json."""
 
 import json
 from pathlib import Path
