@@ -194,18 +194,22 @@ class _TooNew(Exception):
 
 
 def _program_io(fmt, path):
-    """([(name, dtype)] of the inputs, of the outputs) of the program at `path` as its format's
-    reader checks it (onnx.checker for ONNX), or None where that reader is not installed
-    (running it then says what is missing)."""
+    """([(name, dtype, [size or None per axis])] of the inputs, of the outputs) of the program at
+    `path` as its format's reader checks it (onnx.checker for ONNX), or None where that reader is
+    not installed (running it then says what is missing)."""
     if fmt == "openvino":
         try:
             import openvino
         except ImportError:
             return None
         model = openvino.Core().read_model(str(path))
-        return tuple([(p.get_any_name(), _OV_TYPES.get(p.get_element_type().get_type_name(),
-                                                        p.get_element_type().get_type_name()))
-                      for p in ports] for ports in (model.inputs, model.outputs))
+
+        def ov_port(p):
+            kind = p.get_element_type().get_type_name()
+            dims = [d.get_length() if d.is_static else None for d in p.get_partial_shape()]
+            return p.get_any_name(), _OV_TYPES.get(kind, kind), dims
+
+        return tuple([ov_port(p) for p in ports] for ports in (model.inputs, model.outputs))
     try:
         import onnx
     except ImportError:
@@ -218,17 +222,23 @@ def _program_io(fmt, path):
                           f"up to {known}")
     onnx.checker.check_model(str(path))  # by path: the data files beside it are checked too
 
-    def dtype(v):
+    def onnx_value(v):
         name = onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type).lower()
-        return {"float": "float32", "double": "float64"}.get(name, name)
+        dims = [d.dim_value if d.HasField("dim_value") else None
+                for d in v.type.tensor_type.shape.dim]
+        return v.name, {"float": "float32", "double": "float64"}.get(name, name), dims
 
     weights = {t.name for t in model.graph.initializer}
-    return ([(v.name, dtype(v)) for v in model.graph.input if v.name not in weights],
-            [(v.name, dtype(v)) for v in model.graph.output])
+    return ([onnx_value(v) for v in model.graph.input if v.name not in weights],
+            [onnx_value(v) for v in model.graph.output])
 
 
 def _io_text(values):
     return ", ".join(f"{_escape(name)} {_escape(dtype)}" for name, dtype in values)
+
+
+def _dims_text(dims):
+    return "[" + ", ".join("?" if d is None else _escape(d) for d in dims) + "]"
 
 
 def _read_program_files(fmt, directory, components):
@@ -254,12 +264,26 @@ def _read_program_files(fmt, directory, components):
             raise FerryError(f"{fmt} refuses {where}: {_escape(_reason(e))}", status=1) from None
         metadata = component.get("metadata") or {}
         for kind, program in zip(("inputs", "outputs"), io or ()):
-            listed = [(str(v.get("name")), str(v.get("dtype"))) for v in
-                      metadata.get(kind) or [] if isinstance(v, dict)]
-            if listed and sorted(program) != sorted(listed):
-                raise FerryError(f"{where}: the program's {kind} are {_io_text(program)}, "
-                                 f"where export.json lists {_io_text(listed)}: one of them was "
-                                 "edited since the export", status=1)
+            values = [v for v in metadata.get(kind) or [] if isinstance(v, dict)]
+            listed = [(str(v.get("name")), str(v.get("dtype"))) for v in values]
+            if not listed:
+                continue
+            if sorted(p[:2] for p in program) != sorted(listed):
+                raise FerryError(f"{where}: the program's {kind} are "
+                                 f"{_io_text(p[:2] for p in program)}, where export.json lists "
+                                 f"{_io_text(listed)}: one of them was edited since the export",
+                                 status=1)
+            # a size export.json fixes must be the program's (found by review: a static axis
+            # edited in an ONNX program exited 3, onnxruntime's ShapeInferenceError)
+            dims = {p[0]: p[2] for p in program}
+            for v in values:
+                shape, got = v.get("shape"), dims[str(v.get("name"))]
+                if isinstance(shape, list) and (len(shape) != len(got) or any(
+                        isinstance(d, int) and d != g for d, g in zip(shape, got))):
+                    raise FerryError(f"{where}: the program's {kind[:-1]} "
+                                     f"{_escape(v.get('name'))} is {_dims_text(got)}, where "
+                                     f"export.json says {_dims_text(shape)}: one of them was "
+                                     "edited since the export", status=1)
 
 
 def run_export(loaded, manifest):

@@ -188,6 +188,27 @@ def test_program_and_manifest_that_disagree_fail(ckpt, onnx_export, tmp_path, fm
         assert "onnx refuses component model (model.onnx): " in stderr, stderr
 
 
+def test_program_size_other_than_manifest_fails(onnx_export, tmp_path):
+    """A size export.json fixes must be the program's (found by review: a static axis edited in
+    the ONNX program exited 3, onnxruntime's ShapeInferenceError)."""
+    import onnx
+
+    from conftest import record_sizes
+
+    out = copy_export(onnx_export, tmp_path)
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    vocab = model.graph.output[0].type.tensor_type.shape.dim[2]
+    vocab.dim_value += 1
+    onnx.save(model, str(out / "model.onnx"))
+    record_sizes(out)
+    rc, stdout, stderr = validate(out, "--no-record")
+    assert (rc, stdout) == (1, ""), (rc, stderr)
+    assert stderr.splitlines() == [
+        f"ferry: error: validate: component model (model.onnx): the program's output logits is "
+        f"[?, ?, {vocab.dim_value}], where export.json says [batch, sequence, "
+        f"{vocab.dim_value - 1}]: one of them was edited since the export"], stderr
+
+
 def test_another_checkpoint_fails(onnx_export, tmp_path):
     other = make_checkpoint(tmp_path / "other", "qwen3", seed=12)
     rc, stdout, stderr = validate(onnx_export, "--model", other, "--no-record")
