@@ -9,13 +9,14 @@ compare them with the eager logits at the same positions."""
 
 import json
 import re
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ._lib import CannotValidate, FerryError, _escape
+from ._lib import CannotValidate, FerryError, FerryWarning, _escape
 from .runners import Runners, derive_position_ids
 
 BATCH, SEQUENCE, STEPS, SEED = 2, 16, 8, 0
@@ -155,7 +156,11 @@ def _plain(loaded, manifest):
     """The "model" graph over the prompt, run as ExportedModel calls it."""
     ids, mask, pos = example_prompt(manifest, "model",
                                     vocab_size(manifest, "model", loaded.directory))
-    out = loaded(input_ids=ids, attention_mask=mask, position_ids=pos)
+    with warnings.catch_warnings():
+        # a program that takes no position_ids (transformers' own) drops them: as validation
+        # means it to, and no reason to print Python's warning with its source line
+        warnings.simplefilter("ignore", FerryWarning)
+        out = loaded(input_ids=ids, attention_mask=mask, position_ids=pos)
     return Run([Call("logits", 0, np.asarray(out["logits"], dtype=np.float32))], ids, mask)
 
 
@@ -336,6 +341,13 @@ def reference_logits(model, input_ids, attention_mask):
     makes them."""
     import torch
 
+    vocab = model.get_input_embeddings().num_embeddings
+    if int(input_ids.max()) >= vocab:
+        # found by review: the embedding's IndexError ended `ferry validate` in a traceback
+        raise FerryError(f"the eager reference's vocabulary has {vocab} tokens, fewer than the "
+                         f"export's (its example prompt holds token {int(input_ids.max())}): "
+                         "the reference checkpoint (--model, or export.json's source) is "
+                         "another model than the one exported", status=1)
     rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
     if rotary is not None and "dynamic" in str(getattr(rotary, "rope_type", "")):
         # dynamic NTK rope grows a cached length between calls: start from the fresh model's

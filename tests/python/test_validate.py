@@ -220,6 +220,14 @@ def test_another_checkpoint_fails(onnx_export, tmp_path):
     rc, stdout, _ = validate(onnx_export, "--model", wide, "--no-record")
     assert rc == 1
     assert "FAIL (shape [2, 16, 160], eager [2, 16, 200])" in stdout
+    # a narrower one cannot read the prompt (found by review: a traceback, the embedding's
+    # IndexError)
+    narrow = make_checkpoint(tmp_path / "narrow", "qwen3", seed=11, vocab_size=100)
+    rc, stdout, stderr = validate(onnx_export, "--model", narrow, "--no-record")
+    assert (rc, stdout) == (1, ""), (rc, stderr)
+    (line,) = stderr.splitlines()
+    assert line.startswith("ferry: error: validate: the eager reference's vocabulary has 100 "
+                           "tokens, fewer than the export's"), line
 
 
 def test_quantized_export_checks_top1(ckpt, tmp_path):
