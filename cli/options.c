@@ -47,6 +47,15 @@ static int parse_dtype(const char *s, ferry_dtype *out)
     return 0;
 }
 
+/* The index of the dim on `d`'s input and axis among dims[0..n), or n. */
+static int dim_index(const ferry_dim_spec *dims, int n, const ferry_dim_spec *d)
+{
+    int k = 0;
+    while (k < n && (strcmp(dims[k].input, d->input) || dims[k].axis != d->axis))
+        k++;
+    return k;
+}
+
 /* --config: the recipe's keys into o->cfg. */
 static int read_recipe(const char *path, cli_export_opts *o)
 {
@@ -81,10 +90,7 @@ static int read_recipe(const char *path, cli_export_opts *o)
     ferry_dim_spec merged[FERRY_MAX_DIM_SPECS];
     memcpy(merged, o->cfg.dims, sizeof merged);
     for (int i = 0; i < next.n_dims; i++) {
-        int k = 0;
-        while (k < n && (strcmp(merged[k].input, next.dims[i].input) ||
-                         merged[k].axis != next.dims[i].axis))
-            k++;
+        int k = dim_index(merged, n, &next.dims[i]);
         if (k == FERRY_MAX_DIM_SPECS) {
             cli_error("%s: more than %d dynamic dims in all", path, FERRY_MAX_DIM_SPECS);
             return EXIT_FAIL;
@@ -122,23 +128,21 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
             cli_error("%s", eb);
             return EXIT_USAGE;
         }
-        for (int i = 0; i < o->recipe_dims; i++) {
-            ferry_dim_spec *d = &o->cfg.dims[i];
-            if (strcmp(d->input, one.dims[0].input) || d->axis != one.dims[0].axis)
-                continue;
+        int i = dim_index(o->cfg.dims, o->recipe_dims, &one.dims[0]);
+        if (i < o->recipe_dims) {
             /* the recipe's other axes of the same symbol follow it (found by review: a recipe
              * naming one symbol on every input refused a single --dim as a mismatch) */
-            char old[sizeof d->symbol];
-            memcpy(old, d->symbol, sizeof old);
+            char old[sizeof one.dims[0].symbol];
+            memcpy(old, o->cfg.dims[i].symbol, sizeof old);
             for (int k = 0; k < o->recipe_dims; k++) {
                 ferry_dim_spec *same = &o->cfg.dims[k];
-                if (k != i && !strcmp(same->symbol, old)) {
+                if (!strcmp(same->symbol, old)) {
                     memcpy(same->symbol, one.dims[0].symbol, sizeof same->symbol);
                     same->min = one.dims[0].min;
                     same->max = one.dims[0].max;
                 }
             }
-            *d = one.dims[0];
+            o->cfg.dims[i] = one.dims[0];
             return CLI_CONTINUE;
         }
         if (ferry_export_config_add_dim(&o->cfg, arg, eb, sizeof eb) != FERRY_OK) {

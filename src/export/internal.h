@@ -109,9 +109,9 @@ ferry_status manifest_check_components(const cJSON *comps, const char *dir, fy_e
 ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exported *e,
                                fy_err *err);
 /* A file export.json names for component `comp`: a plain relative path to a regular file inside
- * `dir`, links resolved. */
+ * `dir`, links resolved; its size into `size` (may be NULL). */
 ferry_status manifest_check_file(const char *dir, const char *comp, const char *rel,
-                                 fy_err *err);
+                                 long long *size, fy_err *err);
 /* Each component's "bytes" in export.json: the size of its file and data files as written into
  * `dir`, which loading compares (a copy cut short, a disk that filled). */
 ferry_status manifest_record_sizes(cJSON *m, const char *dir, fy_err *err);

@@ -198,7 +198,7 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
 /* Names and paths from export.json are quoted (control bytes and invalid UTF-8 as \xNN) so that
  * a hostile manifest cannot break the one-line error message. */
 ferry_status manifest_check_file(const char *dir, const char *comp, const char *rel,
-                                 fy_err *err)
+                                 long long *size, fy_err *err)
 {
     char qcomp[ST_QUOTE_MAX], qrel[ST_QUOTE_MAX];
     st_quote_name(comp, qcomp, sizeof qcomp);
@@ -228,6 +228,8 @@ ferry_status manifest_check_file(const char *dir, const char *comp, const char *
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s' is not "
                        "a regular file", dir, qcomp, qrel);
+    if (size)
+        *size = (long long)st.st_size;
     return FERRY_OK;
 }
 
@@ -269,9 +271,10 @@ ferry_status manifest_record_sizes(cJSON *m, const char *dir, fy_err *err)
 }
 
 /* Component `c`'s "bytes", when present: one whole number per file it names (its file and data
- * files, no other), each the size of that file unless `unchecked`. An export whose weights were
- * cut short would otherwise load, and fail (or read zeros) in its runtime far from the cause. */
-static ferry_status check_sizes(const cJSON *c, const char *dir, bool unchecked, fy_err *err)
+ * files), no other. Loading compares each with its file's size (check_size): an export whose
+ * weights were cut short would otherwise load, and fail (or read zeros) in its runtime far from
+ * the cause. */
+static ferry_status check_bytes_entries(const cJSON *c, const char *dir, fy_err *err)
 {
     const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(c, "bytes");
     if (!bytes)
@@ -288,24 +291,30 @@ static ferry_status check_sizes(const cJSON *c, const char *dir, bool unchecked,
         const char *rel = i == 0 ? cJSON_GetObjectItemCaseSensitive(c, "file")->valuestring
                                  : (d = d ? d->next : data->child)->valuestring;
         const cJSON *want = cJSON_GetObjectItemCaseSensitive(bytes, rel);
-        st_quote_name(rel, qrel, sizeof qrel);
         /* below 2^53, where a JSON number is still a whole number exactly */
         if (!cJSON_IsNumber(want) || !(want->valuedouble >= 0) ||
             want->valuedouble >= 9007199254740992.0 ||
             want->valuedouble != (double)(long long)want->valuedouble)
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'bytes' "
-                           "needs a whole number of bytes for '%s'", dir, qcomp, qrel);
-        long long size = -1;
-        if (unchecked)
-            continue;
-        if (file_size(dir, rel, &size, err) != FERRY_OK)
-            return err->status;
-        if (size != (long long)want->valuedouble)
-            return fy_fail(err, FERRY_ERR_FORMAT, "%s/%s: %lld bytes, where the export wrote "
-                           "%lld (export.json): the file was cut short or changed since; export "
-                           "again", dir, qrel, size, (long long)want->valuedouble);
+                           "needs a whole number of bytes for '%s'", dir, qcomp,
+                           st_quote_name(rel, qrel, sizeof qrel));
     }
     return FERRY_OK;
+}
+
+/* File `rel` of component `c`, `size` bytes on disk, against the size "bytes" records for it
+ * (check_bytes_entries has checked the entries). */
+static ferry_status check_size(const cJSON *c, const char *dir, const char *rel, long long size,
+                               fy_err *err)
+{
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(c, "bytes"), rel);
+    if (!want || size == (long long)want->valuedouble)
+        return FERRY_OK;
+    char qrel[ST_QUOTE_MAX];
+    return fy_fail(err, FERRY_ERR_FORMAT, "%s/%s: %lld bytes, where the export wrote %lld "
+                   "(export.json): the file was cut short or changed since; export again", dir,
+                   st_quote_name(rel, qrel, sizeof qrel), size, (long long)want->valuedouble);
 }
 
 static int compare_strings(const void *a, const void *b)
@@ -467,7 +476,10 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': the name and "
                            "role must be non-empty and free of control characters", dir,
                            st_quote_name(c->string, qcomp, sizeof qcomp));
-        if (manifest_check_file(dir, c->string, file->valuestring, err) != FERRY_OK)
+        long long size;
+        if (check_bytes_entries(c, dir, err) != FERRY_OK ||
+            manifest_check_file(dir, c->string, file->valuestring, &size, err) != FERRY_OK ||
+            (!e->sizes_unchecked && check_size(c, dir, file->valuestring, size, err) != FERRY_OK))
             return err->status;
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
         if (md && tf_check_metadata(md, dir, c->string, err) != FERRY_OK)
@@ -479,13 +491,13 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
                 return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': "
                                "data_files must hold strings", dir,
                                st_quote_name(c->string, qcomp, sizeof qcomp));
-            if (manifest_check_file(dir, c->string, d->valuestring, err) != FERRY_OK)
+            if (manifest_check_file(dir, c->string, d->valuestring, &size, err) != FERRY_OK ||
+                (!e->sizes_unchecked &&
+                 check_size(c, dir, d->valuestring, size, err) != FERRY_OK))
                 return err->status;
             if (!first_data)
                 first_data = d->valuestring;
         }
-        if (check_sizes(c, dir, e->sizes_unchecked, err) != FERRY_OK)
-            return err->status;
         exp_component *ec = &e->comps[e->n_components++];
         ec->name = strdup(c->string);
         ec->role = dup_string(c, "role");
@@ -501,7 +513,7 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
                (ogc && (!cJSON_IsString(ogc) || strcmp(ogc->valuestring, GENAI_CONFIG_FILE)))))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'onnxruntime_genai' must be an "
                        "object whose 'config' is \"%s\"", dir, GENAI_CONFIG_FILE);
-    if (ogc && manifest_check_file(dir, "onnxruntime_genai", ogc->valuestring, err) != FERRY_OK)
+    if (ogc && manifest_check_file(dir, "onnxruntime_genai", ogc->valuestring, NULL, err) != FERRY_OK)
         return err->status;
     /* the tokenizer files it carries: only names ferry takes (a --force replacing this export
      * deletes what is listed here), each present */
@@ -516,7 +528,7 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
                            "a tokenizer file name (%s)", dir,
                            cJSON_IsString(t) ? st_quote_name(t->valuestring, qname, sizeof qname)
                                              : "(not a string)", tok_file_names());
-        if (manifest_check_file(dir, "tokenizer_files", t->valuestring, err) != FERRY_OK)
+        if (manifest_check_file(dir, "tokenizer_files", t->valuestring, NULL, err) != FERRY_OK)
             return err->status;
     }
     return FERRY_OK;

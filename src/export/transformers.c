@@ -490,14 +490,14 @@ ferry_status tf_manifest_validate(const cJSON *m, const char *dir, struct ferry_
         if (tf_check_metadata(cJSON_GetObjectItemCaseSensitive(c, "metadata"), dir, c->string,
                               err) != FERRY_OK)
             return err->status;
-        if (manifest_check_file(dir, c->string, file->valuestring, err) != FERRY_OK)
+        if (manifest_check_file(dir, c->string, file->valuestring, NULL, err) != FERRY_OK)
             return err->status;
         /* transformers' loader fetches the sidecar too, and fails without it */
         bool has_sidecar = f->add != NULL;
         if (has_sidecar && !tf_sidecar(f, file->valuestring, sidecar, sizeof sidecar))
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': an %s file "
                            "must end in %s", dir, qcomp, f->name, f->suffix);
-        if (has_sidecar && manifest_check_file(dir, c->string, sidecar, err) != FERRY_OK)
+        if (has_sidecar && manifest_check_file(dir, c->string, sidecar, NULL, err) != FERRY_OK)
             return err->status;
         exp_component *ec = &e->comps[e->n_components++];
         ec->name = strdup(c->string);

@@ -144,9 +144,8 @@ static int window_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
                    (int[]){a3, m4});
     int wide = ov_op(g, "opset3", "Broadcast", "Broadcast", FERRY_BOOL, &s4, 2,
                      (int[]){a4, g_shape_of(g, "Shape_mask", a4, 0, G_END)});
-    double lowest = dt == FERRY_F16 ? -65504.0 : dt == FERRY_BF16 ? -3.3895313892515355e38
-                                                                  : -3.4028234663852886e38;
-    int bias = g_where(g, "Where_bias", wide, g_scalar_f(g, dt, 0.0), g_scalar_f(g, dt, lowest));
+    int bias = g_where(g, "Where_bias", wide, g_scalar_f(g, dt, 0.0),
+                       g_scalar_f(g, dt, lw_lowest(dt)));
     int64_t big = INT64_MAX;
     bias = ov_op(g, "opset8", "Slice", "Slice", dt, &s4, 5,
                  (int[]){bias, g_const_i64(g, 1, (int64_t[]){0}), g_const_i64(g, 1, &big),

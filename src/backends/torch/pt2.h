@@ -27,6 +27,11 @@ ferry_status pt2_print_program(g_graph *g, const be_module_classes *classes, boo
                                pt2_program *out, fy_err *err);
 void pt2_program_free(pt2_program *prog);
 
+/* The embedding weight a tied lm_head node `n` of `g` reads (transformers' module reads it
+ * through a parameter of its own, lm_head.weight, one storage with it), or NULL: `n` is not
+ * the lm_head, or it has a weight of its own (pt2_nodes.c). */
+const g_value *pt2_tied_head_weight(const g_graph *g, const g_node *n);
+
 struct strbuf;
 /* The size torch's shape environment gives dim `d` while it retraces: its traced value, each
  * symbol at least 2 where its range allows (pt2_writer.c). */

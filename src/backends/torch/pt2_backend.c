@@ -134,10 +134,8 @@ static void pt2_describe(const ferry_export_config *cfg, const g_graph *g, cJSON
     /* torch's count (found by review: one short of it for a tied lm_head, which the program
      * lists as a parameter of its own over the embedding's storage, as the module does) */
     for (size_t i = 0; i < g->n_nodes; i++) {
-        const g_node *n = &g->nodes[i];
-        const g_value *w = n->n_in > 1 && n->in[1] >= 0 ? &g->values[n->in[1]] : NULL;
-        if (!n->dead && strcmp(n->name, "/lm_head") == 0 && w && w->kind == GV_WEIGHT &&
-            strcmp(w->name, "lm_head.weight") != 0) {
+        const g_value *w = g->nodes[i].dead ? NULL : pt2_tied_head_weight(g, &g->nodes[i]);
+        if (w) {
             params++;
             cJSON_AddStringToObject(metadata, "lm_head_shares", w->name);
         }

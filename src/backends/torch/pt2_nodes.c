@@ -360,13 +360,19 @@ static void emit_where(pt_printer *p, const g_node *n)
     end_node(p, n);
 }
 
+const g_value *pt2_tied_head_weight(const g_graph *g, const g_node *n)
+{
+    if (strcmp(n->name, "/lm_head") != 0 || n->n_in < 2 || n->in[1] < 0)
+        return NULL;
+    const g_value *w = &g->values[n->in[1]];
+    return w->kind == GV_WEIGHT && strcmp(w->name, "lm_head.weight") != 0 ? w : NULL;
+}
+
 /* The lm_head of a tied checkpoint reads the embedding table: as transformers' module does,
  * through its own parameter lm_head.weight, one storage with model.embed_tokens.weight. */
 static bool tied_head(const pt_printer *p, const g_node *n)
 {
-    const g_value *w = val(p, n->in[1]);
-    return strcmp(n->name, "/lm_head") == 0 && w->kind == GV_WEIGHT &&
-           strcmp(w->name, "lm_head.weight") != 0;
+    return pt2_tied_head_weight(p->g, n) != NULL;
 }
 
 static void emit_linear(pt_printer *p, const g_node *n)

@@ -95,6 +95,12 @@ int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind k
     return m;
 }
 
+double lw_lowest(ferry_dtype dt)
+{
+    return dt == FERRY_F16 ? -65504.0 : dt == FERRY_BF16 ? -3.3895313892515355e38
+                                                         : -3.4028234663852886e38;
+}
+
 /* ferry's attention mask for `n` as an additive bias [b, 1, s, t] in `dt`, made once per
  * graph for each mask (every layer with the same mask and window shares it). `q` (dst id)
  * is any value whose axis 1 is the query length: not a rotated q that nothing else reads, or
@@ -119,9 +125,8 @@ int lw_attention_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
     g_dim d4[4] = {qs->d[0], g_dim_const(1), qs->d[1],
                    ms->d[o->mask == G_MASK_GIVEN ? 3 : 1]};
     int m4 = g_reshape(g, "Reshape_mask", m, 4, d4);
-    double lowest = dt == FERRY_F16 ? -65504.0 : dt == FERRY_BF16 ? -3.3895313892515355e38
-                                                                  : -3.4028234663852886e38;
-    int bias = g_where(g, "Where_bias", m4, g_scalar_f(g, dt, 0.0), g_scalar_f(g, dt, lowest));
+    int bias = g_where(g, "Where_bias", m4, g_scalar_f(g, dt, 0.0),
+                       g_scalar_f(g, dt, lw_lowest(dt)));
     lw_scope_pop(c, saved);
     lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_BIAS, .in_a = m, .key = (int64_t)dt,
                               .out_a = bias});
