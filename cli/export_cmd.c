@@ -16,6 +16,7 @@ static void print_usage(FILE *f)
           "(--format openvino: openvino_model.xml and openvino_model.bin, OpenVINO IR v11;\n"
           "--format pt2: model.pt2, a torch.export archive that torch.export.load reads, as\n"
           "transformers' DynamoExporter writes it; a recipe calls this format \"dynamo\").\n"
+          "OUT and its missing parents are made; a failed export leaves none of them behind.\n"
           "The graph takes input_ids, attention_mask and position_ids (int64 [batch, sequence];\n"
           "position_ids as generate() computes them: cumsum(attention_mask) - 1) and returns "
           "logits.\n"

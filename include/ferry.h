@@ -334,7 +334,8 @@ ferry_status ferry_export_for_generation(ferry_model *model, const ferry_export_
  * and neither the model's directory nor one holding it or inside it. It is replaced only once
  * the new export is complete. An empty directory `dir` is the destination with or without
  * `force` (replaced with rename(2); if something appeared in it meanwhile, FERRY_ERR_EXISTS and
- * it is left as it is). Nothing is left behind on failure. */
+ * it is left as it is). Missing parents of `dir` are made, as mkdir -p makes them. Nothing is
+ * left behind on failure: the parents it made are removed again, those still empty. */
 ferry_status ferry_exported_save(ferry_exported *exported, const char *dir, int force);
 
 /* Loads a saved export (`subfolder` may be NULL): validates export.json and refuses any file

@@ -104,7 +104,8 @@ class ExportedModel:
     def save_pretrained(self, save_directory, force=False):
         """Writes the export to save_directory atomically. With force, an earlier export there
         (ferry's or transformers': export.json and only its files) is replaced; anything else
-        is refused with a FerryError and left untouched (ferry_exported_save)."""
+        is refused with a FerryError and left untouched (ferry_exported_save). Missing parent
+        directories are made, and removed again if the save fails."""
         raw = _c_bytes(save_directory, "save_directory")
         if self._cancel is None:  # a loaded export: ferry_exported_save refuses it at once
             handle = self._live("save it")

@@ -340,7 +340,7 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     fy_err_clear(&e->err);
     fy_err *err = &e->err;
     char parent[PATH_MAX], base[256], target[PATH_MAX], tmp[PATH_MAX], tree[PATH_MAX];
-    char lock[PATH_MAX], shown[FS_SHORT_MAX];
+    char lock[PATH_MAX], shown[FS_SHORT_MAX], made[PATH_MAX] = "";
     old_export old = {0};
     int lock_fd = -1;
     struct stat st;
@@ -376,10 +376,12 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     /* Checked before the work, so that a refusal costs nothing, and again before the swap. */
     if (exists && replace_check(target, dir, e->model->dir, &old, err) != FERRY_OK)
         return err->status;
-    if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        char sparent[FS_SHORT_MAX];
-        fy_fail(err, FERRY_ERR_IO, "cannot write %s: parent directory %s does not exist or is not "
-                "a directory", shown, fs_short(parent, sparent, sizeof sparent));
+    /* Its missing parents are made, as transformers' save_pretrained and mkdir -p make them,
+     * and removed again if the export fails. */
+    if (fs_make_dirs(parent, made, sizeof made, err) != FERRY_OK) {
+        char inner[sizeof err->msg];
+        memcpy(inner, err->msg, sizeof inner);
+        fy_refail(err, err->status, "cannot write %s: %s", shown, inner);
         goto fail;
     }
     clean_stale(parent, base);
@@ -477,6 +479,7 @@ wrap:
 fail:
     if (tmp[0])
         fs_remove_tree(tmp);
+    fs_unmake_dirs(parent, made);
     if (lock_fd >= 0)
         close(lock_fd);
     old_export_free(&old);

@@ -148,6 +148,84 @@ ferry_status fs_sync_dir(const char *dir, fy_err *err)
     return st;
 }
 
+/* Makes `path` (whose parent exists) durable there. */
+static ferry_status sync_parent_of(const char *path, fy_err *err)
+{
+    char parent[PATH_MAX], base[NAME_MAX + 1];
+    if (fs_split(path, parent, sizeof parent, base, sizeof base, err) != FERRY_OK)
+        return err->status;
+    return fs_sync_dir(parent, err);
+}
+
+/* The length of the parent part of the first `len` bytes of `path` ("a/b" -> 1, "a//b" -> 1). */
+static size_t parent_length(const char *path, size_t len)
+{
+    while (len > 0 && path[len - 1] != '/')
+        len--;
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    return len;
+}
+
+ferry_status fs_make_dirs(const char *dir, char *first_made, size_t size, fy_err *err)
+{
+    char part[PATH_MAX], shown[FS_SHORT_MAX];
+    size_t len = strlen(dir);
+    first_made[0] = '\0';
+    if (len >= sizeof part || len >= size)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s: %s", fs_short(dir, shown, sizeof shown),
+                       strerror(ENAMETOOLONG));
+    /* each prefix that ends a component: "a", "a/b", ... "a/b/c" */
+    for (size_t end = 1; end <= len; end++) {
+        if (end < len && dir[end] != '/')
+            continue;
+        if (end < len && dir[end - 1] == '/')
+            continue; /* "a//b": the empty part between */
+        memcpy(part, dir, end);
+        part[end] = '\0';
+        struct stat st;
+        if (mkdir(part, 0777) == 0) {
+            if (!first_made[0])
+                memcpy(first_made, part, end + 1);
+            if (sync_parent_of(part, err) != FERRY_OK) {
+                fs_unmake_dirs(part, first_made);
+                first_made[0] = '\0';
+                return err->status;
+            }
+            continue;
+        }
+        int e = errno;
+        if (e == EEXIST && stat(part, &st) == 0 && S_ISDIR(st.st_mode))
+            continue;
+        e = e == EEXIST ? ENOTDIR : e; /* a file, or a link to nothing */
+        fy_fail(err, e == ENOSPC ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
+                "cannot create directory %s: %s", fs_short(part, shown, sizeof shown), strerror(e));
+        part[parent_length(part, end)] = '\0'; /* the deepest directory made, if any */
+        fs_unmake_dirs(part, first_made);
+        first_made[0] = '\0';
+        return err->status;
+    }
+    return FERRY_OK;
+}
+
+void fs_unmake_dirs(const char *dir, const char *first_made)
+{
+    size_t stop = strlen(first_made), len = strlen(dir);
+    char path[PATH_MAX];
+    if (stop == 0 || len >= sizeof path || len < stop || strncmp(dir, first_made, stop) != 0)
+        return;
+    memcpy(path, dir, len + 1);
+    while (len >= stop) {
+        if (rmdir(path) != 0)
+            return; /* not empty: something was put there since */
+        size_t up = parent_length(path, len);
+        if (up >= len)
+            return; /* "/" */
+        len = up;
+        path[len] = '\0';
+    }
+}
+
 bool fs_safe_relative(const char *rel)
 {
     if (!rel || !*rel || rel[0] == '/')

@@ -21,6 +21,14 @@ ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n,
 int fs_remove_tree(const char *path);
 /* fsync on a directory, so that renames and creations in it are durable. */
 ferry_status fs_sync_dir(const char *dir, fy_err *err);
+/* Creates `dir` and whichever of its parents are missing, as mkdir -p does, each made durable
+ * in its parent. `first_made` (`size` bytes) receives the shallowest directory created, or ""
+ * when `dir` was already there, for fs_unmake_dirs to undo. A part that exists and is not a
+ * directory, or cannot be created, fails naming it. */
+ferry_status fs_make_dirs(const char *dir, char *first_made, size_t size, fy_err *err);
+/* Undoes fs_make_dirs: removes `dir` and its parents up to `first_made`, those still empty
+ * only (rmdir), so that nothing put in them meanwhile is lost. Nothing if `first_made` is "". */
+void fs_unmake_dirs(const char *dir, const char *first_made);
 /* Writes `len` bytes as a new file (exclusive create) and fsyncs it. */
 ferry_status fs_write_file(const char *path, const void *data, size_t len, fy_err *err);
 /* True if `rel` is a plain relative path (not absolute, no "..", no empty or "." parts, no

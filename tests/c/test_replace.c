@@ -236,6 +236,66 @@ static void test_short(void **state)
     assert_non_null(strstr(buf, "/tail.json"));
 }
 
+static bool is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* fs_make_dirs makes what is missing and says where it began; fs_unmake_dirs removes that much
+ * and no more, and nothing that holds a file. */
+static void test_make_and_unmake_dirs(void **state)
+{
+    (void)state;
+    assert_int_equal(scratch_make("dirs"), 0);
+    char base[128], deep[256], path[256];
+    static char made[PATH_MAX];
+    fy_err err = {0};
+    snprintf(base, sizeof base, "%s/kept", tmp_dir);
+    assert_int_equal(mkdir(base, 0755), 0);
+    snprintf(deep, sizeof deep, "%s//a/b/c", base);
+    assert_int_equal(fs_make_dirs(deep, made, sizeof made, &err), FERRY_OK);
+    assert_true(is_dir(deep));
+    snprintf(path, sizeof path, "%s//a", base);
+    assert_string_equal(made, path);
+    /* all there already: nothing made */
+    assert_int_equal(fs_make_dirs(deep, path, sizeof path, &err), FERRY_OK);
+    assert_string_equal(path, "");
+    /* a file put in a/ meanwhile: c and b go, a stays with it, and so does kept/ */
+    snprintf(path, sizeof path, "%s/a", base);
+    scratch_write(path, "theirs", "x");
+    fs_unmake_dirs(deep, made);
+    snprintf(path, sizeof path, "%s/a/b", base);
+    assert_false(is_dir(path));
+    snprintf(path, sizeof path, "%s/a/theirs", base);
+    assert_int_equal(unlink(path), 0);
+    /* now empty: a goes too, and kept/, made before, stays */
+    snprintf(path, sizeof path, "%s//a", base);
+    fs_unmake_dirs(path, made);
+    assert_false(is_dir(path));
+    assert_true(is_dir(base));
+    /* a file in the way: one error naming it; kept/ is not removed, not made by that call */
+    scratch_write(base, "file", "x");
+    snprintf(deep, sizeof deep, "%s/file/z", base);
+    assert_int_equal(fs_make_dirs(deep, made, sizeof made, &err), FERRY_ERR_IO);
+    assert_non_null(strstr(err.msg, "kept/file: Not a directory"));
+    assert_string_equal(made, "");
+    assert_true(is_dir(base));
+    /* a part that cannot be made after one that was: that one is removed again */
+    char name[NAME_MAX + 2];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    static char toolong[PATH_MAX];
+    snprintf(toolong, sizeof toolong, "%s/new/%s/z", base, name);
+    fy_err_clear(&err);
+    assert_int_equal(fs_make_dirs(toolong, made, sizeof made, &err), FERRY_ERR_IO);
+    assert_non_null(strstr(err.msg, "File name too long"));
+    assert_string_equal(made, "");
+    snprintf(path, sizeof path, "%s/new", base);
+    assert_false(is_dir(path));
+    assert_int_equal(scratch_remove(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +307,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_remove_all, make_export, remove_tmp),
         cmocka_unit_test(test_join_refuses_instead_of_cutting),
         cmocka_unit_test(test_short),
+        cmocka_unit_test(test_make_and_unmake_dirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,10 +77,8 @@ def test_program_components_and_metadata(model, inputs, tmp_path):
     assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in program.graph.initializer
                if t.dims and np.prod(t.dims) > 64)
 
-    # Exports to several formats in subfolders of one directory, loaded with subfolder=.
-    # (ferry makes the export's own directory, not missing parents: a mistyped parent is an
-    # error, not a new tree.)
-    (tmp_path / "exports").mkdir()
+    # Exports to several formats in subfolders of one directory, loaded with subfolder=; the
+    # directory is made, as transformers' save_pretrained makes it.
     exported.save_pretrained(tmp_path / "exports" / "onnx")
     loaded = ExportedModel.from_pretrained(tmp_path / "exports", subfolder="onnx", device="cpu")
     assert_matches_eager(loaded(**inputs), model, inputs)
