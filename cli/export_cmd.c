@@ -164,6 +164,7 @@ int cmd_export(int argc, char **argv)
     /* after the save: a failed export says one line, its error */
     if (!flags.quiet) {
         cli_print_warnings(ferry_exported_warnings(exported));
+        cli_print_warnings(ferry_exported_save_warnings(exported));
         fprintf(stderr, "exported %s (%s) to %s\n", cli_quote(model_path),
                 cli_quote(ferry_model_architecture(model)), cli_quote(out_dir));
     }

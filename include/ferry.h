@@ -355,6 +355,10 @@ const char *ferry_exported_dir(const ferry_exported *exported);
 /* Warnings from building the export, one per line (e.g. checkpoint tensors the export did not
  * use); "" if none. Owned by the handle. */
 const char *ferry_exported_warnings(const ferry_exported *exported);
+/* Warnings from the last ferry_exported_save, one per line, found in the weights as they were
+ * written (values beyond an fp16 export's range that became inf); "" if none. Owned by the
+ * handle, replaced by the next save. */
+const char *ferry_exported_save_warnings(const ferry_exported *exported);
 
 /* Records in the saved export's export.json, under "validated_with", the package versions a
  * validation of it passed with (`ferry validate`, ferry.validate() in Python), so that a later

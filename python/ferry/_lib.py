@@ -99,6 +99,7 @@ def _c():
         "ferry_exported_load": (i, [_S, _S, out]), "ferry_exported_free": (None, [_P]),
         "ferry_exported_errmsg": (_S, [_P]), "ferry_exported_manifest": (_S, [_P]),
         "ferry_exported_warnings": (_S, [_P]),
+        "ferry_exported_save_warnings": (_S, [_P]),
         "ferry_exported_dir": (_S, [_P]), "ferry_exported_component_count": (i, [_P]),
         "ferry_exported_component_name": (_S, [_P, i]),
         "ferry_exported_component_file": (_S, [_P, i]),

@@ -116,10 +116,16 @@ class ExportedModel:
             try:
                 handle = self._live("save it")  # under the lock: close() may have come first
                 status = self._save_interruptibly(handle, raw, int(force))
+                found = _str(_c().ferry_exported_save_warnings(handle)) or ""
             finally:
                 self._saving.release()
         if status:
             _fail(status, _str(_c().ferry_exported_errmsg(handle)))
+        if self._cancel is not None:
+            # what the save found in the weights (values beyond an fp16 export's range), as the
+            # CLI prints it after the save
+            for line in found.splitlines():
+                warnings.warn(line, FerryWarning, stacklevel=2)
         self._session = self._runners = None
 
     def _save_interruptibly(self, handle, raw, force):

@@ -47,8 +47,7 @@ static char *dup(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-/* Appends `line` to the newline-separated `*warnings` (NULL: none yet). */
-static ferry_status add_warning(char **warnings, const char *line)
+ferry_status exp_add_warning(char **warnings, const char *line)
 {
     strbuf b = {0};
     sb_puts(&b, *warnings ? *warnings : "");
@@ -176,7 +175,7 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
                  "prompt's; the sequence axis is static): it runs one step after such a prompt. "
                  "For a generation loop make the sequence symbolic (--dynamic / dynamic=True, "
                  "or a dim on input_ids' axis 1), or use a static cache", (long long)prompt);
-        if (add_warning(&c->warnings, line) != FERRY_OK) {
+        if (exp_add_warning(&c->warnings, line) != FERRY_OK) {
             fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
             goto fail;
         }
@@ -424,7 +423,7 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
         if (tok_files_read(m->dir, &e->tokenizer, err) != FERRY_OK)
             goto fail;
         if (e->tokenizer.n == 0 &&
-            add_warning(&e->warnings, "the checkpoint has no tokenizer files (tokenizer.json, "
+            exp_add_warning(&e->warnings, "the checkpoint has no tokenizer files (tokenizer.json, "
                         "tokenizer_config.json, ...): the export carries none") != FERRY_OK) {
             fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
             goto fail;

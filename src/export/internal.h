@@ -70,6 +70,7 @@ struct ferry_exported {
     be_component lowered[EXP_MAX_COMPONENTS]; /* what the backend writes (built exports) */
     be_module_classes classes; /* of the model's modules, which `lowered` points to */
     char *warnings;          /* newline-separated, may be NULL */
+    char *save_warnings;     /* the last save's, likewise */
     bool generation;         /* made by ferry_export_for_generation */
     ferry_generation_config gen;
     tok_files tokenizer;     /* the checkpoint's, carried into the export (built exports) */
@@ -94,6 +95,8 @@ char *genai_config_text(const struct ferry_exported *e, fy_err *err);
 
 /* Records the model-level message into a handle error. */
 ferry_status exp_set_error(fy_err *dst, const fy_err *src);
+/* Appends `line` to the newline-separated `*warnings` (NULL: none yet). */
+ferry_status exp_add_warning(char **warnings, const char *line);
 
 /* Manifest (manifest.c) */
 extern const json_limits exp_manifest_limits;

@@ -244,6 +244,20 @@ static ferry_status make_tmp(const char *parent, const char *base, char *tmp, in
                    "another process each time", shown);
 }
 
+/* Weights beyond the export's float range became inf: a warning, since the logits may then be
+ * inf or NaN. */
+static ferry_status warn_overflow(ferry_exported *e, const ws_progress *pr)
+{
+    char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 400];
+    bool half = pr->overflow_dtype == FERRY_F16;
+    snprintf(line, sizeof line, "%llu weight values are beyond %s's range (+-%s) and became inf, "
+             "the first in checkpoint tensor '%s': the export's outputs may be inf or NaN; export "
+             "in %s instead", (unsigned long long)pr->overflowed, half ? "fp16" : "bf16",
+             half ? "65504" : "3.39e38", st_quote_name(pr->overflow_tensor, name, sizeof name),
+             half ? "bf16 or fp32" : "fp32");
+    return exp_add_warning(&e->save_warnings, line);
+}
+
 static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *err)
 {
     ws_progress pr = {.fn = e->cfg.progress, .user = e->cfg.progress_user,
@@ -251,6 +265,8 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
     ferry_status st = e->backend->write(e->lowered, e->n_components, &e->cfg, tmp, &pr, err);
     if (st != FERRY_OK)
         return st;
+    if (pr.overflowed && warn_overflow(e, &pr) != FERRY_OK)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     char path[PATH_MAX];
     const model_config *cfg = &e->model->cfg;
     /* the sizes written, which loading compares: the manifest shown from now on has them */
@@ -339,6 +355,8 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
         return FERRY_ERR_INVALID_ARG;
     fy_err_clear(&e->err);
     fy_err *err = &e->err;
+    free(e->save_warnings);
+    e->save_warnings = NULL;
     char parent[PATH_MAX], base[256], target[PATH_MAX], tmp[PATH_MAX], tree[PATH_MAX];
     char lock[PATH_MAX], shown[FS_SHORT_MAX], made[PATH_MAX] = "";
     old_export old = {0};
@@ -547,6 +565,7 @@ void ferry_exported_free(ferry_exported *e)
     free(e->manifest_text);
     free(e->dir);
     free(e->warnings);
+    free(e->save_warnings);
     tok_files_free(&e->tokenizer);
     free(e->genai_text);
     free(e);
@@ -572,6 +591,11 @@ const char *ferry_exported_dir(const ferry_exported *e)
 const char *ferry_exported_warnings(const ferry_exported *e)
 {
     return e && e->warnings ? e->warnings : "";
+}
+
+const char *ferry_exported_save_warnings(const ferry_exported *e)
+{
+    return e && e->save_warnings ? e->save_warnings : "";
 }
 
 int ferry_exported_component_count(const ferry_exported *e)

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,10 @@ typedef struct stream {
     fy_err err;              /* first failure (guarded by mu) */
     bool no_copy_range;      /* copy_file_range refused once (other filesystem, ...): pread */
     const char *what;        /* the tensor of the band finished last, for progress */
+    uint64_t overflowed;     /* ws_progress.overflowed of this write (guarded by mu) */
+    const char *overflow_tensor;
+    ferry_dtype overflow_dtype;
+    const job *overflow_job;
     const ws_observer *observer;
 } stream;
 
@@ -344,6 +349,49 @@ static void clamp_to_f16_range(uint8_t *p, size_t n)
     }
 }
 
+static bool finite_at(const void *src, ferry_dtype dt, size_t i)
+{
+    const uint8_t *p = (const uint8_t *)src;
+    uint16_t h;
+    float f;
+    double d;
+    switch (dt) {
+    case FERRY_F32:
+        memcpy(&f, p + 4 * i, 4);
+        return isfinite(f);
+    case FERRY_F64:
+        memcpy(&d, p + 8 * i, 8);
+        return isfinite(d);
+    case FERRY_BF16:
+        memcpy(&h, p + 2 * i, 2);
+        return isfinite(dt_bf16_to_f32(h));
+    case FERRY_F16:
+        memcpy(&h, p + 2 * i, 2);
+        return isfinite(dt_f16_to_f32(h));
+    default:
+        return true;
+    }
+}
+
+/* Of the `n` values converted from `src` (of `from`) to `out` (of `to`), how many were finite
+ * and became +-inf: beyond an fp16 (or bf16) export's range. Never silent: the save warns. */
+static uint64_t count_overflow(const void *out, ferry_dtype to, const void *src, ferry_dtype from,
+                               size_t n)
+{
+    if ((to != FERRY_F16 && to != FERRY_BF16) || from == to)
+        return 0;
+    const uint16_t inf = to == FERRY_F16 ? 0x7C00 : 0x7F80;
+    const uint8_t *o = (const uint8_t *)out;
+    uint64_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, o + 2 * i, 2);
+        if ((h & 0x7FFF) == inf && finite_at(src, from, i))
+            count++;
+    }
+    return count;
+}
+
 /* fp32 + offset, in place. */
 static void add_offset(uint8_t *p, size_t n, double offset)
 {
@@ -447,7 +495,7 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
 }
 
 static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *written,
-                            fy_err *err)
+                            uint64_t *overflowed, fy_err *err)
 {
     const g_weight *w = &j->item->w;
     ferry_dtype from = w->src[0]->dtype, to = w->dtype;
@@ -490,6 +538,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
             if (dt_convert(room, to, data, from, n) != 0)
                 return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight '%s': cannot convert %s to %s",
                                w->src[0]->name, dt_st_name(from), dt_st_name(to));
+            *overflowed = count_overflow(room, to, data, from, n);
             data = room;
         }
         *written = n * osz;
@@ -506,6 +555,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     } else if (!transpose_widen(b->out.p, data, rows, (size_t)cols, from, to)) {
         if (!grow(&b->conv, n * osz) || dt_convert(b->conv.p, to, data, from, n) != 0)
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory converting weights");
+        *overflowed = count_overflow(b->conv.p, to, data, from, n);
         transpose(b->out.p, b->conv.p, rows, (size_t)cols, osz);
     }
     *written = n * osz;
@@ -542,12 +592,19 @@ static void *worker_main(void *arg)
         const job *j = &s->jobs[s->next++];
         pthread_mutex_unlock(&s->mu);
         fy_err e = {0};
-        uint64_t written = 0;
-        ferry_status st = run_job(s, j, &b, &written, &e);
+        uint64_t written = 0, overflowed = 0;
+        ferry_status st = run_job(s, j, &b, &written, &overflowed, &e);
         pthread_mutex_lock(&s->mu);
         if (st != FERRY_OK && s->err.status == FERRY_OK)
             s->err = e;
         s->done += written;
+        /* the earliest band's tensor, not the first finished: the same line every save */
+        if (overflowed && (!s->overflow_tensor || j < s->overflow_job)) {
+            s->overflow_job = j;
+            s->overflow_tensor = j->item->w.src[0]->name;
+            s->overflow_dtype = j->item->w.dtype;
+        }
+        s->overflowed += overflowed;
         s->finished++;
         s->what = j->item->w.src[0]->name;
         pthread_cond_broadcast(&s->cv);
@@ -656,6 +713,11 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
                 s.done += items[i].nbytes;
         }
     if (progress) {
+        if (s.overflowed && !progress->overflow_tensor) {
+            progress->overflow_tensor = s.overflow_tensor;
+            progress->overflow_dtype = s.overflow_dtype;
+        }
+        progress->overflowed += s.overflowed;
         bool changed = progress->done != s.done;
         progress->done = s.done;
         /* the last report, which the loop above may not have made (the constants, or work

@@ -20,6 +20,12 @@ typedef struct ws_progress {
     /* may be NULL; non-zero (set by a signal handler, say): the workers take no further band
      * and ws_write returns FERRY_ERR_CANCELLED */
     volatile int *cancel;
+    /* Found while writing, added to across calls: weight values finite in the checkpoint that
+     * became +-inf in an fp16 or bf16 export (beyond its range), and the checkpoint tensor of
+     * the first (NULL: none; the checkpoint's name, alive as long as it is open). */
+    uint64_t overflowed;
+    const char *overflow_tensor;
+    ferry_dtype overflow_dtype;  /* the type it became inf in */
 } ws_progress;
 
 /* Whether `cancel` (may be NULL) asks to stop; safe from any thread. */
