@@ -119,6 +119,47 @@ def test_fused_generation_equals_generate(fused_families, arch, loop, provider):
     check_loop(fam, loop)
 
 
+@pytest.fixture(scope="module")
+def odd_heads(tmp_path_factory):
+    """Families whose head_dim onnxruntime's GroupQueryAttention takes only in part."""
+    from test_generation import Family
+    made = {}
+
+    def get(head_dim, provider):
+        key = (head_dim, provider)
+        if key not in made:
+            made[key] = Family(tmp_path_factory.mktemp(f"heads{head_dim}-{provider}"), "llama",
+                               ["--ort-fusions", provider], head_dim=head_dim,
+                               hidden_size=4 * head_dim)
+        return made[key]
+    return get
+
+
+@pytest.mark.parametrize("provider", ["cpu", "cuda", "webgpu"])
+@pytest.mark.parametrize("head_dim", [24, 8, 6])
+def test_heads_onnxruntime_fuses_only_in_part(odd_heads, head_dim, provider):
+    """onnxruntime refuses GroupQueryAttention over heads of no multiple of 8, and its rotary
+    over heads of no multiple of 16 ("head_size shall be a multiple of 16": found by review, the
+    export said onnxruntime-genai runs it and every call failed). Such heads rotate before the
+    attention (RotaryEmbedding, plain ops on cpu), or keep attention without
+    GroupQueryAttention; the loops still equal generate()."""
+    from test_generation import check_loop
+    fam = odd_heads(head_dim, provider)
+    ops, model = op_types(fam.export("dynamic") / "decode.onnx")
+    gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(gqa) == (2 if head_dim % 8 == 0 else 0)
+    assert all(attrs(n)["do_rotary"] == 0 for n in gqa)
+    rotary_apart = provider != "cpu"
+    assert ops["com.microsoft", "RotaryEmbedding"] == (4 if rotary_apart else 0)
+    if not gqa:
+        assert ops["com.microsoft", "MultiHeadAttention"] == (0 if provider == "cpu" else 2)
+    for loop in ("dynamic", "static_in_place"):
+        if provider == "webgpu" and loop == "static_in_place" and gqa:
+            check_loop(fam, loop, batches=[1])
+        else:
+            check_loop(fam, loop)
+
+
 def gqa_inputs(node):
     names = ["query", "key", "value", "past_key", "past_value", "seqlens_k",
              "total_sequence_length", "cos_cache", "sin_cache", "position_ids", "attention_bias",

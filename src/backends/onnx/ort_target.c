@@ -31,6 +31,9 @@
  *   dml       MHA                MHA                    MHA                  RotaryEmbedding
  * onnxruntime has a CPU kernel for every one of these ops, and runs all but GroupQueryAttention
  * with q/k norms (cuda and webgpu only), so the tests run every graph without those norms.
+ * GroupQueryAttention takes heads of a multiple of 8 only, and rotates inside heads of a
+ * multiple of 16 only: other heads rotate before it (as on webgpu), and heads of no multiple
+ * of 8 get the attention without GroupQueryAttention (MultiHeadAttention, plain ops on cpu).
  *
  * Everything else lowers as for onnx-standard (float linears included). */
 #include <math.h>
@@ -489,14 +492,22 @@ static const g_node *head_norm_source(const g_lower_ctx *c, const g_node *r)
                : NULL;
 }
 
+/* What onnxruntime's GroupQueryAttention refuses at session creation ("head_size shall be a
+ * multiple of ..."): heads of another multiple of 8 at all, of 16 with the rotary inside. */
+#define GQA_HEAD_MULTIPLE 8
+#define GQA_ROTARY_HEAD_MULTIPLE 16
+
 static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
     const g_attn_opts *o = n->a.attn;
     ferry_ort_fusions provider = cfg_of(c)->ort_fusions;
     const g_node *rq = rope_source(c, n, 0), *rk = rope_source(c, n, 1);
-    /* cpu and cuda rotate inside; cuda also takes the q/k norms before the rotation */
-    bool rotary = provider != FERRY_ORT_WEBGPU && rotary_inside(rq, rk);
+    /* cpu and cuda rotate inside; cuda also takes the q/k norms before the rotation.
+     * onnxruntime rotates inside only heads of a multiple of 16 (it refuses the node else):
+     * other heads are rotated before, as webgpu's are */
+    bool rotary = provider != FERRY_ORT_WEBGPU && o->head_dim % GQA_ROTARY_HEAD_MULTIPLE == 0 &&
+                  rotary_inside(rq, rk);
     const g_node *nq = rotary ? head_norm_source(c, rq) : NULL;
     const g_node *nk = rotary ? head_norm_source(c, rk) : NULL;
     bool norms = provider == FERRY_ORT_CUDA && nq && nk;
@@ -582,7 +593,7 @@ static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
     ferry_ort_fusions provider = cfg_of(c)->ort_fusions;
     bool prefill = lw_in(c, n, 4) == G_NONE;
     if (o->cache != G_CACHE_NONE && o->mask != G_MASK_PADDING && provider != FERRY_ORT_DML &&
-        !(provider == FERRY_ORT_CUDA && prefill))
+        !(provider == FERRY_ORT_CUDA && prefill) && o->head_dim % GQA_HEAD_MULTIPLE == 0)
         return ort_gqa(c, n, outs);
     if (provider != FERRY_ORT_CPU && o->softcap == 0 && o->num_heads % o->num_kv_heads == 0)
         return ort_mha(c, n, outs);
