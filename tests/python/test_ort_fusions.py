@@ -287,6 +287,24 @@ def test_matmulnbits_matches_dequantized_reference(ckpts, tmp_path, arch, scheme
     record_property("matmulnbits_logits_max_abs_err", worst)
 
 
+@pytest.mark.parametrize("opset", ["17", "20"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_fused_quantized_at_older_opsets(ckpts, tmp_path, opset, provider):
+    """Fused graphs hold quantized weights in onnxruntime's own ops over uint8 codes, which
+    need no opset 21 (found by review: refused for standard ONNX's reason); the norms become
+    SimplifiedLayerNormalization there. Tied, with the table quantized too."""
+    ckpt = ckpts("llama", tie_word_embeddings=True)
+    flags = qflags(4, 16, False, "--quantize-embeddings", "--accuracy-level", "0")
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", "--ort-fusions", provider,
+                       "--opset", opset, *flags, "--quiet")
+    ops, model = op_types(out / "model.onnx")
+    assert [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [int(opset)]
+    assert ops["ai.onnx", "DequantizeLinear"] == 0 and ops["ai.onnx", "RMSNormalization"] == 0
+    assert ops["com.microsoft", "GatherBlockQuantized"] == 1
+    ref = dequantized_checkpoint(ckpt, tmp_path / "ref", 4, 16, False, embeddings=True)
+    check_against_reference(ref, out / "model.onnx", SHAPES)
+
+
 # accuracy_level 4 quantizes activations to int8 per block inside MatMulNBits; measured on
 # these tiny models (logits up to ~6): int4 block 16, 0.075 (llama) and 0.095 (qwen3) max abs
 # from the dequantized reference; 0.25 leaves 2.6x (a wrong weight or scale is off by whole units)

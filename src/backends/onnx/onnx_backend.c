@@ -35,9 +35,12 @@ static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ONNX opset %d is not supported (supported: "
                        "%d to %d, default %d)", cfg->opset, ONNX_MIN_OPSET, ONNX_MAX_OPSET,
                        ONNX_DEFAULT_OPSET);
-    if (cfg->quantizer.bits && cfg->opset < 21)
+    /* fused graphs hold quantized weights as onnxruntime's MatMulNBits and GatherBlockQuantized
+     * over uint8 codes, at any opset */
+    if (cfg->quantizer.bits && cfg->opset < 21 && cfg->ort_fusions == FERRY_ORT_NONE)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantized ONNX weights need opset 21 or later "
-                       "(uint4 and blocked DequantizeLinear), not %d", cfg->opset);
+                       "(uint4 and blocked DequantizeLinear), not %d; fused graphs "
+                       "(--ort-fusions) take any", cfg->opset);
     if (cfg->ort_fusions != FERRY_ORT_NONE && cfg->dtype == FERRY_BF16)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ort_fusions '%s': onnxruntime's kernels for "
                        "that provider take fp32 or fp16, not bf16 (--dtype)",
