@@ -38,10 +38,6 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch,
     const int64_t given[2] = {cfg->example_batch, cfg->example_sequence};
     int64_t examples[2] = {given[0] ? given[0] : EXAMPLE_BATCH_DEFAULT,
                            given[1] ? given[1] : EXAMPLE_SEQUENCE_DEFAULT};
-    /* the default prompt fits a static cache shorter than it (found by review: the caller,
-     * who gave no example, was told the example did not fit) */
-    if (!given[1] && sequence_cap > 0 && examples[1] > sequence_cap)
-        examples[1] = sequence_cap;
     const ferry_dim_spec *chosen[2] = {NULL, NULL};
     char names[256];
     input_list(arch, names, sizeof names);
@@ -70,6 +66,15 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch,
                            d->axis, names);
         chosen[a] = d;
     }
+    /* the default prompt fits a static cache shorter than it (found by review: the caller,
+     * who gave no example, was told the example did not fit); with static shapes it is the only
+     * prompt the export takes, and leaves a slot for decode's token (found by review: a prompt
+     * that filled the cache made an export whose every decode call failed) */
+    int64_t cap = sequence_cap;
+    if (cap > 1 && !chosen[1] && !cfg->dynamic)
+        cap--;
+    if (!given[1] && cap > 0 && examples[1] > cap)
+        examples[1] = cap;
     const char *names_of[2];
     for (int a = 0; a < 2; a++) {
         names_of[a] = chosen[a] ? chosen[a]->symbol : LOGICAL[a];

@@ -134,7 +134,7 @@ void provenance_note_dir(struct ferry_exported *e);
  * export config's dynamic flag, explicit dynamic dims (checked against the model's declared
  * inputs) and example shapes. Symbols are added to `syms`; the extents traced are written
  * back into cfg's example shape. The default example sequence is at most `sequence_cap` where
- * that is positive (a static cache's length). */
+ * that is positive (a static cache's length), less one with a static sequence axis. */
 ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch,
                               int64_t sequence_cap, g_symtab *syms, g_dim out[2], fy_err *err);
 /* Replacing an existing export under --force (replace.c). */

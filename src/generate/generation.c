@@ -88,6 +88,12 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "max_cache_len %lld is smaller than the "
                            "example prompt (%lld tokens): the prompt would not fit in the cache",
                            (long long)gen->max_cache_len, (long long)prompt);
+        if (!growing && gen->max_cache_len == prompt)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "max_cache_len %lld: the prompt of a "
+                           "static-shape export (%lld tokens, the example's) would fill the "
+                           "cache, leaving no slot for a decoded token; give a larger "
+                           "max_cache_len, a shorter example shape, or dynamic shapes",
+                           (long long)gen->max_cache_len, (long long)prompt);
     } else if (gen->max_cache_len != 0) {
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "max_cache_len is only meaningful with a "
                        "static cache (--static-cache)");

@@ -125,3 +125,33 @@ def test_default_example_fits_a_short_static_cache(tmp_path, label, binary):
                               "--dynamic", "--static-cache", "--max-cache-len", "4",
                               "--example-shape", "input_ids=1x5", binary=binary)
     refused(rc, stderr, 2, "max_cache_len 4 is smaller than the example prompt (5 tokens)")
+
+
+@pytest.mark.parametrize("label,binary", BUILDS, ids=IDS)
+def test_static_shapes_leave_decode_a_slot(tmp_path, label, binary):
+    """Found by review: with static shapes the traced prompt is the only one the export takes,
+    and one that filled the static cache made an export whose every decode call failed. The
+    default prompt now stops a slot short of max_cache_len; a given one that fills it, or a
+    cache of one slot, is refused."""
+    import numpy as np
+
+    from ferry import ExportedModel
+
+    out = tmp_path / "out"
+    rc, _, stderr = run_ferry("export", FIXTURE, out, "-q", "--for-generation",
+                              "--static-cache", "--max-cache-len", "4", binary=binary)
+    assert rc == 0, stderr[-3000:]
+    meta = json.loads((out / "export.json").read_text())["components"]["prefill"]["metadata"]
+    assert meta["inputs"][0]["shape"] == [1, 3]
+    if label == "release":  # and decode takes the slot left
+        tokens = ExportedModel.from_pretrained(out).generate(np.array([[5, 6, 7]]),
+                                                             max_new_tokens=2)
+        assert np.asarray(tokens).shape == (1, 5)
+    for flags, words in ((["--max-cache-len", "8", "--example-shape", "input_ids=1x8"],
+                          "max_cache_len 8: the prompt of a static-shape export (8 tokens"),
+                         (["--max-cache-len", "1"], "max_cache_len 1: the prompt")):
+        rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "refused", "-q",
+                                  "--for-generation", "--static-cache", *flags, binary=binary)
+        refused(rc, stderr, 2, words)
+        assert not (tmp_path / "refused").exists()
+
