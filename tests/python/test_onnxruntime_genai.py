@@ -190,12 +190,16 @@ def test_int4_greedy_equals_generate_on_its_weights(ckpts, tmp_path, arch, fused
         check_same_tokens(out, ref, random_rows(cfg, lengths, seed=4), 10)
 
 
-@pytest.mark.parametrize("provider, shared", [("cuda", True), ("webgpu", True), ("dml", False)])
-def test_other_providers_config(ckpts, tmp_path, provider, shared):
+@pytest.mark.parametrize("provider, flags, shared",
+                         [("cuda", ["--dtype", "fp16"], True), ("cuda", [], False),
+                          ("webgpu", [], True), ("dml", [], False)],
+                         ids=["cuda-fp16", "cuda-fp32", "webgpu", "dml"])
+def test_other_providers_config(ckpts, tmp_path, provider, flags, shared):
     """A graph fused for another provider names it in the session options (its kernels may
     exist only there), and shares the cache buffer only where GroupQueryAttention writes it
-    (dml's MultiHeadAttention reads a joined cache). No such provider here to run them."""
-    out = ferry_export(ckpts("llama"), tmp_path / "out", *GEN, "--ort-fusions", provider)
+    (dml's MultiHeadAttention, and cuda's at fp32, read a joined cache). No such provider here
+    to run them."""
+    out = ferry_export(ckpts("llama"), tmp_path / "out", *GEN, "--ort-fusions", provider, *flags)
     config = json.loads((out / "genai_config.json").read_text())
     assert config["model"]["decoder"]["session_options"]["provider_options"] == [{provider: {}}]
     assert config["search"]["past_present_share_buffer"] is shared

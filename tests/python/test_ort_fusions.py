@@ -103,9 +103,6 @@ LOOPS = ["dynamic", "mtd_chunks3", "static_mtd", "static", "static_in_place"]
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_fused_generation_equals_generate(fused_families, arch, loop, provider):
     from test_generation import check_loop
-    if provider == "cuda" and arch == "qwen3":
-        pytest.skip("GroupQueryAttention with q/k norms has no CPU kernel: "
-                    "test_cuda_qk_norms_inside_attention checks its structure")
     fam = fused_families(arch, provider=provider)
     if loop == "dynamic" and arch == "llama":   # the structure, once per provider
         check_attention_layout(fam, provider)
@@ -125,11 +122,11 @@ def odd_heads(tmp_path_factory):
     from test_generation import Family
     made = {}
 
-    def get(head_dim, provider):
-        key = (head_dim, provider)
+    def get(head_dim, provider, extra=()):
+        key = (head_dim, provider, tuple(extra))
         if key not in made:
             made[key] = Family(tmp_path_factory.mktemp(f"heads{head_dim}-{provider}"), "llama",
-                               ["--ort-fusions", provider], head_dim=head_dim,
+                               ["--ort-fusions", provider, *extra], head_dim=head_dim,
                                hidden_size=4 * head_dim)
         return made[key]
     return get
@@ -144,10 +141,17 @@ def test_heads_onnxruntime_fuses_only_in_part(odd_heads, head_dim, provider):
     attention (RotaryEmbedding, plain ops on cpu), or keep attention without
     GroupQueryAttention; the loops still equal generate()."""
     from test_generation import check_loop
+    if provider == "cuda":  # GroupQueryAttention at fp16 only: the structure (no CUDA here)
+        fp16 = odd_heads(head_dim, provider, ("--dtype", "fp16"))
+        ops, model = op_types(fp16.export("dynamic") / "decode.onnx")
+        gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+        assert len(gqa) == (2 if head_dim % 8 == 0 else 0)
+        assert all(attrs(n)["do_rotary"] == 0 for n in gqa)
+        assert ops["com.microsoft", "RotaryEmbedding"] == 4
     fam = odd_heads(head_dim, provider)
     ops, model = op_types(fam.export("dynamic") / "decode.onnx")
     gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
-    assert len(gqa) == (2 if head_dim % 8 == 0 else 0)
+    assert len(gqa) == (2 if head_dim % 8 == 0 and provider != "cuda" else 0)
     assert all(attrs(n)["do_rotary"] == 0 for n in gqa)
     rotary_apart = provider != "cpu"
     assert ops["com.microsoft", "RotaryEmbedding"] == (4 if rotary_apart else 0)
@@ -172,7 +176,10 @@ def check_attention_layout(fam, provider):
     ops, model = op_types(fam.export("dynamic") / "decode.onnx")
     prefill_ops, _ = op_types(fam.export("dynamic") / "prefill.onnx")
     gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
-    if provider == "dml":     # MultiHeadAttention everywhere, rotary apart
+    half = "fp16" in fam.extra_flags
+    # MultiHeadAttention everywhere, rotary apart: dml, and cuda at fp32, where onnxruntime's
+    # CUDA GroupQueryAttention has no kernel (found by review)
+    if provider == "dml" or provider == "cuda" and not half:
         assert not gqa and ops["com.microsoft", "MultiHeadAttention"] == 2
         assert prefill_ops["com.microsoft", "MultiHeadAttention"] == 2
         assert ops["com.microsoft", "RotaryEmbedding"] == 4
@@ -192,11 +199,14 @@ def check_attention_layout(fam, provider):
 
 
 def test_cuda_qk_norms_inside_attention(fused_families):
-    """cuda: Qwen3's per-head q/k RMS norms go inside GroupQueryAttention (q_norm_weight,
-    k_norm_weight, their epsilons), before its rotary; the graph passes onnx.checker. No CPU
-    kernel runs such a node, so this is the structure only; the same graph without norms (every
-    other family) is run by test_fused_generation_equals_generate."""
-    fam = fused_families("qwen3", provider="cuda")
+    """cuda at fp16 (onnxruntime's CUDA GroupQueryAttention has fp16 and bf16 kernels only):
+    GroupQueryAttention after the first call, MultiHeadAttention in the prefill, and Qwen3's
+    per-head q/k RMS norms inside GroupQueryAttention (q_norm_weight, k_norm_weight, their
+    epsilons), before its rotary; the graphs pass onnx.checker. No CPU kernel runs the norms
+    inside, and this machine has no CUDA: the structure only. The same layout at fp32 runs on
+    the CPU provider in test_fused_generation_equals_generate."""
+    fam = fused_families("qwen3", ("--dtype", "fp16"), provider="cuda")
+    check_attention_layout(fused_families("llama", ("--dtype", "fp16"), provider="cuda"), "cuda")
     for mode in ("dynamic", "mtd", "static_mtd"):
         decode = fam.export(mode) / "decode.onnx"
         check_model_full(decode)

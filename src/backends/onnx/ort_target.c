@@ -26,7 +26,8 @@
  *             cache: first call  cache: later calls     no cache             rope
  *   cpu       GQA, rotary inside GQA, rotary inside     plain ops            plain / inside
  *   cuda      MHA                GQA, rotary + q/k norm MHA                  RotaryEmbedding /
- *                                inside                                      inside
+ *                                inside (fp16; MHA at                        inside
+ *                                fp32: no CUDA kernel)
  *   webgpu    GQA                GQA                    MHA                  RotaryEmbedding
  *   dml       MHA                MHA                    MHA                  RotaryEmbedding
  * onnxruntime has a CPU kernel for every one of these ops, and runs all but GroupQueryAttention
@@ -584,7 +585,8 @@ static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
 }
 
 /* The guide's table: attention with a cache is GroupQueryAttention (cpu, webgpu, and cuda
- * after the first call) or MultiHeadAttention (dml, and cuda's prefill); attention without
+ * after the first call, fp16 only) or MultiHeadAttention (dml, cuda's prefill, and cuda at
+ * fp32); attention without
  * one is MultiHeadAttention except on cpu, where it stays plain ops. What neither kernel
  * computes (softcapped scores; GroupQueryAttention is causal) stays plain ops too. */
 static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
@@ -592,8 +594,12 @@ static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
     const g_attn_opts *o = n->a.attn;
     ferry_ort_fusions provider = cfg_of(c)->ort_fusions;
     bool prefill = lw_in(c, n, 4) == G_NONE;
+    /* onnxruntime's CUDA GroupQueryAttention has fp16 and bf16 kernels only: at fp32 its nodes
+     * would run on the CPU provider, and Qwen3's (q/k norms inside) on none */
+    bool half = cfg_of(c)->dtype == FERRY_F16 || cfg_of(c)->dtype == FERRY_BF16;
     if (o->cache != G_CACHE_NONE && o->mask != G_MASK_PADDING && provider != FERRY_ORT_DML &&
-        !(provider == FERRY_ORT_CUDA && prefill) && o->head_dim % GQA_HEAD_MULTIPLE == 0)
+        !(provider == FERRY_ORT_CUDA && (prefill || !half)) &&
+        o->head_dim % GQA_HEAD_MULTIPLE == 0)
         return ort_gqa(c, n, outs);
     if (provider != FERRY_ORT_CPU && o->softcap == 0 && o->num_heads % o->num_kv_heads == 0)
         return ort_mha(c, n, outs);
