@@ -229,6 +229,27 @@ def _sample(scores, rng):
     return np.minimum((cumulative <= draw).sum(-1), scores.shape[-1] - 1)
 
 
+def _check_rotary_table(directory, settings, runners, width, new_tokens):
+    """A fused ONNX export (ort_fusions) rotates from cos/sin tables of
+    max(max_position_embeddings, max_cache_len) rows, which onnxruntime refuses to run past
+    (found by review: its raw "cos_cache dimension 0 shall not be less than
+    total_sequence_length"); transformers only warns past max_position_embeddings."""
+    manifest = _read_json(Path(directory) / "export.json")
+    decode = next((c for c in (manifest.get("components") or {}).values()
+                   if isinstance(c, dict) and c.get("role") == "decode"), {})
+    recipe = (decode.get("metadata") or {}).get("export_config") or {}
+    trained = settings["max_position_embeddings"]
+    if recipe.get("ort_fusions") in (None, "none") or not isinstance(trained, int):
+        return
+    rows = max(trained, runners.max_cache_len or 0)
+    if width + new_tokens - 1 > rows:
+        _fail(f"a {width}-token prompt and {new_tokens} new tokens need {width + new_tokens - 1} "
+              f"positions, past the {rows} of this fused export's rotary tables "
+              f"(max_position_embeddings {trained}"
+              + (f", max_cache_len {runners.max_cache_len}" if runners.max_cache_len else "")
+              + "): lower max_new_tokens, or export a static cache with a larger max_cache_len")
+
+
 def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kwargs):
     """Token ids [batch, prompt + new] (numpy int64, or a torch tensor when input_ids is one);
     see the module's docstring."""
@@ -262,6 +283,7 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
         if new_tokens < 1:
             _fail(f"max_length {settings['max_length']} leaves no room for new tokens after "
                   f"the {width}-token prompt: pass max_new_tokens")
+    _check_rotary_table(directory, settings, runners, width, new_tokens)
     if settings["min_new_tokens"] is not None:
         settings["min_length"] = width + settings["min_new_tokens"]
     # Refuse before running what the graphs or the static cache cannot take.

@@ -458,6 +458,29 @@ def test_static_cache_longer_than_trained_positions(tmp_path_factory):
                           ["--ort-fusions", provider], max_position_embeddings=48), "static_mtd")
 
 
+def test_generate_refuses_to_run_past_the_rotary_tables(tmp_path):
+    """generate() on a fused export says up front that the prompt and max_new_tokens need more
+    positions than its rotary tables hold (found by review: onnxruntime's raw cos_cache error
+    mid-generation); up to the last row it runs, and equals transformers."""
+    import numpy as np
+
+    from conftest import make_checkpoint, reference_model
+    from ferry import ExportedModel, FerryError
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama", seed=3, max_position_embeddings=16)
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", "--for-generation", *FUSED, "--quiet")
+    model = ExportedModel.from_pretrained(out)
+    prompt = np.array([[5, 9, 17, 33, 2]])
+    got = model.generate(prompt, max_new_tokens=12, eos_token_id=None)
+    import torch
+    want = reference_model(ckpt).generate(torch.from_numpy(prompt), max_new_tokens=12,
+                                          do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert got.tolist() == want.tolist()
+    with pytest.raises(FerryError, match="need 17 positions, past the 16 of this fused export's "
+                                         "rotary tables"):
+        model.generate(prompt, max_new_tokens=13, eos_token_id=None)
+
+
 # ---------------------------------------------------------------------------------------------
 # errors
 
