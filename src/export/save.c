@@ -265,6 +265,10 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
     ferry_status st = e->backend->write(e->lowered, e->n_components, &e->cfg, tmp, &pr, err);
     if (st != FERRY_OK)
         return st;
+    /* the weights written are the checkpoint's only if no one wrote to it since it was read
+     * (found by review: bytes overwritten in place between export and save made NaN logits) */
+    if (ckpt_check_unchanged(e->model->ck, err) != FERRY_OK)
+        return err->status;
     if (pr.overflowed && warn_overflow(e, &pr) != FERRY_OK)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     char path[PATH_MAX];

@@ -293,3 +293,11 @@ const st_tensor *ckpt_take(ckpt *c, const char *name)
     c->used[at] = 1;
     return c->by_name[at];
 }
+
+ferry_status ckpt_check_unchanged(const ckpt *c, fy_err *err)
+{
+    for (size_t i = 0; i < c->n_files; i++)
+        if (st_check_unchanged(c->files[i], err) != FERRY_OK)
+            return err->status;
+    return FERRY_OK;
+}

@@ -28,6 +28,9 @@ typedef struct ckpt {
 ferry_status ckpt_open(const char *dir, ckpt **out, fy_err *err);
 void ckpt_close(ckpt *c);
 
+/* st_check_unchanged for every file of the checkpoint. */
+ferry_status ckpt_check_unchanged(const ckpt *c, fy_err *err);
+
 /* Lookup; NULL if absent. */
 const st_tensor *ckpt_find(const ckpt *c, const char *name);
 /* Lookup that also marks the tensor consumed (for the "unused tensor" check). */

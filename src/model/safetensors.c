@@ -369,6 +369,8 @@ ferry_status st_open(const char *path, st_file **out, fy_err *err)
     }
     f->file_size = (uint64_t)st.st_size;
     f->allocated = (uint64_t)st.st_blocks * 512;
+    f->mtime_sec = (int64_t)st.st_mtim.tv_sec;
+    f->mtime_nsec = (int64_t)st.st_mtim.tv_nsec;
     if (f->file_size < 8) {
         status = fy_fail(err, FERRY_ERR_FORMAT,
                          "%s: %llu bytes, too short for a safetensors file (at least 8)", path,
@@ -469,6 +471,20 @@ ferry_status st_truncated(const st_tensor *t, fy_err *err)
                    st_quote_name(t->name, qname, sizeof qname),
                    (unsigned long long)st_file_offset(t),
                    (unsigned long long)(t->file->data_start + t->end), now);
+}
+
+ferry_status st_check_unchanged(const st_file *f, fy_err *err)
+{
+    struct stat st;
+    if (fstat(f->fd, &st) != 0)
+        return fy_fail(err, FERRY_ERR_IO, "%s: cannot be examined: %s", f->path, strerror(errno));
+    if ((uint64_t)st.st_size == f->file_size && (int64_t)st.st_mtim.tv_sec == f->mtime_sec &&
+        (int64_t)st.st_mtim.tv_nsec == f->mtime_nsec)
+        return FERRY_OK;
+    return fy_fail(err, FERRY_ERR_IO, "%s: written to while the export read it (%s): its "
+                   "weights may mix old and new values; export again", f->path,
+                   (uint64_t)st.st_size != f->file_size ? "its size changed"
+                                                        : "its modification time changed");
 }
 
 ferry_status st_read(const st_tensor *t, uint64_t offset, void *buf, size_t len, fy_err *err)

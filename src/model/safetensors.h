@@ -41,6 +41,7 @@ struct st_file {
     int fd;                  /* O_RDONLY, held until st_close */
     uint64_t file_size;      /* when opened */
     uint64_t allocated;      /* st_blocks * 512 when opened: what the filesystem says it stores */
+    int64_t mtime_sec, mtime_nsec; /* last modified, when opened */
     uint64_t data_start;     /* 8 + header length */
     st_tensor *tensors;      /* sorted by name */
     size_t n_tensors;
@@ -77,6 +78,12 @@ ferry_status st_read(const st_tensor *t, uint64_t offset, void *buf, size_t len,
 
 /* The truncation error above, for callers that read the file another way (copy_file_range). */
 ferry_status st_truncated(const st_tensor *t, fy_err *err);
+
+/* FERRY_ERR_IO naming the file if it was written to since it was opened (its size or
+ * modification time differ): what was read from it before and after may not belong together.
+ * A file replaced by another (renamed over) is not this one: its open descriptor still reads
+ * the bytes it had. */
+ferry_status st_check_unchanged(const st_file *f, fy_err *err);
 
 /* *same = the two tensors have the same dtype, shape and bytes (read in chunks, never whole). */
 ferry_status st_same_bytes(const st_tensor *a, const st_tensor *b, bool *same, fy_err *err);

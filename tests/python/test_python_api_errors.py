@@ -242,3 +242,33 @@ def test_a_recipes_generation_options_count():
                 generation_config=dict(static, max_cache_len=32))
         with pytest.raises(FerryError, match="apply to generation exports"):
             exporter.export(FIXTURE, config={"dynamic": True, "generation_config": static})
+
+
+def test_checkpoint_written_between_export_and_save(tmp_path):
+    """Found by review: bytes of model.safetensors overwritten in place (same size) after
+    export() and before save_pretrained() went into the export unnoticed, giving NaN logits.
+    The save now compares each checkpoint file's size and modification time with those it was
+    opened with, and fails naming the file, writing nothing. A file replaced by a rename is
+    another file: the export reads the one it opened, whole."""
+    import shutil
+    import time
+
+    from ferry import FerryError, OnnxExporter
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(FIXTURE, ckpt)
+    exported = OnnxExporter().export(ckpt)
+    time.sleep(0.01)  # past the file system's timestamp granularity
+    with open(ckpt / "model.safetensors", "r+b") as f:
+        f.seek(-64, os.SEEK_END)
+        f.write(b"\xff" * 64)
+    with pytest.raises(FerryError, match=r"model\.safetensors: written to while the export read "
+                                         r"it \(its modification time changed\)"):
+        exported.save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    # replaced whole (as save_pretrained does): the export still holds the file it read
+    exported = OnnxExporter().export(ckpt)
+    shutil.copy(FIXTURE / "model.safetensors", tmp_path / "other")
+    os.replace(tmp_path / "other", ckpt / "model.safetensors")
+    exported.save_pretrained(tmp_path / "out")
+    assert (tmp_path / "out" / "model.onnx.data").stat().st_size > 0
