@@ -86,8 +86,8 @@ def _plain_recipe(recipe):
     ExportFormat enum; a transformers quantizer object is not a recipe's and is refused."""
     plain = dict(recipe)
     fmt = plain.get("export_format")
-    if fmt is not None and not isinstance(fmt, str):
-        plain["export_format"] = str(getattr(fmt, "value", fmt))
+    if fmt is not None and (not isinstance(fmt, str) or hasattr(fmt, "value")):
+        plain["export_format"] = str(getattr(fmt, "value", fmt))  # a (str) enum: its value
     elif isinstance(fmt, str) and fmt.startswith("ExportFormat."):
         plain["export_format"] = fmt[len("ExportFormat."):].lower()
     if "dtype" in plain and plain["dtype"] is not None:  # a torch dtype, as the configs take

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 from . import _lib, _versions
+from ._arrays import check_token_ids, int_matrix, to_numpy
 from ._lib import FerryError, FerryWarning, _P, _c, _c_bytes, _escape, _fail, _str
 from .runtime import (TORCH_FORMATS, check_device, is_transformers_manifest, load_program,
                       open_session)
@@ -63,7 +64,10 @@ class ExportedModel:
         self._device, self._source = None, source  # source: a temporary checkpoint, kept
         self._cancel = cancel  # the c_int the export's ferry_export_config.cancel points at
         self._saving = threading.Lock()  # one save at a time: they share the handle and flag
-        self._runners = None
+        # one call or generate() at a time: they share a session and the runners' cache (found
+        # by review: threads generating at once read each other's cache)
+        self._running = threading.RLock()
+        self._runners = self._components = None
         if device is not None:
             self.to(device)
 
@@ -178,10 +182,14 @@ class ExportedModel:
 
     @property
     def components(self):
-        """{component name: ExportedComponent}, as the guide's ExportedModel.components."""
-        entries = self.manifest.get("components", {})
-        return {name: ExportedComponent(self, name, file, entries.get(name, {}))
-                for name, file in self.files.items()}
+        """{component name: ExportedComponent}, as the guide's ExportedModel.components: made
+        once, so that each program is loaded once and keeps what the caller sets on it (found
+        by review: every access read the file again)."""
+        if self._components is None:
+            entries = self.manifest.get("components", {})
+            self._components = {name: ExportedComponent(self, name, file, entries.get(name, {}))
+                                for name, file in self.files.items()}
+        return self._components
 
     @property
     def program(self):
@@ -227,10 +235,12 @@ class ExportedModel:
 
     def generate(self, input_ids, attention_mask=None, **kwargs):
         """Greedy search or sampling with the generation export, as transformers' generate()
-        with the checkpoint's generation_config.json; see ferry.generation."""
+        with the checkpoint's generation_config.json; see ferry.generation. Calls from several
+        threads take turns: they share the runners' cache."""
         from .generation import generate
 
-        return generate(self.runners, self.directory, input_ids, attention_mask, **kwargs)
+        with self._running:
+            return generate(self.runners, self.directory, input_ids, attention_mask, **kwargs)
 
     def _runner(self):
         """(session, the "model" component's metadata), made on first use."""
@@ -294,19 +304,27 @@ class ExportedModel:
         output can be passed); position_ids are derived from attention_mask as generate() does
         when not given. Returns transformers' CausalLMOutputWithPast when the program imported
         transformers (ExportOutput otherwise), holding torch tensors when the inputs were torch
-        tensors and numpy arrays otherwise."""
+        tensors and numpy arrays otherwise. Calls from several threads take turns (an OpenVINO
+        infer request runs one at a time)."""
+        with self._running:
+            return self._call(inputs)
+
+    def _call(self, inputs):
         import numpy as np
 
         session, metadata = self._runner()
         as_torch = any(type(v).__module__.startswith("torch") for v in inputs.values())
-        arrays = {k: _to_numpy(v) for k, v in inputs.items() if v is not None}
+        wanted = [i.name for i in session.get_inputs()]
+        # what the graph does not take is dropped unread (found by review: a ragged list among
+        # a tokenizer's extra outputs raised numpy's error)
+        arrays = {k: to_numpy(v, k) for k, v in inputs.items()
+                  if v is not None and (k in wanted or k in _TOKEN_INPUTS)}
         ints = _token_inputs(arrays, metadata)
         if "attention_mask" not in ints and "input_ids" in ints:
             ints["attention_mask"] = np.ones_like(ints["input_ids"])
         if "position_ids" not in ints and "attention_mask" in ints:
             mask = ints["attention_mask"]
             ints["position_ids"] = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
-        wanted = [i.name for i in session.get_inputs()]
         missing = [name for name in wanted if name not in ints and name not in arrays]
         listed = [i.get("name") for i in metadata.get("inputs") or [] if isinstance(i, dict)]
         if missing and listed and sorted(listed) != sorted(wanted):
@@ -324,6 +342,7 @@ class ExportedModel:
                                        "dropped, and its logits are those of positions from "
                                        "0 in every row"), stacklevel=2)
         feeds = {name: ints.get(name, arrays.get(name)) for name in wanted}
+        _check_dims(feeds, metadata)
         names = [o.name for o in session.get_outputs()]
         values = session.run(names, feeds)
         if as_torch:
@@ -343,7 +362,7 @@ class ExportedModel:
         if self._model:
             _c().ferry_model_free(self._model)
             self._model = None
-        self._session = self._runners = None
+        self._session = self._runners = self._components = None
         if self._source is not None:  # the saved checkpoint of a loaded transformers model
             self._source.cleanup()
             self._source = None
@@ -365,24 +384,16 @@ def _wait_through_interrupts(finished):
             continue
 
 
+_TOKEN_INPUTS = ("input_ids", "attention_mask", "position_ids")
+
+
 def _token_inputs(arrays, metadata):
     """input_ids, attention_mask and position_ids as int64, checked as the model would check
     them (a graph would broadcast a one-row mask over every row, or gather a negative id, and
-    answer wrong numbers instead of failing): integers, [batch, sequence] alike, ids within the
-    vocabulary the logits have."""
-    import numpy as np
-
-    ints = {}
-    for name in ("input_ids", "attention_mask", "position_ids"):
-        if name not in arrays:
-            continue
-        value = arrays[name]
-        if value.dtype.kind not in "iub":
-            raise FerryError(f"{name} must hold integers, not {value.dtype}", status=1)
-        if value.ndim != 2:
-            raise FerryError(f"{name} must be [batch, sequence], not of shape "
-                             f"{list(value.shape)}", status=1)
-        ints[name] = value.astype(np.int64, copy=False)
+    answer wrong numbers instead of failing): integers (a mask may be 0/1 floats), [batch,
+    sequence] alike and not empty, ids within the vocabulary the logits have."""
+    ints = {name: int_matrix(arrays[name], name, mask=name == "attention_mask")
+            for name in _TOKEN_INPUTS if name in arrays}
     ids = ints.get("input_ids")
     if ids is None:
         return ints
@@ -390,21 +401,38 @@ def _token_inputs(arrays, metadata):
         if value.shape != ids.shape:
             raise FerryError(f"{name} is {list(value.shape)} but input_ids is "
                              f"{list(ids.shape)}", status=1)
+    if ids.size == 0:  # onnxruntime failed in a Reshape, OpenVINO and torch returned nothing
+        raise FerryError(f"input_ids of shape {list(ids.shape)}: nothing to run", status=1)
     logits = next((o for o in metadata.get("outputs", []) if o.get("name") == "logits"), {})
-    vocab = (logits.get("shape") or [None])[-1]
-    if ids.size and (ids.min() < 0 or (isinstance(vocab, int) and ids.max() >= vocab)):
-        raise FerryError(f"input_ids holds {int(ids.min() if ids.min() < 0 else ids.max())}, "
-                         f"outside the vocabulary [0, {vocab})", status=1)
+    check_token_ids(ids, (logits.get("shape") or [None])[-1])
     return ints
 
 
-def _to_numpy(value):
-    """A torch tensor (any device, any grad state), numpy array or nested list as numpy."""
-    import numpy as np
-
-    if type(value).__module__.startswith("torch"):
-        return value.detach().cpu().numpy()
-    return np.asarray(value)
+def _check_dims(feeds, metadata):
+    """Refuses inputs the export's shapes do not take: a static axis of another size, or a
+    symbolic one outside its dim's range (found by review: each runtime said so in its own raw
+    words, and onnxruntime ran past a Dim's max without a word)."""
+    symbols = metadata.get("symbols") or {}
+    for spec in metadata.get("inputs") or []:
+        if not isinstance(spec, dict) or not isinstance(spec.get("shape"), list):
+            continue
+        name, declared = spec.get("name"), spec["shape"]
+        value = feeds.get(name)
+        if value is None:
+            continue
+        got = list(getattr(value, "shape", ()))
+        for axis, (dim, size) in enumerate(zip(declared, got)):
+            bounds = symbols.get(dim, {}) if isinstance(dim, str) else {}
+            low, high = bounds.get("min"), bounds.get("max")
+            if isinstance(dim, int) and not isinstance(dim, bool) and size != dim:
+                why = (f"its axis {axis} is fixed at {dim} (a static shape: export with "
+                       "dynamic shapes to vary it)")
+            elif (isinstance(low, int) and size < low) or (isinstance(high, int) and high > 0
+                                                           and size > high):
+                why = f"its axis {axis} ({_escape(dim)}) takes {low} to {high or 'any'}"
+            else:
+                continue
+            raise FerryError(f"{_escape(name)} is {got}, but {why}", status=1)
 
 
 def _model_output(outputs):

@@ -3,12 +3,16 @@ decompose_for_generation. They marshal a recipe and a checkpoint to libferry, wh
 work, and wrap what it made in an ExportedModel."""
 
 import ctypes
+import numbers
+import os
+import sys
 import tempfile
 import warnings
 
+from ._arrays import to_numpy
 from ._lib import (FerryError, FerryWarning, _GenerationConfig, _P, _c, _c_bytes, _escape, _fail,
                    _str)
-from .configs import AutoExportConfig, DynamoConfig, OnnxConfig, OpenVINOConfig
+from .configs import AutoExportConfig, DynamoConfig, OnnxConfig, OpenVINOConfig, _plain_recipe
 from .exported import ExportedModel
 
 # --- exporting, saving, loading, running ----------------------------------------------------
@@ -123,12 +127,13 @@ class AutoHfExporter:
     @staticmethod
     def from_config(config):
         recipe = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-        export_format = recipe.get("export_format", "onnx")
+        # transformers' configs hold an ExportFormat enum: its value names it
+        export_format = _plain_recipe(recipe).get("export_format", "onnx")
         exporters = {"onnx": OnnxExporter, "openvino": OpenVINOExporter,
                      "dynamo": DynamoExporter, "pt2": DynamoExporter}
         if export_format not in exporters:
-            raise FerryError(f"export_format {export_format!r} has no exporter in ferry (it "
-                             f"writes {', '.join(exporters)})", status=4)
+            raise FerryError(f"export_format {_escape(repr(export_format))} has no exporter in "
+                             f"ferry (it writes {', '.join(exporters)})", status=4)
         return exporters[export_format]()
 
 
@@ -190,16 +195,42 @@ def _sample_inputs(inputs, sample_inputs):
 
 def _warn(exported):
     """libferry's warnings about the export just built, as the CLI prints them, as Python
-    warnings (FerryWarning)."""
+    warnings (FerryWarning), at the caller's line (found by review: OpenVINOExporter's and
+    DynamoExporter's pointed into this file)."""
     for line in (_str(_c().ferry_exported_warnings(exported)) or "").splitlines():
-        warnings.warn(line, FerryWarning, stacklevel=3)
+        warnings.warn(line, FerryWarning, stacklevel=_outside_ferry())
+
+
+def _outside_ferry():
+    """The stacklevel of the first frame outside this package, seen from warnings.warn."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _example_config(inputs, config):
-    """The C config of `config`, traced at `inputs["input_ids"]`'s shape when given."""
+    """The C config of `config`, traced at `inputs["input_ids"]`'s shape when given: a dict of
+    the model's inputs (a tokenizer's output), whose input_ids are [batch, sequence] tensors,
+    arrays or lists (found by review: a list, a bare tensor, or inputs without input_ids gave
+    Python's errors or were ignored)."""
     recipe = (config or OnnxConfig()).to_dict()
-    if inputs is not None and "input_ids" in inputs and "example_shapes" not in recipe:
-        recipe["example_shapes"] = {"input_ids": [int(n) for n in inputs["input_ids"].shape]}
+    if inputs is not None:
+        if not hasattr(inputs, "keys") or not hasattr(inputs, "__getitem__"):
+            raise FerryError(f"inputs must be a dict of the model's inputs (a tokenizer's "
+                             f"output: input_ids, attention_mask), not "
+                             f"{_escape(type(inputs).__name__)}", status=1)
+        if "input_ids" not in inputs:
+            raise FerryError(f"inputs has no input_ids (it holds "
+                             f"{', '.join(map(_escape, map(str, inputs.keys()))) or 'nothing'}): "
+                             "the traced shape is input_ids'", status=1)
+        ids = to_numpy(inputs["input_ids"], "input_ids")
+        if ids.ndim != 2:
+            raise FerryError(f"input_ids must be [batch, sequence], not of shape "
+                             f"{list(ids.shape)}", status=1)
+        if "example_shapes" not in recipe:
+            recipe["example_shapes"] = {"input_ids": [int(n) for n in ids.shape]}
     return OnnxConfig._from_dict(recipe)._c_config()
 
 
@@ -219,6 +250,13 @@ def _c_generation(generation_config, multi_token_decode):
         raise FerryError(f"multi_token_decode must be True, False or None (ferry's default), "
                          f"not {multi_token_decode!r}", status=1)
     gen.multi_token_decode = -1 if multi_token_decode is None else int(multi_token_decode)
+    # an integer, as the C field is (found by review: 64.7 was cut to 64, "64" taken, and
+    # -5 or 2**64 reported as missing)
+    if length is not None and (isinstance(length, bool) or
+                               not isinstance(length, numbers.Integral) or
+                               not 0 < length < 2**63):
+        raise FerryError(f"max_cache_len must be a positive integer, not "
+                         f"{_escape(repr(length))}", status=1)
     gen.static_cache = int(impl == "static")
     gen.max_cache_len = int(length or 0)
     return gen

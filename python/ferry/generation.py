@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._arrays import int_matrix
 from ._lib import FerryError, _escape
 
 # What transformers' generate() uses where neither the call nor the checkpoint says
@@ -117,6 +118,8 @@ def resolve(directory, kwargs):
 def _eos_list(eos):
     if eos is None:
         return []
+    if hasattr(eos, "tolist"):  # a tensor or array, as transformers takes it too
+        eos = eos.tolist()
     ids = [eos] if isinstance(eos, (int, np.integer)) else list(eos)
     if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and i >= 0
                for i in ids):
@@ -161,15 +164,8 @@ def _check(settings, vocab):
 
 
 def _as_numpy(value, what):
-    if value is None:
-        return None
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    array = np.asarray(value)
-    if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer) and array.dtype != bool:
-        _fail(f"{what} must be an integer array [batch, sequence], not {array.dtype} of shape "
-              f"{list(array.shape)}")
-    return array.astype(np.int64)
+    """An int64 [batch, sequence] array; a mask may be 0/1 floats, as transformers takes it."""
+    return None if value is None else int_matrix(value, what, mask=what == "attention_mask")
 
 
 def _process(scores, sequences, settings, prompt_starts):

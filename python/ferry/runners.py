@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._arrays import check_token_ids, int_matrix
 from ._lib import FerryError, _escape
 from ._onnx_weights import external_initializers
 from .runtime import (_onnxruntime_provider, is_transformers_manifest, load_program,
@@ -169,9 +170,12 @@ class Runner:
         return set()
 
     def __call__(self, input_ids, attention_mask=None, position_ids=None):
-        ids = np.ascontiguousarray(np.asarray(input_ids, dtype=np.int64))
-        if ids.ndim != 2:
-            _fail(f"input_ids must be [batch, query], not of shape {list(ids.shape)}", 1)
+        # checked as ExportedModel's calls check them (found by review: -1 was read as the last
+        # token, 5.9 as 5, and ids past the vocabulary gave OpenVINO finite garbage)
+        ids = int_matrix(input_ids, "input_ids")
+        if ids.size == 0:
+            _fail(f"input_ids of shape {list(ids.shape)}: nothing to run", 1)
+        check_token_ids(ids, self._vocab)
         batch, query = ids.shape
         cache = self._cache
         if cache.batch is None:
@@ -184,13 +188,13 @@ class Runner:
                   "tokens: call reset() first", 1)
         self.check_shapes(batch, query, cache.length)
         mask = (np.ones((batch, cache.length + query), np.int64) if attention_mask is None
-                else np.ascontiguousarray(np.asarray(attention_mask, dtype=np.int64)))
+                else int_matrix(attention_mask, "attention_mask", mask=True))
         if mask.shape != (batch, cache.length + query):
             _fail(f"{self.component}: attention_mask has shape {list(mask.shape)}, not "
                   f"[{batch}, {cache.length + query}] (the cached {cache.length} tokens and "
                   f"the {query} new ones)", 1)
         pos = (derive_position_ids(mask, query) if position_ids is None
-               else np.ascontiguousarray(np.asarray(position_ids, dtype=np.int64)))
+               else int_matrix(position_ids, "position_ids"))
         if pos.shape != ids.shape:
             _fail(f"{self.component}: position_ids has shape {list(pos.shape)}, not "
                   f"input_ids' {list(ids.shape)}", 1)
@@ -437,9 +441,9 @@ class Runners(Mapping):
 
     def reset(self, batch):
         """Starts a new sequence of `batch` rows on an empty cache."""
-        if not isinstance(batch, int) or batch < 1:
-            _fail(f"reset() takes a batch size of at least 1, not {batch!r}", 1)
-        self.cache.reset(batch)
+        if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch < 1:
+            _fail(f"reset() takes a batch size of at least 1, not {_escape(repr(batch))}", 1)
+        self.cache.reset(int(batch))
 
     @property
     def cache_length(self):

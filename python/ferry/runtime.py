@@ -29,7 +29,16 @@ def open_session(path, export_format, precision, device=None, metadata=None):
         return OpenVINOSession(path, precision, device)
     if export_format in TORCH_FORMATS:
         return TorchSession(path, device, metadata)
-    return onnxruntime_session(path, device)
+    try:
+        return onnxruntime_session(path, device)
+    except Exception as e:
+        if precision != "bf16" or "NOT_IMPLEMENTED" not in str(e) or \
+                device not in (None, "cpu"):
+            raise
+        # found by review: onnxruntime's own words named a kernel, not the export's precision
+        raise FerryError(f"onnxruntime's CPU provider has no bfloat16 kernels for this bf16 "
+                         f"export ({_escape(str(e).strip().splitlines()[0][:200])}): run it "
+                         "on cuda, or export in fp32 or fp16 for the CPU", status=4) from None
 
 
 def check_device(export_format, device):

@@ -272,3 +272,152 @@ def test_checkpoint_written_between_export_and_save(tmp_path):
     os.replace(tmp_path / "other", ckpt / "model.safetensors")
     exported.save_pretrained(tmp_path / "out")
     assert (tmp_path / "out" / "model.onnx.data").stat().st_size > 0
+
+
+# --- found by the review of the Python API (session of 2026-12-02) ---------------------------
+
+
+def _onnx(tmp_path, name, **config):
+    from ferry import OnnxConfig, OnnxExporter
+
+    out = tmp_path / name
+    OnnxExporter().export(FIXTURE, config=OnnxConfig(**config)).save_pretrained(out)
+    return out
+
+
+def test_threads_sharing_an_export_take_turns(tmp_path):
+    """generate() from several threads on one ExportedModel: each gets its own answer (they
+    used to read each other's cache: errors, or wrong tokens without one); calls on an
+    OpenVINO export from several threads (its infer request was "busy")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from ferry import ExportedModel, OnnxConfig, OnnxExporter, OpenVINOExporter
+
+    gen = OnnxExporter().export_for_generation(
+        FIXTURE, config=OnnxConfig(dynamic=True),
+        generation_config={"cache_implementation": "static", "max_cache_len": 64},
+        multi_token_decode=True)
+    gen.save_pretrained(tmp_path / "gen")
+    model = ExportedModel.from_pretrained(tmp_path / "gen")
+    prompts = [np.array([[3 + i, 40 + i, 7, 90 - i, 11]]) for i in range(4)]
+    alone = [model.generate(p, max_new_tokens=15, eos_token_id=None) for p in prompts]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda p: model.generate(p, max_new_tokens=15,
+                                                          eos_token_id=None), prompts * 2))
+    assert [t.tolist() for t in together] == [a.tolist() for a in alone * 2]
+
+    OpenVINOExporter().export(FIXTURE).save_pretrained(tmp_path / "ov")
+    ov = ExportedModel.from_pretrained(tmp_path / "ov", device="cpu")
+    ids = np.array([[1, 2, 3, 4, 5, 6, 7, 8]])
+    want = ov(input_ids=ids)["logits"]
+    with ThreadPoolExecutor(6) as pool:
+        for got in pool.map(lambda _: ov(input_ids=ids)["logits"], range(12)):
+            assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("bad, words", [([[5, 6, -1]], "input_ids holds -1, outside"),
+                                        ([[5, 6, 512]], "input_ids holds 512, outside"),
+                                        ([[5.9, 6.9]], "must hold integers, not float64"),
+                                        ([[5, 6], [7]], "cannot be read as an array")])
+def test_runners_check_what_calls_check(tmp_path, bad, words):
+    import numpy as np
+
+    from ferry import ExportedModel, FerryError, OnnxConfig, OnnxExporter
+
+    OnnxExporter().export_for_generation(FIXTURE, config=OnnxConfig(dynamic=True)) \
+        .save_pretrained(tmp_path / "gen")
+    runners = ExportedModel.from_pretrained(tmp_path / "gen").runners
+    runners.reset(np.int64(1))  # a numpy integer is a batch size too
+    with pytest.raises(FerryError, match=words):
+        runners["prefill"](bad)
+
+
+def test_calls_outside_the_exported_shapes(tmp_path):
+    """A static export called at another shape, and a dynamic one past its dim's max, are one
+    FerryError in every runtime (onnxruntime ran past the max without a word)."""
+    import numpy as np
+
+    from ferry import ExportedModel, FerryError
+
+    static = ExportedModel.from_pretrained(_onnx(tmp_path, "static"))
+    with pytest.raises(FerryError, match=r"input_ids is \[1, 3\], but its axis 1 is fixed at 8"):
+        static(input_ids=np.array([[1, 2, 3]]))
+    bounded = ExportedModel.from_pretrained(_onnx(
+        tmp_path, "bounded", dynamic_shapes={"input_ids": {1: {"name": "seq", "max": 16}}}))
+    assert bounded(input_ids=np.ones((1, 16), np.int64))["logits"].shape == (1, 16, 512)
+    with pytest.raises(FerryError, match=r"input_ids is \[1, 17\], but its axis 1 \(seq\) takes "
+                                         r"1 to 16"):
+        bounded(input_ids=np.ones((1, 17), np.int64))
+    with pytest.raises(FerryError, match=r"input_ids of shape \[0, 3\]: nothing to run"):
+        bounded(input_ids=np.ones((0, 3), np.int64))
+    # what the graph does not take is dropped unread, whatever it holds
+    out = bounded(input_ids=[[1, 2, 3]], token_type_ids=[[1, 2], [3]])
+    assert out["logits"].shape == (1, 3, 512)
+
+
+def test_program_loaded_once(tmp_path):
+    from ferry import ExportedModel
+
+    model = ExportedModel.from_pretrained(_onnx(tmp_path, "plain", dynamic=True))
+    assert model.program is model.program
+    assert model.components is model.components
+    model.program.doc_string = "mine"
+    assert model.components["model"].program.doc_string == "mine"
+
+
+def test_example_inputs_checked(tmp_path):
+    import torch
+
+    from ferry import FerryError, OnnxExporter
+
+    exported = OnnxExporter().export(FIXTURE, {"input_ids": [[1, 2, 3]]})  # a list is a shape
+    assert exported.components["model"].metadata["inputs"][0]["shape"] == [1, 3]
+    with pytest.raises(FerryError, match="inputs must be a dict of the model's inputs"):
+        OnnxExporter().export(FIXTURE, torch.ones(1, 3, dtype=torch.long))
+    with pytest.raises(FerryError, match="inputs has no input_ids \\(it holds attention_mask\\)"):
+        OnnxExporter().export(FIXTURE, {"attention_mask": torch.ones(1, 3, dtype=torch.long)})
+
+
+@pytest.mark.parametrize("length", [-5, 2**64, 64.7, "64", True])
+def test_max_cache_len_must_be_a_positive_integer(length):
+    from ferry import FerryError, OnnxConfig, OnnxExporter
+
+    with pytest.raises(FerryError, match="max_cache_len must be a positive integer"):
+        OnnxExporter().export_for_generation(
+            FIXTURE, config=OnnxConfig(dynamic=True),
+            generation_config={"cache_implementation": "static", "max_cache_len": length})
+
+
+def test_generate_takes_what_transformers_takes(tmp_path):
+    """An eos_token_id tensor and a float 0/1 attention_mask, as transformers' generate()."""
+    import torch
+
+    from ferry import ExportedModel, OnnxConfig, OnnxExporter
+
+    OnnxExporter().export_for_generation(FIXTURE, config=OnnxConfig(dynamic=True)) \
+        .save_pretrained(tmp_path / "gen")
+    model = ExportedModel.from_pretrained(tmp_path / "gen")
+    ids = torch.tensor([[0, 5, 6, 7]])
+    mask = torch.tensor([[0.0, 1.0, 1.0, 1.0]])
+    want = model.generate(ids, attention_mask=mask.long(), max_new_tokens=5, eos_token_id=[9])
+    got = model.generate(ids, attention_mask=mask, max_new_tokens=5,
+                         eos_token_id=torch.tensor([9]))
+    assert got.tolist() == want.tolist()
+
+
+def test_warnings_point_at_the_caller_and_formats_are_named():
+    import warnings
+
+    import transformers.exporters as hf
+
+    from ferry import AutoHfExporter, FerryError, FerryWarning, OpenVINOExporter
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        OpenVINOExporter().export(FIXTURE)
+    files = {w.filename for w in caught if issubclass(w.category, FerryWarning)}
+    assert files == {__file__}, files
+    with pytest.raises(FerryError, match=r"export_format 'executorch' has no exporter"):
+        AutoHfExporter.from_config(hf.ExecutorchConfig())

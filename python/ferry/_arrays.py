@@ -1,0 +1,43 @@
+"""The caller's arrays as numpy, checked alike wherever they come in (ExportedModel calls, the
+runners, generate(), the exporters' example inputs): a torch tensor (any device, any grad
+state), a numpy array or a nested list; anything else is one FerryError naming the input, not
+a traceback from numpy or torch. numpy is imported on use: exporting needs none."""
+
+from ._lib import FerryError, _escape
+
+
+def to_numpy(value, name):
+    import numpy as np
+
+    try:
+        if type(value).__module__.startswith("torch"):
+            return value.detach().cpu().numpy()
+        return np.asarray(value)
+    except Exception as e:  # a ragged list, a meta tensor, an object numpy cannot take
+        text = str(e).strip().splitlines()
+        raise FerryError(f"{name} cannot be read as an array: "
+                         f"{_escape(text[0] if text else type(e).__name__)}", status=1) from None
+
+
+def int_matrix(value, name, mask=False):
+    """`value` as a C-contiguous int64 [batch, sequence] array. An attention mask may also be
+    float or bool, as transformers takes it, if it holds only 0 and 1."""
+    import numpy as np
+
+    array = to_numpy(value, name)
+    if array.dtype.kind == "f" and mask:
+        if not np.isin(array, (0, 1)).all():
+            raise FerryError(f"{name} holds values other than 0 and 1", status=1)
+    elif array.dtype.kind not in "iub":
+        raise FerryError(f"{name} must hold integers, not {_escape(array.dtype)}", status=1)
+    if array.ndim != 2:
+        raise FerryError(f"{name} must be [batch, sequence], not of shape "
+                         f"{list(array.shape)}", status=1)
+    return np.ascontiguousarray(array.astype(np.int64, copy=False))
+
+
+def check_token_ids(ids, vocab):
+    """Refuses ids a graph would gather anyway (a negative one wraps around) or fail on."""
+    if ids.size and (ids.min() < 0 or (isinstance(vocab, int) and ids.max() >= vocab)):
+        bad = int(ids.min() if ids.min() < 0 else ids.max())
+        raise FerryError(f"input_ids holds {bad}, outside the vocabulary [0, {vocab})", status=1)
