@@ -142,9 +142,10 @@ static void put_weight(strbuf *b, const g_value *v)
     if (w->offset != 0)
         sb_printf(b, " offset %.9g", w->offset);
     if (w->quant.bits)
-        sb_printf(b, " quant int%d block %d %s%s", w->quant.bits, w->quant.block,
+        sb_printf(b, " quant int%d block %d %s%s%s", w->quant.bits, w->quant.block,
                   w->quant.symmetric ? "symmetric" : "asymmetric",
-                  w->quant.explicit_zeros ? " explicit-zeros" : "");
+                  w->quant.explicit_zeros ? " explicit-zeros" : "",
+                  w->quant.zeros_packed ? " packed-zeros" : "");
     sb_puts(b, "\n");
 }
 

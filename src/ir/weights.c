@@ -121,6 +121,7 @@ bool w_equal(const g_weight *a, const g_weight *b)
            a->quant.search == b->quant.search &&
            a->quant.explicit_zeros == b->quant.explicit_zeros &&
            a->quant.zeros_bytes == b->quant.zeros_bytes &&
+           a->quant.zeros_packed == b->quant.zeros_packed &&
            a->quant.pad_blocks == b->quant.pad_blocks;
 }
 
@@ -178,10 +179,12 @@ void w_part_info(const g_weight *w, w_part part, int *rank, int64_t *shape, ferr
             break;
         }
         *dtype = code;
-        /* rows padded to whole bytes (MatMulNBits' zero_points layout); explicit zeros of a
-         * symmetric weight, all the mid code, packed contiguously (DequantizeLinear's) */
-        *nbytes = w->quant.explicit_zeros ? dt_nbytes(code, (uint64_t)rows * (uint64_t)blocks)
-                                          : (uint64_t)rows * dt_nbytes(code, (uint64_t)blocks);
+        /* rows padded to whole bytes (MatMulNBits' zero_points layout); zeros_packed, and
+         * explicit zeros of a symmetric weight (all the mid code), packed contiguously
+         * (DequantizeLinear's) */
+        *nbytes = w->quant.explicit_zeros || w->quant.zeros_packed
+                      ? dt_nbytes(code, (uint64_t)rows * (uint64_t)blocks)
+                      : (uint64_t)rows * dt_nbytes(code, (uint64_t)blocks);
         break;
     }
 }

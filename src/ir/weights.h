@@ -20,16 +20,18 @@
  *           need an even `in`.
  *   scales  [out, ceil(in/block)] in `dtype` (fp32 or fp16); in/block below means ceil
  *   zeros   asymmetric only: [out, in/block] codes packed like the codes, each row padded to
- *           whole bytes (a pad nibble is 8); symmetric weights have the implicit zero point
+ *           whole bytes (a pad nibble is 8), or packed across rows (zeros_packed); symmetric
+ *           weights have the implicit zero point
  *           2^(bits-1) (8 or 128) and no zeros part.
  *   value = (code - zero) * scale.
  * What each consumer takes (the codes and scales are always used as they are):
  *   MatMulNBits (B [out, in/block, block*bits/8], scales, zero_points): all three as they are.
  *   ONNX DequantizeLinear (uint4/uint8, axis 1, block_size): codes and scales as they are; its
  *     zero point is a uint4/uint8 tensor [out, in/block] packed contiguously, which the zeros
- *     part is when in/block is even (4-bit) or always (8-bit); a symmetric weight needs an
- *     explicit zero-point tensor of 8s (128s), since DequantizeLinear's default zero point is
- *     0: the recipe's explicit_zeros writes one, packed contiguously (every nibble alike).
+ *     part is when in/block is even (4-bit) or always (8-bit), and with zeros_packed; a
+ *     symmetric weight needs an explicit zero-point tensor of 8s (128s), since
+ *     DequantizeLinear's default zero point is 0: the recipe's explicit_zeros writes one,
+ *     packed contiguously (every nibble alike).
  *   OpenVINO (u4/u8 constant [out, in/block, block], Convert, Subtract zero, Multiply scale):
  *     codes and scales as they are; zeros as a u4/u8 [out, in/block, 1] constant, or u8 one a
  *     byte (zeros_bytes) where 4-bit rows hold an odd number of blocks, or the scalar mid code
@@ -57,6 +59,10 @@ typedef struct w_quant {
                                 byte, u8 [out, in/block], for a consumer that cannot read nibbles
                                 packed a whole byte per row (OpenVINO, when a row has an odd
                                 number of blocks) */
+    bool zeros_packed;       /* asymmetric 4-bit only: zero points packed across rows, as an
+                                ONNX uint4 tensor [out, in/block] is (DequantizeLinear's), not
+                                each row from a whole byte; they differ when a row has an odd
+                                number of blocks */
     bool explicit_zeros;     /* symmetric only: still write the zeros part, every entry the
                                 mid code (a consumer without an implicit zero point, such as
                                 DequantizeLinear, takes it as its zero-point tensor) */

@@ -473,6 +473,23 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
         memset(b->zeros.p, w->quant.bits == 4 ? 0x88 : 0x80, (size_t)(end - first));
         st = put(s, b, b->zeros.p, (size_t)(end - first), off[W_PART_ZEROS] + first, err);
         *written += end - first;
+    } else if (st == FERRY_OK && !w->quant.symmetric && w->quant.zeros_packed &&
+               w->quant.bits == 4 && off[W_PART_ZEROS] != WS_UNPLACED) {
+        /* packed across rows: this band's nibbles from nibble r0 * blocks on, which is a byte's
+         * first (plan_jobs starts every band of such a weight on an even row); a last band of
+         * odd rows and blocks ends on a low nibble, its high one the pad */
+        size_t nibbles = rows * blocks, bytes = (nibbles + 1) / 2;
+        if (!grow(&b->conv, bytes))
+            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory quantizing weights");
+        memset(b->conv.p, 0, bytes);
+        for (size_t r = 0; r < rows; r++)
+            for (size_t k = 0; k < blocks; k++) {
+                uint8_t pair = b->zeros.p[r * zero_row + k / 2];
+                size_t at = r * blocks + k;
+                b->conv.p[at / 2] |= (uint8_t)((k % 2 ? pair >> 4 : pair & 0x0f) << (at % 2 * 4));
+            }
+        st = put(s, b, b->conv.p, bytes, off[W_PART_ZEROS] + (uint64_t)j->r0 * blocks / 2, err);
+        *written += bytes;
     } else if (st == FERRY_OK && !w->quant.symmetric && w->quant.zeros_bytes &&
                w->quant.bits == 4 && off[W_PART_ZEROS] != WS_UNPLACED) {
         /* one zero point a byte: each row's nibbles (low first) spread out */
@@ -633,6 +650,9 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
         int64_t per = vector ? (int64_t)band : (cols > 0 ? (int64_t)(band / (size_t)cols) : rows);
         if (per < 1)
             per = 1; /* a row longer than a band is still one band */
+        const w_quant *q = &items[i].w.quant;
+        if (!vector && q->zeros_packed && q->bits == 4 && per % 2 != 0 && per < rows)
+            per = per > 1 ? per - 1 : 2; /* zero points packed across rows: bands on whole bytes */
         int64_t span = vector ? cols : rows;
         for (int64_t at = 0; at < span; at += per) {
             job *grown = fy_grow(s->jobs, &cap, s->n_jobs + 1, sizeof *grown);

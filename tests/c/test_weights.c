@@ -286,6 +286,37 @@ static void quantized_explicit_zeros_and_joined(void **state)
     free(out);
 }
 
+/* Asymmetric int4 zero points packed across rows (zeros_packed, DequantizeLinear's uint4
+ * tensor) where a row holds an odd number of blocks (3 rows x 1 block: 3 nibbles in 2 bytes,
+ * the third row's in the second byte's low nibble), whatever the bands: bands of one row are
+ * made two rows, so that no byte is shared by two bands. */
+static void quantized_zeros_packed_across_rows(void **state)
+{
+    (void)state;
+    const float *q = src_values("q");
+    g_weight w = w_plain(tensor("q"), FERRY_F32);
+    w.quant = (w_quant){.bits = 4, .block = 32, .symmetric = false, .zeros_packed = true};
+    int rank;
+    int64_t shape[2];
+    ferry_dtype dt;
+    uint64_t nbytes;
+    w_part_info(&w, W_PART_ZEROS, &rank, shape, &dt, &nbytes);
+    assert_true(dt == FERRY_U4 && nbytes == 2 && shape[1] == 1);
+    uint8_t want_codes[48], want_scales[12], row_zeros[3];
+    rtn_quantize(q, 3, 32, 4, 32, 0, FERRY_F32, want_codes, want_scales, row_zeros);
+    uint8_t packed[2] = {(uint8_t)((row_zeros[0] & 0x0f) | (row_zeros[1] & 0x0f) << 4),
+                         (uint8_t)(row_zeros[2] & 0x0f)};
+    for (int band = 32; band <= 96; band += 64) { /* one row a band (made two), then all */
+        ws_item it = {.w = w, .offset = {0, 64, 128}};
+        uint8_t *out = stream(&it, 1, (size_t)band, 2, 136);
+        assert_memory_equal(out, want_codes, 48);
+        assert_memory_equal(out + 64, want_scales, 12);
+        assert_memory_equal(out + 128, packed, 2);
+        assert_int_equal(out[130], 0);          /* nothing past the part */
+        free(out);
+    }
+}
+
 /* Rows shorter than a block (32 of 64): the one short block is quantized over its 32 values;
  * unpadded code rows hold 32 codes, pad_blocks rows a whole block with the zero code after. */
 static void quantized_short_block(void **state)
@@ -371,6 +402,7 @@ int main(void)
         cmocka_unit_test(quantized),
         cmocka_unit_test(quantized_explicit_zeros_and_joined),
         cmocka_unit_test(quantized_short_block),
+        cmocka_unit_test(quantized_zeros_packed_across_rows),
         cmocka_unit_test(refused_recipes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -17,11 +17,13 @@ from conftest import (ARCHS, check_against_reference, check_export_error, ferry_
                       ferry_export, run_ferry)
 from quant_ref import checkpoint_with, dequantized_checkpoint, exported_weights
 
-# block 16 keeps every tiny weight's rows at an even number of blocks (hidden 64, intermediate
-# 96); the asymmetric int4 cases need that in standard ONNX (see test_errors)
 SCHEMES = {
     "int4-sym-b16": (4, 16, True),
     "int4-asym-b16": (4, 16, False),
+    # intermediate 96: 3 blocks a row, whose zero points DequantizeLinear reads packed across
+    # rows (refused until a review: ferry wrote them only a byte a row); hidden 64: 1 block
+    "int4-asym-b32": (4, 32, False),
+    "int4-asym-b64": (4, 64, False),
     "int4-sym-b32": (4, 32, True),      # intermediate 96: 3 blocks a row, odd
     "int8-sym-b32": (8, 32, True),
     "int8-asym-b32": (8, 32, False),
@@ -174,12 +176,6 @@ def test_generation_matches_dequantized_generate(quant_families, arch, scheme, l
 
 
 ERRORS = {
-    "asym-int4-one-block-of-rows": (["--quantize", "int4", "--block-size", "128",
-                                     "--asymmetric"],
-                                    ["model.layers.0.self_attn.q_proj.weight",
-                                     "odd number of blocks a row (1)"]),
-    "asym-int4-odd-blocks": (["--quantize", "int4", "--block-size", "32", "--asymmetric"],
-                             ["down_proj", "asymmetric", "odd number of blocks a row (3)"]),
     "block-size-without-quantize": (["--block-size", "32"], ["--block-size", "--quantize"]),
     "float-head-without-quantize": (["--float-lm-head"], ["--float-lm-head", "--quantize"]),
     "accuracy-level-standard": (["--quantize", "int4", "--accuracy-level", "4"],

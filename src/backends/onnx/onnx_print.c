@@ -549,8 +549,9 @@ static int quant_part_dims(const g_value *x, int part, bool dq_form, int64_t *di
     *dtype = code;
     if (part == W_PART_ZEROS) {
         dims[1] = dq_form ? blocks : (blocks * q->bits + 7) / 8;
-        *nbytes = q->explicit_zeros ? ((uint64_t)rows * (uint64_t)blocks * (uint64_t)q->bits + 7) / 8
-                                    : (uint64_t)rows * (uint64_t)((blocks * q->bits + 7) / 8);
+        *nbytes = q->explicit_zeros || q->zeros_packed
+                      ? ((uint64_t)rows * (uint64_t)blocks * (uint64_t)q->bits + 7) / 8
+                      : (uint64_t)rows * (uint64_t)((blocks * q->bits + 7) / 8);
         return 2;
     }
     /* MatMulNBits' B holds whole blocks (a short last one padded: pad_blocks); unpadded rows

@@ -24,18 +24,11 @@ static int float_weight(g_lower_ctx *c, const g_node *n, int k)
     int64_t rows, cols, block = w->weight.quant.block, blocks;
     w_matrix(&w->weight, &rows, &cols);
     blocks = (cols + block - 1) / block;
-    if (w->weight.quant.bits == 4 && !w->weight.quant.symmetric && blocks % 2 != 0)
-        /* DequantizeLinear reads 4-bit zero points packed across rows; ferry's start each
-         * row on a byte, as MatMulNBits reads them: alike only for an even count a row */
-        return g_fail(g, FERRY_ERR_UNSUPPORTED, "ferry cannot write '%s' for standard ONNX in "
-                      "asymmetric int4 blocks of %d: its %lld inputs make an odd number of "
-                      "blocks a row (%lld), and ferry writes such zero points only a whole byte "
-                      "a row, which DequantizeLinear does not read (choose another block size, "
-                      "symmetric, or --ort-fusions cpu)", w->name,
-                      w->weight.quant.block,
-                      (long long)cols, (long long)blocks);
     g_weight r = w->weight;
     r.quant.explicit_zeros = r.quant.symmetric;
+    /* DequantizeLinear reads 4-bit zero points packed across rows: MatMulNBits' rows start on
+     * a byte each, the same layout only when a row holds an even number of blocks */
+    r.quant.zeros_packed = r.quant.bits == 4 && !r.quant.symmetric && blocks % 2 != 0;
     return g_dequantize(g, "DequantizeLinear", g_weight_value(g, w->name, &r));
 }
 
