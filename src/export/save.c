@@ -362,7 +362,8 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     free(e->save_warnings);
     e->save_warnings = NULL;
     char parent[PATH_MAX], base[256], target[PATH_MAX], tmp[PATH_MAX], tree[PATH_MAX];
-    char lock[PATH_MAX], shown[FS_SHORT_MAX], made[PATH_MAX] = "";
+    char lock[PATH_MAX], shown[FS_SHORT_MAX];
+    fs_made made = {.n = 0};
     old_export old = {0};
     int lock_fd = -1;
     struct stat st;
@@ -400,7 +401,7 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
         return err->status;
     /* Its missing parents are made, as transformers' save_pretrained and mkdir -p make them,
      * and removed again if the export fails. */
-    if (fs_make_dirs(parent, made, sizeof made, err) != FERRY_OK) {
+    if (fs_make_dirs(parent, &made, err) != FERRY_OK) {
         char inner[sizeof err->msg];
         memcpy(inner, err->msg, sizeof inner);
         fy_refail(err, err->status, "cannot write %s: %s", shown, inner);
@@ -501,7 +502,7 @@ wrap:
 fail:
     if (tmp[0])
         fs_remove_tree(tmp);
-    fs_unmake_dirs(parent, made);
+    fs_unmake_dirs(parent, &made);
     if (lock_fd >= 0)
         close(lock_fd);
     old_export_free(&old);

@@ -157,22 +157,12 @@ static ferry_status sync_parent_of(const char *path, fy_err *err)
     return fs_sync_dir(parent, err);
 }
 
-/* The length of the parent part of the first `len` bytes of `path` ("a/b" -> 1, "a//b" -> 1). */
-static size_t parent_length(const char *path, size_t len)
-{
-    while (len > 0 && path[len - 1] != '/')
-        len--;
-    while (len > 1 && path[len - 1] == '/')
-        len--;
-    return len;
-}
-
-ferry_status fs_make_dirs(const char *dir, char *first_made, size_t size, fy_err *err)
+ferry_status fs_make_dirs(const char *dir, fs_made *made, fy_err *err)
 {
     char part[PATH_MAX], shown[FS_SHORT_MAX];
     size_t len = strlen(dir);
-    first_made[0] = '\0';
-    if (len >= sizeof part || len >= size)
+    made->n = 0;
+    if (len >= sizeof part)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s: %s", fs_short(dir, shown, sizeof shown),
                        strerror(ENAMETOOLONG));
     /* each prefix that ends a component: "a", "a/b", ... "a/b/c" */
@@ -185,11 +175,21 @@ ferry_status fs_make_dirs(const char *dir, char *first_made, size_t size, fy_err
         part[end] = '\0';
         struct stat st;
         if (mkdir(part, 0777) == 0) {
-            if (!first_made[0])
-                memcpy(first_made, part, end + 1);
+            if (made->n == FS_MADE_MAX || stat(part, &st) != 0) {
+                rmdir(part);
+                fy_fail(err, FERRY_ERR_IO, "cannot create %s: more than %d directories missing",
+                        fs_short(dir, shown, sizeof shown), FS_MADE_MAX);
+                fs_unmake_dirs(dir, made);
+                made->n = 0;
+                return err->status;
+            }
+            made->len[made->n] = end;
+            made->dev[made->n] = st.st_dev;
+            made->ino[made->n] = st.st_ino;
+            made->n++;
             if (sync_parent_of(part, err) != FERRY_OK) {
-                fs_unmake_dirs(part, first_made);
-                first_made[0] = '\0';
+                fs_unmake_dirs(dir, made);
+                made->n = 0;
                 return err->status;
             }
             continue;
@@ -200,29 +200,27 @@ ferry_status fs_make_dirs(const char *dir, char *first_made, size_t size, fy_err
         e = e == EEXIST ? ENOTDIR : e; /* a file, or a link to nothing */
         fy_fail(err, e == ENOSPC ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                 "cannot create directory %s: %s", fs_short(part, shown, sizeof shown), strerror(e));
-        part[parent_length(part, end)] = '\0'; /* the deepest directory made, if any */
-        fs_unmake_dirs(part, first_made);
-        first_made[0] = '\0';
+        fs_unmake_dirs(dir, made);
+        made->n = 0;
         return err->status;
     }
     return FERRY_OK;
 }
 
-void fs_unmake_dirs(const char *dir, const char *first_made)
+void fs_unmake_dirs(const char *dir, const fs_made *made)
 {
-    size_t stop = strlen(first_made), len = strlen(dir);
     char path[PATH_MAX];
-    if (stop == 0 || len >= sizeof path || len < stop || strncmp(dir, first_made, stop) != 0)
-        return;
-    memcpy(path, dir, len + 1);
-    while (len >= stop) {
-        if (rmdir(path) != 0)
-            return; /* not empty: something was put there since */
-        size_t up = parent_length(path, len);
-        if (up >= len)
-            return; /* "/" */
-        len = up;
+    for (int i = made->n - 1; i >= 0; i--) {
+        size_t len = made->len[i];
+        struct stat st;
+        if (len >= sizeof path || len > strlen(dir))
+            continue;
+        memcpy(path, dir, len);
         path[len] = '\0';
+        /* the directory made, not another put at its name since (nor one a link leads to) */
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == made->dev[i] &&
+            st.st_ino == made->ino[i])
+            rmdir(path); /* fails, keeping it, if anything was put in it */
     }
 }
 

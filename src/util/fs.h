@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "util/err.h"
 
@@ -21,14 +22,24 @@ ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n,
 int fs_remove_tree(const char *path);
 /* fsync on a directory, so that renames and creations in it are durable. */
 ferry_status fs_sync_dir(const char *dir, fy_err *err);
+/* The directories fs_make_dirs made: each a prefix of the path it was given (by length) and
+ * the directory that was (device, inode), so that fs_unmake_dirs removes those and nothing
+ * else, however the path is spelt ("a/../b", "a/./b", "a//b"). */
+#define FS_MADE_MAX 64
+typedef struct fs_made {
+    int n;
+    size_t len[FS_MADE_MAX];
+    dev_t dev[FS_MADE_MAX];
+    ino_t ino[FS_MADE_MAX];
+} fs_made;
 /* Creates `dir` and whichever of its parents are missing, as mkdir -p does, each made durable
- * in its parent. `first_made` (`size` bytes) receives the shallowest directory created, or ""
- * when `dir` was already there, for fs_unmake_dirs to undo. A part that exists and is not a
- * directory, or cannot be created, fails naming it. */
-ferry_status fs_make_dirs(const char *dir, char *first_made, size_t size, fy_err *err);
-/* Undoes fs_make_dirs: removes `dir` and its parents up to `first_made`, those still empty
- * only (rmdir), so that nothing put in them meanwhile is lost. Nothing if `first_made` is "". */
-void fs_unmake_dirs(const char *dir, const char *first_made);
+ * in its parent, and records them in `made` (n = 0: `dir` was there). A part that exists and is
+ * not a directory, or cannot be created, fails naming it, after removing what it made; more
+ * than FS_MADE_MAX missing levels are refused. */
+ferry_status fs_make_dirs(const char *dir, fs_made *made, fy_err *err);
+/* Undoes fs_make_dirs(dir, made): removes each directory it made, deepest first, if it is still
+ * that directory and empty (rmdir), so that nothing put in one meanwhile is lost. */
+void fs_unmake_dirs(const char *dir, const fs_made *made);
 /* Writes `len` bytes as a new file (exclusive create) and fsyncs it. */
 ferry_status fs_write_file(const char *path, const void *data, size_t len, fy_err *err);
 /* True if `rel` is a plain relative path (not absolute, no "..", no empty or "." parts, no

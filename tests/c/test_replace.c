@@ -242,44 +242,69 @@ static bool is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* fs_make_dirs makes what is missing and says where it began; fs_unmake_dirs removes that much
- * and no more, and nothing that holds a file. */
+/* fs_make_dirs makes what is missing and records it; fs_unmake_dirs removes exactly that,
+ * however the path is spelt, and nothing that holds a file or was there before (found by
+ * review: "x/../y" removed the user's empty y, through x/..). */
 static void test_make_and_unmake_dirs(void **state)
 {
     (void)state;
     assert_int_equal(scratch_make("dirs"), 0);
     char base[128], deep[256], path[256];
-    static char made[PATH_MAX];
+    fs_made made;
     fy_err err = {0};
     snprintf(base, sizeof base, "%s/kept", tmp_dir);
     assert_int_equal(mkdir(base, 0755), 0);
     snprintf(deep, sizeof deep, "%s//a/b/c", base);
-    assert_int_equal(fs_make_dirs(deep, made, sizeof made, &err), FERRY_OK);
+    assert_int_equal(fs_make_dirs(deep, &made, &err), FERRY_OK);
     assert_true(is_dir(deep));
-    snprintf(path, sizeof path, "%s//a", base);
-    assert_string_equal(made, path);
+    assert_int_equal(made.n, 3);
     /* all there already: nothing made */
-    assert_int_equal(fs_make_dirs(deep, path, sizeof path, &err), FERRY_OK);
-    assert_string_equal(path, "");
+    fs_made none;
+    assert_int_equal(fs_make_dirs(deep, &none, &err), FERRY_OK);
+    assert_int_equal(none.n, 0);
     /* a file put in a/ meanwhile: c and b go, a stays with it, and so does kept/ */
     snprintf(path, sizeof path, "%s/a", base);
     scratch_write(path, "theirs", "x");
-    fs_unmake_dirs(deep, made);
+    fs_unmake_dirs(deep, &made);
     snprintf(path, sizeof path, "%s/a/b", base);
     assert_false(is_dir(path));
     snprintf(path, sizeof path, "%s/a/theirs", base);
     assert_int_equal(unlink(path), 0);
-    /* now empty: a goes too, and kept/, made before, stays */
-    snprintf(path, sizeof path, "%s//a", base);
-    fs_unmake_dirs(path, made);
+    /* now empty: a goes too; kept/, there before, stays */
+    fs_unmake_dirs(deep, &made);
+    snprintf(path, sizeof path, "%s/a", base);
     assert_false(is_dir(path));
     assert_true(is_dir(base));
+    /* "x/../y/z" with the user's empty y: only x is made... and only x removed */
+    snprintf(path, sizeof path, "%s/y", base);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(deep, sizeof deep, "%s/x/../y/./w/", base);
+    assert_int_equal(fs_make_dirs(deep, &made, &err), FERRY_OK);
+    assert_int_equal(made.n, 2); /* x and y/w */
+    fs_unmake_dirs(deep, &made);
+    assert_true(is_dir(path)); /* y */
+    snprintf(path, sizeof path, "%s/x", base);
+    assert_false(is_dir(path));
+    snprintf(path, sizeof path, "%s/y/w", base);
+    assert_false(is_dir(path));
+    /* a directory made, then moved aside and another made at its name: that one is not the
+     * directory made (both inodes alive, so they differ), and is kept */
+    snprintf(deep, sizeof deep, "%s/r", base);
+    assert_int_equal(fs_make_dirs(deep, &made, &err), FERRY_OK);
+    snprintf(path, sizeof path, "%s/r-aside", base);
+    assert_int_equal(rename(deep, path), 0);
+    assert_int_equal(mkdir(deep, 0755), 0);
+    fs_unmake_dirs(deep, &made);
+    assert_true(is_dir(deep));
+    assert_true(is_dir(path));
+    assert_int_equal(rmdir(deep), 0);
+    assert_int_equal(rmdir(path), 0);
     /* a file in the way: one error naming it; kept/ is not removed, not made by that call */
     scratch_write(base, "file", "x");
     snprintf(deep, sizeof deep, "%s/file/z", base);
-    assert_int_equal(fs_make_dirs(deep, made, sizeof made, &err), FERRY_ERR_IO);
+    assert_int_equal(fs_make_dirs(deep, &made, &err), FERRY_ERR_IO);
     assert_non_null(strstr(err.msg, "kept/file: Not a directory"));
-    assert_string_equal(made, "");
+    assert_int_equal(made.n, 0);
     assert_true(is_dir(base));
     /* a part that cannot be made after one that was: that one is removed again */
     char name[NAME_MAX + 2];
@@ -288,9 +313,9 @@ static void test_make_and_unmake_dirs(void **state)
     static char toolong[PATH_MAX];
     snprintf(toolong, sizeof toolong, "%s/new/%s/z", base, name);
     fy_err_clear(&err);
-    assert_int_equal(fs_make_dirs(toolong, made, sizeof made, &err), FERRY_ERR_IO);
+    assert_int_equal(fs_make_dirs(toolong, &made, &err), FERRY_ERR_IO);
     assert_non_null(strstr(err.msg, "File name too long"));
-    assert_string_equal(made, "");
+    assert_int_equal(made.n, 0);
     snprintf(path, sizeof path, "%s/new", base);
     assert_false(is_dir(path));
     assert_int_equal(scratch_remove(), 0);

@@ -53,3 +53,18 @@ def test_a_failed_save_removes_the_parents_it_made(tmp_path):
     assert "model.safetensors" in str(info.value)
     # the directories it made are gone; the one that was there stays
     assert os.listdir(tmp_path / "exports") == []
+
+
+@pytest.mark.parametrize("spelling", ["x/../y/out", "a/b//out", "c/./d/out"])
+def test_a_failed_save_removes_what_it_made_however_spelt(tmp_path, spelling):
+    """Found by review: the made directories were found again by walking up the path as
+    written, so "x/../y/out" removed the user's empty y (through x/..) and left x, and "//" or
+    "." stopped the walk early. Now exactly the directories made are removed."""
+    from ferry import FerryError
+
+    exported = failing_save(tmp_path)
+    root = tmp_path / "root"
+    (root / "y").mkdir(parents=True)  # the user's, empty
+    with pytest.raises(FerryError):
+        exported.save_pretrained(f"{root}/{spelling}")
+    assert sorted(os.listdir(root)) == ["y"] and os.listdir(root / "y") == []
