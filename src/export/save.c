@@ -249,10 +249,11 @@ static ferry_status make_tmp(const char *parent, const char *base, char *tmp, in
 static ferry_status warn_overflow(ferry_exported *e, const ws_progress *pr)
 {
     char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 400];
-    bool half = pr->overflow_dtype == FERRY_F16;
-    snprintf(line, sizeof line, "%llu weight values are beyond %s's range (+-%s) and became inf, "
-             "the first in checkpoint tensor '%s': the export's outputs may be inf or NaN; export "
-             "in %s instead", (unsigned long long)pr->overflowed, half ? "fp16" : "bf16",
+    bool half = pr->overflow_dtype == FERRY_F16, one = pr->overflowed == 1;
+    snprintf(line, sizeof line, "%llu weight value%s beyond %s's range (+-%s), where it holds "
+             "only inf, the first in checkpoint tensor '%s': the export's outputs may be inf or "
+             "NaN; export in %s instead",
+             (unsigned long long)pr->overflowed, one ? " is" : "s are", half ? "fp16" : "bf16",
              half ? "65504" : "3.39e38", st_quote_name(pr->overflow_tensor, name, sizeof name),
              half ? "bf16 or fp32" : "fp32");
     return exp_add_warning(&e->save_warnings, line);

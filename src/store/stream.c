@@ -59,10 +59,8 @@ typedef struct stream {
     fy_err err;              /* first failure (guarded by mu) */
     bool no_copy_range;      /* copy_file_range refused once (other filesystem, ...): pread */
     const char *what;        /* the tensor of the band finished last, for progress */
-    uint64_t overflowed;     /* ws_progress.overflowed of this write (guarded by mu) */
-    const char *overflow_tensor;
-    ferry_dtype overflow_dtype;
-    const job *overflow_job;
+    const ws_item *items;
+    uint64_t *overflowed;    /* by item: values beyond the export's range (guarded by mu) */
     const ws_observer *observer;
 } stream;
 
@@ -392,6 +390,16 @@ static uint64_t count_overflow(const void *out, ferry_dtype to, const void *src,
     return count;
 }
 
+/* Of `n` fp32 values, how many are finite and beyond fp16's range: a quantized fp16 weight's
+ * scale or dequantized value is +-inf there. */
+static uint64_t count_beyond_f16(const float *x, size_t n)
+{
+    uint64_t count = 0;
+    for (size_t i = 0; i < n; i++)
+        count += isfinite(x[i]) && fabsf(x[i]) > 65504.0f;
+    return count;
+}
+
 /* fp32 + offset, in place. */
 static void add_offset(uint8_t *p, size_t n, double offset)
 {
@@ -422,7 +430,8 @@ static ferry_status put(stream *s, worker_bufs *b, const void *data, size_t n, u
  * fp32 (plus the recipe's offset) in a buffer that stays in cache, instead of the whole band
  * going through memory once more as fp32. */
 static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src, ferry_dtype from,
-                                    worker_bufs *b, uint64_t *written, fy_err *err)
+                                    worker_bufs *b, uint64_t *written, uint64_t *overflowed,
+                                    fy_err *err)
 {
     const g_weight *w = &j->item->w;
     const uint64_t *off = j->item->offset;
@@ -447,6 +456,8 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
             add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
             x = (const float *)b->conv.p;
         }
+        if (w->dtype == FERRY_F16)
+            *overflowed += count_beyond_f16(x, n);
         rtn_quantize_rows(x, nr, cols, w->quant.bits, w->quant.block, w->quant.symmetric,
                           w->quant.search, w->dtype, codes_in_row, b->out.p + r * code_row,
                           b->scales.p + r * scale_row, b->zeros.p + r * zero_row);
@@ -532,7 +543,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
         return err->status;
     const uint8_t *data = src;
     if (w->quant.bits)
-        return write_quantized(s, j, src, from, b, written, err);
+        return write_quantized(s, j, src, from, b, written, overflowed, err);
     if (via_f32) {
         if (!grow(&b->conv, n * 4))
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory converting weights");
@@ -615,13 +626,7 @@ static void *worker_main(void *arg)
         if (st != FERRY_OK && s->err.status == FERRY_OK)
             s->err = e;
         s->done += written;
-        /* the earliest band's tensor, not the first finished: the same line every save */
-        if (overflowed && (!s->overflow_tensor || j < s->overflow_job)) {
-            s->overflow_job = j;
-            s->overflow_tensor = j->item->w.src[0]->name;
-            s->overflow_dtype = j->item->w.dtype;
-        }
-        s->overflowed += overflowed;
+        s->overflowed[j->item - s->items] += overflowed;
         s->finished++;
         s->what = j->item->w.src[0]->name;
         pthread_cond_broadcast(&s->cv);
@@ -667,15 +672,42 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
     return FERRY_OK;
 }
 
+/* Adds this write's overflows to `p`, in item order (the first tensor named is the same every
+ * save), each recipe once however many files hold it. */
+static void note_overflow(ws_progress *p, const ws_item *items, size_t n, const uint64_t *count)
+{
+    for (size_t i = 0; count && i < n; i++) {
+        if (!count[i])
+            continue;
+        bool seen = false;
+        for (int k = 0; k < p->n_seen && !seen; k++)
+            seen = w_equal(&p->seen[k], &items[i].w);
+        if (seen)
+            continue;
+        if (p->n_seen < WS_OVERFLOW_SEEN)
+            p->seen[p->n_seen++] = items[i].w;
+        if (!p->overflow_tensor) {
+            p->overflow_tensor = items[i].w.src[0]->name;
+            p->overflow_dtype = items[i].w.dtype;
+        }
+        p->overflowed += count[i];
+    }
+}
+
 ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, int threads,
                       size_t band_elems, ws_progress *progress, const ws_observer *observer,
                       fy_err *err)
 {
-    stream s = {.observer = observer, .cancel = progress ? progress->cancel : NULL};
+    stream s = {.observer = observer, .cancel = progress ? progress->cancel : NULL,
+                .items = items, .overflowed = calloc(n ? n : 1, sizeof(uint64_t))};
     dw_open(&s.out, fd, path);
-    if (plan_jobs(&s, items, n, band_elems ? band_elems : BAND_ELEMS, err) != FERRY_OK) {
+    if (!s.overflowed || plan_jobs(&s, items, n, band_elems ? band_elems : BAND_ELEMS, err) !=
+                             FERRY_OK) {
+        if (!s.overflowed)
+            fy_fail(err, FERRY_ERR_NOMEM, "out of memory planning the weights");
         dw_close(&s.out);
         free(s.jobs);
+        free(s.overflowed);
         return err->status;
     }
     if (threads <= 0) {
@@ -733,11 +765,7 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
                 s.done += items[i].nbytes;
         }
     if (progress) {
-        if (s.overflowed && !progress->overflow_tensor) {
-            progress->overflow_tensor = s.overflow_tensor;
-            progress->overflow_dtype = s.overflow_dtype;
-        }
-        progress->overflowed += s.overflowed;
+        note_overflow(progress, items, n, s.overflowed);
         bool changed = progress->done != s.done;
         progress->done = s.done;
         /* the last report, which the loop above may not have made (the constants, or work
@@ -752,5 +780,6 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
     pthread_cond_destroy(&s.cv);
     dw_close(&s.out);
     free(s.jobs);
+    free(s.overflowed);
     return st;
 }

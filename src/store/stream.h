@@ -12,6 +12,8 @@
 #include "ir/weights.h"
 #include "util/err.h"
 
+#define WS_OVERFLOW_SEEN 32
+
 /* The caller's hold on a long write: progress reported out, a request to stop read in. */
 typedef struct ws_progress {
     ferry_progress_fn fn;    /* may be NULL; called from the thread that called ws_write */
@@ -20,12 +22,16 @@ typedef struct ws_progress {
     /* may be NULL; non-zero (set by a signal handler, say): the workers take no further band
      * and ws_write returns FERRY_ERR_CANCELLED */
     volatile int *cancel;
-    /* Found while writing, added to across calls: weight values finite in the checkpoint that
-     * became +-inf in an fp16 or bf16 export (beyond its range), and the checkpoint tensor of
-     * the first (NULL: none; the checkpoint's name, alive as long as it is open). */
+    /* Found while writing, added to across calls: weight values finite in the checkpoint
+     * beyond the range of an fp16 or bf16 export's weights, which are +-inf there (as stored,
+     * or once dequantized), and the checkpoint tensor of the first (NULL: none; the
+     * checkpoint's name, alive as long as it is open). A recipe written into several files
+     * (prefill's and decode's) counts once: `seen` keeps those counted. */
     uint64_t overflowed;
     const char *overflow_tensor;
-    ferry_dtype overflow_dtype;  /* the type it became inf in */
+    ferry_dtype overflow_dtype;  /* the type it is inf in */
+    int n_seen;
+    g_weight seen[WS_OVERFLOW_SEEN];
 } ws_progress;
 
 /* Whether `cancel` (may be NULL) asks to stop; safe from any thread. */

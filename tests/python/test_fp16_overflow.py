@@ -1,9 +1,10 @@
 """Weights beyond fp16's range (+-65504) become inf in an fp16 export, as torch's .half()
-makes them; ferry says so instead of writing them silently: one warning after the save, with
-the count and the first tensor, from the CLI and as a FerryWarning from save_pretrained. The
-count is checked against the infinities in the written ONNX weights; bf16, fp32 and OpenVINO's
-compress_to_fp16 (which saturates, as OpenVINO's own compression does) keep every value finite
-and warn of nothing."""
+makes them (and a quantized one's dequantized values, or its scales, do too); ferry says so
+instead of writing them silently: one warning after the save, with the count and the first
+tensor, from the CLI and as a FerryWarning from save_pretrained, each weight counted once
+however many files hold it. The count is checked against the infinities in the written ONNX
+weights; bf16, fp32 and OpenVINO's compress_to_fp16 (which saturates, as OpenVINO's own
+compression does) keep every value finite and warn of nothing."""
 
 import warnings
 
@@ -14,8 +15,8 @@ import torch
 from conftest import make_checkpoint, run_ferry
 
 BIG = "model.layers.1.mlp.down_proj.weight"
-LINE = ("3 weight values are beyond fp16's range (+-65504) and became inf, the first in "
-        f"checkpoint tensor '{BIG}'")
+LINE = ("3 weight values are beyond fp16's range (+-65504), where it holds only inf, the first "
+        f"in checkpoint tensor '{BIG}'")
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def ckpt(tmp_path_factory):
 
 
 def overflow_lines(stderr):
-    return [line for line in stderr.splitlines() if "range" in line and "became inf" in line]
+    return [line for line in stderr.splitlines() if "range" in line and "only inf" in line]
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "openvino", "pt2"])
@@ -72,3 +73,33 @@ def test_save_pretrained_warns_once_per_save(ckpt, tmp_path):
             exported.save_pretrained(tmp_path / out)
         said = [str(w.message) for w in caught if issubclass(w.category, FerryWarning)]
         assert said == [said[0]] and said[0].startswith(LINE), said
+
+
+@pytest.mark.parametrize("flags", [["--quantize", "int4"], ["--quantize", "int8"],
+                                   ["--format", "openvino", "--for-generation", "--dynamic",
+                                    "--disable-stateful"]],
+                         ids=["int4", "int8", "openvino-prefill-and-decode"])
+def test_quantized_and_repeated_weights_counted_once(ckpt, tmp_path, flags):
+    """Found by review: quantized fp16 exports gave NaN logits without a word (a dequantized
+    value, or an int4 scale, beyond fp16), and a weight in two files (OpenVINO's prefill and
+    decode .bin) was counted twice."""
+    rc, _, err = run_ferry("export", ckpt, tmp_path / "out", "--dtype", "fp16", *flags)
+    assert rc == 0, err
+    lines = overflow_lines(err)
+    assert len(lines) == 1 and lines[0].startswith("ferry: warning: " + LINE), err
+
+
+def test_one_value_is_singular(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    path = make_checkpoint(tmp_path / "one")
+    weights = load_file(path / "model.safetensors")
+    weights["model.norm.weight"][0] = 7e4
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    rc, _, err = run_ferry("export", path, tmp_path / "out", "--dtype", "fp16")
+    assert rc == 0, err
+    assert overflow_lines(err) == [
+        "ferry: warning: 1 weight value is beyond fp16's range (+-65504), where it holds only "
+        "inf, the first in checkpoint tensor 'model.norm.weight': the export's outputs may be "
+        "inf or NaN; export in bf16 or fp32 instead"], err
+
