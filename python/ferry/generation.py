@@ -225,25 +225,51 @@ def _sample(scores, rng):
     return np.minimum((cumulative <= draw).sum(-1), scores.shape[-1] - 1)
 
 
-def _check_rotary_table(directory, settings, runners, width, new_tokens):
-    """A fused ONNX export (ort_fusions) rotates from cos/sin tables of
-    max(max_position_embeddings, max_cache_len) rows, which onnxruntime refuses to run past
-    (found by review: its raw "cos_cache dimension 0 shall not be less than
-    total_sequence_length"); transformers only warns past max_position_embeddings."""
+def _rotary_rows(path):
+    """The rows of the cos/sin tables the ONNX graph at `path` rotates with (GroupQueryAttention
+    rotating inside, onnxruntime's RotaryEmbedding), or None where it has none: plain rotary
+    ops compute any position."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    tables = set()
+    for node in model.graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "GroupQueryAttention" and attrs.get("do_rotary") and \
+                len(node.input) > 7:
+            tables.add(node.input[7])
+        elif node.op_type == "RotaryEmbedding" and len(node.input) > 2:
+            tables.add(node.input[2])
+    rows = [t.dims[0] for t in model.graph.initializer if t.name in tables and t.dims]
+    return min(rows) if rows else None
+
+
+def _check_rotary_table(directory, runners, width, new_tokens):
+    """A fused ONNX export (ort_fusions) whose graphs rotate from cos/sin tables, of
+    max(max_position_embeddings, max_cache_len) rows, cannot run past them: onnxruntime
+    refuses (found by review: its raw "cos_cache dimension 0 shall not be less than
+    total_sequence_length" mid-generation); transformers only warns past
+    max_position_embeddings. Read from the graphs, and only when a run could pass them (a graph
+    that rotates with plain ops has no such limit: found by review too)."""
     manifest = _read_json(Path(directory) / "export.json")
-    decode = next((c for c in (manifest.get("components") or {}).values()
-                   if isinstance(c, dict) and c.get("role") == "decode"), {})
-    recipe = (decode.get("metadata") or {}).get("export_config") or {}
-    trained = settings["max_position_embeddings"]
-    if recipe.get("ort_fusions") in (None, "none") or not isinstance(trained, int):
+    components = [c for c in (manifest.get("components") or {}).values()
+                  if isinstance(c, dict) and c.get("role") in ("prefill", "decode")]
+    recipe = next(((c.get("metadata") or {}).get("export_config") or {} for c in components), {})
+    if manifest.get("format") != "onnx" or recipe.get("ort_fusions") in (None, "none"):
         return
-    rows = max(trained, runners.max_cache_len or 0)
-    if width + new_tokens - 1 > rows:
+    config = _read_json(Path(directory) / "config.json")
+    config = config.get("text_config", config) if isinstance(config.get("text_config"), dict) \
+        else config
+    least = max(config.get("max_position_embeddings") or 0, runners.max_cache_len or 0)
+    if width + new_tokens - 1 <= least:
+        return  # within every table ferry makes
+    rows = [_rotary_rows(Path(directory) / c["file"]) for c in components if c.get("file")]
+    rows = [r for r in rows if r is not None]
+    if rows and width + new_tokens - 1 > min(rows):
         _fail(f"a {width}-token prompt and {new_tokens} new tokens need {width + new_tokens - 1} "
-              f"positions, past the {rows} of this fused export's rotary tables "
-              f"(max_position_embeddings {trained}"
-              + (f", max_cache_len {runners.max_cache_len}" if runners.max_cache_len else "")
-              + "): lower max_new_tokens, or export a static cache with a larger max_cache_len")
+              f"positions, past the {min(rows)} of this fused export's rotary tables "
+              "(max(max_position_embeddings, max_cache_len) rows): lower max_new_tokens, or "
+              "export a static cache with a larger max_cache_len")
 
 
 def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kwargs):
@@ -279,7 +305,6 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
         if new_tokens < 1:
             _fail(f"max_length {settings['max_length']} leaves no room for new tokens after "
                   f"the {width}-token prompt: pass max_new_tokens")
-    _check_rotary_table(directory, settings, runners, width, new_tokens)
     if settings["min_new_tokens"] is not None:
         settings["min_length"] = width + settings["min_new_tokens"]
     # Refuse before running what the graphs or the static cache cannot take.
@@ -292,6 +317,7 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
                              f"generation to {width + new_tokens - 1} positions, past what the "
                              f"export takes (lower max_new_tokens); its last step would fail: "
                              f"{e}", status=e.status) from None
+    _check_rotary_table(directory, runners, width, new_tokens)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise FerryError(f"seed must be an integer, not {seed!r}", status=1)
     rng = np.random.default_rng(seed) if settings["do_sample"] else None

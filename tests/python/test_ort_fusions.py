@@ -479,6 +479,16 @@ def test_generate_refuses_to_run_past_the_rotary_tables(tmp_path):
     with pytest.raises(FerryError, match="need 17 positions, past the 16 of this fused export's "
                                          "rotary tables"):
         model.generate(prompt, max_new_tokens=13, eos_token_id=None)
+    # heads of 8 rotate with plain ops on cpu: no table to run past (found by review: refused)
+    ckpt = make_checkpoint(tmp_path / "ckpt8", "llama", seed=3, max_position_embeddings=16,
+                           head_dim=8, hidden_size=32)
+    out = ferry_export(ckpt, tmp_path / "out8", "--dynamic", "--for-generation", *FUSED,
+                       "--quiet")
+    got = ExportedModel.from_pretrained(out).generate(prompt, max_new_tokens=14,
+                                                      eos_token_id=None)
+    want = reference_model(ckpt).generate(torch.from_numpy(prompt), max_new_tokens=14,
+                                          do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert got.tolist() == want.tolist()
 
 
 # ---------------------------------------------------------------------------------------------
