@@ -9,6 +9,7 @@ system's library path.
 import ctypes
 import ctypes.util
 import os
+import sys
 from pathlib import Path
 
 class FerryError(RuntimeError):
@@ -17,6 +18,17 @@ class FerryError(RuntimeError):
     def __init__(self, message, status=None):
         super().__init__(message)
         self.status = status
+
+
+def caller_stacklevel():
+    """warnings.warn's stacklevel for the first frame outside this package (the user's line),
+    seen from the function calling this one."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and \
+            os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class FerryWarning(UserWarning):

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from . import _lib, _versions
 from ._arrays import check_token_ids, int_matrix, to_numpy
-from ._lib import FerryError, FerryWarning, _P, _c, _c_bytes, _escape, _fail, _str
+from ._lib import (FerryError, FerryWarning, _P, _c, _c_bytes, _escape, _fail, _str,
+                   caller_stacklevel)
 from .runtime import (TORCH_FORMATS, check_device, is_transformers_manifest, load_program,
                       open_session)
 
@@ -128,8 +129,8 @@ class ExportedModel:
         if self._cancel is not None:
             # what the save found in the weights (values beyond an fp16 export's range), as the
             # CLI prints it after the save
-            for line in found.splitlines():
-                warnings.warn(line, FerryWarning, stacklevel=2)
+            for line in found.splitlines():  # at the user's line, through an implicit save too
+                warnings.warn(line, FerryWarning, stacklevel=caller_stacklevel())
         self._session = self._runners = None
 
     def _save_interruptibly(self, handle, raw, force):
@@ -340,7 +341,7 @@ class ExportedModel:
             # transformers' own exports take none: their positions run from 0 in every row
             warnings.warn(FerryWarning("the export takes no position_ids: those given are "
                                        "dropped, and its logits are those of positions from "
-                                       "0 in every row"), stacklevel=2)
+                                       "0 in every row"), stacklevel=caller_stacklevel())
         feeds = {name: ints.get(name, arrays.get(name)) for name in wanted}
         _check_dims(feeds, metadata)
         names = [o.name for o in session.get_outputs()]

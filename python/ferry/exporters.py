@@ -4,14 +4,12 @@ work, and wrap what it made in an ExportedModel."""
 
 import ctypes
 import numbers
-import os
-import sys
 import tempfile
 import warnings
 
 from ._arrays import to_numpy
 from ._lib import (FerryError, FerryWarning, _GenerationConfig, _P, _c, _c_bytes, _escape, _fail,
-                   _str)
+                   _str, caller_stacklevel)
 from .configs import AutoExportConfig, DynamoConfig, OnnxConfig, OpenVINOConfig, _plain_recipe
 from .exported import ExportedModel
 
@@ -198,16 +196,7 @@ def _warn(exported):
     warnings (FerryWarning), at the caller's line (found by review: OpenVINOExporter's and
     DynamoExporter's pointed into this file)."""
     for line in (_str(_c().ferry_exported_warnings(exported)) or "").splitlines():
-        warnings.warn(line, FerryWarning, stacklevel=_outside_ferry())
-
-
-def _outside_ferry():
-    """The stacklevel of the first frame outside this package, seen from warnings.warn."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
-        frame, level = frame.f_back, level + 1
-    return level
+        warnings.warn(line, FerryWarning, stacklevel=caller_stacklevel())
 
 
 def _example_config(inputs, config):
@@ -225,12 +214,16 @@ def _example_config(inputs, config):
             raise FerryError(f"inputs has no input_ids (it holds "
                              f"{', '.join(map(_escape, map(str, inputs.keys()))) or 'nothing'}): "
                              "the traced shape is input_ids'", status=1)
-        ids = to_numpy(inputs["input_ids"], "input_ids")
-        if ids.ndim != 2:
-            raise FerryError(f"input_ids must be [batch, sequence], not of shape "
-                             f"{list(ids.shape)}", status=1)
+        ids = inputs["input_ids"]
+        # a tensor's or array's own shape: exporting needs no numpy (found by review); a list
+        # goes through numpy
+        shape = list(ids.shape) if hasattr(ids, "shape") else \
+            list(to_numpy(ids, "input_ids").shape)
+        if len(shape) != 2:
+            raise FerryError(f"input_ids must be [batch, sequence], not of shape {shape}",
+                             status=1)
         if "example_shapes" not in recipe:
-            recipe["example_shapes"] = {"input_ids": [int(n) for n in ids.shape]}
+            recipe["example_shapes"] = {"input_ids": [int(n) for n in shape]}
     return OnnxConfig._from_dict(recipe)._c_config()
 
 
@@ -244,11 +237,11 @@ def _c_generation(generation_config, multi_token_decode):
         impl, length = (getattr(generation_config, k, None)
                         for k in ("cache_implementation", "max_cache_len"))
     if impl not in (None, "dynamic", "static"):
-        raise FerryError(f"cache_implementation {impl!r} is not supported (static or dynamic)",
-                         status=4)
+        raise FerryError(f"cache_implementation {_escape(repr(impl))} is not supported (static "
+                         "or dynamic)", status=4)
     if multi_token_decode not in (None, True, False):
         raise FerryError(f"multi_token_decode must be True, False or None (ferry's default), "
-                         f"not {multi_token_decode!r}", status=1)
+                         f"not {_escape(repr(multi_token_decode))}", status=1)
     gen.multi_token_decode = -1 if multi_token_decode is None else int(multi_token_decode)
     # an integer, as the C field is (found by review: 64.7 was cut to 64, "64" taken, and
     # -5 or 2**64 reported as missing)

@@ -26,7 +26,7 @@ import numpy as np
 from ._arrays import check_token_ids, int_matrix
 from ._lib import FerryError, _escape
 from ._onnx_weights import external_initializers
-from .runtime import (_onnxruntime_provider, is_transformers_manifest, load_program,
+from .runtime import (is_transformers_manifest, load_program, onnxruntime_session,
                       openvino_compile_config, openvino_device, torch_device)
 
 _CACHE_LAYOUT = "[batch, kv_heads, length, head_dim]"
@@ -497,8 +497,7 @@ def _onnx_runners(directory, files, metas, cache, maps, device=None):
             options.enable_cpu_mem_arena = False
             for init in external_initializers(path):
                 options.add_initializer(init["name"], _mapped(directory, init, maps))
-        session = ort.InferenceSession(str(path), options,
-                                       providers=[_onnxruntime_provider(device)])
+        session = onnxruntime_session(path, device, options, metas[name].get("precision"))
         made[name] = _OnnxRunner(name, metas[name], cache, session)
     return made
 

@@ -29,16 +29,7 @@ def open_session(path, export_format, precision, device=None, metadata=None):
         return OpenVINOSession(path, precision, device)
     if export_format in TORCH_FORMATS:
         return TorchSession(path, device, metadata)
-    try:
-        return onnxruntime_session(path, device)
-    except Exception as e:
-        if precision != "bf16" or "NOT_IMPLEMENTED" not in str(e) or \
-                device not in (None, "cpu"):
-            raise
-        # found by review: onnxruntime's own words named a kernel, not the export's precision
-        raise FerryError(f"onnxruntime's CPU provider has no bfloat16 kernels for this bf16 "
-                         f"export ({_escape(str(e).strip().splitlines()[0][:200])}): run it "
-                         "on cuda, or export in fp32 or fp16 for the CPU", status=4) from None
+    return onnxruntime_session(path, device, precision=precision)
 
 
 def check_device(export_format, device):
@@ -51,11 +42,22 @@ def check_device(export_format, device):
         _onnxruntime_provider(device)
 
 
-def onnxruntime_session(path, device=None, options=None):
+def onnxruntime_session(path, device=None, options=None, precision=None):
+    """An onnxruntime session for the graph at `path` (`precision`: its export's, which says
+    why the CPU provider cannot run a bf16 one: found by review, onnxruntime's own words named
+    a kernel, not the export's precision)."""
     import onnxruntime
 
-    return onnxruntime.InferenceSession(str(path), sess_options=options,
-                                        providers=[_onnxruntime_provider(device)])
+    try:
+        return onnxruntime.InferenceSession(str(path), sess_options=options,
+                                            providers=[_onnxruntime_provider(device)])
+    except Exception as e:
+        if precision != "bf16" or "NOT_IMPLEMENTED" not in str(e) or \
+                device not in (None, "cpu"):
+            raise
+        raise FerryError(f"onnxruntime's CPU provider has no bfloat16 kernels for this bf16 "
+                         f"export ({_escape(str(e).strip().splitlines()[0][:200])}): run it "
+                         "on cuda, or export in fp32 or fp16 for the CPU", status=4) from None
 
 
 def _onnxruntime_provider(device):

@@ -90,10 +90,11 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
                            (long long)gen->max_cache_len, (long long)prompt);
         if (!growing && gen->max_cache_len == prompt)
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "max_cache_len %lld: the prompt of a "
-                           "static-shape export (%lld tokens, the example's) would fill the "
+                           "static-shape export (%lld token%s, the example's) would fill the "
                            "cache, leaving no slot for a decoded token; give a larger "
-                           "max_cache_len, a shorter example shape, or dynamic shapes",
-                           (long long)gen->max_cache_len, (long long)prompt);
+                           "max_cache_len%s, or dynamic shapes", (long long)gen->max_cache_len,
+                           (long long)prompt, prompt == 1 ? "" : "s",
+                           prompt > 1 ? ", a shorter example shape" : "");
     } else if (gen->max_cache_len != 0) {
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "max_cache_len is only meaningful with a "
                        "static cache (--static-cache)");

@@ -421,3 +421,24 @@ def test_warnings_point_at_the_caller_and_formats_are_named():
     assert files == {__file__}, files
     with pytest.raises(FerryError, match=r"export_format 'executorch' has no exporter"):
         AutoHfExporter.from_config(hf.ExecutorchConfig())
+
+
+def test_bf16_onnx_on_the_cpu_says_why(tmp_path):
+    """Calls and generate() alike (found by review: the runners' sessions said onnxruntime's raw
+    NOT_IMPLEMENTED for a Mul)."""
+    import numpy as np
+
+    from ferry import ExportedModel, FerryError, OnnxConfig, OnnxExporter
+
+    for gen in (False, True):
+        exporter = OnnxExporter()
+        config = OnnxConfig(dynamic=True, dtype="bf16")
+        exported = exporter.export_for_generation(FIXTURE, config=config) if gen else \
+            exporter.export(FIXTURE, config=config)
+        exported.save_pretrained(tmp_path / str(gen))
+        model = ExportedModel.from_pretrained(tmp_path / str(gen))
+        with pytest.raises(FerryError, match="no bfloat16 kernels for this bf16 export"):
+            if gen:
+                model.generate(np.array([[1, 2, 3]]), max_new_tokens=2)
+            else:
+                model(input_ids=np.array([[1, 2, 3]]))
