@@ -103,3 +103,22 @@ def test_one_value_is_singular(tmp_path):
         "inf, the first in checkpoint tensor 'model.norm.weight': the export's outputs may be "
         "inf or NaN; export in bf16 or fp32 instead"], err
 
+
+
+def test_warning_at_the_callers_line_through_an_implicit_save(ckpt):
+    """Calling an export never saved saves it aside first: its warning points at the call
+    (found by review: at ferry's own exported.py)."""
+    import numpy as np
+
+    from ferry import FerryWarning, OnnxConfig, OnnxExporter
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = OnnxExporter().export(ckpt, config=OnnxConfig(dtype=torch.float16,
+                                                                  dynamic=True))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exported(input_ids=np.array([[1, 2, 3]]))
+    said = [w for w in caught if issubclass(w.category, FerryWarning)]
+    assert [w.filename for w in said] == [__file__], [(w.filename, str(w.message)) for w in said]
+    assert str(said[0].message).startswith(LINE)
