@@ -250,9 +250,9 @@ static ferry_status warn_overflow(ferry_exported *e, const ws_progress *pr)
 {
     char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 400];
     bool half = pr->overflow_dtype == FERRY_F16, one = pr->overflowed == 1;
-    snprintf(line, sizeof line, "%llu weight value%s beyond %s's range (+-%s), where it holds "
-             "only inf, the first in checkpoint tensor '%s': the export's outputs may be inf or "
-             "NaN; export in %s instead",
+    snprintf(line, sizeof line, "%llu exported weight value%s beyond %s's range (+-%s), where "
+             "it holds only inf, the first from checkpoint tensor '%s': the export's outputs may "
+             "be inf or NaN; export in %s instead",
              (unsigned long long)pr->overflowed, one ? " is" : "s are", half ? "fp16" : "bf16",
              half ? "65504" : "3.39e38", st_quote_name(pr->overflow_tensor, name, sizeof name),
              half ? "bf16 or fp32" : "fp32");
@@ -264,6 +264,7 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
     ws_progress pr = {.fn = e->cfg.progress, .user = e->cfg.progress_user,
                       .cancel = e->cfg.cancel};
     ferry_status st = e->backend->write(e->lowered, e->n_components, &e->cfg, tmp, &pr, err);
+    ws_progress_free(&pr);
     if (st != FERRY_OK)
         return st;
     /* the weights written are the checkpoint's only if no one wrote to it since it was read
@@ -364,7 +365,7 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     e->save_warnings = NULL;
     char parent[PATH_MAX], base[256], target[PATH_MAX], tmp[PATH_MAX], tree[PATH_MAX];
     char lock[PATH_MAX], shown[FS_SHORT_MAX];
-    fs_made made = {.n = 0};
+    fs_made *made = NULL; /* large: a directory a path component */
     old_export old = {0};
     int lock_fd = -1;
     struct stat st;
@@ -402,7 +403,12 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
         return err->status;
     /* Its missing parents are made, as transformers' save_pretrained and mkdir -p make them,
      * and removed again if the export fails. */
-    if (fs_make_dirs(parent, &made, err) != FERRY_OK) {
+    made = malloc(sizeof *made);
+    if (!made) {
+        fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (fs_make_dirs(parent, made, err) != FERRY_OK) {
         char inner[sizeof err->msg];
         memcpy(inner, err->msg, sizeof inner);
         fy_refail(err, err->status, "cannot write %s: %s", shown, inner);
@@ -483,6 +489,7 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     rmdir(tmp); /* a cleaner may have taken it once it was empty */
     close(lock_fd);
     old_export_free(&old);
+    free(made);
     if (fs_sync_dir(parent, err) != FERRY_OK)
         return err->status; /* the export is in place; only its durability is in doubt */
     free(e->dir);
@@ -503,7 +510,9 @@ wrap:
 fail:
     if (tmp[0])
         fs_remove_tree(tmp);
-    fs_unmake_dirs(parent, &made);
+    if (made)
+        fs_unmake_dirs(parent, made);
+    free(made);
     if (lock_fd >= 0)
         close(lock_fd);
     old_export_free(&old);

@@ -43,7 +43,7 @@ typedef struct buf {
 } buf;
 
 typedef struct worker_bufs {
-    buf src, conv, out, scales, zeros;
+    buf src, conv, out, scales, zeros, dequantized;
     dw_bounce bounce;
 } worker_bufs;
 
@@ -390,13 +390,25 @@ static uint64_t count_overflow(const void *out, ferry_dtype to, const void *src,
     return count;
 }
 
-/* Of `n` fp32 values, how many are finite and beyond fp16's range: a quantized fp16 weight's
- * scale or dequantized value is +-inf there. */
-static uint64_t count_beyond_f16(const float *x, size_t n)
+/* Of `rows` quantized rows (codes, fp16 scales and zeros as rtn_quantize_rows wrote them, of
+ * finite values `x`), how many values dequantize, (code - zero) * scale in fp16 as
+ * DequantizeLinear computes it, to +-inf or NaN: beyond fp16's range once rounded (65520 and
+ * up), which a zero point's rounding can make of a value within it, or over a scale that is
+ * inf itself (found by review: all-NaN logits without a word). */
+static uint64_t count_f16_dequantized_overflow(const g_weight *w, const float *x, size_t rows,
+                                               size_t cols, const uint8_t *codes,
+                                               size_t code_row, const uint8_t *scales,
+                                               size_t scale_row, const uint8_t *zeros,
+                                               size_t zero_row, float *row)
 {
     uint64_t count = 0;
-    for (size_t i = 0; i < n; i++)
-        count += isfinite(x[i]) && fabsf(x[i]) > 65504.0f;
+    for (size_t r = 0; r < rows; r++) {
+        rtn_dequantize_row(codes + r * code_row, scales + r * scale_row,
+                           w->quant.symmetric ? NULL : zeros + r * zero_row, cols,
+                           w->quant.bits, w->quant.block, w->quant.symmetric, FERRY_F16, row);
+        for (size_t k = 0; k < cols; k++)
+            count += isfinite(x[r * cols + k]) && !(fabsf(row[k]) < 65520.0f);
+    }
     return count;
 }
 
@@ -456,11 +468,16 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
             add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
             x = (const float *)b->conv.p;
         }
-        if (w->dtype == FERRY_F16)
-            *overflowed += count_beyond_f16(x, n);
         rtn_quantize_rows(x, nr, cols, w->quant.bits, w->quant.block, w->quant.symmetric,
                           w->quant.search, w->dtype, codes_in_row, b->out.p + r * code_row,
                           b->scales.p + r * scale_row, b->zeros.p + r * zero_row);
+        if (w->dtype == FERRY_F16) {
+            if (!grow(&b->dequantized, cols * sizeof(float)))
+                return fy_fail(err, FERRY_ERR_NOMEM, "out of memory quantizing weights");
+            *overflowed += count_f16_dequantized_overflow(
+                w, x, nr, cols, b->out.p + r * code_row, code_row, b->scales.p + r * scale_row,
+                scale_row, b->zeros.p + r * zero_row, zero_row, (float *)(void *)b->dequantized.p);
+        }
     }
     ferry_status st = FERRY_OK;
     *written = 0;
@@ -637,6 +654,7 @@ static void *worker_main(void *arg)
     free(b.out.p);
     free(b.scales.p);
     free(b.zeros.p);
+    free(b.dequantized.p);
     dw_bounce_free(&b.bounce);
     return NULL;
 }
@@ -674,24 +692,36 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
 
 /* Adds this write's overflows to `p`, in item order (the first tensor named is the same every
  * save), each recipe once however many files hold it. */
-static void note_overflow(ws_progress *p, const ws_item *items, size_t n, const uint64_t *count)
+static ferry_status note_overflow(ws_progress *p, const ws_item *items, size_t n,
+                                  const uint64_t *count, fy_err *err)
 {
     for (size_t i = 0; count && i < n; i++) {
         if (!count[i])
             continue;
         bool seen = false;
-        for (int k = 0; k < p->n_seen && !seen; k++)
+        for (size_t k = 0; k < p->n_seen && !seen; k++)
             seen = w_equal(&p->seen[k], &items[i].w);
         if (seen)
             continue;
-        if (p->n_seen < WS_OVERFLOW_SEEN)
-            p->seen[p->n_seen++] = items[i].w;
+        g_weight *grown = fy_grow(p->seen, &p->seen_cap, p->n_seen + 1, sizeof *grown);
+        if (!grown)
+            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        p->seen = grown;
+        p->seen[p->n_seen++] = items[i].w;
         if (!p->overflow_tensor) {
             p->overflow_tensor = items[i].w.src[0]->name;
             p->overflow_dtype = items[i].w.dtype;
         }
         p->overflowed += count[i];
     }
+    return FERRY_OK;
+}
+
+void ws_progress_free(ws_progress *p)
+{
+    free(p->seen);
+    p->seen = NULL;
+    p->n_seen = p->seen_cap = 0;
 }
 
 ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, int threads,
@@ -765,7 +795,8 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
                 s.done += items[i].nbytes;
         }
     if (progress) {
-        note_overflow(progress, items, n, s.overflowed);
+        if (s.err.status == FERRY_OK)
+            note_overflow(progress, items, n, s.overflowed, &s.err);
         bool changed = progress->done != s.done;
         progress->done = s.done;
         /* the last report, which the loop above may not have made (the constants, or work

@@ -12,8 +12,6 @@
 #include "ir/weights.h"
 #include "util/err.h"
 
-#define WS_OVERFLOW_SEEN 32
-
 /* The caller's hold on a long write: progress reported out, a request to stop read in. */
 typedef struct ws_progress {
     ferry_progress_fn fn;    /* may be NULL; called from the thread that called ws_write */
@@ -30,9 +28,12 @@ typedef struct ws_progress {
     uint64_t overflowed;
     const char *overflow_tensor;
     ferry_dtype overflow_dtype;  /* the type it is inf in */
-    int n_seen;
-    g_weight seen[WS_OVERFLOW_SEEN];
+    g_weight *seen;              /* allocated: ws_progress_free */
+    size_t n_seen, seen_cap;
 } ws_progress;
+
+/* Frees what ws_write allocated in `p` (its `seen`). */
+void ws_progress_free(ws_progress *p);
 
 /* Whether `cancel` (may be NULL) asks to stop; safe from any thread. */
 bool ws_cancelled(volatile int *cancel);

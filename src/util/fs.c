@@ -8,8 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 
@@ -157,6 +158,22 @@ static ferry_status sync_parent_of(const char *path, fy_err *err)
     return fs_sync_dir(parent, err);
 }
 
+/* Who the directory at `path` is (not following a final link); false if it cannot be told. */
+static bool identify_dir(const char *path, fs_made_dir *d)
+{
+    struct statx sx;
+    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_INO | STATX_BTIME, &sx) !=
+            0 ||
+        !S_ISDIR(sx.stx_mode))
+        return false;
+    d->dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    d->ino = (ino_t)sx.stx_ino;
+    d->has_birth = (sx.stx_mask & STATX_BTIME) != 0;
+    d->birth_sec = d->has_birth ? (int64_t)sx.stx_btime.tv_sec : 0;
+    d->birth_nsec = d->has_birth ? sx.stx_btime.tv_nsec : 0;
+    return true;
+}
+
 ferry_status fs_make_dirs(const char *dir, fs_made *made, fy_err *err)
 {
     char part[PATH_MAX], shown[FS_SHORT_MAX];
@@ -175,17 +192,17 @@ ferry_status fs_make_dirs(const char *dir, fs_made *made, fy_err *err)
         part[end] = '\0';
         struct stat st;
         if (mkdir(part, 0777) == 0) {
-            if (made->n == FS_MADE_MAX || stat(part, &st) != 0) {
+            fs_made_dir *d = &made->dirs[made->n];
+            if (made->n == FS_MADE_MAX || !identify_dir(part, d)) {
+                int e = made->n == FS_MADE_MAX ? ENAMETOOLONG : errno;
                 rmdir(part);
-                fy_fail(err, FERRY_ERR_IO, "cannot create %s: more than %d directories missing",
-                        fs_short(dir, shown, sizeof shown), FS_MADE_MAX);
+                fy_fail(err, FERRY_ERR_IO, "cannot create directory %s: %s",
+                        fs_short(part, shown, sizeof shown), strerror(e));
                 fs_unmake_dirs(dir, made);
                 made->n = 0;
                 return err->status;
             }
-            made->len[made->n] = end;
-            made->dev[made->n] = st.st_dev;
-            made->ino[made->n] = st.st_ino;
+            d->len = end;
             made->n++;
             if (sync_parent_of(part, err) != FERRY_OK) {
                 fs_unmake_dirs(dir, made);
@@ -211,15 +228,16 @@ void fs_unmake_dirs(const char *dir, const fs_made *made)
 {
     char path[PATH_MAX];
     for (int i = made->n - 1; i >= 0; i--) {
-        size_t len = made->len[i];
-        struct stat st;
-        if (len >= sizeof path || len > strlen(dir))
+        const fs_made_dir *d = &made->dirs[i];
+        fs_made_dir now;
+        if (d->len >= sizeof path || d->len > strlen(dir))
             continue;
-        memcpy(path, dir, len);
-        path[len] = '\0';
+        memcpy(path, dir, d->len);
+        path[d->len] = '\0';
         /* the directory made, not another put at its name since (nor one a link leads to) */
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == made->dev[i] &&
-            st.st_ino == made->ino[i])
+        if (identify_dir(path, &now) && now.dev == d->dev && now.ino == d->ino &&
+            now.has_birth == d->has_birth && now.birth_sec == d->birth_sec &&
+            now.birth_nsec == d->birth_nsec)
             rmdir(path); /* fails, keeping it, if anything was put in it */
     }
 }

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <limits.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -23,19 +24,26 @@ int fs_remove_tree(const char *path);
 /* fsync on a directory, so that renames and creations in it are durable. */
 ferry_status fs_sync_dir(const char *dir, fy_err *err);
 /* The directories fs_make_dirs made: each a prefix of the path it was given (by length) and
- * the directory that was (device, inode), so that fs_unmake_dirs removes those and nothing
- * else, however the path is spelt ("a/../b", "a/./b", "a//b"). */
-#define FS_MADE_MAX 64
+ * the directory that was (device, inode, and birth time where the file system keeps one, so
+ * that a directory made later at the same name, even on a reused inode, is not taken for it),
+ * so that fs_unmake_dirs removes those and nothing else, however the path is spelt ("a/../b",
+ * "a/./b", "a//b"). A path of PATH_MAX bytes has fewer components than FS_MADE_MAX. */
+#define FS_MADE_MAX (PATH_MAX / 2)
+typedef struct fs_made_dir {
+    size_t len;
+    dev_t dev;
+    ino_t ino;
+    bool has_birth;
+    int64_t birth_sec;
+    uint32_t birth_nsec;
+} fs_made_dir;
 typedef struct fs_made {
     int n;
-    size_t len[FS_MADE_MAX];
-    dev_t dev[FS_MADE_MAX];
-    ino_t ino[FS_MADE_MAX];
+    fs_made_dir dirs[FS_MADE_MAX];
 } fs_made;
 /* Creates `dir` and whichever of its parents are missing, as mkdir -p does, each made durable
  * in its parent, and records them in `made` (n = 0: `dir` was there). A part that exists and is
- * not a directory, or cannot be created, fails naming it, after removing what it made; more
- * than FS_MADE_MAX missing levels are refused. */
+ * not a directory, or cannot be created, fails naming it, after removing what it made. */
 ferry_status fs_make_dirs(const char *dir, fs_made *made, fy_err *err);
 /* Undoes fs_make_dirs(dir, made): removes each directory it made, deepest first, if it is still
  * that directory and empty (rmdir), so that nothing put in one meanwhile is lost. */

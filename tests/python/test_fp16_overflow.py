@@ -15,8 +15,8 @@ import torch
 from conftest import make_checkpoint, run_ferry
 
 BIG = "model.layers.1.mlp.down_proj.weight"
-LINE = ("3 weight values are beyond fp16's range (+-65504), where it holds only inf, the first "
-        f"in checkpoint tensor '{BIG}'")
+LINE = ("3 exported weight values are beyond fp16's range (+-65504), where it holds only inf, "
+        f"the first from checkpoint tensor '{BIG}'")
 
 
 @pytest.fixture(scope="module")
@@ -75,18 +75,23 @@ def test_save_pretrained_warns_once_per_save(ckpt, tmp_path):
         assert said == [said[0]] and said[0].startswith(LINE), said
 
 
-@pytest.mark.parametrize("flags", [["--quantize", "int4"], ["--quantize", "int8"],
-                                   ["--format", "openvino", "--for-generation", "--dynamic",
-                                    "--disable-stateful"]],
+# int8 (symmetric, block 32): 65504 beside -7e4 has scale -70000/128 = -546.875, in fp16 -547;
+# its code round(65504 / -546.875) + 128 = 8 dequantizes to (8 - 128) * -547 = 65640, past
+# 65520: inf in the export too. int4's scale -8750 brings it back to 61250.
+@pytest.mark.parametrize("flags, count", [(["--quantize", "int4"], 3),
+                                          (["--quantize", "int8"], 4),
+                                          (["--format", "openvino", "--for-generation",
+                                            "--dynamic", "--disable-stateful"], 3)],
                          ids=["int4", "int8", "openvino-prefill-and-decode"])
-def test_quantized_and_repeated_weights_counted_once(ckpt, tmp_path, flags):
+def test_quantized_and_repeated_weights_counted_once(ckpt, tmp_path, flags, count):
     """Found by review: quantized fp16 exports gave NaN logits without a word (a dequantized
     value, or an int4 scale, beyond fp16), and a weight in two files (OpenVINO's prefill and
     decode .bin) was counted twice."""
     rc, _, err = run_ferry("export", ckpt, tmp_path / "out", "--dtype", "fp16", *flags)
     assert rc == 0, err
     lines = overflow_lines(err)
-    assert len(lines) == 1 and lines[0].startswith("ferry: warning: " + LINE), err
+    assert len(lines) == 1 and lines[0].startswith(
+        "ferry: warning: " + LINE.replace("3 ", f"{count} ", 1)), err
 
 
 def test_one_value_is_singular(tmp_path):
@@ -99,9 +104,9 @@ def test_one_value_is_singular(tmp_path):
     rc, _, err = run_ferry("export", path, tmp_path / "out", "--dtype", "fp16")
     assert rc == 0, err
     assert overflow_lines(err) == [
-        "ferry: warning: 1 weight value is beyond fp16's range (+-65504), where it holds only "
-        "inf, the first in checkpoint tensor 'model.norm.weight': the export's outputs may be "
-        "inf or NaN; export in bf16 or fp32 instead"], err
+        "ferry: warning: 1 exported weight value is beyond fp16's range (+-65504), where it "
+        "holds only inf, the first from checkpoint tensor 'model.norm.weight': the export's "
+        "outputs may be inf or NaN; export in bf16 or fp32 instead"], err
 
 
 
@@ -122,3 +127,51 @@ def test_warning_at_the_callers_line_through_an_implicit_save(ckpt):
     said = [w for w in caught if issubclass(w.category, FerryWarning)]
     assert [w.filename for w in said] == [__file__], [(w.filename, str(w.message)) for w in said]
     assert str(said[0].message).startswith(LINE)
+
+
+def _with(tmp_path, name, edits, **config):
+    from safetensors.torch import load_file, save_file
+
+    path = make_checkpoint(tmp_path / name, **config)
+    weights = load_file(path / "model.safetensors")
+    for tensor, index, value in edits:
+        weights[tensor][index] = value
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    return path
+
+
+def test_what_a_quantized_weight_dequantizes_to(tmp_path):
+    """Counted on the dequantized values, as fp16 holds them (found by review): 65500 beside
+    -2212 in an asymmetric block dequantizes past 65520 (a zero point's rounding) and is inf,
+    though within range in the checkpoint; 65510 alone dequantizes to 65504 and is not."""
+    proj = "model.layers.0.self_attn.o_proj.weight"
+    over = _with(tmp_path, "over", [(proj, (0, 0), 65500.0), (proj, (0, 1), -2212.0)])
+    rc, _, err = run_ferry("export", over, tmp_path / "o1", "--dtype", "fp16", "--quantize",
+                           "int4", "--asymmetric")
+    assert rc == 0, err
+    assert [line[len("ferry: warning: "):].split(":")[0] for line in overflow_lines(err)] == [
+        "1 exported weight value is beyond fp16's range (+-65504), where it holds only inf, the "
+        f"first from checkpoint tensor '{proj}'"], err
+    near = _with(tmp_path, "near", [(proj, (0, 0), 65510.0)])
+    for flags in ([], ["--quantize", "int4"]):
+        rc, _, err = run_ferry("export", near, tmp_path / f"o2{len(flags)}", "--dtype", "fp16",
+                               *flags)
+        assert rc == 0 and overflow_lines(err) == [], err
+
+
+def test_many_weights_in_two_files_counted_once(tmp_path):
+    """Found by review: past 32 weights, one in two files (OpenVINO's prefill and decode) was
+    counted twice."""
+    names = [f"model.layers.{layer}.{part}" for layer in range(2) for part in (
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+        "mlp.down_proj.weight")]
+    edits = [(name, (0, k), 7e4) for name in names for k in range(3)]  # 14 tensors, 42 values
+    path = _with(tmp_path, "many", edits)
+    rc, _, err = run_ferry("export", path, tmp_path / "out", "--dtype", "fp16", "--format",
+                           "openvino", "--for-generation", "--dynamic", "--disable-stateful")
+    assert rc == 0, err
+    lines = overflow_lines(err)
+    assert len(lines) == 1 and lines[0].startswith("ferry: warning: 42 exported weight values"), \
+        err
+

@@ -68,3 +68,11 @@ def test_a_failed_save_removes_what_it_made_however_spelt(tmp_path, spelling):
     with pytest.raises(FerryError):
         exported.save_pretrained(f"{root}/{spelling}")
     assert sorted(os.listdir(root)) == ["y"] and os.listdir(root / "y") == []
+
+
+def test_many_missing_parents(build, tmp_path):
+    """mkdir -p has no limit on the levels it makes (found by review: 64 was one)."""
+    out = tmp_path / "deep" / ("d/" * 70) / "out"
+    rc, _, err = run_ferry("export", FIXTURE, out, "-q", binary=build)
+    assert rc == 0, err
+    assert (out / "export.json").is_file()

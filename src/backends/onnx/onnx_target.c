@@ -11,7 +11,7 @@
  * uint8 codes, blocks along axis 1) into the same Gemm or Gather. DequantizeLinear has no
  * implicit zero point, so a symmetric weight is stored with its zeros part (every entry the mid
  * code, packed contiguously); an asymmetric weight's zeros part is DequantizeLinear's zero-point
- * tensor only when 4-bit rows hold an even number of blocks. */
+ * tensor, packed across rows (zeros_packed) where 4-bit rows hold an odd number of blocks. */
 #include "backends/onnx/onnx.h"
 
 /* The destination value of weight input k of `n`, dequantized to float when it is quantized. */
