@@ -365,7 +365,7 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     e->save_warnings = NULL;
     char parent[PATH_MAX], base[256], target[PATH_MAX], tmp[PATH_MAX], tree[PATH_MAX];
     char lock[PATH_MAX], shown[FS_SHORT_MAX];
-    fs_made *made = NULL; /* large: a directory a path component */
+    fs_made *made = NULL; /* large (room for every component of a path): on the heap */
     old_export old = {0};
     int lock_fd = -1;
     struct stat st;

@@ -158,13 +158,24 @@ static ferry_status sync_parent_of(const char *path, fy_err *err)
     return fs_sync_dir(parent, err);
 }
 
-/* Who the directory at `path` is (not following a final link); false if it cannot be told. */
+/* Who the directory at `path` is (not following a final link); false if it cannot be told.
+ * Without statx (an old kernel, a sandbox that filters it): device and inode alone. */
 static bool identify_dir(const char *path, fs_made_dir *d)
 {
     struct statx sx;
     if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_INO | STATX_BTIME, &sx) !=
-            0 ||
-        !S_ISDIR(sx.stx_mode))
+        0) {
+        struct stat st;
+        if ((errno != ENOSYS && errno != EPERM) || lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            return false;
+        d->dev = st.st_dev;
+        d->ino = st.st_ino;
+        d->has_birth = false;
+        d->birth_sec = 0;
+        d->birth_nsec = 0;
+        return true;
+    }
+    if (!S_ISDIR(sx.stx_mode))
         return false;
     d->dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
     d->ino = (ino_t)sx.stx_ino;
