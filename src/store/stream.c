@@ -6,14 +6,13 @@
  *      or across tensors); nothing is mapped, so a checkpoint truncated meanwhile is a clear
  *      error naming it, never SIGBUS,
  *   2. converts (fused with the transpose for the common widening cases) or widens to fp32,
- *      adds the offset and quantizes,
+ *      adds the offset and quantizes (the in-memory transforms are transform.h's),
  *   3. pwrites each part at its place (a transposed band lands as one strip per output row).
  * A band that needs no transform is copied file to file with copy_file_range. */
 #include "store/stream.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 
 #include "quant/rtn.h"
 #include "store/direct.h"
+#include "store/transform.h"
 #include "util/dtype.h"
 #include "util/fs.h"
 #include "util/grow.h"
@@ -278,152 +278,6 @@ static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, u
     return put(s, b, room, len - done, dst + done, err);
 }
 
-/* ---- transforms ---- */
-
-/* Tiled transpose of [rows, cols] into [cols, rows]; inside a tile the loop walks the output
- * sequentially, which measured ~4x faster than walking the input. Loads and stores go through
- * memcpy: a tensor in a safetensors file need not be aligned. */
-#define TILE 32
-#define TRANSPOSE_LOOP(dst_size, src_size, load, convert, store)                              \
-    for (size_t r0 = 0; r0 < rows; r0 += TILE)                                                \
-        for (size_t c0 = 0; c0 < cols; c0 += TILE) {                                          \
-            size_t r1 = r0 + TILE < rows ? r0 + TILE : rows;                                  \
-            size_t c1 = c0 + TILE < cols ? c0 + TILE : cols;                                  \
-            for (size_t c = c0; c < c1; c++)                                                  \
-                for (size_t r = r0; r < r1; r++) {                                            \
-                    load(v, src + (r * cols + c) * (src_size));                               \
-                    store(dst + (c * rows + r) * (dst_size), convert);                        \
-                }                                                                             \
-        }
-
-#define LOAD16(v, p) uint16_t v; memcpy(&v, (p), 2)
-#define LOAD32(v, p) uint32_t v; memcpy(&v, (p), 4)
-#define STORE16(p, x) do { uint16_t o_ = (x); memcpy((p), &o_, 2); } while (0)
-#define STORE32(p, x) do { uint32_t o_ = (x); memcpy((p), &o_, 4); } while (0)
-#define STOREF(p, x) do { float o_ = (x); memcpy((p), &o_, 4); } while (0)
-
-static void transpose(uint8_t *restrict dst, const uint8_t *restrict src, size_t rows, size_t cols,
-                      size_t esz)
-{
-    if (esz == 4) {
-        TRANSPOSE_LOOP(4, 4, LOAD32, v, STORE32)
-    } else if (esz == 2) {
-        TRANSPOSE_LOOP(2, 2, LOAD16, v, STORE16)
-    } else {
-        for (size_t r = 0; r < rows; r++)
-            for (size_t c = 0; c < cols; c++)
-                memcpy(dst + (c * rows + r) * esz, src + (r * cols + c) * esz, esz);
-    }
-}
-
-/* Conversion fused into the transpose for the widening cases (one pass over memory); false if
- * the pair needs convert-then-transpose. */
-static bool transpose_widen(uint8_t *restrict dst, const uint8_t *restrict src, size_t rows,
-                            size_t cols, ferry_dtype from, ferry_dtype to)
-{
-    if (to != FERRY_F32)
-        return false;
-    if (from == FERRY_BF16) {
-        TRANSPOSE_LOOP(4, 2, LOAD16, (uint32_t)v << 16, STORE32)
-        return true;
-    }
-    if (from == FERRY_F16) {
-        TRANSPOSE_LOOP(4, 2, LOAD16, dt_f16_to_f32(v), STOREF)
-        return true;
-    }
-    return false;
-}
-
-/* fp32 values beyond fp16's range set to its largest finite one, in place (a saturating
- * recipe's). */
-static void clamp_to_f16_range(uint8_t *p, size_t n)
-{
-    const float most = 65504.0f; /* fp16's largest finite value; NaN stays NaN */
-    for (size_t i = 0; i < n; i++) {
-        float v;
-        memcpy(&v, p + 4 * i, 4);
-        v = v > most ? most : v < -most ? -most : v;
-        memcpy(p + 4 * i, &v, 4);
-    }
-}
-
-static bool finite_at(const void *src, ferry_dtype dt, size_t i)
-{
-    const uint8_t *p = (const uint8_t *)src;
-    uint16_t h;
-    float f;
-    double d;
-    switch (dt) {
-    case FERRY_F32:
-        memcpy(&f, p + 4 * i, 4);
-        return isfinite(f);
-    case FERRY_F64:
-        memcpy(&d, p + 8 * i, 8);
-        return isfinite(d);
-    case FERRY_BF16:
-        memcpy(&h, p + 2 * i, 2);
-        return isfinite(dt_bf16_to_f32(h));
-    case FERRY_F16:
-        memcpy(&h, p + 2 * i, 2);
-        return isfinite(dt_f16_to_f32(h));
-    default:
-        return true;
-    }
-}
-
-/* Of the `n` values converted from `src` (of `from`) to `out` (of `to`), how many were finite
- * and became +-inf: beyond an fp16 (or bf16) export's range. Never silent: the save warns. */
-static uint64_t count_overflow(const void *out, ferry_dtype to, const void *src, ferry_dtype from,
-                               size_t n)
-{
-    if ((to != FERRY_F16 && to != FERRY_BF16) || from == to)
-        return 0;
-    const uint16_t inf = to == FERRY_F16 ? 0x7C00 : 0x7F80;
-    const uint8_t *o = (const uint8_t *)out;
-    uint64_t count = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, o + 2 * i, 2);
-        if ((h & 0x7FFF) == inf && finite_at(src, from, i))
-            count++;
-    }
-    return count;
-}
-
-/* Of `rows` quantized rows (codes, fp16 scales and zeros as rtn_quantize_rows wrote them, of
- * finite values `x`), how many values dequantize, (code - zero) * scale in fp16 as
- * DequantizeLinear computes it, to +-inf or NaN: beyond fp16's range once rounded (65520 and
- * up), which a zero point's rounding can make of a value within it, or over a scale that is
- * inf itself (found by review: all-NaN logits without a word). */
-static uint64_t count_f16_dequantized_overflow(const g_weight *w, const float *x, size_t rows,
-                                               size_t cols, const uint8_t *codes,
-                                               size_t code_row, const uint8_t *scales,
-                                               size_t scale_row, const uint8_t *zeros,
-                                               size_t zero_row, float *row)
-{
-    uint64_t count = 0;
-    for (size_t r = 0; r < rows; r++) {
-        rtn_dequantize_row(codes + r * code_row, scales + r * scale_row,
-                           w->quant.symmetric ? NULL : zeros + r * zero_row, cols,
-                           w->quant.bits, w->quant.block, w->quant.symmetric, FERRY_F16, row);
-        for (size_t k = 0; k < cols; k++)
-            count += isfinite(x[r * cols + k]) && !(fabsf(row[k]) < 65520.0f);
-    }
-    return count;
-}
-
-/* fp32 + offset, in place. */
-static void add_offset(uint8_t *p, size_t n, double offset)
-{
-    float off = (float)offset;
-    for (size_t i = 0; i < n; i++) {
-        float v;
-        memcpy(&v, p + 4 * i, 4);
-        v += off;
-        memcpy(p + 4 * i, &v, 4);
-    }
-}
-
 /* ---- one band ---- */
 
 /* Writes a band (direct.h: past the page cache where it can, through `b`'s staging buffer;
@@ -465,7 +319,7 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
         const float *x = (const float *)(const void *)(src + r * in_row);
         if (from != FERRY_F32 || w->offset != 0) {
             dt_convert(b->conv.p, FERRY_F32, src + r * in_row, from, n);
-            add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
+            tf_add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
             x = (const float *)b->conv.p;
         }
         rtn_quantize_rows(x, nr, cols, w->quant.bits, w->quant.block, w->quant.symmetric,
@@ -474,7 +328,7 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
         if (w->dtype == FERRY_F16) {
             if (!grow(&b->dequantized, cols * sizeof(float)))
                 return fy_fail(err, FERRY_ERR_NOMEM, "out of memory quantizing weights");
-            *overflowed += count_f16_dequantized_overflow(
+            *overflowed += tf_count_f16_dequantized_overflow(
                 w, x, nr, cols, b->out.p + r * code_row, code_row, b->scales.p + r * scale_row,
                 scale_row, b->zeros.p + r * zero_row, zero_row, (float *)(void *)b->dequantized.p);
         }
@@ -568,9 +422,9 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
             memcpy(b->conv.p, src, n * 4);
         else
             dt_convert(b->conv.p, FERRY_F32, src, from, n);
-        add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
+        tf_add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
         if (saturate)
-            clamp_to_f16_range(b->conv.p, n);
+            tf_clamp_to_f16_range(b->conv.p, n);
         from = FERRY_F32;
         data = b->conv.p;
     }
@@ -583,7 +437,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
             if (dt_convert(room, to, data, from, n) != 0)
                 return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight '%s': cannot convert %s to %s",
                                w->src[0]->name, dt_st_name(from), dt_st_name(to));
-            *overflowed = count_overflow(room, to, data, from, n);
+            *overflowed = tf_count_overflow(room, to, data, from, n);
             data = room;
         }
         *written = n * osz;
@@ -596,12 +450,12 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     if (!grow(&b->out, n * osz))
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory transposing weights");
     if (from == to) {
-        transpose(b->out.p, data, rows, (size_t)cols, osz);
-    } else if (!transpose_widen(b->out.p, data, rows, (size_t)cols, from, to)) {
+        tf_transpose(b->out.p, data, rows, (size_t)cols, osz);
+    } else if (!tf_transpose_widen(b->out.p, data, rows, (size_t)cols, from, to)) {
         if (!grow(&b->conv, n * osz) || dt_convert(b->conv.p, to, data, from, n) != 0)
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory converting weights");
-        *overflowed = count_overflow(b->conv.p, to, data, from, n);
-        transpose(b->out.p, b->conv.p, rows, (size_t)cols, osz);
+        *overflowed = tf_count_overflow(b->conv.p, to, data, from, n);
+        tf_transpose(b->out.p, b->conv.p, rows, (size_t)cols, osz);
     }
     *written = n * osz;
     uint64_t base = j->item->offset[W_PART_DATA];
