@@ -41,3 +41,18 @@ def check_token_ids(ids, vocab):
     if ids.size and (ids.min() < 0 or (isinstance(vocab, int) and ids.max() >= vocab)):
         bad = int(ids.min() if ids.min() < 0 else ids.max())
         raise FerryError(f"input_ids holds {bad}, outside the vocabulary [0, {vocab})", status=1)
+
+
+def axis_refusal(size, dim, symbols):
+    """Why an axis of `size` does not fit `dim` as export.json declares it (an int: fixed at
+    export; a symbol: within its min and max in `symbols`, a max of 0 or none unbounded), as
+    the words after "its axis N"; None where it fits."""
+    if isinstance(dim, int) and not isinstance(dim, bool):
+        return None if size == dim else f"is fixed at {dim}"
+    bounds = symbols.get(dim) if isinstance(dim, str) else None
+    bounds = bounds if isinstance(bounds, dict) else {}
+    low, high = bounds.get("min"), bounds.get("max")
+    if (isinstance(low, int) and size < low) or (isinstance(high, int) and 0 < high < size):
+        return f"({_escape(dim)}) takes {low} to {high or 'any'}"
+    return None
+

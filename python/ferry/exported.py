@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 from . import _lib, _versions
-from ._arrays import check_token_ids, int_matrix, to_numpy
+from ._arrays import axis_refusal, check_token_ids, int_matrix, to_numpy
 from ._lib import (FerryError, FerryWarning, _P, _c, _c_bytes, _escape, _fail, _str,
                    caller_stacklevel)
 from .runtime import (TORCH_FORMATS, check_device, is_transformers_manifest, load_program,
@@ -423,17 +423,12 @@ def _check_dims(feeds, metadata):
             continue
         got = list(getattr(value, "shape", ()))
         for axis, (dim, size) in enumerate(zip(declared, got)):
-            bounds = symbols.get(dim, {}) if isinstance(dim, str) else {}
-            low, high = bounds.get("min"), bounds.get("max")
-            if isinstance(dim, int) and not isinstance(dim, bool) and size != dim:
-                why = (f"its axis {axis} is fixed at {dim} (a static shape: export with "
-                       "dynamic shapes to vary it)")
-            elif (isinstance(low, int) and size < low) or (isinstance(high, int) and high > 0
-                                                           and size > high):
-                why = f"its axis {axis} ({_escape(dim)}) takes {low} to {high or 'any'}"
-            else:
-                continue
-            raise FerryError(f"{_escape(name)} is {got}, but {why}", status=1)
+            why = axis_refusal(size, dim, symbols)
+            if why:
+                hint = " (a static shape: export with dynamic shapes to vary it)" \
+                    if why.startswith("is fixed") else ""
+                raise FerryError(f"{_escape(name)} is {got}, but its axis {axis} {why}{hint}",
+                                 status=1)
 
 
 def _model_output(outputs):

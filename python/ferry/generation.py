@@ -225,49 +225,21 @@ def _sample(scores, rng):
     return np.minimum((cumulative <= draw).sum(-1), scores.shape[-1] - 1)
 
 
-def _rotary_rows(path):
-    """The rows of the cos/sin tables the ONNX graph at `path` rotates with (GroupQueryAttention
-    rotating inside, onnxruntime's RotaryEmbedding), or None where it has none: plain rotary
-    ops compute any position."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    tables = set()
-    for node in model.graph.node:
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type == "GroupQueryAttention" and attrs.get("do_rotary") and \
-                len(node.input) > 7:
-            tables.add(node.input[7])
-        elif node.op_type == "RotaryEmbedding" and len(node.input) > 2:
-            tables.add(node.input[2])
-    rows = [t.dims[0] for t in model.graph.initializer if t.name in tables and t.dims]
-    return min(rows) if rows else None
-
-
-def _check_rotary_table(directory, runners, width, new_tokens):
-    """A fused ONNX export (ort_fusions) whose graphs rotate from cos/sin tables, of
-    max(max_position_embeddings, max_cache_len) rows, cannot run past them: onnxruntime
-    refuses (found by review: its raw "cos_cache dimension 0 shall not be less than
-    total_sequence_length" mid-generation); transformers only warns past
-    max_position_embeddings. Read from the graphs, and only when a run could pass them (a graph
-    that rotates with plain ops has no such limit: found by review too)."""
-    manifest = _read_json(Path(directory) / "export.json")
-    components = [c for c in (manifest.get("components") or {}).values()
-                  if isinstance(c, dict) and c.get("role") in ("prefill", "decode")]
-    recipe = next(((c.get("metadata") or {}).get("export_config") or {} for c in components), {})
-    if manifest.get("format") != "onnx" or recipe.get("ort_fusions") in (None, "none"):
-        return
-    config = _read_json(Path(directory) / "config.json")
-    config = config.get("text_config", config) if isinstance(config.get("text_config"), dict) \
-        else config
-    least = max(config.get("max_position_embeddings") or 0, runners.max_cache_len or 0)
-    if width + new_tokens - 1 <= least:
+def _check_rotary_table(runners, trained, width, new_tokens):
+    """A fused ONNX export whose graphs rotate from cos/sin tables, of
+    max(max_position_embeddings, max_cache_len) rows, cannot run past them: onnxruntime refuses
+    (found by review: its raw "cos_cache dimension 0 shall not be less than
+    total_sequence_length" mid-generation), where transformers only warns past
+    max_position_embeddings. The graphs are read only when a run could pass them (a graph that
+    rotates with plain ops has no such limit: found by review too)."""
+    last = width + new_tokens - 1
+    trained = trained if isinstance(trained, int) and not isinstance(trained, bool) else 0
+    if last <= max(trained, runners.max_cache_len or 0):
         return  # within every table ferry makes
-    rows = [_rotary_rows(Path(directory) / c["file"]) for c in components if c.get("file")]
-    rows = [r for r in rows if r is not None]
-    if rows and width + new_tokens - 1 > min(rows):
-        _fail(f"a {width}-token prompt and {new_tokens} new tokens need {width + new_tokens - 1} "
-              f"positions, past the {min(rows)} of this fused export's rotary tables "
+    rows = runners.rotary_table_rows
+    if rows is not None and last > rows:
+        _fail(f"a {width}-token prompt and {new_tokens} new tokens need {last} positions, past "
+              f"the {rows} of this fused export's rotary tables "
               "(max(max_position_embeddings, max_cache_len) rows): lower max_new_tokens, or "
               "export a static cache with a larger max_cache_len")
 
@@ -317,7 +289,7 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
                              f"generation to {width + new_tokens - 1} positions, past what the "
                              f"export takes (lower max_new_tokens); its last step would fail: "
                              f"{e}", status=e.status) from None
-    _check_rotary_table(directory, runners, width, new_tokens)
+    _check_rotary_table(runners, settings["max_position_embeddings"], width, new_tokens)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise FerryError(f"seed must be an integer, not {seed!r}", status=1)
     rng = np.random.default_rng(seed) if settings["do_sample"] else None

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._arrays import check_token_ids, int_matrix
+from ._arrays import axis_refusal, check_token_ids, int_matrix
 from ._lib import FerryError, _escape
 from ._onnx_weights import external_initializers
 from .runtime import (is_transformers_manifest, load_program, onnxruntime_session,
@@ -215,14 +215,10 @@ class Runner:
             want["attention_mask"] = [batch, 1, query, slots]
         for name, dims in want.items():
             declared = self._inputs.get(name, {}).get("shape", dims)
-            for got, dim in zip(dims, declared):
-                spec = self._symbols.get(dim, {}) if isinstance(dim, str) else {}
-                if isinstance(dim, int) and got != dim or \
-                        spec.get("min") is not None and got < spec["min"] or \
-                        spec.get("max") is not None and got > spec["max"]:
-                    _fail(f"{self.component}: input {name} would be {dims}, but the graph "
-                          f"takes {_escape(declared)} (symbols {_escape(self._symbols)}); a "
-                          "generation loop needs an export with dynamic shapes covering them", 1)
+            if any(axis_refusal(got, dim, self._symbols) for got, dim in zip(dims, declared)):
+                _fail(f"{self.component}: input {name} would be {dims}, but the graph "
+                      f"takes {_escape(declared)} (symbols {_escape(self._symbols)}); a "
+                      "generation loop needs an export with dynamic shapes covering them", 1)
 
     def _run(self, ids, mask, pos):
         raise NotImplementedError
@@ -438,6 +434,21 @@ class Runners(Mapping):
         self._runners = {"prefill": made[names[0]], "decode": decode}
         self.vocab_size = decode._vocab
         self.max_cache_len = self.cache.layout.max_cache_len
+        recipe = decode_meta.get("export_config") or {}
+        fused = self.format == "onnx" and recipe.get("ort_fusions") not in (None, "none")
+        self._tabled = list(files.values()) if fused else []
+        self._table_rows = None
+
+    @property
+    def rotary_table_rows(self):
+        """The rows of the cos/sin tables a fused ONNX export's graphs rotate with
+        (GroupQueryAttention rotating inside, onnxruntime's RotaryEmbedding): positions past
+        them are refused by onnxruntime. None where there are none (plain rotary ops compute
+        any position). Read from the graphs once."""
+        if self._table_rows is None:
+            rows = [r for r in map(_rotary_rows, self._tabled) if r is not None]
+            self._table_rows = min(rows) if rows else 0
+        return self._table_rows or None
 
     def reset(self, batch):
         """Starts a new sequence of `batch` rows on an empty cache."""
@@ -458,6 +469,23 @@ class Runners(Mapping):
 
     def __len__(self):
         return len(self._runners)
+
+
+def _rotary_rows(path):
+    """Rows of the cos/sin tables the ONNX graph at `path` rotates with, or None."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    tables = set()
+    for node in model.graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "GroupQueryAttention" and attrs.get("do_rotary") and \
+                len(node.input) > 7:
+            tables.add(node.input[7])
+        elif node.op_type == "RotaryEmbedding" and len(node.input) > 2:
+            tables.add(node.input[2])
+    rows = [t.dims[0] for t in model.graph.initializer if t.name in tables and t.dims]
+    return min(rows) if rows else None
 
 
 def _wrap_numpy(array, dtype):

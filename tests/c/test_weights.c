@@ -138,6 +138,20 @@ static float f32_at(const uint8_t *p, size_t i)
     return v;
 }
 
+/* Part `part` of `w` is `nbytes` bytes of `dt` whose rows are `cols` long. */
+static void expect_part(const g_weight *w, w_part part, ferry_dtype dt, uint64_t nbytes,
+                        int64_t cols)
+{
+    int rank;
+    int64_t shape[2];
+    ferry_dtype got_dt;
+    uint64_t got_bytes;
+    w_part_info(w, part, &rank, shape, &got_dt, &got_bytes);
+    assert_int_equal(got_dt, dt);
+    assert_int_equal(got_bytes, nbytes);
+    assert_int_equal(shape[1], cols);
+}
+
 static ws_item item(g_weight w, uint64_t offset)
 {
     ws_item it = {.w = w, .offset = {offset, WS_UNPLACED, WS_UNPLACED}};
@@ -217,16 +231,9 @@ static void quantized(void **state)
         w.quant = (w_quant){.bits = 4, .block = 16, .symmetric = sym};
         ws_item it = {.w = w, .offset = {0, 64, sym ? WS_UNPLACED : 256}};
         assert_int_equal(w_n_parts(&w), sym ? 2 : 3);
-        int rank;
-        int64_t shape[2];
-        ferry_dtype dt;
-        uint64_t nbytes;
-        w_part_info(&w, W_PART_CODES, &rank, shape, &dt, &nbytes);
-        assert_true(dt == FERRY_U4 && nbytes == 48 && shape[1] == 32);
-        w_part_info(&w, W_PART_SCALES, &rank, shape, &dt, &nbytes);
-        assert_true(dt == FERRY_F16 && nbytes == 12 && shape[1] == 2);
-        w_part_info(&w, W_PART_ZEROS, &rank, shape, &dt, &nbytes);
-        assert_true(dt == FERRY_U4 && nbytes == 3 && shape[1] == 2);
+        expect_part(&w, W_PART_CODES, FERRY_U4, 48, 32);
+        expect_part(&w, W_PART_SCALES, FERRY_F16, 12, 2);
+        expect_part(&w, W_PART_ZEROS, FERRY_U4, 3, 2);
         uint8_t want_codes[48], want_scales[12], want_zeros[3];
         rtn_quantize(q, 3, 32, 4, 16, sym, FERRY_F16, want_codes, want_scales,
                      sym ? NULL : want_zeros);
@@ -250,12 +257,7 @@ static void quantized_explicit_zeros_and_joined(void **state)
     g_weight w = w_plain(tensor("q"), FERRY_F32);
     w.quant = (w_quant){.bits = 4, .block = 32, .symmetric = true, .explicit_zeros = true};
     assert_int_equal(w_n_parts(&w), 3);
-    int rank;
-    int64_t shape[2];
-    ferry_dtype dt;
-    uint64_t nbytes;
-    w_part_info(&w, W_PART_ZEROS, &rank, shape, &dt, &nbytes);
-    assert_true(dt == FERRY_U4 && nbytes == 2 && shape[1] == 1);
+    expect_part(&w, W_PART_ZEROS, FERRY_U4, 2, 1);
     uint8_t want_codes[48], want_scales[12];
     rtn_quantize(q, 3, 32, 4, 32, 1, FERRY_F32, want_codes, want_scales, NULL);
     for (int band = 32; band <= 96; band += 64) { /* one row a band, then all rows */
@@ -296,12 +298,7 @@ static void quantized_zeros_packed_across_rows(void **state)
     const float *q = src_values("q");
     g_weight w = w_plain(tensor("q"), FERRY_F32);
     w.quant = (w_quant){.bits = 4, .block = 32, .symmetric = false, .zeros_packed = true};
-    int rank;
-    int64_t shape[2];
-    ferry_dtype dt;
-    uint64_t nbytes;
-    w_part_info(&w, W_PART_ZEROS, &rank, shape, &dt, &nbytes);
-    assert_true(dt == FERRY_U4 && nbytes == 2 && shape[1] == 1);
+    expect_part(&w, W_PART_ZEROS, FERRY_U4, 2, 1);
     uint8_t want_codes[48], want_scales[12], row_zeros[3];
     rtn_quantize(q, 3, 32, 4, 32, 0, FERRY_F32, want_codes, want_scales, row_zeros);
     uint8_t packed[2] = {(uint8_t)((row_zeros[0] & 0x0f) | (row_zeros[1] & 0x0f) << 4),
@@ -328,14 +325,8 @@ static void quantized_short_block(void **state)
     for (int pad = 0; pad < 2; pad++) {
         g_weight w = w_plain(tensor("q"), FERRY_F32);
         w.quant = (w_quant){.bits = 4, .block = 64, .symmetric = true, .pad_blocks = pad};
-        int rank;
-        int64_t shape[2];
-        ferry_dtype dt;
-        uint64_t nbytes;
-        w_part_info(&w, W_PART_CODES, &rank, shape, &dt, &nbytes);
-        assert_int_equal(nbytes, pad ? 96 : 48);
-        w_part_info(&w, W_PART_SCALES, &rank, shape, &dt, &nbytes);
-        assert_true(nbytes == 12 && shape[1] == 1);
+        expect_part(&w, W_PART_CODES, FERRY_U4, pad ? 96 : 48, pad ? 64 : 32);
+        expect_part(&w, W_PART_SCALES, FERRY_F32, 12, 1);
         ws_item it = {.w = w, .offset = {0, 128, WS_UNPLACED}};
         uint8_t *out = stream(&it, 1, 32, 2, 140);
         for (int r = 0; r < 3; r++) {
