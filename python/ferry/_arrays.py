@@ -55,4 +55,3 @@ def axis_refusal(size, dim, symbols):
     if (isinstance(low, int) and size < low) or (isinstance(high, int) and 0 < high < size):
         return f"({_escape(dim)}) takes {low} to {high or 'any'}"
     return None
-
