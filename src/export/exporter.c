@@ -105,11 +105,6 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     c->cfg = *cfg_in;
     if (validate_config(&c->cfg, &c->backend, err) != FERRY_OK)
         goto fail;
-    if (!gen && c->cfg.stateless) {
-        fy_fail(err, FERRY_ERR_INVALID_ARG, "stateful=False applies to generation exports: a "
-                "plain export has no cache to keep in variables or not");
-        goto fail;
-    }
     g_symtab syms[GEN_MAX_COMPONENTS] = {{.n = 0}};
     g_dim axes[2];
     int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;

@@ -259,6 +259,21 @@ static ferry_status warn_overflow(ferry_exported *e, const ws_progress *pr)
     return exp_add_warning(&e->save_warnings, line);
 }
 
+/* compress_to_fp16 stored weights beyond fp16's range as its largest value, as OpenVINO's own
+ * compression does: the export is not the checkpoint there, so it is said (found by review:
+ * --dtype fp16 warned of the same weights, compress_to_fp16 did not). */
+static ferry_status warn_clamped(ferry_exported *e, const ws_progress *pr)
+{
+    char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 400];
+    snprintf(line, sizeof line, "%llu exported weight value%s beyond fp16's range (+-65504), "
+             "stored as +-65504 by compress_to_fp16, the first from checkpoint tensor '%s': the "
+             "export's outputs may differ from the checkpoint's; export without "
+             "compress_to_fp16 to keep them", (unsigned long long)pr->clamped,
+             pr->clamped == 1 ? " is" : "s are",
+             st_quote_name(pr->clamp_tensor, name, sizeof name));
+    return exp_add_warning(&e->save_warnings, line);
+}
+
 static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *err)
 {
     ws_progress pr = {.fn = e->cfg.progress, .user = e->cfg.progress_user,
@@ -271,7 +286,8 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
      * (found by review: bytes overwritten in place between export and save made NaN logits) */
     if (ckpt_check_unchanged(e->model->ck, err) != FERRY_OK)
         return err->status;
-    if (pr.overflowed && warn_overflow(e, &pr) != FERRY_OK)
+    if ((pr.overflowed && warn_overflow(e, &pr) != FERRY_OK) ||
+        (pr.clamped && warn_clamped(e, &pr) != FERRY_OK))
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     char path[PATH_MAX];
     const model_config *cfg = &e->model->cfg;
@@ -389,7 +405,13 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     bool empty = exists && S_ISDIR(st.st_mode) && is_empty_dir(target);
     if (empty)
         exists = false;
-    if (exists && !force)
+    /* --force is suggested only where it would replace what is there (found by review: a file
+     * or a directory of the user's own was told to use it, and then refused with it) */
+    if (exists && !force && S_ISDIR(st.st_mode) &&
+        replace_check(target, dir, e->model->dir, &old, err) != FERRY_OK)
+        return err->status;
+    old_export_free(&old);
+    if (exists && !force && S_ISDIR(st.st_mode))
         return fy_fail(err, FERRY_ERR_EXISTS, "%s already exists (--force, or force=True in "
                        "Python, replaces an earlier export there)", shown);
     if (exists && S_ISLNK(st.st_mode))

@@ -1,10 +1,12 @@
 /* gemma.c — GemmaForCausalLM: the standard decoder with RMSNorm weights stored as w - 1 (the
  * norm multiplies by 1 + w, in fp32), embeddings scaled by sqrt(hidden_size) in the compute
  * dtype, the tanh GELU (transformers maps the legacy hidden_act "gelu" of the official
- * configs to gelu_pytorch_tanh), and tied embeddings unless the config says otherwise. */
+ * configs to gelu_pytorch_tanh), tied embeddings unless the config says otherwise, and
+ * "attention_bias" on q/k/v/o. */
 #include <math.h>
 
 #include "models/blocks.h"
+#include "util/json.h"
 
 static void gemma_quirks(const lm_config *c, blk_lm *lm)
 {
@@ -17,10 +19,22 @@ static void gemma_quirks(const lm_config *c, blk_lm *lm)
     }
     if (!c->tie_word_embeddings_set)
         lm->tie_embeddings = true;
+    lm->qkv_bias = c->attention_bias;
+    lm->o_bias = c->attention_bias;
 }
 
 static ferry_status gemma_read(const model_config *cfg, void **out, fy_err *err)
 {
+    /* transformers' Gemma attends both ways with it (found by review: it was exported causal) */
+    bool bidirectional;
+    ferry_status status = json_get_bool(cfg->text, "use_bidirectional_attention", false, false,
+                                        cfg->text_origin, &bidirectional, err);
+    if (status != FERRY_OK)
+        return status;
+    if (bidirectional)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: use_bidirectional_attention true is not "
+                       "supported (ferry exports GemmaForCausalLM as a causal decoder)",
+                       cfg->text_origin);
     return blk_lm_read(cfg, gemma_quirks, out, err);
 }
 

@@ -424,7 +424,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
             dt_convert(b->conv.p, FERRY_F32, src, from, n);
         tf_add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
         if (saturate)
-            tf_clamp_to_f16_range(b->conv.p, n);
+            *overflowed = tf_clamp_to_f16_range(b->conv.p, n);
         from = FERRY_F32;
         data = b->conv.p;
     }
@@ -437,7 +437,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
             if (dt_convert(room, to, data, from, n) != 0)
                 return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight '%s': cannot convert %s to %s",
                                w->src[0]->name, dt_st_name(from), dt_st_name(to));
-            *overflowed = tf_count_overflow(room, to, data, from, n);
+            *overflowed += tf_count_overflow(room, to, data, from, n);
             data = room;
         }
         *written = n * osz;
@@ -454,7 +454,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     } else if (!tf_transpose_widen(b->out.p, data, rows, (size_t)cols, from, to)) {
         if (!grow(&b->conv, n * osz) || dt_convert(b->conv.p, to, data, from, n) != 0)
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory converting weights");
-        *overflowed = tf_count_overflow(b->conv.p, to, data, from, n);
+        *overflowed += tf_count_overflow(b->conv.p, to, data, from, n);
         tf_transpose(b->out.p, b->conv.p, rows, (size_t)cols, osz);
     }
     *written = n * osz;
@@ -562,6 +562,12 @@ static ferry_status note_overflow(ws_progress *p, const ws_item *items, size_t n
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
         p->seen = grown;
         p->seen[p->n_seen++] = items[i].w;
+        if (items[i].w.saturate) {
+            if (!p->clamp_tensor)
+                p->clamp_tensor = items[i].w.src[0]->name;
+            p->clamped += count[i];
+            continue;
+        }
         if (!p->overflow_tensor) {
             p->overflow_tensor = items[i].w.src[0]->name;
             p->overflow_dtype = items[i].w.dtype;

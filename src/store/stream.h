@@ -28,6 +28,10 @@ typedef struct ws_progress {
     uint64_t overflowed;
     const char *overflow_tensor;
     ferry_dtype overflow_dtype;  /* the type it is inf in */
+    /* The same for a saturating recipe's weights (compress_to_fp16), whose values beyond fp16's
+     * range are stored as +-65504 instead. */
+    uint64_t clamped;
+    const char *clamp_tensor;
     g_weight *seen;              /* allocated: ws_progress_free */
     size_t n_seen, seen_cap;
 } ws_progress;

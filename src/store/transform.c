@@ -61,15 +61,20 @@ bool tf_transpose_widen(uint8_t *restrict dst, const uint8_t *restrict src, size
     return false;
 }
 
-void tf_clamp_to_f16_range(uint8_t *p, size_t n)
+uint64_t tf_clamp_to_f16_range(uint8_t *p, size_t n)
 {
     const float most = 65504.0f; /* fp16's largest finite value; NaN stays NaN */
+    uint64_t clamped = 0;
     for (size_t i = 0; i < n; i++) {
         float v;
         memcpy(&v, p + 4 * i, 4);
-        v = v > most ? most : v < -most ? -most : v;
-        memcpy(p + 4 * i, &v, 4);
+        if (v > most || v < -most) {
+            v = v > most ? most : -most;
+            memcpy(p + 4 * i, &v, 4);
+            clamped++;
+        }
     }
+    return clamped;
 }
 
 static bool finite_at(const void *src, ferry_dtype dt, size_t i)

@@ -205,6 +205,35 @@ def test_empty_directory_is_the_destination(tmp_path, build, force):
     assert rc == 1 and "already exists" in stderr, stderr
 
 
+@pytest.mark.parametrize("what", ["file", "user_files", "link", "export"])
+def test_without_force_the_hint_is_true(tmp_path, previous, build, what):
+    """Without --force, "already exists" suggests --force only where it would replace what is
+    there (found by review: a file and a directory of the user's own were told to pass --force,
+    which then refused them); elsewhere the refusal says why --force would not help."""
+    out = tmp_path / "out"
+    if what == "file":
+        out.write_text("mine")
+    elif what == "user_files":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    elif what == "link":
+        (tmp_path / "there").mkdir()
+        (tmp_path / "there" / "notes.txt").write_text("mine")
+        out.symlink_to("there")
+    else:
+        shutil.copytree(previous, out)
+    before = tree(tmp_path)
+    env = SANITIZER_ENV if Path(build) != FERRY_BIN else None
+    rc, _, stderr = run_ferry("export", FIXTURE, out, "-q", binary=build, env=env)
+    lines = stderr.strip("\n").split("\n")
+    assert rc == 1 and len(lines) == 1, stderr
+    assert ("--force" in lines[0] and "replaces an earlier export" in lines[0]) == \
+        (what == "export"), lines[0]
+    assert {"file": "not a directory", "user_files": "no export.json",
+            "link": "symbolic link", "export": "already exists"}[what] in lines[0], lines[0]
+    assert tree(tmp_path) == before
+
+
 def test_empty_directory_link_is_not_followed(tmp_path, build):
     """A link to an empty directory is not an empty directory: refused as before."""
     (tmp_path / "empty").mkdir()
