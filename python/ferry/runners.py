@@ -604,14 +604,23 @@ def _torch_wrapper(device):
 
 def _torch_runners(files, metas, cache, device=None):
     """Each component's program loaded with torch.export.load and run as its module on
-    `device`. A prefill and a decode hold one set of weights: decode's parameters are made
-    prefill's tensors (load_state_dict(assign=True)), so its own copies are freed."""
+    `device`. A prefill and a decode hold the same weights: each of decode's parameters that
+    equals prefill's is made prefill's tensor (load_state_dict(assign=True)), so its own copy is
+    freed; one that differs stays its own, so that each program runs with the weights it holds
+    (found by review: decode ran with prefill's always, and a decode.pt2 edited since the export
+    passed `ferry validate`)."""
+    import torch
+
     made, first = {}, None
     for name, path in files.items():
         module = load_program(path, torch_device(device), metas[name]).module()
         if first is None:
             first = module
         else:
-            module.load_state_dict(first.state_dict(), strict=False, assign=True)
+            own = module.state_dict()
+            same = {key: tensor for key, tensor in first.state_dict().items()
+                    if key in own and own[key].dtype == tensor.dtype and
+                    own[key].shape == tensor.shape and torch.equal(own[key], tensor)}
+            module.load_state_dict(same, strict=False, assign=True)
         made[name] = _TorchRunner(name, metas[name], cache, module, torch_device(device))
     return made

@@ -128,6 +128,46 @@ def test_tampered_weights_fail(onnx_export, tmp_path):
     assert (out / "export.json").read_bytes() == before     # nothing recorded
 
 
+def _negate_zip_entry(archive, prefix):
+    """Negates the fp32 values of the first entry under `prefix` in the zip `archive`, in
+    place, its CRC-32 set to match: an archive every reader takes, holding other weights."""
+    import struct
+    import zipfile
+    import zlib
+
+    with zipfile.ZipFile(archive) as z:
+        info = next(i for i in z.infolist() if i.filename.startswith(prefix) and i.file_size)
+    data = bytearray(Path(archive).read_bytes())
+    local = info.header_offset
+    name_len, extra_len = struct.unpack("<HH", data[local + 26:local + 30])
+    start = local + 30 + name_len + extra_len
+    values = np.frombuffer(bytes(data[start:start + info.file_size]), dtype=np.float32)
+    data[start:start + info.file_size] = (-values).tobytes()
+    crc = struct.pack("<I", zlib.crc32(data[start:start + info.file_size]))
+    data[local + 14:local + 18] = crc
+    central = data.find(b"PK\x01\x02")
+    while central >= 0:
+        length = struct.unpack("<H", data[central + 28:central + 30])[0]
+        if data[central + 46:central + 46 + length].decode() == info.filename:
+            data[central + 16:central + 20] = crc
+        central = data.find(b"PK\x01\x02", central + 4)
+    Path(archive).write_bytes(data)
+    return info.filename
+
+
+def test_tampered_decode_program_fails(ckpt, tmp_path):
+    """Each generation program runs with the weights it holds (found by review: the runner gave
+    decode prefill's weights, and a decode.pt2 edited since the export passed)."""
+    out = ferry_export(ckpt, tmp_path / "gen", "--format", "pt2", "--dynamic",
+                       "--for-generation", "--static-cache", "--max-cache-len", "24", "--quiet")
+    _negate_zip_entry(out / "decode.pt2", "decode/data/weights/weight_")
+    rc, stdout, stderr = validate(out)
+    assert rc == 1, (stdout, stderr)
+    rows = table_rows(stdout)
+    assert rows["prefill: logits, prompt"][2] == "PASS"
+    assert rows["decode: logits, 8 steps"][2] == "FAIL", rows
+
+
 @pytest.mark.parametrize("old,new,needle", [
     ('<layer id="1"', '<lay3r id="1"', "openvino refuses component model "
      "(openvino_model.xml): Start-end tags mismatch at offset"),
