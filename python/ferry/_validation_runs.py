@@ -291,9 +291,10 @@ def _read_program_files(fmt, directory, components):
                                      "edited since the export", status=1)
 
 
-def run_export(loaded, manifest):
-    """Runs the loaded export (an ExportedModel, its manifest given) on the CPU on the example
-    inputs -> (Run, runtime name)."""
+def check_format(manifest):
+    """CannotValidate for a format validation does not run, before anything else asks for what
+    it would need (found by review: a transformers DynamoExporter export was told to pass
+    --model, and then refused with it)."""
     fmt = manifest.get("format", manifest.get("export_format"))
     if fmt == "dynamo":
         raise CannotValidate("this is transformers' DynamoExporter export: ferry validates its "
@@ -301,6 +302,13 @@ def run_export(loaded, manifest):
     if fmt not in RUNTIMES:
         raise CannotValidate(f"validating a {_escape(fmt)} export is not supported (onnx, "
                              "openvino, pt2)", status=4)
+    return fmt
+
+
+def run_export(loaded, manifest):
+    """Runs the loaded export (an ExportedModel, its manifest given) on the CPU on the example
+    inputs -> (Run, runtime name)."""
+    fmt = check_format(manifest)
     components = manifest["components"]
     if "model" not in components and "decode" not in components:
         raise CannotValidate("validation runs a plain export's \"model\" or a generation "

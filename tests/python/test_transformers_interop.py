@@ -502,6 +502,19 @@ def test_validate_runs_transformers_export(hf_exports, fmt):
     assert "PASS" in out and "FAIL" not in out, out
 
 
+@pytest.mark.parametrize("model", [False, True], ids=["source", "model"])
+def test_validate_refuses_transformers_dynamo_export_at_once(hf_exports, model):
+    """transformers' DynamoExporter export cannot be validated (its program takes no
+    position_ids, and ferry validates its own pt2 exports): exit 3 straight away, with or
+    without --model (found by review: without it, ferry said "pass --model", which then exited
+    3)."""
+    ckpt, made = hf_exports
+    code, out, err = run_ferry("validate", made["dynamo"], *(["--model", ckpt] if model else []),
+                               "--no-record", env={"FERRY_PYTHON": sys.executable,
+                                                   "PYTHONPATH": str(ROOT / "python")})
+    assert code == 3 and "DynamoExporter export" in err and "--model" not in err, err
+
+
 # ---------------------------------------------------------------------------------------------
 # transformers' recipes in ferry
 

@@ -279,11 +279,31 @@ def test_quantized_export_checks_top1(ckpt, tmp_path):
     agreement, floor = map(float, bound.split(" >= "))
     assert agreement >= floor == 0.5 and result == "PASS"
     assert diff > 1e-4     # int8 weights do move the logits: no abs bound is claimed
-    # the floor is a real check: one above any agreement fails
-    rc, stdout, _ = validate(out, "--no-record", "--min-top1", "1.01")
-    assert rc == 1 and table_rows(stdout)["logits"][2] == "FAIL"
+    # the floor is a real check: one above the agreement fails (int4's, below int8's 1.0)
+    q4 = ferry_export(ckpt, tmp_path / "q4", "--dynamic", "--quantize", "int4", "--quiet")
+    rc, stdout, _ = validate(q4, "--no-record", "--min-top1", "1")
+    agreement = float(table_rows(stdout)["logits"][1].split(" >= ")[0])
+    assert rc == 1 and agreement < 1 and table_rows(stdout)["logits"][2] == "FAIL"
+    # the other check's option: the command line's fault (exit 2)
     rc, _, stderr = validate(out, "--atol", "0.1")
-    assert rc == 1 and "--min-top1" in stderr and len(stderr.splitlines()) == 1
+    assert rc == 2 and "--min-top1" in stderr and len(stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--atol", "-1"], "argument --atol: '-1' is not a number in [0, inf)"),
+    (["--atol", "nan"], "argument --atol: 'nan' is not a number in [0, inf)"),
+    (["--atol", "inf"], "argument --atol: 'inf' is not a number in [0, inf)"),
+    (["--min-top1", "1.5"], "argument --min-top1: '1.5' is not a number in [0, 1]"),
+    (["--atol", "1", "--min-top1", "0.5"], "not allowed with argument --atol"),
+    (["--min-top1", "0.5"], "--min-top1 applies to quantized exports only"),
+], ids=["negative", "nan", "inf", "top1-over-1", "both", "top1-unquantized"])
+def test_bounds_out_of_range_are_usage_errors(onnx_export, args, needle):
+    """Found by review: these ran the check and failed it (exit 1), or took both options."""
+    before = (onnx_export / "export.json").read_bytes()
+    rc, stdout, stderr = validate(onnx_export, *args)
+    assert rc == 2 and stdout == "" and len(stderr.splitlines()) == 1, (stdout, stderr)
+    assert needle in stderr, stderr
+    assert (onnx_export / "export.json").read_bytes() == before
 
 
 def test_atol_replaces_the_bound(onnx_export):
@@ -426,6 +446,29 @@ def test_bound_grows_with_large_logits(tmp_path):
     assert report.passed and check.max_abs_diff > 1e-6
     # an explicit --atol is taken as given
     assert ferry.validate(out, atol=1e-4, record=False).checks[0].tolerance == 1e-4
+
+
+def test_half_precision_bound_follows_transformers_own(tmp_path):
+    """An fp16 export of a model that fp16 moves far (weights of std 0.3: logits ~12) is held
+    to twice what transformers' own fp16 model moves them (found by review: the fixed bound
+    failed an export as accurate as transformers' own), and still fails a broken one."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import ferry
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, initializer_range=0.3)).save_pretrained(
+        tmp_path / "ckpt")
+    out = ferry_export(tmp_path / "ckpt", tmp_path / "out", "--dynamic", "--dtype", "fp16",
+                       "--quiet")
+    report = ferry.validate(out, record=False)
+    (check,) = report.checks
+    assert report.passed and 0.02 < check.max_abs_diff <= check.tolerance < 0.5, check
+    _flip_weight(out, "model.layers.1.self_attn.o_proj.weight")
+    assert not ferry.validate(out, record=False).passed
 
 
 def test_help():
