@@ -239,6 +239,14 @@ size_t ferry_export_config_size(void);
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json,
                                            char *errbuf, size_t errbuf_size);
 
+/* Checks `cfg` as an export would before reading any checkpoint: its format, dtype, quantizer
+ * and the options its format takes together (compress_to_fp16 with dtype fp16, an opset for
+ * OpenVINO, ...). FERRY_OK, or the status an export with it would fail with, and the message
+ * in `errbuf` (may be NULL). `cfg` is not changed. What depends on the model (its dims, its
+ * rows and a block size) is checked by the export itself. */
+ferry_status ferry_export_config_check(const ferry_export_config *cfg, char *errbuf,
+                                       size_t errbuf_size);
+
 /* Parses "NAME:AXIS=SYMBOL[:MIN:MAX]" (the CLI's --dim; AXIS, MIN and MAX decimal integers,
  * nothing else) and appends it to cfg->dims. A number too large for 64 bits or a bound outside
  * [0, FERRY_DIM_BOUND_MAX] is FERRY_ERR_INVALID_ARG naming it. */

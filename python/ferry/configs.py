@@ -154,6 +154,10 @@ class OnnxConfig:
         err = ctypes.create_string_buffer(1024)
         status = _c().ferry_export_config_from_json(ctypes.byref(cfg),
                                                     json.dumps(self._recipe).encode(), err, 1024)
+        if not status:
+            # the options taken together, as the export would (found by review:
+            # OpenVINOConfig(dtype="fp16", compress_to_fp16=True) was made, and refused later)
+            status = _c().ferry_export_config_check(ctypes.byref(cfg), err, 1024)
         if status:
             _fail(status, _str(err.value))
         return cfg

@@ -25,6 +25,20 @@ static ferry_status validate_config(ferry_export_config *cfg, const fb_backend *
     return (*backend)->configure(cfg, err);
 }
 
+ferry_status ferry_export_config_check(const ferry_export_config *cfg, char *errbuf,
+                                       size_t errbuf_size)
+{
+    if (!cfg)
+        return FERRY_ERR_INVALID_ARG;
+    ferry_export_config copy = *cfg; /* validate_config settles defaults (the opset) in it */
+    const fb_backend *backend;
+    fy_err err = {0};
+    ferry_status status = validate_config(&copy, &backend, &err);
+    if (status != FERRY_OK && errbuf && errbuf_size)
+        snprintf(errbuf, errbuf_size, "%s", err.msg);
+    return status;
+}
+
 /* `first` (a line, may be empty), then the checkpoint tensors no graph consumed: never silently
  * ignored. */
 static char *export_warnings(const char *first, const ckpt *ck)
