@@ -64,10 +64,30 @@ static cJSON *io_list(const g_graph *g, const int *ids, size_t n)
     return arr;
 }
 
-static cJSON *symbols(const g_symtab *t)
+/* Marks in `used` each symbol that a dim of the values `ids` names. */
+static void mark_symbols(const g_graph *g, const int *ids, size_t n, bool *used)
 {
+    for (size_t i = 0; i < n; i++) {
+        const g_shape *shape = &g->values[ids[i]].shape;
+        for (int k = 0; k < shape->rank; k++)
+            for (int t = 0; t < shape->d[k].n; t++)
+                if (shape->d[k].t[t].sym >= 0 && shape->d[k].t[t].sym < G_MAX_SYMS)
+                    used[shape->d[k].t[t].sym] = true;
+    }
+}
+
+/* The symbols the component's inputs and outputs name: the export's others are not its own
+ * (found by review: a single-token decode listed "sequence", which its program has not). */
+static cJSON *symbols(const g_graph *g)
+{
+    const g_symtab *t = &g->syms;
+    bool used[G_MAX_SYMS] = {false};
+    mark_symbols(g, g->inputs, g->n_inputs, used);
+    mark_symbols(g, g->outputs, g->n_outputs, used);
     cJSON *o = cJSON_CreateObject();
-    for (int i = 0; i < t->n; i++) {
+    for (int i = 0; i < t->n && i < G_MAX_SYMS; i++) {
+        if (!used[i])
+            continue;
         cJSON *s = cJSON_AddObjectToObject(o, t->s[i].name);
         cJSON_AddNumberToObject(s, "min", (double)t->s[i].min);
         if (t->s[i].max > 0)
@@ -160,7 +180,7 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
         cJSON_AddItemToObject(md, "outputs", io_list(g, g->outputs, g->n_outputs));
         cJSON_AddStringToObject(md, "precision", ferry_dtype_name(e->cfg.dtype));
         e->backend->describe(&e->cfg, g, md);
-        cJSON_AddItemToObject(md, "symbols", symbols(&g->syms));
+        cJSON_AddItemToObject(md, "symbols", symbols(g));
         cJSON_AddItemToObject(md, "export_config", export_config_to_json(&e->cfg));
         if (g->n_states)
             cJSON_AddItemToObject(md, "cache", cache_info(e, g));

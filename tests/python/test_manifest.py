@@ -85,6 +85,22 @@ def test_static_inputs_outputs(static_export):
     assert meta["export_config"].get("dynamic") in (False, None)
 
 
+@pytest.mark.parametrize("fmt", ["onnx", "pt2"])
+def test_component_symbols_are_its_own(ckpt, tmp_path, fmt):
+    """Each component lists the symbols its inputs and outputs name (found by review: a
+    single-token decode listed "sequence", which its program does not have)."""
+    out = ferry_export(ckpt, tmp_path / "gen", "--format", fmt, "--dynamic", "--for-generation",
+                       "--static-cache", "--max-cache-len", "32", "--single-token-decode")
+    components = manifest(out)["components"]
+    for name, meta in ((n, c["metadata"]) for n, c in components.items()):
+        named = {part for io in meta["inputs"] + meta["outputs"] for dim in io["shape"]
+                 if isinstance(dim, str) for part in dim.replace("+", " ").split()}
+        assert set(meta["symbols"]) == named, (name, meta["symbols"], named)
+    assert set(components["prefill"]["metadata"]["symbols"]) == {"batch", "sequence",
+                                                                "max_cache_len"}
+    assert set(components["decode"]["metadata"]["symbols"]) == {"batch", "max_cache_len"}
+
+
 def test_manifest_matches_graph(dynamic_export):
     """What export.json says about inputs and outputs is what the ONNX graph declares."""
     model = onnx.load(str(dynamic_export / "model.onnx"), load_external_data=False)
