@@ -28,7 +28,10 @@ static void print_usage(FILE *f)
     fputs("  -h, --help               this help\n"
           "\n"
           "example:\n"
-          "  ferry graph ./my-llama --dynamic --stage lowered | less\n", f);
+          "  ferry graph ./my-llama --dynamic --stage lowered | less\n"
+          "\n"
+          "exit status: 0 printed, 1 the model cannot be read or exported so, 2 bad command line\n"
+          "(a component these options' export has not included).\n", f);
 }
 
 enum { OPT_STAGE = CLI_OPT_COMMAND, OPT_COMPONENT };
@@ -88,8 +91,23 @@ int cmd_graph(int argc, char **argv)
         cli_error("%s", ferry_model_errmsg(model));
         goto done;
     }
+    int n = ferry_components_count(comps), found = 0;
+    for (int i = 0; flags.component && i < n; i++)
+        found |= strcmp(flags.component, ferry_components_name(comps, i)) == 0;
+    if (flags.component && !found) {
+        /* a name the options' export has not: the command line's fault (found by review:
+         * exit 1, and only the first of the names it has) */
+        char names[256] = "";
+        for (int i = 0; i < n; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     ferry_components_name(comps, i));
+        cli_error("graph: no component named '%s' (with these options the export has: %s)",
+                  flags.component, names);
+        rc = EXIT_USAGE;
+        goto done;
+    }
     int shown = 0;
-    for (int i = 0; i < ferry_components_count(comps); i++) {
+    for (int i = 0; i < n; i++) {
         const char *name = ferry_components_name(comps, i);
         if (flags.component && strcmp(flags.component, name) != 0)
             continue;
@@ -101,12 +119,6 @@ int cmd_graph(int argc, char **argv)
         printf("%scomponent %s (role %s)\n%s", shown ? "\n" : "", name,
                ferry_components_role(comps, i), text);
         shown++;
-    }
-    if (!shown) {
-        cli_error("graph: no component named '%s' (this export has:%s%s%s)", flags.component,
-                  ferry_components_count(comps) > 0 ? " " : "", ferry_components_name(comps, 0),
-                  ferry_components_count(comps) > 1 ? ", ..." : "");
-        goto done;
     }
     rc = EXIT_OK;
 done:
