@@ -104,11 +104,14 @@ def _plain_recipe(recipe):
 
 class OnnxConfig:
     """The recipe of an ONNX export; its keys are AutoExportConfig.from_dict's (and the CLI's
-    --config recipe's). Validated by libferry when made."""
+    --config recipe's). Validated by libferry when made, as its format takes it."""
+
+    _format = "onnx"  # the recipe's export_format; each subclass names its own
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", opset=None,
                  example_shapes=None, ort_fusions=None, quantizer=None, *, opset_version=None,
-                 optimize=True, strict=False, prefer_deferred_runtime_asserts_over_guards=False):
+                 optimize=True, strict=False, prefer_deferred_runtime_asserts_over_guards=False,
+                 _format_keys=None):
         """ort_fusions: None (standard ONNX) or "cpu" | "cuda" | "webgpu" | "dml".
         quantizer: None, "int4", "int8" or a dict of the recipe's quantizer keys (bits,
         block_size, symmetric, accuracy_level, quantize_embeddings, quantize_lm_head, method:
@@ -118,7 +121,7 @@ class OnnxConfig:
         not trace, so strict=True is refused, and the other needs nothing done)."""
         if not isinstance(dynamic, bool):  # bool("no") would be True
             raise FerryError(f"dynamic must be True or False, not {dynamic!r}", status=1)
-        recipe = {"export_format": "onnx", "dynamic": dynamic, "dtype": _dtype_name(dtype)}
+        recipe = {"export_format": self._format, "dynamic": dynamic, "dtype": _dtype_name(dtype)}
         _tracing_options(recipe, strict, prefer_deferred_runtime_asserts_over_guards)
         if optimize is not True:
             recipe["optimize"] = optimize
@@ -134,6 +137,9 @@ class OnnxConfig:
             recipe["opset"] = int(opset)
         if example_shapes:
             recipe["example_shapes"] = {k: [int(x) for x in v] for k, v in example_shapes.items()}
+        # a subclass's own keys, so that the one check sees the whole recipe in its format
+        # (found by review: OpenVINOConfig was checked as ONNX first, with ONNX's advice)
+        recipe.update(_format_keys or {})
         self._recipe = recipe
         self._c_config()
 
@@ -171,19 +177,20 @@ class OpenVINOConfig(OnnxConfig):
     weights stored in fp16 and computed in fp32 (dtype stays "fp32"). `quantizer`: as for
     OnnxConfig ("int4", "int8" or a dict); OpenVINO runs the compressed weights as they are."""
 
+    _format = "openvino"
+
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
                  compress_to_fp16=False, stateful=True, quantizer=None, *, strict=False,
                  prefer_deferred_runtime_asserts_over_guards=False):
+        keys = {}
+        if stateful is not True:
+            keys["stateful"] = stateful
+        if compress_to_fp16 is not False:
+            keys["compress_to_fp16"] = compress_to_fp16
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
                          example_shapes=example_shapes, quantizer=quantizer, strict=strict,
                          prefer_deferred_runtime_asserts_over_guards=(
-                             prefer_deferred_runtime_asserts_over_guards))
-        self._recipe["export_format"] = "openvino"
-        if stateful is not True:
-            self._recipe["stateful"] = stateful
-        if compress_to_fp16 is not False:
-            self._recipe["compress_to_fp16"] = compress_to_fp16
-        self._c_config()
+                             prefer_deferred_runtime_asserts_over_guards), _format_keys=keys)
 
 
 class DynamoConfig(OnnxConfig):
@@ -196,20 +203,19 @@ class DynamoConfig(OnnxConfig):
     transformers.modeling_outputs imported first (the default, a dict {"logits": ...}, loads in
     torch alone)."""
 
+    _format = "dynamo"
+
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
                  *, model_output=False, strict=False,
                  prefer_deferred_runtime_asserts_over_guards=False):
-        super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
-                         example_shapes=example_shapes, strict=strict,
-                         prefer_deferred_runtime_asserts_over_guards=(
-                             prefer_deferred_runtime_asserts_over_guards))
-        self._recipe["export_format"] = "dynamo"
         if not isinstance(model_output, bool):
             raise FerryError("DynamoConfig: model_output must be True or False, not "
                              f"{type(model_output).__name__}", status=1)
-        if model_output:
-            self._recipe["model_output"] = True
-        self._c_config()
+        super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
+                         example_shapes=example_shapes, strict=strict,
+                         prefer_deferred_runtime_asserts_over_guards=(
+                             prefer_deferred_runtime_asserts_over_guards),
+                         _format_keys={"model_output": True} if model_output else None)
 
 
 class AutoExportConfig:

@@ -341,11 +341,12 @@ static ferry_status recipe_quantizer(ferry_quantizer *q, const cJSON *item, char
             if (!json_number_to_u64(f, &v) || v > 4096)
                 return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: quantizer.%s must be a "
                            "non-negative integer", k);
-            /* the values q_check_config takes, refused here too so that the recipe's file is
-             * named (found by review: "quantizer: 3 bits is not supported" named none) */
-            if (k[0] == 'b' && k[1] == 'i' && v != 4 && v != 8)
+            /* values q_check_config refuses, refused here too so that the recipe's file is
+             * named (found by review: "quantizer: 3 bits is not supported" named none); bits 0
+             * is no quantization, as q_check_config takes it */
+            if (k[0] == 'b' && k[1] == 'i' && v != 0 && v != 4 && v != 8)
                 return say(eb, es, FERRY_ERR_UNSUPPORTED, "recipe: quantizer.bits %llu is not "
-                           "supported (4 or 8)", (unsigned long long)v);
+                           "supported (4 or 8; 0 quantizes nothing)", (unsigned long long)v);
             if (k[0] == 'b' && k[1] == 'l' && v != 0 && (v < 16 || v > 256 || (v & (v - 1))))
                 return say(eb, es, FERRY_ERR_UNSUPPORTED, "recipe: quantizer.block_size %llu is "
                            "not supported (16, 32, 64, 128 or 256)", (unsigned long long)v);

@@ -28,8 +28,11 @@ static ferry_status validate_config(ferry_export_config *cfg, const fb_backend *
 ferry_status ferry_export_config_check(const ferry_export_config *cfg, char *errbuf,
                                        size_t errbuf_size)
 {
-    if (!cfg)
+    if (!cfg) {
+        if (errbuf && errbuf_size)
+            snprintf(errbuf, errbuf_size, "no export config");
         return FERRY_ERR_INVALID_ARG;
+    }
     ferry_export_config copy = *cfg; /* validate_config settles defaults (the opset) in it */
     const fb_backend *backend;
     fy_err err = {0};

@@ -69,9 +69,11 @@ uint64_t tf_clamp_to_f16_range(uint8_t *p, size_t n)
         float v;
         memcpy(&v, p + 4 * i, 4);
         if (v > most || v < -most) {
+            /* counted where the value was finite and fp16's rounding alone would have made it
+             * inf (>= 65520): below that it rounds to 65504 anyway (found by review) */
+            clamped += isfinite(v) && fabsf(v) >= 65520.0f;
             v = v > most ? most : -most;
             memcpy(p + 4 * i, &v, 4);
-            clamped++;
         }
     }
     return clamped;

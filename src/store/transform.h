@@ -17,7 +17,8 @@ void tf_transpose(uint8_t *restrict dst, const uint8_t *restrict src, size_t row
 bool tf_transpose_widen(uint8_t *restrict dst, const uint8_t *restrict src, size_t rows,
                         size_t cols, ferry_dtype from, ferry_dtype to);
 /* `n` fp32 values beyond fp16's range set to its largest finite one, in place (a saturating
- * recipe's); NaN stays NaN. -> how many were set. */
+ * recipe's); NaN stays NaN. -> how many of those were finite and would have rounded to inf
+ * (>= 65520): the values the clamp changed. */
 uint64_t tf_clamp_to_f16_range(uint8_t *p, size_t n);
 /* `n` fp32 values plus `offset`, in place (Gemma's "1 + weight" norms). */
 void tf_add_offset(uint8_t *p, size_t n, double offset);

@@ -139,7 +139,7 @@ static void test_hostile_recipes(void **state)
          "quantizer.bits must be a non-negative integer"},
         /* refused as the recipe's own, so that its file is named (found by review) */
         {"quantizer-3-bits", "{\"quantizer\": {\"bits\": 3}}", FERRY_ERR_UNSUPPORTED,
-         "recipe: quantizer.bits 3 is not supported (4 or 8)"},
+         "recipe: quantizer.bits 3 is not supported (4 or 8; 0 quantizes nothing)"},
         {"quantizer-block-48", "{\"quantizer\": {\"bits\": 4, \"block_size\": 48}}",
          FERRY_ERR_UNSUPPORTED, "recipe: quantizer.block_size 48 is not supported"},
         {"quantizer-flag", "{\"quantizer\": {\"bits\": 4, \"symmetric\": 1}}",
@@ -504,6 +504,9 @@ static void test_config_check(void **state)
         assert_memory_equal(&cfg, &before, sizeof cfg);
     }
     assert_int_equal(ferry_export_config_check(NULL, NULL, 0), FERRY_ERR_INVALID_ARG);
+    char eb[64] = "";
+    assert_int_equal(ferry_export_config_check(NULL, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
+    assert_string_equal(eb, "no export config");
 }
 
 int main(void)

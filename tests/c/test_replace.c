@@ -339,8 +339,10 @@ static void test_make_and_unmake_dirs(void **state)
     assert_int_equal(scratch_remove(), 0);
 }
 
-/* In this process from now on, statx fails with `error`, as an old kernel (ENOSYS) or a
- * sandbox filtering it (EPERM) makes it fail; false if seccomp is not allowed here. */
+/* In this process from now on, the statx system call fails with `error`, as an old kernel
+ * (ENOSYS) or a sandbox filtering it (EPERM) makes it fail; false if seccomp is not allowed
+ * here. glibc answers ENOSYS itself, from fstatat, with no birth time (the has_birth false
+ * path); EPERM reaches identify_dir's own fallback to lstat. */
 static bool refuse_statx(int error)
 {
 #ifdef __NR_statx

@@ -8,6 +8,7 @@ saturates, as OpenVINO's own compression does: no inf, but the values changed, w
 in a warning of its own."""
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,10 +65,20 @@ def test_no_warning_where_every_value_fits(ckpt, tmp_path, flags):
                          ids=["plain", "prefill-decode"])
 def test_compress_to_fp16_says_what_it_clamped(ckpt, tmp_path, generation):
     """Found by review: compress_to_fp16 stored 1e5 as 65504 without a word, where --dtype fp16
-    warned of the same weights. Counted once however many files hold the weight."""
-    import openvino as ov
+    warned of the same weights. Counted once however many files hold the weight; counted as
+    --dtype fp16 counts: not 65510 (fp16 rounds it to 65504 anyway), nor the checkpoint's own
+    inf (found by review)."""
+    import shutil
 
-    rc, _, err = run_ferry("export", ckpt, tmp_path / "out", "--format", "openvino",
+    import openvino as ov
+    from safetensors.torch import load_file, save_file
+
+    edge = Path(shutil.copytree(ckpt, tmp_path / "edge"))
+    weights = load_file(edge / "model.safetensors")
+    weights[BIG][2, 0] = 65510.0
+    weights[BIG][2, 1] = float("inf")
+    save_file(weights, edge / "model.safetensors", metadata={"format": "pt"})
+    rc, _, err = run_ferry("export", edge, tmp_path / "out", "--format", "openvino",
                            "--compress-to-fp16", *generation)
     assert rc == 0, err
     lines = [line for line in err.splitlines() if line.startswith("ferry: warning: ")
@@ -81,7 +92,8 @@ def test_compress_to_fp16_says_what_it_clamped(ckpt, tmp_path, generation):
     consts = [op.get_data() for op in model.get_ops() if op.get_type_name() == "Constant"
               and op.get_output_element_type(0) == ov.Type.f16]
     assert all(np.isfinite(c).all() for c in consts)
-    assert sum(int((np.abs(c) == 65504).sum()) for c in consts) == 4  # 3 clamped, 1 as it was
+    # 3 clamped, 65504 as it was, 65510 rounded, inf clamped
+    assert sum(int((np.abs(c) == 65504).sum()) for c in consts) == 6
 
 
 def test_save_pretrained_warns_once_per_save(ckpt, tmp_path):
