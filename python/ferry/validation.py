@@ -250,7 +250,7 @@ def validate(export_dir, model=None, atol=None, *, min_top1=None, revision=None,
         directory = loaded.directory
         from . import _validation_runs as runs
 
-        runs.check_format(manifest)
+        fmt = runs.check_format(manifest)
         quantizer = _quantizer(manifest)
         if quantizer and atol is not None:
             raise OptionMismatch("--atol does not apply to a quantized export, which is checked "
@@ -266,7 +266,7 @@ def validate(export_dir, model=None, atol=None, *, min_top1=None, revision=None,
             precision = f"{precision}, int{bits} weights"
         else:
             tolerance = ATOL.get(precision, ATOL["bf16"]) if atol is None else float(atol)
-        _require_runtime(manifest.get("format", manifest.get("export_format")))
+        _require_runtime(fmt)
         checkpoint, ref_revision, shown = _reference_checkpoint(manifest, model, revision)
         run, runtime = runs.run_export(loaded, manifest)
         reference = runs.load_reference(checkpoint, ref_revision)

@@ -407,13 +407,13 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
         exists = false;
     /* --force is suggested only where it would replace what is there (found by review: a file
      * or a directory of the user's own was told to use it, and then refused with it) */
-    if (exists && !force && S_ISDIR(st.st_mode) &&
-        replace_check(target, dir, e->model->dir, &old, err) != FERRY_OK)
-        return err->status;
-    old_export_free(&old);
-    if (exists && !force && S_ISDIR(st.st_mode))
+    if (exists && !force && S_ISDIR(st.st_mode)) {
+        if (replace_check(target, dir, e->model->dir, &old, err) != FERRY_OK)
+            return err->status;
+        old_export_free(&old);
         return fy_fail(err, FERRY_ERR_EXISTS, "%s already exists (--force, or force=True in "
                        "Python, replaces an earlier export there)", shown);
+    }
     if (exists && S_ISLNK(st.st_mode))
         return fy_fail(err, FERRY_ERR_EXISTS, "not replacing %s: it is a symbolic link (force "
                        "replaces an export directory, not a link)", shown);

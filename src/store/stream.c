@@ -424,7 +424,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
             dt_convert(b->conv.p, FERRY_F32, src, from, n);
         tf_add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
         if (saturate)
-            *overflowed = tf_clamp_to_f16_range(b->conv.p, n);
+            *overflowed += tf_clamp_to_f16_range(b->conv.p, n);
         from = FERRY_F32;
         data = b->conv.p;
     }

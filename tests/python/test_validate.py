@@ -152,7 +152,6 @@ def _negate_zip_entry(archive, prefix):
             data[central + 16:central + 20] = crc
         central = data.find(b"PK\x01\x02", central + 4)
     Path(archive).write_bytes(data)
-    return info.filename
 
 
 def test_tampered_decode_program_fails(ckpt, tmp_path):
