@@ -337,31 +337,46 @@ def _plain_example(value, torch):
         isinstance(k, str) and _is_identifier(k) and leaf(v) for k, v in kwargs.items())
 
 
-def _stated_directory_offset(path):
+def _stated_directory_offset(data):
     """Where the archive's end record says its central directory starts (the offset torch's
     reader, miniz, reads it at; Python's zipfile instead takes it to end at the end record,
     which data put before the archive moves), or None where there is no readable end record."""
-    with open(path, "rb") as f:
-        size = f.seek(0, 2)
-        f.seek(size - min(size, 65536 + 22))
-        tail = f.read()
-        at = tail.rfind(b"PK\x05\x06")
-        if at < 0 or len(tail) - at < 22:
-            return None
-        offset = int.from_bytes(tail[at + 16:at + 20], "little")
-        if offset != 0xFFFFFFFF:
-            return offset
-        locator = tail[at - 20:at] if at >= 20 else b""  # zip64: its own end record
-        if locator[:4] != b"PK\x06\x07":
-            return None
-        f.seek(int.from_bytes(locator[8:16], "little"))
-        record = f.read(56)
-        return int.from_bytes(record[48:56], "little") if record[:4] == b"PK\x06\x06" else None
+    size = len(data)
+    base = size - min(size, 65536 + 22)
+    tail = data[base:]
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) - at < 22:
+        return None
+    offset = int.from_bytes(tail[at + 16:at + 20], "little")
+    if offset != 0xFFFFFFFF:
+        return offset
+    locator = tail[at - 20:at] if at >= 20 else b""  # zip64: its own end record
+    if locator[:4] != b"PK\x06\x07":
+        return None
+    where = int.from_bytes(locator[8:16], "little")
+    record = data[where:where + 56]
+    return int.from_bytes(record[48:56], "little") if record[:4] == b"PK\x06\x06" else None
 
 
-def check_archive_is_data(path):
-    """Raises UnsafeArchive unless the .pt2 at `path` is one torch.export.load can read
-    without running anything it carries (the module docstring says what that takes)."""
+def read_checked_archive(path):
+    """The bytes of the .pt2 at `path`, read once and checked with check_archive_is_data:
+    what torch.export.load is then given (io.BytesIO of them), so that a file replaced or
+    rewritten after the check is never what torch reads. Raises UnsafeArchive, or FerryError
+    (status 4) where the file cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise FerryError(f"{_escape(str(path))}: cannot be read ({e.strerror or e})",
+                         status=2) from None
+    check_archive_is_data(data, path)
+    return data
+
+
+def check_archive_is_data(data, path):
+    """Raises UnsafeArchive unless `data`, the bytes of the .pt2 at `path` (named in messages
+    only: nothing is read from it), is an archive torch.export.load can read without running
+    anything it carries (the module docstring says what that takes)."""
     import torch
 
     def refuse(entry, why, consequence="torch.export.load could run code from it"):
@@ -370,8 +385,8 @@ def check_archive_is_data(path):
                              "torch.export.save write, holding data only", status=3)
 
     try:
-        archive = zipfile.ZipFile(path)
-        stated = _stated_directory_offset(path)
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        stated = _stated_directory_offset(data)
     except (OSError, zipfile.BadZipFile) as e:
         raise UnsafeArchive(f"{_escape(str(path))}: not a pt2 archive ({e})", status=3) from None
     with archive:

@@ -7,10 +7,11 @@ says) or a torch device ("cpu", "cuda", "cuda:1"). Nothing here exports anything
 
 import importlib
 import importlib.util
+import io
 import re
 
 from ._lib import FerryError, _escape
-from .pt2_safety import UnsafeArchive, check_archive_is_data, treespec_problem
+from .pt2_safety import UnsafeArchive, read_checked_archive, treespec_problem
 
 
 # export.json's format names of a torch program: ferry's, and transformers' DynamoExporter's
@@ -217,25 +218,29 @@ def register_output_types(metadata):
 
 
 def load_program(path, device, metadata=None):
-    """torch.export.load(path) on `device` (a torch.device): the program's parameters, buffers
-    and the devices its ops name (an arange on "cpu") moved by torch's own pass; .to() on the
-    module would leave those ops on the CPU. `metadata` (its component's, from export.json)
-    names the transformers classes the program returns, if any."""
+    """torch.export.load of the .pt2 at `path` on `device` (a torch.device): the program's
+    parameters, buffers and the devices its ops name (an arange on "cpu") moved by torch's own
+    pass; .to() on the module would leave those ops on the CPU. `metadata` (its component's,
+    from export.json) names the transformers classes the program returns, if any.
+
+    The file is read once: torch is given the very bytes that were checked, never the path,
+    which another process could point at other bytes between the check and the load."""
     import sys
 
     import torch
 
-    check_archive_is_data(path)
+    data = read_checked_archive(path)
     register_output_types(metadata)
     try:
-        program = torch.export.load(str(path))
+        program = torch.export.load(io.BytesIO(data))
     except Exception:
         # export.json did not say that the program returns CausalLMOutputWithPast (edited, or
         # another tool's): torch reads such a program once that class is imported
         if MODEL_OUTPUTS in sys.modules or importlib.util.find_spec("transformers") is None:
             raise
         importlib.import_module(MODEL_OUTPUTS)
-        program = torch.export.load(str(path))
+        program = torch.export.load(io.BytesIO(data))
+    del data
     if device.type != "cpu":
         from torch.export.passes import move_to_device_pass
 
