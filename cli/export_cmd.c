@@ -145,8 +145,13 @@ int cmd_export(int argc, char **argv)
     ferry_model *model = NULL;
     ferry_exported *exported = NULL;
     rc = EXIT_FAIL;
-    if (ferry_model_open(model_path, o.revision, &model) != FERRY_OK) {
+    ferry_status opened = ferry_model_open(model_path, o.revision, &model);
+    if (opened != FERRY_OK) {
         cli_error("%s", ferry_model_errmsg(model));
+        /* MODEL and --revision are the command line's: a pair the library refuses as such (a
+         * directory with a revision) is a bad command line */
+        if (opened == FERRY_ERR_INVALID_ARG)
+            rc = EXIT_USAGE;
         goto done;
     }
     ferry_status st = ferry_export(model, &o.cfg, &exported);

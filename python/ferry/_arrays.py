@@ -20,19 +20,25 @@ def to_numpy(value, name):
 
 
 def int_matrix(value, name, mask=False):
-    """`value` as a C-contiguous int64 [batch, sequence] array. An attention mask may also be
-    float or bool, as transformers takes it, if it holds only 0 and 1."""
+    """`value` as a C-contiguous int64 [batch, sequence] array. An attention mask holds only 0
+    and 1, and may be float or bool, as transformers takes it."""
     import numpy as np
 
     array = to_numpy(value, name)
-    if array.dtype.kind == "f" and mask:
-        if not np.isin(array, (0, 1)).all():
-            raise FerryError(f"{name} holds values other than 0 and 1", status=1)
-    elif array.dtype.kind not in "iub":
+    if array.dtype.kind not in "iub" and not (mask and array.dtype.kind == "f"):
         raise FerryError(f"{name} must hold integers, not {_escape(array.dtype)}", status=1)
     if array.ndim != 2:
         raise FerryError(f"{name} must be [batch, sequence], not of shape "
                          f"{list(array.shape)}", status=1)
+    if mask and array.dtype.kind != "b":
+        # a graph multiplies or compares by the mask's values: a 2 or a -1 is no padding flag
+        # transformers defines, and changes the outputs
+        odd = np.argwhere((array != 0) & (array != 1))
+        if len(odd):
+            row, column = (int(i) for i in odd[0])
+            value = array[row, column].item()
+            raise FerryError(f"{name} holds {_escape(repr(value))} at row {row}, position "
+                             f"{column}: a mask holds only 0 (padding) and 1 (a token)", status=1)
     return np.ascontiguousarray(array.astype(np.int64, copy=False))
 
 

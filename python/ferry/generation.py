@@ -263,6 +263,12 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
         mask = (ids != pad).astype(np.int64) if infer else np.ones_like(ids)
     if mask.shape != ids.shape:
         _fail(f"attention_mask has shape {list(mask.shape)}, input_ids {list(ids.shape)}")
+    empty = np.flatnonzero(~mask.any(-1))
+    if len(empty):
+        # a row of padding alone is an empty prompt: nothing to continue, and each layout's
+        # attention over no token gives other numbers
+        _fail(f"attention_mask row {int(empty[0])} is all zeros, an empty prompt: generate() "
+              "needs at least one token a row")
     new_tokens = settings["max_new_tokens"]
     if new_tokens is None and settings["max_length"] is None:
         new_tokens = _DEFAULT_NEW_TOKENS

@@ -51,8 +51,9 @@ EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_CANNOT = 0, 1, 2, 3
 
 
 class OptionMismatch(FerryError):
-    """An option the export does not take (--atol for a quantized one, --min-top1 for another):
-    the command line's fault, exit 2."""
+    """An option the export does not take (--atol for a quantized one, --min-top1 for another)
+    or that contradicts another (--revision with a --model directory): the command line's
+    fault, exit 2."""
 
 
 @dataclass
@@ -163,6 +164,11 @@ def _reference_checkpoint(manifest, model, revision):
     """(checkpoint, revision, shown): --model, else export.json's recorded source: the
     directory it was read from when it still exists, else the hub id as given."""
     if model is not None:
+        if revision is not None and Path(model).is_dir():
+            # as the library refuses it for an export: the directory is read as it is
+            raise OptionMismatch(f"{_escape(str(model))} is a local directory, and a revision "
+                                 f"({_escape(repr(revision))}) applies only to a hub id",
+                                 status=1)
         return str(model), revision, str(model)
     source = manifest.get("source") or {}
     path, given = source.get("path"), source.get("model")

@@ -105,7 +105,8 @@ static ferry_status cache_root(char *buf, size_t size, fy_err *err)
                        "cannot locate the hub cache: none of HF_HUB_CACHE, HF_HOME, HOME is set");
     }
     if (n < 0 || (size_t)n >= size)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "hub cache path is too long");
+        /* the environment's fault, not the caller's arguments */
+        return fy_fail(err, FERRY_ERR_IO, "hub cache path is too long");
     return FERRY_OK;
 }
 

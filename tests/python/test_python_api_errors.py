@@ -98,7 +98,7 @@ def test_empty_revision_as_the_cli(tmp_path):
     with pytest.raises(FerryError) as info:
         OnnxExporter().export(FIXTURE, revision="")
     rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "--revision", "")
-    assert rc == 1 and str(info.value) in stderr, (str(info.value), stderr)
+    assert rc == 2 and str(info.value) in stderr, (str(info.value), stderr)
     assert "a revision ('')" in str(info.value)
     with pytest.raises(FerryError) as info:
         OnnxExporter().export("org/name", revision="")

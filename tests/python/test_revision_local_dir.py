@@ -2,8 +2,10 @@
 `ferry export DIR OUT --revision X` exported DIR as it is and ignored X, so the caller got
 something other than what they named without a word. The library refuses the pair
 (FERRY_ERR_INVALID_ARG, "... is a local directory, and a revision ... applies only to a hub
-id"): the CLI exits 1, as for every refusal by the library, and the Python binding raises
-FerryError with that message. Without --revision the directory exports as before.
+id"): the pair is the command line's, so `ferry export`, `ferry graph` and `ferry validate
+--model DIR --revision X` exit 2 (a bad command line; at ee087fa export and graph exited 1, as
+for an export that failed), and the Python binding raises FerryError with that message.
+Without --revision the directory exports as before.
 """
 
 import os
@@ -20,7 +22,7 @@ FIXTURE = ROOT / "fixtures" / "tiny-llama"
 def test_cli_refuses_revision_with_directory(tmp_path, label, binary, revision):
     rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "--revision", revision,
                               binary=binary)
-    assert rc == 1, f"{label}: exit {rc}: {stderr}"
+    assert rc == 2, f"{label}: exit {rc}: {stderr}"
     lines = stderr.strip().split("\n")
     assert len(lines) == 1 and lines[0].startswith("ferry: error: "), stderr
     assert f"{FIXTURE} is a local directory" in lines[0], lines[0]
@@ -38,3 +40,21 @@ def test_python_binding_refuses_revision_with_directory():
 
     with pytest.raises(ferry.FerryError, match="is a local directory, and a revision"):
         ferry.OnnxExporter().export(FIXTURE, revision="main")
+
+
+def test_graph_refuses_revision_with_directory():
+    rc, _, stderr = run_ferry("graph", FIXTURE, "--revision", "main")
+    assert rc == 2, f"exit {rc}: {stderr}"
+    assert "is a local directory, and a revision ('main') applies only to a hub id" in stderr
+
+
+def test_validate_refuses_revision_with_model_directory(tmp_path):
+    rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "-q")
+    assert rc == 0, stderr
+    from test_validate import validate
+
+    rc, _, stderr = validate(tmp_path / "out", "--model", FIXTURE, "--revision", "main")
+    assert rc == 2, f"exit {rc}: {stderr}"
+    lines = stderr.strip().split("\n")
+    assert len(lines) == 1 and "is a local directory, and a revision ('main') applies only to " \
+        "a hub id" in lines[0], stderr
