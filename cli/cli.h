@@ -46,6 +46,7 @@ typedef struct cli_export_opts {
     bool accuracy_flag;      /* --accuracy-level was given */
     const char *openvino_flag; /* the last OpenVINO-only option on the command line */
     bool model_output_flag;    /* --model-output (pt2 only) was on the command line */
+    bool inputs_flag;          /* --inputs (plain exports only) was on the command line */
     bool cache_flag;         /* --static-cache or --max-cache-len was given */
     bool decode_flag;        /* --multi-token-decode or --single-token-decode was given */
     bool recipe_given;       /* --config took part in the config */
@@ -60,7 +61,7 @@ enum {
     CLI_OPT_STATIC_CACHE, CLI_OPT_MAX_CACHE, CLI_OPT_QUANTIZE, CLI_OPT_BLOCK_SIZE,
     CLI_OPT_ASYMMETRIC, CLI_OPT_ACCURACY, CLI_OPT_QUANT_EMBED, CLI_OPT_FLOAT_HEAD,
     CLI_OPT_QUANT_METHOD, CLI_OPT_ORT_FUSIONS, CLI_OPT_NO_TOKENIZER,
-    CLI_OPT_DISABLE_STATEFUL, CLI_OPT_COMPRESS_FP16, CLI_OPT_MODEL_OUTPUT,
+    CLI_OPT_DISABLE_STATEFUL, CLI_OPT_COMPRESS_FP16, CLI_OPT_MODEL_OUTPUT, CLI_OPT_INPUTS,
     CLI_OPT_COMMAND = 2000   /* a command's own long options start here */
 };
 

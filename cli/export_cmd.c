@@ -17,9 +17,10 @@ static void print_usage(FILE *f)
           "--format pt2: model.pt2, a torch.export archive that torch.export.load reads, as\n"
           "transformers' DynamoExporter writes it; a recipe calls this format \"dynamo\").\n"
           "OUT and its missing parents are made; a failed export leaves none of them behind.\n"
-          "The graph takes input_ids, attention_mask and position_ids (int64 [batch, sequence];\n"
-          "position_ids as generate() computes them: cumsum(attention_mask) - 1) and returns "
-          "logits.\n"
+          "The graph takes input_ids and attention_mask (int64 [batch, sequence], a\n"
+          "tokenizer's output; --inputs adds position_ids) and returns logits; generation\n"
+          "components also take position_ids, as generate() computes them:\n"
+          "cumsum(attention_mask) - 1.\n"
           "\n"
           "options:\n", f);
     cli_print_export_options(f);

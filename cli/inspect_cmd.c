@@ -300,6 +300,20 @@ static void inspect_transformers(const ferry_exported *e, const cJSON *m)
     }
 }
 
+/* Whether some component's metadata (kwargs, the inputs transformers' runner passes) names
+ * position_ids, which transformers' own exports compute inside and its callers do not pass. */
+static bool takes_positions(const cJSON *m)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "components")) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
+        if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(md, "kwargs"),
+                                             "position_ids"))
+            return true;
+    }
+    return false;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     const char *dir = NULL, *subfolder = NULL;
@@ -376,10 +390,11 @@ int cmd_inspect(int argc, char **argv)
     const cJSON *tf_fmt = cJSON_GetObjectItemCaseSensitive(m, "export_format");
     if (tf_fmt)
         printf("  transformers: ExportedModel.from_pretrained loads it%s and runs each component, "
-               "given every input it takes (position_ids too: transformers derives none)\n",
+               "given every input it takes%s\n",
                cJSON_IsString(tf_fmt) && !strcmp(tf_fmt->valuestring, "dynamo")
                    ? " (with trust_remote_code=True: it gates every pickled torch program)"
-                   : "");
+                   : "",
+               takes_positions(m) ? " (position_ids too: transformers derives none)" : "");
     else if (cJSON_IsObject(tf))
         printf("  transformers: ExportedModel.from_pretrained cannot run it: %s\n",
                qstr(tf, "unsupported"));

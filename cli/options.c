@@ -219,6 +219,13 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         o->cfg.model_output = 1;
         o->model_output_flag = true;
         return CLI_CONTINUE;
+    case CLI_OPT_INPUTS:
+        if (ferry_export_config_set_inputs(&o->cfg, arg, eb, sizeof eb) != FERRY_OK) {
+            cli_error("%s", eb);
+            return EXIT_USAGE;
+        }
+        o->inputs_flag = true;
+        return CLI_CONTINUE;
     case CLI_OPT_MULTI_TOKEN:
     case CLI_OPT_SINGLE_TOKEN:
         if (o->cfg.generation.multi_token_decode == (c == CLI_OPT_SINGLE_TOKEN) &&
@@ -365,6 +372,7 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         {"disable-stateful", no_argument, NULL, CLI_OPT_DISABLE_STATEFUL},
         {"compress-to-fp16", no_argument, NULL, CLI_OPT_COMPRESS_FP16},
         {"model-output", no_argument, NULL, CLI_OPT_MODEL_OUTPUT},
+        {"inputs", required_argument, NULL, CLI_OPT_INPUTS},
         {"multi-token-decode", no_argument, NULL, CLI_OPT_MULTI_TOKEN},
         {"single-token-decode", no_argument, NULL, CLI_OPT_SINGLE_TOKEN},
         {"static-cache", no_argument, NULL, CLI_OPT_STATIC_CACHE},
@@ -443,6 +451,11 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
                   "CausalLMOutputWithPast from them already)");
         return EXIT_USAGE;
     }
+    if (o->inputs_flag && o->cfg.for_generation) {
+        cli_error("--inputs applies to plain exports: generation components take input_ids, "
+                  "attention_mask and position_ids, as generate() feeds them");
+        return EXIT_USAGE;
+    }
     if (o->cfg.stateless && !o->cfg.for_generation && o->openvino_flag &&
         !strcmp(o->openvino_flag, "--disable-stateful")) {
         cli_error("--disable-stateful applies to --for-generation exports (a plain export has "
@@ -483,10 +496,10 @@ void cli_print_export_options(FILE *f)
             "                           export_format, dynamic, dynamic_shapes, dtype, opset,\n"
             "                           example_shapes, ort_fusions, quantizer, for_generation,\n"
             "                           multi_token_decode, generation_config, stateful,\n"
-            "                           compress_to_fp16, model_output (the command line's\n"
-            "                           options win over it, wherever they stand); a recipe\n"
-            "                           transformers wrote (a config's to_json_string) is\n"
-            "                           read as it is:\n"
+            "                           compress_to_fp16, model_output, input_names (the\n"
+            "                           command line's options win over it, wherever they\n"
+            "                           stand); a recipe transformers wrote (a config's\n"
+            "                           to_json_string) is read as it is:\n"
             "                           opset_version, optimize (true), strict (false) and\n"
             "                           prefer_deferred_runtime_asserts_over_guards (either)\n"
             "  --no-tokenizer           do not copy the checkpoint's tokenizer and chat-template\n"
@@ -548,6 +561,15 @@ void cli_print_export_options(FILE *f)
             "                           torch.export.load then needs\n"
             "                           `import transformers.modeling_outputs` first (default:\n"
             "                           a dict {\"logits\": ...}, which torch alone loads)\n"
+            "  --inputs NAMES           a plain export's graph inputs, comma-separated from\n"
+            "                           input_ids, attention_mask and position_ids (default\n"
+            "                           input_ids,attention_mask: a tokenizer's output, as\n"
+            "                           transformers' exports take it; the positions are\n"
+            "                           computed inside, 0, 1, ... in every row, as its\n"
+            "                           forward does without them); add position_ids to pass\n"
+            "                           them (e.g. generate()'s cumsum(mask) - 1); input_ids\n"
+            "                           alone: every token is real. Generation components\n"
+            "                           always take all three\n"
             "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
             ferry_supported_formats(), ferry_default_opset(), ferry_min_opset(),
             ferry_max_opset());

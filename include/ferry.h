@@ -178,6 +178,18 @@ typedef struct ferry_quantizer {
     ferry_quant_method method;    /* how each block's scale is chosen (default RTN) */
 } ferry_quantizer;
 
+/* The graph inputs of a plain export ("model"), as bits of ferry_export_config.inputs. A
+ * transformers export takes the inputs it was traced with, and the guide calls one with a
+ * tokenizer's output (input_ids, attention_mask): so by default ferry's plain graph takes those
+ * two and computes the positions inside, as transformers' forward does when given none
+ * (0, 1, ..., sequence - 1 in every row, whatever the mask). POSITION_IDS makes them an input
+ * instead (generate()'s cumsum(mask) - 1, or any other); leaving ATTENTION_MASK out makes every
+ * token real, as transformers' forward without a mask. input_ids is always taken. Generation
+ * components take all three, as generate() feeds them. */
+#define FERRY_INPUT_IDS (1u << 0)            /* "input_ids" */
+#define FERRY_INPUT_ATTENTION_MASK (1u << 1) /* "attention_mask" */
+#define FERRY_INPUT_POSITION_IDS (1u << 2)   /* "position_ids" */
+
 typedef struct ferry_export_config {
     ferry_format format;          /* FERRY_FORMAT_ONNX (default), _OPENVINO or _PT2 */
     int dynamic;                  /* 1: every axis symbolic (batch, sequence) */
@@ -198,6 +210,10 @@ typedef struct ferry_export_config {
     ferry_quantizer quantizer;
     int skip_tokenizer;           /* 1: do not carry the checkpoint's tokenizer and chat-template
                                      files (default 0: every export carries those it has) */
+    unsigned inputs;              /* plain exports: FERRY_INPUT_* bits, input_ids among them
+                                     (ferry_export_config_set_inputs parses names); 0 (default):
+                                     input_ids and attention_mask. A generation export refuses
+                                     any other value than 0 */
     /* OpenVINO only (any other format refuses a non-default value): */
     int stateless;                /* 1: a generation export keeps its cache in explicit inputs
                                      and outputs, as ONNX does (the guide's stateful=False);
@@ -233,8 +249,10 @@ size_t ferry_export_config_size(void);
  * "dml" | null) and "quantizer" (null, "int4", "int8", or {"bits": 4 | 8, "block_size": N,
  * "symmetric": bool, "accuracy_level": 0-4, "quantize_embeddings": bool, "quantize_lm_head":
  * bool, "method": "rtn" | "mse"}, omitted fields keeping their defaults), OpenVINO's
- * "stateful" (default true) and "compress_to_fp16" (default false), and pt2's "model_output"
- * (default false). Unknown keys are an error.
+ * "stateful" (default true) and "compress_to_fp16" (default false), pt2's "model_output"
+ * (default false), and ferry's "input_names" (a plain export's graph inputs, a list of
+ * "input_ids", "attention_mask", "position_ids"; null or absent: the default, see
+ * ferry_export_config.inputs). Unknown keys are an error.
  * `errbuf` (may be NULL) receives a message on failure. */
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json,
                                            char *errbuf, size_t errbuf_size);
@@ -252,6 +270,12 @@ ferry_status ferry_export_config_check(const ferry_export_config *cfg, char *err
  * [0, FERRY_DIM_BOUND_MAX] is FERRY_ERR_INVALID_ARG naming it. */
 ferry_status ferry_export_config_add_dim(ferry_export_config *cfg, const char *spec,
                                          char *errbuf, size_t errbuf_size);
+
+/* Sets cfg->inputs from comma-separated input names ("input_ids,attention_mask,position_ids",
+ * the CLI's --inputs; any order, each once). A name ferry's graphs do not take, one given
+ * twice, an empty one, or a list without input_ids is FERRY_ERR_INVALID_ARG naming it. */
+ferry_status ferry_export_config_set_inputs(ferry_export_config *cfg, const char *names,
+                                            char *errbuf, size_t errbuf_size);
 
 int ferry_default_opset(void);
 int ferry_min_opset(void);

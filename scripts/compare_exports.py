@@ -44,7 +44,9 @@ def feeds(session, vocab, rng):
     batch = 2 if not isinstance(shape_of["input_ids"][0], int) else shape_of["input_ids"][0]
     seq = shape_of["input_ids"][1] if isinstance(shape_of["input_ids"][1], int) else 7
     ids, mask, pos = make_inputs(vocab, batch, seq, seed=1)
-    out = {"input_ids": ids, "position_ids": pos}
+    out = {"input_ids": ids}
+    if "position_ids" in names:  # a plain export computes its own unless --inputs names them
+        out["position_ids"] = pos
     for i in session.get_inputs():
         if i.name in out:
             continue
@@ -70,7 +72,7 @@ def feeds(session, vocab, rng):
         else:
             dt = np.float16 if "float16" in i.type else np.float32
             out[i.name] = rng.standard_normal(dims).astype(dt)
-    if "past_key_values.0.key" in names:  # positions follow the past
+    if "past_key_values.0.key" in names and "position_ids" in out:  # positions follow the past
         out["position_ids"] = out["position_ids"] + 5
     return out
 

@@ -72,7 +72,8 @@ class _ExportConfig(ctypes.Structure):
                 ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p),
                 ("for_generation", ctypes.c_int), ("generation", _GenerationConfig),
                 ("ort_fusions", ctypes.c_int), ("quantizer", _Quantizer),
-                ("skip_tokenizer", ctypes.c_int), ("stateless", ctypes.c_int),
+                ("skip_tokenizer", ctypes.c_int), ("inputs", ctypes.c_uint),
+                ("stateless", ctypes.c_int),
                 ("compress_to_fp16", ctypes.c_int), ("model_output", ctypes.c_int),
                 ("cancel", ctypes.c_void_p)]
 

@@ -36,11 +36,14 @@ class Call:
 
 @dataclass
 class Run:
-    """The calls of one run and the whole sequence they saw: prompt plus fed tokens."""
+    """The calls of one run and the whole sequence they saw: prompt plus fed tokens.
+    `positions`: the export was given generate()'s position_ids, and so is the eager model;
+    else it computed its own from 0, as the eager model does when given none."""
 
     calls: list
     input_ids: np.ndarray
     attention_mask: np.ndarray
+    positions: bool = True
 
 
 # --- example inputs ---------------------------------------------------------------------------
@@ -152,16 +155,36 @@ def _cannot_run(runtime):
                              f"{_escape(_reason(e))}", status=4) from None
 
 
+def _takes(manifest, component):
+    """The token inputs `component` takes: export.json's inputs (ferry's), else the kwargs
+    it was traced with (transformers')."""
+    meta = manifest["components"][component].get("metadata") or {}
+    names = [i.get("name") for i in meta.get("inputs") or [] if isinstance(i, dict)] \
+        if "inputs" in meta else list(meta.get("kwargs") or {})
+    return {n for n in names if n in _TOKEN_FEEDS}
+
+
+_TOKEN_FEEDS = ("input_ids", "attention_mask", "position_ids")
+
+
 def _plain(loaded, manifest):
-    """The "model" graph over the prompt, run as ExportedModel calls it."""
+    """The "model" graph over the prompt, run as ExportedModel calls it with the inputs the
+    graph takes; the eager model is then called the same way (Run.positions)."""
     ids, mask, pos = example_prompt(manifest, "model",
                                     vocab_size(manifest, "model", loaded.directory))
+    takes = _takes(manifest, "model") or set(_TOKEN_FEEDS)
+    if "attention_mask" not in takes:
+        # the graph attends to every token, as the eager model given no mask: nothing padded
+        mask = np.ones_like(ids)
+        pos = position_ids(mask)
+    feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
     with warnings.catch_warnings():
-        # a program that takes no position_ids (transformers' own) drops them: as validation
-        # means it to, and no reason to print Python's warning with its source line
+        # inputs the program does not take are dropped, as validation means them to be: no
+        # reason to print Python's warning with its source line
         warnings.simplefilter("ignore", FerryWarning)
-        out = loaded(input_ids=ids, attention_mask=mask, position_ids=pos)
-    return Run([Call("logits", 0, np.asarray(out["logits"], dtype=np.float32))], ids, mask)
+        out = loaded(**{k: v for k, v in feeds.items() if k in takes or k == "input_ids"})
+    return Run([Call("logits", 0, np.asarray(out["logits"], dtype=np.float32))], ids, mask,
+               positions="position_ids" in takes)
 
 
 def _generation(loaded, manifest):
@@ -344,9 +367,9 @@ def load_reference(checkpoint, revision=None):
     return model.eval()
 
 
-def reference_logits(model, input_ids, attention_mask):
+def reference_logits(model, input_ids, attention_mask, positions=True):
     """float32 logits [batch, sequence, vocab] of the eager model, positions as generate()
-    makes them."""
+    makes them (`positions`), else none given: the model's own, from 0 in every row."""
     import torch
 
     vocab = model.get_input_embeddings().num_embeddings
@@ -362,7 +385,8 @@ def reference_logits(model, input_ids, attention_mask):
         rotary.inv_freq = rotary.original_inv_freq.clone()
         rotary.max_seq_len_cached = rotary.original_max_seq_len
     with torch.no_grad():
+        given = {"position_ids": torch.from_numpy(position_ids(attention_mask))} \
+            if positions else {}
         out = model(input_ids=torch.from_numpy(input_ids),
-                    attention_mask=torch.from_numpy(attention_mask),
-                    position_ids=torch.from_numpy(position_ids(attention_mask)), use_cache=False)
+                    attention_mask=torch.from_numpy(attention_mask), use_cache=False, **given)
     return out.logits.float().numpy()

@@ -303,10 +303,12 @@ class ExportedModel:
         """Runs the "model" component like the model it came from. Inputs are torch tensors,
         numpy arrays or lists; those the graph does not take are dropped (a tokenizer's whole
         output can be passed); position_ids are derived from attention_mask as generate() does
-        when not given. Returns transformers' CausalLMOutputWithPast when the program imported
-        transformers (ExportOutput otherwise), holding torch tensors when the inputs were torch
-        tensors and numpy arrays otherwise. Calls from several threads take turns (an OpenVINO
-        infer request runs one at a time)."""
+        when not given to an export that takes them (ferry's take them only when exported with
+        --inputs ...,position_ids; by default the graph computes them from 0, as transformers'
+        forward does without them). Returns transformers' CausalLMOutputWithPast when the
+        program imported transformers (ExportOutput otherwise), holding torch tensors when the
+        inputs were torch tensors and numpy arrays otherwise. Calls from several threads take
+        turns (an OpenVINO infer request runs one at a time)."""
         with self._running:
             return self._call(inputs)
 
@@ -337,11 +339,18 @@ class ExportedModel:
         if missing:
             raise FerryError(f"the export takes {', '.join(map(_escape, wanted))}; missing "
                              f"{', '.join(map(_escape, missing))}", status=1)
-        if inputs.get("position_ids") is not None and "position_ids" not in wanted:
-            # transformers' own exports take none: their positions run from 0 in every row
+        if inputs.get("position_ids") is not None and "position_ids" not in wanted and \
+                not _from_zero_shifted(ints["position_ids"], ints.get("attention_mask")):
+            # such an export (transformers' own, ferry's by default) computes positions from 0
+            # in every row
             warnings.warn(FerryWarning("the export takes no position_ids: those given are "
                                        "dropped, and its logits are those of positions from "
                                        "0 in every row"), stacklevel=caller_stacklevel())
+        if inputs.get("attention_mask") is not None and "attention_mask" not in wanted and \
+                not ints["attention_mask"].all():
+            warnings.warn(FerryWarning("the export takes no attention_mask: the padding it "
+                                       "marks is dropped, and every token is attended to"),
+                          stacklevel=caller_stacklevel())
         feeds = {name: ints.get(name, arrays.get(name)) for name in wanted}
         _check_dims(feeds, metadata)
         names = [o.name for o in session.get_outputs()]
@@ -407,6 +416,20 @@ def _token_inputs(arrays, metadata):
     logits = next((o for o in metadata.get("outputs", []) if o.get("name") == "logits"), {})
     check_token_ids(ids, (logits.get("shape") or [None])[-1])
     return ints
+
+
+def _from_zero_shifted(positions, mask):
+    """Whether `positions` are, over each row's real tokens (mask 1), 0, 1, ... plus one
+    constant: generate()'s cumsum(mask) - 1 on a left-padded row is. Rotary embeddings see only
+    the distance between two positions, so dropping such positions for the graph's own from 0
+    changes no logit of a real token (dynamic NTK rope aside, which rescales by the largest
+    position past max_position_embeddings)."""
+    import numpy as np
+
+    shift = positions - np.arange(positions.shape[1])
+    real = np.ones(positions.shape, bool) if mask is None else mask != 0
+    return all(not keep.any() or (row[keep] == row[keep][0]).all()
+               for row, keep in zip(shift, real))
 
 
 def _check_dims(feeds, metadata):

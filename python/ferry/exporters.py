@@ -32,9 +32,15 @@ class OnnxExporter:
     def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None):
         """Exports `model`: a checkpoint directory, a local hub cache id, or a loaded
         transformers model (see _checkpoint). `inputs` (optional; `sample_inputs=` as
-        transformers names it) give the traced shape of a static export via their input_ids."""
+        transformers names it) give the traced shape of a static export via their input_ids,
+        and the graph's inputs, as transformers' exports take the inputs they were traced
+        with: those of input_ids, attention_mask and position_ids it holds (positions not
+        given are computed inside from 0; no attention_mask: every token real; other keys,
+        such as token_type_ids, are not the model's). Without `inputs`, the config's
+        input_names, else input_ids and attention_mask."""
         inputs = _sample_inputs(inputs, sample_inputs)
-        cfg = _example_config(inputs, self._config(_from_recipe(config, self.export_format)))
+        cfg = _example_config(inputs, self._config(_from_recipe(config, self.export_format)),
+                              name_inputs=True)
         source, keep = _checkpoint(model)
         lib, handle = _c(), _open_model(source, revision)
         exported, cancel = _P(), ctypes.c_int(0)
@@ -199,12 +205,32 @@ def _warn(exported):
         warnings.warn(line, FerryWarning, stacklevel=caller_stacklevel())
 
 
-def _example_config(inputs, config):
+# the inputs ferry's graphs can take, in the order they take them
+_GRAPH_INPUTS = ("input_ids", "attention_mask", "position_ids")
+
+
+def _example_config(inputs, config, name_inputs=False):
     """The C config of `config`, traced at `inputs["input_ids"]`'s shape when given: a dict of
     the model's inputs (a tokenizer's output), whose input_ids are [batch, sequence] tensors,
     arrays or lists (found by review: a list, a bare tensor, or inputs without input_ids gave
-    Python's errors or were ignored)."""
+    Python's errors or were ignored). `name_inputs` (a plain export): the graph takes the
+    inputs `inputs` holds."""
     recipe = (config or OnnxConfig()).to_dict()
+    if inputs is not None and name_inputs and hasattr(inputs, "keys"):
+        # a tokenizer's other outputs (token_type_ids) are not the model's inputs: the graph
+        # does not take them, and a call drops them
+        given = [str(k) for k in inputs.keys()]
+        names = [n for n in _GRAPH_INPUTS if n in given]
+        chosen = recipe.get("input_names")
+        if isinstance(chosen, (list, tuple)) and "input_ids" in names and \
+                sorted(map(str, chosen)) != sorted(names):
+            raise FerryError(f"the config's input_names ({', '.join(map(_escape, chosen))}) "
+                             f"and the example inputs ({', '.join(names)}) differ: give the "
+                             "graph's inputs once", status=1)
+        # without input_ids the example is refused below, by name; a malformed input_names
+        # is left for libferry to name
+        if "input_ids" in names and (chosen is None or isinstance(chosen, (list, tuple))):
+            recipe["input_names"] = names
     if inputs is not None:
         if not hasattr(inputs, "keys") or not hasattr(inputs, "__getitem__"):
             raise FerryError(f"inputs must be a dict of the model's inputs (a tokenizer's "

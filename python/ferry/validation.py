@@ -189,7 +189,7 @@ def _own_half_error(runs, reference, precision, want, run):
     import torch
 
     half = runs.reference_logits(reference.to(getattr(torch, HALF_TYPES[precision])),
-                                 run.input_ids, run.attention_mask)
+                                 run.input_ids, run.attention_mask, run.positions)
     real = run.attention_mask == 1
     error = float(np.abs(half[real] - want[real]).max())
     return error if np.isfinite(error) else 0.0
@@ -276,7 +276,8 @@ def validate(export_dir, model=None, atol=None, *, min_top1=None, revision=None,
         checkpoint, ref_revision, shown = _reference_checkpoint(manifest, model, revision)
         run, runtime = runs.run_export(loaded, manifest)
         reference = runs.load_reference(checkpoint, ref_revision)
-        want = runs.reference_logits(reference, run.input_ids, run.attention_mask)
+        want = runs.reference_logits(reference, run.input_ids, run.attention_mask,
+                                     run.positions)
         versions = {"runtime": {runtime: _versions.installed_version(runtime)},
                     "reference": {p: _versions.installed_version(p)
                                   for p in _versions.REFERENCE_PACKAGES}}

@@ -22,17 +22,26 @@ static int logical_index(const char *axis)
     return -1;
 }
 
-/* "input_ids, attention_mask, position_ids" */
-static void input_list(const model_arch *arch, char *buf, size_t size)
+/* Whether the export's graphs take the model's input `in`: an input ferry has no bit for is
+ * the model's own, always taken. */
+static bool taken(const model_input *in, unsigned takes)
+{
+    unsigned bit = exp_input_bit(in->name);
+    return !bit || (takes & bit);
+}
+
+/* "input_ids, attention_mask, position_ids": the inputs the export takes */
+static void input_list(const model_arch *arch, unsigned takes, char *buf, size_t size)
 {
     size_t len = 0;
     buf[0] = '\0';
     for (int i = 0; i < arch->n_inputs && len < size; i++)
-        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "",
-                                arch->inputs[i].name);
+        if (taken(&arch->inputs[i], takes))
+            len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? ", " : "",
+                                    arch->inputs[i].name);
 }
 
-ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch,
+ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, unsigned takes,
                               int64_t sequence_cap, g_symtab *syms, g_dim out[2], fy_err *err)
 {
     const int64_t given[2] = {cfg->example_batch, cfg->example_sequence};
@@ -40,7 +49,7 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch,
                            given[1] ? given[1] : EXAMPLE_SEQUENCE_DEFAULT};
     const ferry_dim_spec *chosen[2] = {NULL, NULL};
     char names[256];
-    input_list(arch, names, sizeof names);
+    input_list(arch, takes, names, sizeof names);
     for (int i = 0; i < cfg->n_dims; i++) {
         const ferry_dim_spec *d = &cfg->dims[i];
         const model_input *in = NULL;
@@ -50,6 +59,11 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch,
         if (!in)
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dim for '%s': the model has no "
                            "such input (inputs: %s)", d->input, names);
+        /* a dim on an input the graph does not take would say nothing of it */
+        if (!taken(in, takes))
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dim for '%s': this export "
+                           "takes no %s (inputs: %s); name it in --inputs (the recipe's "
+                           "input_names) to make it an input", d->input, d->input, names);
         if (d->axis < 0 || d->axis >= in->n_axes)
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dim %s:%d: '%s' has %d axes "
                            "(0 = %s, 1 = %s)", d->input, d->axis, d->input, in->n_axes,

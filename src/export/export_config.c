@@ -46,6 +46,37 @@ size_t ferry_export_config_size(void)
     return sizeof(ferry_export_config);
 }
 
+/* The names of the FERRY_INPUT_* bits, bit i at index i, in the order a graph takes them. */
+static const char *const INPUT_NAMES[] = {"input_ids", "attention_mask", "position_ids"};
+#define N_INPUT_NAMES (sizeof INPUT_NAMES / sizeof *INPUT_NAMES)
+#define INPUT_LIST "input_ids, attention_mask, position_ids"
+
+unsigned exp_input_bit(const char *name)
+{
+    for (size_t i = 0; i < N_INPUT_NAMES; i++)
+        if (!strcmp(name, INPUT_NAMES[i]))
+            return 1u << i;
+    return 0;
+}
+
+unsigned exp_plain_inputs(const ferry_export_config *cfg)
+{
+    return cfg->inputs ? cfg->inputs : FERRY_INPUT_IDS | FERRY_INPUT_ATTENTION_MASK;
+}
+
+ferry_status exp_check_inputs(unsigned inputs, fy_err *err)
+{
+    if (inputs == 0)
+        return FERRY_OK;
+    if (inputs & ~((1u << N_INPUT_NAMES) - 1))
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "export config: inputs 0x%x has bits that "
+                       "name no input (FERRY_INPUT_*: %s)", inputs, INPUT_LIST);
+    if (!(inputs & FERRY_INPUT_IDS))
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "export config: inputs leave out input_ids, "
+                       "which every graph takes");
+    return FERRY_OK;
+}
+
 
 /* A recipe names at most 16 dims and a dozen keys: a few hundred bytes. The caps are far above
  * that and keep what the parser builds for a hostile one under ~3 MB. */
@@ -192,6 +223,57 @@ ferry_status ferry_export_config_add_dim(ferry_export_config *cfg, const char *s
             return st;
     }
     return add_dim(cfg, input, axis, symbol, min, max, eb, es);
+}
+
+/* One input name (`len` bytes at `name`) into *bits; `what` names the option in messages. */
+static ferry_status add_input(unsigned *bits, const char *name, size_t len, const char *what,
+                              char *eb, size_t es)
+{
+    char one[FERRY_NAME_MAX];
+    if (len == 0)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "%s: an empty input name (give names from %s, "
+                   "comma-separated)", what, INPUT_LIST);
+    snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), name);
+    unsigned bit = len < sizeof one ? exp_input_bit(one) : 0;
+    if (!bit)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "%s: '%.*s' is not an input ferry's graphs "
+                   "take (%s)", what, (int)len, name, INPUT_LIST);
+    if (*bits & bit)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "%s: '%s' is given twice", what, one);
+    *bits |= bit;
+    return FERRY_OK;
+}
+
+static ferry_status inputs_done(unsigned bits, const char *what, char *eb, size_t es)
+{
+    if (!(bits & FERRY_INPUT_IDS))
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "%s: input_ids is missing: every graph takes "
+                   "it, beside those of attention_mask and position_ids its calls pass", what);
+    return FERRY_OK;
+}
+
+ferry_status ferry_export_config_set_inputs(ferry_export_config *cfg, const char *names,
+                                            char *eb, size_t es)
+{
+    if (!cfg || !names)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "--inputs: no %s given",
+                   cfg ? "names" : "export config");
+    char what[96];
+    snprintf(what, sizeof what, "--inputs '%.64s%s'", names, strlen(names) > 64 ? "..." : "");
+    unsigned bits = 0;
+    for (const char *p = names;; p++) {
+        size_t n = strcspn(p, ",");
+        ferry_status st = add_input(&bits, p, n, what, eb, es);
+        if (st != FERRY_OK)
+            return st;
+        p += n;
+        if (!*p)
+            break;
+    }
+    ferry_status st = inputs_done(bits, what, eb, es);
+    if (st == FERRY_OK)
+        cfg->inputs = bits;
+    return st;
 }
 
 static ferry_status parse_dtype(const char *s, ferry_dtype *out)
@@ -550,6 +632,32 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
                          "builds the optimized one directly): leave optimize true");
                 goto done;
             }
+        } else if (!strcmp(k, "input_names")) {
+            /* ferry's own key (transformers' exports take the inputs their example holds): a
+             * list, as torch.onnx.export's input_names; null is the default */
+            unsigned bits = 0;
+            if (!cJSON_IsNull(item)) {
+                const cJSON *name;
+                if (!cJSON_IsArray(item)) {
+                    st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'input_names' must be a "
+                             "list of input names (%s) or null", INPUT_LIST);
+                    goto done;
+                }
+                cJSON_ArrayForEach(name, item) {
+                    if (!cJSON_IsString(name)) {
+                        st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'input_names' must "
+                                 "hold names (strings), not other values");
+                        goto done;
+                    }
+                    st = add_input(&bits, name->valuestring, strlen(name->valuestring),
+                                   "recipe: input_names", eb, es);
+                    if (st != FERRY_OK)
+                        goto done;
+                }
+                if ((st = inputs_done(bits, "recipe: input_names", eb, es)) != FERRY_OK)
+                    goto done;
+            }
+            cfg->inputs = bits;
         } else if (!strcmp(k, "backend")) {
             if (!cJSON_IsNull(item)) {
                 st = say(eb, es, FERRY_ERR_UNSUPPORTED,
@@ -561,7 +669,7 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
                      "recipe: unknown key '%s' (known: export_format, dynamic, dynamic_shapes, "
                      "dtype, opset, example_shapes, for_generation, multi_token_decode, "
                      "generation_config, ort_fusions, quantizer, stateful, compress_to_fp16, "
-                     "model_output; "
+                     "model_output, input_names; "
                      "and transformers' opset_version, optimize, strict, "
                      "prefer_deferred_runtime_asserts_over_guards)", k);
             goto done;
@@ -618,6 +726,13 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
         cJSON_AddBoolToObject(o, "compress_to_fp16", 1);
     if (cfg->model_output)
         cJSON_AddBoolToObject(o, "model_output", 1);
+    /* the default (input_ids, attention_mask) is left out, as recipes before the key read */
+    if (exp_plain_inputs(cfg) != (FERRY_INPUT_IDS | FERRY_INPUT_ATTENTION_MASK)) {
+        cJSON *names = cJSON_AddArrayToObject(o, "input_names");
+        for (size_t i = 0; i < N_INPUT_NAMES; i++)
+            if (cfg->inputs & (1u << i))
+                cJSON_AddItemToArray(names, cJSON_CreateString(INPUT_NAMES[i]));
+    }
     if (cfg->quantizer.bits) {
         const ferry_quantizer *q = &cfg->quantizer;
         cJSON *qo = cJSON_AddObjectToObject(o, "quantizer");

@@ -10,6 +10,10 @@
 #include "quant/apply.h"
 #include "util/strbuf.h"
 
+#define GENERATION_INPUTS                                                                   \
+    "inputs (--inputs, the recipe's input_names) apply to plain exports: generation "         \
+    "components take input_ids, attention_mask and position_ids, as generate() feeds them"
+
 static ferry_status validate_config(ferry_export_config *cfg, const fb_backend **backend,
                                     fy_err *err)
 {
@@ -20,8 +24,11 @@ static ferry_status validate_config(ferry_export_config *cfg, const fb_backend *
     if (cfg->dtype != FERRY_F32 && cfg->dtype != FERRY_F16 && cfg->dtype != FERRY_BF16)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "export dtype %s is not supported (fp32, fp16, "
                        "bf16)", ferry_dtype_name(cfg->dtype));
-    if (q_check_config(&cfg->quantizer, cfg->dtype, err) != FERRY_OK)
+    if (q_check_config(&cfg->quantizer, cfg->dtype, err) != FERRY_OK ||
+        exp_check_inputs(cfg->inputs, err) != FERRY_OK)
         return err->status;
+    if (cfg->for_generation && cfg->inputs)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, GENERATION_INPUTS);
     return (*backend)->configure(cfg, err);
 }
 
@@ -122,10 +129,17 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     c->cfg = *cfg_in;
     if (validate_config(&c->cfg, &c->backend, err) != FERRY_OK)
         goto fail;
+    /* ferry_export_for_generation is handed a config without for_generation too */
+    if (gen && c->cfg.inputs) {
+        fy_fail(err, FERRY_ERR_INVALID_ARG, GENERATION_INPUTS);
+        goto fail;
+    }
+    unsigned takes = gen ? FERRY_INPUT_IDS | FERRY_INPUT_ATTENTION_MASK | FERRY_INPUT_POSITION_IDS
+                         : exp_plain_inputs(&c->cfg);
     g_symtab syms[GEN_MAX_COMPONENTS] = {{.n = 0}};
     g_dim axes[2];
     int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;
-    if (exp_resolve_axes(&c->cfg, m->arch, cache_len, &syms[0], axes, err) != FERRY_OK)
+    if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, &syms[0], axes, err) != FERRY_OK)
         goto fail;
     for (int i = 1; i < GEN_MAX_COMPONENTS; i++)
         syms[i] = syms[0];
@@ -162,7 +176,9 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         c->items[0].name = "model";
         c->items[0].role = "model";
         c->items[0].io = (decoder_io){.batch = axes[0], .sequence = axes[1], .cache = CACHE_NONE,
-                                      .dtype = c->cfg.dtype};
+                                      .dtype = c->cfg.dtype,
+                                      .computed_mask = !(takes & FERRY_INPUT_ATTENTION_MASK),
+                                      .computed_positions = !(takes & FERRY_INPUT_POSITION_IDS)};
     }
     memset(m->ck->used, 0, m->ck->n_tensors);
     for (int i = 0; i < c->n; i++) {

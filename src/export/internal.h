@@ -121,6 +121,13 @@ ferry_status manifest_record_sizes(cJSON *m, const char *dir, fy_err *err);
 /* torch's name of a dtype ("float32", "int64"), as transformers writes it. */
 const char *exp_torch_dtype_name(ferry_dtype dt);
 cJSON *export_config_to_json(const ferry_export_config *cfg);
+/* The FERRY_INPUT_* bit of input `name`, or 0 (export_config.c). */
+unsigned exp_input_bit(const char *name);
+/* The inputs a plain export's graph takes: cfg->inputs, or the default (input_ids and
+ * attention_mask) when 0. */
+unsigned exp_plain_inputs(const ferry_export_config *cfg);
+/* Refuses inputs bits that name no input or leave out input_ids (0, the default, passes). */
+ferry_status exp_check_inputs(unsigned inputs, fy_err *err);
 
 /* Provenance (provenance.c): export.json's "source" (the checkpoint an export was made from)
  * and "validated_with" (the package versions a validation passed with). */
@@ -131,11 +138,12 @@ ferry_status provenance_check(const cJSON *manifest, const char *dir, fy_err *er
 void provenance_note_dir(struct ferry_exported *e);
 
 /* Symbolic axes (axes.c): the dims of the model's logical axes ("batch", "sequence") from the
- * export config's dynamic flag, explicit dynamic dims (checked against the model's declared
- * inputs) and example shapes. Symbols are added to `syms`; the extents traced are written
- * back into cfg's example shape. The default example sequence is at most `sequence_cap` where
- * that is positive (a static cache's length), less one with a static sequence axis. */
-ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch,
+ * export config's dynamic flag, explicit dynamic dims (checked against the inputs the model
+ * declares and the export takes, `takes` of FERRY_INPUT_* bits) and example shapes. Symbols are
+ * added to `syms`; the extents traced are written back into cfg's example shape. The default
+ * example sequence is at most `sequence_cap` where that is positive (a static cache's length),
+ * less one with a static sequence axis. */
+ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, unsigned takes,
                               int64_t sequence_cap, g_symtab *syms, g_dim out[2], fy_err *err);
 /* Replacing an existing export under --force (replace.c). */
 typedef struct old_file {

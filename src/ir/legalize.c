@@ -137,6 +137,9 @@ static ferry_status copy_node(g_lower_ctx *c, const g_node *n, int *outs)
         int v = g->nodes[id].out[k];
         if (!g_rename(g, v, c->src->values[n->out[k]].name))
             return g->err.status;
+        /* a dim the source recorded where inference knows less (an expand to a shape tensor
+         * built from an input: blk_graph_inputs' positions) stays known */
+        lw_refine(c, v, n, k);
         outs[k] = v;
     }
     return FERRY_OK;

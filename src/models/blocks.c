@@ -220,11 +220,47 @@ int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x)
     return g_linear(g, "down_proj", g_binary(g, G_MUL, "Mul", gate, up), w->down, w->down_b);
 }
 
+/* What transformers' forward uses for an input it is not given, when there is no cache: a
+ * mask of ones (every token real) and positions arange(sequence) in every row, whatever the
+ * mask (LlamaModel.forward: position_ids = arange(seq_len) + past_seen_tokens, past 0). Both
+ * are made [batch, sequence] from input_ids' shape, as the inputs they stand for are. */
+static int like_ids(g_graph *g, int v, const g_dim *bs)
+{
+    /* expand's inference cannot read extents out of a shape tensor: they are input_ids' */
+    for (int i = 0; v != G_NONE && i < 2; i++)
+        g->values[v].shape.d[i] = bs[i];
+    return v;
+}
+
+static int ones_like_ids(g_graph *g, int shape, const g_dim *bs)
+{
+    return like_ids(g, g_expand(g, "ones", g_scalar_i64(g, 1), shape), bs);
+}
+
+static int positions_from_zero(g_graph *g, int shape, const g_dim *bs)
+{
+    int64_t zero = 0;
+    int s = g_gather(g, "sequence", shape, g_scalar_i64(g, 1), 0);
+    int r = g_range(g, "arange", g_scalar_i64(g, 0), s, g_scalar_i64(g, 1));
+    return like_ids(g, g_expand(g, "expand", g_unsqueeze(g, "unsqueeze", r, 1, &zero), shape),
+                    bs);
+}
+
 void blk_graph_inputs(g_graph *g, const decoder_io *io, blk_inputs *in)
 {
     g_dim bs[2] = {io->batch, io->sequence};
     in->ids = g_input(g, "input_ids", FERRY_I64, 2, bs);
-    if (io->cache == CACHE_STATIC) {
+    bool plain = io->cache == CACHE_NONE;
+    int shape = G_NONE;
+    if (plain && (io->computed_mask || io->computed_positions)) {
+        /* in the model's own scope: transformers computes them in the base model's forward */
+        g_scope(g, "/model");
+        shape = g_shape_of(g, "input_shape", in->ids, 0, G_END);
+    }
+    if (plain && io->computed_mask) {
+        g_scope(g, "/model/attention_mask");
+        in->mask = ones_like_ids(g, shape, bs);
+    } else if (io->cache == CACHE_STATIC) {
         g_dim m4[4] = {io->batch, g_dim_const(1), io->sequence, io->cache_len};
         in->mask = g_input(g, "attention_mask", FERRY_BOOL, 4, m4);
     } else {
@@ -232,7 +268,13 @@ void blk_graph_inputs(g_graph *g, const decoder_io *io, blk_inputs *in)
                                                               : io->sequence};
         in->mask = g_input(g, "attention_mask", FERRY_I64, 2, bt);
     }
-    in->positions = g_input(g, "position_ids", FERRY_I64, 2, bs);
+    if (plain && io->computed_positions) {
+        g_scope(g, "/model/position_ids");
+        in->positions = positions_from_zero(g, shape, bs);
+    } else {
+        in->positions = g_input(g, "position_ids", FERRY_I64, 2, bs);
+    }
+    g->scope[0] = '\0';
     in->io = io;
 }
 

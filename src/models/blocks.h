@@ -78,7 +78,9 @@ ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry
 
 /* A decoder component's graph inputs: input_ids and position_ids [batch, sequence], and the
  * attention mask its cache calls for (int64 [batch, past + sequence], or bool
- * [batch, 1, sequence, cache length] with a static cache). */
+ * [batch, 1, sequence, cache length] with a static cache). A plain component computes the mask
+ * or the positions its io does not take (decoder_io.computed_*): `mask` and `positions` are
+ * then node values, not inputs. */
 typedef struct blk_inputs {
     int ids, mask, positions;
     const decoder_io *io;

@@ -28,6 +28,9 @@ typedef struct decoder_io {
     g_dim past;             /* CACHE_DYNAMIC */
     g_dim cache_len;        /* CACHE_STATIC */
     ferry_dtype dtype;      /* compute and weight precision */
+    /* CACHE_NONE only: no attention_mask / position_ids input; the graph computes them as
+     * transformers' forward does when not given them (every token real; positions from 0) */
+    bool computed_mask, computed_positions;
 } decoder_io;
 
 /* A graph input the model declares, with the logical axis each of its dims follows ("batch",

@@ -152,6 +152,20 @@ static void test_hostile_recipes(void **state)
          "'for_generation' must be true or false"},
         {"model_output a string", "{\"model_output\": \"yes\"}", FERRY_ERR_INVALID_ARG,
          "'model_output' must be true or false"},
+        {"input_names a string", "{\"input_names\": \"input_ids\"}", FERRY_ERR_INVALID_ARG,
+         "'input_names' must be a list of input names"},
+        {"input_names a number", "{\"input_names\": [\"input_ids\", 1]}",
+         FERRY_ERR_INVALID_ARG, "'input_names' must hold names (strings)"},
+        {"input_names unknown", "{\"input_names\": [\"input_ids\", \"token_type_ids\"]}",
+         FERRY_ERR_INVALID_ARG, "recipe: input_names: 'token_type_ids' is not an input"},
+        {"input_names without ids", "{\"input_names\": [\"attention_mask\"]}",
+         FERRY_ERR_INVALID_ARG, "recipe: input_names: input_ids is missing"},
+        {"input_names empty", "{\"input_names\": []}", FERRY_ERR_INVALID_ARG,
+         "input_ids is missing"},
+        {"input_names twice", "{\"input_names\": [\"input_ids\", \"input_ids\"]}",
+         FERRY_ERR_INVALID_ARG, "'input_ids' is given twice"},
+        {"input_names control byte", "{\"input_names\": [\"input_ids\", \"a\\u001bb\"]}",
+         FERRY_ERR_INVALID_ARG, "is not an input"},
         /* Refused like config.json: data after the value, which the parser used to ignore. */
         {"a second object", "{\"dynamic\": true} {\"dtype\": \"fp16\"}", FERRY_ERR_INVALID_ARG,
          "recipe: unexpected data after the JSON value at byte 18"},
@@ -339,6 +353,41 @@ static void test_round_trip(void **state)
     cJSON_free(text);
     cJSON_Delete(json);
 
+    /* A plain export's inputs are recorded unless they are the default, which recipes from
+     * before the key read as */
+    ferry_export_config_init(&cfg);
+    if (ferry_export_config_from_json(&cfg, "{\"input_names\": [\"position_ids\", "
+                                      "\"input_ids\"]}", eb, sizeof eb) != FERRY_OK)
+        fail_msg("input_names refused: %s", eb);
+    assert_int_equal(cfg.inputs, FERRY_INPUT_IDS | FERRY_INPUT_POSITION_IDS);
+    json = export_config_to_json(&cfg);
+    text = cJSON_PrintUnformatted(json);
+    if (!strstr(text, "\"input_names\":[\"input_ids\",\"position_ids\"]"))
+        fail_msg("input_names not recorded in graph order: %s", text);
+    ferry_export_config_init(&back);
+    if (ferry_export_config_from_json(&back, text, eb, sizeof eb) != FERRY_OK)
+        fail_msg("export.json's copy refused: %s\n%s", eb, text);
+    assert_int_equal(back.inputs, cfg.inputs);
+    cJSON_free(text);
+    cJSON_Delete(json);
+    for (int pass = 0; pass < 2; pass++) {
+        ferry_export_config_init(&cfg);
+        if (pass && ferry_export_config_from_json(&cfg, "{\"input_names\": [\"input_ids\", "
+                                                  "\"attention_mask\"]}", eb,
+                                                  sizeof eb) != FERRY_OK)
+            fail_msg("default input_names refused: %s", eb);
+        json = export_config_to_json(&cfg);
+        assert_null(cJSON_GetObjectItemCaseSensitive(json, "input_names"));
+        cJSON_Delete(json);
+    }
+    ferry_export_config_init(&cfg);
+    if (ferry_export_config_from_json(&cfg, "{\"input_names\": [\"input_ids\"]}", eb,
+                                      sizeof eb) != FERRY_OK ||
+        ferry_export_config_from_json(&cfg, "{\"input_names\": null}", eb, sizeof eb) !=
+            FERRY_OK)
+        fail_msg("input_names refused: %s", eb);
+    assert_int_equal(cfg.inputs, 0); /* null: back to the default */
+
     /* Every bound a --dim accepts reads back: the ends of [0, 2^40] and unbounded must be
      * accepted; beyond 2^53 (not exact as a double) and 2^63 - 1 (what %lld made of larger
      * numbers) may only be refused. */
@@ -490,6 +539,9 @@ static void test_config_check(void **state)
          "stateful=False is an OpenVINO option"},
         {"{\"export_format\": \"openvino\", \"stateful\": false}", FERRY_OK, ""},
         {"{\"export_format\": \"onnx\", \"dynamic\": true}", FERRY_OK, ""},
+        {"{\"input_names\": [\"input_ids\"], \"for_generation\": true}",
+         FERRY_ERR_INVALID_ARG, "apply to plain exports: generation components take"},
+        {"{\"input_names\": [\"input_ids\", \"position_ids\"]}", FERRY_OK, ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ferry_export_config cfg, before;
@@ -503,15 +555,71 @@ static void test_config_check(void **state)
             fail_msg("%s: status %d, message \"%s\"", cases[i].json, got, eb);
         assert_memory_equal(&cfg, &before, sizeof cfg);
     }
+    /* the struct is public: bits set by hand are checked as a recipe's names are */
+    static const struct { unsigned inputs; const char *needle; } bits[] = {
+        {FERRY_INPUT_ATTENTION_MASK, "leave out input_ids"},
+        {FERRY_INPUT_IDS | (1u << 7), "inputs 0x81 has bits that name no input"},
+    };
+    for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++) {
+        ferry_export_config cfg;
+        char eb[256] = "";
+        ferry_export_config_init(&cfg);
+        cfg.inputs = bits[i].inputs;
+        ferry_status got = ferry_export_config_check(&cfg, eb, sizeof eb);
+        if (got != FERRY_ERR_INVALID_ARG || !strstr(eb, bits[i].needle))
+            fail_msg("inputs 0x%x: status %d, message \"%s\"", bits[i].inputs, got, eb);
+    }
     assert_int_equal(ferry_export_config_check(NULL, NULL, 0), FERRY_ERR_INVALID_ARG);
     char eb[64] = "";
     assert_int_equal(ferry_export_config_check(NULL, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
     assert_string_equal(eb, "no export config");
 }
 
+/* --inputs: comma-separated names in any order, each once, input_ids among them. */
+static void test_set_inputs(void **state)
+{
+    (void)state;
+    ferry_export_config cfg;
+    char eb[256] = "";
+    ferry_export_config_init(&cfg);
+    assert_int_equal(cfg.inputs, 0);
+    assert_int_equal(ferry_export_config_set_inputs(&cfg, "position_ids,input_ids,attention_mask",
+                                                    eb, sizeof eb), FERRY_OK);
+    assert_int_equal(cfg.inputs, FERRY_INPUT_IDS | FERRY_INPUT_ATTENTION_MASK |
+                                     FERRY_INPUT_POSITION_IDS);
+    assert_int_equal(ferry_export_config_set_inputs(&cfg, "input_ids", eb, sizeof eb), FERRY_OK);
+    assert_int_equal(cfg.inputs, FERRY_INPUT_IDS);
+    static const struct { const char *names, *needle; } bad[] = {
+        {"input_ids,positions", "--inputs 'input_ids,positions': 'positions' is not an input"},
+        {"attention_mask", "input_ids is missing"},
+        {"input_ids,,attention_mask", "an empty input name"},
+        {",input_ids", "an empty input name"},
+        {"input_ids,input_ids", "'input_ids' is given twice"},
+        {"input_ids, attention_mask", "' attention_mask' is not an input"},
+        {"input_ids,attention_mask_but_far_longer_than_any_name_ferry_takes_by_a_long_way",
+         "is not an input"},
+        {"input_ids,\x1b[31m", "\\x1b"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ferry_export_config_init(&cfg);
+        ferry_status got = ferry_export_config_set_inputs(&cfg, bad[i].names, eb, sizeof eb);
+        if (got != FERRY_ERR_INVALID_ARG || !strstr(eb, bad[i].needle))
+            fail_msg("%s: status %d, message \"%s\"", bad[i].names, got, eb);
+        for (const char *p = eb; *p; p++)
+            if ((unsigned char)*p < 0x20)
+                fail_msg("%s: control byte in message: %s", bad[i].names, eb);
+        assert_int_equal(cfg.inputs, 0); /* unchanged by a refusal */
+    }
+    assert_int_equal(ferry_export_config_set_inputs(&cfg, NULL, eb, sizeof eb),
+                     FERRY_ERR_INVALID_ARG);
+    assert_int_equal(ferry_export_config_set_inputs(NULL, "input_ids", NULL, 0),
+                     FERRY_ERR_INVALID_ARG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_set_inputs),
         cmocka_unit_test(test_hostile_recipes),
         cmocka_unit_test(test_hostile_dims),
         cmocka_unit_test(test_round_trip),

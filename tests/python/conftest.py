@@ -161,7 +161,8 @@ def reference_model(ckpt_dir):
 
 
 def reference_logits(ckpt_dir, input_ids, attention_mask, position_ids):
-    """float32 logits [batch, sequence, vocab] of the eager model, as numpy."""
+    """float32 logits [batch, sequence, vocab] of the eager model, as numpy. position_ids None:
+    none given, the model's own (0, 1, ... in every row), as a plain export computes them."""
     model = reference_model(ckpt_dir)
     rotary = model.model.rotary_emb
     if "dynamic" in str(rotary.rope_type):
@@ -170,11 +171,17 @@ def reference_logits(ckpt_dir, input_ids, attention_mask, position_ids):
         # of this batch when it exceeds max_position_embeddings, otherwise the original freqs.
         rotary.inv_freq = rotary.original_inv_freq.clone()
         rotary.max_seq_len_cached = rotary.original_max_seq_len
+    given = {} if position_ids is None else {"position_ids": torch.from_numpy(position_ids)}
     with torch.no_grad():
         out = model(input_ids=torch.from_numpy(input_ids),
-                    attention_mask=torch.from_numpy(attention_mask),
-                    position_ids=torch.from_numpy(position_ids), use_cache=False)
+                    attention_mask=torch.from_numpy(attention_mask), use_cache=False, **given)
     return out.logits.float().numpy()
+
+
+def takes_positions(session):
+    """Whether an onnxruntime session's graph takes position_ids (a plain export computes its
+    own unless exported with --inputs ...,position_ids)."""
+    return any(i.name == "position_ids" for i in session.get_inputs())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,7 +291,8 @@ def ort_session(model_path):
 
 
 def run_onnx(session, input_ids, attention_mask, position_ids):
-    """Runs the graph with the inputs it declares (the contract says all three) -> logits."""
+    """Runs the graph with the inputs it declares (input_ids and attention_mask, position_ids
+    where it takes them) -> logits."""
     feeds = {"input_ids": input_ids, "attention_mask": attention_mask,
              "position_ids": position_ids}
     names = [i.name for i in session.get_inputs()]
@@ -320,7 +328,8 @@ def check_against_reference(ckpt, onnx_path, shapes, atol=FP32_ATOL, session=Non
     worst = 0.0
     for batch, seq in shapes:
         ids, mask, pos = make_inputs(vocab, batch, seq, seed=seed)
-        want = reference_logits(ckpt, ids, mask, pos)
+        # eager called as the graph is: with generate()'s positions where it takes them
+        want = reference_logits(ckpt, ids, mask, pos if takes_positions(session) else None)
         got = run_onnx(session, ids, mask, pos)
         worst = max(worst, assert_logits_close(got, want, mask, atol, f"{batch}x{seq}"))
     return worst

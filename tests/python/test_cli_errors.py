@@ -372,8 +372,8 @@ def _human_sizes(n):
 def test_inspect_text(exported):
     rc, stdout, stderr = run_ferry("inspect", exported)
     assert rc == 0, stderr
-    for word in ("model", "model.onnx", "input_ids", "attention_mask", "position_ids", "logits",
-                 "int64", "float32", "batch", "sequence"):
+    for word in ("model", "model.onnx", "input_ids", "attention_mask", "logits", "int64",
+                 "float32", "batch", "sequence"):
         assert word in stdout, f"{word!r} missing from inspect output:\n{stdout}"
     size = os.path.getsize(exported / "model.onnx.data")
     assert any(f in stdout for f in _human_sizes(size)), f"size {size} not shown:\n{stdout}"

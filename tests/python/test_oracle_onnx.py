@@ -11,7 +11,8 @@ import torch
 
 from conftest import (ARCHS, ARCH_CLASS, FP32_ATOL, assert_logits_close, check_against_reference,
                       check_model_full, ferry_builds, ferry_export, make_checkpoint, make_inputs,
-                      read_safetensors, reference_logits, run_ferry, run_onnx, ort_session)
+                      read_safetensors, reference_logits, run_ferry, run_onnx, ort_session,
+                      takes_positions)
 
 SHAPES = [(1, 1), (1, 7), (1, 33), (3, 1), (3, 7), (3, 33)]
 
@@ -64,12 +65,32 @@ def test_family_graph_interface(family_export):
     arch, ckpt, out, session = family_export
     ins, outs = graph_io(out / "model.onnx")
     sym = ["batch", "sequence"]
+    # a tokenizer's output, as transformers' exports take it; the positions are computed inside
     assert ins == {"input_ids": (onnx.TensorProto.INT64, sym),
-                   "attention_mask": (onnx.TensorProto.INT64, sym),
-                   "position_ids": (onnx.TensorProto.INT64, sym)}
+                   "attention_mask": (onnx.TensorProto.INT64, sym)}
     assert outs == {"logits": (onnx.TensorProto.FLOAT, ["batch", "sequence", 160])}
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["architecture"] == ARCH_CLASS[arch]
+
+
+def test_family_position_ids_input(family_export, tmp_path):
+    """--inputs with position_ids: the graph takes them, and matches eager given generate()'s
+    positions (batch 3 left-padded) and positions of stride 2, which positions from 0 do not
+    give: the graph reads them."""
+    arch, ckpt, _, _ = family_export
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", "--inputs",
+                       "input_ids,attention_mask,position_ids")
+    ins, _ = graph_io(out / "model.onnx")
+    assert ins["position_ids"] == (onnx.TensorProto.INT64, ["batch", "sequence"])
+    session = ort_session(out / "model.onnx")
+    check_against_reference(ckpt, out / "model.onnx", [(1, 7), (3, 33)], session=session)
+    ids, mask, pos = make_inputs(160, 3, 7)
+    stride = np.where(mask == 1, 2 * pos, 1)
+    want = reference_logits(ckpt, ids, mask, stride)
+    assert_logits_close(run_onnx(session, ids, mask, stride), want, mask, FP32_ATOL,
+                        f"{arch} stride-2 positions")
+    real = mask == 1
+    assert np.abs(want[real] - reference_logits(ckpt, ids, mask, pos)[real]).max() > 1e-2
 
 
 @pytest.mark.parametrize("batch,seq", SHAPES, ids=[f"{b}x{s}" for b, s in SHAPES])
@@ -169,6 +190,11 @@ CONFIG_EDITS = {
         sliding_window=5, layer_types=["sliding_attention", "full_attention"])),
 }
 
+# rope types whose tables depend on the positions beyond their distances (dynamic NTK rescales by
+# the largest) or that reach past max_position_embeddings: also checked with position_ids given
+POSITION_VARIANTS = {"rope-dynamic", "rope-yarn", "rope-llama3",
+                     "positions-past-max-position-embeddings"}
+
 VARIANT_SHAPES = {
     "rope-dynamic": [(1, 7), (1, 16), (1, 17), (3, 33)],         # below, at, over the threshold
     "mistral-window-5": [(1, 5), (1, 6), (3, 7), (3, 33)],
@@ -223,6 +249,10 @@ def test_variant_matches_eager(variant, tmp_path):
     assert outs["logits"][0] == onnx.TensorProto.FLOAT
     shapes = VARIANT_SHAPES.get(variant, [(1, 1), (3, 7), (3, 33)])
     check_against_reference(ckpt, out / "model.onnx", shapes)
+    if variant in POSITION_VARIANTS:
+        given = ferry_export(ckpt, tmp_path / "positions", "--dynamic", "--inputs",
+                             "input_ids,attention_mask,position_ids")
+        check_against_reference(ckpt, given / "model.onnx", shapes)
 
 
 def test_gemma_bidirectional_attention_is_refused(tmp_path):
@@ -294,7 +324,7 @@ def test_fp16_export_within_bound(arch, tmp_path):
         ids, mask, pos = make_inputs(160, batch, seq)
         got = run_onnx(session, ids, mask, pos)
         assert got.dtype == np.float16
-        want = reference_logits(ckpt, ids, mask, pos)
+        want = reference_logits(ckpt, ids, mask, pos if takes_positions(session) else None)
         worst = max(worst, assert_logits_close(got, want, mask, FP16_ATOL, f"fp16 {batch}x{seq}"))
     # the bound is not vacuous: fp16 really is less exact than fp32
     assert worst > FP32_ATOL / 10
@@ -321,9 +351,8 @@ def test_bf16_export(tmp_path):
 
     evaluator = ReferenceEvaluator(str(out / "model.onnx"))
     ids, mask, pos = make_inputs(160, 3, 7)
-    (got,) = evaluator.run(["logits"], {"input_ids": ids, "attention_mask": mask,
-                                         "position_ids": pos})
-    want = reference_logits(ckpt, ids, mask, pos)
+    (got,) = evaluator.run(["logits"], {"input_ids": ids, "attention_mask": mask})
+    want = reference_logits(ckpt, ids, mask, None)
     assert_logits_close(np.asarray(got, dtype=np.float32), want, mask, BF16_ATOL, "bf16")
 
 
@@ -335,13 +364,14 @@ def test_static_export_runs_only_at_traced_shape(tmp_path):
     ckpt = make_checkpoint(tmp_path / "ckpt", "qwen3")
     out = ferry_export(ckpt, tmp_path / "onnx")
     ins, outs = graph_io(out / "model.onnx")
-    for name in ("input_ids", "attention_mask", "position_ids"):
+    assert set(ins) == {"input_ids", "attention_mask"}
+    for name in ins:
         assert ins[name] == (onnx.TensorProto.INT64, [1, 8]), name
     assert outs["logits"] == (onnx.TensorProto.FLOAT, [1, 8, 160])
     check_model_full(out / "model.onnx")
     session = ort_session(out / "model.onnx")
     ids, mask, pos = make_inputs(160, 1, 8, pads=[3])
-    assert_logits_close(run_onnx(session, ids, mask, pos), reference_logits(ckpt, ids, mask, pos),
+    assert_logits_close(run_onnx(session, ids, mask, pos), reference_logits(ckpt, ids, mask, None),
                         mask, what="static 1x8")
     for batch, seq in [(1, 9), (2, 8), (1, 7)]:
         ids, mask, pos = make_inputs(160, batch, seq)
@@ -361,7 +391,7 @@ def test_static_export_example_shape(tmp_path):
 
 
 def _dims_for_all_inputs(axis, spec):
-    return [arg for name in ("input_ids", "attention_mask", "position_ids")
+    return [arg for name in ("input_ids", "attention_mask")
             for arg in ("--dim", f"{name}:{axis}={spec}")]
 
 
@@ -379,9 +409,10 @@ def test_explicit_dims_with_ranges(tmp_path):
 
 
 def test_only_sequence_dynamic(tmp_path):
-    """A --dim on input_ids alone: the axis it names is shared by all three inputs."""
+    """A --dim on input_ids alone: the axis it names is shared by every input."""
     ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
-    out = ferry_export(ckpt, tmp_path / "onnx", "--dim", "input_ids:1=sequence")
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dim", "input_ids:1=sequence", "--inputs",
+                       "input_ids,attention_mask,position_ids")
     ins, outs = graph_io(out / "model.onnx")
     for name in ("input_ids", "attention_mask", "position_ids"):
         assert ins[name] == (onnx.TensorProto.INT64, [1, "sequence"]), name

@@ -37,17 +37,24 @@ def load(out, component="model"):
     return torch.export.load(str(out / f"{component}.pt2"))
 
 
-def run(module, ids, mask, pos):
+def run(module, ids, mask, pos=None):
+    """The logits of a plain program; position_ids passed only where given, to a program
+    exported with --inputs ...,position_ids (by default it computes its own, and a program's
+    module refuses keywords it does not take)."""
+    given = {} if pos is None else {"position_ids": torch.from_numpy(pos)}
     with torch.no_grad():
         out = module(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                     position_ids=torch.from_numpy(pos))
+                     **given)
     return out["logits"].float().numpy()
 
 
-def check_shapes(ckpt, module, shapes, atol=FP32_ATOL, seed=0):
+def check_shapes(ckpt, module, shapes, atol=FP32_ATOL, seed=0, positions=False):
+    """Each shape against eager called as the program is: with generate()'s position_ids when
+    it takes them (`positions`), else without."""
     worst = 0.0
     for batch, seq in shapes:
         ids, mask, pos = make_inputs(VOCAB, batch, seq, seed=seed)
+        pos = pos if positions else None
         worst = max(worst, assert_logits_close(run(module, ids, mask, pos),
                                                reference_logits(ckpt, ids, mask, pos), mask,
                                                atol=atol, what=f"{batch}x{seq}") or 0.0)
@@ -93,7 +100,7 @@ def test_interface_and_files(family):
         assert isinstance(value, torch.nn.Parameter), name
         assert torch.equal(value.detach(), weights[name]), name
     sig = program.graph_signature
-    assert list(sig.user_inputs) == ["input_ids", "attention_mask", "position_ids"]
+    assert list(sig.user_inputs) == ["input_ids", "attention_mask"]
     assert [str(s) for s in sorted(program.range_constraints, key=str)] == ["s0", "s1"]
     # the traced module's own verifier passes: in-graph ops, metadata, signature
     assert program.verifiers[0].dialect == "TRAINING"
@@ -108,6 +115,21 @@ def test_interface_and_files(family):
 def test_logits_match_eager(family, batch, seq, record_property):
     _, ckpt, _, _, module = family
     record_property("max_abs_error", check_shapes(ckpt, module, [(batch, seq)]))
+
+
+def test_position_ids_input(ckpts, tmp_path, record_property):
+    """--inputs with position_ids: the program takes them, and matches eager given generate()'s
+    positions, through run_decompositions() too."""
+    ckpt = ckpts("qwen3")
+    out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic", "--inputs",
+                       "input_ids,attention_mask,position_ids", "--quiet")
+    program = load(out)
+    assert list(program.graph_signature.user_inputs) == ["input_ids", "attention_mask",
+                                                         "position_ids"]
+    worst = check_shapes(ckpt, program.module(), [(1, 7), (3, 33)], positions=True)
+    worst = max(worst, check_shapes(ckpt, program.run_decompositions().module(), [(3, 7)],
+                                    positions=True))
+    record_property("max_abs_error", worst)
 
 
 def test_run_decompositions(family, record_property):
@@ -134,7 +156,7 @@ def test_static_shapes(ckpts, tmp_path):
     # torch's words for it: "Guard failed: input_ids.size()[1] == 7" where the program has
     # example inputs, as ferry's have, "... to be equal to 7" where it has none
     with pytest.raises(Exception, match=r"input_ids.*(== 7|equal to 7)"):
-        run(program.module(), ids, mask, pos)
+        run(program.module(), ids, mask)
 
 
 def test_dim_range_enforced(ckpts, tmp_path):
@@ -148,7 +170,7 @@ def test_dim_range_enforced(ckpts, tmp_path):
     check_shapes(ckpt, program.module(), [(1, 2), (1, 16)])
     ids, mask, pos = make_inputs(VOCAB, 1, 20)
     with pytest.raises(Exception, match="<= 16"):
-        run(program.module(), ids, mask, pos)
+        run(program.module(), ids, mask)
 
 
 @pytest.mark.parametrize("dtype,atol", [("fp16", FP16_ATOL), ("bf16", BF16_ATOL)])
@@ -162,8 +184,7 @@ def test_half_precisions(ckpts, tmp_path, dtype, atol, record_property):
     ids, mask, pos = make_inputs(VOCAB, 1, 7)
     with torch.no_grad():
         logits = program.module()(input_ids=torch.from_numpy(ids),
-                                  attention_mask=torch.from_numpy(mask),
-                                  position_ids=torch.from_numpy(pos))["logits"]
+                                  attention_mask=torch.from_numpy(mask))["logits"]
     assert logits.dtype == want
     record_property("max_abs_error",
                     check_shapes(ckpt, program.module(), [(1, 7), (3, 33)], atol=atol))
@@ -200,11 +221,16 @@ def test_aot_compile(ckpts, tmp_path, record_property):
     out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic", "--quiet")
     program = load(out)
     args, kwargs = program.example_inputs
-    assert args == () and list(kwargs) == ["input_ids", "attention_mask", "position_ids"]
+    assert args == () and list(kwargs) == ["input_ids", "attention_mask"]
     # batch and sequence at their hints: 2 (a traced 1 would make torch specialise), and 8
     assert all(t.shape == (2, 8) and t.dtype == torch.int64 for t in kwargs.values())
     assert not kwargs["input_ids"].any() and kwargs["attention_mask"].eq(1).all()
-    assert kwargs["position_ids"].tolist() == [list(range(8))] * 2
+    # a program that takes position_ids gets them in its example too, from 0
+    given = ferry_export(ckpt, tmp_path / "positions", "--format", "pt2", "--dynamic",
+                         "--inputs", "input_ids,attention_mask,position_ids", "--quiet")
+    _, examples = load(given).example_inputs
+    assert list(examples) == ["input_ids", "attention_mask", "position_ids"]
+    assert examples["position_ids"].tolist() == [list(range(8))] * 2
     package = torch._inductor.aoti_compile_and_package(
         program, package_path=str(tmp_path / "aoti.pt2"))
     compiled = torch._inductor.aoti_load_package(package)
@@ -224,10 +250,11 @@ def test_python_api(ckpts, tmp_path):
     exported.save_pretrained(tmp_path / "saved")
     loaded = ExportedModel.from_pretrained(tmp_path / "saved")
     ids, mask, pos = make_inputs(VOCAB, 3, 7)
+    # generate()'s positions are dropped unread: the program computes its own, from 0
     got = loaded(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                  position_ids=torch.from_numpy(pos)).logits
     assert isinstance(got, torch.Tensor)
-    assert_logits_close(got.numpy(), reference_logits(ckpt, ids, mask, pos), mask)
+    assert_logits_close(got.numpy(), reference_logits(ckpt, ids, mask, None), mask)
     # the guide's dynamic_shapes with torch.export.Dim: the program's symbols and ranges
     Dim = torch.export.Dim
     shaped = DynamoExporter().export(str(ckpt), config=DynamoConfig(dynamic_shapes={
@@ -265,7 +292,7 @@ def test_real_model(smollm2, tmp_path, record_property):
     pos = generate_position_ids(mask)
     assert model.config.tie_word_embeddings
     record_property("max_abs_error", assert_logits_close(
-        run(module, ids, mask, pos), reference_logits(smollm2, ids, mask, pos), mask,
+        run(module, ids, mask), reference_logits(smollm2, ids, mask, None), mask,
         atol=REAL_ATOL))
 
 
@@ -395,7 +422,7 @@ def test_unflatten(family):
     assert hasattr(layer.mlp, "act_fn") and hasattr(tree, "lm_head")
     for batch, seq in [(1, 1), (3, 7)]:
         ids, mask, pos = make_inputs(VOCAB, batch, seq)
-        assert np.array_equal(run(tree, ids, mask, pos), run(module, ids, mask, pos))
+        assert np.array_equal(run(tree, ids, mask), run(module, ids, mask))
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))
@@ -447,12 +474,12 @@ def test_example_inputs(ckpts, tmp_path):
         sample = z.read("model/data/sample_inputs/model.pt")
     args, kwargs = torch.load(io.BytesIO(sample), weights_only=True)
     assert args == () and {n: tuple(t.shape) for n, t in kwargs.items()} == {
-        "input_ids": (3, 5), "attention_mask": (3, 5), "position_ids": (3, 5)}
+        "input_ids": (3, 5), "attention_mask": (3, 5)}
     program = load(out)
     assert all(torch.equal(kwargs[n], program.example_inputs[1][n]) for n in kwargs)
-    ids, mask, pos = (kwargs[n].numpy() for n in ("input_ids", "attention_mask", "position_ids"))
-    assert_logits_close(run(program.module(), ids, mask, pos),
-                        reference_logits(ckpt, ids, mask, pos), mask)
+    ids, mask = (kwargs[n].numpy() for n in ("input_ids", "attention_mask"))
+    assert_logits_close(run(program.module(), ids, mask),
+                        reference_logits(ckpt, ids, mask, None), mask)
     gen = ferry_export(ckpt, tmp_path / "gen", "--format", "pt2", "--dynamic",
                        "--for-generation", "--static-cache", "--max-cache-len", "32", "--quiet")
     assert load(gen, "decode").example_inputs is None
@@ -614,7 +641,7 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
                     "register_treespec_types(json.dumps("
                     "{'type': 'transformers.cache_utils:DynamicCache'})); "
                     "m = torch.export.load(sys.argv[1]).module(); ids = torch.zeros(1, 4).long(); "
-                    "m(input_ids=ids, attention_mask=ids + 1, position_ids=torch.arange(4)[None])",
+                    "m(input_ids=ids, attention_mask=ids + 1)",
                     str(out / "model.pt2")], capture_output=True, timeout=300)
     assert marker.exists(), "the archive does not run code in torch: the test proves nothing"
     marker.unlink()
@@ -855,8 +882,8 @@ except Exception:
     print("refused alone")
 import transformers.modeling_outputs
 print(type(torch.export.load(sys.argv[1]).module()(
-    input_ids=torch.ones(1, 3, dtype=torch.long), attention_mask=torch.ones(1, 3, dtype=torch.long),
-    position_ids=torch.arange(3)[None])).__name__)
+    input_ids=torch.ones(1, 3, dtype=torch.long),
+    attention_mask=torch.ones(1, 3, dtype=torch.long))).__name__)
 """
 
 
@@ -1027,7 +1054,7 @@ def test_runs_on_another_device(tmp_path):
     out = ferry_export(FIXTURE, tmp_path / "pt2", "--format", "pt2", "--dynamic", "--quiet")
     module = load_program(out / "model.pt2", torch.device("meta")).module()
     ids = torch.zeros(3, 7, dtype=torch.int64, device="meta")
-    logits = module(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=ids)["logits"]
+    logits = module(input_ids=ids, attention_mask=torch.ones_like(ids))["logits"]
     assert logits.device.type == "meta" and tuple(logits.shape) == (3, 7, 512)
 
 

@@ -35,11 +35,11 @@ def test_export_save_load_run(ckpt, tmp_path):
 
     loaded = ExportedModel.from_pretrained(tmp_path / "out")
     ids, mask, pos = make_inputs(160, 3, 7)
-    # torch tensors like a tokenizer returns, plus an input the graph does not take;
-    # position_ids are left for the runner to derive from the mask, as generate() does.
+    # torch tensors like a tokenizer returns, plus an input the graph does not take; the
+    # graph computes its positions, from 0, as transformers' forward does given none
     out = loaded(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                  token_type_ids=torch.zeros_like(torch.from_numpy(ids)))
-    assert_logits_close(out.logits, reference_logits(ckpt, ids, mask, pos), mask)
+    assert_logits_close(out.logits, reference_logits(ckpt, ids, mask, None), mask)
     assert np.array_equal(out["logits"], out.logits)
 
 
@@ -67,24 +67,33 @@ def test_fresh_export_runs_on_first_call(ckpt):
     from ferry import OnnxExporter
 
     ids, mask, pos = make_inputs(160, 1, 8, pads=[2])
-    exported = OnnxExporter().export(ckpt, {"input_ids": ids})      # static, traced at 1x8
+    # static, traced at 1x8; the graph takes the example's inputs, a tokenizer's output
+    exported = OnnxExporter().export(ckpt, {"input_ids": ids, "attention_mask": mask})
     meta = exported.manifest["components"]["model"]["metadata"]
     assert meta["inputs"][0]["shape"] == [1, 8]
     out = exported(input_ids=ids, attention_mask=mask, position_ids=pos)
-    assert_logits_close(out.logits, reference_logits(ckpt, ids, mask, pos), mask)
+    assert_logits_close(out.logits, reference_logits(ckpt, ids, mask, None), mask)
 
 
 def test_auto_export_config_from_dict(ckpt, tmp_path):
     from ferry import AutoExportConfig, OnnxExporter
 
+    names = ["input_ids", "attention_mask", "position_ids"]
     config = AutoExportConfig.from_dict({
-        "export_format": "onnx",
+        "export_format": "onnx", "input_names": names,
         "dynamic_shapes": {n: {0: {"name": "batch", "min": 1, "max": 4}, 1: "sequence"}
-                           for n in ("input_ids", "attention_mask", "position_ids")}})
+                           for n in names}})
     exported = OnnxExporter().export(ckpt, config=config)
     meta = exported.manifest["components"]["model"]["metadata"]
     assert meta["symbols"]["batch"]["max"] == 4
     assert meta["inputs"][1]["shape"] == ["batch", "sequence"]
+    assert [i["name"] for i in meta["inputs"]] == names
+    # a dim on an input the export does not take would say nothing: refused by name
+    from ferry import FerryError
+
+    with pytest.raises(FerryError, match="this export takes no position_ids"):
+        OnnxExporter().export(ckpt, config=AutoExportConfig.from_dict({
+            "export_format": "onnx", "dynamic_shapes": {"position_ids": {0: "batch"}}}))
 
 
 def test_config_errors_name_the_key():

@@ -1,9 +1,11 @@
 """Interop with transformers' exporters (transformers.exporters, the pinned 5.x).
 
 ferry -> transformers: `ExportedModel.from_pretrained(ferry_dir)(**inputs)` runs a ferry export
-in transformers' own runners and returns transformers' eager logits (1e-4), for every family,
-in ONNX and OpenVINO, and the pytree specs ferry writes in C are byte for byte what torch's
-treespec_dumps writes. Exports transformers cannot run say why in export.json.
+in transformers' own runners, called with a tokenizer's output as transformers' exports are,
+and returns transformers' eager logits for the same call (1e-4), for every family, in ONNX,
+OpenVINO and pt2, and the pytree specs ferry writes in C are byte for byte what torch's
+treespec_dumps writes. Exports transformers cannot run say why in export.json
+(test_transformers_loader.py has batch 1, left padding and --inputs).
 
 transformers -> ferry: an export transformers' exporter wrote (made here by OnnxExporter /
 OpenVINOExporter) is loaded by ferry's ExportedModel and listed by `ferry inspect`; malformed
@@ -28,16 +30,18 @@ from transformers.exporters import ExportedModel as HfExportedModel  # noqa: E40
 from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
 
 VOCAB = 160
-INPUTS = ["input_ids", "attention_mask", "position_ids"]
+# a plain export's inputs: a tokenizer's output, as transformers' exports take it
+INPUTS = ["input_ids", "attention_mask"]
 # batch 2 padded (row 1 left-padded by a third), one token, and batch 3 down to one real token
 SHAPES = [(2, 7), (1, 1), (3, 12)]
 
 
-def hf_call(exported, ids, mask, pos):
-    """transformers' ExportedModel called as the model is: keyword tensors in, a ModelOutput
-    out."""
+def hf_call(exported, ids, mask, pos=None):
+    """transformers' ExportedModel called as the model is: keyword tensors in (position_ids only
+    where given: a generation graph takes them), a ModelOutput out."""
+    given = {} if pos is None else {"position_ids": torch.from_numpy(pos)}
     out = exported(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                   position_ids=torch.from_numpy(pos))
+                   **given)
     assert isinstance(out, CausalLMOutputWithPast), type(out)
     return out.logits.numpy()
 
@@ -69,9 +73,9 @@ def test_transformers_runs_ferry_onnx(family):
     assert exported.dtype == torch.float32
     assert type(exported.config).__name__ == type(reference_model(ckpt).config).__name__
     for batch, seq in SHAPES:
-        ids, mask, pos = make_inputs(VOCAB, batch, seq)
-        want = reference_logits(ckpt, ids, mask, pos)
-        assert_logits_close(hf_call(exported, ids, mask, pos), want, mask, FP32_ATOL,
+        ids, mask, _ = make_inputs(VOCAB, batch, seq)
+        want = reference_logits(ckpt, ids, mask, None)
+        assert_logits_close(hf_call(exported, ids, mask), want, mask, FP32_ATOL,
                             f"{arch} {batch}x{seq}")
 
 
@@ -101,9 +105,9 @@ def test_static_export_kwargs(tmp_path):
     out = ferry_export(ckpt, tmp_path / "out", "--example-shape", "input_ids=2x6", "--quiet")
     meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
     assert meta["kwargs"]["attention_mask"] == {"rank": 2, "shape": [2, 6], "dtype": "int64"}
-    ids, mask, pos = make_inputs(VOCAB, 2, 6)
-    got = hf_call(HfExportedModel.from_pretrained(out, device="cpu"), ids, mask, pos)
-    assert_logits_close(got, reference_logits(ckpt, ids, mask, pos), mask)
+    ids, mask, _ = make_inputs(VOCAB, 2, 6)
+    got = hf_call(HfExportedModel.from_pretrained(out, device="cpu"), ids, mask)
+    assert_logits_close(got, reference_logits(ckpt, ids, mask, None), mask)
 
 
 def test_transformers_runs_ferry_openvino(tmp_path):
@@ -117,9 +121,9 @@ def test_transformers_runs_ferry_openvino(tmp_path):
     # the hint the export records (on a CPU with bf16 it would compute in bf16)
     f32 = {"INFERENCE_PRECISION_HINT": "f32"}
     plain = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic", "--quiet")
-    got = hf_call(HfExportedModel.from_pretrained(plain, device="cpu", config=f32), ids, mask,
-                  pos)
-    assert_logits_close(got, want, mask, what="openvino plain")
+    got = hf_call(HfExportedModel.from_pretrained(plain, device="cpu", config=f32), ids, mask)
+    assert_logits_close(got, reference_logits(ckpt, ids, mask, None), mask,
+                        what="openvino plain")
 
     gen = ferry_export(ckpt, tmp_path / "ovgen", "--format", "openvino", "--dynamic",
                        "--for-generation", "--quiet")
@@ -161,11 +165,11 @@ def test_transformers_runs_ferry_pt2(family, tmp_path):
     assert meta["out_spec"] == _pytree.treespec_dumps(program.call_spec.out_spec)
     mine = ferry.ExportedModel.from_pretrained(out)
     for batch, seq in SHAPES:
-        ids, mask, pos = make_inputs(VOCAB, batch, seq)
-        want = reference_logits(ckpt, ids, mask, pos)
-        assert_logits_close(hf_call(exported, ids, mask, pos), want, mask, FP32_ATOL,
+        ids, mask, _ = make_inputs(VOCAB, batch, seq)
+        want = reference_logits(ckpt, ids, mask, None)
+        assert_logits_close(hf_call(exported, ids, mask), want, mask, FP32_ATOL,
                             f"{arch} {batch}x{seq} in transformers")
-        got = mine(input_ids=ids, attention_mask=mask, position_ids=pos)
+        got = mine(input_ids=ids, attention_mask=mask)
         assert isinstance(got, CausalLMOutputWithPast)
         assert_logits_close(got.logits, want, mask, FP32_ATOL, f"{arch} {batch}x{seq} in ferry")
 
@@ -227,10 +231,9 @@ def test_round_trip_through_transformers(tmp_path):
                        "--quiet")
     HfExportedModel.from_pretrained(out, trust_remote_code=True).save_pretrained(tmp_path / "re")
     assert "format" not in json.loads((tmp_path / "re" / "export.json").read_text())
-    ids, mask, pos = make_inputs(VOCAB, 2, 7)
-    got = ferry.ExportedModel.from_pretrained(tmp_path / "re")(input_ids=ids, attention_mask=mask,
-                                                               position_ids=pos)
-    assert_logits_close(got.logits, reference_logits(ckpt, ids, mask, pos), mask, FP32_ATOL)
+    ids, mask, _ = make_inputs(VOCAB, 2, 7)
+    got = ferry.ExportedModel.from_pretrained(tmp_path / "re")(input_ids=ids, attention_mask=mask)
+    assert_logits_close(got.logits, reference_logits(ckpt, ids, mask, None), mask, FP32_ATOL)
 
 
 @pytest.mark.parametrize("edit,needle", [

@@ -85,6 +85,17 @@ def test_good_export_passes_and_records_versions(onnx_export, ckpt, tmp_path):
                       "torch": torch.__version__.split("+")[0]}}
 
 
+@pytest.mark.parametrize("inputs", ["input_ids,attention_mask,position_ids", "input_ids"])
+def test_plain_export_inputs_validate(ckpt, tmp_path, inputs):
+    """The eager model is called as the export is: with generate()'s position_ids where the
+    graph takes them, with no padding where it takes no mask (it attends to every token)."""
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", "--inputs", inputs, "--quiet")
+    rc, stdout, stderr = validate(out)
+    assert rc == 0, (stdout, stderr)
+    diff, _, result = table_rows(stdout)["logits"]
+    assert 0 < diff <= 1e-4 and result == "PASS"
+
+
 @pytest.mark.parametrize("flags,outputs", [
     (["--dynamic", "--for-generation"], ["prefill: logits, prompt", "decode: logits, 8 steps"]),
     (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "24",
@@ -170,10 +181,9 @@ def test_tampered_decode_program_fails(ckpt, tmp_path):
 @pytest.mark.parametrize("old,new,needle", [
     ('<layer id="1"', '<lay3r id="1"', "openvino refuses component model "
      "(openvino_model.xml): Start-end tags mismatch at offset"),
-    ('names="position_ids"', 'names="position_idz"', "component model (openvino_model.xml): "
-     "the program's inputs are input_ids int64, attention_mask int64, position_idz int64, "
-     "where export.json lists input_ids int64, attention_mask int64, position_ids int64: one "
-     "of them was edited"),
+    ('names="attention_mask"', 'names="attention_masz"', "component model "
+     "(openvino_model.xml): the program's inputs are input_ids int64, attention_masz int64, "
+     "where export.json lists input_ids int64, attention_mask int64: one of them was edited"),
     ('names="logits"', 'names="logitz"', "the program's outputs are logitz float32, where "
      "export.json lists logits float32"),
     # OpenVINO names every node "opsetN::Type" in its messages: still a broken IR (found by
@@ -206,21 +216,21 @@ def test_program_and_manifest_that_disagree_fail(ckpt, onnx_export, tmp_path, fm
         ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic", "--quiet")
     manifest = json.loads((out / "export.json").read_text())
     inputs = manifest["components"]["model"]["metadata"]["inputs"]
-    assert inputs[2]["name"] == "position_ids"
-    inputs[2]["name"] = "pos"
+    assert inputs[1]["name"] == "attention_mask"
+    inputs[1]["name"] = "mask"
     (out / "export.json").write_text(json.dumps(manifest))
     rc, stdout, stderr = validate(out)
     assert (rc, stdout) == (1, ""), (rc, stderr)
     file = "model.onnx" if fmt == "onnx" else "openvino_model.xml"
     assert stderr.splitlines() == [
         f"ferry: error: validate: component model ({file}): the program's inputs are input_ids "
-        "int64, attention_mask int64, position_ids int64, where export.json lists input_ids "
-        "int64, attention_mask int64, pos int64: one of them was edited since the export"], stderr
+        "int64, attention_mask int64, where export.json lists input_ids int64, mask int64: one "
+        "of them was edited since the export"], stderr
     assert "validated_with" not in json.loads((out / "export.json").read_text())
     if fmt == "onnx":
         program = out / "model.onnx"
         program.write_bytes(b"\xff" * program.stat().st_size)
-        inputs[2]["name"] = "position_ids"
+        inputs[1]["name"] = "attention_mask"
         (out / "export.json").write_text(json.dumps(manifest))
         rc, stdout, stderr = validate(out, "--no-record")
         assert (rc, stdout) == (1, "") and len(stderr.splitlines()) == 1, (rc, stderr)

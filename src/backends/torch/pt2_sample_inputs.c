@@ -8,7 +8,8 @@
  * globals torch's weights_only unpickler admits are named, so torch loads it without its
  * fallback to full unpickling.
  *
- * Written for a program that takes the call's token inputs alone (a plain export): each at
+ * Written for a program that takes the call's token inputs alone (a plain export: input_ids
+ * and attention_mask, position_ids where it takes them), those it takes, in its order: each at
  * its hint shape, the size torch retraces with (pt2_writer.c), holding a valid call: token 0,
  * a mask of ones, positions from 0. A generation component also takes its cache, which would
  * make the example as large as the cache itself: its entry stays empty (example_inputs None). */
