@@ -149,9 +149,9 @@ int cmd_export(int argc, char **argv)
     ferry_status opened = ferry_model_open(model_path, o.revision, &model);
     if (opened != FERRY_OK) {
         cli_error("%s", ferry_model_errmsg(model));
-        /* MODEL and --revision are the command line's: a pair the library refuses as such (a
-         * directory with a revision) is a bad command line */
-        if (opened == FERRY_ERR_INVALID_ARG)
+        /* A --revision the library refuses (not a valid name, or given with a directory) is a
+         * bad command line; other refusals are the checkpoint's */
+        if (opened == FERRY_ERR_INVALID_ARG && o.revision)
             rc = EXIT_USAGE;
         goto done;
     }

@@ -85,7 +85,7 @@ int cmd_graph(int argc, char **argv)
     ferry_components *comps = NULL;
     rc = EXIT_FAIL;
     ferry_status st = ferry_model_open(argv[optind], o.revision, &model);
-    if (st == FERRY_ERR_INVALID_ARG) /* MODEL and --revision are the command line's */
+    if (st == FERRY_ERR_INVALID_ARG && o.revision) /* a --revision refused is the command line's */
         rc = EXIT_USAGE;
     else if (st == FERRY_OK && (st = ferry_decompose(model, &o.cfg, &comps)) != FERRY_OK)
         rc = cli_export_failure_status(&o, st);

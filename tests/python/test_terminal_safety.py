@@ -161,7 +161,7 @@ def test_command_line_echoes(tmp_path, label, binary):
 def test_revision_echoed(tmp_path, label, binary):
     rc, out, err = run(binary, "export", "org/name", tmp_path / "out", "--revision", HOSTILE,
                        cwd=tmp_path)
-    assert rc == 1, err
+    assert rc == 2, err  # a revision that is not a valid name is a bad command line
     assert_safe(out, err, ESCAPED)
 
 
