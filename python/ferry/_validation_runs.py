@@ -8,7 +8,6 @@ Every call's logits are kept with the position of their first token, so that val
 compare them with the eager logits at the same positions."""
 
 import json
-import re
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import numpy as np
 
 from ._lib import CannotValidate, FerryError, FerryWarning, _escape
 from .runners import Runners, derive_position_ids
+from .runtime import check_program_io, openvino_ports, runtime_reason
 
 BATCH, SEQUENCE, STEPS, SEED = 2, 16, 8, 0
 RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino", "pt2": "torch"}
@@ -111,17 +111,7 @@ def _first_line(error):
     return text.splitlines()[0] if text else type(error).__name__
 
 
-# OpenVINO's messages open with where they were raised, which names no cause.
-_WHERE = re.compile(r"(Exception from \S+:\d+:|Check '.*' failed at \S+:\d+:)")
-
-
-def _reason(error, limit=400):
-    """The runtime's message on one line, without OpenVINO's source locations (found by review:
-    its first line, all that was kept, was always "Exception from src/...:84:")."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    kept = [line for line in lines if not _WHERE.fullmatch(line)] or lines
-    text = "; ".join(kept) or type(error).__name__
-    return text if len(text) <= limit else text[:limit] + "..."
+_reason = runtime_reason
 
 
 @contextmanager
@@ -212,32 +202,20 @@ def _generation(loaded, manifest):
     return Run(calls, ids, mask)
 
 
-# element types as export.json names them (torch's names)
-_OV_TYPES = {"i64": "int64", "i32": "int32", "f32": "float32", "f16": "float16",
-             "bf16": "bfloat16", "boolean": "bool", "u8": "uint8", "i8": "int8"}
-
-
 class _TooNew(Exception):
     """The program is newer than the reader installed here: not the export's fault."""
 
 
 def _program_io(fmt, path):
-    """([(name, dtype, [size or None per axis])] of the inputs, of the outputs) of the program at
-    `path` as its format's reader checks it (onnx.checker for ONNX), or None where that reader is
-    not installed (running it then says what is missing)."""
+    """(inputs, outputs[, state variables]) of the program at `path` as its format's reader
+    checks it (onnx.checker for ONNX), as runtime.check_program_io takes them, or None where
+    that reader is not installed (running it then says what is missing)."""
     if fmt == "openvino":
         try:
             import openvino
         except ImportError:
             return None
-        model = openvino.Core().read_model(str(path))
-
-        def ov_port(p):
-            kind = p.get_element_type().get_type_name()
-            dims = [d.get_length() if d.is_static else None for d in p.get_partial_shape()]
-            return p.get_any_name(), _OV_TYPES.get(kind, kind), dims
-
-        return tuple([ov_port(p) for p in ports] for ports in (model.inputs, model.outputs))
+        return openvino_ports(openvino.Core().read_model(str(path)))
     try:
         import onnx
     except ImportError:
@@ -261,14 +239,6 @@ def _program_io(fmt, path):
             [onnx_value(v) for v in model.graph.output])
 
 
-def _io_text(values):
-    return ", ".join(f"{_escape(name)} {_escape(dtype)}" for name, dtype in values)
-
-
-def _dims_text(dims):
-    return "[" + ", ".join("?" if d is None else _escape(d) for d in dims) + "]"
-
-
 def _read_program_files(fmt, directory, components):
     """Each ONNX or OpenVINO program as its format's reader checks it, before anything compiles
     or runs: one it refuses, or whose inputs or outputs (names, element types) are not the ones
@@ -290,28 +260,8 @@ def _read_program_files(fmt, directory, components):
                 raise CannotValidate(f"openvino cannot read {where} here: "
                                      f"{_escape(_reason(e))}", status=4) from None
             raise FerryError(f"{fmt} refuses {where}: {_escape(_reason(e))}", status=1) from None
-        metadata = component.get("metadata") or {}
-        for kind, program in zip(("inputs", "outputs"), io or ()):
-            values = [v for v in metadata.get(kind) or [] if isinstance(v, dict)]
-            listed = [(str(v.get("name")), str(v.get("dtype"))) for v in values]
-            if not listed:
-                continue
-            if sorted(p[:2] for p in program) != sorted(listed):
-                raise FerryError(f"{where}: the program's {kind} are "
-                                 f"{_io_text(p[:2] for p in program)}, where export.json lists "
-                                 f"{_io_text(listed)}: one of them was edited since the export",
-                                 status=1)
-            # a size export.json fixes must be the program's (found by review: a static axis
-            # edited in an ONNX program exited 3, onnxruntime's ShapeInferenceError)
-            dims = {p[0]: p[2] for p in program}
-            for v in values:
-                shape, got = v.get("shape"), dims[str(v.get("name"))]
-                if isinstance(shape, list) and (len(shape) != len(got) or any(
-                        isinstance(d, int) and d != g for d, g in zip(shape, got))):
-                    raise FerryError(f"{where}: the program's {kind[:-1]} "
-                                     f"{_escape(v.get('name'))} is {_dims_text(got)}, where "
-                                     f"export.json says {_dims_text(shape)}: one of them was "
-                                     "edited since the export", status=1)
+        if io is not None:
+            check_program_io(where, component.get("metadata"), *io)
 
 
 def check_format(manifest):

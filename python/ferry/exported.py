@@ -15,7 +15,7 @@ from ._arrays import axis_refusal, check_token_ids, int_matrix, to_numpy
 from ._lib import (FerryError, FerryWarning, _P, _c, _c_bytes, _escape, _fail, _str,
                    caller_stacklevel)
 from .runtime import (TORCH_FORMATS, check_device, is_transformers_manifest, load_program,
-                      open_session)
+                      open_session, program_errors)
 
 
 class ExportedComponent:
@@ -38,19 +38,25 @@ class ExportedComponent:
     @property
     def program(self):
         if self._program is None:
-            if self._exported.format == "openvino":
-                import openvino
-
-                self._program = openvino.Core().read_model(str(self.path))
-            elif self._exported.format in TORCH_FORMATS:
-                import torch
-
-                self._program = load_program(self.path, torch.device("cpu"), self.metadata)
-            else:
-                import onnx
-
-                self._program = onnx.load(str(self.path), load_external_data=False)
+            fmt = self._exported.format
+            # the reader's own errors (onnx's DecodeError) as one FerryError naming the file
+            with program_errors(self.path, {"openvino": "openvino", "onnx": "onnx"}.get(
+                    fmt, "torch")):
+                self._program = self._read(fmt)
         return self._program
+
+    def _read(self, fmt):
+        if fmt == "openvino":
+            import openvino
+
+            return openvino.Core().read_model(str(self.path))
+        if fmt in TORCH_FORMATS:
+            import torch
+
+            return load_program(self.path, torch.device("cpu"), self.metadata)
+        import onnx
+
+        return onnx.load(str(self.path), load_external_data=False)
 
     def __repr__(self):
         return f"ExportedComponent(name={self.name!r}, file={self.file!r}, role={self.role!r})"

@@ -26,8 +26,8 @@ import numpy as np
 from ._arrays import axis_refusal, check_token_ids, int_matrix
 from ._lib import FerryError, _escape
 from ._onnx_weights import external_initializers
-from .runtime import (is_transformers_manifest, load_program, onnxruntime_session,
-                      openvino_compile_config, openvino_device, torch_device)
+from .runtime import (checked_program, is_transformers_manifest, onnxruntime_session,
+                      openvino_compiled, program_errors, torch_device)
 
 _CACHE_LAYOUT = "[batch, kv_heads, length, head_dim]"
 _FEEDS = ("input_ids", "attention_mask", "position_ids")
@@ -523,9 +523,12 @@ def _onnx_runners(directory, files, metas, cache, maps, device=None):
             # quantized graph's dequantized weights make as large as the weights themselves
             # (int4 DequantizeLinear + MatMul: 350 MiB with arenas, 234 without, bench model).
             options.enable_cpu_mem_arena = False
-            for init in external_initializers(path):
+            with program_errors(path, "onnx"):  # onnx's DecodeError, named as one line
+                initializers = external_initializers(path)
+            for init in initializers:
                 options.add_initializer(init["name"], _mapped(directory, init, maps))
-        session = onnxruntime_session(path, device, options, metas[name].get("precision"))
+        session = onnxruntime_session(path, device, options, metas[name].get("precision"),
+                                      metas[name])
         made[name] = _OnnxRunner(name, metas[name], cache, session)
     return made
 
@@ -577,13 +580,9 @@ def _mapped(directory, init, maps):
 def _openvino_runners(files, metas, cache, stateful, device=None):
     """Compiled OpenVINO models on `device` (ExportedModel.to(); AUTO by default), at the
     precision runtime.openvino_compile_config gives."""
-    import openvino
-
-    core = openvino.Core()
     made = {}
     for name, path in files.items():
-        compiled = core.compile_model(core.read_model(str(path)), openvino_device(device),
-                                      openvino_compile_config(metas[name].get("precision")))
+        compiled = openvino_compiled(path, metas[name].get("precision"), device, metas[name])
         runner = _StatefulRunner if stateful else _OpenVINORunner
         made[name] = runner(name, metas[name], cache, compiled)
     return made
@@ -613,7 +612,7 @@ def _torch_runners(files, metas, cache, device=None):
 
     made, first = {}, None
     for name, path in files.items():
-        module = load_program(path, torch_device(device), metas[name]).module()
+        module = checked_program(path, torch_device(device), metas[name]).module()
         if first is None:
             first = module
         else:

@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import io
 import re
+from contextlib import contextmanager
 
 from ._lib import FerryError, _escape
 from .pt2_safety import UnsafeArchive, read_checked_archive, treespec_problem
@@ -27,10 +28,10 @@ def open_session(path, export_format, precision, device=None, metadata=None):
     """A session for the graph file at `path`, on `device` (`metadata`: its component's, from
     export.json)."""
     if export_format == "openvino":
-        return OpenVINOSession(path, precision, device)
+        return OpenVINOSession(path, precision, device, metadata)
     if export_format in TORCH_FORMATS:
         return TorchSession(path, device, metadata)
-    return onnxruntime_session(path, device, precision=precision)
+    return onnxruntime_session(path, device, precision=precision, metadata=metadata)
 
 
 def check_device(export_format, device):
@@ -43,22 +44,243 @@ def check_device(export_format, device):
         _onnxruntime_provider(device)
 
 
-def onnxruntime_session(path, device=None, options=None, precision=None):
+def onnxruntime_session(path, device=None, options=None, precision=None, metadata=None):
     """An onnxruntime session for the graph at `path` (`precision`: its export's, which says
     why the CPU provider cannot run a bf16 one: found by review, onnxruntime's own words named
-    a kernel, not the export's precision)."""
+    a kernel, not the export's precision), its inputs and outputs checked against `metadata`
+    (its component's, from export.json: check_program_io)."""
     import onnxruntime
 
+    provider = _onnxruntime_provider(device)
     try:
-        return onnxruntime.InferenceSession(str(path), sess_options=options,
-                                            providers=[_onnxruntime_provider(device)])
+        session = onnxruntime.InferenceSession(str(path), sess_options=options,
+                                               providers=[provider])
+    except (FerryError, ImportError, MemoryError):
+        raise
     except Exception as e:
         if precision != "bf16" or "NOT_IMPLEMENTED" not in str(e) or \
                 device not in (None, "cpu"):
-            raise
+            raise program_error(path, "onnxruntime", e) from None
         raise FerryError(f"onnxruntime's CPU provider has no bfloat16 kernels for this bf16 "
                          f"export ({_escape(str(e).strip().splitlines()[0][:200])}): run it "
                          "on cuda, or export in fp32 or fp16 for the CPU", status=4) from None
+    check_program_io(_escape(str(path)), metadata, *onnxruntime_ports(session))
+    return session
+
+
+# --- the program against export.json ----------------------------------------------------------
+
+# OpenVINO's messages open with where they were raised, which names no cause.
+_WHERE = re.compile(r"(Exception from \S+:\d+:|Check '.*' failed at \S+:\d+:)")
+
+
+def runtime_reason(error, limit=400):
+    """A runtime's message on one line, without OpenVINO's source locations (its first line is
+    "Exception from src/...:84:", which names no cause)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    kept = [line for line in lines if not _WHERE.fullmatch(line)] or lines
+    text = "; ".join(kept) or type(error).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# onnxruntime's exceptions that say the runtime lacks something (a kernel, a provider), not
+# that the file is broken: "cannot run here" (status 4) rather than a malformed file (3)
+_ORT_LACKS = ("NotImplemented", "EPFail")
+
+
+def program_error(path, runtime, error, status=3):
+    """The FerryError for `runtime` ("onnxruntime", "openvino", "torch") failing to read or
+    compile the program at `path` with `error`: the file named, the runtime's words cut to one
+    short line (onnxruntime's InvalidProtobuf named neither the file nor the component);
+    status 4 (cannot run here) where the runtime says it lacks something, else `status`."""
+    kind = type(error).__name__
+    lacks = kind in _ORT_LACKS or (runtime == "openvino" and "unsupported opset" in str(error))
+    return FerryError(f"{runtime} cannot load {_escape(str(path))}: {_escape(kind)}: "
+                      f"{_escape(runtime_reason(error, 300))}", status=4 if lacks else status)
+
+
+@contextmanager
+def program_errors(path, runtime, status=3):
+    """What `runtime` raises inside the block as program_error's one FerryError. ferry's own
+    refusals (FerryError, UnsafeArchive among them) pass unchanged; so do a missing package and
+    memory running out, which are not the file's doing."""
+    try:
+        yield
+    except (FerryError, ImportError, MemoryError):
+        raise
+    except Exception as e:
+        raise program_error(path, runtime, e, status) from None
+
+
+# element types as export.json names them (torch's names)
+OPENVINO_TYPES = {"i64": "int64", "i32": "int32", "f32": "float32", "f16": "float16",
+                  "bf16": "bfloat16", "f64": "float64", "boolean": "bool", "u8": "uint8",
+                  "i8": "int8"}
+_ONNXRUNTIME_TYPES = {"float": "float32", "double": "float64"}
+
+
+def onnxruntime_ports(session):
+    """(inputs, outputs) of an onnxruntime session as check_program_io takes them: (name,
+    dtype, [size or None per axis])."""
+    def port(p):
+        kind = str(p.type)
+        kind = kind[7:-1] if kind.startswith("tensor(") and kind.endswith(")") else None
+        shape = p.shape if isinstance(p.shape, list) else None
+        dims = None if shape is None else [d if isinstance(d, int) else None for d in shape]
+        return p.name, _ONNXRUNTIME_TYPES.get(kind, kind), dims
+    return [port(p) for p in session.get_inputs()], [port(p) for p in session.get_outputs()]
+
+
+def openvino_ports(model):
+    """(inputs, outputs, state variable ids) of an openvino.Model, as check_program_io takes
+    them."""
+    def port(p):
+        kind = p.get_element_type().get_type_name()
+        shape = p.get_partial_shape()
+        dims = None if shape.rank.is_dynamic else [d.get_length() if d.is_static else None
+                                                   for d in shape]
+        return p.get_any_name(), None if kind == "dynamic" else OPENVINO_TYPES.get(kind, kind), \
+            dims
+    return ([port(p) for p in model.inputs], [port(p) for p in model.outputs],
+            [v.get_info().variable_id for v in model.get_variables()])
+
+
+def torch_ports(program):
+    """(inputs, outputs) of a torch.export.ExportedProgram as check_program_io takes them: its
+    user inputs by name, and the leaves its out_spec names (a dict or ModelOutput); outputs
+    None where the out_spec names none."""
+    import torch
+
+    def described(name, value):
+        if not isinstance(value, torch.Tensor):
+            return name, None, None
+        return (name, str(value.dtype).removeprefix("torch."),
+                [d if isinstance(d, int) else None for d in value.shape])
+
+    kinds = torch.export.graph_signature
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    inputs = [described(s.arg.name, placeholders[s.arg.name].meta.get("val")
+                        if s.arg.name in placeholders else None)
+              for s in program.graph_signature.input_specs
+              if s.kind == kinds.InputKind.USER_INPUT]
+    spec = program.call_spec.out_spec
+    if spec is None or not spec.context or not isinstance(spec.context, list):
+        return inputs, None
+    leaves = [key for key, child in zip(spec.context, spec.children()) if child.is_leaf()]
+    out_node = next((n for n in program.graph.nodes if n.op == "output"), None)
+    values = [a for a, s in zip(out_node.args[0] if out_node is not None else (),
+                                program.graph_signature.output_specs)
+              if s.kind == kinds.OutputKind.USER_OUTPUT]
+    if len(values) != len(spec.context):
+        return inputs, [(str(key), None, None) for key in leaves]
+    by_key = dict(zip(spec.context, values))
+    return inputs, [described(str(key), getattr(by_key[key], "meta", {}).get("val"))
+                    for key in leaves]
+
+
+def _ports_text(ports):
+    return ", ".join(f"{_escape(n)} {_escape(d)}" if d else _escape(n) for n, d in ports) \
+        or "none"
+
+
+def _dims_text(dims):
+    return "[" + ", ".join("?" if d is None else _escape(d) for d in dims) + "]"
+
+
+def check_program_io(where, metadata, inputs, outputs, state=None):
+    """The one comparison of a program's inputs and outputs with those export.json lists for
+    its component (`metadata`), made wherever a program is loaded to run (the sessions here,
+    the runners, validation): names, and element types and sizes where the program states them
+    (inputs/outputs: [(name, dtype or None, [size or None per axis] or None)]; outputs None
+    where the program does not name them); `state`, an OpenVINO model's variable ids, against
+    the cache export.json lists for a stateful component. A program edited since the export
+    (an IR with its Parameter or Result layers removed, an input renamed) would otherwise load
+    and run: a call returned an empty output without an error, or the runtime refused a feed
+    in its own words. Compared with what export.json says, never a fixed list (exports take
+    different inputs); what it does not list (transformers' own exports list no inputs and
+    outputs) is not compared. Raises one FerryError naming `where` (the file) and the first
+    difference."""
+    metadata = metadata if isinstance(metadata, dict) else {}
+    for kind, program in (("inputs", inputs), ("outputs", outputs)):
+        values = metadata.get(kind)
+        if program is None or not isinstance(values, list):
+            continue
+        values = [v for v in values if isinstance(v, dict)]
+        listed = [(str(v.get("name")), str(v.get("dtype"))) for v in values]
+        have = {p[0]: p for p in program}
+        first = next((f"the program has no {kind[:-1]} {_escape(name)}" for name, _ in listed
+                      if name not in have), None) or next(
+            (f"export.json lists no {kind[:-1]} {_escape(p[0])}" for p in program
+             if p[0] not in dict(listed)), None) or next(
+            (f"{kind[:-1]} {_escape(name)} is {_escape(have[name][1])} in the program"
+             for name, dtype in listed if have[name][1] and have[name][1] != dtype), None)
+        if first:
+            raise FerryError(f"{where}: the program's {kind} are "
+                             f"{_ports_text([p[:2] for p in program])}, where export.json "
+                             f"lists {_ports_text(listed)}: one of them was edited since the "
+                             f"export ({first})", status=3)
+        # a size export.json fixes must be the program's: else a static axis edited in the
+        # program fails in the runtime's words (onnxruntime's ShapeInferenceError)
+        for v in values:
+            shape, got = v.get("shape"), have[str(v.get("name"))][2]
+            if isinstance(shape, list) and got is not None and (len(shape) != len(got) or any(
+                    isinstance(d, int) and isinstance(g, int) and d != g
+                    for d, g in zip(shape, got))):
+                raise FerryError(f"{where}: the program's {kind[:-1]} "
+                                 f"{_escape(v.get('name'))} is {_dims_text(got)}, where "
+                                 f"export.json says {_dims_text(shape)}: one of them was "
+                                 "edited since the export", status=3)
+    cache = metadata.get("cache")
+    if state is not None and metadata.get("stateful") is True and isinstance(cache, dict) and \
+            isinstance(cache.get("pairs"), list):
+        # a stateful model's cache is its variables, one per pair's input
+        listed = sorted(str(p.get("input")) for p in cache["pairs"]
+                        if isinstance(p, dict) and p.get("input"))
+        if sorted(state) != listed:
+            missing = sorted(set(listed) - set(state)) or sorted(set(state) - set(listed))
+            raise FerryError(f"{where}: the program's state variables are "
+                             f"{', '.join(map(_escape, sorted(state))) or 'none'}, where "
+                             f"export.json's cache lists "
+                             f"{', '.join(map(_escape, listed)) or 'none'}: one of them was "
+                             f"edited since the export (first difference: "
+                             f"{_escape(missing[0]) if missing else 'the count'})", status=3)
+
+
+def openvino_model(path, metadata=None, core=None):
+    """read_model of the IR at `path` (by `core`, a new openvino.Core by default), its inputs,
+    outputs and variables checked against `metadata` (check_program_io); runtime errors as one
+    FerryError."""
+    import openvino
+
+    with program_errors(path, "openvino"):
+        model = (core or openvino.Core()).read_model(str(path))
+    check_program_io(_escape(str(path)), metadata, *openvino_ports(model))
+    return model
+
+
+def openvino_compiled(path, precision, device=None, metadata=None):
+    """The IR at `path` read (openvino_model), and compiled for `device` at the precision
+    openvino_compile_config gives."""
+    import openvino
+
+    core = openvino.Core()
+    model = openvino_model(path, metadata, core)
+    name = openvino_device(device)
+    # a model that reads but does not compile here: a device or op this OpenVINO lacks
+    with program_errors(path, "openvino", status=4):
+        return core.compile_model(model, name, openvino_compile_config(precision))
+
+
+def checked_program(path, device, metadata=None):
+    """load_program of the .pt2 at `path` on `device` (a torch.device), torch's errors as one
+    FerryError naming the file, and its inputs and outputs checked against `metadata`
+    (check_program_io)."""
+    with program_errors(path, "torch"):
+        program = load_program(path, device, metadata)
+    with program_errors(path, "torch"):
+        ports = torch_ports(program)
+    check_program_io(_escape(str(path)), metadata, *ports)
+    return program
 
 
 def _onnxruntime_provider(device):
@@ -129,13 +351,10 @@ class OpenVINOSession:
     """An OpenVINO compiled model behind onnxruntime's session calls, at the precision
     openvino_compile_config gives."""
 
-    def __init__(self, path, precision, device=None):
+    def __init__(self, path, precision, device=None, metadata=None):
         import openvino
 
-        core = openvino.Core()
-        model = core.read_model(str(path))
-        self._compiled = core.compile_model(model, openvino_device(device),
-                                            openvino_compile_config(precision))
+        self._compiled = openvino_compiled(path, precision, device, metadata)
         self._bf16 = {o.get_any_name() for o in self._compiled.outputs
                       if o.get_element_type() == openvino.Type.bf16}
 
@@ -256,7 +475,7 @@ class TorchSession:
         import torch
 
         self._device = torch_device(device)
-        program = load_program(path, self._device, metadata)
+        program = checked_program(path, self._device, metadata)
         self._inputs = [s.arg.name for s in program.graph_signature.input_specs
                         if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
         # a dict of its outputs, or a ModelOutput of them; its tensors are what a call returns

@@ -115,6 +115,12 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
  * `dir`, links resolved; its size into `size` (may be NULL). */
 ferry_status manifest_check_file(const char *dir, const char *comp, const char *rel,
                                  long long *size, fy_err *err);
+/* Component `comp`'s program file `rel` (manifest_check_file passed) is one of `format`'s
+ * ("onnx", "openvino", "pt2", or transformers' "dynamo", "executorch"): its suffix, an
+ * OpenVINO .xml's .bin beside it, and with `content` its first bytes (a --force replacing a
+ * damaged export reads only names, as it skips the recorded sizes). */
+ferry_status manifest_check_program(const char *dir, const char *comp, const char *rel,
+                                    const char *format, bool content, fy_err *err);
 /* Each component's "bytes" in export.json: the size of its file and data files as written into
  * `dir`, which loading compares (a copy cut short, a disk that filled). */
 ferry_status manifest_record_sizes(cJSON *m, const char *dir, fy_err *err);

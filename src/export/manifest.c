@@ -253,6 +253,106 @@ ferry_status manifest_check_file(const char *dir, const char *comp, const char *
     return FERRY_OK;
 }
 
+/* A serialized ModelProto begins with a field's tag: ferry, onnx and torch.onnx write fields in
+ * number order, so 0x08 (ir_version, a varint), but protobuf allows any order. These are the
+ * tags of ModelProto's fields with their wire types: 1 ir_version, 2-4 producer_name,
+ * producer_version, domain, 5 model_version, 6 doc_string, 7 graph, 8 opset_import,
+ * 14 metadata_props, and the two-byte tags of 20 training_info, 21 functions, 25
+ * configuration. JSON ('{'), XML ('<'), a zip ('P') and text start with none of them. */
+static bool onnx_magic(const unsigned char *b, size_t n)
+{
+    static const unsigned char one[] = {0x08, 0x12, 0x1a, 0x22, 0x28, 0x32, 0x3a, 0x42, 0x72};
+    if (n >= 1 && memchr(one, b[0], sizeof one))
+        return true;
+    return n >= 2 && (b[0] == 0xa2 || b[0] == 0xaa || b[0] == 0xca) && b[1] == 0x01;
+}
+
+/* OpenVINO's reader takes <?xml ...?> or the <net> element first, after an optional UTF-8 BOM
+ * and whitespace. */
+static bool openvino_magic(const unsigned char *b, size_t n)
+{
+    size_t i = n >= 3 && b[0] == 0xef && b[1] == 0xbb && b[2] == 0xbf ? 3 : 0;
+    while (i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n'))
+        i++;
+    return (n - i >= 5 && memcmp(b + i, "<?xml", 5) == 0) ||
+           (n - i >= 4 && memcmp(b + i, "<net", 4) == 0);
+}
+
+/* a .pt2 is a zip archive, its first entry's local header at byte 0 */
+static bool pt2_magic(const unsigned char *b, size_t n)
+{
+    return n >= 4 && memcmp(b, "PK\x03\x04", 4) == 0;
+}
+
+/* The program files each format's runtime reads, by export.json's format name (ferry's, and
+ * transformers' names for the same formats). A file of another kind (export.json, config.json)
+ * named as a component's would pass every other check and fail in the runtime with its own
+ * words (onnxruntime's InvalidProtobuf), naming neither the component nor the file. */
+static const struct program_kind {
+    const char *format, *suffix, *what, *first_bytes;
+    bool (*magic)(const unsigned char *b, size_t n);
+} PROGRAM_KINDS[] = {
+    {"onnx", ".onnx", "an ONNX model", "a protobuf ModelProto's", onnx_magic},
+    {"openvino", ".xml", "an OpenVINO IR", "<?xml or <net (after any BOM and whitespace)",
+     openvino_magic},
+    {"pt2", ".pt2", "a pt2 program", "a zip archive's (PK\\x03\\x04)", pt2_magic},
+    {"dynamo", ".pt2", "a pt2 program", "a zip archive's (PK\\x03\\x04)", pt2_magic},
+    {"executorch", ".pte", "an ExecuTorch program", NULL, NULL},
+};
+
+/* how many leading bytes the checks read: whitespace before <?xml beyond this is refused */
+#define MAGIC_BYTES 256
+
+ferry_status manifest_check_program(const char *dir, const char *comp, const char *rel,
+                                    const char *format, bool content, fy_err *err)
+{
+    const struct program_kind *k = NULL;
+    for (size_t i = 0; i < sizeof PROGRAM_KINDS / sizeof *PROGRAM_KINDS; i++)
+        if (strcmp(PROGRAM_KINDS[i].format, format) == 0)
+            k = &PROGRAM_KINDS[i];
+    if (!k)
+        return FERRY_OK; /* the manifest's format was refused before, or has no program file */
+    char qcomp[ST_QUOTE_MAX], qrel[ST_QUOTE_MAX];
+    st_quote_name(comp, qcomp, sizeof qcomp);
+    st_quote_name(rel, qrel, sizeof qrel);
+    size_t len = strlen(rel), sl = strlen(k->suffix);
+    if (len <= sl || strcmp(rel + len - sl, k->suffix) != 0)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s' is "
+                       "not %s: %s program files end in %s", dir, qcomp, qrel, k->what,
+                       format, k->suffix);
+    char path[PATH_MAX];
+    if (fs_join(path, sizeof path, dir, rel, err) != FERRY_OK)
+        return err->status;
+    if (k->magic && content) {
+        unsigned char head[MAGIC_BYTES];
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            return fy_fail(err, FERRY_ERR_IO, "%s/export.json: component '%s': file '%s': "
+                           "cannot open it: %s", dir, qcomp, qrel, strerror(errno));
+        size_t n = fread(head, 1, sizeof head, f);
+        bool failed = ferror(f) != 0;
+        fclose(f);
+        if (failed)
+            return fy_fail(err, FERRY_ERR_IO, "%s/export.json: component '%s': file '%s': "
+                           "cannot read it", dir, qcomp, qrel);
+        if (!k->magic(head, n))
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s' "
+                           "is not %s: its first bytes are not %s", dir, qcomp, qrel, k->what,
+                           k->first_bytes);
+    }
+    /* OpenVINO reads the weights from the .bin of the same stem, whatever export.json lists */
+    if (strcmp(k->format, "openvino") == 0) {
+        char bin[PATH_MAX];
+        int w = snprintf(bin, sizeof bin, "%.*s.bin", (int)(len - sl), rel);
+        if (w < 0 || (size_t)w >= sizeof bin)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s': "
+                           "path too long", dir, qcomp, qrel);
+        if (manifest_check_file(dir, comp, bin, NULL, err) != FERRY_OK)
+            return err->status;
+    }
+    return FERRY_OK;
+}
+
 static ferry_status file_size(const char *dir, const char *rel, long long *size, fy_err *err)
 {
     char path[PATH_MAX];
@@ -499,7 +599,9 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         long long size;
         if (check_bytes_entries(c, dir, err) != FERRY_OK ||
             manifest_check_file(dir, c->string, file->valuestring, &size, err) != FERRY_OK ||
-            (!e->sizes_unchecked && check_size(c, dir, file->valuestring, size, err) != FERRY_OK))
+            (!e->sizes_unchecked && check_size(c, dir, file->valuestring, size, err) != FERRY_OK) ||
+            manifest_check_program(dir, c->string, file->valuestring, b->name,
+                                   !e->sizes_unchecked, err) != FERRY_OK)
             return err->status;
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
         if (md && tf_check_metadata(md, dir, c->string, err) != FERRY_OK)

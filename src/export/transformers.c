@@ -499,6 +499,9 @@ ferry_status tf_manifest_validate(const cJSON *m, const char *dir, struct ferry_
                            "must end in %s", dir, qcomp, f->name, f->suffix);
         if (has_sidecar && manifest_check_file(dir, c->string, sidecar, NULL, err) != FERRY_OK)
             return err->status;
+        if (manifest_check_program(dir, c->string, file->valuestring, f->name,
+                                   !e->sizes_unchecked, err) != FERRY_OK)
+            return err->status;
         exp_component *ec = &e->comps[e->n_components++];
         ec->name = strdup(c->string);
         ec->role = strdup(c->string); /* transformers names components by their stage */

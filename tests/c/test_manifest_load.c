@@ -1,8 +1,9 @@
 /* test_manifest_load.c — ferry_exported_load on hostile export directories: export.json that
  * is malformed, oversized or deeply nested, names files outside the directory (absolute paths,
  * "..", links that leave), repeats keys, names things that are not regular files, or records
- * sizes the files do not have (or sizes that are not sizes). Each is refused with one line
- * naming export.json and the culprit. */
+ * sizes the files do not have (or sizes that are not sizes), or names as a component's program
+ * a file that is not one of its format's (by suffix and first bytes). Each is refused with one
+ * line naming export.json and the culprit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,9 +49,9 @@ static int make_export(void **state)
     snprintf(path, sizeof path, "%s/sub", exp_dir);
     if (mkdir(path, 0755) != 0)
         return -1;
-    scratch_write(exp_dir, "model.onnx", "onnx");
+    scratch_write(exp_dir, "model.onnx", "\x08\x07on"); /* ir_version 7 */
     scratch_write(exp_dir, "model.onnx.data", "data");
-    scratch_write(exp_dir, "sub/x.onnx", "onnx");
+    scratch_write(exp_dir, "sub/x.onnx", "\x08\x07onnx");
     snprintf(path, sizeof path, "%s/fifo.onnx", exp_dir);
     if (mkfifo(path, 0600) != 0)
         return -1;
@@ -311,6 +312,77 @@ static void test_recorded_sizes(void **state)
         expect_load_error(cases[i].label, cases[i].manifest, FERRY_ERR_FORMAT, cases[i].needle);
 }
 
+/* A manifest of `format` ("onnx", ...) whose one component has `file` and no data files. */
+#define PROGRAM(format, file) \
+    "{\"schema_version\": 1, \"format\": \"" format "\", \"components\": {\"model\": " \
+    "{\"file\": \"" file "\", \"role\": \"model\"}}}"
+#define TF_PROGRAM(format, file) \
+    "{\"export_format\": \"" format "\", \"components\": {\"model\": {\"file\": \"" file \
+    "\", \"metadata\": {}}}}"
+
+/* A component file of another kind than its format's programs (export.json, config.json, a
+ * data file, text) passed every check and reached the runtime, whose own error named neither. */
+static void test_program_files(void **state)
+{
+    (void)state;
+    scratch_write(exp_dir, "config.json", "{\"model_type\": \"llama\"}");
+    scratch_write(exp_dir, "json.onnx", "{\"model_type\": \"llama\"}");
+    scratch_write(exp_dir, "text.onnx", "garbage bytes");
+    scratch_write(exp_dir, "empty.onnx", "");
+    scratch_write(exp_dir, "producer_first.onnx", "\x12\x05" "ferry");
+    scratch_write(exp_dir, "functions_first.onnx", "\xaa\x01" "x");
+    scratch_write(exp_dir, "bom.xml", "\xef\xbb\xbf \r\n\t<?xml version=\"1.0\"?>");
+    scratch_write(exp_dir, "bom.bin", "");
+    scratch_write(exp_dir, "net.xml", "<net/>");
+    scratch_write(exp_dir, "net.bin", "");
+    scratch_write(exp_dir, "nobin.xml", "<net/>");
+    scratch_write(exp_dir, "text.xml", "garbage <net/>");
+    scratch_write(exp_dir, "text.bin", "");
+    scratch_write(exp_dir, "zip.pt2", "PK\x03\x04rest");
+    scratch_write(exp_dir, "text.pt2", "garbage bytes");
+    scratch_write(exp_dir, "onnx.pt2", "\x08\x07on");
+    expect_load_ok("ONNX: ir_version first", PROGRAM("onnx", "model.onnx"), 1);
+    expect_load_ok("ONNX: another field first", PROGRAM("onnx", "producer_first.onnx"), 1);
+    expect_load_ok("ONNX: a two-byte tag first", PROGRAM("onnx", "functions_first.onnx"), 1);
+    expect_load_ok("OpenVINO: BOM, whitespace, <?xml", PROGRAM("openvino", "bom.xml"), 1);
+    expect_load_ok("OpenVINO: <net", PROGRAM("openvino", "net.xml"), 1);
+    expect_load_ok("pt2: a zip", PROGRAM("pt2", "zip.pt2"), 1);
+    static const struct {
+        const char *label, *manifest, *needle;
+    } cases[] = {
+        {"ONNX: export.json", PROGRAM("onnx", "export.json"),
+         "component 'model': file 'export.json' is not an ONNX model: onnx program files end "
+         "in .onnx"},
+        {"ONNX: config.json", PROGRAM("onnx", "config.json"), "file 'config.json' is not an ONNX"},
+        {"ONNX: its data file", PROGRAM("onnx", "model.onnx.data"),
+         "file 'model.onnx.data' is not an ONNX model"},
+        {"ONNX: JSON", PROGRAM("onnx", "json.onnx"),
+         "component 'model': file 'json.onnx' is not an ONNX model: its first bytes are not a "
+         "protobuf ModelProto's"},
+        {"ONNX: text", PROGRAM("onnx", "text.onnx"), "file 'text.onnx' is not an ONNX model"},
+        {"ONNX: empty", PROGRAM("onnx", "empty.onnx"), "file 'empty.onnx' is not an ONNX model"},
+        {"ONNX: a pt2 suffix", PROGRAM("onnx", "zip.pt2"), "end in .onnx"},
+        {"OpenVINO: an ONNX file", PROGRAM("openvino", "model.onnx"),
+         "file 'model.onnx' is not an OpenVINO IR: openvino program files end in .xml"},
+        {"OpenVINO: text", PROGRAM("openvino", "text.xml"),
+         "file 'text.xml' is not an OpenVINO IR: its first bytes are not <?xml or <net"},
+        {"OpenVINO: no .bin", PROGRAM("openvino", "nobin.xml"), "file 'nobin.bin' is missing"},
+        {"pt2: export.json", PROGRAM("pt2", "export.json"), "end in .pt2"},
+        {"pt2: text", PROGRAM("pt2", "text.pt2"),
+         "file 'text.pt2' is not a pt2 program: its first bytes are not a zip archive's"},
+        {"pt2: ONNX bytes", PROGRAM("pt2", "onnx.pt2"), "file 'onnx.pt2' is not a pt2 program"},
+        /* transformers' schema, the same checks */
+        {"transformers dynamo: text", TF_PROGRAM("dynamo", "text.pt2"),
+         "file 'text.pt2' is not a pt2 program"},
+        {"transformers dynamo: export.json", TF_PROGRAM("dynamo", "export.json"),
+         "end in .pt2"},
+        {"transformers OpenVINO: text", TF_PROGRAM("openvino", "text.xml"),
+         "file 'text.xml' is not an OpenVINO IR"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_load_error(cases[i].label, cases[i].manifest, FERRY_ERR_FORMAT, cases[i].needle);
+}
+
 static void test_subfolders(void **state)
 {
     (void)state;
@@ -341,6 +413,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_manifests, make_export, remove_export),
         cmocka_unit_test_setup_teardown(test_recorded_sizes, make_export, remove_export),
         cmocka_unit_test_setup_teardown(test_subfolders, make_export, remove_export),
+        cmocka_unit_test_setup_teardown(test_program_files, make_export, remove_export),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,12 +35,12 @@ static int make_export(void **state)
     snprintf(exp_dir, sizeof exp_dir, "%s/export", tmp_dir);
     if (mkdir(exp_dir, 0755) != 0)
         return -1;
-    scratch_write(exp_dir, "model.onnx", "onnx");
+    scratch_write(exp_dir, "model.onnx", "\x08\x07onnx");
     scratch_write(exp_dir, "model.onnx.data", "data");
-    scratch_write(exp_dir, "decode.onnx", "onnx");
+    scratch_write(exp_dir, "decode.onnx", "\x08\x07onnx");
     scratch_write(exp_dir, "openvino_model.xml", "<net/>");
     scratch_write(exp_dir, "openvino_model.bin", "bin");
-    scratch_write(exp_dir, "model.pt2", "pt2");
+    scratch_write(exp_dir, "model.pt2", "PK\x03\x04pt2");
     return 0;
 }
 

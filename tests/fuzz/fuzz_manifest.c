@@ -50,11 +50,11 @@ static void setup(void)
     check(mkdir(dir, 0755) == 0, "mkdir export");
     snprintf(p, sizeof p, "%s/onnx", dir);
     check(mkdir(p, 0755) == 0, "mkdir onnx");
-    put("model.onnx", "onnx");
+    put("model.onnx", "\x08\x07onnx");
     put("model.onnx.data", "data");
-    put("onnx/model.onnx", "onnx");
-    put("prefill.onnx", "onnx");
-    put("decode.onnx", "onnx");
+    put("onnx/model.onnx", "\x08\x07onnx");
+    put("prefill.onnx", "\x08\x07onnx");
+    put("decode.onnx", "\x08\x07onnx");
     snprintf(p, sizeof p, "%s/inside.onnx", dir);
     check(symlink("model.onnx", p) == 0, "symlink inside");
     snprintf(p, sizeof p, "%s/outside.data", dir);

@@ -174,6 +174,17 @@ def transformers_manifest():
 
 def manifest_seeds(ferry):
     yield "transformers-onnx", json.dumps(transformers_manifest(), indent=2).encode()
+    # components whose file is not their format's program (manifest_check_program): a JSON
+    # file, a data file, and an .xml whose .bin is absent
+    yield "not-a-program", json.dumps(
+        {"schema_version": 1, "format": "onnx",
+         "components": {"prefill": {"file": "export.json", "role": "prefill"},
+                        "decode": {"file": "model.onnx.data", "role": "decode"}}},
+        indent=2).encode()
+    yield "openvino-no-bin", json.dumps(
+        {"export_format": "openvino",
+         "components": {"model": {"file": "openvino_model.xml", "metadata": {}}}},
+        indent=2).encode()
     runs = {"dynamic": ["--dynamic"],
             "static-dim": ["--dim", "input_ids:1=sequence:1:64", "--dtype", "fp16"],
             "generation-static": ["--for-generation", "--static-cache", "--max-cache-len", "64"],

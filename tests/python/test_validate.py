@@ -225,11 +225,12 @@ def test_program_and_manifest_that_disagree_fail(ckpt, onnx_export, tmp_path, fm
     assert stderr.splitlines() == [
         f"ferry: error: validate: component model ({file}): the program's inputs are input_ids "
         "int64, attention_mask int64, where export.json lists input_ids int64, mask int64: one "
-        "of them was edited since the export"], stderr
+        "of them was edited since the export (the program has no input mask)"], stderr
     assert "validated_with" not in json.loads((out / "export.json").read_text())
     if fmt == "onnx":
         program = out / "model.onnx"
-        program.write_bytes(b"\xff" * program.stat().st_size)
+        # a ModelProto's first byte (libferry refuses any other), then no valid protobuf
+        program.write_bytes(b"\x08" + b"\xff" * (program.stat().st_size - 1))
         inputs[1]["name"] = "attention_mask"
         (out / "export.json").write_text(json.dumps(manifest))
         rc, stdout, stderr = validate(out, "--no-record")
