@@ -244,18 +244,57 @@ static ferry_status make_tmp(const char *parent, const char *base, char *tmp, in
                    "another process each time", shown);
 }
 
+/* Where the export's runtime rounds activations to int8 next to quantized weights, a NaN
+ * becomes a finite code there (onnxruntime's MatMulNBits at accuracy_level 4, OpenVINO's CPU
+ * plugin by default), so the outputs come out finite though the weights hold NaN: said, with the
+ * setting that keeps them. "" where the runtime computes in float. */
+static const char *nonfinite_runtime_note(const ferry_export_config *cfg)
+{
+    if (!cfg->quantizer.bits)
+        return "";
+    if (cfg->format == FERRY_FORMAT_OPENVINO)
+        return "; OpenVINO's CPU plugin rounds activations to int8 next to quantized weights, "
+               "which makes NaN finite, unless compiled with DYNAMIC_QUANTIZATION_GROUP_SIZE 0";
+    if (cfg->format == FERRY_FORMAT_ONNX && cfg->ort_fusions != FERRY_ORT_NONE &&
+        (cfg->quantizer.accuracy_level == 4 || cfg->quantizer.accuracy_level < 0)) /* -1: 4 */
+        return "; MatMulNBits at accuracy_level 4 rounds activations to int8, which makes NaN "
+               "finite in onnxruntime: accuracy_level 0 keeps it";
+    return "";
+}
+
+/* The checkpoint's own NaN or inf weights: the export carries them (a quantized block of them
+ * has a NaN scale), so its outputs are non-finite where transformers' are; said, since nothing
+ * else shows why. */
+static ferry_status warn_nonfinite(ferry_exported *e, const ws_progress *pr)
+{
+    char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 500];
+    snprintf(line, sizeof line, "%llu checkpoint weight value%s NaN or infinite, the first in "
+             "tensor '%s': the model's outputs may be NaN or infinite, as transformers' are%s",
+             (unsigned long long)pr->nonfinite, pr->nonfinite == 1 ? " is" : "s are",
+             st_quote_name(pr->nonfinite_tensor, name, sizeof name),
+             nonfinite_runtime_note(&e->cfg));
+    return exp_add_warning(&e->save_warnings, line);
+}
+
 /* Weights beyond the export's float range became inf: a warning, since the logits may then be
- * inf or NaN. */
+ * inf or NaN. A quantized export's scales are fp16 or fp32 (bf16 is refused), so fp32 is its
+ * only way out; a block whose fp16 scale overflowed is inf or NaN whole, said so since the
+ * values counted (its own beyond range) are then fewer than the ones lost. */
 static ferry_status warn_overflow(ferry_exported *e, const ws_progress *pr)
 {
-    char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 400];
+    char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 500];
     bool half = pr->overflow_dtype == FERRY_F16, one = pr->overflowed == 1;
     snprintf(line, sizeof line, "%llu exported weight value%s beyond %s's range (+-%s), where "
-             "it holds only inf, the first from checkpoint tensor '%s': the export's outputs may "
-             "be inf or NaN; export in %s instead",
+             "it holds only inf, the first from checkpoint tensor '%s'%s: the export's outputs "
+             "may be inf or NaN; export in %s instead",
              (unsigned long long)pr->overflowed, one ? " is" : "s are", half ? "fp16" : "bf16",
              half ? "65504" : "3.39e38", st_quote_name(pr->overflow_tensor, name, sizeof name),
-             half ? "bf16 or fp32" : "fp32");
+             !pr->scale_overflowed ? ""
+             : pr->scale_overflowed == 1 ? "; its block's fp16 scale overflows, which makes the "
+                                           "whole block inf or NaN"
+                                         : "; their blocks' fp16 scales overflow, which makes "
+                                           "those blocks inf or NaN whole",
+             half && !pr->overflow_quantized ? "bf16 or fp32" : "fp32");
     return exp_add_warning(&e->save_warnings, line);
 }
 
@@ -286,7 +325,8 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
      * (found by review: bytes overwritten in place between export and save made NaN logits) */
     if (ckpt_check_unchanged(e->model->ck, err) != FERRY_OK)
         return err->status;
-    if ((pr.overflowed && warn_overflow(e, &pr) != FERRY_OK) ||
+    if ((pr.nonfinite && warn_nonfinite(e, &pr) != FERRY_OK) ||
+        (pr.overflowed && warn_overflow(e, &pr) != FERRY_OK) ||
         (pr.clamped && warn_clamped(e, &pr) != FERRY_OK))
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     char path[PATH_MAX];

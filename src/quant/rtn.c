@@ -3,6 +3,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -87,10 +88,13 @@ typedef int32_t i32x4 __attribute__((vector_size(16)));
  * keeps the earlier of equal values would find them (onnxruntime's quantizer is such a loop).
  * The lanes only change which zero is kept when an extreme is zero, and only the minimum's
  * sign reaches the output, in a block of nothing but zeros (a symmetric scale is lo / -mid),
- * so that case is redone as the loop would. */
-static void block_range(const float *x, int n, float *lo_out, float *hi_out)
+ * so that case is redone as the loop would. -> whether the block holds NaN or +-inf, found in
+ * the same pass (an all-ones exponent, tested on the bits). */
+static bool block_range(const float *x, int n, float *lo_out, float *hi_out)
 {
     f32x4 lo = {FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX}, hi = -lo;
+    const i32x4 exp = {0x7F800000, 0x7F800000, 0x7F800000, 0x7F800000};
+    i32x4 bad = {0};
     int i = 0;
     for (; i + 4 <= n; i += 4) {
         f32x4 v;
@@ -98,15 +102,19 @@ static void block_range(const float *x, int n, float *lo_out, float *hi_out)
         i32x4 below = v < lo, above = v > hi; /* all ones where true; false for NaN */
         lo = (f32x4)(((i32x4)v & below) | ((i32x4)lo & ~below));
         hi = (f32x4)(((i32x4)v & above) | ((i32x4)hi & ~above));
+        bad |= ((i32x4)v & exp) == exp;
     }
     float l = FLT_MAX, h = -FLT_MAX;
+    bool nonfinite = false;
     for (int j = 0; j < 4; j++) {
         l = lo[j] < l ? lo[j] : l;
         h = hi[j] > h ? hi[j] : h;
+        nonfinite |= bad[j] != 0;
     }
     for (; i < n; i++) {
         l = x[i] < l ? x[i] : l;
         h = x[i] > h ? x[i] : h;
+        nonfinite |= !isfinite(x[i]);
     }
     if (l == 0.0f && h == 0.0f)
         for (i = 0; i < n; i++)
@@ -116,6 +124,7 @@ static void block_range(const float *x, int n, float *lo_out, float *hi_out)
             }
     *lo_out = l;
     *hi_out = h;
+    return nonfinite;
 }
 
 /* The scale and zero point of a block whose range [lo, hi] is shrunk by `shrink` (1: RTN's,
@@ -134,7 +143,9 @@ static void range_scale(float lo, float hi, float shrink, int bits, int symmetri
     hi = hi > 0.0f ? hi * shrink : 0.0f;
     float s = (hi - lo) / (float)levels;
     float z = s != 0.0f ? 0.0f - lo / s : lo;
-    *zero = z < 0.0f ? 0 : z > (float)levels ? levels : (unsigned)roundf(z);
+    /* tested so that NaN (an inf scale over an infinite lo) gives 0: converting NaN to an
+     * integer is undefined */
+    *zero = !(z > 0.0f) ? 0 : z > (float)levels ? levels : (unsigned)roundf(z);
     *scale = round_scale(s, scale_dtype);
 }
 
@@ -215,11 +226,20 @@ void rtn_quantize_rows(const float *x, size_t rows, size_t cols, int bits, int b
                                                                     : (size_t)block);
             float lo, hi, scale;
             unsigned zero;
-            block_range(blk, n, &lo, &hi);
-            if (search)
+            bool nonfinite = block_range(blk, n, &lo, &hi);
+            if (nonfinite) {
+                /* NaN or inf in the checkpoint: any scale from such a range turns the block
+                 * into finite codes (or inf's codes into 0 * inf), which every runtime would
+                 * dequantize to finite weights, hiding what transformers computes with. A NaN
+                 * scale makes each runtime's (code - zero) * scale NaN for the whole block,
+                 * whatever the codes; they are all the mid code, as is the zero point. */
+                scale = NAN;
+                zero = 1u << (bits - 1);
+            } else if (search) {
                 searched_scale(blk, n, lo, hi, bits, symmetric, scale_dtype, &scale, &zero);
-            else
+            } else {
                 range_scale(lo, hi, 1.0f, bits, symmetric, scale_dtype, &scale, &zero);
+            }
             if (!symmetric)
                 put_code(zeros + r * zero_row_bytes, b, bits, zero);
             store_scale(scales, r * blocks + b, scale, scale_dtype);
@@ -227,7 +247,10 @@ void rtn_quantize_rows(const float *x, size_t rows, size_t cols, int bits, int b
             size_t at = b * (size_t)block;
             int span = at + (size_t)block <= code_row ? block : (int)(code_row - at);
             uint8_t tmp[256];
-            block_codes(blk, n, reciprocal, zero, levels, tmp);
+            if (nonfinite)
+                memset(tmp, (int)zero, (size_t)n);
+            else
+                block_codes(blk, n, reciprocal, zero, levels, tmp);
             memset(tmp + n, (int)zero, (size_t)(block - n));
             if (bits == 8) {
                 memcpy(row_codes + at, tmp, (size_t)span);

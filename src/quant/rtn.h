@@ -11,6 +11,10 @@
  *   the scale is then stored in the scale dtype (fp32 or fp16), and the codes use the stored
  *   value: code = clamp(round(x * (1 / scale) + zero), 0, L) (every code = zero when scale is 0);
  *   round = to nearest, ties away from zero.
+ *   A block holding NaN or +-inf gets a NaN scale, every code and its zero point the mid code
+ *   M: each runtime's dequantization then gives NaN for the whole block, as the checkpoint's
+ *   non-finite weights give transformers non-finite outputs, where any finite scale would make
+ *   them finite weights without a word. (onnxruntime's quantizer has no such rule.)
  * These are the arithmetic and rounding points of onnxruntime's blockwise quantizer (the one
  * behind MatMulNBits' quantize_matmul_4bits/8bits): tests/python/test_quant_vs_ort.py checks the
  * bytes against it, so an export's int4 weights are the ones onnxruntime's own tools make.

@@ -8,7 +8,8 @@
  *   2. converts (fused with the transpose for the common widening cases) or widens to fp32,
  *      adds the offset and quantizes (the in-memory transforms are transform.h's),
  *   3. pwrites each part at its place (a transposed band lands as one strip per output row).
- * A band that needs no transform is copied file to file with copy_file_range. */
+ * A band that needs no transform is copied file to file with copy_file_range, unless it is of
+ * a float type: those pass through memory, where their NaN and inf are counted. */
 #include "store/stream.h"
 
 #include <errno.h>
@@ -37,6 +38,12 @@ typedef struct job {
     int64_t r0, nr, c0, nc;  /* logical rows/cols of the pre-transpose matrix */
 } job;
 
+/* What a job (and, summed, an item) found in the values it wrote (ws_progress says what). */
+typedef struct counts {
+    uint64_t overflowed, scale_overflowed;
+    uint64_t nonfinite[W_MAX_SOURCES];  /* by source of the recipe */
+} counts;
+
 typedef struct buf {
     uint8_t *p;
     size_t cap;
@@ -60,7 +67,7 @@ typedef struct stream {
     bool no_copy_range;      /* copy_file_range refused once (other filesystem, ...): pread */
     const char *what;        /* the tensor of the band finished last, for progress */
     const ws_item *items;
-    uint64_t *overflowed;    /* by item: values beyond the export's range (guarded by mu) */
+    counts *counts;          /* by item (guarded by mu) */
     const ws_observer *observer;
 } stream;
 
@@ -229,6 +236,44 @@ static const uint8_t *read_band(const job *j, worker_bufs *b, fy_err *err)
     return b->src.p;
 }
 
+/* Adds to `per_src` the NaN and inf among rows [r, r + nr) of job `j`'s band, laid out as
+ * read_band reads them ([nr, nc] row-major) in `dt` (the sources', or fp32 once converted),
+ * each to the source it came from, so that the warning names the tensor that holds it. */
+static void count_nonfinite(const job *j, int64_t r, int64_t nr, const uint8_t *p, ferry_dtype dt,
+                            uint64_t *per_src)
+{
+    const g_weight *w = &j->item->w;
+    size_t esz = dt_size(dt);
+    if (!dt_is_float(dt))
+        return;
+    if (w->n_src == 1) {
+        per_src[0] += tf_count_nonfinite(p, dt, (size_t)(nr * j->nc));
+        return;
+    }
+    for (int64_t i = 0; i < nr; i++, p += (size_t)j->nc * esz) {
+        int k;
+        int64_t row;
+        locate_row(w, j->r0 + r + i, &k, &row);
+        if (w->src[0]->ndim == 2 && w->concat_axis == 0) {
+            per_src[k] += tf_count_nonfinite(p, dt, (size_t)j->nc);
+            continue;
+        }
+        /* pieces of several sources side by side: a join along columns (whole rows of each),
+         * or of vectors (the band's column range c0.. of the joined vector) */
+        int64_t c = w->src[0]->ndim == 1 ? j->c0 : 0, left = j->nc;
+        int si = 0;
+        while (si < w->n_src - 1 && c >= src_cols(w->src[si]))
+            c -= src_cols(w->src[si++]);
+        const uint8_t *q = p;
+        for (; left > 0 && si < w->n_src; si++, c = 0) {
+            int64_t take = src_cols(w->src[si]) - c < left ? src_cols(w->src[si]) - c : left;
+            per_src[si] += tf_count_nonfinite(q, dt, (size_t)take);
+            q += (size_t)take * esz;
+            left -= take;
+        }
+    }
+}
+
 /* copy_file_range refuses a pair of files for these (across filesystems before Linux 5.3 and
  * again since 5.19, special files, an old kernel, a seccomp filter); pread + pwrite does the
  * same job. */
@@ -240,13 +285,16 @@ static bool copy_range_unsupported(int e)
 
 /* A band that needs no transform: read into b->src and written past the page cache where the
  * output takes direct writes (direct.h), else copied file to file in the kernel when it can
- * (no copy through user space), through b->src otherwise. A source that ends early (the file
- * shrank) is the truncation error. */
+ * (no copy through user space), through b->src otherwise. Float bands always pass through
+ * b->src, NaN and inf added to `*nonfinite`: the kernel's copy would never show their bytes,
+ * and a bit test on memory just read costs little next to the read. A source that ends early
+ * (the file shrank) is the truncation error. */
 static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, uint64_t dst,
-                              size_t len, worker_bufs *b, fy_err *err)
+                              size_t len, worker_bufs *b, uint64_t *nonfinite, fy_err *err)
 {
     size_t done = 0;
-    while (done < len && !dw_takes_direct(&s->out, len) &&
+    bool is_float = dt_is_float(t->dtype);
+    while (done < len && !is_float && !dw_takes_direct(&s->out, len) &&
            !__atomic_load_n(&s->no_copy_range, __ATOMIC_RELAXED)) {
         loff_t in = (loff_t)(st_file_offset(t) + src_off + done);
         loff_t out = (loff_t)(dst + done);
@@ -275,6 +323,8 @@ static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, u
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory reading weights");
     if (st_read(t, src_off + done, room, len - done, err) != FERRY_OK)
         return err->status;
+    if (is_float)
+        *nonfinite += tf_count_nonfinite(room, t->dtype, (len - done) / dt_size(t->dtype));
     return put(s, b, room, len - done, dst + done, err);
 }
 
@@ -296,8 +346,7 @@ static ferry_status put(stream *s, worker_bufs *b, const void *data, size_t n, u
  * fp32 (plus the recipe's offset) in a buffer that stays in cache, instead of the whole band
  * going through memory once more as fp32. */
 static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src, ferry_dtype from,
-                                    worker_bufs *b, uint64_t *written, uint64_t *overflowed,
-                                    fy_err *err)
+                                    worker_bufs *b, uint64_t *written, counts *c, fy_err *err)
 {
     const g_weight *w = &j->item->w;
     const uint64_t *off = j->item->offset;
@@ -322,15 +371,18 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
             tf_add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
             x = (const float *)b->conv.p;
         }
+        /* counted here, on the chunk in cache, where the quantizer reads it next */
+        count_nonfinite(j, (int64_t)r, (int64_t)nr, (const uint8_t *)x, FERRY_F32, c->nonfinite);
         rtn_quantize_rows(x, nr, cols, w->quant.bits, w->quant.block, w->quant.symmetric,
                           w->quant.search, w->dtype, codes_in_row, b->out.p + r * code_row,
                           b->scales.p + r * scale_row, b->zeros.p + r * zero_row);
         if (w->dtype == FERRY_F16) {
             if (!grow(&b->dequantized, cols * sizeof(float)))
                 return fy_fail(err, FERRY_ERR_NOMEM, "out of memory quantizing weights");
-            *overflowed += tf_count_f16_dequantized_overflow(
+            c->overflowed += tf_count_f16_dequantized_overflow(
                 w, x, nr, cols, b->out.p + r * code_row, code_row, b->scales.p + r * scale_row,
-                scale_row, b->zeros.p + r * zero_row, zero_row, (float *)(void *)b->dequantized.p);
+                scale_row, b->zeros.p + r * zero_row, zero_row, (float *)(void *)b->dequantized.p,
+                &c->scale_overflowed);
         }
     }
     ferry_status st = FERRY_OK;
@@ -394,7 +446,7 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
 }
 
 static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *written,
-                            uint64_t *overflowed, fy_err *err)
+                            counts *found, fy_err *err)
 {
     const g_weight *w = &j->item->w;
     ferry_dtype from = w->src[0]->dtype, to = w->dtype;
@@ -404,17 +456,22 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     uint64_t src_off;
     const st_tensor *t = !via_f32 && !w->transpose && from == to ? contiguous(j, &src_off) : NULL;
     if (t) {
+        int k = 0;
+        while (k < w->n_src - 1 && w->src[k] != t)
+            k++;
         *written = n * osz;
         return copy_band(s, t, src_off,
                          j->item->offset[W_PART_DATA] + (uint64_t)(j->r0 * j->nc + j->c0) * osz,
-                         n * osz, b, err);
+                         n * osz, b, &found->nonfinite[k], err);
     }
     const uint8_t *src = read_band(j, b, err);
     if (!src)
         return err->status;
     const uint8_t *data = src;
     if (w->quant.bits)
-        return write_quantized(s, j, src, from, b, written, overflowed, err);
+        return write_quantized(s, j, src, from, b, written, found, err);
+    if (!via_f32) /* converted or transposed as it is: counted on the source band */
+        count_nonfinite(j, 0, j->nr, src, from, found->nonfinite);
     if (via_f32) {
         if (!grow(&b->conv, n * 4))
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory converting weights");
@@ -422,9 +479,11 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
             memcpy(b->conv.p, src, n * 4);
         else
             dt_convert(b->conv.p, FERRY_F32, src, from, n);
+        /* before the clamp, which makes inf +-65504 */
+        count_nonfinite(j, 0, j->nr, b->conv.p, FERRY_F32, found->nonfinite);
         tf_add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
         if (saturate)
-            *overflowed += tf_clamp_to_f16_range(b->conv.p, n);
+            found->overflowed += tf_clamp_to_f16_range(b->conv.p, n);
         from = FERRY_F32;
         data = b->conv.p;
     }
@@ -437,7 +496,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
             if (dt_convert(room, to, data, from, n) != 0)
                 return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight '%s': cannot convert %s to %s",
                                w->src[0]->name, dt_st_name(from), dt_st_name(to));
-            *overflowed += tf_count_overflow(room, to, data, from, n);
+            found->overflowed += tf_count_overflow(room, to, data, from, n);
             data = room;
         }
         *written = n * osz;
@@ -454,7 +513,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     } else if (!tf_transpose_widen(b->out.p, data, rows, (size_t)cols, from, to)) {
         if (!grow(&b->conv, n * osz) || dt_convert(b->conv.p, to, data, from, n) != 0)
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory converting weights");
-        *overflowed += tf_count_overflow(b->conv.p, to, data, from, n);
+        found->overflowed += tf_count_overflow(b->conv.p, to, data, from, n);
         tf_transpose(b->out.p, b->conv.p, rows, (size_t)cols, osz);
     }
     *written = n * osz;
@@ -491,13 +550,18 @@ static void *worker_main(void *arg)
         const job *j = &s->jobs[s->next++];
         pthread_mutex_unlock(&s->mu);
         fy_err e = {0};
-        uint64_t written = 0, overflowed = 0;
-        ferry_status st = run_job(s, j, &b, &written, &overflowed, &e);
+        uint64_t written = 0;
+        counts c = {0};
+        ferry_status st = run_job(s, j, &b, &written, &c, &e);
         pthread_mutex_lock(&s->mu);
         if (st != FERRY_OK && s->err.status == FERRY_OK)
             s->err = e;
         s->done += written;
-        s->overflowed[j->item - s->items] += overflowed;
+        counts *sum = &s->counts[j->item - s->items];
+        sum->overflowed += c.overflowed;
+        sum->scale_overflowed += c.scale_overflowed;
+        for (int k = 0; k < W_MAX_SOURCES; k++)
+            sum->nonfinite[k] += c.nonfinite[k];
         s->finished++;
         s->what = j->item->w.src[0]->name;
         pthread_cond_broadcast(&s->cv);
@@ -544,35 +608,91 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
     return FERRY_OK;
 }
 
-/* Adds this write's overflows to `p`, in item order (the first tensor named is the same every
- * save), each recipe once however many files hold it. */
+/* Whether two recipes read the same checkpoint values (whatever they make of them). */
+static bool same_sources(const g_weight *a, const g_weight *b)
+{
+    if (a->n_src != b->n_src || a->concat_axis != b->concat_axis ||
+        a->row_begin != b->row_begin || a->row_end != b->row_end)
+        return false;
+    for (int k = 0; k < a->n_src; k++)
+        if (a->src[k] != b->src[k])
+            return false;
+    return true;
+}
+
+/* Whether `w` is in `list`, by `same`; if not, added (false, or NOMEM). */
+static ferry_status seen_before(g_weight **list, size_t *n, size_t *cap, const g_weight *w,
+                                bool (*same)(const g_weight *, const g_weight *), bool *seen,
+                                fy_err *err)
+{
+    *seen = false;
+    for (size_t k = 0; k < *n && !*seen; k++)
+        *seen = same(&(*list)[k], w);
+    if (*seen)
+        return FERRY_OK;
+    g_weight *grown = fy_grow(*list, cap, *n + 1, sizeof *grown);
+    if (!grown)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    *list = grown;
+    (*list)[(*n)++] = *w;
+    return FERRY_OK;
+}
+
+/* Adds this write's non-finite checkpoint values to `p`: item order, so the first tensor named
+ * is the same every save; each run of source rows once, however many files or dtypes hold it. */
+static ferry_status note_nonfinite(ws_progress *p, const ws_item *item, const counts *c,
+                                   fy_err *err)
+{
+    uint64_t total = 0;
+    int first = -1;
+    for (int k = 0; k < item->w.n_src; k++) {
+        total += c->nonfinite[k];
+        if (c->nonfinite[k] && first < 0)
+            first = k;
+    }
+    if (!total)
+        return FERRY_OK;
+    bool seen;
+    if (seen_before(&p->nf_seen, &p->n_nf_seen, &p->nf_seen_cap, &item->w, same_sources, &seen,
+                    err) != FERRY_OK)
+        return err->status;
+    if (seen)
+        return FERRY_OK;
+    if (!p->nonfinite_tensor)
+        p->nonfinite_tensor = item->w.src[first]->name;
+    p->nonfinite += total;
+    return FERRY_OK;
+}
+
+/* Adds this write's overflows and non-finite values to `p`, in item order (the first tensor
+ * named is the same every save), each recipe once however many files hold it. */
 static ferry_status note_overflow(ws_progress *p, const ws_item *items, size_t n,
-                                  const uint64_t *count, fy_err *err)
+                                  const counts *count, fy_err *err)
 {
     for (size_t i = 0; count && i < n; i++) {
-        if (!count[i])
+        if (note_nonfinite(p, &items[i], &count[i], err) != FERRY_OK)
+            return err->status;
+        if (!count[i].overflowed)
             continue;
-        bool seen = false;
-        for (size_t k = 0; k < p->n_seen && !seen; k++)
-            seen = w_equal(&p->seen[k], &items[i].w);
+        bool seen;
+        if (seen_before(&p->seen, &p->n_seen, &p->seen_cap, &items[i].w, w_equal, &seen, err) !=
+            FERRY_OK)
+            return err->status;
         if (seen)
             continue;
-        g_weight *grown = fy_grow(p->seen, &p->seen_cap, p->n_seen + 1, sizeof *grown);
-        if (!grown)
-            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-        p->seen = grown;
-        p->seen[p->n_seen++] = items[i].w;
         if (items[i].w.saturate) {
             if (!p->clamp_tensor)
                 p->clamp_tensor = items[i].w.src[0]->name;
-            p->clamped += count[i];
+            p->clamped += count[i].overflowed;
             continue;
         }
         if (!p->overflow_tensor) {
             p->overflow_tensor = items[i].w.src[0]->name;
             p->overflow_dtype = items[i].w.dtype;
         }
-        p->overflowed += count[i];
+        p->overflowed += count[i].overflowed;
+        p->scale_overflowed += count[i].scale_overflowed;
+        p->overflow_quantized |= items[i].w.quant.bits != 0;
     }
     return FERRY_OK;
 }
@@ -582,6 +702,9 @@ void ws_progress_free(ws_progress *p)
     free(p->seen);
     p->seen = NULL;
     p->n_seen = p->seen_cap = 0;
+    free(p->nf_seen);
+    p->nf_seen = NULL;
+    p->n_nf_seen = p->nf_seen_cap = 0;
 }
 
 ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, int threads,
@@ -589,15 +712,15 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
                       fy_err *err)
 {
     stream s = {.observer = observer, .cancel = progress ? progress->cancel : NULL,
-                .items = items, .overflowed = calloc(n ? n : 1, sizeof(uint64_t))};
+                .items = items, .counts = calloc(n ? n : 1, sizeof(counts))};
     dw_open(&s.out, fd, path);
-    if (!s.overflowed || plan_jobs(&s, items, n, band_elems ? band_elems : BAND_ELEMS, err) !=
+    if (!s.counts || plan_jobs(&s, items, n, band_elems ? band_elems : BAND_ELEMS, err) !=
                              FERRY_OK) {
-        if (!s.overflowed)
+        if (!s.counts)
             fy_fail(err, FERRY_ERR_NOMEM, "out of memory planning the weights");
         dw_close(&s.out);
         free(s.jobs);
-        free(s.overflowed);
+        free(s.counts);
         return err->status;
     }
     if (threads <= 0) {
@@ -656,7 +779,7 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
         }
     if (progress) {
         if (s.err.status == FERRY_OK)
-            note_overflow(progress, items, n, s.overflowed, &s.err);
+            note_overflow(progress, items, n, s.counts, &s.err);
         bool changed = progress->done != s.done;
         progress->done = s.done;
         /* the last report, which the loop above may not have made (the constants, or work
@@ -671,6 +794,6 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
     pthread_cond_destroy(&s.cv);
     dw_close(&s.out);
     free(s.jobs);
-    free(s.overflowed);
+    free(s.counts);
     return st;
 }

@@ -28,12 +28,24 @@ typedef struct ws_progress {
     uint64_t overflowed;
     const char *overflow_tensor;
     ferry_dtype overflow_dtype;  /* the type it is inf in */
+    /* Of those, the values counted because their block's fp16 scale overflowed (the whole
+     * block dequantizes to inf or NaN); and whether a quantized weight was among them. */
+    uint64_t scale_overflowed;
+    bool overflow_quantized;
     /* The same for a saturating recipe's weights (compress_to_fp16), whose values beyond fp16's
      * range are stored as +-65504 instead. */
     uint64_t clamped;
     const char *clamp_tensor;
     g_weight *seen;              /* allocated: ws_progress_free */
     size_t n_seen, seen_cap;
+    /* Float checkpoint values that are NaN or +-inf themselves, counted as they stream (every
+     * export writes them, or NaN in their quantized block's place), and the checkpoint tensor
+     * of the first, in item order. Values read for several recipes of the same source rows (a
+     * weight in two files, or in two dtypes) count once: `nf_seen` keeps those counted. */
+    uint64_t nonfinite;
+    const char *nonfinite_tensor;
+    g_weight *nf_seen;           /* allocated: ws_progress_free */
+    size_t n_nf_seen, nf_seen_cap;
 } ws_progress;
 
 /* Frees what ws_write allocated in `p` (its `seen`). */
@@ -44,7 +56,7 @@ bool ws_cancelled(volatile int *cancel);
 
 /* Told of each run of bytes a worker wrote with pwrite, from that worker's thread while the
  * bytes are still in its cache (a zip's CRC-32 taken there, not by reading the file back).
- * Bands copied file to file in the kernel are not reported. */
+ * Bands copied file to file in the kernel (only ones of non-float types) are not reported. */
 typedef struct ws_observer {
     void (*wrote)(void *user, const void *data, size_t n, uint64_t offset);
     void *user;

@@ -70,7 +70,7 @@ uint64_t tf_clamp_to_f16_range(uint8_t *p, size_t n)
         memcpy(&v, p + 4 * i, 4);
         if (v > most || v < -most) {
             /* counted where the value was finite and fp16's rounding alone would have made it
-             * inf (>= 65520): below that it rounds to 65504 anyway (found by review) */
+             * inf (>= 65520): below that it rounds to 65504 anyway */
             clamped += isfinite(v) && fabsf(v) >= 65520.0f;
             v = v > most ? most : -most;
             memcpy(p + 4 * i, &v, 4);
@@ -120,19 +120,88 @@ uint64_t tf_count_overflow(const void *out, ferry_dtype to, const void *src, fer
     return count;
 }
 
-/* found by review: all-NaN logits without a word where only the source values were counted */
+uint64_t tf_count_nonfinite(const void *p, ferry_dtype dt, size_t n)
+{
+    const uint8_t *b = (const uint8_t *)p;
+    uint64_t count = 0;
+    /* an all-ones exponent is inf or NaN in every IEEE format; integer tests, so the loops
+     * vectorize and no float is loaded from bits that may be a signalling NaN */
+    switch (dt) {
+    case FERRY_F32:
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v;
+            memcpy(&v, b + 4 * i, 4);
+            count += (v & 0x7F800000u) == 0x7F800000u;
+        }
+        break;
+    case FERRY_F64:
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v;
+            memcpy(&v, b + 8 * i, 8);
+            count += (v & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
+        }
+        break;
+    case FERRY_F16:
+    case FERRY_BF16: {
+        const uint16_t exp = dt == FERRY_F16 ? 0x7C00 : 0x7F80;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t v;
+            memcpy(&v, b + 2 * i, 2);
+            count += (v & exp) == exp;
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    return count;
+}
+
+/* What fp16 holds only as inf: 65520 and up round there (65504 is its largest finite value). */
+static bool past_f16(float v)
+{
+    return !(fabsf(v) < 65520.0f);
+}
+
+/* One block's count for tf_count_f16_dequantized_overflow; `deq` its dequantized values. */
+static uint64_t block_overflow(const float *x, const float *deq, size_t n, float scale,
+                               uint64_t *scale_overflowed)
+{
+    uint64_t count = 0;
+    for (size_t k = 0; k < n; k++)
+        if (!isfinite(x[k]))
+            return 0;
+    if (isinf(scale)) {
+        for (size_t k = 0; k < n; k++)
+            count += past_f16(x[k]);
+        *scale_overflowed += count;
+        return count;
+    }
+    for (size_t k = 0; k < n; k++)
+        count += past_f16(deq[k]);
+    return count;
+}
+
 uint64_t tf_count_f16_dequantized_overflow(const g_weight *w, const float *x, size_t rows,
                                            size_t cols, const uint8_t *codes, size_t code_row,
                                            const uint8_t *scales, size_t scale_row,
-                                           const uint8_t *zeros, size_t zero_row, float *row)
+                                           const uint8_t *zeros, size_t zero_row, float *row,
+                                           uint64_t *scale_overflowed)
 {
     uint64_t count = 0;
+    size_t block = (size_t)w->quant.block;
     for (size_t r = 0; r < rows; r++) {
-        rtn_dequantize_row(codes + r * code_row, scales + r * scale_row,
+        const uint8_t *s = scales + r * scale_row;
+        rtn_dequantize_row(codes + r * code_row, s,
                            w->quant.symmetric ? NULL : zeros + r * zero_row, cols,
                            w->quant.bits, w->quant.block, w->quant.symmetric, FERRY_F16, row);
-        for (size_t k = 0; k < cols; k++)
-            count += isfinite(x[r * cols + k]) && !(fabsf(row[k]) < 65520.0f);
+        for (size_t at = 0, b = 0; at < cols; at += block, b++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * b, 2);
+            size_t n = cols - at < block ? cols - at : block;
+            count += block_overflow(x + r * cols + at, row + at, n, dt_f16_to_f32(h),
+                                    scale_overflowed);
+        }
     }
     return count;
 }

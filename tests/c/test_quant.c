@@ -8,11 +8,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "quant/rtn.h"
+#include "store/transform.h"
 #include "util/dtype.h"
 
 /* A hand-worked asymmetric 4-bit block of 16: values 0..15 * 0.5 - 1.0 span [-1, 6.5];
@@ -238,6 +240,81 @@ static void search_never_worse(void **state)
     assert_true(better[1] > 40 * 2 * NB / 8);
 }
 
+/* A block holding NaN, +inf or -inf gets a NaN scale and the mid code everywhere (its zero
+ * point too), so that every runtime dequantizes it to NaN as transformers computes with it; the
+ * finite block beside it is quantized as it would be alone. Every width, symmetry, method and
+ * scale type, the bad value first, in the middle and last (the vector lanes and the tail). */
+static void nonfinite_block_dequantizes_to_nan(void **state)
+{
+    (void)state;
+    enum { BLOCK = 32, COLS = 2 * BLOCK + 6 }; /* a short third block: the scalar tail */
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    const int where[] = {0, 13, BLOCK - 1};
+    for (int v = 0; v < 3; v++)
+        for (int at = 0; at < 3; at++)
+            for (int bits = 4; bits <= 8; bits += 4)
+                for (int sym = 0; sym < 2; sym++)
+                    for (int search = 0; search <= (bits == 4); search++)
+                        for (int f16 = 0; f16 < 2; f16++) {
+                            ferry_dtype sd = f16 ? FERRY_F16 : FERRY_F32;
+                            float x[COLS], back[COLS], alone_back[COLS];
+                            for (int i = 0; i < COLS; i++)
+                                x[i] = sinf((float)i * 0.7f) * 3.0f;
+                            uint8_t codes[COLS], zeros[3], acodes[COLS], azeros[3];
+                            float scales[3], ascales[3];
+                            rtn_quantize_rows(x, 1, COLS, bits, BLOCK, sym, search, sd, COLS,
+                                              acodes, ascales, azeros);
+                            rtn_dequantize_row(acodes, ascales, azeros, COLS, bits, BLOCK, sym,
+                                               sd, alone_back);
+                            /* the bad value in block 1, and in the short block 2 */
+                            x[BLOCK + where[at]] = bad[v];
+                            x[2 * BLOCK + where[at] % 6] = bad[v];
+                            rtn_quantize_rows(x, 1, COLS, bits, BLOCK, sym, search, sd, COLS,
+                                              codes, scales, zeros);
+                            rtn_dequantize_row(codes, scales, zeros, COLS, bits, BLOCK, sym, sd,
+                                               back);
+                            for (int i = 0; i < BLOCK; i++)
+                                assert_true(back[i] == alone_back[i]);
+                            for (int i = BLOCK; i < COLS; i++)
+                                assert_true(isnan(back[i]));
+                            unsigned mid = 1u << (bits - 1);
+                            for (int i = BLOCK; i < COLS; i++) {
+                                unsigned code = bits == 8 ? codes[i]
+                                                          : (codes[i / 2] >> (4 * (i % 2))) & 15;
+                                assert_int_equal(code, mid);
+                            }
+                            if (!sym)
+                                for (int b = 1; b < 3; b++) {
+                                    unsigned z = bits == 8 ? zeros[b]
+                                                           : (zeros[b / 2] >> (4 * (b % 2))) & 15;
+                                    assert_int_equal(z, mid);
+                                }
+                        }
+}
+
+/* NaN and inf counted by their exponent bits in every float type, whatever the alignment;
+ * the largest finite values, subnormals and zeros are not counted; integers never are. */
+static void counts_nonfinite_by_bits(void **state)
+{
+    (void)state;
+    uint8_t buf[8 * 9 + 1];
+    float f[] = {NAN, INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, 1e-45f, -0.0f, 1.0f};
+    memcpy(buf + 1, f, sizeof f); /* odd address: as a checkpoint may hold it */
+    assert_int_equal(tf_count_nonfinite(buf + 1, FERRY_F32, 8), 3);
+    double d[] = {NAN, INFINITY, -INFINITY, DBL_MAX, 5e-324, 0.0};
+    memcpy(buf + 1, d, sizeof d);
+    assert_int_equal(tf_count_nonfinite(buf + 1, FERRY_F64, 6), 3);
+    uint16_t h[] = {0x7E00, 0x7C00, 0xFC00, 0x7BFF, 0xFBFF, 0x0001, 0x8000, 0x7C01};
+    memcpy(buf + 1, h, sizeof h);
+    assert_int_equal(tf_count_nonfinite(buf + 1, FERRY_F16, 8), 4);
+    uint16_t b[] = {0x7FC0, 0x7F80, 0xFF80, 0x7F7F, 0xFF7F, 0x0001, 0x8000, 0x7F81};
+    memcpy(buf + 1, b, sizeof b);
+    assert_int_equal(tf_count_nonfinite(buf + 1, FERRY_BF16, 8), 4);
+    memset(buf, 0xFF, sizeof buf);
+    assert_int_equal(tf_count_nonfinite(buf, FERRY_I32, 8), 0);
+    assert_int_equal(tf_count_nonfinite(buf, FERRY_I64, 4), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -245,6 +322,8 @@ int main(void)
         cmocka_unit_test(matches_reference),
         cmocka_unit_test(error_bound),
         cmocka_unit_test(search_never_worse),
+        cmocka_unit_test(nonfinite_block_dequantizes_to_nan),
+        cmocka_unit_test(counts_nonfinite_by_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
