@@ -93,6 +93,8 @@ def program_error(path, runtime, error, status=3):
     compile the program at `path` with `error`: the file named, the runtime's words cut to one
     short line (onnxruntime's InvalidProtobuf named neither the file nor the component);
     status 4 (cannot run here) where the runtime says it lacks something, else `status`."""
+    while error.__cause__ is not None:  # torch's "check the warnings above" wraps the reason
+        error = error.__cause__
     kind = type(error).__name__
     lacks = kind in _ORT_LACKS or (runtime == "openvino" and "unsupported opset" in str(error))
     return FerryError(f"{runtime} cannot load {_escape(str(path))}: {_escape(kind)}: "
