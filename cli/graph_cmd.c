@@ -97,8 +97,8 @@ int cmd_graph(int argc, char **argv)
     for (int i = 0; flags.component && i < n; i++)
         found |= strcmp(flags.component, ferry_components_name(comps, i)) == 0;
     if (flags.component && !found) {
-        /* a name the options' export has not: the command line's fault (found by review:
-         * exit 1, and only the first of the names it has) */
+        /* a name the options' export has not: the command line's fault
+         * (exit 1, and only the first of the names it has) */
         char names[256] = "";
         for (int i = 0; i < n; i++)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",

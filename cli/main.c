@@ -125,7 +125,7 @@ int main(int argc, char **argv)
 #endif
     /* Past a file-size limit (ulimit -f) a write then fails with EFBIG, which the export reports
      * in one line and cleans up after, instead of SIGXFSZ killing the process mid-export and
-     * leaving its temporary directory behind (found by review). */
+     * leaving its temporary directory behind. */
     signal(SIGXFSZ, SIG_IGN);
     return close_stdout(run(argc, argv));
 }

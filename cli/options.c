@@ -75,7 +75,7 @@ static int read_recipe(const char *path, cli_export_opts *o)
         free(text);
         return EXIT_FAIL;
     }
-    /* A later recipe wins over an earlier one, its dims too (found by review: a second
+    /* A later recipe wins over an earlier one, its dims too (a second
      * recipe's dim on an axis the first gave was "given twice"). */
     ferry_export_config next = o->cfg;
     next.n_dims = 0;
@@ -121,7 +121,7 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         return CLI_CONTINUE;
     case CLI_OPT_DIM: {
         /* parsed alone first: a recipe's dim on the same axis is replaced, as every option on
-         * the command line wins over a recipe (found by review: "given twice") */
+         * the command line wins over a recipe ("given twice") */
         ferry_export_config one;
         ferry_export_config_init(&one);
         if (ferry_export_config_add_dim(&one, arg, eb, sizeof eb) != FERRY_OK) {
@@ -130,7 +130,7 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         }
         int i = dim_index(o->cfg.dims, o->recipe_dims, &one.dims[0]);
         if (i < o->recipe_dims) {
-            /* the recipe's other axes of the same symbol follow it (found by review: a recipe
+            /* the recipe's other axes of the same symbol follow it (a recipe
              * naming one symbol on every input refused a single --dim as a mismatch) */
             char old[sizeof one.dims[0].symbol];
             memcpy(old, o->cfg.dims[i].symbol, sizeof old);
@@ -320,7 +320,7 @@ static int parse_pass(int argc, char **argv, const char *cmd, const struct optio
             rc = c == '?' || c == ':' ? -3 : on_extra(c, optarg, user);
         if (rc == -3 || rc == -2) {
             /* a short option by its letter: inside a bundle ("-xq") optind has not moved past
-             * it, and argv[optind - 1] is another word (found by review) */
+             * it, and argv[optind - 1] is another word */
             int bad = c == '?' || c == ':' ? optopt : c;
             char letter[3] = {'-', (char)bad, '\0'};
             bool short_opt = bad > ' ' && bad < 127;
@@ -336,7 +336,7 @@ static int parse_pass(int argc, char **argv, const char *cmd, const struct optio
 
 /* Each --config's recipe into `o`, in order. The leading "-" keeps argv as it is (an operand
  * comes back as option 1), so that this reading pairs each option with the argument the full
- * reading gives it (found by review: after a permuting pass a dangling --config took an
+ * reading gives it (after a permuting pass a dangling --config took an
  * operand as its recipe). */
 static int read_recipes(int argc, char **argv, const struct option *all, cli_export_opts *o)
 {
@@ -413,7 +413,7 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
     if (!o->cfg.for_generation &&
         (o->decode_flag || o->cfg.generation.multi_token_decode != FERRY_AUTO ||
          o->cfg.generation.static_cache || o->cfg.generation.max_cache_len)) {
-        if (!o->decode_flag && !o->cache_flag) { /* the recipe's alone: exit 1 (found by review) */
+        if (!o->decode_flag && !o->cache_flag) { /* the recipe's alone: exit 1 */
             cli_error("the recipe's multi_token_decode and generation_config apply to "
                       "generation exports (its for_generation, or --for-generation)");
             return EXIT_FAIL;

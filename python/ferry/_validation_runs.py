@@ -242,7 +242,7 @@ def _program_io(fmt, path):
 def _read_program_files(fmt, directory, components):
     """Each ONNX or OpenVINO program as its format's reader checks it, before anything compiles
     or runs: one it refuses, or whose inputs or outputs (names, element types) are not the ones
-    export.json lists, is a broken export, exit 1 (found by review: an edited .xml or .onnx
+    export.json lists, is a broken export, exit 1 (an edited .xml or .onnx
     exited 3, "cannot run here", which scripts take for "skip"; an input renamed in export.json
     alone passed, an output renamed ended in a traceback). A program newer than the reader here
     (an opset it does not know) and what fails later (a device, a kernel) stay "cannot run
@@ -266,7 +266,7 @@ def _read_program_files(fmt, directory, components):
 
 def check_format(manifest):
     """CannotValidate for a format validation does not run, before anything else asks for what
-    it would need (found by review: a transformers DynamoExporter export was told to pass
+    it would need (a transformers DynamoExporter export was told to pass
     --model, and then refused with it)."""
     fmt = manifest.get("format", manifest.get("export_format"))
     if fmt == "dynamo":
@@ -324,7 +324,7 @@ def reference_logits(model, input_ids, attention_mask, positions=True):
 
     vocab = model.get_input_embeddings().num_embeddings
     if int(input_ids.max()) >= vocab:
-        # found by review: the embedding's IndexError ended `ferry validate` in a traceback
+        # the embedding's IndexError ended `ferry validate` in a traceback
         raise FerryError(f"the eager reference's vocabulary has {vocab} tokens, fewer than the "
                          f"export's (its example prompt holds token {int(input_ids.max())}): "
                          "the reference checkpoint (--model, or export.json's source) is "

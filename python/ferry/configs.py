@@ -91,7 +91,7 @@ def _plain_recipe(recipe):
     elif isinstance(fmt, str) and fmt.startswith("ExportFormat."):
         plain["export_format"] = fmt[len("ExportFormat."):].lower()
     if "dtype" in plain and plain["dtype"] is not None:  # a torch dtype, as the configs take
-        plain["dtype"] = _dtype_name(plain["dtype"])      # (found by review: a TypeError)
+        plain["dtype"] = _dtype_name(plain["dtype"])      # (a TypeError)
     shapes = plain.get("dynamic_shapes")
     if shapes is not None:
         plain["dynamic_shapes"] = _json_shapes(shapes)
@@ -138,7 +138,7 @@ class OnnxConfig:
         if example_shapes:
             recipe["example_shapes"] = {k: [int(x) for x in v] for k, v in example_shapes.items()}
         # a subclass's own keys, so that the one check sees the whole recipe in its format
-        # (found by review: OpenVINOConfig was checked as ONNX first, with ONNX's advice)
+        # (OpenVINOConfig was checked as ONNX first, with ONNX's advice)
         recipe.update(_format_keys or {})
         self._recipe = recipe
         self._c_config()
@@ -161,8 +161,8 @@ class OnnxConfig:
         status = _c().ferry_export_config_from_json(ctypes.byref(cfg),
                                                     json.dumps(self._recipe).encode(), err, 1024)
         if not status:
-            # the options taken together, as the export would (found by review:
-            # OpenVINOConfig(dtype="fp16", compress_to_fp16=True) was made, and refused later)
+            # the options taken together, as the export would
+            # (OpenVINOConfig(dtype="fp16", compress_to_fp16=True) was made, and refused later)
             status = _c().ferry_export_config_check(ctypes.byref(cfg), err, 1024)
         if status:
             _fail(status, _str(err.value))

@@ -324,7 +324,7 @@ class ExportedModel:
         session, metadata = self._runner()
         as_torch = any(type(v).__module__.startswith("torch") for v in inputs.values())
         wanted = [i.name for i in session.get_inputs()]
-        # what the graph does not take is dropped unread (found by review: a ragged list among
+        # what the graph does not take is dropped unread (a ragged list among
         # a tokenizer's extra outputs raised numpy's error)
         arrays = {k: to_numpy(v, k) for k, v in inputs.items()
                   if v is not None and (k in wanted or k in _TOKEN_INPUTS)}
@@ -440,7 +440,7 @@ def _from_zero_shifted(positions, mask):
 
 def _check_dims(feeds, metadata):
     """Refuses inputs the export's shapes do not take: a static axis of another size, or a
-    symbolic one outside its dim's range (found by review: each runtime said so in its own raw
+    symbolic one outside its dim's range (each runtime said so in its own raw
     words, and onnxruntime ran past a Dim's max without a word)."""
     symbols = metadata.get("symbols") or {}
     for spec in metadata.get("inputs") or []:

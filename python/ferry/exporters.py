@@ -143,7 +143,7 @@ class AutoHfExporter:
 
 def _from_recipe(config, export_format):
     """`config` as a config object: transformers' exporters take a dict of recipe keys too
-    (found by review: a dict raised AttributeError), whose export_format defaults to the
+    (a dict raised AttributeError), whose export_format defaults to the
     format of the exporter it is handed to."""
     if config is None or hasattr(config, "to_dict"):
         return config
@@ -156,7 +156,7 @@ def _from_recipe(config, export_format):
 def _as_openvino(config):
     """An OpenVINOExporter writes OpenVINO from an OpenVINO or ONNX config (an OnnxConfig's
     ONNX-only keys, opset or ort_fusions, are then refused by libferry by name); one for
-    another format is refused, as the other exporters refuse it (found by review: a
+    another format is refused, as the other exporters refuse it (a
     DynamoConfig wrote OpenVINO)."""
     recipe = config.to_dict()
     fmt = str(recipe.get("export_format") or "openvino")
@@ -199,7 +199,7 @@ def _sample_inputs(inputs, sample_inputs):
 
 def _warn(exported):
     """libferry's warnings about the export just built, as the CLI prints them, as Python
-    warnings (FerryWarning), at the caller's line (found by review: OpenVINOExporter's and
+    warnings (FerryWarning), at the caller's line (OpenVINOExporter's and
     DynamoExporter's pointed into this file)."""
     for line in (_str(_c().ferry_exported_warnings(exported)) or "").splitlines():
         warnings.warn(line, FerryWarning, stacklevel=caller_stacklevel())
@@ -212,7 +212,7 @@ _GRAPH_INPUTS = ("input_ids", "attention_mask", "position_ids")
 def _example_config(inputs, config, name_inputs=False):
     """The C config of `config`, traced at `inputs["input_ids"]`'s shape when given: a dict of
     the model's inputs (a tokenizer's output), whose input_ids are [batch, sequence] tensors,
-    arrays or lists (found by review: a list, a bare tensor, or inputs without input_ids gave
+    arrays or lists (a list, a bare tensor, or inputs without input_ids gave
     Python's errors or were ignored). `name_inputs` (a plain export): the graph takes the
     inputs `inputs` holds."""
     recipe = (config or OnnxConfig()).to_dict()
@@ -241,7 +241,7 @@ def _example_config(inputs, config, name_inputs=False):
                              f"{', '.join(map(_escape, map(str, inputs.keys()))) or 'nothing'}): "
                              "the traced shape is input_ids'", status=1)
         ids = inputs["input_ids"]
-        # a tensor's or array's own shape: exporting needs no numpy (found by review); a list
+        # a tensor's or array's own shape: exporting needs no numpy; a list
         # goes through numpy
         shape = list(ids.shape) if hasattr(ids, "shape") else \
             list(to_numpy(ids, "input_ids").shape)
@@ -269,7 +269,7 @@ def _c_generation(generation_config, multi_token_decode):
         raise FerryError(f"multi_token_decode must be True, False or None (ferry's default), "
                          f"not {_escape(repr(multi_token_decode))}", status=1)
     gen.multi_token_decode = -1 if multi_token_decode is None else int(multi_token_decode)
-    # an integer, as the C field is (found by review: 64.7 was cut to 64, "64" taken, and
+    # an integer, as the C field is (64.7 was cut to 64, "64" taken, and
     # -5 or 2**64 reported as missing)
     if length is not None and (isinstance(length, bool) or
                                not isinstance(length, numbers.Integral) or

@@ -106,7 +106,7 @@ def resolve(directory, kwargs):
         else config
     for key in ("eos_token_id", "pad_token_id"):  # as ferry's genai_config.json reads them
         if key in given and given[key] is None:
-            # transformers' generate() takes an explicit None as "none" (found by review: the
+            # transformers' generate() takes an explicit None as "none" (the
             # checkpoint's eos still stopped the rows), where other keys' None means unset
             settings[key] = None
         elif settings[key] is None:
@@ -228,10 +228,10 @@ def _sample(scores, rng):
 def _check_rotary_table(runners, trained, width, new_tokens):
     """A fused ONNX export whose graphs rotate from cos/sin tables, of
     max(max_position_embeddings, max_cache_len) rows, cannot run past them: onnxruntime refuses
-    (found by review: its raw "cos_cache dimension 0 shall not be less than
+    (its raw "cos_cache dimension 0 shall not be less than
     total_sequence_length" mid-generation), where transformers only warns past
     max_position_embeddings. The graphs are read only when a run could pass them (a graph that
-    rotates with plain ops has no such limit: found by review too)."""
+    rotates with plain ops has no such limit)."""
     last = width + new_tokens - 1
     trained = trained if isinstance(trained, int) and not isinstance(trained, bool) else 0
     if last <= max(trained, runners.max_cache_len or 0):

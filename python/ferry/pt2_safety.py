@@ -80,7 +80,7 @@ _PATH_KEYS = frozenset(("parameter_name", "buffer_name", "tensor_constant_name",
                         "custom_obj_name", "fqn"))
 _MODULE_PATH = re.compile(r"([A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*)?")
 # a node's operator: an aten op, as every program ferry, transformers and torch.export.save
-# write calls (found by review: a higher-order op, inline_asm_elementwise, compiles and launches
+# write calls (a higher-order op, inline_asm_elementwise, compiles and launches
 # the GPU code an archive hands it), none that reads or writes files
 _TARGET = re.compile(r"torch\.ops\.aten\.([A-Za-z0-9_]+)\.[A-Za-z0-9_]+")
 _FILE_OPS = frozenset(("from_file", "save", "_print"))
@@ -157,7 +157,7 @@ def is_plain_guard(text):
 # A pytree spec (in_spec, out_spec) names the classes torch and transformers rebuild values
 # with, and its contexts are JSON that torch reads with an object hook importing any module an
 # "__enum__" names, and transformers resolves and calls the class paths of its "_t" records
-# with (found by review: ctypes.CDLL and builtins.exec ran that way). Only the containers,
+# with (ctypes.CDLL and builtins.exec ran that way). Only the containers,
 # transformers' model outputs and its cache classes pass, and their contexts as written.
 _SPEC_TYPES = re.compile(r"builtins\.(tuple|list|dict)|transformers\.modeling_outputs\.[A-Za-z]+|"
                          r"transformers\.cache_utils:[A-Za-z]+(Cache|Layer)")
@@ -166,7 +166,7 @@ _CONTEXT_TAGS = frozenset(("tensor", "sym", "device", "dtype", "size", "items", 
 _CONTEXT_TEXT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*([.:][A-Za-z0-9_]+)*")
 # the values a graph takes and the roles its inputs and outputs play, as ferry, transformers
 # and torch.export.save write them: a string input is pasted into a guard torch executes
-# (found by review), and no other kind is needed
+#, and no other kind is needed
 _GRAPH_INPUTS = frozenset(("as_tensor", "as_sym_int"))
 _INPUT_SPECS = frozenset(("user_input", "parameter", "buffer", "tensor_constant"))
 _OUTPUT_SPECS = frozenset(("user_output", "user_input_mutation", "buffer_mutation"))
@@ -174,7 +174,7 @@ _OUTPUT_SPECS = frozenset(("user_output", "user_input_mutation", "buffer_mutatio
 
 def _context_problem(node):
     """Why a spec's context (parsed JSON) is more than data, or None. Its strings are names
-    (FX writes a dict's keys into the forward it executes: found by review, a key closed the
+    (FX writes a dict's keys into the forward it executes: a key closed the
     call and ran code), class paths, devices and dtypes only."""
     stack = [node]
     while stack:
@@ -223,7 +223,7 @@ def treespec_problem(text):
                 parsed = json.loads(context) if isinstance(context, str) else context
             except (ValueError, RecursionError):
                 return "a context that is not JSON"
-            # a dict's or model output's keys become argument names and code (found by review)
+            # a dict's or model output's keys become argument names and code
             if kind in ("builtins.dict",) or str(kind).startswith("transformers.modeling_outputs."):
                 if not isinstance(parsed, list) or not all(_is_identifier(k) for k in parsed):
                     return "keys that are not identifiers"
@@ -324,7 +324,7 @@ def _program_problem(program):
 
 def _plain_example(value, torch):
     """Whether example inputs are ((leaves...), {identifier: leaf}), leaves tensors or plain
-    numbers: .module() writes each input's path into a guard it executes (found by review: a
+    numbers: .module() writes each input's path into a guard it executes (a
     key holding a quote closed the guard's message and ran code at every call)."""
     def leaf(v):
         return v is None or isinstance(v, (torch.Tensor, bool, int, float))

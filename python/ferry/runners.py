@@ -170,7 +170,7 @@ class Runner:
         return set()
 
     def __call__(self, input_ids, attention_mask=None, position_ids=None):
-        # checked as ExportedModel's calls check them (found by review: -1 was read as the last
+        # checked as ExportedModel's calls check them (-1 was read as the last
         # token, 5.9 as 5, and ids past the vocabulary gave OpenVINO finite garbage)
         ids = int_matrix(input_ids, "input_ids")
         if ids.size == 0:
@@ -606,7 +606,7 @@ def _torch_runners(files, metas, cache, device=None):
     `device`. A prefill and a decode hold the same weights: each of decode's parameters that
     equals prefill's is made prefill's tensor (load_state_dict(assign=True)), so its own copy is
     freed; one that differs stays its own, so that each program runs with the weights it holds
-    (found by review: decode ran with prefill's always, and a decode.pt2 edited since the export
+    (decode ran with prefill's always, and a decode.pt2 edited since the export
     passed `ferry validate`)."""
     import torch
 

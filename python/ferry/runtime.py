@@ -46,7 +46,7 @@ def check_device(export_format, device):
 
 def onnxruntime_session(path, device=None, options=None, precision=None, metadata=None):
     """An onnxruntime session for the graph at `path` (`precision`: its export's, which says
-    why the CPU provider cannot run a bf16 one: found by review, onnxruntime's own words named
+    why the CPU provider cannot run a bf16 one: onnxruntime's own words named
     a kernel, not the export's precision), its inputs and outputs checked against `metadata`
     (its component's, from export.json: check_program_io)."""
     import onnxruntime
@@ -419,7 +419,7 @@ def register_output_types(metadata):
     if not isinstance(spec, str) or '"type": "transformers' not in spec:
         return
     # transformers imports and registers what the spec names, and rebuilds outputs by the
-    # class paths in its contexts: only its model outputs and caches (found by review)
+    # class paths in its contexts: only its model outputs and caches
     problem = treespec_problem(spec)
     if problem:
         raise UnsafeArchive(f"export.json: the out_spec of this pt2 program has {problem}: "

@@ -32,7 +32,7 @@ from ._lib import CannotValidate, FerryError, _c, _escape, _fail, _str
 # here, a relative 5e-6), so beyond LOGIT_SCALE a bound grows with the largest eager logit.
 ATOL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 0.25}
 LOGIT_SCALE = 10.0
-# A model whose logits move far under half precision (found by review: random weights with
+# A model whose logits move far under half precision (random weights with
 # logits ~12 moved 0.09 in transformers' own fp16 model, 1.2 in bf16) is held to what its own
 # eager model shows in that precision, with this margin, where that is more than ATOL's bound.
 HALF_MARGIN = 2.0
@@ -334,7 +334,7 @@ def _parser():
                    "(default: the one export.json records)")
     p.add_argument("--revision", metavar="REV", help="with a hub id as --model")
     p.add_argument("--subfolder", metavar="DIR", help="the export inside EXPORT (onnx/, ...)")
-    # one or the other, each in its range (found by review: --atol -1 or nan ran and failed,
+    # one or the other, each in its range (--atol -1 or nan ran and failed,
     # exit 1, and the two together were taken)
     bound = p.add_mutually_exclusive_group()
     bound.add_argument("--atol", type=_number(0.0, math.inf), metavar="X",

@@ -80,9 +80,9 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, 
                            d->axis, names);
         chosen[a] = d;
     }
-    /* the default prompt fits a static cache shorter than it (found by review: the caller,
+    /* the default prompt fits a static cache shorter than it (the caller,
      * who gave no example, was told the example did not fit); with static shapes it is the only
-     * prompt the export takes, and leaves a slot for decode's token (found by review: a prompt
+     * prompt the export takes, and leaves a slot for decode's token (a prompt
      * that filled the cache made an export whose every decode call failed) */
     int64_t cap = sequence_cap;
     if (cap > 1 && !chosen[1] && !cfg->dynamic)
@@ -113,7 +113,7 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, 
                            d->axis, (long long)d->min, (long long)d->max,
                            (long long)FERRY_DIM_BOUND_MAX);
         /* The default example outside the dim's range is traced at its min instead; one the
-         * caller gave is refused (found by review: it was moved without a word). */
+         * caller gave is refused (it was moved without a word). */
         if (d && (examples[a] < d->min || (d->max > 0 && examples[a] > d->max))) {
             if (given[a]) {
                 char max[32] = "unbounded";

@@ -424,7 +424,7 @@ static ferry_status recipe_quantizer(ferry_quantizer *q, const cJSON *item, char
                 return say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: quantizer.%s must be a "
                            "non-negative integer", k);
             /* values q_check_config refuses, refused here too so that the recipe's file is
-             * named (found by review: "quantizer: 3 bits is not supported" named none); bits 0
+             * named ("quantizer: 3 bits is not supported" named none); bits 0
              * is no quantization, as q_check_config takes it */
             if (k[0] == 'b' && k[1] == 'i' && v != 0 && v != 4 && v != 8)
                 return say(eb, es, FERRY_ERR_UNSUPPORTED, "recipe: quantizer.bits %llu is not "

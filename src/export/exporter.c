@@ -234,7 +234,7 @@ ferry_status ferry_decompose(ferry_model *m, const ferry_export_config *cfg,
         return m ? fy_refail(&m->err, FERRY_ERR_INVALID_ARG, "no export config given")
                  : FERRY_ERR_INVALID_ARG;
     }
-    /* generation options on a plain export would change nothing (found by review: a Python
+    /* generation options on a plain export would change nothing (a Python
      * recipe's generation_config was dropped without a word) */
     if (!cfg->for_generation && !generation_is_default(&cfg->generation)) {
         *out = NULL;
@@ -256,7 +256,7 @@ ferry_status ferry_decompose_for_generation(ferry_model *m, const ferry_export_c
                              "given") : FERRY_ERR_INVALID_ARG;
     }
     /* The config's own generation options (a recipe's generation_config, multi_token_decode)
-     * count where `gen` leaves everything at its default (found by review: they were ignored);
+     * count where `gen` leaves everything at its default (they were ignored);
      * where both say something, they must agree. */
     if (generation_is_default(gen))
         gen = &cfg->generation;

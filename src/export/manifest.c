@@ -77,7 +77,7 @@ static void mark_symbols(const g_graph *g, const int *ids, size_t n, bool *used)
 }
 
 /* The symbols the component's inputs and outputs name: the export's others are not its own
- * (found by review: a single-token decode listed "sequence", which its program has not). */
+ * (a single-token decode listed "sequence", which its program has not). */
 static cJSON *symbols(const g_graph *g)
 {
     const g_symtab *t = &g->syms;

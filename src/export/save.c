@@ -72,7 +72,7 @@ static int lock_exclusive(int fd)
 static bool is_export_file_name(const char *name)
 {
     static const char *const exact[] = {"export.json", "config.json", "generation_config.json"};
-    /* pt2: found by review, a killed pt2 export's temporary directory was never removed */
+    /* pt2: a killed pt2 export's temporary directory was never removed */
     static const char *const suffixes[] = {".onnx", ".onnx.data", ".pt2"};
     size_t len = strlen(name);
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
@@ -299,8 +299,8 @@ static ferry_status warn_overflow(ferry_exported *e, const ws_progress *pr)
 }
 
 /* compress_to_fp16 stored weights beyond fp16's range as its largest value, as OpenVINO's own
- * compression does: the export is not the checkpoint there, so it is said (found by review:
- * --dtype fp16 warned of the same weights, compress_to_fp16 did not). */
+ * compression does: the export is not the checkpoint there, so it is said
+ * (--dtype fp16 warned of the same weights, compress_to_fp16 did not). */
 static ferry_status warn_clamped(ferry_exported *e, const ws_progress *pr)
 {
     char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 400];
@@ -322,7 +322,7 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
     if (st != FERRY_OK)
         return st;
     /* the weights written are the checkpoint's only if no one wrote to it since it was read
-     * (found by review: bytes overwritten in place between export and save made NaN logits) */
+     * (bytes overwritten in place between export and save made NaN logits) */
     if (ckpt_check_unchanged(e->model->ck, err) != FERRY_OK)
         return err->status;
     if ((pr.nonfinite && warn_nonfinite(e, &pr) != FERRY_OK) ||
@@ -445,7 +445,7 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     bool empty = exists && S_ISDIR(st.st_mode) && is_empty_dir(target);
     if (empty)
         exists = false;
-    /* --force is suggested only where it would replace what is there (found by review: a file
+    /* --force is suggested only where it would replace what is there (a file
      * or a directory of the user's own was told to use it, and then refused with it) */
     if (exists && !force && S_ISDIR(st.st_mode)) {
         if (replace_check(target, dir, e->model->dir, &old, err) != FERRY_OK)

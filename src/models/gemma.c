@@ -25,7 +25,7 @@ static void gemma_quirks(const lm_config *c, blk_lm *lm)
 
 static ferry_status gemma_read(const model_config *cfg, void **out, fy_err *err)
 {
-    /* transformers' Gemma attends both ways with it (found by review: it was exported causal) */
+    /* transformers' Gemma attends both ways with it (it was exported causal) */
     bool bidirectional;
     ferry_status status = json_get_bool(cfg->text, "use_bidirectional_attention", false, false,
                                         cfg->text_origin, &bidirectional, err);

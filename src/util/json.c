@@ -281,7 +281,7 @@ ferry_status json_get_int(const cJSON *obj, const char *key, bool required, int6
     if (!isfinite(v) || floor(v) != v)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be an integer (got %.17g)",
                        origin, key, v);
-    if (fabs(v) >= JSON_INT_LIMIT) { /* an integer all the same: say the range (found by review),
+    if (fabs(v) >= JSON_INT_LIMIT) { /* an integer all the same: say the range,
                                       * as far as a double holds integers exactly */
         int64_t exact = (int64_t)JSON_INT_LIMIT - 1;
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be an integer in [%lld, %lld] "

@@ -92,7 +92,7 @@ static void symbolic_sequence_from_a_dim(void **state)
     assert_false(g_dim_is_const(p.comps[1].io.sequence, NULL));
     /* a dim starting above 1: the decode cannot take 1 token, so the auto choice is the
      * prefill/decode pair, an explicit multi-token decode and the stateful graph are refused
-     * (found by review: OpenVINO refused the first decode step) */
+     * (OpenVINO refused the first decode step) */
     g_symtab_add(&p.syms[0], "seq2", 2, 64, 8);
     g_dim from2 = g_dim_sym(g_symtab_find(&p.syms[0], "seq2"));
     ferry_generation_config auto_gen;

@@ -137,7 +137,7 @@ static void test_hostile_recipes(void **state)
          "quantizer \"nf4\" is not supported"},
         {"quantizer-bits", "{\"quantizer\": {\"bits\": -4}}", FERRY_ERR_INVALID_ARG,
          "quantizer.bits must be a non-negative integer"},
-        /* refused as the recipe's own, so that its file is named (found by review) */
+        /* refused as the recipe's own, so that its file is named */
         {"quantizer-3-bits", "{\"quantizer\": {\"bits\": 3}}", FERRY_ERR_UNSUPPORTED,
          "recipe: quantizer.bits 3 is not supported (4 or 8; 0 quantizes nothing)"},
         {"quantizer-block-48", "{\"quantizer\": {\"bits\": 4, \"block_size\": 48}}",
@@ -212,7 +212,7 @@ static void test_hostile_recipes(void **state)
          FERRY_ERR_INVALID_ARG, "'opset' (18) and 'opset_version' (21), the same option, disagree"},
         {"opset_version and opset disagree", "{\"opset_version\": 21, \"opset\": 18}",
          FERRY_ERR_INVALID_ARG, "disagree"},
-        /* the last values are compared, not the ones seen on the way (found by review) */
+        /* the last values are compared, not the ones seen on the way */
         {"the last opset_version disagrees", "{\"opset\": 18, \"opset_version\": 18, "
          "\"opset_version\": 19}", FERRY_ERR_INVALID_ARG, "disagree"},
         {"a derived dim", "{\"dynamic_shapes\": {\"input_ids\": {\"1\": \"2*u\"}}}",
@@ -495,7 +495,7 @@ static void test_transformers_recipes(void **state)
     assert_int_equal(cfg.dims[0].axis, 0);
     assert_string_equal(cfg.dims[1].symbol, "sequence");
     assert_int_equal(cfg.dims[1].axis, 1);
-    /* a key whose value adds up, given twice: the last one only (found by review: both were
+    /* a key whose value adds up, given twice: the last one only (both were
      * applied, and a last null did not clear the first) */
     static const struct { const char *json; int n_dims; } repeats[] = {
         {"{\"dynamic_shapes\": {\"input_ids\": {\"0\": \"batch\"}}, \"dynamic_shapes\": "

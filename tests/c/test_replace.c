@@ -306,7 +306,7 @@ static void test_make_and_unmake_dirs(void **state)
     assert_int_equal(rmdir(deep), 0);
     assert_int_equal(rmdir(path), 0);
     /* made, removed, and made again by someone else: the file system may give it the same
-     * inode (ext4 does), but not the same birth time, where it keeps one (found by review) */
+     * inode (ext4 does), but not the same birth time, where it keeps one */
     assert_int_equal(fs_make_dirs(deep, &made, &err), FERRY_OK);
     assert_int_equal(rmdir(deep), 0);
     struct timespec pause = {0, 20 * 1000 * 1000};

@@ -199,7 +199,7 @@ static void crc_of_untrusted_runs_read_back(void **state)
 }
 
 /* Two reserved entries and a run reported across from the first into the second, over a run
- * of the second reported earlier with other bytes (found by review: the search for an entry's
+ * of the second reported earlier with other bytes (the search for an entry's
  * first run skipped the crossing one and trusted the stale run). Both CRCs are the files'. */
 static void crc_of_runs_crossing_entries_read_back(void **state)
 {

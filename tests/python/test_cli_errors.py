@@ -345,7 +345,7 @@ def test_usage_errors_exit_2(args, tmp_path):
                          ids=["plain", "generation"])
 def test_graph_component_it_has_not(good_ckpt, flags, has):
     """A component the options' export has not is the command line's fault: exit 2, every name
-    it has, nothing printed (found by review: exit 1, naming only the first)."""
+    it has, nothing printed (exit 1, naming only the first)."""
     rc, stdout, stderr = run_ferry("graph", good_ckpt, *flags, "--component", "lm_head")
     assert rc == 2 and stdout == "", (rc, stdout, stderr)
     assert stderr == ("ferry: error: graph: no component named 'lm_head' (with these options "

@@ -78,7 +78,7 @@ def test_example_moved_into_range(tmp_path, label, binary):
 
 @pytest.mark.parametrize("label,binary", BUILDS, ids=IDS)
 def test_example_given_outside_range(tmp_path, label, binary):
-    """Found by review: an example shape the caller gave outside a dim's range was traced at
+    """An example shape the caller gave outside a dim's range was traced at
     the min without a word. Only the default moves now; a given one is refused, by the command
     line (exit 2), a recipe (1) and Python (FerryError), and nothing is written."""
     for args in (["--dim", "input_ids:1=s:4:64", "--example-shape", "input_ids=1x2"],
@@ -112,7 +112,7 @@ def test_example_given_outside_range_python():
 
 @pytest.mark.parametrize("label,binary", BUILDS, ids=IDS)
 def test_default_example_fits_a_short_static_cache(tmp_path, label, binary):
-    """Found by review: a static cache shorter than the default 8-token example was refused as
+    """A static cache shorter than the default 8-token example was refused as
     "smaller than the example prompt", an example the caller never gave; the default prompt is
     the cache's length then. A given example still has to fit."""
     out = tmp_path / "out"
@@ -129,7 +129,7 @@ def test_default_example_fits_a_short_static_cache(tmp_path, label, binary):
 
 @pytest.mark.parametrize("label,binary", BUILDS, ids=IDS)
 def test_static_shapes_leave_decode_a_slot(tmp_path, label, binary):
-    """Found by review: with static shapes the traced prompt is the only one the export takes,
+    """With static shapes the traced prompt is the only one the export takes,
     and one that filled the static cache made an export whose every decode call failed. The
     default prompt now stops a slot short of max_cache_len; a given one that fills it, or a
     cache of one slot, is refused."""

@@ -91,7 +91,7 @@ def test_file_size_limit(reference, tmp_path, build, limit):
 
 def test_file_size_limit_with_sigxfsz_default(reference, tmp_path, build):
     """Under a shell's `ulimit -f` SIGXFSZ kills a process at its first write past the limit,
-    leaving the temporary directory behind (found by review); ferry ignores the signal, so the
+    leaving the temporary directory behind; ferry ignores the signal, so the
     write fails with EFBIG and the export ends as on a full disk."""
     parent = tmp_path / "outs"
     parent.mkdir()

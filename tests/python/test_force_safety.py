@@ -208,7 +208,7 @@ def test_empty_directory_is_the_destination(tmp_path, build, force):
 @pytest.mark.parametrize("what", ["file", "user_files", "link", "export"])
 def test_without_force_the_hint_is_true(tmp_path, previous, build, what):
     """Without --force, "already exists" suggests --force only where it would replace what is
-    there (found by review: a file and a directory of the user's own were told to pass --force,
+    there (a file and a directory of the user's own were told to pass --force,
     which then refused them); elsewhere the refusal says why --force would not help."""
     out = tmp_path / "out"
     if what == "file":

@@ -64,10 +64,10 @@ def test_no_warning_where_every_value_fits(ckpt, tmp_path, flags):
 @pytest.mark.parametrize("generation", [[], ["--for-generation", "--disable-stateful"]],
                          ids=["plain", "prefill-decode"])
 def test_compress_to_fp16_says_what_it_clamped(ckpt, tmp_path, generation):
-    """Found by review: compress_to_fp16 stored 1e5 as 65504 without a word, where --dtype fp16
+    """compress_to_fp16 stored 1e5 as 65504 without a word, where --dtype fp16
     warned of the same weights. Counted once however many files hold the weight; counted as
     --dtype fp16 counts: not 65510 (fp16 rounds it to 65504 anyway), nor the checkpoint's own
-    inf (found by review)."""
+    inf."""
     import shutil
 
     import openvino as ov
@@ -119,7 +119,7 @@ def test_save_pretrained_warns_once_per_save(ckpt, tmp_path):
                                             "--dynamic", "--disable-stateful"], 3)],
                          ids=["int4", "int8", "openvino-prefill-and-decode"])
 def test_quantized_and_repeated_weights_counted_once(ckpt, tmp_path, flags, count):
-    """Found by review: quantized fp16 exports gave NaN logits without a word (a dequantized
+    """Quantized fp16 exports gave NaN logits without a word (a dequantized
     value, or an int4 scale, beyond fp16), and a weight in two files (OpenVINO's prefill and
     decode .bin) was counted twice."""
     rc, _, err = run_ferry("export", ckpt, tmp_path / "out", "--dtype", "fp16", *flags)
@@ -147,7 +147,7 @@ def test_one_value_is_singular(tmp_path):
 
 def test_warning_at_the_callers_line_through_an_implicit_save(ckpt):
     """Calling an export never saved saves it aside first: its warning points at the call
-    (found by review: at ferry's own exported.py)."""
+    (at ferry's own exported.py)."""
     import numpy as np
 
     from ferry import FerryWarning, OnnxConfig, OnnxExporter
@@ -176,7 +176,7 @@ def _with(tmp_path, name, edits, **config):
 
 
 def test_what_a_quantized_weight_dequantizes_to(tmp_path):
-    """Counted on the dequantized values, as fp16 holds them (found by review): 65500 beside
+    """Counted on the dequantized values, as fp16 holds them: 65500 beside
     -2212 in an asymmetric block dequantizes past 65520 (a zero point's rounding) and is inf,
     though within range in the checkpoint; 65510 alone dequantizes to 65504 and is not."""
     proj = "model.layers.0.self_attn.o_proj.weight"
@@ -195,7 +195,7 @@ def test_what_a_quantized_weight_dequantizes_to(tmp_path):
 
 
 def test_many_weights_in_two_files_counted_once(tmp_path):
-    """Found by review: past 32 weights, one in two files (OpenVINO's prefill and decode) was
+    """Past 32 weights, one in two files (OpenVINO's prefill and decode) was
     counted twice."""
     names = [f"model.layers.{layer}.{part}" for layer in range(2) for part in (
         "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",

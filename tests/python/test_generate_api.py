@@ -329,7 +329,7 @@ def test_eos_and_pad_from_generation_config_json(families, tmp_path):
                          eos_token_id=eos, pad_token_id=9)
     assert np.array_equal(got, want), first_difference(got, want)
     assert 9 in got[0] and 5 not in got[0, ids.shape[1]:]
-    # an explicit None is "no eos", as transformers' generate() takes it (found by review: the
+    # an explicit None is "no eos", as transformers' generate() takes it (the
     # export's eos still stopped the row)
     got = exported.generate(ids[:1], mask[:1], max_new_tokens=NEW_TOKENS, eos_token_id=None)
     want = fam.reference(ids[:1], mask[:1], max_new_tokens=NEW_TOKENS, do_sample=False,
@@ -496,7 +496,7 @@ def test_shapes_the_export_cannot_take(families, tmp_path):
 
     fam = families("qwen3")
     ids, _ = prompt(1)
-    # the prompt and max_new_tokens named, as what asks for more (found by review: only the
+    # the prompt and max_new_tokens named, as what asks for more (only the
     # last step's numbers, which read as if the cache held them already)
     with pytest.raises(FerryError, match=f"a {ids.shape[1]}-token prompt and {MAX_CACHE_LEN} new "
                        f"tokens would take .* \\(lower max_new_tokens\\).*static cache has "

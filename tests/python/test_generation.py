@@ -367,7 +367,7 @@ def test_named_dims_cache_grows(families, arch):
 @pytest.mark.parametrize("flags", [["--dim", "input_ids:0=b:1:4"], []], ids=["batch-dim", "static"])
 def test_static_sequence_says_the_cache_is_fixed(small_ckpt, tmp_path, flags):
     """A dynamic cache over a static sequence axis holds the example prompt's positions and no
-    more: one decode step. The export says so (it did not, found by review)."""
+    more: one decode step. The export says so (it did not)."""
     rc, _, stderr = run_ferry("export", small_ckpt, tmp_path / "out", "--for-generation", *flags)
     assert rc == 0, stderr
     assert ("ferry: warning: decode's cache holds exactly 8 positions (the example prompt's; "

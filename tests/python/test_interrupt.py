@@ -200,7 +200,7 @@ def stopped_at_weights(proc, parent, name="out"):
 
 def test_second_keyboard_interrupt_waits_for_the_save(tmp_path, big):
     """A second Ctrl-C while the cancelled save winds down: the save still ends before
-    save_pretrained returns, so freeing the export then is safe (found by review: the handle
+    save_pretrained returns, so freeing the export then is safe (the handle
     was freed under the running save, and the process aborted on a corrupted heap)."""
     parent = tmp_path / "outs"
     parent.mkdir()
@@ -248,8 +248,8 @@ CONCURRENT_SCRIPT = textwrap.dedent("""
 
 def test_saves_on_two_threads_take_turns(tmp_path, big):
     """Two threads saving one export take turns (they share its handle and its cancel flag):
-    a Ctrl-C in the waiting one stops its wait, not the other thread's save (found by review:
-    it cancelled the other thread's save)."""
+    a Ctrl-C in the waiting one stops its wait, not the other thread's save
+    (it cancelled the other thread's save)."""
     parent = tmp_path / "outs"
     parent.mkdir()
     script = CONCURRENT_SCRIPT.format(python=str(ROOT / "python"), ckpt=str(big),
@@ -289,8 +289,8 @@ def python_children(pid):
 def test_signal_stops_validation(tmp_path, sig):
     """`ferry export --validate`, signalled while Python validates the export just written:
     the Python child is stopped too, ferry says the export was written and its validation
-    interrupted, and dies of the signal; nothing is recorded as validated (found by review:
-    validation ran on to the end and recorded itself)."""
+    interrupted, and dies of the signal; nothing is recorded as validated
+    (validation ran on to the end and recorded itself)."""
     out = tmp_path / "out"
     proc = subprocess.Popen([FERRY_BIN, "export", FIXTURE, out, "--dynamic", "--validate",
                              "--quiet"], stderr=subprocess.PIPE, text=True,

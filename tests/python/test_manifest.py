@@ -88,7 +88,7 @@ def test_static_inputs_outputs(static_export):
 
 @pytest.mark.parametrize("fmt", ["onnx", "pt2"])
 def test_component_symbols_are_its_own(ckpt, tmp_path, fmt):
-    """Each component lists the symbols its inputs and outputs name (found by review: a
+    """Each component lists the symbols its inputs and outputs name (a
     single-token decode listed "sequence", which its program does not have)."""
     out = ferry_export(ckpt, tmp_path / "gen", "--format", fmt, "--dynamic", "--for-generation",
                        "--static-cache", "--max-cache-len", "32", "--single-token-decode")
@@ -174,7 +174,7 @@ def test_recipe_config_equivalent_to_flags(ckpt, tmp_path):
 
 @pytest.mark.parametrize("before", [True, False], ids=["option-before", "option-after"])
 def test_command_line_wins_over_recipe_wherever_it_stands(ckpt, tmp_path, before):
-    """Found by review: `--dtype fp16 --config r.json` exported the recipe's fp32 silently."""
+    """`--dtype fp16 --config r.json` exported the recipe's fp32 silently."""
     recipe = tmp_path / "recipe.json"
     recipe.write_text(json.dumps({"dtype": "fp32", "dynamic": True, "export_format": "onnx"}))
     flags = [["--dtype", "fp16"], ["--config", recipe]]
@@ -184,18 +184,18 @@ def test_command_line_wins_over_recipe_wherever_it_stands(ckpt, tmp_path, before
 
 
 @pytest.mark.parametrize("args,code,line", [
-    # a dangling --config takes no operand for its recipe (found by review: a word before it
+    # a dangling --config takes no operand for its recipe (a word before it
     # became the recipe, which was then never read)
     (["{recipe}", "{ckpt}", "{out}", "--config"], 2,
      "ferry: error: export: unknown or incomplete option '--config' (see ferry export --help)"),
-    # the command line's own errors and --help come before a recipe's (found by review)
+    # the command line's own errors and --help come before a recipe's
     (["{ckpt}", "{out}", "--bogus", "--config", "{bad}"], 2,
      "ferry: error: export: unknown or incomplete option '--bogus' (see ferry export --help)"),
     (["{ckpt}", "{out}", "--dtype", "fp99", "--config", "{bad}"], 2,
      "ferry: error: --dtype fp99: expected fp32, fp16 or bf16"),
     (["{ckpt}", "{out}", "--help", "--config", "{bad}"], 0, None),
     (["{ckpt}", "{out}", "--config", "{bad}"], 1, "ferry: error: {bad}: recipe: invalid JSON"),
-    # a short option in a bundle is named by its letter (found by review: the next word was)
+    # a short option in a bundle is named by its letter (the next word was)
     (["--dtype", "fp16", "-xq", "{ckpt}", "{out}"], 2,
      "ferry: error: export: unknown or incomplete option '-x' (see ferry export --help)"),
     # what a recipe alone asks for is the recipe's fault: 1, as `ferry --help` says
@@ -224,8 +224,8 @@ def test_recipe_and_command_line_errors(ckpt, tmp_path, args, code, line):
 
 
 def test_dim_replaces_the_recipes_on_its_axis(ckpt, tmp_path):
-    """--dim wins over a recipe's dynamic_shapes entry for the same axis (found by review:
-    "given twice"); twice on the command line is still an error."""
+    """--dim wins over a recipe's dynamic_shapes entry for the same axis
+    ("given twice"); twice on the command line is still an error."""
     recipe = tmp_path / "recipe.json"
     recipe.write_text(json.dumps({"dynamic_shapes": {name: {"1": {"name": "s1", "min": 1,
                                                                   "max": 64}}
@@ -239,7 +239,7 @@ def test_dim_replaces_the_recipes_on_its_axis(ckpt, tmp_path):
                               dims[0].replace("s2", "s3"))
     assert rc == 2 and "given twice" in stderr
     # one --dim over a recipe that names one symbol on every input: the symbol follows it
-    # (found by review: "dims ... differ"); a later recipe replaces an earlier one's dims
+    # ("dims ... differ"); a later recipe replaces an earlier one's dims
     out = ferry_export(ckpt, tmp_path / "one", "--config", recipe, "--dim", dims[0])
     assert manifest(out)["components"]["model"]["metadata"]["symbols"]["s2"]["max"] == 128
     later = tmp_path / "later.json"

@@ -165,8 +165,8 @@ WINDOWED = {"mistral": dict(sliding_window=4),
 @pytest.mark.parametrize("arch", list(WINDOWED))
 def test_sliding_window_rows_with_padding_inside(ckpts, tmp_path, arch, fused):
     """genai appends a short row's new tokens after its right padding: the window must count
-    that row's real tokens, not cache slots, or the row loses its own prompt (found by review:
-    Mistral with a window of 6 answered 50, 15, 53 where generate() says 50, 5, 5)."""
+    that row's real tokens, not cache slots, or the row loses its own prompt
+    (Mistral with a window of 6 answered 50, 15, 53 where generate() says 50, 5, 5)."""
     ckpt = ckpts(arch, **TOKEN_IDS, **WINDOWED[arch])
     out = ferry_export(ckpt, tmp_path / "out", *GEN, *(["--ort-fusions", "cpu"] if fused else []))
     cfg = json.loads((ckpt / "config.json").read_text())
@@ -266,7 +266,7 @@ BAD_IDS = {"eos-negative": {"eos_token_id": -1}, "eos-too-large": {"eos_token_id
 
 @pytest.mark.parametrize("case", list(BAD_IDS))
 def test_token_ids_genai_cannot_take(ckpts, tmp_path, case):
-    """A token id genai would refuse at load or generation time (found by review) gives no
+    """A token id genai would refuse at load or generation time gives no
     config and says which key; the export itself succeeds."""
     ckpt = tmp_path / "ckpt"
     shutil.copytree(ckpts("llama"), ckpt)

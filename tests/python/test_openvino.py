@@ -165,7 +165,7 @@ def test_real_model(smollm2, tmp_path):
 
 # the stateful generation export's refusals name --disable-stateful, which writes each of them;
 # options that contradict each other (or the model's inputs) are a bad command line, exit 2
-# (found by review: the library's refusals of them exited 1); what the checkpoint decides is 1
+# (the library's refusals of them exited 1); what the checkpoint decides is 1
 ERRORS = {
     "static-cache": (["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "32"],
                      ["openvino", "static cache", "not supported", "--disable-stateful"], 2),
@@ -174,7 +174,7 @@ ERRORS = {
                       "--disable-stateful"], 2),
     "static-shapes": (["--for-generation"], ["openvino runs generation as one graph",
                                              "dynamic shapes", "--disable-stateful"], 2),
-    # decode takes one token a call: a sequence dim starting above 1 cannot (found by review)
+    # decode takes one token a call: a sequence dim starting above 1 cannot
     "dim-above-1": (["--for-generation", "--dim", "input_ids:1=s:2:64"],
                     ["the stateful graph takes the prompt, then 1 token a call",
                      "starts at 2", "min 1"], 2),
@@ -185,7 +185,7 @@ ERRORS = {
                       ["compress_to_fp16", "fp16"], 2),
     "stateless-plain": (["--dynamic", "--disable-stateful"],
                         ["--disable-stateful", "--for-generation"], 2),
-    # an OpenVINO-only option with another format is a usage error (found by review: exit 1)
+    # an OpenVINO-only option with another format is a usage error (exit 1)
     "onnx-compress": (["--dynamic", "--compress-to-fp16", "--format", "onnx"],
                       ["--compress-to-fp16", "OpenVINO option"], 2),
     "onnx-stateless": (["--dynamic", "--for-generation", "--disable-stateful", "--format",
@@ -218,13 +218,13 @@ def test_python_api(ckpts, tmp_path):
     assert_logits_close(loaded(input_ids=ids, attention_mask=mask).logits, want, mask)
     recipe = AutoExportConfig.from_dict({"export_format": "openvino", "dynamic": True})
     assert isinstance(recipe, OpenVINOConfig)
-    # the exporter decides the format, whatever config class it is handed (found by review)
+    # the exporter decides the format, whatever config class it is handed
     from ferry import OnnxConfig
     assert OpenVINOExporter().export(ckpt, config=OnnxConfig(dynamic=True)).files == {
         "model": "openvino_model.xml"}
     with pytest.raises(FerryError, match="opset"):
         OpenVINOExporter().export(ckpt, config=OnnxConfig(dynamic=True, opset=21))
-    # refused when made, as the CLI refuses the flags (found by review: made, refused at export)
+    # refused when made, as the CLI refuses the flags (made, refused at export)
     with pytest.raises(FerryError, match="compress_to_fp16"):
         OpenVINOConfig(compress_to_fp16=True, dtype="fp16")
     # stateful=False on a plain export holds as it is: the graph keeps nothing in variables
@@ -239,9 +239,9 @@ def test_python_api(ckpts, tmp_path):
                                                                  compress_to_fp16=True))
     assert_logits_close(small(input_ids=ids, attention_mask=mask).logits, want, mask,
                         atol=FP16_ATOL)
-    # MatMulNBits' accuracy_level means nothing to OpenVINO (found by review: a recipe's was
+    # MatMulNBits' accuracy_level means nothing to OpenVINO (a recipe's was
     # recorded and ignored)
-    # refused when made, in OpenVINO's words (found by review: checked as ONNX first, it gave
+    # refused when made, in OpenVINO's words (checked as ONNX first, it gave
     # ONNX's advice)
     with pytest.raises(FerryError, match="accuracy_level is an attribute of onnxruntime's "
                        "MatMulNBits; OpenVINO has none"):
@@ -423,7 +423,7 @@ def test_llm_pipeline_runs_the_export(smollm2, tmp_path):
 
 @pytest.mark.parametrize("dtype,atol", [("fp16", FP16_ATOL), ("bf16", BF16_ATOL)])
 def test_stateful_half_precisions(ckpts, tmp_path, dtype, atol):
-    """fp16 and bf16 caches grow call after call (found by review: the first call failed when
+    """fp16 and bf16 caches grow call after call (the first call failed when
     the variables had an initialiser); every step's logits are transformers' on the sequence so
     far, within the precision's bound."""
     ckpt = ckpts("qwen3")
@@ -514,7 +514,7 @@ def test_runtime_options(ckpts, tmp_path):
     assert session._compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.f32
     meta = json.loads((plain / "export.json").read_text())["components"]["model"]["metadata"]
     assert meta["runtime_options"] == {"INFERENCE_PRECISION_HINT": "f32"}
-    # fp16 too (found by review: at the CPU's bf16 an fp16 export's logits were 5.4e-2 from
+    # fp16 too (at the CPU's bf16 an fp16 export's logits were 5.4e-2 from
     # eager, past validate's 2e-2; at f32 4.9e-3); bf16 keeps the plugin's choice
     half = ferry_export(ckpt, tmp_path / "half", "--format", "openvino", "--dynamic", "--dtype",
                         "fp16", "--quiet")
@@ -586,7 +586,7 @@ def test_asymmetric_int4_zero_points_match_onnxruntime(ckpts, tmp_path):
 
 def test_compress_to_fp16_matches_openvinos_own(ckpts, tmp_path):
     """A weight beyond fp16's range (1e5) is stored as fp16's largest finite value, as
-    OpenVINO's own compress_to_fp16 (ov.save_model) stores it, not as inf (found by review: it
+    OpenVINO's own compress_to_fp16 (ov.save_model) stores it, not as inf (it
     became inf and every logit NaN): ferry's compressed export and OpenVINO's compression of
     ferry's fp32 export give the same logits."""
     import torch
@@ -942,7 +942,7 @@ def test_stateless_python_api(ckpts, tmp_path):
 def test_paged_attention_keeps_the_sliding_window(ckpts, tmp_path, arch, overrides, windows):
     """openvino-genai's paged attention (its PA backend, ContinuousBatchingPipeline) rewrites
     the stateful graph and reads each layer's window from the one mask form it knows, dropping
-    any other without a word (found by review: past the window its tokens parted from
+    any other without a word (past the window its tokens parted from
     transformers'). ferry writes that form: each layer keeps its window through OpenVINO's
     rewrite, and PA's greedy tokens equal generate()'s over a prompt longer than the window."""
     ovg = pytest.importorskip("openvino_genai")

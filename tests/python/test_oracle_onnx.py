@@ -151,7 +151,7 @@ VARIANTS = {
     "mqa": ("mistral", dict(num_key_value_heads=1)),
     "mistral-window-5": ("mistral", dict(sliding_window=5)),      # window < sequence 7, 33
     "llama-attention-and-mlp-bias": ("llama", dict(attention_bias=True, mlp_bias=True)),
-    # found by review: Gemma's q/k/v/o biases were dropped with a warning
+    # Gemma's q/k/v/o biases were dropped with a warning
     "gemma-attention-bias": ("gemma", dict(attention_bias=True)),
     # rope computed from position_ids, not gathered from a table cut at max_position_embeddings
     "positions-past-max-position-embeddings": ("qwen3", dict(max_position_embeddings=16)),
@@ -257,7 +257,7 @@ def test_variant_matches_eager(variant, tmp_path):
 
 def test_gemma_bidirectional_attention_is_refused(tmp_path):
     """transformers' Gemma attends both ways with use_bidirectional_attention (its sdpa model;
-    found by review: ferry exported it causal without a word). Refused, naming the key."""
+    ferry exported it causal without a word). Refused, naming the key."""
     ckpt = make_checkpoint(tmp_path / "ckpt", "gemma", use_bidirectional_attention=True)
     rc, _, err = run_ferry("export", ckpt, tmp_path / "out")
     assert rc == 1 and "use_bidirectional_attention true is not supported" in err, err

@@ -136,7 +136,7 @@ def odd_heads(tmp_path_factory):
 @pytest.mark.parametrize("head_dim", [24, 8, 6])
 def test_heads_onnxruntime_fuses_only_in_part(odd_heads, head_dim, provider):
     """onnxruntime refuses GroupQueryAttention over heads of no multiple of 8, and its rotary
-    over heads of no multiple of 16 ("head_size shall be a multiple of 16": found by review, the
+    over heads of no multiple of 16 ("head_size shall be a multiple of 16": the
     export said onnxruntime-genai runs it and every call failed). Such heads rotate before the
     attention (RotaryEmbedding, plain ops on cpu), or keep attention without
     GroupQueryAttention; the loops still equal generate()."""
@@ -178,7 +178,7 @@ def check_attention_layout(fam, provider):
     gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
     half = "fp16" in fam.extra_flags
     # MultiHeadAttention everywhere, rotary apart: dml, and cuda at fp32, where onnxruntime's
-    # CUDA GroupQueryAttention has no kernel (found by review)
+    # CUDA GroupQueryAttention has no kernel
     if provider == "dml" or provider == "cuda" and not half:
         assert not gqa and ops["com.microsoft", "MultiHeadAttention"] == 2
         assert prefill_ops["com.microsoft", "MultiHeadAttention"] == 2
@@ -301,7 +301,7 @@ def test_matmulnbits_matches_dequantized_reference(ckpts, tmp_path, arch, scheme
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_fused_quantized_at_older_opsets(ckpts, tmp_path, opset, provider):
     """Fused graphs hold quantized weights in onnxruntime's own ops over uint8 codes, which
-    need no opset 21 (found by review: refused for standard ONNX's reason); the norms become
+    need no opset 21 (refused for standard ONNX's reason); the norms become
     SimplifiedLayerNormalization there. Tied, with the table quantized too."""
     ckpt = ckpts("llama", tie_word_embeddings=True)
     flags = qflags(4, 16, False, "--quantize-embeddings", "--accuracy-level", "0")
@@ -460,7 +460,7 @@ def test_static_cache_longer_than_trained_positions(tmp_path_factory):
 
 def test_generate_refuses_to_run_past_the_rotary_tables(tmp_path):
     """generate() on a fused export says up front that the prompt and max_new_tokens need more
-    positions than its rotary tables hold (found by review: onnxruntime's raw cos_cache error
+    positions than its rotary tables hold (onnxruntime's raw cos_cache error
     mid-generation); up to the last row it runs, and equals transformers."""
     import numpy as np
 
@@ -479,7 +479,7 @@ def test_generate_refuses_to_run_past_the_rotary_tables(tmp_path):
     with pytest.raises(FerryError, match="need 17 positions, past the 16 of this fused export's "
                                          "rotary tables"):
         model.generate(prompt, max_new_tokens=13, eos_token_id=None)
-    # heads of 8 rotate with plain ops on cpu: no table to run past (found by review: refused)
+    # heads of 8 rotate with plain ops on cpu: no table to run past (refused)
     ckpt = make_checkpoint(tmp_path / "ckpt8", "llama", seed=3, max_position_embeddings=16,
                            head_dim=8, hidden_size=32)
     out = ferry_export(ckpt, tmp_path / "out8", "--dynamic", "--for-generation", *FUSED,

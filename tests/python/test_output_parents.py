@@ -57,7 +57,7 @@ def test_a_failed_save_removes_the_parents_it_made(tmp_path):
 
 @pytest.mark.parametrize("spelling", ["x/../y/out", "a/b//out", "c/./d/out"])
 def test_a_failed_save_removes_what_it_made_however_spelt(tmp_path, spelling):
-    """Found by review: the made directories were found again by walking up the path as
+    """The made directories were found again by walking up the path as
     written, so "x/../y/out" removed the user's empty y (through x/..) and left x, and "//" or
     "." stopped the walk early. Now exactly the directories made are removed."""
     from ferry import FerryError
@@ -71,7 +71,7 @@ def test_a_failed_save_removes_what_it_made_however_spelt(tmp_path, spelling):
 
 
 def test_many_missing_parents(build, tmp_path):
-    """mkdir -p has no limit on the levels it makes (found by review: 64 was one)."""
+    """mkdir -p has no limit on the levels it makes (64 was one)."""
     out = tmp_path / "deep" / ("d/" * 70) / "out"
     rc, _, err = run_ferry("export", FIXTURE, out, "-q", binary=build)
     assert rc == 0, err

@@ -204,7 +204,7 @@ def test_tied_embeddings(ckpts, tmp_path):
     stored = sum(p.numel() * 4 for n, p in state.items() if n != "lm_head.weight")
     assert (out / "model.pt2").stat().st_size < stored + 200_000
     check_shapes(ckpt, program.module(), [(3, 7)])
-    # export.json and inspect count as torch does (found by review: one short)
+    # export.json and inspect count as torch does (one short)
     meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
     assert meta["parameters"] == len(program.graph_signature.parameters) == len(state)
     assert meta["lm_head_shares"] == "model.embed_tokens.weight"
@@ -315,8 +315,8 @@ def test_what_it_cannot_write_yet(ckpts, tmp_path, case):
 
 @pytest.mark.parametrize("stage", ["semantic", "lowered"])
 def test_graph_refuses_what_export_refuses(ckpts, stage):
-    """`ferry graph` shows only what an export with the same options writes (found by review:
-    its semantic stage printed a dynamic-cache generation graph that export then refused)."""
+    """`ferry graph` shows only what an export with the same options writes
+    (its semantic stage printed a dynamic-cache generation graph that export then refused)."""
     flags, needles, code = ERRORS["dynamic-cache"]
     rc, stdout, stderr = run_ferry("graph", ckpts("llama"), "--format", "pt2", "--stage", stage,
                                    *flags)
@@ -599,7 +599,7 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) 
                                    "subfolder", "input_name", "guard", "spec_exec", "spec_enum",
                                    "spec_key", "example_key"])
 def test_loading_never_runs_code(ckpts, tmp_path, entry):
-    """Found by review: torch.export.load unpickles in full what its weights_only reader
+    """Torch.export.load unpickles in full what its weights_only reader
     refuses (the example inputs) and what an archive marks use_pickle, running the code a
     pickle names. ferry's ExportedModel, its .program and `ferry validate` refuse such an
     archive first; torch alone runs it (shown here, so the archive is a live one). Found by a
@@ -659,7 +659,7 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
         exported(input_ids=ids, attention_mask=mask, position_ids=pos)
     with pytest.raises(FerryError, match=why):
         exported.components["model"].program
-    rc, text, err = validate(out)  # 1, a file ferry will not read (found by review: 3)
+    rc, text, err = validate(out)  # 1, a file ferry will not read (3)
     assert rc == 1 and why in err, (rc, text, err)
     assert not marker.exists()
 
@@ -699,7 +699,7 @@ def test_guards_torch_executes(guard, plain):
 
 
 def test_graph_input_kinds_refused():
-    """Found by review: a string graph input (a constant_input spec) is pasted unescaped into a
+    """A string graph input (a constant_input spec) is pasted unescaped into a
     guard .module() executes; only the inputs and roles ferry, transformers and torch.export.save
     write pass."""
     from ferry.pt2_safety import _program_problem
@@ -720,7 +720,7 @@ def test_graph_input_kinds_refused():
     newline["graph_module"]["graph"]["nodes"].append({"target": "torch.ops.aten.add.Tensor",
                                                       "inputs": [{"arg": {"as_string": "a\nb"}}]})
     assert "control character" in _program_problem(newline)
-    # found by review: a higher-order op (inline_asm_elementwise compiles the GPU code it is
+    # a higher-order op (inline_asm_elementwise compiles the GPU code it is
     # handed) or a graph, operator or script object argument; and ops that touch files
     for target, argument in (("torch.ops.higher_order.inline_asm_elementwise", {"as_none": None}),
                              ("torch.ops.aten.from_file.default", {"as_string": "/etc/passwd"}),
@@ -754,7 +754,7 @@ def test_manifest_spec_refused(ckpts, tmp_path):
 
 
 def test_aotinductor_package_refused(ckpts, tmp_path):
-    """Found by review: torch.export.load loads the compiled library of every model under
+    """Torch.export.load loads the compiled library of every model under
     data/aotinductor/ (a native payload would run); ferry's exports never hold one, and an
     archive that does is refused before torch opens it, by ferry validate too (exit 1: a file
     ferry will not read, not a runtime missing here)."""
@@ -778,7 +778,7 @@ def test_aotinductor_package_refused(ckpts, tmp_path):
 
 
 def test_archive_two_readers_disagree_on_refused(ckpts, tmp_path):
-    """Found by review's questions: with data before the archive Python's zipfile shifts every
+    """With data before the archive Python's zipfile shifts every
     offset past it and torch's reader (miniz) does not, so each could read its own central
     directory; an entry whose local header names another is read by neither as listed. Both are
     refused before torch opens the file."""
@@ -836,7 +836,7 @@ int memfd_create(const char *name, unsigned flags)
 
 
 def test_example_inputs_without_memfd(ckpts, tmp_path):
-    """Found by review: where memfd_create is refused (old kernels, seccomp sandboxes) the
+    """Where memfd_create is refused (old kernels, seccomp sandboxes) the
     example inputs were an export's failure; they are built in a temporary file instead."""
     import shutil
     import subprocess
@@ -1038,7 +1038,7 @@ def test_writer_under_sanitizers(build, ckpts, tmp_path):
 
 def test_rope_variants(ckpts, tmp_path, record_property):
     """Rope scalings whose lowering uses ops the default one does not (dynamic NTK's pow of two
-    tensors, found by review: aten names pow's operand "exponent"), beyond
+    tensors, aten names pow's operand "exponent"), beyond
     max_position_embeddings too."""
     worst = 0.0
     for name, rope in (("dynamic", {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}),

@@ -180,7 +180,7 @@ def test_generate_seed_must_be_an_integer():
 
 
 def test_a_dict_config_as_transformers_takes_one():
-    """Found by review: transformers' exporters take `config` as a config or a dict of its
+    """Transformers' exporters take `config` as a config or a dict of its
     keys; ferry's raised AttributeError on a dict. A dict is that exporter's recipe (its
     export_format the exporter's unless it says another, which is refused as a config would
     be), and anything else is a FerryError naming the type."""
@@ -220,7 +220,7 @@ def test_a_dict_config_as_transformers_takes_one():
 
 
 def test_a_recipes_generation_options_count():
-    """Found by review: a recipe's generation_config (and multi_token_decode) were dropped
+    """A recipe's generation_config (and multi_token_decode) were dropped
     without a word by export_for_generation, which read only its own generation_config, and
     by export, where they mean nothing. The first now takes the recipe's where it is given
     none, and refuses two that differ; the second refuses them."""
@@ -245,7 +245,7 @@ def test_a_recipes_generation_options_count():
 
 
 def test_checkpoint_written_between_export_and_save(tmp_path):
-    """Found by review: bytes of model.safetensors overwritten in place (same size) after
+    """Bytes of model.safetensors overwritten in place (same size) after
     export() and before save_pretrained() went into the export unnoticed, giving NaN logits.
     The save now compares each checkpoint file's size and modification time with those it was
     opened with, and fails naming the file, writing nothing. A file replaced by a rename is
@@ -424,7 +424,7 @@ def test_warnings_point_at_the_caller_and_formats_are_named():
 
 
 def test_bf16_onnx_on_the_cpu_says_why(tmp_path):
-    """Calls and generate() alike (found by review: the runners' sessions said onnxruntime's raw
+    """Calls and generate() alike (the runners' sessions said onnxruntime's raw
     NOT_IMPLEMENTED for a Mul)."""
     import numpy as np
 

@@ -185,7 +185,7 @@ print(" ".join(str(int(t)) for t in np.asarray(tokens)[0, 4:]))
 
 
 def test_model_output_in_a_fresh_process(tmp_path):
-    """Found by review: a generation export with --model-output records no out_spec (its
+    """A generation export with --model-output records no out_spec (its
     components stay ferry's), so a process that had not imported transformers could not load
     it. ferry reads model_output from export_config, and falls back to importing the class
     when export.json says neither; `ferry validate` passes both exports, and generate() in a
@@ -222,7 +222,7 @@ def test_model_output_in_a_fresh_process(tmp_path):
 
 
 def test_round_trip_through_transformers(tmp_path):
-    """Found by review: transformers' save_pretrained of a ferry --model-output export writes
+    """Transformers' save_pretrained of a ferry --model-output export writes
     transformers' schema; ferry loads and runs that too."""
     import ferry
 
@@ -244,7 +244,7 @@ def test_round_trip_through_transformers(tmp_path):
      "has no in_spec and out_spec"),
 ], ids=["ferry-name", "contradiction", "no-specs"])
 def test_export_format_checked(tmp_path, edit, needle):
-    """Found by review: export.json's export_format must be transformers' name of the format
+    """Export.json's export_format must be transformers' name of the format
     ("pt2" is ferry's), and cannot sit beside a 'transformers' key saying it cannot run."""
     ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
     out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--model-output", "--quiet")
@@ -383,13 +383,13 @@ def test_ferry_loads_transformers_export(hf_exports, fmt, files):
                                      attention_mask=torch.from_numpy(mask)).logits.numpy()
     out = exported(input_ids=ids, attention_mask=mask)
     assert_logits_close(out.logits, want, mask, what=f"transformers' {fmt} export in ferry")
-    # found by review: positions its graph cannot take were dropped without a word
+    # positions its graph cannot take were dropped without a word
     with pytest.warns(ferry.FerryWarning, match="takes no position_ids"):
         exported(input_ids=ids, attention_mask=mask, position_ids=np.zeros_like(ids))
 
 
 def test_transformers_generation_export_says_why(hf_exports):
-    """Found by review: calling transformers' own generation export, and generate() on it, each
+    """Calling transformers' own generation export, and generate() on it, each
     pointed at the other; both now say what ferry cannot drive (transformers' cache object)
     and what to use instead."""
     import ferry
@@ -509,7 +509,7 @@ def test_validate_runs_transformers_export(hf_exports, fmt):
 def test_validate_refuses_transformers_dynamo_export_at_once(hf_exports, model):
     """transformers' DynamoExporter export cannot be validated (its program takes no
     position_ids, and ferry validates its own pt2 exports): exit 3 straight away, with or
-    without --model (found by review: without it, ferry said "pass --model", which then exited
+    without --model (without it, ferry said "pass --model", which then exited
     3)."""
     ckpt, made = hf_exports
     code, out, err = run_ferry("validate", made["dynamo"], *(["--model", ckpt] if model else []),

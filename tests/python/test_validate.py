@@ -166,7 +166,7 @@ def _negate_zip_entry(archive, prefix):
 
 
 def test_tampered_decode_program_fails(ckpt, tmp_path):
-    """Each generation program runs with the weights it holds (found by review: the runner gave
+    """Each generation program runs with the weights it holds (the runner gave
     decode prefill's weights, and a decode.pt2 edited since the export passed)."""
     out = ferry_export(ckpt, tmp_path / "gen", "--format", "pt2", "--dynamic",
                        "--for-generation", "--static-cache", "--max-cache-len", "24", "--quiet")
@@ -193,7 +193,7 @@ def test_tampered_decode_program_fails(ckpt, tmp_path):
 ], ids=["xml-syntax", "input-renamed", "output-renamed", "op-typo"])
 def test_edited_openvino_ir_fails(ckpt, tmp_path, old, new, needle):
     """An IR edited in place (its size kept) is a broken export: exit 1, the cause in one line
-    (found by review: exit 3, "cannot run here", which scripts take for "skip", and a message
+    (exit 3, "cannot run here", which scripts take for "skip", and a message
     that kept only OpenVINO's "Exception from src/...:84:")."""
     out = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic", "--quiet")
     xml = out / "openvino_model.xml"
@@ -209,7 +209,7 @@ def test_edited_openvino_ir_fails(ckpt, tmp_path, old, new, needle):
 
 @pytest.mark.parametrize("fmt", ["onnx", "openvino"])
 def test_program_and_manifest_that_disagree_fail(ckpt, onnx_export, tmp_path, fmt):
-    """An input renamed in export.json alone (found by review: the runner still fed the program,
+    """An input renamed in export.json alone (the runner still fed the program,
     and the export passed and was recorded as validated), and for ONNX a program its reader
     cannot parse (was exit 3, "cannot run here"): exit 1, one line, nothing recorded."""
     out = copy_export(onnx_export, tmp_path) if fmt == "onnx" else ferry_export(
@@ -239,7 +239,7 @@ def test_program_and_manifest_that_disagree_fail(ckpt, onnx_export, tmp_path, fm
 
 
 def test_program_size_other_than_manifest_fails(onnx_export, tmp_path):
-    """A size export.json fixes must be the program's (found by review: a static axis edited in
+    """A size export.json fixes must be the program's (a static axis edited in
     the ONNX program exited 3, onnxruntime's ShapeInferenceError)."""
     import onnx
 
@@ -270,7 +270,7 @@ def test_another_checkpoint_fails(onnx_export, tmp_path):
     rc, stdout, _ = validate(onnx_export, "--model", wide, "--no-record")
     assert rc == 1
     assert "FAIL (shape [2, 16, 160], eager [2, 16, 200])" in stdout
-    # a narrower one cannot read the prompt (found by review: a traceback, the embedding's
+    # a narrower one cannot read the prompt (a traceback, the embedding's
     # IndexError)
     narrow = make_checkpoint(tmp_path / "narrow", "qwen3", seed=11, vocab_size=100)
     rc, stdout, stderr = validate(onnx_export, "--model", narrow, "--no-record")
@@ -308,7 +308,7 @@ def test_quantized_export_checks_top1(ckpt, tmp_path):
     (["--min-top1", "0.5"], "--min-top1 applies to quantized exports only"),
 ], ids=["negative", "nan", "inf", "top1-over-1", "both", "top1-unquantized"])
 def test_bounds_out_of_range_are_usage_errors(onnx_export, args, needle):
-    """Found by review: these ran the check and failed it (exit 1), or took both options."""
+    """These ran the check and failed it (exit 1), or took both options."""
     before = (onnx_export / "export.json").read_bytes()
     rc, stdout, stderr = validate(onnx_export, *args)
     assert rc == 2 and stdout == "" and len(stderr.splitlines()) == 1, (stdout, stderr)
@@ -460,7 +460,7 @@ def test_bound_grows_with_large_logits(tmp_path):
 
 def test_half_precision_bound_follows_transformers_own(tmp_path):
     """An fp16 export of a model that fp16 moves far (weights of std 0.3: logits ~12) is held
-    to twice what transformers' own fp16 model moves them (found by review: the fixed bound
+    to twice what transformers' own fp16 model moves them (the fixed bound
     failed an export as accurate as transformers' own), and still fails a broken one."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

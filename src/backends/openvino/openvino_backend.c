@@ -147,7 +147,7 @@ static const char *kv_precision(ferry_dtype dt)
 
 /* The compute precision an export is validated at: the CPU plugin's default is bf16 on
  * processors that have it, an 8-bit mantissa, far from the 1e-4 fp32 logits are held to and
- * coarser than fp16's 11 bits too (found by review: an fp16 export's logits were 5.4e-2 from
+ * coarser than fp16's 11 bits too (an fp16 export's logits were 5.4e-2 from
  * eager at bf16, 4.9e-3 at f32; asking for f16 on a processor without native fp16 ran as
  * coarsely), and a runtime that compiles the model with its defaults (transformers' OpenVINO
  * runner, openvino-genai) would get it. Recorded as transformers' exporter records it for

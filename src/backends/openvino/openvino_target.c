@@ -101,7 +101,7 @@ static int ov_op(g_graph *g, const char *version, const char *type, const char *
  *   Slice(Select(Broadcast(BitwiseAnd(BitwiseAnd(_, BitwiseAnd(BitwiseAnd(_, Greater(kv,
  *       Add(q, Constant -w))), _)), _)), _, _)) -> SDPA's mask,
  * taking w from the Constant. Any other form it drops without a word, and every layer is causal
- * there (found by review: past the window, tokens parted from transformers'). The mask is
+ * there (past the window, tokens parted from transformers'). The mask is
  * ferry's (lw_attention_mask): causal and padding (each `_` above), and keys within w real
  * tokens of the query (kv, q: the running count of real tokens), as the generic form. */
 static int window_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)

@@ -131,7 +131,7 @@ static void pt2_describe(const ferry_export_config *cfg, const g_graph *g, cJSON
     int params = 0;
     for (size_t i = 0; i < g->n_values; i++)
         params += g->values[i].kind == GV_WEIGHT && g->values[i].n_uses > 0;
-    /* torch's count (found by review: one short of it for a tied lm_head, which the program
+    /* torch's count (one short of it for a tied lm_head, which the program
      * lists as a parameter of its own over the embedding's storage, as the module does) */
     for (size_t i = 0; i < g->n_nodes; i++) {
         const g_value *w = g->nodes[i].dead ? NULL : pt2_tied_head_weight(g, &g->nodes[i]);
