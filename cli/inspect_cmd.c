@@ -14,7 +14,7 @@
 #include "ferry.h"
 
 static const char usage[] =
-    "usage: ferry inspect DIR [--subfolder NAME] [--json]\n"
+    "usage: ferry inspect DIR [--subfolder NAME] [--json] [--verify]\n"
     "\n"
     "Show what the export in DIR holds: each component with its role, file sizes, inputs and\n"
     "outputs (dtype, symbolic shape, traced shape), precision, opset and symbol ranges.\n"
@@ -26,6 +26,9 @@ static const char usage[] =
     "options:\n"
     "  --subfolder NAME   inspect DIR/NAME (an export kept next to others, e.g. onnx/)\n"
     "  --json             print export.json as loaded\n"
+    "  --verify           also read every file and compare its CRC-32 with the one the export\n"
+    "                     recorded (a file swapped for another of the same size is refused;\n"
+    "                     Python's ExportedModel.from_pretrained always does this)\n"
     "  -h, --help         this help\n";
 
 static void print_size(const char *dir, const char *file)
@@ -317,13 +320,15 @@ static bool takes_positions(const cJSON *m)
 int cmd_inspect(int argc, char **argv)
 {
     const char *dir = NULL, *subfolder = NULL;
-    int json = 0;
+    int json = 0, verify = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(usage, stdout);
             return EXIT_OK;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--verify")) {
+            verify = 1;
         } else if (!strcmp(argv[i], "--subfolder") && i + 1 < argc) {
             subfolder = argv[++i];
         } else if (argv[i][0] == '-' || dir) {
@@ -338,7 +343,8 @@ int cmd_inspect(int argc, char **argv)
         return EXIT_USAGE;
     }
     ferry_exported *e = NULL;
-    if (ferry_exported_load(dir, subfolder, &e) != FERRY_OK) {
+    if (ferry_exported_load(dir, subfolder, &e) != FERRY_OK ||
+        (verify && ferry_exported_verify(e) != FERRY_OK)) {
         cli_error("%s", ferry_exported_errmsg(e));
         ferry_exported_free(e);
         return EXIT_FAIL;

@@ -376,6 +376,14 @@ ferry_status ferry_exported_save(ferry_exported *exported, const char *dir, int 
  * component's role is its name). On failure *out carries the message. */
 ferry_status ferry_exported_load(const char *dir, const char *subfolder, ferry_exported **out);
 
+/* Reads every file of every component of a saved or loaded export and compares its CRC-32 with
+ * the one export.json records ("crc32", taken as the export wrote the bytes): a file replaced
+ * by another of the same size, or edited in place, fails (FERRY_ERR_FORMAT) naming it. This
+ * catches accidents (a copy from another export, a bit flipped on disk), not a writer who edits
+ * export.json as well. An export without "crc32" (by an older ferry, or transformers') passes.
+ * Costs one read of the export's files. */
+ferry_status ferry_exported_verify(ferry_exported *exported);
+
 void ferry_exported_free(ferry_exported *exported);
 const char *ferry_exported_errmsg(const ferry_exported *exported);
 

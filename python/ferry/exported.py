@@ -81,11 +81,15 @@ class ExportedModel:
     @classmethod
     def from_pretrained(cls, path, subfolder=None, device=None):
         """Loads the export in `path` (a directory, or a local hub cache id; `subfolder` for an
-        export kept beside the model's weights), to run on `device` (see to())."""
+        export kept beside the model's weights), to run on `device` (see to()). Every file is
+        read once and compared with the CRC-32 the export recorded: a file swapped for another
+        of the same size, or edited in place, is refused naming it."""
         raw = _c_bytes(path, "path")
         sub = _c_bytes(subfolder, "subfolder") if subfolder else None
         handle = _P()
         status = _c().ferry_exported_load(raw, sub, ctypes.byref(handle))
+        if not status:
+            status = _c().ferry_exported_verify(handle)
         if status:
             message = _str(_c().ferry_exported_errmsg(handle)) if handle else None
             _c().ferry_exported_free(handle)

@@ -40,6 +40,22 @@ typedef struct be_component {
     int n_data_files;
 } be_component;
 
+/* The CRC-32 of every file a backend's writer wrote, taken as its bytes went out (never read
+ * back): export.json records them ("crc32"), and ferry_exported_verify checks the files
+ * against them. */
+#define BE_MAX_WRITTEN 32
+typedef struct be_written {
+    int n;
+    struct {
+        char file[128];
+        uint32_t crc;
+    } files[BE_MAX_WRITTEN];
+} be_written;
+
+/* Records that `file` was written with CRC-32 `crc` (`w` NULL: nothing recorded). A full
+ * table is an internal error. */
+ferry_status be_wrote(be_written *w, const char *file, uint32_t crc, fy_err *err);
+
 typedef struct fb_backend {
     const char *name;        /* "onnx": --format, the recipe's export_format, export.json */
     const char *alias;       /* another name --format and the recipe take, or NULL ("dynamo":
@@ -54,9 +70,11 @@ typedef struct fb_backend {
     ferry_status (*finish)(g_graph *g, const ferry_export_config *cfg, fy_err *err);
     /* The placement policy: which files each component has. */
     ferry_status (*files)(be_component *comps, int n, fy_err *err);
-    /* Writes every component's files into `dir` (created exclusively, synced). */
+    /* Writes every component's files into `dir` (created exclusively, synced), each one's
+     * CRC-32 into `written` (may be NULL). */
     ferry_status (*write)(const be_component *comps, int n, const ferry_export_config *cfg,
-                          const char *dir, ws_progress *progress, fy_err *err);
+                          const char *dir, ws_progress *progress, be_written *written,
+                          fy_err *err);
     /* Format-specific metadata of component graph `g` in export.json (e.g. "opset"). */
     void (*describe)(const ferry_export_config *cfg, const g_graph *g, struct cJSON *metadata);
     /* Its runtimes carry the cache themselves (OpenVINO's stateful models): a generation export

@@ -122,8 +122,16 @@ ferry_status manifest_check_file(const char *dir, const char *comp, const char *
 ferry_status manifest_check_program(const char *dir, const char *comp, const char *rel,
                                     const char *format, bool content, fy_err *err);
 /* Each component's "bytes" in export.json: the size of its file and data files as written into
- * `dir`, which loading compares (a copy cut short, a disk that filled). */
-ferry_status manifest_record_sizes(cJSON *m, const char *dir, fy_err *err);
+ * `dir`, which loading compares (a copy cut short, a disk that filled); and its "crc32": each
+ * file's CRC-32 as `written` reports it, which ferry_exported_verify compares (a file replaced
+ * by another of the same size, a graph edited in place). */
+ferry_status manifest_record_sizes(cJSON *m, const char *dir, const be_written *written,
+                                   fy_err *err);
+/* Reads every file of every component of export.json `m` (manifest_validate passed) and
+ * compares its CRC-32 with the one "crc32" records; a component without "crc32" (an export
+ * by an older ferry, or transformers') is not read. A file read once serves every component
+ * naming it. */
+ferry_status manifest_verify_files(const cJSON *m, const char *dir, fy_err *err);
 /* torch's name of a dtype ("float32", "int64"), as transformers writes it. */
 const char *exp_torch_dtype_name(ferry_dtype dt);
 cJSON *export_config_to_json(const ferry_export_config *cfg);

@@ -9,6 +9,7 @@
 
 #include "export/internal.h"
 #include "export/transformers.h"
+#include "util/crc_pieces.h"
 #include "util/fs.h"
 #include "util/text.h"
 
@@ -365,27 +366,43 @@ static ferry_status file_size(const char *dir, const char *rel, long long *size,
     return FERRY_OK;
 }
 
-ferry_status manifest_record_sizes(cJSON *m, const char *dir, fy_err *err)
+/* Adds file `rel`'s size and CRC-32 to a component's "bytes" and "crc32". */
+static ferry_status record_file(cJSON *bytes, cJSON *crcs, const char *dir, const char *rel,
+                                const be_written *written, fy_err *err)
+{
+    long long size;
+    if (file_size(dir, rel, &size, err) != FERRY_OK)
+        return err->status;
+    int at = 0;
+    while (at < written->n && strcmp(written->files[at].file, rel) != 0)
+        at++;
+    if (at == written->n)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "%s/%s: written without its CRC-32", dir, rel);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", (unsigned)written->files[at].crc);
+    if (!cJSON_AddNumberToObject(bytes, rel, (double)size) ||
+        !cJSON_AddStringToObject(crcs, rel, hex))
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    return FERRY_OK;
+}
+
+ferry_status manifest_record_sizes(cJSON *m, const char *dir, const be_written *written,
+                                   fy_err *err)
 {
     cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "components")) {
-        cJSON *bytes = cJSON_CreateObject();
-        if (!bytes)
-            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
         cJSON_DeleteItemFromObjectCaseSensitive(c, "bytes");
-        cJSON_AddItemToObject(c, "bytes", bytes);
-        const cJSON *d, *file = cJSON_GetObjectItemCaseSensitive(c, "file");
-        long long size;
-        if (file_size(dir, file->valuestring, &size, err) != FERRY_OK)
-            return err->status;
-        if (!cJSON_AddNumberToObject(bytes, file->valuestring, (double)size))
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "crc32");
+        cJSON *bytes = cJSON_AddObjectToObject(c, "bytes");
+        cJSON *crcs = cJSON_AddObjectToObject(c, "crc32");
+        if (!bytes || !crcs)
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(c, "data_files")) {
-            if (file_size(dir, d->valuestring, &size, err) != FERRY_OK)
+        const cJSON *d, *file = cJSON_GetObjectItemCaseSensitive(c, "file");
+        if (record_file(bytes, crcs, dir, file->valuestring, written, err) != FERRY_OK)
+            return err->status;
+        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(c, "data_files"))
+            if (record_file(bytes, crcs, dir, d->valuestring, written, err) != FERRY_OK)
                 return err->status;
-            if (!cJSON_AddNumberToObject(bytes, d->valuestring, (double)size))
-                return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-        }
     }
     return FERRY_OK;
 }
@@ -418,6 +435,79 @@ static ferry_status check_bytes_entries(const cJSON *c, const char *dir, fy_err 
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'bytes' "
                            "needs a whole number of bytes for '%s'", dir, qcomp,
                            st_quote_name(rel, qrel, sizeof qrel));
+    }
+    return FERRY_OK;
+}
+
+/* The `index`th file component `c` names: its file, then its data files (check_bytes_entries'
+ * order). */
+static const char *component_file(const cJSON *c, int index)
+{
+    if (index == 0)
+        return cJSON_GetObjectItemCaseSensitive(c, "file")->valuestring;
+    return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "data_files"),
+                              index - 1)->valuestring;
+}
+
+/* Component `c`'s "crc32", when present: one CRC-32 per file it names (its file and data
+ * files), no other, each eight lowercase hexadecimal digits, as `crc32` prints them. */
+static ferry_status check_crc_entries(const cJSON *c, const char *dir, fy_err *err)
+{
+    const cJSON *crcs = cJSON_GetObjectItemCaseSensitive(c, "crc32");
+    if (!crcs)
+        return FERRY_OK;
+    char qcomp[ST_QUOTE_MAX], qrel[ST_QUOTE_MAX];
+    st_quote_name(c->string, qcomp, sizeof qcomp);
+    int named = 1 + cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c, "data_files"));
+    if (!cJSON_IsObject(crcs) || cJSON_GetArraySize(crcs) != named)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'crc32' must be "
+                       "an object with the CRC-32 of each of its %d files", dir, qcomp, named);
+    for (int i = 0; i < named; i++) {
+        const char *rel = component_file(c, i);
+        const cJSON *entry = cJSON_GetObjectItemCaseSensitive(crcs, rel);
+        const char *hex = cJSON_GetStringValue(entry);
+        if (!hex || strlen(hex) != 8 || strspn(hex, "0123456789abcdef") != 8)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'crc32' "
+                           "%s '%s'", dir, qcomp, entry ? "needs eight lowercase hexadecimal "
+                           "digits for" : "has no entry for its file",
+                           st_quote_name(rel, qrel, sizeof qrel));
+    }
+    return FERRY_OK;
+}
+
+ferry_status manifest_verify_files(const cJSON *m, const char *dir, fy_err *err)
+{
+    if (tf_is_transformers_manifest(m))
+        return FERRY_OK;
+    const char *done[EXP_MAX_COMPONENTS * (1 + BE_MAX_DATA_FILES)];
+    int n_done = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "components")) {
+        const cJSON *crcs = cJSON_GetObjectItemCaseSensitive(c, "crc32");
+        if (!crcs)
+            continue;
+        for (int i = 0; i < cJSON_GetArraySize(crcs); i++) {
+            const char *rel = component_file(c, i);
+            bool seen = false;
+            for (int k = 0; k < n_done && !seen; k++)
+                seen = strcmp(done[k], rel) == 0;
+            if (seen)
+                continue;
+            if (n_done < (int)(sizeof done / sizeof *done))
+                done[n_done++] = rel;
+            char path[PATH_MAX], qpath[ST_QUOTE_MAX];
+            uint32_t got;
+            uint64_t size;
+            if (fs_join(path, sizeof path, dir, rel, err) != FERRY_OK ||
+                fy_crc32_file(path, &got, &size, err) != FERRY_OK)
+                return err->status;
+            const char *want = cJSON_GetObjectItemCaseSensitive(crcs, rel)->valuestring;
+            if (strtoul(want, NULL, 16) != got)
+                return fy_fail(err, FERRY_ERR_FORMAT, "%s: its bytes are not the ones the export "
+                               "wrote (CRC-32 %08x, where export.json records %s): the file was "
+                               "changed or replaced since; export again",
+                               st_quote_name(path, qpath, sizeof qpath), (unsigned)got, want);
+        }
     }
     return FERRY_OK;
 }
@@ -596,8 +686,15 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': the name and "
                            "role must be non-empty and free of control characters", dir,
                            st_quote_name(c->string, qcomp, sizeof qcomp));
+        const cJSON *d;
+        cJSON_ArrayForEach(d, data)
+            if (!cJSON_IsString(d))
+                return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': "
+                               "data_files must hold strings", dir,
+                               st_quote_name(c->string, qcomp, sizeof qcomp));
         long long size;
         if (check_bytes_entries(c, dir, err) != FERRY_OK ||
+            check_crc_entries(c, dir, err) != FERRY_OK ||
             manifest_check_file(dir, c->string, file->valuestring, &size, err) != FERRY_OK ||
             (!e->sizes_unchecked && check_size(c, dir, file->valuestring, size, err) != FERRY_OK) ||
             manifest_check_program(dir, c->string, file->valuestring, b->name,
@@ -606,13 +703,8 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
         if (md && tf_check_metadata(md, dir, c->string, err) != FERRY_OK)
             return err->status;
-        const cJSON *d;
         const char *first_data = NULL;
         cJSON_ArrayForEach(d, data) {
-            if (!cJSON_IsString(d))
-                return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': "
-                               "data_files must hold strings", dir,
-                               st_quote_name(c->string, qcomp, sizeof qcomp));
             if (manifest_check_file(dir, c->string, d->valuestring, &size, err) != FERRY_OK ||
                 (!e->sizes_unchecked &&
                  check_size(c, dir, d->valuestring, size, err) != FERRY_OK))

@@ -317,7 +317,9 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
 {
     ws_progress pr = {.fn = e->cfg.progress, .user = e->cfg.progress_user,
                       .cancel = e->cfg.cancel};
-    ferry_status st = e->backend->write(e->lowered, e->n_components, &e->cfg, tmp, &pr, err);
+    be_written written = {0};
+    ferry_status st = e->backend->write(e->lowered, e->n_components, &e->cfg, tmp, &pr,
+                                        &written, err);
     ws_progress_free(&pr);
     if (st != FERRY_OK)
         return st;
@@ -331,8 +333,9 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     char path[PATH_MAX];
     const model_config *cfg = &e->model->cfg;
-    /* the sizes written, which loading compares: the manifest shown from now on has them */
-    if (manifest_record_sizes(e->manifest, tmp, err) != FERRY_OK)
+    /* the sizes and CRC-32s written, which loading and ferry_exported_verify compare: the
+     * manifest shown from now on has them */
+    if (manifest_record_sizes(e->manifest, tmp, &written, err) != FERRY_OK)
         return err->status;
     char *printed = cJSON_Print(e->manifest);
     if (!printed)
@@ -584,6 +587,16 @@ fail:
 ferry_status ferry_exported_load(const char *dir, const char *subfolder, ferry_exported **out)
 {
     return exp_load(dir, subfolder, true, out);
+}
+
+ferry_status ferry_exported_verify(ferry_exported *e)
+{
+    if (!e)
+        return FERRY_ERR_INVALID_ARG;
+    fy_err_clear(&e->err);
+    if (!e->dir || !e->manifest)
+        return fy_fail(&e->err, FERRY_ERR_INVALID_ARG, "export not saved: no files to verify");
+    return manifest_verify_files(e->manifest, e->dir, &e->err);
 }
 
 ferry_status exp_load(const char *dir, const char *subfolder, bool check_sizes,

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "util/crc_pieces.h"
 #include "util/fs.h"
 #include "util/grow.h"
 
@@ -43,6 +44,8 @@ struct zip_writer {
     zip_run *runs;
     size_t n_runs, cap_runs;
     bool runs_lost;          /* a run not recorded, or runs overlapping: all read back */
+    fy_crc_pieces whole;     /* the file's CRC-32: every byte the writer put, and the
+                                reserved entries by their CRC once known */
 };
 
 typedef struct bytes {
@@ -112,6 +115,11 @@ uint64_t zip_end_offset(const zip_writer *z)
     return z->end;
 }
 
+uint32_t zip_file_crc32(const zip_writer *z)
+{
+    return fy_crc_pieces_value(&z->whole, z->end);
+}
+
 /* Appends the entry and writes its local header at z->end; its data follows, aligned. */
 static ferry_status add_entry(zip_writer *z, const char *name, uint64_t size, uint32_t crc,
                               bool reserved, zip_entry **out, fy_err *err)
@@ -165,6 +173,7 @@ static ferry_status add_entry(zip_writer *z, const char *name, uint64_t size, ui
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", z->path);
     }
     ferry_status st = fs_pwrite_all(z->fd, z->path, h.p, h.len, z->end, err);
+    fy_crc_pieces_add(&z->whole, h.p, h.len, z->end);
     e->data_offset = z->end + h.len;
     free(h.p);
     z->end = e->data_offset + size;
@@ -185,6 +194,8 @@ ferry_status zip_put(zip_writer *z, const char *name, const void *data, size_t n
     ferry_status st = add_entry(z, name, n, crc, false, &e, err);
     if (st == FERRY_OK && n)
         st = fs_pwrite_all(z->fd, z->path, data, n, e->data_offset, err);
+    if (st == FERRY_OK)
+        fy_crc_pieces_add_crc(&z->whole, crc, n, e->data_offset);
     return st;
 }
 
@@ -286,6 +297,9 @@ static ferry_status reserved_crc(zip_writer *z, zip_entry *e, uint8_t *buf, fy_e
     e->crc = crc;
     uint8_t raw[4] = {(uint8_t)crc, (uint8_t)(crc >> 8), (uint8_t)(crc >> 16),
                       (uint8_t)(crc >> 24)};
+    /* the header's CRC field was written as zeros, which added nothing */
+    fy_crc_pieces_add(&z->whole, raw, 4, e->header_offset + 14);
+    fy_crc_pieces_add_crc(&z->whole, crc, e->size, e->data_offset);
     return fs_pwrite_all(z->fd, z->path, raw, 4, e->header_offset + 14, err);
 }
 
@@ -374,6 +388,8 @@ ferry_status zip_close(zip_writer *z, fy_err *err)
         st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory writing %s", z->path);
     else
         st = fs_pwrite_all(z->fd, z->path, cd.p, cd.len, cd_offset, err);
+    if (st == FERRY_OK)
+        fy_crc_pieces_add(&z->whole, cd.p, cd.len, cd_offset);
     free(cd.p);
     if (st == FERRY_OK)
         z->end = cd_offset + cd.len;

@@ -42,5 +42,7 @@ void zip_wrote_observer(void *user, const void *data, size_t n, uint64_t offset)
 uint64_t zip_end_offset(const zip_writer *z);
 /* CRCs of the reserved entries, then the central directory and end records. */
 ferry_status zip_close(zip_writer *z, fy_err *err);
+/* After zip_close: the CRC-32 of the whole file as written, without reading it back. */
+uint32_t zip_file_crc32(const zip_writer *z);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/crc_pieces.h"
 #include "util/fs.h"
 #include "util/grow.h"
 
@@ -183,7 +184,8 @@ ferry_status pl_write_fd(pl_file *f, int fd, const char *path, uint64_t base,
     return st;
 }
 
-ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, fy_err *err)
+ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, uint32_t *crc,
+                      fy_err *err)
 {
     char path[PATH_MAX];
     if (fs_join(path, sizeof path, dir, f->name, err) != FERRY_OK)
@@ -192,7 +194,11 @@ ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, fy_err
     if (fd < 0)
         return fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                        "%s: cannot create: %s", path, strerror(errno));
-    ferry_status st = pl_write_fd(f, fd, path, 0, progress, NULL, err);
+    fy_crc_pieces pieces = {0};
+    const ws_observer seen = {fy_crc_pieces_observer, &pieces};
+    ferry_status st = pl_write_fd(f, fd, path, 0, progress, crc ? &seen : NULL, err);
+    if (crc)
+        *crc = fy_crc_pieces_value(&pieces, f->size);
     if (st == FERRY_OK && ftruncate(fd, (off_t)f->size) != 0)
         st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                      "%s: cannot set size: %s", path, strerror(errno));

@@ -35,7 +35,8 @@ uint64_t pl_size(const pl_file *f);
 ferry_status pl_write_fd(pl_file *f, int fd, const char *path, uint64_t base,
                          ws_progress *progress, const ws_observer *observer, fy_err *err);
 /* Creates `dir`/<file_name> exclusively, streams every placed part into it, sets its size and
- * syncs it. */
-ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, fy_err *err);
+ * syncs it; `*crc` (if `crc`) is the CRC-32 of what it holds, taken as the parts went out. */
+ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, uint32_t *crc,
+                      fy_err *err);
 
 #endif

@@ -9,7 +9,8 @@
  *      adds the offset and quantizes (the in-memory transforms are transform.h's),
  *   3. pwrites each part at its place (a transposed band lands as one strip per output row).
  * A band that needs no transform is copied file to file with copy_file_range, unless it is of
- * a float type: those pass through memory, where their NaN and inf are counted. */
+ * a float type (those pass through memory, where their NaN and inf are counted) or an observer
+ * is to see every byte written. */
 #include "store/stream.h"
 
 #include <errno.h>
@@ -285,7 +286,8 @@ static bool copy_range_unsupported(int e)
 
 /* A band that needs no transform: read into b->src and written past the page cache where the
  * output takes direct writes (direct.h), else copied file to file in the kernel when it can
- * (no copy through user space), through b->src otherwise. Float bands always pass through
+ * (no copy through user space), through b->src otherwise (and when an observer is told of
+ * every byte, whose CRC the kernel's copy would hide). Float bands always pass through
  * b->src, NaN and inf added to `*nonfinite`: the kernel's copy would never show their bytes,
  * and a bit test on memory just read costs little next to the read. A source that ends early
  * (the file shrank) is the truncation error. */
@@ -294,7 +296,7 @@ static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, u
 {
     size_t done = 0;
     bool is_float = dt_is_float(t->dtype);
-    while (done < len && !is_float && !dw_takes_direct(&s->out, len) &&
+    while (done < len && !is_float && !s->observer && !dw_takes_direct(&s->out, len) &&
            !__atomic_load_n(&s->no_copy_range, __ATOMIC_RELAXED)) {
         loff_t in = (loff_t)(st_file_offset(t) + src_off + done);
         loff_t out = (loff_t)(dst + done);

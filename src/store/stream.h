@@ -55,8 +55,9 @@ void ws_progress_free(ws_progress *p);
 bool ws_cancelled(volatile int *cancel);
 
 /* Told of each run of bytes a worker wrote with pwrite, from that worker's thread while the
- * bytes are still in its cache (a zip's CRC-32 taken there, not by reading the file back).
- * Bands copied file to file in the kernel (only ones of non-float types) are not reported. */
+ * bytes are still in its cache (a file's CRC-32 taken there, not by reading the file back).
+ * With an observer, every band passes through memory: none is copied file to file in the
+ * kernel, unseen. */
 typedef struct ws_observer {
     void (*wrote)(void *user, const void *data, size_t n, uint64_t offset);
     void *user;

@@ -360,7 +360,7 @@ static ferry_status run(const op_case *c, const char *dir, bool dynamic, fy_err 
     }
     if ((st = be->finish(comp.graph, &cfg, err)) == FERRY_OK &&
         (st = be->files(&comp, 1, err)) == FERRY_OK)
-        st = be->write(&comp, 1, &cfg, dir, NULL, err);
+        st = be->write(&comp, 1, &cfg, dir, NULL, NULL, err);
 done:
     g_free(comp.graph);
     g_free(g);

@@ -17,7 +17,19 @@
 
 #include "io/zip.h"
 #include "scratch.h"
+#include "util/crc_pieces.h"
 
+
+/* The CRC-32 the writer says the whole file has is the one its bytes have, read back. */
+static void assert_whole_file_crc(const zip_writer *z, const char *path)
+{
+    uint32_t crc;
+    uint64_t size;
+    fy_err err = {0};
+    assert_int_equal(fy_crc32_file(path, &crc, &size, &err), FERRY_OK);
+    assert_int_equal(size, zip_end_offset(z));
+    assert_int_equal(zip_file_crc32(z), crc);
+}
 static uint64_t rd(int fd, uint64_t offset, int width)
 {
     uint8_t raw[8] = {0};
@@ -106,6 +118,7 @@ static void small_and_reserved_entries(void **state)
     assert_int_equal(zip_put(z, "archive/empty", "", 0, &err), FERRY_OK);
     assert_int_equal(pwrite(fd, "hello", 5, (off_t)at), 5);   /* the caller's own write */
     assert_int_equal(zip_close(z, &err), FERRY_OK);
+    assert_whole_file_crc(z, path);
     zip_free(z);
 
     parsed p[4];
@@ -171,6 +184,7 @@ static void reported_runs(const uint64_t (*runs)[2], size_t n_runs, const char *
         zip_wrote(z, want + off, len, at + off);
     }
     assert_int_equal(zip_close(z, &err), FERRY_OK);
+    assert_whole_file_crc(z, path);
     zip_free(z);
     parsed p[3];
     assert_int_equal(parse(fd, p, 3), 3);
@@ -229,6 +243,7 @@ static void crc_of_runs_crossing_entries_read_back(void **state)
     assert_int_equal(pwrite(fd, e2_header, header, (off_t)(a + 1000)), (ssize_t)header);
     assert_int_equal(pwrite(fd, ys, 500, (off_t)(b + 500)), 500);
     assert_int_equal(zip_close(z, &err), FERRY_OK);
+    assert_whole_file_crc(z, path);
     zip_free(z);
     parsed p[2];
     assert_int_equal(parse(fd, p, 2), 2);

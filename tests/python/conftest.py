@@ -12,6 +12,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -245,13 +246,16 @@ def ferry_export(model_dir, out_dir, *flags, env=None):
 
 
 def record_sizes(out):
-    """export.json's "bytes" set to the files as they are now, as whoever edits an export's
-    files would also set them: a test of what loading checks beyond the sizes reaches it."""
+    """export.json's "bytes" and "crc32" set to the files as they are now, as whoever edits an
+    export's files on purpose would also set them: a test of what loading checks beyond the
+    sizes and CRCs reaches it."""
     out = Path(out)
     manifest = json.loads((out / "export.json").read_text())
     for comp in manifest["components"].values():
-        comp["bytes"] = {f: (out / f).stat().st_size
-                         for f in [comp["file"], *comp.get("data_files", [])]}
+        files = [comp["file"], *comp.get("data_files", [])]
+        comp["bytes"] = {f: (out / f).stat().st_size for f in files}
+        if "crc32" in comp:
+            comp["crc32"] = {f: f"{zlib.crc32((out / f).read_bytes()):08x}" for f in files}
     (out / "export.json").write_text(json.dumps(manifest))
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, ferry_export, make_checkpoint, run_ferry
+from conftest import ROOT, ferry_export, make_checkpoint, record_sizes, run_ferry
 
 PYTHON_ENV = {"FERRY_PYTHON": sys.executable,
               "PYTHONPATH": os.pathsep.join([str(ROOT / "python"),
@@ -115,7 +115,9 @@ def test_generation_exports_validate(ckpt, tmp_path, flags, outputs):
 
 
 def _flip_weight(out, name):
-    """Negates the checkpoint tensor `name` in the export's model.onnx.data."""
+    """Negates the checkpoint tensor `name` in the export's model.onnx.data, export.json's
+    sizes and CRCs set to match (loading refuses the file otherwise): other weights that only
+    running the export against the checkpoint can find."""
     import onnx
 
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
@@ -125,6 +127,7 @@ def _flip_weight(out, name):
     values = data[place["offset"]:place["offset"] + place["length"]].view(np.float32)
     values *= -1
     data.tofile(out / "model.onnx.data")
+    record_sizes(out)
 
 
 def test_tampered_weights_fail(onnx_export, tmp_path):
@@ -171,6 +174,7 @@ def test_tampered_decode_program_fails(ckpt, tmp_path):
     out = ferry_export(ckpt, tmp_path / "gen", "--format", "pt2", "--dynamic",
                        "--for-generation", "--static-cache", "--max-cache-len", "24", "--quiet")
     _negate_zip_entry(out / "decode.pt2", "decode/data/weights/weight_")
+    record_sizes(out)
     rc, stdout, stderr = validate(out)
     assert rc == 1, (stdout, stderr)
     rows = table_rows(stdout)
@@ -200,6 +204,7 @@ def test_edited_openvino_ir_fails(ckpt, tmp_path, old, new, needle):
     text = xml.read_text()
     assert len(old) == len(new) and text.count(old) >= 1
     xml.write_text(text.replace(old, new, 1))
+    record_sizes(out)
     rc, stdout, stderr = validate(out, "--no-record")
     assert (rc, stdout) == (1, ""), (rc, stderr)
     (line,) = stderr.splitlines()
@@ -233,6 +238,7 @@ def test_program_and_manifest_that_disagree_fail(ckpt, onnx_export, tmp_path, fm
         program.write_bytes(b"\x08" + b"\xff" * (program.stat().st_size - 1))
         inputs[1]["name"] = "attention_mask"
         (out / "export.json").write_text(json.dumps(manifest))
+        record_sizes(out)
         rc, stdout, stderr = validate(out, "--no-record")
         assert (rc, stdout) == (1, "") and len(stderr.splitlines()) == 1, (rc, stderr)
         assert "onnx refuses component model (model.onnx): " in stderr, stderr
@@ -242,8 +248,6 @@ def test_program_size_other_than_manifest_fails(onnx_export, tmp_path):
     """A size export.json fixes must be the program's (a static axis edited in
     the ONNX program exited 3, onnxruntime's ShapeInferenceError)."""
     import onnx
-
-    from conftest import record_sizes
 
     out = copy_export(onnx_export, tmp_path)
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)

@@ -32,10 +32,11 @@ g_legality onnx_legal(const g_target *t, const g_graph *g, const g_node *n);
 ferry_status onnx_lower_linear(g_lower_ctx *c, const g_node *n, int *outs);
 
 /* Writes `dir`/`file`, a ModelProto of `g` (every node native for onnx_standard_target) whose
- * weights point into `data` (every live weight placed). Created exclusively, synced. */
+ * weights point into `data` (every live weight placed). Created exclusively, synced; its
+ * CRC-32 in `*crc`. */
 ferry_status onnx_write_model(const g_graph *g, const pl_file *data, int opset,
                               const char *graph_name, const char *dir, const char *file,
-                              fy_err *err);
+                              uint32_t *crc, fy_err *err);
 
 /* The ONNX IR version that goes with an opset (the one onnx.helper would pick). */
 int onnx_ir_version(int opset);

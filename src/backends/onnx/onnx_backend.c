@@ -90,19 +90,22 @@ static ferry_status onnx_files(be_component *comps, int n, fy_err *err)
 }
 
 static ferry_status onnx_write(const be_component *comps, int n, const ferry_export_config *cfg,
-                               const char *dir, ws_progress *progress, fy_err *err)
+                               const char *dir, ws_progress *progress, be_written *written,
+                               fy_err *err)
 {
+    uint32_t crc;
     pl_file *data = pl_new(ONNX_DATA_FILE, ONNX_DATA_ALIGN);
     if (!data)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     ferry_status st = FERRY_OK;
     for (int i = 0; i < n && st == FERRY_OK; i++)
         st = pl_place_graph(data, comps[i].graph, ONNX_EXTERNAL_CONST_BYTES, err);
-    if (st == FERRY_OK)
-        st = pl_write(data, dir, progress, err);
+    if (st == FERRY_OK && (st = pl_write(data, dir, progress, &crc, err)) == FERRY_OK)
+        st = be_wrote(written, ONNX_DATA_FILE, crc, err);
     for (int i = 0; i < n && st == FERRY_OK; i++)
-        st = onnx_write_model(comps[i].graph, data, cfg->opset, comps[i].name, dir,
-                              comps[i].file, err);
+        if ((st = onnx_write_model(comps[i].graph, data, cfg->opset, comps[i].name, dir,
+                                   comps[i].file, &crc, err)) == FERRY_OK)
+            st = be_wrote(written, comps[i].file, crc, err);
     pl_free(data);
     return st;
 }

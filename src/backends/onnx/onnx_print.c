@@ -21,6 +21,7 @@
 #include "backends/onnx/onnx.h"
 #include "io/pb.h"
 #include "util/dtype.h"
+#include "util/crc_pieces.h"
 #include "util/fs.h"
 
 enum { MODEL_IR_VERSION = 1, MODEL_PRODUCER_NAME = 2, MODEL_PRODUCER_VERSION = 3, MODEL_GRAPH = 7,
@@ -651,7 +652,7 @@ static bool no_space(int e)
 
 ferry_status onnx_write_model(const g_graph *g, const pl_file *data, int opset,
                               const char *graph_name, const char *dir, const char *file,
-                              fy_err *err)
+                              uint32_t *crc, fy_err *err)
 {
     char path[PATH_MAX];
     if (fs_join(path, sizeof path, dir, file, err) != FERRY_OK)
@@ -714,6 +715,7 @@ ferry_status onnx_write_model(const g_graph *g, const pl_file *data, int opset,
     }
     if ((st = fs_pwrite_all(fd, path, model.data, model.len, 0, err)) != FERRY_OK)
         goto done;
+    *crc = fy_crc32(model.data, model.len);
     if (fsync(fd) != 0 && errno != EINVAL)
         st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                      "%s: sync failed: %s", path, strerror(errno));

@@ -15,6 +15,7 @@
 
 #include "backends/openvino/ir_printer.h"
 #include "util/dtype.h"
+#include "util/crc_pieces.h"
 #include "util/fs.h"
 
 /* A stateful model's caches (openvino_finish took them out of the graph's inputs and outputs):
@@ -115,7 +116,7 @@ static ferry_status write_states(printer *p)
 
 ferry_status ov_print_model(g_graph *g, pl_file *bin, const ov_options *opt,
                             const char *graph_name, const char *dir, const char *xml_file,
-                            fy_err *err)
+                            uint32_t *crc, fy_err *err)
 {
     printer p = {.g = g, .bin = bin, .opt = opt, .placing = xml_file == NULL, .err = err};
     ferry_status st = FERRY_OK;
@@ -190,6 +191,8 @@ ferry_status ov_print_model(g_graph *g, pl_file *bin, const ov_options *opt,
         st = fs_join(path, sizeof path, dir, xml_file, err);
         if (st == FERRY_OK)
             st = fs_write_file(path, xml.data, xml.len, err);
+        if (st == FERRY_OK)
+            *crc = fy_crc32(xml.data, xml.len);
     }
     sb_free(&xml);
 done:

@@ -27,9 +27,9 @@ typedef struct ov_options {
  * adds the small constants the IR spells as inputs (reshape targets, slice bounds, axes) to `g`
  * and places every constant and weight a Const layer will read into `bin`. Then, after the
  * .bin is written, with `xml_file`: it writes `dir`/`xml_file` (created exclusively, synced),
- * each Const pointing at its placed bytes. */
+ * each Const pointing at its placed bytes, and its CRC-32 into `*crc`. */
 ferry_status ov_print_model(g_graph *g, pl_file *bin, const ov_options *opt,
                             const char *graph_name, const char *dir, const char *xml_file,
-                            fy_err *err);
+                            uint32_t *crc, fy_err *err);
 
 #endif

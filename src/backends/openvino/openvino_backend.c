@@ -159,9 +159,10 @@ static const char *inference_precision(ferry_dtype dt)
 
 static ferry_status openvino_write(const be_component *comps, int n,
                                    const ferry_export_config *cfg, const char *dir,
-                                   ws_progress *progress, fy_err *err)
+                                   ws_progress *progress, be_written *written, fy_err *err)
 {
     ferry_status st = FERRY_OK;
+    uint32_t crc;
     for (int i = 0; i < n && st == FERRY_OK; i++) {
         pl_file *bin = pl_new(comps[i].data_files[0], OV_BIN_ALIGN);
         if (!bin)
@@ -170,12 +171,13 @@ static ferry_status openvino_write(const be_component *comps, int n,
                           .inference_precision = inference_precision(cfg->dtype)};
         if (kv_in_variables(comps[i].graph))
             opt.kv_cache_precision = kv_precision(cfg->dtype);
-        st = ov_print_model(comps[i].graph, bin, &opt, comps[i].name, dir, NULL, err);
-        if (st == FERRY_OK)
-            st = pl_write(bin, dir, progress, err);
-        if (st == FERRY_OK)
-            st = ov_print_model(comps[i].graph, bin, &opt, comps[i].name, dir, comps[i].file,
-                                err);
+        st = ov_print_model(comps[i].graph, bin, &opt, comps[i].name, dir, NULL, NULL, err);
+        if (st == FERRY_OK && (st = pl_write(bin, dir, progress, &crc, err)) == FERRY_OK)
+            st = be_wrote(written, comps[i].data_files[0], crc, err);
+        if (st == FERRY_OK &&
+            (st = ov_print_model(comps[i].graph, bin, &opt, comps[i].name, dir, comps[i].file,
+                                 &crc, err)) == FERRY_OK)
+            st = be_wrote(written, comps[i].file, crc, err);
         pl_free(bin);
     }
     return st;

@@ -160,7 +160,7 @@ static ferry_status write_entries(zip_writer *z, int fd, const char *path, const
 }
 
 ferry_status pt2_write_archive(const be_component *c, bool model_output, const char *dir,
-                               ws_progress *progress, fy_err *err)
+                               ws_progress *progress, uint32_t *crc, fy_err *err)
 {
     g_graph *g = c->graph;
     const char *file = c->file;
@@ -188,8 +188,8 @@ ferry_status pt2_write_archive(const be_component *c, bool model_output, const c
         st = err->status;
     if (st == FERRY_OK)
         st = write_entries(z, fd, path, root, g, &prog, blobs, progress, err);
-    if (st == FERRY_OK)
-        st = zip_close(z, err);
+    if (st == FERRY_OK && (st = zip_close(z, err)) == FERRY_OK)
+        *crc = zip_file_crc32(z);
     if (st == FERRY_OK && fsync(fd) != 0 && errno != EINVAL)
         st = fy_fail(err, errno == ENOSPC ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                      "%s: sync failed: %s", path, strerror(errno));

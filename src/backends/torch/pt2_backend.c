@@ -104,10 +104,14 @@ static ferry_status pt2_files(be_component *comps, int n, fy_err *err)
 }
 
 static ferry_status pt2_write(const be_component *comps, int n, const ferry_export_config *cfg,
-                              const char *dir, ws_progress *progress, fy_err *err)
+                              const char *dir, ws_progress *progress, be_written *written,
+                              fy_err *err)
 {
+    uint32_t crc;
     for (int i = 0; i < n; i++)
-        if (pt2_write_archive(&comps[i], cfg->model_output, dir, progress, err) != FERRY_OK)
+        if (pt2_write_archive(&comps[i], cfg->model_output, dir, progress, &crc, err) !=
+                FERRY_OK ||
+            be_wrote(written, comps[i].file, crc, err) != FERRY_OK)
             return err->status;
     return FERRY_OK;
 }

@@ -45,8 +45,8 @@ int pt_dim_expr(g_dim d, char *buf, size_t size);
 
 /* Writes component `c` as the .pt2 archive `dir`/`c->file` (created exclusively, synced): the
  * ExportedProgram (returning CausalLMOutputWithPast with `model_output`, else a dict), its
- * weights streamed into one blob per dtype, its constants. */
+ * weights streamed into one blob per dtype, its constants; the archive's CRC-32 in `*crc`. */
 ferry_status pt2_write_archive(const be_component *c, bool model_output, const char *dir,
-                               ws_progress *progress, fy_err *err);
+                               ws_progress *progress, uint32_t *crc, fy_err *err);
 
 #endif
