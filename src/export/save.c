@@ -279,14 +279,16 @@ static ferry_status warn_nonfinite(ferry_exported *e, const ws_progress *pr)
 /* Weights beyond the export's float range became inf: a warning, since the logits may then be
  * inf or NaN. A quantized export's scales are fp16 or fp32 (bf16 is refused), so fp32 is its
  * only way out; a block whose fp16 scale overflowed is inf or NaN whole, said so since the
- * values counted (its own beyond range) are then fewer than the ones lost. */
+ * values counted (its own beyond range) are then fewer than the ones lost. Where the runtime
+ * rounds activations to int8 such a block gives finite, wrong logits instead: said as for
+ * NaN weights. */
 static ferry_status warn_overflow(ferry_exported *e, const ws_progress *pr)
 {
     char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 500];
     bool half = pr->overflow_dtype == FERRY_F16, one = pr->overflowed == 1;
     snprintf(line, sizeof line, "%llu exported weight value%s beyond %s's range (+-%s), where "
              "it holds only inf, the first from checkpoint tensor '%s'%s: the export's outputs "
-             "may be inf or NaN; export in %s instead",
+             "may be inf or NaN%s; export in %s instead",
              (unsigned long long)pr->overflowed, one ? " is" : "s are", half ? "fp16" : "bf16",
              half ? "65504" : "3.39e38", st_quote_name(pr->overflow_tensor, name, sizeof name),
              !pr->scale_overflowed ? ""
@@ -294,6 +296,7 @@ static ferry_status warn_overflow(ferry_exported *e, const ws_progress *pr)
                                            "whole block inf or NaN"
                                          : "; their blocks' fp16 scales overflow, which makes "
                                            "those blocks inf or NaN whole",
+             pr->scale_overflowed ? nonfinite_runtime_note(&e->cfg) : "",
              half && !pr->overflow_quantized ? "bf16 or fp32" : "fp32");
     return exp_add_warning(&e->save_warnings, line);
 }

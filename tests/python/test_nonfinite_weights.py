@@ -207,3 +207,20 @@ def test_int4_fp16_scale_overflow_counts_the_value_and_advises_fp32(ckpts, tmp_p
     # the advice is one ferry takes
     _, err = export(ckpt, tmp_path / "fp32", "--quantize", "int4", "--dtype", "fp32")
     assert "range" not in err and "NaN or infinite" not in err, err
+
+
+@pytest.mark.parametrize("level", [None, "0"], ids=["default-4", "0"])
+def test_fused_int4_fp16_scale_overflow_says_what_onnxruntime_gives(ckpts, tmp_path, level):
+    """The fused export's default, accuracy_level 4, rounds activations to int8 next to the
+    block whose fp16 scale overflowed: onnxruntime's logits come out finite (and far from
+    eager's fp32 ones), where the warning said only inf or NaN. It now says so, and names the
+    level that keeps them non-finite; at accuracy_level 0 they are."""
+    ckpt = ckpts["big"]
+    flags = ["--dynamic", "--quantize", "int4", "--dtype", "fp16", "--ort-fusions", "cpu"]
+    flags += ["--accuracy-level", level] if level else []
+    out, err = export(ckpt, tmp_path / "out", *flags)
+    (line,) = [line for line in err.splitlines() if "range" in line]
+    assert ("fp16 scale overflows" in line) and (ORT_INT8_ACTIVATIONS in line) == (not level), line
+    ids, mask = inputs(ckpt)
+    got = onnx_logits(out / "model.onnx", ids, mask, None)[mask.astype(bool)]
+    assert np.isfinite(got).all() == (not level)
