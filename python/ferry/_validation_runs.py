@@ -111,9 +111,6 @@ def _first_line(error):
     return text.splitlines()[0] if text else type(error).__name__
 
 
-_reason = runtime_reason
-
-
 @contextmanager
 def _cannot_run(runtime):
     """The runtime failing to load or run the export (a kernel or type its CPU provider lacks:
@@ -142,7 +139,7 @@ def _cannot_run(runtime):
                 not isinstance(e, RuntimeError):
             raise
         raise CannotValidate(f"{runtime} (CPU) cannot run this export: "
-                             f"{_escape(_reason(e))}", status=4) from None
+                             f"{_escape(runtime_reason(e))}", status=4) from None
 
 
 def _takes(manifest, component):
@@ -258,8 +255,9 @@ def _read_program_files(fmt, directory, components):
             # OpenVINO names an opset it does not know so; it names every node "opsetN::Type"
             if fmt == "openvino" and "unsupported opset" in str(e):
                 raise CannotValidate(f"openvino cannot read {where} here: "
-                                     f"{_escape(_reason(e))}", status=4) from None
-            raise FerryError(f"{fmt} refuses {where}: {_escape(_reason(e))}", status=1) from None
+                                     f"{_escape(runtime_reason(e))}", status=4) from None
+            raise FerryError(f"{fmt} refuses {where}: {_escape(runtime_reason(e))}",
+                             status=1) from None
         if io is not None:
             check_program_io(where, component.get("metadata"), *io)
 
