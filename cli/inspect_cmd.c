@@ -472,17 +472,33 @@ int cmd_inspect(int argc, char **argv)
         if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "verifier"))) {
             char params[32], shared[300] = "";
             bool model_output = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ec, "model_output"));
+            /* the class's own name (absent: a causal LM's), and the outputs as its fields */
+            const char *cls = cJSON_GetStringValue(
+                cJSON_GetObjectItemCaseSensitive(md, "output_class"));
+            cls = cls && strrchr(cls, '.') ? strrchr(cls, '.') + 1 : "CausalLMOutputWithPast";
+            char fields[256] = "";
+            size_t flen = 0;
+            const cJSON *out;
+            cJSON_ArrayForEach(out, cJSON_GetObjectItemCaseSensitive(md, "outputs")) {
+                const char *oname = cJSON_GetStringValue(
+                    cJSON_GetObjectItemCaseSensitive(out, "name"));
+                if (oname && flen < sizeof fields)
+                    flen += (size_t)snprintf(fields + flen, sizeof fields - flen,
+                                             model_output ? "%s.%s" : "%s\"%s\": ...",
+                                             flen ? ", " : "", oname);
+            }
             if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "lm_head_shares")))
                 snprintf(shared, sizeof shared, " (lm_head.weight over %s's storage, stored "
                          "once)", qstr(md, "lm_head_shares"));
             printf("  torch.export program: schema %s, %s IR, %s parameters%s; call "
                    "torch.export.load(file).module() with the inputs as keywords, it returns "
-                   "%s\n", qstr(md, "schema_version"), qstr(md, "verifier"),
+                   "%s%s%s%s%s\n", qstr(md, "schema_version"), qstr(md, "verifier"),
                    int_text(cJSON_GetObjectItemCaseSensitive(md, "parameters"), params,
                             sizeof params), shared,
-                   model_output ? "transformers' CausalLMOutputWithPast (.logits; import "
-                                  "transformers.modeling_outputs before loading it)"
-                                : "{\"logits\": ...}");
+                   model_output ? "transformers' " : "{", model_output ? cls : "",
+                   model_output ? " (" : "", cli_quote(fields),
+                   model_output ? "; import transformers.modeling_outputs before loading it)"
+                                : "}");
             if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(md, "example_inputs")))
                 printf("  example inputs: in the archive (program.example_inputs), so "
                        "AOTInductor compiles the program as loaded\n");

@@ -89,6 +89,10 @@ const char *ferry_model_errmsg(const ferry_model *model);
 const char *ferry_model_architecture(const ferry_model *model);
 /* The resolved checkpoint directory. */
 const char *ferry_model_dir(const ferry_model *model);
+/* The inputs the model's forward has, as FERRY_INPUT_* bits (input_ids, attention_mask and
+ * position_ids for a causal LM; token_type_ids too for BERT); 0 before it is opened. A
+ * tokenizer's other outputs are not the model's. */
+unsigned ferry_model_inputs(const ferry_model *model);
 /* Comma-separated list of the architectures this build can export. Static string. */
 const char *ferry_supported_architectures(void);
 
@@ -180,15 +184,18 @@ typedef struct ferry_quantizer {
 
 /* The graph inputs of a plain export ("model"), as bits of ferry_export_config.inputs. A
  * transformers export takes the inputs it was traced with, and the guide calls one with a
- * tokenizer's output (input_ids, attention_mask): so by default ferry's plain graph takes those
- * two and computes the positions inside, as transformers' forward does when given none
+ * tokenizer's output: so by default ferry's plain graph takes what the family's tokenizer
+ * returns (input_ids and attention_mask; token_type_ids too for an encoder that has token
+ * types) and computes the positions inside, as transformers' forward does when given none
  * (0, 1, ..., sequence - 1 in every row, whatever the mask). POSITION_IDS makes them an input
  * instead (generate()'s cumsum(mask) - 1, or any other); leaving ATTENTION_MASK out makes every
- * token real, as transformers' forward without a mask. input_ids is always taken. Generation
- * components take all three, as generate() feeds them. */
+ * token real, and TOKEN_TYPE_IDS out every token of type 0, as transformers' forward without
+ * them. input_ids is always taken; an input the model does not have is refused. Generation
+ * components take input_ids, attention_mask and position_ids, as generate() feeds them. */
 #define FERRY_INPUT_IDS (1u << 0)            /* "input_ids" */
 #define FERRY_INPUT_ATTENTION_MASK (1u << 1) /* "attention_mask" */
 #define FERRY_INPUT_POSITION_IDS (1u << 2)   /* "position_ids" */
+#define FERRY_INPUT_TOKEN_TYPE_IDS (1u << 3) /* "token_type_ids" (encoders that have them) */
 
 typedef struct ferry_export_config {
     ferry_format format;          /* FERRY_FORMAT_ONNX (default), _OPENVINO or _PT2 */

@@ -49,6 +49,19 @@ def check_token_ids(ids, vocab):
         raise FerryError(f"input_ids holds {bad}, outside the vocabulary [0, {vocab})", status=1)
 
 
+def check_value_range(values, name, value_range):
+    """Refuses values outside the inclusive [low, high] export.json gives an input (ids and
+    token types a graph gathers from a table: past it onnxruntime fails and OpenVINO reads
+    zeros)."""
+    if not (isinstance(value_range, list) and len(value_range) == 2 and
+            all(isinstance(v, int) and not isinstance(v, bool) for v in value_range)):
+        return
+    low, high = value_range
+    if values.size and (values.min() < low or values.max() > high):
+        bad = int(values.min() if values.min() < low else values.max())
+        raise FerryError(f"{_escape(name)} holds {bad}, outside [{low}, {high}]", status=1)
+
+
 def axis_refusal(size, dim, symbols):
     """Why an axis of `size` does not fit `dim` as export.json declares it (an int: fixed at
     export; a symbol: within its min and max in `symbols`, a max of 0 or none unbounded), as

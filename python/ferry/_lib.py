@@ -106,7 +106,7 @@ def _c():
     protos = {
         "ferry_version": (_S, []), "ferry_status_str": (_S, [i]),
         "ferry_model_open": (i, [_S, _S, out]), "ferry_model_free": (None, [_P]),
-        "ferry_model_errmsg": (_S, [_P]), "ferry_export_config_init": (None, [cfg]),
+        "ferry_model_errmsg": (_S, [_P]), "ferry_model_inputs": (ctypes.c_uint, [_P]), "ferry_export_config_init": (None, [cfg]),
         "ferry_export_config_from_json": (i, [cfg, _S, ctypes.c_char_p, ctypes.c_size_t]),
         "ferry_export_config_check": (i, [cfg, ctypes.c_char_p, ctypes.c_size_t]),
         "ferry_export": (i, [_P, cfg, out]), "ferry_exported_save": (i, [_P, _S, i]),

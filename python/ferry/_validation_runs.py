@@ -94,9 +94,13 @@ def vocab_size(manifest, first, export_dir):
         dims = [None]
     else:
         dims = next((o["shape"] for o in meta["outputs"] if o["name"] == "logits"), None)
-    if dims is None:
-        raise CannotValidate(f"component {_escape(first)} has no logits output to validate",
-                             status=4)
+    if dims is None or meta.get("output_class"):
+        named = meta.get("output_class") or ""
+        raise CannotValidate(f"component {_escape(first)} returns "
+                             f"{_escape(named.rsplit('.', 1)[-1] or 'no logits')}: validation "
+                             "compares a causal LM's logits, and encoders are not validated "
+                             "yet (compare with transformers' AutoModel as "
+                             "tests/python/test_encoders.py does)", status=4)
     if isinstance(dims[-1], int):
         return dims[-1]
     config = json.loads((Path(export_dir) / "config.json").read_text())

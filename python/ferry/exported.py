@@ -4,6 +4,7 @@ from: same kwargs, same output class."""
 
 import ctypes
 import json
+import re
 import sys
 import tempfile
 import threading
@@ -11,7 +12,7 @@ import warnings
 from pathlib import Path
 
 from . import _lib, _versions
-from ._arrays import axis_refusal, check_token_ids, int_matrix, to_numpy
+from ._arrays import axis_refusal, check_token_ids, check_value_range, int_matrix, to_numpy
 from ._lib import (FerryError, FerryWarning, _P, _c, _c_bytes, _escape, _fail, _str,
                    caller_stacklevel)
 from .runtime import (TORCH_FORMATS, check_device, is_transformers_manifest, load_program,
@@ -335,6 +336,8 @@ class ExportedModel:
         ints = _token_inputs(arrays, metadata)
         if "attention_mask" not in ints and "input_ids" in ints:
             ints["attention_mask"] = np.ones_like(ints["input_ids"])
+        if "token_type_ids" in wanted and "token_type_ids" not in ints and "input_ids" in ints:
+            ints["token_type_ids"] = np.zeros_like(ints["input_ids"])  # the forward's default
         if "position_ids" not in ints and "attention_mask" in ints:
             mask = ints["attention_mask"]
             ints["position_ids"] = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
@@ -369,7 +372,7 @@ class ExportedModel:
             import torch
 
             values = [torch.from_numpy(np.ascontiguousarray(v)) for v in values]
-        return _model_output(dict(zip(names, values)))
+        return _model_output(dict(zip(names, values)), metadata)
 
     def close(self):
         with self._saving:  # not under a save running on another thread
@@ -404,6 +407,8 @@ def _wait_through_interrupts(finished):
             continue
 
 
+# what a call reads even where the graph does not take it (to drop it with a warning, or to
+# derive position_ids from); token_type_ids are read only by a graph that takes them
 _TOKEN_INPUTS = ("input_ids", "attention_mask", "position_ids")
 
 
@@ -413,7 +418,7 @@ def _token_inputs(arrays, metadata):
     answer wrong numbers instead of failing): integers (a mask may be 0/1 floats), [batch,
     sequence] alike and not empty, ids within the vocabulary the logits have."""
     ints = {name: int_matrix(arrays[name], name, mask=name == "attention_mask")
-            for name in _TOKEN_INPUTS if name in arrays}
+            for name in (*_TOKEN_INPUTS, "token_type_ids") if name in arrays}
     ids = ints.get("input_ids")
     if ids is None:
         return ints
@@ -423,8 +428,12 @@ def _token_inputs(arrays, metadata):
                              f"{list(ids.shape)}", status=1)
     if ids.size == 0:  # onnxruntime failed in a Reshape, OpenVINO and torch returned nothing
         raise FerryError(f"input_ids of shape {list(ids.shape)}: nothing to run", status=1)
-    logits = next((o for o in metadata.get("outputs", []) if o.get("name") == "logits"), {})
-    check_token_ids(ids, (logits.get("shape") or [None])[-1])
+    declared = {i.get("name"): i for i in metadata.get("inputs") or [] if isinstance(i, dict)}
+    for name, value in ints.items():
+        check_value_range(value, name, declared.get(name, {}).get("value_range"))
+    if "value_range" not in declared.get("input_ids", {}):  # a causal LM: its logits' vocabulary
+        logits = next((o for o in metadata.get("outputs", []) if o.get("name") == "logits"), {})
+        check_token_ids(ids, (logits.get("shape") or [None])[-1])
     return ints
 
 
@@ -464,16 +473,28 @@ def _check_dims(feeds, metadata):
                                  status=1)
 
 
-def _model_output(outputs):
-    """transformers' CausalLMOutputWithPast of `outputs` when the program uses transformers
-    (it is imported) and the names are its fields (a causal LM's logits); ExportOutput, which
-    reads the same (`.logits`, `["logits"]`), otherwise: importing transformers (and torch)
-    only to wrap the result would cost a process that runs exports alone ~2 s and ~200 MiB."""
+def _model_output(outputs, metadata=None):
+    """transformers' output class of the model (export.json's out_spec names one of
+    transformers.modeling_outputs; a causal LM's is CausalLMOutputWithPast) holding `outputs`,
+    when the program uses transformers (it is imported) and the names are its fields;
+    ExportOutput, which reads the same (`.logits`, `["last_hidden_state"]`), otherwise:
+    importing transformers (and torch) only to wrap the result would cost a process that runs
+    exports alone ~2 s and ~200 MiB."""
     if "transformers" in sys.modules:
-        from transformers.modeling_outputs import CausalLMOutputWithPast
+        import transformers.modeling_outputs as classes
 
-        if set(outputs) <= set(CausalLMOutputWithPast.__dataclass_fields__):
-            return CausalLMOutputWithPast(**outputs)
+        # ferry's output_class (absent: a causal LM's), or the class transformers' out_spec
+        # names
+        metadata = metadata or {}
+        spec = metadata.get("output_class") or metadata.get("out_spec")
+        named = re.match(r'(?:\[1, \{"type": ")?transformers\.modeling_outputs\.(\w+)', spec) \
+            if isinstance(spec, str) else None
+        # only a class of that module, and only a ModelOutput: export.json is not trusted
+        cls = getattr(classes, named.group(1), None) if named else \
+            None if metadata.get("output_class") else classes.CausalLMOutputWithPast
+        if isinstance(cls, type) and issubclass(cls, classes.ModelOutput) and \
+                set(outputs) <= set(getattr(cls, "__dataclass_fields__", ())):
+            return cls(**outputs)
     return ExportOutput(outputs)
 
 

@@ -34,15 +34,21 @@ class OnnxExporter:
         transformers model (see _checkpoint). `inputs` (optional; `sample_inputs=` as
         transformers names it) give the traced shape of a static export via their input_ids,
         and the graph's inputs, as transformers' exports take the inputs they were traced
-        with: those of input_ids, attention_mask and position_ids it holds (positions not
-        given are computed inside from 0; no attention_mask: every token real; other keys,
-        such as token_type_ids, are not the model's). Without `inputs`, the config's
-        input_names, else input_ids and attention_mask."""
+        with: those of the model's inputs it holds (input_ids, attention_mask, position_ids,
+        and token_type_ids for BERT; positions not given are computed inside from 0; no
+        attention_mask: every token real; other keys, such as a causal LM's token_type_ids,
+        are not the model's). Without `inputs`, the config's input_names, else what the
+        model's tokenizer returns (input_ids and attention_mask; BERT's token_type_ids)."""
         inputs = _sample_inputs(inputs, sample_inputs)
-        cfg = _example_config(inputs, self._config(_from_recipe(config, self.export_format)),
-                              name_inputs=True)
+        recipe = self._config(_from_recipe(config, self.export_format))
+        _example_config(inputs, recipe)  # a malformed example is refused before the model is read
         source, keep = _checkpoint(model)
         lib, handle = _c(), _open_model(source, revision)
+        try:
+            cfg = _example_config(inputs, recipe, name_inputs=lib.ferry_model_inputs(handle))
+        except BaseException:
+            lib.ferry_model_free(handle)
+            raise
         exported, cancel = _P(), ctypes.c_int(0)
         cfg.cancel = ctypes.addressof(cancel)  # the export keeps the pointer: see save_pretrained
         status = lib.ferry_export(handle, ctypes.byref(cfg), ctypes.byref(exported))
@@ -205,22 +211,23 @@ def _warn(exported):
         warnings.warn(line, FerryWarning, stacklevel=caller_stacklevel())
 
 
-# the inputs ferry's graphs can take, in the order they take them
-_GRAPH_INPUTS = ("input_ids", "attention_mask", "position_ids")
+# the inputs ferry's graphs can take, in the order of their FERRY_INPUT_* bits
+_GRAPH_INPUTS = ("input_ids", "attention_mask", "position_ids", "token_type_ids")
 
 
 def _example_config(inputs, config, name_inputs=False):
     """The C config of `config`, traced at `inputs["input_ids"]`'s shape when given: a dict of
     the model's inputs (a tokenizer's output), whose input_ids are [batch, sequence] tensors,
     arrays or lists (a list, a bare tensor, or inputs without input_ids gave
-    Python's errors or were ignored). `name_inputs` (a plain export): the graph takes the
-    inputs `inputs` holds."""
+    Python's errors or were ignored). `name_inputs` (a plain export: the FERRY_INPUT_* bits of
+    the model's inputs, ferry_model_inputs): the graph takes those of them `inputs` holds."""
     recipe = (config or OnnxConfig()).to_dict()
     if inputs is not None and name_inputs and hasattr(inputs, "keys"):
-        # a tokenizer's other outputs (token_type_ids) are not the model's inputs: the graph
-        # does not take them, and a call drops them
+        # a tokenizer's other outputs (a causal LM's token_type_ids) are not the model's
+        # inputs: the graph does not take them, and a call drops them
         given = [str(k) for k in inputs.keys()]
-        names = [n for n in _GRAPH_INPUTS if n in given]
+        names = [n for bit, n in enumerate(_GRAPH_INPUTS)
+                 if n in given and name_inputs & (1 << bit)]
         chosen = recipe.get("input_names")
         if isinstance(chosen, (list, tuple)) and "input_ids" in names and \
                 sorted(map(str, chosen)) != sorted(names):

@@ -15,9 +15,6 @@ struct cJSON;
 
 /* One component as a backend writes it. The pipeline fills name, role and graph; the backend's
  * `files` hook fills file and data_files. */
-/* What transformers' causal LMs return (its pytree type name): the output class of
- * transformers' ExportMetadata out_spec, and of a pt2 program with model_output. */
-#define BE_CAUSAL_LM_OUTPUT "transformers.modeling_outputs.CausalLMOutputWithPast"
 
 /* The transformers classes of the modules a component's nodes came from, for a format that
  * records them (torch.export's nn_module_stack): "<module>.<prefix>Model",

@@ -156,3 +156,32 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, 
     cfg->example_sequence = examples[1];
     return FERRY_OK;
 }
+
+ferry_status exp_bound_sequence(const ferry_export_config *cfg, const model_arch *arch,
+                                const void *hparams, g_dim sequence, g_symtab *syms,
+                                fy_err *err)
+{
+    int64_t cap = arch->max_sequence ? arch->max_sequence(hparams) : 0, extent;
+    if (cap <= 0)
+        return FERRY_OK;
+    if (g_dim_is_const(sequence, &extent)) {
+        if (extent > cap)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape: sequence %lld is longer "
+                           "than %s takes (%lld positions, from max_position_embeddings)",
+                           (long long)extent, arch->architecture, (long long)cap);
+        return FERRY_OK;
+    }
+    (void)cfg;
+    if (sequence.n != 1 || sequence.c != 0 || sequence.t[0].coef != 1)
+        return FERRY_OK;
+    g_sym *s = &syms->s[sequence.t[0].sym];
+    if (s->max > cap || s->min > cap || s->example > cap)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dim '%s': %s %lld is past the "
+                       "%lld positions %s takes (max_position_embeddings)", s->name,
+                       s->example > cap && s->max <= cap ? "example" : "max",
+                       (long long)(s->example > cap && s->max <= cap ? s->example : s->max),
+                       (long long)cap, arch->architecture);
+    if (s->max == 0)
+        s->max = cap;
+    return FERRY_OK;
+}

@@ -47,9 +47,10 @@ size_t ferry_export_config_size(void)
 }
 
 /* The names of the FERRY_INPUT_* bits, bit i at index i, in the order a graph takes them. */
-static const char *const INPUT_NAMES[] = {"input_ids", "attention_mask", "position_ids"};
+static const char *const INPUT_NAMES[] = {"input_ids", "attention_mask", "position_ids",
+                                          "token_type_ids"};
 #define N_INPUT_NAMES (sizeof INPUT_NAMES / sizeof *INPUT_NAMES)
-#define INPUT_LIST "input_ids, attention_mask, position_ids"
+#define INPUT_LIST "input_ids, attention_mask, position_ids, token_type_ids"
 
 unsigned exp_input_bit(const char *name)
 {
@@ -62,6 +63,28 @@ unsigned exp_input_bit(const char *name)
 unsigned exp_plain_inputs(const ferry_export_config *cfg)
 {
     return cfg->inputs ? cfg->inputs : FERRY_INPUT_IDS | FERRY_INPUT_ATTENTION_MASK;
+}
+
+ferry_status exp_check_model_inputs(const model_arch *arch, unsigned takes, fy_err *err)
+{
+    for (size_t i = 0; i < N_INPUT_NAMES; i++) {
+        if (!(takes & (1u << i)))
+            continue;
+        bool has = false;
+        for (int k = 0; k < arch->n_inputs && !has; k++)
+            has = strcmp(arch->inputs[k].name, INPUT_NAMES[i]) == 0;
+        if (has)
+            continue;
+        char list[256];
+        size_t len = 0;
+        list[0] = '\0';
+        for (int k = 0; k < arch->n_inputs && len < sizeof list; k++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", k ? ", " : "",
+                                    arch->inputs[k].name);
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "inputs: %s has no input %s (its inputs: "
+                       "%s)", arch->architecture, INPUT_NAMES[i], list);
+    }
+    return FERRY_OK;
 }
 
 ferry_status exp_check_inputs(unsigned inputs, fy_err *err)

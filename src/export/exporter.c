@@ -135,16 +135,27 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         goto fail;
     }
     unsigned takes = gen ? FERRY_INPUT_IDS | FERRY_INPUT_ATTENTION_MASK | FERRY_INPUT_POSITION_IDS
-                         : exp_plain_inputs(&c->cfg);
+                   : c->cfg.inputs ? c->cfg.inputs
+                   : m->arch->default_inputs ? m->arch->default_inputs(m->hparams)
+                                             : exp_plain_inputs(&c->cfg);
+    if (exp_check_model_inputs(m->arch, takes, err) != FERRY_OK)
+        goto fail;
     g_symtab syms[GEN_MAX_COMPONENTS] = {{.n = 0}};
     g_dim axes[2];
     int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;
-    if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, &syms[0], axes, err) != FERRY_OK)
+    if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, &syms[0], axes, err) != FERRY_OK ||
+        exp_bound_sequence(&c->cfg, m->arch, m->hparams, axes[1], &syms[0], err) != FERRY_OK)
         goto fail;
     for (int i = 1; i < GEN_MAX_COMPONENTS; i++)
         syms[i] = syms[0];
     if (gen) {
         gen_component plan[GEN_MAX_COMPONENTS];
+        if (m->arch->kind == MODEL_ENCODER) {
+            fy_fail(err, FERRY_ERR_INVALID_ARG, "%s is an encoder: it has no generation "
+                    "components (no KV cache, nothing generated); export it without "
+                    "for_generation (--for-generation)", m->arch->architecture);
+            goto fail;
+        }
         if (!m->arch->generation) {
             fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: generation export is not supported for "
                     "this architecture yet", m->arch->architecture);
@@ -175,10 +186,8 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         c->n = 1;
         c->items[0].name = "model";
         c->items[0].role = "model";
-        c->items[0].io = (decoder_io){.batch = axes[0], .sequence = axes[1], .cache = CACHE_NONE,
-                                      .dtype = c->cfg.dtype,
-                                      .computed_mask = !(takes & FERRY_INPUT_ATTENTION_MASK),
-                                      .computed_positions = !(takes & FERRY_INPUT_POSITION_IDS)};
+        c->items[0].io = (model_io){.batch = axes[0], .sequence = axes[1], .cache = CACHE_NONE,
+                                    .dtype = c->cfg.dtype, .takes = takes};
     }
     memset(m->ck->used, 0, m->ck->n_tensors);
     for (int i = 0; i < c->n; i++) {
@@ -189,6 +198,7 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         }
         c->items[i].graph = g;
         g->syms = syms[i];
+        g->output_class = m->arch->output_class;
         if (m->arch->build(m->hparams, m->ck, &c->items[i].io, g, err) != FERRY_OK)
             goto fail;
         g_remove_dead(g);

@@ -43,7 +43,7 @@ struct ferry_components {
     int n;
     struct {
         const char *name, *role;
-        decoder_io io;
+        model_io io;
         g_graph *graph;          /* semantic graph, checked */
     } items[GEN_MAX_COMPONENTS];
     char *text;                  /* the last describe/dump result */
@@ -140,6 +140,14 @@ unsigned exp_input_bit(const char *name);
 /* The inputs a plain export's graph takes: cfg->inputs, or the default (input_ids and
  * attention_mask) when 0. */
 unsigned exp_plain_inputs(const ferry_export_config *cfg);
+/* Stops the sequence axis `sequence` at the model's longest sequence (arch->max_sequence): a
+ * symbol's max becomes it where unbounded; a larger max, or a static or example extent past
+ * it, is refused naming the bound. */
+ferry_status exp_bound_sequence(const ferry_export_config *cfg, const model_arch *arch,
+                                const void *hparams, g_dim sequence, g_symtab *syms,
+                                fy_err *err);
+/* Refuses `takes` naming an input `arch` does not have, naming it and the model's inputs. */
+ferry_status exp_check_model_inputs(const model_arch *arch, unsigned takes, fy_err *err);
 /* Refuses inputs bits that name no input or leave out input_ids (0, the default, passes). */
 ferry_status exp_check_inputs(unsigned inputs, fy_err *err);
 

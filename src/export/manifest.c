@@ -60,6 +60,11 @@ static cJSON *io_list(const g_graph *g, const int *ids, size_t n)
             else
                 cJSON_AddItemToArray(traced, cJSON_CreateNull());
         }
+        if (v->kind == GV_INPUT && v->bound > 0) { /* the values a call may hold, inclusive */
+            cJSON *range = cJSON_AddArrayToObject(o, "value_range");
+            cJSON_AddItemToArray(range, cJSON_CreateNumber(0));
+            cJSON_AddItemToArray(range, cJSON_CreateNumber((double)(v->bound - 1)));
+        }
         cJSON_AddItemToArray(arr, o);
     }
     return arr;
@@ -179,6 +184,10 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
         cJSON_AddStringToObject(md, "architecture", arch);
         cJSON_AddItemToObject(md, "inputs", io_list(g, g->inputs, g->n_inputs));
         cJSON_AddItemToObject(md, "outputs", io_list(g, g->outputs, g->n_outputs));
+        /* transformers' class of the outputs; absent: a causal LM's (every export before
+         * encoders, whose export.json says nothing) */
+        if (g->output_class && strcmp(g->output_class, MODEL_CAUSAL_LM_OUTPUT) != 0)
+            cJSON_AddStringToObject(md, "output_class", g->output_class);
         cJSON_AddStringToObject(md, "precision", ferry_dtype_name(e->cfg.dtype));
         e->backend->describe(&e->cfg, g, md);
         cJSON_AddItemToObject(md, "symbols", symbols(g));

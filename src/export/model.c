@@ -74,6 +74,14 @@ const char *ferry_model_architecture(const ferry_model *m)
     return m && m->cfg_loaded ? m->cfg.architecture : "";
 }
 
+unsigned ferry_model_inputs(const ferry_model *m)
+{
+    unsigned bits = 0;
+    for (int i = 0; m && m->arch && i < m->arch->n_inputs; i++)
+        bits |= exp_input_bit(m->arch->inputs[i].name);
+    return bits;
+}
+
 const char *ferry_model_dir(const ferry_model *m)
 {
     return m ? m->dir : "";

@@ -82,11 +82,20 @@ bool tf_is_transformers_manifest(const cJSON *m)
 /* ------------------------------------------------------------------------------------------ */
 /* Writing */
 
-/* The inputs a caller passes, in graph order; beam_idx is OpenVINO's, which its runner feeds. */
+/* The inputs a caller passes (a tokenizer's, and position_ids); beam_idx is OpenVINO's, which
+ * its runner feeds. */
 static bool is_call_input(const char *name)
 {
-    return !strcmp(name, "input_ids") || !strcmp(name, "attention_mask") ||
-           !strcmp(name, "position_ids");
+    return exp_input_bit(name) != 0;
+}
+
+/* Whether output `v` is a cache the graph writes (a state's new value). */
+static bool is_state_output(const g_graph *g, int v)
+{
+    for (size_t i = 0; i < g->n_states; i++)
+        if (g->states[i].out == v)
+            return true;
+    return false;
 }
 
 static bool has_internal_state(const g_graph *g)
@@ -136,7 +145,7 @@ const char *tf_unsupported(const struct ferry_exported *e)
         }
         for (size_t k = 0; k < g->n_outputs; k++) {
             const char *name = g->values[g->outputs[k]].name;
-            if (strcmp(name, "logits")) {
+            if (is_state_output(g, g->outputs[k])) {
                 snprintf(why, sizeof why, "component '%s' returns '%s': transformers' runners "
                          "rebuild a returned cache by their own pytree names "
                          "(cache.layers.<l>.keys), not ferry's (the guide's present.<l>.key)",
@@ -148,7 +157,8 @@ const char *tf_unsupported(const struct ferry_exported *e)
         if (e->cfg.format == FERRY_FORMAT_PT2 && !e->cfg.model_output) {
             snprintf(why, sizeof why, "component '%s' returns a dict, and transformers' runner "
                      "returns what a torch program returns: export with --model-output "
-                     "(recipe \"model_output\": true) for its CausalLMOutputWithPast", c->name);
+                     "(recipe \"model_output\": true) for its %s", c->name,
+                     strrchr(g->output_class, '.') + 1);
             return why;
         }
         if (!f->add) { /* the program holds its weights */
@@ -195,10 +205,20 @@ static char *in_spec(const g_graph *g)
     return sb_take(&b);
 }
 
-/* out_spec: what a causal LM's forward returns, its one tensor the logits. */
-static const char OUT_SPEC[] =
-    "[1, {\"type\": \"" BE_CAUSAL_LM_OUTPUT "\", \"context\": "
-    "\"[\\\"logits\\\"]\", \"children_spec\": [" LEAF_SPEC "]}]";
+/* out_spec: what the family's forward returns, its ModelOutput class with the outputs as its
+ * fields (names the family made: identifiers, as is_call_input's, needing no escaping). */
+static char *out_spec(const g_graph *g)
+{
+    strbuf b = {0};
+    sb_printf(&b, "[1, {\"type\": \"%s\", \"context\": \"[", g->output_class);
+    for (size_t k = 0; k < g->n_outputs; k++)
+        sb_printf(&b, "%s\\\"%s\\\"", k ? ", " : "", g->values[g->outputs[k]].name);
+    sb_puts(&b, "]\", \"children_spec\": [");
+    for (size_t k = 0; k < g->n_outputs; k++)
+        sb_printf(&b, "%s" LEAF_SPEC, k ? ", " : "");
+    sb_puts(&b, "]}]");
+    return sb_take(&b);
+}
 
 ferry_status tf_describe_component(const struct ferry_exported *e, int i, cJSON *md,
                                    fy_err *err)
@@ -227,7 +247,10 @@ ferry_status tf_describe_component(const struct ferry_exported *e, int i, cJSON 
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     cJSON_AddStringToObject(md, "in_spec", spec);
     free(spec);
-    cJSON_AddStringToObject(md, "out_spec", OUT_SPEC);
+    if (!(spec = out_spec(g)))
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    cJSON_AddStringToObject(md, "out_spec", spec);
+    free(spec);
     cJSON_AddObjectToObject(md, "in_constants");
     cJSON_AddArrayToObject(md, "out_constants");
     return FERRY_OK;

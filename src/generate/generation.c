@@ -109,6 +109,7 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
         c->io.batch = batch;
         c->io.sequence = is_decode && !gen->multi_token_decode ? g_dim_const(1) : sequence;
         c->io.dtype = cfg->dtype;
+        c->io.takes = FERRY_INPUT_IDS | FERRY_INPUT_ATTENTION_MASK | FERRY_INPUT_POSITION_IDS;
         if (gen->static_cache) {
             c->io.cache = CACHE_STATIC;
             if (cfg->dynamic) {

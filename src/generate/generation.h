@@ -12,7 +12,7 @@
 typedef struct gen_component {
     const char *name;        /* "prefill" or "decode" */
     const char *role;
-    decoder_io io;
+    model_io io;
 } gen_component;
 
 /* `gen` with FERRY_AUTO decided: a symbolic decode query where it costs nothing (a symbolic

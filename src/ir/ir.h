@@ -137,6 +137,9 @@ typedef struct g_value {
     size_t nbytes;
     g_weight weight;         /* GV_WEIGHT: the recipe; dtype/shape above are its logical ones */
     int n_uses;              /* filled by g_count_uses */
+    /* GV_INPUT of an integer type: its values lie in [0, bound) (ids gathered from a table: a
+     * value past it would be read past the table, or as zeros); 0: not said */
+    int64_t bound;
     uint64_t hash;           /* GV_WEIGHT, GV_CONST: its key in the leaf index (graph.c), kept so
                                 growing the index never rehashes a large constant */
 } g_value;
@@ -183,6 +186,9 @@ typedef struct g_graph {
     g_state *states;
     size_t n_states;
     char scope[256];         /* prefix for node names, e.g. "/model/layers.3/self_attn" */
+    /* transformers' ModelOutput class whose fields the outputs are
+     * ("transformers.modeling_outputs.CausalLMOutputWithPast"); static; NULL: none */
+    const char *output_class;
     fy_err err;
     int *leaf_slots;         /* hash index of weight and constant values (graph.c) */
     size_t leaf_cap, leaf_n;

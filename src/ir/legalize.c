@@ -160,9 +160,12 @@ static g_graph *round_trip(const g_graph *src, const g_target *t, int *lowered, 
     for (size_t i = 0; i < src->n_values; i++)
         c.map[i] = G_NONE;
     c.dst->syms = src->syms;
+    c.dst->output_class = src->output_class;
     for (size_t i = 0; i < src->n_inputs; i++) {
         const g_value *x = &src->values[src->inputs[i]];
         c.map[src->inputs[i]] = g_input(c.dst, x->name, x->dtype, x->shape.rank, x->shape.d);
+        if (c.map[src->inputs[i]] != G_NONE)
+            c.dst->values[c.map[src->inputs[i]]].bound = x->bound;
     }
     for (size_t i = 0; i < src->n_nodes && g_ok(c.dst); i++) {
         const g_node *n = &src->nodes[i];

@@ -127,7 +127,7 @@ static int split_heads(g_graph *g, const char *name, int x, int64_t heads, int64
 
 /* The cache of layer l as graph inputs (past key, value and, for a static cache, the write
  * position); G_NONE where the component has none. */
-static void cache_inputs(g_graph *g, const blk_lm *lm, const decoder_io *io, int l, int *pk,
+static void cache_inputs(g_graph *g, const blk_lm *lm, const model_io *io, int l, int *pk,
                          int *pv, int *pos)
 {
     char name[96];
@@ -151,7 +151,7 @@ static void cache_inputs(g_graph *g, const blk_lm *lm, const decoder_io *io, int
 }
 
 /* Declares the cache outputs of layer l as graph outputs and states. */
-static void cache_outputs(g_graph *g, const decoder_io *io, int l, int pk, int pv, int pos,
+static void cache_outputs(g_graph *g, const model_io *io, int l, int pk, int pv, int pos,
                           int present_k, int present_v, int attn_out)
 {
     char name[96], state[96];
@@ -182,7 +182,7 @@ static void cache_outputs(g_graph *g, const decoder_io *io, int l, int pk, int p
 int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x,
                   const blk_inputs *in)
 {
-    const decoder_io *io = in->io;
+    const model_io *io = in->io;
     g_scope(g, "/model/layers.%d/self_attn", l);
     int q = split_heads(g, "q_proj/Reshape", g_linear(g, "q_proj", x, w->q, w->q_b), lm->n_heads,
                         lm->head_dim);
@@ -224,7 +224,7 @@ int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x)
  * mask of ones (every token real) and positions arange(sequence) in every row, whatever the
  * mask (LlamaModel.forward: position_ids = arange(seq_len) + past_seen_tokens, past 0). Both
  * are made [batch, sequence] from input_ids' shape, as the inputs they stand for are. */
-static int like_ids(g_graph *g, int v, const g_dim *bs)
+int blk_like_ids(g_graph *g, int v, const g_dim *bs)
 {
     /* expand's inference cannot read extents out of a shape tensor: they are input_ids' */
     for (int i = 0; v != G_NONE && i < 2; i++)
@@ -234,30 +234,32 @@ static int like_ids(g_graph *g, int v, const g_dim *bs)
 
 static int ones_like_ids(g_graph *g, int shape, const g_dim *bs)
 {
-    return like_ids(g, g_expand(g, "ones", g_scalar_i64(g, 1), shape), bs);
+    return blk_like_ids(g, g_expand(g, "ones", g_scalar_i64(g, 1), shape), bs);
 }
 
-static int positions_from_zero(g_graph *g, int shape, const g_dim *bs)
+int blk_positions_from_zero(g_graph *g, int shape, const g_dim *bs)
 {
     int64_t zero = 0;
     int s = g_gather(g, "sequence", shape, g_scalar_i64(g, 1), 0);
     int r = g_range(g, "arange", g_scalar_i64(g, 0), s, g_scalar_i64(g, 1));
-    return like_ids(g, g_expand(g, "expand", g_unsqueeze(g, "unsqueeze", r, 1, &zero), shape),
-                    bs);
+    return blk_like_ids(g, g_expand(g, "expand", g_unsqueeze(g, "unsqueeze", r, 1, &zero), shape),
+                        bs);
 }
 
-void blk_graph_inputs(g_graph *g, const decoder_io *io, blk_inputs *in)
+void blk_graph_inputs(g_graph *g, const model_io *io, blk_inputs *in)
 {
     g_dim bs[2] = {io->batch, io->sequence};
     in->ids = g_input(g, "input_ids", FERRY_I64, 2, bs);
     bool plain = io->cache == CACHE_NONE;
     int shape = G_NONE;
-    if (plain && (io->computed_mask || io->computed_positions)) {
+    bool computed_mask = !(io->takes & FERRY_INPUT_ATTENTION_MASK);
+    bool computed_positions = !(io->takes & FERRY_INPUT_POSITION_IDS);
+    if (plain && (computed_mask || computed_positions)) {
         /* in the model's own scope: transformers computes them in the base model's forward */
         g_scope(g, "/model");
         shape = g_shape_of(g, "input_shape", in->ids, 0, G_END);
     }
-    if (plain && io->computed_mask) {
+    if (plain && computed_mask) {
         g_scope(g, "/model/attention_mask");
         in->mask = ones_like_ids(g, shape, bs);
     } else if (io->cache == CACHE_STATIC) {
@@ -268,9 +270,9 @@ void blk_graph_inputs(g_graph *g, const decoder_io *io, blk_inputs *in)
                                                               : io->sequence};
         in->mask = g_input(g, "attention_mask", FERRY_I64, 2, bt);
     }
-    if (plain && io->computed_positions) {
+    if (plain && computed_positions) {
         g_scope(g, "/model/position_ids");
-        in->positions = positions_from_zero(g, shape, bs);
+        in->positions = blk_positions_from_zero(g, shape, bs);
     } else {
         in->positions = g_input(g, "position_ids", FERRY_I64, 2, bs);
     }

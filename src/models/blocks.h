@@ -79,14 +79,20 @@ ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry
 /* A decoder component's graph inputs: input_ids and position_ids [batch, sequence], and the
  * attention mask its cache calls for (int64 [batch, past + sequence], or bool
  * [batch, 1, sequence, cache length] with a static cache). A plain component computes the mask
- * or the positions its io does not take (decoder_io.computed_*): `mask` and `positions` are
+ * or the positions its io does not take (model_io.computed_*): `mask` and `positions` are
  * then node values, not inputs. */
 typedef struct blk_inputs {
     int ids, mask, positions;
-    const decoder_io *io;
+    const model_io *io;
 } blk_inputs;
 
-void blk_graph_inputs(g_graph *g, const decoder_io *io, blk_inputs *in);
+void blk_graph_inputs(g_graph *g, const model_io *io, blk_inputs *in);
+
+/* What transformers' forward uses for an input it is not given: a value made [batch, sequence]
+ * from input_ids' `shape` (int64 [2]) and extents `bs`, as the input it stands for is. */
+int blk_like_ids(g_graph *g, int v, const g_dim *bs);
+/* Positions arange(sequence) in every row (LlamaModel's and BertEmbeddings' default). */
+int blk_positions_from_zero(g_graph *g, int shape, const g_dim *bs);
 
 /* Layer l's attention on x [b, s, hidden] -> [b, s, hidden] (after o_proj): q/k/v projections,
  * q/k norms, rope, and the cache the io asks for (its inputs, outputs and states). */
@@ -97,7 +103,7 @@ int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x
 int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x);
 
 /* The forward graph of a standard decoder LM for `io`. */
-ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_graph *g,
+ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
                           fy_err *err);
 
 /* model_arch hooks for a family of the standard shape: read = lm_config + blk_lm_from_config,
@@ -117,7 +123,7 @@ void blk_lm_module_classes(const void *lm, model_module_classes *out);
  *     initialise it at random).
  * The comparison reads both tensors in 1 MiB chunks. */
 ferry_status blk_lm_bind(void *lm, const ckpt *ck, char *warning, size_t size, fy_err *err);
-ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const decoder_io *io, g_graph *g,
+ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const model_io *io, g_graph *g,
                                fy_err *err);
 
 /* The checkpoint tensor `name` (printf format with the layer, if any) as a graph weight in

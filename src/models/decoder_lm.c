@@ -104,7 +104,7 @@ void blk_lm_free(blk_lm *lm)
     lm->rope = NULL;
 }
 
-ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const decoder_io *io, g_graph *g,
+ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
                           fy_err *err)
 {
     const blk_names *n = lm->names;
@@ -211,7 +211,7 @@ void blk_lm_module_classes(const void *hparams, model_module_classes *out)
     out->scaled_embedding = lm->embed_scale != 0.0 ? lm->scaled_embedding_class : NULL;
 }
 
-ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const decoder_io *io, g_graph *g,
+ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const model_io *io, g_graph *g,
                                fy_err *err)
 {
     return blk_lm_build(lm, ck, io, g, err);

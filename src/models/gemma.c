@@ -39,7 +39,8 @@ static ferry_status gemma_read(const model_config *cfg, void **out, fy_err *err)
 }
 
 const model_arch model_gemma = {
-    .architecture = "GemmaForCausalLM", .model_type = "gemma", .read = gemma_read,
+    .architecture = "GemmaForCausalLM", .model_type = "gemma", .kind = MODEL_CAUSAL_LM,
+    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = gemma_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
     .module_classes = blk_lm_module_classes,

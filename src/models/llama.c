@@ -16,7 +16,8 @@ static ferry_status llama_read(const model_config *cfg, void **out, fy_err *err)
 }
 
 const model_arch model_llama = {
-    .architecture = "LlamaForCausalLM", .model_type = "llama", .read = llama_read,
+    .architecture = "LlamaForCausalLM", .model_type = "llama", .kind = MODEL_CAUSAL_LM,
+    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = llama_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
     .module_classes = blk_lm_module_classes,

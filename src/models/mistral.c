@@ -14,7 +14,8 @@ static ferry_status mistral_read(const model_config *cfg, void **out, fy_err *er
 }
 
 const model_arch model_mistral = {
-    .architecture = "MistralForCausalLM", .model_type = "mistral", .read = mistral_read,
+    .architecture = "MistralForCausalLM", .model_type = "mistral", .kind = MODEL_CAUSAL_LM,
+    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = mistral_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
     .module_classes = blk_lm_module_classes,

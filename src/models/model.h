@@ -1,7 +1,8 @@
-/* model.h — architectures: one file per family (llama.c, mistral.c, ...) exposing a model_arch
- * (its config reader and its graph-building function), registered in registry.c. A family
- * builds the semantic graph of one component from its hyperparameters, the checkpoint and the
- * component's io (shapes and cache); blocks.h has the pieces families share. */
+/* model.h — architectures: one file per family (llama.c, bert.c, ...) exposing a model_arch
+ * (what kind of model it is, its inputs, its config reader and its graph-building function),
+ * registered in registry.c. A family builds the semantic graph of one component from its
+ * hyperparameters, the checkpoint and the component's io (shapes, inputs taken and cache);
+ * blocks.h has the pieces decoder families share, encoder_blocks.h those of encoders. */
 #ifndef FERRY_MODELS_MODEL_H
 #define FERRY_MODELS_MODEL_H
 
@@ -20,18 +21,31 @@ typedef enum cache_kind {
                         updated in place */
 } cache_kind;
 
-/* The shapes of a component's inputs: [batch, sequence] for the new tokens, the past length
- * (dynamic cache) or cache length (static cache). */
-typedef struct decoder_io {
+/* A component's io: [batch, sequence] for the tokens, the past length (dynamic cache) or
+ * cache length (static cache), and which of the model's inputs the graph takes. */
+typedef struct model_io {
     g_dim batch, sequence;
     cache_kind cache;
     g_dim past;             /* CACHE_DYNAMIC */
     g_dim cache_len;        /* CACHE_STATIC */
     ferry_dtype dtype;      /* compute and weight precision */
-    /* CACHE_NONE only: no attention_mask / position_ids input; the graph computes them as
-     * transformers' forward does when not given them (every token real; positions from 0) */
-    bool computed_mask, computed_positions;
-} decoder_io;
+    /* FERRY_INPUT_* bits of the graph's inputs. An input of the model's that is not taken is
+     * computed as transformers' forward computes it when not given (a mask of ones, positions
+     * from 0, token types 0); generation components take input_ids, attention_mask and
+     * position_ids. */
+    unsigned takes;
+} model_io;
+
+/* transformers' ModelOutput classes (pytree type names: the out_spec of transformers'
+ * ExportMetadata and of a pt2 program with model_output). */
+#define MODEL_CAUSAL_LM_OUTPUT "transformers.modeling_outputs.CausalLMOutputWithPast"
+
+/* What a family's forward returns, which decides its components and its outputs. */
+typedef enum model_kind {
+    MODEL_CAUSAL_LM,         /* logits over the vocabulary; generation components */
+    MODEL_ENCODER            /* hidden states (and a pooler) or a head's logits; one "model"
+                                component, no cache */
+} model_kind;
 
 /* A graph input the model declares, with the logical axis each of its dims follows ("batch",
  * "sequence"; "total" = past + sequence for a mask over cache and new tokens). Explicit dynamic
@@ -53,6 +67,10 @@ typedef struct model_module_classes {
 typedef struct model_arch {
     const char *architecture;       /* config.json "architectures"[0] */
     const char *model_type;
+    model_kind kind;
+    /* transformers' ModelOutput class of the forward's outputs
+     * ("transformers.modeling_outputs.CausalLMOutputWithPast"); the graph carries it */
+    const char *output_class;
     /* Reads the family's hyperparameters (owned by *out; free with free_hparams). Errors name
      * the file and the key. */
     ferry_status (*read)(const model_config *cfg, void **out, fy_err *err);
@@ -64,10 +82,17 @@ typedef struct model_arch {
                          fy_err *err);
     /* Builds the component's forward graph into `g`, taking weights from `ck`. Missing weights
      * and shapes that contradict the config are errors naming the tensor. */
-    ferry_status (*build)(const void *hparams, ckpt *ck, const decoder_io *io, g_graph *g,
+    ferry_status (*build)(const void *hparams, ckpt *ck, const model_io *io, g_graph *g,
                           fy_err *err);
     const model_input *inputs;      /* the plain forward's inputs */
     int n_inputs;
+    /* The inputs (FERRY_INPUT_* bits) a plain export takes when the export config names none:
+     * what the family's tokenizer returns. NULL: input_ids and attention_mask. */
+    unsigned (*default_inputs)(const void *hparams);
+    /* The longest sequence the model takes (its position table's); NULL or 0: unbounded. The
+     * sequence axis's range stops there, so that a longer input is refused, never read past
+     * the table. */
+    int64_t (*max_sequence)(const void *hparams);
     bool generation;                /* the KV-cache graphs are verified for this family */
     /* The transformers classes of the modules that differ within the family, for formats that
      * record where each node came from (torch.export's nn_module_stack); may be NULL. */

@@ -17,7 +17,8 @@ static ferry_status qwen3_read(const model_config *cfg, void **out, fy_err *err)
 }
 
 const model_arch model_qwen3 = {
-    .architecture = "Qwen3ForCausalLM", .model_type = "qwen3", .read = qwen3_read,
+    .architecture = "Qwen3ForCausalLM", .model_type = "qwen3", .kind = MODEL_CAUSAL_LM,
+    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = qwen3_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
     .module_classes = blk_lm_module_classes,

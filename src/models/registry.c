@@ -6,7 +6,10 @@
 
 #include "models/model.h"
 
-#define FAMILIES(X) X(model_llama) X(model_mistral) X(model_qwen2) X(model_qwen3) X(model_gemma)
+#define FAMILIES(X)                                                                        \
+    X(model_llama) X(model_mistral) X(model_qwen2) X(model_qwen3) X(model_gemma)             \
+    X(model_bert) X(model_bert_classifier) X(model_roberta) X(model_roberta_classifier)      \
+    X(model_xlm_roberta) X(model_distilbert)
 
 #define DECLARE(name) extern const model_arch name;
 FAMILIES(DECLARE)

@@ -214,7 +214,7 @@ def test_python_inputs_name_the_graph_inputs(ckpt):
 
 @pytest.mark.parametrize("value,needle", [
     ("input_ids,positions", "'positions' is not an input ferry's graphs take (input_ids, "
-                            "attention_mask, position_ids)"),
+                            "attention_mask, position_ids, token_type_ids)"),
     ("attention_mask,position_ids", "input_ids is missing"),
     ("input_ids,input_ids", "'input_ids' is given twice"),
     ("input_ids,", "an empty input name"),

@@ -400,6 +400,25 @@ static ferry_status rotary_caches(g_lower_ctx *c, const g_rope_opts *o, ferry_dt
     return g->err.status;
 }
 
+/* MultiHeadAttention takes a bias [b, 1, s, t] only: a padding mask's [b, 1, 1, t] (the same
+ * for every query) is expanded over the queries, its dims the semantic graph's. */
+static int bias_over_queries(g_lower_ctx *c, const g_node *n, int q, int bias)
+{
+    if (n->a.attn->mask != G_MASK_PADDING || bias == G_NONE)
+        return bias;
+    g_graph *g = c->dst;
+    int parts[4] = {g_shape_of(g, "Shape_bias_b", q, 0, 1), g_const_i64(g, 1, (int64_t[]){1}),
+                    g_shape_of(g, "Shape_bias_s", q, 1, 2),
+                    g_shape_of(g, "Shape_bias_t", bias, 3, 4)};
+    int full = g_expand(g, "Expand_bias", bias, g_concat(g, "Concat_bias", 4, parts, 0));
+    if (full == G_NONE)
+        return G_NONE;
+    const g_shape *qs = &c->src->values[n->in[0]].shape, *ms = &c->src->values[n->in[3]].shape;
+    g_shape *fs = &g->values[full].shape;
+    fs->d[0] = qs->d[0], fs->d[1] = g_dim_const(1), fs->d[2] = qs->d[1], fs->d[3] = ms->d[1];
+    return full;
+}
+
 /* MultiHeadAttention over attention's keys and values as plain ops leave them (the cache
  * joined or written in place, [b, kvh, t, d]), repeated to every query head (it has no grouped
  * form) and given in its BNSH form; ferry's mask is the bias. The cache keeps its kv heads. */
@@ -435,7 +454,8 @@ static ferry_status ort_mha(g_lower_ctx *c, const g_node *n, int *outs)
     g_extern_int(&e, "num_heads", h);
     g_extern_float(&e, "scale", o->scale);
     g_extern_out(&e, 0, 0, dt, &c->src->values[n->out[0]].shape);
-    int in[6] = {q, k, v, G_NONE, G_NONE, lw_attention_bias(c, n, q, dt)};
+    int in[6] = {q, k, v, G_NONE, G_NONE,
+                 bias_over_queries(c, n, q, lw_attention_bias(c, n, q, dt))};
     outs[0] = g_extern_node(g, "MultiHeadAttention", &e, 6, in);
     return g->err.status;
 }

@@ -79,13 +79,10 @@ static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_er
             g->outputs[n++] = g->outputs[i];
     }
     g->n_outputs = n;
-    /* CausalLMOutputWithPast has a field for the logits; the cache it would return is written
-     * into the caller's tensors instead */
-    for (size_t i = 0; cfg->model_output && i < g->n_outputs; i++)
-        if (strcmp(g->values[g->outputs[i]].name, "logits") != 0)
-            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "model_output: the program returns '%s', "
-                           "which transformers' CausalLMOutputWithPast has no field for",
-                           g->values[g->outputs[i]].name);
+    /* the outputs left are the fields of the family's ModelOutput class (the cache it would
+     * return is written into the caller's tensors instead) */
+    if (cfg->model_output && !g->output_class)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "model_output: the graph has no output class");
     if (pt_refine_shapes(g, err) != FERRY_OK)
         return err->status;
     return g_check(g, err);

@@ -151,7 +151,7 @@ static void call_specs(strbuf *b, const g_graph *g, bool model_output)
      * which torch rebuilds alone; or the output class itself, which transformers registers
      * (pt2_finish checks that every output is one of its fields) */
     sb_puts(&out, "[1, ");
-    keyed_spec(&out, model_output ? BE_CAUSAL_LM_OUTPUT : "builtins.dict", g, g->outputs,
+    keyed_spec(&out, model_output ? g->output_class : "builtins.dict", g, g->outputs,
                g->n_outputs);
     sb_puts(&out, "]");
     sb_puts(b, "\"in_spec\": ");

@@ -9,9 +9,9 @@
  * fallback to full unpickling.
  *
  * Written for a program that takes the call's token inputs alone (a plain export: input_ids
- * and attention_mask, position_ids where it takes them), those it takes, in its order: each at
- * its hint shape, the size torch retraces with (pt2_writer.c), holding a valid call: token 0,
- * a mask of ones, positions from 0. A generation component also takes its cache, which would
+ * and attention_mask, position_ids and token_type_ids where it takes them), those it takes, in
+ * its order: each at its hint shape, the size torch retraces with (pt2_writer.c), holding a
+ * valid call: token 0, a mask of ones, positions from 0, token type 0. A generation component also takes its cache, which would
  * make the example as large as the cache itself: its entry stays empty (example_inputs None). */
 #include <errno.h>
 #include <stdint.h>
@@ -27,7 +27,8 @@
 #include "util/strbuf.h"
 
 /* Inputs whose example ferry knows how to fill, and how */
-static const char *const TOKEN_INPUTS[] = {"input_ids", "attention_mask", "position_ids"};
+static const char *const TOKEN_INPUTS[] = {"input_ids", "attention_mask", "position_ids",
+                                           "token_type_ids"};
 #define N_TOKEN_INPUTS (sizeof TOKEN_INPUTS / sizeof *TOKEN_INPUTS)
 /* The most elements an example input may have (512 KiB of int64): an export traced at a
  * larger shape gets no example rather than megabytes of zeros in every archive */

@@ -101,7 +101,8 @@ double lw_lowest(ferry_dtype dt)
                                                          : -3.4028234663852886e38;
 }
 
-/* ferry's attention mask for `n` as an additive bias [b, 1, s, t] in `dt`, made once per
+/* ferry's attention mask for `n` as an additive bias [b, 1, s, t] ([b, 1, 1, t] for a padding
+ * mask) in `dt`, made once per
  * graph for each mask (every layer with the same mask and window shares it). `q` (dst id)
  * is any value whose axis 1 is the query length: not a rotated q that nothing else reads, or
  * the rotation would be computed for its shape alone. */
@@ -120,9 +121,11 @@ int lw_attention_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
     snprintf(scope, sizeof scope, "/model/attention_bias_%d", m);
     lw_scope_push(c, saved, sizeof saved, scope);
     /* [b, 1, 1, s, t] -> [b, 1, s, t], the dims from the semantic graph (q [b, s, h, d]; the
-     * mask input [b, t] or, given, [b, 1, s, t]): the mask's own may be unknown */
+     * mask input [b, t] or, given, [b, 1, s, t]): the mask's own may be unknown. A padding
+     * mask is the same for every query: [b, 1, 1, 1, t] -> [b, 1, 1, t], broadcast. */
     const g_shape *qs = &c->src->values[n->in[0]].shape, *ms = &c->src->values[n->in[3]].shape;
-    g_dim d4[4] = {qs->d[0], g_dim_const(1), qs->d[1],
+    g_dim d4[4] = {qs->d[0], g_dim_const(1),
+                   o->mask == G_MASK_PADDING ? g_dim_const(1) : qs->d[1],
                    ms->d[o->mask == G_MASK_GIVEN ? 3 : 1]};
     int m4 = g_reshape(g, "Reshape_mask", m, 4, d4);
     int bias = g_where(g, "Where_bias", m4, g_scalar_f(g, dt, 0.0),

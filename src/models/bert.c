@@ -1,0 +1,556 @@
+/* bert.c — BERT-family encoders: BertModel, RobertaModel, XLMRobertaModel, DistilBertModel,
+ * and the sequence-classification heads of BERT and RoBERTa (XLM-R's is RoBERTa's).
+ *
+ * One shape, as transformers' modeling_bert / _roberta / _distilbert compute it: embeddings
+ * (words + learned absolute positions + token types, LayerNorm), N post-norm layers
+ * (self-attention over every real token, dense, add, LayerNorm; dense, GELU, dense, add,
+ * LayerNorm), then BERT's pooler (the first token through dense + tanh) or a head. RoBERTa
+ * counts positions from its padding index, over the tokens that are not padding; DistilBERT
+ * has no token types and no pooler. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/safetensors.h"
+#include "models/blocks.h"
+#include "util/json.h"
+
+#define MAX_LAYERS 1024
+#define MAX_HIDDEN (1 << 20)
+#define MAX_VOCAB (1 << 24)
+#define MAX_HEADS 4096
+#define MAX_POSITIONS (1 << 24)
+#define MAX_TYPES 1024
+#define MAX_LABELS (1 << 20)
+#define EPS_MIN 1e-15
+#define EPS_MAX 1.0
+
+#define BASE_OUTPUT_POOLING "transformers.modeling_outputs.BaseModelOutputWithPoolingAndCrossAttentions"
+#define BASE_OUTPUT "transformers.modeling_outputs.BaseModelOutput"
+#define CLASSIFIER_OUTPUT "transformers.modeling_outputs.SequenceClassifierOutput"
+
+typedef enum enc_flavor { ENC_BERT, ENC_ROBERTA, ENC_DISTILBERT } enc_flavor;
+typedef enum enc_head { HEAD_BASE, HEAD_BERT_CLASSIFIER, HEAD_ROBERTA_CLASSIFIER } enc_head;
+
+/* Checkpoint names of one flavour, after the base model's prefix: printf formats taking the
+ * layer number. */
+typedef struct enc_names {
+    const char *word, *position, *token_type, *embed_norm_w, *embed_norm_b;
+    const char *q, *k, *v, *o, *q_b, *k_b, *v_b, *o_b;
+    const char *attn_norm_w, *attn_norm_b;
+    const char *up, *up_b, *down, *down_b, *out_norm_w, *out_norm_b;
+    const char *pooler_w, *pooler_b;
+    const char *scope_layer, *scope_attn, *scope_attn_out, *scope_up, *scope_down;
+} enc_names;
+
+static const enc_names BERT_NAMES = {
+    .word = "embeddings.word_embeddings.weight",
+    .position = "embeddings.position_embeddings.weight",
+    .token_type = "embeddings.token_type_embeddings.weight",
+    .embed_norm_w = "embeddings.LayerNorm.weight", .embed_norm_b = "embeddings.LayerNorm.bias",
+    .q = "encoder.layer.%d.attention.self.query.weight",
+    .q_b = "encoder.layer.%d.attention.self.query.bias",
+    .k = "encoder.layer.%d.attention.self.key.weight",
+    .k_b = "encoder.layer.%d.attention.self.key.bias",
+    .v = "encoder.layer.%d.attention.self.value.weight",
+    .v_b = "encoder.layer.%d.attention.self.value.bias",
+    .o = "encoder.layer.%d.attention.output.dense.weight",
+    .o_b = "encoder.layer.%d.attention.output.dense.bias",
+    .attn_norm_w = "encoder.layer.%d.attention.output.LayerNorm.weight",
+    .attn_norm_b = "encoder.layer.%d.attention.output.LayerNorm.bias",
+    .up = "encoder.layer.%d.intermediate.dense.weight",
+    .up_b = "encoder.layer.%d.intermediate.dense.bias",
+    .down = "encoder.layer.%d.output.dense.weight",
+    .down_b = "encoder.layer.%d.output.dense.bias",
+    .out_norm_w = "encoder.layer.%d.output.LayerNorm.weight",
+    .out_norm_b = "encoder.layer.%d.output.LayerNorm.bias",
+    .pooler_w = "pooler.dense.weight", .pooler_b = "pooler.dense.bias",
+    .scope_layer = "encoder/layer.%d", .scope_attn = "encoder/layer.%d/attention/self",
+    .scope_attn_out = "encoder/layer.%d/attention/output",
+    .scope_up = "encoder/layer.%d/intermediate", .scope_down = "encoder/layer.%d/output",
+};
+
+static const enc_names DISTILBERT_NAMES = {
+    .word = "embeddings.word_embeddings.weight",
+    .position = "embeddings.position_embeddings.weight",
+    .embed_norm_w = "embeddings.LayerNorm.weight", .embed_norm_b = "embeddings.LayerNorm.bias",
+    .q = "transformer.layer.%d.attention.q_lin.weight",
+    .q_b = "transformer.layer.%d.attention.q_lin.bias",
+    .k = "transformer.layer.%d.attention.k_lin.weight",
+    .k_b = "transformer.layer.%d.attention.k_lin.bias",
+    .v = "transformer.layer.%d.attention.v_lin.weight",
+    .v_b = "transformer.layer.%d.attention.v_lin.bias",
+    .o = "transformer.layer.%d.attention.out_lin.weight",
+    .o_b = "transformer.layer.%d.attention.out_lin.bias",
+    .attn_norm_w = "transformer.layer.%d.sa_layer_norm.weight",
+    .attn_norm_b = "transformer.layer.%d.sa_layer_norm.bias",
+    .up = "transformer.layer.%d.ffn.lin1.weight", .up_b = "transformer.layer.%d.ffn.lin1.bias",
+    .down = "transformer.layer.%d.ffn.lin2.weight", .down_b = "transformer.layer.%d.ffn.lin2.bias",
+    .out_norm_w = "transformer.layer.%d.output_layer_norm.weight",
+    .out_norm_b = "transformer.layer.%d.output_layer_norm.bias",
+    .scope_layer = "transformer/layer.%d", .scope_attn = "transformer/layer.%d/attention",
+    .scope_attn_out = "transformer/layer.%d/attention",
+    .scope_up = "transformer/layer.%d/ffn", .scope_down = "transformer/layer.%d/ffn",
+};
+
+typedef struct enc {
+    enc_flavor flavor;
+    enc_head head;
+    const enc_names *names;
+    int64_t n_layers, hidden, n_heads, intermediate, vocab, max_positions, type_vocab;
+    int64_t num_labels, pad_token_id;
+    double eps;
+    g_op act;
+    /* Settled against the checkpoint (enc_bind): where the base model's tensors are
+     * ("bert." in a BertForSequenceClassification, "" in a BertModel's own checkpoint: either
+     * loads into either, as transformers strips or adds base_model_prefix), and whether a base
+     * model's checkpoint holds its pooler. */
+    char prefix[24];
+    const char *base_prefix;  /* the architecture's base_model_prefix ("bert", ...) */
+    bool pooler;
+} enc;
+
+/* transformers' ACT2FN names an encoder's MLP may use. */
+static const struct {
+    const char *name;
+    g_op op;
+} ACTIVATIONS[] = {
+    {"gelu", G_GELU}, {"gelu_new", G_GELU_TANH}, {"gelu_pytorch_tanh", G_GELU_TANH},
+};
+
+static ferry_status read_activation(const cJSON *root, const char *key, const char *origin,
+                                    enc *e, fy_err *err)
+{
+    char act[32];
+    if (json_get_string(root, key, false, "gelu", origin, act, sizeof act, err) != FERRY_OK)
+        return err->status;
+    for (size_t i = 0; i < sizeof ACTIVATIONS / sizeof ACTIVATIONS[0]; i++)
+        if (strcmp(act, ACTIVATIONS[i].name) == 0) {
+            e->act = ACTIVATIONS[i].op;
+            return FERRY_OK;
+        }
+    char q[64];
+    return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s '%s' is not supported (supported: gelu, "
+                   "gelu_new, gelu_pytorch_tanh)", origin, key, st_quote_name(act, q, sizeof q));
+}
+
+/* The keys that would make this a model of another kind than the bidirectional encoder built
+ * here: refused, naming the key. */
+static ferry_status refuse_variants(const cJSON *root, const char *origin, fy_err *err)
+{
+    bool flag;
+    char pe[64];
+    if (json_get_bool(root, "is_decoder", false, false, origin, &flag, err) != FERRY_OK)
+        return err->status;
+    if (flag)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: is_decoder true (a causal BERT "
+                       "decoder) is not supported: ferry exports BERT-family encoders", origin);
+    if (json_get_bool(root, "add_cross_attention", false, false, origin, &flag, err) != FERRY_OK)
+        return err->status;
+    if (flag)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: add_cross_attention true is not "
+                       "supported: ferry exports BERT-family encoders without cross-attention",
+                       origin);
+    if (json_get_string(root, "position_embedding_type", false, "absolute", origin, pe,
+                        sizeof pe, err) != FERRY_OK)
+        return err->status;
+    if (strcmp(pe, "absolute") != 0) {
+        char q[80];
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: position_embedding_type '%s' is not "
+                       "supported (supported: absolute)", origin, st_quote_name(pe, q, sizeof q));
+    }
+    return FERRY_OK;
+}
+
+/* num_labels as transformers derives it: the size of id2label when given, else num_labels,
+ * else 2. */
+static ferry_status read_num_labels(const cJSON *root, const char *origin, int64_t *out,
+                                    fy_err *err)
+{
+    const cJSON *labels;
+    if (json_get_member(root, "id2label", false, origin, &labels, err) != FERRY_OK)
+        return err->status;
+    if (labels) {
+        if (!cJSON_IsObject(labels) || cJSON_GetArraySize(labels) < 1 ||
+            cJSON_GetArraySize(labels) > MAX_LABELS)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'id2label' must be an object of 1 "
+                           "to %d labels", origin, MAX_LABELS);
+        *out = cJSON_GetArraySize(labels);
+        return FERRY_OK;
+    }
+    return json_get_int(root, "num_labels", false, 2, 1, MAX_LABELS, origin, out, err);
+}
+
+static ferry_status enc_read(const model_config *mc, enc_flavor flavor, enc_head head,
+                             const char *base_prefix, void **out, fy_err *err)
+{
+    const cJSON *r = mc->text;
+    const char *o = mc->text_origin;
+    enc *e = calloc(1, sizeof *e);
+    if (!e)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    e->flavor = flavor;
+    e->head = head;
+    e->base_prefix = base_prefix;
+    e->names = flavor == ENC_DISTILBERT ? &DISTILBERT_NAMES : &BERT_NAMES;
+    bool distil = flavor == ENC_DISTILBERT;
+    ferry_status st = FERRY_OK;
+#define INT(key, req, dflt, min, max, field)                                                \
+    if (st == FERRY_OK)                                                                     \
+        st = json_get_int(r, key, req, dflt, min, max, o, &e->field, err)
+    INT("vocab_size", true, 0, 1, MAX_VOCAB, vocab);
+    INT(distil ? "dim" : "hidden_size", true, 0, 1, MAX_HIDDEN, hidden);
+    INT(distil ? "n_layers" : "num_hidden_layers", true, 0, 1, MAX_LAYERS, n_layers);
+    INT(distil ? "n_heads" : "num_attention_heads", true, 0, 1, MAX_HEADS, n_heads);
+    INT(distil ? "hidden_dim" : "intermediate_size", true, 0, 1, MAX_HIDDEN * 16, intermediate);
+    INT("max_position_embeddings", true, 0, 1, MAX_POSITIONS, max_positions);
+    INT("pad_token_id", false, flavor == ENC_ROBERTA ? 1 : 0, 0, MAX_VOCAB, pad_token_id);
+    if (!distil)
+        INT("type_vocab_size", false, 2, 0, MAX_TYPES, type_vocab);
+#undef INT
+    e->eps = 1e-12; /* DistilBERT's LayerNorms are built with eps=1e-12 whatever the config */
+    if (st == FERRY_OK && !distil)
+        st = json_get_double(r, "layer_norm_eps", false, 1e-12, EPS_MIN, EPS_MAX, o, &e->eps,
+                             err);
+    if (st == FERRY_OK)
+        st = read_activation(r, distil ? "activation" : "hidden_act", o, e, err);
+    if (st == FERRY_OK && !distil)
+        st = refuse_variants(r, o, err);
+    if (st == FERRY_OK && head != HEAD_BASE)
+        st = read_num_labels(r, o, &e->num_labels, err);
+    if (st == FERRY_OK && e->hidden % e->n_heads != 0)
+        st = fy_fail(err, FERRY_ERR_FORMAT, "%s: %s %lld is not a multiple of %s %lld", o,
+                     distil ? "dim" : "hidden_size", (long long)e->hidden,
+                     distil ? "n_heads" : "num_attention_heads", (long long)e->n_heads);
+    /* RoBERTa's positions start after the padding index */
+    if (st == FERRY_OK && flavor == ENC_ROBERTA && e->pad_token_id + 2 > e->max_positions)
+        st = fy_fail(err, FERRY_ERR_FORMAT, "%s: max_position_embeddings %lld leaves no "
+                     "position after pad_token_id %lld (RoBERTa counts positions from it)", o,
+                     (long long)e->max_positions, (long long)e->pad_token_id);
+    if (st == FERRY_OK && e->pad_token_id >= e->vocab)
+        st = fy_fail(err, FERRY_ERR_FORMAT, "%s: pad_token_id %lld is outside the vocabulary "
+                     "(vocab_size %lld)", o, (long long)e->pad_token_id, (long long)e->vocab);
+    if (st != FERRY_OK) {
+        free(e);
+        return st;
+    }
+    *out = e;
+    return FERRY_OK;
+}
+
+static void enc_free(void *e)
+{
+    free(e);
+}
+
+/* `name` with the base model's prefix, as a printf format (the prefix holds no '%'). */
+static const char *prefixed(const enc *e, const char *name, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s%s", e->prefix, name);
+    return buf;
+}
+
+static bool has(const ckpt *ck, const char *prefix, const char *name)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s%s", prefix, name);
+    return ckpt_find(ck, buf) != NULL;
+}
+
+/* Where the base model's tensors are, and whether a base model has its pooler. A head's
+ * checkpoint keeps them under base_model_prefix; a base model's own has none, and a base model
+ * read out of a head's checkpoint has them under it. */
+static ferry_status enc_bind(void *hparams, const ckpt *ck, char *warning, size_t size,
+                             fy_err *err)
+{
+    enc *e = hparams;
+    char with[24];
+    snprintf(with, sizeof with, "%s.", e->base_prefix);
+    if (size > 0)
+        warning[0] = '\0';
+    bool bare = has(ck, "", e->names->word), under = has(ck, with, e->names->word);
+    bool head = e->head != HEAD_BASE;
+    snprintf(e->prefix, sizeof e->prefix, "%s", under && (head || !bare) ? with : "");
+    if (!bare && !under)
+        return fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '%s%s' is "
+                       "missing", ck->dir, head ? with : "", e->names->word);
+    /* RoBERTa's classifier reads the first token itself: a pooler there is not used */
+    e->pooler = e->names->pooler_w && e->head != HEAD_ROBERTA_CLASSIFIER &&
+                has(ck, e->prefix, e->names->pooler_w);
+    if (e->head == HEAD_BASE && e->names->pooler_w && !e->pooler)
+        snprintf(warning, size, "checkpoint %s has no pooler (%s%s): the export returns "
+                 "last_hidden_state alone (transformers would add a pooler of random weights)",
+                 ck->dir, e->prefix, e->names->pooler_w);
+    if (e->head == HEAD_BERT_CLASSIFIER && !e->pooler)
+        return fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '%s%s' is "
+                       "missing (the classifier reads the pooler's output)", ck->dir, e->prefix,
+                       e->names->pooler_w);
+    return FERRY_OK;
+}
+
+typedef struct enc_layer {
+    int q, k, v, o, q_b, k_b, v_b, o_b, attn_w, attn_b, up, up_b, down, down_b, out_w, out_b;
+} enc_layer;
+
+static ferry_status bind_layer(g_graph *g, ckpt *ck, const enc *e, int l, ferry_dtype dt,
+                               enc_layer *w, fy_err *err)
+{
+    const enc_names *n = e->names;
+    int64_t h = e->hidden, ff = e->intermediate;
+    char name[256];
+#define W(slot, fmt, d0, d1)                                                                \
+    do {                                                                                    \
+        w->slot = blk_weight(g, ck, prefixed(e, fmt, name, sizeof name), l, true, d0, d1,   \
+                             dt, err);                                                      \
+        if (err->status != FERRY_OK)                                                        \
+            return err->status;                                                             \
+    } while (0)
+    W(q, n->q, h, h);
+    W(q_b, n->q_b, h, 0);
+    W(k, n->k, h, h);
+    W(k_b, n->k_b, h, 0);
+    W(v, n->v, h, h);
+    W(v_b, n->v_b, h, 0);
+    W(o, n->o, h, h);
+    W(o_b, n->o_b, h, 0);
+    W(attn_w, n->attn_norm_w, h, 0);
+    W(attn_b, n->attn_norm_b, h, 0);
+    W(up, n->up, ff, h);
+    W(up_b, n->up_b, ff, 0);
+    W(down, n->down, h, ff);
+    W(down_b, n->down_b, h, 0);
+    W(out_w, n->out_norm_w, h, 0);
+    W(out_b, n->out_norm_b, h, 0);
+#undef W
+    return FERRY_OK;
+}
+
+/* [b, s, hidden] -> [b, s, heads, head_dim] */
+static int split_heads(g_graph *g, const char *name, int x, const enc *e)
+{
+    int64_t spec[4] = {0, 0, e->n_heads, e->hidden / e->n_heads};
+    return g_reshape_spec(g, name, x, 4, spec);
+}
+
+/* A scope of the base model: "/bert/encoder/layer.3" in a head's graph, "/encoder/layer.3" in
+ * a base model's (the module paths transformers gives them). */
+static void enc_scope(g_graph *g, const enc *e, const char *fmt, int l)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, fmt, l);
+    g_scope(g, "%s%s/%s", e->head == HEAD_BASE ? "" : "/", e->head == HEAD_BASE ? "" :
+            e->base_prefix, rel);
+}
+
+/* RoBERTa's positions: (cumsum(ids != pad) * (ids != pad)) + pad, as
+ * create_position_ids_from_input_ids computes them (padding tokens sit at the padding index). */
+static int roberta_positions(g_graph *g, const enc *e, int ids)
+{
+    int pad = g_const_i64(g, 1, &e->pad_token_id); /* [1]: torch's eq.Tensor takes no scalar */
+    int real = g_cast(g, "position_ids/Cast",
+                      g_unary(g, G_NOT, "position_ids/Not",
+                              g_binary(g, G_EQUAL, "position_ids/Equal", ids, pad)), FERRY_I64);
+    int counted = g_binary(g, G_MUL, "position_ids/Mul",
+                           g_cumsum(g, "position_ids/CumSum", real, 1), real);
+    return g_binary(g, G_ADD, "position_ids/Add", counted, pad);
+}
+
+static ferry_status enc_build(const void *hparams, ckpt *ck, const model_io *io, g_graph *g,
+                              fy_err *err)
+{
+    const enc *e = hparams;
+    const enc_names *n = e->names;
+    ferry_dtype dt = io->dtype;
+    int64_t h = e->hidden;
+    char name[256];
+    g_dim bs[2] = {io->batch, io->sequence};
+    int ids = g_input(g, "input_ids", FERRY_I64, 2, bs);
+    int mask = io->takes & FERRY_INPUT_ATTENTION_MASK
+                   ? g_input(g, "attention_mask", FERRY_I64, 2, bs) : G_NONE;
+    int types = io->takes & FERRY_INPUT_TOKEN_TYPE_IDS
+                    ? g_input(g, "token_type_ids", FERRY_I64, 2, bs) : G_NONE;
+    int positions = io->takes & FERRY_INPUT_POSITION_IDS
+                        ? g_input(g, "position_ids", FERRY_I64, 2, bs) : G_NONE;
+    /* what each gathers from: a call's values are checked against these (export.json) */
+    const int64_t bounds[4] = {e->vocab, 0, e->type_vocab, e->max_positions};
+    const int ins[4] = {ids, mask, types, positions};
+    for (int i = 0; i < 4; i++)
+        if (ins[i] != G_NONE && bounds[i] > 0)
+            g->values[ins[i]].bound = bounds[i];
+
+    int word = blk_weight(g, ck, prefixed(e, n->word, name, sizeof name), 0, true, e->vocab, h,
+                          dt, err);
+    int pos_table = blk_weight(g, ck, prefixed(e, n->position, name, sizeof name), 0, true,
+                               e->max_positions, h, dt, err);
+    int type_table = e->type_vocab > 0 ? blk_weight(g, ck, prefixed(e, n->token_type, name,
+                                                                    sizeof name),
+                                                    0, true, e->type_vocab, h, dt, err)
+                                       : G_NONE;
+    int ln_w = blk_weight(g, ck, prefixed(e, n->embed_norm_w, name, sizeof name), 0, true, h, 0,
+                          dt, err);
+    int ln_b = blk_weight(g, ck, prefixed(e, n->embed_norm_b, name, sizeof name), 0, true, h, 0,
+                          dt, err);
+    if (err->status != FERRY_OK)
+        return err->status;
+
+    enc_scope(g, e, "embeddings", 0);
+    int shape = g_shape_of(g, "input_shape", ids, 0, G_END);
+    int x = g_embedding(g, "word_embeddings", word, ids);
+    if (type_table != G_NONE) {
+        /* no token_type_ids: every token is of type 0, as the forward's zero buffer says */
+        if (types == G_NONE)
+            types = blk_like_ids(g, g_expand(g, "token_type_ids", g_scalar_i64(g, 0), shape),
+                                 bs);
+        x = g_binary(g, G_ADD, "Add", x, g_embedding(g, "token_type_embeddings", type_table,
+                                                     types));
+    }
+    if (positions == G_NONE)
+        positions = e->flavor == ENC_ROBERTA ? roberta_positions(g, e, ids)
+                                             : blk_positions_from_zero(g, shape, bs);
+    x = g_binary(g, G_ADD, "Add_1", x, g_embedding(g, "position_embeddings", pos_table,
+                                                   positions));
+    x = g_layer_norm(g, "LayerNorm", x, ln_w, ln_b, e->eps);
+    if (mask == G_NONE) {
+        enc_scope(g, e, "attention_mask", 0);
+        mask = blk_like_ids(g, g_expand(g, "ones", g_scalar_i64(g, 1), shape), bs);
+    }
+
+    int64_t hd = h / e->n_heads;
+    g_attn_opts ao = {.num_heads = e->n_heads, .num_kv_heads = e->n_heads, .head_dim = hd,
+                      .scale = 1.0 / sqrt((double)hd), .mask = G_MASK_PADDING,
+                      .cache = G_CACHE_NONE};
+    for (int l = 0; l < e->n_layers; l++) {
+        enc_layer w;
+        if (bind_layer(g, ck, e, l, dt, &w, err) != FERRY_OK)
+            return err->status;
+        enc_scope(g, e, n->scope_attn, l);
+        int q = split_heads(g, "query/Reshape", g_linear(g, e->flavor == ENC_DISTILBERT
+                                                               ? "q_lin" : "query", x, w.q, w.q_b),
+                            e);
+        int k = split_heads(g, "key/Reshape", g_linear(g, e->flavor == ENC_DISTILBERT
+                                                             ? "k_lin" : "key", x, w.k, w.k_b),
+                            e);
+        int v = split_heads(g, "value/Reshape", g_linear(g, e->flavor == ENC_DISTILBERT
+                                                               ? "v_lin" : "value", x, w.v, w.v_b),
+                            e);
+        int a = g_attention(g, "attn", q, k, v, mask, G_NONE, G_NONE, G_NONE, &ao, NULL, NULL);
+        enc_scope(g, e, n->scope_attn_out, l);
+        a = g_linear(g, e->flavor == ENC_DISTILBERT ? "out_lin" : "dense", a, w.o, w.o_b);
+        if (e->flavor == ENC_DISTILBERT)
+            enc_scope(g, e, n->scope_layer, l);
+        x = g_layer_norm(g, e->flavor == ENC_DISTILBERT ? "sa_layer_norm" : "LayerNorm",
+                         g_binary(g, G_ADD, "Add", a, x), w.attn_w, w.attn_b, e->eps);
+        enc_scope(g, e, n->scope_up, l);
+        int f = g_unary(g, e->act, "act", g_linear(g, e->flavor == ENC_DISTILBERT ? "lin1"
+                                                                                  : "dense",
+                                                   x, w.up, w.up_b));
+        enc_scope(g, e, n->scope_down, l);
+        f = g_linear(g, e->flavor == ENC_DISTILBERT ? "lin2" : "dense", f, w.down, w.down_b);
+        if (e->flavor == ENC_DISTILBERT)
+            enc_scope(g, e, n->scope_layer, l);
+        x = g_layer_norm(g, e->flavor == ENC_DISTILBERT ? "output_layer_norm" : "LayerNorm",
+                         g_binary(g, G_ADD, e->flavor == ENC_DISTILBERT ? "Add_1" : "Add", f, x),
+                         w.out_w, w.out_b, e->eps);
+    }
+    int pooled = G_NONE;
+    if (e->pooler) {
+        int pw = blk_weight(g, ck, prefixed(e, n->pooler_w, name, sizeof name), 0, true, h, h,
+                            dt, err);
+        int pb = blk_weight(g, ck, prefixed(e, n->pooler_b, name, sizeof name), 0, true, h, 0,
+                            dt, err);
+        if (err->status != FERRY_OK)
+            return err->status;
+        enc_scope(g, e, "pooler", 0);
+        int first = g_gather(g, "Gather", x, g_scalar_i64(g, 0), 1);
+        pooled = g_unary(g, G_TANH, "activation", g_linear(g, "dense", first, pw, pb));
+    }
+    g->scope[0] = '\0';
+    if (e->head == HEAD_BASE) {
+        g_output(g, x, "last_hidden_state");
+        if (pooled != G_NONE)
+            g_output(g, pooled, "pooler_output");
+    } else if (e->head == HEAD_BERT_CLASSIFIER) {
+        int cw = blk_weight(g, ck, "classifier.weight", 0, true, e->num_labels, h, dt, err);
+        int cb = blk_weight(g, ck, "classifier.bias", 0, true, e->num_labels, 0, dt, err);
+        if (err->status != FERRY_OK)
+            return err->status;
+        g_output(g, g_linear(g, "classifier", pooled, cw, cb), "logits");
+    } else {
+        int dw = blk_weight(g, ck, "classifier.dense.weight", 0, true, h, h, dt, err);
+        int db = blk_weight(g, ck, "classifier.dense.bias", 0, true, h, 0, dt, err);
+        int ow = blk_weight(g, ck, "classifier.out_proj.weight", 0, true, e->num_labels, h, dt,
+                            err);
+        int ob = blk_weight(g, ck, "classifier.out_proj.bias", 0, true, e->num_labels, 0, dt,
+                            err);
+        if (err->status != FERRY_OK)
+            return err->status;
+        g_scope(g, "/classifier");
+        int first = g_gather(g, "Gather", x, g_scalar_i64(g, 0), 1);
+        int d = g_unary(g, G_TANH, "Tanh", g_linear(g, "dense", first, dw, db));
+        g->scope[0] = '\0';
+        g_output(g, g_linear(g, "classifier/out_proj", d, ow, ob), "logits");
+    }
+    if (!g_ok(g))
+        return fy_fail(err, g->err.status, "%s", g->err.msg);
+    return FERRY_OK;
+}
+
+/* The longest sequence the position table covers (RoBERTa's start after the padding index). */
+static int64_t enc_max_sequence(const void *hparams)
+{
+    const enc *e = hparams;
+    return e->flavor == ENC_ROBERTA ? e->max_positions - e->pad_token_id - 1 : e->max_positions;
+}
+
+/* What the family's tokenizer returns: BERT's token types too (a second segment). */
+static unsigned enc_default_inputs(const void *hparams)
+{
+    const enc *e = hparams;
+    return FERRY_INPUT_IDS | FERRY_INPUT_ATTENTION_MASK |
+           (e->flavor == ENC_BERT ? FERRY_INPUT_TOKEN_TYPE_IDS : 0);
+}
+
+static const model_input BERT_INPUTS[] = {
+    {"input_ids", 2, {"batch", "sequence"}},
+    {"attention_mask", 2, {"batch", "sequence"}},
+    {"token_type_ids", 2, {"batch", "sequence"}},
+    {"position_ids", 2, {"batch", "sequence"}},
+};
+static const model_input DISTILBERT_INPUTS[] = {
+    {"input_ids", 2, {"batch", "sequence"}},
+    {"attention_mask", 2, {"batch", "sequence"}},
+};
+
+#define READER(fn, flavor, head, prefix)                                                    \
+    static ferry_status fn(const model_config *cfg, void **out, fy_err *err)                \
+    {                                                                                       \
+        return enc_read(cfg, flavor, head, prefix, out, err);                               \
+    }
+READER(bert_read, ENC_BERT, HEAD_BASE, "bert")
+READER(bert_classifier_read, ENC_BERT, HEAD_BERT_CLASSIFIER, "bert")
+READER(roberta_read, ENC_ROBERTA, HEAD_BASE, "roberta")
+READER(roberta_classifier_read, ENC_ROBERTA, HEAD_ROBERTA_CLASSIFIER, "roberta")
+READER(distilbert_read, ENC_DISTILBERT, HEAD_BASE, "distilbert")
+#undef READER
+
+#define ENCODER(arch_name, type, reader, out_class, ins)                                    \
+    {.architecture = arch_name, .model_type = type, .kind = MODEL_ENCODER,                  \
+     .output_class = out_class, .read = reader, .free_hparams = enc_free, .bind = enc_bind,   \
+     .build = enc_build, .inputs = ins, .n_inputs = sizeof ins / sizeof ins[0],             \
+     .default_inputs = enc_default_inputs, .max_sequence = enc_max_sequence}
+
+const model_arch model_bert = ENCODER("BertModel", "bert", bert_read, BASE_OUTPUT_POOLING,
+                                      BERT_INPUTS);
+const model_arch model_bert_classifier =
+    ENCODER("BertForSequenceClassification", "bert", bert_classifier_read, CLASSIFIER_OUTPUT,
+            BERT_INPUTS);
+const model_arch model_roberta = ENCODER("RobertaModel", "roberta", roberta_read,
+                                         BASE_OUTPUT_POOLING, BERT_INPUTS);
+const model_arch model_roberta_classifier =
+    ENCODER("RobertaForSequenceClassification", "roberta", roberta_classifier_read,
+            CLASSIFIER_OUTPUT, BERT_INPUTS);
+const model_arch model_xlm_roberta = ENCODER("XLMRobertaModel", "xlm-roberta", roberta_read,
+                                             BASE_OUTPUT_POOLING, BERT_INPUTS);
+const model_arch model_distilbert = ENCODER("DistilBertModel", "distilbert", distilbert_read,
+                                            BASE_OUTPUT, DISTILBERT_INPUTS);

@@ -1,0 +1,300 @@
+"""BERT-family encoders (BertModel, RobertaModel, XLMRobertaModel, DistilBertModel and the
+sequence-classification heads of BERT and RoBERTa) in every format, against transformers'
+eager model on the same random weights.
+
+Each family's export runs in its real runtime (onnxruntime standard and with onnxruntime's
+attention fusion, OpenVINO, torch.export.load) through ferry's ExportedModel, and its outputs
+(last_hidden_state at real positions, pooler_output, or a head's logits) equal eager's to 1e-4
+at fp32: batch 1, and batch 3 right-padded, sequences 1, 7 and 33; from fp32 and bf16
+checkpoints. transformers' own loader runs the exports too. What the families do not support
+fails with one line naming the key.
+"""
+
+import json
+import os
+import re
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, ferry_export, run_ferry
+
+ATOL = 1e-4
+VOCAB, MAX_POSITIONS = 96, 48
+SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             vocab_size=VOCAB, max_position_embeddings=MAX_POSITIONS)
+# name: (config class, model class, config overrides)
+FAMILIES = {
+    "bert": ("BertConfig", "BertModel", {}),
+    "bert-classifier": ("BertConfig", "BertForSequenceClassification", {"num_labels": 3}),
+    "roberta": ("RobertaConfig", "RobertaModel", {"pad_token_id": 1}),
+    "roberta-classifier": ("RobertaConfig", "RobertaForSequenceClassification",
+                           {"pad_token_id": 1, "num_labels": 2}),
+    "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaModel", {"pad_token_id": 1}),
+    "distilbert": ("DistilBertConfig", "DistilBertModel",
+                   {"dim": 32, "hidden_dim": 64, "n_layers": 2, "n_heads": 4}),
+}
+FORMATS = {
+    "onnx": ["--format", "onnx"],
+    "onnx-fused": ["--format", "onnx", "--ort-fusions", "cuda"],  # MultiHeadAttention; runs on cpu
+    "openvino": ["--format", "openvino"],
+    "pt2": ["--format", "pt2"],
+}
+SHAPES = [(1, 1), (1, 7), (3, 7), (3, 33)]
+
+
+def build(path, family, dtype=torch.float32, **extra):
+    import transformers
+
+    cfg_name, model_name, overrides = FAMILIES[family]
+    kwargs = dict(SMALL) if family != "distilbert" else {
+        "vocab_size": VOCAB, "max_position_embeddings": MAX_POSITIONS}
+    kwargs.update(overrides)
+    kwargs.update(extra)
+    torch.manual_seed(3)
+    model = getattr(transformers, model_name)(getattr(transformers, cfg_name)(**kwargs)).eval()
+    with torch.no_grad():  # weights far from their init, so that every one of them counts
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.to(dtype).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("encoders")
+    return {family: build(root / family, family) for family in FAMILIES}
+
+
+def eager(ckpt, feeds):
+    import transformers
+
+    model = transformers.AutoModel if "Classification" not in json.loads(
+        (ckpt / "config.json").read_text())["architectures"][0] else \
+        transformers.AutoModelForSequenceClassification
+    m = model.from_pretrained(ckpt, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return m(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+
+
+def feeds_for(family, batch, seq, seed=0):
+    """Token ids away from the padding index, a right-padded mask (row 1 loses a third, row 2
+    all but one token), and token types 1 over each row's second half (BERT's alone)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, VOCAB, (batch, seq), dtype=np.int64)
+    mask = np.ones((batch, seq), np.int64)
+    if batch > 1:
+        mask[1, seq - max(1, seq // 3):] = 0
+        mask[2, 1:] = 0
+    pad = 1 if "roberta" in family else 0
+    ids[mask == 0] = pad
+    out = {"input_ids": ids, "attention_mask": mask}
+    if family.startswith("bert"):
+        types = np.zeros_like(ids)
+        types[:, seq // 2:] = 1
+        out["token_type_ids"] = types
+    return out
+
+
+def assert_close(got, want, mask, what):
+    for name in ("last_hidden_state", "pooler_output", "logits"):
+        ref = getattr(want, name, None)
+        if ref is None:
+            continue
+        value = np.asarray(got[name], dtype=np.float32)
+        ref = ref.float().numpy()
+        assert value.shape == ref.shape, (what, name, value.shape, ref.shape)
+        if name == "last_hidden_state":
+            value, ref = value[mask.astype(bool)], ref[mask.astype(bool)]
+        diff = float(np.abs(value - ref).max())
+        assert diff <= ATOL, f"{what}: {name} max |d| {diff:.3g}"
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_encoder_matches_eager(checkpoints, tmp_path, family, fmt):
+    import ferry
+    import transformers.modeling_outputs as outputs
+
+    out = ferry_export(checkpoints[family], tmp_path / "out", "--dynamic", *FORMATS[fmt],
+                       "--quiet")
+    exported = ferry.ExportedModel.from_pretrained(out)
+    for batch, seq in SHAPES:
+        feeds = feeds_for(family, batch, seq)
+        got = exported(**feeds)
+        want = eager(checkpoints[family], feeds)
+        assert type(got) is type(want), (type(got), type(want))
+        assert isinstance(got, outputs.ModelOutput)
+        assert_close(got, want, feeds["attention_mask"], f"{family} {fmt} {batch}x{seq}")
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta-classifier", "distilbert"])
+def test_bf16_checkpoint_matches_eager(tmp_path, family):
+    """A bf16 checkpoint exports to fp32 weights (the default) that hold its values exactly."""
+    import ferry
+
+    ckpt = build(tmp_path / "ckpt", family, dtype=torch.bfloat16)
+    for fmt in ("onnx", "openvino", "pt2"):
+        out = ferry_export(ckpt, tmp_path / fmt, "--dynamic", "--format", fmt, "--quiet")
+        feeds = feeds_for(family, 3, 7)
+        assert_close(ferry.ExportedModel.from_pretrained(out)(**feeds), eager(ckpt, feeds),
+                     feeds["attention_mask"], f"bf16 {family} {fmt}")
+
+
+def test_inputs_and_their_defaults(checkpoints, tmp_path):
+    """BERT's tokenizer returns token types, RoBERTa's and DistilBERT's do not: each export
+    takes what its tokenizer returns. A call without token types is one of type 0 (the
+    forward's default); position_ids are an input only when asked, and then read."""
+    import ferry
+
+    def inputs(out):
+        meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+        return [i["name"] for i in meta["inputs"]]
+
+    bert = ferry_export(checkpoints["bert"], tmp_path / "bert", "--dynamic", "--quiet")
+    assert inputs(bert) == ["input_ids", "attention_mask", "token_type_ids"]
+    feeds = feeds_for("bert", 3, 7)
+    feeds.pop("token_type_ids")
+    assert_close(ferry.ExportedModel.from_pretrained(bert)(**feeds),
+                 eager(checkpoints["bert"], feeds), feeds["attention_mask"], "no token types")
+    for family in ("roberta", "distilbert"):
+        out = ferry_export(checkpoints[family], tmp_path / family, "--dynamic", "--quiet")
+        assert inputs(out) == ["input_ids", "attention_mask"]
+    with_positions = ferry_export(checkpoints["roberta"], tmp_path / "positions", "--dynamic",
+                                  "--inputs", "input_ids,attention_mask,position_ids",
+                                  "--quiet")
+    feeds = feeds_for("roberta", 1, 7)
+    feeds["position_ids"] = np.arange(2, 16, 2, dtype=np.int64)[None]  # stride 2
+    assert_close(ferry.ExportedModel.from_pretrained(with_positions)(**feeds),
+                 eager(checkpoints["roberta"], feeds), feeds["attention_mask"], "positions")
+
+
+def test_values_past_the_tables_are_refused(checkpoints, tmp_path):
+    """An id past the vocabulary, a token type past type_vocab_size, a sequence longer than the
+    position table: one FerryError each (OpenVINO's gather would read zeros)."""
+    import ferry
+
+    out = ferry_export(checkpoints["bert"], tmp_path / "ov", "--dynamic", "--format", "openvino",
+                       "--quiet")
+    exported = ferry.ExportedModel.from_pretrained(out)
+    feeds = feeds_for("bert", 1, 7)
+    for name, value, needle in [("input_ids", VOCAB, f"outside [0, {VOCAB - 1}]"),
+                                ("token_type_ids", 2, "outside [0, 1]")]:
+        bad = dict(feeds)
+        bad[name] = feeds[name].copy()
+        bad[name][0, 3] = value
+        with pytest.raises(ferry.FerryError, match=re.escape(f"{name} holds {value}, {needle}")):
+            exported(**bad)
+    with pytest.raises(ferry.FerryError, match=rf"takes 1 to {MAX_POSITIONS}"):
+        exported(**feeds_for("bert", 1, MAX_POSITIONS + 1))
+    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    assert meta["symbols"]["sequence"]["max"] == MAX_POSITIONS
+    # RoBERTa's positions start after its padding index: two fewer tokens fit
+    roberta = ferry_export(checkpoints["roberta"], tmp_path / "rob", "--dynamic", "--quiet")
+    meta = json.loads((roberta / "export.json").read_text())["components"]["model"]["metadata"]
+    assert meta["symbols"]["sequence"]["max"] == MAX_POSITIONS - 2
+
+
+def test_checkpoint_layouts(tmp_path):
+    """A base model stored under its head's prefix ("bert.") loads as transformers loads it;
+    one without a pooler exports last_hidden_state alone, and says so."""
+    import ferry
+    from safetensors.torch import load_file, save_file
+
+    ckpt = build(tmp_path / "prefixed", "bert")
+    weights = load_file(ckpt / "model.safetensors")
+    save_file({f"bert.{k}": v for k, v in weights.items()}, ckpt / "model.safetensors",
+              metadata={"format": "pt"})
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", "--quiet")
+    feeds = feeds_for("bert", 3, 7)
+    assert_close(ferry.ExportedModel.from_pretrained(out)(**feeds), eager(ckpt, feeds),
+                 feeds["attention_mask"], "prefixed")
+
+    import transformers
+
+    bare = tmp_path / "no-pooler"
+    torch.manual_seed(0)
+    transformers.BertModel(transformers.BertConfig(**SMALL),
+                           add_pooling_layer=False).save_pretrained(bare)
+    rc, _, err = run_ferry("export", bare, tmp_path / "bare", "--dynamic")
+    assert rc == 0, err
+    assert "has no pooler" in err and "last_hidden_state alone" in err, err
+    meta = json.loads((tmp_path / "bare" / "export.json").read_text())
+    assert [o["name"] for o in meta["components"]["model"]["metadata"]["outputs"]] == \
+        ["last_hidden_state"]
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("is_decoder", True, "is_decoder true"),
+    ("add_cross_attention", True, "add_cross_attention true"),
+    ("position_embedding_type", "relative_key", "position_embedding_type 'relative_key'"),
+    ("hidden_act", "swish", "hidden_act 'swish'"),
+])
+def test_unsupported_variants_fail_naming_the_key(checkpoints, tmp_path, key, value, needle):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(checkpoints["bert"], ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    config[key] = value
+    (ckpt / "config.json").write_text(json.dumps(config))
+    rc, _, err = run_ferry("export", ckpt, tmp_path / "out")
+    assert rc == 1 and needle in err and len(err.strip().splitlines()) == 1, (rc, err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_refusals_are_one_line(checkpoints, tmp_path):
+    for family, flags, needle in [
+        ("bert", ["--for-generation"], "BertModel is an encoder: it has no generation components"),
+        ("distilbert", ["--inputs", "input_ids,token_type_ids"],
+         "DistilBertModel has no input token_type_ids"),
+        ("bert", ["--example-shape", f"input_ids=1x{MAX_POSITIONS + 1}"],
+         f"longer than BertModel takes ({MAX_POSITIONS} positions"),
+        ("bert", ["--dim", "input_ids:1=seq:1:1000"], f"past the {MAX_POSITIONS} positions"),
+    ]:
+        rc, _, err = run_ferry("export", checkpoints[family], tmp_path / "out", *flags)
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, (flags, err)
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino", "pt2"])
+def test_transformers_loader_runs_encoder_exports(checkpoints, tmp_path, fmt):
+    """transformers' ExportedModel.from_pretrained(dir)(**tokenizer_output), the guide's call,
+    returns the family's output class with eager's values."""
+    from transformers.exporters import ExportedModel as HfExportedModel
+
+    flags = ["--format", fmt] + (["--model-output"] if fmt == "pt2" else [])
+    out = ferry_export(checkpoints["bert"], tmp_path / "out", "--dynamic", *flags, "--quiet")
+    kwargs = {"onnx": {}, "openvino": {"config": {"INFERENCE_PRECISION_HINT": "f32"}},
+              "pt2": {"trust_remote_code": True}}[fmt]
+    loaded = HfExportedModel.from_pretrained(out, device="cpu", **kwargs)
+    feeds = feeds_for("bert", 3, 7)
+    got = loaded(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+    want = eager(checkpoints["bert"], feeds)
+    assert type(got).__name__ == type(want).__name__
+    assert_close({k: got[k].numpy() for k in ("last_hidden_state", "pooler_output")}, want,
+                 feeds["attention_mask"], f"transformers' loader, {fmt}")
+
+
+def test_inspect_names_the_output_class(checkpoints, tmp_path):
+    out = ferry_export(checkpoints["roberta-classifier"], tmp_path / "out", "--dynamic",
+                       "--format", "pt2", "--model-output", "--quiet")
+    rc, stdout, _ = run_ferry("inspect", out)
+    assert rc == 0 and "transformers' SequenceClassifierOutput (.logits;" in stdout, stdout
+    assert "example inputs: in the archive" in stdout, stdout
+
+
+def test_validate_says_encoders_are_not_validated_yet(checkpoints, tmp_path):
+    """Validation compares a causal LM's logits position by position; an encoder's outputs
+    are not compared yet, and `ferry validate` says so (exit 3, cannot validate) rather than
+    comparing a classifier's logits as a vocabulary's."""
+    env = {"FERRY_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
+    for family, cls in (("bert", "BaseModelOutputWithPoolingAndCrossAttentions"),
+                        ("roberta-classifier", "SequenceClassifierOutput")):
+        out = ferry_export(checkpoints[family], tmp_path / family, "--dynamic", "--quiet")
+        rc, stdout, stderr = run_ferry("validate", out, "--model", checkpoints[family],
+                                       "--no-record", env=env)
+        assert rc == 3 and stdout == "" and f"returns {cls}" in stderr, (stdout, stderr)
+        assert "encoders are not validated yet" in stderr and len(stderr.splitlines()) == 1
