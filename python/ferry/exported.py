@@ -82,15 +82,14 @@ class ExportedModel:
     @classmethod
     def from_pretrained(cls, path, subfolder=None, device=None):
         """Loads the export in `path` (a directory, or a local hub cache id; `subfolder` for an
-        export kept beside the model's weights), to run on `device` (see to()). Every file is
-        read once and compared with the CRC-32 the export recorded: a file swapped for another
-        of the same size, or edited in place, is refused naming it."""
+        export kept beside the model's weights), to run on `device` (see to()). Each time a
+        runtime opens the programs (the first call, runners, .program), every file is read and
+        compared with the CRC-32 the export recorded: a file swapped for another of the same
+        size, or edited in place, is refused naming it."""
         raw = _c_bytes(path, "path")
         sub = _c_bytes(subfolder, "subfolder") if subfolder else None
         handle = _P()
         status = _c().ferry_exported_load(raw, sub, ctypes.byref(handle))
-        if not status:
-            status = _c().ferry_exported_verify(handle)
         if status:
             message = _str(_c().ferry_exported_errmsg(handle)) if handle else None
             _c().ferry_exported_free(handle)
@@ -225,11 +224,18 @@ class ExportedModel:
         return json.loads(_str(_c().ferry_exported_manifest(self._live("read its manifest"))))
 
     def _saved_directory(self):
-        """The directory the export's files are in; a fresh export is saved aside to a
-        temporary one first (kept until close())."""
+        """The directory the export's files are in; a loaded export's files are checked
+        against their recorded CRC-32s just before a runtime opens them (a file replaced since
+        the load is refused); a fresh export is saved aside to a temporary one first (kept
+        until close()), and runs the files this process wrote."""
         if self.directory is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="ferry-")
             self.save_pretrained(Path(self._tmp.name) / "export")
+        if self._model is None:  # loaded, not exported here
+            handle = self._live("open its files")
+            status = _c().ferry_exported_verify(handle)
+            if status:
+                _fail(status, _str(_c().ferry_exported_errmsg(handle)))
         return Path(self.directory)
 
     @property

@@ -268,9 +268,18 @@ def openvino_compiled(path, precision, device=None, metadata=None):
     core = openvino.Core()
     model = openvino_model(path, metadata, core)
     name = openvino_device(device)
+    config = openvino_compile_config(precision)
+    if isinstance(metadata, dict) and "precision" in metadata:  # ferry's: its rt_info says too
+        key = ["runtime_options", "INFERENCE_PRECISION_HINT"]
+        hint = model.get_rt_info(key).astype(str) if model.has_rt_info(key) else None
+        if hint != config.get("INFERENCE_PRECISION_HINT"):
+            raise FerryError(f"{_escape(str(path))}: export.json's precision "
+                             f"{_escape(str(precision))} is not the program's (its rt_info "
+                             f"asks {_escape(hint) if hint else 'no inference precision'}): "
+                             "export.json was edited", status=3)
     # a model that reads but does not compile here: a device or op this OpenVINO lacks
     with program_errors(path, "openvino", status=4):
-        return core.compile_model(model, name, openvino_compile_config(precision))
+        return core.compile_model(model, name, config)
 
 
 def checked_program(path, device, metadata=None):

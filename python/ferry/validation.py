@@ -160,6 +160,80 @@ def _precision(manifest):
     return meta.get("precision", "fp32")
 
 
+_ONNX_FLOATS = {1: "fp32", 10: "fp16", 16: "bf16"}
+_ONNX_BITS = {2: 8, 3: 8, 21: 4, 22: 4}  # uint8, int8, uint4, int4
+_OV_FLOATS = {"f32": "fp32", "f16": "fp16", "bf16": "bf16"}
+_OV_BITS = {"u8": 8, "i8": 8, "u4": 4, "i4": 4}
+
+
+def _onnx_holds(path):
+    """(float weights' dtype by element count, quantized weight bits or 0) of an ONNX program,
+    from its graph alone (external data is not read)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    floats, bits = {}, 0
+    quantized_inputs = {n.input[0] for n in model.graph.node
+                        if n.op_type in ("MatMulNBits", "DequantizeLinear", "GatherBlockQuantized")}
+    for node in model.graph.node:
+        if node.op_type in ("MatMulNBits", "GatherBlockQuantized"):
+            bits = max(bits, next((a.i for a in node.attribute if a.name == "bits"), 4))
+    for t in model.graph.initializer:
+        count = 1
+        for d in t.dims:
+            count *= d
+        if t.name in quantized_inputs and t.data_type in _ONNX_BITS:
+            bits = max(bits, _ONNX_BITS[t.data_type])
+        elif t.data_type in _ONNX_FLOATS and len(t.dims) >= 2:
+            floats[_ONNX_FLOATS[t.data_type]] = floats.get(_ONNX_FLOATS[t.data_type], 0) + count
+    return (max(floats, key=floats.get) if floats else None), bits
+
+
+def _openvino_holds(path):
+    """The same of an OpenVINO IR, from its Constant layers."""
+    import openvino
+
+    model = openvino.Core().read_model(str(path))
+    floats, bits = {}, 0
+    for op in model.get_ops():
+        if op.get_type_name() != "Constant":
+            continue
+        kind, shape = op.get_element_type().get_type_name(), op.get_output_shape(0)
+        count = 1
+        for d in shape:
+            count *= d
+        if kind in _OV_BITS and len(shape) >= 2:
+            bits = max(bits, _OV_BITS[kind])
+        elif kind in _OV_FLOATS and len(shape) >= 2:
+            floats[_OV_FLOATS[kind]] = floats.get(_OV_FLOATS[kind], 0) + count
+    return (max(floats, key=floats.get) if floats else None), bits
+
+
+def _check_claims(fmt, directory, manifest):
+    """Validation's bound follows the precision and quantization export.json claims: refuses a
+    claim its programs' weights do not hold (ONNX and OpenVINO; a claim of a looser precision
+    or of quantization would loosen the bound over other weights)."""
+    holds = {"onnx": _onnx_holds, "openvino": _openvino_holds}.get(fmt)
+    if holds is None:
+        return
+    for name, component in manifest["components"].items():
+        meta = component.get("metadata") or {}
+        if "precision" not in meta:  # transformers' export: it records its own
+            continue
+        config = meta.get("export_config") or {}
+        bits = int((config.get("quantizer") or {}).get("bits") or 0)
+        dtype = "fp16" if config.get("compress_to_fp16") else meta.get("precision")
+        path = Path(directory) / component["file"]
+        held_dtype, held_bits = holds(path)
+        # a quantized export's float weights are its scales, norms and unquantized tables
+        if held_bits != bits or (held_dtype is not None and held_dtype != dtype and not bits):
+            said = f"{dtype}{f', int{bits} weights' if bits else ''}"
+            held = f"{held_dtype}{f', int{held_bits} weights' if held_bits else ''}"
+            raise FerryError(f"component {_escape(name)} ({_escape(component['file'])}): "
+                             f"export.json says {said}, the program holds {held} weights: "
+                             "export.json was edited", status=1)
+
+
 def _reference_checkpoint(manifest, model, revision):
     """(checkpoint, revision, shown): --model, else export.json's recorded source: the
     directory it was read from when it still exists, else the hub id as given."""
@@ -275,6 +349,7 @@ def validate(export_dir, model=None, atol=None, *, min_top1=None, revision=None,
         _require_runtime(fmt)
         checkpoint, ref_revision, shown = _reference_checkpoint(manifest, model, revision)
         run, runtime = runs.run_export(loaded, manifest)
+        _check_claims(fmt, directory, manifest)  # the programs ran: each can be read
         reference = runs.load_reference(checkpoint, ref_revision)
         want = runs.reference_logits(reference, run.input_ids, run.attention_mask,
                                      run.positions)

@@ -127,6 +127,11 @@ ferry_status manifest_check_program(const char *dir, const char *comp, const cha
  * by another of the same size, a graph edited in place). */
 ferry_status manifest_record_sizes(cJSON *m, const char *dir, const be_written *written,
                                    fy_err *err);
+/* A component's metadata "cache" (manifest_cache.c): each pair joins one layer's same cache
+ * tensor (past_key_values.L.key -> present.L.key, and the in-place and torch spellings), every
+ * layer's key and value once, and where the tensors are the program's inputs and outputs their
+ * shapes and dtypes are the cache's. Errors name export.json, the component and the pair. */
+ferry_status manifest_check_cache(const cJSON *comp, const char *dir, fy_err *err);
 /* Reads every file of every component of export.json `m` (manifest_validate passed) and
  * compares its CRC-32 with the one "crc32" records; a component without "crc32" (an export
  * by an older ferry, or transformers') is not read. A file read once serves every component

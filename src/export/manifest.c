@@ -629,6 +629,108 @@ ferry_status manifest_check_components(const cJSON *comps, const char *dir, fy_e
     return FERRY_OK;
 }
 
+/* Where export.json records CRCs (a ferry that writes them wrote it), they cover every file
+ * the programs read: each component's file, data files and role are the ones the format's
+ * writer gives it (its `files` hook, over the components in their order; ferry gives each
+ * the role of its name). A data file left out of export.json would escape the CRC check while
+ * its program still read it (an .xml the .bin beside it, an .onnx the external data it names).
+ * An export without CRCs (an older ferry's) is taken on its sizes, as before. */
+static ferry_status check_layout(const cJSON *comps, const fb_backend *b, const char *dir,
+                                 fy_err *err)
+{
+    be_component want[EXP_MAX_COMPONENTS];
+    int n = 0, with_crc = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, comps) {
+        want[n] = (be_component){.name = c->string};
+        with_crc += cJSON_GetObjectItemCaseSensitive(c, "crc32") != NULL;
+        n++;
+    }
+    if (with_crc == 0)
+        return FERRY_OK;
+    if (with_crc < n)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'crc32' is recorded for some "
+                       "components and not others: export.json was edited", dir);
+    if (b->files(want, n, err) != FERRY_OK)
+        return err->status;
+    n = 0;
+    cJSON_ArrayForEach(c, comps) {
+        const be_component *w = &want[n++];
+        char qcomp[ST_QUOTE_MAX], what[600];
+        st_quote_name(c->string, qcomp, sizeof qcomp);
+        const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "role"));
+        if (strcmp(role, c->string) != 0) {
+            char qrole[ST_QUOTE_MAX];
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' has role "
+                           "'%s', where ferry gives it the role '%s' (its name): export.json "
+                           "was edited", dir, qcomp, st_quote_name(role, qrole, sizeof qrole),
+                           qcomp);
+        }
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(c, "data_files");
+        bool same = strcmp(cJSON_GetObjectItemCaseSensitive(c, "file")->valuestring, w->file) == 0 &&
+                    cJSON_GetArraySize(data) == w->n_data_files;
+        for (int k = 0; same && k < w->n_data_files; k++)
+            same = strcmp(cJSON_GetArrayItem(data, k)->valuestring, w->data_files[k]) == 0;
+        if (same)
+            continue;
+        int len = snprintf(what, sizeof what, "'%s'", w->file);
+        for (int k = 0; k < w->n_data_files && len > 0 && (size_t)len < sizeof what; k++)
+            len += snprintf(what + len, sizeof what - (size_t)len, " and '%s'", w->data_files[k]);
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' names other "
+                       "files than the %s writer gives it (%s, which its program reads): "
+                       "export.json was edited", dir, qcomp, b->name, what);
+    }
+    return FERRY_OK;
+}
+
+/* A component's "precision" (which the runners compile with) is the dtype its export_config
+ * records, one of ferry's three. */
+static ferry_status check_precision(const cJSON *md, const char *dir, const char *comp,
+                                    fy_err *err)
+{
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(md, "precision");
+    if (!p)
+        return FERRY_OK;
+    const char *dtype = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(md, "export_config"), "dtype"));
+    const char *pr = cJSON_GetStringValue(p);
+    bool known = pr && (!strcmp(pr, "fp32") || !strcmp(pr, "fp16") || !strcmp(pr, "bf16"));
+    if (known && dtype && strcmp(pr, dtype) == 0)
+        return FERRY_OK;
+    char q[ST_QUOTE_MAX];
+    return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'precision' must be "
+                   "fp32, fp16 or bf16, the dtype its export_config records: export.json was "
+                   "edited", dir, st_quote_name(comp, q, sizeof q));
+}
+
+/* An OpenVINO component's "stateful": its cache in the model's variables, fed beam_idx and no
+ * cache input; else none. The runners build a stateful model's calls from it. */
+static ferry_status check_stateful(const cJSON *c, const char *dir, fy_err *err)
+{
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
+    const cJSON *stateful = cJSON_GetObjectItemCaseSensitive(md, "stateful");
+    if (!stateful)
+        return FERRY_OK;
+    bool beam = false, cache_input = false;
+    const cJSON *in;
+    cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(md, "inputs")) {
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(in, "name"));
+        beam |= name && strcmp(name, "beam_idx") == 0;
+        cache_input |= name && strncmp(name, "past_key_values", 15) == 0;
+    }
+    bool has_cache = cJSON_GetObjectItemCaseSensitive(md, "cache") != NULL;
+    bool says = cJSON_IsTrue(stateful);
+    if (!cJSON_IsBool(stateful) || (says && (!beam || cache_input || !has_cache)) ||
+        (!says && beam)) {
+        char q[ST_QUOTE_MAX];
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'stateful' is "
+                       "%s, and its inputs say otherwise (a stateful model takes beam_idx and "
+                       "no cache input)", dir, st_quote_name(c->string, q, sizeof q),
+                       says ? "true" : "false");
+    }
+    return FERRY_OK;
+}
+
 ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exported *e,
                                fy_err *err)
 {
@@ -710,7 +812,8 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
                                    !e->sizes_unchecked, err) != FERRY_OK)
             return err->status;
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
-        if (md && tf_check_metadata(md, dir, c->string, err) != FERRY_OK)
+        if (md && (tf_check_metadata(md, dir, c->string, err) != FERRY_OK ||
+                   check_precision(md, dir, c->string, err) != FERRY_OK))
             return err->status;
         const char *first_data = NULL;
         cJSON_ArrayForEach(d, data) {
@@ -728,7 +831,13 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         ec->data_file = first_data ? strdup(first_data) : NULL;
         if (!ec->name || !ec->role || !ec->file || (first_data && !ec->data_file))
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+        if (manifest_check_cache(c, dir, err) != FERRY_OK ||
+            check_stateful(c, dir, err) != FERRY_OK)
+            return err->status;
     }
+    /* read to be replaced (--force): its names alone matter */
+    if (!e->sizes_unchecked && check_layout(comps, b, dir, err) != FERRY_OK)
+        return err->status;
     /* onnxruntime-genai's config, the one name it may have */
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");
     const cJSON *ogc = cJSON_GetObjectItemCaseSensitive(og, "config");

@@ -637,6 +637,13 @@ ferry_status exp_load(const char *dir, const char *subfolder, bool check_sizes,
         return err->status;
     if (manifest_validate(e->manifest, path, e, err) != FERRY_OK)
         return err->status;
+    /* The directory checked, not its name: the runtimes open the files later, perhaps after
+     * the working directory changed, and must open these files. */
+    char *real = realpath(path, NULL);
+    if (real) {
+        free(e->dir);
+        e->dir = real;
+    }
     if (!(e->manifest_text = cJSON_Print(e->manifest)))
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     provenance_note_dir(e);

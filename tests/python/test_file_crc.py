@@ -1,6 +1,7 @@
 """Every file of an export is the one the export wrote: export.json records each component
-file's CRC-32 ("crc32"), taken as the bytes went out, and ExportedModel.from_pretrained,
-`ferry inspect --verify` and `ferry validate` read the files against it.
+file's CRC-32 ("crc32"), taken as the bytes went out, and a loaded ExportedModel (each time a
+runtime opens its programs), `ferry inspect --verify` and `ferry validate` read the files
+against it.
 
 A hostile review swapped a weight file for another export's of the same size, swapped two
 inputs of an ONNX node, moved an OpenVINO Const's offset and edited a .pt2's weights with the
@@ -65,10 +66,12 @@ def copy(src, tmp_path):
 
 
 def load_error(out):
+    """The error of loading `out` and calling it: the files are read against their CRCs
+    when the runtime is about to open them."""
     import ferry
 
     with pytest.raises(ferry.FerryError) as caught:
-        ferry.ExportedModel.from_pretrained(out)
+        ferry.ExportedModel.from_pretrained(out)(input_ids=IDS, attention_mask=np.ones_like(IDS))
     message = str(caught.value)
     assert "\n" not in message, message
     return message

@@ -219,7 +219,9 @@ def test_component_program_errors_are_ferry_errors(exports, tmp_path):
 
 
 def test_openvino_state_other_than_manifest(ckpts, tmp_path):
-    """A stateful IR's cache is its variables: one per pair export.json's cache lists."""
+    """A stateful IR's cache is its variables: one per pair export.json's cache lists. A pair
+    naming another layer is refused when export.json is read; one consistent with the cache's
+    own layers but not the program's variables, when the program is compiled."""
     import ferry
 
     out = ferry_export(ckpts("llama"), tmp_path / "gen", "--format", "openvino", "--dynamic",
@@ -229,6 +231,17 @@ def test_openvino_state_other_than_manifest(ckpts, tmp_path):
     assert component["metadata"]["stateful"] is True
     component["metadata"]["cache"]["pairs"][0]["input"] = "past_key_values.9.key"
     (out / "export.json").write_text(json.dumps(manifest))
+    with pytest.raises(ferry.FerryError, match=r"cache pair 0 joins 'past_key_values\.9\.key' "
+                       r"to 'present\.0\.key'"):
+        ferry.ExportedModel.from_pretrained(out)
+    cache = component["metadata"]["cache"]
+    cache["pairs"][0]["input"] = "past_key_values.0.key"
+    cache["layers"] += 1
+    for kind in ("key", "value"):
+        cache["pairs"].append({"input": f"past_key_values.{cache['layers'] - 1}.{kind}",
+                               "output": f"present.{cache['layers'] - 1}.{kind}",
+                               "in_place": False})
+    (out / "export.json").write_text(json.dumps(manifest))
     with pytest.raises(ferry.FerryError, match=r"openvino_model\.xml: the program's state "
-                       r"variables are .*past_key_values\.9\.key"):
+                       r"variables are .*past_key_values\.2\.key"):
         ferry.ExportedModel.from_pretrained(out).generate(IDS[:, :4], max_new_tokens=2)
