@@ -157,9 +157,8 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, 
     return FERRY_OK;
 }
 
-ferry_status exp_bound_sequence(const ferry_export_config *cfg, const model_arch *arch,
-                                const void *hparams, g_dim sequence, g_symtab *syms,
-                                fy_err *err)
+ferry_status exp_bound_sequence(const model_arch *arch, const void *hparams, g_dim sequence,
+                                g_symtab *syms, fy_err *err)
 {
     int64_t cap = arch->max_sequence ? arch->max_sequence(hparams) : 0, extent;
     if (cap <= 0)
@@ -171,7 +170,6 @@ ferry_status exp_bound_sequence(const ferry_export_config *cfg, const model_arch
                            (long long)extent, arch->architecture, (long long)cap);
         return FERRY_OK;
     }
-    (void)cfg;
     if (sequence.n != 1 || sequence.c != 0 || sequence.t[0].coef != 1)
         return FERRY_OK;
     g_sym *s = &syms->s[sequence.t[0].sym];

@@ -144,7 +144,7 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     g_dim axes[2];
     int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;
     if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, &syms[0], axes, err) != FERRY_OK ||
-        exp_bound_sequence(&c->cfg, m->arch, m->hparams, axes[1], &syms[0], err) != FERRY_OK)
+        exp_bound_sequence(m->arch, m->hparams, axes[1], &syms[0], err) != FERRY_OK)
         goto fail;
     for (int i = 1; i < GEN_MAX_COMPONENTS; i++)
         syms[i] = syms[0];

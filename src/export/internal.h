@@ -148,9 +148,8 @@ unsigned exp_plain_inputs(const ferry_export_config *cfg);
 /* Stops the sequence axis `sequence` at the model's longest sequence (arch->max_sequence): a
  * symbol's max becomes it where unbounded; a larger max, or a static or example extent past
  * it, is refused naming the bound. */
-ferry_status exp_bound_sequence(const ferry_export_config *cfg, const model_arch *arch,
-                                const void *hparams, g_dim sequence, g_symtab *syms,
-                                fy_err *err);
+ferry_status exp_bound_sequence(const model_arch *arch, const void *hparams, g_dim sequence,
+                                g_symtab *syms, fy_err *err);
 /* Refuses `takes` naming an input `arch` does not have, naming it and the model's inputs. */
 ferry_status exp_check_model_inputs(const model_arch *arch, unsigned takes, fy_err *err);
 /* Refuses inputs bits that name no input or leave out input_ids (0, the default, passes). */

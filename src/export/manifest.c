@@ -667,8 +667,8 @@ static ferry_status check_layout(const cJSON *comps, const fb_backend *b, const 
                            qcomp);
         }
         const cJSON *data = cJSON_GetObjectItemCaseSensitive(c, "data_files");
-        bool same = strcmp(cJSON_GetObjectItemCaseSensitive(c, "file")->valuestring, w->file) == 0 &&
-                    cJSON_GetArraySize(data) == w->n_data_files;
+        const char *file = cJSON_GetObjectItemCaseSensitive(c, "file")->valuestring;
+        bool same = strcmp(file, w->file) == 0 && cJSON_GetArraySize(data) == w->n_data_files;
         for (int k = 0; same && k < w->n_data_files; k++)
             same = strcmp(cJSON_GetArrayItem(data, k)->valuestring, w->data_files[k]) == 0;
         if (same)

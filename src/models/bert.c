@@ -26,7 +26,8 @@
 #define EPS_MIN 1e-15
 #define EPS_MAX 1.0
 
-#define BASE_OUTPUT_POOLING "transformers.modeling_outputs.BaseModelOutputWithPoolingAndCrossAttentions"
+#define BASE_OUTPUT_POOLING                                                                 \
+    "transformers.modeling_outputs.BaseModelOutputWithPoolingAndCrossAttentions"
 #define BASE_OUTPUT "transformers.modeling_outputs.BaseModelOutput"
 #define CLASSIFIER_OUTPUT "transformers.modeling_outputs.SequenceClassifierOutput"
 
