@@ -87,6 +87,81 @@ def example_prompt(manifest, first, vocab, cap=None):
     return ids, mask, position_ids(mask)
 
 
+# the encoders ferry exports, by architecture: transformers' class of each (export.json is not
+# trusted to name another)
+ENCODERS = {"BertModel": "AutoModel", "RobertaModel": "AutoModel",
+            "XLMRobertaModel": "AutoModel", "DistilBertModel": "AutoModel",
+            "BertForSequenceClassification": "AutoModelForSequenceClassification",
+            "RobertaForSequenceClassification": "AutoModelForSequenceClassification"}
+
+
+def is_encoder(manifest):
+    meta = (manifest.get("components", {}).get("model") or {}).get("metadata") or {}
+    return bool(meta.get("output_class"))
+
+
+def encoder_example(manifest):
+    """Inputs of the encoder's "model", as its metadata declares them: ids within their
+    value_range, a right-padded mask (row 1 of a batch of 2 loses a third), token types 1 over
+    the second half, positions 0, 1, ...: int64 [batch, sequence]."""
+    meta = manifest["components"]["model"]["metadata"]
+    inputs = {i["name"]: i for i in meta["inputs"]}
+    dims = inputs["input_ids"]["shape"]
+    batch = _size(dims[0], meta.get("symbols", {}), BATCH)
+    length = _size(dims[1], meta.get("symbols", {}), SEQUENCE)
+    high = (inputs["input_ids"].get("value_range") or [0, 1])[1]
+    rng = np.random.default_rng(SEED)
+    ids = rng.integers(min(3, high), high + 1, size=(batch, length), dtype=np.int64)
+    mask = np.ones_like(ids)
+    if batch > 1 and length > 1:
+        mask[1, length - max(1, length // 3):] = 0
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in inputs:
+        types = np.zeros_like(ids)
+        types[:, length // 2:] = min(1, (inputs["token_type_ids"].get("value_range") or [0, 0])[1])
+        feeds["token_type_ids"] = types
+    if "position_ids" in inputs:
+        feeds["position_ids"] = np.broadcast_to(np.arange(length), ids.shape).copy()
+    return {k: v for k, v in feeds.items() if k in inputs}, mask
+
+
+def run_encoder(loaded, manifest):
+    """The encoder's "model" on its example on the CPU -> (feeds, mask, {output: float32},
+    runtime name)."""
+    fmt = check_format(manifest)
+    if fmt in ("onnx", "openvino"):
+        _read_program_files(fmt, loaded.directory, manifest["components"])
+    feeds, mask = encoder_example(manifest)
+    with _cannot_run(RUNTIMES[fmt]):
+        loaded.to("cpu")
+        out = loaded(**feeds)
+    return feeds, mask, {k: np.asarray(out[k], dtype=np.float32) for k in out.keys()}, \
+        RUNTIMES[fmt]
+
+
+def reference_encoder(checkpoint, architecture, feeds, revision=None):
+    """transformers' eager float32 outputs of the encoder {name: array} for `feeds`."""
+    import torch
+    import transformers
+
+    auto = ENCODERS.get(architecture)
+    if auto is None:
+        raise CannotValidate(f"{_escape(architecture)} is not an encoder ferry validates",
+                             status=4)
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        model = getattr(transformers, auto).from_pretrained(
+            checkpoint, revision=revision, dtype=torch.float32, attn_implementation="eager",
+            local_files_only=True).eval()
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FerryError(f"transformers cannot load the reference checkpoint "
+                         f"{_escape(checkpoint)}: {_escape(first)}", status=2) from None
+    with torch.no_grad():
+        out = model(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+    return {k: v.float().numpy() for k, v in out.items() if isinstance(v, torch.Tensor)}
+
+
 def vocab_size(manifest, first, export_dir):
     """The last dim of the logits, from export.json, else config.json's vocab_size."""
     meta = manifest["components"][first]["metadata"]
@@ -94,13 +169,9 @@ def vocab_size(manifest, first, export_dir):
         dims = [None]
     else:
         dims = next((o["shape"] for o in meta["outputs"] if o["name"] == "logits"), None)
-    if dims is None or meta.get("output_class"):
-        named = meta.get("output_class") or ""
-        raise CannotValidate(f"component {_escape(first)} returns "
-                             f"{_escape(named.rsplit('.', 1)[-1] or 'no logits')}: validation "
-                             "compares a causal LM's logits, and encoders are not validated "
-                             "yet (compare with transformers' AutoModel as "
-                             "tests/python/test_encoders.py does)", status=4)
+    if dims is None:
+        raise CannotValidate(f"component {_escape(first)} has no logits output to validate",
+                             status=4)
     if isinstance(dims[-1], int):
         return dims[-1]
     config = json.loads((Path(export_dir) / "config.json").read_text())

@@ -303,6 +303,61 @@ def _compare(run, want, tolerance, min_top1):
     return checks
 
 
+def _validate_encoder(loaded, manifest, model, atol, min_top1, revision, record):
+    """An encoder's outputs (last_hidden_state at the real positions, pooler_output, a head's
+    logits) against transformers' eager model on the same example, each within the
+    precision's bound grown with its largest eager value, as the logits' is."""
+    import numpy as np
+
+    from . import _validation_runs as runs
+
+    fmt = runs.check_format(manifest)
+    if _quantizer(manifest):
+        raise CannotValidate("a quantized encoder is not validated yet: its outputs have no "
+                             "top-1 token to agree on", status=4)
+    if min_top1 is not None:
+        raise OptionMismatch("--min-top1 applies to quantized exports only; this one is "
+                             "checked against an absolute bound: use --atol", status=1)
+    precision = _precision(manifest)
+    _require_runtime(fmt)
+    checkpoint, ref_revision, shown = _reference_checkpoint(manifest, model, revision)
+    feeds, mask, got, runtime = runs.run_encoder(loaded, manifest)
+    _check_claims(fmt, loaded.directory, manifest)
+    want = runs.reference_encoder(checkpoint, manifest.get("architecture"), feeds, ref_revision)
+    checks = []
+    for name, value in got.items():
+        ref = want.get(name)
+        if ref is None or ref.shape != value.shape:
+            checks.append(OutputCheck(name, float("inf"), 0, 0.0, 0.0, note="eager has no "
+                                      f"such output" if ref is None else
+                                      f"shape {list(value.shape)}, eager {list(ref.shape)}"))
+            continue
+        if name == "last_hidden_state":
+            value, ref = value[mask == 1], ref[mask == 1]
+        bound = ATOL.get(precision, ATOL["bf16"]) if atol is None else float(atol)
+        if atol is None:
+            bound *= max(1.0, float(np.abs(ref).max()) / LOGIT_SCALE)
+        finite = bool(np.isfinite(value).all())
+        diff = float(np.abs(value.astype(np.float64) - ref).max()) if finite else float("inf")
+        top1 = float((value.reshape(-1, value.shape[-1]).argmax(-1) ==
+                      ref.reshape(-1, ref.shape[-1]).argmax(-1)).mean())
+        checks.append(OutputCheck(name, diff, int(np.prod(value.shape[:-1])), top1, bound,
+                                  note="" if finite else "non-finite values"))
+    versions = {"runtime": {runtime: _versions.installed_version(runtime)},
+                "reference": {p: _versions.installed_version(p)
+                              for p in _versions.REFERENCE_PACKAGES}}
+    report = ValidationReport(_escape(loaded.directory), _escape(shown),
+                              f"{runtime} {versions['runtime'][runtime]}", precision, checks,
+                              versions)
+    if report.passed and record:
+        try:
+            _record(loaded, versions)
+            report.recorded = True
+        except FerryError as e:
+            report.record_error = str(e)
+    return report
+
+
 def _record(loaded, versions):
     """Writes `versions` into the loaded export's export.json (ferry_exported_record_validation)."""
     handle = loaded._live("record its validation")
@@ -331,6 +386,8 @@ def validate(export_dir, model=None, atol=None, *, min_top1=None, revision=None,
         from . import _validation_runs as runs
 
         fmt = runs.check_format(manifest)
+        if runs.is_encoder(manifest):
+            return _validate_encoder(loaded, manifest, model, atol, min_top1, revision, record)
         quantizer = _quantizer(manifest)
         if quantizer and atol is not None:
             raise OptionMismatch("--atol does not apply to a quantized export, which is checked "
