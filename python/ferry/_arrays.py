@@ -56,7 +56,7 @@ def check_value_range(values, name, value_range):
     if not (isinstance(value_range, list) and len(value_range) == 2 and
             all(isinstance(v, int) and not isinstance(v, bool) for v in value_range)):
         return
-    low, high = value_range
+    low, high = max(value_range[0], 0), value_range[1]  # no index is negative, whatever it says
     if values.size and (values.min() < low or values.max() > high):
         bad = int(values.min() if values.min() < low else values.max())
         raise FerryError(f"{_escape(name)} holds {bad}, outside [{low}, {high}]", status=1)

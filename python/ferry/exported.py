@@ -338,13 +338,17 @@ class ExportedModel:
         # what the graph does not take is dropped unread (a ragged list among
         # a tokenizer's extra outputs raised numpy's error)
         arrays = {k: to_numpy(v, k) for k, v in inputs.items()
-                  if v is not None and (k in wanted or k in _TOKEN_INPUTS)}
+                  if v is not None and (k in wanted or k in _TOKEN_INPUTS or
+                                        (k == "token_type_ids" and _rectangular(v)))}
         ints = _token_inputs(arrays, metadata)
         if "attention_mask" not in ints and "input_ids" in ints:
             ints["attention_mask"] = np.ones_like(ints["input_ids"])
         if "token_type_ids" in wanted and "token_type_ids" not in ints and "input_ids" in ints:
             ints["token_type_ids"] = np.zeros_like(ints["input_ids"])  # the forward's default
-        if "position_ids" not in ints and "attention_mask" in ints:
+        # an encoder's positions index an absolute table by the family's own rule (BERT's
+        # arange, RoBERTa's count from its padding index): never generate()'s, derived here
+        encoder = bool(metadata.get("output_class"))
+        if "position_ids" not in ints and "attention_mask" in ints and not encoder:
             mask = ints["attention_mask"]
             ints["position_ids"] = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
         missing = [name for name in wanted if name not in ints and name not in arrays]
@@ -358,8 +362,14 @@ class ExportedModel:
         if missing:
             raise FerryError(f"the export takes {', '.join(map(_escape, wanted))}; missing "
                              f"{', '.join(map(_escape, missing))}", status=1)
+        if "token_type_ids" in arrays and "token_type_ids" not in wanted and \
+                np.asarray(arrays["token_type_ids"]).any():
+            warnings.warn(FerryWarning("the export takes no token_type_ids: those given are "
+                                       "dropped, and every token is of type 0"),
+                          stacklevel=caller_stacklevel())
         if inputs.get("position_ids") is not None and "position_ids" not in wanted and \
-                not _from_zero_shifted(ints["position_ids"], ints.get("attention_mask")):
+                (encoder or not _from_zero_shifted(ints["position_ids"],
+                                                   ints.get("attention_mask"))):
             # such an export (transformers' own, ferry's by default) computes positions from 0
             # in every row
             warnings.warn(FerryWarning("the export takes no position_ids: those given are "
@@ -423,8 +433,11 @@ def _token_inputs(arrays, metadata):
     them (a graph would broadcast a one-row mask over every row, or gather a negative id, and
     answer wrong numbers instead of failing): integers (a mask may be 0/1 floats), [batch,
     sequence] alike and not empty, ids within the vocabulary the logits have."""
+    takes_types = any(isinstance(i, dict) and i.get("name") == "token_type_ids"
+                      for i in metadata.get("inputs") or [])
     ints = {name: int_matrix(arrays[name], name, mask=name == "attention_mask")
-            for name in (*_TOKEN_INPUTS, "token_type_ids") if name in arrays}
+            for name in (*_TOKEN_INPUTS, "token_type_ids")
+            if name in arrays and (name != "token_type_ids" or takes_types)}
     ids = ints.get("input_ids")
     if ids is None:
         return ints
@@ -441,6 +454,17 @@ def _token_inputs(arrays, metadata):
         logits = next((o for o in metadata.get("outputs", []) if o.get("name") == "logits"), {})
         check_token_ids(ids, (logits.get("shape") or [None])[-1])
     return ints
+
+
+def _rectangular(value):
+    """Whether a dropped extra input can be read as an array (a tokenizer's ragged lists are
+    dropped unread)."""
+    try:
+        import numpy as np
+
+        return np.asarray(value).dtype != object
+    except (ValueError, TypeError):
+        return False
 
 
 def _from_zero_shifted(positions, mask):

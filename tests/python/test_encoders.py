@@ -329,3 +329,25 @@ def test_validate_says_quantized_encoders_are_not_validated_yet(checkpoints, tmp
     rc, stdout, stderr = _validate(out, checkpoints["bert"])
     assert rc == 3 and stdout == "" and "a quantized encoder is not validated yet" in stderr, \
         (stdout, stderr)
+
+
+def test_inputs_the_export_does_not_read_are_said(checkpoints, tmp_path):
+    """An encoder's positions follow its own rule, never generate()'s: an export taking
+    position_ids is not fed derived ones; position_ids or token types given to an export that
+    does not take them are dropped with a warning (their values change eager's outputs)."""
+    import ferry
+
+    taking = ferry_export(checkpoints["roberta"], tmp_path / "takes", "--dynamic", "--inputs",
+                          "input_ids,attention_mask,position_ids", "--quiet")
+    feeds = feeds_for("roberta", 1, 7)
+    with pytest.raises(ferry.FerryError, match="missing position_ids"):
+        ferry.ExportedModel.from_pretrained(taking)(**feeds)
+    plain = ferry.ExportedModel.from_pretrained(
+        ferry_export(checkpoints["bert"], tmp_path / "plain", "--dynamic", "--inputs",
+                     "input_ids,attention_mask", "--quiet"))
+    feeds = feeds_for("bert", 1, 7)
+    with pytest.warns(ferry.FerryWarning, match="takes no token_type_ids"):
+        plain(**feeds)
+    feeds.pop("token_type_ids")
+    with pytest.warns(ferry.FerryWarning, match="takes no position_ids"):
+        plain(**feeds, position_ids=np.arange(10, 17)[None])
