@@ -121,6 +121,18 @@ ferry_status manifest_check_file(const char *dir, const char *comp, const char *
  * damaged export reads only names, as it skips the recorded sizes). */
 ferry_status manifest_check_program(const char *dir, const char *comp, const char *rel,
                                     const char *format, bool content, fy_err *err);
+/* Component `c`'s "bytes" and "crc32" (manifest_files.c), when present: one entry per file it
+ * names (its file and data files), no other; sizes whole numbers below 2^53, CRC-32s eight
+ * lowercase hex digits. Errors name export.json, the component and the file. */
+ferry_status manifest_check_records(const cJSON *c, const char *dir, fy_err *err);
+/* File `rel` of component `c`, `size` bytes on disk, against the size "bytes" records for it
+ * (manifest_check_records passed). */
+ferry_status manifest_check_size(const cJSON *c, const char *dir, const char *rel,
+                                 long long size, fy_err *err);
+/* Where export.json records CRCs, each component's file, data files and role are the ones
+ * format `b`'s writer gives it (what its programs read, so that the CRCs cover them). */
+ferry_status manifest_check_layout(const cJSON *comps, const fb_backend *b, const char *dir,
+                                   fy_err *err);
 /* Each component's "bytes" in export.json: the size of its file and data files as written into
  * `dir`, which loading compares (a copy cut short, a disk that filled); and its "crc32": each
  * file's CRC-32 as `written` reports it, which ferry_exported_verify compares (a file replaced

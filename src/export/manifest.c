@@ -9,7 +9,6 @@
 
 #include "export/internal.h"
 #include "export/transformers.h"
-#include "util/crc_pieces.h"
 #include "util/fs.h"
 #include "util/text.h"
 
@@ -363,179 +362,6 @@ ferry_status manifest_check_program(const char *dir, const char *comp, const cha
     return FERRY_OK;
 }
 
-static ferry_status file_size(const char *dir, const char *rel, long long *size, fy_err *err)
-{
-    char path[PATH_MAX];
-    struct stat st;
-    if (fs_join(path, sizeof path, dir, rel, err) != FERRY_OK)
-        return err->status;
-    if (stat(path, &st) != 0)
-        return fy_fail(err, FERRY_ERR_IO, "%s: %s", path, strerror(errno));
-    *size = (long long)st.st_size;
-    return FERRY_OK;
-}
-
-/* Adds file `rel`'s size and CRC-32 to a component's "bytes" and "crc32". */
-static ferry_status record_file(cJSON *bytes, cJSON *crcs, const char *dir, const char *rel,
-                                const be_written *written, fy_err *err)
-{
-    long long size;
-    if (file_size(dir, rel, &size, err) != FERRY_OK)
-        return err->status;
-    int at = 0;
-    while (at < written->n && strcmp(written->files[at].file, rel) != 0)
-        at++;
-    if (at == written->n)
-        return fy_fail(err, FERRY_ERR_INTERNAL, "%s/%s: written without its CRC-32", dir, rel);
-    char hex[9];
-    snprintf(hex, sizeof hex, "%08x", (unsigned)written->files[at].crc);
-    if (!cJSON_AddNumberToObject(bytes, rel, (double)size) ||
-        !cJSON_AddStringToObject(crcs, rel, hex))
-        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-    return FERRY_OK;
-}
-
-ferry_status manifest_record_sizes(cJSON *m, const char *dir, const be_written *written,
-                                   fy_err *err)
-{
-    cJSON *c;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "components")) {
-        cJSON_DeleteItemFromObjectCaseSensitive(c, "bytes");
-        cJSON_DeleteItemFromObjectCaseSensitive(c, "crc32");
-        cJSON *bytes = cJSON_AddObjectToObject(c, "bytes");
-        cJSON *crcs = cJSON_AddObjectToObject(c, "crc32");
-        if (!bytes || !crcs)
-            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-        const cJSON *d, *file = cJSON_GetObjectItemCaseSensitive(c, "file");
-        if (record_file(bytes, crcs, dir, file->valuestring, written, err) != FERRY_OK)
-            return err->status;
-        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(c, "data_files"))
-            if (record_file(bytes, crcs, dir, d->valuestring, written, err) != FERRY_OK)
-                return err->status;
-    }
-    return FERRY_OK;
-}
-
-/* Component `c`'s "bytes", when present: one whole number per file it names (its file and data
- * files), no other. Loading compares each with its file's size (check_size): an export whose
- * weights were cut short would otherwise load, and fail (or read zeros) in its runtime far from
- * the cause. */
-static ferry_status check_bytes_entries(const cJSON *c, const char *dir, fy_err *err)
-{
-    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(c, "bytes");
-    if (!bytes)
-        return FERRY_OK;
-    char qcomp[ST_QUOTE_MAX], qrel[ST_QUOTE_MAX];
-    st_quote_name(c->string, qcomp, sizeof qcomp);
-    const cJSON *data = cJSON_GetObjectItemCaseSensitive(c, "data_files");
-    int named = 1 + cJSON_GetArraySize(data);
-    if (!cJSON_IsObject(bytes) || cJSON_GetArraySize(bytes) != named)
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'bytes' must be "
-                       "an object with the size of each of its %d files", dir, qcomp, named);
-    const cJSON *d = NULL;
-    for (int i = 0; i < named; i++) {
-        const char *rel = i == 0 ? cJSON_GetObjectItemCaseSensitive(c, "file")->valuestring
-                                 : (d = d ? d->next : data->child)->valuestring;
-        const cJSON *want = cJSON_GetObjectItemCaseSensitive(bytes, rel);
-        /* below 2^53, where a JSON number is still a whole number exactly */
-        if (!cJSON_IsNumber(want) || !(want->valuedouble >= 0) ||
-            want->valuedouble >= 9007199254740992.0 ||
-            want->valuedouble != (double)(long long)want->valuedouble)
-            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'bytes' "
-                           "needs a whole number of bytes for '%s'", dir, qcomp,
-                           st_quote_name(rel, qrel, sizeof qrel));
-    }
-    return FERRY_OK;
-}
-
-/* The `index`th file component `c` names: its file, then its data files (check_bytes_entries'
- * order). */
-static const char *component_file(const cJSON *c, int index)
-{
-    if (index == 0)
-        return cJSON_GetObjectItemCaseSensitive(c, "file")->valuestring;
-    return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "data_files"),
-                              index - 1)->valuestring;
-}
-
-/* Component `c`'s "crc32", when present: one CRC-32 per file it names (its file and data
- * files), no other, each eight lowercase hexadecimal digits, as `crc32` prints them. */
-static ferry_status check_crc_entries(const cJSON *c, const char *dir, fy_err *err)
-{
-    const cJSON *crcs = cJSON_GetObjectItemCaseSensitive(c, "crc32");
-    if (!crcs)
-        return FERRY_OK;
-    char qcomp[ST_QUOTE_MAX], qrel[ST_QUOTE_MAX];
-    st_quote_name(c->string, qcomp, sizeof qcomp);
-    int named = 1 + cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c, "data_files"));
-    if (!cJSON_IsObject(crcs) || cJSON_GetArraySize(crcs) != named)
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'crc32' must be "
-                       "an object with the CRC-32 of each of its %d files", dir, qcomp, named);
-    for (int i = 0; i < named; i++) {
-        const char *rel = component_file(c, i);
-        const cJSON *entry = cJSON_GetObjectItemCaseSensitive(crcs, rel);
-        const char *hex = cJSON_GetStringValue(entry);
-        if (!hex || strlen(hex) != 8 || strspn(hex, "0123456789abcdef") != 8)
-            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'crc32' "
-                           "%s '%s'", dir, qcomp, entry ? "needs eight lowercase hexadecimal "
-                           "digits for" : "has no entry for its file",
-                           st_quote_name(rel, qrel, sizeof qrel));
-    }
-    return FERRY_OK;
-}
-
-ferry_status manifest_verify_files(const cJSON *m, const char *dir, fy_err *err)
-{
-    if (tf_is_transformers_manifest(m))
-        return FERRY_OK;
-    const char *done[EXP_MAX_COMPONENTS * (1 + BE_MAX_DATA_FILES)];
-    int n_done = 0;
-    const cJSON *c;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "components")) {
-        const cJSON *crcs = cJSON_GetObjectItemCaseSensitive(c, "crc32");
-        if (!crcs)
-            continue;
-        for (int i = 0; i < cJSON_GetArraySize(crcs); i++) {
-            const char *rel = component_file(c, i);
-            bool seen = false;
-            for (int k = 0; k < n_done && !seen; k++)
-                seen = strcmp(done[k], rel) == 0;
-            if (seen)
-                continue;
-            if (n_done < (int)(sizeof done / sizeof *done))
-                done[n_done++] = rel;
-            char path[PATH_MAX], qpath[ST_QUOTE_MAX];
-            uint32_t got;
-            uint64_t size;
-            if (fs_join(path, sizeof path, dir, rel, err) != FERRY_OK ||
-                fy_crc32_file(path, &got, &size, err) != FERRY_OK)
-                return err->status;
-            const char *want = cJSON_GetObjectItemCaseSensitive(crcs, rel)->valuestring;
-            if (strtoul(want, NULL, 16) != got)
-                return fy_fail(err, FERRY_ERR_FORMAT, "%s: its bytes are not the ones the export "
-                               "wrote (CRC-32 %08x, where export.json records %s): the file was "
-                               "changed or replaced since; export again",
-                               st_quote_name(path, qpath, sizeof qpath), (unsigned)got, want);
-        }
-    }
-    return FERRY_OK;
-}
-
-/* File `rel` of component `c`, `size` bytes on disk, against the size "bytes" records for it
- * (check_bytes_entries has checked the entries). */
-static ferry_status check_size(const cJSON *c, const char *dir, const char *rel, long long size,
-                               fy_err *err)
-{
-    const cJSON *want = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(c, "bytes"), rel);
-    if (!want || size == (long long)want->valuedouble)
-        return FERRY_OK;
-    char qrel[ST_QUOTE_MAX];
-    return fy_fail(err, FERRY_ERR_FORMAT, "%s/%s: %lld bytes, where the export wrote %lld "
-                   "(export.json): the file was cut short or changed since; export again", dir,
-                   st_quote_name(rel, qrel, sizeof qrel), size, (long long)want->valuedouble);
-}
-
 static int compare_strings(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -626,60 +452,6 @@ ferry_status manifest_check_components(const cJSON *comps, const char *dir, fy_e
     if (cJSON_GetArraySize(comps) > EXP_MAX_COMPONENTS)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: more than %d components", dir,
                        EXP_MAX_COMPONENTS);
-    return FERRY_OK;
-}
-
-/* Where export.json records CRCs (a ferry that writes them wrote it), they cover every file
- * the programs read: each component's file, data files and role are the ones the format's
- * writer gives it (its `files` hook, over the components in their order; ferry gives each
- * the role of its name). A data file left out of export.json would escape the CRC check while
- * its program still read it (an .xml the .bin beside it, an .onnx the external data it names).
- * An export without CRCs (an older ferry's) is taken on its sizes, as before. */
-static ferry_status check_layout(const cJSON *comps, const fb_backend *b, const char *dir,
-                                 fy_err *err)
-{
-    be_component want[EXP_MAX_COMPONENTS];
-    int n = 0, with_crc = 0;
-    const cJSON *c;
-    cJSON_ArrayForEach(c, comps) {
-        want[n] = (be_component){.name = c->string};
-        with_crc += cJSON_GetObjectItemCaseSensitive(c, "crc32") != NULL;
-        n++;
-    }
-    if (with_crc == 0)
-        return FERRY_OK;
-    if (with_crc < n)
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'crc32' is recorded for some "
-                       "components and not others: export.json was edited", dir);
-    if (b->files(want, n, err) != FERRY_OK)
-        return err->status;
-    n = 0;
-    cJSON_ArrayForEach(c, comps) {
-        const be_component *w = &want[n++];
-        char qcomp[ST_QUOTE_MAX], what[600];
-        st_quote_name(c->string, qcomp, sizeof qcomp);
-        const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "role"));
-        if (strcmp(role, c->string) != 0) {
-            char qrole[ST_QUOTE_MAX];
-            return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' has role "
-                           "'%s', where ferry gives it the role '%s' (its name): export.json "
-                           "was edited", dir, qcomp, st_quote_name(role, qrole, sizeof qrole),
-                           qcomp);
-        }
-        const cJSON *data = cJSON_GetObjectItemCaseSensitive(c, "data_files");
-        const char *file = cJSON_GetObjectItemCaseSensitive(c, "file")->valuestring;
-        bool same = strcmp(file, w->file) == 0 && cJSON_GetArraySize(data) == w->n_data_files;
-        for (int k = 0; same && k < w->n_data_files; k++)
-            same = strcmp(cJSON_GetArrayItem(data, k)->valuestring, w->data_files[k]) == 0;
-        if (same)
-            continue;
-        int len = snprintf(what, sizeof what, "'%s'", w->file);
-        for (int k = 0; k < w->n_data_files && len > 0 && (size_t)len < sizeof what; k++)
-            len += snprintf(what + len, sizeof what - (size_t)len, " and '%s'", w->data_files[k]);
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' names other "
-                       "files than the %s writer gives it (%s, which its program reads): "
-                       "export.json was edited", dir, qcomp, b->name, what);
-    }
     return FERRY_OK;
 }
 
@@ -804,10 +576,10 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
                                "data_files must hold strings", dir,
                                st_quote_name(c->string, qcomp, sizeof qcomp));
         long long size;
-        if (check_bytes_entries(c, dir, err) != FERRY_OK ||
-            check_crc_entries(c, dir, err) != FERRY_OK ||
+        if (manifest_check_records(c, dir, err) != FERRY_OK ||
             manifest_check_file(dir, c->string, file->valuestring, &size, err) != FERRY_OK ||
-            (!e->sizes_unchecked && check_size(c, dir, file->valuestring, size, err) != FERRY_OK) ||
+            (!e->sizes_unchecked &&
+             manifest_check_size(c, dir, file->valuestring, size, err) != FERRY_OK) ||
             manifest_check_program(dir, c->string, file->valuestring, b->name,
                                    !e->sizes_unchecked, err) != FERRY_OK)
             return err->status;
@@ -819,7 +591,7 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         cJSON_ArrayForEach(d, data) {
             if (manifest_check_file(dir, c->string, d->valuestring, &size, err) != FERRY_OK ||
                 (!e->sizes_unchecked &&
-                 check_size(c, dir, d->valuestring, size, err) != FERRY_OK))
+                 manifest_check_size(c, dir, d->valuestring, size, err) != FERRY_OK))
                 return err->status;
             if (!first_data)
                 first_data = d->valuestring;
@@ -836,7 +608,7 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
             return err->status;
     }
     /* read to be replaced (--force): its names alone matter */
-    if (!e->sizes_unchecked && check_layout(comps, b, dir, err) != FERRY_OK)
+    if (!e->sizes_unchecked && manifest_check_layout(comps, b, dir, err) != FERRY_OK)
         return err->status;
     /* onnxruntime-genai's config, the one name it may have */
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");

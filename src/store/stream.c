@@ -22,6 +22,7 @@
 
 #include "quant/rtn.h"
 #include "store/direct.h"
+#include "store/stream_found.h"
 #include "store/transform.h"
 #include "util/dtype.h"
 #include "util/fs.h"
@@ -38,12 +39,6 @@ typedef struct job {
     const ws_item *item;
     int64_t r0, nr, c0, nc;  /* logical rows/cols of the pre-transpose matrix */
 } job;
-
-/* What a job (and, summed, an item) found in the values it wrote (ws_progress says what). */
-typedef struct counts {
-    uint64_t overflowed, scale_overflowed;
-    uint64_t nonfinite[W_MAX_SOURCES];  /* by source of the recipe */
-} counts;
 
 typedef struct buf {
     uint8_t *p;
@@ -68,7 +63,7 @@ typedef struct stream {
     bool no_copy_range;      /* copy_file_range refused once (other filesystem, ...): pread */
     const char *what;        /* the tensor of the band finished last, for progress */
     const ws_item *items;
-    counts *counts;          /* by item (guarded by mu) */
+    ws_found *found;         /* by item (guarded by mu) */
     const ws_observer *observer;
 } stream;
 
@@ -348,7 +343,7 @@ static ferry_status put(stream *s, worker_bufs *b, const void *data, size_t n, u
  * fp32 (plus the recipe's offset) in a buffer that stays in cache, instead of the whole band
  * going through memory once more as fp32. */
 static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src, ferry_dtype from,
-                                    worker_bufs *b, uint64_t *written, counts *c, fy_err *err)
+                                    worker_bufs *b, uint64_t *written, ws_found *c, fy_err *err)
 {
     const g_weight *w = &j->item->w;
     const uint64_t *off = j->item->offset;
@@ -448,7 +443,7 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
 }
 
 static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *written,
-                            counts *found, fy_err *err)
+                            ws_found *found, fy_err *err)
 {
     const g_weight *w = &j->item->w;
     ferry_dtype from = w->src[0]->dtype, to = w->dtype;
@@ -553,13 +548,13 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         fy_err e = {0};
         uint64_t written = 0;
-        counts c = {0};
+        ws_found c = {0};
         ferry_status st = run_job(s, j, &b, &written, &c, &e);
         pthread_mutex_lock(&s->mu);
         if (st != FERRY_OK && s->err.status == FERRY_OK)
             s->err = e;
         s->done += written;
-        counts *sum = &s->counts[j->item - s->items];
+        ws_found *sum = &s->found[j->item - s->items];
         sum->overflowed += c.overflowed;
         sum->scale_overflowed += c.scale_overflowed;
         for (int k = 0; k < W_MAX_SOURCES; k++)
@@ -610,119 +605,20 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
     return FERRY_OK;
 }
 
-/* Whether two recipes read the same checkpoint values (whatever they make of them). */
-static bool same_sources(const g_weight *a, const g_weight *b)
-{
-    if (a->n_src != b->n_src || a->concat_axis != b->concat_axis ||
-        a->row_begin != b->row_begin || a->row_end != b->row_end)
-        return false;
-    for (int k = 0; k < a->n_src; k++)
-        if (a->src[k] != b->src[k])
-            return false;
-    return true;
-}
-
-/* Whether `w` is in `list`, by `same`; if not, added (false, or NOMEM). */
-static ferry_status seen_before(g_weight **list, size_t *n, size_t *cap, const g_weight *w,
-                                bool (*same)(const g_weight *, const g_weight *), bool *seen,
-                                fy_err *err)
-{
-    *seen = false;
-    for (size_t k = 0; k < *n && !*seen; k++)
-        *seen = same(&(*list)[k], w);
-    if (*seen)
-        return FERRY_OK;
-    g_weight *grown = fy_grow(*list, cap, *n + 1, sizeof *grown);
-    if (!grown)
-        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-    *list = grown;
-    (*list)[(*n)++] = *w;
-    return FERRY_OK;
-}
-
-/* Adds this write's non-finite checkpoint values to `p`: item order, so the first tensor named
- * is the same every save; each run of source rows once, however many files or dtypes hold it. */
-static ferry_status note_nonfinite(ws_progress *p, const ws_item *item, const counts *c,
-                                   fy_err *err)
-{
-    uint64_t total = 0;
-    int first = -1;
-    for (int k = 0; k < item->w.n_src; k++) {
-        total += c->nonfinite[k];
-        if (c->nonfinite[k] && first < 0)
-            first = k;
-    }
-    if (!total)
-        return FERRY_OK;
-    bool seen;
-    if (seen_before(&p->nf_seen, &p->n_nf_seen, &p->nf_seen_cap, &item->w, same_sources, &seen,
-                    err) != FERRY_OK)
-        return err->status;
-    if (seen)
-        return FERRY_OK;
-    if (!p->nonfinite_tensor)
-        p->nonfinite_tensor = item->w.src[first]->name;
-    p->nonfinite += total;
-    return FERRY_OK;
-}
-
-/* Adds this write's overflows and non-finite values to `p`, in item order (the first tensor
- * named is the same every save), each recipe once however many files hold it. */
-static ferry_status note_overflow(ws_progress *p, const ws_item *items, size_t n,
-                                  const counts *count, fy_err *err)
-{
-    for (size_t i = 0; count && i < n; i++) {
-        if (note_nonfinite(p, &items[i], &count[i], err) != FERRY_OK)
-            return err->status;
-        if (!count[i].overflowed)
-            continue;
-        bool seen;
-        if (seen_before(&p->seen, &p->n_seen, &p->seen_cap, &items[i].w, w_equal, &seen, err) !=
-            FERRY_OK)
-            return err->status;
-        if (seen)
-            continue;
-        if (items[i].w.saturate) {
-            if (!p->clamp_tensor)
-                p->clamp_tensor = items[i].w.src[0]->name;
-            p->clamped += count[i].overflowed;
-            continue;
-        }
-        if (!p->overflow_tensor) {
-            p->overflow_tensor = items[i].w.src[0]->name;
-            p->overflow_dtype = items[i].w.dtype;
-        }
-        p->overflowed += count[i].overflowed;
-        p->scale_overflowed += count[i].scale_overflowed;
-        p->overflow_quantized |= items[i].w.quant.bits != 0;
-    }
-    return FERRY_OK;
-}
-
-void ws_progress_free(ws_progress *p)
-{
-    free(p->seen);
-    p->seen = NULL;
-    p->n_seen = p->seen_cap = 0;
-    free(p->nf_seen);
-    p->nf_seen = NULL;
-    p->n_nf_seen = p->nf_seen_cap = 0;
-}
-
 ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, int threads,
                       size_t band_elems, ws_progress *progress, const ws_observer *observer,
                       fy_err *err)
 {
     stream s = {.observer = observer, .cancel = progress ? progress->cancel : NULL,
-                .items = items, .counts = calloc(n ? n : 1, sizeof(counts))};
+                .items = items, .found = calloc(n ? n : 1, sizeof(ws_found))};
     dw_open(&s.out, fd, path);
-    if (!s.counts || plan_jobs(&s, items, n, band_elems ? band_elems : BAND_ELEMS, err) !=
+    if (!s.found || plan_jobs(&s, items, n, band_elems ? band_elems : BAND_ELEMS, err) !=
                              FERRY_OK) {
-        if (!s.counts)
+        if (!s.found)
             fy_fail(err, FERRY_ERR_NOMEM, "out of memory planning the weights");
         dw_close(&s.out);
         free(s.jobs);
-        free(s.counts);
+        free(s.found);
         return err->status;
     }
     if (threads <= 0) {
@@ -781,7 +677,7 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
         }
     if (progress) {
         if (s.err.status == FERRY_OK)
-            note_overflow(progress, items, n, s.counts, &s.err);
+            ws_note_found(progress, items, n, s.found, &s.err);
         bool changed = progress->done != s.done;
         progress->done = s.done;
         /* the last report, which the loop above may not have made (the constants, or work
@@ -796,6 +692,6 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
     pthread_cond_destroy(&s.cv);
     dw_close(&s.out);
     free(s.jobs);
-    free(s.counts);
+    free(s.found);
     return st;
 }

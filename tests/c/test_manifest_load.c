@@ -296,7 +296,7 @@ static void test_recorded_sizes(void **state)
         {"not an object", SIZED("[4, 4]"), "'bytes' must be an object"},
         {"a file left out", SIZED("{\"model.onnx\": 4}"), "size of each of its 2 files"},
         {"another name", SIZED("{\"model.onnx\": 4, \"other\": 4}"),
-         "whole number of bytes for 'model.onnx.data'"},
+         "'bytes' has no entry for its file 'model.onnx.data'"},
         {"a name too many", SIZED("{\"model.onnx\": 4, \"model.onnx.data\": 4, \"x\": 1}"),
          "size of each of its 2 files"},
         {"negative", SIZED("{\"model.onnx\": -4, \"model.onnx.data\": 4}"),
