@@ -39,6 +39,7 @@ class ExportedComponent:
     @property
     def program(self):
         if self._program is None:
+            self._exported._check_files()
             fmt = self._exported.format
             # the reader's own errors (onnx's DecodeError) as one FerryError naming the file
             with program_errors(self.path, {"openvino": "openvino", "onnx": "onnx"}.get(
@@ -224,19 +225,22 @@ class ExportedModel:
         return json.loads(_str(_c().ferry_exported_manifest(self._live("read its manifest"))))
 
     def _saved_directory(self):
-        """The directory the export's files are in; a loaded export's files are checked
-        against their recorded CRC-32s just before a runtime opens them (a file replaced since
-        the load is refused); a fresh export is saved aside to a temporary one first (kept
-        until close()), and runs the files this process wrote."""
+        """The directory the export's files are in; a fresh export is saved aside to a
+        temporary one first (kept until close())."""
         if self.directory is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="ferry-")
             self.save_pretrained(Path(self._tmp.name) / "export")
-        if self._model is None:  # loaded, not exported here
+        return Path(self.directory)
+
+    def _check_files(self):
+        """Just before a runtime opens a loaded export's programs: every file read against
+        its recorded CRC-32 (a file replaced since the load is refused). A fresh export runs
+        the files this process wrote."""
+        if self._model is None:
             handle = self._live("open its files")
             status = _c().ferry_exported_verify(handle)
             if status:
                 _fail(status, _str(_c().ferry_exported_errmsg(handle)))
-        return Path(self.directory)
 
     @property
     def runners(self):
@@ -248,7 +252,9 @@ class ExportedModel:
             self._live("run it")
             manifest = self.manifest
             Runners.check_generation(manifest)
-            self._runners = Runners(self._saved_directory(), manifest, self._device)
+            directory = self._saved_directory()
+            self._check_files()
+            self._runners = Runners(directory, manifest, self._device)
         return self._runners
 
     def generate(self, input_ids, attention_mask=None, **kwargs):
@@ -274,7 +280,9 @@ class ExportedModel:
                 "fp32" if model.metadata.get("export_dtype") == "float32" else None)
             # the metadata is kept with the session: each call reads it, and export.json is
             # parsed anew on every self.manifest
-            self._session = (open_session(model.path, fmt, precision, self._device,
+            path = model.path
+            self._check_files()
+            self._session = (open_session(path, fmt, precision, self._device,
                                           model.metadata), model.metadata)
         return self._session
 

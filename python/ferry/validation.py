@@ -343,9 +343,20 @@ def _validate_encoder(loaded, manifest, model, atol, min_top1, revision, record)
                       ref.reshape(-1, ref.shape[-1]).argmax(-1)).mean())
         checks.append(OutputCheck(name, diff, int(np.prod(value.shape[:-1])), top1, bound,
                                   note="" if finite else "non-finite values"))
-    versions = {"runtime": {runtime: _versions.installed_version(runtime)},
-                "reference": {p: _versions.installed_version(p)
-                              for p in _versions.REFERENCE_PACKAGES}}
+    return _report(loaded, shown, runtime, precision, checks, record)
+
+
+def _versions_of(runtime):
+    """The runtime's and the reference's package versions, as export.json records them."""
+    return {"runtime": {runtime: _versions.installed_version(runtime)},
+            "reference": {p: _versions.installed_version(p)
+                          for p in _versions.REFERENCE_PACKAGES}}
+
+
+def _report(loaded, shown, runtime, precision, checks, record):
+    """The ValidationReport of `checks`; when it passed and `record`, the versions written into
+    export.json (report.recorded, or report.record_error saying why not)."""
+    versions = _versions_of(runtime)
     report = ValidationReport(_escape(loaded.directory), _escape(shown),
                               f"{runtime} {versions['runtime'][runtime]}", precision, checks,
                               versions)
@@ -410,25 +421,13 @@ def validate(export_dir, model=None, atol=None, *, min_top1=None, revision=None,
         reference = runs.load_reference(checkpoint, ref_revision)
         want = runs.reference_logits(reference, run.input_ids, run.attention_mask,
                                      run.positions)
-        versions = {"runtime": {runtime: _versions.installed_version(runtime)},
-                    "reference": {p: _versions.installed_version(p)
-                                  for p in _versions.REFERENCE_PACKAGES}}
         if tolerance is not None and atol is None:
             tolerance *= max(1.0, _largest_logit(want, run.attention_mask) / LOGIT_SCALE)
             if precision in HALF_TYPES:
                 tolerance = max(tolerance, HALF_MARGIN * _own_half_error(
                     runs, reference, precision, want, run))
-        report = ValidationReport(
-            _escape(directory), _escape(shown),
-            f"{runtime} {versions['runtime'][runtime]}", precision,
-            _compare(run, want, tolerance, min_floor), versions)
-        if report.passed and record:
-            try:
-                _record(loaded, versions)
-                report.recorded = True
-            except FerryError as e:
-                report.record_error = str(e)
-        return report
+        return _report(loaded, shown, runtime, precision,
+                       _compare(run, want, tolerance, min_floor), record)
     finally:
         loaded.close()
 

@@ -30,8 +30,7 @@ static bool taken(const model_input *in, unsigned takes)
     return !bit || (takes & bit);
 }
 
-/* "input_ids, attention_mask, position_ids": the inputs the export takes */
-static void input_list(const model_arch *arch, unsigned takes, char *buf, size_t size)
+void exp_input_list(const model_arch *arch, unsigned takes, char *buf, size_t size)
 {
     size_t len = 0;
     buf[0] = '\0';
@@ -49,7 +48,7 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, 
                            given[1] ? given[1] : EXAMPLE_SEQUENCE_DEFAULT};
     const ferry_dim_spec *chosen[2] = {NULL, NULL};
     char names[256];
-    input_list(arch, takes, names, sizeof names);
+    exp_input_list(arch, takes, names, sizeof names);
     for (int i = 0; i < cfg->n_dims; i++) {
         const ferry_dim_spec *d = &cfg->dims[i];
         const model_input *in = NULL;

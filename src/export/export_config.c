@@ -76,11 +76,7 @@ ferry_status exp_check_model_inputs(const model_arch *arch, unsigned takes, fy_e
         if (has)
             continue;
         char list[256];
-        size_t len = 0;
-        list[0] = '\0';
-        for (int k = 0; k < arch->n_inputs && len < sizeof list; k++)
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", k ? ", " : "",
-                                    arch->inputs[k].name);
+        exp_input_list(arch, ~0u, list, sizeof list);
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "inputs: %s has no input %s (its inputs: "
                        "%s)", arch->architecture, INPUT_NAMES[i], list);
     }

@@ -162,6 +162,9 @@ unsigned exp_plain_inputs(const ferry_export_config *cfg);
  * it, is refused naming the bound. */
 ferry_status exp_bound_sequence(const model_arch *arch, const void *hparams, g_dim sequence,
                                 g_symtab *syms, fy_err *err);
+/* "input_ids, attention_mask, position_ids": those of `arch`'s inputs `takes` holds (an input
+ * ferry has no bit for is the model's own, always listed). */
+void exp_input_list(const model_arch *arch, unsigned takes, char *buf, size_t size);
 /* Refuses `takes` naming an input `arch` does not have, naming it and the model's inputs. */
 ferry_status exp_check_model_inputs(const model_arch *arch, unsigned takes, fy_err *err);
 /* Refuses inputs bits that name no input or leave out input_ids (0, the default, passes). */
