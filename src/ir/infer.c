@@ -484,11 +484,13 @@ static ferry_status infer_norm(inf *x)
 
 static ferry_status infer_skip_norm(inf *x)
 {
-    const g_value *a = x->in[0], *skip = x->in[1], *w = x->in[2];
+    const g_value *a = x->in[0], *skip = x->in[1], *w = x->in[2], *b = x->in[3];
     g_shape s;
     if (!dt_is_float(a->dtype) || skip->dtype != a->dtype || w->dtype != a->dtype ||
-        !g_shape_broadcast(&a->shape, &skip->shape, &s) || !last_dim_matches(a, w))
-        return bad(x, "needs x and skip of one dtype and shape, and a matching 1-D weight");
+        !g_shape_broadcast(&a->shape, &skip->shape, &s) || !last_dim_matches(a, w) ||
+        (b && (b->dtype != a->dtype || !last_dim_matches(a, b))))
+        return bad(x, "needs x and skip of one dtype and shape, and a matching 1-D weight "
+                   "(and bias)");
     if (check_norm_attrs(x) != FERRY_OK)
         return x->err->status;
     x->out[0] = (g_typed){a->dtype, s};

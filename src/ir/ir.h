@@ -262,6 +262,9 @@ int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, doub
 int g_skip_rms_norm(g_graph *g, const char *name, int x, int skip, int weight, double eps,
                     double offset, int *sum);
 int g_layer_norm(g_graph *g, const char *name, int x, int weight, int bias, double eps);
+/* layer_norm(x + skip) and the sum (in *sum), as g_skip_rms_norm; bias may be G_NONE */
+int g_skip_layer_norm(g_graph *g, const char *name, int x, int skip, int weight, int bias,
+                      double eps, int *sum);
 int g_linear(g_graph *g, const char *name, int x, int weight, int bias);
 int g_embedding(g_graph *g, const char *name, int table, int ids);
 int g_softcap(g_graph *g, const char *name, int x, double cap);

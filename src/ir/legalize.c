@@ -96,6 +96,7 @@ g_lower_fn g_generic_lowering(g_op op)
     case G_RMS_NORM: return lower_rms_norm;
     case G_SKIP_RMS_NORM: return lower_skip_rms_norm;
     case G_LAYER_NORM: return lower_layer_norm;
+    case G_SKIP_LAYER_NORM: return lower_skip_layer_norm;
     case G_LINEAR: return lower_linear;
     case G_EMBEDDING: return lower_embedding;
     case G_SILU: case G_GELU: case G_GELU_TANH: case G_SOFTCAP: return lower_activation;

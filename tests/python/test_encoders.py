@@ -3,7 +3,7 @@ sequence-classification heads of BERT and RoBERTa) in every format, against tran
 eager model on the same random weights.
 
 Each family's export runs in its real runtime (onnxruntime standard and with onnxruntime's
-attention fusion, OpenVINO, torch.export.load) through ferry's ExportedModel, and its outputs
+fused kernels for cpu and for cuda, OpenVINO, torch.export.load) through ferry's ExportedModel, and its outputs
 (last_hidden_state at real positions, pooler_output, or a head's logits) equal eager's to 1e-4
 at fp32: batch 1, and batch 3 right-padded, sequences 1, 7 and 33; from fp32 and bf16
 checkpoints. transformers' own loader runs the exports too. What the families do not support
@@ -39,7 +39,8 @@ FAMILIES = {
 }
 FORMATS = {
     "onnx": ["--format", "onnx"],
-    "onnx-fused": ["--format", "onnx", "--ort-fusions", "cuda"],  # MultiHeadAttention; runs on cpu
+    "onnx-fused-cpu": ["--format", "onnx", "--ort-fusions", "cpu"],
+    "onnx-fused": ["--format", "onnx", "--ort-fusions", "cuda"],  # its kernels have CPU ones
     "openvino": ["--format", "openvino"],
     "pt2": ["--format", "pt2"],
 }
@@ -351,3 +352,28 @@ def test_inputs_the_export_does_not_read_are_said(checkpoints, tmp_path):
     feeds.pop("token_type_ids")
     with pytest.warns(ferry.FerryWarning, match="takes no position_ids"):
         plain(**feeds, position_ids=np.arange(10, 17)[None])
+
+
+@pytest.mark.parametrize("fusions,want,unwanted", [
+    (None, {"LayerNormalization", "Gelu"}, {"MultiHeadAttention", "SkipLayerNormalization"}),
+    ("cpu", {"LayerNormalization", "Gelu", "MultiHeadAttention"}, {"SkipLayerNormalization"}),
+    ("cuda", {"LayerNormalization", "Gelu", "MultiHeadAttention", "SkipLayerNormalization"},
+     set()),
+])
+def test_fused_kernels_are_onnxruntimes(checkpoints, tmp_path, fusions, want, unwanted):
+    """The standard graph uses opset 21's LayerNormalization and Gelu; --ort-fusions adds the
+    encoder kernels onnxruntime has: MultiHeadAttention with a key padding mask, and on cuda
+    SkipLayerNormalization (on cpu its kernel is slower than the add and LayerNormalization:
+    bench/encoder_bench.py)."""
+    import onnx
+
+    flags = ["--ort-fusions", fusions] if fusions else []
+    out = ferry_export(checkpoints["bert"], tmp_path / "out", "--dynamic", *flags, "--quiet")
+    graph = onnx.load(out / "model.onnx", load_external_data=False).graph
+    ops = {n.op_type for n in graph.node}
+    assert want <= ops and not ops & unwanted, sorted(ops)
+    layers = SMALL["num_hidden_layers"]
+    assert sum(n.op_type == "MultiHeadAttention" for n in graph.node) == (layers if fusions
+                                                                           else 0)
+    if fusions is None:
+        assert {n.domain for n in graph.node} <= {""}, "a contrib op in a standard graph"

@@ -63,6 +63,9 @@ CASES = {
     "layer_norm": dict(kind="layer_norm", eps=1e-5, bias=True),
     "layer_norm_nobias": dict(kind="layer_norm", eps=1e-5, bias=False),
     "layer_norm_fp16": dict(kind="layer_norm", eps=1e-5, bias=True, dtype="fp16"),
+    "skip_layer_norm": dict(kind="skip_layer_norm", eps=1e-12, bias=True),
+    "skip_layer_norm_nobias": dict(kind="skip_layer_norm", eps=1e-5, bias=False),
+    "skip_layer_norm_fp16": dict(kind="skip_layer_norm", eps=1e-5, bias=True, dtype="fp16"),
     "linear": dict(kind="linear"),
     "linear_fp16": dict(kind="linear", dtype="fp16"),
     "linear_tied": dict(kind="tied"),
@@ -126,7 +129,7 @@ def cache_names(cache):
 
 def make_weights(spec, gen):
     kind = spec["kind"]
-    if kind in ("rms_norm", "skip_rms_norm", "layer_norm"):
+    if kind in ("rms_norm", "skip_rms_norm", "layer_norm", "skip_layer_norm"):
         w = {"weight": torch.rand(HIDDEN, generator=gen) + 0.5}
         if spec.get("bias"):
             w["bias"] = torch.randn(HIDDEN, generator=gen) * 0.5
@@ -150,7 +153,7 @@ def make_inputs(spec, shape, rng):
     kind = spec["kind"]
     if kind in ("rms_norm", "layer_norm"):
         return {"x": normal(b, s, HIDDEN, scale=2.0, shift=0.5)}
-    if kind == "skip_rms_norm":
+    if kind in ("skip_rms_norm", "skip_layer_norm"):
         return {"x": normal(b, s, HIDDEN, scale=2.0), "skip": normal(b, s, HIDDEN, shift=0.5)}
     if kind == "linear":
         return {"x": normal(b, s, HIDDEN)}
@@ -306,6 +309,10 @@ def reference(spec, weights, feeds):
         return out
     if kind == "layer_norm":
         return {"y": F.layer_norm(x["x"], (HIDDEN,), w["weight"], w.get("bias"), spec["eps"])}
+    if kind == "skip_layer_norm":  # BertSelfOutput: LayerNorm(hidden + input)
+        h = x["x"] + x["skip"]
+        return {"y": F.layer_norm(h, (HIDDEN,), w["weight"], w.get("bias"), spec["eps"]),
+                "sum": h}
     if kind == "linear":
         return {"y": F.linear(x["x"], w["weight"], w["bias"])}
     if kind == "tied":

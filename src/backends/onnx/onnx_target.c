@@ -1,6 +1,8 @@
 /* onnx_target.c — the onnx-standard target: every semantic op lowered to standard ops, and a
  * matmul with a transposed operand only in its 2-D form (printed as Gemm transB=1).
  *
+ * layer_norm is ONNX LayerNormalization (opset 17 on).
+ *
  * Linear is lowered here, not generically, because standard ONNX has no transposed MatMul: a
  * weight read only by linears is stored transposed ([in, out], the weight stream transposes it
  * while writing) for a plain MatMul; a weight also read by an embedding (a tied lm_head) is
@@ -13,6 +15,14 @@
  * code, packed contiguously); an asymmetric weight's zeros part is DequantizeLinear's zero-point
  * tensor, packed across rows (zeros_packed) where 4-bit rows hold an odd number of blocks. */
 #include "backends/onnx/onnx.h"
+
+/* The opset being written: the export's, or the default for a bare target (tests lower
+ * without an export's options). */
+static int opset_of(const g_lower_ctx *c)
+{
+    const ferry_export_config *cfg = c->target->opts;
+    return cfg ? cfg->opset : ONNX_DEFAULT_OPSET;
+}
 
 /* The destination value of weight input k of `n`, dequantized to float when it is quantized. */
 static int float_weight(g_lower_ctx *c, const g_node *n, int k)
@@ -65,6 +75,43 @@ ferry_status onnx_lower_linear(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
+/* layer_norm as ONNX LayerNormalization from opset 17 (axis -1, computed in fp32 as
+ * transformers computes it); the generic arithmetic before. */
+ferry_status onnx_lower_layer_norm(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    if (opset_of(c) < 17)
+        return lower_layer_norm(c, n, outs);
+    g_graph *g = c->dst;
+    int x = lw_in(c, n, 0);
+    if (!g_ok(g))
+        return g->err.status;
+    const g_value *xs = &g->values[x];
+    g_extern e = g_extern_init("", "LayerNormalization");
+    g_extern_float(&e, "epsilon", n->a.eps);
+    g_extern_int(&e, "axis", -1);
+    g_extern_int(&e, "stash_type", 1);
+    g_extern_out(&e, 0, 0, xs->dtype, &xs->shape);
+    int in[3] = {x, lw_in(c, n, 1), lw_in(c, n, 2)};
+    outs[0] = g_extern_node(g, "LayerNormalization", &e, in[2] == G_NONE ? 2 : 3, in);
+    return g->err.status;
+}
+
+/* gelu (the erf form) as ONNX Gelu from opset 20; the generic arithmetic before, and for the
+ * tanh form, whose arithmetic Gemma's exports have always carried. */
+static ferry_status onnx_gelu(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    if (opset_of(c) < 20 || n->op != G_GELU)
+        return lower_activation(c, n, outs);
+    g_graph *g = c->dst;
+    int x = lw_in(c, n, 0);
+    if (!g_ok(g))
+        return g->err.status;
+    g_extern e = g_extern_init("", "Gelu");
+    g_extern_out(&e, 0, 0, g->values[x].dtype, &g->values[x].shape);
+    outs[0] = g_extern_node(g, "Gelu", &e, 1, &x);
+    return g->err.status;
+}
+
 g_legality onnx_legal(const g_target *t, const g_graph *g, const g_node *n)
 {
     (void)t;
@@ -78,7 +125,13 @@ g_legality onnx_legal(const g_target *t, const g_graph *g, const g_node *n)
 static g_lower_fn onnx_lowering(const g_target *t, g_op op)
 {
     (void)t;
-    return op == G_LINEAR ? onnx_lower_linear : op == G_EMBEDDING ? onnx_embedding : NULL;
+    switch (op) {
+    case G_LINEAR: return onnx_lower_linear;
+    case G_EMBEDDING: return onnx_embedding;
+    case G_LAYER_NORM: return onnx_lower_layer_norm;
+    case G_GELU: return onnx_gelu;
+    default: return NULL;
+    }
 }
 
 const g_target onnx_standard_target = {.name = "onnx-standard", .legal = onnx_legal,

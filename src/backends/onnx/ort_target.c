@@ -5,6 +5,8 @@
  *   rms_norm          RMSNormalization(x, w + offset) (opset 23, standard; axis -1, fp32 stash),
  *                     SimplifiedLayerNormalization, onnxruntime's own, at older opsets
  *   skip_rms_norm     SkipSimplifiedLayerNormalization(x, skip, w + offset) -> out 0 and 3 (sum)
+ *   skip_layer_norm   SkipLayerNormalization(x, skip, w, [b]) -> out 0 and 3 (sum), except
+ *                     on cpu (the add and LayerNormalization, as for onnx-standard)
  *   linear, int4/8    MatMulNBits(x, codes, scales, [zero points], -, [bias])
  *   linears sharing   one MatMul / MatMulNBits over their weights joined (q, k, v; gate, up),
  *     their input     then a Slice per linear: the weight recipe joins the checkpoint tensors
@@ -92,6 +94,31 @@ static ferry_status ort_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
     outs[0] = y;
     if (skip)
         outs[1] = g_node_out(g, y, 1);
+    return g->err.status;
+}
+
+/* A residual add fused with a layer norm as onnxruntime's SkipLayerNormalization -> out 0 and
+ * 3 (the sum). Not on cpu: its CPU kernel takes several times longer than the add and the
+ * standard LayerNormalization it replaces (all-MiniLM-L6-v2, batch 32 x 128 tokens). */
+static ferry_status ort_skip_layer_norm(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    if (cfg_of(c)->ort_fusions == FERRY_ORT_CPU)
+        return lower_skip_layer_norm(c, n, outs);
+    int x = lw_in(c, n, 0);
+    if (!g_ok(g))
+        return g->err.status;
+    const g_value *xs = &g->values[x];
+    g_extern e = g_extern_init("com.microsoft", "SkipLayerNormalization");
+    g_extern_float(&e, "epsilon", n->a.eps);
+    g_extern_out(&e, 0, 0, xs->dtype, &xs->shape);
+    g_extern_out(&e, 1, 3, xs->dtype, &xs->shape);
+    int in[4], n_in = 0;
+    for (int k = 0; k < n->n_in; k++)
+        in[n_in++] = lw_in(c, n, k);
+    int y = g_extern_node(g, "SkipLayerNormalization", &e, n_in, in);
+    outs[0] = y;
+    outs[1] = g_node_out(g, y, 1);
     return g->err.status;
 }
 
@@ -460,6 +487,46 @@ static ferry_status ort_mha(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
+/* An encoder's padding mask as MultiHeadAttention's key_padding_mask: int32 [b, t], one copy
+ * for every layer. */
+static int key_padding_mask(g_lower_ctx *c, int mask)
+{
+    for (size_t i = 0; i < c->n_memo; i++)
+        if (c->memo[i].kind == LW_MEMO_KEY_MASK && c->memo[i].in_a == mask)
+            return c->memo[i].out_a;
+    g_graph *g = c->dst;
+    char saved[sizeof g->scope];
+    lw_scope_push(c, saved, sizeof saved, "/model/padding_mask");
+    int m = g_cast(g, "Cast", mask, FERRY_I32);
+    lw_scope_pop(c, saved);
+    if (m != G_NONE)
+        lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_KEY_MASK, .in_a = mask, .out_a = m});
+    return m;
+}
+
+/* An encoder's attention (no cache, a padding mask): MultiHeadAttention over q, k and v as
+ * the linears give them, [b, s, h*d], masked by key_padding_mask. A padded query attends as
+ * any other (its row is ignored downstream, as in transformers). */
+static ferry_status ort_encoder_mha(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    const g_attn_opts *o = n->a.attn;
+    int64_t hd[3] = {0, 0, o->num_heads * o->head_dim};
+    int q = g_reshape_spec(g, "Reshape_q", lw_in(c, n, 0), 3, hd);
+    int k = g_reshape_spec(g, "Reshape_k", lw_in(c, n, 1), 3, hd);
+    int v = g_reshape_spec(g, "Reshape_v", lw_in(c, n, 2), 3, hd);
+    int mask = key_padding_mask(c, lw_in(c, n, 3));
+    if (!g_ok(g))
+        return g->err.status;
+    g_extern e = g_extern_init("com.microsoft", "MultiHeadAttention");
+    g_extern_int(&e, "num_heads", o->num_heads);
+    g_extern_float(&e, "scale", o->scale);
+    g_extern_out(&e, 0, 0, g->values[q].dtype, &c->src->values[n->out[0]].shape);
+    int in[5] = {q, k, v, G_NONE, mask};
+    outs[0] = g_extern_node(g, "MultiHeadAttention", &e, 5, in);
+    return g->err.status;
+}
+
 /* A rope with a fixed table as onnxruntime's RotaryEmbedding, on x as [b, s, h*d]: where the
  * provider rotates apart from attention (webgpu, dml, and cuda's prefill). On cpu, and where
  * GroupQueryAttention rotates q and k itself, plain ops (then left dead). */
@@ -607,7 +674,7 @@ static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
 /* The guide's table: attention with a cache is GroupQueryAttention (cpu, webgpu, and cuda
  * after the first call, fp16 only) or MultiHeadAttention (dml, cuda's prefill, and cuda at
  * fp32); attention without
- * one is MultiHeadAttention except on cpu, where it stays plain ops. What neither kernel
+ * one is MultiHeadAttention except a decoder's on cpu, which stays plain ops. What neither kernel
  * computes (softcapped scores; GroupQueryAttention is causal) stays plain ops too. */
 static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
 {
@@ -621,6 +688,11 @@ static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
         !(provider == FERRY_ORT_CUDA && (prefill || !half)) &&
         o->head_dim % GQA_HEAD_MULTIPLE == 0)
         return ort_gqa(c, n, outs);
+    /* an encoder's bidirectional attention is MultiHeadAttention on cpu too: the kernel
+     * onnxruntime runs for encoders there */
+    if (o->cache == G_CACHE_NONE && o->mask == G_MASK_PADDING && o->softcap == 0 &&
+        o->num_heads == o->num_kv_heads)
+        return ort_encoder_mha(c, n, outs);
     if (provider != FERRY_ORT_CPU && o->softcap == 0 && o->num_heads % o->num_kv_heads == 0)
         return ort_mha(c, n, outs);
     return lower_attention(c, n, outs);
@@ -631,6 +703,8 @@ static g_lower_fn ort_lowering(const g_target *t, g_op op)
     (void)t;
     switch (op) {
     case G_RMS_NORM: case G_SKIP_RMS_NORM: return ort_rms_norm;
+    case G_LAYER_NORM: return onnx_lower_layer_norm;
+    case G_SKIP_LAYER_NORM: return ort_skip_layer_norm;
     case G_LINEAR: return ort_linear;
     case G_EMBEDDING: return ort_embedding;
     case G_ATTENTION: return ort_attention;

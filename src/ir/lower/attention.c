@@ -99,7 +99,16 @@ ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs)
     if (o->softcap > 0)
         scores = g_softcap(g, "softcap", scores, o->softcap);
     scores = g_cast(g, "Cast", scores, FERRY_F32);
-    scores = g_where(g, "Where", m, scores, g_scalar_f(g, FERRY_F32, -3.4028234663852886e38));
+    if (o->mask == G_MASK_PADDING) {
+        /* the same for every query: added as transformers' encoders add it, one broadcast add
+         * of [b, 1, 1, 1, t] instead of a select over every score */
+        int64_t one = 1;
+        int bias = g_unsqueeze(g, "Unsqueeze_bias", lw_attention_bias(c, n, q, FERRY_F32), 1,
+                               &one);
+        scores = g_binary(g, G_ADD, "Add_bias", scores, bias);
+    } else {
+        scores = g_where(g, "Where", m, scores, g_scalar_f(g, FERRY_F32, -3.4028234663852886e38));
+    }
     int probs = g_cast(g, "Cast_1", g_softmax(g, "Softmax", scores, -1), dt);
     int ctxv = g_matmul(g, "MatMul_1", probs, vt, false);
     int y = g_reshape_spec(g, "Reshape_heads", ctxv, 4, h4);

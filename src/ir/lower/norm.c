@@ -5,7 +5,8 @@
  *                          └──────────────────────────────────────────────────mul─cast(dtype)─mul(w)
  *             with an offset (Gemma): ... mul ─ mul(cast(w, f32) + offset) ─ cast(dtype)
  *  skip_rms_norm(x, skip, w) = (rms_norm(x + skip), x + skip)
- *  layer_norm: in fp32, (x - mean) / sqrt(var + eps) * w + b, cast back */
+ *  layer_norm: in fp32, (x - mean) / sqrt(var + eps) * w + b, cast back
+ *  skip_layer_norm(x, skip, w, b) = (layer_norm(x + skip), x + skip) */
 #include "ir/legalize.h"
 
 ferry_status lower_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
@@ -59,5 +60,14 @@ ferry_status lower_layer_norm(g_lower_ctx *c, const g_node *n, int *outs)
     if (b != G_NONE)
         y = g_binary(g, G_ADD, "Add_bias", y, g_cast(g, "Cast_b", b, FERRY_F32));
     outs[0] = g_cast(g, "Cast_1", y, dt);
+    return g->err.status;
+}
+
+ferry_status lower_skip_layer_norm(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    int sum = g_binary(g, G_ADD, "Add", lw_in(c, n, 0), lw_in(c, n, 1));
+    outs[0] = g_layer_norm(g, "layer_norm", sum, lw_in(c, n, 2), lw_in(c, n, 3), n->a.eps);
+    outs[1] = sum;
     return g->err.status;
 }
