@@ -44,8 +44,8 @@ typedef struct cli_export_opts {
     const char *revision;
     const char *quant_flag;  /* the first quantizer option on the command line (for messages) */
     bool accuracy_flag;      /* --accuracy-level was given */
-    const char *openvino_flag; /* the last OpenVINO-only option on the command line */
-    bool model_output_flag;    /* --model-output (pt2 only) was on the command line */
+    const char *generation_flag; /* a format option's flag that changes generation exports
+                                    only, given on the command line */
     bool inputs_flag;          /* --inputs (plain exports only) was on the command line */
     bool cache_flag;         /* --static-cache or --max-cache-len was given */
     bool decode_flag;        /* --multi-token-decode or --single-token-decode was given */
@@ -56,12 +56,13 @@ typedef struct cli_export_opts {
 enum {
     CLI_CONTINUE = -1,       /* parsing goes on (any other value is an exit status) */
     CLI_OPT_FORMAT = 1000, CLI_OPT_DYNAMIC, CLI_OPT_DIM, CLI_OPT_EXAMPLE, CLI_OPT_DTYPE,
-    CLI_OPT_OPSET, CLI_OPT_CONFIG, CLI_OPT_REVISION, CLI_OPT_GENERATION, CLI_OPT_MULTI_TOKEN,
+    CLI_OPT_CONFIG, CLI_OPT_REVISION, CLI_OPT_GENERATION, CLI_OPT_MULTI_TOKEN,
     CLI_OPT_SINGLE_TOKEN,
     CLI_OPT_STATIC_CACHE, CLI_OPT_MAX_CACHE, CLI_OPT_QUANTIZE, CLI_OPT_BLOCK_SIZE,
     CLI_OPT_ASYMMETRIC, CLI_OPT_ACCURACY, CLI_OPT_QUANT_EMBED, CLI_OPT_FLOAT_HEAD,
-    CLI_OPT_QUANT_METHOD, CLI_OPT_ORT_FUSIONS, CLI_OPT_NO_TOKENIZER,
-    CLI_OPT_DISABLE_STATEFUL, CLI_OPT_COMPRESS_FP16, CLI_OPT_MODEL_OUTPUT, CLI_OPT_INPUTS,
+    CLI_OPT_QUANT_METHOD, CLI_OPT_NO_TOKENIZER, CLI_OPT_INPUTS,
+    CLI_OPT_FORMAT_OPTION = 1500, /* the formats' own flags: 1500 + their index in
+                                     ferry_format_option_describe */
     CLI_OPT_COMMAND = 2000   /* a command's own long options start here */
 };
 

@@ -104,6 +104,24 @@ static int read_recipe(const char *path, cli_export_opts *o)
     return CLI_CONTINUE;
 }
 
+/* A format's own flag (the i-th of ferry_format_option_describe): its value set by name, so
+ * that the format checks it as it checks a recipe's. */
+static int format_option(int i, const char *arg, cli_export_opts *o)
+{
+    ferry_format_option_info info;
+    char eb[512];
+    if (ferry_format_option_describe(i, &info) != FERRY_OK)
+        return -2;
+    const char *value = info.flag_value ? info.flag_value : arg;
+    if (ferry_export_config_set_option(&o->cfg, info.key, value, eb, sizeof eb) != FERRY_OK) {
+        cli_error("%s %s: expected %s", info.flag, arg ? arg : "", info.expects);
+        return EXIT_USAGE;
+    }
+    if (info.generation_only)
+        o->generation_flag = info.flag;
+    return CLI_CONTINUE;
+}
+
 /* One shared option; CLI_CONTINUE or an exit status. */
 static int shared_option(int c, const char *arg, cli_export_opts *o)
 {
@@ -185,17 +203,6 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
             return EXIT_USAGE;
         }
         return CLI_CONTINUE;
-    case CLI_OPT_OPSET: {
-        char *end;
-        long v = strtol(arg, &end, 10);
-        if (*end || v < ferry_min_opset() || v > ferry_max_opset()) {
-            cli_error("--opset %s: expected an integer from %d to %d", arg, ferry_min_opset(),
-                      ferry_max_opset());
-            return EXIT_USAGE;
-        }
-        o->cfg.opset = (int)v;
-        return CLI_CONTINUE;
-    }
     case CLI_OPT_CONFIG: /* read before every other option: cli_parse_export_options */
         return CLI_CONTINUE;
     case CLI_OPT_REVISION:
@@ -206,18 +213,6 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         return CLI_CONTINUE;
     case CLI_OPT_NO_TOKENIZER:
         o->cfg.skip_tokenizer = 1;
-        return CLI_CONTINUE;
-    case CLI_OPT_DISABLE_STATEFUL:
-        o->cfg.stateless = 1;
-        o->openvino_flag = "--disable-stateful";
-        return CLI_CONTINUE;
-    case CLI_OPT_COMPRESS_FP16:
-        o->cfg.compress_to_fp16 = 1;
-        o->openvino_flag = "--compress-to-fp16";
-        return CLI_CONTINUE;
-    case CLI_OPT_MODEL_OUTPUT:
-        o->cfg.model_output = 1;
-        o->model_output_flag = true;
         return CLI_CONTINUE;
     case CLI_OPT_INPUTS:
         if (ferry_export_config_set_inputs(&o->cfg, arg, eb, sizeof eb) != FERRY_OK) {
@@ -296,13 +291,9 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
                             : c == CLI_OPT_QUANT_EMBED ? "--quantize-embeddings"
                                                        : "--float-lm-head";
         return CLI_CONTINUE;
-    case CLI_OPT_ORT_FUSIONS:
-        if (ferry_ort_fusions_from_name(arg, &o->cfg.ort_fusions) != FERRY_OK) {
-            cli_error("--ort-fusions %s: expected cpu, cuda, webgpu, dml or none", arg);
-            return EXIT_USAGE;
-        }
-        return CLI_CONTINUE;
     }
+    if (c >= CLI_OPT_FORMAT_OPTION && c < CLI_OPT_COMMAND)
+        return format_option(c - CLI_OPT_FORMAT_OPTION, arg, o);
     return -2; /* not a shared option */
 }
 
@@ -364,14 +355,10 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         {"dim", required_argument, NULL, CLI_OPT_DIM},
         {"example-shape", required_argument, NULL, CLI_OPT_EXAMPLE},
         {"dtype", required_argument, NULL, CLI_OPT_DTYPE},
-        {"opset", required_argument, NULL, CLI_OPT_OPSET},
         {"config", required_argument, NULL, CLI_OPT_CONFIG},
         {"revision", required_argument, NULL, CLI_OPT_REVISION},
         {"for-generation", no_argument, NULL, CLI_OPT_GENERATION},
         {"no-tokenizer", no_argument, NULL, CLI_OPT_NO_TOKENIZER},
-        {"disable-stateful", no_argument, NULL, CLI_OPT_DISABLE_STATEFUL},
-        {"compress-to-fp16", no_argument, NULL, CLI_OPT_COMPRESS_FP16},
-        {"model-output", no_argument, NULL, CLI_OPT_MODEL_OUTPUT},
         {"inputs", required_argument, NULL, CLI_OPT_INPUTS},
         {"multi-token-decode", no_argument, NULL, CLI_OPT_MULTI_TOKEN},
         {"single-token-decode", no_argument, NULL, CLI_OPT_SINGLE_TOKEN},
@@ -384,13 +371,17 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         {"quantize-embeddings", no_argument, NULL, CLI_OPT_QUANT_EMBED},
         {"float-lm-head", no_argument, NULL, CLI_OPT_FLOAT_HEAD},
         {"quant-method", required_argument, NULL, CLI_OPT_QUANT_METHOD},
-        {"ort-fusions", required_argument, NULL, CLI_OPT_ORT_FUSIONS},
     };
-    enum { N_SHARED = sizeof shared / sizeof shared[0], MAX_OPTS = 32 };
+    enum { N_SHARED = sizeof shared / sizeof shared[0], MAX_OPTS = 64 };
     struct option all[MAX_OPTS + 1];
     int n = 0;
     for (int i = 0; i < N_SHARED && n < MAX_OPTS; i++)
         all[n++] = shared[i];
+    ferry_format_option_info info;
+    for (int i = 0; ferry_format_option_describe(i, &info) == FERRY_OK && n < MAX_OPTS; i++)
+        all[n++] = (struct option){info.flag + 2, info.flag_value ? no_argument
+                                                                  : required_argument,
+                                   NULL, CLI_OPT_FORMAT_OPTION + i};
     for (int i = 0; i < n_extra && n < MAX_OPTS; i++)
         all[n++] = extra[i];
     all[n] = (struct option){NULL, 0, NULL, 0};
@@ -441,28 +432,18 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
                   o->quant_flag ? "--quant-method mse" : "the recipe's quantizer method mse");
         return o->quant_flag ? EXIT_USAGE : EXIT_FAIL;
     }
-    if (o->openvino_flag && o->cfg.format != FERRY_FORMAT_OPENVINO) {
-        cli_error("%s is an OpenVINO option: it applies to --format openvino", o->openvino_flag);
-        return EXIT_USAGE;
-    }
-    if (o->model_output_flag && o->cfg.format != FERRY_FORMAT_PT2) {
-        cli_error("--model-output is a pt2 option: it applies to --format pt2 (ONNX and "
-                  "OpenVINO outputs are named, and transformers' runners build its "
-                  "CausalLMOutputWithPast from them already)");
-        return EXIT_USAGE;
-    }
     if (o->inputs_flag && o->cfg.for_generation) {
         cli_error("--inputs applies to plain exports: generation components take input_ids, "
                   "attention_mask and position_ids, as generate() feeds them");
         return EXIT_USAGE;
     }
-    if (o->cfg.stateless && !o->cfg.for_generation && o->openvino_flag &&
-        !strcmp(o->openvino_flag, "--disable-stateful")) {
-        cli_error("--disable-stateful applies to --for-generation exports (a plain export has "
-                  "no cache)");
+    if (o->generation_flag && !o->cfg.for_generation) {
+        cli_error("%s applies to --for-generation exports (a plain export has no cache)",
+                  o->generation_flag);
         return EXIT_USAGE;
     }
-    if (o->accuracy_flag && o->cfg.ort_fusions == FERRY_ORT_NONE) {
+    const char *fusions = ferry_export_config_option(&o->cfg, "ort_fusions");
+    if (o->accuracy_flag && (!fusions || !strcmp(fusions, "none"))) {
         cli_error("--accuracy-level is MatMulNBits' attribute, in fused graphs only: it applies "
                   "to --ort-fusions");
         return EXIT_USAGE;
@@ -473,6 +454,27 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
 int cli_export_failure_status(const cli_export_opts *o, ferry_status st)
 {
     return st == FERRY_ERR_INVALID_ARG && !o->recipe_given ? EXIT_USAGE : EXIT_FAIL;
+}
+
+/* The formats' own options, from their tables: each format's flags under its name. */
+static void print_format_options(FILE *f)
+{
+    ferry_format_option_info info;
+    const char *format = "";
+    for (int i = 0; ferry_format_option_describe(i, &info) == FERRY_OK; i++) {
+        if (strcmp(info.format, format) != 0)
+            fprintf(f, "\n%s options (recipe keys in brackets):\n", format = info.format);
+        char head[64];
+        snprintf(head, sizeof head, "%s%s%s", info.flag, info.metavar ? " " : "",
+                 info.metavar ? info.metavar : "");
+        fprintf(f, "  %-24s [%s%s%s] default %s\n", head, info.key, info.alias ? ", " : "",
+                info.alias ? info.alias : "", info.default_value);
+        for (const char *line = info.help; *line;) {
+            size_t len = strcspn(line, "\n");
+            fprintf(f, "  %-24s %.*s\n", "", (int)len, line);
+            line += len + (line[len] == '\n');
+        }
+    }
 }
 
 void cli_print_export_options(FILE *f)
@@ -491,12 +493,11 @@ void cli_print_export_options(FILE *f)
             "  --dtype fp32|fp16|bf16   export precision, whatever the checkpoint's (default "
             "fp32);\n"
             "                           weights beyond fp16's range become inf, with a warning\n"
-            "  --opset N                ONNX opset (default %d, supported %d-%d)\n"
             "  --config RECIPE.json     read options from a recipe with AutoExportConfig keys:\n"
-            "                           export_format, dynamic, dynamic_shapes, dtype, opset,\n"
-            "                           example_shapes, ort_fusions, quantizer, for_generation,\n"
-            "                           multi_token_decode, generation_config, stateful,\n"
-            "                           compress_to_fp16, model_output, input_names (the\n"
+            "                           export_format, dynamic, dynamic_shapes, dtype,\n"
+            "                           example_shapes, quantizer, for_generation,\n"
+            "                           multi_token_decode, generation_config, input_names,\n"
+            "                           and the formats' options below by their keys (the\n"
             "                           command line's options win over it, wherever they\n"
             "                           stand); a recipe transformers wrote (a config's\n"
             "                           to_json_string) is read as it is:\n"
@@ -519,15 +520,6 @@ void cli_print_export_options(FILE *f)
             "                           pairs to bind to one buffer each (needs "
             "--max-cache-len)\n"
             "  --max-cache-len N        static cache length\n"
-            "  --ort-fusions EP         ONNX Runtime's fused ops for one execution provider:\n"
-            "                           cpu, cuda, webgpu or dml (none = standard ONNX, the\n"
-            "                           default); such a graph runs only on onnxruntime, fp32 or\n"
-            "                           fp16; opset 23 by default; positions up to\n"
-            "                           max(max_position_embeddings, --max-cache-len); on webgpu\n"
-            "                           a call of several tokens with a cache (after the first\n"
-            "                           call, and every static-cache call) needs batch 1;\n"
-            "                           cuda's GroupQueryAttention needs --dtype fp16\n"
-            "                           (at fp32 its attention is MultiHeadAttention)\n"
             "  --quantize int4|int8     weight-only quantization of every linear layer, round to\n"
             "                           nearest per block, done while the weights stream: as\n"
             "                           DequantizeLinear + MatMul in standard ONNX (opset >= 21),\n"
@@ -547,20 +539,6 @@ void cli_print_export_options(FILE *f)
             "                           shrinks of it for the least error weighted by each\n"
             "                           weight's square (int4 only; better at block 32,\n"
             "                           about twice the export time)\n"
-            "  --disable-stateful       OpenVINO generation: the cache as explicit inputs and\n"
-            "                           outputs (prefill/decode, as for ONNX) instead of one\n"
-            "                           stateful graph that keeps it in variables\n"
-            "  --compress-to-fp16       OpenVINO: weights stored in fp16, computed in fp32 (half\n"
-            "                           the bytes; --dtype stays fp32)\n"
-            "  --model-output           pt2: the program returns transformers'\n"
-            "                           CausalLMOutputWithPast (.logits), as transformers'\n"
-            "                           DynamoExporter's do, so transformers.exporters'\n"
-            "                           ExportedModel.from_pretrained(OUT,\n"
-            "                           trust_remote_code=True) runs a plain export (not a\n"
-            "                           generation one: its runners name the cache otherwise);\n"
-            "                           torch.export.load then needs\n"
-            "                           `import transformers.modeling_outputs` first (default:\n"
-            "                           a dict {\"logits\": ...}, which torch alone loads)\n"
             "  --inputs NAMES           a plain export's graph inputs, comma-separated from\n"
             "                           input_ids, attention_mask, position_ids and\n"
             "                           token_type_ids (default: the tokenizer's output, as\n"
@@ -573,8 +551,8 @@ void cli_print_export_options(FILE *f)
             "                           components take input_ids, attention_mask and\n"
             "                           position_ids\n"
             "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
-            ferry_supported_formats(), ferry_default_opset(), ferry_min_opset(),
-            ferry_max_opset());
+            ferry_supported_formats());
+    print_format_options(f);
 }
 
 void cli_print_warnings(const char *w)

@@ -146,19 +146,6 @@ typedef struct ferry_generation_config {
 
 void ferry_generation_config_init(ferry_generation_config *gen);
 
-/* ONNX Runtime fusions: the execution provider the ONNX graph is made for (the guide's
- * ort_fusions). NONE keeps the graph standard ONNX; the others use onnxruntime's contrib ops
- * (com.microsoft) that provider runs fastest, and such a graph runs only on onnxruntime. */
-typedef enum ferry_ort_fusions {
-    FERRY_ORT_NONE = 0, FERRY_ORT_CPU, FERRY_ORT_CUDA, FERRY_ORT_WEBGPU, FERRY_ORT_DML
-} ferry_ort_fusions;
-
-/* "cpu", "cuda", "webgpu", "dml" as --ort-fusions and the recipe spell them; "none" -> NONE.
- * FERRY_ERR_INVALID_ARG for any other name. */
-ferry_status ferry_ort_fusions_from_name(const char *name, ferry_ort_fusions *out);
-/* "none", "cpu", ... Static string. */
-const char *ferry_ort_fusions_name(ferry_ort_fusions fusions);
-
 /* Weight-only block quantization, round to nearest (the recipe's "quantizer"). Each weight row
  * is cut into blocks of `block_size` inputs; a block keeps one scale (and, asymmetric, one zero
  * point) in the export dtype, its values become `bits`-bit codes. The arithmetic and packing
@@ -197,6 +184,16 @@ typedef struct ferry_quantizer {
 #define FERRY_INPUT_POSITION_IDS (1u << 2)   /* "position_ids" */
 #define FERRY_INPUT_TOKEN_TYPE_IDS (1u << 3) /* "token_type_ids" (encoders that have them) */
 
+#define FERRY_MAX_FORMAT_OPTIONS 8
+#define FERRY_OPTION_KEY_MAX 40
+#define FERRY_OPTION_VALUE_MAX 24
+
+/* One format option as set: "opset" "23", "stateful" "false", "ort_fusions" "cpu". */
+typedef struct ferry_format_option {
+    char key[FERRY_OPTION_KEY_MAX];
+    char value[FERRY_OPTION_VALUE_MAX];
+} ferry_format_option;
+
 typedef struct ferry_export_config {
     ferry_format format;          /* FERRY_FORMAT_ONNX (default), _OPENVINO or _PT2 */
     int dynamic;                  /* 1: every axis symbolic (batch, sequence) */
@@ -208,12 +205,10 @@ typedef struct ferry_export_config {
     int64_t example_batch;
     int64_t example_sequence;
     ferry_dtype dtype;            /* FERRY_F32 (default), FERRY_F16 or FERRY_BF16 */
-    int opset;                    /* ONNX opset; 0 picks the default (ferry_default_opset) */
     ferry_progress_fn progress;   /* optional */
     void *progress_user;
     int for_generation;           /* ferry_export makes the generation components */
     ferry_generation_config generation;
-    ferry_ort_fusions ort_fusions; /* ONNX only; FERRY_ORT_NONE (default) keeps standard ONNX */
     ferry_quantizer quantizer;
     int skip_tokenizer;           /* 1: do not carry the checkpoint's tokenizer and chat-template
                                      files (default 0: every export carries those it has) */
@@ -221,19 +216,13 @@ typedef struct ferry_export_config {
                                      (ferry_export_config_set_inputs parses names); 0 (default):
                                      input_ids and attention_mask. A generation export refuses
                                      any other value than 0 */
-    /* OpenVINO only (any other format refuses a non-default value): */
-    int stateless;                /* 1: a generation export keeps its cache in explicit inputs
-                                     and outputs, as ONNX does (the guide's stateful=False);
-                                     0 (default): one stateful graph, the cache in variables */
-    int compress_to_fp16;         /* 1: fp32 compute over weights stored in fp16 (each weight a
-                                     f16 constant converted on load); dtype must be fp32 */
-    /* pt2 only (any other format refuses a non-default value): */
-    int model_output;             /* 1: the program returns transformers' CausalLMOutputWithPast,
-                                     as transformers' DynamoExporter's programs do, so its
-                                     ExportedModel runs a plain export; torch.export.load then
-                                     needs that class imported first (import
-                                     transformers.modeling_outputs). 0 (default): a dict
-                                     {"logits": ...}, which torch loads alone */
+    /* Each format's own options (ONNX's opset and ort_fusions, OpenVINO's stateful and
+     * compress_to_fp16, pt2's model_output, ...: ferry_format_option_describe lists them), as
+     * key and canonical value text, set by ferry_export_config_set_option, a recipe's keys or
+     * the CLI's flags. The export's format reads its own; another format's option set away
+     * from that format's default is refused, naming the option and the format it belongs to. */
+    ferry_format_option options[FERRY_MAX_FORMAT_OPTIONS];
+    int n_options;
     /* Optional (NULL: none). Once *cancel is non-zero, ferry_exported_save stops at its next
      * band of weights (tens of milliseconds), removes everything it wrote and returns
      * FERRY_ERR_CANCELLED; an existing export at the destination is untouched. A signal
@@ -244,23 +233,60 @@ typedef struct ferry_export_config {
 } ferry_export_config;
 
 void ferry_export_config_init(ferry_export_config *cfg);
+/* An initialized config on the heap, for bindings that hold it as an opaque handle (NULL when
+ * out of memory); ferry_export_config_free releases it. */
+ferry_export_config *ferry_export_config_new(void);
+void ferry_export_config_free(ferry_export_config *cfg);
+/* Sets cfg->cancel (see the field): for bindings that do not mirror the struct. */
+void ferry_export_config_set_cancel(ferry_export_config *cfg, volatile int *cancel);
+
+/* Sets format option `key` (a format's recipe key, or its alias: "opset_version") to `value`
+ * as text ("true", "23", "cpu"); NULL `value` unsets it (its default). The key must be an option
+ * of some format and the value one it takes (FERRY_ERR_INVALID_ARG otherwise, the message
+ * saying what it takes); whether it is the export's format's is checked when the export
+ * starts (ferry_export_config_check). */
+ferry_status ferry_export_config_set_option(ferry_export_config *cfg, const char *key,
+                                            const char *value, char *errbuf,
+                                            size_t errbuf_size);
+/* The canonical text set for format option `key`, or NULL when it is not set. */
+const char *ferry_export_config_option(const ferry_export_config *cfg, const char *key);
+
+/* One format option as its format declares it (the CLI builds its flags and --help from these). */
+typedef struct ferry_format_option_info {
+    const char *format;       /* "onnx" */
+    const char *key;          /* "opset" (the recipe's and export.json's key) */
+    const char *alias;        /* another recipe key for it ("opset_version"), or NULL */
+    const char *default_value; /* canonical text ("21", "true", "none") */
+    const char *expects;      /* what it takes: "an integer in [17, 23]", "true or false" */
+    const char *flag;         /* the CLI's flag: "--opset" */
+    const char *flag_value;   /* a flag without an argument: the value it sets; NULL: the flag
+                                 takes the value as its argument */
+    const char *metavar;      /* the flag's argument in --help ("N"), or NULL */
+    const char *help;         /* --help's text, lines split by '\n' */
+    int generation_only;      /* 1: it changes generation exports only (its flag given without
+                                 --for-generation is a usage error) */
+} ferry_format_option_info;
+
+/* The i-th format option of this build (every format's, from 0): FERRY_OK, or
+ * FERRY_ERR_INVALID_ARG past the last. The strings are static. */
+ferry_status ferry_format_option_describe(int i, ferry_format_option_info *out);
 /* sizeof(ferry_export_config) as this library was built: bindings that mirror the struct check
  * it before use. */
 size_t ferry_export_config_size(void);
 
 /* Fills `cfg` from a JSON recipe whose keys follow AutoExportConfig.from_dict: "export_format",
  * "dynamic", "dynamic_shapes" ({"input_ids": {"0": "batch" | {"name":..,"min":..,"max":..}}}),
- * "dtype", "opset", "example_shapes" ({"input_ids": [1, 8]}), and for generation exports
+ * "dtype", "example_shapes" ({"input_ids": [1, 8]}), and for generation exports
  * "for_generation", "multi_token_decode" and "generation_config" ({"cache_implementation":
- * "static" | "dynamic", "max_cache_len": N}), "ort_fusions" ("cpu" | "cuda" | "webgpu" |
- * "dml" | null) and "quantizer" (null, "int4", "int8", or {"bits": 4 | 8, "block_size": N,
- * "symmetric": bool, "accuracy_level": 0-4, "quantize_embeddings": bool, "quantize_lm_head":
- * bool, "method": "rtn" | "mse"}, omitted fields keeping their defaults), OpenVINO's
- * "stateful" (default true) and "compress_to_fp16" (default false), pt2's "model_output"
- * (default false), and ferry's "input_names" (a plain export's graph inputs, a list of
- * "input_ids", "attention_mask", "position_ids"; null or absent: the default, see
- * ferry_export_config.inputs). Unknown keys are an error.
- * `errbuf` (may be NULL) receives a message on failure. */
+ * "static" | "dynamic", "max_cache_len": N}), "quantizer" (null, "int4", "int8", or {"bits":
+ * 4 | 8, "block_size": N, "symmetric": bool, "accuracy_level": 0-4, "quantize_embeddings":
+ * bool, "quantize_lm_head": bool, "method": "rtn" | "mse"}, omitted fields keeping their
+ * defaults), ferry's "input_names" (a plain export's graph inputs, a list of "input_ids",
+ * "attention_mask", "position_ids", "token_type_ids"; null or absent: the default, see
+ * ferry_export_config.inputs), and every format's options by their keys (ONNX's "opset" and
+ * "ort_fusions", OpenVINO's "stateful" and "compress_to_fp16", pt2's "model_output":
+ * ferry_format_option_describe), a JSON bool, number or string, null for the default.
+ * Unknown keys are an error. `errbuf` (may be NULL) receives a message on failure. */
 ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char *json,
                                            char *errbuf, size_t errbuf_size);
 

@@ -44,38 +44,9 @@ class CannotValidate(FerryError):
 
 # --- the C library --------------------------------------------------------------------------
 
-_NAME_MAX, _MAX_DIMS = 64, 16
-
-
-class _DimSpec(ctypes.Structure):
-    _fields_ = [("input", ctypes.c_char * _NAME_MAX), ("axis", ctypes.c_int),
-                ("symbol", ctypes.c_char * _NAME_MAX), ("min", ctypes.c_int64),
-                ("max", ctypes.c_int64)]
-
-
 class _GenerationConfig(ctypes.Structure):
     _fields_ = [("multi_token_decode", ctypes.c_int), ("static_cache", ctypes.c_int),
                 ("max_cache_len", ctypes.c_int64)]
-
-
-class _Quantizer(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int) for name in
-                ("bits", "block_size", "asymmetric", "accuracy_level", "embeddings", "lm_head",
-                 "method")]
-
-
-class _ExportConfig(ctypes.Structure):
-    _fields_ = [("format", ctypes.c_int), ("dynamic", ctypes.c_int),
-                ("dims", _DimSpec * _MAX_DIMS), ("n_dims", ctypes.c_int),
-                ("example_batch", ctypes.c_int64), ("example_sequence", ctypes.c_int64),
-                ("dtype", ctypes.c_int), ("opset", ctypes.c_int),
-                ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p),
-                ("for_generation", ctypes.c_int), ("generation", _GenerationConfig),
-                ("ort_fusions", ctypes.c_int), ("quantizer", _Quantizer),
-                ("skip_tokenizer", ctypes.c_int), ("inputs", ctypes.c_uint),
-                ("stateless", ctypes.c_int),
-                ("compress_to_fp16", ctypes.c_int), ("model_output", ctypes.c_int),
-                ("cancel", ctypes.c_void_p)]
 
 
 def _find_library():
@@ -96,17 +67,34 @@ def _find_library():
 _lib, _P, _S = None, ctypes.c_void_p, ctypes.c_char_p
 
 
+class _Config:
+    """A ferry_export_config held as an opaque handle (ferry_export_config_new): its layout,
+    each format's options among it, stays libferry's own."""
+
+    def __init__(self):
+        self.handle = _c().ferry_export_config_new()
+        if not self.handle:
+            raise MemoryError("ferry_export_config_new")
+
+    def __del__(self):
+        if getattr(self, "handle", None) and _lib is not None:
+            _lib.ferry_export_config_free(self.handle)
+            self.handle = None
+
+
 def _c():
     """Loads libferry once and declares the prototypes of ferry.h."""
     global _lib
     if _lib is not None:
         return _lib
     lib = ctypes.CDLL(_find_library())
-    i, cfg, out = ctypes.c_int, ctypes.POINTER(_ExportConfig), ctypes.POINTER(_P)
+    i, cfg, out = ctypes.c_int, _P, ctypes.POINTER(_P)
     protos = {
         "ferry_version": (_S, []), "ferry_status_str": (_S, [i]),
         "ferry_model_open": (i, [_S, _S, out]), "ferry_model_free": (None, [_P]),
-        "ferry_model_errmsg": (_S, [_P]), "ferry_model_inputs": (ctypes.c_uint, [_P]), "ferry_export_config_init": (None, [cfg]),
+        "ferry_model_errmsg": (_S, [_P]), "ferry_model_inputs": (ctypes.c_uint, [_P]),
+        "ferry_export_config_new": (_P, []), "ferry_export_config_free": (None, [_P]),
+        "ferry_export_config_set_cancel": (None, [_P, ctypes.POINTER(ctypes.c_int)]),
         "ferry_export_config_from_json": (i, [cfg, _S, ctypes.c_char_p, ctypes.c_size_t]),
         "ferry_export_config_check": (i, [cfg, ctypes.c_char_p, ctypes.c_size_t]),
         "ferry_export": (i, [_P, cfg, out]), "ferry_exported_save": (i, [_P, _S, i]),
@@ -125,16 +113,11 @@ def _c():
         "ferry_components_free": (None, [_P]), "ferry_components_count": (i, [_P]),
         "ferry_components_name": (_S, [_P, i]), "ferry_components_role": (_S, [_P, i]),
         "ferry_components_describe": (_S, [_P, i]),
-        "ferry_export_config_size": (ctypes.c_size_t, []),
         "ferry_escape": (_S, [_S, ctypes.c_char_p, ctypes.c_size_t]),
     }
     for name, (res, args) in protos.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
-    if lib.ferry_export_config_size() != ctypes.sizeof(_ExportConfig):
-        raise FerryError("python/ferry is out of step with libferry: ferry_export_config is "
-                         f"{lib.ferry_export_config_size()} bytes in C, "
-                         f"{ctypes.sizeof(_ExportConfig)} here")
     _lib = lib
     return lib
 

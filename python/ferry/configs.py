@@ -5,7 +5,7 @@ config is made, so a bad key fails here and not at export time."""
 import ctypes
 import json
 
-from ._lib import FerryError, _ExportConfig, _c, _fail, _str
+from ._lib import FerryError, _c, _Config, _fail, _str
 
 # --- configs --------------------------------------------------------------------------------
 
@@ -155,15 +155,14 @@ class OnnxConfig:
 
     def _c_config(self):
         """The ferry_export_config that libferry makes of this recipe (or its error)."""
-        cfg = _ExportConfig()
-        _c().ferry_export_config_init(ctypes.byref(cfg))
+        cfg = _Config()
         err = ctypes.create_string_buffer(1024)
-        status = _c().ferry_export_config_from_json(ctypes.byref(cfg),
+        status = _c().ferry_export_config_from_json(cfg.handle,
                                                     json.dumps(self._recipe).encode(), err, 1024)
         if not status:
             # the options taken together, as the export would
             # (OpenVINOConfig(dtype="fp16", compress_to_fp16=True) was made, and refused later)
-            status = _c().ferry_export_config_check(ctypes.byref(cfg), err, 1024)
+            status = _c().ferry_export_config_check(cfg.handle, err, 1024)
         if status:
             _fail(status, _str(err.value))
         return cfg

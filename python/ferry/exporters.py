@@ -50,8 +50,9 @@ class OnnxExporter:
             lib.ferry_model_free(handle)
             raise
         exported, cancel = _P(), ctypes.c_int(0)
-        cfg.cancel = ctypes.addressof(cancel)  # the export keeps the pointer: see save_pretrained
-        status = lib.ferry_export(handle, ctypes.byref(cfg), ctypes.byref(exported))
+        # the export keeps the pointer: see save_pretrained
+        lib.ferry_export_config_set_cancel(cfg.handle, ctypes.byref(cancel))
+        status = lib.ferry_export(handle, cfg.handle, ctypes.byref(exported))
         if status:
             message = _str(lib.ferry_model_errmsg(handle))
             lib.ferry_model_free(handle)
@@ -74,8 +75,9 @@ class OnnxExporter:
         source, keep = _checkpoint(model)
         handle = _open_model(source, revision)
         exported, cancel = _P(), ctypes.c_int(0)
-        cfg.cancel = ctypes.addressof(cancel)  # the export keeps the pointer: see save_pretrained
-        status = _c().ferry_export_for_generation(handle, ctypes.byref(cfg), ctypes.byref(gen),
+        # the export keeps the pointer: see save_pretrained
+        _c().ferry_export_config_set_cancel(cfg.handle, ctypes.byref(cancel))
+        status = _c().ferry_export_for_generation(handle, cfg.handle, ctypes.byref(gen),
                                                   ctypes.byref(exported))
         if status:
             message = _str(_c().ferry_model_errmsg(handle))
@@ -184,7 +186,7 @@ def decompose_for_generation(model, inputs=None, config=None, *, generation_conf
     lib, handle = _c(), _open_model(source, revision)
     components = _P()
     try:
-        status = lib.ferry_decompose_for_generation(handle, ctypes.byref(cfg), ctypes.byref(gen),
+        status = lib.ferry_decompose_for_generation(handle, cfg.handle, ctypes.byref(gen),
                                                     ctypes.byref(components))
         if status:
             _fail(status, _str(lib.ferry_model_errmsg(handle)))

@@ -1,5 +1,5 @@
-/* backend.h — what a format (ONNX today; OpenVINO IR, pt2, pte next) provides to the
- * format-agnostic export pipeline (src/export): its options, the target its graphs are
+/* backend.h — what a format provides to the format-agnostic export pipeline (src/export): its
+ * options (a table: options.c reads, checks and records them), the target its graphs are
  * lowered for, its file layout (placement policy), the writer and its manifest metadata.
  * Adding a format is a folder under src/backends/ and one line in registry.c. */
 #ifndef FERRY_BACKENDS_BACKEND_H
@@ -53,12 +53,42 @@ typedef struct be_written {
  * table is an internal error. */
 ferry_status be_wrote(be_written *w, const char *file, uint32_t crc, fy_err *err);
 
+/* One of a format's own options. The recipe, export.json, the CLI (its flag and --help) and
+ * ferry_export_config_set_option all read this table, so a format's options are declared here
+ * once: the pipeline and the other formats never name them. The value lives in
+ * ferry_export_config.options as canonical text ("true", "23", "cpu"), read by be_option. */
+typedef enum be_option_type { BE_OPTION_BOOL, BE_OPTION_INT, BE_OPTION_CHOICE } be_option_type;
+
+typedef struct be_option {
+    const char *key;          /* the recipe's and export.json's key: "opset" */
+    const char *alias;        /* a second recipe key for the option, whose null means the
+                                 default (transformers' "opset_version"), or NULL */
+    be_option_type type;
+    const char *def;          /* the default, canonical ("21", "none"); the format's configure
+                                 may settle another when it is not set (ONNX's fused opset) */
+    int64_t min, max;         /* INT: the range */
+    const char *const *choices; /* CHOICE: NULL-terminated, the default first; a recipe may
+                                   give the default as null */
+    const char *flag;         /* the CLI's flag: "--opset" */
+    const char *flag_value;   /* a flag that takes no argument: the value it sets ("false");
+                                 NULL: the flag's argument is the value */
+    const char *metavar;      /* the argument in --help: "N" */
+    const char *help;         /* --help's text, lines split by '\n' */
+    bool always_recorded;     /* export.json records it at its default too: a reader needs it */
+    bool generation_only;     /* it changes generation exports only (the CLI refuses its flag
+                                 on a plain export) */
+} be_option;
+
 typedef struct fb_backend {
     const char *name;        /* "onnx": --format, the recipe's export_format, export.json */
     const char *alias;       /* another name --format and the recipe take, or NULL ("dynamo":
                                 the guide's DynamoExporter writes pt2) */
     ferry_format format;
-    /* Checks the backend's options in `cfg` (opset, ...) and fills their defaults. */
+    const char *title;       /* as messages name the format: "ONNX", "OpenVINO", "pt2" */
+    const be_option *options; /* its own options (NULL: none) */
+    int n_options;
+    /* Checks the options in `cfg` taken together (its own are parsed already: options.c), and
+     * settles the defaults that depend on others (be_option_set). */
     ferry_status (*configure)(ferry_export_config *cfg, fy_err *err);
     /* The target the semantic graphs are lowered for (its opts may point into `cfg`, which
      * outlives the lowering). */
@@ -75,8 +105,14 @@ typedef struct fb_backend {
     /* Format-specific metadata of component graph `g` in export.json (e.g. "opset"). */
     void (*describe)(const ferry_export_config *cfg, const g_graph *g, struct cJSON *metadata);
     /* Its runtimes carry the cache themselves (OpenVINO's stateful models): a generation export
-     * is one graph for the prompt and each token, never a prefill/decode pair. */
-    bool one_generation_graph;
+     * with `cfg` is one graph for the prompt and each token, never a prefill/decode pair.
+     * NULL: never. */
+    bool (*one_generation_graph)(const ferry_export_config *cfg);
+    /* Where its runtime rounds activations to int8 next to quantized weights, a NaN weight
+     * becomes a finite code there, so the outputs come out finite though the weights hold
+     * NaN: the sentence that says so for `cfg` (quantized), with the setting that keeps NaN,
+     * or NULL where the runtime computes in float. NULL hook: never. */
+    const char *(*nonfinite_note)(const ferry_export_config *cfg);
     /* Its programs write the cache into the caller's tensors (torch's input mutations): only a
      * cache of fixed size can be written so, and a generation export needs a static cache. */
     bool cache_in_place_only;
@@ -87,7 +123,38 @@ typedef struct fb_backend {
  * present.<l>.key. For the formats whose cache is the graph's inputs and outputs. */
 ferry_status be_name_explicit_cache(g_graph *g, fy_err *err);
 
+/* --- options (options.c) --- */
+/* `be`'s option named `key` (or its alias), or NULL. */
+const be_option *be_option_find(const fb_backend *be, const char *key);
+/* The value of `be`'s option `key` in `cfg`: what is set, else its default. BOOL 0 or 1, INT
+ * the number, CHOICE the index in its choices; 0 for a key `be` does not have (an internal
+ * misuse, caught by the tests that run each option). */
+int64_t be_option_value(const ferry_export_config *cfg, const fb_backend *be,
+                        const char *key);
+/* The same value as its canonical text (a static string or cfg's own); NULL for an unknown key. */
+const char *be_option_text(const ferry_export_config *cfg, const fb_backend *be, const char *key);
+/* Sets `be`'s option `key` to `value` (a configure settling a default). */
+ferry_status be_option_set(ferry_export_config *cfg, const fb_backend *be, const char *key,
+                           int64_t value, fy_err *err);
+/* Parses `text` as option `o`'s value: its canonical text into `canon`. Errors name `what`
+ * ("recipe: 'opset'") and say what the option takes. */
+ferry_status be_option_parse(const be_option *o, const char *what, const char *text,
+                             char *canon, size_t size, fy_err *err);
+/* What option `o` takes, for messages: "an integer from 17 to 23", "true or false",
+ * "none, cpu, cuda, webgpu or dml". */
+void be_option_expects(const be_option *o, char *buf, size_t size);
+/* Every option set in `cfg` is one of `be`'s, with a value it takes; otherwise one line
+ * naming the option, the format that has it and the export's format (set at any value: the
+ * caller asked for something this format does not do). */
+ferry_status be_options_check(const ferry_export_config *cfg, const fb_backend *be, fy_err *err);
+/* Adds `be`'s options to export.json's export_config `o`: those always recorded (`always`),
+ * or those set away from their default (!`always`), as JSON bools, numbers and strings. */
+void be_options_to_json(const ferry_export_config *cfg, const fb_backend *be, bool always,
+                        struct cJSON *o);
+
 const fb_backend *fb_find(ferry_format format);
+/* The i-th backend of this build (from 0), NULL past the last. */
+const fb_backend *fb_at(int i);
 /* By export.json / recipe name ("onnx") or alias ("dynamo"); NULL if unknown. */
 const fb_backend *fb_find_name(const char *name);
 /* "onnx" (comma-separated names of every backend in this build). */

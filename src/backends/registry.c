@@ -16,6 +16,11 @@ const fb_backend *fb_find(ferry_format format)
     return NULL;
 }
 
+const fb_backend *fb_at(int i)
+{
+    return i >= 0 && (size_t)i < N_BACKENDS ? BACKENDS[i] : NULL;
+}
+
 const fb_backend *fb_find_name(const char *name)
 {
     for (size_t i = 0; i < N_BACKENDS; i++)

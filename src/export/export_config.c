@@ -20,27 +20,6 @@ void ferry_export_config_init(ferry_export_config *cfg)
     cfg->quantizer.lm_head = 1;
 }
 
-static const char *const FUSION_NAMES[] = {
-    [FERRY_ORT_NONE] = "none", [FERRY_ORT_CPU] = "cpu", [FERRY_ORT_CUDA] = "cuda",
-    [FERRY_ORT_WEBGPU] = "webgpu", [FERRY_ORT_DML] = "dml",
-};
-
-ferry_status ferry_ort_fusions_from_name(const char *name, ferry_ort_fusions *out)
-{
-    for (int i = 0; i < (int)(sizeof FUSION_NAMES / sizeof FUSION_NAMES[0]); i++)
-        if (name && !strcmp(name, FUSION_NAMES[i])) {
-            *out = (ferry_ort_fusions)i;
-            return FERRY_OK;
-        }
-    return FERRY_ERR_INVALID_ARG;
-}
-
-const char *ferry_ort_fusions_name(ferry_ort_fusions fusions)
-{
-    unsigned i = (unsigned)fusions;
-    return i < sizeof FUSION_NAMES / sizeof FUSION_NAMES[0] ? FUSION_NAMES[i] : "?";
-}
-
 size_t ferry_export_config_size(void)
 {
     return sizeof(ferry_export_config);
@@ -536,7 +515,7 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
         }
         cfg->format = be->format;
     }
-    const cJSON *opset = NULL, *version = NULL; /* "opset", transformers' "opset_version" */
+    exp_recipe_options format_options = {.n = 0};
     cJSON_ArrayForEach(item, root) {
         const char *k = item->string;
         if (!strcmp(k, "export_format") || (adds_up(k) && repeated_later(item))) {
@@ -557,21 +536,6 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
                          "recipe: 'dtype' must be \"fp32\", \"fp16\" or \"bf16\"");
                 goto done;
             }
-        } else if (!strcmp(k, "opset") || !strcmp(k, "opset_version")) {
-            uint64_t v = 0;
-            if (!(cJSON_IsNull(item) && k[5] == '_') &&
-                (!json_number_to_u64(item, &v) || v < (uint64_t)ferry_min_opset() ||
-                 v > (uint64_t)ferry_max_opset())) {
-                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: '%s' must be an integer in "
-                         "[%d, %d]%s", k, ferry_min_opset(), ferry_max_opset(),
-                         k[5] == '_' ? " or null (the default)" : "");
-                goto done;
-            }
-            /* each key's last value; the two are compared once all are read */
-            if (k[5] == '_')
-                version = item;
-            else
-                opset = item;
         } else if (!strcmp(k, "strict") || !strcmp(k, "prefer_deferred_runtime_asserts_over_guards")) {
             /* torch.export's tracing modes, kept by transformers' recipes. ferry does not trace:
              * its graph holds over every declared range by construction, with no guard to
@@ -612,31 +576,9 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
         } else if (!strcmp(k, "generation_config")) {
             if ((st = recipe_generation(cfg, item, eb, es)) != FERRY_OK)
                 goto done;
-        } else if (!strcmp(k, "ort_fusions")) {
-            if (cJSON_IsNull(item)) {
-                cfg->ort_fusions = FERRY_ORT_NONE;
-            } else if (!cJSON_IsString(item) || !strcmp(item->valuestring, "none") ||
-                       ferry_ort_fusions_from_name(item->valuestring, &cfg->ort_fusions) !=
-                           FERRY_OK) {
-                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'ort_fusions' must be \"cpu\", "
-                         "\"cuda\", \"webgpu\", \"dml\" or null");
-                goto done;
-            }
         } else if (!strcmp(k, "quantizer")) {
             if ((st = recipe_quantizer(&cfg->quantizer, item, eb, es)) != FERRY_OK)
                 goto done;
-        } else if (!strcmp(k, "stateful") || !strcmp(k, "compress_to_fp16") ||
-                   !strcmp(k, "model_output")) {
-            if (!cJSON_IsBool(item)) {
-                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: '%s' must be true or false", k);
-                goto done;
-            }
-            if (k[0] == 's')
-                cfg->stateless = !cJSON_IsTrue(item);
-            else if (k[0] == 'c')
-                cfg->compress_to_fp16 = cJSON_IsTrue(item);
-            else
-                cfg->model_output = cJSON_IsTrue(item);
         } else if (!strcmp(k, "optimize")) {
             /* transformers' default, true: onnxscript's optimizer (constant folding, dead code
              * removal), which ferry's graphs need not (they are built folded) */
@@ -683,24 +625,22 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
                          "recipe: '%s' is not supported yet (only null is accepted)", k);
                 goto done;
             }
+        } else if (exp_is_format_option(k)) {
+            if ((st = exp_recipe_option(&format_options, k, item, eb, es)) != FERRY_OK)
+                goto done;
         } else {
+            char options[512];
+            exp_format_option_keys(options, sizeof options);
             st = say(eb, es, FERRY_ERR_INVALID_ARG,
                      "recipe: unknown key '%s' (known: export_format, dynamic, dynamic_shapes, "
-                     "dtype, opset, example_shapes, for_generation, multi_token_decode, "
-                     "generation_config, ort_fusions, quantizer, stateful, compress_to_fp16, "
-                     "model_output, input_names; "
-                     "and transformers' opset_version, optimize, strict, "
-                     "prefer_deferred_runtime_asserts_over_guards)", k);
+                     "dtype, example_shapes, for_generation, multi_token_decode, "
+                     "generation_config, quantizer, input_names; the formats' options: %s; "
+                     "and transformers' optimize, strict, "
+                     "prefer_deferred_runtime_asserts_over_guards)", k, options);
             goto done;
         }
     }
-    if (opset && version && !cJSON_IsNull(version) && opset->valuedouble != version->valuedouble) {
-        st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'opset' (%g) and 'opset_version' (%g), "
-                 "the same option, disagree", opset->valuedouble, version->valuedouble);
-        goto done;
-    }
-    if (opset || (version && !cJSON_IsNull(version)))
-        cfg->opset = (int)(opset ? opset : version)->valuedouble;
+    st = exp_recipe_options_apply(&format_options, cfg, eb, es);
 done:
     cJSON_Delete(root);
     return st;
@@ -729,22 +669,14 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
             cJSON_AddNullToObject(dim, "max");
     }
     cJSON_AddStringToObject(o, "dtype", ferry_dtype_name(cfg->dtype));
-    if (cfg->format == FERRY_FORMAT_ONNX)
-        cJSON_AddNumberToObject(o, "opset", cfg->opset ? cfg->opset : ferry_default_opset());
+    be_options_to_json(cfg, be, true, o);
     if (cfg->example_batch > 0 && cfg->example_sequence > 0) { /* else the defaults */
         cJSON *ex = cJSON_AddObjectToObject(o, "example_shapes");
         cJSON *ids = cJSON_AddArrayToObject(ex, "input_ids");
         cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_batch));
         cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_sequence));
     }
-    if (cfg->ort_fusions != FERRY_ORT_NONE)
-        cJSON_AddStringToObject(o, "ort_fusions", ferry_ort_fusions_name(cfg->ort_fusions));
-    if (cfg->stateless)
-        cJSON_AddBoolToObject(o, "stateful", 0);
-    if (cfg->compress_to_fp16)
-        cJSON_AddBoolToObject(o, "compress_to_fp16", 1);
-    if (cfg->model_output)
-        cJSON_AddBoolToObject(o, "model_output", 1);
+    be_options_to_json(cfg, be, false, o);
     /* the default (input_ids, attention_mask) is left out, as recipes before the key read */
     if (exp_plain_inputs(cfg) != (FERRY_INPUT_IDS | FERRY_INPUT_ATTENTION_MASK)) {
         cJSON *names = cJSON_AddArrayToObject(o, "input_names");

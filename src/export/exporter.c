@@ -29,6 +29,8 @@ static ferry_status validate_config(ferry_export_config *cfg, const fb_backend *
         return err->status;
     if (cfg->for_generation && cfg->inputs)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, GENERATION_INPUTS);
+    if (be_options_check(cfg, *backend, err) != FERRY_OK)
+        return err->status;
     return (*backend)->configure(cfg, err);
 }
 
@@ -170,8 +172,9 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
             goto fail;
         }
         ferry_generation_config decided = gen_resolve(gen, axes[1], &syms[0]);
-        const char *one_graph =
-            c->backend->one_generation_graph && !c->cfg.stateless ? c->backend->name : NULL;
+        const char *one_graph = c->backend->one_generation_graph &&
+                                c->backend->one_generation_graph(&c->cfg) ? c->backend->name
+                                                                          : NULL;
         if (gen_plan(&c->cfg, &decided, one_graph, axes[0], axes[1], syms, plan, &c->n, err) !=
             FERRY_OK)
             goto fail;

@@ -175,10 +175,10 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
     cJSON_AddStringToObject(so, "log_id", "onnxruntime-genai");
     /* the provider the graph was made for (its fused kernels may exist only there) */
     cJSON *providers = cJSON_AddArrayToObject(so, "provider_options");
-    ferry_ort_fusions fusions = e->cfg.ort_fusions;
-    if (fusions == FERRY_ORT_CUDA || fusions == FERRY_ORT_WEBGPU || fusions == FERRY_ORT_DML) {
+    const char *fusions = be_option_text(&e->cfg, e->backend, "ort_fusions");
+    if (fusions && strcmp(fusions, "none") != 0 && strcmp(fusions, "cpu") != 0) {
         cJSON *one = cJSON_CreateObject();
-        cJSON_AddObjectToObject(one, ferry_ort_fusions_name(fusions));
+        cJSON_AddObjectToObject(one, fusions);
         cJSON_AddItemToArray(providers, one);
     }
     const char *file = "decode.onnx";

@@ -152,6 +152,28 @@ ferry_status manifest_verify_files(const cJSON *m, const char *dir, fy_err *err)
 /* torch's name of a dtype ("float32", "int64"), as transformers writes it. */
 const char *exp_torch_dtype_name(ferry_dtype dt);
 cJSON *export_config_to_json(const ferry_export_config *cfg);
+
+/* A recipe's format-option keys (format_options.c), collected as the recipe is read (each
+ * key's last value) and applied once it is all read, so that a key and its alias are compared
+ * whatever their order. */
+#define EXP_RECIPE_OPTIONS (2 * FERRY_MAX_FORMAT_OPTIONS)
+typedef struct exp_recipe_options {
+    int n;
+    struct exp_recipe_given {
+        const be_option *opt;
+        const char *key;     /* as the recipe spells it (the option's key or its alias) */
+        bool alias, null;
+        char text[FERRY_OPTION_VALUE_MAX]; /* canonical */
+    } given[EXP_RECIPE_OPTIONS];
+} exp_recipe_options;
+/* "opset, ort_fusions (onnx); stateful, compress_to_fp16 (openvino); ...", for messages. */
+void exp_format_option_keys(char *buf, size_t size);
+/* Whether `key` is some format's option (or an alias of one). */
+bool exp_is_format_option(const char *key);
+ferry_status exp_recipe_option(exp_recipe_options *ro, const char *key, const cJSON *item,
+                               char *eb, size_t es);
+ferry_status exp_recipe_options_apply(const exp_recipe_options *ro, ferry_export_config *cfg,
+                                      char *eb, size_t es);
 /* The FERRY_INPUT_* bit of input `name`, or 0 (export_config.c). */
 unsigned exp_input_bit(const char *name);
 /* The inputs a plain export's graph takes: cfg->inputs, or the default (input_ids and

@@ -244,22 +244,13 @@ static ferry_status make_tmp(const char *parent, const char *base, char *tmp, in
                    "another process each time", shown);
 }
 
-/* Where the export's runtime rounds activations to int8 next to quantized weights, a NaN
- * becomes a finite code there (onnxruntime's MatMulNBits at accuracy_level 4, OpenVINO's CPU
- * plugin by default), so the outputs come out finite though the weights hold NaN: said, with the
- * setting that keeps them. "" where the runtime computes in float. */
-static const char *nonfinite_runtime_note(const ferry_export_config *cfg)
+/* What the export's runtime makes of a NaN next to quantized weights (the backend's note), or
+ * "" where it computes in float. */
+static const char *nonfinite_runtime_note(const ferry_exported *e)
 {
-    if (!cfg->quantizer.bits)
-        return "";
-    if (cfg->format == FERRY_FORMAT_OPENVINO)
-        return "; OpenVINO's CPU plugin rounds activations to int8 next to quantized weights, "
-               "which makes NaN finite, unless compiled with DYNAMIC_QUANTIZATION_GROUP_SIZE 0";
-    if (cfg->format == FERRY_FORMAT_ONNX && cfg->ort_fusions != FERRY_ORT_NONE &&
-        (cfg->quantizer.accuracy_level == 4 || cfg->quantizer.accuracy_level < 0)) /* -1: 4 */
-        return "; MatMulNBits at accuracy_level 4 rounds activations to int8, which makes NaN "
-               "finite in onnxruntime: accuracy_level 0 keeps it";
-    return "";
+    const char *note = e->backend && e->backend->nonfinite_note && e->cfg.quantizer.bits
+                           ? e->backend->nonfinite_note(&e->cfg) : NULL;
+    return note ? note : "";
 }
 
 /* The checkpoint's own NaN or inf weights: the export carries them (a quantized block of them
@@ -272,7 +263,7 @@ static ferry_status warn_nonfinite(ferry_exported *e, const ws_progress *pr)
              "tensor '%s': the model's outputs may be NaN or infinite, as transformers' are%s",
              (unsigned long long)pr->nonfinite, pr->nonfinite == 1 ? " is" : "s are",
              st_quote_name(pr->nonfinite_tensor, name, sizeof name),
-             nonfinite_runtime_note(&e->cfg));
+             nonfinite_runtime_note(e));
     return exp_add_warning(&e->save_warnings, line);
 }
 
@@ -296,7 +287,7 @@ static ferry_status warn_overflow(ferry_exported *e, const ws_progress *pr)
                                            "whole block inf or NaN"
                                          : "; their blocks' fp16 scales overflow, which makes "
                                            "those blocks inf or NaN whole",
-             pr->scale_overflowed ? nonfinite_runtime_note(&e->cfg) : "",
+             pr->scale_overflowed ? nonfinite_runtime_note(e) : "",
              half && !pr->overflow_quantized ? "bf16 or fp32" : "fp32");
     return exp_add_warning(&e->save_warnings, line);
 }

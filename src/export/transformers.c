@@ -154,7 +154,8 @@ const char *tf_unsupported(const struct ferry_exported *e)
             }
         }
         /* transformers' torch runner returns what the program returns */
-        if (e->cfg.format == FERRY_FORMAT_PT2 && !e->cfg.model_output) {
+        if (e->cfg.format == FERRY_FORMAT_PT2 &&
+            !be_option_value(&e->cfg, e->backend, "model_output")) {
             snprintf(why, sizeof why, "component '%s' returns a dict, and transformers' runner "
                      "returns what a torch program returns: export with --model-output "
                      "(recipe \"model_output\": true) for its %s", c->name,

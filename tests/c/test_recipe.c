@@ -329,7 +329,7 @@ static void test_round_trip(void **state)
         fail_msg("export.json's copy refused: %s\n%s", eb, text);
     assert_int_equal(back.n_dims, 3);
     assert_int_equal(back.dtype, FERRY_BF16);
-    assert_int_equal(back.opset, 18);
+    assert_string_equal(ferry_export_config_option(&back, "opset"), "18");
     assert_int_equal(back.example_batch, 2);
     assert_int_equal(back.example_sequence, 16);
     assert_int_equal(back.generation.max_cache_len, 128);
@@ -342,13 +342,13 @@ static void test_round_trip(void **state)
     if (ferry_export_config_from_json(&cfg, "{\"export_format\": \"dynamo\", "
                                       "\"model_output\": true}", eb, sizeof eb) != FERRY_OK)
         fail_msg("model_output refused: %s", eb);
-    assert_int_equal(cfg.model_output, 1);
+    assert_string_equal(ferry_export_config_option(&cfg, "model_output"), "true");
     json = export_config_to_json(&cfg);
     text = cJSON_PrintUnformatted(json);
     ferry_export_config_init(&back);
     if (ferry_export_config_from_json(&back, text, eb, sizeof eb) != FERRY_OK)
         fail_msg("export.json's copy refused: %s\n%s", eb, text);
-    assert_int_equal(back.model_output, 1);
+    assert_string_equal(ferry_export_config_option(&back, "model_output"), "true");
     assert_int_equal(back.format, FERRY_FORMAT_PT2);
     cJSON_free(text);
     cJSON_Delete(json);
@@ -459,7 +459,11 @@ static void test_transformers_recipes(void **state)
         assert_int_equal(cfg.format, formats[i]);
         assert_int_equal(cfg.dynamic, 1);
         assert_int_equal(cfg.n_dims, 0);
-        assert_int_equal(cfg.opset, i == 0 ? 18 : 0);
+        const char *opset = ferry_export_config_option(&cfg, "opset");
+        if (i == 0)
+            assert_string_equal(opset, "18");
+        else
+            assert_null(opset);
     }
     /* null opset_version keeps an opset given beside it, in either order; a key given twice
      * takes its last value, as every key does */
@@ -477,7 +481,7 @@ static void test_transformers_recipes(void **state)
         ferry_export_config_init(&cfg);
         if (ferry_export_config_from_json(&cfg, kept[i], eb, sizeof eb) != FERRY_OK)
             fail_msg("%s refused: %s", kept[i], eb);
-        assert_int_equal(cfg.opset, 19);
+        assert_string_equal(ferry_export_config_option(&cfg, "opset"), "19");
     }
     /* Dim.AUTO / DYNAMIC / STATIC and None as transformers writes them; the last format wins */
     ferry_export_config cfg;
@@ -530,13 +534,13 @@ static void test_config_check(void **state)
         {"{\"export_format\": \"openvino\", \"dtype\": \"fp16\", \"compress_to_fp16\": true}",
          FERRY_ERR_INVALID_ARG, "compress_to_fp16 stores fp32 weights in fp16"},
         {"{\"export_format\": \"openvino\", \"opset\": 21}", FERRY_ERR_INVALID_ARG,
-         "an opset is an ONNX option"},
+         "'opset' 21 (--opset) is an ONNX option: it applies to --format onnx, not openvino"},
         {"{\"export_format\": \"dynamo\", \"quantizer\": \"int4\"}", FERRY_ERR_UNSUPPORTED,
          "the pt2 format cannot hold"},
         {"{\"export_format\": \"onnx\", \"dtype\": \"bf16\", \"quantizer\": \"int8\"}",
          FERRY_ERR_UNSUPPORTED, "must be fp32 or fp16 to quantize"},
         {"{\"export_format\": \"onnx\", \"stateful\": false}", FERRY_ERR_INVALID_ARG,
-         "stateful=False is an OpenVINO option"},
+         "'stateful' false (--disable-stateful) is an OpenVINO option"},
         {"{\"export_format\": \"openvino\", \"stateful\": false}", FERRY_OK, ""},
         {"{\"export_format\": \"onnx\", \"dynamic\": true}", FERRY_OK, ""},
         {"{\"input_names\": [\"input_ids\"], \"for_generation\": true}",
@@ -616,6 +620,104 @@ static void test_set_inputs(void **state)
                      FERRY_ERR_INVALID_ARG);
 }
 
+/* The formats' own options: each declared once in its format's table, set by name, checked by
+ * the format chosen, recorded in export.json from the table. */
+static void test_format_options(void **state)
+{
+    (void)state;
+    ferry_export_config cfg;
+    char eb[512] = "";
+    ferry_export_config_init(&cfg);
+    /* a key no format has: refused at once, naming it and listing what there is */
+    assert_int_equal(ferry_export_config_set_option(&cfg, "opsett", "21", eb, sizeof eb),
+                     FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(eb, "'opsett' is not an option of any format"));
+    assert_non_null(strstr(eb, "opset, ort_fusions (onnx)"));
+    assert_non_null(strstr(eb, "model_output (pt2)"));
+    /* a value the option does not take, in any of its forms */
+    static const struct { const char *key, *value, *needle; } bad[] = {
+        {"opset", "3", "an integer in [17, 23]"}, {"opset", "21x", "an integer"},
+        {"opset", "", "an integer"}, {"opset", "99999999999999999999", "an integer"},
+        {"ort_fusions", "tpu", "none, cpu, cuda, webgpu or dml"},
+        {"stateful", "no", "true or false"}, {"model_output", "1", "true or false"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(ferry_export_config_set_option(&cfg, bad[i].key, bad[i].value, eb,
+                                                        sizeof eb), FERRY_ERR_INVALID_ARG);
+        if (!strstr(eb, bad[i].needle))
+            fail_msg("%s=%s: %s", bad[i].key, bad[i].value, eb);
+    }
+    assert_int_equal(cfg.n_options, 0);
+    /* an alias sets the option itself; a second value replaces the first; NULL unsets */
+    assert_int_equal(ferry_export_config_set_option(&cfg, "opset_version", "18", eb, sizeof eb),
+                     FERRY_OK);
+    assert_string_equal(ferry_export_config_option(&cfg, "opset"), "18");
+    assert_int_equal(ferry_export_config_set_option(&cfg, "opset", "19", eb, sizeof eb),
+                     FERRY_OK);
+    assert_int_equal(cfg.n_options, 1);
+    assert_string_equal(ferry_export_config_option(&cfg, "opset_version"), "19");
+    assert_int_equal(ferry_export_config_set_option(&cfg, "opset", NULL, eb, sizeof eb),
+                     FERRY_OK);
+    assert_null(ferry_export_config_option(&cfg, "opset"));
+    /* another format's option: refused by the export's format, naming both */
+    assert_int_equal(ferry_export_config_set_option(&cfg, "compress_to_fp16", "true", eb,
+                                                    sizeof eb), FERRY_OK);
+    assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
+    assert_string_equal(eb, "'compress_to_fp16' true (--compress-to-fp16) is an OpenVINO "
+                            "option: it applies to --format openvino, not onnx");
+    cfg.format = FERRY_FORMAT_OPENVINO;
+    assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_OK);
+    /* a value that no setter wrote (the struct is public): refused as a recipe's would be */
+    ferry_export_config_init(&cfg);
+    snprintf(cfg.options[0].key, sizeof cfg.options[0].key, "opset");
+    snprintf(cfg.options[0].value, sizeof cfg.options[0].value, "5");
+    cfg.n_options = 1;
+    assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(eb, "'opset' must be an integer in [17, 23]"));
+    memset(cfg.options[0].key, 'x', sizeof cfg.options[0].key); /* no NUL */
+    assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
+    cfg.n_options = FERRY_MAX_FORMAT_OPTIONS + 1;
+    assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
+
+    /* export.json records a format's options from its table: the ones a reader needs always,
+     * the others only away from their default, and never another format's */
+    ferry_export_config_init(&cfg);
+    if (ferry_export_config_from_json(&cfg, "{\"export_format\": \"openvino\", "
+                                      "\"stateful\": false, \"compress_to_fp16\": false}", eb,
+                                      sizeof eb) != FERRY_OK)
+        fail_msg("refused: %s", eb);
+    cJSON *json = export_config_to_json(&cfg);
+    char *text = cJSON_PrintUnformatted(json);
+    assert_non_null(strstr(text, "\"stateful\":false"));
+    assert_null(strstr(text, "compress_to_fp16"));
+    assert_null(strstr(text, "opset"));
+    cJSON_free(text);
+    cJSON_Delete(json);
+    ferry_export_config_init(&cfg);
+    json = export_config_to_json(&cfg);
+    text = cJSON_PrintUnformatted(json);
+    assert_non_null(strstr(text, "\"dtype\":\"fp32\",\"opset\":21"));
+    cJSON_free(text);
+    cJSON_Delete(json);
+
+    /* the list the CLI builds its flags and --help from: every option once, with a flag */
+    ferry_format_option_info info;
+    int n = 0;
+    char seen[512] = "";
+    for (; ferry_format_option_describe(n, &info) == FERRY_OK; n++) {
+        assert_true(info.flag && !strncmp(info.flag, "--", 2) && info.help && info.help[0]);
+        assert_non_null(info.default_value);
+        assert_non_null(info.expects);
+        char key[64];
+        snprintf(key, sizeof key, " %s ", info.key);
+        assert_null(strstr(seen, key));
+        strncat(seen, key, sizeof seen - strlen(seen) - 1);
+    }
+    assert_int_equal(n, 5);
+    assert_int_equal(ferry_format_option_describe(n, &info), FERRY_ERR_INVALID_ARG);
+    assert_int_equal(ferry_format_option_describe(-1, &info), FERRY_ERR_INVALID_ARG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -625,6 +727,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_transformers_recipes),
         cmocka_unit_test(test_config_check),
+        cmocka_unit_test(test_format_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -315,6 +315,24 @@ def test_help(args):
             assert flag in stdout, f"{flag} missing from graph --help"
 
 
+def test_format_options_in_help_and_flags():
+    """Each format's own options come from its table (ferry_format_option_describe): --help
+    lists them under their format, with their recipe keys and defaults, and each flag sets the
+    option its table names, checked as the recipe's key is."""
+    rc, stdout, _ = run_ferry("export", "--help")
+    assert rc == 0
+    for section, entries in [("onnx", ["--opset N", "[opset, opset_version] default 21",
+                                       "--ort-fusions EP", "[ort_fusions] default none"]),
+                             ("openvino", ["--disable-stateful", "[stateful] default true",
+                                           "--compress-to-fp16"]),
+                             ("pt2", ["--model-output", "[model_output] default false"])]:
+        start = stdout.index(f"{section} options (recipe keys in brackets):")
+        for entry in entries:
+            assert entry in stdout[start:], (section, entry)
+    rc, _, stderr = run_ferry("export", "x", "y", "--ort-fusions", "tpu")
+    assert rc == 2 and "--ort-fusions tpu: expected none, cpu, cuda, webgpu or dml" in stderr
+
+
 def test_version():
     from conftest import ferry_header_version
 

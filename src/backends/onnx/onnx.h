@@ -15,6 +15,21 @@
  * once for every component, instead of inside each .onnx */
 #define ONNX_EXTERNAL_CONST_BYTES ((uint64_t)64 << 10)
 
+/* The execution provider a graph's onnxruntime fusions are for (the option ort_fusions, in
+ * the order of its choices): NONE keeps the graph standard ONNX; the others use onnxruntime's
+ * contrib ops (com.microsoft) that provider runs fastest, and such a graph runs only on
+ * onnxruntime. */
+typedef enum ort_fusions {
+    ORT_NONE = 0, ORT_CPU, ORT_CUDA, ORT_WEBGPU, ORT_DML
+} ort_fusions;
+
+/* The export's ONNX options (the table in onnx_backend.c), as the lowerings and the writer read
+ * them. */
+int onnx_opset(const ferry_export_config *cfg);
+ort_fusions onnx_fusions(const ferry_export_config *cfg);
+/* "none", "cpu", ...: the provider as the option and onnxruntime-genai name it. */
+const char *onnx_fusions_name(ort_fusions fusions);
+
 /* Standard ONNX ops only: every semantic op lowered (onnx_target.c). */
 extern const g_target onnx_standard_target;
 /* onnxruntime's CPU provider: its fused contrib ops where it has them (ort_target.c). */

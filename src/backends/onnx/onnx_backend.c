@@ -1,4 +1,5 @@
-/* onnx_backend.c — the ONNX format: options (opset), target, file layout and writing.
+/* onnx_backend.c — the ONNX format: its options (opset, ort_fusions), target, file layout and
+ * writing.
  *
  * Placement policy: every component's weights live in one shared model.onnx.data at 4096-byte
  * aligned offsets (onnxruntime can map them), each distinct weight once: a generation export's
@@ -15,54 +16,77 @@
 #include "backends/backend.h"
 #include "backends/onnx/onnx.h"
 
+static const char *const FUSIONS[] = {"none", "cpu", "cuda", "webgpu", "dml", NULL};
+
+static const be_option ONNX_OPTIONS[] = {
+    {.key = "opset", .alias = "opset_version", .type = BE_OPTION_INT, .def = "21",
+     .min = ONNX_MIN_OPSET, .max = ONNX_MAX_OPSET, .flag = "--opset", .metavar = "N",
+     .always_recorded = true,
+     .help = "ONNX opset (default 21; 23 with --ort-fusions, whose RMSNormalization is\n"
+             "standard there)"},
+    {.key = "ort_fusions", .type = BE_OPTION_CHOICE, .def = "none", .choices = FUSIONS,
+     .flag = "--ort-fusions", .metavar = "EP",
+     .help = "ONNX Runtime's fused ops for one execution provider:\n"
+             "cpu, cuda, webgpu or dml (none = standard ONNX, the\n"
+             "default); such a graph runs only on onnxruntime, fp32 or\n"
+             "fp16; opset 23 by default; positions up to\n"
+             "max(max_position_embeddings, --max-cache-len); on webgpu\n"
+             "a call of several tokens with a cache (after the first\n"
+             "call, and every static-cache call) needs batch 1;\n"
+             "cuda's GroupQueryAttention needs --dtype fp16\n"
+             "(at fp32 its attention is MultiHeadAttention)"},
+};
+
+int onnx_opset(const ferry_export_config *cfg)
+{
+    return (int)be_option_value(cfg, &fb_onnx, "opset");
+}
+
+ort_fusions onnx_fusions(const ferry_export_config *cfg)
+{
+    return (ort_fusions)be_option_value(cfg, &fb_onnx, "ort_fusions");
+}
+
+const char *onnx_fusions_name(ort_fusions fusions)
+{
+    return (unsigned)fusions < sizeof FUSIONS / sizeof *FUSIONS - 1 ? FUSIONS[fusions] : "?";
+}
+
 static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
 {
-    if (cfg->stateless)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "stateful=False is an OpenVINO option: an "
-                       "ONNX export's cache is always explicit inputs and outputs");
-    if (cfg->compress_to_fp16)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "compress_to_fp16 is an OpenVINO option; for "
-                       "fp16 ONNX weights export with dtype fp16");
-    if (cfg->model_output)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "model_output is a pt2 option: an ONNX "
-                       "graph's outputs are named, and transformers' runner builds its "
-                       "CausalLMOutputWithPast from them already");
+    ort_fusions fusions = onnx_fusions(cfg);
     /* onnxruntime's fused graphs take opset 23 by default: its RMSNormalization is standard
      * there (older opsets need onnxruntime's own SimplifiedLayerNormalization). */
-    if (cfg->opset == 0)
-        cfg->opset = cfg->ort_fusions != FERRY_ORT_NONE ? 23 : ONNX_DEFAULT_OPSET;
-    if (cfg->opset < ONNX_MIN_OPSET || cfg->opset > ONNX_MAX_OPSET)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ONNX opset %d is not supported (supported: "
-                       "%d to %d, default %d)", cfg->opset, ONNX_MIN_OPSET, ONNX_MAX_OPSET,
-                       ONNX_DEFAULT_OPSET);
+    if (!ferry_export_config_option(cfg, "opset") && fusions != ORT_NONE &&
+        be_option_set(cfg, &fb_onnx, "opset", 23, err) != FERRY_OK)
+        return err->status;
+    int opset = onnx_opset(cfg);
     /* fused graphs hold quantized weights as onnxruntime's MatMulNBits and GatherBlockQuantized
      * over uint8 codes, at any opset */
-    if (cfg->quantizer.bits && cfg->opset < 21 && cfg->ort_fusions == FERRY_ORT_NONE)
+    if (cfg->quantizer.bits && opset < 21 && fusions == ORT_NONE)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantized ONNX weights need opset 21 or later "
                        "(uint4 and blocked DequantizeLinear), not %d; fused graphs "
-                       "(--ort-fusions) take any", cfg->opset);
-    if (cfg->ort_fusions != FERRY_ORT_NONE && cfg->dtype == FERRY_BF16)
+                       "(--ort-fusions) take any", opset);
+    if (fusions != ORT_NONE && cfg->dtype == FERRY_BF16)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "ort_fusions '%s': onnxruntime's kernels for "
                        "that provider take fp32 or fp16, not bf16 (--dtype)",
-                       ferry_ort_fusions_name(cfg->ort_fusions));
-    if (cfg->ort_fusions == FERRY_ORT_NONE && cfg->quantizer.bits &&
-        cfg->quantizer.accuracy_level >= 0)
+                       onnx_fusions_name(fusions));
+    if (fusions == ORT_NONE && cfg->quantizer.bits && cfg->quantizer.accuracy_level >= 0)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy_level is an attribute of "
                        "onnxruntime's MatMulNBits, which only fused graphs use (--ort-fusions); "
                        "standard ONNX has none");
-    if (cfg->ort_fusions != FERRY_ORT_NONE && cfg->quantizer.bits &&
-        cfg->quantizer.accuracy_level < 0)
+    if (fusions != ORT_NONE && cfg->quantizer.bits && cfg->quantizer.accuracy_level < 0)
         cfg->quantizer.accuracy_level = 4; /* int8 activations: onnxruntime's fastest on CPU */
     return FERRY_OK;
 }
 
 static void onnx_target(const ferry_export_config *cfg, g_target *out)
 {
-    switch (cfg->ort_fusions) {
-    case FERRY_ORT_CPU: *out = ort_cpu_target; break;
-    case FERRY_ORT_CUDA: *out = ort_cuda_target; break;
-    case FERRY_ORT_WEBGPU: *out = ort_webgpu_target; break;
-    case FERRY_ORT_DML: *out = ort_dml_target; break;
+    switch (onnx_fusions(cfg)) {
+    case ORT_CPU: *out = ort_cpu_target; break;
+    case ORT_CUDA: *out = ort_cuda_target; break;
+    case ORT_WEBGPU: *out = ort_webgpu_target; break;
+    case ORT_DML: *out = ort_dml_target; break;
     default: *out = onnx_standard_target; break;
     }
     out->opts = cfg;
@@ -103,7 +127,7 @@ static ferry_status onnx_write(const be_component *comps, int n, const ferry_exp
     if (st == FERRY_OK && (st = pl_write(data, dir, progress, &crc, err)) == FERRY_OK)
         st = be_wrote(written, ONNX_DATA_FILE, crc, err);
     for (int i = 0; i < n && st == FERRY_OK; i++)
-        if ((st = onnx_write_model(comps[i].graph, data, cfg->opset, comps[i].name, dir,
+        if ((st = onnx_write_model(comps[i].graph, data, onnx_opset(cfg), comps[i].name, dir,
                                    comps[i].file, &crc, err)) == FERRY_OK)
             st = be_wrote(written, comps[i].file, crc, err);
     pl_free(data);
@@ -113,18 +137,31 @@ static ferry_status onnx_write(const be_component *comps, int n, const ferry_exp
 static void onnx_describe(const ferry_export_config *cfg, const g_graph *g, cJSON *metadata)
 {
     (void)g;
-    cJSON_AddNumberToObject(metadata, "opset", cfg->opset);
+    cJSON_AddNumberToObject(metadata, "opset", onnx_opset(cfg));
+}
+
+static const char *onnx_nonfinite_note(const ferry_export_config *cfg)
+{
+    if (onnx_fusions(cfg) != ORT_NONE &&
+        (cfg->quantizer.accuracy_level == 4 || cfg->quantizer.accuracy_level < 0)) /* -1: 4 */
+        return "; MatMulNBits at accuracy_level 4 rounds activations to int8, which makes NaN "
+               "finite in onnxruntime: accuracy_level 0 keeps it";
+    return NULL;
 }
 
 const fb_backend fb_onnx = {
     .name = "onnx",
     .format = FERRY_FORMAT_ONNX,
+    .title = "ONNX",
+    .options = ONNX_OPTIONS,
+    .n_options = sizeof ONNX_OPTIONS / sizeof ONNX_OPTIONS[0],
     .configure = onnx_configure,
     .target = onnx_target,
     .finish = onnx_finish,
     .files = onnx_files,
     .write = onnx_write,
     .describe = onnx_describe,
+    .nonfinite_note = onnx_nonfinite_note,
 };
 
 int ferry_default_opset(void) { return ONNX_DEFAULT_OPSET; }

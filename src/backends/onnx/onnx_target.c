@@ -21,7 +21,7 @@
 static int opset_of(const g_lower_ctx *c)
 {
     const ferry_export_config *cfg = c->target->opts;
-    return cfg ? cfg->opset : ONNX_DEFAULT_OPSET;
+    return cfg ? onnx_opset(cfg) : ONNX_DEFAULT_OPSET;
 }
 
 /* The destination value of weight input k of `n`, dequantized to float when it is quantized. */

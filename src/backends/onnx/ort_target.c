@@ -78,7 +78,7 @@ static ferry_status ort_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
         return g->err.status;
     const g_value *xs = &g->values[x]; /* read before anything adds values */
     const char *op = skip ? "SkipSimplifiedLayerNormalization"
-                     : cfg_of(c)->opset >= 23 ? "RMSNormalization" : "SimplifiedLayerNormalization";
+                     : onnx_opset(cfg_of(c)) >= 23 ? "RMSNormalization" : "SimplifiedLayerNormalization";
     g_extern e = g_extern_init(skip ? "com.microsoft" : "", op);
     g_extern_float(&e, "epsilon", n->a.eps);
     if (!skip) {
@@ -103,7 +103,7 @@ static ferry_status ort_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
 static ferry_status ort_skip_layer_norm(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
-    if (cfg_of(c)->ort_fusions == FERRY_ORT_CPU)
+    if (onnx_fusions(cfg_of(c)) == ORT_CPU)
         return lower_skip_layer_norm(c, n, outs);
     int x = lw_in(c, n, 0);
     if (!g_ok(g))
@@ -533,7 +533,7 @@ static ferry_status ort_encoder_mha(g_lower_ctx *c, const g_node *n, int *outs)
 static ferry_status ort_rope(g_lower_ctx *c, const g_node *n, int *outs)
 {
     const g_rope_opts *o = n->a.rope;
-    if (cfg_of(c)->ort_fusions == FERRY_ORT_CPU || !fixed_table(o))
+    if (onnx_fusions(cfg_of(c)) == ORT_CPU || !fixed_table(o))
         return lower_rope(c, n, outs);
     g_graph *g = c->dst;
     int x = lw_in(c, n, 0), pos = lw_in(c, n, 1);
@@ -589,16 +589,16 @@ static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
     const g_attn_opts *o = n->a.attn;
-    ferry_ort_fusions provider = cfg_of(c)->ort_fusions;
+    ort_fusions provider = onnx_fusions(cfg_of(c));
     const g_node *rq = rope_source(c, n, 0), *rk = rope_source(c, n, 1);
     /* cpu and cuda rotate inside; cuda also takes the q/k norms before the rotation.
      * onnxruntime rotates inside only heads of a multiple of 16 (it refuses the node else):
      * other heads are rotated before, as webgpu's are */
-    bool rotary = provider != FERRY_ORT_WEBGPU && o->head_dim % GQA_ROTARY_HEAD_MULTIPLE == 0 &&
+    bool rotary = provider != ORT_WEBGPU && o->head_dim % GQA_ROTARY_HEAD_MULTIPLE == 0 &&
                   rotary_inside(rq, rk);
     const g_node *nq = rotary ? head_norm_source(c, rq) : NULL;
     const g_node *nk = rotary ? head_norm_source(c, rk) : NULL;
-    bool norms = provider == FERRY_ORT_CUDA && nq && nk;
+    bool norms = provider == ORT_CUDA && nq && nk;
     int q = norms ? c->map[nq->in[0]] : rotary ? c->map[rq->in[0]] : lw_in(c, n, 0);
     int k = norms ? c->map[nk->in[0]] : rotary ? c->map[rk->in[0]] : lw_in(c, n, 1);
     int v = lw_in(c, n, 2), mask = lw_in(c, n, 3), pos = lw_in(c, n, 6);
@@ -632,7 +632,7 @@ static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
     g_dim scalar[1];
     int total32 = g_cast(g, "Cast_total", g_reshape(g, "Reshape_total", span, 0, scalar),
                          FERRY_I32);
-    bool chunks = provider == FERRY_ORT_CPU || provider == FERRY_ORT_CUDA;
+    bool chunks = provider == ORT_CPU || provider == ORT_CUDA;
     int query_lens = chunks ? g_cast(g, "Cast_query_seqlens",
                                      g_expand(g, "Expand_query_seqlens", s, batch), FERRY_I32)
                             : G_NONE;
@@ -679,13 +679,13 @@ static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
 static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
 {
     const g_attn_opts *o = n->a.attn;
-    ferry_ort_fusions provider = cfg_of(c)->ort_fusions;
+    ort_fusions provider = onnx_fusions(cfg_of(c));
     bool prefill = lw_in(c, n, 4) == G_NONE;
     /* onnxruntime's CUDA GroupQueryAttention has fp16 and bf16 kernels only: at fp32 its nodes
      * would run on the CPU provider, and Qwen3's (q/k norms inside) on none */
     bool half = cfg_of(c)->dtype == FERRY_F16 || cfg_of(c)->dtype == FERRY_BF16;
-    if (o->cache != G_CACHE_NONE && o->mask != G_MASK_PADDING && provider != FERRY_ORT_DML &&
-        !(provider == FERRY_ORT_CUDA && (prefill || !half)) &&
+    if (o->cache != G_CACHE_NONE && o->mask != G_MASK_PADDING && provider != ORT_DML &&
+        !(provider == ORT_CUDA && (prefill || !half)) &&
         o->head_dim % GQA_HEAD_MULTIPLE == 0)
         return ort_gqa(c, n, outs);
     /* an encoder's bidirectional attention is MultiHeadAttention on cpu too: the kernel
@@ -693,7 +693,7 @@ static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
     if (o->cache == G_CACHE_NONE && o->mask == G_MASK_PADDING && o->softcap == 0 &&
         o->num_heads == o->num_kv_heads)
         return ort_encoder_mha(c, n, outs);
-    if (provider != FERRY_ORT_CPU && o->softcap == 0 && o->num_heads % o->num_kv_heads == 0)
+    if (provider != ORT_CPU && o->softcap == 0 && o->num_heads % o->num_kv_heads == 0)
         return ort_mha(c, n, outs);
     return lower_attention(c, n, outs);
 }

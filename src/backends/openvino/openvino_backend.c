@@ -11,7 +11,7 @@
  * pairs, named as ONNX names them); every family; fp32, fp16 or bf16, fp32 over fp16 weights
  * (compress_to_fp16), int8 or int4 weights (the stateful graph's logits always fp32, as
  * openvino-genai reads them).
- * onnxruntime's fusions and opsets are ONNX's, refused by name. */
+ * Its options are the table below; another format's are refused by options.c. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,24 +19,35 @@
 #include "backends/backend.h"
 #include "backends/openvino/openvino.h"
 
+static const be_option OPENVINO_OPTIONS[] = {
+    {.key = "stateful", .type = BE_OPTION_BOOL, .def = "true", .flag = "--disable-stateful",
+     .flag_value = "false", .generation_only = true,
+     .help = "OpenVINO generation: the cache as explicit inputs and\n"
+             "outputs (prefill/decode, as for ONNX) instead of one\n"
+             "stateful graph that keeps it in variables"},
+    {.key = "compress_to_fp16", .type = BE_OPTION_BOOL, .def = "false",
+     .flag = "--compress-to-fp16", .flag_value = "true",
+     .help = "OpenVINO: weights stored in fp16, computed in fp32 (half\n"
+             "the bytes; --dtype stays fp32)"},
+};
+
+static bool stateful(const ferry_export_config *cfg)
+{
+    return be_option_value(cfg, &fb_openvino, "stateful");
+}
+
+static bool compress_to_fp16(const ferry_export_config *cfg)
+{
+    return be_option_value(cfg, &fb_openvino, "compress_to_fp16");
+}
+
 static ferry_status openvino_configure(ferry_export_config *cfg, fy_err *err)
 {
-    if (cfg->opset != 0)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "opset %d: an opset is an ONNX option; "
-                       "OpenVINO IR has none to choose", cfg->opset);
-    if (cfg->ort_fusions != FERRY_ORT_NONE)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "ort_fusions '%s' are onnxruntime's kernels: "
-                       "they apply to --format onnx, not openvino",
-                       ferry_ort_fusions_name(cfg->ort_fusions));
     if (cfg->quantizer.bits && cfg->quantizer.accuracy_level >= 0)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy_level is an attribute of "
                        "onnxruntime's MatMulNBits; OpenVINO has none (its CPU plugin picks how "
                        "to run compressed weights)");
-    if (cfg->model_output)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "model_output is a pt2 option: an OpenVINO "
-                       "model's outputs are named, and transformers' runner builds its "
-                       "CausalLMOutputWithPast from them already");
-    if (cfg->compress_to_fp16 && cfg->dtype != FERRY_F32)
+    if (compress_to_fp16(cfg) && cfg->dtype != FERRY_F32)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "compress_to_fp16 stores fp32 weights in "
                        "fp16; with dtype %s the weights already are %s",
                        ferry_dtype_name(cfg->dtype), ferry_dtype_name(cfg->dtype));
@@ -81,7 +92,7 @@ static ferry_status logits_in_f32(g_graph *g, fy_err *err)
  * [batch] input reorders every cache row as optimum-intel's stateful models do. */
 static ferry_status openvino_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
-    if (cfg->stateless) { /* the cache stays explicit inputs and outputs, named as in ONNX */
+    if (!stateful(cfg)) { /* the cache stays explicit inputs and outputs, named as in ONNX */
         if (be_name_explicit_cache(g, err) != FERRY_OK)
             return err->status;
         return g_check(g, err);
@@ -167,7 +178,7 @@ static ferry_status openvino_write(const be_component *comps, int n,
         pl_file *bin = pl_new(comps[i].data_files[0], OV_BIN_ALIGN);
         if (!bin)
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-        ov_options opt = {.compress_to_fp16 = cfg->compress_to_fp16,
+        ov_options opt = {.compress_to_fp16 = compress_to_fp16(cfg),
                           .inference_precision = inference_precision(cfg->dtype)};
         if (kv_in_variables(comps[i].graph))
             opt.kv_cache_precision = kv_precision(cfg->dtype);
@@ -188,27 +199,38 @@ static void openvino_describe(const ferry_export_config *cfg, const g_graph *g, 
     (void)g;
     cJSON_AddNumberToObject(metadata, "ir_version", 11);
     /* the cache pairs' inputs name the model's variables; beam_idx is an input */
-    bool stateful = cfg->for_generation && !cfg->stateless;
-    cJSON_AddBoolToObject(metadata, "stateful", stateful);
-    if (!stateful && !inference_precision(cfg->dtype))
+    bool in_variables = cfg->for_generation && stateful(cfg);
+    cJSON_AddBoolToObject(metadata, "stateful", in_variables);
+    if (!in_variables && !inference_precision(cfg->dtype))
         return;
     /* as the printer writes them into the model's rt_info */
     cJSON *options = cJSON_AddObjectToObject(metadata, "runtime_options");
     if (inference_precision(cfg->dtype))
         cJSON_AddStringToObject(options, "INFERENCE_PRECISION_HINT",
                                 inference_precision(cfg->dtype));
-    if (stateful)
+    if (in_variables)
         cJSON_AddStringToObject(options, "KV_CACHE_PRECISION", kv_precision(cfg->dtype));
+}
+
+static const char *openvino_nonfinite_note(const ferry_export_config *cfg)
+{
+    (void)cfg;
+    return "; OpenVINO's CPU plugin rounds activations to int8 next to quantized weights, "
+           "which makes NaN finite, unless compiled with DYNAMIC_QUANTIZATION_GROUP_SIZE 0";
 }
 
 const fb_backend fb_openvino = {
     .name = "openvino",
     .format = FERRY_FORMAT_OPENVINO,
+    .title = "OpenVINO",
+    .options = OPENVINO_OPTIONS,
+    .n_options = sizeof OPENVINO_OPTIONS / sizeof OPENVINO_OPTIONS[0],
     .configure = openvino_configure,
     .target = openvino_target_of,
     .finish = openvino_finish,
     .files = openvino_files,
     .write = openvino_write,
     .describe = openvino_describe,
-    .one_generation_graph = true,
+    .one_generation_graph = stateful,
+    .nonfinite_note = openvino_nonfinite_note,
 };

@@ -11,7 +11,7 @@
  * every family; fp32, fp16 or bf16; static or symbolic dims; returning a dict, or with
  * model_output transformers' CausalLMOutputWithPast. Not yet: a dynamic cache, and
  * quantized weights (torch has no op for ferry's block-quantized codes at this level) — refused
- * by name. onnxruntime's and OpenVINO's options are refused as theirs. */
+ * by name. Another format's options are refused by options.c. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,19 +20,27 @@
 #include "backends/torch/pt2.h"
 #include "backends/torch/torch.h"
 
+static const be_option PT2_OPTIONS[] = {
+    {.key = "model_output", .type = BE_OPTION_BOOL, .def = "false", .flag = "--model-output",
+     .flag_value = "true",
+     .help = "pt2: the program returns transformers'\n"
+             "CausalLMOutputWithPast (.logits), as transformers'\n"
+             "DynamoExporter's do, so transformers.exporters'\n"
+             "ExportedModel.from_pretrained(OUT,\n"
+             "trust_remote_code=True) runs a plain export (not a\n"
+             "generation one: its runners name the cache otherwise);\n"
+             "torch.export.load then needs\n"
+             "`import transformers.modeling_outputs` first (default:\n"
+             "a dict {\"logits\": ...}, which torch alone loads)"},
+};
+
+static bool model_output(const ferry_export_config *cfg)
+{
+    return be_option_value(cfg, &fb_pt2, "model_output");
+}
+
 static ferry_status pt2_configure(ferry_export_config *cfg, fy_err *err)
 {
-    if (cfg->opset != 0)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "opset %d: an opset is an ONNX option; a "
-                       "torch program has none to choose", cfg->opset);
-    if (cfg->ort_fusions != FERRY_ORT_NONE)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "ort_fusions '%s' are onnxruntime's kernels: "
-                       "they apply to --format onnx, not pt2",
-                       ferry_ort_fusions_name(cfg->ort_fusions));
-    if (cfg->stateless || cfg->compress_to_fp16)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s is an OpenVINO option: it applies to "
-                       "--format openvino, not pt2",
-                       cfg->stateless ? "stateful=False" : "compress_to_fp16");
     if (cfg->quantizer.bits)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int%d: the pt2 format cannot hold "
                        "ferry's quantized weights yet (export fp32, fp16 or bf16)",
@@ -81,7 +89,7 @@ static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_er
     g->n_outputs = n;
     /* the outputs left are the fields of the family's ModelOutput class (the cache it would
      * return is written into the caller's tensors instead) */
-    if (cfg->model_output && !g->output_class)
+    if (model_output(cfg) && !g->output_class)
         return fy_fail(err, FERRY_ERR_INTERNAL, "model_output: the graph has no output class");
     if (pt_refine_shapes(g, err) != FERRY_OK)
         return err->status;
@@ -106,7 +114,7 @@ static ferry_status pt2_write(const be_component *comps, int n, const ferry_expo
 {
     uint32_t crc;
     for (int i = 0; i < n; i++)
-        if (pt2_write_archive(&comps[i], cfg->model_output, dir, progress, &crc, err) !=
+        if (pt2_write_archive(&comps[i], model_output(cfg), dir, progress, &crc, err) !=
                 FERRY_OK ||
             be_wrote(written, comps[i].file, crc, err) != FERRY_OK)
             return err->status;
@@ -161,4 +169,7 @@ const fb_backend fb_pt2 = {
     .write = pt2_write,
     .describe = pt2_describe,
     .cache_in_place_only = true,
+    .title = "pt2",
+    .options = PT2_OPTIONS,
+    .n_options = sizeof PT2_OPTIONS / sizeof PT2_OPTIONS[0],
 };
