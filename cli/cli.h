@@ -78,6 +78,9 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
 
 /* The help lines of the shared options. */
 void cli_print_export_options(FILE *f);
+/* Each format's own options, from their tables (ferry_format_option_describe), under the
+ * format's name: printed after a command's own options. */
+void cli_print_format_options(FILE *f);
 
 /* The exit status of an export or decomposition the library refused with `st`: its
  * FERRY_ERR_INVALID_ARG is a caller's mistake (options that contradict each other or the

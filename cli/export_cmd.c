@@ -39,8 +39,9 @@ static void print_usage(FILE *f)
           "                           logits); a failed validation exits 1 (3 when it cannot\n"
           "                           run here) and leaves the export in OUT\n"
           "  -q, --quiet              no progress or warnings\n"
-          "  -h, --help               this help\n"
-          "\n"
+          "  -h, --help               this help\n", f);
+    cli_print_format_options(f);
+    fputs("\n"
           "Without --dynamic or --dim the export is static: it runs only at the example shape.\n"
           "OUT is written atomically: on any failure nothing is left and an existing OUT is "
           "untouched.\n"

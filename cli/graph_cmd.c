@@ -22,11 +22,12 @@ static void print_usage(FILE *f)
           "  --component NAME         only this component (model, prefill, decode)\n"
           "\n"
           "export options, as `ferry export` takes them: they shape these graphs as they shape the\n"
-          "export, except --opset, which only the ONNX writer applies (checked, no change here):\n",
+          "export (the ONNX opset too: below opset 20 the erf GELU is its arithmetic):\n",
           f);
     cli_print_export_options(f);
-    fputs("  -h, --help               this help\n"
-          "\n"
+    fputs("  -h, --help               this help\n", f);
+    cli_print_format_options(f);
+    fputs("\n"
           "example:\n"
           "  ferry graph ./my-llama --dynamic --stage lowered | less\n"
           "\n"

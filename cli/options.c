@@ -386,10 +386,10 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         all[n++] = extra[i];
     all[n] = (struct option){NULL, 0, NULL, 0};
 
-    /* Every option on the command line wins over a recipe, wherever --config stands (found by
-     * review: `--dtype fp16 --config r.json` exported the recipe's fp32 without a word): the
-     * command line alone first, so that its errors and --help come before a recipe's; then
-     * each recipe in order; then the command line again, over them. */
+    /* Every option on the command line wins over a recipe, wherever --config stands (a user
+     * who types --dtype fp16 means it, whatever the recipe says): the command line alone
+     * first, so that its errors and --help come before a recipe's; then each recipe in order;
+     * then the command line again, over them. */
     cli_export_opts alone;
     memset(&alone, 0, sizeof alone);
     ferry_export_config_init(&alone.cfg);
@@ -456,24 +456,24 @@ int cli_export_failure_status(const cli_export_opts *o, ferry_status st)
     return st == FERRY_ERR_INVALID_ARG && !o->recipe_given ? EXIT_USAGE : EXIT_FAIL;
 }
 
-/* The formats' own options, from their tables: each format's flags under its name. */
-static void print_format_options(FILE *f)
+void cli_print_format_options(FILE *f)
 {
     ferry_format_option_info info;
     const char *format = "";
     for (int i = 0; ferry_format_option_describe(i, &info) == FERRY_OK; i++) {
         if (strcmp(info.format, format) != 0)
-            fprintf(f, "\n%s options (recipe keys in brackets):\n", format = info.format);
+            fprintf(f, "\n%s options:\n", format = info.format);
         char head[64];
         snprintf(head, sizeof head, "%s%s%s", info.flag, info.metavar ? " " : "",
                  info.metavar ? info.metavar : "");
-        fprintf(f, "  %-24s [%s%s%s] default %s\n", head, info.key, info.alias ? ", " : "",
-                info.alias ? info.alias : "", info.default_value);
         for (const char *line = info.help; *line;) {
             size_t len = strcspn(line, "\n");
-            fprintf(f, "  %-24s %.*s\n", "", (int)len, line);
+            fprintf(f, "  %-24s %.*s\n", line == info.help ? head : "", (int)len, line);
             line += len + (line[len] == '\n');
         }
+        fprintf(f, "  %-24s recipe key: %s%s%s%s\n", "", info.key, info.alias ? " (or " : "",
+                info.alias ? info.alias : "", info.alias ? ")" : "");
+        fprintf(f, "  %-24s takes %s; default %s\n", "", info.expects, info.default_value);
     }
 }
 
@@ -552,7 +552,6 @@ void cli_print_export_options(FILE *f)
             "                           position_ids\n"
             "  --revision REV           hub revision (branch, tag or commit) for a hub id\n",
             ferry_supported_formats());
-    print_format_options(f);
 }
 
 void cli_print_warnings(const char *w)

@@ -1,5 +1,6 @@
 /* ferry.h — the one public header of libferry: export Hugging Face checkpoints to deployable
- * programs (ONNX today) from C, with no Python or PyTorch in the export path.
+ * programs (ONNX, OpenVINO IR, torch.export .pt2) from C, with no Python or PyTorch in the
+ * export path.
  *
  * Conventions (borrowed from SQLite and Lua):
  *  - Every function returns a ferry_status; FERRY_OK is 0.
@@ -219,8 +220,8 @@ typedef struct ferry_export_config {
     /* Each format's own options (ONNX's opset and ort_fusions, OpenVINO's stateful and
      * compress_to_fp16, pt2's model_output, ...: ferry_format_option_describe lists them), as
      * key and canonical value text, set by ferry_export_config_set_option, a recipe's keys or
-     * the CLI's flags. The export's format reads its own; another format's option set away
-     * from that format's default is refused, naming the option and the format it belongs to. */
+     * the CLI's flags. The export's format reads its own; another format's option, at any
+     * value, is refused, naming the option and the format it belongs to. */
     ferry_format_option options[FERRY_MAX_FORMAT_OPTIONS];
     int n_options;
     /* Optional (NULL: none). Once *cancel is non-zero, ferry_exported_save stops at its next

@@ -4,6 +4,7 @@ config is made, so a bad key fails here and not at export time."""
 
 import ctypes
 import json
+import numbers
 
 from ._lib import FerryError, _c, _Config, _fail, _str
 
@@ -134,6 +135,8 @@ class OnnxConfig:
         if dynamic_shapes:
             recipe["dynamic_shapes"] = _json_shapes(dynamic_shapes)
         if opset is not None:
+            if isinstance(opset, bool) or not isinstance(opset, numbers.Integral):
+                raise FerryError(f"opset must be an integer, not {opset!r}", status=1)
             recipe["opset"] = int(opset)
         if example_shapes:
             recipe["example_shapes"] = {k: [int(x) for x in v] for k, v in example_shapes.items()}

@@ -358,6 +358,13 @@ def openvino_compile_config(precision):
     return {"INFERENCE_PRECISION_HINT": "f32"} if precision in ("fp32", "fp16") else {}
 
 
+def _port_name(port, declared):
+    """The name of an OpenVINO port: the one among its tensor's names that export.json
+    declares, else any."""
+    hit = sorted(set(port.get_names()) & declared)
+    return hit[0] if hit else port.get_any_name()
+
+
 class OpenVINOSession:
     """An OpenVINO compiled model behind onnxruntime's session calls, at the precision
     openvino_compile_config gives."""
@@ -366,14 +373,21 @@ class OpenVINOSession:
         import openvino
 
         self._compiled = openvino_compiled(path, precision, device, metadata)
-        self._bf16 = {o.get_any_name() for o in self._compiled.outputs
+        # A port's tensor may carry several names once the plugin fuses the nodes around it
+        # (an encoder's last LayerNorm: its Div's name too), and get_any_name may pick any of
+        # them: the one export.json declares is the port's name.
+        declared = {io.get("name") for key in ("inputs", "outputs")
+                    for io in (metadata or {}).get(key, []) if isinstance(io, dict)}
+        self._inputs = [_port_name(i, declared) for i in self._compiled.inputs]
+        self._outputs = [_port_name(o, declared) for o in self._compiled.outputs]
+        self._bf16 = {name for name, o in zip(self._outputs, self._compiled.outputs)
                       if o.get_element_type() == openvino.Type.bf16}
 
     def get_inputs(self):
-        return [_Port(i.get_any_name()) for i in self._compiled.inputs]
+        return [_Port(name) for name in self._inputs]
 
     def get_outputs(self):
-        return [_Port(o.get_any_name()) for o in self._compiled.outputs]
+        return [_Port(name) for name in self._outputs]
 
     def run(self, names, feeds):
         import numpy as np

@@ -21,7 +21,9 @@ const be_option *be_option_find(const fb_backend *be, const char *key)
 /* The text set for option `key` in cfg, or NULL. */
 static const char *set_text(const ferry_export_config *cfg, const char *key)
 {
-    for (int i = 0; i < cfg->n_options && i < FERRY_MAX_FORMAT_OPTIONS; i++)
+    if (cfg->n_options < 0 || cfg->n_options > FERRY_MAX_FORMAT_OPTIONS)
+        return NULL; /* refused by be_options_check before any export reads an option */
+    for (int i = 0; i < cfg->n_options; i++)
         if (!strcmp(cfg->options[i].key, key))
             return cfg->options[i].value;
     return NULL;
@@ -157,9 +159,18 @@ ferry_status be_options_check(const ferry_export_config *cfg, const fb_backend *
             !memchr(set->value, '\0', sizeof set->value))
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "export config: option %d is not a "
                            "NUL-terminated key and value", i);
+        for (int k = 0; k < i; k++)
+            if (!strcmp(cfg->options[k].key, set->key))
+                return fy_fail(err, FERRY_ERR_INVALID_ARG, "export config: option '%s' is set "
+                               "twice (ferry_export_config_set_option replaces a value)",
+                               set->key);
         const be_option *own = be_option_find(be, set->key);
         char canon[FERRY_OPTION_VALUE_MAX], what[96];
         snprintf(what, sizeof what, "'%s'", set->key);
+        if (own && strcmp(own->key, set->key) != 0)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "export config: option '%s' is stored "
+                           "under its alias; its key is '%s' (ferry_export_config_set_option "
+                           "takes either)", set->key, own->key);
         if (own) {
             if (be_option_parse(own, what, set->value, canon, sizeof canon, err) != FERRY_OK)
                 return err->status;
@@ -173,8 +184,8 @@ ferry_status be_options_check(const ferry_export_config *cfg, const fb_backend *
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "'%s' is not an option of any format "
                            "(set by ferry_export_config_set_option, which checks the key)",
                            set->key);
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "'%s' %s (%s) is %s %s option: it applies "
-                       "to --format %s, not %s", theirs->key, set->value, theirs->flag,
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "'%s' (the flag %s) is %s %s option: it "
+                       "applies to --format %s, not %s", theirs->key, theirs->flag,
                        article(other->title), other->title, other->name, be->name);
     }
     return FERRY_OK;

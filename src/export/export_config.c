@@ -9,6 +9,7 @@
 
 #include "export/internal.h"
 #include "util/json.h"
+#include "util/text.h"
 
 void ferry_export_config_init(ferry_export_config *cfg)
 {
@@ -96,7 +97,7 @@ static ferry_status say(char *buf, size_t size, ferry_status st, const char *fmt
         vsnprintf(raw, sizeof raw, fmt, ap);
         va_end(ap);
         if (size >= 8)
-            st_quote_name(raw, buf, size);
+            text_quote(raw, buf, size);
         else
             buf[0] = '\0';
     }
@@ -628,6 +629,11 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
         } else if (exp_is_format_option(k)) {
             if ((st = exp_recipe_option(&format_options, k, item, eb, es)) != FERRY_OK)
                 goto done;
+        } else if (!strcmp(k, "schema_version") || !strcmp(k, "components")) {
+            st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: key '%s' is an export's "
+                     "export.json, not a recipe: the recipe an export was made with is its "
+                     "components.<name>.metadata.export_config", k);
+            goto done;
         } else {
             char options[512];
             exp_format_option_keys(options, sizeof options);

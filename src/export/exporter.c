@@ -9,6 +9,7 @@
 #include "export/internal.h"
 #include "quant/apply.h"
 #include "util/strbuf.h"
+#include "util/text.h"
 
 #define GENERATION_INPUTS                                                                   \
     "inputs (--inputs, the recipe's input_names) apply to plain exports: generation "         \
@@ -60,8 +61,8 @@ static char *export_warnings(const char *first, const ckpt *ck)
     for (size_t i = 0; i < ck->n_tensors; i++) {
         if (ck->used[i])
             continue;
-        char name[ST_QUOTE_MAX];
-        st_quote_name(ck->by_name[i]->name, name, sizeof name);
+        char name[TEXT_QUOTE_MAX];
+        text_quote(ck->by_name[i]->name, name, sizeof name);
         sb_printf(&b, "%scheckpoint tensor '%s' is not used by the export", b.len ? "\n" : "",
                   name);
     }
@@ -422,9 +423,9 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
         for (int i = 0; i < c->n; i++)
             found |= strcmp(names[k], c->items[i].name) == 0;
         if (!found) {
-            char q[ST_QUOTE_MAX];
+            char q[TEXT_QUOTE_MAX];
             fy_fail(err, FERRY_ERR_INVALID_ARG, "no component named '%s'",
-                    st_quote_name(names[k], q, sizeof q));
+                    text_quote(names[k], q, sizeof q));
             goto fail;
         }
     }

@@ -55,29 +55,40 @@ void exp_format_option_keys(char *buf, size_t size)
             continue;
         len += (size_t)snprintf(buf + len, size - len, "%s", len ? "; " : "");
         for (int k = 0; k < be->n_options && len < size; k++)
-            len += (size_t)snprintf(buf + len, size - len, "%s%s", k ? ", " : "",
-                                    be->options[k].key);
+            len += (size_t)snprintf(buf + len, size - len, "%s%s%s%s", k ? ", " : "",
+                                    be->options[k].key, be->options[k].alias ? " or " : "",
+                                    be->options[k].alias ? be->options[k].alias : "");
         if (len < size)
             len += (size_t)snprintf(buf + len, size - len, " (%s)", be->name);
     }
 }
 
-static void unset(ferry_export_config *cfg, const char *key)
+/* Whether cfg->n_options can be trusted (the struct is public: a caller may fill it). */
+static bool count_ok(const ferry_export_config *cfg)
 {
-    for (int i = 0; i < cfg->n_options && i < FERRY_MAX_FORMAT_OPTIONS; i++)
+    return cfg->n_options >= 0 && cfg->n_options <= FERRY_MAX_FORMAT_OPTIONS;
+}
+
+static ferry_status unset(ferry_export_config *cfg, const char *key, fy_err *err)
+{
+    if (!count_ok(cfg))
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "export config: n_options %d is outside "
+                       "[0, %d]", cfg->n_options, FERRY_MAX_FORMAT_OPTIONS);
+    for (int i = 0; i < cfg->n_options; i++)
         if (!strcmp(cfg->options[i].key, key)) {
             memmove(&cfg->options[i], &cfg->options[i + 1],
                     (size_t)(cfg->n_options - i - 1) * sizeof cfg->options[i]);
             cfg->n_options--;
-            return;
+            return FERRY_OK;
         }
+    return FERRY_OK;
 }
 
 /* Stores canonical `text` for option `o` (its own key), replacing a value set before. */
 static ferry_status store(ferry_export_config *cfg, const be_option *o, const char *text,
                           fy_err *err)
 {
-    if (cfg->n_options < 0 || cfg->n_options > FERRY_MAX_FORMAT_OPTIONS)
+    if (!count_ok(cfg))
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "export config: n_options %d is outside "
                        "[0, %d]", cfg->n_options, FERRY_MAX_FORMAT_OPTIONS);
     for (int i = 0; i < cfg->n_options; i++)
@@ -108,8 +119,7 @@ ferry_status ferry_export_config_set_option(ferry_export_config *cfg, const char
         st = fy_fail(&err, FERRY_ERR_INVALID_ARG, "'%.64s' is not an option of any format "
                      "(options: %s)", key, known);
     } else if (!value) {
-        unset(cfg, o->key);
-        st = FERRY_OK;
+        st = unset(cfg, o->key, &err);
     } else {
         char what[96], canon[FERRY_OPTION_VALUE_MAX];
         snprintf(what, sizeof what, "option '%s'", key);
@@ -125,9 +135,9 @@ ferry_status ferry_export_config_set_option(ferry_export_config *cfg, const char
 const char *ferry_export_config_option(const ferry_export_config *cfg, const char *key)
 {
     const be_option *o = cfg && key ? any_option(key, NULL) : NULL;
-    if (!o)
+    if (!o || !count_ok(cfg))
         return NULL;
-    for (int i = 0; i < cfg->n_options && i < FERRY_MAX_FORMAT_OPTIONS; i++)
+    for (int i = 0; i < cfg->n_options; i++)
         if (!strncmp(cfg->options[i].key, o->key, sizeof cfg->options[i].key))
             return cfg->options[i].value;
     return NULL;
@@ -224,7 +234,7 @@ ferry_status exp_recipe_option(exp_recipe_options *ro, const char *key, const cJ
             be_option_expects(o, takes, sizeof takes);
         if (eb && es)
             snprintf(eb, es, "recipe: '%s' must be %s%s", key, o ? takes : "known",
-                     null_ok ? " or null (the default)" : "");
+                     null_ok ? " (or null, the default)" : "");
         return FERRY_ERR_INVALID_ARG;
     }
     int slot = 0;
@@ -264,8 +274,11 @@ ferry_status exp_recipe_options_apply(const exp_recipe_options *ro, ferry_export
             return FERRY_ERR_INVALID_ARG;
         }
         if (a->null) {
-            if (!a->alias)
-                unset(cfg, a->opt->key);
+            if (!a->alias && unset(cfg, a->opt->key, &err) != FERRY_OK) {
+                if (eb && es)
+                    snprintf(eb, es, "recipe: %s", err.msg);
+                return err.status;
+            }
             continue;
         }
         if (store(cfg, a->opt, a->text, &err) != FERRY_OK) {

@@ -93,8 +93,6 @@ const char *genai_unsupported(const struct ferry_exported *e);
 char *genai_config_text(const struct ferry_exported *e, fy_err *err);
 #define GENAI_CONFIG_FILE "genai_config.json"
 
-/* Records the model-level message into a handle error. */
-ferry_status exp_set_error(fy_err *dst, const fy_err *src);
 /* Appends `line` to the newline-separated `*warnings` (NULL: none yet). */
 ferry_status exp_add_warning(char **warnings, const char *line);
 

@@ -229,9 +229,9 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
 ferry_status manifest_check_file(const char *dir, const char *comp, const char *rel,
                                  long long *size, fy_err *err)
 {
-    char qcomp[ST_QUOTE_MAX], qrel[ST_QUOTE_MAX];
-    st_quote_name(comp, qcomp, sizeof qcomp);
-    st_quote_name(rel, qrel, sizeof qrel);
+    char qcomp[TEXT_QUOTE_MAX], qrel[TEXT_QUOTE_MAX];
+    text_quote(comp, qcomp, sizeof qcomp);
+    text_quote(rel, qrel, sizeof qrel);
     if (!fs_safe_relative(rel))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' names the file "
                        "'%s', which is not a plain relative path inside the export", dir, qcomp,
@@ -321,9 +321,9 @@ ferry_status manifest_check_program(const char *dir, const char *comp, const cha
             k = &PROGRAM_KINDS[i];
     if (!k)
         return FERRY_OK; /* the manifest's format was refused before, or has no program file */
-    char qcomp[ST_QUOTE_MAX], qrel[ST_QUOTE_MAX];
-    st_quote_name(comp, qcomp, sizeof qcomp);
-    st_quote_name(rel, qrel, sizeof qrel);
+    char qcomp[TEXT_QUOTE_MAX], qrel[TEXT_QUOTE_MAX];
+    text_quote(comp, qcomp, sizeof qcomp);
+    text_quote(rel, qrel, sizeof qrel);
     size_t len = strlen(rel), sl = strlen(k->suffix);
     if (len <= sl || strcmp(rel + len - sl, k->suffix) != 0)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': file '%s' is "
@@ -381,7 +381,7 @@ static bool plain_text(const char *s);
  * `key` is the nearest key above `node`, naming the string in messages. */
 static ferry_status check_tree(const cJSON *node, const char *key, const char *dir, fy_err *err)
 {
-    char quoted[ST_QUOTE_MAX], qname[ST_QUOTE_MAX];
+    char quoted[TEXT_QUOTE_MAX], qname[TEXT_QUOTE_MAX];
     size_t len, at;
     if (node->string) {
         key = node->string;
@@ -389,15 +389,15 @@ static ferry_status check_tree(const cJSON *node, const char *key, const char *d
         if ((at = text_hidden_at(key, len)) < len)
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: key '%s' holds a control, "
                            "format or invalid character at byte %zu", dir,
-                           st_quote_name(key, quoted, sizeof quoted), at);
+                           text_quote(key, quoted, sizeof quoted), at);
     }
     if (cJSON_IsString(node) &&
         (at = text_hidden_at(node->valuestring, strlen(node->valuestring))) <
             strlen(node->valuestring))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: key '%s': the string '%s' holds a "
                        "control, format or invalid character at byte %zu", dir,
-                       st_quote_name(key ? key : "", qname, sizeof qname),
-                       st_quote_name(node->valuestring, quoted, sizeof quoted), at);
+                       text_quote(key ? key : "", qname, sizeof qname),
+                       text_quote(node->valuestring, quoted, sizeof quoted), at);
     if (!cJSON_IsObject(node) && !cJSON_IsArray(node))
         return FERRY_OK;
     const cJSON *child;
@@ -418,10 +418,10 @@ static ferry_status check_tree(const cJSON *node, const char *key, const char *d
     qsort(keys, n, sizeof *keys, compare_strings);
     ferry_status status = FERRY_OK;
     for (size_t i = 1; i < n && status == FERRY_OK; i++) {
-        char qkey[ST_QUOTE_MAX];
+        char qkey[TEXT_QUOTE_MAX];
         if (strcmp(keys[i - 1], keys[i]) == 0)
             status = fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: key '%s' appears more than "
-                             "once in one object", dir, st_quote_name(keys[i], qkey, sizeof qkey));
+                             "once in one object", dir, text_quote(keys[i], qkey, sizeof qkey));
     }
     free(keys);
     return status;
@@ -469,10 +469,10 @@ static ferry_status check_precision(const cJSON *md, const char *dir, const char
     bool known = pr && (!strcmp(pr, "fp32") || !strcmp(pr, "fp16") || !strcmp(pr, "bf16"));
     if (known && dtype && strcmp(pr, dtype) == 0)
         return FERRY_OK;
-    char q[ST_QUOTE_MAX];
+    char q[TEXT_QUOTE_MAX];
     return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'precision' must be "
                    "fp32, fp16 or bf16, the dtype its export_config records: export.json was "
-                   "edited", dir, st_quote_name(comp, q, sizeof q));
+                   "edited", dir, text_quote(comp, q, sizeof q));
 }
 
 /* An OpenVINO component's "stateful": its cache in the model's variables, fed beam_idx and no
@@ -494,10 +494,10 @@ static ferry_status check_stateful(const cJSON *c, const char *dir, fy_err *err)
     bool says = cJSON_IsTrue(stateful);
     if (!cJSON_IsBool(stateful) || (says && (!beam || cache_input || !has_cache)) ||
         (!says && beam)) {
-        char q[ST_QUOTE_MAX];
+        char q[TEXT_QUOTE_MAX];
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': 'stateful' is "
                        "%s, and its inputs say otherwise (a stateful model takes beam_idx and "
-                       "no cache input)", dir, st_quote_name(c->string, q, sizeof q),
+                       "no cache input)", dir, text_quote(c->string, q, sizeof q),
                        says ? "true" : "false");
     }
     return FERRY_OK;
@@ -542,20 +542,20 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
     const cJSON *tc;
     cJSON_ArrayForEach(tc, comps) {
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(tc, "metadata");
-        char q[ST_QUOTE_MAX];
+        char q[TEXT_QUOTE_MAX];
         if (tf_fmt && (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "in_spec")) ||
                        !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "out_spec"))))
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': export_format "
                            "says transformers loads the export, and its metadata has no "
                            "in_spec and out_spec, which transformers' runners read", dir,
-                           st_quote_name(tc->string, q, sizeof q));
+                           text_quote(tc->string, q, sizeof q));
     }
     if (tf && (!cJSON_IsObject(tf) ||
                !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(tf, "unsupported"))))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'transformers' must be an object "
                        "whose 'unsupported' says why transformers cannot load the export", dir);
     const cJSON *c;
-    char qcomp[ST_QUOTE_MAX];
+    char qcomp[TEXT_QUOTE_MAX];
     cJSON_ArrayForEach(c, comps) {
         const cJSON *file = cJSON_GetObjectItemCaseSensitive(c, "file");
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(c, "role");
@@ -563,18 +563,18 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         if (!cJSON_IsObject(c) || !cJSON_IsString(file) || !cJSON_IsString(role) ||
             (data && !cJSON_IsArray(data)))
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' needs a string "
-                           "'file' and 'role'", dir, st_quote_name(c->string, qcomp, sizeof qcomp));
+                           "'file' and 'role'", dir, text_quote(c->string, qcomp, sizeof qcomp));
         /* Names and roles are printed by `ferry inspect` and used as keys by the bindings. */
         if (!plain_text(c->string) || !plain_text(role->valuestring))
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': the name and "
                            "role must be non-empty and free of control characters", dir,
-                           st_quote_name(c->string, qcomp, sizeof qcomp));
+                           text_quote(c->string, qcomp, sizeof qcomp));
         const cJSON *d;
         cJSON_ArrayForEach(d, data)
             if (!cJSON_IsString(d))
                 return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': "
                                "data_files must hold strings", dir,
-                               st_quote_name(c->string, qcomp, sizeof qcomp));
+                               text_quote(c->string, qcomp, sizeof qcomp));
         long long size;
         if (manifest_check_records(c, dir, err) != FERRY_OK ||
             manifest_check_file(dir, c->string, file->valuestring, &size, err) != FERRY_OK ||
@@ -626,11 +626,11 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'tokenizer_files' must be an "
                        "array", dir);
     cJSON_ArrayForEach(t, tok) {
-        char qname[ST_QUOTE_MAX];
+        char qname[TEXT_QUOTE_MAX];
         if (!cJSON_IsString(t) || !tok_is_file_name(t->valuestring))
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: tokenizer_files: '%s' is not "
                            "a tokenizer file name (%s)", dir,
-                           cJSON_IsString(t) ? st_quote_name(t->valuestring, qname, sizeof qname)
+                           cJSON_IsString(t) ? text_quote(t->valuestring, qname, sizeof qname)
                                              : "(not a string)", tok_file_names());
         if (manifest_check_file(dir, "tokenizer_files", t->valuestring, NULL, err) != FERRY_OK)
             return err->status;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "export/internal.h"
+#include "util/text.h"
 
 #define MAX_LAYERS 4096
 
@@ -80,8 +81,8 @@ ferry_status manifest_check_cache(const cJSON *comp, const char *dir, fy_err *er
     const cJSON *cache = cJSON_GetObjectItemCaseSensitive(md, "cache");
     if (!cache)
         return FERRY_OK;
-    char qcomp[ST_QUOTE_MAX];
-    st_quote_name(comp->string, qcomp, sizeof qcomp);
+    char qcomp[TEXT_QUOTE_MAX];
+    text_quote(comp->string, qcomp, sizeof qcomp);
     const cJSON *inputs = cJSON_GetObjectItemCaseSensitive(md, "inputs");
     const cJSON *outputs = cJSON_GetObjectItemCaseSensitive(md, "outputs");
     const cJSON *pairs = cJSON_GetObjectItemCaseSensitive(cache, "pairs");
@@ -111,12 +112,12 @@ ferry_status manifest_check_cache(const cJSON *comp, const char *dir, fy_err *er
         bool out_ok = out && parse_name(out, &l_out, &k_out, &s_out) && s_out != 0 &&
                       l_out < n_layers;
         if (!in_ok || !out_ok || (in && (l_in != l_out || k_in != k_out))) {
-            char qi[ST_QUOTE_MAX], qo[ST_QUOTE_MAX];
+            char qi[TEXT_QUOTE_MAX], qo[TEXT_QUOTE_MAX];
             st = fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': cache pair "
                          "%d joins '%s' to '%s', which are not one layer's same cache tensor "
                          "(past_key_values.L.key -> present.L.key, ...) of its %d layers", dir,
-                         qcomp, index, in ? st_quote_name(in, qi, sizeof qi) : "(none)",
-                         out ? st_quote_name(out, qo, sizeof qo) : "(none)", n_layers);
+                         qcomp, index, in ? text_quote(in, qi, sizeof qi) : "(none)",
+                         out ? text_quote(out, qo, sizeof qo) : "(none)", n_layers);
             break;
         }
         if (seen[l_out * N_KINDS + k_out]++) {
@@ -133,10 +134,10 @@ ferry_status manifest_check_cache(const cJSON *comp, const char *dir, fy_err *er
                                      dtype)) ||
              (oe && !geometry_agrees(oe, kv_heads->valuedouble, head_dim->valuedouble,
                                      dtype)))) {
-            char q[ST_QUOTE_MAX];
+            char q[TEXT_QUOTE_MAX];
             st = fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': '%s' is not "
                          "[batch, %g, length, %g] %s, the cache's kv_heads, head_dim and dtype",
-                         dir, qcomp, st_quote_name(ie ? in : out, q, sizeof q),
+                         dir, qcomp, text_quote(ie ? in : out, q, sizeof q),
                          kv_heads->valuedouble, head_dim->valuedouble, dtype);
             break;
         }

@@ -13,6 +13,7 @@
 #include "export/transformers.h"
 #include "util/crc_pieces.h"
 #include "util/fs.h"
+#include "util/text.h"
 
 static ferry_status file_size(const char *dir, const char *rel, long long *size, fy_err *err)
 {
@@ -99,8 +100,8 @@ static ferry_status check_record(const cJSON *c, const char *key, const char *of
     const cJSON *record = cJSON_GetObjectItemCaseSensitive(c, key);
     if (!record)
         return FERRY_OK;
-    char qcomp[ST_QUOTE_MAX], qrel[ST_QUOTE_MAX];
-    st_quote_name(c->string, qcomp, sizeof qcomp);
+    char qcomp[TEXT_QUOTE_MAX], qrel[TEXT_QUOTE_MAX];
+    text_quote(c->string, qcomp, sizeof qcomp);
     int named = 1 + cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c, "data_files"));
     if (!cJSON_IsObject(record) || cJSON_GetArraySize(record) != named)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': '%s' must be an "
@@ -112,7 +113,7 @@ static ferry_status check_record(const cJSON *c, const char *key, const char *of
         if (!entry || !valid(entry))
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': '%s' %s '%s'",
                            dir, qcomp, key, entry ? needs : "has no entry for its file",
-                           st_quote_name(rel, qrel, sizeof qrel));
+                           text_quote(rel, qrel, sizeof qrel));
     }
     return FERRY_OK;
 }
@@ -133,10 +134,10 @@ ferry_status manifest_check_size(const cJSON *c, const char *dir, const char *re
         cJSON_GetObjectItemCaseSensitive(c, "bytes"), rel);
     if (!want || size == (long long)want->valuedouble)
         return FERRY_OK;
-    char qrel[ST_QUOTE_MAX];
+    char qrel[TEXT_QUOTE_MAX];
     return fy_fail(err, FERRY_ERR_FORMAT, "%s/%s: %lld bytes, where the export wrote %lld "
                    "(export.json): the file was cut short or changed since; export again", dir,
-                   st_quote_name(rel, qrel, sizeof qrel), size, (long long)want->valuedouble);
+                   text_quote(rel, qrel, sizeof qrel), size, (long long)want->valuedouble);
 }
 
 ferry_status manifest_verify_files(const cJSON *m, const char *dir, fy_err *err)
@@ -159,7 +160,7 @@ ferry_status manifest_verify_files(const cJSON *m, const char *dir, fy_err *err)
                 continue;
             if (n_done < (int)(sizeof done / sizeof *done))
                 done[n_done++] = rel;
-            char path[PATH_MAX], qpath[ST_QUOTE_MAX];
+            char path[PATH_MAX], qpath[TEXT_QUOTE_MAX];
             uint32_t got;
             uint64_t size;
             if (fs_join(path, sizeof path, dir, rel, err) != FERRY_OK ||
@@ -170,7 +171,7 @@ ferry_status manifest_verify_files(const cJSON *m, const char *dir, fy_err *err)
                 return fy_fail(err, FERRY_ERR_FORMAT, "%s: its bytes are not the ones the export "
                                "wrote (CRC-32 %08x, where export.json records %s): the file was "
                                "changed or replaced since; export again",
-                               st_quote_name(path, qpath, sizeof qpath), (unsigned)got, want);
+                               text_quote(path, qpath, sizeof qpath), (unsigned)got, want);
         }
     }
     return FERRY_OK;
@@ -203,14 +204,14 @@ ferry_status manifest_check_layout(const cJSON *comps, const fb_backend *b, cons
     n = 0;
     cJSON_ArrayForEach(c, comps) {
         const be_component *w = &want[n++];
-        char qcomp[ST_QUOTE_MAX], what[600];
-        st_quote_name(c->string, qcomp, sizeof qcomp);
+        char qcomp[TEXT_QUOTE_MAX], what[600];
+        text_quote(c->string, qcomp, sizeof qcomp);
         const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "role"));
         if (strcmp(role, c->string) != 0) {
-            char qrole[ST_QUOTE_MAX];
+            char qrole[TEXT_QUOTE_MAX];
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s' has role "
                            "'%s', where ferry gives it the role '%s' (its name): export.json "
-                           "was edited", dir, qcomp, st_quote_name(role, qrole, sizeof qrole),
+                           "was edited", dir, qcomp, text_quote(role, qrole, sizeof qrole),
                            qcomp);
         }
         const cJSON *data = cJSON_GetObjectItemCaseSensitive(c, "data_files");

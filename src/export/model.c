@@ -6,11 +6,7 @@
 #include "export/internal.h"
 #include "model/hub.h"
 #include "model/safetensors.h"
-
-ferry_status exp_set_error(fy_err *dst, const fy_err *src)
-{
-    return fy_refail(dst, src->status, "%s", src->msg);
-}
+#include "util/text.h"
 
 ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferry_model **out)
 {
@@ -31,10 +27,10 @@ ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferr
     m->cfg_loaded = true;
     m->arch = model_find(m->cfg.architecture);
     if (!m->arch) {
-        char qarch[ST_QUOTE_MAX];
+        char qarch[TEXT_QUOTE_MAX];
         return fy_fail(&m->err, FERRY_ERR_UNSUPPORTED,
                        "%s/config.json: architecture '%s' is not supported (supported: %s)",
-                       m->dir, st_quote_name(m->cfg.architecture, qarch, sizeof qarch),
+                       m->dir, text_quote(m->cfg.architecture, qarch, sizeof qarch),
                        model_supported_list());
     }
     if (m->arch->read(&m->cfg, &m->hparams, &m->err) != FERRY_OK)

@@ -64,7 +64,7 @@ static bool repeated(const cJSON *parent, const cJSON *item)
 static ferry_status check_versions(const cJSON *v, const char *what, ferry_status status,
                                    fy_err *err)
 {
-    char q1[ST_QUOTE_MAX], q2[ST_QUOTE_MAX];
+    char q1[TEXT_QUOTE_MAX], q2[TEXT_QUOTE_MAX];
     if (!cJSON_IsObject(v))
         return fy_fail(err, status, "%s must be an object of groups, each an object of package "
                        "name -> version string", what);
@@ -76,18 +76,18 @@ static ferry_status check_versions(const cJSON *v, const char *what, ferry_statu
         if (!plain_name(g->string) || repeated(v, g) || !cJSON_IsObject(g))
             return fy_fail(err, status, "%s: group '%s' must be a unique name of 1 to %d plain "
                            "characters holding an object of package name -> version string",
-                           what, st_quote_name(g->string, q1, sizeof q1), MAX_NAME);
+                           what, text_quote(g->string, q1, sizeof q1), MAX_NAME);
         int packages = 0;
         cJSON_ArrayForEach(p, g) {
             if (++packages > MAX_PACKAGES)
                 return fy_fail(err, status, "%s: group '%s' lists more than %d packages", what,
-                               st_quote_name(g->string, q1, sizeof q1), MAX_PACKAGES);
+                               text_quote(g->string, q1, sizeof q1), MAX_PACKAGES);
             if (!plain_name(p->string) || repeated(g, p) || !cJSON_IsString(p) ||
                 !plain_name(p->valuestring))
                 return fy_fail(err, status, "%s: '%s' in group '%s' must be a unique package "
                                "name with a version string, each 1 to %d plain characters",
-                               what, st_quote_name(p->string, q1, sizeof q1),
-                               st_quote_name(g->string, q2, sizeof q2), MAX_NAME);
+                               what, text_quote(p->string, q1, sizeof q1),
+                               text_quote(g->string, q2, sizeof q2), MAX_NAME);
         }
     }
     return FERRY_OK;

@@ -23,6 +23,7 @@
 #include "util/fs.h"
 #include "util/grow.h"
 #include "util/json.h"
+#include "util/text.h"
 
 #define MAX_COMPONENTS 64
 
@@ -162,10 +163,10 @@ static ferry_status check_links_into(const char *shown, const char *src, const o
             continue;
         for (size_t i = 0; i < o->n; i++)
             if (o->files[i].dev == st.st_dev && o->files[i].ino == st.st_ino) {
-                char qname[ST_QUOTE_MAX], qfile[ST_QUOTE_MAX];
+                char qname[TEXT_QUOTE_MAX], qfile[TEXT_QUOTE_MAX];
                 status = refuse(err, shown, "the model being exported links '%s' to its file "
-                                "'%s'", st_quote_name(ent->d_name, qname, sizeof qname),
-                                st_quote_name(o->files[i].name, qfile, sizeof qfile));
+                                "'%s'", text_quote(ent->d_name, qname, sizeof qname),
+                                text_quote(o->files[i].name, qfile, sizeof qfile));
                 break;
             }
     }
@@ -225,7 +226,7 @@ static ferry_status custom_config_module(const char *out, names *allowed, fy_err
 static ferry_status transformers_files(const cJSON *m, const char *out, const char *mpath,
                                        names *allowed, fy_err *err)
 {
-    char qmpath[FS_SHORT_MAX], qname[ST_QUOTE_MAX];
+    char qmpath[FS_SHORT_MAX], qname[TEXT_QUOTE_MAX];
     fs_short(mpath, qmpath, sizeof qmpath);
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(m, "schema_version");
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m, "export_format");
@@ -244,7 +245,7 @@ static ferry_status transformers_files(const cJSON *m, const char *out, const ch
     cJSON_ArrayForEach(c, comps) {
         const cJSON *file = cJSON_GetObjectItemCaseSensitive(c, "file");
         const cJSON *meta = cJSON_GetObjectItemCaseSensitive(c, "metadata");
-        st_quote_name(c->string, qname, sizeof qname);
+        text_quote(c->string, qname, sizeof qname);
         if (!plain_name(c->string) || strlen(c->string) > 200)
             return fy_fail(err, FERRY_ERR_FORMAT, "%s: component name '%s' is not a plain name",
                            qmpath, qname);
@@ -333,7 +334,7 @@ ferry_status replace_check(const char *out, const char *shown, const char *src, 
 {
     struct stat st;
     names allowed = {0}, entries = {0};
-    char mpath[PATH_MAX], qname[ST_QUOTE_MAX];
+    char mpath[PATH_MAX], qname[TEXT_QUOTE_MAX];
     cJSON *m = NULL;
     ferry_status status;
 
@@ -374,7 +375,7 @@ ferry_status replace_check(const char *out, const char *shown, const char *src, 
         goto done;
     for (size_t i = 0; i < entries.n; i++) {
         const char *name = entries.v[i];
-        st_quote_name(name, qname, sizeof qname);
+        text_quote(name, qname, sizeof qname);
         if (name[0] == '.' || !names_has(&allowed, name)) {
             status = refuse(err, shown, "it holds '%s', which is not a file of the export its "
                             "export.json describes", qname);
@@ -444,10 +445,10 @@ ferry_status replace_remove(const char *old_dir, const old_export *o, char *kept
     close(fd);
     if (!first_left && rmdir(old_dir) == 0)
         return FERRY_OK;
-    char q[ST_QUOTE_MAX];
+    char q[TEXT_QUOTE_MAX];
     if (first_left)
         snprintf(kept_note, note_size, "its '%s' changed after it was checked",
-                 st_quote_name(first_left, q, sizeof q));
+                 text_quote(first_left, q, sizeof q));
     else if (errno == ENOTEMPTY || errno == EEXIST)
         snprintf(kept_note, note_size, "files appeared in it after it was checked");
     else

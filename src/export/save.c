@@ -13,6 +13,7 @@
 #include "export/internal.h"
 #include "util/fs.h"
 #include "util/json.h"
+#include "util/text.h"
 
 #define TMP_TAG ".ferry-tmp-"
 /* Inside each temporary directory: the lock file its writer keeps locked while it runs, and the
@@ -258,11 +259,11 @@ static const char *nonfinite_runtime_note(const ferry_exported *e)
  * else shows why. */
 static ferry_status warn_nonfinite(ferry_exported *e, const ws_progress *pr)
 {
-    char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 500];
+    char name[TEXT_QUOTE_MAX], line[TEXT_QUOTE_MAX + 500];
     snprintf(line, sizeof line, "%llu checkpoint weight value%s NaN or infinite, the first in "
              "tensor '%s': the model's outputs may be NaN or infinite, as transformers' are%s",
              (unsigned long long)pr->nonfinite, pr->nonfinite == 1 ? " is" : "s are",
-             st_quote_name(pr->nonfinite_tensor, name, sizeof name),
+             text_quote(pr->nonfinite_tensor, name, sizeof name),
              nonfinite_runtime_note(e));
     return exp_add_warning(&e->save_warnings, line);
 }
@@ -275,13 +276,13 @@ static ferry_status warn_nonfinite(ferry_exported *e, const ws_progress *pr)
  * NaN weights. */
 static ferry_status warn_overflow(ferry_exported *e, const ws_progress *pr)
 {
-    char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 500];
+    char name[TEXT_QUOTE_MAX], line[TEXT_QUOTE_MAX + 500];
     bool half = pr->overflow_dtype == FERRY_F16, one = pr->overflowed == 1;
     snprintf(line, sizeof line, "%llu exported weight value%s beyond %s's range (+-%s), where "
              "it holds only inf, the first from checkpoint tensor '%s'%s: the export's outputs "
              "may be inf or NaN%s; export in %s instead",
              (unsigned long long)pr->overflowed, one ? " is" : "s are", half ? "fp16" : "bf16",
-             half ? "65504" : "3.39e38", st_quote_name(pr->overflow_tensor, name, sizeof name),
+             half ? "65504" : "3.39e38", text_quote(pr->overflow_tensor, name, sizeof name),
              !pr->scale_overflowed ? ""
              : pr->scale_overflowed == 1 ? "; its block's fp16 scale overflows, which makes the "
                                            "whole block inf or NaN"
@@ -297,13 +298,13 @@ static ferry_status warn_overflow(ferry_exported *e, const ws_progress *pr)
  * (--dtype fp16 warned of the same weights, compress_to_fp16 did not). */
 static ferry_status warn_clamped(ferry_exported *e, const ws_progress *pr)
 {
-    char name[ST_QUOTE_MAX], line[ST_QUOTE_MAX + 400];
+    char name[TEXT_QUOTE_MAX], line[TEXT_QUOTE_MAX + 400];
     snprintf(line, sizeof line, "%llu exported weight value%s beyond fp16's range (+-65504), "
              "stored as +-65504 by compress_to_fp16, the first from checkpoint tensor '%s': the "
              "export's outputs may differ from the checkpoint's; export without "
              "compress_to_fp16 to keep them", (unsigned long long)pr->clamped,
              pr->clamped == 1 ? " is" : "s are",
-             st_quote_name(pr->clamp_tensor, name, sizeof name));
+             text_quote(pr->clamp_tensor, name, sizeof name));
     return exp_add_warning(&e->save_warnings, line);
 }
 

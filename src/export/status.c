@@ -1,6 +1,5 @@
-/* status.c — version, status strings and dtype names of the public API. */
+/* status.c — version and status strings of the public API. */
 #include "ferry.h"
-#include "util/dtype.h"
 #include "util/text.h"
 
 const char *ferry_escape(const char *text, char *buf, size_t size)
@@ -32,14 +31,3 @@ const char *ferry_status_str(ferry_status status)
     return "unknown status";
 }
 
-const char *ferry_dtype_name(ferry_dtype dtype)
-{
-    switch (dtype) {
-    case FERRY_F32: return "fp32";
-    case FERRY_F16: return "fp16";
-    case FERRY_BF16: return "bf16";
-    case FERRY_U4: return "uint4";
-    case FERRY_I4: return "int4";
-    default: return dt_st_name(dtype);
-    }
-}

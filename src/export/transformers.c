@@ -272,13 +272,13 @@ static ferry_status tf_fail(const where *w, fy_err *err, const char *fmt, ...)
 /* "<dir>/export.json: component '<name>': metadata.<what>" */
 static ferry_status tf_fail(const where *w, fy_err *err, const char *fmt, ...)
 {
-    char what[768], qcomp[ST_QUOTE_MAX];
+    char what[768], qcomp[TEXT_QUOTE_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component '%s': %s", w->dir,
-                   st_quote_name(w->comp, qcomp, sizeof qcomp), what);
+                   text_quote(w->comp, qcomp, sizeof qcomp), what);
 }
 
 /* A type, dtype, device or package name: printable ASCII without quotes, at most MAX_NAME. */
@@ -501,10 +501,10 @@ ferry_status tf_manifest_validate(const cJSON *m, const char *dir, struct ferry_
     if (manifest_check_components(comps, dir, err) != FERRY_OK)
         return err->status;
     const cJSON *c;
-    char qcomp[ST_QUOTE_MAX], sidecar[PATH_MAX];
+    char qcomp[TEXT_QUOTE_MAX], sidecar[PATH_MAX];
     cJSON_ArrayForEach(c, comps) {
         const cJSON *file = cJSON_GetObjectItemCaseSensitive(c, "file");
-        st_quote_name(c->string, qcomp, sizeof qcomp);
+        text_quote(c->string, qcomp, sizeof qcomp);
         if (!component_name(c->string))
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: component name '%s' is not "
                            "a plain name of 1 to 200 bytes", dir, qcomp);

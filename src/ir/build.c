@@ -179,7 +179,8 @@ int g_skip_layer_norm(g_graph *g, const char *name, int x, int skip, int weight,
     int in[4] = {x, skip, weight, bias};
     g_attrs at = {.eps = eps};
     int id = g_add_node(g, G_SKIP_LAYER_NORM, name, bias == G_NONE ? 3 : 4, in, &at);
-    *sum = id == G_NONE ? G_NONE : g->nodes[id].out[1];
+    if (sum)
+        *sum = id == G_NONE ? G_NONE : g->nodes[id].out[1];
     return id == G_NONE ? G_NONE : g->nodes[id].out[0];
 }
 

@@ -36,14 +36,6 @@ bool g_op_is_semantic(g_op op)
     return (unsigned)op < G_OP_COUNT && OPS[op].semantic;
 }
 
-g_op g_op_by_name(const char *name)
-{
-    for (int i = 0; i < G_OP_COUNT; i++)
-        if (strcmp(OPS[i].name, name) == 0)
-            return (g_op)i;
-    return G_OP_COUNT;
-}
-
 g_graph *g_new(void)
 {
     return calloc(1, sizeof(g_graph));

@@ -50,8 +50,6 @@ typedef struct g_op_info {
 const g_op_info *g_op_info_of(g_op op);
 const char *g_op_name(g_op op);
 bool g_op_is_semantic(g_op op);
-/* The op named `name` ("rms_norm"), or G_OP_COUNT. */
-g_op g_op_by_name(const char *name);
 
 /* Rotary embedding options, one set per node (layers may differ: Gemma 3's local layers use
  * another theta). */
@@ -262,7 +260,8 @@ int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, doub
 int g_skip_rms_norm(g_graph *g, const char *name, int x, int skip, int weight, double eps,
                     double offset, int *sum);
 int g_layer_norm(g_graph *g, const char *name, int x, int weight, int bias, double eps);
-/* layer_norm(x + skip) and the sum (in *sum), as g_skip_rms_norm; bias may be G_NONE */
+/* layer_norm(x + skip) and the sum (in *sum, unless NULL: a post-norm layer reads the norm
+ * alone), as g_skip_rms_norm; bias may be G_NONE */
 int g_skip_layer_norm(g_graph *g, const char *name, int x, int skip, int weight, int bias,
                       double eps, int *sum);
 int g_linear(g_graph *g, const char *name, int x, int weight, int bias);

@@ -1,5 +1,5 @@
-/* legalize.h — per-target lowering. A target (one per backend flavour: onnx-standard today;
- * ort-cpu/cuda/webgpu/dml, openvino, torch and executorch fill the same struct later) says for
+/* legalize.h — per-target lowering. A target (one per backend flavour: onnx-standard,
+ * ort-cpu/cuda/webgpu/dml, openvino, torch) says for
  * each node whether it prints it as is (NATIVE) or wants it lowered (LOWER) — a function, so a
  * target can decide by attributes (e.g. a matmul with transpose_b only on 2-D operands). The
  * driver rebuilds the graph, lowering what is not native, until every node is native; then

@@ -5,6 +5,7 @@
 
 #include "ir/weights.h"
 #include "util/dtype.h"
+#include "util/text.h"
 
 g_weight w_plain(const st_tensor *t, ferry_dtype dtype)
 {
@@ -194,9 +195,9 @@ void w_describe(const g_weight *w, char *buf, size_t size)
     size_t len = 0;
     buf[0] = '\0';
     for (int k = 0; k < w->n_src && len < size; k++) {
-        char q[ST_QUOTE_MAX];
+        char q[TEXT_QUOTE_MAX];
         len += (size_t)snprintf(buf + len, size - len, "%s%s", k ? "+" : "",
-                                st_quote_name(w->src[k]->name, q, sizeof q));
+                                text_quote(w->src[k]->name, q, sizeof q));
     }
     if (w->row_end && len < size)
         snprintf(buf + len, size - len, "[%lld:%lld]", (long long)w->row_begin,

@@ -11,6 +11,7 @@
 
 #include "util/fs.h"
 #include "util/json.h"
+#include "util/text.h"
 
 #define SINGLE_FILE "model.safetensors"
 #define INDEX_FILE "model.safetensors.index.json"
@@ -86,10 +87,10 @@ static ferry_status build_lookup(ckpt *c, fy_err *err)
     qsort(c->by_name, c->n_tensors, sizeof *c->by_name, compare_tensor_names);
     for (size_t i = 1; i < c->n_tensors; i++) {
         const st_tensor *a = c->by_name[i - 1], *b = c->by_name[i];
-        char qname[ST_QUOTE_MAX];
+        char qname[TEXT_QUOTE_MAX];
         if (strcmp(a->name, b->name) == 0)
             return fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor '%s' is in both %s and %s", c->dir,
-                           st_quote_name(a->name, qname, sizeof qname), a->file->path,
+                           text_quote(a->name, qname, sizeof qname), a->file->path,
                            b->file->path);
     }
     return FERRY_OK;
@@ -120,7 +121,7 @@ static ferry_status open_sharded(ckpt *c, const char *index_path, fy_err *err)
     cJSON *index = NULL;
     const cJSON *weight_map, *entry;
     unsigned char *mapped = NULL;
-    char qname[ST_QUOTE_MAX], qshard[ST_QUOTE_MAX];
+    char qname[TEXT_QUOTE_MAX], qshard[TEXT_QUOTE_MAX];
 
     if ((status = json_load_file(index_path, &INDEX_LIMITS, &index, err)) != FERRY_OK ||
         (status = json_get_member(index, "weight_map", true, index_path, &weight_map, err)) !=
@@ -137,15 +138,15 @@ static ferry_status open_sharded(ckpt *c, const char *index_path, fy_err *err)
         if (!shard) {
             status = fy_fail(err, FERRY_ERR_FORMAT,
                              "%s: weight_map entry for tensor '%s' must be a file name string",
-                             index_path, st_quote_name(entry->string, qname, sizeof qname));
+                             index_path, text_quote(entry->string, qname, sizeof qname));
             goto cleanup;
         }
         if (!is_plain_file_name(shard)) {
             status = fy_fail(err, FERRY_ERR_FORMAT,
                              "%s: tensor '%s' is mapped to '%s', which is not a plain file name "
                              "inside the checkpoint directory", index_path,
-                             st_quote_name(entry->string, qname, sizeof qname),
-                             st_quote_name(shard, qshard, sizeof qshard));
+                             text_quote(entry->string, qname, sizeof qname),
+                             text_quote(shard, qshard, sizeof qshard));
             goto cleanup;
         }
         for (size_t i = 0; i < c->n_files && !opened; i++)
@@ -157,7 +158,7 @@ static ferry_status open_sharded(ckpt *c, const char *index_path, fy_err *err)
                 char shard_msg[sizeof err->msg];
                 memcpy(shard_msg, err->msg, sizeof shard_msg);
                 fy_refail(err, status, "%s: tensor '%s' is mapped to %s", index_path,
-                          st_quote_name(entry->string, qname, sizeof qname), shard_msg);
+                          text_quote(entry->string, qname, sizeof qname), shard_msg);
             }
             goto cleanup;
         }
@@ -176,13 +177,13 @@ static ferry_status open_sharded(ckpt *c, const char *index_path, fy_err *err)
         if (at == SIZE_MAX || strcmp(strrchr(c->by_name[at]->file->path, '/') + 1, shard) != 0) {
             status = fy_fail(err, FERRY_ERR_FORMAT,
                              "%s: tensor '%s' is mapped to %s, but that file does not hold it",
-                             index_path, st_quote_name(entry->string, qname, sizeof qname),
-                             st_quote_name(shard, qshard, sizeof qshard));
+                             index_path, text_quote(entry->string, qname, sizeof qname),
+                             text_quote(shard, qshard, sizeof qshard));
             goto cleanup;
         }
         if (mapped[at]) {
             status = fy_fail(err, FERRY_ERR_FORMAT, "%s: weight_map lists tensor '%s' twice",
-                             index_path, st_quote_name(entry->string, qname, sizeof qname));
+                             index_path, text_quote(entry->string, qname, sizeof qname));
             goto cleanup;
         }
         mapped[at] = 1;

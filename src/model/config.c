@@ -38,13 +38,13 @@ static const struct {
 ferry_status cfg_check_name(const char *origin, const char *key, const char *value,
                                fy_err *err)
 {
-    char quoted[ST_QUOTE_MAX];
+    char quoted[TEXT_QUOTE_MAX];
     size_t len = strlen(value), at = text_hidden_at(value, len);
     if (at == len)
         return FERRY_OK;
     return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' holds a control, format or invalid "
                    "character at byte %zu ('%s')", origin, key, at,
-                   st_quote_name(value, quoted, sizeof quoted));
+                   text_quote(value, quoted, sizeof quoted));
 }
 
 static ferry_status read_architecture(const cJSON *root, const char *origin, model_config *cfg,
@@ -71,7 +71,7 @@ static ferry_status read_architecture(const cJSON *root, const char *origin, mod
 static ferry_status read_dtype(const cJSON *root, const char *origin, model_config *cfg,
                                fy_err *err)
 {
-    char name[32], quoted[ST_QUOTE_MAX];
+    char name[32], quoted[TEXT_QUOTE_MAX];
     const char *key = "dtype";
     const cJSON *node;
     ferry_status status = json_get_member(root, key, false, origin, &node, err);
@@ -92,7 +92,7 @@ static ferry_status read_dtype(const cJSON *root, const char *origin, model_conf
     }
     return fy_fail(err, FERRY_ERR_UNSUPPORTED,
                    "%s: key '%s' is '%s'; supported: float32, bfloat16, float16, float64", origin,
-                   key, st_quote_name(name, quoted, sizeof quoted));
+                   key, text_quote(name, quoted, sizeof quoted));
 }
 
 /* A quantized checkpoint (GPTQ, AWQ, bitsandbytes, fp8 ...) stores packed codes and scales
@@ -102,12 +102,12 @@ static ferry_status refuse_quantized(const cJSON *root, const char *origin, fy_e
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     if (!q || cJSON_IsNull(q))
         return FERRY_OK;
-    char quoted[ST_QUOTE_MAX];
+    char quoted[TEXT_QUOTE_MAX];
     const char *method = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q, "quant_method"));
     return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: the checkpoint is quantized already "
                    "(quantization_config, quant_method '%s'); ferry reads float checkpoints "
                    "and quantizes them itself (--quantize)", origin,
-                   st_quote_name(method ? method : "?", quoted, sizeof quoted));
+                   text_quote(method ? method : "?", quoted, sizeof quoted));
 }
 
 /* Multimodal and composite configs keep the language model's keys in "text_config"; the

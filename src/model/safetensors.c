@@ -30,11 +30,6 @@ static const json_limits HEADER_LIMITS = {
     .max_depth = 32, .utf8 = false,
 };
 
-const char *st_quote_name(const char *name, char *buf, size_t size)
-{
-    return text_quote(name, buf, size);
-}
-
 static uint64_t read_le64(const uint8_t *p)
 {
     uint64_t v = 0;
@@ -108,14 +103,14 @@ static ferry_status parse_offsets(const st_file *f, const char *qname, const cJS
 
 static ferry_status parse_entry(const st_file *f, const cJSON *entry, st_tensor *t, fy_err *err)
 {
-    char qname[ST_QUOTE_MAX];
-    char origin[sizeof ((fy_err *)0)->msg + ST_QUOTE_MAX]; /* path and name, uncut */
-    char dtype_name[64], qdtype[ST_QUOTE_MAX];
+    char qname[TEXT_QUOTE_MAX];
+    char origin[sizeof ((fy_err *)0)->msg + TEXT_QUOTE_MAX]; /* path and name, uncut */
+    char dtype_name[64], qdtype[TEXT_QUOTE_MAX];
     const cJSON *shape, *offsets;
     ferry_status status;
     size_t name_len = strlen(entry->string);
 
-    st_quote_name(entry->string, qname, sizeof qname);
+    text_quote(entry->string, qname, sizeof qname);
     if (text_utf8_invalid_at((const unsigned char *)entry->string, name_len) != name_len)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor name '%s' is not valid UTF-8", f->path,
                        qname);
@@ -140,7 +135,7 @@ static ferry_status parse_entry(const st_file *f, const cJSON *entry, st_tensor 
                        "%s: tensor '%s' has dtype '%s', which ferry does not read (it reads F64, "
                        "F32, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64, BOOL, F8_E4M3, "
                        "F8_E5M2)", f->path, qname,
-                       st_quote_name(dtype_name, qdtype, sizeof qdtype));
+                       text_quote(dtype_name, qdtype, sizeof qdtype));
     if ((status = json_get_member(entry, "shape", true, origin, &shape, err)) ||
         (status = parse_shape(f, qname, shape, t, err)) ||
         (status = json_get_member(entry, "data_offsets", true, origin, &offsets, err)) ||
@@ -186,12 +181,12 @@ static ferry_status check_overlaps(st_file *f, fy_err *err)
         if (t->begin == t->end)
             continue;
         if (furthest && t->begin < furthest->end) {
-            char qa[ST_QUOTE_MAX], qb[ST_QUOTE_MAX];
+            char qa[TEXT_QUOTE_MAX], qb[TEXT_QUOTE_MAX];
             status = fy_fail(err, FERRY_ERR_FORMAT,
                              "%s: tensors '%s' and '%s' overlap (bytes [%llu, %llu) and "
                              "[%llu, %llu))", f->path,
-                             st_quote_name(furthest->name, qa, sizeof qa),
-                             st_quote_name(t->name, qb, sizeof qb),
+                             text_quote(furthest->name, qa, sizeof qa),
+                             text_quote(t->name, qb, sizeof qb),
                              (unsigned long long)furthest->begin,
                              (unsigned long long)furthest->end, (unsigned long long)t->begin,
                              (unsigned long long)t->end);
@@ -259,9 +254,9 @@ static ferry_status parse_header(st_file *f, const char *text, size_t len, fy_er
         qsort(f->tensors, f->n_tensors, sizeof *f->tensors, compare_by_name);
     for (size_t i = 1; i < f->n_tensors; i++) {
         if (strcmp(f->tensors[i - 1].name, f->tensors[i].name) == 0) {
-            char qname[ST_QUOTE_MAX];
+            char qname[TEXT_QUOTE_MAX];
             status = fy_fail(err, FERRY_ERR_FORMAT, "%s: tensor '%s' appears twice in the header",
-                             f->path, st_quote_name(f->tensors[i].name, qname, sizeof qname));
+                             f->path, text_quote(f->tensors[i].name, qname, sizeof qname));
             goto cleanup;
         }
     }
@@ -461,14 +456,14 @@ uint64_t st_file_offset(const st_tensor *t)
 
 ferry_status st_truncated(const st_tensor *t, fy_err *err)
 {
-    char qname[ST_QUOTE_MAX];
+    char qname[TEXT_QUOTE_MAX];
     struct stat st;
     char now[64] = "cannot be examined";
     if (fstat(t->file->fd, &st) == 0)
         snprintf(now, sizeof now, "now has %llu", (unsigned long long)st.st_size);
     return fy_fail(err, FERRY_ERR_IO, "%s: truncated while exporting (tensor '%s' needs bytes "
                    "[%llu, %llu), the file %s)", t->file->path,
-                   st_quote_name(t->name, qname, sizeof qname),
+                   text_quote(t->name, qname, sizeof qname),
                    (unsigned long long)st_file_offset(t),
                    (unsigned long long)(t->file->data_start + t->end), now);
 }
@@ -497,9 +492,9 @@ ferry_status st_read(const st_tensor *t, uint64_t offset, void *buf, size_t len,
     errno = 0;
     int64_t got = pread_full(t->file->fd, buf, len, st_file_offset(t) + offset);
     if (got < 0) {
-        char qname[ST_QUOTE_MAX];
+        char qname[TEXT_QUOTE_MAX];
         return fy_fail(err, FERRY_ERR_IO, "%s: cannot read tensor '%s': %s", t->file->path,
-                       st_quote_name(t->name, qname, sizeof qname), strerror(errno));
+                       text_quote(t->name, qname, sizeof qname), strerror(errno));
     }
     if ((size_t)got < len)
         return st_truncated(t, err);

@@ -76,7 +76,7 @@ uint64_t st_file_offset(const st_tensor *t);
  * bytes [A, B), the file now has N)"; a range outside the tensor is FERRY_ERR_INTERNAL. */
 ferry_status st_read(const st_tensor *t, uint64_t offset, void *buf, size_t len, fy_err *err);
 
-/* The truncation error above, for callers that read the file another way (copy_file_range). */
+/* The truncation error above, for callers that read the file another way. */
 ferry_status st_truncated(const st_tensor *t, fy_err *err);
 
 /* FERRY_ERR_IO naming the file if it was written to since it was opened (its size or
@@ -88,10 +88,5 @@ ferry_status st_check_unchanged(const st_file *f, fy_err *err);
 /* *same = the two tensors have the same dtype, shape and bytes (read in chunks, never whole). */
 ferry_status st_same_bytes(const st_tensor *a, const st_tensor *b, bool *same, fy_err *err);
 
-/* Writes `name` into buf (of `size` >= 8 bytes) fit for a one-line message: text_quote
- * (util/text.h): control bytes and invalid UTF-8 become \xNN, C1 controls, bidi and invisible
- * format characters \uXXXX; long names end in "...". Returns buf. */
-#define ST_QUOTE_MAX 256
-const char *st_quote_name(const char *name, char *buf, size_t size);
 
 #endif

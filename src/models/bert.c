@@ -15,6 +15,7 @@
 #include "model/safetensors.h"
 #include "models/blocks.h"
 #include "util/json.h"
+#include "util/text.h"
 
 #define MAX_LAYERS 1024
 #define MAX_HIDDEN (1 << 20)
@@ -133,7 +134,7 @@ static ferry_status read_activation(const cJSON *root, const char *key, const ch
         }
     char q[64];
     return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s '%s' is not supported (supported: gelu, "
-                   "gelu_new, gelu_pytorch_tanh)", origin, key, st_quote_name(act, q, sizeof q));
+                   "gelu_new, gelu_pytorch_tanh)", origin, key, text_quote(act, q, sizeof q));
 }
 
 /* The keys that would make this a model of another kind than the bidirectional encoder built
@@ -159,7 +160,7 @@ static ferry_status refuse_variants(const cJSON *root, const char *origin, fy_er
     if (strcmp(pe, "absolute") != 0) {
         char q[80];
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: position_embedding_type '%s' is not "
-                       "supported (supported: absolute)", origin, st_quote_name(pe, q, sizeof q));
+                       "supported (supported: absolute)", origin, text_quote(pe, q, sizeof q));
     }
     return FERRY_OK;
 }
@@ -344,8 +345,6 @@ static void enc_scope(g_graph *g, const enc *e, const char *fmt, int l)
             e->base_prefix, rel);
 }
 
-/* RoBERTa's positions: (cumsum(ids != pad) * (ids != pad)) + pad, as
- * create_position_ids_from_input_ids computes them (padding tokens sit at the padding index). */
 /* Positions 0 .. s - 1 as one row [1, s]: transformers' position_ids buffer, whose one row of
  * the table is added to every sequence of the batch by broadcasting. */
 static int positions_row(g_graph *g, int shape, const g_dim *bs)
@@ -359,6 +358,8 @@ static int positions_row(g_graph *g, int shape, const g_dim *bs)
     return row;
 }
 
+/* RoBERTa's positions: (cumsum(ids != pad) * (ids != pad)) + pad, as
+ * create_position_ids_from_input_ids computes them (padding tokens sit at the padding index). */
 static int roberta_positions(g_graph *g, const enc *e, int ids)
 {
     int pad = g_const_i64(g, 1, &e->pad_token_id); /* [1]: torch's eq.Tensor takes no scalar */
@@ -436,7 +437,6 @@ static ferry_status enc_build(const void *hparams, ckpt *ck, const model_io *io,
                       .cache = G_CACHE_NONE};
     for (int l = 0; l < e->n_layers; l++) {
         enc_layer w;
-        int sum; /* the residual sum: a post-norm layer reads only the norm */
         if (bind_layer(g, ck, e, l, dt, &w, err) != FERRY_OK)
             return err->status;
         enc_scope(g, e, n->scope_attn, l);
@@ -455,7 +455,7 @@ static ferry_status enc_build(const void *hparams, ckpt *ck, const model_io *io,
         if (e->flavor == ENC_DISTILBERT)
             enc_scope(g, e, n->scope_layer, l);
         x = g_skip_layer_norm(g, e->flavor == ENC_DISTILBERT ? "sa_layer_norm" : "LayerNorm",
-                              a, x, w.attn_w, w.attn_b, e->eps, &sum);
+                              a, x, w.attn_w, w.attn_b, e->eps, NULL);
         enc_scope(g, e, n->scope_up, l);
         int f = g_unary(g, e->act, "act", g_linear(g, e->flavor == ENC_DISTILBERT ? "lin1"
                                                                                   : "dense",
@@ -466,7 +466,7 @@ static ferry_status enc_build(const void *hparams, ckpt *ck, const model_io *io,
             enc_scope(g, e, n->scope_layer, l);
         x = g_skip_layer_norm(g, e->flavor == ENC_DISTILBERT ? "output_layer_norm"
                                                               : "LayerNorm",
-                              f, x, w.out_w, w.out_b, e->eps, &sum);
+                              f, x, w.out_w, w.out_b, e->eps, NULL);
     }
     int pooled = G_NONE;
     if (e->pooler) {

@@ -11,6 +11,7 @@
 
 #include "model/safetensors.h"
 #include "util/json.h"
+#include "util/text.h"
 
 #define MAX_LAYERS 1024
 #define MAX_HIDDEN (1 << 20)
@@ -76,7 +77,7 @@ static ferry_status read_layer_types(const cJSON *root, const char *origin, lm_c
             return fy_fail(err, FERRY_ERR_UNSUPPORTED,
                            "%s: key 'layer_types' entry %zu is '%s'; supported: "
                            "full_attention, sliding_attention", origin, i,
-                           value ? st_quote_name(value, quoted, sizeof quoted)
+                           value ? text_quote(value, quoted, sizeof quoted)
                                  : "(not a string)");
         if (strcmp(value, "sliding_attention") == 0 && cfg->sliding_window == 0)
             return fy_fail(err, FERRY_ERR_FORMAT,
@@ -208,7 +209,7 @@ static ferry_status read_rope_params(const cJSON *params, const char *section,
         if (i == n)
             return fy_fail(err, FERRY_ERR_UNSUPPORTED,
                            "%s: rope type '%s' is not supported (supported: " ROPE_TYPE_LIST
-                           ")", origin, st_quote_name(name, quoted, sizeof quoted));
+                           ")", origin, text_quote(name, quoted, sizeof quoted));
         rope->type = ROPE_TYPES[i].type;
         snprintf(rope->type_name, sizeof rope->type_name, "%s", name);
     } else if (strcmp(section, "rope_scaling") == 0) {

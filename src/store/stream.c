@@ -8,12 +8,10 @@
  *   2. converts (fused with the transpose for the common widening cases) or widens to fp32,
  *      adds the offset and quantizes (the in-memory transforms are transform.h's),
  *   3. pwrites each part at its place (a transposed band lands as one strip per output row).
- * A band that needs no transform is copied file to file with copy_file_range, unless it is of
- * a float type (those pass through memory, where their NaN and inf are counted) or an observer
- * is to see every byte written. */
+ * A band that needs no transform still passes through memory: its floats' NaN and inf are
+ * counted there, and the observer (the writers' CRC-32) sees every byte written. */
 #include "store/stream.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -25,7 +23,6 @@
 #include "store/stream_found.h"
 #include "store/transform.h"
 #include "util/dtype.h"
-#include "util/fs.h"
 #include "util/grow.h"
 
 /* Elements per band: 8 Mi elements is 32 MB of fp32, large enough for sequential I/O to run at
@@ -60,7 +57,6 @@ typedef struct stream {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     fy_err err;              /* first failure (guarded by mu) */
-    bool no_copy_range;      /* copy_file_range refused once (other filesystem, ...): pread */
     const char *what;        /* the tensor of the band finished last, for progress */
     const ws_item *items;
     ws_found *found;         /* by item (guarded by mu) */
@@ -270,59 +266,22 @@ static void count_nonfinite(const job *j, int64_t r, int64_t nr, const uint8_t *
     }
 }
 
-/* copy_file_range refuses a pair of files for these (across filesystems before Linux 5.3 and
- * again since 5.19, special files, an old kernel, a seccomp filter); pread + pwrite does the
- * same job. */
-static bool copy_range_unsupported(int e)
-{
-    return e == EXDEV || e == EINVAL || e == ENOSYS || e == EOPNOTSUPP || e == EPERM ||
-           e == EBADF;
-}
-
 /* A band that needs no transform: read into b->src and written past the page cache where the
- * output takes direct writes (direct.h), else copied file to file in the kernel when it can
- * (no copy through user space), through b->src otherwise (and when an observer is told of
- * every byte, whose CRC the kernel's copy would hide). Float bands always pass through
- * b->src, NaN and inf added to `*nonfinite`: the kernel's copy would never show their bytes,
- * and a bit test on memory just read costs little next to the read. A source that ends early
- * (the file shrank) is the truncation error. */
+ * output takes direct writes (direct.h), through the cache otherwise; the observer sees it as
+ * it is put. Float bands have their NaN and inf added to `*nonfinite` (a bit test on memory
+ * just read costs little next to the read). A source that ends early (the file shrank) is the
+ * truncation error. */
 static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, uint64_t dst,
                               size_t len, worker_bufs *b, uint64_t *nonfinite, fy_err *err)
 {
-    size_t done = 0;
-    bool is_float = dt_is_float(t->dtype);
-    while (done < len && !is_float && !s->observer && !dw_takes_direct(&s->out, len) &&
-           !__atomic_load_n(&s->no_copy_range, __ATOMIC_RELAXED)) {
-        loff_t in = (loff_t)(st_file_offset(t) + src_off + done);
-        loff_t out = (loff_t)(dst + done);
-        ssize_t k = copy_file_range(t->file->fd, &in, s->out.fd, &out, len - done, 0);
-        if (k > 0) {
-            done += (size_t)k;
-            continue;
-        }
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0 && (errno == ENOSPC || errno == EFBIG || errno == EDQUOT))
-            return fs_write_failed(err, s->out.path, errno);
-        if (k < 0 && !copy_range_unsupported(errno))
-            return fy_fail(err, FERRY_ERR_IO, "%s: copying from %s failed: %s", s->out.path,
-                           t->file->path, strerror(errno));
-        /* Refused, or 0 bytes: some filesystems answer 0 for what they cannot copy, so the
-         * plain read below decides whether the file really ended. */
-        if (k < 0)
-            __atomic_store_n(&s->no_copy_range, true, __ATOMIC_RELAXED);
-        break;
-    }
-    if (done == len)
-        return FERRY_OK;
-    uint8_t *room = room_for_run(s, &b->src, len - done, dst + done);
+    uint8_t *room = room_for_run(s, &b->src, len, dst);
     if (!room)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory reading weights");
-    if (st_read(t, src_off + done, room, len - done, err) != FERRY_OK)
+    if (st_read(t, src_off, room, len, err) != FERRY_OK)
         return err->status;
-    if (is_float)
-        *nonfinite += tf_count_nonfinite(room, t->dtype, (len - done) / dt_size(t->dtype));
-    return put(s, b, room, len - done, dst + done, err);
+    if (dt_is_float(t->dtype))
+        *nonfinite += tf_count_nonfinite(room, t->dtype, len / dt_size(t->dtype));
+    return put(s, b, room, len, dst, err);
 }
 
 /* ---- one band ---- */

@@ -1,4 +1,5 @@
-/* dtype.c — element sizes, safetensors names, and bit-exact float conversions (round to nearest
+/* dtype.c — element sizes, safetensors and public names (ferry_dtype_name: the backends print
+ * it, so it lives with the types), and bit-exact float conversions (round to nearest
  * even, as torch's .to() rounds). */
 #include "util/dtype.h"
 
@@ -260,4 +261,16 @@ int dt_convert(void *dst, ferry_dtype to, const void *src, ferry_dtype from, siz
     default: to_f64(dst, src, from, n); break;
     }
     return 0;
+}
+
+const char *ferry_dtype_name(ferry_dtype dtype)
+{
+    switch (dtype) {
+    case FERRY_F32: return "fp32";
+    case FERRY_F16: return "fp16";
+    case FERRY_BF16: return "bf16";
+    case FERRY_U4: return "uint4";
+    case FERRY_I4: return "int4";
+    default: return dt_st_name(dtype);
+    }
 }

@@ -206,7 +206,7 @@ static void test_hostile_recipes(void **state)
         {"optimize as a string", "{\"optimize\": \"yes\"}", FERRY_ERR_INVALID_ARG,
          "'optimize' must be true or false"},
         {"opset_version 3", "{\"opset_version\": 3}", FERRY_ERR_INVALID_ARG,
-         "'opset_version' must be an integer in [17, 23] or null"},
+         "'opset_version' must be an integer in [17, 23] (or null, the default)"},
         {"opset null", "{\"opset\": null}", FERRY_ERR_INVALID_ARG, "'opset' must be an integer"},
         {"opset and opset_version disagree", "{\"opset\": 18, \"opset_version\": 21}",
          FERRY_ERR_INVALID_ARG, "'opset' (18) and 'opset_version' (21), the same option, disagree"},
@@ -534,13 +534,14 @@ static void test_config_check(void **state)
         {"{\"export_format\": \"openvino\", \"dtype\": \"fp16\", \"compress_to_fp16\": true}",
          FERRY_ERR_INVALID_ARG, "compress_to_fp16 stores fp32 weights in fp16"},
         {"{\"export_format\": \"openvino\", \"opset\": 21}", FERRY_ERR_INVALID_ARG,
-         "'opset' 21 (--opset) is an ONNX option: it applies to --format onnx, not openvino"},
+         "'opset' (the flag --opset) is an ONNX option: it applies to --format onnx, not "
+         "openvino"},
         {"{\"export_format\": \"dynamo\", \"quantizer\": \"int4\"}", FERRY_ERR_UNSUPPORTED,
          "the pt2 format cannot hold"},
         {"{\"export_format\": \"onnx\", \"dtype\": \"bf16\", \"quantizer\": \"int8\"}",
          FERRY_ERR_UNSUPPORTED, "must be fp32 or fp16 to quantize"},
         {"{\"export_format\": \"onnx\", \"stateful\": false}", FERRY_ERR_INVALID_ARG,
-         "'stateful' false (--disable-stateful) is an OpenVINO option"},
+         "'stateful' (the flag --disable-stateful) is an OpenVINO option"},
         {"{\"export_format\": \"openvino\", \"stateful\": false}", FERRY_OK, ""},
         {"{\"export_format\": \"onnx\", \"dynamic\": true}", FERRY_OK, ""},
         {"{\"input_names\": [\"input_ids\"], \"for_generation\": true}",
@@ -632,7 +633,7 @@ static void test_format_options(void **state)
     assert_int_equal(ferry_export_config_set_option(&cfg, "opsett", "21", eb, sizeof eb),
                      FERRY_ERR_INVALID_ARG);
     assert_non_null(strstr(eb, "'opsett' is not an option of any format"));
-    assert_non_null(strstr(eb, "opset, ort_fusions (onnx)"));
+    assert_non_null(strstr(eb, "opset or opset_version, ort_fusions (onnx)"));
     assert_non_null(strstr(eb, "model_output (pt2)"));
     /* a value the option does not take, in any of its forms */
     static const struct { const char *key, *value, *needle; } bad[] = {
@@ -663,7 +664,7 @@ static void test_format_options(void **state)
     assert_int_equal(ferry_export_config_set_option(&cfg, "compress_to_fp16", "true", eb,
                                                     sizeof eb), FERRY_OK);
     assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
-    assert_string_equal(eb, "'compress_to_fp16' true (--compress-to-fp16) is an OpenVINO "
+    assert_string_equal(eb, "'compress_to_fp16' (the flag --compress-to-fp16) is an OpenVINO "
                             "option: it applies to --format openvino, not onnx");
     cfg.format = FERRY_FORMAT_OPENVINO;
     assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_OK);
@@ -678,6 +679,32 @@ static void test_format_options(void **state)
     assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
     cfg.n_options = FERRY_MAX_FORMAT_OPTIONS + 1;
     assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
+    /* a count no setter wrote: refused by every reader and writer, never walked past */
+    ferry_export_config_init(&cfg);
+    assert_int_equal(ferry_export_config_set_option(&cfg, "opset", "18", eb, sizeof eb),
+                     FERRY_OK);
+    cfg.n_options = 1000000;
+    assert_int_equal(ferry_export_config_set_option(&cfg, "opset", NULL, eb, sizeof eb),
+                     FERRY_ERR_INVALID_ARG);
+    assert_int_equal(ferry_export_config_set_option(&cfg, "opset", "19", eb, sizeof eb),
+                     FERRY_ERR_INVALID_ARG);
+    assert_null(ferry_export_config_option(&cfg, "opset"));
+    assert_int_equal(ferry_export_config_from_json(&cfg, "{\"ort_fusions\": null}", eb,
+                                                   sizeof eb), FERRY_ERR_INVALID_ARG);
+    cfg.n_options = -1;
+    assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
+    /* an entry under an alias, or one key twice: refused, not read as something else */
+    ferry_export_config_init(&cfg);
+    snprintf(cfg.options[0].key, sizeof cfg.options[0].key, "opset_version");
+    snprintf(cfg.options[0].value, sizeof cfg.options[0].value, "17");
+    cfg.n_options = 1;
+    assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(eb, "stored under its alias; its key is 'opset'"));
+    snprintf(cfg.options[0].key, sizeof cfg.options[0].key, "opset");
+    cfg.options[1] = cfg.options[0];
+    cfg.n_options = 2;
+    assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(eb, "'opset' is set twice"));
 
     /* export.json records a format's options from its table: the ones a reader needs always,
      * the others only away from their default, and never another format's */

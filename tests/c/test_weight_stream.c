@@ -1,7 +1,7 @@
-/* test_weight_stream.c — the weight stream reads tensors with pread and copy_file_range: bytes
- * land where they belong whichever way they travel (same filesystem, another filesystem; large
- * bands read and written past the page cache, small ones copied in the kernel), and a
- * checkpoint that shrinks after it was opened is an error naming it, on every path. */
+/* test_weight_stream.c — the weight stream reads tensors with pread: bytes land where they
+ * belong whichever way they travel (same filesystem, another filesystem; large bands written
+ * past the page cache, small ones through it), and a checkpoint that shrinks after it was
+ * opened is an error naming it, on every path. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -62,8 +62,8 @@ static st_file *write_checkpoint(const char *path)
 }
 
 /* Band sizes (elements): the default (one band of 8.4 MB, written directly where the
- * filesystem takes O_DIRECT), and bands of 128 KiB, below direct.c's threshold (an unchanged
- * band copied with copy_file_range). */
+ * filesystem takes O_DIRECT), and bands of 128 KiB, below direct.c's threshold (written
+ * through the page cache). */
 static const size_t BANDS[] = {0, 32768};
 #define N_BANDS (sizeof BANDS / sizeof BANDS[0])
 /* Where the tensor goes in the output: at 0, and 100 bytes into its second page (a direct write
@@ -162,9 +162,9 @@ static void test_copies_same_filesystem(void **state)
     st_close(f);
 }
 
-/* copy_file_range refuses files on two filesystems (EXDEV): the stream falls back to
- * pread + pwrite. /dev/shm is a tmpfs on Linux; skipped where it is missing or the same
- * filesystem as the scratch directory. */
+/* Output on another filesystem than the checkpoint (tmpfs takes no O_DIRECT: every band goes
+ * through the page cache). /dev/shm is a tmpfs on Linux; skipped where it is missing or the
+ * same filesystem as the scratch directory. */
 static void test_copies_across_filesystems(void **state)
 {
     (void)state;
@@ -199,7 +199,7 @@ static void test_truncated_checkpoint(void **state)
              (unsigned long long)(st_file_offset(t) + (uint64_t)ROWS * COLS * 4),
              (unsigned long long)keep);
     const g_weight cases[] = {
-        recipe(t, FERRY_F32, false),   /* copied: direct, or copy_file_range */
+        recipe(t, FERRY_F32, false),   /* copied: direct, or through the cache */
         recipe(t, FERRY_F32, true),    /* pread, transpose */
         recipe(t, FERRY_F16, false),   /* pread, convert */
         recipe(t, FERRY_BF16, true),   /* pread, convert, transpose */

@@ -321,12 +321,15 @@ def test_format_options_in_help_and_flags():
     option its table names, checked as the recipe's key is."""
     rc, stdout, _ = run_ferry("export", "--help")
     assert rc == 0
-    for section, entries in [("onnx", ["--opset N", "[opset, opset_version] default 21",
-                                       "--ort-fusions EP", "[ort_fusions] default none"]),
-                             ("openvino", ["--disable-stateful", "[stateful] default true",
+    for section, entries in [("onnx", ["--opset N", "recipe key: opset (or opset_version)",
+                                       "takes an integer in [17, 23]; default 21",
+                                       "--ort-fusions EP", "recipe key: ort_fusions",
+                                       "takes none, cpu, cuda, webgpu or dml; default none"]),
+                             ("openvino", ["--disable-stateful", "recipe key: stateful",
+                                           "takes true or false; default true",
                                            "--compress-to-fp16"]),
-                             ("pt2", ["--model-output", "[model_output] default false"])]:
-        start = stdout.index(f"{section} options (recipe keys in brackets):")
+                             ("pt2", ["--model-output", "recipe key: model_output"])]:
+        start = stdout.index(f"{section} options:")
         for entry in entries:
             assert entry in stdout[start:], (section, entry)
     rc, _, stderr = run_ferry("export", "x", "y", "--ort-fusions", "tpu")

@@ -377,3 +377,23 @@ def test_fused_kernels_are_onnxruntimes(checkpoints, tmp_path, fusions, want, un
                                                                            else 0)
     if fusions is None:
         assert {n.domain for n in graph.node} <= {""}, "a contrib op in a standard graph"
+
+
+def test_openvino_outputs_keep_their_declared_names(tmp_path):
+    """OpenVINO's CPU plugin may fuse the nodes around an output (an encoder's last LayerNorm)
+    and leave the output tensor several names, its Div's among them: the runtime names each
+    output as export.json declares it, whatever the fusion (this config's fused tensor lists the
+    Div's name first)."""
+    import ferry
+    import transformers
+
+    torch.manual_seed(0)
+    ckpt = tmp_path / "ckpt"
+    transformers.BertModel(transformers.BertConfig(**dict(SMALL, vocab_size=128,
+                                                          max_position_embeddings=64))
+                           ).save_pretrained(ckpt)
+    out = ferry_export(ckpt, tmp_path / "ov", "--dynamic", "--format", "openvino", "--quiet")
+    feeds = {k: v for k, v in feeds_for("bert", 3, 7).items()}
+    got = ferry.ExportedModel.from_pretrained(out)(**feeds)
+    assert set(got.keys()) == {"last_hidden_state", "pooler_output"}, list(got.keys())
+    assert_close(got, eager(ckpt, feeds), feeds["attention_mask"], "openvino names")

@@ -1,6 +1,7 @@
 """Golden text dumps of the IR (`ferry graph`) per family x target: the semantic graph each
-architecture builds and the graph lowered for standard ONNX, plus the generation layouts of one
-family. A change to a builder, a lowering or a printer's naming shows up here as a readable diff
+architecture builds and the graph lowered for standard ONNX, a decoder and an encoder lowered for
+every other target (ort-cpu, ort-cuda, openvino, torch), plus the generation layouts of one
+family in each format. A change to a builder, a lowering or a printer's naming shows up here as a readable diff
 of the graph, before any runtime test says what broke.
 
 The dumps hold names, shapes, attributes and constants, never weights' values, so the random
@@ -23,6 +24,22 @@ UPDATE = os.environ.get("FERRY_UPDATE_GOLDEN") == "1"
 # (family, case name, ferry graph flags)
 CASES = [(family, stage, ["--dynamic", "--stage", stage])
          for family in ARCHS for stage in ("semantic", "lowered")]
+# every target, not only onnx-standard: a decoder and an encoder lowered for each, and the
+# generation layout each other format writes
+TARGETS = {"ort-cpu": ["--ort-fusions", "cpu"], "ort-cuda": ["--ort-fusions", "cuda"],
+           "openvino": ["--format", "openvino"], "torch": ["--format", "pt2"]}
+CASES += [(family, f"lowered-{target}", ["--dynamic", *flags, "--stage", "lowered"])
+          for family in ("llama", "bert") for target, flags in TARGETS.items()]
+CASES += [("bert", stage, ["--dynamic", "--stage", stage]) for stage in ("semantic", "lowered")]
+CASES += [
+    ("llama", "generation-stateful-lowered-openvino",
+     ["--dynamic", "--for-generation", "--format", "openvino", "--stage", "lowered"]),
+    ("llama", "generation-static-lowered-torch",
+     ["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "16",
+      "--multi-token-decode", "--format", "pt2", "--stage", "lowered"]),
+    ("llama", "generation-dynamic-lowered-ort-cpu",
+     ["--dynamic", "--for-generation", "--ort-fusions", "cpu", "--stage", "lowered"]),
+]
 CASES += [
     ("llama", "generation-dynamic-lowered",
      ["--dynamic", "--for-generation", "--stage", "lowered"]),
@@ -33,10 +50,25 @@ CASES += [
 ]
 
 
+def bert_checkpoint(path):
+    """A tiny BertModel (pooler included), seed 3: an encoder's graph in every target."""
+    import torch
+    import transformers
+
+    torch.manual_seed(3)
+    config = transformers.BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, vocab_size=96,
+                                     max_position_embeddings=48)
+    transformers.BertModel(config).save_pretrained(path)
+    return path
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("golden")
-    return {family: make_checkpoint(root / family, family, seed=3) for family in ARCHS}
+    made = {family: make_checkpoint(root / family, family, seed=3) for family in ARCHS}
+    made["bert"] = bert_checkpoint(root / "bert")
+    return made
 
 
 @pytest.mark.parametrize("family,case,flags", CASES, ids=[f"{f}-{c}" for f, c, _ in CASES])

@@ -228,8 +228,7 @@ def test_python_api(ckpts, tmp_path):
     with pytest.raises(FerryError, match="compress_to_fp16"):
         OpenVINOConfig(compress_to_fp16=True, dtype="fp16")
     # stateful=False on a plain export holds as it is: the graph keeps nothing in variables
-    # (transformers' exporter takes it so, and a recipe it saved is read as it is; found by
-    # review: it was refused)
+    # (transformers' exporter takes it so, and a recipe it saved is read as it is)
     stateless = OpenVINOExporter().export(ckpt, config=OpenVINOConfig(dynamic=True,
                                                                      stateful=False))
     assert stateless.files == {"model": "openvino_model.xml"}

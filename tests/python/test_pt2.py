@@ -913,7 +913,7 @@ def test_model_output_load_needs_the_class(ckpts, tmp_path):
 @pytest.mark.parametrize("flags,needles,code", [
     (["--model-output"], ["--model-output", "--format pt2"], 2),
     (["--format", "openvino", "--model-output"], ["--model-output", "--format pt2"], 2),
-    (["--config", "RECIPE"], ["'model_output' true", "is a pt2 option", "not onnx"], 1),
+    (["--config", "RECIPE"], ["'model_output'", "is a pt2 option", "not onnx"], 1),
 ], ids=["onnx", "openvino", "onnx-recipe"])
 def test_model_output_is_pt2s(ckpts, tmp_path, flags, needles, code):
     """model_output changes only a torch program's return; other formats refuse it."""

@@ -18,12 +18,17 @@
 
 static const char *const FUSIONS[] = {"none", "cpu", "cuda", "webgpu", "dml", NULL};
 
+#define TEXT_OF(n) #n
+#define NUMBER_TEXT(n) TEXT_OF(n)
+#define ONNX_DEFAULT_OPSET_TEXT NUMBER_TEXT(ONNX_DEFAULT_OPSET)
+
 static const be_option ONNX_OPTIONS[] = {
-    {.key = "opset", .alias = "opset_version", .type = BE_OPTION_INT, .def = "21",
+    {.key = "opset", .alias = "opset_version", .type = BE_OPTION_INT,
+     .def = ONNX_DEFAULT_OPSET_TEXT,
      .min = ONNX_MIN_OPSET, .max = ONNX_MAX_OPSET, .flag = "--opset", .metavar = "N",
      .always_recorded = true,
-     .help = "ONNX opset (default 21; 23 with --ort-fusions, whose RMSNormalization is\n"
-             "standard there)"},
+     .help = "ONNX opset (23 with --ort-fusions, whose\n"
+             "RMSNormalization is standard there)"},
     {.key = "ort_fusions", .type = BE_OPTION_CHOICE, .def = "none", .choices = FUSIONS,
      .flag = "--ort-fusions", .metavar = "EP",
      .help = "ONNX Runtime's fused ops for one execution provider:\n"

@@ -1,7 +1,7 @@
 /* onnx_target.c — the onnx-standard target: every semantic op lowered to standard ops, and a
  * matmul with a transposed operand only in its 2-D form (printed as Gemm transB=1).
  *
- * layer_norm is ONNX LayerNormalization (opset 17 on).
+ * layer_norm is ONNX LayerNormalization.
  *
  * Linear is lowered here, not generically, because standard ONNX has no transposed MatMul: a
  * weight read only by linears is stored transposed ([in, out], the weight stream transposes it
@@ -75,12 +75,13 @@ ferry_status onnx_lower_linear(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
-/* layer_norm as ONNX LayerNormalization from opset 17 (axis -1, computed in fp32 as
- * transformers computes it); the generic arithmetic before. */
+/* LayerNormalization is standard from opset 17, ferry's lowest */
+_Static_assert(ONNX_MIN_OPSET >= 17, "layer_norm needs LayerNormalization");
+
+/* layer_norm as ONNX LayerNormalization (axis -1, computed in fp32 as transformers computes
+ * it). */
 ferry_status onnx_lower_layer_norm(g_lower_ctx *c, const g_node *n, int *outs)
 {
-    if (opset_of(c) < 17)
-        return lower_layer_norm(c, n, outs);
     g_graph *g = c->dst;
     int x = lw_in(c, n, 0);
     if (!g_ok(g))

@@ -23,9 +23,9 @@
 static const be_option PT2_OPTIONS[] = {
     {.key = "model_output", .type = BE_OPTION_BOOL, .def = "false", .flag = "--model-output",
      .flag_value = "true",
-     .help = "pt2: the program returns transformers'\n"
-             "CausalLMOutputWithPast (.logits), as transformers'\n"
-             "DynamoExporter's do, so transformers.exporters'\n"
+     .help = "pt2: the program returns transformers' output class\n"
+             "(CausalLMOutputWithPast, BaseModelOutputWithPooling, ...),\n"
+             "as transformers' DynamoExporter's do, so transformers.exporters'\n"
              "ExportedModel.from_pretrained(OUT,\n"
              "trust_remote_code=True) runs a plain export (not a\n"
              "generation one: its runners name the cache otherwise);\n"
