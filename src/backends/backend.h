@@ -113,9 +113,11 @@ typedef struct fb_backend {
      * NaN: the sentence that says so for `cfg` (quantized), with the setting that keeps NaN,
      * or NULL where the runtime computes in float. NULL hook: never. */
     const char *(*nonfinite_note)(const ferry_export_config *cfg);
-    /* Its programs write the cache into the caller's tensors (torch's input mutations): only a
-     * cache of fixed size can be written so, and a generation export needs a static cache. */
-    bool cache_in_place_only;
+    /* The state forms its printer writes (bits 1u << g_state_form): the plan gives a generation
+     * export only a cache the format can carry (a growing cache needs GS_PAIR or GS_VARIABLE;
+     * torch's programs write theirs into the caller's tensors, GS_MUTATED, so only one of
+     * fixed size), and every lowered state must be of one of these forms. */
+    unsigned state_forms;
 } fb_backend;
 
 /* Names a graph's explicit cache as the guide does (cache_names.c): a state updated in place

@@ -34,7 +34,7 @@ ferry_status be_name_explicit_cache(g_graph *g, fy_err *err)
     for (size_t i = 0; i < g->n_states; i++) {
         const g_state *s = &g->states[i];
         ferry_status st;
-        if (s->in_place) {
+        if (s->form == GS_IN_PLACE) {
             st = rename_value(g, s->in, "input.", s->name, err);
             if (st == FERRY_OK)
                 st = rename_value(g, s->out, "output.", s->name, err);

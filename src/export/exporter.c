@@ -165,7 +165,8 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
             goto fail;
         }
         /* refused at planning, so that `ferry graph` and describe refuse what export would */
-        if (c->backend->cache_in_place_only && !gen->static_cache) {
+        unsigned grows = 1u << GS_PAIR | 1u << GS_VARIABLE;
+        if (!(c->backend->state_forms & grows) && !gen->static_cache) {
             fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: generation exports write their cache in "
                     "place, so they need a static cache (--static-cache --max-cache-len N; the "
                     "recipe's generation_config cache_implementation \"static\"); a dynamic "
@@ -294,6 +295,13 @@ static g_graph *lower(const ferry_components *c, int i, fy_err *err)
         g_free(g);
         return NULL;
     }
+    for (size_t k = 0; g && k < g->n_states; k++)
+        if (!(c->backend->state_forms & 1u << g->states[k].form)) {
+            fy_fail(err, FERRY_ERR_INTERNAL, "%s: state '%s' is of a form the format does not "
+                    "print (%d)", c->backend->name, g->states[k].name, (int)g->states[k].form);
+            g_free(g);
+            return NULL;
+        }
     return g;
 }
 

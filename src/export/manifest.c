@@ -114,7 +114,7 @@ static cJSON *cache_info(const struct ferry_exported *e, const g_graph *g)
     const g_value *key = NULL;
     for (size_t i = 0; i < g->n_states; i++) {
         const g_state *s = &g->states[i];
-        in_place |= s->in_place;
+        in_place |= g_state_fixed(s->form);
         layers = s->layer + 1 > layers ? s->layer + 1 : layers;
         if (!key && s->kind == GS_KEY)
             key = &g->values[s->out];
@@ -143,9 +143,10 @@ static cJSON *cache_info(const struct ferry_exported *e, const g_graph *g)
         else
             cJSON_AddNullToObject(p, "input");
         /* a state written into its input (pt2) has no output: the input holds the new value */
-        cJSON_AddStringToObject(p, "output", g->values[s->mutated ? s->in : s->out].name);
-        cJSON_AddBoolToObject(p, "in_place", s->in_place);
-        if (s->mutated)
+        bool mutated = s->form == GS_MUTATED;
+        cJSON_AddStringToObject(p, "output", g->values[mutated ? s->in : s->out].name);
+        cJSON_AddBoolToObject(p, "in_place", g_state_fixed(s->form));
+        if (mutated)
             cJSON_AddBoolToObject(p, "written_into_input", true);
         cJSON_AddItemToArray(pairs, p);
     }

@@ -101,7 +101,7 @@ static bool is_state_output(const g_graph *g, int v)
 static bool has_internal_state(const g_graph *g)
 {
     for (size_t i = 0; i < g->n_states; i++)
-        if (g->states[i].internal)
+        if (g->states[i].form == GS_VARIABLE)
             return true;
     return false;
 }

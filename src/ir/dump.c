@@ -185,7 +185,11 @@ static void put_const(strbuf *b, const g_value *v)
 
 char *g_dump(const g_graph *g)
 {
-    static const char *const kinds[] = {"key", "value", "length"};
+    static const char *const kinds[GS_KIND_COUNT] = {"key", "value", "length", "cross key",
+                                                     "cross value"};
+    static const char *const forms[GS_FORM_COUNT] = {"", ", in place", ", variable",
+                                                     ", written into its input",
+                                                     ", program buffer"};
     strbuf b = {0};
     for (int i = 0; i < g->syms.n; i++) {
         const g_sym *s = &g->syms.s[i];
@@ -233,7 +237,7 @@ char *g_dump(const g_graph *g)
     for (size_t i = 0; i < g->n_states; i++) {
         const g_state *s = &g->states[i];
         sb_printf(&b, "state %s (%s, layer %d%s): %s -> %s\n", s->name, kinds[s->kind], s->layer,
-                  s->in_place ? ", in place" : "",
+                  (unsigned)s->form < GS_FORM_COUNT ? forms[s->form] : ", ?",
                   s->in == G_NONE ? "(empty)" : g->values[s->in].name, g->values[s->out].name);
     }
     return sb_take(&b);

@@ -419,7 +419,12 @@ void g_state_add(g_graph *g, const char *name, g_state_kind kind, int layer, int
     }
     g->states = grown;
     g->states[g->n_states++] = (g_state){.name = n, .kind = kind, .layer = layer, .in = in,
-                                         .out = out, .in_place = in_place};
+                                         .out = out, .form = in_place ? GS_IN_PLACE : GS_PAIR};
+}
+
+bool g_state_fixed(g_state_form form)
+{
+    return form == GS_IN_PLACE || form == GS_MUTATED || form == GS_BUFFER;
 }
 
 int g_node_out(const g_graph *g, int v, int k)

@@ -157,18 +157,39 @@ typedef struct g_node {
  * before the call (G_NONE when it starts empty), `out` the graph output after it. Each backend
  * prints states its own way (ONNX input./output. pairs or past/present names, OpenVINO
  * ReadValue/Assign, pt2 input mutations, pte mutable buffers). */
-typedef enum g_state_kind { GS_KEY, GS_VALUE, GS_LENGTH } g_state_kind;
+typedef enum g_state_kind {
+    GS_KEY, GS_VALUE, GS_LENGTH,
+    /* cross-attention's keys and values (encoder-decoders): written once, by the call that
+     * reads the encoder's output, and only read after */
+    GS_CROSS_KEY, GS_CROSS_VALUE,
+    GS_KIND_COUNT
+} g_state_kind;
+
+/* How a state travels between calls, which is what a format prints for it. A family's plan
+ * makes PAIR (a cache that grows) or IN_PLACE (one of fixed size); a backend's finish turns
+ * them into the form it prints (backend.h: state_forms). */
+typedef enum g_state_form {
+    GS_PAIR,                 /* a graph input and a new graph output (ONNX past/present) */
+    GS_IN_PLACE,             /* a graph input and an output of its dtype and shape, which may
+                                share its buffer (a static cache: input./output. bound to one) */
+    GS_VARIABLE,             /* carried by the runtime (OpenVINO's ReadValue/Assign): neither a
+                                graph input nor an output */
+    GS_MUTATED,              /* of fixed size, written into its input (torch's input
+                                mutations): a graph input, not an output */
+    GS_BUFFER,               /* of fixed size, the program's own buffer (ExecuTorch's mutable
+                                buffers): neither a graph input nor an output */
+    GS_FORM_COUNT
+} g_state_form;
+
+/* Whether a state of `form` has a fixed size (its buffer is written in place). */
+bool g_state_fixed(g_state_form form);
 
 typedef struct g_state {
     char *name;
     g_state_kind kind;
     int layer;
     int in, out;
-    bool in_place;           /* out may share in's buffer: a fixed-size (static) cache */
-    bool internal;           /* carried by the runtime (OpenVINO variables): in and out are not
-                                graph inputs and outputs */
-    bool mutated;            /* written into its input (pt2's input mutations): in is a graph
-                                input, out is not an output */
+    g_state_form form;
 } g_state;
 
 typedef struct g_graph {

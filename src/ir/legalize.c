@@ -205,7 +205,9 @@ static g_graph *round_trip(const g_graph *src, const g_target *t, int *lowered, 
     for (size_t i = 0; i < src->n_states && g_ok(c.dst); i++) {
         const g_state *s = &src->states[i];
         g_state_add(c.dst, s->name, s->kind, s->layer, s->in == G_NONE ? G_NONE : c.map[s->in],
-                    c.map[s->out], s->in_place);
+                    c.map[s->out], s->form == GS_IN_PLACE);
+        if (c.dst->n_states && g_ok(c.dst))
+            c.dst->states[c.dst->n_states - 1].form = s->form;
     }
     if (!g_ok(c.dst)) {
         fy_fail(err, c.dst->err.status, "%s", c.dst->err.msg);

@@ -123,17 +123,27 @@ static ferry_status check_states(const g_graph *g, fy_err *err)
 {
     for (size_t i = 0; i < g->n_states; i++) {
         const g_state *s = &g->states[i];
-        if (s->mutated && (s->in == G_NONE || !is_listed(g->inputs, g->n_inputs, s->in) ||
-                           is_listed(g->outputs, g->n_outputs, s->out)))
+        if ((unsigned)s->form >= GS_FORM_COUNT || (unsigned)s->kind >= GS_KIND_COUNT)
+            return fy_fail(err, FERRY_ERR_INTERNAL, "graph state '%s': form %d, kind %d",
+                           s->name, (int)s->form, (int)s->kind);
+        if (s->form == GS_MUTATED &&
+            (s->in == G_NONE || !is_listed(g->inputs, g->n_inputs, s->in) ||
+             is_listed(g->outputs, g->n_outputs, s->out)))
             return fy_fail(err, FERRY_ERR_INTERNAL, "graph state '%s': a state written into its "
                            "input needs that input and no output", s->name);
-        if (!s->internal && !s->mutated &&
+        if ((s->form == GS_PAIR || s->form == GS_IN_PLACE) &&
             (!is_listed(g->outputs, g->n_outputs, s->out) ||
              (s->in != G_NONE && !is_listed(g->inputs, g->n_inputs, s->in))))
             return fy_fail(err, FERRY_ERR_INTERNAL, "graph state '%s': its values are not a graph "
                            "input and output", s->name);
-        if (s->in_place && (s->in == G_NONE || g->values[s->in].dtype != g->values[s->out].dtype ||
-                            !g_shape_eq(&g->values[s->in].shape, &g->values[s->out].shape)))
+        if ((s->form == GS_VARIABLE || s->form == GS_BUFFER) &&
+            ((s->in != G_NONE && is_listed(g->inputs, g->n_inputs, s->in)) ||
+             is_listed(g->outputs, g->n_outputs, s->out)))
+            return fy_fail(err, FERRY_ERR_INTERNAL, "graph state '%s': a state the runtime or "
+                           "the program carries is no graph input or output", s->name);
+        if (g_state_fixed(s->form) &&
+            (s->in == G_NONE || g->values[s->in].dtype != g->values[s->out].dtype ||
+             !g_shape_eq(&g->values[s->in].shape, &g->values[s->out].shape)))
             return fy_fail(err, FERRY_ERR_INTERNAL, "graph state '%s': an in-place state needs "
                            "an input of the output's dtype and shape", s->name);
         for (size_t k = 0; k < i; k++)

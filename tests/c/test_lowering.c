@@ -359,6 +359,36 @@ static g_graph *symbolic_graph(int *x, int *q)
 
 /* What inference refuses rather than records: shapes that cannot be, attributes from a file
  * that make no sense, and symbolic dims that name the wrong axis. */
+/* Each state form has its place in the graph's interface, and g_check holds every state to
+ * it: a format's finish that moves a state to another form must move its values too. */
+static void states_keep_their_form(void **state)
+{
+    (void)state;
+    const int64_t kv[4] = {1, 2, 8, 4};
+    g_graph *g = g_new();
+    int past = input(g, "past_key_values.0.key", FERRY_F32, 4, kv);
+    int present = g_unary(g, G_NEG, "present", past);
+    g_output(g, present, "present.0.key");
+    g_state_add(g, "past_key_values.0.key", GS_KEY, 0, past, present, true);
+    fy_err err = {0};
+    assert_int_equal(g_check(g, &err), FERRY_OK);
+    assert_true(g_state_fixed(GS_IN_PLACE) && g_state_fixed(GS_MUTATED) &&
+                g_state_fixed(GS_BUFFER) && !g_state_fixed(GS_PAIR) &&
+                !g_state_fixed(GS_VARIABLE));
+    g->states[0].form = GS_VARIABLE; /* still an input and an output */
+    check_refuses(g, "a state the runtime or the program carries is no graph input or output");
+    g->states[0].form = GS_BUFFER;
+    check_refuses(g, "a state the runtime or the program carries is no graph input or output");
+    g->states[0].form = GS_MUTATED; /* still an output */
+    check_refuses(g, "a state written into its input needs that input and no output");
+    g->states[0].form = GS_FORM_COUNT;
+    check_refuses(g, "form");
+    g->states[0].form = GS_IN_PLACE;
+    g->states[0].kind = GS_KIND_COUNT;
+    check_refuses(g, "kind");
+    g_free(g);
+}
+
 static void inference_refuses_impossible_nodes(void **state)
 {
     (void)state;
@@ -556,6 +586,7 @@ int main(void)
         cmocka_unit_test(many_windowed_static_layers),
         cmocka_unit_test(skip_rms_norm_is_one_add_and_one_norm),
         cmocka_unit_test(check_refuses_malformed_nodes),
+        cmocka_unit_test(states_keep_their_form),
         cmocka_unit_test(inference_refuses_impossible_nodes),
         cmocka_unit_test(quantized_weight_dequantized_or_refused),
         cmocka_unit_test(openvino_attention_and_weights),

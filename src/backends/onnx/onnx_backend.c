@@ -167,6 +167,7 @@ const fb_backend fb_onnx = {
     .write = onnx_write,
     .describe = onnx_describe,
     .nonfinite_note = onnx_nonfinite_note,
+    .state_forms = 1u << GS_PAIR | 1u << GS_IN_PLACE,
 };
 
 int ferry_default_opset(void) { return ONNX_DEFAULT_OPSET; }

@@ -32,7 +32,7 @@ static ferry_status read_states(printer *p)
         if (strcmp(g->values[g->inputs[i]].name, OV_BEAM_IDX) == 0)
             beam = g->inputs[i];
     for (size_t i = 0; i < g->n_states; i++) {
-        if (!g->states[i].internal)
+        if (g->states[i].form != GS_VARIABLE)
             continue; /* an explicit cache: a Parameter and a Result like any other */
         if (beam == G_NONE)
             return fy_fail(p->err, FERRY_ERR_INTERNAL, "OpenVINO: a cache without %s",
@@ -93,7 +93,7 @@ static ferry_status write_states(printer *p)
     g_graph *g = p->g;
     for (size_t i = 0; i < g->n_states; i++) {
         const g_state st = g->states[i];
-        if (!st.internal)
+        if (st.form != GS_VARIABLE)
             continue;
         ov_in y;
         if (ov_value_in(p, st.out, &y) != FERRY_OK)

@@ -100,11 +100,11 @@ static ferry_status openvino_finish(g_graph *g, const ferry_export_config *cfg, 
     if (!g->n_states)
         return g_check(g, err);
     for (size_t i = 0; i < g->n_states; i++)
-        if (g->states[i].in_place || g->states[i].in == G_NONE)
+        if (g->states[i].form != GS_PAIR || g->states[i].in == G_NONE)
             return fy_fail(err, FERRY_ERR_INTERNAL, "openvino: state '%s' is not a growing "
                            "cache read and written by one graph", g->states[i].name);
     for (size_t i = 0; i < g->n_states; i++)
-        g->states[i].internal = true;
+        g->states[i].form = GS_VARIABLE;
     size_t n = 0;
     for (size_t i = 0; i < g->n_inputs; i++)
         if (!is_state_value(g, g->inputs[i]))
@@ -143,7 +143,7 @@ static ferry_status openvino_files(be_component *comps, int n, fy_err *err)
 static bool kv_in_variables(const g_graph *g)
 {
     for (size_t i = 0; i < g->n_states; i++)
-        if (g->states[i].internal)
+        if (g->states[i].form == GS_VARIABLE)
             return true;
     return false;
 }
@@ -232,5 +232,6 @@ const fb_backend fb_openvino = {
     .write = openvino_write,
     .describe = openvino_describe,
     .one_generation_graph = stateful,
+    .state_forms = 1u << GS_PAIR | 1u << GS_IN_PLACE | 1u << GS_VARIABLE,
     .nonfinite_note = openvino_nonfinite_note,
 };

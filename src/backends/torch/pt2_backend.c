@@ -60,15 +60,15 @@ static void pt2_target_of(const ferry_export_config *cfg, g_target *out)
  * outputs; its inputs are named as identifiers ("past_key_values_0_key"), which the module's
  * forward takes as keywords. Only a cache of fixed size (static) can be written so; a growing
  * one would have to be returned, and is not written for pt2 yet (refused when the components are
- * planned: cache_in_place_only). */
+ * planned: state_forms). */
 static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
     for (size_t i = 0; i < g->n_states; i++) {
         g_state *s = &g->states[i];
-        if (!s->in_place)
+        if (s->form != GS_IN_PLACE)
             return fy_fail(err, FERRY_ERR_INTERNAL, "pt2: a cache state not written in place "
-                           "(the plan refuses a dynamic cache: cache_in_place_only)");
-        s->mutated = true;
+                           "(the plan refuses a dynamic cache: state_forms)");
+        s->form = GS_MUTATED;
         /* the module's forward takes its inputs as keywords: Python identifiers */
         char name[256];
         snprintf(name, sizeof name, "%s", g->values[s->in].name);
@@ -168,7 +168,7 @@ const fb_backend fb_pt2 = {
     .files = pt2_files,
     .write = pt2_write,
     .describe = pt2_describe,
-    .cache_in_place_only = true,
+    .state_forms = 1u << GS_MUTATED,
     .title = "pt2",
     .options = PT2_OPTIONS,
     .n_options = sizeof PT2_OPTIONS / sizeof PT2_OPTIONS[0],

@@ -558,7 +558,7 @@ void pt_emit_mutations(pt_printer *p)
     const g_graph *g = p->g;
     for (size_t i = 0; i < g->n_states && p->st == FERRY_OK; i++) {
         const g_state *s = &g->states[i];
-        if (!s->mutated || written_into(g, s->out, s->in))
+        if (s->form != GS_MUTATED || written_into(g, s->out, s->in))
             continue;
         /* the new value copied into the caller's tensor, after every read of the old one */
         const g_value *x = &g->values[s->in];
