@@ -43,18 +43,25 @@ ferry_status lw_refuse_quantized(g_lower_ctx *c, const g_node *n, int k)
     return FERRY_ERR_UNSUPPORTED;
 }
 
-_Static_assert(G_OP_COUNT <= 64, "lw_shared's reader sets hold one bit per op");
-
 bool lw_shared(const g_lower_ctx *c, int v, g_op op)
 {
-    return (c->readers[v] & ~(UINT64_C(1) << op)) != 0;
+    const uint64_t *set = &c->readers[(size_t)v * LW_READER_WORDS];
+    for (int w = 0; w < LW_READER_WORDS; w++) {
+        uint64_t others = set[w];
+        if (w == (int)op / 64)
+            others &= ~(UINT64_C(1) << ((int)op % 64));
+        if (others)
+            return true;
+    }
+    return false;
 }
 
-/* Which ops read each source value (a bit per op), once per round: asked per linear, a scan
- * of the whole graph made lowering quadratic in the number of layers. */
+/* Which ops read each source value (a bit per op, LW_READER_WORDS words a value), once per
+ * round: asked per linear, a scan of the whole graph made lowering quadratic in the number of
+ * layers. */
 static uint64_t *reader_sets(const g_graph *src)
 {
-    uint64_t *r = calloc(src->n_values ? src->n_values : 1, sizeof *r);
+    uint64_t *r = calloc((src->n_values ? src->n_values : 1) * LW_READER_WORDS, sizeof *r);
     if (!r)
         return NULL;
     for (size_t i = 0; i < src->n_nodes; i++) {
@@ -63,7 +70,7 @@ static uint64_t *reader_sets(const g_graph *src)
             continue;
         for (int k = 0; k < o->n_in; k++)
             if (o->in[k] != G_NONE)
-                r[o->in[k]] |= UINT64_C(1) << o->op;
+                r[(size_t)o->in[k] * LW_READER_WORDS + o->op / 64] |= UINT64_C(1) << (o->op % 64);
     }
     return r;
 }

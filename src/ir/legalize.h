@@ -44,11 +44,15 @@ enum { LW_MEMO_ROPE = 1, LW_MEMO_MASK = 2, LW_MEMO_PACKED = 3 /* in_a: a source 
        LW_MEMO_WINDOW_BIAS = 6 /* a target's own form of it for a sliding window */,
        LW_MEMO_KEY_MASK = 7 /* a target's own form of a padding mask (an int32 copy) */ };
 
+/* The words of one value's reader set (a bit per op): as many as the ops need. */
+#define LW_READER_WORDS ((G_OP_COUNT + 63) / 64)
+
 struct g_lower_ctx {
     const g_graph *src;
     g_graph *dst;
     int *map;                /* source value id -> destination value id */
-    uint64_t *readers;       /* per source value: a bit for each op reading it */
+    uint64_t *readers;       /* per source value: LW_READER_WORDS words, a bit for each op
+                                reading it */
     const g_target *target;
     lw_memo *memo;           /* grows: one entry per distinct piece */
     size_t n_memo, cap_memo;

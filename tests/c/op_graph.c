@@ -1,12 +1,14 @@
-/* op_graph.c — ferry-op-graph CASE OUTDIR [--dynamic]: a graph holding one semantic op (or two,
- * where the case is about how they share lowered pieces) over weights read from
- * OUTDIR/weights.safetensors, taken through the ONNX backend the way an export is (target,
- * finish, placement, writer) into OUTDIR/model.onnx + model.onnx.data. `ferry-op-graph --list`
- * prints the case names.
+/* op_graph.c — ferry-op-graph CASE OUTDIR [--dynamic] [--format F] [--ort-fusions EP]: a graph
+ * holding one semantic op (or two, where the case is about how they share lowered pieces) over
+ * weights read from OUTDIR/weights.safetensors, taken through a backend the way an export is
+ * (target, finish, placement, writer): ONNX by default (model.onnx + model.onnx.data, its
+ * standard target or, with --ort-fusions, onnxruntime's), OpenVINO (openvino_model.xml/.bin,
+ * its cache as inputs and outputs) or pt2 (model.pt2). `ferry-op-graph --list` prints the case
+ * names.
  *
- * tests/python/test_op_conformance.py writes the weights, runs each model in onnxruntime and
- * compares it with transformers' and torch's own functions. Checking ops one at a time makes a
- * lowering error name its op, instead of showing up somewhere in a whole model's logits, and
+ * tests/python/test_op_conformance.py writes the weights, runs each model in its runtime
+ * (onnxruntime, OpenVINO, torch.export.load) and compares it with transformers' and torch's
+ * own functions. Checking ops one at a time makes a lowering error name its op, instead of showing up somewhere in a whole model's logits, and
  * reaches settings no shipped family uses yet (partial rotary, yarn, softcap, a given mask).
  * The Python side mirrors the table below (options and shapes); it checks with --list that it
  * covers every case.
@@ -335,7 +337,14 @@ static void (*const BUILD[FAM_COUNT])(bld *b) = {
 
 /* The semantic graph is checked as ferry_decompose checks a family's; then lowered, finished,
  * placed and written by the ONNX backend as ferry_components_export and save do. */
-static ferry_status run(const op_case *c, const char *dir, bool dynamic, fy_err *err)
+/* Which backend writes the case, and its options ("openvino" "stateful" "false"). */
+typedef struct op_writer {
+    const fb_backend *be;
+    const char *option, *value;
+} op_writer;
+
+static ferry_status run(const op_case *c, const char *dir, bool dynamic, const op_writer *w,
+                        fy_err *err)
 {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/weights.safetensors", dir) >= (int)sizeof path)
@@ -347,8 +356,12 @@ static ferry_status run(const op_case *c, const char *dir, bool dynamic, fy_err 
     be_component comp = {.name = "model", .role = "model"};
     ferry_export_config cfg;
     ferry_export_config_init(&cfg);
-    const fb_backend *be = &fb_onnx;
+    cfg.format = w->be->format;
+    const fb_backend *be = w->be;
     ferry_status st = FERRY_OK;
+    char eb[256];
+    if (w->option && ferry_export_config_set_option(&cfg, w->option, w->value, eb, sizeof eb))
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s", eb);
     if (!g) {
         st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
         goto done;
@@ -394,9 +407,25 @@ int main(int argc, char **argv)
             printf("%s\n", CASES[i].name);
         return 0;
     }
-    bool dynamic = argc == 4 && strcmp(argv[3], "--dynamic") == 0;
-    if (argc != 3 && !dynamic) {
-        fprintf(stderr, "usage: ferry-op-graph CASE OUTDIR [--dynamic] | --list\n");
+    bool dynamic = false, usage = argc < 3;
+    /* OpenVINO's plain export carries a cache in variables by default; a case's cache is the
+     * graph's inputs and outputs, as the reference feeds them */
+    op_writer w = {.be = &fb_onnx};
+    for (int i = 3; i < argc && !usage; i++) {
+        if (strcmp(argv[i], "--dynamic") == 0)
+            dynamic = true;
+        else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc)
+            usage = !(w.be = fb_find_name(argv[++i]));
+        else if (strcmp(argv[i], "--ort-fusions") == 0 && i + 1 < argc)
+            w.option = "ort_fusions", w.value = argv[++i];
+        else
+            usage = true;
+    }
+    if (w.be == &fb_openvino)
+        w.option = "stateful", w.value = "false";
+    if (usage) {
+        fprintf(stderr, "usage: ferry-op-graph CASE OUTDIR [--dynamic] [--format onnx|openvino|"
+                        "pt2] [--ort-fusions EP] | --list\n");
         return 2;
     }
     const op_case *c = NULL;
@@ -408,7 +437,7 @@ int main(int argc, char **argv)
         return 2;
     }
     fy_err err = {0};
-    if (run(c, argv[2], dynamic, &err) != FERRY_OK) {
+    if (run(c, argv[2], dynamic, &w, &err) != FERRY_OK) {
         fprintf(stderr, "ferry-op-graph %s: %s\n", c->name, err.msg);
         return 1;
     }

@@ -335,15 +335,17 @@ def reference(spec, weights, feeds):
 # The tests
 
 
-def run_op_graph(binary, name, out_dir, weights, dynamic, env=None):
+def run_op_graph(binary, name, out_dir, weights, dynamic, env=None, target_flags=(),
+                 file="model.onnx"):
     if not binary.exists():
         pytest.fail(f"{binary} not found (configure with -DFERRY_TESTS=ON and build)")
     out_dir.mkdir(exist_ok=True)
     save_file(weights, str(out_dir / "weights.safetensors"))
     args = [str(binary), name, str(out_dir)] + (["--dynamic"] if dynamic else [])
+    args += list(target_flags)
     proc = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, f"{' '.join(args)} -> exit {proc.returncode}\n{proc.stderr}"
-    return out_dir / "model.onnx"
+    return out_dir / file
 
 
 def export_case(name, out_dir, weights, dynamic):
@@ -405,3 +407,137 @@ def test_op_matches_reference(name, dynamic, tmp_path, record_property):
             assert err <= TOL[dtype], f"{what}: max error {err:.3g} > {TOL[dtype]:g} ({dtype})"
             worst = max(worst, err)
     record_property("op_conformance_max_err", (name, dtype, worst))
+
+
+# ---------------------------------------------------------------------------------------------
+# Every other target: the same cases written by each backend, run in its own runtime.
+
+
+class _OpenVINORun:
+    """An OpenVINO model behind the calls the test makes of an onnxruntime session."""
+
+    def __init__(self, path):
+        import openvino
+
+        core = openvino.Core()
+        self._compiled = core.compile_model(core.read_model(str(path)), "CPU",
+                                            {"INFERENCE_PRECISION_HINT": "f32"})
+        self.inputs = sorted(i.get_any_name() for i in self._compiled.inputs)
+        self.outputs = [o for o in self._compiled.outputs]
+
+    def run(self, feeds):
+        result = self._compiled(feeds)
+        out = {}
+        for port in self.outputs:
+            names = port.get_names()
+            value = np.asarray(result[port])
+            for name in names:  # a fused node's output may carry its neighbours' names too
+                out[name] = value
+        return out
+
+
+class _TorchRun:
+    """A .pt2 program through torch.export.load: keyword inputs, a dict of outputs."""
+
+    def __init__(self, path):
+        self._module = torch.export.load(str(path)).module()
+        self.inputs = None
+
+    def run(self, feeds):
+        with torch.no_grad():
+            out = self._module(**{k: torch.from_numpy(np.ascontiguousarray(v))
+                                  for k, v in feeds.items()})
+        return {k: v.numpy() for k, v in out.items()}
+
+
+# target: (ferry-op-graph flags, file written, runner)
+TARGETS = {
+    "ort-cpu": (["--ort-fusions", "cpu"], "model.onnx",
+                lambda path: _OnnxRun(ort_session(path))),
+    "openvino": (["--format", "openvino"], "openvino_model.xml", _OpenVINORun),
+    "torch": (["--format", "pt2"], "model.pt2", _TorchRun),
+}
+
+
+class _OnnxRun:
+    def __init__(self, session):
+        self._session = session
+        self.inputs = sorted(i.name for i in session.get_inputs())
+
+    def run(self, feeds):
+        names = [o.name for o in self._session.get_outputs()]
+        return dict(zip(names, self._session.run(names, feeds)))
+
+
+def _target_skip(target, spec):
+    """What a target does not write for a case, as the export refuses it: a torch program
+    writes its cache into the caller's tensors, so only a static one, whose new rows the test
+    would read back from the inputs (the exports' tests do that: test_pt2.py)."""
+    if target == "torch" and spec["kind"] == "attention" and spec["attn"]["cache"]:
+        return "a torch program's cache is written into its inputs (test_pt2.py runs it)"
+    return None
+
+
+def visible_rows(spec, feeds):
+    """[b, s] bool: the queries of an attention case that see at least one key (None for the
+    other ops)."""
+    if spec["kind"] != "attention":
+        return None
+    a = spec["attn"]
+    s = feeds["q"].shape[1]
+    keys = {"append": feeds["k"].shape[1] + (feeds[cache_names("append")[0]].shape[2]
+                                             if a["cache"] == "append" else 0),
+            "static": CACHE_LEN}.get(a["cache"], s)
+    return attention_masks(a, feeds, s, keys)[:, 0].any(-1).numpy()
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+@pytest.mark.parametrize("name", list(CASES))
+def test_op_in_every_target(name, target, tmp_path, record_property):
+    """Every case, written by each backend's own target (onnxruntime's fused kernels,
+    OpenVINO, torch), against the same references, at every dynamic shape."""
+    spec = CASES[name]
+    why = _target_skip(target, spec)
+    if why:
+        pytest.skip(why)
+    flags, file, runner = TARGETS[target]
+    dtype = spec.get("dtype", "fp32")
+    gen = torch.Generator().manual_seed(sum(map(ord, name)))
+    weights = make_weights(spec, gen)
+    run = runner(run_op_graph(OP_GRAPH, name, tmp_path, weights, True, target_flags=flags,
+                              file=file))
+    worst = 0.0
+    for shape in DYNAMIC_SHAPES:
+        rng = np.random.default_rng(sum(shape) * 7919 + len(name))
+        feeds = make_inputs(spec, shape, rng)
+        if run.inputs is not None:
+            assert run.inputs == sorted(feeds), (run.inputs, sorted(feeds))
+        got = run.run(feeds)
+        with torch.no_grad():
+            want = reference(spec, weights, feeds)
+        seen = visible_rows(spec, feeds)
+        for out, value in want.items():
+            what = f"{name} on {target}: {out} at (batch, sequence, past) {shape}"
+            assert out in got, f"{what}: no such output (has {sorted(got)})"
+            if out.startswith(("present", "output")):
+                have, value = got[out], value.numpy().astype(got[out].dtype)
+                if target == "ort-cpu" and out.startswith("output"):
+                    # GroupQueryAttention fills a static cache's output up to the last row it
+                    # writes; the rows after are the buffer's own when input and output are
+                    # bound as one (as the runners bind them), zeros when not
+                    end = int(feeds["cache_position"][0]) + feeds["q"].shape[1]
+                    have, value = have[:, :, :end], value[:, :, :end]
+                np.testing.assert_array_equal(have, value, err_msg=what)
+                continue
+            value = value.numpy()
+            if seen is not None and out == "y":
+                # a query that sees no key (a padded one): only finite here, the uniform row
+                # being onnx-standard's own promise (test_op_matches_reference holds it)
+                assert np.isfinite(got[out]).all(), f"{what}: non-finite values"
+                got[out], value = got[out][seen], value[seen]
+                if not seen.any():
+                    continue
+            err = max_error(got[out], value, what)
+            assert err <= TOL[dtype], f"{what}: max error {err:.3g} > {TOL[dtype]:g} ({dtype})"
+            worst = max(worst, err)
+    record_property("op_conformance_max_err", (f"{name}@{target}", dtype, worst))
