@@ -34,14 +34,16 @@ enum {
 
 typedef enum family {
     FAM_RMS_NORM, FAM_SKIP_RMS_NORM, FAM_LAYER_NORM, FAM_SKIP_LAYER_NORM, FAM_LINEAR, FAM_TIED, FAM_EMBEDDING,
-    FAM_UNARY, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
+    FAM_UNARY, FAM_REDUCE, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
 } family;
 
 typedef struct op_case {
     const char *name;
     family fam;
     ferry_dtype dtype;
-    g_op op;                 /* FAM_UNARY: the activation */
+    g_op op;                 /* FAM_UNARY: the activation or elementwise op; FAM_REDUCE: the
+                                reduction */
+    bool keepdims;           /* FAM_REDUCE: over the last axis, kept; else over axis 1 */
     double eps, offset, cap; /* norms; softcap */
     bool bias;               /* layer_norm, skip_layer_norm, linear */
     g_rope_opts rope;        /* FAM_ROPE, FAM_TWO_ROPES */
@@ -87,6 +89,14 @@ static const op_case CASES[] = {
     {"gelu_tanh_fp16", FAM_UNARY, F16, .op = G_GELU_TANH},
     {"softcap", FAM_UNARY, F32, .op = G_SOFTCAP, .cap = 5.0},
     {"softcap_fp16", FAM_UNARY, F16, .op = G_SOFTCAP, .cap = 5.0},
+    {"abs", FAM_UNARY, F32, .op = G_ABS},
+    {"abs_fp16", FAM_UNARY, F16, .op = G_ABS},
+    {"log", FAM_UNARY, F32, .op = G_LOG},
+    {"floor", FAM_UNARY, F32, .op = G_FLOOR},
+    {"reduce_sum", FAM_REDUCE, F32, .op = G_REDUCE_SUM, .keepdims = true},
+    {"reduce_sum_axis1", FAM_REDUCE, F32, .op = G_REDUCE_SUM},
+    {"reduce_mean", FAM_REDUCE, F32, .op = G_REDUCE_MEAN, .keepdims = true},
+    {"reduce_max_axis1", FAM_REDUCE, F32, .op = G_REDUCE_MAX},
     {"rope", FAM_ROPE, F32, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0)},
     {"rope_fp16", FAM_ROPE, F16, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0)},
     {"rope_partial", FAM_ROPE, F32,
@@ -261,6 +271,14 @@ static void build_unary(bld *b)
     g_output(g, y, "y");
 }
 
+static void build_reduce(bld *b)
+{
+    g_graph *g = b->g;
+    int x = activations(b, "x", g_dim_const(HIDDEN));
+    int64_t axis = b->c->keepdims ? -1 : 1;
+    g_output(g, g_reduce(g, b->c->op, g_op_name(b->c->op), x, 1, &axis, b->c->keepdims), "y");
+}
+
 static void build_rope(bld *b)
 {
     g_graph *g = b->g;
@@ -331,7 +349,7 @@ static void (*const BUILD[FAM_COUNT])(bld *b) = {
     [FAM_RMS_NORM] = build_rms_norm, [FAM_SKIP_RMS_NORM] = build_skip_rms_norm,
     [FAM_LAYER_NORM] = build_layer_norm, [FAM_SKIP_LAYER_NORM] = build_skip_layer_norm,
     [FAM_LINEAR] = build_linear, [FAM_TIED] = build_tied,
-    [FAM_EMBEDDING] = build_embedding, [FAM_UNARY] = build_unary, [FAM_ROPE] = build_rope,
+    [FAM_EMBEDDING] = build_embedding, [FAM_UNARY] = build_unary, [FAM_REDUCE] = build_reduce, [FAM_ROPE] = build_rope,
     [FAM_TWO_ROPES] = build_rope, [FAM_ATTENTION] = build_attention,
 };
 

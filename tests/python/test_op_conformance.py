@@ -78,6 +78,14 @@ CASES = {
     "gelu_tanh_fp16": dict(kind="unary", fn=lambda x: F.gelu(x, approximate="tanh"),
                            dtype="fp16"),
     "softcap": dict(kind="unary", fn=lambda x: torch.tanh(x / 5.0) * 5.0, scale=8.0),
+    "abs": dict(kind="unary", fn=torch.abs),
+    "abs_fp16": dict(kind="unary", fn=torch.abs, dtype="fp16"),
+    "log": dict(kind="unary", fn=torch.log, positive=True),
+    "floor": dict(kind="unary", fn=torch.floor),
+    "reduce_sum": dict(kind="reduce", fn=lambda x: x.sum(-1, keepdim=True)),
+    "reduce_sum_axis1": dict(kind="reduce", fn=lambda x: x.sum(1)),
+    "reduce_mean": dict(kind="reduce", fn=lambda x: x.mean(-1, keepdim=True)),
+    "reduce_max_axis1": dict(kind="reduce", fn=lambda x: x.amax(1)),
     "softcap_fp16": dict(kind="unary", fn=lambda x: torch.tanh(x / 5.0) * 5.0, scale=8.0,
                          dtype="fp16"),
     "rope": dict(kind="rope", rope=_rope()),
@@ -161,8 +169,9 @@ def make_inputs(spec, shape, rng):
         return {"input_ids": rng.integers(0, VOCAB, (b, s)), "x": normal(b, s, HIDDEN)}
     if kind == "embedding":
         return {"input_ids": rng.integers(0, VOCAB, (b, s))}
-    if kind == "unary":
-        return {"x": normal(b, s, HIDDEN, scale=spec.get("scale", 3.0))}
+    if kind in ("unary", "reduce"):
+        x = normal(b, s, HIDDEN, scale=spec.get("scale", 3.0))
+        return {"x": np.abs(x) + fdt(0.1) if spec.get("positive") else x}
     if kind == "rope":
         # up to 100: past max_position_embeddings of the dynamic case (32)
         return {"x": normal(b, s, ROPE_HEADS, ROPE_HEAD_DIM),
@@ -320,7 +329,7 @@ def reference(spec, weights, feeds):
                 "logits": F.linear(x["x"], w["table"])}
     if kind == "embedding":
         return {"y": F.embedding(x["input_ids"], w["table"])}
-    if kind == "unary":
+    if kind in ("unary", "reduce"):
         return {"y": spec["fn"](x["x"])}
     if kind == "rope":
         out = {"y": rotary_reference(spec["rope"], x["x"], x["position_ids"])}

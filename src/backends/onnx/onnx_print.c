@@ -80,6 +80,10 @@ static const char *onnx_op(g_op op)
     case G_SOFTMAX: return "Softmax";
     case G_REDUCE_MEAN: return "ReduceMean";
     case G_REDUCE_MAX: return "ReduceMax";
+    case G_REDUCE_SUM: return "ReduceSum";
+    case G_ABS: return "Abs";
+    case G_LOG: return "Log";
+    case G_FLOOR: return "Floor";
     case G_SHAPE_OF: return "Shape";
     case G_RANGE: return "Range";
     case G_EXPAND: return "Expand";
@@ -444,9 +448,9 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
         init_i64(p, aux[0], n->a.ints, n->a.n_ints);
         in[n_in++] = aux[0];
         break;
-    case G_REDUCE_MEAN: case G_REDUCE_MAX:
-        /* axes became an input in opset 18 */
-        axes_as_attr = p->opset < 18;
+    case G_REDUCE_MEAN: case G_REDUCE_MAX: case G_REDUCE_SUM:
+        /* axes became an input in opset 18 (ReduceSum's in 13, below ferry's opsets) */
+        axes_as_attr = n->op != G_REDUCE_SUM && p->opset < 18;
         if (!axes_as_attr) {
             snprintf(aux[0], sizeof aux[0], "%s/axes", n->name);
             init_i64(p, aux[0], n->a.ints, n->a.n_ints);
@@ -471,7 +475,7 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
     case G_CAST:
         attr_int(&nb, "to", onnx_dtype(n->a.to));
         break;
-    case G_REDUCE_MEAN: case G_REDUCE_MAX:
+    case G_REDUCE_MEAN: case G_REDUCE_MAX: case G_REDUCE_SUM:
         attr_int(&nb, "keepdims", n->a.keepdims);
         if (axes_as_attr)
             attr_ints(&nb, "axes", n->a.ints, n->a.n_ints);

@@ -43,6 +43,9 @@ static const char *unary_type(g_op op)
     case G_TANH: return "Tanh";
     case G_ERF: return "Erf";
     case G_NEG: return "Negative";
+    case G_ABS: return "Abs";
+    case G_LOG: return "Log";
+    case G_FLOOR: return "Floor";
     case G_NOT: return "LogicalNot";
     default: return NULL;
     }
@@ -249,8 +252,10 @@ ferry_status ov_emit_node(printer *p, size_t index)
             type = "SoftMax", version = "opset8";
             sb_printf(&data, "axis=\"%lld\"", (long long)n.a.axis);
             break;
-        case G_REDUCE_MEAN: case G_REDUCE_MAX:
-            type = n.op == G_REDUCE_MEAN ? "ReduceMean" : "ReduceMax";
+        case G_REDUCE_MEAN: case G_REDUCE_MAX: case G_REDUCE_SUM:
+            type = n.op == G_REDUCE_MEAN  ? "ReduceMean"
+                   : n.op == G_REDUCE_MAX ? "ReduceMax"
+                                          : "ReduceSum";
             sb_printf(&data, "keep_dims=\"%s\"", n.a.keepdims ? "true" : "false");
             st = ov_i64_in(p, n.a.n_ints, n.a.ints, &ins[n_in++]);
             break;

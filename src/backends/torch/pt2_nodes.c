@@ -87,7 +87,7 @@ static const char *const UNARY[G_OP_COUNT] = {
     [G_SQRT] = "sqrt", [G_RECIPROCAL] = "reciprocal", [G_EXP] = "exp", [G_COS] = "cos",
     [G_SIN] = "sin", [G_SIGMOID] = "sigmoid", [G_TANH] = "tanh", [G_ERF] = "erf",
     [G_NEG] = "neg", [G_NOT] = "logical_not", [G_SILU] = "silu", [G_GELU] = "gelu",
-    [G_GELU_TANH] = "gelu",
+    [G_GELU_TANH] = "gelu", [G_ABS] = "abs", [G_LOG] = "log", [G_FLOOR] = "floor",
 };
 
 static void target(pt_printer *p, const char *op)
@@ -287,7 +287,9 @@ static void emit_reduce(pt_printer *p, const g_node *n)
 {
     char dims[200];
     ints_text(dims, sizeof dims, n->a.ints, n->a.n_ints);
-    target(p, n->op == G_REDUCE_MEAN ? "mean.dim" : "amax.default");
+    target(p, n->op == G_REDUCE_MEAN  ? "mean.dim"
+              : n->op == G_REDUCE_MAX ? "amax.default"
+                                      : "sum.dim_IntList");
     pt_arg_tensor(p, "self", n->in[0], PT_POSITIONAL);
     pt_arg(p, "dim", PT_POSITIONAL, "{\"as_ints\": [%s]}", dims);
     pt_arg(p, "keepdim", PT_POSITIONAL, "{\"as_bool\": %s}", n->a.keepdims ? "true" : "false");
@@ -529,7 +531,7 @@ void pt_emit_node(pt_printer *p, size_t i)
     case G_CAST: emit_cast(p, n); break;
     case G_SOFTMAX: emit_simple_axis(p, n, "softmax.int"); break;
     case G_CUMSUM: emit_simple_axis(p, n, "cumsum.default"); break;
-    case G_REDUCE_MEAN: case G_REDUCE_MAX: emit_reduce(p, n); break;
+    case G_REDUCE_MEAN: case G_REDUCE_MAX: case G_REDUCE_SUM: emit_reduce(p, n); break;
     case G_RANGE: emit_range(p, n); break;
     case G_EXPAND: emit_expand(p, n); break;
     case G_SCATTER_ELEMENTS: emit_scatter(p, n); break;
