@@ -156,6 +156,20 @@ int g_scatter_elements(g_graph *g, const char *name, int data, int indices, int 
     return node(g, G_SCATTER_ELEMENTS, name, 3, in, &at);
 }
 
+int g_scatter_add(g_graph *g, const char *name, int data, int indices, int updates, int axis)
+{
+    int in[3] = {data, indices, updates};
+    g_attrs at = {.axis = axis};
+    return node(g, G_SCATTER_ADD, name, 3, in, &at);
+}
+
+int g_gather_elements(g_graph *g, const char *name, int data, int indices, int axis)
+{
+    int in[2] = {data, indices};
+    g_attrs at = {.axis = axis};
+    return node(g, G_GATHER_ELEMENTS, name, 2, in, &at);
+}
+
 int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, double offset)
 {
     int in[2] = {x, weight};

@@ -185,6 +185,16 @@ static ferry_status infer_gather(inf *x)
     return one(x, a->dtype, &s);
 }
 
+static ferry_status infer_gather_elements(inf *x)
+{
+    const g_value *a = x->in[0], *b = x->in[1];
+    int axis = norm_axis(x->n->a.axis, a->shape.rank);
+    if (b->dtype != FERRY_I64 || b->shape.rank != a->shape.rank || axis < 0 ||
+        axis >= a->shape.rank)
+        return bad(x, "needs int64 indices of data's rank and a valid axis");
+    return one(x, a->dtype, &b->shape);
+}
+
 /* The target may leave one dim unknown: it is solved by cancelling the dims the target shares
  * with the input; what is left of the input must be one symbolic dim times constants for the
  * solution to stay symbolic (else it stays unknown, which every backend can still print). */

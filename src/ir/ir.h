@@ -275,6 +275,10 @@ int g_shape_of(g_graph *g, const char *name, int x, int64_t start, int64_t end);
 int g_range(g_graph *g, const char *name, int start, int limit, int delta);
 int g_expand(g_graph *g, const char *name, int x, int shape);
 int g_scatter_elements(g_graph *g, const char *name, int data, int indices, int updates, int axis);
+/* data with updates added at indices along axis (ScatterElements' reduction add) */
+int g_scatter_add(g_graph *g, const char *name, int data, int indices, int updates, int axis);
+/* data's values at indices along axis: out[..i..] = data[..indices[..i..]..] */
+int g_gather_elements(g_graph *g, const char *name, int data, int indices, int axis);
 
 int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, double offset);
 /* Returns the normalized value; *sum receives x + skip. */

@@ -30,11 +30,12 @@ enum {
     HIDDEN = 24,                       /* activations' last dim (norms take it from the weight) */
     ROPE_HEADS = 3, ROPE_HEAD_DIM = 16,
     ATTN_HEAD_DIM = 8,
+    PICKS = 4,               /* gather_elements / scatter_add: indices along the last axis */
 };
 
 typedef enum family {
     FAM_RMS_NORM, FAM_SKIP_RMS_NORM, FAM_LAYER_NORM, FAM_SKIP_LAYER_NORM, FAM_LINEAR, FAM_TIED, FAM_EMBEDDING,
-    FAM_UNARY, FAM_REDUCE, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
+    FAM_UNARY, FAM_REDUCE, FAM_GATHER_ELEMENTS, FAM_SCATTER_ADD, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
 } family;
 
 typedef struct op_case {
@@ -97,6 +98,9 @@ static const op_case CASES[] = {
     {"reduce_sum_axis1", FAM_REDUCE, F32, .op = G_REDUCE_SUM},
     {"reduce_mean", FAM_REDUCE, F32, .op = G_REDUCE_MEAN, .keepdims = true},
     {"reduce_max_axis1", FAM_REDUCE, F32, .op = G_REDUCE_MAX},
+    {"gather_elements", FAM_GATHER_ELEMENTS, F32},
+    {"gather_elements_fp16", FAM_GATHER_ELEMENTS, F16},
+    {"scatter_add", FAM_SCATTER_ADD, F32},
     {"rope", FAM_ROPE, F32, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0)},
     {"rope_fp16", FAM_ROPE, F16, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0)},
     {"rope_partial", FAM_ROPE, F32,
@@ -279,6 +283,27 @@ static void build_reduce(bld *b)
     g_output(g, g_reduce(g, b->c->op, g_op_name(b->c->op), x, 1, &axis, b->c->keepdims), "y");
 }
 
+/* x [b, s, HIDDEN] and indices [b, s, PICKS] into its last axis */
+static void build_gather_elements(bld *b)
+{
+    g_graph *g = b->g;
+    int x = activations(b, "x", g_dim_const(HIDDEN));
+    g_dim d[3] = {b->batch, b->seq, g_dim_const(PICKS)};
+    int idx = g_input(g, "indices", FERRY_I64, 3, d);
+    g_output(g, g_gather_elements(g, "gather_elements", x, idx, -1), "y");
+}
+
+/* x [b, s, HIDDEN] plus updates [b, s, PICKS] at indices [b, s, PICKS] (repeats add up) */
+static void build_scatter_add(bld *b)
+{
+    g_graph *g = b->g;
+    int x = activations(b, "x", g_dim_const(HIDDEN));
+    g_dim d[3] = {b->batch, b->seq, g_dim_const(PICKS)};
+    int idx = g_input(g, "indices", FERRY_I64, 3, d);
+    int upd = g_input(g, "updates", b->c->dtype, 3, d);
+    g_output(g, g_scatter_add(g, "scatter_add", x, idx, upd, 2), "y");
+}
+
 static void build_rope(bld *b)
 {
     g_graph *g = b->g;
@@ -349,7 +374,8 @@ static void (*const BUILD[FAM_COUNT])(bld *b) = {
     [FAM_RMS_NORM] = build_rms_norm, [FAM_SKIP_RMS_NORM] = build_skip_rms_norm,
     [FAM_LAYER_NORM] = build_layer_norm, [FAM_SKIP_LAYER_NORM] = build_skip_layer_norm,
     [FAM_LINEAR] = build_linear, [FAM_TIED] = build_tied,
-    [FAM_EMBEDDING] = build_embedding, [FAM_UNARY] = build_unary, [FAM_REDUCE] = build_reduce, [FAM_ROPE] = build_rope,
+    [FAM_EMBEDDING] = build_embedding, [FAM_UNARY] = build_unary, [FAM_REDUCE] = build_reduce,
+    [FAM_GATHER_ELEMENTS] = build_gather_elements, [FAM_SCATTER_ADD] = build_scatter_add, [FAM_ROPE] = build_rope,
     [FAM_TWO_ROPES] = build_rope, [FAM_ATTENTION] = build_attention,
 };
 

@@ -37,7 +37,7 @@ OP_GRAPH_SAN = Path(FERRY_BUILD_SAN).resolve() / "ferry-op-graph" if FERRY_BUILD
 # head geometry.
 B, S, P, CACHE_LEN = 2, 5, 3, 8
 HIDDEN, ROPE_HEADS, ROPE_HEAD_DIM, ATTN_HEAD_DIM = 24, 3, 16, 8
-LINEAR_OUT, VOCAB = 40, 50
+LINEAR_OUT, VOCAB, PICKS = 40, 50, 4
 # (batch, sequence, past) a dynamic graph is run at besides the example: one token, a long one.
 DYNAMIC_SHAPES = [(B, S, P), (1, 1, 6), (3, 7, 1)]
 
@@ -86,6 +86,9 @@ CASES = {
     "reduce_sum_axis1": dict(kind="reduce", fn=lambda x: x.sum(1)),
     "reduce_mean": dict(kind="reduce", fn=lambda x: x.mean(-1, keepdim=True)),
     "reduce_max_axis1": dict(kind="reduce", fn=lambda x: x.amax(1)),
+    "gather_elements": dict(kind="gather_elements"),
+    "gather_elements_fp16": dict(kind="gather_elements", dtype="fp16"),
+    "scatter_add": dict(kind="scatter_add"),
     "softcap_fp16": dict(kind="unary", fn=lambda x: torch.tanh(x / 5.0) * 5.0, scale=8.0,
                          dtype="fp16"),
     "rope": dict(kind="rope", rope=_rope()),
@@ -169,6 +172,13 @@ def make_inputs(spec, shape, rng):
         return {"input_ids": rng.integers(0, VOCAB, (b, s)), "x": normal(b, s, HIDDEN)}
     if kind == "embedding":
         return {"input_ids": rng.integers(0, VOCAB, (b, s))}
+    if kind in ("gather_elements", "scatter_add"):
+        # indices into the last axis, repeats among them (scatter_add adds those up)
+        feeds = {"x": normal(b, s, HIDDEN), "indices": rng.integers(0, HIDDEN, (b, s, PICKS))}
+        feeds["indices"][..., 1] = feeds["indices"][..., 0]
+        if kind == "scatter_add":
+            feeds["updates"] = normal(b, s, PICKS)
+        return feeds
     if kind in ("unary", "reduce"):
         x = normal(b, s, HIDDEN, scale=spec.get("scale", 3.0))
         return {"x": np.abs(x) + fdt(0.1) if spec.get("positive") else x}
@@ -331,6 +341,10 @@ def reference(spec, weights, feeds):
         return {"y": F.embedding(x["input_ids"], w["table"])}
     if kind in ("unary", "reduce"):
         return {"y": spec["fn"](x["x"])}
+    if kind == "gather_elements":
+        return {"y": torch.gather(x["x"], -1, x["indices"])}
+    if kind == "scatter_add":
+        return {"y": x["x"].scatter_add(2, x["indices"], x["updates"])}
     if kind == "rope":
         out = {"y": rotary_reference(spec["rope"], x["x"], x["position_ids"])}
         if "theta_2" in spec:

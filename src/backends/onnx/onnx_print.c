@@ -30,8 +30,8 @@ enum { OPSET_DOMAIN = 1, OPSET_VERSION = 2 };
 enum { GRAPH_NODE = 1, GRAPH_NAME = 2, GRAPH_INITIALIZER = 5, GRAPH_INPUT = 11, GRAPH_OUTPUT = 12 };
 enum { NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_NAME = 3, NODE_OP_TYPE = 4, NODE_ATTRIBUTE = 5,
        NODE_DOMAIN = 7 };
-enum { ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_INTS = 8, ATTR_TYPE = 20 };
-enum { ATTR_TYPE_FLOAT = 1, ATTR_TYPE_INT = 2, ATTR_TYPE_INTS = 7 };
+enum { ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_S = 4, ATTR_INTS = 8, ATTR_TYPE = 20 };
+enum { ATTR_TYPE_FLOAT = 1, ATTR_TYPE_INT = 2, ATTR_TYPE_STRING = 3, ATTR_TYPE_INTS = 7 };
 enum { TENSOR_DIMS = 1, TENSOR_DATA_TYPE = 2, TENSOR_NAME = 8, TENSOR_RAW_DATA = 9,
        TENSOR_EXTERNAL_DATA = 13, TENSOR_DATA_LOCATION = 14 };
 enum { ENTRY_KEY = 1, ENTRY_VALUE = 2 };
@@ -87,7 +87,8 @@ static const char *onnx_op(g_op op)
     case G_SHAPE_OF: return "Shape";
     case G_RANGE: return "Range";
     case G_EXPAND: return "Expand";
-    case G_SCATTER_ELEMENTS: return "ScatterElements";
+    case G_SCATTER_ELEMENTS: case G_SCATTER_ADD: return "ScatterElements";
+    case G_GATHER_ELEMENTS: return "GatherElements";
     case G_CUMSUM: return "CumSum";
     case G_DEQUANTIZE: return "DequantizeLinear";
     default: return NULL;
@@ -156,6 +157,16 @@ static void attr_ints(pb_buf *node, const char *name, const int64_t *v, int n)
     for (int i = 0; i < n; i++)
         pb_int(&a, ATTR_INTS, v[i]);
     pb_int(&a, ATTR_TYPE, ATTR_TYPE_INTS);
+    pb_msg(node, NODE_ATTRIBUTE, &a);
+    pb_free(&a);
+}
+
+static void attr_str(pb_buf *node, const char *name, const char *v)
+{
+    pb_buf a = {0};
+    pb_string(&a, ATTR_NAME, name);
+    pb_string(&a, ATTR_S, v);
+    pb_int(&a, ATTR_TYPE, ATTR_TYPE_STRING);
     pb_msg(node, NODE_ATTRIBUTE, &a);
     pb_free(&a);
 }
@@ -467,7 +478,12 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
             attr_int(&nb, "transB", 1);
         break;
     case G_GATHER: case G_CONCAT: case G_SOFTMAX: case G_SCATTER_ELEMENTS:
+    case G_GATHER_ELEMENTS:
         attr_int(&nb, "axis", n->a.axis);
+        break;
+    case G_SCATTER_ADD: /* reduction from opset 16, below ferry's opsets */
+        attr_int(&nb, "axis", n->a.axis);
+        attr_str(&nb, "reduction", "add");
         break;
     case G_TRANSPOSE:
         attr_ints(&nb, "perm", n->a.ints, n->a.n_ints);

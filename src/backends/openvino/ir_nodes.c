@@ -276,10 +276,15 @@ ferry_status ov_emit_node(printer *p, size_t index)
             sb_puts(&data, "exclusive=\"false\" reverse=\"false\"");
             st = ov_const_in(p, g_scalar_i64(g, n.a.axis), &ins[n_in++]);
             break;
-        case G_SCATTER_ELEMENTS:
+        case G_SCATTER_ELEMENTS: case G_SCATTER_ADD:
             type = "ScatterElementsUpdate", version = "opset12";
-            sb_puts(&data, "reduction=\"none\" use_init_val=\"true\"");
+            sb_printf(&data, "reduction=\"%s\" use_init_val=\"true\"",
+                      n.op == G_SCATTER_ADD ? "sum" : "none");
             st = ov_const_in(p, g_scalar_i64(g, n.a.axis), &ins[n_in++]);
+            break;
+        case G_GATHER_ELEMENTS:
+            type = "GatherElements", version = "opset6";
+            sb_printf(&data, "axis=\"%lld\"", (long long)n.a.axis);
             break;
         default:
             st = fy_fail(p->err, g_op_is_semantic(n.op) ? FERRY_ERR_INTERNAL

@@ -335,9 +335,18 @@ static void emit_range(pt_printer *p, const g_node *n)
     end_node(p, n);
 }
 
+static void emit_gather_elements(pt_printer *p, const g_node *n)
+{
+    target(p, "gather.default");
+    pt_arg_tensor(p, "self", n->in[0], PT_POSITIONAL);
+    pt_arg(p, "dim", PT_POSITIONAL, "{\"as_int\": %lld}", (long long)n->a.axis);
+    pt_arg_tensor(p, "index", n->in[1], PT_POSITIONAL);
+    end_node(p, n);
+}
+
 static void emit_scatter(pt_printer *p, const g_node *n)
 {
-    target(p, "scatter.src");
+    target(p, n->op == G_SCATTER_ADD ? "scatter_add.default" : "scatter.src");
     pt_arg_tensor(p, "self", n->in[0], PT_POSITIONAL);
     pt_arg(p, "dim", PT_POSITIONAL, "{\"as_int\": %lld}", (long long)n->a.axis);
     pt_arg_tensor(p, "index", n->in[1], PT_POSITIONAL);
@@ -534,7 +543,8 @@ void pt_emit_node(pt_printer *p, size_t i)
     case G_REDUCE_MEAN: case G_REDUCE_MAX: case G_REDUCE_SUM: emit_reduce(p, n); break;
     case G_RANGE: emit_range(p, n); break;
     case G_EXPAND: emit_expand(p, n); break;
-    case G_SCATTER_ELEMENTS: emit_scatter(p, n); break;
+    case G_SCATTER_ELEMENTS: case G_SCATTER_ADD: emit_scatter(p, n); break;
+    case G_GATHER_ELEMENTS: emit_gather_elements(p, n); break;
     case G_LINEAR: emit_linear(p, n); break;
     case G_EMBEDDING: emit_embedding(p, n); break;
     case G_LAYER_NORM: emit_layer_norm(p, n); break;
