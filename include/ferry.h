@@ -423,6 +423,13 @@ const char *ferry_exported_errmsg(const ferry_exported *exported);
 
 /* The export.json text (for a fresh export: what save will write). Owned by the handle. */
 const char *ferry_exported_manifest(const ferry_exported *exported);
+/* What the export holds, as `ferry inspect` prints it: each component with its role, file
+ * sizes, inputs and outputs (dtype, symbolic and traced shape), precision, the format's own
+ * settings, cache and symbol ranges; for an export transformers wrote, its traced inputs and
+ * what it returns. Read from the validated export.json and the files' sizes; every string is
+ * escaped for a terminal. Owned by the handle, valid until the next call or its free; NULL
+ * before a save or load. */
+const char *ferry_exported_describe(ferry_exported *exported);
 /* The directory a loaded or saved export lives in, or NULL if not yet saved. */
 const char *ferry_exported_dir(const ferry_exported *exported);
 

@@ -75,6 +75,7 @@ struct ferry_exported {
     ferry_generation_config gen;
     tok_files tokenizer;     /* the checkpoint's, carried into the export (built exports) */
     char *genai_text;        /* genai_config.json, when onnxruntime-genai can run the export */
+    char *description;       /* the last ferry_exported_describe text */
     dev_t dir_dev;           /* the directory saved or loaded (dir), so that a validation */
     ino_t dir_ino;           /* record never lands in an export swapped in since (--force) */
     bool sizes_unchecked;    /* loaded to be replaced (--force): files of another size than

@@ -660,6 +660,7 @@ void ferry_exported_free(ferry_exported *e)
     free(e->save_warnings);
     tok_files_free(&e->tokenizer);
     free(e->genai_text);
+    free(e->description);
     free(e);
 }
 

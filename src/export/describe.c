@@ -1,0 +1,477 @@
+/* describe.c — ferry_exported_describe: what an export holds, as `ferry inspect` prints it,
+ * read from its validated export.json (through the library's own reader) and the sizes of its
+ * files. Every string from export.json, and the directory, goes through quote (text_quote):
+ * the manifest was validated when loaded, but what reaches a terminal is escaped here all the
+ * same. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "export/internal.h"
+#include "util/strbuf.h"
+#include "util/text.h"
+
+/* Several quoted strings go into one line: each result stays valid for the next QUOTE_RING - 1
+ * calls on this thread. */
+#define QUOTE_RING 16
+
+static const char *quote(const char *text)
+{
+    static _Thread_local char ring[QUOTE_RING][1024];
+    static _Thread_local int next;
+    next = (next + 1) % QUOTE_RING;
+    return text_quote(text, ring[next], sizeof ring[next]);
+}
+
+static void print_size(strbuf *b, const char *dir, const char *file)
+{
+    char path[8192];
+    struct stat st;
+    int n = snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (n < 0 || (size_t)n >= sizeof path) { /* never stat a path cut short */
+        sb_printf(b, "    %-28s (%s)\n", quote(file), strerror(ENAMETOOLONG));
+        return;
+    }
+    if (stat(path, &st) != 0) {
+        sb_printf(b, "    %-28s (missing)\n", quote(file));
+        return;
+    }
+    double size = (double)st.st_size;
+    const char *unit = "B";
+    if (size >= 1e9) size /= 1e9, unit = "GB";
+    else if (size >= 1e6) size /= 1e6, unit = "MB";
+    else if (size >= 1e3) size /= 1e3, unit = "KB";
+    sb_printf(b, "    %-28s %8.1f %s\n", quote(file), size, unit);
+}
+
+/* Numbers in export.json are integers as ferry writes them, but the file may have been edited:
+ * one that is not an integer below 2^53 in magnitude is shown as "?" rather than converted
+ * (converting 1e300 to an integer type is undefined behaviour). */
+static bool int_value(const cJSON *v, long long *out)
+{
+    if (!cJSON_IsNumber(v))
+        return false;
+    double d = v->valuedouble;
+    if (!(d > -9007199254740992.0 && d < 9007199254740992.0))  /* also false for NaN */
+        return false;
+    long long i = (long long)d;
+    if ((double)i != d)
+        return false;
+    *out = i;
+    return true;
+}
+
+static const char *int_text(const cJSON *v, char *buf, size_t size)
+{
+    long long i;
+    if (!int_value(v, &i))
+        return "?";
+    snprintf(buf, size, "%lld", i);
+    return buf;
+}
+
+static void print_dims(const cJSON *arr, char *buf, size_t size)
+{
+    size_t len = 0;
+    const cJSON *d;
+    len += (size_t)snprintf(buf, size, "[");
+    cJSON_ArrayForEach(d, arr) {
+        if (len >= size)
+            break;
+        const char *sep = d->prev && d != arr->child ? ", " : "";
+        char num[32];
+        if (cJSON_IsNumber(d))
+            len += (size_t)snprintf(buf + len, size - len, "%s%s", sep,
+                                    int_text(d, num, sizeof num));
+        else if (cJSON_IsString(d))
+            len += (size_t)snprintf(buf + len, size - len, "%s%s", sep, d->valuestring);
+        else
+            len += (size_t)snprintf(buf + len, size - len, "%s?", sep);
+    }
+    if (len < size)
+        snprintf(buf + len, size - len, "]");
+}
+
+static const char *io_name(const cJSON *v)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(v, "name");
+    return quote(cJSON_IsString(name) ? name->valuestring : "?");
+}
+
+/* The columns as wide as the longest name and shape (a static cache's
+ * past_key_values_0_cumulative_length, a 4-D mask's shape), at least 20 and 32. */
+static void print_io(strbuf *b, const char *title, const cJSON *list)
+{
+    const cJSON *v;
+    int name_w = 20, shape_w = 32;
+    char shape[256], traced[256];
+    cJSON_ArrayForEach(v, list) {
+        int n = (int)strlen(io_name(v));
+        print_dims(cJSON_GetObjectItemCaseSensitive(v, "shape"), shape, sizeof shape);
+        int w = (int)strlen(quote(shape));
+        name_w = n > name_w && n < 80 ? n : name_w;
+        shape_w = w > shape_w && w < 80 ? w : shape_w;
+    }
+    sb_printf(b, "  %s:\n", title);
+    cJSON_ArrayForEach(v, list) {
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(v, "dtype");
+        snprintf(shape, sizeof shape, "[]");
+        snprintf(traced, sizeof traced, "[]");
+        print_dims(cJSON_GetObjectItemCaseSensitive(v, "shape"), shape, sizeof shape);
+        print_dims(cJSON_GetObjectItemCaseSensitive(v, "traced_shape"), traced, sizeof traced);
+        sb_printf(b, "    %-*s %-9s %-*s traced %s\n", name_w, io_name(v),
+               quote(cJSON_IsString(dt) ? dt->valuestring : "?"), shape_w,
+               quote(shape), quote(traced));
+    }
+}
+
+static const char *str(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "?";
+}
+
+/* str, escaped for printing. */
+static const char *qstr(const cJSON *o, const char *key)
+{
+    return quote(str(o, key));
+}
+
+static long long num(const cJSON *o, const char *key)
+{
+    long long i;
+    return int_value(cJSON_GetObjectItemCaseSensitive(o, key), &i) ? i : -1;
+}
+
+static void print_cache(strbuf *b, const cJSON *cache, bool stateful)
+{
+    if (!cJSON_IsObject(cache))
+        return;
+    const char *impl = str(cache, "implementation");
+    sb_printf(b, "  cache: %s, %lld layers x %lld kv heads x head_dim %lld, %s", quote(impl),
+           num(cache, "layers"), num(cache, "kv_heads"), num(cache, "head_dim"),
+           qstr(cache, "dtype"));
+    if (num(cache, "max_cache_len") > 0)
+        sb_printf(b, ", max_cache_len %lld", num(cache, "max_cache_len"));
+    if (stateful) {
+        /* OpenVINO: the cache is the model's state, not its inputs and outputs */
+        sb_printf(b, "\n  stateful: the cache lives in the model's variables (ReadValue/Assign), "
+               "beam_idx reorders its rows; variables:\n");
+        const cJSON *p;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs"))
+            sb_printf(b, "    %s\n", qstr(p, "input"));
+        return;
+    }
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cache, "pairs"), 0);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(first, "written_into_input"))) {
+        /* pt2: the program writes the new rows into the tensors it is given */
+        sb_printf(b, "\n  written in place into these inputs (pass the same tensors every call):\n");
+        const cJSON *p;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs"))
+            sb_printf(b, "    %s\n", qstr(p, "input"));
+        return;
+    }
+    sb_printf(b, "\n  %s\n", strcmp(impl, "static") == 0
+                            ? "in-place pairs (bind each input and its output to one buffer):"
+                            : "cache inputs -> outputs:");
+    const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs")) {
+        const cJSON *in = cJSON_GetObjectItemCaseSensitive(p, "input");
+        sb_printf(b, "    %-44s -> %s\n",
+               cJSON_IsString(in) ? quote(in->valuestring) : "(none: starts empty)",
+               qstr(p, "output"));
+    }
+}
+
+/* "name version, name version, ..." of transformers' metadata.packages. */
+static void print_packages(strbuf *b, const cJSON *md)
+{
+    const cJSON *p, *pk = cJSON_GetObjectItemCaseSensitive(md, "packages");
+    if (!pk || !pk->child)
+        return;
+    sb_printf(b, "  packages:");
+    cJSON_ArrayForEach(p, pk)
+        sb_printf(b, "%s %s %s", p == pk->child ? "" : ",", quote(p->string),
+               quote(cJSON_IsString(p) ? p->valuestring : "?"));
+    sb_printf(b, "\n");
+}
+
+/* What a transformers runner returns: out_spec's root type and, for a ModelOutput or a dict, its
+ * keys (the context, JSON text), then how many leaves are tensors (not out_constants). The
+ * spec was checked when loaded. */
+static void print_out_spec(strbuf *b, const cJSON *md)
+{
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(md, "out_spec");
+    cJSON *spec = cJSON_IsString(text) ? cJSON_Parse(text->valuestring) : NULL;
+    const cJSON *root = cJSON_GetArrayItem(spec, 1);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "type");
+    const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(root, "context");
+    cJSON *keys = cJSON_IsString(ctx) ? cJSON_Parse(ctx->valuestring) : NULL;
+    sb_printf(b, "  returns: %s", cJSON_IsString(type) ? quote(type->valuestring)
+                            : cJSON_IsObject(root) ? "a tensor" : "(no out_spec)");
+    if (cJSON_IsArray(keys) && keys->child) {
+        const cJSON *k;
+        sb_printf(b, " (");
+        cJSON_ArrayForEach(k, keys)
+            sb_printf(b, "%s%s", k == keys->child ? "" : ", ",
+                   quote(cJSON_IsString(k) ? k->valuestring : "?"));
+        sb_printf(b, ")");
+    }
+    sb_printf(b, "\n");
+    cJSON_Delete(keys);
+    cJSON_Delete(spec);
+}
+
+/* transformers' traced kwargs: a tensor's dtype and traced shape, a mapping's leaves, or the
+ * type of anything else (a cache object). */
+static void print_kwargs(strbuf *b, const cJSON *kwargs, int depth)
+{
+    const cJSON *k;
+    cJSON_ArrayForEach(k, kwargs) {
+        const cJSON *leaves = cJSON_GetObjectItemCaseSensitive(k, "leaves");
+        const cJSON *container = cJSON_GetObjectItemCaseSensitive(k, "container");
+        char traced[256] = "[]";
+        sb_printf(b, "    %*s%-20s ", 2 * depth, "", quote(k->string));
+        if (cJSON_IsObject(leaves)) {
+            sb_printf(b, "(mapping)\n");
+            if (depth < 4)
+                print_kwargs(b, leaves, depth + 1);
+        } else if (cJSON_IsString(container)) {
+            sb_printf(b, "(%s)\n", quote(container->valuestring));
+        } else {
+            print_dims(cJSON_GetObjectItemCaseSensitive(k, "shape"), traced, sizeof traced);
+            sb_printf(b, "%-9s traced %s\n", qstr(k, "dtype"), quote(traced));
+        }
+    }
+}
+
+/* An export transformers' ExportedModel.save_pretrained wrote: its schema has no producer,
+ * roles, data files or symbolic shapes, but each component's ExportMetadata. */
+static void inspect_transformers(strbuf *b, const ferry_exported *e, const cJSON *m)
+{
+    const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components"), *c;
+    const cJSON *first_md = cJSON_GetObjectItemCaseSensitive(comps->child, "metadata");
+    const cJSON *version = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(first_md, "packages"), "transformers");
+    sb_printf(b, "export %s\n  format %s, producer transformers %s, architecture %s\n"
+           "  schema: transformers' (ExportedModel.save_pretrained; its from_pretrained loads "
+           "it)\n", quote(ferry_exported_dir(e)), qstr(m, "export_format"),
+           quote(cJSON_IsString(version) ? version->valuestring : "?"),
+           qstr(first_md, "architecture"));
+    int i = 0;
+    cJSON_ArrayForEach(c, comps) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
+        sb_printf(b, "\ncomponent %s (precision %s, traced on %s)\n  files:\n", quote(c->string),
+               qstr(md, "export_dtype"), qstr(md, "export_device"));
+        print_size(b, ferry_exported_dir(e), ferry_exported_component_file(e, i));
+        if (ferry_exported_component_data_file(e, i))
+            print_size(b, ferry_exported_dir(e), ferry_exported_component_data_file(e, i));
+        sb_printf(b, "  inputs (the call's keyword arguments, as traced):\n");
+        print_kwargs(b, cJSON_GetObjectItemCaseSensitive(md, "kwargs"), 0);
+        print_out_spec(b, md);
+        print_packages(b, md);
+        i++;
+    }
+}
+
+/* Whether some component's metadata (kwargs, the inputs transformers' runner passes) names
+ * position_ids, which transformers' own exports compute inside and its callers do not pass. */
+static bool takes_positions(const cJSON *m)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "components")) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
+        if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(md, "kwargs"),
+                                             "position_ids"))
+            return true;
+    }
+    return false;
+}
+
+static void describe(strbuf *b, const ferry_exported *e)
+{
+    cJSON *m = cJSON_Parse(ferry_exported_manifest(e));
+    if (!cJSON_GetObjectItemCaseSensitive(m, "format")) { /* transformers' schema */
+        inspect_transformers(b, e, m);
+        cJSON_Delete(m);
+        return;
+    }
+    const cJSON *prod = cJSON_GetObjectItemCaseSensitive(m, "producer");
+    sb_printf(b, "export %s\n  format %s, producer %s %s, architecture %s\n",
+           quote(ferry_exported_dir(e)),
+           qstr(m, "format"), qstr(prod, "name"), qstr(prod, "version"),
+           qstr(m, "architecture"));
+    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(m, "generation");
+    /* a stateful export says so in its components' metadata; an explicit cache does not */
+    bool stateful = false;
+    const cJSON *comp;
+    cJSON_ArrayForEach(comp, cJSON_GetObjectItemCaseSensitive(m, "components"))
+        stateful |= cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(comp, "metadata"), "stateful"));
+    if (cJSON_IsObject(gen))
+        sb_printf(b, "  generation: %s cache%s, %s\n", qstr(gen, "cache_implementation"),
+               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
+                   ? ", multi-token decode" : "",
+               stateful ? "one stateful graph (openvino-genai's LLMPipeline runs it once "
+                          "openvino-tokenizers has converted its tokenizer)"
+                   : "components are run by the caller's loop");
+    const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");
+    if (cJSON_IsObject(og)) {
+        const cJSON *cf = cJSON_GetObjectItemCaseSensitive(og, "config");
+        const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files");
+        if (cJSON_IsString(cf))
+            sb_printf(b, "  onnxruntime-genai: runs this directory as it is (%s)%s\n",
+                   quote(cf->valuestring),
+                   cJSON_IsArray(tf) && !tf->child
+                       ? "; og.Tokenizer needs tokenizer files, and it carries none" : "");
+        else
+            sb_printf(b, "  onnxruntime-genai: cannot run it: %s\n", qstr(og, "unsupported"));
+    }
+    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "transformers");
+    const cJSON *tf_fmt = cJSON_GetObjectItemCaseSensitive(m, "export_format");
+    if (tf_fmt)
+        sb_printf(b, "  transformers: ExportedModel.from_pretrained loads it%s and runs each component, "
+               "given every input it takes%s\n",
+               cJSON_IsString(tf_fmt) && !strcmp(tf_fmt->valuestring, "dynamo")
+                   ? " (with trust_remote_code=True: it gates every pickled torch program)"
+                   : "",
+               takes_positions(m) ? " (position_ids too: transformers derives none)" : "");
+    else if (cJSON_IsObject(tf))
+        sb_printf(b, "  transformers: ExportedModel.from_pretrained cannot run it: %s\n",
+               qstr(tf, "unsupported"));
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files"), *t;
+    if (cJSON_IsArray(tok)) { /* exports made before ferry carried them have no such key */
+        sb_printf(b, "  tokenizer files:");
+        cJSON_ArrayForEach(t, tok)
+            sb_printf(b, "%s %s", t == tok->child ? "" : ",", quote(t->valuestring));
+        sb_printf(b, "%s\n", tok->child ? "" : " none (the checkpoint had none, or --no-tokenizer)");
+    }
+    const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components"), *c;
+    cJSON_ArrayForEach(c, comps) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
+        const cJSON *opset = cJSON_GetObjectItemCaseSensitive(md, "opset");
+        char num[32], opset_text[48] = "";
+        if (opset) /* a format's own metadata: ONNX's opset */
+            snprintf(opset_text, sizeof opset_text, ", opset %s", int_text(opset, num, sizeof num));
+        /* what the recipe changed about the weights and ops (export_config, as recorded) */
+        const cJSON *ec = cJSON_GetObjectItemCaseSensitive(md, "export_config");
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(ec, "quantizer");
+        const cJSON *fu = cJSON_GetObjectItemCaseSensitive(ec, "ort_fusions");
+        char quant_text[192] = "", bits[32], block[32];
+        bool half = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ec, "compress_to_fp16"));
+        if (half && !cJSON_IsObject(q))
+            snprintf(quant_text, sizeof quant_text, ", weights stored fp16 (compress_to_fp16)");
+        else if (cJSON_IsObject(q))
+            snprintf(quant_text, sizeof quant_text, ", weights int%s in blocks of %s (%s%s%s%s)",
+                     int_text(cJSON_GetObjectItemCaseSensitive(q, "bits"), bits, sizeof bits),
+                     int_text(cJSON_GetObjectItemCaseSensitive(q, "block_size"), block,
+                              sizeof block),
+                     cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(q, "symmetric"))
+                         ? "asymmetric" : "symmetric",
+                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(q, "quantize_embeddings"))
+                         ? ", embeddings too" : "",
+                     cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(q, "quantize_lm_head"))
+                         ? ", lm_head float" : "",
+                     cJSON_IsString(cJSON_GetObjectItemCaseSensitive(q, "method")) &&
+                             !strcmp(cJSON_GetObjectItemCaseSensitive(q, "method")->valuestring,
+                                     "mse")
+                         ? ", mse-searched scales" : "");
+        if (half && cJSON_IsObject(q)) /* the float weights that are not quantized */
+            snprintf(quant_text + strlen(quant_text), sizeof quant_text - strlen(quant_text),
+                     ", other weights stored fp16");
+        sb_printf(b, "\ncomponent %s (role %s, precision %s%s%s%s%s)\n  files:\n", quote(c->string),
+               qstr(c, "role"), qstr(md, "precision"), opset_text, quant_text,
+               cJSON_IsString(fu) ? ", fused for onnxruntime " : "",
+               cJSON_IsString(fu) ? qstr(ec, "ort_fusions") : "");
+        print_size(b, ferry_exported_dir(e), str(c, "file"));
+        const cJSON *df;
+        cJSON_ArrayForEach(df, cJSON_GetObjectItemCaseSensitive(c, "data_files"))
+            if (cJSON_IsString(df))
+                print_size(b, ferry_exported_dir(e), df->valuestring);
+        print_io(b, "inputs", cJSON_GetObjectItemCaseSensitive(md, "inputs"));
+        print_io(b, "outputs", cJSON_GetObjectItemCaseSensitive(md, "outputs"));
+        print_cache(b, cJSON_GetObjectItemCaseSensitive(md, "cache"),
+                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(md, "stateful")));
+        const cJSON *ro = cJSON_GetObjectItemCaseSensitive(md, "runtime_options"), *opt;
+        if (cJSON_GetArraySize(ro) > 0) {
+            /* OpenVINO 2026.4 applies KV_CACHE_PRECISION from rt_info, not the inference
+             * precision (docs/design.md): a caller of another runner must pass it */
+            sb_printf(b, "  runtime options (in rt_info; ferry's runner compiles with them, other "
+                   "callers pass INFERENCE_PRECISION_HINT themselves):\n");
+            cJSON_ArrayForEach(opt, ro)
+                if (cJSON_IsString(opt))
+                    sb_printf(b, "    %-24s %s\n", quote(opt->string),
+                           quote(opt->valuestring));
+        }
+        const cJSON *tsyms = cJSON_GetObjectItemCaseSensitive(md, "torch_symbols");
+        if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "verifier"))) {
+            char params[32], shared[300] = "";
+            bool model_output = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ec, "model_output"));
+            /* the class's own name (absent: a causal LM's), and the outputs as its fields */
+            const char *cls = cJSON_GetStringValue(
+                cJSON_GetObjectItemCaseSensitive(md, "output_class"));
+            cls = cls && strrchr(cls, '.') ? strrchr(cls, '.') + 1 : "CausalLMOutputWithPast";
+            char fields[256] = "";
+            size_t flen = 0;
+            const cJSON *out;
+            cJSON_ArrayForEach(out, cJSON_GetObjectItemCaseSensitive(md, "outputs")) {
+                const char *oname = cJSON_GetStringValue(
+                    cJSON_GetObjectItemCaseSensitive(out, "name"));
+                if (oname && flen < sizeof fields)
+                    flen += (size_t)snprintf(fields + flen, sizeof fields - flen,
+                                             model_output ? "%s.%s" : "%s\"%s\": ...",
+                                             flen ? ", " : "", oname);
+            }
+            if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "lm_head_shares")))
+                snprintf(shared, sizeof shared, " (lm_head.weight over %s's storage, stored "
+                         "once)", qstr(md, "lm_head_shares"));
+            sb_printf(b, "  torch.export program: schema %s, %s IR, %s parameters%s; call "
+                   "torch.export.load(file).module() with the inputs as keywords, it returns "
+                   "%s%s%s%s%s\n", qstr(md, "schema_version"), qstr(md, "verifier"),
+                   int_text(cJSON_GetObjectItemCaseSensitive(md, "parameters"), params,
+                            sizeof params), shared,
+                   model_output ? "transformers' " : "{", model_output ? cls : "",
+                   model_output ? " (" : "", quote(fields),
+                   model_output ? "; import transformers.modeling_outputs before loading it)"
+                                : "}");
+            if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(md, "example_inputs")))
+                sb_printf(b, "  example inputs: in the archive (program.example_inputs), so "
+                       "AOTInductor compiles the program as loaded\n");
+            else if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "no_example_inputs")))
+                sb_printf(b, "  example inputs: none (%s): set program.example_inputs before "
+                       "AOTInductor compiles it\n", qstr(md, "no_example_inputs"));
+        }
+        const cJSON *syms = cJSON_GetObjectItemCaseSensitive(md, "symbols"), *s;
+        if (cJSON_GetArraySize(syms) > 0) {
+            sb_printf(b, "  symbols:\n");
+            cJSON_ArrayForEach(s, syms) {
+                const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "min");
+                const cJSON *mx = cJSON_GetObjectItemCaseSensitive(s, "max");
+                const cJSON *tr = cJSON_GetObjectItemCaseSensitive(s, "traced");
+                const cJSON *ts = cJSON_GetObjectItemCaseSensitive(tsyms, s->string);
+                char mins[32], maxs[32], trs[32];
+                sb_printf(b, "    %-20s min %s, max %s, traced %s%s%s\n", quote(s->string),
+                       int_text(mn, mins, sizeof mins),
+                       cJSON_IsNumber(mx) ? int_text(mx, maxs, sizeof maxs) : "unbounded",
+                       int_text(tr, trs, sizeof trs), cJSON_IsString(ts) ? ", torch " : "",
+                       cJSON_IsString(ts) ? quote(ts->valuestring) : "");
+            }
+        }
+    }
+    cJSON_Delete(m);
+}
+
+const char *ferry_exported_describe(ferry_exported *e)
+{
+    if (!e || !e->manifest_text)
+        return NULL;
+    strbuf b = {0};
+    describe(&b, e);
+    free(e->description);
+    e->description = sb_take(&b);
+    return e->description;
+}
