@@ -143,16 +143,16 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
                                              : exp_plain_inputs(&c->cfg);
     if (exp_check_model_inputs(m->arch, takes, err) != FERRY_OK)
         goto fail;
-    g_symtab syms[GEN_MAX_COMPONENTS] = {{.n = 0}};
+    g_symtab syms[MODEL_MAX_COMPONENTS] = {{.n = 0}};
     g_dim axes[2];
     int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;
     if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, &syms[0], axes, err) != FERRY_OK ||
         exp_bound_sequence(m->arch, m->hparams, axes[1], &syms[0], err) != FERRY_OK)
         goto fail;
-    for (int i = 1; i < GEN_MAX_COMPONENTS; i++)
+    for (int i = 1; i < MODEL_MAX_COMPONENTS; i++)
         syms[i] = syms[0];
     if (gen) {
-        gen_component plan[GEN_MAX_COMPONENTS];
+        gen_component plan[MODEL_MAX_COMPONENTS];
         if (m->arch->kind == MODEL_ENCODER) {
             fy_fail(err, FERRY_ERR_INVALID_ARG, "%s is an encoder: it has no generation "
                     "components (no KV cache, nothing generated); export it without "

@@ -31,7 +31,6 @@ struct ferry_model {
     char *revision;          /* as given, or NULL */
 };
 
-#define EXP_MAX_COMPONENTS 8
 
 /* The decomposed, not yet lowered components of one export. */
 struct ferry_components {
@@ -45,7 +44,7 @@ struct ferry_components {
         const char *name, *role;
         model_io io;
         g_graph *graph;          /* semantic graph, checked */
-    } items[GEN_MAX_COMPONENTS];
+    } items[MODEL_MAX_COMPONENTS];
     char *text;                  /* the last describe/dump result */
     char *warnings;
 };
@@ -66,8 +65,8 @@ struct ferry_exported {
     cJSON *manifest;
     char *manifest_text;
     int n_components;
-    exp_component comps[EXP_MAX_COMPONENTS];
-    be_component lowered[EXP_MAX_COMPONENTS]; /* what the backend writes (built exports) */
+    exp_component comps[MODEL_MAX_COMPONENTS];
+    be_component lowered[MODEL_MAX_COMPONENTS]; /* what the backend writes (built exports) */
     be_module_classes classes; /* of the model's modules, which `lowered` points to */
     char *warnings;          /* newline-separated, may be NULL */
     char *save_warnings;     /* the last save's, likewise */
@@ -105,7 +104,7 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err);
  * `dir`/export.json, the key and the byte. manifest_validate applies it first. */
 ferry_status manifest_check_tree(const cJSON *m, const char *dir, fy_err *err);
 /* `components` of an export.json (ferry's or transformers'): a non-empty object of at most
- * EXP_MAX_COMPONENTS entries, else one line naming `dir`/export.json. */
+ * MODEL_MAX_COMPONENTS entries, else one line naming `dir`/export.json. */
 ferry_status manifest_check_components(const cJSON *comps, const char *dir, fy_err *err);
 /* Loads export.json `m` into `e`, either schema: ferry's, or transformers' (transformers.c). */
 ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exported *e,

@@ -450,9 +450,9 @@ ferry_status manifest_check_components(const cJSON *comps, const char *dir, fy_e
     if (!cJSON_IsObject(comps) || cJSON_GetArraySize(comps) == 0)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'components' must be a non-empty "
                        "object", dir);
-    if (cJSON_GetArraySize(comps) > EXP_MAX_COMPONENTS)
+    if (cJSON_GetArraySize(comps) > MODEL_MAX_COMPONENTS)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: more than %d components", dir,
-                       EXP_MAX_COMPONENTS);
+                       MODEL_MAX_COMPONENTS);
     return FERRY_OK;
 }
 

@@ -144,7 +144,7 @@ ferry_status manifest_verify_files(const cJSON *m, const char *dir, fy_err *err)
 {
     if (tf_is_transformers_manifest(m))
         return FERRY_OK;
-    const char *done[EXP_MAX_COMPONENTS * (1 + BE_MAX_DATA_FILES)];
+    const char *done[MODEL_MAX_COMPONENTS * (1 + BE_MAX_DATA_FILES)];
     int n_done = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "components")) {
@@ -186,7 +186,7 @@ ferry_status manifest_verify_files(const cJSON *m, const char *dir, fy_err *err)
 ferry_status manifest_check_layout(const cJSON *comps, const fb_backend *b, const char *dir,
                                    fy_err *err)
 {
-    be_component want[EXP_MAX_COMPONENTS];
+    be_component want[MODEL_MAX_COMPONENTS];
     int n = 0, with_crc = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, comps) {

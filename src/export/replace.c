@@ -25,6 +25,8 @@
 #include "util/json.h"
 #include "util/text.h"
 
+/* An existing export.json is read before --force replaces its directory: any export, of ferry
+ * or of transformers (which may hold more components than ferry writes), up to this many. */
 #define MAX_COMPONENTS 64
 
 typedef struct names {

@@ -7,8 +7,6 @@
 #include "models/model.h"
 #include "ferry.h"
 
-#define GEN_MAX_COMPONENTS 2
-
 typedef struct gen_component {
     const char *name;        /* "prefill" or "decode" */
     const char *role;

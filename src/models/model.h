@@ -64,6 +64,11 @@ typedef struct model_module_classes {
                                      NULL: torch's Embedding */
 } model_module_classes;
 
+/* The components one export may have (prefill and decode today; an encoder, a vision encoder,
+ * a language model and a head tomorrow): the one limit every stage plans, builds, writes and
+ * reads export.json with. */
+#define MODEL_MAX_COMPONENTS 8
+
 typedef struct model_arch {
     const char *architecture;       /* config.json "architectures"[0] */
     const char *model_type;

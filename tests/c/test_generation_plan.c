@@ -16,8 +16,8 @@
 typedef struct plan_case {
     ferry_export_config cfg;
     ferry_generation_config gen;
-    g_symtab syms[GEN_MAX_COMPONENTS];
-    gen_component comps[GEN_MAX_COMPONENTS];
+    g_symtab syms[MODEL_MAX_COMPONENTS];
+    gen_component comps[MODEL_MAX_COMPONENTS];
     int n;
     fy_err err;
     const char *one_graph;   /* a stateful format's name */
