@@ -163,6 +163,14 @@ int g_scatter_add(g_graph *g, const char *name, int data, int indices, int updat
     return node(g, G_SCATTER_ADD, name, 3, in, &at);
 }
 
+int g_topk(g_graph *g, const char *name, int x, int64_t k, int axis, int *indices)
+{
+    g_attrs at = {.axis = axis, .n_ints = 1, .ints = {k}};
+    int id = g_add_node(g, G_TOPK, name, 1, &x, &at);
+    *indices = id == G_NONE ? G_NONE : g->nodes[id].out[1];
+    return id == G_NONE ? G_NONE : g->nodes[id].out[0];
+}
+
 int g_gather_elements(g_graph *g, const char *name, int data, int indices, int axis)
 {
     int in[2] = {data, indices};

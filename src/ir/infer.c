@@ -185,6 +185,22 @@ static ferry_status infer_gather(inf *x)
     return one(x, a->dtype, &s);
 }
 
+static ferry_status infer_topk(inf *x)
+{
+    const g_value *a = x->in[0];
+    int axis = norm_axis(x->n->a.axis, a->shape.rank);
+    int64_t k = x->n->a.n_ints == 1 ? x->n->a.ints[0] : 0, extent;
+    if (!dt_is_float(a->dtype) || axis < 0 || axis >= a->shape.rank || k < 1 ||
+        (g_dim_is_const(a->shape.d[axis], &extent) && k > extent))
+        return bad(x, "needs a float input, a valid axis and 1 <= k <= its extent");
+    g_shape s = a->shape;
+    s.d[axis] = g_dim_const(k);
+    x->out[0] = (g_typed){a->dtype, s};
+    x->out[1] = (g_typed){FERRY_I64, s};
+    x->n_out = 2;
+    return FERRY_OK;
+}
+
 static ferry_status infer_gather_elements(inf *x)
 {
     const g_value *a = x->in[0], *b = x->in[1];

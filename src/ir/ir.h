@@ -111,7 +111,7 @@ typedef struct g_extern {
 
 typedef struct g_attrs {
     int64_t axis;
-    int64_t ints[G_MAX_INTS];    /* perm, axes */
+    int64_t ints[G_MAX_INTS];    /* perm, axes; topk's k */
     int n_ints;
     g_shape shape;               /* reshape target */
     int64_t start, end;          /* slice, shape_of */
@@ -277,6 +277,8 @@ int g_expand(g_graph *g, const char *name, int x, int shape);
 int g_scatter_elements(g_graph *g, const char *name, int data, int indices, int updates, int axis);
 /* data with updates added at indices along axis (ScatterElements' reduction add) */
 int g_scatter_add(g_graph *g, const char *name, int data, int indices, int updates, int axis);
+/* the k largest values of x along axis, largest first; their int64 indices in *indices */
+int g_topk(g_graph *g, const char *name, int x, int64_t k, int axis, int *indices);
 /* data's values at indices along axis: out[..i..] = data[..indices[..i..]..] */
 int g_gather_elements(g_graph *g, const char *name, int data, int indices, int axis);
 

@@ -35,7 +35,7 @@ enum {
 
 typedef enum family {
     FAM_RMS_NORM, FAM_SKIP_RMS_NORM, FAM_LAYER_NORM, FAM_SKIP_LAYER_NORM, FAM_LINEAR, FAM_TIED, FAM_EMBEDDING,
-    FAM_UNARY, FAM_REDUCE, FAM_GATHER_ELEMENTS, FAM_SCATTER_ADD, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
+    FAM_UNARY, FAM_REDUCE, FAM_GATHER_ELEMENTS, FAM_SCATTER_ADD, FAM_TOPK, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
 } family;
 
 typedef struct op_case {
@@ -101,6 +101,8 @@ static const op_case CASES[] = {
     {"gather_elements", FAM_GATHER_ELEMENTS, F32},
     {"gather_elements_fp16", FAM_GATHER_ELEMENTS, F16},
     {"scatter_add", FAM_SCATTER_ADD, F32},
+    {"topk", FAM_TOPK, F32},
+    {"topk_fp16", FAM_TOPK, F16},
     {"rope", FAM_ROPE, F32, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0)},
     {"rope_fp16", FAM_ROPE, F16, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0)},
     {"rope_partial", FAM_ROPE, F32,
@@ -304,6 +306,15 @@ static void build_scatter_add(bld *b)
     g_output(g, g_scatter_add(g, "scatter_add", x, idx, upd, 2), "y");
 }
 
+/* the PICKS largest of x [b, s, HIDDEN] along its last axis, and where they are */
+static void build_topk(bld *b)
+{
+    g_graph *g = b->g;
+    int x = activations(b, "x", g_dim_const(HIDDEN)), idx;
+    g_output(g, g_topk(g, "topk", x, PICKS, -1, &idx), "y");
+    g_output(g, idx, "indices");
+}
+
 static void build_rope(bld *b)
 {
     g_graph *g = b->g;
@@ -375,7 +386,8 @@ static void (*const BUILD[FAM_COUNT])(bld *b) = {
     [FAM_LAYER_NORM] = build_layer_norm, [FAM_SKIP_LAYER_NORM] = build_skip_layer_norm,
     [FAM_LINEAR] = build_linear, [FAM_TIED] = build_tied,
     [FAM_EMBEDDING] = build_embedding, [FAM_UNARY] = build_unary, [FAM_REDUCE] = build_reduce,
-    [FAM_GATHER_ELEMENTS] = build_gather_elements, [FAM_SCATTER_ADD] = build_scatter_add, [FAM_ROPE] = build_rope,
+    [FAM_GATHER_ELEMENTS] = build_gather_elements, [FAM_SCATTER_ADD] = build_scatter_add,
+    [FAM_TOPK] = build_topk, [FAM_ROPE] = build_rope,
     [FAM_TWO_ROPES] = build_rope, [FAM_ATTENTION] = build_attention,
 };
 

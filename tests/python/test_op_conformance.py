@@ -89,6 +89,8 @@ CASES = {
     "gather_elements": dict(kind="gather_elements"),
     "gather_elements_fp16": dict(kind="gather_elements", dtype="fp16"),
     "scatter_add": dict(kind="scatter_add"),
+    "topk": dict(kind="topk"),
+    "topk_fp16": dict(kind="topk", dtype="fp16"),
     "softcap_fp16": dict(kind="unary", fn=lambda x: torch.tanh(x / 5.0) * 5.0, scale=8.0,
                          dtype="fp16"),
     "rope": dict(kind="rope", rope=_rope()),
@@ -179,7 +181,7 @@ def make_inputs(spec, shape, rng):
         if kind == "scatter_add":
             feeds["updates"] = normal(b, s, PICKS)
         return feeds
-    if kind in ("unary", "reduce"):
+    if kind in ("unary", "reduce", "topk"):
         x = normal(b, s, HIDDEN, scale=spec.get("scale", 3.0))
         return {"x": np.abs(x) + fdt(0.1) if spec.get("positive") else x}
     if kind == "rope":
@@ -343,6 +345,9 @@ def reference(spec, weights, feeds):
         return {"y": spec["fn"](x["x"])}
     if kind == "gather_elements":
         return {"y": torch.gather(x["x"], -1, x["indices"])}
+    if kind == "topk":  # random values: no ties, so the indices are the one answer
+        values, indices = torch.topk(x["x"], PICKS, dim=-1)
+        return {"y": values, "indices": indices}
     if kind == "scatter_add":
         return {"y": x["x"].scatter_add(2, x["indices"], x["updates"])}
     if kind == "rope":

@@ -89,6 +89,7 @@ static const char *onnx_op(g_op op)
     case G_EXPAND: return "Expand";
     case G_SCATTER_ELEMENTS: case G_SCATTER_ADD: return "ScatterElements";
     case G_GATHER_ELEMENTS: return "GatherElements";
+    case G_TOPK: return "TopK";
     case G_CUMSUM: return "CumSum";
     case G_DEQUANTIZE: return "DequantizeLinear";
     default: return NULL;
@@ -459,6 +460,11 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
         init_i64(p, aux[0], n->a.ints, n->a.n_ints);
         in[n_in++] = aux[0];
         break;
+    case G_TOPK: /* K is an int64 [1] input */
+        snprintf(aux[0], sizeof aux[0], "%s/k", n->name);
+        init_i64(p, aux[0], n->a.ints, 1);
+        in[n_in++] = aux[0];
+        break;
     case G_REDUCE_MEAN: case G_REDUCE_MAX: case G_REDUCE_SUM:
         /* axes became an input in opset 18 (ReduceSum's in 13, below ferry's opsets) */
         axes_as_attr = n->op != G_REDUCE_SUM && p->opset < 18;
@@ -472,6 +478,8 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
         break;
     }
     begin_node(&nb, op, n->name, in, n_in, g->values[n->out[0]].name);
+    for (int k = 1; k < n->n_out; k++) /* repeated outputs: their order is the op's */
+        pb_string(&nb, NODE_OUTPUT, g->values[n->out[k]].name);
     switch (n->op) {
     case G_MATMUL:
         if (n->a.transpose_b)
@@ -480,6 +488,11 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
     case G_GATHER: case G_CONCAT: case G_SOFTMAX: case G_SCATTER_ELEMENTS:
     case G_GATHER_ELEMENTS:
         attr_int(&nb, "axis", n->a.axis);
+        break;
+    case G_TOPK:
+        attr_int(&nb, "axis", n->a.axis);
+        attr_int(&nb, "largest", 1);
+        attr_int(&nb, "sorted", 1);
         break;
     case G_SCATTER_ADD: /* reduction from opset 16, below ferry's opsets */
         attr_int(&nb, "axis", n->a.axis);

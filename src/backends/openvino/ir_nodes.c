@@ -172,6 +172,29 @@ static ferry_status type_attr(printer *p, strbuf *data, const g_node *n, const c
     return FERRY_OK;
 }
 
+/* TopK-11: the values and their i64 indices, largest first, k a constant input. */
+static ferry_status emit_topk(printer *p, const g_node *n)
+{
+    g_graph *g = p->g;
+    ov_in ins[2];
+    if (ov_value_in(p, n->in[0], &ins[0]) != FERRY_OK ||
+        ov_const_in(p, g_scalar_i64(g, n->a.ints[0]), &ins[1]) != FERRY_OK)
+        return p->err->status;
+    char data[160];
+    snprintf(data, sizeof data, "axis=\"%lld\" mode=\"max\" sort=\"value\" "
+             "index_element_type=\"i64\" stable=\"true\"", (long long)n->a.axis);
+    ov_out o[2];
+    for (int k = 0; k < 2; k++)
+        o[k] = (ov_out){g->values[n->out[k]].dtype, g->values[n->out[k]].shape,
+                        g->values[n->out[k]].name};
+    int id = ov_layer(p, "TopK", "opset11", n->name, data, ins, 2, o, 2);
+    if (!ov_grow_at(p))
+        return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < 2; k++)
+        p->at[n->out[k]] = ov_node_port(id, 2 + k, o[k].dtype, &o[k].shape);
+    return FERRY_OK;
+}
+
 ferry_status ov_emit_node(printer *p, size_t index)
 {
     g_graph *g = p->g;
@@ -180,6 +203,8 @@ ferry_status ov_emit_node(printer *p, size_t index)
         return emit_dequantize(p, &n);
     if (n.op == G_EXTERN)
         return emit_extern(p, &n);
+    if (n.op == G_TOPK)
+        return emit_topk(p, &n);
     ov_in ins[G_MAX_IN + 4];
     int n_in = 0;
     /* ops whose attributes OpenVINO takes as inputs get them first (constants of the graph) */

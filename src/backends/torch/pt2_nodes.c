@@ -335,6 +335,18 @@ static void emit_range(pt_printer *p, const g_node *n)
     end_node(p, n);
 }
 
+static void emit_topk(pt_printer *p, const g_node *n)
+{
+    target(p, "topk.default");
+    pt_arg_tensor(p, "self", n->in[0], PT_POSITIONAL);
+    pt_arg(p, "k", PT_POSITIONAL, "{\"as_int\": %lld}", (long long)n->a.ints[0]);
+    pt_arg(p, "dim", PT_POSITIONAL, "{\"as_int\": %lld}", (long long)n->a.axis);
+    const char *names[2] = {out_name(p, n, 0), out_name(p, n, 1)};
+    ferry_dtype dts[2] = {val(p, n->out[0])->dtype, val(p, n->out[1])->dtype};
+    g_shape shapes[2] = {val(p, n->out[0])->shape, val(p, n->out[1])->shape};
+    pt_node_end_tensors(p, pt_fresh(p, "topk"), 2, names, dts, shapes);
+}
+
 static void emit_gather_elements(pt_printer *p, const g_node *n)
 {
     target(p, "gather.default");
@@ -545,6 +557,7 @@ void pt_emit_node(pt_printer *p, size_t i)
     case G_EXPAND: emit_expand(p, n); break;
     case G_SCATTER_ELEMENTS: case G_SCATTER_ADD: emit_scatter(p, n); break;
     case G_GATHER_ELEMENTS: emit_gather_elements(p, n); break;
+    case G_TOPK: emit_topk(p, n); break;
     case G_LINEAR: emit_linear(p, n); break;
     case G_EMBEDDING: emit_embedding(p, n); break;
     case G_LAYER_NORM: emit_layer_norm(p, n); break;

@@ -83,6 +83,10 @@ void pt_arg_symint(pt_printer *p, const char *arg, int kind, g_dim d);
 void pt_arg_symints(pt_printer *p, const char *arg, int kind, const g_dim *d, int n);
 /* ends the node with tensor output `out` named `name`, of dtype/shape of value `like` */
 void pt_node_end_tensor(pt_printer *p, const char *name, ferry_dtype dt, const g_shape *s);
+/* Ends node `node` that returns several tensors (aten.topk's values and indices), in that
+ * order: the loader names each output after its tensor, so the node needs a name of its own. */
+void pt_node_end_tensors(pt_printer *p, const char *node, int n, const char *const *names,
+                         const ferry_dtype *dts, const g_shape *shapes);
 
 /* A node's metadata (JSON object): the nn_module_stack of a node with aten op `target` made
  * for IR node p->ir_name; records its modules for pt_module_calls. */

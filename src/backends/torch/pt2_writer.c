@@ -371,6 +371,28 @@ void pt_node_end_tensor(pt_printer *p, const char *name, ferry_dtype dt, const g
     pt_tensor_value(p, name, dt, s);
 }
 
+void pt_node_end_tensors(pt_printer *p, const char *node, int n, const char *const *names,
+                         const ferry_dtype *dts, const g_shape *shapes)
+{
+    strbuf out = {0};
+    for (int i = 0; i < n; i++) {
+        if (!names[i]) {
+            sb_free(&out);
+            return;
+        }
+        sb_printf(&out, "%s{\"as_tensor\": {\"name\": \"%s\"}}", i ? ", " : "", names[i]);
+    }
+    if (out.oom) {
+        p->nodes.oom = true;
+        sb_free(&out);
+        return;
+    }
+    node_end(p, out.data, node ? node : names[0]);
+    sb_free(&out);
+    for (int i = 0; i < n; i++)
+        pt_tensor_value(p, names[i], dts[i], &shapes[i]);
+}
+
 static void sym_value(pt_printer *p, const char *name, g_dim d)
 {
     strbuf *b = &p->sym_int_values;
