@@ -24,7 +24,7 @@ static const char *quote(const char *text)
     static _Thread_local char ring[QUOTE_RING][1024];
     static _Thread_local int next;
     next = (next + 1) % QUOTE_RING;
-    return text_quote(text, ring[next], sizeof ring[next]);
+    return text_quote(text ? text : "?", ring[next], sizeof ring[next]);
 }
 
 static void print_size(strbuf *b, const char *dir, const char *file)
@@ -254,7 +254,8 @@ static void print_kwargs(strbuf *b, const cJSON *kwargs, int depth)
 static void inspect_transformers(strbuf *b, const ferry_exported *e, const cJSON *m)
 {
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components"), *c;
-    const cJSON *first_md = cJSON_GetObjectItemCaseSensitive(comps->child, "metadata");
+    const cJSON *first_md = cJSON_GetObjectItemCaseSensitive(comps ? comps->child : NULL,
+                                                             "metadata");
     const cJSON *version = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(first_md, "packages"), "transformers");
     sb_printf(b, "export %s\n  format %s, producer transformers %s, architecture %s\n"
@@ -295,6 +296,10 @@ static bool takes_positions(const cJSON *m)
 static void describe(strbuf *b, const ferry_exported *e)
 {
     cJSON *m = cJSON_Parse(ferry_exported_manifest(e));
+    if (!m) { /* it parsed when loaded: only memory can fail here */
+        sb_puts(b, "(out of memory)\n");
+        return;
+    }
     if (!cJSON_GetObjectItemCaseSensitive(m, "format")) { /* transformers' schema */
         inspect_transformers(b, e, m);
         cJSON_Delete(m);
@@ -397,7 +402,7 @@ static void describe(strbuf *b, const ferry_exported *e)
         print_cache(b, cJSON_GetObjectItemCaseSensitive(md, "cache"),
                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(md, "stateful")));
         const cJSON *ro = cJSON_GetObjectItemCaseSensitive(md, "runtime_options"), *opt;
-        if (cJSON_GetArraySize(ro) > 0) {
+        if (cJSON_IsObject(ro) && cJSON_GetArraySize(ro) > 0) {
             /* OpenVINO 2026.4 applies KV_CACHE_PRECISION from rt_info, not the inference
              * precision (docs/design.md): a caller of another runner must pass it */
             sb_printf(b, "  runtime options (in rt_info; ferry's runner compiles with them, other "
@@ -446,7 +451,7 @@ static void describe(strbuf *b, const ferry_exported *e)
                        "AOTInductor compiles it\n", qstr(md, "no_example_inputs"));
         }
         const cJSON *syms = cJSON_GetObjectItemCaseSensitive(md, "symbols"), *s;
-        if (cJSON_GetArraySize(syms) > 0) {
+        if (cJSON_IsObject(syms) && cJSON_GetArraySize(syms) > 0) {
             sb_printf(b, "  symbols:\n");
             cJSON_ArrayForEach(s, syms) {
                 const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "min");

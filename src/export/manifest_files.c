@@ -144,6 +144,8 @@ ferry_status manifest_verify_files(const cJSON *m, const char *dir, fy_err *err)
 {
     if (tf_is_transformers_manifest(m))
         return FERRY_OK;
+    _Static_assert(BE_MAX_WRITTEN >= MODEL_MAX_COMPONENTS * (1 + BE_MAX_DATA_FILES),
+                   "a writer's CRC table holds every file of the most components");
     const char *done[MODEL_MAX_COMPONENTS * (1 + BE_MAX_DATA_FILES)];
     int n_done = 0;
     const cJSON *c;

@@ -236,7 +236,8 @@ char *g_dump(const g_graph *g)
         sb_printf(&b, "output %s\n", g->values[g->outputs[i]].name);
     for (size_t i = 0; i < g->n_states; i++) {
         const g_state *s = &g->states[i];
-        sb_printf(&b, "state %s (%s, layer %d%s): %s -> %s\n", s->name, kinds[s->kind], s->layer,
+        sb_printf(&b, "state %s (%s, layer %d%s): %s -> %s\n", s->name,
+                  (unsigned)s->kind < GS_KIND_COUNT ? kinds[s->kind] : "?", s->layer,
                   (unsigned)s->form < GS_FORM_COUNT ? forms[s->form] : ", ?",
                   s->in == G_NONE ? "(empty)" : g->values[s->in].name, g->values[s->out].name);
     }

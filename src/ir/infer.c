@@ -208,6 +208,11 @@ static ferry_status infer_gather_elements(inf *x)
     if (b->dtype != FERRY_I64 || b->shape.rank != a->shape.rank || axis < 0 ||
         axis >= a->shape.rank)
         return bad(x, "needs int64 indices of data's rank and a valid axis");
+    /* OpenVINO's GatherElements takes indices of data's extent off the axis, as torch's
+     * gather does not need: held to what every backend runs */
+    for (int i = 0; i < a->shape.rank; i++)
+        if (i != axis && !g_dim_eq(a->shape.d[i], b->shape.d[i]))
+            return bad(x, "indices must have data's extent on every axis but `axis`");
     return one(x, a->dtype, &b->shape);
 }
 
@@ -385,10 +390,13 @@ static ferry_status infer_reduce(inf *x)
     g_shape s = {0};
     if (x->n->a.n_ints < 1)
         return bad(x, "no axes");
+    /* torch sums integers into int64: a sum stays in floats, where every backend keeps it */
+    if (x->n->op == G_REDUCE_SUM && !dt_is_float(a->dtype))
+        return bad(x, "reduce_sum needs a float input");
     for (int i = 0; i < x->n->a.n_ints; i++) {
         int k = norm_axis(x->n->a.ints[i], a->shape.rank);
-        if (k < 0 || k >= a->shape.rank)
-            return bad(x, "axis out of range");
+        if (k < 0 || k >= a->shape.rank || red[k])
+            return bad(x, "axis out of range, or given twice");
         red[k] = true;
     }
     for (int i = 0; i < a->shape.rank; i++) {
@@ -447,6 +455,22 @@ static ferry_status infer_scatter(inf *x)
         c->shape.rank != a->shape.rank || axis < 0 || axis >= a->shape.rank)
         return bad(x, "needs data, int64 indices and updates of one rank, and a valid axis");
     return one(x, a->dtype, &a->shape);
+}
+
+/* ONNX and OpenVINO take updates of the indices' shape, and data's extent off the axis (torch
+ * would ignore extra updates): scatter_add is held to what every backend runs alike. */
+static ferry_status infer_scatter_add(inf *x)
+{
+    const g_value *a = x->in[0], *b = x->in[1], *c = x->in[2];
+    int axis = norm_axis(x->n->a.axis, a->shape.rank);
+    if (infer_scatter(x) != FERRY_OK)
+        return x->err->status;
+    if (!dt_is_float(a->dtype) || !g_shape_eq(&b->shape, &c->shape))
+        return bad(x, "needs float data and updates of the indices' shape");
+    for (int i = 0; i < a->shape.rank; i++)
+        if (i != axis && !g_dim_eq(a->shape.d[i], b->shape.d[i]))
+            return bad(x, "indices must have data's extent on every axis but `axis`");
+    return FERRY_OK;
 }
 
 static ferry_status infer_dequantize(inf *x)

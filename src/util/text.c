@@ -106,6 +106,8 @@ static size_t put_hex(char *out, char kind, uint32_t v, int digits)
 
 const char *text_quote(const char *text, char *buf, size_t size)
 {
+    if (!text)
+        text = "?";
     const unsigned char *s = (const unsigned char *)text;
     size_t len = strlen(text), o = 0;
 

@@ -34,6 +34,7 @@ size_t text_hidden_at(const char *s, size_t len);
  * never inside an escape or a sequence. Idempotent: the output is printable ASCII plus visible
  * UTF-8. Returns buf. */
 const char *text_quote(const char *text, char *buf, size_t size);
+/* (NULL `text` is written as "?".) */
 /* A buffer that holds any name a message quotes (longer ones end in "..."). */
 #define TEXT_QUOTE_MAX 256
 

@@ -101,6 +101,7 @@ static const op_case CASES[] = {
     {"gather_elements", FAM_GATHER_ELEMENTS, F32},
     {"gather_elements_fp16", FAM_GATHER_ELEMENTS, F16},
     {"scatter_add", FAM_SCATTER_ADD, F32},
+    {"scatter_add_fp16", FAM_SCATTER_ADD, F16}, /* onnxruntime adds in fp32: ONNX casts */
     {"topk", FAM_TOPK, F32},
     {"topk_fp16", FAM_TOPK, F16},
     {"rope", FAM_ROPE, F32, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0)},

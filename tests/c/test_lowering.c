@@ -359,6 +359,35 @@ static g_graph *symbolic_graph(int *x, int *q)
 
 /* What inference refuses rather than records: shapes that cannot be, attributes from a file
  * that make no sense, and symbolic dims that name the wrong axis. */
+/* ONNX has no bf16 TopK, and onnxruntime no fp16 ScatterElements add: the ONNX target runs
+ * both at fp32 between casts, and leaves the fp32 ones as they are. */
+static void onnx_runs_some_ops_in_f32(void **state)
+{
+    (void)state;
+    const int64_t x3[3] = {2, 5, 16}, i3[3] = {2, 5, 4};
+    for (int half = 0; half < 2; half++) {
+        g_graph *g = g_new();
+        int x = input(g, "x", half ? FERRY_BF16 : FERRY_F32, 3, x3), idx;
+        int h = input(g, "h", half ? FERRY_F16 : FERRY_F32, 3, x3);
+        int at = input(g, "at", FERRY_I64, 3, i3), upd = input(g, "upd", g->values[h].dtype, 3, i3);
+        g_output(g, g_topk(g, "topk", x, 4, -1, &idx), "values");
+        g_output(g, idx, "indices");
+        g_output(g, g_scatter_add(g, "scatter_add", h, at, upd, 2), "sum");
+        g_graph *low = legalize(g, &onnx_standard_target);
+        for (size_t i = 0; i < low->n_nodes; i++) {
+            const g_node *n = &low->nodes[i];
+            if (!n->dead && (n->op == G_TOPK || n->op == G_SCATTER_ADD))
+                assert_int_equal(low->values[n->in[0]].dtype, FERRY_F32);
+        }
+        assert_int_equal(count_op(low, G_CAST), half ? 5 : 0); /* x, h, upd in; two back */
+        assert_int_equal(low->values[low->outputs[0]].dtype, half ? FERRY_BF16 : FERRY_F32);
+        assert_int_equal(low->values[low->outputs[1]].dtype, FERRY_I64);
+        assert_int_equal(low->values[low->outputs[2]].dtype, half ? FERRY_F16 : FERRY_F32);
+        g_free(low);
+        g_free(g);
+    }
+}
+
 /* Each state form has its place in the graph's interface, and g_check holds every state to
  * it: a format's finish that moves a state to another form must move its values too. */
 static void states_keep_their_form(void **state)
@@ -587,6 +616,7 @@ int main(void)
         cmocka_unit_test(skip_rms_norm_is_one_add_and_one_norm),
         cmocka_unit_test(check_refuses_malformed_nodes),
         cmocka_unit_test(states_keep_their_form),
+        cmocka_unit_test(onnx_runs_some_ops_in_f32),
         cmocka_unit_test(inference_refuses_impossible_nodes),
         cmocka_unit_test(quantized_weight_dequantized_or_refused),
         cmocka_unit_test(openvino_attention_and_weights),

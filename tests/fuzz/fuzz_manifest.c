@@ -1,4 +1,5 @@
-/* fuzz_manifest.c — libFuzzer target for export.json (ferry_exported_load): the input is
+/* fuzz_manifest.c — libFuzzer target for export.json (ferry_exported_load, then
+ * ferry_exported_describe on what it accepts): the input is
  * written as export.json into a scratch export directory that holds a few real files, a
  * subdirectory, a link that stays inside and links that leave it.
  *
@@ -104,6 +105,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 check_inside(ferry_exported_component_data_file(e, i));
         }
         check(ferry_exported_manifest(e) != NULL, "manifest text");
+        /* what `ferry inspect` prints reads every field the loader let through */
+        check(ferry_exported_describe(e) != NULL, "description");
     }
     ferry_exported_free(e);
     return 0;

@@ -358,3 +358,18 @@ def test_load_refuses_bad_bytes(dynamic_export, tmp_path, bytes_value):
     (copy / "export.json").write_text(json.dumps(m))
     with pytest.raises(FerryError, match="'bytes'"):
         ExportedModel.from_pretrained(copy)
+
+
+@pytest.mark.parametrize("key,value", [("symbols", ["batch", 3]),
+                                       ("runtime_options", ["A", "B"])])
+def test_inspect_takes_lists_where_maps_belong(dynamic_export, tmp_path, key, value):
+    """An edited export.json the loader accepts (a list where inspect expects a map of names) is
+    described without the entries' names, never crashing (a member of a list has no key)."""
+    out = tmp_path / "out"
+    shutil.copytree(dynamic_export, out)
+    manifest = json.loads((out / "export.json").read_text())
+    manifest["components"]["model"]["metadata"][key] = value
+    (out / "export.json").write_text(json.dumps(manifest))
+    rc, stdout, stderr = run_ferry("inspect", out)
+    assert rc in (0, 1), (rc, stderr)
+    assert rc == 1 or "component model" in stdout, stdout

@@ -89,6 +89,7 @@ CASES = {
     "gather_elements": dict(kind="gather_elements"),
     "gather_elements_fp16": dict(kind="gather_elements", dtype="fp16"),
     "scatter_add": dict(kind="scatter_add"),
+    "scatter_add_fp16": dict(kind="scatter_add", dtype="fp16"),
     "topk": dict(kind="topk"),
     "topk_fp16": dict(kind="topk", dtype="fp16"),
     "softcap_fp16": dict(kind="unary", fn=lambda x: torch.tanh(x / 5.0) * 5.0, scale=8.0,
@@ -431,6 +432,9 @@ def test_op_matches_reference(name, dynamic, tmp_path, record_property):
                 np.testing.assert_array_equal(got[out], value.numpy().astype(got[out].dtype),
                                               err_msg=what)
                 continue
+            want_dtype = value.numpy().dtype if not value.is_floating_point() else \
+                (np.float16 if dtype == "fp16" else np.float32)
+            assert got[out].dtype == want_dtype, f"{what}: dtype {got[out].dtype}"
             err = max_error(got[out], value.numpy(), what)
             assert err <= TOL[dtype], f"{what}: max error {err:.3g} > {TOL[dtype]:g} ({dtype})"
             worst = max(worst, err)
@@ -558,6 +562,11 @@ def test_op_in_every_target(name, target, tmp_path, record_property):
                 np.testing.assert_array_equal(have, value, err_msg=what)
                 continue
             value = value.numpy()
+            # a backend's output keeps the case's type: its float precision, int64 indices
+            want_dtype = value.dtype if not np.issubdtype(value.dtype, np.floating) else \
+                (np.float16 if dtype == "fp16" else np.float32)
+            assert np.asarray(got[out]).dtype == want_dtype, \
+                f"{what}: dtype {np.asarray(got[out]).dtype}, expected {want_dtype}"
             if seen is not None and out == "y":
                 # a query that sees no key (a padded one): only finite here, the uniform row
                 # being onnx-standard's own promise (test_op_matches_reference holds it)

@@ -14,6 +14,8 @@
  * implicit zero point, so a symmetric weight is stored with its zeros part (every entry the mid
  * code, packed contiguously); an asymmetric weight's zeros part is DequantizeLinear's zero-point
  * tensor, packed across rows (zeros_packed) where 4-bit rows hold an odd number of blocks. */
+#include <stdio.h>
+
 #include "backends/onnx/onnx.h"
 
 /* The opset being written: the export's, or the default for a bare target (tests lower
@@ -113,14 +115,50 @@ static ferry_status onnx_gelu(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
+/* Ops ONNX or onnxruntime's CPU kernels take at fp32 only: ScatterElements' add reduction has
+ * no fp16 kernel in onnxruntime, and TopK no bf16 type up to opset 23. */
+static bool needs_f32(const g_graph *g, const g_node *n)
+{
+    ferry_dtype dt = g->values[n->in[0]].dtype;
+    return (n->op == G_SCATTER_ADD && dt != FERRY_F32) || (n->op == G_TOPK && dt == FERRY_BF16);
+}
+
+/* The op over its float inputs cast to fp32, its float outputs cast back. */
+static ferry_status lower_in_f32(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    int in[G_MAX_IN];
+    ferry_dtype dt = c->src->values[n->in[0]].dtype;
+    for (int k = 0; k < n->n_in; k++) {
+        in[k] = lw_in(c, n, k);
+        char name[32];
+        snprintf(name, sizeof name, "Cast_%d", k);
+        if (in[k] != G_NONE && g->values[in[k]].dtype == dt)
+            in[k] = g_cast(g, name, in[k], FERRY_F32);
+    }
+    int id = g_add_node(g, n->op, g_op_name(n->op), n->n_in, in, &n->a);
+    for (int k = 0; k < n->n_out && id != G_NONE; k++) {
+        int y = g->nodes[id].out[k];
+        char name[32];
+        snprintf(name, sizeof name, "Cast_back_%d", k);
+        outs[k] = g->values[y].dtype == FERRY_F32 ? g_cast(g, name, y, dt) : y;
+    }
+    return g->err.status;
+}
+
 g_legality onnx_legal(const g_target *t, const g_graph *g, const g_node *n)
 {
     (void)t;
-    if (g_op_is_semantic(n->op))
+    if (g_op_is_semantic(n->op) || needs_f32(g, n))
         return G_LOWER;
     if (n->op == G_MATMUL && n->a.transpose_b && g->values[n->in[0]].shape.rank != 2)
         return G_LOWER; /* only ever built 2-D here; a generic graph may hold others */
     return G_NATIVE;
+}
+
+g_lower_fn onnx_primitive_lowering(g_op op)
+{
+    return op == G_SCATTER_ADD || op == G_TOPK ? lower_in_f32 : NULL;
 }
 
 static g_lower_fn onnx_lowering(const g_target *t, g_op op)
@@ -131,7 +169,7 @@ static g_lower_fn onnx_lowering(const g_target *t, g_op op)
     case G_EMBEDDING: return onnx_embedding;
     case G_LAYER_NORM: return onnx_lower_layer_norm;
     case G_GELU: return onnx_gelu;
-    default: return NULL;
+    default: return onnx_primitive_lowering(op);
     }
 }
 

@@ -710,7 +710,7 @@ static g_lower_fn ort_lowering(const g_target *t, g_op op)
     case G_ATTENTION: return ort_attention;
     case G_ROPE: return ort_rope;
     case G_GELU: case G_GELU_TANH: return ort_gelu;
-    default: return NULL;
+    default: return onnx_primitive_lowering(op);
     }
 }
 
