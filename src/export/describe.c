@@ -124,8 +124,8 @@ static void print_io(strbuf *b, const char *title, const cJSON *list)
         print_dims(cJSON_GetObjectItemCaseSensitive(v, "shape"), shape, sizeof shape);
         print_dims(cJSON_GetObjectItemCaseSensitive(v, "traced_shape"), traced, sizeof traced);
         sb_printf(b, "    %-*s %-9s %-*s traced %s\n", name_w, io_name(v),
-               quote(cJSON_IsString(dt) ? dt->valuestring : "?"), shape_w,
-               quote(shape), quote(traced));
+                  quote(cJSON_IsString(dt) ? dt->valuestring : "?"), shape_w,
+                  quote(shape), quote(traced));
     }
 }
 
@@ -153,14 +153,14 @@ static void print_cache(strbuf *b, const cJSON *cache, bool stateful)
         return;
     const char *impl = str(cache, "implementation");
     sb_printf(b, "  cache: %s, %lld layers x %lld kv heads x head_dim %lld, %s", quote(impl),
-           num(cache, "layers"), num(cache, "kv_heads"), num(cache, "head_dim"),
-           qstr(cache, "dtype"));
+              num(cache, "layers"), num(cache, "kv_heads"), num(cache, "head_dim"),
+              qstr(cache, "dtype"));
     if (num(cache, "max_cache_len") > 0)
         sb_printf(b, ", max_cache_len %lld", num(cache, "max_cache_len"));
     if (stateful) {
         /* OpenVINO: the cache is the model's state, not its inputs and outputs */
         sb_printf(b, "\n  stateful: the cache lives in the model's variables (ReadValue/Assign), "
-               "beam_idx reorders its rows; variables:\n");
+                  "beam_idx reorders its rows; variables:\n");
         const cJSON *p;
         cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs"))
             sb_printf(b, "    %s\n", qstr(p, "input"));
@@ -169,7 +169,8 @@ static void print_cache(strbuf *b, const cJSON *cache, bool stateful)
     const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cache, "pairs"), 0);
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(first, "written_into_input"))) {
         /* pt2: the program writes the new rows into the tensors it is given */
-        sb_printf(b, "\n  written in place into these inputs (pass the same tensors every call):\n");
+        sb_puts(b, "\n  written in place into these inputs (pass the same tensors every "
+                   "call):\n");
         const cJSON *p;
         cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs"))
             sb_printf(b, "    %s\n", qstr(p, "input"));
@@ -182,8 +183,8 @@ static void print_cache(strbuf *b, const cJSON *cache, bool stateful)
     cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs")) {
         const cJSON *in = cJSON_GetObjectItemCaseSensitive(p, "input");
         sb_printf(b, "    %-44s -> %s\n",
-               cJSON_IsString(in) ? quote(in->valuestring) : "(none: starts empty)",
-               qstr(p, "output"));
+                  cJSON_IsString(in) ? quote(in->valuestring) : "(none: starts empty)",
+                  qstr(p, "output"));
     }
 }
 
@@ -196,7 +197,7 @@ static void print_packages(strbuf *b, const cJSON *md)
     sb_printf(b, "  packages:");
     cJSON_ArrayForEach(p, pk)
         sb_printf(b, "%s %s %s", p == pk->child ? "" : ",", quote(p->string),
-               quote(cJSON_IsString(p) ? p->valuestring : "?"));
+                  quote(cJSON_IsString(p) ? p->valuestring : "?"));
     sb_printf(b, "\n");
 }
 
@@ -218,7 +219,7 @@ static void print_out_spec(strbuf *b, const cJSON *md)
         sb_printf(b, " (");
         cJSON_ArrayForEach(k, keys)
             sb_printf(b, "%s%s", k == keys->child ? "" : ", ",
-                   quote(cJSON_IsString(k) ? k->valuestring : "?"));
+                      quote(cJSON_IsString(k) ? k->valuestring : "?"));
         sb_printf(b, ")");
     }
     sb_printf(b, "\n");
@@ -259,15 +260,15 @@ static void inspect_transformers(strbuf *b, const ferry_exported *e, const cJSON
     const cJSON *version = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(first_md, "packages"), "transformers");
     sb_printf(b, "export %s\n  format %s, producer transformers %s, architecture %s\n"
-           "  schema: transformers' (ExportedModel.save_pretrained; its from_pretrained loads "
-           "it)\n", quote(ferry_exported_dir(e)), qstr(m, "export_format"),
-           quote(cJSON_IsString(version) ? version->valuestring : "?"),
-           qstr(first_md, "architecture"));
+              "  schema: transformers' (ExportedModel.save_pretrained; its from_pretrained loads "
+              "it)\n", quote(ferry_exported_dir(e)), qstr(m, "export_format"),
+              quote(cJSON_IsString(version) ? version->valuestring : "?"),
+              qstr(first_md, "architecture"));
     int i = 0;
     cJSON_ArrayForEach(c, comps) {
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
         sb_printf(b, "\ncomponent %s (precision %s, traced on %s)\n  files:\n", quote(c->string),
-               qstr(md, "export_dtype"), qstr(md, "export_device"));
+                  qstr(md, "export_dtype"), qstr(md, "export_device"));
         print_size(b, ferry_exported_dir(e), ferry_exported_component_file(e, i));
         if (ferry_exported_component_data_file(e, i))
             print_size(b, ferry_exported_dir(e), ferry_exported_component_data_file(e, i));
@@ -307,9 +308,9 @@ static void describe(strbuf *b, const ferry_exported *e)
     }
     const cJSON *prod = cJSON_GetObjectItemCaseSensitive(m, "producer");
     sb_printf(b, "export %s\n  format %s, producer %s %s, architecture %s\n",
-           quote(ferry_exported_dir(e)),
-           qstr(m, "format"), qstr(prod, "name"), qstr(prod, "version"),
-           qstr(m, "architecture"));
+              quote(ferry_exported_dir(e)),
+              qstr(m, "format"), qstr(prod, "name"), qstr(prod, "version"),
+              qstr(m, "architecture"));
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(m, "generation");
     /* a stateful export says so in its components' metadata; an explicit cache does not */
     bool stateful = false;
@@ -319,9 +320,9 @@ static void describe(strbuf *b, const ferry_exported *e)
             cJSON_GetObjectItemCaseSensitive(comp, "metadata"), "stateful"));
     if (cJSON_IsObject(gen))
         sb_printf(b, "  generation: %s cache%s, %s\n", qstr(gen, "cache_implementation"),
-               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
+                  cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
                    ? ", multi-token decode" : "",
-               stateful ? "one stateful graph (openvino-genai's LLMPipeline runs it once "
+                  stateful ? "one stateful graph (openvino-genai's LLMPipeline runs it once "
                           "openvino-tokenizers has converted its tokenizer)"
                    : "components are run by the caller's loop");
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");
@@ -330,8 +331,8 @@ static void describe(strbuf *b, const ferry_exported *e)
         const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files");
         if (cJSON_IsString(cf))
             sb_printf(b, "  onnxruntime-genai: runs this directory as it is (%s)%s\n",
-                   quote(cf->valuestring),
-                   cJSON_IsArray(tf) && !tf->child
+                      quote(cf->valuestring),
+                      cJSON_IsArray(tf) && !tf->child
                        ? "; og.Tokenizer needs tokenizer files, and it carries none" : "");
         else
             sb_printf(b, "  onnxruntime-genai: cannot run it: %s\n", qstr(og, "unsupported"));
@@ -339,21 +340,22 @@ static void describe(strbuf *b, const ferry_exported *e)
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "transformers");
     const cJSON *tf_fmt = cJSON_GetObjectItemCaseSensitive(m, "export_format");
     if (tf_fmt)
-        sb_printf(b, "  transformers: ExportedModel.from_pretrained loads it%s and runs each component, "
-               "given every input it takes%s\n",
-               cJSON_IsString(tf_fmt) && !strcmp(tf_fmt->valuestring, "dynamo")
+        sb_printf(b, "  transformers: ExportedModel.from_pretrained loads it%s and runs each "
+                  "component, given every input it takes%s\n",
+                  cJSON_IsString(tf_fmt) && !strcmp(tf_fmt->valuestring, "dynamo")
                    ? " (with trust_remote_code=True: it gates every pickled torch program)"
                    : "",
-               takes_positions(m) ? " (position_ids too: transformers derives none)" : "");
+                  takes_positions(m) ? " (position_ids too: transformers derives none)" : "");
     else if (cJSON_IsObject(tf))
         sb_printf(b, "  transformers: ExportedModel.from_pretrained cannot run it: %s\n",
-               qstr(tf, "unsupported"));
+                  qstr(tf, "unsupported"));
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files"), *t;
     if (cJSON_IsArray(tok)) { /* exports made before ferry carried them have no such key */
         sb_printf(b, "  tokenizer files:");
         cJSON_ArrayForEach(t, tok)
             sb_printf(b, "%s %s", t == tok->child ? "" : ",", quote(t->valuestring));
-        sb_printf(b, "%s\n", tok->child ? "" : " none (the checkpoint had none, or --no-tokenizer)");
+        sb_printf(b, "%s\n",
+                  tok->child ? "" : " none (the checkpoint had none, or --no-tokenizer)");
     }
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(m, "components"), *c;
     cJSON_ArrayForEach(c, comps) {
@@ -389,9 +391,9 @@ static void describe(strbuf *b, const ferry_exported *e)
             snprintf(quant_text + strlen(quant_text), sizeof quant_text - strlen(quant_text),
                      ", other weights stored fp16");
         sb_printf(b, "\ncomponent %s (role %s, precision %s%s%s%s%s)\n  files:\n", quote(c->string),
-               qstr(c, "role"), qstr(md, "precision"), opset_text, quant_text,
-               cJSON_IsString(fu) ? ", fused for onnxruntime " : "",
-               cJSON_IsString(fu) ? qstr(ec, "ort_fusions") : "");
+                  qstr(c, "role"), qstr(md, "precision"), opset_text, quant_text,
+                  cJSON_IsString(fu) ? ", fused for onnxruntime " : "",
+                  cJSON_IsString(fu) ? qstr(ec, "ort_fusions") : "");
         print_size(b, ferry_exported_dir(e), str(c, "file"));
         const cJSON *df;
         cJSON_ArrayForEach(df, cJSON_GetObjectItemCaseSensitive(c, "data_files"))
@@ -406,11 +408,11 @@ static void describe(strbuf *b, const ferry_exported *e)
             /* OpenVINO 2026.4 applies KV_CACHE_PRECISION from rt_info, not the inference
              * precision (docs/design.md): a caller of another runner must pass it */
             sb_printf(b, "  runtime options (in rt_info; ferry's runner compiles with them, other "
-                   "callers pass INFERENCE_PRECISION_HINT themselves):\n");
+                      "callers pass INFERENCE_PRECISION_HINT themselves):\n");
             cJSON_ArrayForEach(opt, ro)
                 if (cJSON_IsString(opt))
                     sb_printf(b, "    %-24s %s\n", quote(opt->string),
-                           quote(opt->valuestring));
+                              quote(opt->valuestring));
         }
         const cJSON *tsyms = cJSON_GetObjectItemCaseSensitive(md, "torch_symbols");
         if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "verifier"))) {
@@ -435,20 +437,20 @@ static void describe(strbuf *b, const ferry_exported *e)
                 snprintf(shared, sizeof shared, " (lm_head.weight over %s's storage, stored "
                          "once)", qstr(md, "lm_head_shares"));
             sb_printf(b, "  torch.export program: schema %s, %s IR, %s parameters%s; call "
-                   "torch.export.load(file).module() with the inputs as keywords, it returns "
-                   "%s%s%s%s%s\n", qstr(md, "schema_version"), qstr(md, "verifier"),
-                   int_text(cJSON_GetObjectItemCaseSensitive(md, "parameters"), params,
+                      "torch.export.load(file).module() with the inputs as keywords, it returns "
+                      "%s%s%s%s%s\n", qstr(md, "schema_version"), qstr(md, "verifier"),
+                      int_text(cJSON_GetObjectItemCaseSensitive(md, "parameters"), params,
                             sizeof params), shared,
-                   model_output ? "transformers' " : "{", model_output ? cls : "",
-                   model_output ? " (" : "", quote(fields),
-                   model_output ? "; import transformers.modeling_outputs before loading it)"
+                      model_output ? "transformers' " : "{", model_output ? cls : "",
+                      model_output ? " (" : "", quote(fields),
+                      model_output ? "; import transformers.modeling_outputs before loading it)"
                                 : "}");
             if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(md, "example_inputs")))
                 sb_printf(b, "  example inputs: in the archive (program.example_inputs), so "
-                       "AOTInductor compiles the program as loaded\n");
+                          "AOTInductor compiles the program as loaded\n");
             else if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "no_example_inputs")))
                 sb_printf(b, "  example inputs: none (%s): set program.example_inputs before "
-                       "AOTInductor compiles it\n", qstr(md, "no_example_inputs"));
+                          "AOTInductor compiles it\n", qstr(md, "no_example_inputs"));
         }
         const cJSON *syms = cJSON_GetObjectItemCaseSensitive(md, "symbols"), *s;
         if (cJSON_IsObject(syms) && cJSON_GetArraySize(syms) > 0) {
@@ -460,10 +462,10 @@ static void describe(strbuf *b, const ferry_exported *e)
                 const cJSON *ts = cJSON_GetObjectItemCaseSensitive(tsyms, s->string);
                 char mins[32], maxs[32], trs[32];
                 sb_printf(b, "    %-20s min %s, max %s, traced %s%s%s\n", quote(s->string),
-                       int_text(mn, mins, sizeof mins),
-                       cJSON_IsNumber(mx) ? int_text(mx, maxs, sizeof maxs) : "unbounded",
-                       int_text(tr, trs, sizeof trs), cJSON_IsString(ts) ? ", torch " : "",
-                       cJSON_IsString(ts) ? quote(ts->valuestring) : "");
+                          int_text(mn, mins, sizeof mins),
+                          cJSON_IsNumber(mx) ? int_text(mx, maxs, sizeof maxs) : "unbounded",
+                          int_text(tr, trs, sizeof trs), cJSON_IsString(ts) ? ", torch " : "",
+                          cJSON_IsString(ts) ? quote(ts->valuestring) : "");
             }
         }
     }

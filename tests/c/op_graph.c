@@ -8,8 +8,9 @@
  *
  * tests/python/test_op_conformance.py writes the weights, runs each model in its runtime
  * (onnxruntime, OpenVINO, torch.export.load) and compares it with transformers' and torch's
- * own functions. Checking ops one at a time makes a lowering error name its op, instead of showing up somewhere in a whole model's logits, and
- * reaches settings no shipped family uses yet (partial rotary, yarn, softcap, a given mask).
+ * own functions. Checking ops one at a time makes a lowering error name its op, instead of
+ * showing up somewhere in a whole model's logits, and reaches settings no shipped family uses
+ * yet (partial rotary, yarn, softcap, a given mask).
  * The Python side mirrors the table below (options and shapes); it checks with --list that it
  * covers every case.
  *
@@ -34,8 +35,9 @@ enum {
 };
 
 typedef enum family {
-    FAM_RMS_NORM, FAM_SKIP_RMS_NORM, FAM_LAYER_NORM, FAM_SKIP_LAYER_NORM, FAM_LINEAR, FAM_TIED, FAM_EMBEDDING,
-    FAM_UNARY, FAM_REDUCE, FAM_GATHER_ELEMENTS, FAM_SCATTER_ADD, FAM_TOPK, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
+    FAM_RMS_NORM, FAM_SKIP_RMS_NORM, FAM_LAYER_NORM, FAM_SKIP_LAYER_NORM, FAM_LINEAR,
+    FAM_TIED, FAM_EMBEDDING, FAM_UNARY, FAM_REDUCE, FAM_GATHER_ELEMENTS, FAM_SCATTER_ADD,
+    FAM_TOPK, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
 } family;
 
 typedef struct op_case {

@@ -3,8 +3,9 @@ sequence-classification heads of BERT and RoBERTa) in every format, against tran
 eager model on the same random weights.
 
 Each family's export runs in its real runtime (onnxruntime standard and with onnxruntime's
-fused kernels for cpu and for cuda, OpenVINO, torch.export.load) through ferry's ExportedModel, and its outputs
-(last_hidden_state at real positions, pooler_output, or a head's logits) equal eager's to 1e-4
+fused kernels for cpu and for cuda, OpenVINO, torch.export.load) through ferry's
+ExportedModel, and its outputs (last_hidden_state at real positions, pooler_output, or a
+head's logits) equal eager's to 1e-4
 at fp32: batch 1, and batch 3 right-padded, sequences 1, 7 and 33; from fp32 and bf16
 checkpoints. transformers' own loader runs the exports too. What the families do not support
 fails with one line naming the key.

@@ -1,8 +1,8 @@
 """Golden text dumps of the IR (`ferry graph`) per family x target: the semantic graph each
-architecture builds and the graph lowered for standard ONNX, a decoder and an encoder lowered for
-every other target (ort-cpu, ort-cuda, openvino, torch), plus the generation layouts of one
-family in each format. A change to a builder, a lowering or a printer's naming shows up here as a readable diff
-of the graph, before any runtime test says what broke.
+architecture builds and the graph lowered for standard ONNX, a decoder and an encoder lowered
+for every other target (ort-cpu, ort-cuda, openvino, torch), plus the generation layouts of one
+family in each format. A change to a builder, a lowering or a printer's naming shows up here as
+a readable diff of the graph, before any runtime test says what broke.
 
 The dumps hold names, shapes, attributes and constants, never weights' values, so the random
 checkpoints the tests build (fixed seeds, fixed configs) give the same text every time.

@@ -77,8 +77,9 @@ static ferry_status ort_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
     if (!g_ok(g))
         return g->err.status;
     const g_value *xs = &g->values[x]; /* read before anything adds values */
-    const char *op = skip ? "SkipSimplifiedLayerNormalization"
-                     : onnx_opset(cfg_of(c)) >= 23 ? "RMSNormalization" : "SimplifiedLayerNormalization";
+    const char *op = skip                          ? "SkipSimplifiedLayerNormalization"
+                     : onnx_opset(cfg_of(c)) >= 23 ? "RMSNormalization"
+                                                   : "SimplifiedLayerNormalization";
     g_extern e = g_extern_init(skip ? "com.microsoft" : "", op);
     g_extern_float(&e, "epsilon", n->a.eps);
     if (!skip) {
