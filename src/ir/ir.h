@@ -17,8 +17,8 @@
 #include "ferry.h"
 #include "ir/shape.h"
 #include "ir/weights.h"
-#include "model/config.h"
 #include "util/err.h"
+#include "util/rope_config.h"
 
 #define G_NONE (-1)
 #define G_MAX_IN 17        /* onnxruntime's GroupQueryAttention takes 17 */

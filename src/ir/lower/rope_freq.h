@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "model/config.h"
+#include "util/rope_config.h"
 
 /* Fills inv_freq[head_dim/2]. For ROPE_DYNAMIC this is the table at the original length (the
  * graph recomputes it from the positions it sees). `max_position_embeddings` is used by yarn
