@@ -138,6 +138,10 @@ const char *be_option_text(const ferry_export_config *cfg, const fb_backend *be,
 /* Sets `be`'s option `key` to `value` (a configure settling a default). */
 ferry_status be_option_set(ferry_export_config *cfg, const fb_backend *be, const char *key,
                            int64_t value, fy_err *err);
+/* Stores canonical `text` as option `o`'s value (under its own key), replacing one set before;
+ * a count outside [0, FERRY_MAX_FORMAT_OPTIONS] or a full table is refused. */
+ferry_status be_option_store(ferry_export_config *cfg, const be_option *o, const char *text,
+                             fy_err *err);
 /* Parses `text` as option `o`'s value: its canonical text into `canon`. Errors name `what`
  * ("recipe: 'opset'") and say what the option takes. */
 ferry_status be_option_parse(const be_option *o, const char *what, const char *text,

@@ -128,12 +128,21 @@ ferry_status be_option_set(ferry_export_config *cfg, const fb_backend *be, const
         snprintf(text, sizeof text, "%lld", (long long)value);
     else
         snprintf(text, sizeof text, "%s", o->choices[value]);
+    return be_option_store(cfg, o, text, err);
+}
+
+ferry_status be_option_store(ferry_export_config *cfg, const be_option *o, const char *text,
+                             fy_err *err)
+{
+    if (cfg->n_options < 0 || cfg->n_options > FERRY_MAX_FORMAT_OPTIONS)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "export config: n_options %d is outside "
+                       "[0, %d]", cfg->n_options, FERRY_MAX_FORMAT_OPTIONS);
     for (int i = 0; i < cfg->n_options; i++)
-        if (!strcmp(cfg->options[i].key, o->key)) {
+        if (!strncmp(cfg->options[i].key, o->key, sizeof cfg->options[i].key)) {
             snprintf(cfg->options[i].value, sizeof cfg->options[i].value, "%s", text);
             return FERRY_OK;
         }
-    if (cfg->n_options >= FERRY_MAX_FORMAT_OPTIONS)
+    if (cfg->n_options == FERRY_MAX_FORMAT_OPTIONS)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "more than %d format options",
                        FERRY_MAX_FORMAT_OPTIONS);
     ferry_format_option *slot = &cfg->options[cfg->n_options++];

