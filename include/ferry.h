@@ -165,8 +165,9 @@ typedef struct ferry_quantizer {
     int accuracy_level;           /* MatMulNBits' accuracy_level, 0-4 (fused graphs only); -1:
                                      the default (4 when fused) */
     int embeddings;               /* 1: quantize the embedding table too (default 0) */
-    int lm_head;                  /* 1: quantize the lm_head (default, set by init); 0 keeps
-                                     it float */
+    int lm_head;                  /* 1: quantize the head (default, set by init): a causal
+                                     LM's lm_head, a classifier's output layer; 0 keeps it
+                                     float */
     ferry_quant_method method;    /* how each block's scale is chosen (default RTN) */
 } ferry_quantizer;
 

@@ -4,9 +4,10 @@ that must not change any export, in any format.
 
     .venv/bin/python scripts/compare_export_bytes.py OLD_FERRY NEW_FERRY [--work DIR]
 
-For each decoder family (tiny random checkpoints built by transformers, as the tests build
-them) and each format × mode below, exports with both binaries and compares every file of the
-two directories (their names, then their bytes). Prints one line per difference and a summary;
+For each decoder and encoder family (tiny random checkpoints built by transformers, as the
+tests build them) and each format × mode below, exports with both binaries and compares every
+file of the two directories (their names, then their bytes). `--formats` and `--families`
+narrow the run. Prints one line per difference and a summary;
 exits 1 if any file differs. A mode the old build refuses is skipped (the new one must refuse
 it too).
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
 from conftest import ARCHS, make_checkpoint  # noqa: E402
+from test_encoders import FAMILIES as ENCODERS, build as make_encoder  # noqa: E402
 
 STATIC = ["--static-cache", "--max-cache-len", "24"]
 MODES = {
@@ -55,6 +57,20 @@ MODES = {
 }
 
 
+# encoders have no generation components and no quantized path
+ENCODER_MODES = {
+    "onnx": {
+        "plain-dynamic": ["--dynamic"],
+        "plain-static": ["--example-shape", "input_ids=2x7"],
+        "plain-fp16": ["--dynamic", "--dtype", "fp16"],
+        "fused-cpu": ["--dynamic", "--ort-fusions", "cpu"],
+        "fused-cuda": ["--dynamic", "--ort-fusions", "cuda"],
+    },
+    "openvino": {"plain-dynamic": ["--dynamic"]},
+    "pt2": {"plain-dynamic": ["--dynamic"], "plain-model-output": ["--dynamic", "--model-output"]},
+}
+
+
 def tree(d):
     return sorted(p.relative_to(d) for p in d.rglob("*") if p.is_file())
 
@@ -64,12 +80,25 @@ def main():
     ap.add_argument("old")
     ap.add_argument("new")
     ap.add_argument("--work")
+    ap.add_argument("--formats", help="comma-separated: onnx,openvino,pt2 (default: all)")
+    ap.add_argument("--families", help="comma-separated family names (default: all)")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="ferry-bytes-"))
+    formats = args.formats.split(",") if args.formats else None
+    families = args.families.split(",") if args.families else None
     compared = differing = skipped = 0
-    for family in ARCHS:
-        ckpt = make_checkpoint(work / family / "ckpt", family, seed=11)
-        for fmt, modes in MODES.items():
+    for family in [*ARCHS, *ENCODERS]:
+        if families and family not in families:
+            continue
+        if family in ARCHS:
+            ckpt = make_checkpoint(work / family / "ckpt", family, seed=11)
+            table = MODES
+        else:
+            ckpt = make_encoder(work / family / "ckpt", family)
+            table = ENCODER_MODES
+        for fmt, modes in table.items():
+            if formats and fmt not in formats:
+                continue
             for mode, flags in modes.items():
                 rcs, dirs = {}, {}
                 for label, binary in (("old", args.old), ("new", args.new)):

@@ -16,22 +16,9 @@ struct cJSON;
 /* One component as a backend writes it. The pipeline fills name, role and graph; the backend's
  * `files` hook fills file and data_files. */
 
-/* The transformers classes of the modules a component's nodes came from, for a format that
- * records them (torch.export's nn_module_stack): "<module>.<prefix>Model",
- * "<module>.<prefix>DecoderLayer", ... */
-typedef struct be_module_classes {
-    char module[160];        /* "transformers.models.llama.modeling_llama" */
-    char prefix[128];        /* "Llama" */
-    char root[128];          /* "LlamaForCausalLM" */
-    const char *activation;  /* "transformers.activations.SiLUActivation" */
-    const char *scaled_embedding; /* "GemmaTextScaledWordEmbedding" (in `module`): an
-                                     embed_tokens that scales its output; NULL: torch's */
-} be_module_classes;
-
 typedef struct be_component {
     const char *name, *role;
     g_graph *graph;          /* lowered for the backend's target, finished */
-    const be_module_classes *classes; /* NULL: not known */
     char file[128];          /* "decode.onnx" */
     char data_files[BE_MAX_DATA_FILES][128];
     int n_data_files;

@@ -385,25 +385,6 @@ const char *ferry_components_dump(ferry_components *c, int i, ferry_graph_stage 
     return text;
 }
 
-/* transformers' classes of the model's modules: its modeling module is named after the model
- * type, its classes after the architecture ("LlamaForCausalLM" -> "Llama" + "Model", ...). */
-static void module_classes(const ferry_model *m, be_module_classes *out)
-{
-    /* the family's own names: config.json's model_type may be absent or another family's */
-    const char *arch = m->arch->architecture, *type = m->arch->model_type;
-    size_t len = strlen(arch), tail = strlen("ForCausalLM");
-    snprintf(out->module, sizeof out->module, "transformers.models.%s.modeling_%s", type, type);
-    snprintf(out->root, sizeof out->root, "%s", arch);
-    snprintf(out->prefix, sizeof out->prefix, "%.*s",
-             (int)(len > tail && !strcmp(arch + len - tail, "ForCausalLM") ? len - tail : len),
-             arch);
-    model_module_classes mc = {0};
-    if (m->arch->module_classes)
-        m->arch->module_classes(m->hparams, &mc);
-    out->activation = mc.activation;
-    out->scaled_embedding = mc.scaled_embedding;
-}
-
 ferry_status ferry_components_export(ferry_components *c, const char *const *names, int n_names,
                                      ferry_exported **out)
 {
@@ -419,7 +400,6 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
     e->model = m;
     e->cfg = c->cfg;
     e->backend = c->backend;
-    module_classes(m, &e->classes);
     e->generation = c->generation;
     e->gen = c->gen;
     if (c->generation) {
@@ -447,7 +427,6 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
         exp_component *ec = &e->comps[e->n_components++];
         bc->name = c->items[i].name;
         bc->role = c->items[i].role;
-        bc->classes = &e->classes;
         if (!(bc->graph = lower(c, i, err)))
             goto fail;
         ec->name = dup(c->items[i].name);

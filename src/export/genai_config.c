@@ -9,23 +9,18 @@
 #include <string.h>
 
 #include "export/internal.h"
-#include "models/lm_config.h"
 
 static const cJSON *gen_key(const model_config *mc, const char *key);
 static const cJSON *pad_token(const model_config *mc);
 
-/* onnxruntime-genai's model type for ferry's architectures (a checkpoint's own model_type may be
- * a fine-tune's name genai does not know). */
-static const char *genai_type(const ferry_exported *e)
+/* The model's hyperparameters as its family gives them (its genai model type among them: a
+ * checkpoint's own model_type may be a fine-tune's name genai does not know). */
+static model_hparams hparams(const ferry_exported *e)
 {
-    static const char *const types[][2] = {
-        {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"},
-        {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"},
-        {"GemmaForCausalLM", "gemma"}};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (strcmp(e->model->arch->architecture, types[i][0]) == 0)
-            return types[i][1];
-    return NULL;
+    model_hparams hp = {0};
+    if (e->model && e->model->arch->describe)
+        e->model->arch->describe(e->model->hparams, &hp);
+    return hp;
 }
 
 /* Whether `v` is absent or a token id genai takes: an integer in [0, vocab), or (`list`) a
@@ -49,12 +44,7 @@ static bool token_id_ok(const cJSON *v, int64_t vocab, bool list)
 static const char *bad_token_ids(const ferry_exported *e)
 {
     const model_config *mc = &e->model->cfg;
-    lm_config lm;
-    fy_err ignored;
-    if (lm_config_read(mc, &lm, &ignored) != FERRY_OK)
-        return "the checkpoint's config does not give its head geometry";
-    int64_t vocab = lm.vocab_size;
-    lm_config_free(&lm);
+    int64_t vocab = hparams(e).vocab_size;
     if (!token_id_ok(gen_key(mc, "eos_token_id"), vocab, true))
         return "eos_token_id (generation_config.json or config.json) is not a token id below "
                "vocab_size or a list of them";
@@ -101,7 +91,7 @@ const char *genai_unsupported(const ferry_exported *e)
     if (e->cfg.dtype == FERRY_BF16)
         return "onnxruntime's CPU provider has no bf16 kernels for this graph: export fp32 or "
                "fp16";
-    if (!e->model || !genai_type(e))
+    if (!e->model || !hparams(e).genai_type)
         return "onnxruntime-genai has no model type for this architecture";
     const char *ids = bad_token_ids(e);
     if (ids)
@@ -166,9 +156,7 @@ static void search_number(cJSON *search, const model_config *mc, const char *key
 char *genai_config_text(const ferry_exported *e, fy_err *err)
 {
     const model_config *mc = &e->model->cfg;
-    lm_config lm;
-    if (lm_config_read(mc, &lm, err) != FERRY_OK)
-        return NULL;
+    model_hparams hp = hparams(e);
     cJSON *root = cJSON_CreateObject(), *model = cJSON_AddObjectToObject(root, "model");
     cJSON *dec = cJSON_AddObjectToObject(model, "decoder");
     cJSON *so = cJSON_AddObjectToObject(dec, "session_options");
@@ -186,11 +174,11 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
         if (strcmp(e->comps[i].name, "decode") == 0)
             file = e->comps[i].file;
     cJSON_AddStringToObject(dec, "filename", file);
-    cJSON_AddNumberToObject(dec, "head_size", (double)lm.head_dim);
-    cJSON_AddNumberToObject(dec, "hidden_size", (double)lm.hidden_size);
-    cJSON_AddNumberToObject(dec, "num_attention_heads", (double)lm.num_attention_heads);
-    cJSON_AddNumberToObject(dec, "num_hidden_layers", (double)lm.num_hidden_layers);
-    cJSON_AddNumberToObject(dec, "num_key_value_heads", (double)lm.num_key_value_heads);
+    cJSON_AddNumberToObject(dec, "head_size", (double)hp.head_dim);
+    cJSON_AddNumberToObject(dec, "hidden_size", (double)hp.hidden_size);
+    cJSON_AddNumberToObject(dec, "num_attention_heads", (double)hp.num_heads);
+    cJSON_AddNumberToObject(dec, "num_hidden_layers", (double)hp.num_layers);
+    cJSON_AddNumberToObject(dec, "num_key_value_heads", (double)hp.num_kv_heads);
     cJSON *in = cJSON_AddObjectToObject(dec, "inputs"), *out = cJSON_AddObjectToObject(dec, "outputs");
     cJSON_AddStringToObject(in, "input_ids", "input_ids");
     cJSON_AddStringToObject(in, "attention_mask", "attention_mask");
@@ -200,9 +188,9 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
     cJSON_AddStringToObject(out, "logits", "logits");
     cJSON_AddStringToObject(out, "present_key_names", "present.%d.key");
     cJSON_AddStringToObject(out, "present_value_names", "present.%d.value");
-    cJSON_AddStringToObject(model, "type", genai_type(e));
-    cJSON_AddNumberToObject(model, "context_length", (double)lm.max_position_embeddings);
-    cJSON_AddNumberToObject(model, "vocab_size", (double)lm.vocab_size);
+    cJSON_AddStringToObject(model, "type", hp.genai_type);
+    cJSON_AddNumberToObject(model, "context_length", (double)hp.context_length);
+    cJSON_AddNumberToObject(model, "vocab_size", (double)hp.vocab_size);
     copy_key(model, "bos_token_id", gen_key(mc, "bos_token_id"));
     copy_key(model, "eos_token_id", gen_key(mc, "eos_token_id"));
     /* Batches reach onnxruntime-genai padded on the right with pad_token_id (it masks the
@@ -213,7 +201,7 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
                                                                             "do_sample")
                                          : NULL;
     cJSON_AddBoolToObject(search, "do_sample", cJSON_IsTrue(sample));
-    cJSON_AddNumberToObject(search, "max_length", (double)lm.max_position_embeddings);
+    cJSON_AddNumberToObject(search, "max_length", (double)hp.context_length);
     cJSON_AddNumberToObject(search, "min_length", 0);
     cJSON_AddNumberToObject(search, "num_beams", 1);
     cJSON_AddNumberToObject(search, "num_return_sequences", 1);
@@ -222,7 +210,6 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
     search_number(search, mc, "top_k", 50);
     search_number(search, mc, "top_p", 1.0);
     search_number(search, mc, "repetition_penalty", 1.0);
-    lm_config_free(&lm);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text)

@@ -67,7 +67,6 @@ struct ferry_exported {
     int n_components;
     exp_component comps[MODEL_MAX_COMPONENTS];
     be_component lowered[MODEL_MAX_COMPONENTS]; /* what the backend writes (built exports) */
-    be_module_classes classes; /* of the model's modules, which `lowered` points to */
     char *warnings;          /* newline-separated, may be NULL */
     char *save_warnings;     /* the last save's, likewise */
     bool generation;         /* made by ferry_export_for_generation */

@@ -1,5 +1,5 @@
-/* dump.c — the IR as text, one line per symbol, input, weight, constant, live node, output and
- * state, in graph order. Deterministic (no addresses, no weights' data), so golden files can
+/* dump.c — the IR as text, one line per symbol, input, weight, constant, live node, output,
+ * state and module, in graph order. Deterministic (no addresses, no weights' data), so golden files can
  * pin what a builder or a lowering produces:
  *
  *   symbol batch min 1 max - traced 1
@@ -9,7 +9,8 @@
  *   /model/norm = rms_norm(/model/x_output_0, model.norm.weight) {eps=1e-05}
  *       -> /model/norm_output_0 f32 [batch, sequence, 64]          (one line in the dump)
  *   output logits
- *   state past_key_values.0.key (key, layer 0): past_key_values.0.key -> present.0.key */
+ *   state past_key_values.0.key (key, layer 0): past_key_values.0.key -> present.0.key
+ *   module /model/layers.0/self_attn/q_proj torch.nn.modules.linear.Linear (leaf linear) */
 #include <stdio.h>
 #include <string.h>
 
@@ -240,6 +241,26 @@ char *g_dump(const g_graph *g)
                   (unsigned)s->kind < GS_KIND_COUNT ? kinds[s->kind] : "?", s->layer,
                   (unsigned)s->form < GS_FORM_COUNT ? forms[s->form] : ", ?",
                   s->in == G_NONE ? "(empty)" : g->values[s->in].name, g->values[s->out].name);
+    }
+    static const char *const roles[GM_ROLE_COUNT] = {"", "head", "router", "expert",
+                                                     "patch embed"};
+    for (size_t i = 0; i < g->n_modules; i++) {
+        const g_module *m = &g->modules[i];
+        const char *notes[3];
+        int n_notes = 0;
+        char leaf[48];
+        if (m->leaf_op != G_OP_COUNT) {
+            snprintf(leaf, sizeof leaf, "leaf %s", g_op_name(m->leaf_op));
+            notes[n_notes++] = leaf;
+        }
+        if (m->list_item)
+            notes[n_notes++] = "list item";
+        if (m->role != GM_ROLE_NONE)
+            notes[n_notes++] = (unsigned)m->role < GM_ROLE_COUNT ? roles[m->role] : "?";
+        sb_printf(&b, "module %s %s", m->scope[0] ? m->scope : "/", m->cls);
+        for (int k = 0; k < n_notes; k++)
+            sb_printf(&b, "%s%s", k ? ", " : " (", notes[k]);
+        sb_puts(&b, n_notes ? ")\n" : "\n");
     }
     return sb_take(&b);
 }

@@ -57,6 +57,12 @@ void g_free(g_graph *g)
     }
     for (size_t i = 0; i < g->n_states; i++)
         free(g->states[i].name);
+    for (size_t i = 0; i < g->n_modules; i++) {
+        free(g->modules[i].scope);
+        free(g->modules[i].fqn);
+        free(g->modules[i].cls);
+    }
+    free(g->modules);
     free(g->values);
     free(g->nodes);
     free(g->inputs);

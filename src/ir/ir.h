@@ -192,6 +192,39 @@ typedef struct g_state {
     g_state_form form;
 } g_state;
 
+/* Where nodes came from: a module of the model's transformers class tree at a node-name scope,
+ * declared by the family that builds the graph (its modeling code knows its modules; nobody
+ * else guesses them from names). Formats that record provenance (torch.export's
+ * nn_module_stack and module call graph) and passes that treat a module by what it is (the
+ * quantizer and the head) read this table. A node belongs to the innermost declared module
+ * whose scope is a prefix of its name at a '/' boundary, by the leaf rule below; lowering
+ * keeps names under the node lowered, so lowered nodes stay in their module. */
+typedef enum g_module_role {
+    GM_ROLE_NONE,
+    GM_ROLE_HEAD,            /* the output projection (a causal LM's lm_head, a classifier) */
+    GM_ROLE_ROUTER,          /* a mixture of experts' gate, which picks the experts */
+    GM_ROLE_EXPERT,          /* a linear of one expert (or of all of them, stacked) */
+    GM_ROLE_PATCH_EMBED,     /* a vision tower's patch embedding */
+    GM_ROLE_COUNT
+} g_module_role;
+
+typedef struct g_module {
+    char *scope;             /* "/model/layers.0/self_attn"; "" is the root (the whole model) */
+    char *fqn;               /* its path in the model: "model.layers.0.self_attn"; "" the root */
+    char *cls;               /* transformers' (or torch's) class, fully qualified:
+                                "transformers.models.llama.modeling_llama.LlamaAttention" */
+    /* G_OP_COUNT: every node named under the scope is the module's. Otherwise a leaf module
+     * whose forward is this one op (torch's Linear, Embedding, LayerNorm, an activation): it
+     * holds only nodes of that op, and any other node named under it (a reshape of a
+     * projection's output) is its parent's, as in the parent's forward. */
+    g_op leaf_op;
+    /* an item of a ModuleList (a decoder layer): the list (the fqn up to its last '.') is a
+     * module too, and what the items read but none of them makes (rotary tables, masks) is
+     * computed before the list */
+    bool list_item;
+    g_module_role role;
+} g_module;
+
 typedef struct g_graph {
     g_value *values;
     size_t n_values, cap_values;
@@ -205,9 +238,15 @@ typedef struct g_graph {
     g_state *states;
     size_t n_states;
     char scope[256];         /* prefix for node names, e.g. "/model/layers.3/self_attn" */
+    /* the scope of the module whose forward computes what every layer shares (the masks, the
+     * rotary tables): lowerings name those nodes under it. "/model" (LlamaModel) in a causal
+     * LM; "" (the root) where the graph is the base model itself */
+    char base_scope[64];
     /* transformers' ModelOutput class whose fields the outputs are
      * ("transformers.modeling_outputs.CausalLMOutputWithPast"); static; NULL: none */
     const char *output_class;
+    g_module *modules;       /* declared by the family (g_module_add); the root first */
+    size_t n_modules, cap_modules;
     fy_err err;
     int *leaf_slots;         /* hash index of weight and constant values (graph.c) */
     size_t leaf_cap, leaf_n;
@@ -222,6 +261,22 @@ int g_fail(g_graph *g, ferry_status status, const char *fmt, ...)
 
 /* Sets the name prefix of the nodes made next (printf-style). */
 void g_scope(g_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- modules (modules.c) ---- */
+/* Declares the module at node-name scope `scope` (printf-style path; "" the root): its class,
+ * leaf op (G_OP_COUNT: not a leaf), whether it is an item of a ModuleList, and its role. The
+ * fqn is the scope with '/' read as '.'. Declaring a scope twice keeps the first. */
+void g_module_add(g_graph *g, const char *cls, g_op leaf_op, bool list_item, g_module_role role,
+                  const char *scope_fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The module declared at exactly `scope` (its first `len` bytes), or NULL. */
+const g_module *g_module_at(const g_graph *g, const char *scope, size_t len);
+/* The modules node `name` of op `op` came from, outermost first, root excluded: every declared
+ * scope along the name, by the leaf rule. Returns how many (at most `max`). */
+int g_node_modules(const g_graph *g, const char *name, g_op op, const g_module **stack, int max);
+/* The role of the module node `n` is the whole of (a linear's module), or GM_ROLE_NONE. */
+g_module_role g_node_role(const g_graph *g, const g_node *n);
+/* Copies every module of `src` into `dst` (lowering keeps them). */
+void g_modules_copy(g_graph *dst, const g_graph *src);
 
 /* ---- values (graph.c) ---- */
 int g_input(g_graph *g, const char *name, ferry_dtype dtype, int rank, const g_dim *dims);

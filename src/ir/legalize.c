@@ -1,5 +1,7 @@
 /* legalize.c — the lowering driver: rebuilds a graph for a target, lowering every node the
  * target does not take as is, round after round until all are native; then checks the result. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,6 +94,17 @@ void lw_scope_push(g_lower_ctx *c, char *saved, size_t size, const char *scope)
     g_scope(c->dst, "%s", scope);
 }
 
+void lw_shared_scope_push(g_lower_ctx *c, char *saved, size_t size, const char *fmt, ...)
+{
+    char name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    memcpy(saved, c->dst->scope, size < sizeof c->dst->scope ? size : sizeof c->dst->scope);
+    g_scope(c->dst, "%s/%s", c->src->base_scope, name);
+}
+
 void lw_scope_pop(g_lower_ctx *c, const char *saved)
 {
     g_scope(c->dst, "%s", saved);
@@ -169,6 +182,8 @@ static g_graph *round_trip(const g_graph *src, const g_target *t, int *lowered, 
         c.map[i] = G_NONE;
     c.dst->syms = src->syms;
     c.dst->output_class = src->output_class;
+    memcpy(c.dst->base_scope, src->base_scope, sizeof c.dst->base_scope);
+    g_modules_copy(c.dst, src);
     for (size_t i = 0; i < src->n_inputs; i++) {
         const g_value *x = &src->values[src->inputs[i]];
         c.map[src->inputs[i]] = g_input(c.dst, x->name, x->dtype, x->shape.rank, x->shape.d);

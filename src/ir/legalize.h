@@ -79,6 +79,11 @@ void lw_refine(g_lower_ctx *c, int dst_value, const g_node *n, int out_index);
 /* Runs `fn` with the destination scope set to `scope`, restoring it afterwards. */
 void lw_scope_push(g_lower_ctx *c, char *saved, size_t size, const char *scope);
 void lw_scope_pop(g_lower_ctx *c, const char *saved);
+/* The same, with the scope `name` (printf-style) under the graph's base scope: for what a
+ * lowering makes once for every layer (masks, rotary tables), which the base model's forward
+ * computes. */
+void lw_shared_scope_push(g_lower_ctx *c, char *saved, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* The generic lowering of a semantic op (ir/lower/); NULL for primitives. */
 g_lower_fn g_generic_lowering(g_op op);

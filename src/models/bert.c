@@ -96,7 +96,36 @@ static const enc_names DISTILBERT_NAMES = {
     .scope_up = "transformer/layer.%d/ffn", .scope_down = "transformer/layer.%d/ffn",
 };
 
+/* transformers' classes of a flavour's modules (its modeling module, then each class's name
+ * there; NULL where the flavour has no such module). */
+typedef struct enc_classes {
+    const char *module;
+    const char *model, *classifier, *embeddings, *encoder, *layer, *attention, *self_attention,
+        *self_output, *intermediate, *output, *pooler, *head;
+} enc_classes;
+
+#define BERT_LIKE(module_name, prefix)                                                      \
+    {.module = module_name, .model = prefix "Model",                                         \
+     .classifier = prefix "ForSequenceClassification", .embeddings = prefix "Embeddings",   \
+     .encoder = prefix "Encoder", .layer = prefix "Layer", .attention = prefix "Attention",    \
+     .self_attention = prefix "SelfAttention", .self_output = prefix "SelfOutput",           \
+     .intermediate = prefix "Intermediate", .output = prefix "Output",                       \
+     .pooler = prefix "Pooler", .head = prefix "ClassificationHead"}
+static const enc_classes BERT_CLASSES = BERT_LIKE("transformers.models.bert.modeling_bert",
+                                                  "Bert");
+static const enc_classes ROBERTA_CLASSES =
+    BERT_LIKE("transformers.models.roberta.modeling_roberta", "Roberta");
+static const enc_classes XLM_ROBERTA_CLASSES =
+    BERT_LIKE("transformers.models.xlm_roberta.modeling_xlm_roberta", "XLMRoberta");
+#undef BERT_LIKE
+static const enc_classes DISTILBERT_CLASSES = {
+    .module = "transformers.models.distilbert.modeling_distilbert", .model = "DistilBertModel",
+    .embeddings = "Embeddings", .encoder = "Transformer", .layer = "TransformerBlock",
+    .attention = "DistilBertSelfAttention", .intermediate = "FFN"};
+
 typedef struct enc {
+    const enc_classes *classes;
+    const char *act_class;    /* the MLP's activation module */
     enc_flavor flavor;
     enc_head head;
     const enc_names *names;
@@ -117,8 +146,11 @@ typedef struct enc {
 static const struct {
     const char *name;
     g_op op;
+    const char *cls;
 } ACTIVATIONS[] = {
-    {"gelu", G_GELU}, {"gelu_new", G_GELU_TANH}, {"gelu_pytorch_tanh", G_GELU_TANH},
+    {"gelu", G_GELU, "transformers.activations.GELUActivation"},
+    {"gelu_new", G_GELU_TANH, "transformers.activations.NewGELUActivation"},
+    {"gelu_pytorch_tanh", G_GELU_TANH, BLK_GELU_TANH_CLASS},
 };
 
 static ferry_status read_activation(const cJSON *root, const char *key, const char *origin,
@@ -130,6 +162,7 @@ static ferry_status read_activation(const cJSON *root, const char *key, const ch
     for (size_t i = 0; i < sizeof ACTIVATIONS / sizeof ACTIVATIONS[0]; i++)
         if (strcmp(act, ACTIVATIONS[i].name) == 0) {
             e->act = ACTIVATIONS[i].op;
+            e->act_class = ACTIVATIONS[i].cls;
             return FERRY_OK;
         }
     char q[64];
@@ -185,13 +218,15 @@ static ferry_status read_num_labels(const cJSON *root, const char *origin, int64
 }
 
 static ferry_status enc_read(const model_config *mc, enc_flavor flavor, enc_head head,
-                             const char *base_prefix, void **out, fy_err *err)
+                             const char *base_prefix, const enc_classes *classes, void **out,
+                             fy_err *err)
 {
     const cJSON *r = mc->text;
     const char *o = mc->text_origin;
     enc *e = calloc(1, sizeof *e);
     if (!e)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    e->classes = classes;
     e->flavor = flavor;
     e->head = head;
     e->base_prefix = base_prefix;
@@ -345,6 +380,118 @@ static void enc_scope(g_graph *g, const enc *e, const char *fmt, int l)
             e->base_prefix, rel);
 }
 
+/* Declares module `cls` of the flavour's modeling module (NULL: none) at the base model's
+ * scope `fmt` (a layer number) as enc_scope makes it. */
+static void enc_module(g_graph *g, const enc *e, const char *cls, g_op leaf_op, bool list_item,
+                       const char *fmt, int l)
+{
+    if (!cls)
+        return;
+    char rel[128], full[256];
+    snprintf(rel, sizeof rel, fmt, l);
+    snprintf(full, sizeof full, "%s.%s", e->classes->module, cls);
+    if (e->head == HEAD_BASE)
+        g_module_add(g, full, leaf_op, list_item, GM_ROLE_NONE, "%s%s", rel[0] ? "/" : "", rel);
+    else
+        g_module_add(g, full, leaf_op, list_item, GM_ROLE_NONE, "/%s%s%s", e->base_prefix,
+                     rel[0] ? "/" : "", rel);
+}
+
+/* A torch module of the base model at scope `fmt` (a layer number). */
+static void enc_torch_module(g_graph *g, const enc *e, const char *cls, g_op leaf_op,
+                             const char *fmt, int l)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, fmt, l);
+    if (e->head == HEAD_BASE)
+        g_module_add(g, cls, leaf_op, false, GM_ROLE_NONE, "/%s", rel);
+    else
+        g_module_add(g, cls, leaf_op, false, GM_ROLE_NONE, "/%s/%s", e->base_prefix, rel);
+}
+
+#define LAYER_NORM_CLASS "torch.nn.modules.normalization.LayerNorm"
+
+/* The modules transformers' forward runs, at the scopes enc_build names its nodes under (its
+ * dropouts, the identity at inference, make no nodes). */
+static void declare_modules(g_graph *g, const enc *e)
+{
+    const enc_classes *c = e->classes;
+    const enc_names *n = e->names;
+    bool distil = e->flavor == ENC_DISTILBERT;
+    char full[256];
+    if (e->head != HEAD_BASE) {
+        snprintf(full, sizeof full, "%s.%s", c->module, c->classifier);
+        g_module_add(g, full, G_OP_COUNT, false, GM_ROLE_NONE, "%s", "");
+    }
+    enc_module(g, e, c->model, G_OP_COUNT, false, "", 0);
+    enc_module(g, e, c->embeddings, G_OP_COUNT, false, "embeddings", 0);
+    enc_torch_module(g, e, BLK_EMBEDDING_CLASS, G_EMBEDDING, "embeddings/word_embeddings", 0);
+    enc_torch_module(g, e, BLK_EMBEDDING_CLASS, G_EMBEDDING, "embeddings/position_embeddings",
+                     0);
+    if (e->type_vocab > 0)
+        enc_torch_module(g, e, BLK_EMBEDDING_CLASS, G_EMBEDDING,
+                         "embeddings/token_type_embeddings", 0);
+    enc_torch_module(g, e, LAYER_NORM_CLASS, G_LAYER_NORM, "embeddings/LayerNorm", 0);
+    enc_module(g, e, c->encoder, G_OP_COUNT, false, distil ? "transformer" : "encoder", 0);
+    for (int l = 0; l < e->n_layers; l++) {
+        enc_module(g, e, c->layer, G_OP_COUNT, true, n->scope_layer, l);
+        char scope[128];
+        const char *const linears[2][4] = {{"query", "key", "value", NULL},
+                                           {"q_lin", "k_lin", "v_lin", "out_lin"}};
+        if (distil) {
+            enc_module(g, e, c->attention, G_OP_COUNT, false, n->scope_attn, l);
+            enc_torch_module(g, e, LAYER_NORM_CLASS, G_LAYER_NORM,
+                             "transformer/layer.%d/sa_layer_norm", l);
+            enc_module(g, e, c->intermediate, G_OP_COUNT, false, n->scope_up, l);
+            enc_torch_module(g, e, BLK_LINEAR_CLASS, G_LINEAR, "transformer/layer.%d/ffn/lin1",
+                             l);
+            enc_torch_module(g, e, BLK_LINEAR_CLASS, G_LINEAR, "transformer/layer.%d/ffn/lin2",
+                             l);
+            enc_torch_module(g, e, e->act_class, e->act, "transformer/layer.%d/ffn/activation",
+                             l);
+            enc_torch_module(g, e, LAYER_NORM_CLASS, G_LAYER_NORM,
+                             "transformer/layer.%d/output_layer_norm", l);
+        } else {
+            enc_module(g, e, c->attention, G_OP_COUNT, false, "encoder/layer.%d/attention", l);
+            enc_module(g, e, c->self_attention, G_OP_COUNT, false, n->scope_attn, l);
+            enc_module(g, e, c->self_output, G_OP_COUNT, false, n->scope_attn_out, l);
+            enc_torch_module(g, e, BLK_LINEAR_CLASS, G_LINEAR,
+                             "encoder/layer.%d/attention/output/dense", l);
+            enc_torch_module(g, e, LAYER_NORM_CLASS, G_LAYER_NORM,
+                             "encoder/layer.%d/attention/output/LayerNorm", l);
+            enc_module(g, e, c->intermediate, G_OP_COUNT, false, n->scope_up, l);
+            enc_torch_module(g, e, BLK_LINEAR_CLASS, G_LINEAR,
+                             "encoder/layer.%d/intermediate/dense", l);
+            enc_torch_module(g, e, e->act_class, e->act,
+                             "encoder/layer.%d/intermediate/intermediate_act_fn", l);
+            enc_module(g, e, c->output, G_OP_COUNT, false, n->scope_down, l);
+            enc_torch_module(g, e, BLK_LINEAR_CLASS, G_LINEAR, "encoder/layer.%d/output/dense",
+                             l);
+            enc_torch_module(g, e, LAYER_NORM_CLASS, G_LAYER_NORM,
+                             "encoder/layer.%d/output/LayerNorm", l);
+        }
+        for (int k = 0; k < 4 && linears[distil][k]; k++) {
+            snprintf(scope, sizeof scope, "%s/%s", n->scope_attn, linears[distil][k]);
+            enc_torch_module(g, e, BLK_LINEAR_CLASS, G_LINEAR, scope, l);
+        }
+    }
+    if (e->pooler) {
+        enc_module(g, e, c->pooler, G_OP_COUNT, false, "pooler", 0);
+        enc_torch_module(g, e, BLK_LINEAR_CLASS, G_LINEAR, "pooler/dense", 0);
+        enc_torch_module(g, e, "torch.nn.modules.activation.Tanh", G_TANH, "pooler/activation",
+                         0);
+    }
+    if (e->head == HEAD_BERT_CLASSIFIER) {
+        g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_HEAD, "/classifier");
+    } else if (e->head == HEAD_ROBERTA_CLASSIFIER) {
+        snprintf(full, sizeof full, "%s.%s", c->module, c->head);
+        g_module_add(g, full, G_OP_COUNT, false, GM_ROLE_NONE, "/classifier");
+        g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_NONE, "/classifier/dense");
+        g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_HEAD,
+                     "/classifier/out_proj");
+    }
+}
+
 /* Positions 0 .. s - 1 as one row [1, s]: transformers' position_ids buffer, whose one row of
  * the table is added to every sequence of the batch by broadcasting. */
 static int positions_row(g_graph *g, int shape, const g_dim *bs)
@@ -409,6 +556,10 @@ static ferry_status enc_build(const void *hparams, ckpt *ck, const model_io *io,
     if (err->status != FERRY_OK)
         return err->status;
 
+    declare_modules(g, e);
+    /* the base model computes the mask: the root of a base model, its module in a head's */
+    snprintf(g->base_scope, sizeof g->base_scope, "%s%s", e->head == HEAD_BASE ? "" : "/",
+             e->head == HEAD_BASE ? "" : e->base_prefix);
     enc_scope(g, e, "embeddings", 0);
     int shape = g_shape_of(g, "input_shape", ids, 0, G_END);
     int x = g_embedding(g, "word_embeddings", word, ids);
@@ -457,9 +608,11 @@ static ferry_status enc_build(const void *hparams, ckpt *ck, const model_io *io,
         x = g_skip_layer_norm(g, e->flavor == ENC_DISTILBERT ? "sa_layer_norm" : "LayerNorm",
                               a, x, w.attn_w, w.attn_b, e->eps, NULL);
         enc_scope(g, e, n->scope_up, l);
-        int f = g_unary(g, e->act, "act", g_linear(g, e->flavor == ENC_DISTILBERT ? "lin1"
-                                                                                  : "dense",
-                                                   x, w.up, w.up_b));
+        /* the activation under transformers' attribute name, which is its module's */
+        int f = g_unary(g, e->act, e->flavor == ENC_DISTILBERT ? "activation"
+                                                                : "intermediate_act_fn",
+                        g_linear(g, e->flavor == ENC_DISTILBERT ? "lin1" : "dense", x, w.up,
+                                 w.up_b));
         enc_scope(g, e, n->scope_down, l);
         f = g_linear(g, e->flavor == ENC_DISTILBERT ? "lin2" : "dense", f, w.down, w.down_b);
         if (e->flavor == ENC_DISTILBERT)
@@ -537,16 +690,18 @@ static const model_input DISTILBERT_INPUTS[] = {
     {"attention_mask", 2, {"batch", "sequence"}},
 };
 
-#define READER(fn, flavor, head, prefix)                                                    \
+#define READER(fn, flavor, head, prefix, classes)                                           \
     static ferry_status fn(const model_config *cfg, void **out, fy_err *err)                \
     {                                                                                       \
-        return enc_read(cfg, flavor, head, prefix, out, err);                               \
+        return enc_read(cfg, flavor, head, prefix, &classes, out, err);                     \
     }
-READER(bert_read, ENC_BERT, HEAD_BASE, "bert")
-READER(bert_classifier_read, ENC_BERT, HEAD_BERT_CLASSIFIER, "bert")
-READER(roberta_read, ENC_ROBERTA, HEAD_BASE, "roberta")
-READER(roberta_classifier_read, ENC_ROBERTA, HEAD_ROBERTA_CLASSIFIER, "roberta")
-READER(distilbert_read, ENC_DISTILBERT, HEAD_BASE, "distilbert")
+READER(bert_read, ENC_BERT, HEAD_BASE, "bert", BERT_CLASSES)
+READER(bert_classifier_read, ENC_BERT, HEAD_BERT_CLASSIFIER, "bert", BERT_CLASSES)
+READER(roberta_read, ENC_ROBERTA, HEAD_BASE, "roberta", ROBERTA_CLASSES)
+READER(roberta_classifier_read, ENC_ROBERTA, HEAD_ROBERTA_CLASSIFIER, "roberta",
+       ROBERTA_CLASSES)
+READER(xlm_roberta_read, ENC_ROBERTA, HEAD_BASE, "roberta", XLM_ROBERTA_CLASSES)
+READER(distilbert_read, ENC_DISTILBERT, HEAD_BASE, "distilbert", DISTILBERT_CLASSES)
 #undef READER
 
 #define ENCODER(arch_name, type, reader, out_class, ins)                                    \
@@ -565,7 +720,7 @@ const model_arch model_roberta = ENCODER("RobertaModel", "roberta", roberta_read
 const model_arch model_roberta_classifier =
     ENCODER("RobertaForSequenceClassification", "roberta", roberta_classifier_read,
             CLASSIFIER_OUTPUT, BERT_INPUTS);
-const model_arch model_xlm_roberta = ENCODER("XLMRobertaModel", "xlm-roberta", roberta_read,
+const model_arch model_xlm_roberta = ENCODER("XLMRobertaModel", "xlm-roberta", xlm_roberta_read,
                                              BASE_OUTPUT_POOLING, BERT_INPUTS);
 const model_arch model_distilbert = ENCODER("DistilBertModel", "distilbert", distilbert_read,
                                             BASE_OUTPUT, DISTILBERT_INPUTS);

@@ -179,10 +179,45 @@ static void cache_outputs(g_graph *g, const model_io *io, int l, int pk, int pv,
     g_state_add(g, state, GS_LENGTH, l, pos, next, true);
 }
 
+void blk_class(const blk_lm *lm, const char *suffix, char *out, size_t size)
+{
+    const char *t = lm->family->model_type;
+    snprintf(out, size, "transformers.models.%s.modeling_%s.%s%s", t, t, lm->family->prefix,
+             suffix);
+}
+
+/* Declares a torch.nn.Linear at `scope` (printf-style, one layer number). */
+static void linear_module(g_graph *g, const char *scope, int l)
+{
+    char path[128];
+    snprintf(path, sizeof path, scope, l);
+    g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_NONE, "%s", path);
+}
+
+void blk_norm_module(g_graph *g, const blk_lm *lm, const char *scope)
+{
+    char cls[256];
+    blk_class(lm, "RMSNorm", cls, sizeof cls);
+    g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "%s", scope);
+}
+
 int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x,
                   const blk_inputs *in)
 {
     const model_io *io = in->io;
+    char cls[256], scope[96];
+    blk_class(lm, "Attention", cls, sizeof cls);
+    g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "/model/layers.%d/self_attn", l);
+    linear_module(g, "/model/layers.%d/self_attn/q_proj", l);
+    linear_module(g, "/model/layers.%d/self_attn/k_proj", l);
+    linear_module(g, "/model/layers.%d/self_attn/v_proj", l);
+    linear_module(g, "/model/layers.%d/self_attn/o_proj", l);
+    if (lm->qk_norm) {
+        snprintf(scope, sizeof scope, "/model/layers.%d/self_attn/q_norm", l);
+        blk_norm_module(g, lm, scope);
+        snprintf(scope, sizeof scope, "/model/layers.%d/self_attn/k_norm", l);
+        blk_norm_module(g, lm, scope);
+    }
     g_scope(g, "/model/layers.%d/self_attn", l);
     int q = split_heads(g, "q_proj/Reshape", g_linear(g, "q_proj", x, w->q, w->q_b), lm->n_heads,
                         lm->head_dim);
@@ -214,6 +249,13 @@ int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x
 
 int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x)
 {
+    char cls[256];
+    blk_class(lm, "MLP", cls, sizeof cls);
+    g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "/model/layers.%d/mlp", l);
+    linear_module(g, "/model/layers.%d/mlp/gate_proj", l);
+    linear_module(g, "/model/layers.%d/mlp/up_proj", l);
+    linear_module(g, "/model/layers.%d/mlp/down_proj", l);
+    g_module_add(g, lm->act_class, lm->act, false, GM_ROLE_NONE, "/model/layers.%d/mlp/act_fn", l);
     g_scope(g, "/model/layers.%d/mlp", l);
     int gate = g_unary(g, lm->act, "act_fn", g_linear(g, "gate_proj", x, w->gate, w->gate_b));
     int up = g_linear(g, "up_proj", x, w->up, w->up_b);

@@ -24,11 +24,28 @@ typedef struct blk_names {
 /* transformers' Llama names ("model.layers.%d.self_attn.q_proj.weight", ...). */
 extern const blk_names blk_llama_names;
 
+/* torch's module classes the families' modules are made of */
+#define BLK_LINEAR_CLASS "torch.nn.modules.linear.Linear"
+#define BLK_EMBEDDING_CLASS "torch.nn.modules.sparse.Embedding"
+
 /* ACT2FN["gelu_pytorch_tanh"]: what Gemma makes of its legacy "gelu" too. */
 #define BLK_GELU_TANH_CLASS "transformers.activations.GELUTanh"
 
+struct blk_lm;
+
+/* A decoder family of the standard shape as transformers names it, and what it sets over the
+ * generic config reading. */
+typedef struct blk_family {
+    const char *model_type;  /* "llama": its modeling module, transformers.models.llama.modeling_llama */
+    const char *prefix;      /* "Llama": its classes' (LlamaModel, LlamaDecoderLayer, ...) */
+    const char *genai_type;  /* onnxruntime-genai's model type ("llama"); NULL: it has none */
+    /* biases, q/k norm, windows, ...: what the family adds (may be NULL) */
+    void (*quirks)(const lm_config *c, struct blk_lm *lm);
+} blk_family;
+
 /* A decoder language model of the standard shape. */
 typedef struct blk_lm {
+    const blk_family *family;
     int64_t n_layers, hidden, n_heads, n_kv_heads, head_dim, intermediate, vocab;
     int64_t max_position_embeddings;
     double eps;
@@ -94,12 +111,19 @@ int blk_like_ids(g_graph *g, int v, const g_dim *bs);
 /* Positions arange(sequence) in every row (LlamaModel's and BertEmbeddings' default). */
 int blk_positions_from_zero(g_graph *g, int shape, const g_dim *bs);
 
+/* The family's class `suffix` ("Attention" -> "transformers.models.llama.modeling_llama.
+ * LlamaAttention"). */
+void blk_class(const blk_lm *lm, const char *suffix, char *out, size_t size);
+/* Declares the family's RMSNorm module at node-name scope `scope`. */
+void blk_norm_module(g_graph *g, const blk_lm *lm, const char *scope);
+
 /* Layer l's attention on x [b, s, hidden] -> [b, s, hidden] (after o_proj): q/k/v projections,
- * q/k norms, rope, and the cache the io asks for (its inputs, outputs and states). */
+ * q/k norms, rope, and the cache the io asks for (its inputs, outputs and states). Declares its
+ * modules (the attention, its projections and norms). */
 int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x,
                   const blk_inputs *in);
 
-/* Layer l's gated MLP: down(act(gate(x)) * up(x)). */
+/* Layer l's gated MLP: down(act(gate(x)) * up(x)); declares its modules. */
 int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x);
 
 /* The forward graph of a standard decoder LM for `io`. */
@@ -107,12 +131,12 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
                           fy_err *err);
 
 /* model_arch hooks for a family of the standard shape: read = lm_config + blk_lm_from_config,
- * then `quirks` sets what the family adds (biases, q/k norm, windows on every layer). */
-ferry_status blk_lm_read(const model_config *cfg, void (*quirks)(const lm_config *c, blk_lm *lm),
-                         void **out, fy_err *err);
+ * then the family's quirks set what it adds (biases, q/k norm, windows on every layer). */
+ferry_status blk_lm_read(const model_config *cfg, const blk_family *family, void **out,
+                         fy_err *err);
 void blk_lm_destroy(void *lm);
-/* model_arch.module_classes of every blk_lm family. */
-void blk_lm_module_classes(const void *lm, model_module_classes *out);
+/* model_arch.describe of every blk_lm family. */
+void blk_lm_describe(const void *lm, model_hparams *out);
 /* Settles lm->tie_embeddings against the checkpoint as transformers 5.x does when it loads one
  * (PreTrainedModel.tie_weights during from_pretrained):
  *   tie_word_embeddings true: the head absent -> tie to the embedding; the embedding absent but

@@ -104,6 +104,38 @@ void blk_lm_free(blk_lm *lm)
     lm->rope = NULL;
 }
 
+/* The modules outside the attention and MLP blocks: the model, its embedding, rotary
+ * embedding, layers with their norms, final norm and head. */
+static void declare_modules(g_graph *g, const blk_lm *lm)
+{
+    char cls[256], scope[96];
+    blk_class(lm, "ForCausalLM", cls, sizeof cls);
+    g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "%s", "");
+    blk_class(lm, "Model", cls, sizeof cls);
+    g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "/model");
+    if (lm->embed_scale != 0.0) { /* the scaling is the embedding module's own */
+        const char *t = lm->family->model_type;
+        snprintf(cls, sizeof cls, "transformers.models.%s.modeling_%s.%s", t, t,
+                 lm->scaled_embedding_class);
+        g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "/model/embed_tokens");
+    } else {
+        g_module_add(g, BLK_EMBEDDING_CLASS, G_EMBEDDING, false, GM_ROLE_NONE,
+                     "/model/embed_tokens");
+    }
+    blk_class(lm, "RotaryEmbedding", cls, sizeof cls);
+    g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "/model/rotary_emb");
+    blk_class(lm, "DecoderLayer", cls, sizeof cls);
+    for (int l = 0; l < lm->n_layers; l++) {
+        g_module_add(g, cls, G_OP_COUNT, true, GM_ROLE_NONE, "/model/layers.%d", l);
+        snprintf(scope, sizeof scope, "/model/layers.%d/input_layernorm", l);
+        blk_norm_module(g, lm, scope);
+        snprintf(scope, sizeof scope, "/model/layers.%d/post_attention_layernorm", l);
+        blk_norm_module(g, lm, scope);
+    }
+    blk_norm_module(g, lm, "/model/norm");
+    g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_HEAD, "/lm_head");
+}
+
 ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
                           fy_err *err)
 {
@@ -126,6 +158,8 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
         ckpt_take(ck, lm->tied_twin); /* same bytes as the tensor read: used through the tie */
     }
 
+    declare_modules(g, lm);
+    snprintf(g->base_scope, sizeof g->base_scope, "/model");
     g_scope(g, "/model/embed_tokens");
     int h = g_embedding(g, "embedding", embed, in.ids);
     if (lm->embed_scale != 0.0) /* sqrt(hidden), rounded to the compute dtype as transformers */
@@ -169,8 +203,8 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
     return FERRY_OK;
 }
 
-ferry_status blk_lm_read(const model_config *cfg, void (*quirks)(const lm_config *c, blk_lm *lm),
-                         void **out, fy_err *err)
+ferry_status blk_lm_read(const model_config *cfg, const blk_family *family, void **out,
+                         fy_err *err)
 {
     lm_config c;
     *out = NULL;
@@ -180,8 +214,9 @@ ferry_status blk_lm_read(const model_config *cfg, void (*quirks)(const lm_config
     ferry_status st = lm_config_read(cfg, &c, err);
     if (st == FERRY_OK) {
         st = blk_lm_from_config(&c, cfg->text_origin, cfg->architecture, lm, err);
-        if (st == FERRY_OK && quirks)
-            quirks(&c, lm);
+        lm->family = family;
+        if (st == FERRY_OK && family->quirks)
+            family->quirks(&c, lm);
         if (st == FERRY_OK && lm->rope[0].rotary_dim != lm->head_dim && !lm->allow_partial_rotary)
             st = fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not "
                          "supported for %s (supported: 1.0)", cfg->text_origin,
@@ -204,11 +239,14 @@ void blk_lm_destroy(void *lm)
     free(lm);
 }
 
-void blk_lm_module_classes(const void *hparams, model_module_classes *out)
+void blk_lm_describe(const void *hparams, model_hparams *out)
 {
     const blk_lm *lm = hparams;
-    out->activation = lm->act_class;
-    out->scaled_embedding = lm->embed_scale != 0.0 ? lm->scaled_embedding_class : NULL;
+    *out = (model_hparams){.genai_type = lm->family->genai_type, .vocab_size = lm->vocab,
+                           .hidden_size = lm->hidden, .intermediate_size = lm->intermediate,
+                           .num_layers = lm->n_layers, .num_heads = lm->n_heads,
+                           .num_kv_heads = lm->n_kv_heads, .head_dim = lm->head_dim,
+                           .context_length = lm->max_position_embeddings, .norm_eps = lm->eps};
 }
 
 ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const model_io *io, g_graph *g,

@@ -23,6 +23,10 @@ static void gemma_quirks(const lm_config *c, blk_lm *lm)
     lm->o_bias = c->attention_bias;
 }
 
+static const blk_family GEMMA = {
+    .model_type = "gemma", .prefix = "Gemma", .genai_type = "gemma", .quirks = gemma_quirks,
+};
+
 static ferry_status gemma_read(const model_config *cfg, void **out, fy_err *err)
 {
     /* transformers' Gemma attends both ways with it (it was exported causal) */
@@ -35,7 +39,7 @@ static ferry_status gemma_read(const model_config *cfg, void **out, fy_err *err)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: use_bidirectional_attention true is not "
                        "supported (ferry exports GemmaForCausalLM as a causal decoder)",
                        cfg->text_origin);
-    return blk_lm_read(cfg, gemma_quirks, out, err);
+    return blk_lm_read(cfg, &GEMMA, out, err);
 }
 
 const model_arch model_gemma = {
@@ -43,5 +47,5 @@ const model_arch model_gemma = {
     .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = gemma_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .module_classes = blk_lm_module_classes,
+    .describe = blk_lm_describe,
 };

@@ -10,9 +10,13 @@ static void llama_quirks(const lm_config *c, blk_lm *lm)
     lm->mlp_bias = c->mlp_bias;
 }
 
+static const blk_family LLAMA = {
+    .model_type = "llama", .prefix = "Llama", .genai_type = "llama", .quirks = llama_quirks,
+};
+
 static ferry_status llama_read(const model_config *cfg, void **out, fy_err *err)
 {
-    return blk_lm_read(cfg, llama_quirks, out, err);
+    return blk_lm_read(cfg, &LLAMA, out, err);
 }
 
 const model_arch model_llama = {
@@ -20,5 +24,5 @@ const model_arch model_llama = {
     .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = llama_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .module_classes = blk_lm_module_classes,
+    .describe = blk_lm_describe,
 };

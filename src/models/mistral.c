@@ -8,9 +8,13 @@ static void mistral_quirks(const lm_config *c, blk_lm *lm)
         lm->window[i] = c->sliding_window;
 }
 
+static const blk_family MISTRAL = {
+    .model_type = "mistral", .prefix = "Mistral", .genai_type = "mistral", .quirks = mistral_quirks,
+};
+
 static ferry_status mistral_read(const model_config *cfg, void **out, fy_err *err)
 {
-    return blk_lm_read(cfg, mistral_quirks, out, err);
+    return blk_lm_read(cfg, &MISTRAL, out, err);
 }
 
 const model_arch model_mistral = {
@@ -18,5 +22,5 @@ const model_arch model_mistral = {
     .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = mistral_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .module_classes = blk_lm_module_classes,
+    .describe = blk_lm_describe,
 };

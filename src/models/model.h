@@ -56,13 +56,16 @@ typedef struct model_input {
     const char *axes[4];
 } model_input;
 
-/* What transformers makes of a checkpoint's modules where it depends on the config. */
-typedef struct model_module_classes {
-    const char *activation;       /* act_fn: "transformers.activations.SiLUActivation" */
-    const char *scaled_embedding; /* embed_tokens when it scales its output, a class of the
-                                     family's modeling module ("GemmaTextScaledWordEmbedding");
-                                     NULL: torch's Embedding */
-} model_module_classes;
+/* A model's hyperparameters as readers outside its graph need them (onnxruntime-genai's
+ * genai_config.json; later a GGUF writer), given by the family from what it read. 0 or NULL:
+ * the family has none. */
+typedef struct model_hparams {
+    const char *genai_type;       /* onnxruntime-genai's model type ("llama") */
+    int64_t vocab_size, hidden_size, intermediate_size;
+    int64_t num_layers, num_heads, num_kv_heads, head_dim;
+    int64_t context_length;       /* max_position_embeddings */
+    double norm_eps;
+} model_hparams;
 
 /* The components one export may have (prefill and decode today; an encoder, a vision encoder,
  * a language model and a head tomorrow): the one limit every stage plans, builds, writes and
@@ -85,8 +88,10 @@ typedef struct model_arch {
      * bytes) receives "" or one line for the user. */
     ferry_status (*bind)(void *hparams, const ckpt *ck, char *warning, size_t size,
                          fy_err *err);
-    /* Builds the component's forward graph into `g`, taking weights from `ck`. Missing weights
-     * and shapes that contradict the config are errors naming the tensor. */
+    /* Builds the component's forward graph into `g`, taking weights from `ck`, and declares
+     * the transformers module each node scope is (g_module_add: the root, then every module
+     * the graph's nodes are named under). Missing weights and shapes that contradict the
+     * config are errors naming the tensor. */
     ferry_status (*build)(const void *hparams, ckpt *ck, const model_io *io, g_graph *g,
                           fy_err *err);
     const model_input *inputs;      /* the plain forward's inputs */
@@ -99,9 +104,8 @@ typedef struct model_arch {
      * the table. */
     int64_t (*max_sequence)(const void *hparams);
     bool generation;                /* the KV-cache graphs are verified for this family */
-    /* The transformers classes of the modules that differ within the family, for formats that
-     * record where each node came from (torch.export's nn_module_stack); may be NULL. */
-    void (*module_classes)(const void *hparams, model_module_classes *out);
+    /* Fills the hyperparameters record; may be NULL (then it is all zeros). */
+    void (*describe)(const void *hparams, model_hparams *out);
 } model_arch;
 
 const model_arch *model_find(const char *architecture);

@@ -10,9 +10,13 @@ static void qwen2_quirks(const lm_config *c, blk_lm *lm)
     lm->qkv_bias = true;
 }
 
+static const blk_family QWEN2 = {
+    .model_type = "qwen2", .prefix = "Qwen2", .genai_type = "qwen2", .quirks = qwen2_quirks,
+};
+
 static ferry_status qwen2_read(const model_config *cfg, void **out, fy_err *err)
 {
-    return blk_lm_read(cfg, qwen2_quirks, out, err);
+    return blk_lm_read(cfg, &QWEN2, out, err);
 }
 
 const model_arch model_qwen2 = {
@@ -20,5 +24,5 @@ const model_arch model_qwen2 = {
     .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = qwen2_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .module_classes = blk_lm_module_classes,
+    .describe = blk_lm_describe,
 };

@@ -11,9 +11,13 @@ static void qwen3_quirks(const lm_config *c, blk_lm *lm)
     lm->o_bias = c->attention_bias;
 }
 
+static const blk_family QWEN3 = {
+    .model_type = "qwen3", .prefix = "Qwen3", .genai_type = "qwen3", .quirks = qwen3_quirks,
+};
+
 static ferry_status qwen3_read(const model_config *cfg, void **out, fy_err *err)
 {
-    return blk_lm_read(cfg, qwen3_quirks, out, err);
+    return blk_lm_read(cfg, &QWEN3, out, err);
 }
 
 const model_arch model_qwen3 = {
@@ -21,5 +25,5 @@ const model_arch model_qwen3 = {
     .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = qwen3_read,
     .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .module_classes = blk_lm_module_classes,
+    .describe = blk_lm_describe,
 };

@@ -42,19 +42,14 @@ ferry_status q_check_config(ferry_quantizer *q, ferry_dtype dtype, fy_err *err)
     return FERRY_OK;
 }
 
-static bool is_lm_head(const g_node *n)
-{
-    const char *slash = strrchr(n->name, '/');
-    return !strcmp(slash ? slash + 1 : n->name, "lm_head");
-}
-
-/* Input k of `n` is a weight the quantizer takes. */
-static bool wanted(const g_node *n, int k, const ferry_quantizer *q)
+/* Input k of `n` is a weight the quantizer takes. The head is the linear the family declared
+ * as its module of role head (a causal LM's lm_head, a classifier). */
+static bool wanted(const g_graph *g, const g_node *n, int k, const ferry_quantizer *q)
 {
     if (n->dead)
         return false;
     if (n->op == G_LINEAR)
-        return k == 1 && (q->lm_head || !is_lm_head(n));
+        return k == 1 && (q->lm_head || g_node_role(g, n) != GM_ROLE_HEAD);
     if (n->op == G_EMBEDDING)
         return k == 0 && q->embeddings;
     return false;
@@ -100,7 +95,7 @@ ferry_status q_apply(g_graph *g, const ferry_quantizer *q, fy_err *err)
             continue;
         for (int k = 0; k < n->n_in; k++) {
             int v = n->in[k];
-            if (v != G_NONE && g->values[v].kind == GV_WEIGHT && !wanted(n, k, q))
+            if (v != G_NONE && g->values[v].kind == GV_WEIGHT && !wanted(g, n, k, q))
                 keep[v]++;
         }
     }
@@ -109,7 +104,7 @@ ferry_status q_apply(g_graph *g, const ferry_quantizer *q, fy_err *err)
         g_node *n = &g->nodes[i];
         for (int k = 0; k < n->n_in && st == FERRY_OK; k++) {
             int v = n->in[k];
-            if (v == G_NONE || g->values[v].kind != GV_WEIGHT || !wanted(n, k, q))
+            if (v == G_NONE || g->values[v].kind != GV_WEIGHT || !wanted(g, n, k, q))
                 continue;
             if (twin[v] == G_NONE) {
                 g_weight recipe;

@@ -15,7 +15,8 @@
  * default. Errors name the option. */
 ferry_status q_check_config(ferry_quantizer *q, ferry_dtype dtype, fy_err *err);
 
-/* Quantizes the weights of every linear (the one named "lm_head" only when q->lm_head) and,
+/* Quantizes the weights of every linear (the model's head, the linear its family declared of
+ * role head, only when q->lm_head: a causal LM's lm_head, a classifier's output) and,
  * when q->embeddings, the embedding tables. A weight read both by something quantized and by
  * something not (a tied table when only the head is quantized) is stored twice: the float
  * value keeps its name and the quantized one gets "_q4" / "_q8" appended. Rows need not divide

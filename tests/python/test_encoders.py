@@ -398,3 +398,64 @@ def test_openvino_outputs_keep_their_declared_names(tmp_path):
     got = ferry.ExportedModel.from_pretrained(out)(**feeds)
     assert set(got.keys()) == {"last_hidden_state", "pooler_output"}, list(got.keys())
     assert_close(got, eager(ckpt, feeds), feeds["attention_mask"], "openvino names")
+
+
+def _module_classes(program):
+    """{module fqn: class} over every node's nn_module_stack."""
+    return {fqn: cls for n in program.graph.nodes
+            for fqn, cls in (n.meta.get("nn_module_stack") or {}).values()}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_pt2_module_stack_matches_torch_export(checkpoints, tmp_path, family):
+    """Each node records the modules the family declared it came from, as torch.export records
+    them for the same checkpoint (its dropouts, the identity at inference, make no node here);
+    each aten.linear sits in the Linear whose weight it reads, and unflatten rebuilds the
+    tree, which runs to the program's own outputs."""
+    import transformers
+
+    out = ferry_export(checkpoints[family], tmp_path / "out", "--dynamic", "--format", "pt2",
+                       "--quiet")
+    program = torch.export.load(str(out / "model.pt2"))
+    config = transformers.AutoConfig.from_pretrained(checkpoints[family])
+    auto = transformers.AutoModelForSequenceClassification if "Classification" in \
+        config.architectures[0] else transformers.AutoModel
+    model = auto.from_pretrained(checkpoints[family]).eval()
+    feeds = {k: torch.from_numpy(v) for k, v in feeds_for(family, 3, 7).items()}
+    traced = torch.export.export(model, (), feeds)
+    want = {fqn: cls for fqn, cls in _module_classes(traced).items()
+            if cls != "torch.nn.modules.dropout.Dropout"}
+    assert _module_classes(program) == want
+    calls = [e.fqn for e in program.module_call_graph]
+    assert calls[0] == "" and set(calls[1:]) == set(want) - {""} | {
+        fqn for fqn in (e.fqn for e in traced.module_call_graph) if fqn.endswith(".layer")}
+    signature = program.graph_signature.inputs_to_parameters
+    linears = 0
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.target == torch.ops.aten.linear.default:
+            fqn, cls = list(node.meta["nn_module_stack"].values())[-1]
+            assert cls == "torch.nn.modules.linear.Linear", node.name
+            assert signature[node.args[1].name] == f"{fqn}.weight", (node.name, fqn)
+            linears += 1
+    assert linears >= 6 * SMALL["num_hidden_layers"]
+    tree = torch.export.unflatten(program)
+    want_out, got_out = program.module()(**feeds), tree(**feeds)
+    for name in want_out:
+        assert torch.equal(want_out[name], got_out[name]), name
+
+
+@pytest.mark.parametrize("family,head", [("bert-classifier", "classifier.weight"),
+                                         ("roberta-classifier", "classifier.out_proj.weight")])
+def test_float_head_keeps_the_classifier_float(checkpoints, tmp_path, family, head):
+    """--float-lm-head keeps the model's head float: the linear its family declares as the head
+    (a classifier's output layer), whatever it is named; every other linear is quantized."""
+    import onnx
+
+    out = ferry_export(checkpoints[family], tmp_path / "out", "--dynamic", "--quantize", "int8",
+                       "--float-lm-head", "--quiet")
+    graph = onnx.load(out / "model.onnx", load_external_data=False).graph
+    floats = {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
+    quantized = {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.UINT8}
+    assert head in floats, sorted(floats)
+    assert not any(name.startswith(head.rsplit(".", 1)[0]) for name in quantized), quantized
+    assert any("attention.self.query" in name for name in quantized), sorted(quantized)

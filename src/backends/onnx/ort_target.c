@@ -497,7 +497,7 @@ static int key_padding_mask(g_lower_ctx *c, int mask)
             return c->memo[i].out_a;
     g_graph *g = c->dst;
     char saved[sizeof g->scope];
-    lw_scope_push(c, saved, sizeof saved, "/model/padding_mask");
+    lw_shared_scope_push(c, saved, sizeof saved, "padding_mask");
     int m = g_cast(g, "Cast", mask, FERRY_I32);
     lw_scope_pop(c, saved);
     if (m != G_NONE)

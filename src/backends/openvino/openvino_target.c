@@ -115,9 +115,9 @@ static int window_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
             c->memo[i].key == key)
             return c->memo[i].out_a;
     int causal = lw_attention_mask(c, mask, q, G_NONE, G_MASK_CAUSAL, 0); /* [b, 1, 1, s, t] */
-    char saved[sizeof g->scope], scope[96];
-    snprintf(scope, sizeof scope, "/model/sliding_bias_%lld", (long long)o->sliding_window);
-    lw_scope_push(c, saved, sizeof saved, scope);
+    char saved[sizeof g->scope];
+    lw_shared_scope_push(c, saved, sizeof saved, "sliding_bias_%lld",
+                         (long long)o->sliding_window);
     const g_shape *qs = &c->src->values[n->in[0]].shape, *ms = &c->src->values[n->in[3]].shape;
     g_shape s4 = {.rank = 4, .d = {qs->d[0], g_dim_const(1), qs->d[1], ms->d[1]}};
     int m4 = g_reshape(g, "Reshape_mask", causal, 4, s4.d);

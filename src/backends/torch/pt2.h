@@ -18,19 +18,20 @@ typedef struct pt2_program {
     size_t n_params, n_buffers, cap_params, cap_buffers;
 } pt2_program;
 
-/* Prints lowered graph `g` as an ExportedProgram (torch's serialized schema 8); with `classes`
- * (may be NULL) each node records the transformers modules it came from (pt2_modules.c). The
+/* Prints lowered graph `g` as an ExportedProgram (torch's serialized schema 8); each node
+ * records the transformers modules it came from, from the graph's module table
+ * (pt2_modules.c; none where the graph declares none). The
  * program returns a dict of its outputs, or with `model_output` transformers'
  * CausalLMOutputWithPast of them. `g` gains nothing; its unknown dims must have been refined
  * (pt_refine_shapes). */
-ferry_status pt2_print_program(g_graph *g, const be_module_classes *classes, bool model_output,
-                               pt2_program *out, fy_err *err);
+ferry_status pt2_print_program(g_graph *g, bool model_output, pt2_program *out, fy_err *err);
 void pt2_program_free(pt2_program *prog);
 
-/* The embedding weight a tied lm_head node `n` of `g` reads (transformers' module reads it
- * through a parameter of its own, lm_head.weight, one storage with it), or NULL: `n` is not
- * the lm_head, or it has a weight of its own (pt2_nodes.c). */
-const g_value *pt2_tied_head_weight(const g_graph *g, const g_node *n);
+/* The embedding weight a tied head node `n` of `g` reads (transformers' module reads it through
+ * a parameter of its own, its module's "<fqn>.weight" in `key`, one storage with it), or NULL:
+ * `n` is not the head (the linear of role head the family declared), or it has a weight of
+ * its own (pt2_nodes.c). */
+const g_value *pt2_tied_head_weight(const g_graph *g, const g_node *n, char *key, size_t size);
 
 struct strbuf;
 /* The size torch's shape environment gives dim `d` while it retraces: its traced value, each

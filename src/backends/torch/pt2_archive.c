@@ -173,7 +173,7 @@ ferry_status pt2_write_archive(const be_component *c, bool model_output, const c
     memcpy(root, file, len - 4);
     root[len - 4] = '\0';
     pt2_program prog;
-    if (pt2_print_program(g, c->classes, model_output, &prog, err) != FERRY_OK)
+    if (pt2_print_program(g, model_output, &prog, err) != FERRY_OK)
         return err->status;
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {

@@ -143,7 +143,9 @@ static void pt2_describe(const ferry_export_config *cfg, const g_graph *g, cJSON
     /* torch's count (one short of it for a tied lm_head, which the program
      * lists as a parameter of its own over the embedding's storage, as the module does) */
     for (size_t i = 0; i < g->n_nodes; i++) {
-        const g_value *w = g->nodes[i].dead ? NULL : pt2_tied_head_weight(g, &g->nodes[i]);
+        char key[256];
+        const g_value *w = g->nodes[i].dead ? NULL : pt2_tied_head_weight(g, &g->nodes[i], key,
+                                                                          sizeof key);
         if (w) {
             params++;
             cJSON_AddStringToObject(metadata, "lm_head_shares", w->name);

@@ -383,25 +383,25 @@ static void emit_where(pt_printer *p, const g_node *n)
     end_node(p, n);
 }
 
-const g_value *pt2_tied_head_weight(const g_graph *g, const g_node *n)
+const g_value *pt2_tied_head_weight(const g_graph *g, const g_node *n, char *key,
+                                    size_t size)
 {
-    if (strcmp(n->name, "/lm_head") != 0 || n->n_in < 2 || n->in[1] < 0)
+    if (n->op != G_LINEAR || n->n_in < 2 || n->in[1] < 0 || g_node_role(g, n) != GM_ROLE_HEAD)
         return NULL;
+    const g_module *m = g_module_at(g, n->name, strlen(n->name));
+    snprintf(key, size, "%s.weight", m->fqn);
     const g_value *w = &g->values[n->in[1]];
-    return w->kind == GV_WEIGHT && strcmp(w->name, "lm_head.weight") != 0 ? w : NULL;
-}
-
-/* The lm_head of a tied checkpoint reads the embedding table: as transformers' module does,
- * through its own parameter lm_head.weight, one storage with model.embed_tokens.weight. */
-static bool tied_head(const pt_printer *p, const g_node *n)
-{
-    return pt2_tied_head_weight(p->g, n) != NULL;
+    return w->kind == GV_WEIGHT && strcmp(w->name, key) != 0 ? w : NULL;
 }
 
 static void emit_linear(pt_printer *p, const g_node *n)
 {
-    const char *tied = tied_head(p, n) ? pt_tied_head(p, n->in[1]) : NULL;
-    if (tied_head(p, n) && !tied)
+    /* The head of a tied checkpoint reads the embedding table: as transformers' module does,
+     * through its own parameter (lm_head.weight), one storage with the embedding's. */
+    char key[256];
+    bool tied_head = pt2_tied_head_weight(p->g, n, key, sizeof key) != NULL;
+    const char *tied = tied_head ? pt_tied_head(p, n->in[1], key) : NULL;
+    if (tied_head && !tied)
         return;
     target(p, "linear.default");
     pt_arg_tensor(p, "input", n->in[0], PT_POSITIONAL);

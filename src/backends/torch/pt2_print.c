@@ -73,14 +73,17 @@ static const char *lift(pt_printer *p, int v)
     return name;
 }
 
-const char *pt_tied_head(pt_printer *p, int v)
+const char *pt_tied_head(pt_printer *p, int v, const char *key)
 {
     if (p->tied_head)
         return p->tied_head;
     const g_value *x = &p->g->values[v];
-    const char *name = pt_fresh(p, "p_lm_head_weight");
+    char base[PT_NAME_MAX + 8];
+    snprintf(base, sizeof base, "p_%s", key);
+    snprintf(p->tied_key, sizeof p->tied_key, "%s", key);
+    const char *name = pt_fresh(p, base);
     if (!name || !push_lifted(p, &p->prog->params, &p->prog->n_params, &p->prog->cap_params, v,
-                              "lm_head.weight"))
+                              key))
         return NULL;
     pt_tensor_value(p, name, x->dtype, &x->shape);
     return p->tied_head = name;
@@ -170,9 +173,9 @@ static void placeholders(strbuf *b, const pt_printer *p, bool specs)
     int k = 0;
     for (size_t i = 0; i < p->prog->n_params; i++, k++) {
         const pt2_lifted *l = &p->prog->params[i];
-        /* the tied lm_head's own placeholder reads the embedding's value */
-        const char *name = strcmp(l->fqn, "lm_head.weight") == 0 && p->tied_head &&
-                                   strcmp(p->g->values[l->value].name, "lm_head.weight") != 0
+        /* the tied head's own placeholder reads the embedding's value */
+        const char *name = p->tied_head && strcmp(l->fqn, p->tied_key) == 0 &&
+                                   strcmp(p->g->values[l->value].name, p->tied_key) != 0
                                ? p->tied_head : p->names[l->value];
         if (!specs) {
             sb_printf(b, "%s{\"as_tensor\": {\"name\": \"%s\"}}", k ? ", " : "", name);
@@ -299,7 +302,7 @@ static void emit_nodes(pt_printer *p)
     /* the candidates: outside the layers, over inputs and other candidates only */
     for (size_t i = 0; i < g->n_nodes; i++) {
         const g_node *n = &g->nodes[i];
-        in_layer[i] = pt_module_in_layer(p, n->name);
+        in_layer[i] = pt_module_in_layer(p, n);
         bool ok = !n->dead && !in_layer[i];
         for (int k = 0; k < n->n_in && ok; k++)
             ok = n->in[k] == G_NONE || early[n->in[k]];
@@ -331,6 +334,7 @@ static void emit_nodes(pt_printer *p)
         for (size_t i = 0; i < g->n_nodes && p->st == FERRY_OK; i++)
             if (!g->nodes[i].dead && hoisted[i] == (pass == 0)) {
                 p->ir_name = g->nodes[i].name;
+                p->ir_op = g->nodes[i].op;
                 pt_emit_node(p, i);
             }
     p->ir_name = NULL;
@@ -341,12 +345,10 @@ done:
     free(in_layer);
 }
 
-ferry_status pt2_print_program(g_graph *g, const be_module_classes *classes, bool model_output,
-                               pt2_program *out, fy_err *err)
+ferry_status pt2_print_program(g_graph *g, bool model_output, pt2_program *out, fy_err *err)
 {
     *out = (pt2_program){0};
-    pt_printer p = {.g = g, .prog = out, .err = err, .classes = classes,
-                    .model_output = model_output};
+    pt_printer p = {.g = g, .prog = out, .err = err, .model_output = model_output};
     p.ints = pt_track(g);
     p.names = calloc(g->n_values ? g->n_values : 1, sizeof *p.names);
     if (!p.ints || !p.names)

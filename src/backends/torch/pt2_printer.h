@@ -40,13 +40,14 @@ typedef struct pt_printer {
     char **taken;            /* every name in the program (open addressing) */
     size_t cap_taken, n_taken;
     pt2_program *prog;
-    const char *tied_head;   /* the placeholder of a tied lm_head.weight, once made */
-    const be_module_classes *classes; /* NULL: nodes carry no nn_module_stack */
+    const char *tied_head;   /* the placeholder of a tied head's weight, once made ... */
+    char tied_key[256];      /* ... and its state_dict key ("lm_head.weight") */
     bool model_output;       /* returns CausalLMOutputWithPast, not a dict (model_output) */
     const char *ir_name;     /* the IR node being written (NULL: one of the program's own) */
+    g_op ir_op;              /* ... and its op */
     char **modules;          /* every module a node came from, in order of first use */
     size_t n_modules, cap_modules;
-    char stack_key[512];     /* the innermost module of the last stack written ... */
+    const g_module *stack_module; /* the innermost module of the last stack written ... */
     char *stack_json;        /* ... and that stack's metadata (NULL: none yet) */
     fy_err *err;
     ferry_status st;         /* the first failure; later calls do nothing */
@@ -65,7 +66,7 @@ const char *pt_symint(pt_printer *p, g_dim d);
 /* The placeholder of parameter "lm_head.weight" over weight value `v` (the embedding table a
  * tied lm_head reads): the module's own second name for the one tensor, as transformers' model
  * holds it (both state_dict keys, one storage). */
-const char *pt_tied_head(pt_printer *p, int v);
+const char *pt_tied_head(pt_printer *p, int v, const char *key);
 /* Adds the TensorMeta of `name` (a placeholder or a node's output) to the graph's
  * tensor_values; a size that stays unknown, or a dtype torch lacks, is refused by name. */
 void pt_tensor_value(pt_printer *p, const char *name, ferry_dtype dt, const g_shape *s);
@@ -88,11 +89,12 @@ void pt_node_end_tensor(pt_printer *p, const char *name, ferry_dtype dt, const g
 void pt_node_end_tensors(pt_printer *p, const char *node, int n, const char *const *names,
                          const ferry_dtype *dts, const g_shape *shapes);
 
-/* A node's metadata (JSON object): the nn_module_stack of a node with aten op `target` made
- * for IR node p->ir_name; records its modules for pt_module_calls. */
-void pt_module_metadata(pt_printer *p, const char *target, strbuf *b);
-/* Whether IR node `ir_name` lies in a decoder layer ("/model/layers.3/..."). */
-bool pt_module_in_layer(const pt_printer *p, const char *ir_name);
+/* A node's metadata (JSON object): the nn_module_stack of the aten node being ended, made for
+ * IR node p->ir_name (nothing when the graph declares no modules); records its modules for
+ * pt_module_calls. */
+void pt_module_metadata(pt_printer *p, strbuf *b);
+/* Whether IR node `n` lies in an item of a ModuleList (a decoder layer). */
+bool pt_module_in_layer(const pt_printer *p, const g_node *n);
 /* The module call graph's entries after the root's: `, {"fqn": ..., "signature": null}` for
  * every module pt_module_metadata met. */
 void pt_module_calls(const pt_printer *p, strbuf *b);

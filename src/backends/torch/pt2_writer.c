@@ -351,7 +351,7 @@ static void node_end(pt_printer *p, const char *outputs, const char *name)
         return;
     struct pt_frame *f = frame(p);
     sb_printf(&f->b, "], \"outputs\": [%s], \"metadata\": ", outputs);
-    pt_module_metadata(p, f->target, &f->b);
+    pt_module_metadata(p, &f->b);
     sb_printf(&f->b, ", \"name\": \"%s\"}", name);
     if (f->b.oom)
         p->nodes.oom = true;

@@ -34,14 +34,14 @@ int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind k
     g_graph *g = c->dst;
     char saved[sizeof g->scope], scope[96];
     if (kind == G_MASK_PADDING)
-        snprintf(scope, sizeof scope, "/model/padding_mask");
+        snprintf(scope, sizeof scope, "padding_mask");
     else if (window)
-        snprintf(scope, sizeof scope, "/model/sliding_mask_%lld", (long long)window);
+        snprintf(scope, sizeof scope, "sliding_mask_%lld", (long long)window);
     else
-        snprintf(scope, sizeof scope, "/model/causal_mask");
+        snprintf(scope, sizeof scope, "causal_mask");
     if (same_kind)
         snprintf(scope + strlen(scope), sizeof scope - strlen(scope), "_%d", same_kind);
-    lw_scope_push(c, saved, sizeof saved, scope);
+    lw_shared_scope_push(c, saved, sizeof saved, "%s", scope);
     bool given = kind == G_MASK_GIVEN;
     int64_t zero = 0, one = 1, pad_axes[3] = {1, 2, 3};
     int t = g_gather(g, "Gather_t", g_shape_of(g, "Shape_t", mask, 0, G_END),
@@ -117,9 +117,8 @@ int lw_attention_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
         if (c->memo[i].kind == LW_MEMO_BIAS && c->memo[i].in_a == m &&
             c->memo[i].key == (int64_t)dt)
             return c->memo[i].out_a;
-    char saved[sizeof g->scope], scope[sizeof g->scope];
-    snprintf(scope, sizeof scope, "/model/attention_bias_%d", m);
-    lw_scope_push(c, saved, sizeof saved, scope);
+    char saved[sizeof g->scope];
+    lw_shared_scope_push(c, saved, sizeof saved, "attention_bias_%d", m);
     /* [b, 1, 1, s, t] -> [b, 1, s, t], the dims from the semantic graph (q [b, s, h, d]; the
      * mask input [b, t] or, given, [b, 1, s, t]): the mask's own may be unknown. A padding
      * mask is the same for every query: [b, 1, 1, 1, t] -> [b, 1, 1, t], broadcast. */

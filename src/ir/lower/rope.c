@@ -77,15 +77,14 @@ static void rope_tables(g_lower_ctx *c, const g_rope_opts *o, int positions, fer
         }
     }
     g_graph *g = c->dst;
-    char saved[sizeof g->scope], scope[64];
+    char saved[sizeof g->scope];
     int k = 0;
     for (size_t i = 0; i < c->n_memo; i++)
         k += c->memo[i].kind == LW_MEMO_ROPE;
     if (k == 0)
-        snprintf(scope, sizeof scope, "/model/rotary_emb");
+        lw_shared_scope_push(c, saved, sizeof saved, "rotary_emb");
     else
-        snprintf(scope, sizeof scope, "/model/rotary_emb_%d", k);
-    lw_scope_push(c, saved, sizeof saved, scope);
+        lw_shared_scope_push(c, saved, sizeof saved, "rotary_emb_%d", k);
     int64_t neg1 = -1, two = 2;
     double scaling = rope_attention_scaling(&o->rope);
     int inv = inv_freq(g, o, positions);
