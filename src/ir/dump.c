@@ -136,8 +136,16 @@ static void put_weight(strbuf *b, const g_value *v)
     sb_printf(b, "weight %s %s ", v->name, dtype_str(v->dtype));
     put_shape(b, &v->shape, NULL);
     sb_printf(b, " <- %s (%s)", src, dt_st_name(w->src[0]->dtype));
-    if (w->n_src > 1)
+    if (w->n_src > 1 && !w->stack)
         sb_printf(b, " concat axis %d", w->concat_axis);
+    if (w->src_transposed)
+        sb_puts(b, " stored [in, out]");
+    if (w->flatten)
+        sb_puts(b, " flattened");
+    if (w->perm != W_PERM_NONE)
+        sb_printf(b, " rows %s in groups of %lld",
+                  w->perm == W_PERM_INTERLEAVE_HALVES ? "interleaved" : "split in halves",
+                  (long long)w->perm_group);
     if (w->transpose)
         sb_puts(b, " transposed");
     if (w->offset != 0)

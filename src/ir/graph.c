@@ -63,6 +63,9 @@ void g_free(g_graph *g)
         free(g->modules[i].cls);
     }
     free(g->modules);
+    for (size_t i = 0; i < g->n_source_lists; i++)
+        free(g->source_lists[i]);
+    free(g->source_lists);
     free(g->values);
     free(g->nodes);
     free(g->inputs);
@@ -207,10 +210,18 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n)
 static uint64_t weight_hash(const g_weight *w)
 {
     uint64_t h = 14695981039346656037ull;
-    for (int k = 0; k < w->n_src; k++)
-        h = fnv(h, &w->src[k], sizeof w->src[k]);
+    for (int k = 0; k < w->n_src; k++) {
+        const st_tensor *t = w_src(w, k);
+        h = fnv(h, &t, sizeof t);
+    }
     int64_t fields[8] = {w->concat_axis, w->row_begin, w->row_end, w->dtype, w->transpose,
                          w->quant.bits, w->quant.block, w->quant.symmetric};
+    /* the newer fields mix in only when set, so older recipes keep their hash */
+    if (w->stack || w->src_transposed || w->flatten || w->perm) {
+        int64_t more[4] = {w->stack, w->src_transposed, w->flatten, w->perm * 65536 +
+                                                                        w->perm_group};
+        h = fnv(h, more, sizeof more);
+    }
     h = fnv(h, fields, sizeof fields);
     return fnv(h, &w->offset, sizeof w->offset);
 }
@@ -306,16 +317,33 @@ int g_weight_value(g_graph *g, const char *name, const g_weight *recipe)
     if (found != G_NONE)
         return found;
     int rank;
-    int64_t dims[2];
+    int64_t dims[W_MAX_RANK];
     if (w_check(recipe, &rank, dims, &g->err) != FERRY_OK)
         return G_NONE;
     g_shape s = {.rank = rank};
     for (int i = 0; i < rank; i++)
         s.d[i] = g_dim_const(dims[i]);
+    /* a long source list becomes the graph's own: the builder's may not outlive the call */
+    const st_tensor **list = NULL;
+    if (recipe->more) {
+        list = malloc((size_t)recipe->n_src * sizeof *list);
+        const st_tensor ***grown = list ? fy_grow(g->source_lists, &g->cap_source_lists,
+                                                  g->n_source_lists + 1, sizeof *grown)
+                                        : NULL;
+        if (!grown) {
+            free(list);
+            return oom(g);
+        }
+        g->source_lists = grown;
+        g->source_lists[g->n_source_lists++] = list;
+        memcpy(list, recipe->more, (size_t)recipe->n_src * sizeof *list);
+    }
     int v = g_add_value(g, name, recipe->dtype, &s, GV_WEIGHT);
     if (v == G_NONE)
         return v;
     g->values[v].weight = *recipe;
+    if (list)
+        g->values[v].weight.more = list;
     g->values[v].hash = hash;
     return index_add(g, v) ? v : oom(g);
 }

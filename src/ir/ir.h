@@ -247,6 +247,8 @@ typedef struct g_graph {
     const char *output_class;
     g_module *modules;       /* declared by the family (g_module_add); the root first */
     size_t n_modules, cap_modules;
+    const st_tensor ***source_lists; /* the long source lists of its weights' recipes */
+    size_t n_source_lists, cap_source_lists;
     fy_err err;
     int *leaf_slots;         /* hash index of weight and constant values (graph.c) */
     size_t leaf_cap, leaf_n;

@@ -1,4 +1,5 @@
-/* weights.c — weight recipes: validation, logical shapes, the parts a recipe streams into. */
+/* weights.c — weight recipes: validation, logical shapes, the matrix a recipe streams as, the
+ * parts it streams into. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,43 +18,127 @@ g_weight w_plain(const st_tensor *t, ferry_dtype dtype)
     return w;
 }
 
-/* Shape of the joined sources, before the row range and transpose. */
-static void joined_shape(const g_weight *w, int *rank, int64_t *shape)
+g_weight w_join(const st_tensor *const *list, int n, bool stack, ferry_dtype dtype)
 {
-    const st_tensor *t = w->src[0];
-    *rank = t->ndim;
-    for (int i = 0; i < t->ndim && i < 2; i++)
-        shape[i] = t->shape[i];
-    for (int k = 1; k < w->n_src; k++)
-        shape[w->concat_axis] += w->src[k]->shape[w->concat_axis];
+    g_weight w;
+    memset(&w, 0, sizeof w);
+    for (int k = 0; k < n && k < W_INLINE_SOURCES; k++)
+        w.src[k] = list[k];
+    w.more = n > W_INLINE_SOURCES ? list : NULL;
+    w.n_src = n;
+    w.stack = stack;
+    w.dtype = dtype;
+    return w;
+}
+
+/* A source's rows and cols as the recipe reads it: [in, out] stored is [out, in] read; an N-D
+ * tensor is [d0, d1 * ... * dn]; a vector is one row. */
+int64_t w_source_rows(const g_weight *w, const st_tensor *t)
+{
+    if (t->ndim == 1)
+        return 1;
+    return w->src_transposed ? t->shape[1] : t->shape[0];
+}
+
+int64_t w_source_cols(const g_weight *w, const st_tensor *t)
+{
+    if (t->ndim == 1)
+        return t->shape[0];
+    if (w->src_transposed)
+        return t->shape[0];
+    int64_t c = 1;
+    for (int d = 1; d < t->ndim; d++)
+        c *= t->shape[d];
+    return c;
+}
+
+bool w_rows_joined(const g_weight *w)
+{
+    return w_src(w, 0)->ndim >= 2 && (w->stack || w->concat_axis == 0);
+}
+
+/* Rows and cols of the sources joined, before the row range. */
+static void joined_matrix(const g_weight *w, int64_t *rows, int64_t *cols)
+{
+    const st_tensor *t0 = w_src(w, 0);
+    *rows = w_source_rows(w, t0);
+    *cols = w_source_cols(w, t0);
+    for (int k = 1; k < w->n_src; k++) {
+        const st_tensor *t = w_src(w, k);
+        if (t0->ndim == 1)
+            *cols += t->shape[0]; /* vectors join end to end */
+        else if (w->stack || w->concat_axis == 0)
+            *rows += w_source_rows(w, t);
+        else
+            *cols += w_source_cols(w, t);
+    }
 }
 
 void w_matrix(const g_weight *w, int64_t *rows, int64_t *cols)
 {
-    int rank;
-    int64_t s[2] = {1, 1};
-    joined_shape(w, &rank, s);
-    if (rank == 1) {
-        *rows = 1;
-        *cols = s[0];
-        return;
+    joined_matrix(w, rows, cols);
+    if (w->row_end)
+        *rows = w->row_end - w->row_begin;
+}
+
+/* The logical shape of a valid recipe: the sources' (read as their layout says), joined or
+ * stacked, row-ranged, flattened, transposed. */
+static void logical_shape(const g_weight *w, int *rank, int64_t *shape)
+{
+    const st_tensor *t0 = w_src(w, 0);
+    int r = 0;
+    if (w->stack)
+        shape[r++] = w->n_src;
+    int first = r;
+    if (w->src_transposed) {
+        shape[r++] = t0->shape[1];
+        shape[r++] = t0->shape[0];
+    } else {
+        for (int d = 0; d < t0->ndim; d++)
+            shape[r++] = t0->shape[d];
     }
-    *rows = w->row_end ? w->row_end - w->row_begin : s[0];
-    *cols = s[1];
+    if (!w->stack)
+        for (int k = 1; k < w->n_src; k++) {
+            const st_tensor *t = w_src(w, k);
+            int axis = t0->ndim == 1 ? 0 : w->concat_axis;
+            shape[first + axis] += w->src_transposed ? t->shape[1 - axis] : t->shape[axis];
+        }
+    if (w->row_end)
+        shape[first] = w->row_end - w->row_begin;
+    if (w->flatten && r - first > 2) {
+        for (int d = first + 2; d < r; d++)
+            shape[first + 1] *= shape[d];
+        r = first + 2;
+    }
+    if (w->transpose) {
+        int64_t t = shape[0];
+        shape[0] = shape[1];
+        shape[1] = t;
+    }
+    *rank = r;
 }
 
 ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err)
 {
     char what[512];
-    if (w->n_src < 1 || w->n_src > W_MAX_SOURCES)
+    if (w->n_src < 1 || w->n_src > W_MAX_SOURCES || (w->n_src > W_INLINE_SOURCES && !w->more))
         return fy_fail(err, FERRY_ERR_INTERNAL, "weight recipe with %d sources", w->n_src);
     w_describe(w, what, sizeof what);
-    const st_tensor *t0 = w->src[0];
-    if (t0->ndim < 1 || t0->ndim > 2)
-        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: rank %d (1 or 2 supported)", what,
+    const st_tensor *t0 = w_src(w, 0);
+    int max_rank = W_MAX_RANK - (w->stack ? 1 : 0);
+    if (t0->ndim < 1 || t0->ndim > (max_rank < 5 ? max_rank : 5))
+        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: rank %d (1 to 5 supported)", what,
                        t0->ndim);
+    if (w->src_transposed && t0->ndim != 2)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: an [in, out] layout needs 2 dims",
+                       what);
+    if (w->concat_axis < 0 || w->concat_axis >= t0->ndim || (w->concat_axis && t0->ndim != 2) ||
+        (w->stack && w->concat_axis))
+        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: bad concat axis", what);
     for (int k = 0; k < w->n_src; k++) {
-        const st_tensor *t = w->src[k];
+        const st_tensor *t = w_src(w, k);
+        if (!t)
+            return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: source %d missing", what, k);
         if (!(t->dtype == FERRY_F32 || t->dtype == FERRY_F16 || t->dtype == FERRY_BF16))
             return fy_fail(err, FERRY_ERR_UNSUPPORTED, "tensor '%s' in %s has dtype %s; ferry "
                            "reads F32, F16 and BF16 weights", t->name, t->file->path,
@@ -61,50 +146,66 @@ ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err)
         if (t->ndim != t0->ndim || t->dtype != t0->dtype)
             return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight %s: tensors '%s' and '%s' differ "
                            "in rank or dtype and cannot be joined", what, t0->name, t->name);
+        /* the joined axis, in the sources' own layout */
+        int joined = w->stack ? -1 : w->src_transposed ? 1 - w->concat_axis : w->concat_axis;
         for (int d = 0; d < t->ndim; d++)
-            if (d != w->concat_axis && t->shape[d] != t0->shape[d])
+            if (d != joined && t->shape[d] != t0->shape[d])
                 return fy_fail(err, FERRY_ERR_FORMAT, "weight %s: tensors '%s' and '%s' cannot "
-                               "be joined along axis %d", what, t0->name, t->name,
-                               w->concat_axis);
+                               "be %s%s", what, t0->name, t->name,
+                               w->stack ? "stacked (their shapes differ)" : "joined along axis ",
+                               w->stack ? "" : (w->concat_axis ? "1" : "0"));
     }
-    if (w->concat_axis < 0 || w->concat_axis >= t0->ndim)
-        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: bad concat axis", what);
-    joined_shape(w, rank, shape);
+    int64_t rows, cols;
+    joined_matrix(w, &rows, &cols);
     if (w->row_begin != 0 && w->row_end == 0)
         return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: a row range needs its end", what);
     if (!isfinite(w->offset))
         return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: offset %g", what, w->offset);
-    if (w->row_end != 0) {
-        if (*rank != 2 || w->row_begin < 0 || w->row_end <= w->row_begin ||
-            w->row_end > shape[0])
-            return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: bad row range", what);
-        shape[0] = w->row_end - w->row_begin;
-    }
+    if (w->row_end != 0 && (t0->ndim != 2 || w->stack || w->row_begin < 0 ||
+                            w->row_end <= w->row_begin || w->row_end > rows))
+        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: bad row range", what);
+    if (w->flatten && (t0->ndim < 3 || w->stack))
+        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: flatten takes one N-D source", what);
+    if ((unsigned)w->perm >= W_PERM_COUNT ||
+        (w->perm != W_PERM_NONE &&
+         (t0->ndim != 2 || w->perm_group < 2 || w->perm_group % 2 != 0 ||
+          (w->row_end ? w->row_end - w->row_begin : rows) % w->perm_group != 0)))
+        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: a row permutation needs 2-D rows "
+                       "in whole groups of an even size", what);
+    if (w->perm != W_PERM_NONE && w->src_transposed)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: a row permutation of an [in, out] "
+                       "source is not supported", what);
     if (!(w->dtype == FERRY_F32 || w->dtype == FERRY_F16 || w->dtype == FERRY_BF16))
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight %s: cannot be stored as %s", what,
                        dt_st_name(w->dtype));
-    if (w->transpose && *rank != 2)
+    logical_shape(w, rank, shape);
+    bool matrix = *rank == 2 || (w->stack && *rank == 3 && t0->ndim == 2);
+    if (w->transpose && (*rank != 2 || w->stack))
         return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: transpose needs 2 dims", what);
     if (w->quant.bits) {
-        if ((w->quant.bits != 4 && w->quant.bits != 8) || *rank != 2 || w->transpose ||
+        if ((w->quant.bits != 4 && w->quant.bits != 8) || !matrix || w->transpose ||
             w->offset != 0 || (w->dtype != FERRY_F32 && w->dtype != FERRY_F16))
             return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight %s: int%d block quantization "
-                           "needs a 2-D weight, fp32 or fp16 scales, no transpose or offset",
-                           what, w->quant.bits);
+                           "needs a 2-D weight (or a stack of them), fp32 or fp16 scales, no "
+                           "transpose or offset", what, w->quant.bits);
         if (w->quant.block < 16 || w->quant.block > 256 ||
-            (w->quant.block & (w->quant.block - 1)) != 0 ||
-            (w->quant.bits == 4 && shape[1] % 2 != 0))
+            (w->quant.block & (w->quant.block - 1)) != 0 || (w->quant.bits == 4 && cols % 2 != 0))
             return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight %s: int%d blocks of %d over rows "
                            "of %lld elements (blocks are powers of two from 16 to 256; 4-bit rows "
                            "need an even length)", what, w->quant.bits, w->quant.block,
-                           (long long)shape[1]);
-    }
-    if (w->transpose) {
-        int64_t r = shape[0];
-        shape[0] = shape[1];
-        shape[1] = r;
+                           (long long)cols);
     }
     return FERRY_OK;
+}
+
+int64_t w_permuted_row(const g_weight *w, int64_t r)
+{
+    if (w->perm == W_PERM_NONE)
+        return r;
+    int64_t g = w->perm_group, half = g / 2, base = r - r % g, i = r % g;
+    if (w->perm == W_PERM_INTERLEAVE_HALVES)
+        return base + (i % 2 ? half + i / 2 : i / 2);
+    return base + (i < half ? 2 * i : 2 * (i - half) + 1);
 }
 
 bool w_equal(const g_weight *a, const g_weight *b)
@@ -112,9 +213,12 @@ bool w_equal(const g_weight *a, const g_weight *b)
     if (a->n_src != b->n_src)
         return false;
     for (int k = 0; k < a->n_src; k++)
-        if (a->src[k] != b->src[k])
+        if (w_src(a, k) != w_src(b, k))
             return false;
-    return a->concat_axis == b->concat_axis && a->row_begin == b->row_begin &&
+    return a->concat_axis == b->concat_axis && a->stack == b->stack &&
+           a->src_transposed == b->src_transposed && a->flatten == b->flatten &&
+           a->perm == b->perm && a->perm_group == b->perm_group &&
+           a->row_begin == b->row_begin &&
            a->row_end == b->row_end && a->offset == b->offset && a->dtype == b->dtype &&
            a->transpose == b->transpose && a->saturate == b->saturate &&
            a->quant.bits == b->quant.bits &&
@@ -138,42 +242,30 @@ void w_part_info(const g_weight *w, w_part part, int *rank, int64_t *shape, ferr
 {
     int64_t rows, cols;
     w_matrix(w, &rows, &cols);
+    logical_shape(w, rank, shape);
     if (!w->quant.bits) {
-        int r;
-        int64_t s[2] = {0, 0};
-        joined_shape(w, &r, s);
-        if (r == 2) {
-            s[0] = rows;
-            if (w->transpose) {
-                s[0] = cols;
-                s[1] = rows;
-            }
-        }
-        *rank = r;
-        shape[0] = s[0];
-        shape[1] = r == 2 ? s[1] : 0;
         *dtype = w->dtype;
         *nbytes = (uint64_t)rows * (uint64_t)cols * dt_size(w->dtype);
         return;
     }
+    /* a matrix [out, in] or a stack [E, out, in]: each part keeps the leading dims */
     ferry_dtype code = w->quant.bits == 4 ? FERRY_U4 : FERRY_U8;
     int64_t blocks = (cols + w->quant.block - 1) / w->quant.block;
     int64_t code_row = w->quant.pad_blocks ? blocks * w->quant.block : cols;
-    *rank = 2;
-    shape[0] = rows;
+    int last = *rank - 1;
     switch (part) {
     case W_PART_DATA:
-        shape[1] = code_row;
+        shape[last] = code_row;
         *dtype = code;
         *nbytes = dt_nbytes(code, (uint64_t)rows * (uint64_t)code_row);
         break;
     case W_PART_SCALES:
-        shape[1] = blocks;
+        shape[last] = blocks;
         *dtype = w->dtype;
         *nbytes = (uint64_t)rows * (uint64_t)blocks * dt_size(w->dtype);
         break;
     case W_PART_ZEROS:
-        shape[1] = blocks;
+        shape[last] = blocks;
         if (w->quant.zeros_bytes) {
             *dtype = FERRY_U8;
             *nbytes = (uint64_t)rows * (uint64_t)blocks;
@@ -194,11 +286,19 @@ void w_describe(const g_weight *w, char *buf, size_t size)
 {
     size_t len = 0;
     buf[0] = '\0';
+    /* a long stack reads as its first and last sources */
     for (int k = 0; k < w->n_src && len < size; k++) {
+        if (w->n_src > 4 && k == 2) {
+            len += (size_t)snprintf(buf + len, size - len, "%s...(%d sources)",
+                                    w->stack ? "," : "+", w->n_src);
+            k = w->n_src - 2;
+        }
         char q[TEXT_QUOTE_MAX];
-        len += (size_t)snprintf(buf + len, size - len, "%s%s", k ? "+" : "",
-                                text_quote(w->src[k]->name, q, sizeof q));
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", k ? (w->stack ? "," : "+") : "",
+                                text_quote(w_src(w, k)->name, q, sizeof q));
     }
+    if (w->stack && len < size)
+        len += (size_t)snprintf(buf + len, size - len, " stacked");
     if (w->row_end && len < size)
         snprintf(buf + len, size - len, "[%lld:%lld]", (long long)w->row_begin,
                  (long long)w->row_end);

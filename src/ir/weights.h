@@ -1,16 +1,29 @@
 /* weights.h — weight recipes: how one stored weight is made from checkpoint tensors while it
  * streams out. A recipe never holds data; src/store/ runs it a band of rows at a time.
  *
- * The logical layout of a matrix is the checkpoint's, [out, in] (rows, cols). A recipe:
- *   sources   one or more checkpoint tensors of one rank, joined along `concat_axis`
- *             (fused QKV or gate/up: rows of q, k, v one after the other)
+ * The logical layout of a matrix is transformers', [out, in] (rows, cols). A recipe:
+ *   sources   one or more checkpoint tensors of one shape but along the join, joined along
+ *             `concat_axis` (fused QKV or gate/up: rows of q, k, v one after the other), or
+ *             stacked along a new first axis (`stack`: the experts of a mixture, [E, out, in]);
+ *             as many as a model has (the first W_INLINE_SOURCES in the recipe, all of them in
+ *             a list the graph keeps: w_src)
+ *   layout    `src_transposed`: each 2-D source is stored [in, out] (GPT-2's Conv1D), its
+ *             transpose being the logical matrix
+ *   rank      a source of rank 3 to 5 (a convolution's [out, in, k...]) keeps its shape, or
+ *             with `flatten` is the matrix [out, in * k...] (a patch embedding as a linear)
  *   rows      an optional row range [row_begin, row_end) of the joined tensor (a split fused
- *             weight, e.g. Phi-3's qkv_proj into q, k, v)
+ *             weight, e.g. Phi-3's qkv_proj into q, k, v), and an optional permutation of the
+ *             rows within groups (`perm`: q/k rows between rope layouts)
  *   offset    added to every element in fp32 before conversion (Gemma's "1 + weight" norms)
  *   dtype     the element type written (for a quantized weight: the type scales are in and
  *             what the codes dequantize to)
  *   transpose 2-D only: the stored layout is [in, out] (a backend's MatMul wants it so)
- *   quant     optional block quantization along `in` (w_quant below)
+ *   quant     optional block quantization along `in` (w_quant below), of a matrix or of a stack
+ *             of them (each expert's rows blocked alike: [E, out, in] codes, [E, out, blocks]
+ *             scales)
+ * Streamed, every recipe is a matrix of rows and cols (w_matrix): a stack's rows are its
+ * experts' rows one after the other, an N-D weight's cols are the product of its trailing dims;
+ * the bytes are the row-major bytes of its logical shape either way.
  *
  * The int4 / int8 block packing (onnxruntime's MatMulNBits layout, made by quant/rtn.c):
  *   codes   unsigned, row-major over the logical [out, in] matrix; 4-bit codes two per byte,
@@ -46,7 +59,22 @@
 #include "model/safetensors.h"
 #include "util/err.h"
 
-#define W_MAX_SOURCES 4
+/* Sources a recipe holds itself; a recipe of more points to the list of all of them. */
+#define W_INLINE_SOURCES 4
+/* The most sources a recipe may join or stack (experts of one layer). */
+#define W_MAX_SOURCES 4096
+/* The most dims of a recipe's logical shape: a stack of 5-D tensors (conv3d). */
+#define W_MAX_RANK 6
+
+/* How the rows of a joined matrix are reordered, within each group of `perm_group` rows (a
+ * head's head_dim rows of q or k): transformers' rotate-half rope pairs row i with row
+ * group/2 + i; an interleaved rope (GGUF's, llama.cpp's) pairs rows 2i and 2i + 1. */
+typedef enum w_row_perm {
+    W_PERM_NONE,
+    W_PERM_INTERLEAVE_HALVES, /* row 2i <- i, row 2i + 1 <- group/2 + i */
+    W_PERM_SPLIT_HALVES,      /* the inverse: row i <- 2i, row group/2 + i <- 2i + 1 */
+    W_PERM_COUNT
+} w_row_perm;
 
 typedef struct w_quant {
     int bits;                /* 0 = not quantized; 4 or 8 */
@@ -74,9 +102,18 @@ typedef enum w_part { W_PART_DATA = 0, W_PART_SCALES = 1, W_PART_ZEROS = 2 } w_p
 #define W_PART_CODES W_PART_DATA
 
 typedef struct g_weight {
-    const st_tensor *src[W_MAX_SOURCES];
+    const st_tensor *src[W_INLINE_SOURCES]; /* the first sources (w_src reads any) */
+    const st_tensor *const *more; /* every source, when there are more than W_INLINE_SOURCES:
+                                     a list the graph holding the recipe owns (g_weight_value
+                                     keeps a copy of the builder's) */
     int n_src;
     int concat_axis;         /* logical axis the sources are joined along */
+    bool stack;              /* the sources, of one shape, stacked along a new first axis */
+    bool src_transposed;     /* 2-D sources stored [in, out]: the logical matrix is their
+                                transpose */
+    bool flatten;            /* an N-D source as the matrix [d0, d1 * ... * dn] */
+    w_row_perm perm;         /* rows reordered within groups of perm_group */
+    int64_t perm_group;
     int64_t row_begin, row_end; /* of the joined tensor; row_end 0 = all rows */
     double offset;
     ferry_dtype dtype;
@@ -89,19 +126,39 @@ typedef struct g_weight {
 
 /* A recipe of one tensor converted to `dtype`. */
 g_weight w_plain(const st_tensor *t, ferry_dtype dtype);
+/* A recipe of `n` tensors (`list`, kept by reference: it must live as long as the recipe, or
+ * be copied by g_weight_value), joined along axis 0 (stack false) or stacked. */
+g_weight w_join(const st_tensor *const *list, int n, bool stack, ferry_dtype dtype);
+/* Source k of a recipe. */
+static inline const st_tensor *w_src(const g_weight *w, int k)
+{
+    return w->more ? w->more[k] : w->src[k];
+}
+/* Which row of the row-ranged joined matrix holds row `r` of the recipe's matrix (its
+ * permutation). */
+int64_t w_permuted_row(const g_weight *w, int64_t r);
+/* Rows and cols of source `t` as recipe `w` reads it (its layout; an N-D tensor as
+ * [d0, d1 * ... * dn]; a vector as one row). */
+int64_t w_source_rows(const g_weight *w, const st_tensor *t);
+int64_t w_source_cols(const g_weight *w, const st_tensor *t);
+/* Whether the sources lie one after the other along the matrix's rows (a join along axis 0 of
+ * matrices or N-D tensors, or a stack), not side by side or end to end (vectors). */
+bool w_rows_joined(const g_weight *w);
 /* Validates a recipe (sources agree, ranges inside, quantization divides) and yields its
- * logical shape (after join, row range and transpose). Errors name the tensors. */
+ * logical shape (after join or stack, layout, row range, flatten and transpose; at most
+ * W_MAX_RANK dims). Errors name the tensors. */
 ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err);
 /* Same recipe (so the same bytes): used to store a weight once across graphs. */
 bool w_equal(const g_weight *a, const g_weight *b);
 /* The parts this recipe writes (1; or 3 with zeros, 2 without). */
 int w_n_parts(const g_weight *w);
-/* Shape (rank 1 or 2), element type and byte size of one part. For codes the element type is
- * FERRY_U4 or FERRY_U8 and the shape is logical ([out, in]); zeros of 4 bits are [out, in/block]
- * U4 with rows padded to whole bytes. */
+/* Shape (at most W_MAX_RANK dims), element type and byte size of one part. For codes the
+ * element type is FERRY_U4 or FERRY_U8 and the shape is logical ([out, in], a stack's
+ * [E, out, in]); zeros of 4 bits are [out, in/block] U4 with rows padded to whole bytes. */
 void w_part_info(const g_weight *w, w_part part, int *rank, int64_t *shape, ferry_dtype *dtype,
                  uint64_t *nbytes);
-/* Rows x cols of the logical matrix (a 1-D weight is 1 x n). */
+/* Rows x cols of the matrix the recipe streams as (a 1-D weight is 1 x n; a stack's rows are
+ * every source's; an N-D weight's cols the product of its trailing dims). */
 void w_matrix(const g_weight *w, int64_t *rows, int64_t *cols);
 /* "model.layers.0.self_attn.q_proj.weight", or "a+b+c" for a join; rows "[0:64]" appended for a
  * row range. For messages and dumps. */

@@ -101,7 +101,7 @@ bool pl_find(const pl_file *f, const g_weight *w, w_part part, uint64_t *offset,
     if (!it || it->offset[part] == WS_UNPLACED)
         return false;
     int rank;
-    int64_t shape[2];
+    int64_t shape[W_MAX_RANK];
     ferry_dtype dt;
     *offset = it->offset[part];
     w_part_info(w, part, &rank, shape, &dt, length);
@@ -124,7 +124,7 @@ ferry_status pl_place(pl_file *f, const g_weight *w, w_part part, uint64_t *offs
             it->offset[p] = WS_UNPLACED;
     }
     int rank;
-    int64_t shape[2];
+    int64_t shape[W_MAX_RANK];
     ferry_dtype dt;
     w_part_info(w, part, &rank, shape, &dt, length);
     if (it->offset[part] == WS_UNPLACED) {

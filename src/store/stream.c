@@ -34,6 +34,7 @@
 
 typedef struct job {
     const ws_item *item;
+    const g_weight *w;       /* the recipe as streamed (stream_view) */
     int64_t r0, nr, c0, nc;  /* logical rows/cols of the pre-transpose matrix */
 } job;
 
@@ -43,7 +44,7 @@ typedef struct buf {
 } buf;
 
 typedef struct worker_bufs {
-    buf src, conv, out, scales, zeros, dequantized;
+    buf src, conv, out, scales, zeros, dequantized, gather;
     dw_bounce bounce;
 } worker_bufs;
 
@@ -52,6 +53,7 @@ typedef struct stream {
     volatile int *cancel;
     job *jobs;
     size_t n_jobs, next;
+    g_weight *views;         /* by item: its recipe as streamed */
     uint64_t done;
     size_t finished;
     pthread_mutex_t mu;
@@ -102,7 +104,7 @@ uint64_t ws_item_bytes(const ws_item *item)
     uint64_t total = 0;
     for (int p = 0; p < w_n_parts(&item->w); p++) {
         int rank;
-        int64_t shape[2];
+        int64_t shape[W_MAX_RANK];
         ferry_dtype dt;
         uint64_t nbytes;
         if (item->offset[p] == WS_UNPLACED)
@@ -115,73 +117,120 @@ uint64_t ws_item_bytes(const ws_item *item)
 
 /* ---- reading a band of sources ---- */
 
-/* Where logical row `r` (of the joined, row-ranged matrix) lives: source k, row within it. For
- * a join along columns every source holds a piece of every row. */
+/* Where row `r` of the recipe's matrix lives: source k, row within it (after the permutation
+ * and the row range). Where sources lie side by side (a join along columns) every source holds
+ * a piece of every row, and k is 0. */
 static void locate_row(const g_weight *w, int64_t r, int *k, int64_t *row)
 {
-    r += w->row_begin;
+    r = w_permuted_row(w, r) + w->row_begin;
     *k = 0;
-    if (w->concat_axis == 0 && w->src[0]->ndim == 2) {
-        while (*k < w->n_src - 1 && r >= w->src[*k]->shape[0]) {
-            r -= w->src[*k]->shape[0];
+    if (w_rows_joined(w)) {
+        while (*k < w->n_src - 1 && r >= w_source_rows(w, w_src(w, *k))) {
+            r -= w_source_rows(w, w_src(w, *k));
             (*k)++;
         }
     }
     *row = r;
 }
 
-static int64_t src_cols(const st_tensor *t)
+static int64_t src_cols(const g_weight *w, const st_tensor *t)
 {
-    return t->ndim == 2 ? t->shape[1] : t->shape[0];
+    return w_source_cols(w, t);
 }
 
 static ferry_status put(stream *s, worker_bufs *b, const void *data, size_t n, uint64_t offset,
                         fy_err *err);
 
 /* Where the band's bytes lie when they are one contiguous range of one tensor: the tensor and
- * the byte offset in it; NULL when they must be gathered (a join along columns, or a band that
- * spans two joined tensors). */
+ * the byte offset in it; NULL when they must be gathered (a join along columns, a band that
+ * spans two joined tensors, permuted rows, a source stored [in, out]). */
 static const st_tensor *contiguous(const job *j, uint64_t *offset)
 {
-    const g_weight *w = &j->item->w;
-    size_t isz = dt_size(w->src[0]->dtype);
+    const g_weight *w = j->w;
+    if (w->perm != W_PERM_NONE || w->src_transposed)
+        return NULL;
+    size_t isz = dt_size(w_src(w, 0)->dtype);
     int k;
     int64_t row;
     locate_row(w, j->r0, &k, &row);
-    const st_tensor *t = w->src[k];
-    bool one_tensor = w->n_src == 1 || (w->concat_axis == 0 && w->src[0]->ndim == 2 &&
-                                        row + j->nr <= t->shape[0]);
-    if (!one_tensor || (j->nc != src_cols(t) && j->nr != 1))
+    const st_tensor *t = w_src(w, k);
+    bool one_tensor = w->n_src == 1 || (w_rows_joined(w) &&
+                                        row + j->nr <= w_source_rows(w, t));
+    if (!one_tensor || (j->nc != src_cols(w, t) && j->nr != 1))
         return NULL;
-    *offset = ((uint64_t)row * (uint64_t)src_cols(t) + (uint64_t)j->c0) * isz;
+    *offset = ((uint64_t)row * (uint64_t)src_cols(w, t) + (uint64_t)j->c0) * isz;
     return t;
+}
+
+/* The band of a recipe whose 2-D sources are stored [in, out]: each source's piece of the
+ * band's rows is a run of its columns, read one stored row at a time (in reads of the run)
+ * and transposed into the band, row-major [nr, nc]. */
+static const uint8_t *read_band_transposed(const job *j, worker_bufs *b, fy_err *err)
+{
+    const g_weight *w = j->w;
+    size_t isz = dt_size(w_src(w, 0)->dtype), nc = (size_t)j->nc;
+    if (!grow(&b->gather, (size_t)j->nr * nc * isz)) {
+        fy_fail(err, FERRY_ERR_NOMEM, "out of memory reading weights");
+        return NULL;
+    }
+    uint8_t *band = b->src.p;
+    for (int64_t r = 0; r < j->nr;) {
+        int k;
+        int64_t row;
+        locate_row(w, j->r0 + r, &k, &row);
+        /* the run of band rows in this source (all sources, side by side, when joined along
+         * columns) */
+        int64_t run = j->nr - r;
+        if (w_rows_joined(w) && w_source_rows(w, w_src(w, k)) - row < run)
+            run = w_source_rows(w, w_src(w, k)) - row;
+        int first = w_rows_joined(w) ? k : 0, last = w_rows_joined(w) ? k : w->n_src - 1;
+        size_t col0 = 0;
+        for (int si = first; si <= last; si++) {
+            const st_tensor *t = w_src(w, si);
+            size_t in = (size_t)t->shape[0], out = (size_t)t->shape[1], m = (size_t)run;
+            for (size_t i = 0; i < in; i++)
+                if (st_read(t, ((uint64_t)i * out + (uint64_t)row) * isz,
+                            b->gather.p + i * m * isz, m * isz, err) != FERRY_OK)
+                    return NULL;
+            for (size_t x = 0; x < m; x++)
+                for (size_t i = 0; i < in; i++)
+                    memcpy(band + (((size_t)r + x) * nc + col0 + i) * isz,
+                           b->gather.p + (i * m + x) * isz, isz);
+            col0 += in;
+        }
+        r += run;
+    }
+    return band;
 }
 
 /* The band's source elements, row-major [nr, nc], in the sources' dtype, read with pread into
  * b->src (a file that shrank gives the truncation error naming it). */
 static const uint8_t *read_band(const job *j, worker_bufs *b, fy_err *err)
 {
-    const g_weight *w = &j->item->w;
-    size_t isz = dt_size(w->src[0]->dtype), n = (size_t)(j->nr * j->nc) * isz;
+    const g_weight *w = j->w;
+    size_t isz = dt_size(w_src(w, 0)->dtype), n = (size_t)(j->nr * j->nc) * isz;
     if (!grow(&b->src, n)) {
         fy_fail(err, FERRY_ERR_NOMEM, "out of memory reading weights");
         return NULL;
     }
+    if (w->src_transposed)
+        return read_band_transposed(j, b, err);
     uint64_t off;
     const st_tensor *t = contiguous(j, &off);
     if (t)
         return st_read(t, off, b->src.p, n, err) == FERRY_OK ? b->src.p : NULL;
-    if (w->concat_axis == 0 && w->src[0]->ndim == 2 && j->c0 == 0) {
+    if (w_rows_joined(w) && j->c0 == 0 && w->perm == W_PERM_NONE) {
         /* whole rows of tensors joined along rows: one read per run of rows of one tensor
          * (row by row, a joined q/k/v was thousands of small reads) */
         for (int64_t r = 0; r < j->nr;) {
             int k;
             int64_t row;
             locate_row(w, j->r0 + r, &k, &row);
-            const st_tensor *ts = w->src[k];
-            int64_t run = ts->shape[0] - row < j->nr - r ? ts->shape[0] - row : j->nr - r;
+            const st_tensor *ts = w_src(w, k);
+            int64_t left = w_source_rows(w, ts) - row;
+            int64_t run = left < j->nr - r ? left : j->nr - r;
             size_t row_bytes = (size_t)j->nc * isz;
-            if (src_cols(ts) != j->nc)
+            if (src_cols(w, ts) != j->nc)
                 break; /* not whole rows after all: the general path below */
             if (st_read(ts, (uint64_t)row * row_bytes, b->src.p + (size_t)r * row_bytes,
                         (size_t)run * row_bytes, err) != FERRY_OK)
@@ -191,21 +240,22 @@ static const uint8_t *read_band(const job *j, worker_bufs *b, fy_err *err)
                 return b->src.p;
         }
     }
+    bool vectors = w_src(w, 0)->ndim == 1;
     for (int64_t r = 0; r < j->nr; r++) {
         uint8_t *dst = b->src.p + (size_t)(r * j->nc) * isz;
         int k;
         int64_t row;
         locate_row(w, j->r0 + r, &k, &row);
-        if (w->concat_axis == 0 || w->src[0]->ndim == 1) {
+        if (w_rows_joined(w) || vectors) {
             /* one source holds the whole row (for 1-D joins, walk the column range) */
             int64_t c = j->c0, left = j->nc;
-            int si = w->src[0]->ndim == 1 ? 0 : k;
-            while (w->src[0]->ndim == 1 && c >= src_cols(w->src[si]))
-                c -= src_cols(w->src[si++]);
+            int si = vectors ? 0 : k;
+            while (vectors && c >= src_cols(w, w_src(w, si)))
+                c -= src_cols(w, w_src(w, si++));
             while (left > 0) {
-                const st_tensor *ts = w->src[si];
-                int64_t take = src_cols(ts) - c < left ? src_cols(ts) - c : left;
-                uint64_t base = w->src[0]->ndim == 1 ? 0 : (uint64_t)row * (uint64_t)src_cols(ts);
+                const st_tensor *ts = w_src(w, si);
+                int64_t take = src_cols(w, ts) - c < left ? src_cols(w, ts) - c : left;
+                uint64_t base = vectors ? 0 : (uint64_t)row * (uint64_t)src_cols(w, ts);
                 if (st_read(ts, (base + (uint64_t)c) * isz, dst, (size_t)take * isz, err) !=
                     FERRY_OK)
                     return NULL;
@@ -217,8 +267,8 @@ static const uint8_t *read_band(const job *j, worker_bufs *b, fy_err *err)
         } else {
             /* join along columns: the row is the sources' rows side by side */
             for (int si = 0; si < w->n_src; si++) {
-                const st_tensor *ts = w->src[si];
-                size_t len = (size_t)src_cols(ts) * isz;
+                const st_tensor *ts = w_src(w, si);
+                size_t len = (size_t)src_cols(w, ts) * isz;
                 if (st_read(ts, (uint64_t)row * len, dst, len, err) != FERRY_OK)
                     return NULL;
                 dst += len;
@@ -228,38 +278,39 @@ static const uint8_t *read_band(const job *j, worker_bufs *b, fy_err *err)
     return b->src.p;
 }
 
-/* Adds to `per_src` the NaN and inf among rows [r, r + nr) of job `j`'s band, laid out as
- * read_band reads them ([nr, nc] row-major) in `dt` (the sources', or fp32 once converted),
- * each to the source it came from, so that the warning names the tensor that holds it. */
+/* Adds to `f` the NaN and inf among rows [r, r + nr) of job `j`'s band, laid out as read_band
+ * reads them ([nr, nc] row-major) in `dt` (the sources', or fp32 once converted), noting the
+ * first source that holds one, so that the warning names it. */
 static void count_nonfinite(const job *j, int64_t r, int64_t nr, const uint8_t *p, ferry_dtype dt,
-                            uint64_t *per_src)
+                            ws_found *f)
 {
-    const g_weight *w = &j->item->w;
+    const g_weight *w = j->w;
     size_t esz = dt_size(dt);
     if (!dt_is_float(dt))
         return;
     if (w->n_src == 1) {
-        per_src[0] += tf_count_nonfinite(p, dt, (size_t)(nr * j->nc));
+        ws_found_nonfinite(f, 0, tf_count_nonfinite(p, dt, (size_t)(nr * j->nc)));
         return;
     }
     for (int64_t i = 0; i < nr; i++, p += (size_t)j->nc * esz) {
         int k;
         int64_t row;
         locate_row(w, j->r0 + r + i, &k, &row);
-        if (w->src[0]->ndim == 2 && w->concat_axis == 0) {
-            per_src[k] += tf_count_nonfinite(p, dt, (size_t)j->nc);
+        if (w_rows_joined(w)) {
+            ws_found_nonfinite(f, k, tf_count_nonfinite(p, dt, (size_t)j->nc));
             continue;
         }
         /* pieces of several sources side by side: a join along columns (whole rows of each),
          * or of vectors (the band's column range c0.. of the joined vector) */
-        int64_t c = w->src[0]->ndim == 1 ? j->c0 : 0, left = j->nc;
+        int64_t c = w_src(w, 0)->ndim == 1 ? j->c0 : 0, left = j->nc;
         int si = 0;
-        while (si < w->n_src - 1 && c >= src_cols(w->src[si]))
-            c -= src_cols(w->src[si++]);
+        while (si < w->n_src - 1 && c >= src_cols(w, w_src(w, si)))
+            c -= src_cols(w, w_src(w, si++));
         const uint8_t *q = p;
         for (; left > 0 && si < w->n_src; si++, c = 0) {
-            int64_t take = src_cols(w->src[si]) - c < left ? src_cols(w->src[si]) - c : left;
-            per_src[si] += tf_count_nonfinite(q, dt, (size_t)take);
+            int64_t cols = src_cols(w, w_src(w, si));
+            int64_t take = cols - c < left ? cols - c : left;
+            ws_found_nonfinite(f, si, tf_count_nonfinite(q, dt, (size_t)take));
             q += (size_t)take * esz;
             left -= take;
         }
@@ -268,11 +319,12 @@ static void count_nonfinite(const job *j, int64_t r, int64_t nr, const uint8_t *
 
 /* A band that needs no transform: read into b->src and written past the page cache where the
  * output takes direct writes (direct.h), through the cache otherwise; the observer sees it as
- * it is put. Float bands have their NaN and inf added to `*nonfinite` (a bit test on memory
+ * it is put. Float bands have their NaN and inf added to `found` (source k's; a bit test on memory
  * just read costs little next to the read). A source that ends early (the file shrank) is the
  * truncation error. */
-static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, uint64_t dst,
-                              size_t len, worker_bufs *b, uint64_t *nonfinite, fy_err *err)
+static ferry_status copy_band(stream *s, const st_tensor *t, int k, uint64_t src_off,
+                              uint64_t dst, size_t len, worker_bufs *b, ws_found *found,
+                              fy_err *err)
 {
     uint8_t *room = room_for_run(s, &b->src, len, dst);
     if (!room)
@@ -280,7 +332,8 @@ static ferry_status copy_band(stream *s, const st_tensor *t, uint64_t src_off, u
     if (st_read(t, src_off, room, len, err) != FERRY_OK)
         return err->status;
     if (dt_is_float(t->dtype))
-        *nonfinite += tf_count_nonfinite(room, t->dtype, len / dt_size(t->dtype));
+        ws_found_nonfinite(found, k, tf_count_nonfinite(room, t->dtype,
+                                                        len / dt_size(t->dtype)));
     return put(s, b, room, len, dst, err);
 }
 
@@ -304,7 +357,7 @@ static ferry_status put(stream *s, worker_bufs *b, const void *data, size_t n, u
 static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src, ferry_dtype from,
                                     worker_bufs *b, uint64_t *written, ws_found *c, fy_err *err)
 {
-    const g_weight *w = &j->item->w;
+    const g_weight *w = j->w;
     const uint64_t *off = j->item->offset;
     size_t rows = (size_t)j->nr, cols = (size_t)j->nc, block = (size_t)w->quant.block;
     size_t blocks = (cols + block - 1) / block;
@@ -328,7 +381,7 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
             x = (const float *)b->conv.p;
         }
         /* counted here, on the chunk in cache, where the quantizer reads it next */
-        count_nonfinite(j, (int64_t)r, (int64_t)nr, (const uint8_t *)x, FERRY_F32, c->nonfinite);
+        count_nonfinite(j, (int64_t)r, (int64_t)nr, (const uint8_t *)x, FERRY_F32, c);
         rtn_quantize_rows(x, nr, cols, w->quant.bits, w->quant.block, w->quant.symmetric,
                           w->quant.search, w->dtype, codes_in_row, b->out.p + r * code_row,
                           b->scales.p + r * scale_row, b->zeros.p + r * zero_row);
@@ -404,8 +457,8 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
 static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *written,
                             ws_found *found, fy_err *err)
 {
-    const g_weight *w = &j->item->w;
-    ferry_dtype from = w->src[0]->dtype, to = w->dtype;
+    const g_weight *w = j->w;
+    ferry_dtype from = w_src(w, 0)->dtype, to = w->dtype;
     size_t n = (size_t)(j->nr * j->nc), osz = dt_size(to);
     bool saturate = w->saturate && to == FERRY_F16;
     bool via_f32 = w->offset != 0 || w->quant.bits || saturate;
@@ -413,12 +466,12 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     const st_tensor *t = !via_f32 && !w->transpose && from == to ? contiguous(j, &src_off) : NULL;
     if (t) {
         int k = 0;
-        while (k < w->n_src - 1 && w->src[k] != t)
+        while (k < w->n_src - 1 && w_src(w, k) != t)
             k++;
         *written = n * osz;
-        return copy_band(s, t, src_off,
+        return copy_band(s, t, k, src_off,
                          j->item->offset[W_PART_DATA] + (uint64_t)(j->r0 * j->nc + j->c0) * osz,
-                         n * osz, b, &found->nonfinite[k], err);
+                         n * osz, b, found, err);
     }
     const uint8_t *src = read_band(j, b, err);
     if (!src)
@@ -427,7 +480,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
     if (w->quant.bits)
         return write_quantized(s, j, src, from, b, written, found, err);
     if (!via_f32) /* converted or transposed as it is: counted on the source band */
-        count_nonfinite(j, 0, j->nr, src, from, found->nonfinite);
+        count_nonfinite(j, 0, j->nr, src, from, found);
     if (via_f32) {
         if (!grow(&b->conv, n * 4))
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory converting weights");
@@ -436,7 +489,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
         else
             dt_convert(b->conv.p, FERRY_F32, src, from, n);
         /* before the clamp, which makes inf +-65504 */
-        count_nonfinite(j, 0, j->nr, b->conv.p, FERRY_F32, found->nonfinite);
+        count_nonfinite(j, 0, j->nr, b->conv.p, FERRY_F32, found);
         tf_add_offset(b->conv.p, w->offset != 0 ? n : 0, w->offset);
         if (saturate)
             found->overflowed += tf_clamp_to_f16_range(b->conv.p, n);
@@ -451,7 +504,7 @@ static ferry_status run_job(stream *s, const job *j, worker_bufs *b, uint64_t *w
                 return fy_fail(err, FERRY_ERR_NOMEM, "out of memory converting weights");
             if (dt_convert(room, to, data, from, n) != 0)
                 return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight '%s': cannot convert %s to %s",
-                               w->src[0]->name, dt_st_name(from), dt_st_name(to));
+                               w_src(w, 0)->name, dt_st_name(from), dt_st_name(to));
             found->overflowed += tf_count_overflow(room, to, data, from, n);
             data = room;
         }
@@ -516,10 +569,9 @@ static void *worker_main(void *arg)
         ws_found *sum = &s->found[j->item - s->items];
         sum->overflowed += c.overflowed;
         sum->scale_overflowed += c.scale_overflowed;
-        for (int k = 0; k < W_MAX_SOURCES; k++)
-            sum->nonfinite[k] += c.nonfinite[k];
+        ws_found_nonfinite(sum, c.nonfinite_src, c.nonfinite);
         s->finished++;
-        s->what = j->item->w.src[0]->name;
+        s->what = w_src(j->w, 0)->name;
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -529,8 +581,21 @@ static void *worker_main(void *arg)
     free(b.scales.p);
     free(b.zeros.p);
     free(b.dequantized.p);
+    free(b.gather.p);
     dw_bounce_free(&b.bounce);
     return NULL;
+}
+
+/* A recipe as the stream runs it: one whose sources are stored [in, out] and which is stored
+ * [in, out] too is the sources' bytes as they lie (joined along the other axis). */
+static g_weight stream_view(const g_weight *w)
+{
+    g_weight v = *w;
+    if (w->src_transposed && w->transpose && !w->row_end) {
+        v.src_transposed = v.transpose = false;
+        v.concat_axis = w->n_src > 1 ? 1 - w->concat_axis : 0;
+    }
+    return v;
 }
 
 /* Cuts every item into bands of at most `band` elements (whole rows for matrices). */
@@ -538,12 +603,17 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
                               fy_err *err)
 {
     size_t cap = 0;
+    s->views = malloc((n ? n : 1) * sizeof *s->views);
+    if (!s->views)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory planning the weights");
     for (size_t i = 0; i < n; i++) {
         int64_t rows, cols;
         if (items[i].bytes || ws_item_bytes(&items[i]) == 0)
             continue; /* constants are written whole by ws_write itself */
-        w_matrix(&items[i].w, &rows, &cols);
-        bool vector = items[i].w.src[0]->ndim == 1;
+        s->views[i] = stream_view(&items[i].w);
+        const g_weight *w = &s->views[i];
+        w_matrix(w, &rows, &cols);
+        bool vector = w_src(w, 0)->ndim == 1;
         int64_t per = vector ? (int64_t)band : (cols > 0 ? (int64_t)(band / (size_t)cols) : rows);
         if (per < 1)
             per = 1; /* a row longer than a band is still one band */
@@ -557,8 +627,8 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
                 return fy_fail(err, FERRY_ERR_NOMEM, "out of memory planning the weights");
             s->jobs = grown;
             int64_t len = span - at < per ? span - at : per;
-            s->jobs[s->n_jobs++] = vector ? (job){&items[i], 0, 1, at, len}
-                                          : (job){&items[i], at, len, 0, cols};
+            s->jobs[s->n_jobs++] = vector ? (job){&items[i], w, 0, 1, at, len}
+                                          : (job){&items[i], w, at, len, 0, cols};
         }
     }
     return FERRY_OK;
@@ -577,6 +647,7 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
             fy_fail(err, FERRY_ERR_NOMEM, "out of memory planning the weights");
         dw_close(&s.out);
         free(s.jobs);
+        free(s.views);
         free(s.found);
         return err->status;
     }
@@ -651,6 +722,7 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
     pthread_cond_destroy(&s.cv);
     dw_close(&s.out);
     free(s.jobs);
+    free(s.views);
     free(s.found);
     return st;
 }

@@ -10,11 +10,13 @@
 /* Whether two recipes read the same checkpoint values (whatever they make of them). */
 static bool same_sources(const g_weight *a, const g_weight *b)
 {
-    if (a->n_src != b->n_src || a->concat_axis != b->concat_axis ||
-        a->row_begin != b->row_begin || a->row_end != b->row_end)
+    if (a->n_src != b->n_src || a->concat_axis != b->concat_axis || a->stack != b->stack ||
+        a->src_transposed != b->src_transposed || a->perm != b->perm ||
+        a->perm_group != b->perm_group || a->row_begin != b->row_begin ||
+        a->row_end != b->row_end)
         return false;
     for (int k = 0; k < a->n_src; k++)
-        if (a->src[k] != b->src[k])
+        if (w_src(a, k) != w_src(b, k))
             return false;
     return true;
 }
@@ -42,13 +44,7 @@ static ferry_status seen_before(g_weight **list, size_t *n, size_t *cap, const g
 static ferry_status note_nonfinite(ws_progress *p, const ws_item *item, const ws_found *c,
                                    fy_err *err)
 {
-    uint64_t total = 0;
-    int first = -1;
-    for (int k = 0; k < item->w.n_src; k++) {
-        total += c->nonfinite[k];
-        if (c->nonfinite[k] && first < 0)
-            first = k;
-    }
+    uint64_t total = c->nonfinite;
     if (!total)
         return FERRY_OK;
     bool seen;
@@ -58,7 +54,7 @@ static ferry_status note_nonfinite(ws_progress *p, const ws_item *item, const ws
     if (seen)
         return FERRY_OK;
     if (!p->nonfinite_tensor)
-        p->nonfinite_tensor = item->w.src[first]->name;
+        p->nonfinite_tensor = w_src(&item->w, c->nonfinite_src)->name;
     p->nonfinite += total;
     return FERRY_OK;
 }
@@ -79,12 +75,12 @@ ferry_status ws_note_found(ws_progress *p, const ws_item *items, size_t n,
             continue;
         if (items[i].w.saturate) {
             if (!p->clamp_tensor)
-                p->clamp_tensor = items[i].w.src[0]->name;
+                p->clamp_tensor = w_src(&items[i].w, 0)->name;
             p->clamped += count[i].overflowed;
             continue;
         }
         if (!p->overflow_tensor) {
-            p->overflow_tensor = items[i].w.src[0]->name;
+            p->overflow_tensor = w_src(&items[i].w, 0)->name;
             p->overflow_dtype = items[i].w.dtype;
         }
         p->overflowed += count[i].overflowed;

@@ -161,13 +161,16 @@ static int matmul_nbits(g_lower_ctx *c, int x, const char *name, const g_weight 
 
 /* ---- linears sharing an input ---- */
 
-#define MAX_PACK W_MAX_SOURCES
+#define MAX_PACK W_INLINE_SOURCES
 
-/* A plain stored weight (or bias) that can be one source of a joined recipe. */
+/* A plain stored weight (or bias) that can be one source of a joined recipe: one tensor read
+ * as it is stored. */
 static bool joinable(const g_value *v)
 {
-    return v && v->kind == GV_WEIGHT && v->weight.n_src == 1 && v->weight.row_end == 0 &&
-           v->weight.offset == 0 && !v->weight.transpose;
+    const g_weight *w = v ? &v->weight : NULL;
+    return w && v->kind == GV_WEIGHT && w->n_src == 1 && w->row_end == 0 && w->offset == 0 &&
+           !w->transpose && !w->src_transposed && !w->stack && !w->flatten &&
+           w->perm == W_PERM_NONE;
 }
 
 /* Whether linear `s` can share one matmul with linear `n`: the same input, weights of one

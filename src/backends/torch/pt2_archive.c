@@ -67,7 +67,7 @@ static ferry_status place_weights(const g_graph *g, const pt2_program *prog, blo
     for (size_t i = 0; i < prog->n_params; i++) {
         const g_value *x = &g->values[prog->params[i].value];
         int rank;
-        int64_t shape[2];
+        int64_t shape[W_MAX_RANK];
         ferry_dtype dt;
         uint64_t off, len;
         w_part_info(&x->weight, W_PART_DATA, &rank, shape, &dt, &len);
