@@ -1,8 +1,9 @@
 /* test_clip_pad_conv.c — the inference rules of clip, pad and conv: their output shapes at
  * constant and symbolic extents (a strided conv stays affine only where the stride divides the
  * symbols' coefficients), the attributes each refuses with an error naming the node, g_check's
- * refusal of their attributes on other ops, the conv options' deep copy through a lowering, and
- * their text form. That the backends print them right is test_op_conformance.py's part. */
+ * refusal of their attributes on other ops, the conv options' deep copy through a lowering,
+ * their text form, and the ONNX targets' fp32 conv and clip for bf16. That the backends print
+ * them right is test_op_conformance.py's part. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -344,6 +345,43 @@ static void options_copied_and_dumped(void **state)
     g_free(g);
 }
 
+/* onnxruntime has no bf16 Conv or Clip (nor does ONNX a bf16 Conv below opset 22): the ONNX
+ * targets run them at fp32 between casts; fp16 and pad stay as they are. */
+static void onnx_runs_bf16_conv_and_clip_in_f32(void **state)
+{
+    (void)state;
+    const ferry_dtype dts[2] = {FERRY_BF16, FERRY_F16};
+    for (int k = 0; k < 2; k++) {
+        g_graph *g = graph();
+        const int64_t x3[3] = {2, 4, 8}, w3[3] = {6, 4, 3}, b1[1] = {6};
+        const int64_t begin[3] = {0, 0, 1}, end[3] = {0, 0, 1};
+        int x = input(g, "x", dts[k], 3, x3);
+        g_conv_opts o = {.spatial = 1, .strides = {1}, .dilations = {1}, .groups = 1};
+        int y = g_conv(g, "conv", g_pad(g, "pad", x, 3, begin, end, 0.0),
+                       input(g, "w", dts[k], 3, w3), input(g, "b", dts[k], 1, b1), &o);
+        g_output(g, g_clip(g, "clip", y, -1.0, 1.0), "y");
+        assert_true(g_ok(g));
+        g_remove_dead(g);
+        fy_err err = {0};
+        assert_int_equal(g_check(g, &err), FERRY_OK);
+        g_graph *low = g_legalize(g, &onnx_standard_target, &err);
+        if (!low)
+            fail_msg("g_legalize: %s", err.msg);
+        int casts = 0;
+        for (size_t i = 0; i < low->n_nodes; i++) {
+            const g_node *n = &low->nodes[i];
+            casts += !n->dead && n->op == G_CAST;
+            if (!n->dead && n->op != G_CAST)
+                assert_int_equal(low->values[n->in[0]].dtype,
+                                 n->op == G_PAD || k == 1 ? dts[k] : FERRY_F32);
+        }
+        assert_int_equal(casts, k == 0 ? 6 : 0); /* x, w, b and back; x and back */
+        assert_int_equal(low->values[low->outputs[0]].dtype, dts[k]);
+        g_free(low);
+        g_free(g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -353,6 +391,7 @@ int main(void)
         cmocka_unit_test(conv_refuses_what_cannot_be),
         cmocka_unit_test(other_ops_take_none_of_their_attributes),
         cmocka_unit_test(options_copied_and_dumped),
+        cmocka_unit_test(onnx_runs_bf16_conv_and_clip_in_f32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
