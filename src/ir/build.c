@@ -178,6 +178,35 @@ int g_gather_elements(g_graph *g, const char *name, int data, int indices, int a
     return node(g, G_GATHER_ELEMENTS, name, 2, in, &at);
 }
 
+int g_clip(g_graph *g, const char *name, int x, double lo, double hi)
+{
+    g_attrs at = {.lo = lo, .hi = hi};
+    return node(g, G_CLIP, name, 1, &x, &at);
+}
+
+int g_pad(g_graph *g, const char *name, int x, int n, const int64_t *begin, const int64_t *end,
+          double value)
+{
+    if (x == G_NONE || !g_ok(g))
+        return G_NONE;
+    if (n != g->values[x].shape.rank)
+        return g_fail(g, FERRY_ERR_INTERNAL, "pad '%s/%s': %d pairs of pads for x of rank %d",
+                      g->scope, name, n, g->values[x].shape.rank);
+    g_attrs at = {.pad_value = value};
+    if (n > 0) {
+        memcpy(at.pad_begin, begin, (size_t)n * sizeof *begin);
+        memcpy(at.pad_end, end, (size_t)n * sizeof *end);
+    }
+    return node(g, G_PAD, name, 1, &x, &at);
+}
+
+int g_conv(g_graph *g, const char *name, int x, int weight, int bias, const g_conv_opts *opts)
+{
+    int in[3] = {x, weight, bias};
+    g_attrs at = {.conv = (g_conv_opts *)opts};
+    return node(g, G_CONV, name, bias == G_NONE ? 2 : 3, in, &at);
+}
+
 int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, double offset)
 {
     int in[2] = {x, weight};

@@ -63,7 +63,7 @@ static void put_end(strbuf *b, const char *key, int64_t v)
         sb_printf(b, "%s=%lld", key, (long long)v);
 }
 
-static void put_attrs(strbuf *b, const g_node *n, const g_symtab *syms)
+static void put_attrs(strbuf *b, const g_graph *g, const g_node *n)
 {
     unsigned m = g_op_info_of(n->op)->attrs;
     const g_attrs *a = &n->a;
@@ -77,7 +77,7 @@ static void put_attrs(strbuf *b, const g_node *n, const g_symtab *syms)
     if (m & GA_INTS)
         SEP(), put_ints(b, n->op == G_TRANSPOSE ? "perm" : "axes", a->ints, a->n_ints);
     if (m & GA_SHAPE)
-        SEP(), sb_puts(b, "shape="), put_shape(b, &a->shape, syms);
+        SEP(), sb_puts(b, "shape="), put_shape(b, &a->shape, &g->syms);
     if (m & GA_RANGE)
         SEP(), put_end(b, "start", a->start), sb_puts(b, ", "), put_end(b, "end", a->end);
     if (m & GA_EPS)
@@ -123,6 +123,23 @@ static void put_attrs(strbuf *b, const g_node *n, const g_symtab *syms)
             if (e->part[k] >= 0)
                 sb_printf(b, " in%d=%s", k, e->part[k] == W_PART_CODES ? "codes" :
                                                  e->part[k] == W_PART_SCALES ? "scales" : "zeros");
+    }
+    if (m & GA_BOUNDS)
+        SEP(), sb_printf(b, "lo=%.9g, hi=%.9g", a->lo, a->hi);
+    if (m & GA_PADS) {
+        int rank = g->values[n->in[0]].shape.rank;
+        SEP(), put_ints(b, "begin", a->pad_begin, rank);
+        sb_puts(b, ", "), put_ints(b, "end", a->pad_end, rank);
+        sb_printf(b, ", value=%.9g", a->pad_value);
+    }
+    if ((m & GA_CONV) && a->conv) {
+        const g_conv_opts *o = a->conv;
+        int k = o->spatial >= 1 && o->spatial <= G_CONV_MAX_SPATIAL ? o->spatial : 0;
+        SEP(), put_ints(b, "strides", o->strides, k);
+        sb_puts(b, ", "), put_ints(b, "pads_begin", o->pads_begin, k);
+        sb_puts(b, ", "), put_ints(b, "pads_end", o->pads_end, k);
+        sb_puts(b, ", "), put_ints(b, "dilations", o->dilations, k);
+        sb_printf(b, ", groups=%lld", (long long)o->groups);
     }
 #undef SEP
     sb_puts(b, "}");
@@ -233,7 +250,7 @@ char *g_dump(const g_graph *g)
             sb_printf(&b, "%s%s", k ? ", " : "",
                       n->in[k] == G_NONE ? "-" : g->values[n->in[k]].name);
         sb_puts(&b, ")");
-        put_attrs(&b, n, &g->syms);
+        put_attrs(&b, g, n);
         for (int k = 0; k < n->n_out; k++) {
             const g_value *v = &g->values[n->out[k]];
             sb_printf(&b, "%s%s %s ", k ? ", " : " -> ", v->name, dtype_str(v->dtype));

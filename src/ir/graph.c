@@ -36,6 +36,19 @@ bool g_op_is_semantic(g_op op)
     return (unsigned)op < G_OP_COUNT && OPS[op].semantic;
 }
 
+/* Frees the owned option structs of an attribute set (and forgets them). */
+static void free_opts(g_attrs *a)
+{
+    free(a->rope);
+    free(a->attn);
+    free(a->ext);
+    free(a->conv);
+    a->rope = NULL;
+    a->attn = NULL;
+    a->ext = NULL;
+    a->conv = NULL;
+}
+
 g_graph *g_new(void)
 {
     return calloc(1, sizeof(g_graph));
@@ -51,9 +64,7 @@ void g_free(g_graph *g)
     }
     for (size_t i = 0; i < g->n_nodes; i++) {
         free(g->nodes[i].name);
-        free(g->nodes[i].a.rope);
-        free(g->nodes[i].a.attn);
-        free(g->nodes[i].a.ext);
+        free_opts(&g->nodes[i].a);
     }
     for (size_t i = 0; i < g->n_states; i++)
         free(g->states[i].name);
@@ -469,34 +480,32 @@ int g_node_out(const g_graph *g, int v, int k)
     return k >= 0 && k < n->n_out ? n->out[k] : G_NONE;
 }
 
+/* A copy of `size` bytes of option struct `src` (NULL for none); clears *ok when out of
+ * memory. */
+static void *copy_opts(const void *src, size_t size, bool *ok)
+{
+    if (!src)
+        return NULL;
+    void *copy = malloc(size);
+    if (copy)
+        memcpy(copy, src, size);
+    else
+        *ok = false;
+    return copy;
+}
+
 /* Deep-copies the owned option structs of an attribute set. */
 static bool copy_attrs(g_attrs *dst, const g_attrs *src)
 {
+    bool ok = true;
     *dst = *src;
-    dst->rope = NULL;
-    dst->attn = NULL;
-    dst->ext = NULL;
-    if (src->rope && !(dst->rope = malloc(sizeof *dst->rope)))
-        return false;
-    if (src->rope)
-        *dst->rope = *src->rope;
-    if (src->attn && !(dst->attn = malloc(sizeof *dst->attn))) {
-        free(dst->rope);
-        dst->rope = NULL;
-        return false;
-    }
-    if (src->attn)
-        *dst->attn = *src->attn;
-    if (src->ext && !(dst->ext = malloc(sizeof *dst->ext))) {
-        free(dst->rope);
-        free(dst->attn);
-        dst->rope = NULL;
-        dst->attn = NULL;
-        return false;
-    }
-    if (src->ext)
-        *dst->ext = *src->ext;
-    return true;
+    dst->rope = copy_opts(src->rope, sizeof *src->rope, &ok);
+    dst->attn = copy_opts(src->attn, sizeof *src->attn, &ok);
+    dst->ext = copy_opts(src->ext, sizeof *src->ext, &ok);
+    dst->conv = copy_opts(src->conv, sizeof *src->conv, &ok);
+    if (!ok)
+        free_opts(dst);
+    return ok;
 }
 
 int g_add_node(g_graph *g, g_op op, const char *name, int n_in, const int *in, const g_attrs *a)

@@ -72,7 +72,8 @@ ferry_status g_infer(const g_graph *g, const g_node *n, g_typed *outs, int *n_ou
     }
     if (((info->attrs & GA_ROPE) != 0) != (n->a.rope != NULL) ||
         ((info->attrs & GA_ATTN) != 0) != (n->a.attn != NULL) ||
-        ((info->attrs & GA_EXTERN) != 0) != (n->a.ext != NULL))
+        ((info->attrs & GA_EXTERN) != 0) != (n->a.ext != NULL) ||
+        ((info->attrs & GA_CONV) != 0) != (n->a.conv != NULL))
         return bad(&x, "option struct present where the op takes none, or missing");
     memset(outs, 0, sizeof *outs * G_MAX_OUT);
     ferry_status st = INFER[n->op](&x);
@@ -503,6 +504,120 @@ static ferry_status infer_extern(inf *x)
     }
     x->n_out = e->n_out;
     return FERRY_OK;
+}
+
+static ferry_status infer_clip(inf *x)
+{
+    double lo = x->n->a.lo, hi = x->n->a.hi;
+    if (isnan(lo) || isnan(hi) || lo > hi)
+        return bad(x, "bounds must be numbers (or infinite where absent) with lo <= hi");
+    return infer_float_unary(x);
+}
+
+/* Pads and conv attributes are held under 2^31 so that no extent arithmetic overflows. */
+#define ATTR_LIMIT ((int64_t)1 << 31)
+
+static ferry_status infer_pad(inf *x)
+{
+    const g_value *a = x->in[0];
+    const g_attrs *at = &x->n->a;
+    if (!dt_is_float(a->dtype) || !isfinite(at->pad_value))
+        return bad(x, "needs a float input and a finite pad value");
+    g_shape s = a->shape;
+    for (int i = 0; i < G_MAX_RANK; i++) {
+        int64_t b = at->pad_begin[i], e = at->pad_end[i];
+        bool valid = i < s.rank ? b >= 0 && e >= 0 && b < ATTR_LIMIT && e < ATTR_LIMIT
+                                : b == 0 && e == 0;
+        if (!valid)
+            return bad(x, "pads must be non-negative (under 2^31), one pair per axis of x");
+        if (i < s.rank)
+            s.d[i] = g_dim_add(s.d[i], g_dim_const(b + e));
+    }
+    return one(x, a->dtype, &s);
+}
+
+/* floor(a / b) for b > 0 */
+static int64_t floor_div(int64_t a, int64_t b)
+{
+    return a / b - (a % b != 0 && a < 0);
+}
+
+/* A spatial output extent: floor(span / stride) + 1 over span = in + pads - dilated kernel.
+ * A symbolic span stays affine when the stride divides each coefficient: the symbols' part is
+ * then an exact multiple, and only the constant is floored. */
+static ferry_status conv_extent(inf *x, g_dim in, int64_t pads, int64_t reach, int64_t stride,
+                                g_dim *out)
+{
+    if (in.unknown) {
+        *out = g_dim_unknown();
+        return FERRY_OK;
+    }
+    g_dim span = g_dim_add(in, g_dim_const(pads - reach));
+    int64_t c;
+    if (g_dim_is_const(span, &c)) {
+        if (c < 0)
+            return bad(x, "the kernel reaches past the padded input");
+        *out = g_dim_const(c / stride + 1);
+        return FERRY_OK;
+    }
+    for (int t = 0; t < span.n; t++) {
+        if (span.t[t].coef % stride != 0)
+            return bad(x, "a stride over a symbolic extent that is no multiple of it gives no "
+                       "affine output extent (declare the input extent as stride * symbol)");
+        span.t[t].coef /= stride;
+    }
+    span.c = floor_div(span.c, stride) + 1;
+    *out = span;
+    return FERRY_OK;
+}
+
+static bool conv_opts_valid(const g_conv_opts *o)
+{
+    if (o->spatial < 1 || o->spatial > G_CONV_MAX_SPATIAL || o->groups < 1 ||
+        o->groups >= ATTR_LIMIT)
+        return false;
+    for (int i = 0; i < G_CONV_MAX_SPATIAL; i++) {
+        /* strides and dilations from 1, pads from 0; all zero past the spatial axes */
+        const int64_t v[4] = {o->strides[i], o->dilations[i], o->pads_begin[i], o->pads_end[i]};
+        const int64_t least[4] = {1, 1, 0, 0};
+        for (int k = 0; k < 4; k++) {
+            bool valid = i < o->spatial ? v[k] >= least[k] && v[k] < ATTR_LIMIT : v[k] == 0;
+            if (!valid)
+                return false;
+        }
+    }
+    return true;
+}
+
+static ferry_status infer_conv(inf *x)
+{
+    const g_value *a = x->in[0], *w = x->in[1], *b = x->in[2];
+    const g_conv_opts *o = x->n->a.conv;
+    if (!conv_opts_valid(o))
+        return bad(x, "1 to 3 spatial axes, strides and dilations >= 1, pads >= 0, groups >= 1 "
+                   "(all under 2^31; nothing set past the spatial axes)");
+    if (!dt_is_float(a->dtype) || w->dtype != a->dtype || (b && b->dtype != a->dtype))
+        return bad(x, "x, weight and bias must be of one float dtype");
+    if (a->shape.rank != o->spatial + 2 || w->shape.rank != o->spatial + 2)
+        return bad(x, "x must be [n, c_in, spatial...] and weight [c_out, c_in/groups, "
+                   "kernel...], with as many spatial axes as the options");
+    int64_t wd[G_MAX_RANK];
+    for (int i = 0; i < w->shape.rank; i++)
+        if (!g_dim_is_const(w->shape.d[i], &wd[i]) || wd[i] < 1 || wd[i] >= ATTR_LIMIT)
+            return bad(x, "the weight's extents must be positive constants");
+    if (wd[0] % o->groups != 0 || !g_dim_match(a->shape.d[1], g_dim_const(wd[1] * o->groups)))
+        return bad(x, "groups must divide c_out, and x's channels be groups times the "
+                   "weight's c_in/groups");
+    if (b && (b->shape.rank != 1 || !g_dim_match(b->shape.d[0], g_dim_const(wd[0]))))
+        return bad(x, "bias must be [c_out]");
+    g_shape s = {.rank = a->shape.rank, .d = {a->shape.d[0], g_dim_const(wd[0])}};
+    for (int i = 0; i < o->spatial; i++) {
+        int64_t reach = o->dilations[i] * (wd[2 + i] - 1) + 1;
+        if (conv_extent(x, a->shape.d[2 + i], o->pads_begin[i] + o->pads_end[i], reach,
+                        o->strides[i], &s.d[2 + i]) != FERRY_OK)
+            return x->err->status;
+    }
+    return one(x, a->dtype, &s);
 }
 
 /* ---- semantic ops ---- */

@@ -31,6 +31,7 @@ enum {
     GA_AXIS = 1 << 0, GA_INTS = 1 << 1, GA_SHAPE = 1 << 2, GA_RANGE = 1 << 3, GA_EPS = 1 << 4,
     GA_OFFSET = 1 << 5, GA_CAP = 1 << 6, GA_TO = 1 << 7, GA_KEEPDIMS = 1 << 8,
     GA_TRANSB = 1 << 9, GA_ROPE = 1 << 10, GA_ATTN = 1 << 11, GA_EXTERN = 1 << 12,
+    GA_BOUNDS = 1 << 13, GA_PADS = 1 << 14, GA_CONV = 1 << 15,
 };
 
 typedef enum g_op {
@@ -82,6 +83,19 @@ typedef struct g_attn_opts {
     g_cache_kind cache;
 } g_attn_opts;
 
+/* Convolution options (op CONV), one set per node. Entry i of each array is spatial axis i
+ * (axis 2 + i of x); entries from `spatial` on stay zero. */
+#define G_CONV_MAX_SPATIAL 3
+
+typedef struct g_conv_opts {
+    int spatial;                             /* 1, 2 or 3 spatial axes */
+    int64_t strides[G_CONV_MAX_SPATIAL];     /* >= 1 */
+    int64_t pads_begin[G_CONV_MAX_SPATIAL];  /* zeros added before each axis, >= 0 */
+    int64_t pads_end[G_CONV_MAX_SPATIAL];    /* ... and after it */
+    int64_t dilations[G_CONV_MAX_SPATIAL];   /* >= 1 */
+    int64_t groups;                          /* >= 1, dividing c_in and c_out */
+} g_conv_opts;
+
 /* A backend's own op (op EXTERN): what its writer prints, e.g. onnxruntime's
  * com.microsoft.MatMulNBits. Only that backend's target lowerings make one. */
 #define G_EXT_MAX_ATTRS 12
@@ -118,9 +132,13 @@ typedef struct g_attrs {
     double eps, offset, cap;
     ferry_dtype to;
     bool keepdims, transpose_b;
+    double lo, hi;               /* clip: the bounds, -INFINITY / INFINITY where absent */
+    int64_t pad_begin[G_MAX_RANK], pad_end[G_MAX_RANK]; /* pad: per axis of x, >= 0 */
+    double pad_value;            /* pad: the value of the elements added */
     g_rope_opts *rope;           /* owned */
     g_attn_opts *attn;           /* owned */
     g_extern *ext;               /* owned */
+    g_conv_opts *conv;           /* owned */
 } g_attrs;
 
 typedef enum g_value_kind { GV_INPUT, GV_NODE, GV_CONST, GV_WEIGHT } g_value_kind;
@@ -338,6 +356,14 @@ int g_scatter_add(g_graph *g, const char *name, int data, int indices, int updat
 int g_topk(g_graph *g, const char *name, int x, int64_t k, int axis, int *indices);
 /* data's values at indices along axis: out[..i..] = data[..indices[..i..]..] */
 int g_gather_elements(g_graph *g, const char *name, int data, int indices, int axis);
+/* x clamped to [lo, hi]; -INFINITY / INFINITY for an absent bound */
+int g_clip(g_graph *g, const char *name, int x, double lo, double hi);
+/* x with begin[i] elements of `value` added before axis i and end[i] after it; n is x's rank */
+int g_pad(g_graph *g, const char *name, int x, int n, const int64_t *begin, const int64_t *end,
+          double value);
+/* N-D convolution of x [n, c_in, spatial...] with weight [c_out, c_in/groups, kernel...] (any
+ * value), plus bias [c_out] unless G_NONE; `opts` is copied */
+int g_conv(g_graph *g, const char *name, int x, int weight, int bias, const g_conv_opts *opts);
 
 int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, double offset);
 /* Returns the normalized value; *sum receives x + skip. */
@@ -378,7 +404,7 @@ void g_extern_bool(g_extern *e, const char *name, bool v);
 /* Declares output k at op output position `slot` with its type. */
 void g_extern_out(g_extern *e, int k, int slot, ferry_dtype dtype, const g_shape *shape);
 
-/* Low-level: appends a node with explicit attributes (the rope/attn pointers are copied), infers
+/* Low-level: appends a node with explicit attributes (the option structs are copied), infers
  * its outputs and creates their values. Returns the node index or G_NONE. */
 int g_add_node(g_graph *g, g_op op, const char *name, int n_in, const int *in, const g_attrs *a);
 

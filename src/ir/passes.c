@@ -59,13 +59,18 @@ static bool attrs_clean(const g_node *n)
 {
     unsigned m = g_op_info_of(n->op)->attrs;
     const g_attrs *a = &n->a;
+    bool no_pads = a->pad_value == 0;
+    for (int i = 0; i < G_MAX_RANK; i++)
+        no_pads &= a->pad_begin[i] == 0 && a->pad_end[i] == 0;
     return ((m & GA_AXIS) || a->axis == 0) && ((m & GA_INTS) || a->n_ints == 0) &&
            ((m & GA_SHAPE) || a->shape.rank == 0) &&
            ((m & GA_RANGE) || (a->start == 0 && a->end == 0)) && ((m & GA_EPS) || a->eps == 0) &&
            ((m & GA_OFFSET) || a->offset == 0) && ((m & GA_CAP) || a->cap == 0) &&
            ((m & GA_TO) || a->to == FERRY_DTYPE_UNDEFINED) && ((m & GA_KEEPDIMS) || !a->keepdims) &&
            ((m & GA_TRANSB) || !a->transpose_b) && ((m & GA_ROPE) || !a->rope) &&
-           ((m & GA_ATTN) || !a->attn) && ((m & GA_EXTERN) || !a->ext);
+           ((m & GA_ATTN) || !a->attn) && ((m & GA_EXTERN) || !a->ext) &&
+           ((m & GA_BOUNDS) || (a->lo == 0 && a->hi == 0)) && ((m & GA_PADS) || no_pads) &&
+           ((m & GA_CONV) || !a->conv);
 }
 
 static int cmp_str(const void *a, const void *b)

@@ -37,8 +37,11 @@ enum {
 typedef enum family {
     FAM_RMS_NORM, FAM_SKIP_RMS_NORM, FAM_LAYER_NORM, FAM_SKIP_LAYER_NORM, FAM_LINEAR,
     FAM_TIED, FAM_EMBEDDING, FAM_UNARY, FAM_REDUCE, FAM_GATHER_ELEMENTS, FAM_SCATTER_ADD,
-    FAM_TOPK, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
+    FAM_TOPK, FAM_CLIP, FAM_PAD, FAM_CONV, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
 } family;
+
+/* FAM_CONV: an extent of x that is the sequence symbol (S at static shapes), or twice it */
+enum { SEQ = -1, TWO_SEQ = -2 };
 
 typedef struct op_case {
     const char *name;
@@ -52,6 +55,14 @@ typedef struct op_case {
     g_rope_opts rope;        /* FAM_ROPE, FAM_TWO_ROPES */
     double theta_2;          /* FAM_TWO_ROPES: the second rope's theta, all else equal */
     g_attn_opts attn;        /* FAM_ATTENTION; scale 0 = head_dim^-0.5 */
+    double lo, hi;           /* FAM_CLIP: the bounds, -INFINITY / INFINITY where absent */
+    /* FAM_PAD over x [b, s, HIDDEN]: begin and end per axis, the value */
+    int64_t pad_begin[3], pad_end[3];
+    double pad_value;
+    /* FAM_CONV: the options; x's extents after the batch (channels, then each spatial: a
+     * constant, SEQ or TWO_SEQ) and the weight's; the bias is a graph input when .bias */
+    g_conv_opts conv;
+    int64_t conv_x[1 + G_CONV_MAX_SPATIAL], conv_w[2 + G_CONV_MAX_SPATIAL];
 } op_case;
 
 /* Rotary options over ROPE_HEAD_DIM heads rotating the first `rotary` dims; the rope_config
@@ -62,6 +73,9 @@ typedef struct op_case {
 #define ATTN(heads, kv_heads, ...)                                                         \
     .attn = {.num_heads = (heads), .num_kv_heads = (kv_heads), .head_dim = ATTN_HEAD_DIM,  \
              __VA_ARGS__}
+
+/* Convolution options over `n` spatial axes in `groups` groups; the arrays are given in full */
+#define CONV(n, groups_, ...) .conv = {.spatial = (n), .groups = (groups_), __VA_ARGS__}
 
 #define F32 FERRY_F32
 #define F16 FERRY_F16
@@ -106,6 +120,41 @@ static const op_case CASES[] = {
     {"scatter_add_fp16", FAM_SCATTER_ADD, F16}, /* onnxruntime adds in fp32: ONNX casts */
     {"topk", FAM_TOPK, F32},
     {"topk_fp16", FAM_TOPK, F16},
+    {"clip", FAM_CLIP, F32, .lo = -1.5, .hi = 2.0},
+    {"clip_min", FAM_CLIP, F32, .lo = -1.0, .hi = INFINITY},
+    {"clip_max", FAM_CLIP, F32, .lo = -INFINITY, .hi = 0.5},
+    {"clip_fp16", FAM_CLIP, F16, .lo = -2.0, .hi = 1.5},
+    {"clip_max_fp16", FAM_CLIP, F16, .lo = -INFINITY, .hi = 0.75},
+    /* the sequence axis grows by 3 (symbolic: sequence + 3) */
+    {"pad", FAM_PAD, F32, .pad_begin = {0, 1, 2}, .pad_end = {0, 2, 3}, .pad_value = 0.5},
+    {"pad_leading", FAM_PAD, F32, .pad_begin = {1, 0, 0}, .pad_end = {2, 0, 0}},
+    {"pad_fp16", FAM_PAD, F16, .pad_begin = {0, 1, 2}, .pad_end = {0, 2, 3}, .pad_value = -1.25},
+    /* Whisper's first conv: k 3, pad 1 over the frames (symbolic: sequence stays sequence) */
+    {"conv1d", FAM_CONV, F32, .bias = true,
+     CONV(1, 1, .strides = {1}, .pads_begin = {1}, .pads_end = {1}, .dilations = {1}),
+     .conv_x = {4, SEQ}, .conv_w = {6, 4, 3}},
+    {"conv1d_fp16", FAM_CONV, F16, .bias = true,
+     CONV(1, 1, .strides = {1}, .pads_begin = {1}, .pads_end = {1}, .dilations = {1}),
+     .conv_x = {4, SEQ}, .conv_w = {6, 4, 3}},
+    /* its second: stride 2 over 2 * sequence frames, which stays affine (sequence) */
+    {"conv1d_strided", FAM_CONV, F32, .bias = true,
+     CONV(1, 1, .strides = {2}, .pads_begin = {1}, .pads_end = {1}, .dilations = {1}),
+     .conv_x = {4, TWO_SEQ}, .conv_w = {6, 4, 3}},
+    /* a vision patch embedding: kernel = stride = 4 over a constant image */
+    {"conv2d_patch", FAM_CONV, F32, .bias = true,
+     CONV(2, 1, .strides = {4, 4}, .dilations = {1, 1}),
+     .conv_x = {3, 8, 12}, .conv_w = {8, 3, 4, 4}},
+    /* groups, unequal pads, a dilation and a stride at once; no bias */
+    {"conv2d_grouped", FAM_CONV, F32,
+     CONV(2, 2, .strides = {2, 1}, .pads_begin = {1, 0}, .pads_end = {0, 2}, .dilations = {1, 2}),
+     .conv_x = {4, 7, 9}, .conv_w = {6, 2, 3, 2}},
+    {"conv2d_grouped_fp16", FAM_CONV, F16,
+     CONV(2, 2, .strides = {2, 1}, .pads_begin = {1, 0}, .pads_end = {0, 2}, .dilations = {1, 2}),
+     .conv_x = {4, 7, 9}, .conv_w = {6, 2, 3, 2}},
+    {"conv3d", FAM_CONV, F32, .bias = true,
+     CONV(3, 1, .strides = {1, 2, 1}, .pads_begin = {1, 0, 1}, .pads_end = {1, 0, 0},
+          .dilations = {1, 1, 1}),
+     .conv_x = {2, 4, 5, 6}, .conv_w = {4, 2, 2, 3, 2}},
     {"rope", FAM_ROPE, F32, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0)},
     {"rope_fp16", FAM_ROPE, F16, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0)},
     {"rope_partial", FAM_ROPE, F32,
@@ -318,6 +367,41 @@ static void build_topk(bld *b)
     g_output(g, idx, "indices");
 }
 
+static void build_clip(bld *b)
+{
+    g_graph *g = b->g;
+    int x = activations(b, "x", g_dim_const(HIDDEN));
+    g_output(g, g_clip(g, "clip", x, b->c->lo, b->c->hi), "y");
+}
+
+static void build_pad(bld *b)
+{
+    g_graph *g = b->g;
+    int x = activations(b, "x", g_dim_const(HIDDEN));
+    const op_case *c = b->c;
+    g_output(g, g_pad(g, "pad", x, 3, c->pad_begin, c->pad_end, c->pad_value), "y");
+}
+
+/* x [b, c_in, spatial...], the weight (and bias) as graph inputs: the op takes any value
+ * there, and the inputs carry them to every runtime as the reference has them */
+static void build_conv(bld *b)
+{
+    g_graph *g = b->g;
+    const op_case *c = b->c;
+    int rank = c->conv.spatial + 2;
+    g_dim xd[G_MAX_RANK] = {b->batch}, wd[G_MAX_RANK];
+    for (int i = 1; i < rank; i++) {
+        int64_t e = c->conv_x[i - 1];
+        xd[i] = e == SEQ ? b->seq : e == TWO_SEQ ? g_dim_scale(b->seq, 2) : g_dim_const(e);
+    }
+    for (int i = 0; i < rank; i++)
+        wd[i] = g_dim_const(c->conv_w[i]);
+    int x = g_input(g, "x", c->dtype, rank, xd);
+    int w = g_input(g, "weight", c->dtype, rank, wd);
+    int bias = c->bias ? g_input(g, "bias", c->dtype, 1, wd) : G_NONE;
+    g_output(g, g_conv(g, "conv", x, w, bias, &c->conv), "y");
+}
+
 static void build_rope(bld *b)
 {
     g_graph *g = b->g;
@@ -390,7 +474,8 @@ static void (*const BUILD[FAM_COUNT])(bld *b) = {
     [FAM_LINEAR] = build_linear, [FAM_TIED] = build_tied,
     [FAM_EMBEDDING] = build_embedding, [FAM_UNARY] = build_unary, [FAM_REDUCE] = build_reduce,
     [FAM_GATHER_ELEMENTS] = build_gather_elements, [FAM_SCATTER_ADD] = build_scatter_add,
-    [FAM_TOPK] = build_topk, [FAM_ROPE] = build_rope,
+    [FAM_TOPK] = build_topk, [FAM_CLIP] = build_clip, [FAM_PAD] = build_pad,
+    [FAM_CONV] = build_conv, [FAM_ROPE] = build_rope,
     [FAM_TWO_ROPES] = build_rope, [FAM_ATTENTION] = build_attention,
 };
 

@@ -54,6 +54,17 @@ def _attn(heads, kv_heads, mask, cache=None, window=0, scale=None, softcap=0.0):
                 scale=scale if scale is not None else ATTN_HEAD_DIM ** -0.5, softcap=softcap)
 
 
+def _conv(x, w, stride, begin, end, dilation, groups=1, bias=False):
+    """x's extents after the batch (channels, then spatial: a constant, "s" the sequence or
+    "2s" twice it), the weight's, and the options per spatial axis."""
+    return dict(x=x, w=w, stride=stride, begin=begin, end=end, dilation=dilation, groups=groups,
+                bias=bias)
+
+
+_CONV1D = _conv((4, "s"), (6, 4, 3), (1,), (1,), (1,), (1,), bias=True)
+_CONV2D_GROUPED = _conv((4, 7, 9), (6, 2, 3, 2), (2, 1), (1, 0), (0, 2), (1, 2), groups=2)
+
+
 CASES = {
     "rms_norm": dict(kind="rms_norm", eps=1e-6),
     "rms_norm_offset": dict(kind="rms_norm", eps=1e-6, offset=1.0),
@@ -94,6 +105,24 @@ CASES = {
     "topk_fp16": dict(kind="topk", dtype="fp16"),
     "softcap_fp16": dict(kind="unary", fn=lambda x: torch.tanh(x / 5.0) * 5.0, scale=8.0,
                          dtype="fp16"),
+    "clip": dict(kind="clip", lo=-1.5, hi=2.0),
+    "clip_min": dict(kind="clip", lo=-1.0, hi=None),
+    "clip_max": dict(kind="clip", lo=None, hi=0.5),
+    "clip_fp16": dict(kind="clip", lo=-2.0, hi=1.5, dtype="fp16"),
+    "clip_max_fp16": dict(kind="clip", lo=None, hi=0.75, dtype="fp16"),
+    "pad": dict(kind="pad", begin=(0, 1, 2), end=(0, 2, 3), value=0.5),
+    "pad_leading": dict(kind="pad", begin=(1, 0, 0), end=(2, 0, 0), value=0.0),
+    "pad_fp16": dict(kind="pad", begin=(0, 1, 2), end=(0, 2, 3), value=-1.25, dtype="fp16"),
+    "conv1d": dict(kind="conv", conv=_CONV1D),
+    "conv1d_fp16": dict(kind="conv", conv=_CONV1D, dtype="fp16"),
+    "conv1d_strided": dict(kind="conv", conv=_conv((4, "2s"), (6, 4, 3), (2,), (1,), (1,), (1,),
+                                                   bias=True)),
+    "conv2d_patch": dict(kind="conv", conv=_conv((3, 8, 12), (8, 3, 4, 4), (4, 4), (0, 0),
+                                                 (0, 0), (1, 1), bias=True)),
+    "conv2d_grouped": dict(kind="conv", conv=_CONV2D_GROUPED),
+    "conv2d_grouped_fp16": dict(kind="conv", conv=_CONV2D_GROUPED, dtype="fp16"),
+    "conv3d": dict(kind="conv", conv=_conv((2, 4, 5, 6), (4, 2, 2, 3, 2), (1, 2, 1), (1, 0, 1),
+                                           (1, 0, 0), (1, 1, 1), bias=True)),
     "rope": dict(kind="rope", rope=_rope()),
     "rope_fp16": dict(kind="rope", rope=_rope(), dtype="fp16"),
     "rope_partial": dict(kind="rope", rope=_rope(rotary=8, partial_rotary_factor=0.5)),
@@ -182,7 +211,17 @@ def make_inputs(spec, shape, rng):
         if kind == "scatter_add":
             feeds["updates"] = normal(b, s, PICKS)
         return feeds
-    if kind in ("unary", "reduce", "topk"):
+    if kind == "conv":
+        c = spec["conv"]
+        extent = {"s": s, "2s": 2 * s}
+        w = c["w"]
+        fan_in = int(np.prod(w[1:]))
+        feeds = {"x": normal(b, *(extent.get(e, e) for e in c["x"])),
+                 "weight": normal(*w, scale=fan_in ** -0.5)}
+        if c["bias"]:
+            feeds["bias"] = normal(w[0], scale=0.5)
+        return feeds
+    if kind in ("unary", "reduce", "topk", "clip", "pad"):
         x = normal(b, s, HIDDEN, scale=spec.get("scale", 3.0))
         return {"x": np.abs(x) + fdt(0.1) if spec.get("positive") else x}
     if kind == "rope":
@@ -310,6 +349,22 @@ def attention_reference(a, feeds):
     return want
 
 
+def torch_pads(begin, end):
+    """F.pad's list: (begin, end) pairs from the last axis back."""
+    return [p for pair in reversed(list(zip(begin, end))) for p in pair]
+
+
+def conv_reference(c, x):
+    """torch's conv1d/2d/3d; unequal pads (which its padding cannot say) as F.pad first."""
+    conv = (F.conv1d, F.conv2d, F.conv3d)[len(c["stride"]) - 1]
+    inp, padding = x["x"], list(c["begin"])
+    if c["begin"] != c["end"]:
+        inp = F.pad(inp, torch_pads(c["begin"], c["end"]))
+        padding = [0] * len(padding)
+    return conv(inp, x["weight"], x.get("bias"), stride=c["stride"], padding=padding,
+                dilation=c["dilation"], groups=c["groups"])
+
+
 def reference(spec, weights, feeds):
     """{output name: expected float32 tensor} for the case."""
     dt = spec.get("dtype", "fp32")
@@ -346,6 +401,12 @@ def reference(spec, weights, feeds):
         return {"y": spec["fn"](x["x"])}
     if kind == "gather_elements":
         return {"y": torch.gather(x["x"], -1, x["indices"])}
+    if kind == "clip":
+        return {"y": torch.clamp(x["x"], min=spec["lo"], max=spec["hi"])}
+    if kind == "pad":
+        return {"y": F.pad(x["x"], torch_pads(spec["begin"], spec["end"]), value=spec["value"])}
+    if kind == "conv":
+        return {"y": conv_reference(spec["conv"], x)}
     if kind == "topk":  # random values: no ties, so the indices are the one answer
         values, indices = torch.topk(x["x"], PICKS, dim=-1)
         return {"y": values, "indices": indices}

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,9 @@ static const char *onnx_op(g_op op)
     case G_TOPK: return "TopK";
     case G_CUMSUM: return "CumSum";
     case G_DEQUANTIZE: return "DequantizeLinear";
+    case G_CLIP: return "Clip";
+    case G_PAD: return "Pad";
+    case G_CONV: return "Conv";
     default: return NULL;
     }
 }
@@ -197,13 +201,30 @@ static void init_i64(printer *p, const char *name, const int64_t *v, int n)
         pb_int(&t, TENSOR_DIMS, n);
     pb_int(&t, TENSOR_DATA_TYPE, onnx_dtype(FERRY_I64));
     pb_string(&t, TENSOR_NAME, name);
-    uint8_t raw[8 * G_MAX_RANK];
+    uint8_t raw[8 * 2 * G_MAX_RANK]; /* up to a pad's two per axis */
     int count = n < 0 ? 1 : n;
     for (int i = 0; i < count; i++)
         memcpy(raw + 8 * i, &v[i], 8); /* little-endian hosts only, as the data files */
     pb_bytes(&t, TENSOR_RAW_DATA, raw, (size_t)count * 8);
     pb_msg(&p->graph, GRAPH_INITIALIZER, &t);
     pb_free(&t);
+}
+
+/* A float initializer `name` of dtype `dt` and rank 0 holding v (rounded to dt). */
+static ferry_status init_float(printer *p, const char *name, ferry_dtype dt, double v,
+                               fy_err *err)
+{
+    uint8_t raw[8];
+    if (dt_size(dt) > sizeof raw || dt_convert(raw, dt, &v, FERRY_F64, 1) != 0)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "ONNX: no %s scalar for '%s'", dt_st_name(dt),
+                       name);
+    pb_buf t = {0};
+    pb_int(&t, TENSOR_DATA_TYPE, onnx_dtype(dt));
+    pb_string(&t, TENSOR_NAME, name);
+    pb_bytes(&t, TENSOR_RAW_DATA, raw, dt_size(dt));
+    pb_msg(&p->graph, GRAPH_INITIALIZER, &t);
+    pb_free(&t);
+    return FERRY_OK;
 }
 
 /* A node with up to 4 inputs and one output; attributes added by the caller through `nb`. */
@@ -465,6 +486,40 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
         init_i64(p, aux[0], n->a.ints, 1);
         in[n_in++] = aux[0];
         break;
+    case G_CLIP: {
+        /* the bounds are inputs of x's dtype; an absent one is an empty name (trailing ones
+         * left off) */
+        const double bound[2] = {n->a.lo, n->a.hi}, absent[2] = {-INFINITY, INFINITY};
+        ferry_dtype dt = g->values[n->in[0]].dtype;
+        for (int k = 0; k < 2; k++) {
+            in[n_in++] = "";
+            if (bound[k] == absent[k])
+                continue;
+            snprintf(aux[k], sizeof aux[k], "%s/%s", n->name, k ? "max" : "min");
+            if (init_float(p, aux[k], dt, bound[k], err) != FERRY_OK)
+                return err->status;
+            in[n_in - 1] = aux[k];
+        }
+        while (n_in > 1 && !in[n_in - 1][0])
+            n_in--;
+        break;
+    }
+    case G_PAD: { /* pads int64 [2 * rank]: every axis' begin, then every axis' end */
+        int rank = g->values[n->in[0]].shape.rank;
+        int64_t pads[2 * G_MAX_RANK];
+        for (int i = 0; i < rank; i++) {
+            pads[i] = n->a.pad_begin[i];
+            pads[rank + i] = n->a.pad_end[i];
+        }
+        snprintf(aux[0], sizeof aux[0], "%s/pads", n->name);
+        snprintf(aux[1], sizeof aux[1], "%s/value", n->name);
+        init_i64(p, aux[0], pads, 2 * rank);
+        if (init_float(p, aux[1], g->values[n->in[0]].dtype, n->a.pad_value, err) != FERRY_OK)
+            return err->status;
+        in[n_in++] = aux[0];
+        in[n_in++] = aux[1];
+        break;
+    }
     case G_REDUCE_MEAN: case G_REDUCE_MAX: case G_REDUCE_SUM:
         /* axes became an input in opset 18 (ReduceSum's in 13, below ferry's opsets) */
         axes_as_attr = n->op != G_REDUCE_SUM && p->opset < 18;
@@ -513,6 +568,25 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
         attr_int(&nb, "axis", 1);
         attr_int(&nb, "block_size", g->values[n->in[0]].weight.quant.block);
         break;
+    case G_PAD:
+        attr_str(&nb, "mode", "constant");
+        break;
+    case G_CONV: {
+        const g_conv_opts *o = n->a.conv;
+        const g_shape *w = &g->values[n->in[1]].shape;
+        int64_t kernel[G_CONV_MAX_SPATIAL], pads[2 * G_CONV_MAX_SPATIAL];
+        for (int i = 0; i < o->spatial; i++) {
+            g_dim_is_const(w->d[2 + i], &kernel[i]); /* inference holds them constant */
+            pads[i] = o->pads_begin[i];
+            pads[o->spatial + i] = o->pads_end[i];
+        }
+        attr_ints(&nb, "kernel_shape", kernel, o->spatial);
+        attr_ints(&nb, "strides", o->strides, o->spatial);
+        attr_ints(&nb, "pads", pads, 2 * o->spatial);
+        attr_ints(&nb, "dilations", o->dilations, o->spatial);
+        attr_int(&nb, "group", o->groups);
+        break;
+    }
     case G_SHAPE_OF:
         if (n->a.start != 0)
             attr_int(&nb, "start", n->a.start);

@@ -116,11 +116,13 @@ static ferry_status onnx_gelu(g_lower_ctx *c, const g_node *n, int *outs)
 }
 
 /* Ops ONNX or onnxruntime's CPU kernels take at fp32 only: ScatterElements' add reduction has
- * no fp16 kernel in onnxruntime, and TopK no bf16 type up to opset 23. */
+ * no fp16 kernel in onnxruntime, TopK no bf16 type up to opset 23, Conv none below opset 22 and
+ * no bf16 kernel in onnxruntime after, nor has Clip. */
 static bool needs_f32(const g_graph *g, const g_node *n)
 {
     ferry_dtype dt = g->values[n->in[0]].dtype;
-    return (n->op == G_SCATTER_ADD && dt != FERRY_F32) || (n->op == G_TOPK && dt == FERRY_BF16);
+    bool no_bf16 = n->op == G_TOPK || n->op == G_CONV || n->op == G_CLIP;
+    return (n->op == G_SCATTER_ADD && dt != FERRY_F32) || (no_bf16 && dt == FERRY_BF16);
 }
 
 /* The op over its float inputs cast to fp32, its float outputs cast back. */
@@ -158,7 +160,10 @@ g_legality onnx_legal(const g_target *t, const g_graph *g, const g_node *n)
 
 g_lower_fn onnx_primitive_lowering(g_op op)
 {
-    return op == G_SCATTER_ADD || op == G_TOPK ? lower_in_f32 : NULL;
+    switch (op) {
+    case G_SCATTER_ADD: case G_TOPK: case G_CONV: case G_CLIP: return lower_in_f32;
+    default: return NULL;
+    }
 }
 
 static g_lower_fn onnx_lowering(const g_target *t, g_op op)

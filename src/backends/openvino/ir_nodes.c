@@ -195,6 +195,91 @@ static ferry_status emit_topk(printer *p, const g_node *n)
     return FERRY_OK;
 }
 
+/* ` key="v0,v1,..."` into `data` */
+static void ints_attr(strbuf *data, const char *key, const int64_t *v, int n)
+{
+    sb_printf(data, " %s=\"", key);
+    for (int i = 0; i < n; i++)
+        sb_printf(data, "%s%lld", i ? "," : "", (long long)v[i]);
+    sb_puts(data, "\"");
+}
+
+/* Value `v` reshaped to the constant `dims` by layer `name`. */
+static ferry_status reshaped(printer *p, int v, const char *name, int rank, const int64_t *dims,
+                             ov_in *out)
+{
+    ov_in ins[2];
+    if (ov_value_in(p, v, &ins[0]) != FERRY_OK || ov_i64_in(p, rank, dims, &ins[1]) != FERRY_OK)
+        return p->err->status;
+    g_shape s = {.rank = rank};
+    for (int i = 0; i < rank; i++)
+        s.d[i] = g_dim_const(dims[i]);
+    ov_out o = {ins[0].dtype, s, NULL};
+    int id = ov_layer(p, "Reshape", "opset1", name, "special_zero=\"false\"", ins, 2, &o, 1);
+    *out = ov_node_port(id, 2, o.dtype, &s);
+    return FERRY_OK;
+}
+
+/* Convolution-1, or GroupConvolution-1 over the weight reshaped to [groups, c_out/groups,
+ * c_in/groups, kernel...]. Neither takes a bias: it is added after, reshaped to [1, c_out, 1...]
+ * so that it broadcasts over the spatial axes. */
+static ferry_status emit_conv(printer *p, const g_node *n)
+{
+    g_graph *g = p->g;
+    const g_conv_opts *o = n->a.conv;
+    const g_value *y = &g->values[n->out[0]];
+    const g_shape *ws = &g->values[n->in[1]].shape;
+    bool bias = n->n_in > 2 && n->in[2] != G_NONE;
+    int64_t wd[G_MAX_RANK + 1];
+    for (int i = 0; i < ws->rank; i++)
+        g_dim_is_const(ws->d[i], &wd[i]); /* inference holds them constant */
+    char name[600];
+    ov_in ins[2];
+    if (ov_value_in(p, n->in[0], &ins[0]) != FERRY_OK)
+        return p->err->status;
+    if (o->groups > 1) {
+        int64_t grouped[G_MAX_RANK + 1] = {o->groups, wd[0] / o->groups};
+        for (int i = 1; i < ws->rank; i++)
+            grouped[i + 1] = wd[i];
+        snprintf(name, sizeof name, "%s/grouped_weight", n->name);
+        if (reshaped(p, n->in[1], name, ws->rank + 1, grouped, &ins[1]) != FERRY_OK)
+            return p->err->status;
+    } else if (ov_value_in(p, n->in[1], &ins[1]) != FERRY_OK) {
+        return p->err->status;
+    }
+    strbuf data = {0};
+    sb_puts(&data, "auto_pad=\"explicit\"");
+    ints_attr(&data, "strides", o->strides, o->spatial);
+    ints_attr(&data, "dilations", o->dilations, o->spatial);
+    ints_attr(&data, "pads_begin", o->pads_begin, o->spatial);
+    ints_attr(&data, "pads_end", o->pads_end, o->spatial);
+    snprintf(name, sizeof name, "%s%s", n->name, bias ? "/conv" : "");
+    ov_out co = {y->dtype, y->shape, bias ? NULL : y->name};
+    int id = ov_layer(p, o->groups > 1 ? "GroupConvolution" : "Convolution", "opset1", name,
+                      data.data, ins, 2, &co, 1);
+    bool oom = data.oom;
+    sb_free(&data);
+    if (oom)
+        return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
+    ov_in at = ov_node_port(id, 2, y->dtype, &y->shape);
+    if (bias) {
+        int64_t across[G_MAX_RANK] = {1, wd[0]};
+        for (int i = 2; i < y->shape.rank; i++)
+            across[i] = 1;
+        ov_in sum[2] = {at};
+        snprintf(name, sizeof name, "%s/bias", n->name);
+        if (reshaped(p, n->in[2], name, y->shape.rank, across, &sum[1]) != FERRY_OK)
+            return p->err->status;
+        ov_out so = {y->dtype, y->shape, y->name};
+        id = ov_layer(p, "Add", "opset1", n->name, "auto_broadcast=\"numpy\"", sum, 2, &so, 1);
+        at = ov_node_port(id, 2, y->dtype, &y->shape);
+    }
+    if (!ov_grow_at(p))
+        return fy_fail(p->err, FERRY_ERR_NOMEM, "out of memory");
+    p->at[n->out[0]] = at;
+    return FERRY_OK;
+}
+
 ferry_status ov_emit_node(printer *p, size_t index)
 {
     g_graph *g = p->g;
@@ -205,6 +290,8 @@ ferry_status ov_emit_node(printer *p, size_t index)
         return emit_extern(p, &n);
     if (n.op == G_TOPK)
         return emit_topk(p, &n);
+    if (n.op == G_CONV)
+        return emit_conv(p, &n);
     ov_in ins[G_MAX_IN + 4];
     int n_in = 0;
     /* ops whose attributes OpenVINO takes as inputs get them first (constants of the graph) */
@@ -311,6 +398,20 @@ ferry_status ov_emit_node(printer *p, size_t index)
             type = "GatherElements", version = "opset6";
             sb_printf(&data, "axis=\"%lld\"", (long long)n.a.axis);
             break;
+        case G_CLIP: /* an absent bound is an infinite one, which Clamp takes as it is */
+            type = "Clamp";
+            sb_printf(&data, "min=\"%.17g\" max=\"%.17g\"", n.a.lo, n.a.hi);
+            break;
+        case G_PAD: {
+            type = "Pad", version = "opset12";
+            sb_puts(&data, "pad_mode=\"constant\"");
+            int rank = g->values[n.in[0]].shape.rank;
+            ferry_dtype dt = g->values[n.in[0]].dtype;
+            if ((st = ov_i64_in(p, rank, n.a.pad_begin, &ins[n_in++])) == FERRY_OK &&
+                (st = ov_i64_in(p, rank, n.a.pad_end, &ins[n_in++])) == FERRY_OK)
+                st = ov_const_in(p, g_scalar_f(g, dt, n.a.pad_value), &ins[n_in++]);
+            break;
+        }
         default:
             st = fy_fail(p->err, g_op_is_semantic(n.op) ? FERRY_ERR_INTERNAL
                                                         : FERRY_ERR_UNSUPPORTED,

@@ -33,6 +33,11 @@ void pt2_program_free(pt2_program *prog);
  * its own (pt2_nodes.c). */
 const g_value *pt2_tied_head_weight(const g_graph *g, const g_node *n, char *key, size_t size);
 
+/* Whether an input's extent has symbol `sym` in it, alone or in an expression (an input of
+ * 2 * frames): the program declares its range all the same, as torch.export does for a
+ * derived dim (pt2_print.c). */
+bool pt2_input_has_symbol(const g_graph *g, int sym);
+
 struct strbuf;
 /* The size torch's shape environment gives dim `d` while it retraces: its traced value, each
  * symbol at least 2 where its range allows (pt2_writer.c). */

@@ -131,10 +131,9 @@ static void pt2_describe(const ferry_export_config *cfg, const g_graph *g, cJSON
      * them: s<k> for the k-th symbol of the graph, where an input has it */
     cJSON *syms = cJSON_AddObjectToObject(metadata, "torch_symbols");
     for (int k = 0; k < g->syms.n; k++) {
-        int v, axis;
         char name[24];
         snprintf(name, sizeof name, "s%d", k);
-        if (g_input_dim(g, g_dim_sym(k), &v, &axis))
+        if (pt2_input_has_symbol(g, k))
             cJSON_AddStringToObject(syms, g->syms.s[k].name, name);
     }
     int params = 0;

@@ -383,6 +383,108 @@ static void emit_where(pt_printer *p, const g_node *n)
     end_node(p, n);
 }
 
+/* an infinite bound is an absent one: None */
+static void emit_clip(pt_printer *p, const g_node *n)
+{
+    target(p, "clamp.default");
+    pt_arg_tensor(p, "self", n->in[0], PT_POSITIONAL);
+    if (n->a.lo == -INFINITY)
+        pt_arg(p, "min", PT_POSITIONAL, "{\"as_none\": true}");
+    else
+        arg_number(p, "min", PT_POSITIONAL, n->in[0], n->a.lo);
+    if (n->a.hi == INFINITY)
+        pt_arg(p, "max", PT_POSITIONAL, "{\"as_none\": true}");
+    else
+        arg_number(p, "max", PT_POSITIONAL, n->in[0], n->a.hi);
+    end_node(p, n);
+}
+
+/* aten.pad(x, pad, "constant", value): pad lists (begin, end) pairs from the last axis back,
+ * as F.pad takes them; the leading axes without padding are left off (one pair at least). */
+static void pad_node(pt_printer *p, const char *x, int rank, const int64_t *begin,
+                     const int64_t *end, double value)
+{
+    int pairs = 1;
+    for (int i = 0; i < rank; i++)
+        if (begin[i] || end[i]) {
+            pairs = rank - i;
+            break;
+        }
+    char list[2 * G_MAX_RANK * 24] = "";
+    size_t len = 0;
+    for (int k = 0; k < pairs && len < sizeof list; k++) {
+        int axis = rank - 1 - k;
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%lld, %lld", k ? ", " : "",
+                                (long long)begin[axis], (long long)end[axis]);
+    }
+    target(p, "pad.default");
+    pt_arg(p, "self", PT_POSITIONAL, "{\"as_tensor\": {\"name\": \"%s\"}}", x);
+    pt_arg(p, "pad", PT_POSITIONAL, "{\"as_ints\": [%s]}", list);
+    pt_arg(p, "mode", PT_POSITIONAL, "{\"as_string\": \"constant\"}");
+    pt_arg(p, "value", PT_POSITIONAL, "{\"as_float\": %.17g}", value);
+}
+
+static void emit_pad(pt_printer *p, const g_node *n)
+{
+    const char *x = pt_tensor(p, n->in[0]);
+    if (!x)
+        return;
+    pad_node(p, x, val(p, n->in[0])->shape.rank, n->a.pad_begin, n->a.pad_end, n->a.pad_value);
+    end_node(p, n);
+}
+
+/* aten.conv1d/2d/3d, as torch.export records nn.Conv1d/2d/3d. Their padding is one extent per
+ * axis on both sides: unequal pads are an aten.pad of zeros first, then no padding (what
+ * torch's own convolution does for padding="same" with an even kernel). */
+static void emit_conv(pt_printer *p, const g_node *n)
+{
+    const g_conv_opts *o = n->a.conv;
+    const g_value *xv = val(p, n->in[0]);
+    const char *x = pt_tensor(p, n->in[0]);
+    if (!x)
+        return;
+    int64_t padding[G_CONV_MAX_SPATIAL];
+    bool even = true;
+    for (int i = 0; i < o->spatial; i++) {
+        even &= o->pads_begin[i] == o->pads_end[i];
+        padding[i] = o->pads_begin[i];
+    }
+    if (!even) {
+        int64_t begin[G_MAX_RANK] = {0}, end[G_MAX_RANK] = {0};
+        g_shape padded = xv->shape;
+        for (int i = 0; i < o->spatial; i++) {
+            begin[2 + i] = o->pads_begin[i];
+            end[2 + i] = o->pads_end[i];
+            padded.d[2 + i] = g_dim_add(padded.d[2 + i],
+                                        g_dim_const(o->pads_begin[i] + o->pads_end[i]));
+            padding[i] = 0;
+        }
+        const char *name = pt_fresh(p, "pad");
+        if (!name)
+            return;
+        pad_node(p, x, xv->shape.rank, begin, end, 0.0);
+        pt_node_end_tensor(p, name, xv->dtype, &padded);
+        x = name;
+    }
+    char op[24], strides[80], pads[80], dilations[80];
+    snprintf(op, sizeof op, "conv%dd.default", o->spatial);
+    ints_text(strides, sizeof strides, o->strides, o->spatial);
+    ints_text(pads, sizeof pads, padding, o->spatial);
+    ints_text(dilations, sizeof dilations, o->dilations, o->spatial);
+    target(p, op);
+    pt_arg(p, "input", PT_POSITIONAL, "{\"as_tensor\": {\"name\": \"%s\"}}", x);
+    pt_arg_tensor(p, "weight", n->in[1], PT_POSITIONAL);
+    if (n->n_in > 2 && n->in[2] != G_NONE)
+        pt_arg_tensor(p, "bias", n->in[2], PT_POSITIONAL);
+    else
+        pt_arg(p, "bias", PT_POSITIONAL, "{\"as_none\": true}");
+    pt_arg(p, "stride", PT_POSITIONAL, "{\"as_ints\": [%s]}", strides);
+    pt_arg(p, "padding", PT_POSITIONAL, "{\"as_ints\": [%s]}", pads);
+    pt_arg(p, "dilation", PT_POSITIONAL, "{\"as_ints\": [%s]}", dilations);
+    pt_arg(p, "groups", PT_POSITIONAL, "{\"as_int\": %lld}", (long long)o->groups);
+    end_node(p, n);
+}
+
 const g_value *pt2_tied_head_weight(const g_graph *g, const g_node *n, char *key,
                                     size_t size)
 {
@@ -558,6 +660,9 @@ void pt_emit_node(pt_printer *p, size_t i)
     case G_SCATTER_ELEMENTS: case G_SCATTER_ADD: emit_scatter(p, n); break;
     case G_GATHER_ELEMENTS: emit_gather_elements(p, n); break;
     case G_TOPK: emit_topk(p, n); break;
+    case G_CLIP: emit_clip(p, n); break;
+    case G_PAD: emit_pad(p, n); break;
+    case G_CONV: emit_conv(p, n); break;
     case G_LINEAR: emit_linear(p, n); break;
     case G_EMBEDDING: emit_embedding(p, n); break;
     case G_LAYER_NORM: emit_layer_norm(p, n); break;

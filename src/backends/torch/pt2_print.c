@@ -206,6 +206,18 @@ static void placeholders(strbuf *b, const pt_printer *p, bool specs)
     }
 }
 
+bool pt2_input_has_symbol(const g_graph *g, int sym)
+{
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const g_shape *x = &g->values[g->inputs[i]].shape;
+        for (int k = 0; k < x->rank; k++)
+            for (int t = 0; !x->d[k].unknown && t < x->d[k].n; t++)
+                if (x->d[k].t[t].sym == sym)
+                    return true;
+    }
+    return false;
+}
+
 static void assemble(strbuf *b, pt_printer *p)
 {
     const g_graph *g = p->g;
@@ -244,8 +256,7 @@ static void assemble(strbuf *b, pt_printer *p)
     int listed = 0;
     for (int s = 0; s < g->syms.n; s++) {
         const g_sym *y = &g->syms.s[s];
-        int v, axis;
-        if (!g_input_dim(g, g_dim_sym(s), &v, &axis))
+        if (!pt2_input_has_symbol(g, s))
             continue; /* a symbol no input has (decode's query of 1): not in the program */
         sb_printf(b, "%s\"s%d\": {\"min_val\": %lld, ", listed++ ? ", " : "", s,
                   (long long)y->min);
