@@ -21,8 +21,11 @@
  *                     masks keep their meaning
  *   other attention   MultiHeadAttention(q, K, V, -, -, bias) over the keys and values the
  *                     plain cache step leaves (joined, or written in place), repeated to every
- *                     query head
- *   rope              RotaryEmbedding where attention does not rotate
+ *                     query head; an encoder's (no cache; a padding mask as key_padding_mask,
+ *                     or no mask at all) MultiHeadAttention(q, k, v, -, [key_padding_mask])
+ *   rope              RotaryEmbedding where attention does not rotate; a rope whose table is
+ *                     not one fixed table over one position per token (dynamic, longrope,
+ *                     M-RoPE, 2-D) takes the generic lowering on every provider
  *
  * The providers differ as the guide's table says:
  *             cache: first call  cache: later calls     no cache             rope
@@ -354,10 +357,14 @@ static const g_node *rope_source(const g_lower_ctx *c, const g_node *n, int k)
     return p->op == G_ROPE ? p : NULL;
 }
 
-/* A rope whose cos/sin table is fixed at export (not dynamic NTK) and of a sane length. */
+/* A rope whose cos/sin table is fixed at export and of a sane length: one position per token
+ * (not M-RoPE's three rows or a vision tower's (h, w)), one table for every call (not dynamic
+ * NTK, whose base grows with the positions, or longrope, which picks a factor set by them).
+ * The others take the generic lowering everywhere. */
 static bool fixed_table(const g_rope_opts *o)
 {
-    return o->rope.type != ROPE_DYNAMIC && o->max_position_embeddings > 0 &&
+    return o->rope.type != ROPE_DYNAMIC && o->rope.type != ROPE_LONGROPE &&
+           o->rope.layout == ROPE_1D && o->max_position_embeddings > 0 &&
            o->max_position_embeddings <= (1 << 20) && o->rotary_dim % 2 == 0;
 }
 
