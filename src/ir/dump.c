@@ -133,7 +133,7 @@ static void put_attrs(strbuf *b, const g_node *n, const g_symtab *syms)
         put_rope_extra(b, &r->rope);
     }
     if ((m & GA_ATTN) && a->attn) {
-        static const char *const masks[] = {"causal", "padding", "given"};
+        static const char *const masks[] = {"causal", "padding", "given", "none"};
         static const char *const caches[] = {"none", "append", "static"};
         const g_attn_opts *o = a->attn;
         SEP(), sb_printf(b, "heads=%lld kv_heads=%lld head_dim=%lld scale=%.9g mask=%s cache=%s",

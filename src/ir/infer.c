@@ -677,9 +677,17 @@ static ferry_status infer_attention(inf *x)
         o->sliding_window < 0)
         return bad(x, "scale must be positive and finite, softcap and window not negative");
     bool given = o->mask == G_MASK_GIVEN;
-    if (given ? !(m->dtype == FERRY_BOOL && m->shape.rank == 4)
-              : !(m->dtype == FERRY_I64 && m->shape.rank == 2))
+    if (o->mask == G_MASK_NONE) {
+        /* every key visible: an encoder's or a vision tower's attention over unpadded input; a
+         * cache (a decoder's keys) or a window would need positions that no mask gives */
+        if (m || o->cache != G_CACHE_NONE || o->sliding_window != 0)
+            return bad(x, "attention without a mask takes no mask input, cache or window");
+    } else if ((unsigned)o->mask > G_MASK_NONE || !m) {
+        return bad(x, "mask kind unknown, or its mask input missing");
+    } else if (given ? !(m->dtype == FERRY_BOOL && m->shape.rank == 4)
+                     : !(m->dtype == FERRY_I64 && m->shape.rank == 2)) {
         return bad(x, "mask must be int64 [b, t] (causal, padding) or bool [b, 1, s, t] (given)");
+    }
     if ((pos && (pos->dtype != FERRY_I64 || pos->shape.rank != 1 ||
                  !g_dim_match(pos->shape.d[0], g_dim_const(1)))) ||
         (o->cache == G_CACHE_STATIC && !pos))
@@ -695,8 +703,8 @@ static ferry_status infer_attention(inf *x)
     /* The keys attended to: the cache's length (static), past + new (append), or the new. */
     g_dim keys = o->cache == G_CACHE_STATIC ? pk->shape.d[2]
                  : pk ? g_dim_add(pk->shape.d[2], k->shape.d[1]) : k->shape.d[1];
-    if (!g_dim_match(m->shape.d[m->shape.rank - 1], keys) ||
-        (given && !g_dim_match(m->shape.d[2], q->shape.d[1])))
+    if (m && (!g_dim_match(m->shape.d[m->shape.rank - 1], keys) ||
+              (given && !g_dim_match(m->shape.d[2], q->shape.d[1]))))
         return bad(x, "the mask's key length differs from the keys attended to");
     g_shape out = {.rank = 3, .d = {q->shape.d[0], q->shape.d[1], g_dim_const(h * d)}};
     x->out[0] = (g_typed){q->dtype, out};

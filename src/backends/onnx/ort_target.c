@@ -489,9 +489,10 @@ static ferry_status ort_mha(g_lower_ctx *c, const g_node *n, int *outs)
     g_extern_int(&e, "num_heads", h);
     g_extern_float(&e, "scale", o->scale);
     g_extern_out(&e, 0, 0, dt, &c->src->values[n->out[0]].shape);
+    /* no bias where every key is visible (lw_attention_bias gives none) */
     int in[6] = {q, k, v, G_NONE, G_NONE,
                  bias_over_queries(c, n, q, lw_attention_bias(c, n, q, dt))};
-    outs[0] = g_extern_node(g, "MultiHeadAttention", &e, 6, in);
+    outs[0] = g_extern_node(g, "MultiHeadAttention", &e, in[5] == G_NONE ? 3 : 6, in);
     return g->err.status;
 }
 
@@ -512,9 +513,10 @@ static int key_padding_mask(g_lower_ctx *c, int mask)
     return m;
 }
 
-/* An encoder's attention (no cache, a padding mask): MultiHeadAttention over q, k and v as
- * the linears give them, [b, s, h*d], masked by key_padding_mask. A padded query attends as
- * any other (its row is ignored downstream, as in transformers). */
+/* An encoder's attention (no cache, a padding mask or none): MultiHeadAttention over q, k and
+ * v as the linears give them, [b, s, h*d], masked by key_padding_mask, or without one where
+ * every key is visible (a vision tower, Whisper's encoder). A padded query attends as any other
+ * (its row is ignored downstream, as in transformers). */
 static ferry_status ort_encoder_mha(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
@@ -523,7 +525,8 @@ static ferry_status ort_encoder_mha(g_lower_ctx *c, const g_node *n, int *outs)
     int q = g_reshape_spec(g, "Reshape_q", lw_in(c, n, 0), 3, hd);
     int k = g_reshape_spec(g, "Reshape_k", lw_in(c, n, 1), 3, hd);
     int v = g_reshape_spec(g, "Reshape_v", lw_in(c, n, 2), 3, hd);
-    int mask = key_padding_mask(c, lw_in(c, n, 3));
+    bool masked = o->mask != G_MASK_NONE;
+    int mask = masked ? key_padding_mask(c, lw_in(c, n, 3)) : G_NONE;
     if (!g_ok(g))
         return g->err.status;
     g_extern e = g_extern_init("com.microsoft", "MultiHeadAttention");
@@ -531,7 +534,7 @@ static ferry_status ort_encoder_mha(g_lower_ctx *c, const g_node *n, int *outs)
     g_extern_float(&e, "scale", o->scale);
     g_extern_out(&e, 0, 0, g->values[q].dtype, &c->src->values[n->out[0]].shape);
     int in[5] = {q, k, v, G_NONE, mask};
-    outs[0] = g_extern_node(g, "MultiHeadAttention", &e, 5, in);
+    outs[0] = g_extern_node(g, "MultiHeadAttention", &e, masked ? 5 : 3, in);
     return g->err.status;
 }
 
@@ -696,10 +699,10 @@ static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
         !(provider == ORT_CUDA && (prefill || !half)) &&
         o->head_dim % GQA_HEAD_MULTIPLE == 0)
         return ort_gqa(c, n, outs);
-    /* an encoder's bidirectional attention is MultiHeadAttention on cpu too: the kernel
-     * onnxruntime runs for encoders there */
-    if (o->cache == G_CACHE_NONE && o->mask == G_MASK_PADDING && o->softcap == 0 &&
-        o->num_heads == o->num_kv_heads)
+    /* an encoder's bidirectional attention (padded, or every key visible) is
+     * MultiHeadAttention on cpu too: the kernel onnxruntime runs for encoders there */
+    if (o->cache == G_CACHE_NONE && (o->mask == G_MASK_PADDING || o->mask == G_MASK_NONE) &&
+        o->softcap == 0 && o->num_heads == o->num_kv_heads)
         return ort_encoder_mha(c, n, outs);
     if (provider != ORT_CPU && o->softcap == 0 && o->num_heads % o->num_kv_heads == 0)
         return ort_mha(c, n, outs);

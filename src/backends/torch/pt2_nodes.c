@@ -486,7 +486,10 @@ static void emit_extern(pt_printer *p, const g_node *n)
     pt_arg_tensor(p, "query", n->in[0], PT_POSITIONAL);
     pt_arg_tensor(p, "key", n->in[1], PT_POSITIONAL);
     pt_arg_tensor(p, "value", n->in[2], PT_POSITIONAL);
-    pt_arg_tensor(p, "attn_mask", n->in[3], PT_POSITIONAL);
+    if (n->in[3] == G_NONE) /* attention without a mask: every key visible */
+        pt_arg(p, "attn_mask", PT_POSITIONAL, "{\"as_none\": true}");
+    else
+        pt_arg_tensor(p, "attn_mask", n->in[3], PT_POSITIONAL);
     if (scale)
         pt_arg(p, "scale", PT_KEYWORD, "{\"as_float\": %.17g}", scale->f);
     if (gqa && gqa->i)
