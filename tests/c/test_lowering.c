@@ -782,7 +782,8 @@ static void ort_rope_modes_stay_generic(void **state)
         int mask = input(g, "attention_mask", FERRY_I64, 2, keys);
         int pk = input(g, "past_key_values.0.key", FERRY_F32, 4, past);
         int pv = input(g, "past_key_values.0.value", FERRY_F32, 4, past);
-        int rq = g_rope(g, "q_rope", q, pos, &modes[m]), rk = g_rope(g, "k_rope", q, pos, &modes[m]);
+        int rq = g_rope(g, "q_rope", q, pos, &modes[m]);
+        int rk = g_rope(g, "k_rope", q, pos, &modes[m]);
         g_attn_opts ao = {.num_heads = 2, .num_kv_heads = 2, .head_dim = 16, .scale = 0.25,
                           .mask = G_MASK_CAUSAL, .cache = G_CACHE_APPEND};
         int present_k, present_v;

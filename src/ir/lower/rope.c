@@ -2,8 +2,8 @@
  * rope options) and shared by every node with that key: layers whose options differ (Gemma 3's
  * local layers, another theta, another set of longrope factors) get tables of their own.
  *
- *   tables: positions ─cast(f32)─unsqueeze(-1)─mul(inv_freq)─[bands]─concat(f,f)─┬─cos─[mul(scale)]─cast─place
- *                                                                                └─sin─[mul(scale)]─cast─place
+ *   tables: positions ─cast(f32)─unsqueeze(-1)─mul(inv_freq)─[bands]─concat(f,f)─┬─cos─[×scale]─cast─place
+ *                                                                                └─sin─[×scale]─cast─place
  *   apply:  x*cos + rotate_half(x)*sin,  rotate_half(x) = concat(-x[..., r/2:r], x[..., :r/2])
  *   partial rotary (r < d): the rotation applies to x[..., :r]; x[..., r:] passes through.
  *
