@@ -63,6 +63,40 @@ static void put_end(strbuf *b, const char *key, int64_t v)
         sb_printf(b, "%s=%lld", key, (long long)v);
 }
 
+/* FNV-1a over a factor set's bits: a line names which set a rope reads without printing 2 x 64
+ * numbers for every rope node. */
+static uint32_t factors_hash(const float *f, int n)
+{
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &f[i], sizeof bits);
+        for (int k = 0; k < 4; k++)
+            h = (h ^ ((bits >> (8 * k)) & 0xffu)) * 16777619u;
+    }
+    return h;
+}
+
+/* What the rope types and layouts added after the first graphs were pinned carry; the options of
+ * those graphs print nothing more, so their text stays as it was. */
+static void put_rope_extra(strbuf *b, const rope_config *r)
+{
+    if (r->type == ROPE_LONGROPE) {
+        int n = r->n_factors < ROPE_MAX_FACTORS ? r->n_factors : ROPE_MAX_FACTORS;
+        sb_printf(b, " original_max=%lld", (long long)r->original_max_position_embeddings);
+        if (r->attention_factor >= 0)
+            sb_printf(b, " attention_factor=%.9g", r->attention_factor);
+        sb_printf(b, " factors=%d short#%08x long#%08x", r->n_factors,
+                  (unsigned)factors_hash(r->short_factor, n),
+                  (unsigned)factors_hash(r->long_factor, n));
+    }
+    if (r->layout == ROPE_MROPE)
+        sb_printf(b, " mrope_section=%lld,%lld,%lld", (long long)r->mrope_section[0],
+                  (long long)r->mrope_section[1], (long long)r->mrope_section[2]);
+    else if (r->layout == ROPE_VISION_2D)
+        sb_puts(b, " positions=hw");
+}
+
 static void put_attrs(strbuf *b, const g_graph *g, const g_node *n)
 {
     unsigned m = g_op_info_of(n->op)->attrs;
@@ -97,9 +131,10 @@ static void put_attrs(strbuf *b, const g_graph *g, const g_node *n)
         SEP(), sb_printf(b, "rope=%s theta=%.9g factor=%.9g head_dim=%lld rotary_dim=%lld",
                          r->rope.type_name, r->rope.theta, r->rope.factor,
                          (long long)r->head_dim, (long long)r->rotary_dim);
+        put_rope_extra(b, &r->rope);
     }
     if ((m & GA_ATTN) && a->attn) {
-        static const char *const masks[] = {"causal", "padding", "given"};
+        static const char *const masks[] = {"causal", "padding", "given", "none"};
         static const char *const caches[] = {"none", "append", "static"};
         const g_attn_opts *o = a->attn;
         SEP(), sb_printf(b, "heads=%lld kv_heads=%lld head_dim=%lld scale=%.9g mask=%s cache=%s",

@@ -696,21 +696,80 @@ static ferry_status infer_softcap(inf *x)
     return infer_float_unary(x);
 }
 
+/* The rope options' own consistency: what a builder or a config could get wrong and a lowering
+ * would otherwise turn into a table of NaNs or a slice past the head. */
+static ferry_status check_rope_opts(inf *x, const g_rope_opts *o)
+{
+    const rope_config *r = &o->rope;
+    int64_t half = o->rotary_dim / 2;
+    if (r->type == ROPE_LONGROPE) {
+        if (r->n_factors != half || r->original_max_position_embeddings <= 0)
+            return bad(x, "longrope needs rotary_dim/2 short and long factors and "
+                          "original_max_position_embeddings");
+        for (int i = 0; i < r->n_factors; i++)
+            if (!(r->short_factor[i] > 0) || !isfinite(r->short_factor[i]) ||
+                !(r->long_factor[i] > 0) || !isfinite(r->long_factor[i]))
+                return bad(x, "longrope factors must be positive and finite");
+        if (r->attention_factor >= 0 && !isfinite(r->attention_factor))
+            return bad(x, "longrope attention_factor must be finite");
+    }
+    if (r->layout == ROPE_MROPE) {
+        int64_t sum = 0;
+        for (int i = 0; i < 3; i++) {
+            if (r->mrope_section[i] <= 0)
+                return bad(x, "mrope_section entries must be positive");
+            sum += r->mrope_section[i];
+        }
+        if (sum != half)
+            return bad(x, "mrope_section must sum to rotary_dim/2");
+    }
+    if (r->layout == ROPE_VISION_2D && (r->type != ROPE_DEFAULT || o->rotary_dim % 4 != 0))
+        return bad(x, "2-D rope takes default frequencies and a rotary_dim of a multiple of 4");
+    if ((unsigned)r->layout > ROPE_VISION_2D)
+        return bad(x, "unknown rope position layout");
+    return FERRY_OK;
+}
+
+/* The position input each layout reads (rope_config.h): [b, s], [3, b, s] or [b, s, 2]. */
+static bool rope_positions_fit(const g_value *a, const g_value *p, rope_layout layout)
+{
+    if (p->dtype != FERRY_I64)
+        return false;
+    switch (layout) {
+    case ROPE_MROPE:
+        return p->shape.rank == 3 && g_dim_match(p->shape.d[0], g_dim_const(3)) &&
+               g_dim_match(a->shape.d[0], p->shape.d[1]) &&
+               g_dim_match(a->shape.d[1], p->shape.d[2]);
+    case ROPE_VISION_2D:
+        return p->shape.rank == 3 && g_dim_match(p->shape.d[2], g_dim_const(2)) &&
+               g_dim_match(a->shape.d[0], p->shape.d[0]) &&
+               g_dim_match(a->shape.d[1], p->shape.d[1]);
+    case ROPE_1D:
+        break;
+    }
+    return p->shape.rank == 2 && g_dim_match(a->shape.d[0], p->shape.d[0]) &&
+           g_dim_match(a->shape.d[1], p->shape.d[1]);
+}
+
 static ferry_status infer_rope(inf *x)
 {
     const g_value *a = x->in[0], *p = x->in[1];
     const g_rope_opts *o = x->n->a.rope;
     int64_t d;
-    if (a->shape.rank != 4 || p->shape.rank != 2 || p->dtype != FERRY_I64 ||
-        !dt_is_float(a->dtype) || !g_dim_match(a->shape.d[0], p->shape.d[0]) ||
-        !g_dim_match(a->shape.d[1], p->shape.d[1]))
+    if (a->shape.rank != 4 || !dt_is_float(a->dtype))
         return bad(x, "needs x [b,s,h,d] and int64 position_ids [b,s]");
+    if (!rope_positions_fit(a, p, o->rope.layout))
+        return bad(x, o->rope.layout == ROPE_MROPE ? "M-RoPE needs int64 position_ids [3,b,s]"
+                      : o->rope.layout == ROPE_VISION_2D
+                          ? "2-D rope needs int64 (h, w) positions [b,s,2]"
+                          : "needs x [b,s,h,d] and int64 position_ids [b,s]");
     if (!(o->rope.theta > 0) || !isfinite(o->rope.theta) || o->max_position_embeddings <= 0)
         return bad(x, "rope theta must be positive and finite");
     if (!g_dim_is_const(a->shape.d[3], &d) || d != o->head_dim || o->rotary_dim <= 0 ||
         o->rotary_dim > d || o->rotary_dim % 2 != 0)
         return bad(x, "rotary_dim must be even and at most the head dim");
-    return one(x, a->dtype, &a->shape);
+    ferry_status st = check_rope_opts(x, o);
+    return st != FERRY_OK ? st : one(x, a->dtype, &a->shape);
 }
 
 static ferry_status infer_attention(inf *x)
@@ -733,9 +792,17 @@ static ferry_status infer_attention(inf *x)
         o->sliding_window < 0)
         return bad(x, "scale must be positive and finite, softcap and window not negative");
     bool given = o->mask == G_MASK_GIVEN;
-    if (given ? !(m->dtype == FERRY_BOOL && m->shape.rank == 4)
-              : !(m->dtype == FERRY_I64 && m->shape.rank == 2))
+    if (o->mask == G_MASK_NONE) {
+        /* every key visible: an encoder's or a vision tower's attention over unpadded input; a
+         * cache (a decoder's keys) or a window would need positions that no mask gives */
+        if (m || o->cache != G_CACHE_NONE || o->sliding_window != 0)
+            return bad(x, "attention without a mask takes no mask input, cache or window");
+    } else if ((unsigned)o->mask > G_MASK_NONE || !m) {
+        return bad(x, "mask kind unknown, or its mask input missing");
+    } else if (given ? !(m->dtype == FERRY_BOOL && m->shape.rank == 4)
+                     : !(m->dtype == FERRY_I64 && m->shape.rank == 2)) {
         return bad(x, "mask must be int64 [b, t] (causal, padding) or bool [b, 1, s, t] (given)");
+    }
     if ((pos && (pos->dtype != FERRY_I64 || pos->shape.rank != 1 ||
                  !g_dim_match(pos->shape.d[0], g_dim_const(1)))) ||
         (o->cache == G_CACHE_STATIC && !pos))
@@ -751,8 +818,8 @@ static ferry_status infer_attention(inf *x)
     /* The keys attended to: the cache's length (static), past + new (append), or the new. */
     g_dim keys = o->cache == G_CACHE_STATIC ? pk->shape.d[2]
                  : pk ? g_dim_add(pk->shape.d[2], k->shape.d[1]) : k->shape.d[1];
-    if (!g_dim_match(m->shape.d[m->shape.rank - 1], keys) ||
-        (given && !g_dim_match(m->shape.d[2], q->shape.d[1])))
+    if (m && (!g_dim_match(m->shape.d[m->shape.rank - 1], keys) ||
+              (given && !g_dim_match(m->shape.d[2], q->shape.d[1]))))
         return bad(x, "the mask's key length differs from the keys attended to");
     g_shape out = {.rank = 3, .d = {q->shape.d[0], q->shape.d[1], g_dim_const(h * d)}};
     x->out[0] = (g_typed){q->dtype, out};

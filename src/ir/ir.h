@@ -64,7 +64,10 @@ typedef struct g_rope_opts {
 typedef enum g_mask_kind {
     G_MASK_CAUSAL,           /* int64 [b, t] padding mask; query i sees keys j <= t - s + i */
     G_MASK_PADDING,          /* int64 [b, t] padding mask only: bidirectional or cross */
-    G_MASK_GIVEN             /* bool [b, 1, s, t], used as given */
+    G_MASK_GIVEN,            /* bool [b, 1, s, t], used as given */
+    G_MASK_NONE              /* no mask input: every query sees every key (an encoder's or a
+                                vision tower's bidirectional attention over unpadded input);
+                                only without a cache or window */
 } g_mask_kind;
 
 typedef enum g_cache_kind {
@@ -378,7 +381,8 @@ int g_linear(g_graph *g, const char *name, int x, int weight, int bias);
 int g_embedding(g_graph *g, const char *name, int table, int ids);
 int g_softcap(g_graph *g, const char *name, int x, double cap);
 int g_rope(g_graph *g, const char *name, int x, int position_ids, const g_rope_opts *opts);
-/* Attention (see ops.def). past_k/past_v/cache_position may be G_NONE; with a cache the
+/* Attention (see ops.def). mask is G_NONE exactly when opts->mask is G_MASK_NONE;
+ * past_k/past_v/cache_position may be G_NONE; with a cache the
  * present key and value come back in *present_k / *present_v (may be NULL otherwise). */
 int g_attention(g_graph *g, const char *name, int q, int k, int v, int mask, int past_k,
                 int past_v, int cache_position, const g_attn_opts *opts, int *present_k,

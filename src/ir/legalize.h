@@ -118,7 +118,8 @@ int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind k
 
 /* attention `n`'s mask as an additive bias [b, 1, s, t] in `dt` (0 where a key is seen, the
  * lowest finite value where not), made once per graph for each mask: for a target's own
- * attention kernel. `q` (dst id) is any value whose axis 1 is the query length. */
+ * attention kernel. `q` (dst id) is any value whose axis 1 is the query length. G_NONE (and no
+ * error) for an attention without a mask (G_MASK_NONE): the kernel then takes no bias. */
 int lw_attention_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt);
 /* The lowest finite value of float type `dt`: where an additive bias hides a key. */
 double lw_lowest(ferry_dtype dt);

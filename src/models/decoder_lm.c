@@ -35,6 +35,11 @@ ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const 
                        cfg->hidden_act, arch);
     {
         const rope_config *rc = &cfg->rope;
+        /* these families' position_ids are one row per token: M-RoPE's three rows belong to a
+         * multimodal family's graph (its rotary embedding reads them) */
+        if (rc->layout != ROPE_1D || (cfg->has_rope_local && cfg->rope_local.layout != ROPE_1D))
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: rope type 'mrope' is not supported "
+                           "for %s (its position_ids have three rows)", origin, arch);
         if (rc->type == ROPE_LLAMA3 && rc->original_max_position_embeddings <= 0)
             return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope type llama3 needs "
                            "original_max_position_embeddings", origin);

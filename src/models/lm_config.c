@@ -5,6 +5,7 @@
 #include "models/lm_config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,17 +39,33 @@
 #define ATTENTION_MIN 1e-2      /* yarn attention_factor, which scales cos and sin; real: 1-1.4 */
 #define ATTENTION_MAX 1e2
 #define MSCALE_MAX 10.0         /* yarn mscale/mscale_all_dim; real: 0.707 to 1 */
+#define LONGROPE_MIN 1e-2       /* longrope short/long_factor entries; real: 1 to ~60 */
+#define LONGROPE_MAX 1e4
 #define EPS_MIN 1e-12           /* rms_norm_eps; real: 1e-6 and 1e-5 */
 #define EPS_MAX 1.0
 
 static const struct {
     const char *name;
     rope_type type;
+    rope_layout layout;
 } ROPE_TYPES[] = {
-    {"default", ROPE_DEFAULT}, {"linear", ROPE_LINEAR}, {"dynamic", ROPE_DYNAMIC},
-    {"llama3", ROPE_LLAMA3},   {"yarn", ROPE_YARN},
+    {"default", ROPE_DEFAULT, ROPE_1D}, {"linear", ROPE_LINEAR, ROPE_1D},
+    {"dynamic", ROPE_DYNAMIC, ROPE_1D}, {"llama3", ROPE_LLAMA3, ROPE_1D},
+    {"yarn", ROPE_YARN, ROPE_1D},       {"longrope", ROPE_LONGROPE, ROPE_1D},
+    /* Qwen2-VL's: default frequencies over three position rows (transformers maps the type to
+     * "default" and keeps mrope_section) */
+    {"mrope", ROPE_DEFAULT, ROPE_MROPE},
 };
-#define ROPE_TYPE_LIST "default, linear, dynamic, llama3, yarn"
+#define ROPE_TYPE_LIST "default, linear, dynamic, llama3, yarn, longrope, mrope"
+
+/* What a rope parameter set's own keys are checked against: the model's sizes, and for a set
+ * written flat (not per layer type) the top-level object, whose original_max_position_embeddings
+ * transformers puts before the set's own (Phi-3 writes it there). */
+typedef struct rope_ctx {
+    int64_t head_dim, max_position_embeddings;
+    const cJSON *top;            /* NULL for a per-layer-type set */
+    const char *top_origin;
+} rope_ctx;
 
 static const char *const LAYER_TYPES[] = {"full_attention", "sliding_attention"};
 
@@ -88,12 +105,120 @@ static ferry_status read_layer_types(const cJSON *root, const char *origin, lm_c
     return FERRY_OK;
 }
 
+/* transformers: int(head_dim * partial_rotary_factor) */
+static int64_t rotary_dim_of(const rope_ctx *ctx, const rope_config *rope)
+{
+    return (int64_t)((double)ctx->head_dim * rope->partial_rotary_factor);
+}
+
+/* A longrope factor set: a list of exactly rotary_dim/2 numbers in [LONGROPE_MIN, LONGROPE_MAX]
+ * (transformers makes a float32 tensor of it). */
+static ferry_status read_factors(const cJSON *params, const char *key, int64_t half,
+                                 const char *origin, float *out, fy_err *err)
+{
+    const cJSON *list, *item;
+    ferry_status status = json_get_member(params, key, true, origin, &list, err);
+    if (status != FERRY_OK)
+        return status;
+    if (half > ROPE_MAX_FACTORS)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: key '%s' would hold rotary_dim/2 = %lld "
+                       "factors; ferry holds at most %d", origin, key, (long long)half,
+                       ROPE_MAX_FACTORS);
+    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != half)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be a list of rotary_dim/2 "
+                       "(%lld) numbers", origin, key, (long long)half);
+    int i = 0;
+    cJSON_ArrayForEach(item, list) {
+        double v = cJSON_IsNumber(item) ? item->valuedouble : NAN;
+        if (!isfinite(v) || v < LONGROPE_MIN || v > LONGROPE_MAX)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' entry %d must be a number in "
+                           "[%g, %g]", origin, key, i, LONGROPE_MIN, LONGROPE_MAX);
+        out[i++] = (float)v;
+    }
+    return FERRY_OK;
+}
+
+/* LongRoPE (Phi-3, Phi-4-mini), as transformers' _compute_longrope_parameters reads it:
+ * original_max_position_embeddings from the top level, else the set, else
+ * max_position_embeddings; factor given, else max_position_embeddings / original (it only
+ * feeds the default attention factor); attention_factor given or derived later
+ * (rope_attention_scaling). */
+static ferry_status read_longrope(const cJSON *params, const char *origin, const rope_ctx *ctx,
+                                  rope_config *rope, fy_err *err)
+{
+    ferry_status status;
+    const cJSON *factor;
+    int64_t half = rotary_dim_of(ctx, rope) / 2, orig = 0;
+    if ((ctx->top && (status = json_get_int(ctx->top, "original_max_position_embeddings", false,
+                                            0, 1, MAX_POSITIONS, ctx->top_origin, &orig, err))) ||
+        (orig == 0 &&
+         (status = json_get_int(params, "original_max_position_embeddings", false,
+                                ctx->max_position_embeddings, 1, MAX_POSITIONS, origin, &orig,
+                                err))) ||
+        (status = json_get_member(params, "factor", false, origin, &factor, err)) ||
+        (factor && (status = json_get_double(params, "factor", true, 1.0, FACTOR_MIN, FACTOR_MAX,
+                                             origin, &rope->factor, err))) ||
+        (status = json_get_double(params, "attention_factor", false, -1.0, ATTENTION_MIN,
+                                  ATTENTION_MAX, origin, &rope->attention_factor, err)) ||
+        (status = read_factors(params, "short_factor", half, origin, rope->short_factor, err)) ||
+        (status = read_factors(params, "long_factor", half, origin, rope->long_factor, err)))
+        return status;
+    rope->original_max_position_embeddings = orig;
+    if (!factor)
+        rope->factor = (double)ctx->max_position_embeddings / (double)orig;
+    /* the derived attention factor divides by ln(original): transformers fails there too */
+    if (orig < 2 && rope->factor > 1.0 && rope->attention_factor < 0)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'original_max_position_embeddings' is 1, "
+                       "and longrope's attention factor divides by its logarithm (set "
+                       "'attention_factor')", origin);
+    rope->n_factors = (int)half;
+    return FERRY_OK;
+}
+
+/* M-RoPE's bands: three positive integers summing to rotary_dim/2; absent, Qwen2-VL's
+ * [16, 24, 24] (as its rotary embedding defaults them). */
+static ferry_status read_mrope_section(const cJSON *params, const char *origin,
+                                       const rope_ctx *ctx, rope_config *rope, fy_err *err)
+{
+    const cJSON *list, *item;
+    int64_t half = rotary_dim_of(ctx, rope) / 2, sum = 0;
+    static const int64_t dflt[3] = {16, 24, 24};
+    ferry_status status = json_get_member(params, "mrope_section", false, origin, &list, err);
+    if (status != FERRY_OK)
+        return status;
+    memcpy(rope->mrope_section, dflt, sizeof dflt);
+    if (list) {
+        if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != 3)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'mrope_section' must be a list of 3 "
+                           "positive integers", origin);
+        int i = 0;
+        cJSON_ArrayForEach(item, list) {
+            uint64_t v = 0;
+            if (!json_number_to_u64(item, &v) || v == 0 || v > MAX_HEAD_DIM)
+                return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'mrope_section' entry %d must be "
+                               "an integer in [1, %d]", origin, i, MAX_HEAD_DIM);
+            rope->mrope_section[i++] = (int64_t)v;
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        sum += rope->mrope_section[i];
+    if (sum != half)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'mrope_section' must sum to rotary_dim/2 "
+                       "(%lld); its entries sum to %lld%s", origin, (long long)half,
+                       (long long)sum, list ? "" : " (the default [16, 24, 24])");
+    return FERRY_OK;
+}
+
 /* The parameters of the chosen rope type. Keys a type does not use are ignored, as
  * transformers ignores them. */
-static ferry_status read_rope_fields(const cJSON *params, const char *origin, rope_config *rope,
-                                     fy_err *err)
+static ferry_status read_rope_fields(const cJSON *params, const char *origin,
+                                     const rope_ctx *ctx, rope_config *rope, fy_err *err)
 {
     ferry_status status = FERRY_OK;
+    if (rope->type == ROPE_LONGROPE)
+        return read_longrope(params, origin, ctx, rope, err);
+    if (rope->layout == ROPE_MROPE)
+        return read_mrope_section(params, origin, ctx, rope, err);
     bool needs_factor = rope->type != ROPE_DEFAULT;
     bool is_llama3 = rope->type == ROPE_LLAMA3, is_yarn = rope->type == ROPE_YARN;
 
@@ -134,7 +259,8 @@ static ferry_status read_rope_fields(const cJSON *params, const char *origin, ro
  * rope_parameters is split per layer type, the full-attention entry is `rope` and the
  * sliding-attention entry `rope_local`. */
 static ferry_status read_rope_params(const cJSON *params, const char *section,
-                                     const char *origin, rope_config *rope, fy_err *err);
+                                     const char *origin, const rope_ctx *ctx, rope_config *rope,
+                                     fy_err *err);
 
 static ferry_status read_rope(const cJSON *root, const char *path, lm_config *cfg,
                               fy_err *err)
@@ -162,6 +288,11 @@ static ferry_status read_rope(const cJSON *root, const char *path, lm_config *cf
     }
     if (!params)
         return FERRY_OK;
+    rope_ctx ctx = {.head_dim = cfg->head_dim,
+                    .max_position_embeddings = cfg->max_position_embeddings,
+                    .top = root, .top_origin = path};
+    rope_ctx nested_ctx = ctx;
+    nested_ctx.top = NULL; /* per layer type: transformers reads only the set's own keys */
     snprintf(origin, sizeof origin, "%s (%s)", path, section);
     if (!cJSON_IsObject(params))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' must be an object", path, section);
@@ -175,7 +306,8 @@ static ferry_status read_rope(const cJSON *root, const char *path, lm_config *cf
         if (!cJSON_IsObject(local))
             return fy_fail(err, FERRY_ERR_FORMAT, "%s: expected an object", local_origin);
         cfg->rope_local = *rope;
-        if ((status = read_rope_params(local, section, local_origin, &cfg->rope_local, err)))
+        if ((status = read_rope_params(local, section, local_origin, &nested_ctx,
+                                       &cfg->rope_local, err)))
             return status;
         cfg->has_rope_local = true;
     }
@@ -185,12 +317,13 @@ static ferry_status read_rope(const cJSON *root, const char *path, lm_config *cf
             return fy_fail(err, FERRY_ERR_FORMAT, "%s: expected an object", origin);
         params = nested;
     }
-    return read_rope_params(params, section, origin, rope, err);
+    return read_rope_params(params, section, origin, nested ? &nested_ctx : &ctx, rope, err);
 }
 
 /* One rope parameter set: its type, theta, partial factor and the type's own fields. */
 static ferry_status read_rope_params(const cJSON *params, const char *section,
-                                     const char *origin, rope_config *rope, fy_err *err)
+                                     const char *origin, const rope_ctx *ctx, rope_config *rope,
+                                     fy_err *err)
 {
     const cJSON *type_node = NULL;
     ferry_status status;
@@ -211,6 +344,7 @@ static ferry_status read_rope_params(const cJSON *params, const char *section,
                            "%s: rope type '%s' is not supported (supported: " ROPE_TYPE_LIST
                            ")", origin, text_quote(name, quoted, sizeof quoted));
         rope->type = ROPE_TYPES[i].type;
+        rope->layout = ROPE_TYPES[i].layout;
         snprintf(rope->type_name, sizeof rope->type_name, "%s", name);
     } else if (strcmp(section, "rope_scaling") == 0) {
         /* transformers 4 required a type in rope_scaling; a scaling with none is ambiguous. */
@@ -224,7 +358,7 @@ static ferry_status read_rope_params(const cJSON *params, const char *section,
                                   rope->partial_rotary_factor, 1e-6, 1.0, origin,
                                   &rope->partial_rotary_factor, err)))
         return status;
-    return read_rope_fields(params, origin, rope, err);
+    return read_rope_fields(params, origin, ctx, rope, err);
 }
 
 static ferry_status read_sizes(const cJSON *root, const char *origin, lm_config *cfg,

@@ -10,7 +10,8 @@
  * (onnxruntime, OpenVINO, torch.export.load) and compares it with transformers' and torch's
  * own functions. Checking ops one at a time makes a lowering error name its op, instead of
  * showing up somewhere in a whole model's logits, and reaches settings no shipped family uses
- * yet (partial rotary, yarn, softcap, a given mask).
+ * yet (partial rotary, yarn, longrope, M-RoPE, a vision tower's 2-D rope, softcap, a given mask,
+ * attention without a mask).
  * The Python side mirrors the table below (options and shapes); it checks with --list that it
  * covers every case.
  *
@@ -54,6 +55,7 @@ typedef struct op_case {
     bool bias;               /* layer_norm, skip_layer_norm, linear */
     g_rope_opts rope;        /* FAM_ROPE, FAM_TWO_ROPES */
     double theta_2;          /* FAM_TWO_ROPES: the second rope's theta, all else equal */
+    bool long_2;             /* FAM_TWO_ROPES: the second rope's long factors doubled instead */
     g_attn_opts attn;        /* FAM_ATTENTION; scale 0 = head_dim^-0.5 */
     double lo, hi;           /* FAM_CLIP: the bounds, -INFINITY / INFINITY where absent */
     /* FAM_PAD over x [b, s, HIDDEN]: begin and end per axis, the value */
@@ -79,6 +81,19 @@ typedef struct op_case {
 
 #define F32 FERRY_F32
 #define F16 FERRY_F16
+
+/* LongRoPE over 8 frequencies (rotary_dim 16), its trained length 64 of 256: the factor sets
+ * test_op_conformance.py hands transformers' Phi3RotaryEmbedding. The attention factor is
+ * derived (factor = 256 / 64). */
+#define LONGROPE_SHORT {1.0f, 1.05f, 1.1f, 1.2f, 1.3f, 1.5f, 1.7f, 2.0f}
+#define LONGROPE_LONG {1.0f, 1.5f, 2.5f, 4.0f, 6.0f, 9.0f, 12.0f, 16.0f}
+#define LONGROPE_SHORT_4 {1.0f, 1.2f, 1.5f, 2.0f}
+#define LONGROPE_LONG_4 {1.0f, 3.0f, 7.0f, 11.0f}
+#define LONGROPE(rotary, short_f, long_f)                                                  \
+    ROPE(rotary, 256, .type = ROPE_LONGROPE, .theta = 10000.0, .factor = 4.0,              \
+         .original_max_position_embeddings = 64, .attention_factor = -1.0,                 \
+         .partial_rotary_factor = (rotary) / 16.0, .n_factors = (rotary) / 2,               \
+         .short_factor = short_f, .long_factor = long_f)
 
 static const op_case CASES[] = {
     {"rms_norm", FAM_RMS_NORM, F32, .eps = 1e-6},
@@ -175,7 +190,34 @@ static const op_case CASES[] = {
      * rope silently used the first one's theta */
     {"two_ropes", FAM_TWO_ROPES, F32, ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0),
      .theta_2 = 1e6},
+    /* longrope picks its factors by max(position_ids) + 1 against 64: the short set at
+     * exactly 64, the long set at 65 (for every position of the call) */
+    {"rope_longrope_short", FAM_ROPE, F32, LONGROPE(16, LONGROPE_SHORT, LONGROPE_LONG)},
+    {"rope_longrope_long", FAM_ROPE, F32, LONGROPE(16, LONGROPE_SHORT, LONGROPE_LONG)},
+    {"rope_longrope_long_fp16", FAM_ROPE, F16, LONGROPE(16, LONGROPE_SHORT, LONGROPE_LONG)},
+    /* Phi-4-mini's partial rotary: 4 factors over the first 8 dims */
+    {"rope_longrope_partial", FAM_ROPE, F32,
+     LONGROPE(8, LONGROPE_SHORT_4, LONGROPE_LONG_4)},
+    /* a second set of long factors, all else equal: a table of its own */
+    {"two_longropes", FAM_TWO_ROPES, F32, LONGROPE(16, LONGROPE_SHORT, LONGROPE_LONG),
+     .long_2 = true},
+    /* Qwen2-VL's M-RoPE: 8 frequencies in bands of 2 (temporal), 3 (height), 3 (width) */
+    {"rope_mrope", FAM_ROPE, F32,
+     ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0, .layout = ROPE_MROPE,
+          .mrope_section = {2, 3, 3})},
+    {"rope_mrope_fp16", FAM_ROPE, F16,
+     ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0, .layout = ROPE_MROPE,
+          .mrope_section = {2, 3, 3})},
+    /* Qwen2-VL's vision tower: (h, w) per patch, 4 frequencies each, rotated in fp32 */
+    {"rope_vision", FAM_ROPE, F32,
+     ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0, .layout = ROPE_VISION_2D)},
+    {"rope_vision_fp16", FAM_ROPE, F16,
+     ROPE(16, 256, .type = ROPE_DEFAULT, .theta = 10000.0, .layout = ROPE_VISION_2D)},
     {"attn_causal", FAM_ATTENTION, F32, ATTN(4, 4, .mask = G_MASK_CAUSAL)},
+    /* a vision tower's or Whisper encoder's: every key visible, no mask input */
+    {"attn_nomask", FAM_ATTENTION, F32, ATTN(4, 4, .mask = G_MASK_NONE)},
+    {"attn_nomask_fp16", FAM_ATTENTION, F16, ATTN(4, 4, .mask = G_MASK_NONE)},
+    {"attn_nomask_gqa", FAM_ATTENTION, F32, ATTN(4, 2, .mask = G_MASK_NONE)},
     {"attn_padding", FAM_ATTENTION, F32, ATTN(4, 4, .mask = G_MASK_PADDING)},
     {"attn_given", FAM_ATTENTION, F32, ATTN(4, 4, .mask = G_MASK_GIVEN)},
     {"attn_given_window", FAM_ATTENTION, F32,
@@ -408,11 +450,25 @@ static void build_rope(bld *b)
     const g_rope_opts *o = &b->c->rope;
     g_dim x4[4] = {b->batch, b->seq, g_dim_const(ROPE_HEADS), g_dim_const(o->head_dim)};
     int x = g_input(g, "x", b->c->dtype, 4, x4);
-    int pos = token_ids(b, "position_ids");
+    int pos;
+    if (o->rope.layout == ROPE_MROPE) { /* [3, b, s]: temporal, height, width */
+        g_dim p3[3] = {g_dim_const(3), b->batch, b->seq};
+        pos = g_input(g, "position_ids", FERRY_I64, 3, p3);
+    } else if (o->rope.layout == ROPE_VISION_2D) { /* [b, s, 2]: (h, w) */
+        g_dim p3[3] = {b->batch, b->seq, g_dim_const(2)};
+        pos = g_input(g, "position_ids", FERRY_I64, 3, p3);
+    } else {
+        pos = token_ids(b, "position_ids");
+    }
     g_output(g, g_rope(g, "rope", x, pos, o), "y");
     if (b->c->fam == FAM_TWO_ROPES) {
         g_rope_opts o2 = *o;
-        o2.rope.theta = b->c->theta_2;
+        if (b->c->long_2) {
+            for (int i = 0; i < o2.rope.n_factors; i++)
+                o2.rope.long_factor[i] *= 2.0f;
+        } else {
+            o2.rope.theta = b->c->theta_2;
+        }
         g_output(g, g_rope(g, "rope_2", x, pos, &o2), "y_2");
     }
 }
@@ -436,8 +492,10 @@ static void build_attention(bld *b)
     g_dim keys = o.cache == G_CACHE_APPEND   ? g_dim_add(b->past, b->seq)
                  : o.cache == G_CACHE_STATIC ? g_dim_const(CACHE_LEN)
                                              : b->seq;
-    int mask;
-    if (o.mask == G_MASK_GIVEN) {
+    int mask = G_NONE;
+    if (o.mask == G_MASK_NONE) {
+        /* every key visible: no mask input */
+    } else if (o.mask == G_MASK_GIVEN) {
         g_dim m4[4] = {b->batch, g_dim_const(1), b->seq, keys};
         mask = g_input(g, "attention_mask", FERRY_BOOL, 4, m4);
     } else {

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "model/config.h"
+#include "models/blocks.h"
 #include "models/lm_config.h"
 
 #include "scratch.h"
@@ -219,6 +220,102 @@ static void test_rope_variants(void **state)
     free_both(&cfg);
 }
 
+/* Eight factors: rotary_dim/2 of BASE's head_dim 16. */
+#define FACTORS_8(x) "[1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, " x "]"
+
+/* LongRoPE as transformers reads it (Phi-3, Phi-4-mini): its trained length from the top level
+ * first, then the set, then max_position_embeddings; factor given or max / original; the
+ * attention factor derived later unless given; the factor sets as float32, rotary_dim/2 long
+ * (partial rotary included). M-RoPE's bands, Qwen2-VL's default when absent. */
+static void test_longrope_and_mrope(void **state)
+{
+    (void)state;
+    test_cfg cfg;
+    /* Phi-3-mini-128k's shape (transformers 4): the trained length at the top level */
+    parse_ok("{" BASE ", \"max_position_embeddings\": 131072,"
+             " \"original_max_position_embeddings\": 4096, \"rope_scaling\": {\"type\": "
+             "\"longrope\", \"short_factor\": " FACTORS_8("1.7") ", \"long_factor\": "
+             FACTORS_8("61.5") "}}", &cfg);
+    const rope_config *r = &cfg.lm.rope;
+    assert_int_equal(r->type, ROPE_LONGROPE);
+    assert_string_equal(r->type_name, "longrope");
+    assert_int_equal(r->layout, ROPE_1D);
+    assert_int_equal(r->original_max_position_embeddings, 4096);
+    assert_true(r->factor == 32.0);
+    assert_true(r->attention_factor == -1.0);
+    assert_int_equal(r->n_factors, 8);
+    assert_true(r->short_factor[1] == 1.1f && r->short_factor[7] == 1.7f);
+    assert_true(r->long_factor[0] == 1.0f && r->long_factor[7] == 61.5f);
+    free_both(&cfg);
+
+    /* transformers 5: inside rope_parameters, with factor and attention_factor given */
+    parse_ok("{" BASE ", \"rope_parameters\": {\"rope_type\": \"longrope\","
+             " \"original_max_position_embeddings\": 1024, \"factor\": 8, "
+             "\"attention_factor\": 1.25, \"short_factor\": " FACTORS_8("2") ", \"long_factor\": "
+             FACTORS_8("3") "}}", &cfg);
+    assert_int_equal(cfg.lm.rope.original_max_position_embeddings, 1024);
+    assert_true(cfg.lm.rope.factor == 8.0);
+    assert_true(cfg.lm.rope.attention_factor == 1.25);
+    free_both(&cfg);
+
+    /* the top level wins over the set's own; neither: max_position_embeddings (factor 1) */
+    parse_ok("{" BASE ", \"original_max_position_embeddings\": 512, \"rope_parameters\": {"
+             "\"rope_type\": \"longrope\", \"original_max_position_embeddings\": 1024,"
+             " \"short_factor\": " FACTORS_8("2") ", \"long_factor\": " FACTORS_8("3") "}}",
+             &cfg);
+    assert_int_equal(cfg.lm.rope.original_max_position_embeddings, 512);
+    assert_true(cfg.lm.rope.factor == 4.0); /* 2048 / 512 */
+    free_both(&cfg);
+    parse_ok("{" BASE ", \"rope_parameters\": {\"rope_type\": \"longrope\", \"short_factor\": "
+             FACTORS_8("2") ", \"long_factor\": " FACTORS_8("3") "}}", &cfg);
+    assert_int_equal(cfg.lm.rope.original_max_position_embeddings, 2048);
+    assert_true(cfg.lm.rope.factor == 1.0);
+    free_both(&cfg);
+
+    /* Phi-4-mini's partial rotary (0.75 of 16 = 12): 6 factors each */
+    parse_ok("{" BASE ", \"partial_rotary_factor\": 0.75, \"rope_scaling\": {\"type\": "
+             "\"longrope\", \"short_factor\": [1, 1, 1, 1, 1, 1], \"long_factor\": "
+             "[1, 2, 3, 4, 5, 6]}}", &cfg);
+    assert_int_equal(cfg.lm.rope.n_factors, 6);
+    assert_true(cfg.lm.rope.long_factor[5] == 6.0f);
+    free_both(&cfg);
+
+    /* Qwen2-VL (transformers 4 spelling): default frequencies over three position rows */
+    parse_ok("{" BASE ", \"rope_theta\": 1e6, \"rope_scaling\": {\"type\": \"mrope\","
+             " \"mrope_section\": [2, 3, 3]}}", &cfg);
+    assert_int_equal(cfg.lm.rope.type, ROPE_DEFAULT);
+    assert_int_equal(cfg.lm.rope.layout, ROPE_MROPE);
+    assert_string_equal(cfg.lm.rope.type_name, "mrope");
+    assert_true(cfg.lm.rope.theta == 1e6);
+    assert_int_equal(cfg.lm.rope.mrope_section[0], 2);
+    assert_int_equal(cfg.lm.rope.mrope_section[2], 3);
+    free_both(&cfg);
+    /* absent bands: Qwen2-VL's [16, 24, 24], which a head of 128 takes */
+    parse_ok("{" BASE ", \"head_dim\": 128, \"rope_scaling\": {\"type\": \"mrope\"}}", &cfg);
+    assert_int_equal(cfg.lm.rope.mrope_section[0], 16);
+    assert_int_equal(cfg.lm.rope.mrope_section[1], 24);
+    assert_int_equal(cfg.lm.rope.mrope_section[2], 24);
+    /* the decoder families' position_ids are one row: they refuse it, naming the type */
+    blk_lm lm;
+    fy_err err = {0};
+    assert_int_equal(blk_lm_from_config(&cfg.lm, "config.json", "LlamaForCausalLM", &lm, &err),
+                     FERRY_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "config.json: rope type 'mrope' is not supported for "
+                                    "LlamaForCausalLM"));
+    free_both(&cfg);
+
+    /* a longrope decoder goes through, its layers carrying the factors */
+    parse_ok("{" BASE ", \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": "
+             FACTORS_8("2") ", \"long_factor\": " FACTORS_8("3") "}}", &cfg);
+    assert_int_equal(blk_lm_from_config(&cfg.lm, "config.json", "LlamaForCausalLM", &lm, &err),
+                     FERRY_OK);
+    assert_int_equal(lm.rope[1].rope.type, ROPE_LONGROPE);
+    assert_true(lm.rope[1].rope.long_factor[7] == 3.0f);
+    assert_int_equal(lm.rope[1].rotary_dim, 16);
+    blk_lm_free(&lm);
+    free_both(&cfg);
+}
+
 static void test_sliding_window_switch(void **state)
 {
     (void)state;
@@ -298,9 +395,69 @@ static void test_parse_errors(void **state)
          "{" BASE ", \"layer_types\": [\"sliding_attention\", \"full_attention\"]}",
          FERRY_ERR_FORMAT, "entry 0 is sliding_attention but 'sliding_window' is not set",
          NULL},
-        {"unknown rope type (5)", "{" BASE ", \"rope_parameters\": {\"rope_type\": \"longrope\"}}",
-         FERRY_ERR_UNSUPPORTED, "rope type 'longrope' is not supported",
-         "default, linear, dynamic, llama3, yarn"},
+        {"unknown rope type (5)",
+         "{" BASE ", \"rope_parameters\": {\"rope_type\": \"proportional\"}}",
+         FERRY_ERR_UNSUPPORTED, "rope type 'proportional' is not supported",
+         "default, linear, dynamic, llama3, yarn, longrope, mrope"},
+        {"longrope without short factors",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": "
+         FACTORS_8("2") "}}", FERRY_ERR_FORMAT, "(rope_scaling): key 'short_factor' is missing",
+         NULL},
+        {"longrope factors too short",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 1],"
+         " \"long_factor\": " FACTORS_8("2") "}}", FERRY_ERR_FORMAT,
+         "key 'short_factor' must be a list of rotary_dim/2 (8) numbers", NULL},
+        {"longrope factors not a list",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": "
+         FACTORS_8("2") ", \"long_factor\": 2}}", FERRY_ERR_FORMAT,
+         "key 'long_factor' must be a list of rotary_dim/2 (8) numbers", NULL},
+        {"longrope factor a string",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": "
+         FACTORS_8("2") ", \"long_factor\": " FACTORS_8("\"x\"") "}}", FERRY_ERR_FORMAT,
+         "(rope_scaling): key 'long_factor' entry 7 must be a number in [0.01, 10000]", NULL},
+        {"longrope factor infinite",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": "
+         FACTORS_8("1e999") ", \"long_factor\": " FACTORS_8("2") "}}", FERRY_ERR_FORMAT,
+         "key 'short_factor' entry 7 must be a number", NULL},
+        {"longrope factor zero",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": "
+         FACTORS_8("0") ", \"long_factor\": " FACTORS_8("2") "}}", FERRY_ERR_FORMAT,
+         "key 'short_factor' entry 7 must be a number", NULL},
+        {"longrope factor below 1",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"longrope\", \"factor\": 0.5, "
+         "\"short_factor\": " FACTORS_8("2") ", \"long_factor\": " FACTORS_8("2") "}}",
+         FERRY_ERR_FORMAT, "key 'factor' must be a number in [1, 10000] (got 0.5)", NULL},
+        {"longrope attention factor huge",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"longrope\", \"attention_factor\": 1e6,"
+         " \"short_factor\": " FACTORS_8("2") ", \"long_factor\": " FACTORS_8("2") "}}",
+         FERRY_ERR_FORMAT, "key 'attention_factor' must be a number in [0.01, 100]", NULL},
+        {"longrope top-level original max 0",
+         "{" BASE ", \"original_max_position_embeddings\": 0, \"rope_scaling\": {\"type\": "
+         "\"longrope\", \"short_factor\": " FACTORS_8("2") ", \"long_factor\": "
+         FACTORS_8("2") "}}", FERRY_ERR_FORMAT,
+         "config.json: key 'original_max_position_embeddings' must be an integer in", NULL},
+        {"longrope of more factors than held",
+         "{" BASE ", \"head_dim\": 1024, \"rope_scaling\": {\"type\": \"longrope\","
+         " \"short_factor\": [1], \"long_factor\": [1]}}", FERRY_ERR_UNSUPPORTED,
+         "key 'short_factor' would hold rotary_dim/2 = 512 factors; ferry holds at most 256",
+         NULL},
+        {"mrope bands of the wrong sum",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [2, 3, 4]}}",
+         FERRY_ERR_FORMAT, "key 'mrope_section' must sum to rotary_dim/2 (8); its entries sum "
+         "to 9", NULL},
+        {"mrope default bands on a small head",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"mrope\"}}", FERRY_ERR_FORMAT,
+         "key 'mrope_section' must sum to rotary_dim/2 (8)", "the default [16, 24, 24]"},
+        {"mrope two bands",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [4, 4]}}",
+         FERRY_ERR_FORMAT, "key 'mrope_section' must be a list of 3 positive integers", NULL},
+        {"mrope band zero",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [0, 4, 4]}}",
+         FERRY_ERR_FORMAT, "key 'mrope_section' entry 0 must be an integer in [1, 4096]", NULL},
+        {"mrope band fractional",
+         "{" BASE ", \"rope_scaling\": {\"type\": \"mrope\","
+         " \"mrope_section\": [2, 2.5, 3.5]}}", FERRY_ERR_FORMAT,
+         "key 'mrope_section' entry 1 must be an integer", NULL},
         {"unknown rope type (4)",
          "{" BASE ", \"rope_scaling\": {\"type\": \"su\", \"factor\": 2.0}}",
          FERRY_ERR_UNSUPPORTED, "rope type 'su' is not supported", "llama3"},
@@ -595,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_transformers5_llama3),
         cmocka_unit_test(test_transformers4_rope_scaling),
         cmocka_unit_test(test_rope_variants),
+        cmocka_unit_test(test_longrope_and_mrope),
         cmocka_unit_test(test_sliding_window_switch),
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_absurd_values),

@@ -150,6 +150,70 @@ static void test_each_end(void **state)
     }
 }
 
+/* LongRoPE's factor sets: each end of [0.01, 10^4] for every entry, with theta's ends and the
+ * attention factor given at its ends or derived from the widest factor (max 2^32 over an
+ * original 2), keeps both tables finite, positive and normal and the scaling sane; just
+ * outside, an entry is refused by key and index. */
+static void test_longrope_ends(void **state)
+{
+    (void)state;
+    static const char *const ends[] = {"0.01", "10000"}, *const theta[] = {"10", "1e15"},
+                             *const attn[] = {"", ", \"attention_factor\": 0.01",
+                                              ", \"attention_factor\": 100"};
+    for (int f = 0; f < 2; f++)
+        for (int t = 0; t < 2; t++)
+            for (int a = 0; a < 3; a++) {
+                char json[1024], set[128];
+                snprintf(set, sizeof set, "[%s, %s, %s, %s, %s, %s, %s, %s]", ends[f], ends[f],
+                         ends[f], ends[f], ends[f], ends[f], ends[f], ends[f]);
+                snprintf(json, sizeof json,
+                         "{" BASE ", \"max_position_embeddings\": 4294967296, "
+                         "\"rope_parameters\": {\"rope_type\": \"longrope\", "
+                         "\"rope_theta\": %s, \"original_max_position_embeddings\": 2, "
+                         "\"short_factor\": %s, \"long_factor\": %s%s}}",
+                         theta[t], set, set, attn[a]);
+                test_cfg cfg;
+                fy_err err = {0};
+                if (parse_text(json, &cfg, &err) != FERRY_OK)
+                    fail_msg("longrope refused: %s\n%s", err.msg, json);
+                float inv[8];
+                for (int which = 0; which < 2; which++) {
+                    rope_longrope_inv_freq(&cfg.lm.rope, 16, which, inv);
+                    for (int i = 0; i < 8; i++)
+                        if (!isfinite(inv[i]) || !(inv[i] >= FLT_MIN))
+                            fail_msg("%s: inv_freq[%d] = %g", json, i, (double)inv[i]);
+                }
+                float scaling = (float)rope_attention_scaling(&cfg.lm.rope);
+                if (!isfinite(scaling) || !(scaling >= 1e-3f && scaling <= 1e3f))
+                    fail_msg("%s: attention scaling %g", json, (double)scaling);
+                free_both(&cfg);
+            }
+    static const char *const outside[] = {"0.0099", "10001", "1e-300", "1e300", "-1"};
+    for (size_t k = 0; k < sizeof outside / sizeof outside[0]; k++) {
+        char json[1024];
+        snprintf(json, sizeof json,
+                 "{" BASE ", \"rope_parameters\": {\"rope_type\": \"longrope\", "
+                 "\"short_factor\": [1, 1, 1, 1, 1, 1, 1, 1], "
+                 "\"long_factor\": [1, 1, 1, %s, 1, 1, 1, 1]}}", outside[k]);
+        test_cfg cfg;
+        fy_err err = {0};
+        if (parse_text(json, &cfg, &err) != FERRY_ERR_FORMAT)
+            fail_msg("long_factor entry %s accepted", outside[k]);
+        if (!strstr(err.msg, "config.json (rope_parameters): key 'long_factor' entry 3 must be "
+                             "a number in [0.01, 10000]"))
+            fail_msg("long_factor entry %s: message \"%s\"", outside[k], err.msg);
+    }
+    /* an original length of 1 leaves the derived attention factor ln(f) / ln(1) */
+    static const char *const one =
+        "{" BASE ", \"rope_parameters\": {\"rope_type\": \"longrope\", "
+        "\"original_max_position_embeddings\": 1, \"short_factor\": [1, 1, 1, 1, 1, 1, 1, 1], "
+        "\"long_factor\": [1, 1, 1, 1, 1, 1, 1, 1]}}";
+    test_cfg cfg;
+    fy_err err = {0};
+    assert_int_equal(parse_text(one, &cfg, &err), FERRY_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "key 'original_max_position_embeddings' is 1"));
+}
+
 /* Every combination of range ends for each rope type: the ends are safe together, not only
  * one at a time (theta 1e15 with factor 1e4, beta 0.01 with theta 10, ...). */
 static void test_corners(void **state)
@@ -207,6 +271,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_end),
         cmocka_unit_test(test_corners),
+        cmocka_unit_test(test_longrope_ends),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

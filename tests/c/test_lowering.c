@@ -10,13 +10,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "backends/backend.h"
 #include "backends/onnx/onnx.h"
 #include "backends/openvino/openvino.h"
+#include "backends/torch/torch.h"
 #include "ir/legalize.h"
 #include "ir/lower/rope_freq.h"
 
@@ -606,6 +609,361 @@ static void openvino_attention_and_weights(void **state)
     }
 }
 
+/* ---- rope modes (longrope, M-RoPE, 2-D) and attention without a mask ---- */
+
+/* LongRoPE over 16 rotary dims: 8 short and 8 long factors, trained length 64 of 256. */
+static g_rope_opts longrope_16(void)
+{
+    g_rope_opts o = {.rope = {.type = ROPE_LONGROPE, .theta = 10000.0, .factor = 4.0,
+                              .original_max_position_embeddings = 64, .attention_factor = -1.0,
+                              .n_factors = 8},
+                     .head_dim = 16, .rotary_dim = 16, .max_position_embeddings = 256};
+    snprintf(o.rope.type_name, sizeof o.rope.type_name, "longrope");
+    for (int i = 0; i < 8; i++) {
+        o.rope.short_factor[i] = 1.0f + 0.1f * (float)i;
+        o.rope.long_factor[i] = 1.0f + 2.0f * (float)i;
+    }
+    return o;
+}
+
+static g_rope_opts mrope_16(void)
+{
+    g_rope_opts o = ROPE_16;
+    o.rope.layout = ROPE_MROPE;
+    o.rope.mrope_section[0] = 2, o.rope.mrope_section[1] = 3, o.rope.mrope_section[2] = 3;
+    snprintf(o.rope.type_name, sizeof o.rope.type_name, "mrope");
+    return o;
+}
+
+static g_rope_opts vision_16(void)
+{
+    g_rope_opts o = ROPE_16;
+    o.rope.layout = ROPE_VISION_2D;
+    return o;
+}
+
+/* position input for `o`'s layout over batch 2, sequence 5 */
+static int positions_for(g_graph *g, const g_rope_opts *o)
+{
+    const int64_t bs[2] = {2, 5}, tbs[3] = {3, 2, 5}, bs2[3] = {2, 5, 2};
+    if (o->rope.layout == ROPE_MROPE)
+        return input(g, "position_ids", FERRY_I64, 3, tbs);
+    if (o->rope.layout == ROPE_VISION_2D)
+        return input(g, "position_ids", FERRY_I64, 3, bs2);
+    return input(g, "position_ids", FERRY_I64, 2, bs);
+}
+
+/* Two ropes over one x and one position input, options a and b. */
+static g_graph *rope_pair(const g_rope_opts *a, const g_rope_opts *b)
+{
+    g_graph *g = g_new();
+    const int64_t x4[4] = {2, 5, 3, 16};
+    int x = input(g, "x", FERRY_F32, 4, x4), pos = positions_for(g, a);
+    g_output(g, g_rope(g, "rope", x, pos, a), "y");
+    g_output(g, g_rope(g, "rope_2", x, pos, b), "y_2");
+    return g;
+}
+
+/* A second set of longrope factors (or M-RoPE bands), all else equal, is a table of its own;
+ * the same options share one. */
+static void rope_modes_tables_per_setting(void **state)
+{
+    (void)state;
+    g_rope_opts a = longrope_16(), b = a;
+    b.rope.long_factor[5] *= 2.0f;
+    assert_false(lw_same_rope(&a, &b));
+    g_graph *src = rope_pair(&a, &b), *low = legalize(src, &g_target_primitives);
+    assert_int_equal(count_op(low, G_WHERE), 2); /* each picks its set */
+    assert_int_equal(count_op(low, G_COS), 2);
+    g_free(low);
+    g_free(src);
+    src = rope_pair(&a, &a);
+    low = legalize(src, &g_target_primitives);
+    assert_int_equal(count_op(low, G_WHERE), 1);
+    assert_int_equal(count_op(low, G_COS), 1);
+    /* the set is picked by max(position_ids) + 1 > 64 */
+    const g_node *pick = nth(low, G_WHERE, 0);
+    const g_node *gt = producer(low, pick->in[0]);
+    assert_int_equal(gt->op, G_GREATER);
+    assert_int_equal(*(const int64_t *)low->values[gt->in[1]].data, 64);
+    assert_int_equal(producer(low, producer(low, gt->in[0])->in[0])->op, G_REDUCE_MAX);
+    g_free(low);
+    g_free(src);
+
+    g_rope_opts m = mrope_16(), m2 = m;
+    m2.rope.mrope_section[0] = 4, m2.rope.mrope_section[1] = 2, m2.rope.mrope_section[2] = 2;
+    assert_false(lw_same_rope(&m, &m2));
+    src = rope_pair(&m, &m2);
+    low = legalize(src, &g_target_primitives);
+    assert_int_equal(count_op(low, G_COS), 2);
+    g_free(low);
+    g_free(src);
+    g_rope_opts v = vision_16(), plain = ROPE_16;
+    assert_false(lw_same_rope(&v, &plain));
+    assert_false(lw_same_rope(&m, &plain));
+}
+
+/* LongRoPE's attention factor as transformers derives it: sqrt(1 + ln(factor) / ln(original))
+ * past the trained length, 1 within it, the given one when set. */
+static void longrope_attention_factor(void **state)
+{
+    (void)state;
+    g_rope_opts o = longrope_16();
+    assert_true(fabs(rope_attention_scaling(&o.rope) - sqrt(1.0 + log(4.0) / log(64.0))) < 1e-12);
+    o.rope.factor = 1.0;
+    assert_true(rope_attention_scaling(&o.rope) == 1.0);
+    o.rope.attention_factor = 1.25;
+    assert_true(rope_attention_scaling(&o.rope) == 1.25);
+    /* the table at init is the short set: 1 / (short[i] * theta^(2i/16)) */
+    float inv[8];
+    o = longrope_16();
+    rope_inv_freq(&o.rope, 16, 256, inv);
+    assert_true(inv[0] == 1.0f);
+    assert_true(fabsf(inv[2] - 1.0f / (1.2f * powf(10000.0f, 0.25f))) < 1e-9f);
+}
+
+/* The export an ONNX writer lowers for with --ort-fusions `ep` (cfg must outlive t). */
+static void ort_target_for(const char *ep, ferry_export_config *cfg, g_target *t)
+{
+    char eb[256];
+    fy_err err = {0};
+    ferry_export_config_init(cfg);
+    cfg->format = fb_onnx.format;
+    if (ferry_export_config_set_option(cfg, "ort_fusions", ep, eb, sizeof eb) != FERRY_OK)
+        fail_msg("ort_fusions %s: %s", ep, eb);
+    assert_int_equal(fb_onnx.configure(cfg, &err), FERRY_OK);
+    fb_onnx.target(cfg, t);
+}
+
+static int count_extern(const g_graph *g, const char *op_type)
+{
+    int n = 0;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        n += !g->nodes[i].dead && g->nodes[i].op == G_EXTERN &&
+             strcmp(g->nodes[i].a.ext->op_type, op_type) == 0;
+    return n;
+}
+
+/* onnxruntime's fused targets fold a rope into RotaryEmbedding (webgpu, dml, cuda) or into
+ * GroupQueryAttention (cpu) only for one fixed table over one position per token: longrope,
+ * M-RoPE and the 2-D rope take the generic lowering on every provider, a default rope (the
+ * control) does not. */
+static void ort_rope_modes_stay_generic(void **state)
+{
+    (void)state;
+    static const char *const eps[4] = {"cpu", "cuda", "webgpu", "dml"};
+    g_rope_opts modes[4] = {ROPE_16, longrope_16(), mrope_16(), vision_16()};
+    for (int e = 0; e < 4; e++) {
+        ferry_export_config cfg;
+        g_target t;
+        ort_target_for(eps[e], &cfg, &t);
+        for (int m = 0; m < 4; m++) {
+            g_graph *g = g_new();
+            const int64_t x4[4] = {2, 5, 3, 16};
+            int x = input(g, "x", FERRY_F32, 4, x4), pos = positions_for(g, &modes[m]);
+            g_output(g, g_rope(g, "rope", x, pos, &modes[m]), "y");
+            g_graph *low = legalize(g, &t);
+            bool fused = m == 0 && e != 0; /* cpu rotates inside attention only */
+            assert_int_equal(count_extern(low, "RotaryEmbedding"), fused);
+            assert_int_equal(count_op(low, G_COS), !fused);
+            g_free(low);
+            g_free(g);
+        }
+    }
+    /* a decoder layer on cpu: GroupQueryAttention rotates default rope's q and k itself, and
+     * takes longrope's and M-RoPE's rotated before it */
+    for (int m = 0; m < 3; m++) {
+        ferry_export_config cfg;
+        g_target t;
+        ort_target_for("cpu", &cfg, &t);
+        g_graph *g = g_new();
+        const int64_t q4[4] = {2, 5, 2, 16}, past[4] = {2, 2, 3, 16}, keys[2] = {2, 8};
+        int q = input(g, "q", FERRY_F32, 4, q4), pos = positions_for(g, &modes[m]);
+        int mask = input(g, "attention_mask", FERRY_I64, 2, keys);
+        int pk = input(g, "past_key_values.0.key", FERRY_F32, 4, past);
+        int pv = input(g, "past_key_values.0.value", FERRY_F32, 4, past);
+        int rq = g_rope(g, "q_rope", q, pos, &modes[m]);
+        int rk = g_rope(g, "k_rope", q, pos, &modes[m]);
+        g_attn_opts ao = {.num_heads = 2, .num_kv_heads = 2, .head_dim = 16, .scale = 0.25,
+                          .mask = G_MASK_CAUSAL, .cache = G_CACHE_APPEND};
+        int present_k, present_v;
+        g_output(g, g_attention(g, "attn", rq, rk, q, mask, pk, pv, G_NONE, &ao, &present_k,
+                                &present_v), "y");
+        g_output(g, present_k, "present.0.key");
+        g_output(g, present_v, "present.0.value");
+        g_graph *low = legalize(g, &t);
+        const g_node *gqa = nth(low, G_EXTERN, count_extern(low, "GroupQueryAttention") - 1);
+        assert_string_equal(gqa->a.ext->op_type, "GroupQueryAttention");
+        int64_t do_rotary = -1;
+        for (int i = 0; i < gqa->a.ext->n_attr; i++)
+            if (strcmp(gqa->a.ext->attr[i].name, "do_rotary") == 0)
+                do_rotary = gqa->a.ext->attr[i].i;
+        assert_int_equal(do_rotary, m == 0);
+        assert_int_equal(count_op(low, G_COS), m != 0);
+        g_free(low);
+        g_free(g);
+    }
+}
+
+/* What inference refuses of the new rope options: positions of another layout, factor sets of
+ * the wrong length, bands that do not cover the rotary half, a 2-D rope whose halves do not
+ * split into (h, w). */
+static void rope_modes_refused_when_malformed(void **state)
+{
+    (void)state;
+    const int64_t x4[4] = {2, 5, 3, 16}, bs[2] = {2, 5};
+    struct {
+        g_rope_opts o;
+        bool one_d;           /* give [b, s] positions whatever the layout */
+        const char *why;
+    } cases[6];
+    cases[0].o = mrope_16(), cases[0].one_d = true, cases[0].why = "M-RoPE needs int64";
+    cases[1].o = vision_16(), cases[1].one_d = true, cases[1].why = "2-D rope needs int64";
+    cases[2].o = longrope_16(), cases[2].o.rope.n_factors = 6, cases[2].one_d = false;
+    cases[2].why = "longrope needs rotary_dim/2";
+    cases[3].o = longrope_16(), cases[3].o.rope.long_factor[7] = 0.0f, cases[3].one_d = false;
+    cases[3].why = "factors must be positive";
+    cases[4].o = mrope_16(), cases[4].o.rope.mrope_section[2] = 4, cases[4].one_d = false;
+    cases[4].why = "must sum to rotary_dim/2";
+    cases[5].o = vision_16(), cases[5].o.rotary_dim = 6, cases[5].one_d = false;
+    cases[5].why = "multiple of 4";
+    for (int i = 0; i < 6; i++) {
+        g_graph *g = g_new();
+        int x = input(g, "x", FERRY_F32, 4, x4);
+        int pos = cases[i].one_d ? input(g, "position_ids", FERRY_I64, 2, bs)
+                                 : positions_for(g, &cases[i].o);
+        refused(g, g_rope(g, "rope", x, pos, &cases[i].o), cases[i].why);
+    }
+}
+
+/* q, k, v [1, 3, heads/kv_heads, 8] and one attention with no mask input. */
+static g_graph *unmasked_attention(int64_t heads, int64_t kv_heads, g_attn_opts *ao)
+{
+    g_graph *g = g_new();
+    const int64_t q4[4] = {1, 3, heads, 8}, kv4[4] = {1, 3, kv_heads, 8};
+    int q = input(g, "q", FERRY_F32, 4, q4), k = input(g, "k", FERRY_F32, 4, kv4);
+    int v = input(g, "v", FERRY_F32, 4, kv4);
+    *ao = (g_attn_opts){.num_heads = heads, .num_kv_heads = kv_heads, .head_dim = 8,
+                        .scale = 0.35, .mask = G_MASK_NONE};
+    g_output(g, g_attention(g, "attn", q, k, v, G_NONE, G_NONE, G_NONE, G_NONE, ao, NULL, NULL),
+             "y");
+    return g;
+}
+
+/* Attention without a mask (every key visible) in every target: the generic lowering's
+ * softmax over the scaled scores as they are (no select, no mask built), onnxruntime's
+ * MultiHeadAttention without key_padding_mask or bias, OpenVINO's ScaledDotProductAttention
+ * with the spec's scalar-zero mask, torch's sdpa with no attn_mask. Refused with a mask input,
+ * a cache or a window; printed as mask=none. */
+static void attention_without_mask_everywhere(void **state)
+{
+    (void)state;
+    g_attn_opts ao;
+    g_graph *g = unmasked_attention(2, 2, &ao), *low = legalize(g, &g_target_primitives);
+    assert_int_equal(count_op(low, G_SOFTMAX), 1);
+    assert_int_equal(count_op(low, G_WHERE) + count_op(low, G_LESS_EQUAL) +
+                         count_op(low, G_AND) + count_op(low, G_ADD), 0);
+    char *text = g_dump(g);
+    assert_non_null(strstr(text, "attention(q, k, v, -) {heads=2 kv_heads=2 head_dim=8"));
+    assert_non_null(strstr(text, "mask=none cache=none"));
+    free(text);
+    g_free(low);
+
+    for (int gqa = 0; gqa < 2; gqa++) {
+        static const char *const eps[2] = {"cpu", "webgpu"};
+        for (int e = 0; e < 2; e++) {
+            ferry_export_config cfg;
+            g_target t;
+            ort_target_for(eps[e], &cfg, &t);
+            g_graph *src = gqa ? unmasked_attention(4, 2, &ao) : g;
+            low = legalize(src, &t);
+            if (gqa && e == 0) { /* grouped heads on cpu: the generic lowering */
+                assert_int_equal(count_extern(low, "MultiHeadAttention"), 0);
+                assert_int_equal(count_op(low, G_SOFTMAX), 1);
+                assert_int_equal(count_op(low, G_WHERE), 0);
+            } else {
+                assert_int_equal(count_extern(low, "MultiHeadAttention"), 1);
+                assert_int_equal(nth(low, G_EXTERN, 0)->n_in, 3); /* q, k, v: no mask */
+            }
+            g_free(low);
+            if (gqa)
+                g_free(src);
+        }
+    }
+
+    low = legalize(g, &openvino_target);
+    const g_node *sdpa = nth(low, G_EXTERN, 0);
+    assert_string_equal(sdpa->a.ext->op_type, "ScaledDotProductAttention");
+    const g_value *zero = &low->values[sdpa->in[3]];
+    assert_int_equal(zero->kind, GV_CONST);
+    assert_int_equal(zero->shape.rank, 0);
+    assert_true(*(const float *)zero->data == 0.0f);
+    g_free(low);
+
+    low = legalize(g, &torch_target);
+    sdpa = nth(low, G_EXTERN, 0);
+    assert_string_equal(sdpa->a.ext->op_type, PT_SDPA);
+    assert_int_equal(sdpa->in[3], G_NONE);
+    g_free(low);
+    g_free(g);
+
+    /* refusals: a mask input, a cache, a window */
+    const int64_t q4[4] = {1, 3, 2, 8}, m2[2] = {1, 3}, c4[4] = {1, 2, 4, 8};
+    for (int bad = 0; bad < 3; bad++) {
+        g = g_new();
+        int q = input(g, "q", FERRY_F32, 4, q4);
+        int mask = bad == 0 ? input(g, "attention_mask", FERRY_I64, 2, m2) : G_NONE;
+        int pk = bad == 1 ? input(g, "past_key", FERRY_F32, 4, c4) : G_NONE;
+        int pv = bad == 1 ? input(g, "past_value", FERRY_F32, 4, c4) : G_NONE;
+        ao = (g_attn_opts){.num_heads = 2, .num_kv_heads = 2, .head_dim = 8, .scale = 0.35,
+                           .mask = G_MASK_NONE, .cache = bad == 1 ? G_CACHE_APPEND : G_CACHE_NONE,
+                           .sliding_window = bad == 2 ? 4 : 0};
+        int pkv[2];
+        refused(g, g_attention(g, "attn", q, q, q, mask, pk, pv, G_NONE, &ao, &pkv[0], &pkv[1]),
+                "without a mask takes no mask input, cache or window");
+    }
+    /* and a masked kind without its mask input */
+    g = g_new();
+    int q = input(g, "q", FERRY_F32, 4, q4);
+    ao.mask = G_MASK_PADDING, ao.cache = G_CACHE_NONE, ao.sliding_window = 0;
+    refused(g, g_attention(g, "attn", q, q, q, G_NONE, G_NONE, G_NONE, G_NONE, &ao, NULL, NULL),
+            "mask input missing");
+}
+
+/* The new options print what tells two of them apart; a default rope prints as before. */
+static void rope_modes_print(void **state)
+{
+    (void)state;
+    g_rope_opts a = longrope_16(), b = a;
+    b.rope.long_factor[0] = 3.0f;
+    g_graph *g = rope_pair(&a, &b);
+    char *text = g_dump(g);
+    assert_non_null(strstr(text, "{rope=longrope theta=10000 factor=4 head_dim=16 rotary_dim=16 "
+                                 "original_max=64 factors=8 short#"));
+    const char *l1 = strstr(text, " long#"), *l2 = l1 ? strstr(l1 + 1, " long#") : NULL;
+    assert_non_null(l2);
+    assert_true(strncmp(l1, l2, 15) != 0); /* the two long sets hash apart */
+    free(text);
+    g_free(g);
+    g_rope_opts m = mrope_16();
+    g = rope_pair(&m, &m);
+    text = g_dump(g);
+    assert_non_null(strstr(text, "rotary_dim=16 mrope_section=2,3,3}"));
+    free(text);
+    g_free(g);
+    g_rope_opts v = vision_16();
+    g = rope_pair(&v, &v);
+    text = g_dump(g);
+    assert_non_null(strstr(text, "rotary_dim=16 positions=hw}"));
+    free(text);
+    g_free(g);
+    g = rope_pair(&ROPE_16, &ROPE_16);
+    text = g_dump(g);
+    assert_non_null(strstr(text, "head_dim=16 rotary_dim=16}"));
+    free(text);
+    g_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -620,6 +978,12 @@ int main(void)
         cmocka_unit_test(inference_refuses_impossible_nodes),
         cmocka_unit_test(quantized_weight_dequantized_or_refused),
         cmocka_unit_test(openvino_attention_and_weights),
+        cmocka_unit_test(rope_modes_tables_per_setting),
+        cmocka_unit_test(longrope_attention_factor),
+        cmocka_unit_test(ort_rope_modes_stay_generic),
+        cmocka_unit_test(rope_modes_refused_when_malformed),
+        cmocka_unit_test(attention_without_mask_everywhere),
+        cmocka_unit_test(rope_modes_print),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,12 +5,14 @@ tests/c/op_graph.c (the test-only binary ferry-op-graph) builds a graph of one o
 weights written here, lowers it for the onnx-standard target and writes it as an export does.
 onnxruntime runs it; the reference is transformers' or torch's own function for that op
 (LlamaRMSNorm, GemmaRMSNorm, the rotary embeddings with transformers' rope init functions and
-apply_rotary_pos_emb, transformers' attention masks with torch's scaled_dot_product_attention,
-Gemma 2's eager attention for softcapping, ...), never ferry compared with itself.
+apply_rotary_pos_emb, Phi-3's rotary embedding for longrope, Qwen2-VL's for M-RoPE and its vision
+tower's 2-D rope, transformers' attention masks with torch's scaled_dot_product_attention (and
+sdpa with no mask at all), Gemma 2's eager attention for softcapping, ...), never ferry compared
+with itself.
 
 Bounds, on max |onnx - reference| / max(1, |reference|) (absolute for values up to 1, relative
 above): fp32 1e-5 (measured at most 2.7e-6, rope_dynamic; the others under 6e-7). fp16 2e-3,
-two fp16 ulps at 1 (measured at most 6.9e-4 on onnxruntime's CPU provider): the graph rounds
+two fp16 ulps at 1 (measured at most 1.3e-3, rope_longrope_long_fp16 on torch): the graph rounds
 inputs, weights and intermediates to fp16, while the reference computes in fp32 from the same
 fp16-rounded inputs and weights. conftest.py prints the worst measured values after a run.
 
@@ -47,6 +49,18 @@ TOL = {"fp32": 1e-5, "fp16": 2e-3}
 def _rope(rope_type="default", rotary=ROPE_HEAD_DIM, max_pos=256, **params):
     return dict(rope_type=rope_type, rotary=rotary, max_pos=max_pos,
                 params=dict(rope_theta=10000.0, **params))
+
+
+# op_graph.c's longrope factor sets (rotary_dim 16 and 8), trained length 64 of 256
+LONGROPE_SHORT = [1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0]
+LONGROPE_LONG = [1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 12.0, 16.0]
+
+
+def _longrope(rotary=ROPE_HEAD_DIM, short=LONGROPE_SHORT, long=LONGROPE_LONG):
+    params = dict(short_factor=short, long_factor=long, original_max_position_embeddings=64)
+    if rotary < ROPE_HEAD_DIM:
+        params["partial_rotary_factor"] = rotary / ROPE_HEAD_DIM
+    return _rope("longrope", rotary=rotary, **params)
 
 
 def _attn(heads, kv_heads, mask, cache=None, window=0, scale=None, softcap=0.0):
@@ -134,7 +148,25 @@ CASES = {
     "rope_yarn": dict(kind="rope", rope=_rope("yarn", factor=4.0,
                                               original_max_position_embeddings=64)),
     "two_ropes": dict(kind="rope", rope=_rope(), theta_2=1e6),
+    # longrope: max(position_ids) + 1 = 64 (the trained length) keeps the short factors, 65
+    # takes the long ones for every position of the call; `top` is the largest position fed
+    "rope_longrope_short": dict(kind="rope", rope=_longrope(), positions=(64, 63)),
+    "rope_longrope_long": dict(kind="rope", rope=_longrope(), positions=(64, 64)),
+    "rope_longrope_long_fp16": dict(kind="rope", rope=_longrope(), positions=(64, 64),
+                                    dtype="fp16"),
+    "rope_longrope_partial": dict(kind="rope", rope=_longrope(8, [1.0, 1.2, 1.5, 2.0],
+                                                              [1.0, 3.0, 7.0, 11.0]),
+                                  positions=(100, 99)),
+    "two_longropes": dict(kind="rope", rope=_longrope(), long_2=True, positions=(100, 99)),
+    "rope_mrope": dict(kind="rope", rope=_rope("mrope", mrope_section=[2, 3, 3])),
+    "rope_mrope_fp16": dict(kind="rope", rope=_rope("mrope", mrope_section=[2, 3, 3]),
+                            dtype="fp16"),
+    "rope_vision": dict(kind="rope", rope=_rope("vision")),
+    "rope_vision_fp16": dict(kind="rope", rope=_rope("vision"), dtype="fp16"),
     "attn_causal": dict(kind="attention", attn=_attn(4, 4, "causal")),
+    "attn_nomask": dict(kind="attention", attn=_attn(4, 4, "none")),
+    "attn_nomask_fp16": dict(kind="attention", attn=_attn(4, 4, "none"), dtype="fp16"),
+    "attn_nomask_gqa": dict(kind="attention", attn=_attn(4, 2, "none")),
     "attn_padding": dict(kind="attention", attn=_attn(4, 4, "padding")),
     "attn_given": dict(kind="attention", attn=_attn(4, 4, "given")),
     "attn_given_window": dict(kind="attention", attn=_attn(4, 4, "given", window=3)),
@@ -225,14 +257,27 @@ def make_inputs(spec, shape, rng):
         x = normal(b, s, HIDDEN, scale=spec.get("scale", 3.0))
         return {"x": np.abs(x) + fdt(0.1) if spec.get("positive") else x}
     if kind == "rope":
-        # up to 100: past max_position_embeddings of the dynamic case (32)
-        return {"x": normal(b, s, ROPE_HEADS, ROPE_HEAD_DIM),
-                "position_ids": rng.integers(0, 100, (b, s))}
+        x = normal(b, s, ROPE_HEADS, ROPE_HEAD_DIM)
+        layout = spec["rope"]["rope_type"]
+        if layout == "mrope":  # [3, b, s]: temporal, height and width rows, each its own
+            return {"x": x, "position_ids": rng.integers(0, 100, (3, b, s))}
+        if layout == "vision":  # [b, s, 2]: a patch's (h, w)
+            return {"x": x, "position_ids": rng.integers(0, 32, (b, s, 2))}
+        # up to 100: past max_position_embeddings of the dynamic case (32); a case's `positions`
+        # (end, top) draws below `end` and puts its largest, `top`, in the first row
+        end, top = spec.get("positions", (100, None))
+        pos = rng.integers(0, end, (b, s))
+        if top is not None:
+            pos = np.minimum(pos, top)
+            pos[0, -1] = top
+        return {"x": x, "position_ids": pos}
     a = spec["attn"]
     h, kvh, d = a["heads"], a["kv_heads"], ATTN_HEAD_DIM
     feeds = {"q": normal(b, s, h, d, scale=1.5), "k": normal(b, s, kvh, d, scale=1.5),
              "v": normal(b, s, kvh, d)}
     keys = {"append": past + s, "static": CACHE_LEN}.get(a["cache"], s)
+    if a["mask"] == "none":  # every key visible: no mask input
+        return feeds
     if a["cache"] is not None:
         rows = past if a["cache"] == "append" else CACHE_LEN
         past_k, past_v, _, _ = cache_names(a["cache"])
@@ -261,6 +306,58 @@ def make_inputs(spec, shape, rng):
 # References
 
 
+def vision_rotary_reference(rope, x, positions):
+    """x [b, s, h, d] rotated at (h, w) `positions` [b, s, 2] as Qwen2-VL's vision tower does:
+    Qwen2VLVisionRotaryEmbedding over the patches as one packed sequence, then
+    apply_rotary_pos_emb_vision (fp32)."""
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import (
+        Qwen2VLVisionRotaryEmbedding, apply_rotary_pos_emb_vision)
+
+    config = Qwen2VLVisionConfig(embed_dim=ROPE_HEADS * ROPE_HEAD_DIM, num_heads=ROPE_HEADS,
+                                 rope_parameters=dict(rope["params"], rope_type="axial"))
+    b, s, h, d = x.shape
+    q = x.reshape(b * s, h, d)
+    cos, sin = Qwen2VLVisionRotaryEmbedding(config)(q, positions.reshape(b * s, 2))
+    out, _ = apply_rotary_pos_emb_vision(q, q, cos, sin)
+    return out.reshape(b, s, h, d)
+
+
+def mrope_reference(rope, x, positions):
+    """x [b, s, h, d] rotated at [3, b, s] `positions` as Qwen2-VL's language model does:
+    Qwen2VLRotaryEmbedding (its bands of mrope_section from the three rows), then its
+    apply_rotary_pos_emb."""
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import (Qwen2VLRotaryEmbedding,
+                                                                apply_rotary_pos_emb)
+
+    config = Qwen2VLTextConfig(hidden_size=ROPE_HEADS * ROPE_HEAD_DIM,
+                               num_attention_heads=ROPE_HEADS, num_key_value_heads=ROPE_HEADS,
+                               max_position_embeddings=rope["max_pos"],
+                               rope_parameters=dict(rope["params"], rope_type="mrope"))
+    cos, sin = Qwen2VLRotaryEmbedding(config)(x, positions)
+    out, _ = apply_rotary_pos_emb(x, x, cos, sin, unsqueeze_dim=2)
+    return out
+
+
+def longrope_reference(rope, x, positions):
+    """x [b, s, h, d] rotated as Phi-3 does: Phi3RotaryEmbedding (its longrope update picks the
+    factor set from max(position_ids) + 1), then Phi-3's apply_rotary_pos_emb (partial rotary:
+    the rest of the head passes)."""
+    from transformers import Phi3Config
+    from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding, apply_rotary_pos_emb
+
+    params = dict(rope["params"], rope_type="longrope")
+    # Phi-3 keeps its trained length at the top level, where transformers reads it first
+    original = params.pop("original_max_position_embeddings")
+    config = Phi3Config(hidden_size=ROPE_HEADS * ROPE_HEAD_DIM, num_attention_heads=ROPE_HEADS,
+                        max_position_embeddings=rope["max_pos"],
+                        original_max_position_embeddings=original, rope_parameters=params)
+    cos, sin = Phi3RotaryEmbedding(config)(x, positions)
+    out, _ = apply_rotary_pos_emb(x, x, cos, sin, unsqueeze_dim=2)
+    return out
+
+
 def rotary_reference(rope, x, positions, theta=None):
     """x [b, s, h, d] rotated at `positions` the way transformers' models do it: the rotary
     embedding module of a config with these rope parameters (Phi's for a partial rotary, whose
@@ -269,6 +366,11 @@ def rotary_reference(rope, x, positions, theta=None):
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
     from transformers.models.phi.modeling_phi import PhiRotaryEmbedding
 
+    kind = rope["rope_type"]
+    if kind in ("longrope", "mrope", "vision"):
+        fn = {"longrope": longrope_reference, "mrope": mrope_reference,
+              "vision": vision_rotary_reference}[kind]
+        return fn(rope, x, positions)
     params = dict(rope["params"], rope_type=rope["rope_type"])
     if theta is not None:
         params["rope_theta"] = theta
@@ -291,6 +393,8 @@ def attention_masks(a, feeds, s, keys):
     from transformers import masking_utils as mu
 
     b = feeds["q"].shape[0]
+    if a["mask"] == "none":  # every key visible (a vision tower, Whisper's encoder)
+        return torch.ones(b, 1, s, keys, dtype=torch.bool)
     if a["mask"] == "given":
         mask = torch.from_numpy(feeds["attention_mask"])
         if a["window"]:
@@ -338,8 +442,10 @@ def attention_reference(a, feeds):
         out, _ = eager_attention_forward(module, q, k, v, bias, scaling=a["scale"],
                                          softcap=a["softcap"])
     else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=a["scale"],
-                                             enable_gqa=True).transpose(1, 2)
+        # no mask at all where every key is visible: sdpa's own unmasked path
+        out = F.scaled_dot_product_attention(q, k, v,
+                                             attn_mask=None if a["mask"] == "none" else mask,
+                                             scale=a["scale"], enable_gqa=True).transpose(1, 2)
     # A query that sees no key at all (padding) is unspecified in transformers (NaN here);
     # ferry promises a uniform row instead (ir/lower/attention.c): the mean of V per kv head.
     visible = mask[:, 0].any(-1)
@@ -417,6 +523,10 @@ def reference(spec, weights, feeds):
         if "theta_2" in spec:
             out["y_2"] = rotary_reference(spec["rope"], x["x"], x["position_ids"],
                                           theta=spec["theta_2"])
+        if spec.get("long_2"):
+            rope = dict(spec["rope"], params=dict(spec["rope"]["params"]))
+            rope["params"]["long_factor"] = [2 * f for f in rope["params"]["long_factor"]]
+            out["y_2"] = rotary_reference(rope, x["x"], x["position_ids"])
         return out
     return attention_reference(spec["attn"], feeds)
 

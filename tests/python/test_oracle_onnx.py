@@ -146,6 +146,12 @@ VARIANTS = {
     "rope-yarn": ("qwen3", dict(max_position_embeddings=128, rope_parameters={
         "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
         "rope_theta": ROPE_THETA})),
+    # longrope: the long factors once max(position_ids) + 1 > 16 (the trained length), the
+    # short ones up to it; cos/sin times sqrt(1 + ln(64/16) / ln(16))
+    "rope-longrope": ("llama", dict(max_position_embeddings=64, rope_parameters={
+        "rope_type": "longrope", "original_max_position_embeddings": 16,
+        "short_factor": [1.0, 1.1, 1.2, 1.4, 1.6, 2.0, 2.5, 3.0],
+        "long_factor": [1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0], "rope_theta": ROPE_THETA})),
     "head-dim-override-llama": ("llama", dict(head_dim=24)),     # 4 x 24 != hidden 64
     "head-dim-override-qwen3": ("qwen3", dict(head_dim=32)),
     "mqa": ("mistral", dict(num_key_value_heads=1)),
@@ -192,11 +198,12 @@ CONFIG_EDITS = {
 
 # rope types whose tables depend on the positions beyond their distances (dynamic NTK rescales by
 # the largest) or that reach past max_position_embeddings: also checked with position_ids given
-POSITION_VARIANTS = {"rope-dynamic", "rope-yarn", "rope-llama3",
+POSITION_VARIANTS = {"rope-dynamic", "rope-yarn", "rope-llama3", "rope-longrope",
                      "positions-past-max-position-embeddings"}
 
 VARIANT_SHAPES = {
     "rope-dynamic": [(1, 7), (1, 16), (1, 17), (3, 33)],         # below, at, over the threshold
+    "rope-longrope": [(1, 7), (1, 16), (1, 17), (3, 33)],
     "mistral-window-5": [(1, 5), (1, 6), (3, 7), (3, 33)],
 }
 
@@ -292,7 +299,8 @@ def test_rope_variants_differ(tmp_path):
     """The rope variants must change the numbers on this model, else their tests prove nothing."""
     ids, mask, pos = make_inputs(160, 1, 33)
     plain = reference_logits(make_checkpoint(tmp_path / "plain", "llama"), ids, mask, pos)
-    for name in ("rope-linear", "rope-dynamic", "rope-llama3", "rope-llama3-three-bands"):
+    for name in ("rope-linear", "rope-dynamic", "rope-llama3", "rope-llama3-three-bands",
+                 "rope-longrope"):
         ckpt = make_checkpoint(tmp_path / name, "llama", **VARIANTS[name][1])
         assert np.abs(reference_logits(ckpt, ids, mask, pos) - plain).max() > 1e-2, name
 

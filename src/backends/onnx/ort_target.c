@@ -21,8 +21,11 @@
  *                     masks keep their meaning
  *   other attention   MultiHeadAttention(q, K, V, -, -, bias) over the keys and values the
  *                     plain cache step leaves (joined, or written in place), repeated to every
- *                     query head
- *   rope              RotaryEmbedding where attention does not rotate
+ *                     query head; an encoder's (no cache; a padding mask as key_padding_mask,
+ *                     or no mask at all) MultiHeadAttention(q, k, v, -, [key_padding_mask])
+ *   rope              RotaryEmbedding where attention does not rotate; a rope whose table is
+ *                     not one fixed table over one position per token (dynamic, longrope,
+ *                     M-RoPE, 2-D) takes the generic lowering on every provider
  *
  * The providers differ as the guide's table says:
  *             cache: first call  cache: later calls     no cache             rope
@@ -357,10 +360,14 @@ static const g_node *rope_source(const g_lower_ctx *c, const g_node *n, int k)
     return p->op == G_ROPE ? p : NULL;
 }
 
-/* A rope whose cos/sin table is fixed at export (not dynamic NTK) and of a sane length. */
+/* A rope whose cos/sin table is fixed at export and of a sane length: one position per token
+ * (not M-RoPE's three rows or a vision tower's (h, w)), one table for every call (not dynamic
+ * NTK, whose base grows with the positions, or longrope, which picks a factor set by them).
+ * The others take the generic lowering everywhere. */
 static bool fixed_table(const g_rope_opts *o)
 {
-    return o->rope.type != ROPE_DYNAMIC && o->max_position_embeddings > 0 &&
+    return o->rope.type != ROPE_DYNAMIC && o->rope.type != ROPE_LONGROPE &&
+           o->rope.layout == ROPE_1D && o->max_position_embeddings > 0 &&
            o->max_position_embeddings <= (1 << 20) && o->rotary_dim % 2 == 0;
 }
 
@@ -485,9 +492,10 @@ static ferry_status ort_mha(g_lower_ctx *c, const g_node *n, int *outs)
     g_extern_int(&e, "num_heads", h);
     g_extern_float(&e, "scale", o->scale);
     g_extern_out(&e, 0, 0, dt, &c->src->values[n->out[0]].shape);
+    /* no bias where every key is visible (lw_attention_bias gives none) */
     int in[6] = {q, k, v, G_NONE, G_NONE,
                  bias_over_queries(c, n, q, lw_attention_bias(c, n, q, dt))};
-    outs[0] = g_extern_node(g, "MultiHeadAttention", &e, 6, in);
+    outs[0] = g_extern_node(g, "MultiHeadAttention", &e, in[5] == G_NONE ? 3 : 6, in);
     return g->err.status;
 }
 
@@ -508,9 +516,10 @@ static int key_padding_mask(g_lower_ctx *c, int mask)
     return m;
 }
 
-/* An encoder's attention (no cache, a padding mask): MultiHeadAttention over q, k and v as
- * the linears give them, [b, s, h*d], masked by key_padding_mask. A padded query attends as
- * any other (its row is ignored downstream, as in transformers). */
+/* An encoder's attention (no cache, a padding mask or none): MultiHeadAttention over q, k and
+ * v as the linears give them, [b, s, h*d], masked by key_padding_mask, or without one where
+ * every key is visible (a vision tower, Whisper's encoder). A padded query attends as any other
+ * (its row is ignored downstream, as in transformers). */
 static ferry_status ort_encoder_mha(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
@@ -519,7 +528,8 @@ static ferry_status ort_encoder_mha(g_lower_ctx *c, const g_node *n, int *outs)
     int q = g_reshape_spec(g, "Reshape_q", lw_in(c, n, 0), 3, hd);
     int k = g_reshape_spec(g, "Reshape_k", lw_in(c, n, 1), 3, hd);
     int v = g_reshape_spec(g, "Reshape_v", lw_in(c, n, 2), 3, hd);
-    int mask = key_padding_mask(c, lw_in(c, n, 3));
+    bool masked = o->mask != G_MASK_NONE;
+    int mask = masked ? key_padding_mask(c, lw_in(c, n, 3)) : G_NONE;
     if (!g_ok(g))
         return g->err.status;
     g_extern e = g_extern_init("com.microsoft", "MultiHeadAttention");
@@ -527,7 +537,7 @@ static ferry_status ort_encoder_mha(g_lower_ctx *c, const g_node *n, int *outs)
     g_extern_float(&e, "scale", o->scale);
     g_extern_out(&e, 0, 0, g->values[q].dtype, &c->src->values[n->out[0]].shape);
     int in[5] = {q, k, v, G_NONE, mask};
-    outs[0] = g_extern_node(g, "MultiHeadAttention", &e, 5, in);
+    outs[0] = g_extern_node(g, "MultiHeadAttention", &e, masked ? 5 : 3, in);
     return g->err.status;
 }
 
@@ -692,10 +702,10 @@ static ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
         !(provider == ORT_CUDA && (prefill || !half)) &&
         o->head_dim % GQA_HEAD_MULTIPLE == 0)
         return ort_gqa(c, n, outs);
-    /* an encoder's bidirectional attention is MultiHeadAttention on cpu too: the kernel
-     * onnxruntime runs for encoders there */
-    if (o->cache == G_CACHE_NONE && o->mask == G_MASK_PADDING && o->softcap == 0 &&
-        o->num_heads == o->num_kv_heads)
+    /* an encoder's bidirectional attention (padded, or every key visible) is
+     * MultiHeadAttention on cpu too: the kernel onnxruntime runs for encoders there */
+    if (o->cache == G_CACHE_NONE && (o->mask == G_MASK_PADDING || o->mask == G_MASK_NONE) &&
+        o->softcap == 0 && o->num_heads == o->num_kv_heads)
         return ort_encoder_mha(c, n, outs);
     if (provider != ORT_CPU && o->softcap == 0 && o->num_heads % o->num_kv_heads == 0)
         return ort_mha(c, n, outs);

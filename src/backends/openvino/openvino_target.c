@@ -8,7 +8,8 @@
  *   embedding   Gather over the table, likewise decompressed when quantized
  *   attention   ScaledDotProductAttention (opset13) over [b, h, s, d] queries and the keys and
  *               values as the cache step leaves them, ferry's mask as its additive bias (a
- *               sliding window's in the form paged attention reads: window_bias). Grouped
+ *               sliding window's in the form paged attention reads: window_bias; without a
+ *               mask a scalar zero, the spec's form of none). Grouped
  *               kv heads reach it as Unsqueeze → Broadcast(bidirectional) → Reshape: the
  *               pattern the CPU plugin folds, with the ReadValue → Gather(beam_idx) → Concat →
  *               Assign cache around it, into one attention node that keeps the cache itself and
@@ -170,6 +171,10 @@ static ferry_status ov_attention(g_lower_ctx *c, const g_node *n, int *outs)
     int64_t h = o->num_heads, kvh = o->num_kv_heads, d = o->head_dim;
     int bias = o->sliding_window > 0 && o->mask == G_MASK_CAUSAL ? window_bias(c, n, q, dt)
                                                                  : lw_attention_bias(c, n, q, dt);
+    /* every key visible: the spec's "scalar zero" mask, which stands for none and keeps the
+     * scale input in its place */
+    if (o->mask == G_MASK_NONE)
+        bias = g_scalar_f(g, dt, 0.0);
     if (h != kvh) {
         k = repeat_kv(g, "k", k, h / kvh, h, d);
         v = repeat_kv(g, "v", v, h / kvh, h, d);

@@ -123,7 +123,18 @@ static void emit_binary(pt_printer *p, const g_node *n)
         number = false; /* maximum/minimum take tensors only */
     /* aten's schemas name the second operand "other", except pow's "exponent" */
     const char *second = n->op == G_POW ? "exponent" : "other";
-    target(p, BINARY[n->op]);
+    bool compare = n->op == G_EQUAL || n->op == G_LESS || n->op == G_LESS_EQUAL ||
+                   n->op == G_GREATER || n->op == G_GREATER_EQUAL;
+    if (number && compare) {
+        /* a comparison's .Tensor overload refuses a number where add's takes one: its
+         * .Scalar overload ("gt.Tensor" -> "gt.Scalar") */
+        char op[32];
+        snprintf(op, sizeof op, "%.*s.Scalar", (int)(strchr(BINARY[n->op], '.') -
+                                                     BINARY[n->op]), BINARY[n->op]);
+        target(p, op);
+    } else {
+        target(p, BINARY[n->op]);
+    }
     pt_arg_tensor(p, "self", n->in[0], PT_POSITIONAL);
     if (number)
         arg_number(p, second, PT_POSITIONAL, n->in[1], x);
@@ -577,7 +588,10 @@ static void emit_extern(pt_printer *p, const g_node *n)
     pt_arg_tensor(p, "query", n->in[0], PT_POSITIONAL);
     pt_arg_tensor(p, "key", n->in[1], PT_POSITIONAL);
     pt_arg_tensor(p, "value", n->in[2], PT_POSITIONAL);
-    pt_arg_tensor(p, "attn_mask", n->in[3], PT_POSITIONAL);
+    if (n->in[3] == G_NONE) /* attention without a mask: every key visible */
+        pt_arg(p, "attn_mask", PT_POSITIONAL, "{\"as_none\": true}");
+    else
+        pt_arg_tensor(p, "attn_mask", n->in[3], PT_POSITIONAL);
     if (scale)
         pt_arg(p, "scale", PT_KEYWORD, "{\"as_float\": %.17g}", scale->f);
     if (gqa && gqa->i)

@@ -7,7 +7,8 @@
  *               values as the cache step leaves them ([b, kvh, t, d]); grouped kv heads by
  *               enable_gqa, so no repeated K/V is ever made; ferry's mask as an additive bias
  *               (a row that sees no key, a padded query, then averages instead of giving NaN,
- *               which a bool mask would spread through the next layer's values). A softcapped
+ *               which a bool mask would spread through the next layer's values), or no
+ *               attn_mask at all where every key is visible. A softcapped
  *               attention keeps the generic lowering: SDPA takes no softcap. A static cache
  *               is written in place (write_in_place).
  * Everything else takes the generic lowerings (ir/lower/): RMSNorm as transformers writes it

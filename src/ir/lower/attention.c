@@ -12,7 +12,9 @@
  *   ─[softcap]─cast(f32)─where(mask, ·, min)─softmax─cast─matmul(V [b,kvh,1,t,d])
  *   ─reshape [b,h,s,d]─transpose─reshape─> [b,s,h*d]
  * Scores are masked with the most negative finite fp32, not -inf: a fully masked row (a padding
- * query) then softmaxes to a uniform row instead of NaN that would poison later layers. */
+ * query) then softmaxes to a uniform row instead of NaN that would poison later layers. Without
+ * a mask (G_MASK_NONE) the scores go to the softmax as they are, as transformers' eager
+ * attention with attention_mask None. */
 #include <stdio.h>
 
 #include "ir/legalize.h"
@@ -90,7 +92,8 @@ ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs)
     int64_t q5[5] = {0, o->num_kv_heads, groups, -1, o->head_dim};
     int64_t h4[4] = {0, o->num_heads, -1, o->head_dim};
     int64_t out3[3] = {0, 0, o->num_heads * o->head_dim};
-    int m = lw_attention_mask(c, mask, q, pos, o->mask, o->sliding_window);
+    int m = o->mask == G_MASK_NONE ? G_NONE
+                                   : lw_attention_mask(c, mask, q, pos, o->mask, o->sliding_window);
     int qt = g_reshape_spec(g, "Reshape_q", g_transpose(g, "Transpose_q", q, 4, to_bnsd), 5, q5);
     int kt = g_unsqueeze(g, "Unsqueeze_k", g_transpose(g, "Transpose_kt", k, 4, p0132), 1, &two);
     int vt = g_unsqueeze(g, "Unsqueeze_v", v, 1, &two);
@@ -106,7 +109,7 @@ ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs)
         int bias = g_unsqueeze(g, "Unsqueeze_bias", lw_attention_bias(c, n, q, FERRY_F32), 1,
                                &one);
         scores = g_binary(g, G_ADD, "Add_bias", scores, bias);
-    } else {
+    } else if (o->mask != G_MASK_NONE) {
         scores = g_where(g, "Where", m, scores, g_scalar_f(g, FERRY_F32, -3.4028234663852886e38));
     }
     int probs = g_cast(g, "Cast_1", g_softmax(g, "Softmax", scores, -1), dt);

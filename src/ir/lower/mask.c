@@ -102,7 +102,7 @@ double lw_lowest(ferry_dtype dt)
 }
 
 /* ferry's attention mask for `n` as an additive bias [b, 1, s, t] ([b, 1, 1, t] for a padding
- * mask) in `dt`, made once per
+ * mask; G_NONE, no bias, for an attention without a mask) in `dt`, made once per
  * graph for each mask (every layer with the same mask and window shares it). `q` (dst id)
  * is any value whose axis 1 is the query length: not a rotated q that nothing else reads, or
  * the rotation would be computed for its shape alone. */
@@ -110,6 +110,8 @@ int lw_attention_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
 {
     g_graph *g = c->dst;
     const g_attn_opts *o = n->a.attn;
+    if (o->mask == G_MASK_NONE)
+        return G_NONE; /* every key visible: nothing to add */
     int m = lw_attention_mask(c, lw_in(c, n, 3), q, lw_in(c, n, 6), o->mask, o->sliding_window);
     if (!g_ok(g))
         return G_NONE;

@@ -1,5 +1,5 @@
-/* rope_freq.c — inverse-frequency tables for default, linear, dynamic, llama3 and yarn rotary
- * embeddings, following transformers' formulas and its float32 rounding points. */
+/* rope_freq.c — inverse-frequency tables for default, linear, dynamic, llama3, yarn and longrope
+ * rotary embeddings, following transformers' formulas and its float32 rounding points. */
 #include "ir/lower/rope_freq.h"
 
 #include <math.h>
@@ -24,8 +24,21 @@ static double yarn_factor(const rope_config *r, int64_t max_pos)
     return 1.0;
 }
 
+/* transformers' _compute_longrope_parameters: the given attention_factor, else
+ * sqrt(1 + ln(factor) / ln(original_max)), 1 when the context is not extended (factor <= 1). */
+static double longrope_scaling(const rope_config *r)
+{
+    if (r->attention_factor >= 0)
+        return r->attention_factor;
+    if (r->factor <= 1.0 || r->original_max_position_embeddings <= 1)
+        return 1.0;
+    return sqrt(1.0 + log(r->factor) / log((double)r->original_max_position_embeddings));
+}
+
 double rope_attention_scaling(const rope_config *r)
 {
+    if (r->type == ROPE_LONGROPE)
+        return longrope_scaling(r);
     if (r->type != ROPE_YARN)
         return 1.0;
     if (r->attention_factor >= 0)
@@ -91,9 +104,23 @@ static void llama3(const rope_config *r, int64_t dim, float *inv)
     }
 }
 
+void rope_longrope_inv_freq(const rope_config *r, int64_t dim, bool long_set, float *inv)
+{
+    const float *ext = long_set ? r->long_factor : r->short_factor;
+    for (int64_t i = 0; i < dim / 2; i++) {
+        float exponent = (float)(2 * i) / (float)dim;
+        /* the rope op holds n_factors == dim/2 (infer.c); never read past what a set holds */
+        float f = i < r->n_factors && i < ROPE_MAX_FACTORS ? ext[i] : 1.0f;
+        inv[i] = 1.0f / (f * powf((float)r->theta, exponent));
+    }
+}
+
 void rope_inv_freq(const rope_config *r, int64_t dim, int64_t max_pos, float *inv)
 {
     switch (r->type) {
+    case ROPE_LONGROPE:
+        rope_longrope_inv_freq(r, dim, false, inv);
+        return;
     case ROPE_YARN:
         yarn(r, dim, max_pos, inv);
         return;
