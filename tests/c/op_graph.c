@@ -65,6 +65,11 @@ typedef struct op_case {
      * constant, SEQ or TWO_SEQ) and the weight's; the bias is a graph input when .bias */
     g_conv_opts conv;
     int64_t conv_x[1 + G_CONV_MAX_SPATIAL], conv_w[2 + G_CONV_MAX_SPATIAL];
+    /* FAM_CONV: the weight (and bias) read from the checkpoint by a weight recipe of their
+     * rank, as a model's are, not given as graph inputs. FAM_LINEAR: the weight is stored
+     * [in, out] (GPT-2's Conv1D; `in_out`), or is a 4-D [out, c, kh, kw] read flattened to
+     * [out, c*kh*kw] (a patch embedding; `flatten`). */
+    bool stored, in_out, flatten;
 } op_case;
 
 /* Rotary options over ROPE_HEAD_DIM heads rotating the first `rotary` dims; the rope_config
@@ -110,6 +115,9 @@ static const op_case CASES[] = {
     /* a weight only linears read: stored transposed for a plain MatMul */
     {"linear", FAM_LINEAR, F32, .bias = true},
     {"linear_fp16", FAM_LINEAR, F16, .bias = true},
+    {"linear_in_out", FAM_LINEAR, F32, .bias = true, .in_out = true},
+    {"linear_in_out_fp16", FAM_LINEAR, F16, .bias = true, .in_out = true},
+    {"linear_flatten", FAM_LINEAR, F32, .flatten = true},
     /* one table read by an embedding and a linear: stored once, multiplied by Gemm(transB) */
     {"linear_tied", FAM_TIED, F32},
     {"embedding", FAM_EMBEDDING, F32},
@@ -145,10 +153,10 @@ static const op_case CASES[] = {
     {"pad_leading", FAM_PAD, F32, .pad_begin = {1, 0, 0}, .pad_end = {2, 0, 0}},
     {"pad_fp16", FAM_PAD, F16, .pad_begin = {0, 1, 2}, .pad_end = {0, 2, 3}, .pad_value = -1.25},
     /* Whisper's first conv: k 3, pad 1 over the frames (symbolic: sequence stays sequence) */
-    {"conv1d", FAM_CONV, F32, .bias = true,
+    {"conv1d", FAM_CONV, F32, .bias = true, .stored = true,
      CONV(1, 1, .strides = {1}, .pads_begin = {1}, .pads_end = {1}, .dilations = {1}),
      .conv_x = {4, SEQ}, .conv_w = {6, 4, 3}},
-    {"conv1d_fp16", FAM_CONV, F16, .bias = true,
+    {"conv1d_fp16", FAM_CONV, F16, .bias = true, .stored = true,
      CONV(1, 1, .strides = {1}, .pads_begin = {1}, .pads_end = {1}, .dilations = {1}),
      .conv_x = {4, SEQ}, .conv_w = {6, 4, 3}},
     /* its second: stride 2 over 2 * sequence frames, which stays affine (sequence) */
@@ -156,7 +164,7 @@ static const op_case CASES[] = {
      CONV(1, 1, .strides = {2}, .pads_begin = {1}, .pads_end = {1}, .dilations = {1}),
      .conv_x = {4, TWO_SEQ}, .conv_w = {6, 4, 3}},
     /* a vision patch embedding: kernel = stride = 4 over a constant image */
-    {"conv2d_patch", FAM_CONV, F32, .bias = true,
+    {"conv2d_patch", FAM_CONV, F32, .bias = true, .stored = true,
      CONV(2, 1, .strides = {4, 4}, .dilations = {1, 1}),
      .conv_x = {3, 8, 12}, .conv_w = {8, 3, 4, 4}},
     /* groups, unequal pads, a dilation and a stride at once; no bias */
@@ -166,7 +174,7 @@ static const op_case CASES[] = {
     {"conv2d_grouped_fp16", FAM_CONV, F16,
      CONV(2, 2, .strides = {2, 1}, .pads_begin = {1, 0}, .pads_end = {0, 2}, .dilations = {1, 2}),
      .conv_x = {4, 7, 9}, .conv_w = {6, 2, 3, 2}},
-    {"conv3d", FAM_CONV, F32, .bias = true,
+    {"conv3d", FAM_CONV, F32, .bias = true, .stored = true,
      CONV(3, 1, .strides = {1, 2, 1}, .pads_begin = {1, 0, 1}, .pads_end = {1, 0, 0},
           .dilations = {1, 1, 1}),
      .conv_x = {2, 4, 5, 6}, .conv_w = {4, 2, 2, 3, 2}},
@@ -332,7 +340,20 @@ static void build_skip_layer_norm(bld *b)
 static void build_linear(bld *b)
 {
     g_graph *g = b->g;
-    int w = weight(b, "weight");
+    int w;
+    if (b->c->in_out || b->c->flatten) {
+        const st_tensor *t = st_find(b->file, "weight");
+        if (!t) {
+            g_fail(g, FERRY_ERR_FORMAT, "%s: no tensor 'weight'", b->file->path);
+            return;
+        }
+        g_weight r = w_plain(t, b->c->dtype);
+        r.src_transposed = b->c->in_out;
+        r.flatten = b->c->flatten;
+        w = g_weight_value(g, "weight", &r);
+    } else {
+        w = weight(b, "weight");
+    }
     int bias = b->c->bias ? weight(b, "bias") : G_NONE;
     if (!g_ok(g))
         return;
@@ -424,8 +445,8 @@ static void build_pad(bld *b)
     g_output(g, g_pad(g, "pad", x, 3, c->pad_begin, c->pad_end, c->pad_value), "y");
 }
 
-/* x [b, c_in, spatial...], the weight (and bias) as graph inputs: the op takes any value
- * there, and the inputs carry them to every runtime as the reference has them */
+/* x [b, c_in, spatial...]; the weight (and bias) read from the checkpoint (`stored`, an N-D
+ * weight recipe, as a model's conv) or given as graph inputs: the op takes any value there */
 static void build_conv(bld *b)
 {
     g_graph *g = b->g;
@@ -438,9 +459,17 @@ static void build_conv(bld *b)
     }
     for (int i = 0; i < rank; i++)
         wd[i] = g_dim_const(c->conv_w[i]);
-    int x = g_input(g, "x", c->dtype, rank, xd);
-    int w = g_input(g, "weight", c->dtype, rank, wd);
-    int bias = c->bias ? g_input(g, "bias", c->dtype, 1, wd) : G_NONE;
+    int x = g_input(g, "x", c->dtype, rank, xd), w, bias = G_NONE;
+    if (c->stored) {
+        w = weight(b, "weight");
+        if (c->bias)
+            bias = weight(b, "bias");
+        if (!g_ok(g))
+            return;
+    } else {
+        w = g_input(g, "weight", c->dtype, rank, wd);
+        bias = c->bias ? g_input(g, "bias", c->dtype, 1, wd) : G_NONE;
+    }
     g_output(g, g_conv(g, "conv", x, w, bias, &c->conv), "y");
 }
 

@@ -68,14 +68,15 @@ def _attn(heads, kv_heads, mask, cache=None, window=0, scale=None, softcap=0.0):
                 scale=scale if scale is not None else ATTN_HEAD_DIM ** -0.5, softcap=softcap)
 
 
-def _conv(x, w, stride, begin, end, dilation, groups=1, bias=False):
+def _conv(x, w, stride, begin, end, dilation, groups=1, bias=False, stored=False):
     """x's extents after the batch (channels, then spatial: a constant, "s" the sequence or
-    "2s" twice it), the weight's, and the options per spatial axis."""
+    "2s" twice it), the weight's, and the options per spatial axis; `stored`: the weight and
+    bias are read from the checkpoint by N-D weight recipes (a model's), not graph inputs."""
     return dict(x=x, w=w, stride=stride, begin=begin, end=end, dilation=dilation, groups=groups,
-                bias=bias)
+                bias=bias, stored=stored)
 
 
-_CONV1D = _conv((4, "s"), (6, 4, 3), (1,), (1,), (1,), (1,), bias=True)
+_CONV1D = _conv((4, "s"), (6, 4, 3), (1,), (1,), (1,), (1,), bias=True, stored=True)
 _CONV2D_GROUPED = _conv((4, 7, 9), (6, 2, 3, 2), (2, 1), (1, 0), (0, 2), (1, 2), groups=2)
 
 
@@ -93,6 +94,10 @@ CASES = {
     "skip_layer_norm_fp16": dict(kind="skip_layer_norm", eps=1e-5, bias=True, dtype="fp16"),
     "linear": dict(kind="linear"),
     "linear_fp16": dict(kind="linear", dtype="fp16"),
+    # GPT-2's Conv1D stores [in, out]; a patch embedding's [out, c, kh, kw] read as [out, in]
+    "linear_in_out": dict(kind="linear", in_out=True),
+    "linear_in_out_fp16": dict(kind="linear", in_out=True, dtype="fp16"),
+    "linear_flatten": dict(kind="linear", flatten=True),
     "linear_tied": dict(kind="tied"),
     "embedding": dict(kind="embedding"),
     "silu": dict(kind="unary", fn=F.silu),
@@ -132,11 +137,11 @@ CASES = {
     "conv1d_strided": dict(kind="conv", conv=_conv((4, "2s"), (6, 4, 3), (2,), (1,), (1,), (1,),
                                                    bias=True)),
     "conv2d_patch": dict(kind="conv", conv=_conv((3, 8, 12), (8, 3, 4, 4), (4, 4), (0, 0),
-                                                 (0, 0), (1, 1), bias=True)),
+                                                 (0, 0), (1, 1), bias=True, stored=True)),
     "conv2d_grouped": dict(kind="conv", conv=_CONV2D_GROUPED),
     "conv2d_grouped_fp16": dict(kind="conv", conv=_CONV2D_GROUPED, dtype="fp16"),
     "conv3d": dict(kind="conv", conv=_conv((2, 4, 5, 6), (4, 2, 2, 3, 2), (1, 2, 1), (1, 0, 1),
-                                           (1, 0, 0), (1, 1, 1), bias=True)),
+                                           (1, 0, 0), (1, 1, 1), bias=True, stored=True)),
     "rope": dict(kind="rope", rope=_rope()),
     "rope_fp16": dict(kind="rope", rope=_rope(), dtype="fp16"),
     "rope_partial": dict(kind="rope", rope=_rope(rotary=8, partial_rotary_factor=0.5)),
@@ -209,9 +214,19 @@ def make_weights(spec, gen):
         if spec.get("bias"):
             w["bias"] = torch.randn(HIDDEN, generator=gen) * 0.5
         return w
+    if kind == "linear" and spec.get("flatten"):  # HIDDEN = 3 * 2 * 4
+        return {"weight": torch.randn(LINEAR_OUT, 3, 2, 4, generator=gen) / HIDDEN ** 0.5}
     if kind == "linear":
-        return {"weight": torch.randn(LINEAR_OUT, HIDDEN, generator=gen) / HIDDEN ** 0.5,
+        w = torch.randn(LINEAR_OUT, HIDDEN, generator=gen) / HIDDEN ** 0.5
+        return {"weight": w.T.contiguous() if spec.get("in_out") else w,
                 "bias": torch.randn(LINEAR_OUT, generator=gen) * 0.2}
+    if kind == "conv" and spec["conv"]["stored"]:
+        w = spec["conv"]["w"]
+        fan_in = int(np.prod(w[1:]))
+        weights = {"weight": torch.randn(*w, generator=gen) * fan_in ** -0.5}
+        if spec["conv"]["bias"]:
+            weights["bias"] = torch.randn(w[0], generator=gen) * 0.5
+        return weights
     if kind in ("tied", "embedding"):
         return {"table": torch.randn(VOCAB, HIDDEN, generator=gen)}
     return {}
@@ -248,10 +263,11 @@ def make_inputs(spec, shape, rng):
         extent = {"s": s, "2s": 2 * s}
         w = c["w"]
         fan_in = int(np.prod(w[1:]))
-        feeds = {"x": normal(b, *(extent.get(e, e) for e in c["x"])),
-                 "weight": normal(*w, scale=fan_in ** -0.5)}
-        if c["bias"]:
-            feeds["bias"] = normal(w[0], scale=0.5)
+        feeds = {"x": normal(b, *(extent.get(e, e) for e in c["x"]))}
+        if not c["stored"]:
+            feeds["weight"] = normal(*w, scale=fan_in ** -0.5)
+            if c["bias"]:
+                feeds["bias"] = normal(w[0], scale=0.5)
         return feeds
     if kind in ("unary", "reduce", "topk", "clip", "pad"):
         x = normal(b, s, HIDDEN, scale=spec.get("scale", 3.0))
@@ -497,7 +513,8 @@ def reference(spec, weights, feeds):
         return {"y": F.layer_norm(h, (HIDDEN,), w["weight"], w.get("bias"), spec["eps"]),
                 "sum": h}
     if kind == "linear":
-        return {"y": F.linear(x["x"], w["weight"], w["bias"])}
+        weight = w["weight"].T if spec.get("in_out") else w["weight"].reshape(LINEAR_OUT, -1)
+        return {"y": F.linear(x["x"], weight, w.get("bias"))}
     if kind == "tied":
         return {"embeds": F.embedding(x["input_ids"], w["table"]),
                 "logits": F.linear(x["x"], w["table"])}
@@ -512,7 +529,7 @@ def reference(spec, weights, feeds):
     if kind == "pad":
         return {"y": F.pad(x["x"], torch_pads(spec["begin"], spec["end"]), value=spec["value"])}
     if kind == "conv":
-        return {"y": conv_reference(spec["conv"], x)}
+        return {"y": conv_reference(spec["conv"], {**x, **w})}
     if kind == "topk":  # random values: no ties, so the indices are the one answer
         values, indices = torch.topk(x["x"], PICKS, dim=-1)
         return {"y": values, "indices": indices}
