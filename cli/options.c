@@ -169,34 +169,12 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         }
         return CLI_CONTINUE;
     }
-    case CLI_OPT_EXAMPLE: {
-        long long bs[2];
-        const char *p = arg;
-        static const char prefix[] = "input_ids=";
-        int ok = strncmp(p, prefix, sizeof prefix - 1) == 0;
-        p += ok ? sizeof prefix - 1 : 0;
-        for (int i = 0; i < 2 && ok; i++) {
-            /* strtoll, not sscanf's %lld, which saturates silently: 10^20 became 2^63 - 1. */
-            char *end;
-            size_t digits = strspn(p, "0123456789");
-            errno = 0;
-            bs[i] = digits ? strtoll(p, &end, 10) : 0;
-            if (digits && errno == ERANGE) {
-                cli_error("--example-shape '%s': %.*s is out of range", arg, (int)digits, p);
-                return EXIT_USAGE;
-            }
-            ok = digits > 0 && bs[i] > 0 && *(p = end) == (i == 0 ? 'x' : '\0');
-            p++;
-        }
-        if (!ok) {
-            cli_error("--example-shape '%s': expected input_ids=BATCHxSEQUENCE, e.g. "
-                      "input_ids=1x8", arg);
+    case CLI_OPT_EXAMPLE:
+        if (ferry_export_config_add_example(&o->cfg, arg, eb, sizeof eb) != FERRY_OK) {
+            cli_error("--%s", eb);
             return EXIT_USAGE;
         }
-        o->cfg.example_batch = bs[0];
-        o->cfg.example_sequence = bs[1];
         return CLI_CONTINUE;
-    }
     case CLI_OPT_DTYPE:
         if (parse_dtype(arg, &o->cfg.dtype) != 0) {
             cli_error("--dtype %s: expected fp32, fp16 or bf16", arg);
@@ -260,7 +238,6 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         bool block = c == CLI_OPT_BLOCK_SIZE;
         if (!o->quant_flag)
             o->quant_flag = block ? "--block-size" : "--accuracy-level";
-        o->accuracy_flag |= !block;
         if (*end || end == arg || v < (block ? 16 : 0) || v > (block ? 256 : 4) ||
             (block && (v & (v - 1)) != 0)) {
             cli_error(block ? "--block-size %s: expected 16, 32, 64, 128 or 256"
@@ -442,12 +419,6 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
                   o->generation_flag);
         return EXIT_USAGE;
     }
-    const char *fusions = ferry_export_config_option(&o->cfg, "ort_fusions");
-    if (o->accuracy_flag && (!fusions || !strcmp(fusions, "none"))) {
-        cli_error("--accuracy-level is MatMulNBits' attribute, in fused graphs only: it applies "
-                  "to --ort-fusions");
-        return EXIT_USAGE;
-    }
     return CLI_CONTINUE;
 }
 
@@ -486,10 +457,11 @@ void cli_print_export_options(FILE *f)
             "                           make one axis symbolic with a name and range, e.g.\n"
             "                           --dim input_ids:1=sequence:1:4096 (repeatable;\n"
             "                           0 <= MIN <= MAX <= 2^40, MAX 0 = unbounded)\n"
-            "  --example-shape input_ids=BxS\n"
-            "                           shape that static axes are pinned to and symbolic\n"
-            "                           ones are traced at, inside their --dim range\n"
-            "                           (default input_ids=1x8, moved to a range's min)\n"
+            "  --example-shape NAME=D0xD1...\n"
+            "                           an input's shape, which static axes are pinned to and\n"
+            "                           symbolic ones are traced at, inside their --dim range\n"
+            "                           (repeatable, one per input; default input_ids=1x8,\n"
+            "                           moved to a range's min)\n"
             "  --dtype fp32|fp16|bf16   export precision, whatever the checkpoint's (default "
             "fp32);\n"
             "                           weights beyond fp16's range become inf, with a warning\n"

@@ -128,6 +128,19 @@ typedef struct ferry_dim_spec {
     int64_t min, max;
 } ferry_dim_spec;
 
+#define FERRY_MAX_EXAMPLES 8
+#define FERRY_MAX_EXAMPLE_RANK 8
+
+/* The shape `input` is traced at: its extents, one per axis (like the guide's example inputs:
+ * a tokenizer's input_ids [1, 8], a feature extractor's input_features [1, 80, 3000]). Each
+ * extent is the example of the logical axis the model says that axis of the input follows;
+ * inputs sharing an axis must agree. */
+typedef struct ferry_example_shape {
+    char input[FERRY_NAME_MAX];
+    int rank;
+    int64_t dims[FERRY_MAX_EXAMPLE_RANK];
+} ferry_example_shape;
+
 /* Called during long exports; `done` and `total` count bytes of weights written. */
 typedef void (*ferry_progress_fn)(void *user, uint64_t done, uint64_t total, const char *what);
 
@@ -198,12 +211,19 @@ typedef struct ferry_format_option {
 
 typedef struct ferry_export_config {
     ferry_format format;          /* FERRY_FORMAT_ONNX (default), _OPENVINO or _PT2 */
-    int dynamic;                  /* 1: every axis symbolic (batch, sequence) */
+    int dynamic;                  /* 1: every axis symbolic (each logical axis the model
+                                     declares: batch, sequence, ...) */
     ferry_dim_spec dims[FERRY_MAX_DIM_SPECS];
     int n_dims;                   /* explicit symbolic axes; the others are static */
-    /* The traced extents (a static axis's size, a symbolic one's example). 0 (default): 1 and
-     * 8, moved to a dynamic dim's min where outside its range; a value given outside its dim's
-     * range is an error. The export records the extents traced. */
+    /* The traced extents (a static axis's size, a symbolic one's example), by input name
+     * (ferry_export_config_add_example; the recipe's example_shapes). An axis no example names
+     * takes the model's default (batch 1, sequence 8), moved to a dynamic dim's min where
+     * outside its range; a value given outside its dim's range is an error. The export
+     * records the extents traced, as the shapes of the inputs that name every axis. */
+    ferry_example_shape examples[FERRY_MAX_EXAMPLES];
+    int n_examples;
+    /* Shortcuts for the examples of the axes named batch and sequence (0: not given); an
+     * example shape that says otherwise is refused. */
     int64_t example_batch;
     int64_t example_sequence;
     ferry_dtype dtype;            /* FERRY_F32 (default), FERRY_F16 or FERRY_BF16 */
@@ -305,6 +325,14 @@ ferry_status ferry_export_config_check(const ferry_export_config *cfg, char *err
  * [0, FERRY_DIM_BOUND_MAX] is FERRY_ERR_INVALID_ARG naming it. */
 ferry_status ferry_export_config_add_dim(ferry_export_config *cfg, const char *spec,
                                          char *errbuf, size_t errbuf_size);
+
+/* Parses "NAME=D0xD1x..." (the CLI's --example-shape: "input_ids=1x8"; each extent a positive
+ * decimal integer) and sets input NAME's example shape, replacing one it had. A malformed spec,
+ * an extent out of range (1 to 2^24) or more than FERRY_MAX_EXAMPLES inputs is
+ * FERRY_ERR_INVALID_ARG naming it; whether the model has the input, and that many axes, is
+ * checked by the export. */
+ferry_status ferry_export_config_add_example(ferry_export_config *cfg, const char *spec,
+                                             char *errbuf, size_t errbuf_size);
 
 /* Sets cfg->inputs from comma-separated input names ("input_ids,attention_mask,position_ids",
  * the CLI's --inputs; any order, each once). A name ferry's graphs do not take, one given

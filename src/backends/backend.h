@@ -100,11 +100,15 @@ typedef struct fb_backend {
      * NaN: the sentence that says so for `cfg` (quantized), with the setting that keeps NaN,
      * or NULL where the runtime computes in float. NULL hook: never. */
     const char *(*nonfinite_note)(const ferry_export_config *cfg);
-    /* The state forms its printer writes (bits 1u << g_state_form): the plan gives a generation
-     * export only a cache the format can carry (a growing cache needs GS_PAIR or GS_VARIABLE;
-     * torch's programs write theirs into the caller's tensors, GS_MUTATED, so only one of
-     * fixed size), and every lowered state must be of one of these forms. */
-    unsigned state_forms;
+    /* The state forms its printer writes with `cfg` (bits 1u << g_state_form): the plan gives
+     * a generation export only a cache the format can carry (a growing cache needs GS_PAIR or
+     * GS_VARIABLE; torch's programs write theirs into the caller's tensors, GS_MUTATED, so
+     * only one of fixed size), and every lowered state must be of one of these forms. */
+    unsigned (*state_forms)(const ferry_export_config *cfg);
+    /* The runtime's execution provider a graph made with `cfg` is for (onnxruntime's "cuda"
+     * for a graph of its CUDA kernels), which a runner must use; NULL: any (NULL hook:
+     * always any). */
+    const char *(*runtime_provider)(const ferry_export_config *cfg);
 } fb_backend;
 
 /* Names a graph's explicit cache as the guide does (cache_names.c): a state updated in place

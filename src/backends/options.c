@@ -1,6 +1,7 @@
 /* options.c — a format's own options, read from its table (backend.h: be_option): their values
  * in ferry_export_config.options, the refusal of another format's, their export.json record.
  * Nothing here names an option: every format's come from its table. */
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -58,6 +59,7 @@ const char *be_option_text(const ferry_export_config *cfg, const fb_backend *be,
 int64_t be_option_value(const ferry_export_config *cfg, const fb_backend *be, const char *key)
 {
     const be_option *o = be_option_find(be, key);
+    assert(o && "a format reads only the options its table declares");
     return o ? value_of(o, be_option_text(cfg, be, key)) : 0;
 }
 

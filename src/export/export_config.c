@@ -224,6 +224,67 @@ ferry_status ferry_export_config_add_dim(ferry_export_config *cfg, const char *s
     return add_dim(cfg, input, axis, symbol, min, max, eb, es);
 }
 
+/* Sets input `input`'s example shape (replacing one it had). */
+static ferry_status set_example(ferry_export_config *cfg, const char *input, int rank,
+                                const int64_t *dims, char *eb, size_t es)
+{
+    if (strlen(input) >= FERRY_NAME_MAX || !valid_name(input))
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "example shape: bad input name '%s'", input);
+    if (rank < 1 || rank > FERRY_MAX_EXAMPLE_RANK)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "example shape of %s: %d extents (1 to %d)",
+                   input, rank, FERRY_MAX_EXAMPLE_RANK);
+    int at = 0;
+    while (at < cfg->n_examples && strcmp(cfg->examples[at].input, input) != 0)
+        at++;
+    if (at == cfg->n_examples && cfg->n_examples >= FERRY_MAX_EXAMPLES)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "too many example shapes (at most %d inputs)",
+                   FERRY_MAX_EXAMPLES);
+    ferry_example_shape *x = &cfg->examples[at];
+    snprintf(x->input, sizeof x->input, "%s", input);
+    x->rank = rank;
+    memcpy(x->dims, dims, (size_t)rank * sizeof *dims);
+    if (at == cfg->n_examples)
+        cfg->n_examples++;
+    return FERRY_OK;
+}
+
+static const char *const EXAMPLE_FORM =
+    "expected NAME=D0xD1..., each extent a positive integer, e.g. input_ids=1x8";
+
+ferry_status ferry_export_config_add_example(ferry_export_config *cfg, const char *spec,
+                                             char *eb, size_t es)
+{
+    char input[FERRY_NAME_MAX];
+    const char *p = spec;
+    int64_t dims[FERRY_MAX_EXAMPLE_RANK];
+    int rank = 0;
+    if (!cfg || !spec)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "no config or example shape given");
+    if (!take_field(&p, '=', input, sizeof input) || *p++ != '=' || !*input)
+        return say(eb, es, FERRY_ERR_INVALID_ARG, "example shape '%s': %s", spec, EXAMPLE_FORM);
+    for (;;) {
+        /* strtoll, not sscanf's %lld, which saturates silently: 10^20 became 2^63 - 1 */
+        size_t digits = strspn(p, "0123456789");
+        char *end;
+        errno = 0;
+        long long v = digits ? strtoll(p, &end, 10) : 0;
+        if (digits && errno == ERANGE)
+            return say(eb, es, FERRY_ERR_INVALID_ARG, "example shape '%s': %.*s is out of range",
+                       spec, (int)digits, p);
+        if (!digits || v <= 0 || rank == FERRY_MAX_EXAMPLE_RANK)
+            return say(eb, es, FERRY_ERR_INVALID_ARG, "example shape '%s': %s", spec,
+                       EXAMPLE_FORM);
+        dims[rank++] = v;
+        p = end;
+        if (*p == '\0')
+            break;
+        if (*p++ != 'x')
+            return say(eb, es, FERRY_ERR_INVALID_ARG, "example shape '%s': %s", spec,
+                       EXAMPLE_FORM);
+    }
+    return set_example(cfg, input, rank, dims, eb, es);
+}
+
 /* One input name (`len` bytes at `name`) into *bits; `what` names the option in messages. */
 static ferry_status add_input(unsigned *bits, const char *name, size_t len, const char *what,
                               char *eb, size_t es)
@@ -554,17 +615,29 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
                 goto done;
             }
         } else if (!strcmp(k, "example_shapes")) {
-            const cJSON *ids = cJSON_GetObjectItemCaseSensitive(item, "input_ids");
-            uint64_t b, s;
-            if (!cJSON_IsObject(item) || cJSON_GetArraySize(item) != 1 || !cJSON_IsArray(ids) ||
-                cJSON_GetArraySize(ids) != 2 || !json_number_to_u64(cJSON_GetArrayItem(ids, 0), &b) ||
-                !json_number_to_u64(cJSON_GetArrayItem(ids, 1), &s) || b == 0 || s == 0) {
-                st = say(eb, es, FERRY_ERR_INVALID_ARG,
-                         "recipe: 'example_shapes' must be {\"input_ids\": [batch, sequence]}");
+            /* {input name: [extents]}: whether the model has the input, with as many axes,
+             * the export checks */
+            bool ok = cJSON_IsObject(item) && cJSON_GetArraySize(item) >= 1 &&
+                      cJSON_GetArraySize(item) <= FERRY_MAX_EXAMPLES;
+            cfg->n_examples = 0;
+            for (const cJSON *x = ok ? item->child : NULL; x && ok; x = x->next) {
+                int64_t dims[FERRY_MAX_EXAMPLE_RANK];
+                int rank = cJSON_IsArray(x) ? cJSON_GetArraySize(x) : 0;
+                ok = rank >= 1 && rank <= FERRY_MAX_EXAMPLE_RANK;
+                for (int i = 0; i < rank && ok; i++) {
+                    uint64_t v;
+                    ok = json_number_to_u64(cJSON_GetArrayItem(x, i), &v) && v >= 1 &&
+                         v <= (uint64_t)FERRY_DIM_BOUND_MAX;
+                    dims[i] = (int64_t)v;
+                }
+                ok = ok && set_example(cfg, x->string, rank, dims, eb, es) == FERRY_OK;
+            }
+            if (!ok) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'example_shapes' must be "
+                         "{input name: [extent, ...]} of at most %d inputs, each extent a "
+                         "positive integer (e.g. {\"input_ids\": [1, 8]})", FERRY_MAX_EXAMPLES);
                 goto done;
             }
-            cfg->example_batch = (int64_t)b;
-            cfg->example_sequence = (int64_t)s;
         } else if (!strcmp(k, "for_generation") || !strcmp(k, "multi_token_decode")) {
             if (!cJSON_IsBool(item)) {
                 st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: '%s' must be true or false", k);
@@ -676,7 +749,15 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
     }
     cJSON_AddStringToObject(o, "dtype", ferry_dtype_name(cfg->dtype));
     be_options_to_json(cfg, be, true, o);
-    if (cfg->example_batch > 0 && cfg->example_sequence > 0) { /* else the defaults */
+    if (cfg->n_examples > 0) {
+        cJSON *ex = cJSON_AddObjectToObject(o, "example_shapes");
+        for (int i = 0; i < cfg->n_examples; i++) {
+            const ferry_example_shape *x = &cfg->examples[i];
+            cJSON *dims = cJSON_AddArrayToObject(ex, x->input);
+            for (int d = 0; d < x->rank; d++)
+                cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)x->dims[d]));
+        }
+    } else if (cfg->example_batch > 0 && cfg->example_sequence > 0) { /* else the defaults */
         cJSON *ex = cJSON_AddObjectToObject(o, "example_shapes");
         cJSON *ids = cJSON_AddArrayToObject(ex, "input_ids");
         cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)cfg->example_batch));

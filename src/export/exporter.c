@@ -144,55 +144,55 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     if (exp_check_model_inputs(m->arch, takes, err) != FERRY_OK)
         goto fail;
     g_symtab syms[MODEL_MAX_COMPONENTS] = {{.n = 0}};
-    g_dim axes[2];
+    exp_axes ax;
     int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;
-    if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, &syms[0], axes, err) != FERRY_OK ||
-        exp_bound_sequence(m->arch, m->hparams, axes[1], &syms[0], err) != FERRY_OK)
+    if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, &syms[0], &ax, err) != FERRY_OK ||
+        exp_bound_sequence(m->arch, m->hparams, &ax, &syms[0], err) != FERRY_OK)
         goto fail;
+    int b_axis = exp_axis_index(&ax, "batch"), s_axis = exp_axis_index(&ax, "sequence");
+    g_dim axes[2] = {b_axis >= 0 ? ax.dim[b_axis] : g_dim_const(1),
+                     s_axis >= 0 ? ax.dim[s_axis] : g_dim_const(1)};
     for (int i = 1; i < MODEL_MAX_COMPONENTS; i++)
         syms[i] = syms[0];
-    if (gen) {
-        gen_component plan[MODEL_MAX_COMPONENTS];
-        if (m->arch->kind == MODEL_ENCODER) {
-            fy_fail(err, FERRY_ERR_INVALID_ARG, "%s is an encoder: it has no generation "
-                    "components (no KV cache, nothing generated); export it without "
-                    "for_generation (--for-generation)", m->arch->architecture);
-            goto fail;
-        }
-        if (!m->arch->generation) {
-            fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: generation export is not supported for "
-                    "this architecture yet", m->arch->architecture);
-            goto fail;
-        }
-        /* refused at planning, so that `ferry graph` and describe refuse what export would */
-        unsigned grows = 1u << GS_PAIR | 1u << GS_VARIABLE;
-        if (!(c->backend->state_forms & grows) && !gen->static_cache) {
-            fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: generation exports write their cache in "
-                    "place, so they need a static cache (--static-cache --max-cache-len N; the "
-                    "recipe's generation_config cache_implementation \"static\"); a dynamic "
-                    "cache is not written for %s yet", c->backend->name, c->backend->name);
-            goto fail;
-        }
-        ferry_generation_config decided = gen_resolve(gen, axes[1], &syms[0]);
-        const char *one_graph = c->backend->one_generation_graph &&
-                                c->backend->one_generation_graph(&c->cfg) ? c->backend->name
-                                                                          : NULL;
-        if (gen_plan(&c->cfg, &decided, one_graph, axes[0], axes[1], syms, plan, &c->n, err) !=
-            FERRY_OK)
-            goto fail;
-        c->generation = true;
-        c->gen = decided;
-        for (int i = 0; i < c->n; i++) {
-            c->items[i].name = plan[i].name;
-            c->items[i].role = plan[i].role;
-            c->items[i].io = plan[i].io;
-        }
-    } else {
-        c->n = 1;
-        c->items[0].name = "model";
-        c->items[0].role = "model";
-        c->items[0].io = (model_io){.batch = axes[0], .sequence = axes[1], .cache = CACHE_NONE,
-                                    .dtype = c->cfg.dtype, .takes = takes};
+    const char *axis_names[MODEL_MAX_AXES];
+    for (int k = 0; k < ax.n; k++)
+        axis_names[k] = ax.name[k];
+    const char *one_graph = gen && c->backend->one_generation_graph &&
+                                    c->backend->one_generation_graph(&c->cfg)
+                                ? c->backend->name : NULL;
+    model_plan_request rq = {.arch = m->arch, .cfg = &c->cfg, .gen = gen, .takes = takes,
+                             .n_axes = ax.n, .axis_names = axis_names, .axes = ax.dim,
+                             .format = c->backend->name, .state_forms = c->backend->state_forms(&c->cfg),
+                             .single_graph = one_graph, .syms = syms};
+    model_plan plan = {.n = 0};
+    if (!m->arch->plan) {
+        fy_fail(err, FERRY_ERR_INTERNAL, "%s plans no components", m->arch->architecture);
+        goto fail;
+    }
+    if (m->arch->plan(m->hparams, &rq, &plan, err) != FERRY_OK)
+        goto fail;
+    if (plan.n < 1 || plan.n > MODEL_MAX_COMPONENTS) {
+        fy_fail(err, FERRY_ERR_INTERNAL, "%s planned %d components", m->arch->architecture,
+                plan.n);
+        goto fail;
+    }
+    c->n = plan.n;
+    c->generation = gen != NULL;
+    if (gen)
+        c->gen = plan.gen;
+    for (int i = 0; i < c->n; i++) {
+        c->items[i].name = plan.comps[i].name;
+        c->items[i].role = plan.comps[i].role;
+        c->items[i].io = plan.comps[i].io;
+        c->items[i].output_class = plan.comps[i].output_class;
+    }
+    /* each component's dims of the model's axes: its batch and sequence where it has them (a
+     * decode's query length), the export's for the others */
+    for (int i = 0; i < c->n; i++) {
+        model_io *io = &c->items[i].io;
+        io->n_axes = ax.n;
+        for (int k = 0; k < ax.n; k++)
+            io->axes[k] = k == b_axis ? io->batch : k == s_axis ? io->sequence : ax.dim[k];
     }
     memset(m->ck->used, 0, m->ck->n_tensors);
     for (int i = 0; i < c->n; i++) {
@@ -203,7 +203,7 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         }
         c->items[i].graph = g;
         g->syms = syms[i];
-        g->output_class = m->arch->output_class;
+        g->output_class = c->items[i].output_class;
         if (m->arch->build(m->hparams, m->ck, &c->items[i].io, g, err) != FERRY_OK)
             goto fail;
         g_remove_dead(g);
@@ -296,7 +296,7 @@ static g_graph *lower(const ferry_components *c, int i, fy_err *err)
         return NULL;
     }
     for (size_t k = 0; g && k < g->n_states; k++)
-        if (!(c->backend->state_forms & 1u << g->states[k].form)) {
+        if (!(c->backend->state_forms(&c->cfg) & 1u << g->states[k].form)) {
             fy_fail(err, FERRY_ERR_INTERNAL, "%s: state '%s' is of a form the format does not "
                     "print (%d)", c->backend->name, g->states[k].name, (int)g->states[k].form);
             g_free(g);

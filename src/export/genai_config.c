@@ -163,10 +163,11 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
     cJSON_AddStringToObject(so, "log_id", "onnxruntime-genai");
     /* the provider the graph was made for (its fused kernels may exist only there) */
     cJSON *providers = cJSON_AddArrayToObject(so, "provider_options");
-    const char *fusions = be_option_text(&e->cfg, e->backend, "ort_fusions");
-    if (fusions && strcmp(fusions, "none") != 0 && strcmp(fusions, "cpu") != 0) {
+    const char *provider = e->backend->runtime_provider ? e->backend->runtime_provider(&e->cfg)
+                                                         : NULL;
+    if (provider && strcmp(provider, "cpu") != 0) {
         cJSON *one = cJSON_CreateObject();
-        cJSON_AddObjectToObject(one, fusions);
+        cJSON_AddObjectToObject(one, provider);
         cJSON_AddItemToArray(providers, one);
     }
     const char *file = "decode.onnx";

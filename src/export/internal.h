@@ -43,6 +43,7 @@ struct ferry_components {
     struct {
         const char *name, *role;
         model_io io;
+        const char *output_class; /* transformers' ModelOutput of its outputs */
         g_graph *graph;          /* semantic graph, checked */
     } items[MODEL_MAX_COMPONENTS];
     char *text;                  /* the last describe/dump result */
@@ -176,10 +177,22 @@ unsigned exp_input_bit(const char *name);
 /* The inputs a plain export's graph takes: cfg->inputs, or the default (input_ids and
  * attention_mask) when 0. */
 unsigned exp_plain_inputs(const ferry_export_config *cfg);
-/* Stops the sequence axis `sequence` at the model's longest sequence (arch->max_sequence): a
+/* The logical axes of an export as resolved (axes.c): each the model declares, its dim and the
+ * extent traced. */
+typedef struct exp_axes {
+    int n;
+    const char *name[MODEL_MAX_AXES];
+    g_dim dim[MODEL_MAX_AXES];
+    int64_t example[MODEL_MAX_AXES];
+} exp_axes;
+/* The axes `arch` declares (model_token_axes when it declares none); *n their count. */
+const model_axis *exp_model_axes(const model_arch *arch, int *n);
+/* The index of the axis named `name`, or -1. */
+int exp_axis_index(const exp_axes *a, const char *name);
+/* Stops the axis named sequence at the model's longest sequence (arch->max_sequence): a
  * symbol's max becomes it where unbounded; a larger max, or a static or example extent past
  * it, is refused naming the bound. */
-ferry_status exp_bound_sequence(const model_arch *arch, const void *hparams, g_dim sequence,
+ferry_status exp_bound_sequence(const model_arch *arch, const void *hparams, const exp_axes *a,
                                 g_symtab *syms, fy_err *err);
 /* "input_ids, attention_mask, position_ids": those of `arch`'s inputs `takes` holds (an input
  * ferry has no bit for is the model's own, always listed). */
@@ -197,14 +210,14 @@ ferry_status provenance_check(const cJSON *manifest, const char *dir, fy_err *er
 /* Remembers which directory `e->dir` is (after a save or load). */
 void provenance_note_dir(struct ferry_exported *e);
 
-/* Symbolic axes (axes.c): the dims of the model's logical axes ("batch", "sequence") from the
- * export config's dynamic flag, explicit dynamic dims (checked against the inputs the model
- * declares and the export takes, `takes` of FERRY_INPUT_* bits) and example shapes. Symbols are
- * added to `syms`; the extents traced are written back into cfg's example shape. The default
- * example sequence is at most `sequence_cap` where that is positive (a static cache's length),
- * less one with a static sequence axis. */
+/* Symbolic axes (axes.c): the dims of the model's logical axes (those it declares: "batch",
+ * "sequence", ...) from the export config's dynamic flag, explicit dynamic dims (checked
+ * against the inputs the model declares and the export takes, `takes` of FERRY_INPUT_* bits)
+ * and example shapes by input. Symbols are added to `syms`; the extents traced are written
+ * back into cfg's example shapes. The default example sequence is at most `sequence_cap`
+ * where that is positive (a static cache's length), less one with a static sequence axis. */
 ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, unsigned takes,
-                              int64_t sequence_cap, g_symtab *syms, g_dim out[2], fy_err *err);
+                              int64_t sequence_cap, g_symtab *syms, exp_axes *out, fy_err *err);
 /* Replacing an existing export under --force (replace.c). */
 typedef struct old_file {
     char *name;

@@ -82,11 +82,11 @@ bool tf_is_transformers_manifest(const cJSON *m)
 /* ------------------------------------------------------------------------------------------ */
 /* Writing */
 
-/* The inputs a caller passes (a tokenizer's, and position_ids); beam_idx is OpenVINO's, which
- * its runner feeds. */
-static bool is_call_input(const char *name)
+/* The inputs a caller passes (a tokenizer's, and position_ids), as the family marked them;
+ * beam_idx is OpenVINO's, which its runner feeds. */
+static bool is_call_input(const g_value *v)
 {
-    return exp_input_bit(name) != 0;
+    return v->role != GI_OTHER;
 }
 
 /* Whether output `v` is a cache the graph writes (a state's new value). */
@@ -126,7 +126,7 @@ const char *tf_unsupported(const struct ferry_exported *e)
         char sidecar[160];
         for (size_t k = 0; k < g->n_inputs; k++) {
             const g_value *v = &g->values[g->inputs[k]];
-            bool fed = is_call_input(v->name) ||
+            bool fed = is_call_input(v) ||
                        (!strcmp(v->name, "beam_idx") && has_internal_state(g));
             if (!fed) {
                 snprintf(why, sizeof why, "component '%s' takes '%s': transformers' runners "
@@ -186,7 +186,8 @@ const char *tf_unsupported(const struct ferry_exported *e)
 
 /* in_spec: the call's (args, kwargs), args empty, kwargs a dict of the caller's inputs. The
  * names in the dict's context are JSON text inside a JSON string, hence the escaped quotes;
- * they are the fixed identifiers is_call_input admits, which need no other escaping. */
+ * they are the identifiers the family names the caller's inputs with (input_ids, ...), which
+ * need no other escaping. */
 static char *in_spec(const g_graph *g)
 {
     strbuf b = {0};
@@ -195,9 +196,9 @@ static char *in_spec(const g_graph *g)
                 "[{\"type\": \"builtins.tuple\", \"context\": \"null\", \"children_spec\": []}, "
                 "{\"type\": \"builtins.dict\", \"context\": \"[");
     for (size_t k = 0; k < g->n_inputs; k++) {
-        const char *name = g->values[g->inputs[k]].name;
-        if (is_call_input(name))
-            sb_printf(&b, "%s\\\"%s\\\"", n++ ? ", " : "", name);
+        const g_value *v = &g->values[g->inputs[k]];
+        if (is_call_input(v))
+            sb_printf(&b, "%s\\\"%s\\\"", n++ ? ", " : "", v->name);
     }
     sb_puts(&b, "]\", \"children_spec\": [");
     for (int k = 0; k < n; k++)
@@ -207,7 +208,7 @@ static char *in_spec(const g_graph *g)
 }
 
 /* out_spec: what the family's forward returns, its ModelOutput class with the outputs as its
- * fields (names the family made: identifiers, as is_call_input's, needing no escaping). */
+ * fields (names the family made: identifiers, as its inputs', needing no escaping). */
 static char *out_spec(const g_graph *g)
 {
     strbuf b = {0};
@@ -231,7 +232,7 @@ ferry_status tf_describe_component(const struct ferry_exported *e, int i, cJSON 
     cJSON *kwargs = cJSON_AddObjectToObject(md, "kwargs");
     for (size_t k = 0; k < g->n_inputs; k++) {
         const g_value *v = &g->values[g->inputs[k]];
-        if (!is_call_input(v->name))
+        if (!is_call_input(v))
             continue;
         cJSON *t = cJSON_AddObjectToObject(kwargs, v->name);
         cJSON_AddNumberToObject(t, "rank", v->shape.rank);

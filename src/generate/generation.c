@@ -1,4 +1,5 @@
-/* generation.c — the prefill / decode plan for each cache kind, as the guide describes it. */
+/* generation.c — the prefill / decode plan for each cache kind, as the guide describes it, and
+ * a decoder family's plan of its components. */
 #include "generate/generation.h"
 
 void ferry_generation_config_init(ferry_generation_config *gen)
@@ -136,5 +137,35 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
         }
     }
     *n = count;
+    return FERRY_OK;
+}
+
+ferry_status gen_decoder_plan(const void *hparams, const model_plan_request *rq,
+                              model_plan *out, fy_err *err)
+{
+    const model_arch *arch = rq->arch;
+    if (!rq->gen)
+        return model_plan_plain(hparams, rq, out, err);
+    if (!arch->generation)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: generation export is not supported for "
+                       "this architecture yet", arch->architecture);
+    /* refused at planning, so that `ferry graph` and describe refuse what export would */
+    unsigned grows = 1u << GS_PAIR | 1u << GS_VARIABLE;
+    if (!(rq->state_forms & grows) && !rq->gen->static_cache)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: generation exports write their cache in "
+                       "place, so they need a static cache (--static-cache --max-cache-len N; "
+                       "the recipe's generation_config cache_implementation \"static\"); a "
+                       "dynamic cache is not written for %s yet", rq->format, rq->format);
+    g_dim batch = model_plan_axis(rq, "batch"), sequence = model_plan_axis(rq, "sequence");
+    out->gen = gen_resolve(rq->gen, sequence, &rq->syms[0]);
+    gen_component plan[MODEL_MAX_COMPONENTS];
+    int n = 0;
+    if (gen_plan(rq->cfg, &out->gen, rq->single_graph, batch, sequence, rq->syms, plan, &n,
+                 err) != FERRY_OK)
+        return err->status;
+    for (int i = 0; i < n; i++)
+        out->comps[i] = (model_component){.name = plan[i].name, .role = plan[i].role,
+                                          .io = plan[i].io, .output_class = arch->output_class};
+    out->n = n;
     return FERRY_OK;
 }

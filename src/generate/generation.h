@@ -1,6 +1,7 @@
 /* generation.h — what a generation export is made of: which components (prefill, decode), and
- * for each the shapes of its inputs and the kind of cache it carries. The graphs themselves come
- * from the architecture's decoder builder; backends only print them. */
+ * for each the shapes of its inputs and the kind of cache it carries; and the plan of a
+ * decoder family (gen_decoder_plan, its model_arch.plan), which calls them. The graphs
+ * themselves come from the architecture's decoder builder; backends only print them. */
 #ifndef FERRY_GENERATE_GENERATION_H
 #define FERRY_GENERATE_GENERATION_H
 
@@ -29,5 +30,12 @@ ferry_generation_config gen_resolve(const ferry_generation_config *gen, g_dim se
 ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_config *gen,
                       const char *single, g_dim batch, g_dim sequence, g_symtab *syms,
                       gen_component *out, int *n, fy_err *err);
+
+/* model_arch.plan of a decoder language model: one "model" for a plain export; for a generation
+ * export prefill and decode (or one decode) as gen_plan makes them, after refusing what the
+ * family or the format cannot do (an unverified family; a growing cache where the format
+ * writes caches in place only). */
+ferry_status gen_decoder_plan(const void *hparams, const model_plan_request *rq,
+                              model_plan *out, fy_err *err);
 
 #endif

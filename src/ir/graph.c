@@ -164,6 +164,12 @@ int g_input(g_graph *g, const char *name, ferry_dtype dtype, int rank, const g_d
     return v;
 }
 
+void g_input_role_set(g_graph *g, int v, g_input_role role)
+{
+    if (v != G_NONE && g->values[v].kind == GV_INPUT)
+        g->values[v].role = role;
+}
+
 int g_value_axis(const g_value *x, g_dim d)
 {
     for (int k = 0; k < x->shape.rank; k++)

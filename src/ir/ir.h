@@ -146,6 +146,17 @@ typedef struct g_attrs {
 
 typedef enum g_value_kind { GV_INPUT, GV_NODE, GV_CONST, GV_WEIGHT } g_value_kind;
 
+/* What a graph input holds, as the family that made it says (g_input_role): how a caller (or
+ * a format that carries example inputs, torch's sample inputs) fills it. */
+typedef enum g_input_role {
+    GI_OTHER,                /* nothing a caller derives (a cache, a beam index) */
+    GI_TOKEN_IDS,            /* token ids: an example holds token 0 */
+    GI_ATTENTION_MASK,       /* 1 for a real token, 0 for padding: an example holds ones */
+    GI_POSITION_IDS,         /* positions: an example counts 0, 1, ... along the sequence */
+    GI_TOKEN_TYPE_IDS,       /* segment ids: an example holds 0 */
+    GI_ROLE_COUNT
+} g_input_role;
+
 typedef struct g_value {
     char *name;
     ferry_dtype dtype;
@@ -159,6 +170,7 @@ typedef struct g_value {
     /* GV_INPUT of an integer type: its values lie in [0, bound) (ids gathered from a table: a
      * value past it would be read past the table, or as zeros); 0: not said */
     int64_t bound;
+    g_input_role role;       /* GV_INPUT: what it holds */
     uint64_t hash;           /* GV_WEIGHT, GV_CONST: its key in the leaf index (graph.c), kept so
                                 growing the index never rehashes a large constant */
 } g_value;
@@ -303,6 +315,8 @@ void g_modules_copy(g_graph *dst, const g_graph *src);
 
 /* ---- values (graph.c) ---- */
 int g_input(g_graph *g, const char *name, ferry_dtype dtype, int rank, const g_dim *dims);
+/* Says what graph input `v` holds (a no-op on G_NONE). */
+void g_input_role_set(g_graph *g, int v, g_input_role role);
 /* The axis of `x` whose dim is exactly `d` (never an unknown one), or -1. */
 int g_value_axis(const g_value *x, g_dim d);
 /* The first graph input with an axis of dim `d`: its value id and axis; false if none. The

@@ -187,8 +187,10 @@ static g_graph *round_trip(const g_graph *src, const g_target *t, int *lowered, 
     for (size_t i = 0; i < src->n_inputs; i++) {
         const g_value *x = &src->values[src->inputs[i]];
         c.map[src->inputs[i]] = g_input(c.dst, x->name, x->dtype, x->shape.rank, x->shape.d);
-        if (c.map[src->inputs[i]] != G_NONE)
+        if (c.map[src->inputs[i]] != G_NONE) {
             c.dst->values[c.map[src->inputs[i]]].bound = x->bound;
+            c.dst->values[c.map[src->inputs[i]]].role = x->role;
+        }
     }
     for (size_t i = 0; i < src->n_nodes && g_ok(c.dst); i++) {
         const g_node *n = &src->nodes[i];

@@ -537,9 +537,13 @@ static ferry_status enc_build(const void *hparams, ckpt *ck, const model_io *io,
     /* what each gathers from: a call's values are checked against these (export.json) */
     const int64_t bounds[4] = {e->vocab, 0, e->type_vocab, e->max_positions};
     const int ins[4] = {ids, mask, types, positions};
-    for (int i = 0; i < 4; i++)
+    const g_input_role roles[4] = {GI_TOKEN_IDS, GI_ATTENTION_MASK, GI_TOKEN_TYPE_IDS,
+                                   GI_POSITION_IDS};
+    for (int i = 0; i < 4; i++) {
+        g_input_role_set(g, ins[i], roles[i]);
         if (ins[i] != G_NONE && bounds[i] > 0)
             g->values[ins[i]].bound = bounds[i];
+    }
 
     int word = blk_weight(g, ck, prefixed(e, n->word, name, sizeof name), 0, true, e->vocab, h,
                           dt, err);
@@ -707,7 +711,7 @@ READER(distilbert_read, ENC_DISTILBERT, HEAD_BASE, "distilbert", DISTILBERT_CLAS
 #define ENCODER(arch_name, type, reader, out_class, ins)                                    \
     {.architecture = arch_name, .model_type = type, .kind = MODEL_ENCODER,                  \
      .output_class = out_class, .read = reader, .free_hparams = enc_free, .bind = enc_bind,   \
-     .build = enc_build, .inputs = ins, .n_inputs = sizeof ins / sizeof ins[0],             \
+     .plan = model_plan_plain, .build = enc_build, .inputs = ins, .n_inputs = sizeof ins / sizeof ins[0],             \
      .default_inputs = enc_default_inputs, .max_sequence = enc_max_sequence}
 
 const model_arch model_bert = ENCODER("BertModel", "bert", bert_read, BASE_OUTPUT_POOLING,

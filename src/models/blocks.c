@@ -292,6 +292,7 @@ void blk_graph_inputs(g_graph *g, const model_io *io, blk_inputs *in)
 {
     g_dim bs[2] = {io->batch, io->sequence};
     in->ids = g_input(g, "input_ids", FERRY_I64, 2, bs);
+    g_input_role_set(g, in->ids, GI_TOKEN_IDS);
     bool plain = io->cache == CACHE_NONE;
     int shape = G_NONE;
     bool computed_mask = !(io->takes & FERRY_INPUT_ATTENTION_MASK);
@@ -307,16 +308,19 @@ void blk_graph_inputs(g_graph *g, const model_io *io, blk_inputs *in)
     } else if (io->cache == CACHE_STATIC) {
         g_dim m4[4] = {io->batch, g_dim_const(1), io->sequence, io->cache_len};
         in->mask = g_input(g, "attention_mask", FERRY_BOOL, 4, m4);
+        g_input_role_set(g, in->mask, GI_ATTENTION_MASK);
     } else {
         g_dim bt[2] = {io->batch, io->cache == CACHE_DYNAMIC ? g_dim_add(io->past, io->sequence)
                                                               : io->sequence};
         in->mask = g_input(g, "attention_mask", FERRY_I64, 2, bt);
+        g_input_role_set(g, in->mask, GI_ATTENTION_MASK);
     }
     if (plain && computed_positions) {
         g_scope(g, "/model/position_ids");
         in->positions = blk_positions_from_zero(g, shape, bs);
     } else {
         in->positions = g_input(g, "position_ids", FERRY_I64, 2, bs);
+        g_input_role_set(g, in->positions, GI_POSITION_IDS);
     }
     g->scope[0] = '\0';
     in->io = io;

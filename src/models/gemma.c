@@ -5,6 +5,7 @@
  * "attention_bias" on q/k/v/o. */
 #include <math.h>
 
+#include "generate/generation.h"
 #include "models/blocks.h"
 #include "util/json.h"
 
@@ -45,7 +46,8 @@ static ferry_status gemma_read(const model_config *cfg, void **out, fy_err *err)
 const model_arch model_gemma = {
     .architecture = "GemmaForCausalLM", .model_type = "gemma", .kind = MODEL_CAUSAL_LM,
     .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = gemma_read,
-    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
+    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
+    .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
     .describe = blk_lm_describe,
 };

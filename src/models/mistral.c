@@ -1,5 +1,6 @@
 /* mistral.c — MistralForCausalLM: the standard decoder with a sliding window on every layer
  * when "sliding_window" is set (transformers' Mistral has no per-layer pattern). */
+#include "generate/generation.h"
 #include "models/blocks.h"
 
 static void mistral_quirks(const lm_config *c, blk_lm *lm)
@@ -20,7 +21,8 @@ static ferry_status mistral_read(const model_config *cfg, void **out, fy_err *er
 const model_arch model_mistral = {
     .architecture = "MistralForCausalLM", .model_type = "mistral", .kind = MODEL_CAUSAL_LM,
     .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = mistral_read,
-    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
+    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
+    .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
     .describe = blk_lm_describe,
 };

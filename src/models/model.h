@@ -21,10 +21,16 @@ typedef enum cache_kind {
                         updated in place */
 } cache_kind;
 
-/* A component's io: [batch, sequence] for the tokens, the past length (dynamic cache) or
- * cache length (static cache), and which of the model's inputs the graph takes. */
+/* The most logical axes a model declares (model_arch.axes). */
+#define MODEL_MAX_AXES 8
+
+/* A component's io: its logical axes' dims (in the order the model declares them; batch and
+ * sequence also by name, for the families whose inputs are tokens), the past length (dynamic
+ * cache) or cache length (static cache), and which of the model's inputs the graph takes. */
 typedef struct model_io {
     g_dim batch, sequence;
+    g_dim axes[MODEL_MAX_AXES];
+    int n_axes;
     cache_kind cache;
     g_dim past;             /* CACHE_DYNAMIC */
     g_dim cache_len;        /* CACHE_STATIC */
@@ -47,9 +53,21 @@ typedef enum model_kind {
                                 component, no cache */
 } model_kind;
 
+/* A logical axis the model's inputs follow ("batch", "sequence"; an encoder-decoder's
+ * "encoder_sequence", a speech model's "frames", a vision tower's "patches"), and the extent a
+ * plain export traces it at when no example shape names it. */
+typedef struct model_axis {
+    const char *name;
+    int64_t example;
+} model_axis;
+
+/* The axes of models whose inputs are tokens: batch (example 1) and sequence (example 8). */
+extern const model_axis model_token_axes[2];
+
 /* A graph input the model declares, with the logical axis each of its dims follows ("batch",
- * "sequence"; "total" = past + sequence for a mask over cache and new tokens). Explicit dynamic
- * dims in an export config must name one of these inputs and axes. */
+ * "sequence"; an axis the model does not declare is derived from others, as "total" = past +
+ * sequence for a mask over cache and new tokens). Explicit dynamic dims and example shapes in
+ * an export config must name one of these inputs and axes. */
 typedef struct model_input {
     const char *name;
     int n_axes;
@@ -72,6 +90,46 @@ typedef struct model_hparams {
  * reads export.json with. */
 #define MODEL_MAX_COMPONENTS 8
 
+/* One component of an export as its family plans it: its name and role in export.json
+ * ("model", "prefill", "decode"; "encoder", "image_encoder", "language_model", "lm_head"
+ * ...), the io its graph is built for, and transformers' ModelOutput class of its outputs. */
+typedef struct model_component {
+    const char *name;
+    const char *role;
+    model_io io;
+    const char *output_class;
+} model_component;
+
+struct model_arch;
+
+/* What an export asks its family to plan: a plain export (gen NULL) or a generation one, with
+ * the axes the export config resolved and what the format can print. */
+typedef struct model_plan_request {
+    const struct model_arch *arch;
+    const ferry_export_config *cfg;
+    const ferry_generation_config *gen;
+    unsigned takes;           /* FERRY_INPUT_* bits of a plain export's inputs */
+    int n_axes;               /* the model's axes (model_arch.axes), their names and dims */
+    const char *const *axis_names;
+    const g_dim *axes;
+    const char *format;       /* the export's format ("onnx"), for messages */
+    unsigned state_forms;     /* 1 << g_state_form for each form the format prints */
+    /* the name of a format that runs generation as one graph taking the prompt and each token
+     * (OpenVINO's stateful model), or NULL */
+    const char *single_graph;
+    g_symtab *syms;           /* per component: the plan adds its own symbols (the cache's) */
+} model_plan_request;
+
+/* The components planned, and the generation options as decided (FERRY_AUTO settled). */
+typedef struct model_plan {
+    model_component comps[MODEL_MAX_COMPONENTS];
+    int n;
+    ferry_generation_config gen;
+} model_plan;
+
+/* The dim of the request's axis `name` (a constant 1 where the model has no such axis). */
+g_dim model_plan_axis(const model_plan_request *rq, const char *name);
+
 typedef struct model_arch {
     const char *architecture;       /* config.json "architectures"[0] */
     const char *model_type;
@@ -88,6 +146,12 @@ typedef struct model_arch {
      * bytes) receives "" or one line for the user. */
     ferry_status (*bind)(void *hparams, const ckpt *ck, char *warning, size_t size,
                          fy_err *err);
+    /* Plans the export's components: their names, roles, io and output classes. Encoders and
+     * other one-graph models take model_plan_plain; decoders of the standard shape
+     * gen_decoder_plan (src/generate), which adds generation's prefill and decode. Errors
+     * name the option that cannot be honoured. */
+    ferry_status (*plan)(const void *hparams, const model_plan_request *rq, model_plan *out,
+                         fy_err *err);
     /* Builds the component's forward graph into `g`, taking weights from `ck`, and declares
      * the transformers module each node scope is (g_module_add: the root, then every module
      * the graph's nodes are named under). Missing weights and shapes that contradict the
@@ -96,6 +160,10 @@ typedef struct model_arch {
                           fy_err *err);
     const model_input *inputs;      /* the plain forward's inputs */
     int n_inputs;
+    /* The logical axes its inputs follow, with their default examples; NULL:
+     * model_token_axes (batch, sequence) */
+    const model_axis *axes;
+    int n_axes;
     /* The inputs (FERRY_INPUT_* bits) a plain export takes when the export config names none:
      * what the family's tokenizer returns. NULL: input_ids and attention_mask. */
     unsigned (*default_inputs)(const void *hparams);
@@ -107,6 +175,11 @@ typedef struct model_arch {
     /* Fills the hyperparameters record; may be NULL (then it is all zeros). */
     void (*describe)(const void *hparams, model_hparams *out);
 } model_arch;
+
+/* model_arch.plan of a model exported as one graph: one "model" component over the export's
+ * axes and inputs; a generation export is refused, naming the architecture. */
+ferry_status model_plan_plain(const void *hparams, const model_plan_request *rq, model_plan *out,
+                              fy_err *err);
 
 const model_arch *model_find(const char *architecture);
 /* "LlamaForCausalLM, MistralForCausalLM, ..." */

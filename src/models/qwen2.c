@@ -1,6 +1,7 @@
 /* qwen2.c — Qwen2ForCausalLM: biases on q/k/v (not o); sliding window only on the layers that
  * "layer_types" marks "sliding_attention" (transformers derives that list from
  * use_sliding_window and max_window_layers). */
+#include "generate/generation.h"
 #include "models/blocks.h"
 
 static void qwen2_quirks(const lm_config *c, blk_lm *lm)
@@ -22,7 +23,8 @@ static ferry_status qwen2_read(const model_config *cfg, void **out, fy_err *err)
 const model_arch model_qwen2 = {
     .architecture = "Qwen2ForCausalLM", .model_type = "qwen2", .kind = MODEL_CAUSAL_LM,
     .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = qwen2_read,
-    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
+    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
+    .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
     .describe = blk_lm_describe,
 };

@@ -1,5 +1,6 @@
 /* qwen3.c — Qwen3ForCausalLM: RMSNorm over head_dim on q and k before rope; "attention_bias"
  * puts biases on q/k/v/o; per-layer sliding windows from "layer_types". */
+#include "generate/generation.h"
 #include "models/blocks.h"
 
 static void qwen3_quirks(const lm_config *c, blk_lm *lm)
@@ -23,7 +24,8 @@ static ferry_status qwen3_read(const model_config *cfg, void **out, fy_err *err)
 const model_arch model_qwen3 = {
     .architecture = "Qwen3ForCausalLM", .model_type = "qwen3", .kind = MODEL_CAUSAL_LM,
     .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = qwen3_read,
-    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .build = blk_lm_build_hook,
+    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
+    .build = blk_lm_build_hook,
     .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
     .describe = blk_lm_describe,
 };

@@ -22,6 +22,35 @@ static const model_arch *const TABLE[] = {
 };
 #define N_FAMILIES (sizeof TABLE / sizeof TABLE[0])
 
+const model_axis model_token_axes[2] = {{"batch", 1}, {"sequence", 8}};
+
+g_dim model_plan_axis(const model_plan_request *rq, const char *name)
+{
+    for (int k = 0; k < rq->n_axes; k++)
+        if (strcmp(rq->axis_names[k], name) == 0)
+            return rq->axes[k];
+    return g_dim_const(1);
+}
+
+ferry_status model_plan_plain(const void *hparams, const model_plan_request *rq, model_plan *out,
+                              fy_err *err)
+{
+    (void)hparams;
+    const model_arch *arch = rq->arch;
+    if (rq->gen)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s is %s: it has no generation components "
+                       "(no KV cache, nothing generated); export it without for_generation "
+                       "(--for-generation)", arch->architecture,
+                       arch->kind == MODEL_ENCODER ? "an encoder" : "exported as one graph");
+    model_component *c = &out->comps[0];
+    *c = (model_component){.name = "model", .role = "model", .output_class = arch->output_class};
+    c->io = (model_io){.batch = model_plan_axis(rq, "batch"),
+                       .sequence = model_plan_axis(rq, "sequence"), .cache = CACHE_NONE,
+                       .dtype = rq->cfg->dtype, .takes = rq->takes};
+    out->n = 1;
+    return FERRY_OK;
+}
+
 const model_arch *model_find(const char *architecture)
 {
     for (size_t i = 0; i < N_FAMILIES; i++)

@@ -73,10 +73,14 @@ static void test_hostile_recipes(void **state)
          FERRY_ERR_INVALID_ARG, "'example_shapes' must be"},
         {"example shape 1e300", "{\"example_shapes\": {\"input_ids\": [1, 1e300]}}",
          FERRY_ERR_INVALID_ARG, "'example_shapes' must be"},
-        {"example shape rank 3", "{\"example_shapes\": {\"input_ids\": [1, 8, 1]}}",
+        {"example shape rank 9",
+         "{\"example_shapes\": {\"input_ids\": [1, 8, 1, 1, 1, 1, 1, 1, 1]}}",
          FERRY_ERR_INVALID_ARG, "'example_shapes' must be"},
-        {"example shape of another input",
-         "{\"example_shapes\": {\"input_ids\": [1, 8], \"x\": [1]}}", FERRY_ERR_INVALID_ARG,
+        {"example shape empty", "{\"example_shapes\": {\"input_ids\": []}}",
+         FERRY_ERR_INVALID_ARG, "'example_shapes' must be"},
+        {"example shape of a bad name", "{\"example_shapes\": {\"a b\": [1]}}",
+         FERRY_ERR_INVALID_ARG, "'example_shapes' must be"},
+        {"example shapes none", "{\"example_shapes\": {}}", FERRY_ERR_INVALID_ARG,
          "'example_shapes' must be"},
         {"dynamic_shapes an array", "{\"dynamic_shapes\": []}", FERRY_ERR_INVALID_ARG,
          "'dynamic_shapes' must be an object"},
@@ -307,6 +311,50 @@ static void test_hostile_dims(void **state)
                      "expected NAME:AXIS=SYMBOL");
 }
 
+/* ferry_export_config_add_example: NAME=D0xD1..., one shape per input (a second replaces the
+ * first), extents positive and within 64 bits, at most FERRY_MAX_EXAMPLES inputs. */
+static void test_add_example(void **state)
+{
+    (void)state;
+    ferry_export_config cfg;
+    char eb[256];
+    ferry_export_config_init(&cfg);
+    assert_int_equal(ferry_export_config_add_example(&cfg, "input_features=1x80x3000", eb,
+                                                     sizeof eb), FERRY_OK);
+    assert_int_equal(ferry_export_config_add_example(&cfg, "input_ids=2x7", eb, sizeof eb),
+                     FERRY_OK);
+    assert_int_equal(ferry_export_config_add_example(&cfg, "input_ids=3x5", eb, sizeof eb),
+                     FERRY_OK);
+    assert_int_equal(cfg.n_examples, 2);
+    assert_true(cfg.examples[0].rank == 3 && cfg.examples[0].dims[2] == 3000);
+    assert_true(cfg.examples[1].dims[0] == 3 && cfg.examples[1].dims[1] == 5);
+    const struct {
+        const char *spec, *needle;
+    } bad[] = {
+        {"input_ids", "expected NAME=D0xD1"}, {"=1x8", "expected NAME=D0xD1"},
+        {"input_ids=1x", "expected NAME=D0xD1"}, {"input_ids=0x8", "expected NAME=D0xD1"},
+        {"input_ids=1x-8", "expected NAME=D0xD1"}, {"input_ids=1x8y", "expected NAME=D0xD1"},
+        {"input_ids=1x99999999999999999999", "99999999999999999999 is out of range"},
+        {"a b=1", "bad input name"}, {"x=1x1x1x1x1x1x1x1x1", "expected NAME=D0xD1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        eb[0] = '\0';
+        assert_int_equal(ferry_export_config_add_example(&cfg, bad[i].spec, eb, sizeof eb),
+                         FERRY_ERR_INVALID_ARG);
+        if (!strstr(eb, bad[i].needle))
+            fail_msg("'%s': %s", bad[i].spec, eb);
+    }
+    assert_int_equal(cfg.n_examples, 2); /* a refused spec changes nothing */
+    for (int i = 0; i < FERRY_MAX_EXAMPLES - 2; i++) {
+        char spec[32];
+        snprintf(spec, sizeof spec, "in%d=1", i);
+        assert_int_equal(ferry_export_config_add_example(&cfg, spec, eb, sizeof eb), FERRY_OK);
+    }
+    assert_int_equal(ferry_export_config_add_example(&cfg, "one_more=1", eb, sizeof eb),
+                     FERRY_ERR_INVALID_ARG);
+    assert_non_null(strstr(eb, "too many example shapes"));
+}
+
 static void test_round_trip(void **state)
 {
     (void)state;
@@ -316,7 +364,8 @@ static void test_round_trip(void **state)
         "{\"export_format\": \"onnx\", \"dynamic\": false, \"dtype\": \"bf16\", \"opset\": 18,"
         " \"dynamic_shapes\": {\"input_ids\": {\"0\": \"batch\", \"1\": {\"name\": \"sequence\","
         " \"min\": 2, \"max\": 4096}}, \"attention_mask\": {\"1\": {\"name\": \"sequence\","
-        " \"max\": null}}}, \"example_shapes\": {\"input_ids\": [2, 16]},"
+        " \"max\": null}}}, \"example_shapes\": {\"input_ids\": [2, 16],"
+        " \"attention_mask\": [2, 16]},"
         " \"for_generation\": true, \"multi_token_decode\": true,"
         " \"generation_config\": {\"cache_implementation\": \"static\", \"max_cache_len\": 128}}";
     ferry_export_config_init(&cfg);
@@ -330,8 +379,12 @@ static void test_round_trip(void **state)
     assert_int_equal(back.n_dims, 3);
     assert_int_equal(back.dtype, FERRY_BF16);
     assert_string_equal(ferry_export_config_option(&back, "opset"), "18");
-    assert_int_equal(back.example_batch, 2);
-    assert_int_equal(back.example_sequence, 16);
+    /* example shapes by input, as given */
+    assert_int_equal(back.n_examples, 2);
+    assert_string_equal(back.examples[0].input, "input_ids");
+    assert_string_equal(back.examples[1].input, "attention_mask");
+    assert_true(back.examples[1].rank == 2 && back.examples[1].dims[0] == 2 &&
+                back.examples[1].dims[1] == 16);
     assert_int_equal(back.generation.max_cache_len, 128);
     assert_true(back.generation.static_cache && back.generation.multi_token_decode);
     cJSON_free(text);
@@ -751,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_set_inputs),
         cmocka_unit_test(test_hostile_recipes),
         cmocka_unit_test(test_hostile_dims),
+        cmocka_unit_test(test_add_example),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_transformers_recipes),
         cmocka_unit_test(test_config_check),

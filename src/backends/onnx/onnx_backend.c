@@ -77,9 +77,9 @@ static ferry_status onnx_configure(ferry_export_config *cfg, fy_err *err)
                        "that provider take fp32 or fp16, not bf16 (--dtype)",
                        onnx_fusions_name(fusions));
     if (fusions == ORT_NONE && cfg->quantizer.bits && cfg->quantizer.accuracy_level >= 0)
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy_level is an attribute of "
-                       "onnxruntime's MatMulNBits, which only fused graphs use (--ort-fusions); "
-                       "standard ONNX has none");
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy_level (--accuracy-level) "
+                       "is an attribute of onnxruntime's MatMulNBits, which only fused graphs "
+                       "use (--ort-fusions); standard ONNX has none");
     if (fusions != ORT_NONE && cfg->quantizer.bits && cfg->quantizer.accuracy_level < 0)
         cfg->quantizer.accuracy_level = 4; /* int8 activations: onnxruntime's fastest on CPU */
     return FERRY_OK;
@@ -154,6 +154,20 @@ static const char *onnx_nonfinite_note(const ferry_export_config *cfg)
     return NULL;
 }
 
+/* a growing cache as past/present pairs, a static one as input./output. pairs */
+static unsigned onnx_state_forms(const ferry_export_config *cfg)
+{
+    (void)cfg;
+    return 1u << GS_PAIR | 1u << GS_IN_PLACE;
+}
+
+/* a fused graph holds the kernels of the provider it was fused for */
+static const char *onnx_runtime_provider(const ferry_export_config *cfg)
+{
+    ort_fusions fusions = onnx_fusions(cfg);
+    return fusions == ORT_NONE ? NULL : onnx_fusions_name(fusions);
+}
+
 const fb_backend fb_onnx = {
     .name = "onnx",
     .format = FERRY_FORMAT_ONNX,
@@ -167,7 +181,7 @@ const fb_backend fb_onnx = {
     .write = onnx_write,
     .describe = onnx_describe,
     .nonfinite_note = onnx_nonfinite_note,
-    .state_forms = 1u << GS_PAIR | 1u << GS_IN_PLACE,
+    .state_forms = onnx_state_forms, .runtime_provider = onnx_runtime_provider,
 };
 
 int ferry_default_opset(void) { return ONNX_DEFAULT_OPSET; }

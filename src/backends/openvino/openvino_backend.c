@@ -219,6 +219,13 @@ static const char *openvino_nonfinite_note(const ferry_export_config *cfg)
            "which makes NaN finite, unless compiled with DYNAMIC_QUANTIZATION_GROUP_SIZE 0";
 }
 
+/* stateful: the runtime's variables (the plan gives it a growing cache only); stateless: the
+ * cache as ONNX names it, past/present or input./output. pairs */
+static unsigned openvino_state_forms(const ferry_export_config *cfg)
+{
+    return stateful(cfg) ? 1u << GS_VARIABLE : 1u << GS_PAIR | 1u << GS_IN_PLACE;
+}
+
 const fb_backend fb_openvino = {
     .name = "openvino",
     .format = FERRY_FORMAT_OPENVINO,
@@ -232,6 +239,6 @@ const fb_backend fb_openvino = {
     .write = openvino_write,
     .describe = openvino_describe,
     .one_generation_graph = stateful,
-    .state_forms = 1u << GS_PAIR | 1u << GS_IN_PLACE | 1u << GS_VARIABLE,
+    .state_forms = openvino_state_forms,
     .nonfinite_note = openvino_nonfinite_note,
 };

@@ -159,6 +159,13 @@ static void pt2_describe(const ferry_export_config *cfg, const g_graph *g, cJSON
         cJSON_AddBoolToObject(metadata, "example_inputs", 1);
 }
 
+/* the cache written into the caller's tensors: of fixed size only */
+static unsigned pt2_state_forms(const ferry_export_config *cfg)
+{
+    (void)cfg;
+    return 1u << GS_MUTATED;
+}
+
 const fb_backend fb_pt2 = {
     .name = "pt2",
     .alias = "dynamo",
@@ -169,7 +176,7 @@ const fb_backend fb_pt2 = {
     .files = pt2_files,
     .write = pt2_write,
     .describe = pt2_describe,
-    .state_forms = 1u << GS_MUTATED,
+    .state_forms = pt2_state_forms,
     .title = "pt2",
     .options = PT2_OPTIONS,
     .n_options = sizeof PT2_OPTIONS / sizeof PT2_OPTIONS[0],

@@ -8,11 +8,12 @@
  * globals torch's weights_only unpickler admits are named, so torch loads it without its
  * fallback to full unpickling.
  *
- * Written for a program that takes the call's token inputs alone (a plain export: input_ids
- * and attention_mask, position_ids and token_type_ids where it takes them), those it takes, in
- * its order: each at its hint shape, the size torch retraces with (pt2_writer.c), holding a
- * valid call: token 0, a mask of ones, positions from 0, token type 0. A generation component also takes its cache, which would
- * make the example as large as the cache itself: its entry stays empty (example_inputs None). */
+ * Written for a program whose every input is one a caller fills from a tokenizer's output (a
+ * plain export: ids, a mask, positions and token types where it takes them, as the family
+ * marked them: g_input_role), in its order: each at its hint shape, the size torch retraces
+ * with (pt2_writer.c), holding a valid call: token 0, a mask of ones, positions from 0, token
+ * type 0. A generation component also takes its cache, which would make the example as large
+ * as the cache itself: its entry stays empty (example_inputs None). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,26 +27,17 @@
 #include "io/zip.h"
 #include "util/strbuf.h"
 
-/* Inputs whose example ferry knows how to fill, and how */
-static const char *const TOKEN_INPUTS[] = {"input_ids", "attention_mask", "position_ids",
-                                           "token_type_ids"};
-#define N_TOKEN_INPUTS (sizeof TOKEN_INPUTS / sizeof *TOKEN_INPUTS)
+/* The most inputs an example holds: one of each role a caller fills */
+#define N_TOKEN_INPUTS (GI_ROLE_COUNT - 1)
 /* The most elements an example input may have (512 KiB of int64): an export traced at a
  * larger shape gets no example rather than megabytes of zeros in every archive */
 #define MAX_EXAMPLE_ELEMENTS (1 << 16)
 
 typedef struct example {
     const char *name;
+    g_input_role role;
     int64_t rows, cols;
 } example;
-
-static int token_input(const char *name)
-{
-    for (size_t i = 0; i < N_TOKEN_INPUTS; i++)
-        if (!strcmp(name, TOKEN_INPUTS[i]))
-            return (int)i;
-    return -1;
-}
 
 /* ---- pickle opcodes (protocol 2), as torch.save's pickler emits them ---- */
 
@@ -129,10 +121,9 @@ static void pickle(strbuf *b, const example *ex, int n)
 /* The storage of example `e`: int64 little-endian, as the archive's byteorder says */
 static void storage(strbuf *b, const example *e)
 {
-    int which = token_input(e->name);
     for (int64_t r = 0; r < e->rows; r++)
         for (int64_t c = 0; c < e->cols; c++) {
-            int64_t v = which == 1 ? 1 : which == 2 ? c : 0;
+            int64_t v = e->role == GI_ATTENTION_MASK ? 1 : e->role == GI_POSITION_IDS ? c : 0;
             unsigned char le[8];
             for (int k = 0; k < 8; k++)
                 le[k] = (unsigned char)((uint64_t)v >> (8 * k));
@@ -214,9 +205,10 @@ static const char *examples(const g_graph *g, example *ex)
         return "it takes its cache";
     for (size_t i = 0; i < g->n_inputs; i++) {
         const g_value *v = &g->values[g->inputs[i]];
-        if (token_input(v->name) < 0 || v->dtype != FERRY_I64 || v->shape.rank != 2)
+        if (v->role == GI_OTHER || v->dtype != FERRY_I64 || v->shape.rank != 2)
             return "it takes its cache";
         ex[i].name = v->name;
+        ex[i].role = v->role;
         ex[i].rows = pt2_dim_hint(v->shape.d[0], &g->syms);
         ex[i].cols = pt2_dim_hint(v->shape.d[1], &g->syms);
         if (ex[i].rows < 1 || ex[i].cols < 1 ||
