@@ -205,8 +205,10 @@ static void put_weight(strbuf *b, const g_value *v)
     if (w->quant.bits)
         sb_printf(b, " quant int%d block %d %s%s%s", w->quant.bits, w->quant.block,
                   w->quant.symmetric ? "symmetric" : "asymmetric",
-                  w->quant.explicit_zeros ? " explicit-zeros" : "",
-                  w->quant.zeros_packed ? " packed-zeros" : "");
+                  w->quant.packing == W_PACK_CONTIGUOUS && w->quant.symmetric
+                      ? " explicit-zeros" : "",
+                  w->quant.packing == W_PACK_CONTIGUOUS && !w->quant.symmetric
+                      ? " packed-zeros" : "");
     sb_puts(b, "\n");
 }
 

@@ -183,6 +183,9 @@ ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err)
     if (w->transpose && (*rank != 2 || w->stack))
         return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: transpose needs 2 dims", what);
     if (w->quant.bits) {
+        if ((unsigned)w->quant.packing >= W_PACK_COUNT ||
+            (w->quant.packing == W_PACK_ZERO_BYTES && w->quant.bits != 4))
+            return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: bad packing", what);
         if ((w->quant.bits != 4 && w->quant.bits != 8) || !matrix || w->transpose ||
             w->offset != 0 || (w->dtype != FERRY_F32 && w->dtype != FERRY_F16))
             return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight %s: int%d block quantization "
@@ -224,17 +227,14 @@ bool w_equal(const g_weight *a, const g_weight *b)
            a->quant.bits == b->quant.bits &&
            a->quant.block == b->quant.block && a->quant.symmetric == b->quant.symmetric &&
            a->quant.search == b->quant.search &&
-           a->quant.explicit_zeros == b->quant.explicit_zeros &&
-           a->quant.zeros_bytes == b->quant.zeros_bytes &&
-           a->quant.zeros_packed == b->quant.zeros_packed &&
-           a->quant.pad_blocks == b->quant.pad_blocks;
+           a->quant.packing == b->quant.packing;
 }
 
 int w_n_parts(const g_weight *w)
 {
     if (!w->quant.bits)
         return 1;
-    return w->quant.symmetric && !w->quant.explicit_zeros ? 2 : 3;
+    return w_has_zeros(&w->quant) ? 3 : 2;
 }
 
 void w_part_info(const g_weight *w, w_part part, int *rank, int64_t *shape, ferry_dtype *dtype,
@@ -251,7 +251,7 @@ void w_part_info(const g_weight *w, w_part part, int *rank, int64_t *shape, ferr
     /* a matrix [out, in] or a stack [E, out, in]: each part keeps the leading dims */
     ferry_dtype code = w->quant.bits == 4 ? FERRY_U4 : FERRY_U8;
     int64_t blocks = (cols + w->quant.block - 1) / w->quant.block;
-    int64_t code_row = w->quant.pad_blocks ? blocks * w->quant.block : cols;
+    int64_t code_row = w->quant.packing == W_PACK_PAD_BLOCKS ? blocks * w->quant.block : cols;
     int last = *rank - 1;
     switch (part) {
     case W_PART_DATA:
@@ -266,16 +266,15 @@ void w_part_info(const g_weight *w, w_part part, int *rank, int64_t *shape, ferr
         break;
     case W_PART_ZEROS:
         shape[last] = blocks;
-        if (w->quant.zeros_bytes) {
+        if (w->quant.packing == W_PACK_ZERO_BYTES) {
             *dtype = FERRY_U8;
             *nbytes = (uint64_t)rows * (uint64_t)blocks;
             break;
         }
         *dtype = code;
-        /* rows padded to whole bytes (MatMulNBits' zero_points layout); zeros_packed, and
-         * explicit zeros of a symmetric weight (all the mid code), packed contiguously
-         * (DequantizeLinear's) */
-        *nbytes = w->quant.explicit_zeros || w->quant.zeros_packed
+        /* rows padded to whole bytes (MatMulNBits' zero_points layout), or packed
+         * contiguously, a symmetric weight's all the mid code (DequantizeLinear's) */
+        *nbytes = w->quant.packing == W_PACK_CONTIGUOUS
                       ? dt_nbytes(code, (uint64_t)rows * (uint64_t)blocks)
                       : (uint64_t)rows * dt_nbytes(code, (uint64_t)blocks);
         break;

@@ -29,11 +29,11 @@
  *   codes   unsigned, row-major over the logical [out, in] matrix; 4-bit codes two per byte,
  *           element 2j in the low nibble and 2j+1 in the high nibble; 8-bit codes one per byte.
  *           Each row holds ceil(in/block) blocks; a short last block is quantized over what it
- *           has, and its codes are padded to a whole block only with pad_blocks. 4-bit rows
+ *           has, and its codes are padded to a whole block only with W_PACK_PAD_BLOCKS. 4-bit rows
  *           need an even `in`.
  *   scales  [out, ceil(in/block)] in `dtype` (fp32 or fp16); in/block below means ceil
  *   zeros   asymmetric only: [out, in/block] codes packed like the codes, each row padded to
- *           whole bytes (a pad nibble is 8), or packed across rows (zeros_packed); symmetric
+ *           whole bytes (a pad nibble is 8), or packed across rows (W_PACK_CONTIGUOUS); symmetric
  *           weights have the implicit zero point
  *           2^(bits-1) (8 or 128) and no zeros part.
  *   value = (code - zero) * scale.
@@ -41,14 +41,14 @@
  *   MatMulNBits (B [out, in/block, block*bits/8], scales, zero_points): all three as they are.
  *   ONNX DequantizeLinear (uint4/uint8, axis 1, block_size): codes and scales as they are; its
  *     zero point is a uint4/uint8 tensor [out, in/block] packed contiguously, which the zeros
- *     part is when in/block is even (4-bit) or always (8-bit), and with zeros_packed; a
+ *     part is when in/block is even (4-bit) or always (8-bit), and with W_PACK_CONTIGUOUS; a
  *     symmetric weight needs an explicit zero-point tensor of 8s (128s), since
- *     DequantizeLinear's default zero point is 0: the recipe's explicit_zeros writes one,
+ *     DequantizeLinear's default zero point is 0: W_PACK_CONTIGUOUS writes one,
  *     packed contiguously (every nibble alike).
  *   OpenVINO (u4/u8 constant [out, in/block, block], Convert, Subtract zero, Multiply scale):
  *     codes and scales as they are; zeros as a u4/u8 [out, in/block, 1] constant, or u8 one a
- *     byte (zeros_bytes) where 4-bit rows hold an odd number of blocks, or the scalar mid code
- *     when symmetric. */
+ *     byte (W_PACK_ZERO_BYTES) where 4-bit rows hold an odd number of blocks, or the scalar mid
+ *     code when symmetric. */
 #ifndef FERRY_IR_WEIGHTS_H
 #define FERRY_IR_WEIGHTS_H
 
@@ -76,25 +76,41 @@ typedef enum w_row_perm {
     W_PERM_COUNT
 } w_row_perm;
 
+/* The byte layout of a quantized weight's parts beyond the codes' nibble order (which is one:
+ * element 2j in the low nibble), as each consumer reads them; store/packing.c writes them. A
+ * backend asks for a layout only where its bytes differ from W_PACK_ROWS', so that a weight
+ * two formats read alike is one recipe, stored once. */
+typedef enum w_packing {
+    /* code rows of `in` codes; zero points (asymmetric only) each row from a whole byte, a
+     * pad nibble 8 (MatMulNBits' zero_points, OpenVINO's u4 zero points) */
+    W_PACK_ROWS,
+    /* the same, code rows padded to whole blocks (MatMulNBits' B, when `in` is not a multiple
+     * of `block`) */
+    W_PACK_PAD_BLOCKS,
+    /* zero points packed across rows, as an ONNX uint4 tensor [out, in/block] is, and written
+     * out as the mid code for a symmetric weight (DequantizeLinear has no implicit zero
+     * point) */
+    W_PACK_CONTIGUOUS,
+    /* one zero point a byte, u8 [out, in/block] (asymmetric 4-bit: OpenVINO, where a row has an
+     * odd number of blocks, which a u4 constant cannot read a byte per row) */
+    W_PACK_ZERO_BYTES,
+    W_PACK_COUNT
+} w_packing;
+
 typedef struct w_quant {
     int bits;                /* 0 = not quantized; 4 or 8 */
     int block;               /* a power of two from 16 to 256 (32, 64, 128 in practice) */
     bool symmetric;          /* no zero points: the mid code is zero */
     bool search;             /* scales searched per block (quant/rtn.h), not RTN's */
-    bool pad_blocks;         /* code rows padded to whole blocks (MatMulNBits' B) when `in` is
-                                not a multiple of `block`; otherwise rows hold `in` codes */
-    bool zeros_bytes;        /* asymmetric 4-bit only: the zeros part holds one zero point a
-                                byte, u8 [out, in/block], for a consumer that cannot read nibbles
-                                packed a whole byte per row (OpenVINO, when a row has an odd
-                                number of blocks) */
-    bool zeros_packed;       /* asymmetric 4-bit only: zero points packed across rows, as an
-                                ONNX uint4 tensor [out, in/block] is (DequantizeLinear's), not
-                                each row from a whole byte; they differ when a row has an odd
-                                number of blocks */
-    bool explicit_zeros;     /* symmetric only: still write the zeros part, every entry the
-                                mid code (a consumer without an implicit zero point, such as
-                                DequantizeLinear, takes it as its zero-point tensor) */
+    w_packing packing;
 } w_quant;
+
+/* Whether the zeros part is written: asymmetric weights, and symmetric ones whose consumer has
+ * no implicit zero point (W_PACK_CONTIGUOUS). */
+static inline bool w_has_zeros(const w_quant *q)
+{
+    return !q->symmetric || q->packing == W_PACK_CONTIGUOUS;
+}
 
 /* The pieces a recipe streams into: a plain weight has one; a quantized one has codes, scales
  * and (asymmetric) zeros. */

@@ -20,6 +20,7 @@
 
 #include "quant/rtn.h"
 #include "store/direct.h"
+#include "store/packing.h"
 #include "store/stream_found.h"
 #include "store/transform.h"
 #include "util/dtype.h"
@@ -361,7 +362,7 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
     const uint64_t *off = j->item->offset;
     size_t rows = (size_t)j->nr, cols = (size_t)j->nc, block = (size_t)w->quant.block;
     size_t blocks = (cols + block - 1) / block;
-    size_t codes_in_row = w->quant.pad_blocks ? blocks * block : cols;
+    size_t codes_in_row = w->quant.packing == W_PACK_PAD_BLOCKS ? blocks * block : cols;
     size_t code_row = codes_in_row * (size_t)w->quant.bits / 8;
     size_t scale_row = blocks * dt_size(w->dtype);
     size_t zero_row = (blocks * (size_t)w->quant.bits + 7) / 8;
@@ -406,50 +407,15 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
                  off[W_PART_SCALES] + (uint64_t)j->r0 * scale_row, err);
         *written += rows * scale_row;
     }
-    if (st == FERRY_OK && w->quant.explicit_zeros && off[W_PART_ZEROS] != WS_UNPLACED) {
-        /* Every zero point is the mid code, packed contiguously over the whole tensor: this
-         * band writes the bytes its rows' nibbles start in, a byte it shares with the previous
-         * band being that band's (no byte is written twice: direct.h's pages must not be). */
-        uint64_t bits_per_row = (uint64_t)blocks * (uint64_t)w->quant.bits;
-        uint64_t first = ((uint64_t)j->r0 * bits_per_row + 7) / 8;
-        uint64_t end = (((uint64_t)j->r0 + rows) * bits_per_row + 7) / 8;
-        memset(b->zeros.p, w->quant.bits == 4 ? 0x88 : 0x80, (size_t)(end - first));
-        st = put(s, b, b->zeros.p, (size_t)(end - first), off[W_PART_ZEROS] + first, err);
-        *written += end - first;
-    } else if (st == FERRY_OK && !w->quant.symmetric && w->quant.zeros_packed &&
-               w->quant.bits == 4 && off[W_PART_ZEROS] != WS_UNPLACED) {
-        /* packed across rows: this band's nibbles from nibble r0 * blocks on, which is a byte's
-         * first (plan_jobs starts every band of such a weight on an even row); a last band of
-         * odd rows and blocks ends on a low nibble, its high one the pad */
-        size_t nibbles = rows * blocks, bytes = (nibbles + 1) / 2;
-        if (!grow(&b->conv, bytes))
+    if (st == FERRY_OK && w_has_zeros(&w->quant) && off[W_PART_ZEROS] != WS_UNPLACED) {
+        uint64_t at;
+        size_t len;
+        const uint8_t *zeros = ws_pack_zeros(&w->quant, (size_t)j->r0, rows, blocks, b->zeros.p,
+                                             zero_row, &b->conv.p, &b->conv.cap, &at, &len);
+        if (!zeros)
             return fy_fail(err, FERRY_ERR_NOMEM, "out of memory quantizing weights");
-        memset(b->conv.p, 0, bytes);
-        for (size_t r = 0; r < rows; r++)
-            for (size_t k = 0; k < blocks; k++) {
-                uint8_t pair = b->zeros.p[r * zero_row + k / 2];
-                size_t at = r * blocks + k;
-                b->conv.p[at / 2] |= (uint8_t)((k % 2 ? pair >> 4 : pair & 0x0f) << (at % 2 * 4));
-            }
-        st = put(s, b, b->conv.p, bytes, off[W_PART_ZEROS] + (uint64_t)j->r0 * blocks / 2, err);
-        *written += bytes;
-    } else if (st == FERRY_OK && !w->quant.symmetric && w->quant.zeros_bytes &&
-               w->quant.bits == 4 && off[W_PART_ZEROS] != WS_UNPLACED) {
-        /* one zero point a byte: each row's nibbles (low first) spread out */
-        if (!grow(&b->conv, rows * blocks))
-            return fy_fail(err, FERRY_ERR_NOMEM, "out of memory quantizing weights");
-        for (size_t r = 0; r < rows; r++)
-            for (size_t k = 0; k < blocks; k++) {
-                uint8_t pair = b->zeros.p[r * zero_row + k / 2];
-                b->conv.p[r * blocks + k] = k % 2 ? pair >> 4 : pair & 0x0f;
-            }
-        st = put(s, b, b->conv.p, rows * blocks, off[W_PART_ZEROS] + (uint64_t)j->r0 * blocks,
-                 err);
-        *written += rows * blocks;
-    } else if (st == FERRY_OK && !w->quant.symmetric && off[W_PART_ZEROS] != WS_UNPLACED) {
-        st = put(s, b, b->zeros.p, rows * zero_row, off[W_PART_ZEROS] + (uint64_t)j->r0 * zero_row,
-                 err);
-        *written += rows * zero_row;
+        st = put(s, b, zeros, len, off[W_PART_ZEROS] + at, err);
+        *written += len;
     }
     return st;
 }
@@ -618,8 +584,9 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
         if (per < 1)
             per = 1; /* a row longer than a band is still one band */
         const w_quant *q = &items[i].w.quant;
-        if (!vector && q->zeros_packed && q->bits == 4 && per % 2 != 0 && per < rows)
-            per = per > 1 ? per - 1 : 2; /* zero points packed across rows: bands on whole bytes */
+        int step = ws_packing_row_step(q);
+        if (!vector && step > 1 && per % step != 0 && per < rows)
+            per = per > step ? per - per % step : step; /* bands on whole bytes of zeros */
         int64_t span = vector ? cols : rows;
         for (int64_t at = 0; at < span; at += per) {
             job *grown = fy_grow(s->jobs, &cap, s->n_jobs + 1, sizeof *grown);

@@ -267,7 +267,8 @@ static void quantized_explicit_zeros_and_joined(void **state)
     (void)state;
     const float *q = src_values("q");
     g_weight w = w_plain(tensor("q"), FERRY_F32);
-    w.quant = (w_quant){.bits = 4, .block = 32, .symmetric = true, .explicit_zeros = true};
+    w.quant = (w_quant){.bits = 4, .block = 32, .symmetric = true,
+                        .packing = W_PACK_CONTIGUOUS};
     assert_int_equal(w_n_parts(&w), 3);
     expect_part(&w, W_PART_ZEROS, FERRY_U4, 2, 1);
     uint8_t want_codes[48], want_scales[12];
@@ -300,7 +301,7 @@ static void quantized_explicit_zeros_and_joined(void **state)
     free(out);
 }
 
-/* Asymmetric int4 zero points packed across rows (zeros_packed, DequantizeLinear's uint4
+/* Asymmetric int4 zero points packed across rows (W_PACK_CONTIGUOUS, DequantizeLinear's uint4
  * tensor) where a row holds an odd number of blocks (3 rows x 1 block: 3 nibbles in 2 bytes,
  * the third row's in the second byte's low nibble), whatever the bands: bands of one row are
  * made two rows, so that no byte is shared by two bands. */
@@ -309,7 +310,8 @@ static void quantized_zeros_packed_across_rows(void **state)
     (void)state;
     const float *q = src_values("q");
     g_weight w = w_plain(tensor("q"), FERRY_F32);
-    w.quant = (w_quant){.bits = 4, .block = 32, .symmetric = false, .zeros_packed = true};
+    w.quant = (w_quant){.bits = 4, .block = 32, .symmetric = false,
+                        .packing = W_PACK_CONTIGUOUS};
     expect_part(&w, W_PART_ZEROS, FERRY_U4, 2, 1);
     uint8_t want_codes[48], want_scales[12], row_zeros[3];
     rtn_quantize(q, 3, 32, 4, 32, 0, FERRY_F32, want_codes, want_scales, row_zeros);
@@ -327,7 +329,8 @@ static void quantized_zeros_packed_across_rows(void **state)
 }
 
 /* Rows shorter than a block (32 of 64): the one short block is quantized over its 32 values;
- * unpadded code rows hold 32 codes, pad_blocks rows a whole block with the zero code after. */
+ * unpadded code rows hold 32 codes, W_PACK_PAD_BLOCKS rows a whole block with the zero code
+ * after. */
 static void quantized_short_block(void **state)
 {
     (void)state;
@@ -336,7 +339,8 @@ static void quantized_short_block(void **state)
     rtn_quantize(q, 3, 32, 4, 64, 1, FERRY_F32, want_codes, want_scales, NULL);
     for (int pad = 0; pad < 2; pad++) {
         g_weight w = w_plain(tensor("q"), FERRY_F32);
-        w.quant = (w_quant){.bits = 4, .block = 64, .symmetric = true, .pad_blocks = pad};
+        w.quant = (w_quant){.bits = 4, .block = 64, .symmetric = true,
+                            .packing = pad ? W_PACK_PAD_BLOCKS : W_PACK_ROWS};
         expect_part(&w, W_PART_CODES, FERRY_U4, pad ? 96 : 48, pad ? 64 : 32);
         expect_part(&w, W_PART_SCALES, FERRY_F32, 12, 1);
         ws_item it = {.w = w, .offset = {0, 128, WS_UNPLACED}};

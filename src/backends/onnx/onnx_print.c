@@ -657,14 +657,14 @@ static int quant_part_dims(const g_value *x, int part, bool dq_form, int64_t *di
     *dtype = code;
     if (part == W_PART_ZEROS) {
         dims[1] = dq_form ? blocks : (blocks * q->bits + 7) / 8;
-        *nbytes = q->explicit_zeros || q->zeros_packed
+        *nbytes = q->packing == W_PACK_CONTIGUOUS
                       ? ((uint64_t)rows * (uint64_t)blocks * (uint64_t)q->bits + 7) / 8
                       : (uint64_t)rows * (uint64_t)((blocks * q->bits + 7) / 8);
         return 2;
     }
-    /* MatMulNBits' B holds whole blocks (a short last one padded: pad_blocks); unpadded rows
-     * with a short block (GatherBlockQuantized's) are [out, in*bits/8] */
-    bool whole = q->pad_blocks || cols % q->block == 0;
+    /* MatMulNBits' B holds whole blocks (a short last one padded: W_PACK_PAD_BLOCKS); unpadded
+     * rows with a short block (GatherBlockQuantized's) are [out, in*bits/8] */
+    bool whole = q->packing == W_PACK_PAD_BLOCKS || cols % q->block == 0;
     *nbytes = (uint64_t)rows * (uint64_t)(dq_form || !whole ? cols : blocks * q->block) *
               (uint64_t)q->bits / 8;
     if (dq_form) {

@@ -13,7 +13,8 @@
  * uint8 codes, blocks along axis 1) into the same Gemm or Gather. DequantizeLinear has no
  * implicit zero point, so a symmetric weight is stored with its zeros part (every entry the mid
  * code, packed contiguously); an asymmetric weight's zeros part is DequantizeLinear's zero-point
- * tensor, packed across rows (zeros_packed) where 4-bit rows hold an odd number of blocks. */
+ * tensor, packed across rows (W_PACK_CONTIGUOUS) where 4-bit rows hold an odd number of
+ * blocks. */
 #include <stdio.h>
 
 #include "backends/onnx/onnx.h"
@@ -37,10 +38,11 @@ static int float_weight(g_lower_ctx *c, const g_node *n, int k)
     w_matrix(&w->weight, &rows, &cols);
     blocks = (cols + block - 1) / block;
     g_weight r = w->weight;
-    r.quant.explicit_zeros = r.quant.symmetric;
-    /* DequantizeLinear reads 4-bit zero points packed across rows: MatMulNBits' rows start on
-     * a byte each, the same layout only when a row holds an even number of blocks */
-    r.quant.zeros_packed = r.quant.bits == 4 && !r.quant.symmetric && blocks % 2 != 0;
+    /* DequantizeLinear has no implicit zero point (a symmetric weight writes its mid codes out),
+     * and reads 4-bit zero points packed across rows: MatMulNBits' rows start on a byte each,
+     * the same layout only when a row holds an even number of blocks */
+    bool packed = r.quant.bits == 4 && !r.quant.symmetric && blocks % 2 != 0;
+    r.quant.packing = r.quant.symmetric || packed ? W_PACK_CONTIGUOUS : W_PACK_ROWS;
     return g_dequantize(g, "DequantizeLinear", g_weight_value(g, w->name, &r));
 }
 

@@ -137,8 +137,9 @@ static int matmul_nbits(g_lower_ctx *c, int x, const char *name, const g_weight 
     w_matrix(w, &rows, &cols);
     g_weight r = *w;
     char padded[600];
-    r.quant.pad_blocks = cols % q->block != 0;
-    snprintf(padded, sizeof padded, "%s%s", name, r.quant.pad_blocks ? "_padded" : "");
+    bool pad = cols % q->block != 0;
+    r.quant.packing = pad ? W_PACK_PAD_BLOCKS : W_PACK_ROWS;
+    snprintf(padded, sizeof padded, "%s%s", name, pad ? "_padded" : "");
     int wv = g_weight_value(g, padded, &r);
     int accuracy = cfg_of(c)->quantizer.accuracy_level; /* configure made it 0-4 */
     g_extern e = g_extern_init("com.microsoft", "MatMulNBits");

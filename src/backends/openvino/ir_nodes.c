@@ -90,7 +90,7 @@ static ferry_status emit_dequantize(printer *p, const g_node *n)
         if ((st = ov_weight_bytes(p, &w->weight, W_PART_ZEROS, w->name, &offset, &length)) !=
             FERRY_OK)
             return st;
-        ferry_dtype zt = q->zeros_bytes ? FERRY_U8 : code;
+        ferry_dtype zt = q->packing == W_PACK_ZERO_BYTES ? FERRY_U8 : code;
         snprintf(name, sizeof name, "%s/zero_point", w->name);
         zero = (ov_in){ov_const_layer(p, name, zt, &per_block, offset, length, NULL), 0, zt,
                        per_block};

@@ -47,11 +47,10 @@ static int float_weight(g_lower_ctx *c, const g_node *n, int k)
                       "are [out, in/block, block] (choose a block size that divides %lld)",
                       w->name, (long long)block, (long long)cols, (long long)cols);
     g_weight r = w->weight;
-    r.quant.pad_blocks = false;
-    r.quant.explicit_zeros = false;
     /* 4-bit zero points are packed a whole byte per row; with an odd number of blocks a row
      * that is not the flat stream a u4 constant is, so they are stored one a byte (u8) */
-    r.quant.zeros_bytes = r.quant.bits == 4 && !r.quant.symmetric && (cols / block) % 2;
+    bool bytes = r.quant.bits == 4 && !r.quant.symmetric && (cols / block) % 2;
+    r.quant.packing = bytes ? W_PACK_ZERO_BYTES : W_PACK_ROWS;
     return g_dequantize(g, "Decompress", g_weight_value(g, w->name, &r));
 }
 
