@@ -283,6 +283,14 @@ int g_attention(g_graph *g, const char *name, int q, int k, int v, int mask, int
     return id == G_NONE ? G_NONE : g->nodes[id].out[0];
 }
 
+int g_moe(g_graph *g, const char *name, int x, int router_logits, int gate_up, int down, int up,
+          const g_moe_opts *opts)
+{
+    int in[5] = {x, router_logits, gate_up, down, up};
+    g_attrs at = {.moe = (g_moe_opts *)opts};
+    return node(g, G_MOE, name, up == G_NONE ? 4 : 5, in, &at);
+}
+
 int g_dequantize(g_graph *g, const char *name, int weight)
 {
     return node(g, G_DEQUANTIZE, name, 1, &weight, NULL);

@@ -176,6 +176,12 @@ static void put_attrs(strbuf *b, const g_graph *g, const g_node *n)
         sb_puts(b, ", "), put_ints(b, "dilations", o->dilations, k);
         sb_printf(b, ", groups=%lld", (long long)o->groups);
     }
+    if ((m & GA_MOE) && a->moe) {
+        const g_moe_opts *o = a->moe;
+        SEP(), sb_printf(b, "experts=%lld top_k=%lld norm_topk_prob=%d scale_f32=%d act=%s",
+                         (long long)o->num_experts, (long long)o->top_k, o->norm_topk_prob,
+                         o->scale_f32, g_op_name(o->act));
+    }
 #undef SEP
     sb_puts(b, "}");
 }

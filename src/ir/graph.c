@@ -43,10 +43,12 @@ static void free_opts(g_attrs *a)
     free(a->attn);
     free(a->ext);
     free(a->conv);
+    free(a->moe);
     a->rope = NULL;
     a->attn = NULL;
     a->ext = NULL;
     a->conv = NULL;
+    a->moe = NULL;
 }
 
 g_graph *g_new(void)
@@ -509,6 +511,7 @@ static bool copy_attrs(g_attrs *dst, const g_attrs *src)
     dst->attn = copy_opts(src->attn, sizeof *src->attn, &ok);
     dst->ext = copy_opts(src->ext, sizeof *src->ext, &ok);
     dst->conv = copy_opts(src->conv, sizeof *src->conv, &ok);
+    dst->moe = copy_opts(src->moe, sizeof *src->moe, &ok);
     if (!ok)
         free_opts(dst);
     return ok;

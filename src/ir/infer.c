@@ -73,7 +73,8 @@ ferry_status g_infer(const g_graph *g, const g_node *n, g_typed *outs, int *n_ou
     if (((info->attrs & GA_ROPE) != 0) != (n->a.rope != NULL) ||
         ((info->attrs & GA_ATTN) != 0) != (n->a.attn != NULL) ||
         ((info->attrs & GA_EXTERN) != 0) != (n->a.ext != NULL) ||
-        ((info->attrs & GA_CONV) != 0) != (n->a.conv != NULL))
+        ((info->attrs & GA_CONV) != 0) != (n->a.conv != NULL) ||
+        ((info->attrs & GA_MOE) != 0) != (n->a.moe != NULL))
         return bad(&x, "option struct present where the op takes none, or missing");
     memset(outs, 0, sizeof *outs * G_MAX_OUT);
     ferry_status st = INFER[n->op](&x);
@@ -838,4 +839,54 @@ static ferry_status infer_attention(inf *x)
     x->out[2] = (g_typed){q->dtype, present};
     x->n_out = 3;
     return FERRY_OK;
+}
+
+/* Whether `w` is a rank-3 weight of x's dtype with constant extents, given in e[3]. */
+static bool expert_stack(const g_value *w, ferry_dtype dt, int64_t *e)
+{
+    if (w->shape.rank != 3 || w->dtype != dt)
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (!g_dim_is_const(w->shape.d[i], &e[i]) || e[i] < 1 || e[i] >= ATTR_LIMIT)
+            return false;
+    return true;
+}
+
+static ferry_status infer_moe(inf *x)
+{
+    const g_value *a = x->in[0], *logits = x->in[1], *gu = x->in[2], *down = x->in[3];
+    const g_value *up = x->in[4];
+    const g_moe_opts *o = x->n->a.moe;
+    int r = a->shape.rank;
+    if (o->num_experts < 1 || o->num_experts >= ATTR_LIMIT || o->top_k < 1 ||
+        o->top_k > o->num_experts)
+        return bad(x, "needs num_experts >= 1 and 1 <= top_k <= num_experts");
+    if (o->act != G_SILU && o->act != G_GELU && o->act != G_GELU_TANH)
+        return bad(x, "the activation must be silu, gelu or gelu_tanh");
+    /* the lowering adds the experts' axis to x's */
+    if (!dt_is_float(a->dtype) || r < 2 || r >= G_MAX_RANK)
+        return bad(x, "x must be a float [..., h] of rank 2 to 7");
+    if (logits->dtype != a->dtype || logits->shape.rank != r ||
+        !g_dim_match(logits->shape.d[r - 1], g_dim_const(o->num_experts)))
+        return bad(x, "router_logits must be [..., num_experts] of x's dtype");
+    /* the lowering gathers each token's chosen experts by position, which needs the token
+     * extents of both known and equal (an unknown one could not be checked to agree) */
+    for (int i = 0; i < r - 1; i++)
+        if (a->shape.d[i].unknown || !g_dim_eq(logits->shape.d[i], a->shape.d[i]))
+            return bad(x, "router_logits must have x's leading dims (one row per token), "
+                          "known extents");
+    int64_t g[3], d[3], u[3];
+    if (!expert_stack(gu, a->dtype, g) || !expert_stack(down, a->dtype, d) ||
+        (up && !expert_stack(up, a->dtype, u)))
+        return bad(x, "expert weights must be [E, rows, cols] of x's dtype, constant extents");
+    int64_t ff = up ? g[1] : g[1] / 2;
+    if (g[0] != o->num_experts || d[0] != o->num_experts)
+        return bad(x, "the expert weights' first extent must be num_experts");
+    if (up ? !(u[0] == g[0] && u[1] == g[1] && u[2] == g[2]) : g[1] % 2 != 0)
+        return bad(x, up ? "up must be [E, ff, h] like gate"
+                         : "a fused gate_up must be [E, 2*ff, h]");
+    if (!g_dim_match(a->shape.d[r - 1], g_dim_const(g[2])) || d[1] != g[2] || d[2] != ff)
+        return bad(x, "gate/up must be [E, ff, h] (fused [E, 2*ff, h]) and down [E, h, ff], "
+                   "h being x's last extent");
+    return one(x, a->dtype, &a->shape);
 }

@@ -31,7 +31,7 @@ enum {
     GA_AXIS = 1 << 0, GA_INTS = 1 << 1, GA_SHAPE = 1 << 2, GA_RANGE = 1 << 3, GA_EPS = 1 << 4,
     GA_OFFSET = 1 << 5, GA_CAP = 1 << 6, GA_TO = 1 << 7, GA_KEEPDIMS = 1 << 8,
     GA_TRANSB = 1 << 9, GA_ROPE = 1 << 10, GA_ATTN = 1 << 11, GA_EXTERN = 1 << 12,
-    GA_BOUNDS = 1 << 13, GA_PADS = 1 << 14, GA_CONV = 1 << 15,
+    GA_BOUNDS = 1 << 13, GA_PADS = 1 << 14, GA_CONV = 1 << 15, GA_MOE = 1 << 16,
 };
 
 typedef enum g_op {
@@ -99,6 +99,19 @@ typedef struct g_conv_opts {
     int64_t groups;                          /* >= 1, dividing c_in and c_out */
 } g_conv_opts;
 
+/* Mixture-of-experts options (op MOE), one set per node: what Qwen2-MoE, Qwen3-MoE and Mixtral
+ * differ by. The expert and hidden sizes are the weights'. */
+typedef struct g_moe_opts {
+    int64_t num_experts;     /* E: the weights' first extent and router_logits' last */
+    int64_t top_k;           /* experts per token, 1 to E (num_experts_per_tok) */
+    bool norm_topk_prob;     /* the chosen k probabilities divided by their sum (Mixtral always;
+                                Qwen2/3-MoE by config) */
+    bool scale_f32;          /* the routing weights stay fp32: each expert's output is scaled in
+                                fp32 and cast back to x's dtype (Mixtral); otherwise they are
+                                cast to x's dtype first and scale in it (Qwen2/3-MoE) */
+    g_op act;                /* act(gate) * up: G_SILU, G_GELU or G_GELU_TANH (hidden_act) */
+} g_moe_opts;
+
 /* A backend's own op (op EXTERN): what its writer prints, e.g. onnxruntime's
  * com.microsoft.MatMulNBits. Only that backend's target lowerings make one. */
 #define G_EXT_MAX_ATTRS 12
@@ -142,6 +155,7 @@ typedef struct g_attrs {
     g_attn_opts *attn;           /* owned */
     g_extern *ext;               /* owned */
     g_conv_opts *conv;           /* owned */
+    g_moe_opts *moe;             /* owned */
 } g_attrs;
 
 typedef enum g_value_kind { GV_INPUT, GV_NODE, GV_CONST, GV_WEIGHT } g_value_kind;
@@ -401,6 +415,11 @@ int g_rope(g_graph *g, const char *name, int x, int position_ids, const g_rope_o
 int g_attention(g_graph *g, const char *name, int q, int k, int v, int mask, int past_k,
                 int past_v, int cache_position, const g_attn_opts *opts, int *present_k,
                 int *present_v);
+/* A mixture of experts (see ops.def): x [..., h] routed by router_logits [..., E] through
+ * gate_up [E, 2*ff, h] (up G_NONE), or gate [E, ff, h] and up [E, ff, h], and down [E, h, ff].
+ * `opts` is copied. */
+int g_moe(g_graph *g, const char *name, int x, int router_logits, int gate_up, int down, int up,
+          const g_moe_opts *opts);
 
 /* Appends a bare value without inference (legalization copies, tests). */
 int g_add_value(g_graph *g, const char *name, ferry_dtype dtype, const g_shape *shape,

@@ -122,6 +122,7 @@ g_lower_fn g_generic_lowering(g_op op)
     case G_SILU: case G_GELU: case G_GELU_TANH: case G_SOFTCAP: return lower_activation;
     case G_ROPE: return lower_rope;
     case G_ATTENTION: return lower_attention;
+    case G_MOE: return lower_moe;
     default: return NULL;
     }
 }

@@ -105,6 +105,7 @@ ferry_status lower_embedding(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_activation(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_rope(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs);
+ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs);
 
 /* attention's keys and values as it reads them, [b, kvh, t, d] each: the new rows joined with
  * the cache as the node's cache kind says (ir/lower/attention.c); outs[1] and outs[2] get the

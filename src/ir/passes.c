@@ -70,7 +70,7 @@ static bool attrs_clean(const g_node *n)
            ((m & GA_TRANSB) || !a->transpose_b) && ((m & GA_ROPE) || !a->rope) &&
            ((m & GA_ATTN) || !a->attn) && ((m & GA_EXTERN) || !a->ext) &&
            ((m & GA_BOUNDS) || (a->lo == 0 && a->hi == 0)) && ((m & GA_PADS) || no_pads) &&
-           ((m & GA_CONV) || !a->conv);
+           ((m & GA_CONV) || !a->conv) && ((m & GA_MOE) || !a->moe);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -179,8 +179,11 @@ ferry_status g_check(g_graph *g, fy_err *err)
         }
         for (int k = 0; k < n->n_in; k++) {
             const g_value *x = n->in[k] == G_NONE ? NULL : &g->values[n->in[k]];
+            /* moe's expert stacks may be quantized (each expert's rows blocked alike) for a
+             * backend's own kernel; the generic lowering refuses them */
             bool takes = (n->op == G_LINEAR && k == 1) || (n->op == G_EMBEDDING && k == 0) ||
-                         n->op == G_DEQUANTIZE || n->op == G_EXTERN;
+                         (n->op == G_MOE && k >= 2) || n->op == G_DEQUANTIZE ||
+                         n->op == G_EXTERN;
             if (x && x->kind == GV_WEIGHT && x->weight.quant.bits && !takes)
                 return bad(err, n, "reads a block-quantized weight it cannot take");
         }

@@ -11,7 +11,7 @@
  * own functions. Checking ops one at a time makes a lowering error name its op, instead of
  * showing up somewhere in a whole model's logits, and reaches settings no shipped family uses
  * yet (partial rotary, yarn, longrope, M-RoPE, a vision tower's 2-D rope, softcap, a given mask,
- * attention without a mask).
+ * attention without a mask, a mixture of experts).
  * The Python side mirrors the table below (options and shapes); it checks with --list that it
  * covers every case.
  *
@@ -33,12 +33,14 @@ enum {
     ROPE_HEADS = 3, ROPE_HEAD_DIM = 16,
     ATTN_HEAD_DIM = 8,
     PICKS = 4,               /* gather_elements / scatter_add: indices along the last axis */
+    MOE_FF = 16,             /* moe: each expert's intermediate size (hidden: HIDDEN) */
 };
 
 typedef enum family {
     FAM_RMS_NORM, FAM_SKIP_RMS_NORM, FAM_LAYER_NORM, FAM_SKIP_LAYER_NORM, FAM_LINEAR,
     FAM_TIED, FAM_EMBEDDING, FAM_UNARY, FAM_REDUCE, FAM_GATHER_ELEMENTS, FAM_SCATTER_ADD,
-    FAM_TOPK, FAM_CLIP, FAM_PAD, FAM_CONV, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_COUNT
+    FAM_TOPK, FAM_CLIP, FAM_PAD, FAM_CONV, FAM_ROPE, FAM_TWO_ROPES, FAM_ATTENTION, FAM_MOE,
+    FAM_COUNT
 } family;
 
 /* FAM_CONV: an extent of x that is the sequence symbol (S at static shapes), or twice it */
@@ -70,6 +72,12 @@ typedef struct op_case {
      * [in, out] (GPT-2's Conv1D; `in_out`), or is a 4-D [out, c, kh, kw] read flattened to
      * [out, c*kh*kw] (a patch embedding; `flatten`). */
     bool stored, in_out, flatten;
+    /* FAM_MOE: the options, and the checkpoint keys of each expert's gate, up and down weights
+     * (printf formats of the expert's index: per-expert tensors stacked by weight recipes), or
+     * none: transformers' fused experts.gate_up_proj [E, 2*ff, h] and experts.down_proj
+     * [E, h, ff]. The router is a linear over gate.weight [E, h] in the graph too. */
+    g_moe_opts moe;
+    const char *experts[3];
 } op_case;
 
 /* Rotary options over ROPE_HEAD_DIM heads rotating the first `rotary` dims; the rope_config
@@ -83,6 +91,12 @@ typedef struct op_case {
 
 /* Convolution options over `n` spatial axes in `groups` groups; the arrays are given in full */
 #define CONV(n, groups_, ...) .conv = {.spatial = (n), .groups = (groups_), __VA_ARGS__}
+
+/* A mixture of E experts, k per token, read per expert (checkpoint key formats) or fused */
+#define MOE(e, k, ...) .moe = {.num_experts = (e), .top_k = (k), .act = G_SILU, __VA_ARGS__}
+#define QWEN_EXPERTS {"experts.%d.gate_proj.weight", "experts.%d.up_proj.weight", \
+                      "experts.%d.down_proj.weight"}
+#define MIXTRAL_EXPERTS {"experts.%d.w1.weight", "experts.%d.w3.weight", "experts.%d.w2.weight"}
 
 #define F32 FERRY_F32
 #define F16 FERRY_F16
@@ -245,6 +259,24 @@ static const op_case CASES[] = {
      ATTN(4, 2, .mask = G_MASK_GIVEN, .cache = G_CACHE_STATIC)},
     {"attn_static_window", FAM_ATTENTION, F32,
      ATTN(4, 2, .mask = G_MASK_GIVEN, .cache = G_CACHE_STATIC, .sliding_window = 3)},
+    /* Qwen3-MoE's block: per-expert checkpoint tensors stacked, and the fused 3-D parameters
+     * transformers keeps in memory; norm_topk_prob either way */
+    {"moe_qwen3", FAM_MOE, F32, MOE(8, 2), .experts = QWEN_EXPERTS},
+    {"moe_qwen3_norm", FAM_MOE, F32, MOE(8, 2, .norm_topk_prob = true), .experts = QWEN_EXPERTS},
+    {"moe_qwen3_fp16", FAM_MOE, F16, MOE(8, 2, .norm_topk_prob = true), .experts = QWEN_EXPERTS},
+    {"moe_qwen3_fused", FAM_MOE, F32, MOE(6, 2, .norm_topk_prob = true)},
+    {"moe_qwen3_fused_fp16", FAM_MOE, F16, MOE(6, 2)},
+    {"moe_qwen3_top1", FAM_MOE, F32, MOE(4, 1), .experts = QWEN_EXPERTS},
+    {"moe_qwen3_top1_fp16", FAM_MOE, F16, MOE(4, 1)},
+    /* expert 0 overflows fp16 (inf and NaN in its outputs) and no token chooses it:
+     * transformers never runs it, so none of that may reach the output */
+    {"moe_qwen3_idle_inf_fp16", FAM_MOE, F16, MOE(4, 2), .experts = QWEN_EXPERTS},
+    /* Mixtral's: always renormalised, its fp32 routing weights scaling in fp32 */
+    {"moe_mixtral", FAM_MOE, F32, MOE(8, 2, .norm_topk_prob = true, .scale_f32 = true),
+     .experts = MIXTRAL_EXPERTS},
+    {"moe_mixtral_fp16", FAM_MOE, F16, MOE(8, 2, .norm_topk_prob = true, .scale_f32 = true),
+     .experts = MIXTRAL_EXPERTS},
+    {"moe_mixtral_fused_fp16", FAM_MOE, F16, MOE(4, 2, .norm_topk_prob = true, .scale_f32 = true)},
 };
 
 #define N_CASES (sizeof CASES / sizeof CASES[0])
@@ -555,6 +587,44 @@ static void build_attention(bld *b)
     g_state_add(g, "past_key_values.0.value", GS_VALUE, 0, pv, present_v, in_place);
 }
 
+/* checkpoint tensors `fmt` % 0 .. n-1 stacked into one [n, ...] weight named `name` */
+static int expert_stack(bld *b, const char *fmt, int n, const char *name)
+{
+    const st_tensor *list[64];
+    if (n > (int)(sizeof list / sizeof list[0]))
+        return g_fail(b->g, FERRY_ERR_INTERNAL, "%d experts: at most 64 here", n);
+    for (int e = 0; e < n; e++) {
+        char key[128];
+        snprintf(key, sizeof key, fmt, e);
+        if (!(list[e] = st_find(b->file, key)))
+            return g_fail(b->g, FERRY_ERR_FORMAT, "%s: no tensor '%s'", b->file->path, key);
+    }
+    g_weight w = w_join(list, n, true, b->c->dtype);
+    return g_weight_value(b->g, name, &w);
+}
+
+/* x [b, s, HIDDEN] -> the router linear (gate.weight) -> moe over the experts' weights */
+static void build_moe(bld *b)
+{
+    g_graph *g = b->g;
+    const op_case *c = b->c;
+    int n = (int)c->moe.num_experts;
+    int router = weight(b, "gate.weight"), gate_up, down, up = G_NONE;
+    if (c->experts[0]) {
+        gate_up = expert_stack(b, c->experts[0], n, "experts.gate_proj");
+        up = expert_stack(b, c->experts[1], n, "experts.up_proj");
+        down = expert_stack(b, c->experts[2], n, "experts.down_proj");
+    } else {
+        gate_up = weight(b, "experts.gate_up_proj");
+        down = weight(b, "experts.down_proj");
+    }
+    if (!g_ok(g))
+        return;
+    int x = activations(b, "x", g_dim_const(HIDDEN));
+    int logits = g_linear(g, "gate", x, router, G_NONE);
+    g_output(g, g_moe(g, "experts", x, logits, gate_up, down, up, &c->moe), "y");
+}
+
 static void (*const BUILD[FAM_COUNT])(bld *b) = {
     [FAM_RMS_NORM] = build_rms_norm, [FAM_SKIP_RMS_NORM] = build_skip_rms_norm,
     [FAM_LAYER_NORM] = build_layer_norm, [FAM_SKIP_LAYER_NORM] = build_skip_layer_norm,
@@ -563,7 +633,7 @@ static void (*const BUILD[FAM_COUNT])(bld *b) = {
     [FAM_GATHER_ELEMENTS] = build_gather_elements, [FAM_SCATTER_ADD] = build_scatter_add,
     [FAM_TOPK] = build_topk, [FAM_CLIP] = build_clip, [FAM_PAD] = build_pad,
     [FAM_CONV] = build_conv, [FAM_ROPE] = build_rope,
-    [FAM_TWO_ROPES] = build_rope, [FAM_ATTENTION] = build_attention,
+    [FAM_TWO_ROPES] = build_rope, [FAM_ATTENTION] = build_attention, [FAM_MOE] = build_moe,
 };
 
 /* The semantic graph is checked as ferry_decompose checks a family's; then lowered, finished,

@@ -102,6 +102,11 @@ static g_graph *every_semantic_op(void)
                             NULL), "y");
     g_output(g, sum, "sum");
     g_output(g, layer_sum, "layer_sum");
+    const int64_t logits3[3] = {2, 5, 4}, gate_up[3] = {4, 16, 16}, down[3] = {4, 16, 8};
+    g_moe_opts mo = {.num_experts = 4, .top_k = 2, .act = G_SILU};
+    g_output(g, g_moe(g, "moe", x, input(g, "router_logits", FERRY_F32, 3, logits3),
+                      input(g, "gate_up", FERRY_F32, 3, gate_up),
+                      input(g, "down", FERRY_F32, 3, down), G_NONE, &mo), "moe");
     return g;
 }
 

@@ -7,14 +7,16 @@ onnxruntime runs it; the reference is transformers' or torch's own function for 
 (LlamaRMSNorm, GemmaRMSNorm, the rotary embeddings with transformers' rope init functions and
 apply_rotary_pos_emb, Phi-3's rotary embedding for longrope, Qwen2-VL's for M-RoPE and its vision
 tower's 2-D rope, transformers' attention masks with torch's scaled_dot_product_attention (and
-sdpa with no mask at all), Gemma 2's eager attention for softcapping, ...), never ferry compared
-with itself.
+sdpa with no mask at all), Gemma 2's eager attention for softcapping, Qwen3-MoE's and Mixtral's
+sparse MoE blocks run in the case's dtype, ...), never ferry compared with itself.
 
 Bounds, on max |onnx - reference| / max(1, |reference|) (absolute for values up to 1, relative
 above): fp32 1e-5 (measured at most 2.7e-6, rope_dynamic; the others under 6e-7). fp16 2e-3,
-two fp16 ulps at 1 (measured at most 1.3e-3, rope_longrope_long_fp16 on torch): the graph rounds
+two fp16 ulps at 1 (measured at most 1.5e-3, moe_mixtral_fp16 on onnxruntime): the graph rounds
 inputs, weights and intermediates to fp16, while the reference computes in fp32 from the same
-fp16-rounded inputs and weights. conftest.py prints the worst measured values after a run.
+fp16-rounded inputs and weights (the MoE blocks run in fp16 themselves, as their routing weights'
+cast and sums in the hidden dtype are part of what they compute). conftest.py prints the worst
+measured values after a run.
 
 The case table mirrors op_graph.c's (names, options, shapes); test_cases_match_op_graph holds
 the two together.
@@ -40,6 +42,7 @@ OP_GRAPH_SAN = Path(FERRY_BUILD_SAN).resolve() / "ferry-op-graph" if FERRY_BUILD
 B, S, P, CACHE_LEN = 2, 5, 3, 8
 HIDDEN, ROPE_HEADS, ROPE_HEAD_DIM, ATTN_HEAD_DIM = 24, 3, 16, 8
 LINEAR_OUT, VOCAB, PICKS = 40, 50, 4
+MOE_FF = 16  # each expert's intermediate size (hidden: HIDDEN)
 # (batch, sequence, past) a dynamic graph is run at besides the example: one token, a long one.
 DYNAMIC_SHAPES = [(B, S, P), (1, 1, 6), (3, 7, 1)]
 
@@ -74,6 +77,18 @@ def _conv(x, w, stride, begin, end, dilation, groups=1, bias=False, stored=False
     bias are read from the checkpoint by N-D weight recipes (a model's), not graph inputs."""
     return dict(x=x, w=w, stride=stride, begin=begin, end=end, dilation=dilation, groups=groups,
                 bias=bias, stored=stored)
+
+
+def _moe(family, experts, top_k, norm=True, stacked=True, idle=False):
+    """A mixture-of-experts block as transformers builds it: `family` "qwen3" (Qwen3MoeSparse-
+    MoeBlock: norm_topk_prob as given, routing weights cast to the hidden dtype) or "mixtral"
+    (MixtralSparseMoeBlock: always renormalised, fp32 routing weights); the experts' weights per
+    expert in the checkpoint (`stacked` by weight recipes: Qwen's gate_proj/up_proj/down_proj,
+    Mixtral's w1/w3/w2) or transformers' fused experts.gate_up_proj and experts.down_proj.
+    `idle`: expert 0 overflows fp16 (inf and NaN in its outputs), and no token routes to it."""
+    assert family == "qwen3" or norm
+    return dict(family=family, experts=experts, top_k=top_k, norm=norm, stacked=stacked,
+                idle=idle)
 
 
 _CONV1D = _conv((4, "s"), (6, 4, 3), (1,), (1,), (1,), (1,), bias=True, stored=True)
@@ -186,6 +201,22 @@ CASES = {
     "attn_static": dict(kind="attention", attn=_attn(4, 2, "given", cache="static")),
     "attn_static_window": dict(kind="attention",
                                attn=_attn(4, 2, "given", cache="static", window=3)),
+    "moe_qwen3": dict(kind="moe", moe=_moe("qwen3", 8, 2, norm=False)),
+    "moe_qwen3_norm": dict(kind="moe", moe=_moe("qwen3", 8, 2)),
+    "moe_qwen3_fp16": dict(kind="moe", moe=_moe("qwen3", 8, 2), dtype="fp16"),
+    "moe_qwen3_fused": dict(kind="moe", moe=_moe("qwen3", 6, 2, stacked=False)),
+    "moe_qwen3_fused_fp16": dict(kind="moe", moe=_moe("qwen3", 6, 2, norm=False, stacked=False),
+                                 dtype="fp16"),
+    "moe_qwen3_top1": dict(kind="moe", moe=_moe("qwen3", 4, 1, norm=False)),
+    "moe_qwen3_top1_fp16": dict(kind="moe", moe=_moe("qwen3", 4, 1, norm=False, stacked=False),
+                                dtype="fp16"),
+    # expert 0 overflows fp16 and is never chosen: its inf and NaN must not reach y
+    "moe_qwen3_idle_inf_fp16": dict(kind="moe", moe=_moe("qwen3", 4, 2, norm=False, idle=True),
+                                    dtype="fp16"),
+    "moe_mixtral": dict(kind="moe", moe=_moe("mixtral", 8, 2)),
+    "moe_mixtral_fp16": dict(kind="moe", moe=_moe("mixtral", 8, 2), dtype="fp16"),
+    "moe_mixtral_fused_fp16": dict(kind="moe", moe=_moe("mixtral", 4, 2, stacked=False),
+                                   dtype="fp16"),
 }
 
 
@@ -229,10 +260,88 @@ def make_weights(spec, gen):
         return weights
     if kind in ("tied", "embedding"):
         return {"table": torch.randn(VOCAB, HIDDEN, generator=gen)}
+    if kind == "moe":
+        return moe_weights(spec["moe"], gen)
     return {}
 
 
-def make_inputs(spec, shape, rng):
+def moe_weights(m, gen):
+    """The router (gate.weight [E, h]) and the experts' weights, laid out as the case reads
+    them: per expert as a checkpoint holds them (save_pretrained writes expert e's gate_up_proj
+    rows [:ff] as its gate_proj / w1 and [ff:] as its up_proj / w3), or fused."""
+    e = m["experts"]
+    gate_up = torch.randn(e, 2 * MOE_FF, HIDDEN, generator=gen) * HIDDEN ** -0.5
+    down = torch.randn(e, HIDDEN, MOE_FF, generator=gen) * 0.5 * MOE_FF ** -0.5
+    if m["idle"]:  # gate and up near 1000 a token: their product is past fp16's 65504
+        gate_up[0] *= 1000.0
+    w = {"gate.weight": torch.randn(e, HIDDEN, generator=gen) * HIDDEN ** -0.5}
+    if not m["stacked"]:
+        w["experts.gate_up_proj"], w["experts.down_proj"] = gate_up, down
+        return w
+    names = ("w1", "w3", "w2") if m["family"] == "mixtral" else \
+        ("gate_proj", "up_proj", "down_proj")
+    for i in range(e):
+        parts = (gate_up[i, :MOE_FF], gate_up[i, MOE_FF:], down[i])
+        for name, t in zip(names, parts):
+            w[f"experts.{i}.{name}.weight"] = t.contiguous()
+    return w
+
+
+def moe_block(m, weights, dtype):
+    """transformers' own block (Qwen3MoeSparseMoeBlock or MixtralSparseMoeBlock, its eager
+    experts loop) holding the case's weights, in the case's dtype."""
+    from transformers import MixtralConfig, Qwen3MoeConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+    e, k = m["experts"], m["top_k"]
+    if m["family"] == "mixtral":
+        config = MixtralConfig(hidden_size=HIDDEN, intermediate_size=MOE_FF, num_local_experts=e,
+                               num_experts_per_tok=k, hidden_act="silu")
+        block_class = MixtralSparseMoeBlock
+    else:
+        config = Qwen3MoeConfig(hidden_size=HIDDEN, moe_intermediate_size=MOE_FF, num_experts=e,
+                                num_experts_per_tok=k, norm_topk_prob=m["norm"],
+                                hidden_act="silu")
+        block_class = Qwen3MoeSparseMoeBlock
+    # the loop over experts with index_add_ in the hidden dtype (modeling_*.py's forward);
+    # from_pretrained's default grouped_mm sums the k outputs in fp32 instead
+    config._experts_implementation = "eager"
+    block = block_class(config).eval()
+    if "experts.gate_up_proj" in weights:
+        gate_up, down = weights["experts.gate_up_proj"], weights["experts.down_proj"]
+    else:
+        names = ("w1", "w3", "w2") if m["family"] == "mixtral" else \
+            ("gate_proj", "up_proj", "down_proj")
+        per = [[weights[f"experts.{i}.{n}.weight"] for n in names] for i in range(e)]
+        gate_up = torch.stack([torch.cat([g, u]) for g, u, _ in per])
+        down = torch.stack([d for _, _, d in per])
+    block.gate.weight.data.copy_(weights["gate.weight"])
+    block.experts.gate_up_proj.data.copy_(gate_up)
+    block.experts.down_proj.data.copy_(down)
+    return block.half() if dtype == "fp16" else block
+
+
+def moe_inputs(m, weights, b, s, rng, fdt):
+    """x [b, s, HIDDEN] whose router logits (x @ gate.weight.T) are chosen: per token a random
+    order of levels 0.6 apart from -2, so that no two experts tie anywhere near the k-th place
+    (topk's order of ties is each runtime's own) whatever the rounding to fp16. x is the least-
+    squares solution for them plus a random part the router does not see."""
+    e = m["experts"]
+    router = weights["gate.weight"].double().numpy()
+    levels = -2.0 + 0.6 * np.arange(e)
+    want = np.stack([rng.permutation(levels) for _ in range(b * s)])       # [b*s, E]
+    if m["idle"]:  # expert 0 always last
+        want = np.concatenate([np.full((b * s, 1), levels[0] - 0.6),
+                               np.stack([rng.permutation(levels[1:]) for _ in range(b * s)])], 1)
+    pinv = np.linalg.pinv(router)                                          # [h, E]
+    free = rng.standard_normal((b * s, HIDDEN))
+    free -= free @ router.T @ pinv.T                                       # router's null space
+    x = want @ pinv.T + free
+    return {"x": x.reshape(b, s, HIDDEN).astype(fdt)}
+
+
+def make_inputs(spec, shape, rng, weights):
     """Graph inputs by name (numpy) for (batch, sequence, past)."""
     b, s, past = shape
     fdt = np.float16 if spec.get("dtype") == "fp16" else np.float32
@@ -241,6 +350,8 @@ def make_inputs(spec, shape, rng):
         return (rng.standard_normal(dims) * scale + shift).astype(fdt)
 
     kind = spec["kind"]
+    if kind == "moe":
+        return moe_inputs(spec["moe"], weights, b, s, rng, fdt)
     if kind in ("rms_norm", "layer_norm"):
         return {"x": normal(b, s, HIDDEN, scale=2.0, shift=0.5)}
     if kind in ("skip_rms_norm", "skip_layer_norm"):
@@ -487,9 +598,18 @@ def conv_reference(c, x):
                 dilation=c["dilation"], groups=c["groups"])
 
 
+def moe_reference(m, weights, feeds, dtype):
+    """transformers' block over x in the case's dtype (fp16 on the CPU too: its routing weights'
+    cast and its sums in the hidden dtype are what the op follows), as fp32."""
+    x = torch.from_numpy(np.asarray(feeds["x"]))
+    return {"y": moe_block(m, weights, dtype)(x).float()}
+
+
 def reference(spec, weights, feeds):
     """{output name: expected float32 tensor} for the case."""
     dt = spec.get("dtype", "fp32")
+    if spec["kind"] == "moe":
+        return moe_reference(spec["moe"], weights, feeds, dt)
     w = {k: rounded(v, dt) for k, v in weights.items()}
     x = {k: torch.from_numpy(np.asarray(v)) for k, v in feeds.items()}
     x = {k: v.float() if v.is_floating_point() else v for k, v in x.items()}
@@ -607,7 +727,7 @@ def test_op_matches_reference(name, dynamic, tmp_path, record_property):
     worst = 0.0
     for shape in DYNAMIC_SHAPES if dynamic else DYNAMIC_SHAPES[:1]:
         rng = np.random.default_rng(sum(shape) * 7919 + len(name))
-        feeds = make_inputs(spec, shape, rng)
+        feeds = make_inputs(spec, shape, rng, weights)
         assert sorted(i.name for i in session.get_inputs()) == sorted(feeds)
         got = dict(zip(outputs, session.run(outputs, feeds)))
         with torch.no_grad():
@@ -729,7 +849,7 @@ def test_op_in_every_target(name, target, tmp_path, record_property):
     worst = 0.0
     for shape in DYNAMIC_SHAPES:
         rng = np.random.default_rng(sum(shape) * 7919 + len(name))
-        feeds = make_inputs(spec, shape, rng)
+        feeds = make_inputs(spec, shape, rng, weights)
         if run.inputs is not None:
             assert run.inputs == sorted(feeds), (run.inputs, sorted(feeds))
         got = run.run(feeds)
