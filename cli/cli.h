@@ -43,6 +43,7 @@ typedef struct cli_export_opts {
     ferry_export_config cfg;
     const char *revision;
     const char *quant_flag;  /* the first quantizer option on the command line (for messages) */
+    bool examples_flag;      /* --example-shape was given: a recipe's example shapes are replaced */
     const char *generation_flag; /* a format option's flag that changes generation exports
                                     only, given on the command line */
     bool inputs_flag;          /* --inputs (plain exports only) was on the command line */

@@ -170,8 +170,15 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         return CLI_CONTINUE;
     }
     case CLI_OPT_EXAMPLE:
+        /* the command line's example shapes win over a recipe's, all of them: one given on
+         * another input of the same axis would otherwise contradict them */
+        if (!o->examples_flag) {
+            o->cfg.n_examples = 0;
+            o->cfg.example_batch = o->cfg.example_sequence = 0;
+            o->examples_flag = true;
+        }
         if (ferry_export_config_add_example(&o->cfg, arg, eb, sizeof eb) != FERRY_OK) {
-            cli_error("--%s", eb);
+            cli_error("--example-shape: %s", eb);
             return EXIT_USAGE;
         }
         return CLI_CONTINUE;

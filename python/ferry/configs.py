@@ -103,6 +103,25 @@ def _plain_recipe(recipe):
     return plain
 
 
+def _example_shapes(shapes):
+    """{input name: [extent, ...]}, each extent an int as given (1.9, True or "18" would have
+    been made 1, 1 and [1, 8] silently); libferry checks the names and values."""
+    if not hasattr(shapes, "items"):
+        raise FerryError(f"example_shapes must be a dict of input name to shape, not "
+                         f"{type(shapes).__name__}", status=1)
+    out = {}
+    for name, shape in shapes.items():
+        if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+            raise FerryError(f"example_shapes[{name!r}] must be a list of ints, not "
+                             f"{type(shape).__name__}", status=1)
+        dims = list(shape)
+        if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in dims):
+            raise FerryError(f"example_shapes[{name!r}] must be a list of ints, not "
+                             f"{dims!r}", status=1)
+        out[str(name)] = [int(d) for d in dims]
+    return out
+
+
 class OnnxConfig:
     """The recipe of an ONNX export; its keys are AutoExportConfig.from_dict's (and the CLI's
     --config recipe's). Validated by libferry when made, as its format takes it."""
@@ -139,7 +158,7 @@ class OnnxConfig:
                 raise FerryError(f"opset must be an integer, not {opset!r}", status=1)
             recipe["opset"] = int(opset)
         if example_shapes:
-            recipe["example_shapes"] = {k: [int(x) for x in v] for k, v in example_shapes.items()}
+            recipe["example_shapes"] = _example_shapes(example_shapes)
         # a subclass's own keys, so that the one check sees the whole recipe in its format
         # (OpenVINOConfig was checked as ONNX first, with ONNX's advice)
         recipe.update(_format_keys or {})

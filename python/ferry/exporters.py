@@ -224,6 +224,7 @@ def _example_config(inputs, config, name_inputs=False):
     Python's errors or were ignored). `name_inputs` (a plain export: the FERRY_INPUT_* bits of
     the model's inputs, ferry_model_inputs): the graph takes those of them `inputs` holds."""
     recipe = (config or OnnxConfig()).to_dict()
+    names = []
     if inputs is not None and name_inputs and hasattr(inputs, "keys"):
         # a tokenizer's other outputs (a causal LM's token_type_ids) are not the model's
         # inputs: the graph does not take them, and a call drops them
@@ -258,7 +259,16 @@ def _example_config(inputs, config, name_inputs=False):
             raise FerryError(f"input_ids must be [batch, sequence], not of shape {shape}",
                              status=1)
         if "example_shapes" not in recipe:
-            recipe["example_shapes"] = {"input_ids": [int(n) for n in shape]}
+            # every input the graph takes gives its shape, which libferry holds to agree on
+            # the axes they share (a mask of another length than the ids is refused)
+            traced = {"input_ids": [int(n) for n in shape]}
+            for name in names:
+                if name != "input_ids":
+                    value = inputs[name]
+                    dims = value.shape if hasattr(value, "shape") else \
+                        to_numpy(value, name).shape
+                    traced[name] = [int(n) for n in dims]
+            recipe["example_shapes"] = traced
     return OnnxConfig._from_dict(recipe)._c_config()
 
 

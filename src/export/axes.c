@@ -9,6 +9,9 @@
 #include "export/internal.h"
 
 #define EXAMPLE_DIM_MAX ((int64_t)1 << 24)
+/* The most elements the traced extents of all axes may multiply to: shape inference multiplies
+ * them (a mask is batch x sequence x sequence), which must stay far from 64 bits */
+#define EXAMPLE_ELEMENTS_MAX ((int64_t)1 << 31)
 
 static const char *const RESERVED[] = {"past_sequence", "max_cache_len"};
 
@@ -24,6 +27,41 @@ int exp_axis_index(const exp_axes *a, const char *name)
         if (strcmp(a->name[i], name) == 0)
             return i;
     return -1;
+}
+
+ferry_status exp_check_shapes_given(const ferry_export_config *cfg, fy_err *err)
+{
+    /* the struct is public: a caller may fill it by hand */
+    if (cfg->n_dims < 0 || cfg->n_dims > FERRY_MAX_DIM_SPECS)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "n_dims %d is not in [0, %d]", cfg->n_dims,
+                       FERRY_MAX_DIM_SPECS);
+    for (int i = 0; i < cfg->n_dims; i++)
+        if (!memchr(cfg->dims[i].input, '\0', sizeof cfg->dims[i].input) ||
+            !memchr(cfg->dims[i].symbol, '\0', sizeof cfg->dims[i].symbol))
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dim %d: a name of %d bytes or "
+                           "more (no NUL within FERRY_NAME_MAX)", i, FERRY_NAME_MAX);
+    if (cfg->n_examples < 0 || cfg->n_examples > FERRY_MAX_EXAMPLES)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "n_examples %d is not in [0, %d]",
+                       cfg->n_examples, FERRY_MAX_EXAMPLES);
+    for (int i = 0; i < cfg->n_examples; i++) {
+        const ferry_example_shape *x = &cfg->examples[i];
+        if (!memchr(x->input, '\0', sizeof x->input))
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape %d: an input name of %d "
+                           "bytes or more (no NUL within FERRY_NAME_MAX)", i, FERRY_NAME_MAX);
+        if (x->rank < 1 || x->rank > FERRY_MAX_EXAMPLE_RANK)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape of %s: %d extents (1 to "
+                           "%d)", x->input, x->rank, FERRY_MAX_EXAMPLE_RANK);
+        for (int d = 0; d < x->rank; d++)
+            if (x->dims[d] < 1 || x->dims[d] > FERRY_DIM_BOUND_MAX)
+                return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape of %s: extent %lld "
+                               "is not in [1, %lld]", x->input, (long long)x->dims[d],
+                               (long long)FERRY_DIM_BOUND_MAX);
+    }
+    if (cfg->example_batch < 0 || cfg->example_sequence < 0)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "example_batch %lld and example_sequence %lld "
+                       "must not be negative (0: not given)", (long long)cfg->example_batch,
+                       (long long)cfg->example_sequence);
+    return FERRY_OK;
 }
 
 /* Whether the export's graphs take the model's input `in`: an input ferry has no bit for is
@@ -200,7 +238,8 @@ static void record_examples(ferry_export_config *cfg, const model_arch *arch, un
 }
 
 ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, unsigned takes,
-                              int64_t sequence_cap, g_symtab *syms, exp_axes *out, fy_err *err)
+                              int64_t sequence_cap, int64_t model_max, g_symtab *syms,
+                              exp_axes *out, fy_err *err)
 {
     int n_axes;
     const model_axis *axes = exp_model_axes(arch, &n_axes);
@@ -229,6 +268,10 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, 
             cap--;
         if (!given[seq] && cap > 0 && out->example[seq] > cap)
             out->example[seq] = cap;
+        /* nor past the model's position table (an encoder of 6 positions was refused for an
+         * example of 8 the caller never gave) */
+        if (!given[seq] && model_max > 0 && out->example[seq] > model_max)
+            out->example[seq] = model_max;
     }
     const char *symbol[MODEL_MAX_AXES];
     for (int k = 0; k < n_axes; k++) {
@@ -293,6 +336,20 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, 
         } else {
             out->dim[k] = g_dim_const(*ex);
         }
+    }
+    int64_t elements = 1;
+    for (int k = 0; k < n_axes; k++) {
+        if (out->example[k] > EXAMPLE_ELEMENTS_MAX / elements) {
+            char list[256];
+            size_t len = 0;
+            for (int j = 0; j < n_axes && len < sizeof list; j++)
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %lld", j ? " x " : "",
+                                        axes[j].name, (long long)out->example[j]);
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shapes: %s is more than the %lld "
+                           "elements ferry traces an export with", list,
+                           (long long)EXAMPLE_ELEMENTS_MAX);
+        }
+        elements *= out->example[k];
     }
     /* what was traced, which the export's recorded recipe says */
     record_examples(cfg, arch, takes, out);

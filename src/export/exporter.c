@@ -26,7 +26,8 @@ static ferry_status validate_config(ferry_export_config *cfg, const fb_backend *
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "export dtype %s is not supported (fp32, fp16, "
                        "bf16)", ferry_dtype_name(cfg->dtype));
     if (q_check_config(&cfg->quantizer, cfg->dtype, err) != FERRY_OK ||
-        exp_check_inputs(cfg->inputs, err) != FERRY_OK)
+        exp_check_inputs(cfg->inputs, err) != FERRY_OK ||
+        exp_check_shapes_given(cfg, err) != FERRY_OK)
         return err->status;
     if (cfg->for_generation && cfg->inputs)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, GENERATION_INPUTS);
@@ -137,7 +138,13 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         fy_fail(err, FERRY_ERR_INVALID_ARG, GENERATION_INPUTS);
         goto fail;
     }
-    unsigned takes = gen ? FERRY_INPUT_IDS | FERRY_INPUT_ATTENTION_MASK | FERRY_INPUT_POSITION_IDS
+    /* generation components take what generate() feeds, of the inputs the model has (the
+     * plan refuses a model without generation components, naming it) */
+    unsigned model_inputs = 0;
+    for (int k = 0; k < m->arch->n_inputs; k++)
+        model_inputs |= exp_input_bit(m->arch->inputs[k].name);
+    unsigned takes = gen ? (FERRY_INPUT_IDS | FERRY_INPUT_ATTENTION_MASK |
+                            FERRY_INPUT_POSITION_IDS) & model_inputs
                    : c->cfg.inputs ? c->cfg.inputs
                    : m->arch->default_inputs ? m->arch->default_inputs(m->hparams)
                                              : exp_plain_inputs(&c->cfg);
@@ -146,7 +153,9 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     g_symtab syms[MODEL_MAX_COMPONENTS] = {{.n = 0}};
     exp_axes ax;
     int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;
-    if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, &syms[0], &ax, err) != FERRY_OK ||
+    int64_t model_max = m->arch->max_sequence ? m->arch->max_sequence(m->hparams) : 0;
+    if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, model_max, &syms[0], &ax, err) !=
+            FERRY_OK ||
         exp_bound_sequence(m->arch, m->hparams, &ax, &syms[0], err) != FERRY_OK)
         goto fail;
     int b_axis = exp_axis_index(&ax, "batch"), s_axis = exp_axis_index(&ax, "sequence");

@@ -177,6 +177,9 @@ unsigned exp_input_bit(const char *name);
 /* The inputs a plain export's graph takes: cfg->inputs, or the default (input_ids and
  * attention_mask) when 0. */
 unsigned exp_plain_inputs(const ferry_export_config *cfg);
+/* Refuses dims and example shapes a caller filled in by hand that no parser would have made
+ * (counts past the arrays, names without their NUL, extents out of range) (axes.c). */
+ferry_status exp_check_shapes_given(const ferry_export_config *cfg, fy_err *err);
 /* The logical axes of an export as resolved (axes.c): each the model declares, its dim and the
  * extent traced. */
 typedef struct exp_axes {
@@ -215,9 +218,11 @@ void provenance_note_dir(struct ferry_exported *e);
  * against the inputs the model declares and the export takes, `takes` of FERRY_INPUT_* bits)
  * and example shapes by input. Symbols are added to `syms`; the extents traced are written
  * back into cfg's example shapes. The default example sequence is at most `sequence_cap`
- * where that is positive (a static cache's length), less one with a static sequence axis. */
+ * where that is positive (a static cache's length), less one with a static sequence axis, and
+ * at most `model_max` where that is positive (the model's longest sequence). */
 ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, unsigned takes,
-                              int64_t sequence_cap, g_symtab *syms, exp_axes *out, fy_err *err);
+                              int64_t sequence_cap, int64_t model_max, g_symtab *syms,
+                              exp_axes *out, fy_err *err);
 /* Replacing an existing export under --force (replace.c). */
 typedef struct old_file {
     char *name;

@@ -1,5 +1,7 @@
 /* generation.c — the prefill / decode plan for each cache kind, as the guide describes it, and
  * a decoder family's plan of its components. */
+#include <string.h>
+
 #include "generate/generation.h"
 
 void ferry_generation_config_init(ferry_generation_config *gen)
@@ -96,6 +98,24 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
                            "max_cache_len%s, or dynamic shapes", (long long)gen->max_cache_len,
                            (long long)prompt, prompt == 1 ? "" : "s",
                            prompt > 1 ? ", a shorter example shape" : "");
+        /* A cache of a fixed max_cache_len slots holds no longer prompt: the sequence axis
+         * stops there (a dynamic export's cache length is a symbol, sized by the caller). */
+        if (growing && !cfg->dynamic && sequence.n == 1 && sequence.c == 0 &&
+            sequence.t[0].coef == 1) {
+            int k = sequence.t[0].sym;
+            const g_sym *s = &syms[0].s[k];
+            for (int i = 0; i < cfg->n_dims; i++)
+                if (strcmp(cfg->dims[i].symbol, s->name) == 0 && cfg->dims[i].max > 0 &&
+                    cfg->dims[i].max > gen->max_cache_len)
+                    return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dim %s:%d: max %lld is "
+                                   "past max_cache_len %lld: a longer prompt does not fit the "
+                                   "static cache (give a max up to it, or a longer cache)",
+                                   cfg->dims[i].input, cfg->dims[i].axis,
+                                   (long long)cfg->dims[i].max, (long long)gen->max_cache_len);
+            if (s->max == 0 || s->max > gen->max_cache_len)
+                for (int i = 0; i < MODEL_MAX_COMPONENTS; i++)
+                    syms[i].s[k].max = gen->max_cache_len;
+        }
     } else if (gen->max_cache_len != 0) {
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "max_cache_len is only meaningful with a "
                        "static cache (--static-cache)");

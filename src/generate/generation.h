@@ -22,7 +22,9 @@ ferry_generation_config gen_resolve(const ferry_generation_config *gen, g_dim se
 
 /* Checks the options against the export config (errors name the option) and fills `out` with
  * the components; symbols (past_sequence, max_cache_len) are added to each component's
- * symtab (syms[i]). `batch` and `sequence` are the axes the export config resolved.
+ * symtab (syms[i], MODEL_MAX_COMPONENTS of them; a static cache of a fixed length also stops
+ * the sequence symbol there in each). `batch` and `sequence` are the axes the export config
+ * resolved.
  * `single`: the name of a format that runs generation as one graph taking the prompt and
  * each token (OpenVINO's stateful model; NULL for others, and for OpenVINO with
  * stateful=False): a dynamic cache then gets "decode" alone, multi-token, and a static cache is

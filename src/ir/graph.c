@@ -76,6 +76,7 @@ void g_free(g_graph *g)
         free(g->modules[i].cls);
     }
     free(g->modules);
+    free(g->module_slots);
     for (size_t i = 0; i < g->n_source_lists; i++)
         free(g->source_lists[i]);
     free(g->source_lists);

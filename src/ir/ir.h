@@ -294,6 +294,8 @@ typedef struct g_graph {
     const char *output_class;
     g_module *modules;       /* declared by the family (g_module_add); the root first */
     size_t n_modules, cap_modules;
+    int *module_slots;       /* hash index of the modules by scope (modules.c) */
+    size_t module_slot_cap;
     const st_tensor ***source_lists; /* the long source lists of its weights' recipes */
     size_t n_source_lists, cap_source_lists;
     fy_err err;

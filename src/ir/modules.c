@@ -10,6 +10,40 @@
 
 #define SCOPE_MAX 512
 
+/* The index is looked up for every prefix of every node's name: a linear scan made a
+ * 1024-layer model's pt2 export quadratic in its modules. */
+static uint64_t scope_hash(const char *s, size_t len)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Rebuilds the index at twice the modules' count (at least 64 slots); false: out of memory. */
+static bool reindex(g_graph *g, size_t want)
+{
+    size_t cap = 64;
+    while (cap < 2 * want)
+        cap *= 2;
+    int *slots = malloc(cap * sizeof *slots);
+    if (!slots)
+        return false;
+    for (size_t i = 0; i < cap; i++)
+        slots[i] = -1;
+    for (size_t m = 0; m < g->n_modules; m++) {
+        const char *sc = g->modules[m].scope;
+        size_t at = (size_t)scope_hash(sc, strlen(sc)) & (cap - 1);
+        while (slots[at] >= 0)
+            at = (at + 1) & (cap - 1);
+        slots[at] = (int)m;
+    }
+    free(g->module_slots);
+    g->module_slots = slots;
+    g->module_slot_cap = cap;
+    return true;
+}
+
 void g_module_add(g_graph *g, const char *cls, g_op leaf_op, bool list_item, g_module_role role,
                   const char *scope_fmt, ...)
 {
@@ -27,11 +61,13 @@ void g_module_add(g_graph *g, const char *cls, g_op leaf_op, bool list_item, g_m
     if (g_module_at(g, scope, (size_t)len))
         return;
     g_module *grown = fy_grow(g->modules, &g->cap_modules, g->n_modules + 1, sizeof *grown);
-    if (!grown) {
+    if (grown)
+        g->modules = grown;
+    if (!grown || (2 * (g->n_modules + 1) > g->module_slot_cap &&
+                   !reindex(g, g->n_modules + 1))) {
         g_fail(g, FERRY_ERR_NOMEM, "out of memory while building the graph");
         return;
     }
-    g->modules = grown;
     g_module *m = &g->modules[g->n_modules];
     *m = (g_module){.scope = strdup(scope), .fqn = strdup(len ? scope + 1 : ""),
                     .cls = strdup(cls), .leaf_op = leaf_op, .list_item = list_item,
@@ -44,13 +80,19 @@ void g_module_add(g_graph *g, const char *cls, g_op leaf_op, bool list_item, g_m
     for (char *c = m->fqn; *c; c++)
         if (*c == '/')
             *c = '.';
-    g->n_modules++;
+    size_t at = (size_t)scope_hash(m->scope, (size_t)len) & (g->module_slot_cap - 1);
+    while (g->module_slots[at] >= 0)
+        at = (at + 1) & (g->module_slot_cap - 1);
+    g->module_slots[at] = (int)g->n_modules++;
 }
 
 const g_module *g_module_at(const g_graph *g, const char *scope, size_t len)
 {
-    for (size_t i = 0; i < g->n_modules; i++) {
-        const g_module *m = &g->modules[i];
+    if (!g->module_slot_cap)
+        return NULL;
+    for (size_t at = (size_t)scope_hash(scope, len) & (g->module_slot_cap - 1);
+         g->module_slots[at] >= 0; at = (at + 1) & (g->module_slot_cap - 1)) {
+        const g_module *m = &g->modules[g->module_slots[at]];
         if (strlen(m->scope) == len && memcmp(m->scope, scope, len) == 0)
             return m;
     }

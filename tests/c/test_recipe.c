@@ -353,6 +353,29 @@ static void test_add_example(void **state)
     assert_int_equal(ferry_export_config_add_example(&cfg, "one_more=1", eb, sizeof eb),
                      FERRY_ERR_INVALID_ARG);
     assert_non_null(strstr(eb, "too many example shapes"));
+    /* a struct filled by hand: counts past the arrays, names without their NUL, extents out of
+     * range and negative shortcuts are refused before anything reads them */
+    ferry_export_config hand;
+    const char *needles[5] = {"n_examples 50", "no NUL", "extent 0", "example_batch -3",
+                              "n_dims -1"};
+    for (int i = 0; i < 5; i++) {
+        hand = cfg;
+        if (i == 0)
+            hand.n_examples = 50;
+        else if (i == 1)
+            memset(hand.examples[0].input, 'a', sizeof hand.examples[0].input);
+        else if (i == 2)
+            hand.examples[1].dims[0] = 0;
+        else if (i == 3)
+            hand.example_batch = -3;
+        else
+            hand.n_dims = -1;
+        eb[0] = '\0';
+        assert_int_equal(ferry_export_config_check(&hand, eb, sizeof eb), FERRY_ERR_INVALID_ARG);
+        if (!strstr(eb, needles[i]))
+            fail_msg("case %d: %s", i, eb);
+    }
+    assert_int_equal(ferry_export_config_check(&cfg, eb, sizeof eb), FERRY_OK);
 }
 
 static void test_round_trip(void **state)

@@ -249,6 +249,8 @@ def test_unsupported_variants_fail_naming_the_key(checkpoints, tmp_path, key, va
 def test_refusals_are_one_line(checkpoints, tmp_path):
     for family, flags, needle in [
         ("bert", ["--for-generation"], "BertModel is an encoder: it has no generation components"),
+        ("distilbert", ["--for-generation"],
+         "DistilBertModel is an encoder: it has no generation components"),
         ("distilbert", ["--inputs", "input_ids,token_type_ids"],
          "DistilBertModel has no input token_type_ids"),
         ("bert", ["--example-shape", f"input_ids=1x{MAX_POSITIONS + 1}"],

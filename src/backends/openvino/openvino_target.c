@@ -179,6 +179,8 @@ static ferry_status ov_attention(g_lower_ctx *c, const g_node *n, int *outs)
         v = repeat_kv(g, "v", v, h / kvh, h, d);
     }
     int qt = g_transpose(g, "Transpose_q", q, 4, to_bnsd);
+    if (!g_ok(g))
+        return g->err.status;
     g_extern e = g_extern_init("opset13", "ScaledDotProductAttention");
     g_extern_bool(&e, "causal", false); /* ferry's mask says what each query sees */
     g_shape out = g->values[qt].shape;  /* [b, h, s, d] */
