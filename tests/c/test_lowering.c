@@ -907,7 +907,7 @@ static void attention_without_mask_everywhere(void **state)
 
     low = legalize(g, &torch_target);
     sdpa = nth(low, G_EXTERN, 0);
-    assert_string_equal(sdpa->a.ext->op_type, PT_SDPA);
+    assert_string_equal(sdpa->a.ext->op_type, ATEN_SDPA);
     assert_int_equal(sdpa->in[3], G_NONE);
     g_free(low);
     g_free(g);

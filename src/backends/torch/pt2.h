@@ -23,15 +23,10 @@ typedef struct pt2_program {
  * (pt2_modules.c; none where the graph declares none). The
  * program returns a dict of its outputs, or with `model_output` transformers'
  * CausalLMOutputWithPast of them. `g` gains nothing; its unknown dims must have been refined
- * (pt_refine_shapes). */
+ * (aten_refine_shapes). */
 ferry_status pt2_print_program(g_graph *g, bool model_output, pt2_program *out, fy_err *err);
 void pt2_program_free(pt2_program *prog);
 
-/* The embedding weight a tied head node `n` of `g` reads (transformers' module reads it through
- * a parameter of its own, its module's "<fqn>.weight" in `key`, one storage with it), or NULL:
- * `n` is not the head (the linear of role head the family declared), or it has a weight of
- * its own (pt2_nodes.c). */
-const g_value *pt2_tied_head_weight(const g_graph *g, const g_node *n, char *key, size_t size);
 
 /* Whether an input's extent has symbol `sym` in it, alone or in an expression (an input of
  * 2 * frames): the program declares its range all the same, as torch.export does for a

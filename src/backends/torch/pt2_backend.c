@@ -1,5 +1,5 @@
 /* pt2_backend.c — torch.export's .pt2 format (the guide's DynamoExporter): options, file layout
- * and writing (the target is torch_target.c, the program pt2_print.c over pt2_nodes.c, the
+ * and writing (the target is torch_target.c, the program pt2_print.c over the aten emitter, the
  * archive pt2_archive.c).
  *
  * Placement policy: each component is <name>.pt2, one archive holding its program, its
@@ -91,7 +91,7 @@ static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_er
      * return is written into the caller's tensors instead) */
     if (model_output(cfg) && !g->output_class)
         return fy_fail(err, FERRY_ERR_INTERNAL, "model_output: the graph has no output class");
-    if (pt_refine_shapes(g, err) != FERRY_OK)
+    if (aten_refine_shapes(g, err) != FERRY_OK)
         return err->status;
     return g_check(g, err);
 }
@@ -143,7 +143,7 @@ static void pt2_describe(const ferry_export_config *cfg, const g_graph *g, cJSON
      * lists as a parameter of its own over the embedding's storage, as the module does) */
     for (size_t i = 0; i < g->n_nodes; i++) {
         char key[256];
-        const g_value *w = g->nodes[i].dead ? NULL : pt2_tied_head_weight(g, &g->nodes[i], key,
+        const g_value *w = g->nodes[i].dead ? NULL : aten_tied_head_weight(g, &g->nodes[i], key,
                                                                           sizeof key);
         if (w) {
             params++;

@@ -1,8 +1,9 @@
 /* pt2_print.c — a lowered graph as torch.export's serialized ExportedProgram (models/model.json
  * of a .pt2; torch/_export/serde/schema.py, schema 8): the placeholders and their signature
  * (parameters by their state_dict keys, constants as non-persistent buffers, the user inputs),
- * the nodes (pt2_nodes.c, written with pt2_writer.c: tensor metadata, SymInts), each symbol's
- * range, and the call specs of a kwargs-only call returning a dict of the outputs.
+ * the nodes (the aten emitter's calls, written by pt2_writer.c's sink: tensor metadata,
+ * SymInts), each symbol's range, and the call specs of a kwargs-only call returning a dict of
+ * the outputs.
  *
  * The graph is at the level torch.export produces before decompositions ("TRAINING" verifier),
  * as torch.export.export would trace the module. Symbols are s0, s1, ... in the order of the
@@ -103,9 +104,11 @@ const char *pt_tensor(pt_printer *p, int v)
     const char *name = NULL;
     if (x->kind == GV_WEIGHT || x->kind == GV_CONST)
         name = lift(p, v);
-    else if (x->kind == GV_NODE && p->ints[v].known)
-        name = pt_materialize(p, v);
-    else
+    else if (x->kind == GV_NODE && p->ints[v].known) {
+        aten_t t = aten_tensor(&p->emit, v); /* its tensor, made by the emitter's calls */
+        name = p->st == FERRY_OK && t != ATEN_NONE && t != v ? p->temps[ATEN_TEMP_INDEX(t)]
+                                                            : NULL;
+    } else
         pt_fail(p, FERRY_ERR_INTERNAL, "pt2: '%s' is read before it is made", x->name);
     if (name && !p->names[v])
         p->names[v] = (char *)name;
@@ -346,7 +349,7 @@ static void emit_nodes(pt_printer *p)
             if (!g->nodes[i].dead && hoisted[i] == (pass == 0)) {
                 p->ir_name = g->nodes[i].name;
                 p->ir_op = g->nodes[i].op;
-                pt_emit_node(p, i);
+                aten_emit_node(&p->emit, i);
             }
     p->ir_name = NULL;
 done:
@@ -359,15 +362,16 @@ done:
 ferry_status pt2_print_program(g_graph *g, bool model_output, pt2_program *out, fy_err *err)
 {
     *out = (pt2_program){0};
-    pt_printer p = {.g = g, .prog = out, .err = err, .model_output = model_output};
-    p.ints = pt_track(g);
+    pt_printer p = {.sink = {&pt_sink_ops}, .g = g, .prog = out, .err = err,
+                    .model_output = model_output};
+    p.ints = aten_track(g);
     p.names = calloc(g->n_values ? g->n_values : 1, sizeof *p.names);
-    if (!p.ints || !p.names)
+    if (!p.ints || !p.names || !aten_emitter_init(&p.emit, g, p.ints, &p.sink))
         pt_fail(&p, FERRY_ERR_NOMEM, "out of memory");
     /* the user inputs keep their names (parameters and constants are named when first read) */
     user_inputs(&p);
     emit_nodes(&p);
-    pt_emit_mutations(&p);
+    aten_emit_mutations(&p.emit);
     for (size_t i = 0; i < g->n_outputs && p.st == FERRY_OK; i++)
         pt_tensor(&p, g->outputs[i]);
     strbuf b = {0};
@@ -395,7 +399,9 @@ ferry_status pt2_print_program(g_graph *g, bool model_output, pt2_program *out, 
     free(p.stack_json);
     free(p.syms);
     free(p.names);
+    free(p.temps);
     free(p.ints);
+    aten_emitter_free(&p.emit);
     if (p.st != FERRY_OK)
         pt2_program_free(out);
     return p.st;

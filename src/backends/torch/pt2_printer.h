@@ -1,10 +1,13 @@
 /* pt2_printer.h — the ExportedProgram printer's state, shared by the program (pt2_print.c:
  * placeholders, signature, the JSON around the nodes), its writer (pt2_writer.c: names, tensor
- * metadata, nodes and arguments, SymInts), the nodes (pt2_nodes.c: one aten call per IR node)
- * and their provenance (pt2_modules.c: nn_module_stack). Only those four files include this. */
+ * metadata, the aten sink that writes each call the emitter hands it as a JSON node, its
+ * arguments and SymInts) and the nodes' provenance (pt2_modules.c: nn_module_stack). The calls
+ * themselves come from the aten emitter (src/backends/aten). Only those three files include
+ * this. */
 #ifndef FERRY_BACKENDS_TORCH_PT2_PRINTER_H
 #define FERRY_BACKENDS_TORCH_PT2_PRINTER_H
 
+#include "backends/aten/aten.h"
 #include "backends/torch/pt2.h"
 #include "backends/torch/torch.h"
 #include "util/strbuf.h"
@@ -22,9 +25,13 @@ typedef struct pt_sym {
 } pt_sym;
 
 typedef struct pt_printer {
+    aten_sink sink;          /* what the emitter hands its calls to (pt2_writer.c) */
+    aten_emitter emit;
     g_graph *g;
-    pt_ints *ints;           /* the known integers of every value (pt2_symbolic.c) */
+    aten_ints *ints;         /* the known integers of every value (aten_symbolic.c) */
     char **names;            /* per value: its name in the program, once it has one */
+    const char **temps;      /* the names of the temporaries calls made (aten.h: ATEN_TEMP) */
+    size_t n_temps, cap_temps;
     strbuf nodes, tensor_values, sym_int_values;
     int n_nodes, n_tensor_values, n_sym_int_values;
     /* the nodes being written: a node's argument may need a node of its own first (a SymInt,
@@ -58,8 +65,8 @@ ferry_status pt_fail(pt_printer *p, ferry_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* The name of value `v` as a tensor argument: a parameter, a lifted constant, a user input or
- * an earlier node's output; an integer the IR computed from shapes is made a tensor here. NULL
- * (with the failure recorded) if it cannot be. */
+ * an earlier node's output; an integer the IR computed from shapes is made a tensor by the
+ * emitter. NULL (with the failure recorded) if it cannot be. */
 const char *pt_tensor(pt_printer *p, int v);
 /* The name of the SymInt node computing `d` (made on first use); NULL for a constant dim. */
 const char *pt_symint(pt_printer *p, g_dim d);
@@ -73,7 +80,8 @@ void pt_tensor_value(pt_printer *p, const char *name, ferry_dtype dt, const g_sh
 /* A fresh unique name from `base` ("linear" -> "linear", then "linear_1", ...). */
 const char *pt_fresh(pt_printer *p, const char *base);
 
-/* Writing one node: begin, its arguments, end with its output. */
+/* Writing one node: begin, its arguments, end with its output (for the program's own nodes:
+ * SymInts, the mutations' copies; the emitter's calls come through pt_sink_ops). */
 void pt_node_begin(pt_printer *p, const char *target);
 void pt_arg_tensor(pt_printer *p, const char *arg, int v, int kind);
 /* an argument whose value is JSON text: {"as_int": 3}, {"as_bool": true}, ... */
@@ -99,15 +107,8 @@ bool pt_module_in_layer(const pt_printer *p, const g_node *n);
  * every module pt_module_metadata met. */
 void pt_module_calls(const pt_printer *p, strbuf *b);
 
-/* Writes node `i` of the graph (nothing for the integer arithmetic the program spells as
- * SymInts). */
-void pt_emit_node(pt_printer *p, size_t i);
-/* Writes each state that is not written in place already (a static cache's position) into its
- * input: aten.copy_, after every other node. */
-void pt_emit_mutations(pt_printer *p);
-/* Makes value `v`, an integer the IR computed from shapes, a tensor (aten.full per element,
- * stacked for a 1-D one); returns its name. */
-const char *pt_materialize(pt_printer *p, int v);
+/* The sink's calls (pt2_writer.c): each aten call the emitter hands it, a JSON node. */
+extern const aten_sink_ops pt_sink_ops;
 /* aten's ScalarType number of a dtype (0 if it has none). */
 int pt_scalar_type(ferry_dtype dt);
 

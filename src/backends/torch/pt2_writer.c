@@ -3,6 +3,7 @@
  * its arguments (written into a frame of its own, so that an argument may first need a node of
  * its own: a SymInt, a shape made a tensor), and the SymInt nodes that read symbols off the
  * inputs (aten.sym_size) and compute from them (_operator.add/mul). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,7 +163,7 @@ static void put_symint(strbuf *b, g_dim d, const g_symtab *syms)
         return;
     }
     char expr[256];
-    pt_dim_expr(d, expr, sizeof expr);
+    aten_dim_expr(d, expr, sizeof expr);
     sb_puts(b, "{\"as_expr\": {\"expr_str\": ");
     pt2_json_str(b, expr);
     sb_printf(b, ", \"hint\": {\"as_int\": %lld}}}", (long long)pt2_dim_hint(d, syms));
@@ -180,7 +181,7 @@ static void put_stride(strbuf *b, const g_shape *s, int k, const g_symtab *syms)
             continue;
         }
         char e[256];
-        pt_dim_expr(s->d[i], e, sizeof e);
+        aten_dim_expr(s->d[i], e, sizeof e);
         sb_printf(&expr, "%s(%s)", expr.len ? "*" : "", e);
         hint *= pt2_dim_hint(s->d[i], syms);
     }
@@ -499,3 +500,210 @@ const char *pt_symint(pt_printer *p, g_dim d)
                                  d));
     return memo(p, d, symbol_node(p, last.sym));
 }
+
+/* ---- the aten sink: each call the emitter hands over, a JSON node ---- */
+
+static pt_printer *printer(aten_sink *s)
+{
+    return (pt_printer *)(void *)s; /* the sink is the printer's first member */
+}
+
+/* The program's name of tensor `t`: a graph value's, or a temporary's. */
+static const char *ref_name(pt_printer *p, aten_t t)
+{
+    if (t >= 0)
+        return pt_tensor(p, t);
+    size_t k = (size_t)ATEN_TEMP_INDEX(t);
+    if (t == ATEN_NONE || k >= p->n_temps) {
+        pt_fail(p, FERRY_ERR_INTERNAL, "pt2: no tensor %d", t);
+        return NULL;
+    }
+    return p->temps[k];
+}
+
+/* A temporary named `name`: its ref. */
+static aten_t add_temp(pt_printer *p, const char *name)
+{
+    if (!name)
+        return ATEN_NONE;
+    if (p->n_temps == p->cap_temps) {
+        size_t cap = p->cap_temps ? p->cap_temps * 2 : 64;
+        const char **t = realloc(p->temps, cap * sizeof *t);
+        if (!t) {
+            pt_fail(p, FERRY_ERR_NOMEM, "out of memory");
+            return ATEN_NONE;
+        }
+        p->temps = t, p->cap_temps = cap;
+    }
+    p->temps[p->n_temps] = name;
+    return ATEN_TEMP((int)p->n_temps++);
+}
+
+static void sink_begin(aten_sink *s, const char *op)
+{
+    char t[96];
+    snprintf(t, sizeof t, "torch.ops.aten.%s", op);
+    pt_node_begin(printer(s), t);
+}
+
+static void sink_tensor(aten_sink *s, const char *arg, int kind, aten_t t)
+{
+    pt_printer *p = printer(s);
+    const char *name = ref_name(p, t);
+    if (!name || !p->depth)
+        return;
+    strbuf *b = arg_begin(p, arg, kind);
+    sb_puts(b, "{\"as_tensor\": {\"name\": ");
+    pt2_json_str(b, name);
+    sb_puts(b, "}}}");
+}
+
+static void sink_tensors(aten_sink *s, const char *arg, int kind, const aten_t *t, int n,
+                         bool optional)
+{
+    pt_printer *p = printer(s);
+    strbuf list = {0};
+    for (int i = 0; i < n; i++) {
+        sb_puts(&list, i ? ", " : "");
+        if (optional && t[i] == ATEN_NONE) {
+            sb_puts(&list, "{\"as_none\": true}");
+            continue;
+        }
+        const char *name = ref_name(p, t[i]);
+        if (!name) {
+            sb_free(&list);
+            return;
+        }
+        sb_printf(&list, optional ? "{\"as_tensor\": {\"name\": \"%s\"}}" : "{\"name\": \"%s\"}",
+                  name);
+    }
+    if (list.oom) {
+        sb_free(&list);
+        pt_fail(p, FERRY_ERR_NOMEM, "out of memory");
+        return;
+    }
+    pt_arg(p, arg, kind, optional ? "{\"as_optional_tensors\": [%s]}" : "{\"as_tensors\": [%s]}",
+           list.data ? list.data : "");
+    sb_free(&list);
+}
+
+static void sink_integer(aten_sink *s, const char *arg, int kind, int64_t v)
+{
+    pt_arg(printer(s), arg, kind, "{\"as_int\": %lld}", (long long)v);
+}
+
+static void sink_number(aten_sink *s, const char *arg, int kind, double v)
+{
+    if (isfinite(v))
+        pt_arg(printer(s), arg, kind, "{\"as_float\": %.17g}", v);
+    else
+        pt_arg(printer(s), arg, kind, "{\"as_float\": \"%s\"}",
+               isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
+}
+
+static void sink_boolean(aten_sink *s, const char *arg, int kind, bool v)
+{
+    pt_arg(printer(s), arg, kind, "{\"as_bool\": %s}", v ? "true" : "false");
+}
+
+static void sink_string(aten_sink *s, const char *arg, int kind, const char *v)
+{
+    pt_arg(printer(s), arg, kind, "{\"as_string\": \"%s\"}", v);
+}
+
+static void sink_none(aten_sink *s, const char *arg, int kind)
+{
+    pt_arg(printer(s), arg, kind, "{\"as_none\": true}");
+}
+
+static void sink_ints(aten_sink *s, const char *arg, int kind, const int64_t *v, int n)
+{
+    char list[G_MAX_INTS * 2 * 24 + 64] = "";
+    size_t len = 0;
+    for (int i = 0; i < n && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%lld", i ? ", " : "",
+                                (long long)v[i]);
+    pt_arg(printer(s), arg, kind, "{\"as_ints\": [%s]}", list);
+}
+
+static void sink_symint(aten_sink *s, const char *arg, int kind, g_dim d)
+{
+    pt_arg_symint(printer(s), arg, kind, d);
+}
+
+static void sink_symints(aten_sink *s, const char *arg, int kind, const g_dim *d, int n)
+{
+    pt_arg_symints(printer(s), arg, kind, d, n);
+}
+
+static void sink_scalar_type(aten_sink *s, const char *arg, int kind, ferry_dtype dt)
+{
+    pt_arg(printer(s), arg, kind, "{\"as_scalar_type\": %d}", pt_scalar_type(dt));
+}
+
+static void sink_device_cpu(aten_sink *s, const char *arg, int kind)
+{
+    pt_arg(printer(s), arg, kind, "{\"as_device\": {\"type\": \"cpu\", \"index\": null}}");
+}
+
+/* A graph value's name in the program: the IR's, less the "_output_0" it gives node outputs. */
+static const char *value_name(pt_printer *p, int v)
+{
+    char trimmed[200];
+    snprintf(trimmed, sizeof trimmed, "%s", p->g->values[v].name);
+    size_t len = strlen(trimmed);
+    const char *suffix = "_output_0";
+    if (len > strlen(suffix) && strcmp(trimmed + len - strlen(suffix), suffix) == 0)
+        trimmed[len - strlen(suffix)] = '\0';
+    const char *name = pt_fresh(p, trimmed);
+    if (name)
+        p->names[v] = (char *)name;
+    return name;
+}
+
+static void sink_end(aten_sink *s, int n, const aten_out *outs, const char *node, aten_t *refs)
+{
+    pt_printer *p = printer(s);
+    const char *names[G_MAX_OUT];
+    ferry_dtype dts[G_MAX_OUT];
+    g_shape shapes[G_MAX_OUT];
+    for (int k = 0; k < n && k < G_MAX_OUT; k++) {
+        if (outs[k].value != G_NONE) {
+            names[k] = value_name(p, outs[k].value);
+            refs[k] = names[k] ? outs[k].value : ATEN_NONE;
+        } else {
+            names[k] = pt_fresh(p, outs[k].base);
+            refs[k] = add_temp(p, names[k]);
+        }
+        dts[k] = outs[k].dtype;
+        shapes[k] = outs[k].shape;
+    }
+    if (n == 1)
+        pt_node_end_tensor(p, names[0], dts[0], &shapes[0]);
+    else
+        pt_node_end_tensors(p, pt_fresh(p, node), n, names, dts, shapes);
+}
+
+static aten_t sink_tied_head(aten_sink *s, int value, const char *key)
+{
+    pt_printer *p = printer(s);
+    return add_temp(p, pt_tied_head(p, value, key));
+}
+
+static bool sink_failed(const aten_sink *s)
+{
+    return ((const pt_printer *)(const void *)s)->st != FERRY_OK;
+}
+
+static void sink_fail(aten_sink *s, ferry_status st, const char *msg)
+{
+    pt_fail(printer(s), st, "pt2: %s", msg);
+}
+
+const aten_sink_ops pt_sink_ops = {
+    .begin = sink_begin, .tensor = sink_tensor, .tensors = sink_tensors,
+    .integer = sink_integer, .number = sink_number, .boolean = sink_boolean,
+    .string = sink_string, .none = sink_none, .ints = sink_ints, .symint = sink_symint,
+    .symints = sink_symints, .scalar_type = sink_scalar_type, .device_cpu = sink_device_cpu,
+    .end = sink_end, .tied_head = sink_tied_head, .failed = sink_failed, .fail = sink_fail,
+};

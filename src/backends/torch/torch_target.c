@@ -2,7 +2,7 @@
  * produces before decompositions.
  *
  *   linear, embedding, silu, gelu, layer_norm   kept: aten.linear, aten.embedding, aten.silu,
- *               aten.gelu, aten.layer_norm (the printer, pt2_nodes.c, spells them)
+ *               aten.gelu, aten.layer_norm (the aten emitter, aten_nodes.c, spells them)
  *   attention   aten.scaled_dot_product_attention over [b, h, s, d] queries and the keys and
  *               values as the cache step leaves them ([b, kvh, t, d]); grouped kv heads by
  *               enable_gqa, so no repeated K/V is ever made; ferry's mask as an additive bias
@@ -48,7 +48,7 @@ static int write_in_place(g_graph *g, int cache, int rows, int position)
     slots = g_binary(g, G_ADD, "slots", slots, position);
     if (!g_ok(g))
         return G_NONE;
-    g_extern e = g_extern_init(PT_ATEN, PT_INDEX_COPY);
+    g_extern e = g_extern_init(ATEN_DOMAIN, ATEN_INDEX_COPY);
     g_extern_int(&e, "dim", 2);
     g_extern_out(&e, 0, 0, g->values[cache].dtype, &g->values[cache].shape);
     int in[3] = {cache, slots, rows};
@@ -99,7 +99,7 @@ static ferry_status torch_attention(g_lower_ctx *c, const g_node *n, int *outs)
     int qt = g_transpose(g, "transpose_q", q, 4, to_bnsd);
     if (!g_ok(g))
         return g->err.status;
-    g_extern e = g_extern_init(PT_ATEN, PT_SDPA);
+    g_extern e = g_extern_init(ATEN_DOMAIN, ATEN_SDPA);
     g_extern_float(&e, "scale", o->scale);
     g_extern_bool(&e, "enable_gqa", o->num_heads != o->num_kv_heads);
     g_shape out = g->values[qt].shape; /* [b, h, s, d] */

@@ -1,19 +1,20 @@
-/* pt2_symbolic.c — the integers a torch graph computes from shapes (torch.h). The IR computes
- * a reshape target, an arange's bounds or a mask's offset as int64 tensors from shape_of; torch
- * computes them as SymInts. Following each small integer tensor to the dims it holds lets the
- * printer pass them where aten takes SymInts, and gives every tensor a size torch can write. */
+/* aten_symbolic.c — the integers an aten graph computes from shapes (aten.h). The IR computes
+ * a reshape target, an arange's bounds or a mask's offset as int64 tensors from shape_of; aten
+ * programs compute them as SymInts. Following each small integer tensor to the dims it holds
+ * lets the emitter pass them where aten takes SymInts, and gives every tensor a size an aten
+ * program can write. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/torch/torch.h"
+#include "backends/aten/aten.h"
 
 static bool int_dtype(ferry_dtype dt)
 {
     return dt == FERRY_I64 || dt == FERRY_I32;
 }
 
-static void from_const(const g_value *x, pt_ints *out)
+static void from_const(const g_value *x, aten_ints *out)
 {
     if (!int_dtype(x->dtype) || x->shape.rank > 1)
         return;
@@ -32,7 +33,7 @@ static void from_const(const g_value *x, pt_ints *out)
     out->known = true;
 }
 
-static bool all_known(pt_ints *r)
+static bool all_known(aten_ints *r)
 {
     for (int i = 0; i < r->n; i++)
         if (r->d[i].unknown)
@@ -41,7 +42,7 @@ static bool all_known(pt_ints *r)
 }
 
 /* elementwise a op b, one side possibly a single element */
-static bool arith(g_op op, const pt_ints *a, const pt_ints *b, pt_ints *r)
+static bool arith(g_op op, const aten_ints *a, const aten_ints *b, aten_ints *r)
 {
     if (a->n != b->n && a->n != 1 && b->n != 1)
         return false;
@@ -64,14 +65,14 @@ static bool arith(g_op op, const pt_ints *a, const pt_ints *b, pt_ints *r)
     return all_known(r);
 }
 
-static void track_node(const g_graph *g, const g_node *n, pt_ints *ints)
+static void track_node(const g_graph *g, const g_node *n, aten_ints *ints)
 {
     const g_value *y = &g->values[n->out[0]];
     if (!int_dtype(y->dtype) || y->shape.rank > 1)
         return;
-    pt_ints r = {.scalar = y->shape.rank == 0};
-    const pt_ints *a = n->n_in > 0 && n->in[0] != G_NONE ? &ints[n->in[0]] : NULL;
-    const pt_ints *b = n->n_in > 1 && n->in[1] != G_NONE ? &ints[n->in[1]] : NULL;
+    aten_ints r = {.scalar = y->shape.rank == 0};
+    const aten_ints *a = n->n_in > 0 && n->in[0] != G_NONE ? &ints[n->in[0]] : NULL;
+    const aten_ints *b = n->n_in > 1 && n->in[1] != G_NONE ? &ints[n->in[1]] : NULL;
     switch (n->op) {
     case G_SHAPE_OF: {
         const g_shape *s = &g->values[n->in[0]].shape;
@@ -117,7 +118,7 @@ static void track_node(const g_graph *g, const g_node *n, pt_ints *ints)
     }
     case G_CONCAT:
         for (int k = 0; k < n->n_in; k++) {
-            const pt_ints *p = &ints[n->in[k]];
+            const aten_ints *p = &ints[n->in[k]];
             if (!p->known || r.n + p->n > G_MAX_RANK)
                 return;
             for (int i = 0; i < p->n; i++)
@@ -145,18 +146,18 @@ static void track_node(const g_graph *g, const g_node *n, pt_ints *ints)
 }
 
 /* the integers known before any node: the small integer constants (NULL when out of memory) */
-static pt_ints *constant_ints(const g_graph *g)
+static aten_ints *constant_ints(const g_graph *g)
 {
-    pt_ints *ints = calloc(g->n_values ? g->n_values : 1, sizeof *ints);
+    aten_ints *ints = calloc(g->n_values ? g->n_values : 1, sizeof *ints);
     for (size_t v = 0; ints && v < g->n_values; v++)
         if (g->values[v].kind == GV_CONST)
             from_const(&g->values[v], &ints[v]);
     return ints;
 }
 
-pt_ints *pt_track(const g_graph *g)
+aten_ints *aten_track(const g_graph *g)
 {
-    pt_ints *ints = constant_ints(g);
+    aten_ints *ints = constant_ints(g);
     if (!ints)
         return NULL;
     for (size_t i = 0; i < g->n_nodes; i++)
@@ -165,9 +166,9 @@ pt_ints *pt_track(const g_graph *g)
     return ints;
 }
 
-int pt_range_offset_length(const g_graph *g, const g_node *n, const pt_ints *ints)
+int aten_range_offset_length(const g_graph *g, const g_node *n, const aten_ints *ints)
 {
-    const pt_ints *d = &ints[n->in[2]];
+    const aten_ints *d = &ints[n->in[2]];
     int64_t step;
     const g_value *limit = &g->values[n->in[1]];
     if (!d->known || !g_dim_is_const(d->d[0], &step) || step != 1 || limit->kind != GV_NODE)
@@ -183,11 +184,11 @@ int pt_range_offset_length(const g_graph *g, const g_node *n, const pt_ints *int
 }
 
 /* an arange from `start` to `limit` by 1 holds limit - start integers */
-static g_dim range_length(const g_graph *g, const g_node *n, const pt_ints *ints)
+static g_dim range_length(const g_graph *g, const g_node *n, const aten_ints *ints)
 {
-    const pt_ints *s = &ints[n->in[0]], *l = &ints[n->in[1]], *d = &ints[n->in[2]];
+    const aten_ints *s = &ints[n->in[0]], *l = &ints[n->in[1]], *d = &ints[n->in[2]];
     int64_t step;
-    int length = pt_range_offset_length(g, n, ints);
+    int length = aten_range_offset_length(g, n, ints);
     if (length != G_NONE)
         return ints[length].d[0];
     if (!s->known || !l->known || !d->known || !g_dim_is_const(d->d[0], &step) || step != 1)
@@ -195,9 +196,9 @@ static g_dim range_length(const g_graph *g, const g_node *n, const pt_ints *ints
     return g_dim_sub(l->d[0], s->d[0]);
 }
 
-ferry_status pt_refine_shapes(g_graph *g, fy_err *err)
+ferry_status aten_refine_shapes(g_graph *g, fy_err *err)
 {
-    pt_ints *ints = constant_ints(g);
+    aten_ints *ints = constant_ints(g);
     if (!ints)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     ferry_status st = FERRY_OK;
@@ -227,7 +228,7 @@ ferry_status pt_refine_shapes(g_graph *g, fy_err *err)
     return st;
 }
 
-int pt_dim_expr(g_dim d, char *buf, size_t size)
+int aten_dim_expr(g_dim d, char *buf, size_t size)
 {
     size_t len = 0;
     int w = 0;

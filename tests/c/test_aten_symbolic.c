@@ -1,4 +1,4 @@
-/* test_pt2_symbolic.c — the torch target's shape arithmetic (backends/torch/pt2_symbolic.c):
+/* test_aten_symbolic.c — the aten targets' shape arithmetic (backends/aten/aten_symbolic.c):
  * dims printed as the sympy text torch's serializer reads, integers followed from shape_of
  * through gather, slice, concat, sums and products to the dims they hold, data-dependent values
  * left unknown, and an arange's length refined from its bounds (a position held in a tensor
@@ -12,22 +12,22 @@
 
 #include <cmocka.h>
 
-#include "backends/torch/torch.h"
+#include "backends/aten/aten.h"
 
 static void dims_print_as_sympy(void **state)
 {
     (void)state;
     char buf[64];
     g_dim d = g_dim_add(g_dim_scale(g_dim_sym(0), 2), g_dim_sym(1));
-    pt_dim_expr(d, buf, sizeof buf);
+    aten_dim_expr(d, buf, sizeof buf);
     assert_string_equal(buf, "2*s0 + s1");
-    pt_dim_expr(g_dim_sub(g_dim_const(3), g_dim_sym(2)), buf, sizeof buf);
+    aten_dim_expr(g_dim_sub(g_dim_const(3), g_dim_sym(2)), buf, sizeof buf);
     assert_string_equal(buf, "-s2 + 3");
-    pt_dim_expr(g_dim_add(g_dim_sym(1), g_dim_const(-1)), buf, sizeof buf);
+    aten_dim_expr(g_dim_add(g_dim_sym(1), g_dim_const(-1)), buf, sizeof buf);
     assert_string_equal(buf, "s1 - 1");
-    pt_dim_expr(g_dim_const(-7), buf, sizeof buf);
+    aten_dim_expr(g_dim_const(-7), buf, sizeof buf);
     assert_string_equal(buf, "-7");
-    assert_int_equal(pt_dim_expr(d, buf, 4), -1); /* too small: refused, not cut */
+    assert_int_equal(aten_dim_expr(d, buf, 4), -1); /* too small: refused, not cut */
 }
 
 /* x [batch, sequence, 4]: shape_of -> gather(1) -> add(shape_of[0]) ; a mask input's values */
@@ -54,7 +54,7 @@ static void integers_follow_shapes(void **state)
     int range = g_range(g, "range", start, end, g_scalar_i64(g, 1));
     int known = g_range(g, "known", g_scalar_i64(g, 0), twice, g_scalar_i64(g, 1));
     assert_true(g_ok(g));
-    pt_ints *ints = pt_track(g);
+    aten_ints *ints = aten_track(g);
     assert_non_null(ints);
     assert_true(ints[seq].known && ints[seq].scalar);
     assert_true(g_dim_eq(ints[seq].d[0], g_dim_sym(s)));
@@ -67,11 +67,11 @@ static void integers_follow_shapes(void **state)
     assert_false(ints[data].known); /* a tensor's values are data */
     assert_false(ints[pos].known);
     const g_node *rn = &g->nodes[g->values[range].producer];
-    int count = pt_range_offset_length(g, rn, ints);
+    int count = aten_range_offset_length(g, rn, ints);
     assert_int_equal(count, seq);
     free(ints);
     fy_err err = {0};
-    assert_int_equal(pt_refine_shapes(g, &err), FERRY_OK);
+    assert_int_equal(aten_refine_shapes(g, &err), FERRY_OK);
     assert_true(g_dim_eq(g->values[range].shape.d[0], g_dim_sym(s)));
     assert_true(g_dim_eq(g->values[known].shape.d[0],
                          g_dim_scale(g_dim_add(g_dim_sym(s), g_dim_sym(b)), 2)));
