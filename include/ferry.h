@@ -100,9 +100,11 @@ const char *ferry_supported_architectures(void);
 /* ---------------------------------------------------------------------------------------------
  * Export configuration — the C twin of transformers' OnnxConfig / AutoExportConfig.
  */
-/* ONNX; OpenVINO IR; torch.export's .pt2 (the guide's DynamoExporter, "dynamo" in a recipe) */
+/* ONNX; OpenVINO IR; torch.export's .pt2 (the guide's DynamoExporter, "dynamo" in a recipe);
+ * ExecuTorch's .pte (the guide's ExecutorchExporter) */
 typedef enum ferry_format {
-    FERRY_FORMAT_ONNX = 1, FERRY_FORMAT_OPENVINO = 2, FERRY_FORMAT_PT2 = 3
+    FERRY_FORMAT_ONNX = 1, FERRY_FORMAT_OPENVINO = 2, FERRY_FORMAT_PT2 = 3,
+    FERRY_FORMAT_EXECUTORCH = 4
 } ferry_format;
 
 /* The format named `name` as --format and a recipe's export_format spell it ("onnx");
@@ -210,7 +212,8 @@ typedef struct ferry_format_option {
 } ferry_format_option;
 
 typedef struct ferry_export_config {
-    ferry_format format;          /* FERRY_FORMAT_ONNX (default), _OPENVINO or _PT2 */
+    ferry_format format;          /* FERRY_FORMAT_ONNX (default), _OPENVINO, _PT2 or
+                                     _EXECUTORCH */
     int dynamic;                  /* 1: every axis symbolic (each logical axis the model
                                      declares: batch, sequence, ...) */
     ferry_dim_spec dims[FERRY_MAX_DIM_SPECS];

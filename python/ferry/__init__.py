@@ -10,13 +10,15 @@ exporters) and runs the saved graphs in their runtime (exported).
 """
 
 from ._lib import FerryError, FerryWarning, version
-from .configs import AutoExportConfig, DynamoConfig, OnnxConfig, OpenVINOConfig
+from .configs import AutoExportConfig, DynamoConfig, ExecutorchConfig, OnnxConfig, OpenVINOConfig
 from .exported import ExportedComponent, ExportedModel, ExportOutput
-from .exporters import (AutoHfExporter, DynamoExporter, OnnxExporter, OpenVINOExporter,
-                        decompose_for_generation)
+from .exporters import (AutoHfExporter, DynamoExporter, ExecutorchExporter, OnnxExporter,
+                        OpenVINOExporter, decompose_for_generation)
 
-__all__ = ["FerryError", "FerryWarning", "OnnxConfig", "OpenVINOConfig", "DynamoConfig", "AutoExportConfig",
-           "AutoHfExporter", "OnnxExporter", "OpenVINOExporter", "DynamoExporter", "ExportedModel", "ExportedComponent",
+__all__ = ["FerryError", "FerryWarning", "OnnxConfig", "OpenVINOConfig", "DynamoConfig",
+           "ExecutorchConfig", "AutoExportConfig", "AutoHfExporter", "OnnxExporter",
+           "OpenVINOExporter", "DynamoExporter", "ExecutorchExporter", "ExportedModel",
+           "ExportedComponent",
            "ExportOutput",
            "version", "decompose_for_generation", "validate", "ValidationReport"]
 

@@ -20,7 +20,8 @@ from .runners import Runners, derive_position_ids
 from .runtime import check_program_io, openvino_ports, runtime_reason
 
 BATCH, SEQUENCE, STEPS, SEED = 2, 16, 8, 0
-RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino", "pt2": "torch"}
+RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino", "pt2": "torch",
+            "executorch": "executorch"}
 
 
 @dataclass
@@ -347,7 +348,7 @@ def check_format(manifest):
                              "own pt2 exports, and ONNX and OpenVINO ones", status=4)
     if fmt not in RUNTIMES:
         raise CannotValidate(f"validating a {_escape(fmt)} export is not supported (onnx, "
-                             "openvino, pt2)", status=4)
+                             "openvino, pt2, executorch)", status=4)
     return fmt
 
 

@@ -239,6 +239,40 @@ class DynamoConfig(OnnxConfig):
                          _format_keys={"model_output": True} if model_output else None)
 
 
+class ExecutorchConfig(OnnxConfig):
+    """The recipe of an ExecuTorch export (the guide's ExecutorchExporter: one <component>.pte
+    per component, which executorch.runtime loads), written by ferry from the checkpoint
+    without tracing. `backend`: "portable" (the runtime's own kernels; ferry's default while
+    it writes no XNNPACK delegate) or "xnnpack" (refused, not written yet). ExecuTorch plans
+    every tensor at its largest size, so a dynamic axis without a max of its own is bounded by
+    `max_batch_size` (batch, default 4) or `max_seq_len` (the others, default 128).
+    `alloc_graph_input=False` / `alloc_graph_output=False` leave the inputs / outputs out of
+    the memory plan (the runtime reads the caller's tensors; the caller binds the outputs);
+    `alloc_mutable_buffers=False` is for generation exports' caches, not written yet."""
+
+    _format = "executorch"
+
+    def __init__(self, backend="portable", dynamic=False, dynamic_shapes=None, dtype="fp32",
+                 example_shapes=None, *, alloc_graph_input=True, alloc_graph_output=True,
+                 alloc_mutable_buffers=True, max_seq_len=None, max_batch_size=None, strict=False,
+                 prefer_deferred_runtime_asserts_over_guards=False):
+        keys = {}
+        if backend != "portable":
+            keys["backend"] = backend
+        for name, value in (("alloc_graph_input", alloc_graph_input),
+                            ("alloc_graph_output", alloc_graph_output),
+                            ("alloc_mutable_buffers", alloc_mutable_buffers)):
+            if value is not True:
+                keys[name] = value
+        for name, value in (("max_seq_len", max_seq_len), ("max_batch_size", max_batch_size)):
+            if value is not None:
+                keys[name] = value
+        super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
+                         example_shapes=example_shapes, strict=strict,
+                         prefer_deferred_runtime_asserts_over_guards=(
+                             prefer_deferred_runtime_asserts_over_guards), _format_keys=keys)
+
+
 class AutoExportConfig:
     @staticmethod
     def from_dict(d):
@@ -248,5 +282,6 @@ class AutoExportConfig:
             raise FerryError(f"from_dict takes a dict of recipe keys, not {type(d).__name__}",
                              status=1)
         config_class = {"openvino": OpenVINOConfig, "dynamo": DynamoConfig,
-                        "pt2": DynamoConfig}.get(d.get("export_format"), OnnxConfig)
+                        "pt2": DynamoConfig, "executorch": ExecutorchConfig}.get(
+                            d.get("export_format"), OnnxConfig)
         return config_class._from_dict(d)

@@ -15,15 +15,17 @@ from . import _lib, _versions
 from ._arrays import axis_refusal, check_token_ids, check_value_range, int_matrix, to_numpy
 from ._lib import (FerryError, FerryWarning, _P, _c, _c_bytes, _escape, _fail, _str,
                    caller_stacklevel)
-from .runtime import (TORCH_FORMATS, check_device, is_transformers_manifest, load_program,
-                      open_session, program_errors)
+from .runtime import (EXECUTORCH_FORMAT, TORCH_FORMATS, check_device, is_transformers_manifest,
+                      load_program, open_session, program_errors)
 
 
 class ExportedComponent:
     """One graph of an export: its file, its role in the export ("model", "prefill", "decode")
     and the metadata export.json records for it (inputs, outputs, precision, cache...).
     `.program` is the backend's program, loaded on first use: an onnx.ModelProto whose weights
-    stay in the external data file, an openvino.Model, or a torch.export.ExportedProgram."""
+    stay in the external data file, an openvino.Model, a torch.export.ExportedProgram, or an
+    executorch.runtime.Program (the guide's: an ExecutorchProgramManager cannot be rebuilt from
+    the file)."""
 
     def __init__(self, exported, name, file, entry):
         self._exported, self.name, self.file = exported, name, file
@@ -42,8 +44,8 @@ class ExportedComponent:
             self._exported._check_files()
             fmt = self._exported.format
             # the reader's own errors (onnx's DecodeError) as one FerryError naming the file
-            with program_errors(self.path, {"openvino": "openvino", "onnx": "onnx"}.get(
-                    fmt, "torch")):
+            with program_errors(self.path, {"openvino": "openvino", "onnx": "onnx",
+                                            EXECUTORCH_FORMAT: "executorch"}.get(fmt, "torch")):
                 self._program = self._read(fmt)
         return self._program
 
@@ -56,6 +58,10 @@ class ExportedComponent:
             import torch
 
             return load_program(self.path, torch.device("cpu"), self.metadata)
+        if fmt == EXECUTORCH_FORMAT:
+            from executorch.runtime import Runtime
+
+            return Runtime.get().load_program(str(self.path))
         import onnx
 
         return onnx.load(str(self.path), load_external_data=False)
@@ -215,7 +221,7 @@ class ExportedModel:
 
     @property
     def format(self):
-        """"onnx", "openvino" or "pt2" (export.json's format; transformers' exports say export_format,
+        """"onnx", "openvino", "pt2" or "executorch" (export.json's format; transformers' exports say export_format,
         and ferry's carry both where transformers' loader can run them)."""
         manifest = self.manifest
         return manifest.get("format", manifest.get("export_format"))
@@ -271,9 +277,9 @@ class ExportedModel:
         if self._session is None:
             self._check_callable()
             fmt = self.format
-            if fmt not in ("onnx", "openvino", *TORCH_FORMATS):
+            if fmt not in ("onnx", "openvino", EXECUTORCH_FORMAT, *TORCH_FORMATS):
                 raise FerryError(f"this is a {_escape(fmt)} export: ferry runs ONNX (onnxruntime), "
-                                 "OpenVINO and pt2 (torch) exports", status=4)
+                                 "OpenVINO, pt2 (torch) and ExecuTorch exports", status=4)
             model = self.components["model"]
             # transformers' metadata says export_dtype ("float32"), ferry's precision ("fp32")
             precision = model.metadata.get("precision") or (
@@ -314,6 +320,8 @@ class ExportedModel:
                 status=4)
         runtime = ("OpenVINO (openvino.Core().compile_model)" if openvino
                    else "torch (torch.export.load(file).module())" if self.format == "pt2"
+                   else "executorch.runtime (Runtime.get().load_program(file))"
+                   if self.format == EXECUTORCH_FORMAT
                    else "onnxruntime.InferenceSession")
         raise FerryError(
             f"this export has no \"model\" component to call: its components, {listed}, are "

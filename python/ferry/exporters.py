@@ -1,4 +1,5 @@
-"""The exporters: OnnxExporter, OpenVINOExporter and DynamoExporter (the guide's names), and
+"""The exporters: OnnxExporter, OpenVINOExporter, DynamoExporter and ExecutorchExporter (the
+guide's names), and
 decompose_for_generation. They marshal a recipe and a checkpoint to libferry, which does all the
 work, and wrap what it made in an ExportedModel."""
 
@@ -10,7 +11,8 @@ import warnings
 from ._arrays import to_numpy
 from ._lib import (FerryError, FerryWarning, _GenerationConfig, _P, _c, _c_bytes, _escape, _fail,
                    _str, caller_stacklevel)
-from .configs import AutoExportConfig, DynamoConfig, OnnxConfig, OpenVINOConfig, _plain_recipe
+from .configs import (AutoExportConfig, DynamoConfig, ExecutorchConfig, OnnxConfig, OpenVINOConfig,
+                      _plain_recipe)
 from .exported import ExportedModel
 
 # --- exporting, saving, loading, running ----------------------------------------------------
@@ -133,6 +135,24 @@ class DynamoExporter(OnnxExporter):
                                              **kwargs)
 
 
+class ExecutorchExporter(OnnxExporter):
+    """Exports to ExecuTorch's .pte (the recipe's export_format "executorch"): model.pte, which
+    executorch.runtime loads and runs, written by libferry from the checkpoint (no tracing, no
+    torch). Plain exports for now; export_for_generation is refused by libferry by name."""
+
+    export_format = "executorch"
+
+    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None):
+        config = self._config(_from_recipe(config, self.export_format))
+        return super().export(model, inputs, config or ExecutorchConfig(), revision,
+                              sample_inputs=sample_inputs)
+
+    def export_for_generation(self, model, inputs=None, config=None, **kwargs):
+        config = _from_recipe(config, self.export_format)
+        return super().export_for_generation(model, inputs,
+                                             config or ExecutorchConfig(dynamic=True), **kwargs)
+
+
 class AutoHfExporter:
     """The exporter for a config, as the guide's AutoHfExporter.from_config."""
 
@@ -142,7 +162,8 @@ class AutoHfExporter:
         # transformers' configs hold an ExportFormat enum: its value names it
         export_format = _plain_recipe(recipe).get("export_format", "onnx")
         exporters = {"onnx": OnnxExporter, "openvino": OpenVINOExporter,
-                     "dynamo": DynamoExporter, "pt2": DynamoExporter}
+                     "dynamo": DynamoExporter, "pt2": DynamoExporter,
+                     "executorch": ExecutorchExporter}
         if export_format not in exporters:
             raise FerryError(f"export_format {_escape(repr(export_format))} has no exporter in "
                              f"ferry (it writes {', '.join(exporters)})", status=4)
@@ -157,7 +178,8 @@ def _from_recipe(config, export_format):
         return config
     if isinstance(config, dict):
         return AutoExportConfig.from_dict({"export_format": export_format, **config})
-    raise FerryError("config must be an OnnxConfig, OpenVINOConfig or DynamoConfig, or a dict of "
+    raise FerryError("config must be an OnnxConfig, OpenVINOConfig, DynamoConfig or "
+                     "ExecutorchConfig, or a dict of "
                      f"recipe keys, not {_escape(type(config).__name__)}", status=1)
 
 

@@ -1,6 +1,6 @@
 """The runtimes an export runs in, behind one small interface (get_inputs, get_outputs, run):
-an onnxruntime InferenceSession, an OpenVINO compiled model, or a torch.export program's
-module. Also where `device` is read: an onnxruntime provider ("cpu", "cuda", "cuda:1"), an
+an onnxruntime InferenceSession, an OpenVINO compiled model, a torch.export program's
+module, or an ExecuTorch program's method. Also where `device` is read: an onnxruntime provider ("cpu", "cuda", "cuda:1"), an
 OpenVINO device ("cpu", "gpu", "xpu", "npu", "auto"; AUTO when none is given, as the guide
 says) or a torch device ("cpu", "cuda", "cuda:1"). Nothing here exports anything.
 """
@@ -17,6 +17,7 @@ from .pt2_safety import UnsafeArchive, read_checked_archive, treespec_problem
 
 # export.json's format names of a torch program: ferry's, and transformers' DynamoExporter's
 TORCH_FORMATS = ("pt2", "dynamo")
+EXECUTORCH_FORMAT = "executorch"
 
 
 def is_transformers_manifest(manifest):
@@ -31,6 +32,8 @@ def open_session(path, export_format, precision, device=None, metadata=None):
         return OpenVINOSession(path, precision, device, metadata)
     if export_format in TORCH_FORMATS:
         return TorchSession(path, device, metadata)
+    if export_format == EXECUTORCH_FORMAT:
+        return ExecutorchSession(path, device, metadata)
     return onnxruntime_session(path, device, precision=precision, metadata=metadata)
 
 
@@ -40,6 +43,8 @@ def check_device(export_format, device):
         openvino_device(device)
     elif export_format in TORCH_FORMATS:
         torch_device(device)
+    elif export_format == EXECUTORCH_FORMAT:
+        executorch_device(device)
     else:
         _onnxruntime_provider(device)
 
@@ -526,5 +531,88 @@ class TorchSession:
         out = []
         for name in names:
             value = result[name].detach().to("cpu")
+            out.append((value.float() if value.dtype == torch.bfloat16 else value).numpy())
+        return out
+
+
+def executorch_device(device):
+    """ExecuTorch's Python runtime runs its programs on the CPU."""
+    if device not in (None, "cpu"):
+        raise FerryError(f"device {_escape(str(device))}: an ExecuTorch program runs on the "
+                         "CPU here (executorch.runtime); pass device=None or \"cpu\"", status=4)
+    return "cpu"
+
+
+# ExecuTorch's element types (TensorInfo.dtype(), scalar_type.fbs's numbers), as export.json
+# names them
+_EXECUTORCH_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16",
+                     6: "float32", 7: "float64", 11: "bool", 15: "bfloat16"}
+
+
+def executorch_ports(method, metadata):
+    """(inputs, outputs) of an ExecuTorch method as check_program_io takes them. A .pte names
+    neither: they are export.json's names in order, with the program's own count and element
+    types (its sizes are bounds, not the export's axes)."""
+    meta = method.metadata
+
+    def ports(kind, count, info):
+        listed = [v for v in (metadata or {}).get(kind) or [] if isinstance(v, dict)]
+        names = [str(v.get("name")) for v in listed]
+        out = []
+        for k in range(count):
+            dtype = int(info(k).dtype())
+            out.append((names[k] if k < len(names) else f"{kind[:-1]} {k}",
+                        _EXECUTORCH_TYPES.get(dtype, f"scalar type {dtype}"), None))
+        return out
+
+    return (ports("inputs", meta.num_inputs(), meta.input_tensor_meta),
+            ports("outputs", meta.num_outputs(), meta.output_tensor_meta))
+
+
+class ExecutorchSession:
+    """A .pte program run by the ExecuTorch runtime (executorch.runtime): its method "forward"
+    called with the inputs in export.json's order, numpy in and out (bf16 outputs as float32,
+    which numpy can hold). Each call copies the inputs into the program's planned memory (or
+    hands them over, with alloc_graph_input false) and returns its outputs."""
+
+    def __init__(self, path, device=None, metadata=None):
+        executorch_device(device)
+        try:
+            from executorch.runtime import Runtime
+        except ImportError as e:
+            raise FerryError("running an ExecuTorch export needs the executorch package "
+                             f"(pip install executorch==1.5.1): {_escape(str(e))}", status=4)
+        metadata = metadata if isinstance(metadata, dict) else {}
+        with program_errors(path, "executorch"):
+            program = Runtime.get().load_program(str(path))
+            self._method = program.load_method(str(metadata.get("method") or "forward"))
+        inputs, outputs = executorch_ports(self._method, metadata)
+        listed = {k: len([v for v in metadata.get(k) or [] if isinstance(v, dict)])
+                  for k in ("inputs", "outputs")}
+        for kind, ports in (("inputs", inputs), ("outputs", outputs)):
+            if metadata.get(kind) is not None and len(ports) != listed[kind]:
+                raise FerryError(f"{_escape(str(path))}: the program has {len(ports)} {kind}, "
+                                 f"where export.json lists {listed[kind]}: one of them was "
+                                 "edited since the export", status=3)
+        check_program_io(_escape(str(path)), metadata, inputs, outputs)
+        self._inputs = [p[0] for p in inputs]
+        self._outputs = [p[0] for p in outputs]
+
+    def get_inputs(self):
+        return [_Port(name) for name in self._inputs]
+
+    def get_outputs(self):
+        return [_Port(name) for name in self._outputs]
+
+    def run(self, names, feeds):
+        import numpy as np
+        import torch
+
+        args = [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in self._inputs]
+        result = self._method.execute(args)
+        by_name = dict(zip(self._outputs, result))
+        out = []
+        for name in names:
+            value = by_name[name]
             out.append((value.float() if value.dtype == torch.bfloat16 else value).numpy())
         return out

@@ -124,6 +124,8 @@ const be_option *be_option_find(const fb_backend *be, const char *key);
  * misuse, caught by the tests that run each option). */
 int64_t be_option_value(const ferry_export_config *cfg, const fb_backend *be,
                         const char *key);
+/* Whether `cfg` sets `be`'s option `key` (at any value, its default too). */
+bool be_option_is_set(const ferry_export_config *cfg, const fb_backend *be, const char *key);
 /* The same value as its canonical text (a static string or cfg's own); NULL for an unknown key. */
 const char *be_option_text(const ferry_export_config *cfg, const fb_backend *be, const char *key);
 /* Sets `be`'s option `key` to `value` (a configure settling a default). */
@@ -160,5 +162,6 @@ const char *fb_names(void);
 extern const fb_backend fb_onnx;
 extern const fb_backend fb_openvino;
 extern const fb_backend fb_pt2;
+extern const fb_backend fb_executorch;
 
 #endif

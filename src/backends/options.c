@@ -56,6 +56,12 @@ const char *be_option_text(const ferry_export_config *cfg, const fb_backend *be,
     return text ? text : o->def;
 }
 
+bool be_option_is_set(const ferry_export_config *cfg, const fb_backend *be, const char *key)
+{
+    const be_option *o = be_option_find(be, key);
+    return o && set_text(cfg, o->key);
+}
+
 int64_t be_option_value(const ferry_export_config *cfg, const fb_backend *be, const char *key)
 {
     const be_option *o = be_option_find(be, key);

@@ -5,7 +5,8 @@
 
 #include "backends/backend.h"
 
-static const fb_backend *const BACKENDS[] = {&fb_onnx, &fb_openvino, &fb_pt2};
+static const fb_backend *const BACKENDS[] = {&fb_onnx, &fb_openvino, &fb_pt2,
+                                                &fb_executorch};
 #define N_BACKENDS (sizeof BACKENDS / sizeof BACKENDS[0])
 
 const fb_backend *fb_find(ferry_format format)

@@ -418,6 +418,24 @@ static void describe(strbuf *b, const ferry_exported *e)
                     sb_printf(b, "    %-24s %s\n", quote(opt->string),
                               quote(opt->valuestring));
         }
+        const cJSON *planned = cJSON_GetObjectItemCaseSensitive(md, "planned_memory_bytes");
+        if (cJSON_IsNumber(planned)) {
+            /* an ExecuTorch program: what its method asks of the runtime */
+            char bytes[32], instrs[32], consts[32];
+            int n_ops = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(md, "operators"));
+            int n_delegates = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(md,
+                                                                                 "delegates"));
+            sb_printf(b, "  ExecuTorch program: method %s, %s instructions over %d kernels "
+                      "(backend %s, %d delegates), %s constants; memory plan %s bytes (every "
+                      "tensor at its largest size); load it with executorch.runtime's "
+                      "Runtime.get().load_program(file)\n", qstr(md, "method"),
+                      int_text(cJSON_GetObjectItemCaseSensitive(md, "instructions"), instrs,
+                               sizeof instrs),
+                      n_ops, qstr(ec, "backend"), n_delegates,
+                      int_text(cJSON_GetObjectItemCaseSensitive(md, "constants"), consts,
+                               sizeof consts),
+                      int_text(planned, bytes, sizeof bytes));
+        }
         const cJSON *tsyms = cJSON_GetObjectItemCaseSensitive(md, "torch_symbols");
         if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "verifier"))) {
             char params[32], shared[300] = "";

@@ -693,12 +693,6 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
                     goto done;
             }
             cfg->inputs = bits;
-        } else if (!strcmp(k, "backend")) {
-            if (!cJSON_IsNull(item)) {
-                st = say(eb, es, FERRY_ERR_UNSUPPORTED,
-                         "recipe: '%s' is not supported yet (only null is accepted)", k);
-                goto done;
-            }
         } else if (exp_is_format_option(k)) {
             if ((st = exp_recipe_option(&format_options, k, item, eb, es)) != FERRY_OK)
                 goto done;

@@ -644,6 +644,23 @@ typedef struct op_writer {
     const char *option, *value;
 } op_writer;
 
+/* A .pte names neither its inputs nor its outputs (an export's export.json does): the runner
+ * reads them, in the program's order, from model.io ("in NAME" / "out NAME" lines). */
+static ferry_status write_io_names(const g_graph *g, const char *dir, fy_err *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/model.io", dir) >= (int)sizeof path)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s: path too long", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return fy_fail(err, FERRY_ERR_IO, "%s: cannot create", path);
+    for (size_t i = 0; i < g->n_inputs; i++)
+        fprintf(f, "in %s\n", g->values[g->inputs[i]].name);
+    for (size_t i = 0; i < g->n_outputs; i++)
+        fprintf(f, "out %s\n", g->values[g->outputs[i]].name);
+    return fclose(f) == 0 ? FERRY_OK : fy_fail(err, FERRY_ERR_IO, "%s: write failed", path);
+}
+
 static ferry_status run(const op_case *c, const char *dir, bool dynamic, const op_writer *w,
                         fy_err *err)
 {
@@ -694,6 +711,8 @@ static ferry_status run(const op_case *c, const char *dir, bool dynamic, const o
     if ((st = be->finish(comp.graph, &cfg, err)) == FERRY_OK &&
         (st = be->files(&comp, 1, err)) == FERRY_OK)
         st = be->write(&comp, 1, &cfg, dir, NULL, NULL, err);
+    if (st == FERRY_OK && be == &fb_executorch)
+        st = write_io_names(comp.graph, dir, err);
 done:
     g_free(comp.graph);
     g_free(g);
@@ -726,7 +745,7 @@ int main(int argc, char **argv)
         w.option = "stateful", w.value = "false";
     if (usage) {
         fprintf(stderr, "usage: ferry-op-graph CASE OUTDIR [--dynamic] [--format onnx|openvino|"
-                        "pt2] [--ort-fusions EP] | --list\n");
+                        "pt2|executorch] [--ort-fusions EP] | --list\n");
         return 2;
     }
     const op_case *c = NULL;

@@ -224,10 +224,10 @@ static void test_hostile_recipes(void **state)
         {"a hint with a range", "{\"dynamic_shapes\": {\"input_ids\": {\"1\": "
          "\"DimHint(DYNAMIC, min=1, max=128)\"}}}", FERRY_ERR_INVALID_ARG, "a hint with a range"},
         /* the format is judged first: its own keys are not reported as unknown */
-        {"executorch recipe", "{\"alloc_graph_input\": true, \"backend\": \"xnnpack\", "
-         "\"export_format\": \"executorch\"}", FERRY_ERR_UNSUPPORTED,
-         "export_format 'executorch' is not one ferry writes (onnx, openvino, pt2; \"dynamo\" is "
-         "pt2)"},
+        {"an unknown format's recipe", "{\"alloc_graph_input\": true, \"delegate\": \"mlx\", "
+         "\"export_format\": \"mlx\"}", FERRY_ERR_UNSUPPORTED,
+         "export_format 'mlx' is not one ferry writes (onnx, openvino, pt2, executorch; "
+         "\"dynamo\" is pt2)"},
         {"null format", "{\"export_format\": null}", FERRY_ERR_UNSUPPORTED,
          "export_format null is not one ferry writes"},
         {"the last format is the one judged", "{\"export_format\": \"onnx\", "
@@ -623,6 +623,14 @@ static void test_config_check(void **state)
         {"{\"input_names\": [\"input_ids\"], \"for_generation\": true}",
          FERRY_ERR_INVALID_ARG, "apply to plain exports: generation components take"},
         {"{\"input_names\": [\"input_ids\", \"position_ids\"]}", FERRY_OK, ""},
+        /* transformers' ExecutorchConfig: its backend is the format's own option */
+        {"{\"export_format\": \"executorch\", \"backend\": \"portable\", "
+         "\"alloc_graph_input\": false}", FERRY_OK, ""},
+        {"{\"export_format\": \"executorch\", \"backend\": \"xnnpack\"}",
+         FERRY_ERR_UNSUPPORTED, "backend xnnpack (the XNNPACK delegate) is not written yet"},
+        {"{\"export_format\": \"onnx\", \"backend\": null}", FERRY_OK, ""},
+        {"{\"export_format\": \"onnx\", \"backend\": \"portable\"}", FERRY_ERR_INVALID_ARG,
+         "'backend' (the flag --et-backend) is an ExecuTorch option"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ferry_export_config cfg, before;
@@ -816,7 +824,7 @@ static void test_format_options(void **state)
         assert_null(strstr(seen, key));
         strncat(seen, key, sizeof seen - strlen(seen) - 1);
     }
-    assert_int_equal(n, 5);
+    assert_int_equal(n, 11);
     assert_int_equal(ferry_format_option_describe(n, &info), FERRY_ERR_INVALID_ARG);
     assert_int_equal(ferry_format_option_describe(-1, &info), FERRY_ERR_INVALID_ARG);
 }

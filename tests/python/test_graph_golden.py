@@ -1,6 +1,6 @@
 """Golden text dumps of the IR (`ferry graph`) per family x target: the semantic graph each
 architecture builds and the graph lowered for standard ONNX, a decoder and an encoder lowered
-for every other target (ort-cpu, ort-cuda, openvino, torch), plus the generation layouts of one
+for every other target (ort-cpu, ort-cuda, openvino, torch, executorch), plus the generation layouts of one
 family in each format. A change to a builder, a lowering or a printer's naming shows up here as
 a readable diff of the graph, before any runtime test says what broke.
 
@@ -27,7 +27,8 @@ CASES = [(family, stage, ["--dynamic", "--stage", stage])
 # every target, not only onnx-standard: a decoder and an encoder lowered for each, and the
 # generation layout each other format writes
 TARGETS = {"ort-cpu": ["--ort-fusions", "cpu"], "ort-cuda": ["--ort-fusions", "cuda"],
-           "openvino": ["--format", "openvino"], "torch": ["--format", "pt2"]}
+           "openvino": ["--format", "openvino"], "torch": ["--format", "pt2"],
+           "executorch": ["--format", "executorch"]}
 CASES += [(family, f"lowered-{target}", ["--dynamic", *flags, "--stage", "lowered"])
           for family in ("llama", "bert") for target, flags in TARGETS.items()]
 CASES += [("bert", stage, ["--dynamic", "--stage", stage]) for stage in ("semantic", "lowered")]

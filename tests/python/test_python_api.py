@@ -101,8 +101,8 @@ def test_config_errors_name_the_key():
 
     with pytest.raises(FerryError, match="dynamc"):
         AutoExportConfig.from_dict({"export_format": "onnx", "dynamc": True})
-    with pytest.raises(FerryError, match="export_format|executorch"):
-        AutoExportConfig.from_dict({"export_format": "executorch"})
+    with pytest.raises(FerryError, match="export_format 'mlx'"):
+        AutoExportConfig.from_dict({"export_format": "mlx"})
     with pytest.raises(FerryError, match="dtype|int3"):
         OnnxConfig(dtype="int3")
 

@@ -1,0 +1,215 @@
+/* et_backend.c — ExecuTorch's .pte format (the guide's ExecutorchExporter): options, finish,
+ * file layout and writing (the target is et_target.c, the kernels et_kernels.c over the aten
+ * emitter, the memory plan et_plan.c, the file et_file.c; docs/pte-format.md holds the format
+ * facts, checked against executorch 1.5.1).
+ *
+ * Placement policy: each component is <name>.pte, one file holding its program and, in its
+ * constant segment, every weight and constant once.
+ *
+ * What it writes: the plain export (component "model") of every family, fp32, fp16 or bf16,
+ * with static or bounded dynamic dims, on the runtime's portable kernels. ExecuTorch plans
+ * every tensor at its largest size, so each dynamic axis has a bound: its own max, or
+ * max_batch_size for batch and max_seq_len for the others. Not yet, refused by name: the
+ * XNNPACK delegate, generation exports, quantized weights. */
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/executorch/executorch.h"
+#include "util/fs.h"
+
+static const char *const ET_BACKENDS[] = {"portable", "xnnpack", NULL};
+
+static const be_option ET_OPTIONS[] = {
+    {.key = "backend", .type = BE_OPTION_CHOICE, .def = "portable", .choices = ET_BACKENDS,
+     .flag = "--et-backend", .metavar = "NAME", .always_recorded = true,
+     .help = "executorch: where the program's ops run: portable (the\n"
+             "runtime's own kernels, every op; default); xnnpack (its\n"
+             "XNNPACK delegate) is not written yet"},
+    {.key = "alloc_graph_input", .type = BE_OPTION_BOOL, .def = "true",
+     .flag = "--no-alloc-graph-input", .flag_value = "false",
+     .help = "executorch: the inputs get no place in the program's\n"
+             "memory plan; the runtime reads the caller's tensors where\n"
+             "they are (ExecutorchConfig(alloc_graph_input=False))"},
+    {.key = "alloc_graph_output", .type = BE_OPTION_BOOL, .def = "true",
+     .flag = "--no-alloc-graph-output", .flag_value = "false",
+     .help = "executorch: the outputs get no place in the memory plan;\n"
+             "the caller binds each (Method::set_output_data_ptr)\n"
+             "(ExecutorchConfig(alloc_graph_output=False))"},
+    {.key = "alloc_mutable_buffers", .type = BE_OPTION_BOOL, .def = "true",
+     .flag = "--no-alloc-mutable-buffers", .flag_value = "false", .generation_only = true,
+     .help = "executorch generation: the cache buffers get no place in\n"
+             "the memory plan (ExecutorchConfig(alloc_mutable_buffers=\n"
+             "False)); generation exports are not written yet"},
+    {.key = "max_seq_len", .type = BE_OPTION_INT, .def = "128", .min = 1, .max = INT32_MAX, .flag = "--max-seq-len", .metavar = "N",
+     .help = "executorch: the largest extent of each dynamic axis but\n"
+             "batch that has no max of its own (--dynamic; a --dim\n"
+             "without one): ExecuTorch plans every tensor at its\n"
+             "largest size (default 128)"},
+    {.key = "max_batch_size", .type = BE_OPTION_INT, .def = "4", .min = 1, .max = INT32_MAX, .flag = "--max-batch-size", .metavar = "N",
+     .help = "executorch: the largest batch of a dynamic batch axis with\n"
+             "no max of its own (default 4)"},
+};
+
+static bool unbounded_axes(const ferry_export_config *cfg)
+{
+    if (cfg->dynamic)
+        return true;
+    for (int i = 0; i < cfg->n_dims && i < FERRY_MAX_DIM_SPECS; i++)
+        if (cfg->dims[i].max == 0)
+            return true;
+    return false;
+}
+
+static ferry_status et_configure(ferry_export_config *cfg, fy_err *err)
+{
+    if (be_option_value(cfg, &fb_executorch, "backend") != 0)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "executorch: backend xnnpack (the XNNPACK "
+                       "delegate) is not written yet; export with backend portable "
+                       "(--et-backend portable), whose kernels run every op");
+    if (cfg->quantizer.bits)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int%d: the executorch format "
+                       "cannot hold ferry's quantized weights yet (export fp32, fp16 or bf16)",
+                       cfg->quantizer.bits);
+    if (cfg->for_generation)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "executorch: generation exports (a program "
+                       "with a KV cache) are not written yet; export the plain model");
+    if (!be_option_value(cfg, &fb_executorch, "alloc_mutable_buffers"))
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "executorch: alloc_mutable_buffers false "
+                       "places a generation export's cache buffers, and the executorch format "
+                       "writes no generation exports yet");
+    static const char *const bounds[] = {"max_seq_len", "max_batch_size"};
+    for (int i = 0; i < 2; i++)
+        if (be_option_is_set(cfg, &fb_executorch, bounds[i]) && !unbounded_axes(cfg))
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "executorch: %s bounds the dynamic axes "
+                           "that have no max of their own, and this export has none (it takes "
+                           "--dynamic, or a --dim without a max)", bounds[i]);
+    return FERRY_OK;
+}
+
+static void et_target_of(const ferry_export_config *cfg, g_target *out)
+{
+    *out = et_target;
+    out->opts = cfg;
+}
+
+/* Every symbol gets a largest value (ExecuTorch sizes each tensor at its bound): its own max,
+ * else the format's max_batch_size (batch) or max_seq_len. */
+static ferry_status bound_symbols(g_graph *g, const ferry_export_config *cfg, fy_err *err)
+{
+    for (int i = 0; i < g->syms.n; i++) {
+        g_sym *s = &g->syms.s[i];
+        if (s->max > 0)
+            continue;
+        const char *key = strcmp(s->name, "batch") == 0 ? "max_batch_size" : "max_seq_len";
+        int64_t bound = be_option_value(cfg, &fb_executorch, key);
+        if (bound < s->min || bound < s->example)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "executorch: %s %lld is below the %s "
+                           "the export traces (%lld) or its min (%lld)", key, (long long)bound,
+                           s->name, (long long)s->example, (long long)s->min);
+        s->max = bound;
+    }
+    return FERRY_OK;
+}
+
+static ferry_status et_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
+{
+    if (g->n_states)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "executorch: a graph with a cache");
+    if (bound_symbols(g, cfg, err) != FERRY_OK || aten_refine_shapes(g, err) != FERRY_OK)
+        return err->status;
+    return g_check(g, err);
+}
+
+static ferry_status et_files(be_component *comps, int n, fy_err *err)
+{
+    for (int i = 0; i < n; i++) {
+        if (snprintf(comps[i].file, sizeof comps[i].file, "%s.pte", comps[i].name) >=
+            (int)sizeof comps[i].file)
+            return fy_fail(err, FERRY_ERR_INTERNAL, "component name '%s' too long",
+                           comps[i].name);
+        comps[i].n_data_files = 0;
+    }
+    return FERRY_OK;
+}
+
+static et_plan_opts plan_opts(const ferry_export_config *cfg)
+{
+    return (et_plan_opts){
+        .alloc_graph_input = be_option_value(cfg, &fb_executorch, "alloc_graph_input"),
+        .alloc_graph_output = be_option_value(cfg, &fb_executorch, "alloc_graph_output"),
+    };
+}
+
+/* The program of `g`, planned. */
+static ferry_status make_program(et_program *p, const g_graph *g,
+                                 const ferry_export_config *cfg, fy_err *err)
+{
+    et_plan_opts opts = plan_opts(cfg);
+    et_program_init(p, g, err);
+    if (et_emit_program(p, err) != FERRY_OK)
+        return p->st;
+    return et_plan_memory(p, &opts);
+}
+
+static ferry_status et_write(const be_component *comps, int n, const ferry_export_config *cfg,
+                             const char *dir, ws_progress *progress, be_written *written,
+                             fy_err *err)
+{
+    for (int i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        uint32_t crc = 0;
+        if (fs_join(path, sizeof path, dir, comps[i].file, err) != FERRY_OK)
+            return err->status;
+        et_program p;
+        ferry_status st = make_program(&p, comps[i].graph, cfg, err);
+        if (st == FERRY_OK)
+            st = et_write_file(&p, path, progress, &crc, err);
+        et_program_free(&p);
+        if (st != FERRY_OK || be_wrote(written, comps[i].file, crc, err) != FERRY_OK)
+            return err->status;
+    }
+    return FERRY_OK;
+}
+
+static void et_describe(const ferry_export_config *cfg, const g_graph *g, cJSON *metadata)
+{
+    /* what the runtime will be asked for: the plan's arena and the kernels it must register */
+    et_program p;
+    fy_err err = {0};
+    if (make_program(&p, g, cfg, &err) == FERRY_OK) {
+        cJSON_AddStringToObject(metadata, "method", "forward");
+        cJSON_AddNumberToObject(metadata, "planned_memory_bytes", (double)p.arena);
+        cJSON_AddNumberToObject(metadata, "instructions", (double)p.n_instrs);
+        cJSON_AddNumberToObject(metadata, "constants", (double)p.n_constants);
+        cJSON *ops = cJSON_AddArrayToObject(metadata, "operators");
+        for (size_t i = 0; i < p.n_operators; i++)
+            cJSON_AddItemToArray(ops, cJSON_CreateString(p.operators[i]));
+        cJSON_AddArrayToObject(metadata, "delegates");
+    }
+    et_program_free(&p);
+}
+
+/* no cache forms yet: generation exports are refused by configure */
+static unsigned et_state_forms(const ferry_export_config *cfg)
+{
+    (void)cfg;
+    return 0;
+}
+
+const fb_backend fb_executorch = {
+    .name = "executorch",
+    .format = FERRY_FORMAT_EXECUTORCH,
+    .configure = et_configure,
+    .target = et_target_of,
+    .finish = et_finish,
+    .files = et_files,
+    .write = et_write,
+    .describe = et_describe,
+    .state_forms = et_state_forms,
+    .title = "ExecuTorch",
+    .options = ET_OPTIONS,
+    .n_options = sizeof ET_OPTIONS / sizeof ET_OPTIONS[0],
+};

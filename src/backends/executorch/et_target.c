@@ -1,0 +1,29 @@
+/* et_target.c — the ExecuTorch target: what stays one aten op (the aten emitter spells it,
+ * et_kernels.c makes it the runtime's out kernel) and what takes the generic lowerings.
+ *
+ *   linear, embedding, gelu, layer_norm   kept: aten::linear.out, aten::embedding.out,
+ *               aten::gelu.out, aten::native_layer_norm.out
+ *   silu        the generic x * sigmoid(x): the runtime registers no silu kernel
+ *   attention   the generic lowering (matmuls, the mask as a bias, softmax), each matmul a
+ *               bmm over its batch dims
+ * Everything else takes the generic lowerings (ir/lower/): RMSNorm and rotary as transformers
+ * computes them. */
+#include "backends/executorch/executorch.h"
+
+static g_legality et_legal(const g_target *t, const g_graph *g, const g_node *n)
+{
+    (void)t, (void)g;
+    switch (n->op) {
+    case G_LINEAR: case G_EMBEDDING: case G_GELU: case G_GELU_TANH: case G_LAYER_NORM:
+        return G_NATIVE;
+    default: return g_op_is_semantic(n->op) ? G_LOWER : G_NATIVE;
+    }
+}
+
+static g_lower_fn et_lowering(const g_target *t, g_op op)
+{
+    (void)t, (void)op;
+    return NULL;
+}
+
+const g_target et_target = {.name = "executorch", .legal = et_legal, .lowering = et_lowering};

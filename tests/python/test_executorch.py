@@ -1,0 +1,356 @@
+"""ExecuTorch's .pte (--format executorch, the guide's ExecutorchExporter) against the oracle:
+the ExecuTorch runtime of the pinned wheel (executorch.runtime) loads the model.pte ferry wrote
+and runs its method, and transformers' eager model runs the same checkpoint. fp32 logits and
+hidden states agree within 1e-4 at every real position for every decoder family (batch 1 and 2,
+left-padded, sequence 1, 7 and 33, dynamic and static) and every encoder family (batch 1 and 3,
+right-padded); fp16 and bf16 programs within the ONNX oracle's bounds.
+
+The program's structure is read back with the wheel's own flatbuffer decoder, never ferry's:
+every tensor is a constant inside the constant segment, planned inside the arena, or an input
+or output the options leave to the caller; no two planned tensors whose lifetimes meet share a
+byte (the lifetimes derived here from the instructions); every kernel is one the runtime
+registers; the extended header locates the segment. What the format cannot write yet (the
+XNNPACK delegate, generation, quantized weights, 3-D convolutions) fails with one line and
+writes nothing."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import (ARCHS, FERRY_BIN, FP32_ATOL, assert_logits_close, check_export_error,
+                      ferry_builds, ferry_export, make_checkpoint, make_inputs, reference_logits,
+                      run_ferry)
+from test_encoders import FAMILIES as ENCODERS, assert_close, build as build_encoder, eager, \
+    feeds_for
+from test_oracle_onnx import BF16_ATOL, FP16_ATOL
+
+VOCAB = 160
+SHAPES = [(1, 1), (1, 7), (1, 33), (2, 1), (2, 7), (2, 33)]
+
+
+def runtime():
+    from executorch.runtime import Runtime
+
+    return Runtime.get()
+
+
+def method(out, component="model"):
+    return runtime().load_program(str(out / f"{component}.pte")).load_method("forward")
+
+
+def run(m, ids, mask):
+    (logits,) = m.execute([torch.from_numpy(ids), torch.from_numpy(mask)])
+    return logits.float().numpy()
+
+
+def check_decoder(ckpt, m, shapes, atol=FP32_ATOL):
+    for batch, seq in shapes:
+        ids, mask, _ = make_inputs(VOCAB, batch, seq)
+        assert_logits_close(run(m, ids, mask), reference_logits(ckpt, ids, mask, None), mask,
+                            atol=atol, what=f"{batch}x{seq}")
+
+
+# --- the program as the wheel's decoder reads it -------------------------------------------
+
+
+def decode(path):
+    """The Program of `path` as JSON, by executorch's own flatbuffer reader."""
+    from executorch.exir._serialize._flatbuffer import _program_flatbuffer_to_json
+
+    return json.loads(_program_flatbuffer_to_json(path.read_bytes()))
+
+
+ELEMENT = {"BYTE": 1, "CHAR": 1, "SHORT": 2, "INT": 4, "LONG": 8, "HALF": 2, "FLOAT": 4,
+           "DOUBLE": 8, "BOOL": 1, "BFLOAT16": 2}
+
+
+def nbytes(t):
+    return int(np.prod(t["sizes"], dtype=np.int64)) * ELEMENT[t["scalar_type"]]
+
+
+def check_program(path, planned_inputs=True, planned_outputs=True):
+    """The structure checks of the module docstring; returns the decoded program."""
+    raw = path.read_bytes()
+    prog = decode(path)
+    assert raw[4:8] == b"ET12" and prog["version"] == 0
+    (plan,) = prog["execution_plan"]
+    assert plan["delegates"] == [] and plan["non_const_buffer_sizes"][0] == 0
+    arena = plan["non_const_buffer_sizes"][1]
+    values = plan["values"]
+    # the segment: the extended header says where it starts and how long it is
+    seg = prog.get("segments") or []
+    if seg:
+        assert raw[8:12] == b"eh00"
+        base = int.from_bytes(raw[24:32], "little")
+        size = int.from_bytes(raw[32:40], "little")
+        assert base % 128 == 0 and base + size == len(raw) and seg == [{"offset": 0,
+                                                                         "size": size}]
+    offsets = prog["constant_segment"]["offsets"]
+    registered = set(runtime().operator_registry.operator_names)
+    for op in plan["operators"]:
+        name = op["name"] + ("." + op["overload"] if op["overload"] else "")
+        assert name in registered, f"{name}: no such kernel in the runtime"
+    # lifetimes, from the instructions alone
+    end = len(plan["chains"][0]["instructions"])
+    first, last = {}, {}
+
+    def touch(k, at):
+        v = values[k]
+        if v["val_type"] == "Tensor":
+            first.setdefault(k, at)
+            last[k] = at
+        elif v["val_type"] in ("TensorList", "OptionalTensorList"):
+            for item in v["val"]["items"]:
+                if item >= 0:
+                    touch(item, at)
+
+    for k in plan["inputs"]:
+        first[k] = 0
+        last[k] = 0
+    for at, ins in enumerate(plan["chains"][0]["instructions"]):
+        assert ins["instr_args_type"] == "KernelCall"
+        for a in ins["instr_args"]["args"]:
+            assert 0 <= a < len(values)
+            touch(a, at)
+    for k in plan["outputs"]:
+        last[k] = end
+    placed = []
+    for k, v in enumerate(values):
+        if v["val_type"] != "Tensor":
+            continue
+        t = v["val"]
+        assert t["dim_order"] == list(range(len(t["sizes"])))
+        alloc = t.get("allocation_info")
+        if t["data_buffer_idx"]:
+            assert alloc is None, f"value {k}: a constant with a place in the arena"
+            assert offsets[t["data_buffer_idx"]] + nbytes(t) <= seg[0]["size"]
+            continue
+        if alloc is None:
+            assert (k in plan["inputs"] and not planned_inputs) or \
+                (k in plan["outputs"] and not planned_outputs), f"value {k}: no memory at all"
+            continue
+        assert alloc["memory_id"] == 1
+        at = alloc["memory_offset_low"] + (alloc.get("memory_offset_high", 0) << 32)
+        assert at + nbytes(t) <= arena, f"value {k}: past the arena"
+        if k in first:
+            placed.append((first[k], last[k], at, at + nbytes(t), k))
+    placed.sort()
+    for i, (f1, l1, a1, b1, k1) in enumerate(placed):
+        for f2, l2, a2, b2, k2 in placed[i + 1:]:
+            if f2 > l1:
+                break
+            assert b1 <= a2 or b2 <= a1, \
+                f"values {k1} and {k2} are alive together and share bytes [{a1}, {b1}) [{a2}, {b2})"
+    return prog
+
+
+# --- decoders --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=list(ARCHS))
+def family(request, tmp_path_factory):
+    arch = request.param
+    base = tmp_path_factory.mktemp(f"pte-{arch}")
+    ckpt = make_checkpoint(base / "ckpt", arch)
+    out = ferry_export(ckpt, base / "pte", "--format", "executorch", "--dynamic", "--quiet")
+    return arch, ckpt, out
+
+
+def test_decoder_matches_eager(family):
+    arch, ckpt, out = family
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json", "export.json", "generation_config.json", "model.pte"]
+    check_decoder(ckpt, method(out), SHAPES)
+
+
+def test_program_is_well_formed(family):
+    _, _, out = family
+    prog = check_program(out / "model.pte")
+    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    plan = prog["execution_plan"][0]
+    assert meta["planned_memory_bytes"] == plan["non_const_buffer_sizes"][1]
+    assert meta["instructions"] == len(plan["chains"][0]["instructions"])
+    assert sorted(meta["operators"]) == sorted(
+        o["name"] + "." + o["overload"] for o in plan["operators"])
+    # the dynamic axes have their bounds, which export.json states
+    assert meta["symbols"]["batch"]["max"] == 4 and meta["symbols"]["sequence"]["max"] == 128
+
+
+def test_bounds_are_the_programs(family, tmp_path):
+    """max_seq_len / max_batch_size bound the dynamic axes: the program takes up to them, and
+    ExportedModel refuses past them by name, before the runtime's own error."""
+    import ferry
+
+    arch, ckpt, _ = family
+    if arch != "llama":
+        pytest.skip("one family shows it")
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dynamic",
+                       "--max-seq-len", "16", "--max-batch-size", "2", "--quiet")
+    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    assert meta["symbols"]["sequence"]["max"] == 16 and meta["symbols"]["batch"]["max"] == 2
+    check_decoder(ckpt, method(out), [(2, 16), (1, 1)])
+    model = ferry.ExportedModel.from_pretrained(out)
+    for shape, needle in (((1, 17), "axis 1 (sequence) takes 1 to 16"),
+                          ((3, 4), "axis 0 (batch) takes 1 to 2")):
+        with pytest.raises(ferry.FerryError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+            model(input_ids=np.zeros(shape, np.int64))
+
+
+def test_static_export(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "ckpt", "qwen3")
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--example-shape",
+                       "input_ids=2x7", "--quiet")
+    prog = check_program(out / "model.pte")
+    dynamism = {v["val"]["shape_dynamism"] for v in prog["execution_plan"][0]["values"]
+                if v["val_type"] == "Tensor"}
+    assert dynamism == {"STATIC"}
+    check_decoder(ckpt, method(out), [(2, 7)])
+
+
+@pytest.mark.parametrize("dtype,atol", [("fp16", FP16_ATOL), ("bf16", BF16_ATOL)])
+def test_half_programs(tmp_path, dtype, atol):
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dynamic",
+                       "--dtype", dtype, "--quiet")
+    check_program(out / "model.pte")
+    check_decoder(ckpt, method(out), [(1, 7), (2, 33)], atol=atol)
+
+
+def test_inputs_and_outputs_left_to_the_caller(tmp_path):
+    """alloc_graph_input / alloc_graph_output false: no place in the plan (the runtime reads the
+    caller's inputs where they are, the pybinding binds the outputs), the same numbers."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", "mistral")
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dynamic",
+                       "--no-alloc-graph-input", "--no-alloc-graph-output", "--quiet")
+    prog = check_program(out / "model.pte", planned_inputs=False, planned_outputs=False)
+    plan = prog["execution_plan"][0]
+    for k in plan["inputs"] + plan["outputs"]:
+        assert "allocation_info" not in plan["values"][k]["val"]
+    check_decoder(ckpt, method(out), [(1, 7), (2, 33)])
+    planned = ferry_export(ckpt, tmp_path / "planned", "--format", "executorch", "--dynamic",
+                           "--quiet")
+    assert plan["non_const_buffer_sizes"][1] <= \
+        decode(planned / "model.pte")["execution_plan"][0]["non_const_buffer_sizes"][1]
+
+
+@pytest.mark.parametrize("label,build", ferry_builds()[1:], ids=[b[0] for b in ferry_builds()[1:]])
+def test_sanitizer_builds_write_the_program(tmp_path, label, build):
+    """The sanitizer builds write the program cleanly (a memory error or a leak exits 86): the
+    same bytes as the release build from gcc's ASan build; from clang's, a program that is well
+    formed and computes the same numbers (the two compilers order some of the IR's nodes
+    differently, in every format)."""
+    from conftest import ROOT
+
+    for name, ckpt in (("llama", ROOT / "fixtures" / "tiny-llama"),
+                       ("bert", build_encoder(tmp_path / "bert-ckpt", "bert"))):
+        outs = {}
+        for which, binary in (("release", FERRY_BIN), (label, build)):
+            out = outs[which] = tmp_path / f"{name}-{which}"
+            rc, _, err = run_ferry("export", ckpt, out, "--format", "executorch", "--dynamic",
+                                   "--quiet", binary=binary)
+            assert rc == 0, err
+        release, sanitized = (outs[w] / "model.pte" for w in ("release", label))
+        if label == "asan":
+            assert release.read_bytes() == sanitized.read_bytes(), name
+            continue
+        check_program(sanitized)
+        feeds = [torch.from_numpy(v) for v in make_inputs(60, 2, 7)[:2]]
+        if name == "bert":
+            feeds.append(torch.zeros_like(feeds[0]))
+        got = [method(outs[w]).execute(feeds) for w in ("release", label)]
+        for a, b in zip(*got):
+            assert torch.allclose(a, b, atol=1e-6), name
+
+
+# --- encoders --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def encoders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pte-encoders")
+    return {family: build_encoder(root / family, family) for family in ENCODERS}
+
+
+@pytest.mark.parametrize("family", list(ENCODERS))
+def test_encoder_matches_eager(encoders, tmp_path, family):
+    import ferry
+    import transformers.modeling_outputs as outputs
+
+    out = ferry_export(encoders[family], tmp_path / "out", "--dynamic", "--format",
+                       "executorch", "--quiet")
+    check_program(out / "model.pte")
+    exported = ferry.ExportedModel.from_pretrained(out)
+    for batch, seq in [(1, 1), (1, 7), (3, 7), (3, 33)]:
+        feeds = feeds_for(family, batch, seq)
+        got = exported(**feeds)
+        want = eager(encoders[family], feeds)
+        assert type(got) is type(want) and isinstance(got, outputs.ModelOutput)
+        assert_close(got, want, feeds["attention_mask"], f"{family} pte {batch}x{seq}")
+
+
+# --- the Python API and the CLI ----------------------------------------------------------------
+
+
+def test_python_api(tmp_path):
+    import ferry
+    from executorch.runtime import Program
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "gemma")
+    config = ferry.ExecutorchConfig(dynamic=True, max_seq_len=40)
+    assert ferry.AutoHfExporter.from_config(config).__class__ is ferry.ExecutorchExporter
+    assert ferry.AutoExportConfig.from_dict(config.to_dict()).to_dict() == config.to_dict()
+    exported = ferry.ExecutorchExporter().export(str(ckpt), config=config)
+    exported.save_pretrained(tmp_path / "out")
+    loaded = ferry.ExportedModel.from_pretrained(tmp_path / "out")
+    assert loaded.format == "executorch" and isinstance(loaded.program, Program)
+    ids, mask, _ = make_inputs(VOCAB, 2, 9)
+    got = loaded(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    assert isinstance(got, CausalLMOutputWithPast)
+    assert_logits_close(got.logits.numpy(), reference_logits(ckpt, ids, mask, None), mask)
+    with pytest.raises(ferry.FerryError, match="xnnpack"):
+        ferry.ExecutorchConfig(backend="xnnpack")
+    # transformers' own config, as the guide writes it (its portable backend)
+    import transformers.exporters as hf
+
+    theirs = hf.ExecutorchConfig(backend="portable", dynamic=True)
+    exporter = ferry.AutoHfExporter.from_config(theirs)
+    exporter.export(str(ckpt), config=theirs).save_pretrained(tmp_path / "theirs")
+    got = ferry.ExportedModel.from_pretrained(tmp_path / "theirs")(
+        input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    assert_logits_close(got.logits.numpy(), reference_logits(ckpt, ids, mask, None), mask)
+    with pytest.raises(ferry.FerryError, match="device cuda"):
+        ferry.ExportedModel.from_pretrained(tmp_path / "out", device="cuda")(
+            input_ids=torch.from_numpy(ids))
+
+
+def test_inspect_and_validate(tmp_path):
+    import os
+    import sys
+
+    from conftest import ROOT
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "qwen2")
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dynamic", "--quiet")
+    rc, stdout, _ = run_ferry("inspect", out)
+    assert rc == 0 and "ExecuTorch program: method forward" in stdout, stdout
+    assert "backend portable, 0 delegates" in stdout and "max 128" in stdout, stdout
+    env = {"FERRY_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
+    rc, stdout, stderr = run_ferry("validate", out, "--model", ckpt, "--no-record", env=env)
+    assert rc == 0 and stdout.rstrip().endswith("PASS") and "executorch" in stdout, \
+        (stdout, stderr)
+
+
+@pytest.mark.parametrize("flags,needles,code", [
+    (["--et-backend", "xnnpack"], ["backend xnnpack", "not written yet"], 1),
+    (["--quantize", "int4"], ["int4", "executorch format cannot hold"], 1),
+    (["--for-generation", "--static-cache", "--max-cache-len", "16"],
+     ["executorch", "generation exports"], 1),
+    (["--max-seq-len", "16"], ["max_seq_len", "--dynamic"], 2),
+])
+def test_refusals_write_nothing(tmp_path, flags, needles, code):
+    check_export_error(make_checkpoint(tmp_path / "ckpt", "llama"), tmp_path / "out",
+                       ["--format", "executorch", *flags], needles, code)
