@@ -18,8 +18,8 @@ static const char usage[] =
     "usage: ferry validate EXPORT [--model CKPT [--revision REV]] [--subfolder DIR]\n"
     "                      [--atol X | --min-top1 X] [--no-record] [-q]\n"
     "\n"
-    "Run the export in EXPORT in its runtime (onnxruntime, OpenVINO, or torch for a .pt2; on\n"
-    "CPU) and transformers' eager model on the same example inputs, and compare the logits of\n"
+    "Run the export in EXPORT in its runtime (onnxruntime, OpenVINO, torch for a .pt2, or\n"
+    "ExecuTorch's for a .pte; on CPU) and transformers' eager model on the same example inputs, and compare the logits of\n"
     "every real (non-padding) position. The inputs are a batch of 2 with one row left-padded,\n"
     "16 tokens (a static export: its traced shape). A generation export runs the prompt (prefill,\n"
     "or decode on an empty cache), then 8 greedy decode steps with its cache carried between\n"
@@ -56,8 +56,8 @@ static const char usage[] =
     "Validation runs in Python: $FERRY_PYTHON if set (a pip-installed ferry command sets it to\n"
     "its own Python), else python3 beside the ferry executable (a virtual environment's bin/),\n"
     "else python3 on PATH. It needs the ferry package (`pip install .` from ferry's source, or\n"
-    "its python/ directory on PYTHONPATH), transformers, torch, and onnxruntime or openvino\n"
-    "for those formats (torch runs a .pt2).\n"
+    "its python/ directory on PYTHONPATH), transformers, torch, and onnxruntime, openvino\n"
+    "or executorch for those formats (torch runs a .pt2).\n"
     "Nothing is downloaded. Ctrl-C, SIGTERM or SIGHUP stops it (its Python gets SIGTERM;\n"
     "a $FERRY_PYTHON wrapper script must exec Python for that to reach it): nothing is\n"
     "recorded, unless validation had already finished, and ferry dies of the signal.\n"
@@ -163,9 +163,9 @@ int cli_validate(char *const *args, int n)
         snprintf(tried + used, sizeof tried - used, "%s%s", used ? ", " : "", candidates[i]);
     }
     cli_error("validate: needs a Python that can import the ferry package (`pip install .` "
-              "from ferry's source, or its python/ directory on PYTHONPATH) with transformers, torch and onnxruntime "
-              "or openvino; tried %s%s", tried, chosen && *chosen ? " ($FERRY_PYTHON)" :
-              " (set FERRY_PYTHON to choose one)");
+              "from ferry's source, or its python/ directory on PYTHONPATH) with transformers, "
+              "torch, and onnxruntime, openvino or executorch; tried %s%s", tried,
+              chosen && *chosen ? " ($FERRY_PYTHON)" : " (set FERRY_PYTHON to choose one)");
     return EXIT_CANNOT;
 }
 

@@ -252,9 +252,10 @@ class ExecutorchConfig(OnnxConfig):
 
     _format = "executorch"
 
-    def __init__(self, backend="portable", dynamic=False, dynamic_shapes=None, dtype="fp32",
-                 example_shapes=None, *, alloc_graph_input=True, alloc_graph_output=True,
-                 alloc_mutable_buffers=True, max_seq_len=None, max_batch_size=None, strict=False,
+    def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None, *,
+                 backend="portable", quantizer=None, alloc_graph_input=True,
+                 alloc_graph_output=True, alloc_mutable_buffers=True, max_seq_len=None,
+                 max_batch_size=None, strict=False,
                  prefer_deferred_runtime_asserts_over_guards=False):
         keys = {}
         if backend != "portable":
@@ -268,7 +269,7 @@ class ExecutorchConfig(OnnxConfig):
             if value is not None:
                 keys[name] = value
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
-                         example_shapes=example_shapes, strict=strict,
+                         example_shapes=example_shapes, quantizer=quantizer, strict=strict,
                          prefer_deferred_runtime_asserts_over_guards=(
                              prefer_deferred_runtime_asserts_over_guards), _format_keys=keys)
 

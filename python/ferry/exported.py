@@ -1,6 +1,6 @@
 """ExportedModel: an export in memory or on disk (components, manifest), saved and loaded by
-libferry, and run in its runtime (onnxruntime or OpenVINO, ferry.runtime) like the model it came
-from: same kwargs, same output class."""
+libferry, and run in its runtime (onnxruntime, OpenVINO, torch or ExecuTorch: ferry.runtime)
+like the model it came from: same kwargs, same output class."""
 
 import ctypes
 import json

@@ -1,6 +1,6 @@
-"""Validation of a saved export: it runs in its runtime (onnxruntime or OpenVINO) and
-transformers' eager model runs on the same example inputs; the logits of every real
-(non-padding) position are compared, against an absolute bound per precision or, for quantized
+"""Validation of a saved export: it runs in its runtime (onnxruntime, OpenVINO, torch or
+ExecuTorch) and transformers' eager model runs on the same example inputs; the logits of every
+real (non-padding) position are compared, against an absolute bound per precision or, for quantized
 weights, by top-1 agreement. A validation that passes is recorded in export.json
 ("validated_with": the runtime and reference versions), so that a later load can warn when the
 runtime installed differs (ExportedModel.from_pretrained).

@@ -84,6 +84,9 @@ typedef struct fb_backend {
     ferry_status (*finish)(g_graph *g, const ferry_export_config *cfg, fy_err *err);
     /* The placement policy: which files each component has. */
     ferry_status (*files)(be_component *comps, int n, fy_err *err);
+    /* Whether a file of this name is one `files` makes ("model.pte"): what ferry may remove
+     * of an export directory it left behind. */
+    bool (*owns_file)(const char *name);
     /* Writes every component's files into `dir` (created exclusively, synced), each one's
      * CRC-32 into `written` (may be NULL). */
     ferry_status (*write)(const be_component *comps, int n, const ferry_export_config *cfg,
@@ -115,6 +118,9 @@ typedef struct fb_backend {
  * (static cache) as input.<name> / output.<name>, an appended one as past_key_values.<l>.key ->
  * present.<l>.key. For the formats whose cache is the graph's inputs and outputs. */
 ferry_status be_name_explicit_cache(g_graph *g, fy_err *err);
+
+/* Whether `name` is longer than `suffix` and ends with it (a file a format owns). */
+bool be_name_ends_with(const char *name, const char *suffix);
 
 /* --- options (options.c) --- */
 /* `be`'s option named `key` (or its alias), or NULL. */

@@ -61,3 +61,9 @@ const char *ferry_supported_formats(void)
 {
     return fb_names();
 }
+
+bool be_name_ends_with(const char *name, const char *suffix)
+{
+    size_t n = strlen(name), k = strlen(suffix);
+    return n > k && strcmp(name + n - k, suffix) == 0;
+}

@@ -348,6 +348,8 @@ static void describe(strbuf *b, const ferry_exported *e)
                   "component, given every input it takes%s\n",
                   cJSON_IsString(tf_fmt) && !strcmp(tf_fmt->valuestring, "dynamo")
                    ? " (with trust_remote_code=True: it gates every pickled torch program)"
+                   : cJSON_IsString(tf_fmt) && !strcmp(tf_fmt->valuestring, "executorch")
+                   ? " (where torchao is installed: transformers' ExecuTorch support imports it)"
                    : "",
                   takes_positions(m) ? " (position_ids too: transformers derives none)" : "");
     else if (cJSON_IsObject(tf))

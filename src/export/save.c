@@ -68,27 +68,21 @@ static int lock_exclusive(int fd)
     return fcntl(fd, F_OFD_SETLK, &fl);
 }
 
-/* A file name ferry writes into an export: a component's graph or data file, the manifest, the
- * two configs, the tokenizer files. */
+/* A file name ferry writes into an export: a component's graph or data file (each format says
+ * which names are its own: fb_backend.owns_file), the manifest, the two configs, the tokenizer
+ * files. */
 static bool is_export_file_name(const char *name)
 {
     static const char *const exact[] = {"export.json", "config.json", "generation_config.json"};
-    /* pt2: a killed pt2 export's temporary directory was never removed */
-    static const char *const suffixes[] = {".onnx", ".onnx.data", ".pt2"};
-    size_t len = strlen(name);
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (strcmp(name, exact[i]) == 0)
             return true;
     if (tok_is_file_name(name) || strcmp(name, GENAI_CONFIG_FILE) == 0)
         return true;
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        size_t slen = strlen(suffixes[i]);
-        if (len > slen && strcmp(name + len - slen, suffixes[i]) == 0)
+    for (int i = 0; fb_at(i); i++)
+        if (fb_at(i)->owns_file(name))
             return true;
-    }
-    /* OpenVINO IR: openvino_<component>.xml over openvino_<component>.bin */
-    return len > strlen("openvino_.xml") && strncmp(name, "openvino_", 9) == 0 &&
-           (strcmp(name + len - 4, ".xml") == 0 || strcmp(name + len - 4, ".bin") == 0);
+    return false;
 }
 
 /* Goes over the entries of the directory `dfd` (which it closes): with `remove`, unlinks each

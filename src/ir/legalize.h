@@ -107,6 +107,11 @@ ferry_status lower_rope(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs);
 
+/* The generic attention of `n` over keys `k` and values `v` ([b, kvh, t, d], dst ids) that the
+ * caller made (a target that writes a static cache its own way): outs[0] gets the output;
+ * outs[1] and outs[2] are the caller's. */
+ferry_status lower_attention_over(g_lower_ctx *c, const g_node *n, int k, int v, int *outs);
+
 /* attention's keys and values as it reads them, [b, kvh, t, d] each: the new rows joined with
  * the cache as the node's cache kind says (ir/lower/attention.c); outs[1] and outs[2] get the
  * present cache when there is one. For a target's own attention kernel over the whole cache. */

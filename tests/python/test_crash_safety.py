@@ -325,10 +325,11 @@ def test_stale_temp_dirs_are_recognised(tmp_path):
 
 @pytest.mark.parametrize("files", [["model.onnx", "model.onnx.data"],
                                    ["openvino_model.xml", "openvino_model.bin"],
-                                   ["prefill.pt2", "decode.pt2"]], ids=["onnx", "openvino", "pt2"])
+                                   ["prefill.pt2", "decode.pt2"], ["model.pte"]],
+                         ids=["onnx", "openvino", "pt2", "executorch"])
 def test_stale_temp_dirs_of_every_format_removed(tmp_path, files):
     """A killed export's temporary directory holds its format's files, and the next export to
-    the same destination removes it, whatever the format (pt2's were left
+    the same destination removes it, whatever the format (pt2's, then executorch's, were left
     behind, gigabytes each for a real model)."""
     parent = tmp_path / "outs"
     stale = parent / f".model.ferry-tmp-{dead_pid()}-a1B2c3"

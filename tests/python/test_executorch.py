@@ -198,6 +198,36 @@ def test_bounds_are_the_programs(family, tmp_path):
             model(input_ids=np.zeros(shape, np.int64))
 
 
+@pytest.mark.parametrize("flags,want", [
+    # below the traced example: the example moves into range
+    (["--dynamic", "--max-seq-len", "4"], {"batch": (1, 4), "sequence": (1, 4)}),
+    # the batch is the inputs' first axis, whatever its symbol is called
+    (["--dim", "input_ids:0=b", "--dim", "input_ids:1=s", "--max-batch-size", "2",
+      "--max-seq-len", "16"], {"b": (1, 2), "s": (1, 16)}),
+    # given, a bound caps the max a --dim has
+    (["--dim", "input_ids:1=s:2:64", "--max-seq-len", "16"], {"s": (2, 16)}),
+])
+def test_bounds_options(tmp_path, flags, want):
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--quiet", *flags)
+    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    got = {k: (v["min"], v["max"]) for k, v in meta["symbols"].items()}
+    assert got == want
+    assert all(v["traced"] <= v["max"] for v in meta["symbols"].values())
+    top = {k: v[1] for k, v in want.items()}
+    batch = top.get("batch", top.get("b", 1))
+    check_decoder(ckpt, method(out), [(batch, top.get("sequence", top.get("s"))), (1, 2)])
+
+
+def test_encoder_positions_capped(tmp_path):
+    """An encoder's sequence is bounded by its position table; max_seq_len, given, caps it."""
+    ckpt = build_encoder(tmp_path / "ckpt", "bert")
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dynamic",
+                       "--max-seq-len", "16", "--quiet")
+    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    assert meta["symbols"]["sequence"]["max"] == 16
+
+
 def test_static_export(tmp_path):
     ckpt = make_checkpoint(tmp_path / "ckpt", "qwen3")
     out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--example-shape",
@@ -312,6 +342,8 @@ def test_python_api(tmp_path):
     assert_logits_close(got.logits.numpy(), reference_logits(ckpt, ids, mask, None), mask)
     with pytest.raises(ferry.FerryError, match="xnnpack"):
         ferry.ExecutorchConfig(backend="xnnpack")
+    with pytest.raises(ferry.FerryError, match="executorch format cannot hold"):
+        ferry.ExecutorchConfig(quantizer="int4")
     # transformers' own config, as the guide writes it (its portable backend)
     import transformers.exporters as hf
 
@@ -350,6 +382,9 @@ def test_inspect_and_validate(tmp_path):
     (["--for-generation", "--static-cache", "--max-cache-len", "16"],
      ["executorch", "generation exports"], 1),
     (["--max-seq-len", "16"], ["max_seq_len", "--dynamic"], 2),
+    (["--dim", "input_ids:1=s:0:16"], ["the dynamic axis s has min 0", "a min of 1"], 2),
+    (["--dynamic", "--max-seq-len", "2147483647"], ["the memory plan needs more than 1 TiB",
+                                                    "max_seq_len"], 1),
 ])
 def test_refusals_write_nothing(tmp_path, flags, needles, code):
     check_export_error(make_checkpoint(tmp_path / "ckpt", "llama"), tmp_path / "out",

@@ -70,7 +70,7 @@ def test_signal_stops_and_removes_everything(tmp_path, build, sig):
     assert os.listdir(tmp_path) == [], "something was left behind"
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "openvino", "pt2"])
+@pytest.mark.parametrize("fmt", ["onnx", "openvino", "pt2", "executorch"])
 def test_existing_export_untouched(tmp_path, build, fmt):
     out = ferry_export(FIXTURE, tmp_path / "out", "--dynamic", "--format", fmt, "-q")
     before = digest(out)

@@ -126,6 +126,13 @@ void aten_emit_mutations(aten_emitter *e);
 /* ... and for a static cache's write into the caller's tensor */
 #define ATEN_INDEX_COPY "index_copy_"
 
+/* Attention n's keys and values [b, kvh, t, d] as it reads them (aten_cache.c): a static
+ * cache's new rows written into the cache tensor itself (aten.index_copy_ at slots
+ * arange(s) + position, an ATEN_INDEX_COPY extern), outs[1] and outs[2] the written caches;
+ * otherwise lw_attention_kv's. */
+struct g_lower_ctx;
+void aten_attention_kv(struct g_lower_ctx *c, const g_node *n, int *k, int *v, int *outs);
+
 /* The embedding weight a tied head node `n` of `g` reads (transformers' module reads it through
  * a parameter of its own, its module's "<fqn>.weight" in `key`, one storage with it), or NULL:
  * `n` is not the head (the linear of role head the family declared), or it has a weight of

@@ -43,25 +43,19 @@ static const be_option ET_OPTIONS[] = {
      .help = "executorch generation: the cache buffers get no place in\n"
              "the memory plan (ExecutorchConfig(alloc_mutable_buffers=\n"
              "False)); generation exports are not written yet"},
-    {.key = "max_seq_len", .type = BE_OPTION_INT, .def = "128", .min = 1, .max = INT32_MAX, .flag = "--max-seq-len", .metavar = "N",
+    {.key = "max_seq_len", .type = BE_OPTION_INT, .def = "128", .min = 1, .max = INT32_MAX,
+     .flag = "--max-seq-len", .metavar = "N",
      .help = "executorch: the largest extent of each dynamic axis but\n"
-             "batch that has no max of its own (--dynamic; a --dim\n"
-             "without one): ExecuTorch plans every tensor at its\n"
-             "largest size (default 128)"},
-    {.key = "max_batch_size", .type = BE_OPTION_INT, .def = "4", .min = 1, .max = INT32_MAX, .flag = "--max-batch-size", .metavar = "N",
-     .help = "executorch: the largest batch of a dynamic batch axis with\n"
-             "no max of its own (default 4)"},
+             "batch (ExecuTorch plans every tensor at its largest\n"
+             "size): the bound of an axis with no max of its own\n"
+             "(default 128), and given, a cap on every axis's max (a\n"
+             "--dim's, the model's position table's)"},
+    {.key = "max_batch_size", .type = BE_OPTION_INT, .def = "4", .min = 1, .max = INT32_MAX,
+     .flag = "--max-batch-size", .metavar = "N",
+     .help = "executorch: the largest batch of a dynamic batch axis (an\n"
+             "input's first): its bound where it has no max of its own\n"
+             "(default 4), and given, a cap on the max it has"},
 };
-
-static bool unbounded_axes(const ferry_export_config *cfg)
-{
-    if (cfg->dynamic)
-        return true;
-    for (int i = 0; i < cfg->n_dims && i < FERRY_MAX_DIM_SPECS; i++)
-        if (cfg->dims[i].max == 0)
-            return true;
-    return false;
-}
 
 static ferry_status et_configure(ferry_export_config *cfg, fy_err *err)
 {
@@ -82,10 +76,10 @@ static ferry_status et_configure(ferry_export_config *cfg, fy_err *err)
                        "writes no generation exports yet");
     static const char *const bounds[] = {"max_seq_len", "max_batch_size"};
     for (int i = 0; i < 2; i++)
-        if (be_option_is_set(cfg, &fb_executorch, bounds[i]) && !unbounded_axes(cfg))
-            return fy_fail(err, FERRY_ERR_INVALID_ARG, "executorch: %s bounds the dynamic axes "
-                           "that have no max of their own, and this export has none (it takes "
-                           "--dynamic, or a --dim without a max)", bounds[i]);
+        if (be_option_is_set(cfg, &fb_executorch, bounds[i]) && !cfg->dynamic &&
+            cfg->n_dims == 0)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "executorch: %s bounds the dynamic axes, "
+                           "and this export has none (it takes --dynamic or a --dim)", bounds[i]);
     return FERRY_OK;
 }
 
@@ -95,21 +89,38 @@ static void et_target_of(const ferry_export_config *cfg, g_target *out)
     out->opts = cfg;
 }
 
-/* Every symbol gets a largest value (ExecuTorch sizes each tensor at its bound): its own max,
- * else the format's max_batch_size (batch) or max_seq_len. */
+/* Whether symbol `sym` is a batch: the extent of some input's first axis. */
+static bool batch_symbol(const g_graph *g, int sym)
+{
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const g_value *x = &g->values[g->inputs[i]];
+        if (x->shape.rank > 0 && g_dim_eq(x->shape.d[0], g_dim_sym(sym)))
+            return true;
+    }
+    return false;
+}
+
+/* Every symbol gets a largest value (ExecuTorch sizes each tensor at its bound): the format's
+ * max_batch_size (a batch axis) or max_seq_len (the others) where the symbol has none, and as
+ * a cap on the one it has where the option is given. The traced extent moves into range (it is
+ * a hint only). */
 static ferry_status bound_symbols(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
     for (int i = 0; i < g->syms.n; i++) {
         g_sym *s = &g->syms.s[i];
-        if (s->max > 0)
-            continue;
-        const char *key = strcmp(s->name, "batch") == 0 ? "max_batch_size" : "max_seq_len";
+        const char *key = batch_symbol(g, i) ? "max_batch_size" : "max_seq_len";
         int64_t bound = be_option_value(cfg, &fb_executorch, key);
-        if (bound < s->min || bound < s->example)
-            return fy_fail(err, FERRY_ERR_INVALID_ARG, "executorch: %s %lld is below the %s "
-                           "the export traces (%lld) or its min (%lld)", key, (long long)bound,
-                           s->name, (long long)s->example, (long long)s->min);
-        s->max = bound;
+        if (s->max <= 0 || (be_option_is_set(cfg, &fb_executorch, key) && bound < s->max))
+            s->max = bound;
+        if (s->min < 1)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "executorch: the dynamic axis %s has min "
+                           "%lld: the runtime's kernels take no empty tensors; give it a min "
+                           "of 1", s->name, (long long)s->min);
+        if (s->max < s->min)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "executorch: %s %lld is below the min of "
+                           "%s (%lld)", key, (long long)s->max, s->name, (long long)s->min);
+        if (s->example > s->max)
+            s->example = s->max;
     }
     return FERRY_OK;
 }
@@ -199,6 +210,11 @@ static unsigned et_state_forms(const ferry_export_config *cfg)
     return 0;
 }
 
+static bool et_owns_file(const char *name)
+{
+    return be_name_ends_with(name, ".pte");
+}
+
 const fb_backend fb_executorch = {
     .name = "executorch",
     .format = FERRY_FORMAT_EXECUTORCH,
@@ -206,6 +222,7 @@ const fb_backend fb_executorch = {
     .target = et_target_of,
     .finish = et_finish,
     .files = et_files,
+    .owns_file = et_owns_file,
     .write = et_write,
     .describe = et_describe,
     .state_forms = et_state_forms,

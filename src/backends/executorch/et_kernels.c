@@ -887,10 +887,44 @@ static void t_layer_norm(et_sink *k, const call_frame *f, const int *outs)
     et_call(p, "aten::native_layer_norm.out", a.v, a.n);
 }
 
+/* a static cache's rows written into it: index_put_ over (None, ..., slots) at `dim` */
+static void t_index_copy(et_sink *k, const call_frame *f, const int *outs)
+{
+    const call_arg *dim = need(k, f, "dim");
+    if (!dim)
+        return;
+    if (dim->i < 0 || dim->i >= G_MAX_RANK)
+        return (void)et_fail(k->p, FERRY_ERR_INTERNAL, "index_copy_ on axis %lld",
+                             (long long)dim->i);
+    int items[G_MAX_RANK];
+    for (int i = 0; i < dim->i; i++)
+        items[i] = -1;
+    items[dim->i] = tensor(k, f, "index");
+    kargs a = args_of(k, f);
+    a_tensor(&a, "self");
+    a_value(&a, et_list(k->p, ET_OPT_TENSOR_LIST, items, (int)dim->i + 1));
+    a_tensor(&a, "source");
+    a_bool(&a, false);
+    a_value(&a, outs[0]);
+    et_call(k->p, "aten::index_put_", a.v, a.n);
+}
+
+/* a state written back into its input after every read of the old value */
+static void t_copy(et_sink *k, const call_frame *f, const int *outs)
+{
+    kargs a = args_of(k, f);
+    a_tensor(&a, "self");
+    a_tensor(&a, "src");
+    a_bool(&a, false);
+    a_value(&a, outs[0]);
+    et_call(k->p, "aten::copy_", a.v, a.n);
+}
+
 static const struct {
     const char *op;
     translate_fn fn;
 } TRANSLATE[] = {
+    {"index_copy_.default", t_index_copy}, {"copy_.default", t_copy},
     {"add.Tensor", t_add_sub}, {"sub.Tensor", t_add_sub}, {"mul.Tensor", t_binary},
     {"div.Tensor", t_binary}, {"pow.Tensor_Tensor", t_binary}, {"pow.Tensor_Scalar", t_binary},
     {"maximum.default", t_binary}, {"minimum.default", t_binary},
@@ -943,13 +977,17 @@ static void s_end(aten_sink *s, int n, const aten_out *outs, const char *node, a
     int made[G_MAX_OUT];
     if (n > G_MAX_OUT)
         return (void)et_fail(p, FERRY_ERR_INTERNAL, "a call of %d outputs", n);
+    /* an in-place op ("copy_.default") returns its self: its output is that tensor */
+    bool in_place = f->op[strcspn(f->op, ".") - 1] == '_';
     for (int i = 0; i < n && p->st == FERRY_OK; i++) {
         k->out_shapes[i] = outs[i].shape;
-        made[i] = et_tensor(p, outs[i].dtype, &outs[i].shape);
+        made[i] = in_place && i == 0 ? tensor(k, f, "self")
+                                     : et_tensor(p, outs[i].dtype, &outs[i].shape);
         if (made[i] < 0)
             break;
         if (outs[i].value != G_NONE) {
-            p->values[made[i]].graph_value = outs[i].value;
+            if (!(in_place && i == 0))
+                p->values[made[i]].graph_value = outs[i].value;
             p->of_value[outs[i].value] = made[i];
             refs[i] = outs[i].value;
         } else if (push_temp(k, made[i], &outs[i].shape)) {

@@ -27,12 +27,21 @@ static void touch(et_program *p, int v, int at)
     }
 }
 
+/* The most memory a plan may ask for: no device has more, and a plan past it (a bound of
+ * 2^31 tokens) would overflow its own arithmetic. */
+#define ET_PLAN_MAX ((uint64_t)1 << 40)
+
+/* bytes of `x` at its bounds; ET_PLAN_MAX + 1 for more than ET_PLAN_MAX */
 static uint64_t tensor_bytes(const et_value *x)
 {
     uint64_t numel = 1;
-    for (int i = 0; i < x->rank; i++)
+    for (int i = 0; i < x->rank; i++) {
+        if (x->sizes[i] && numel > ET_PLAN_MAX / (uint64_t)x->sizes[i])
+            return ET_PLAN_MAX + 1;
         numel *= (uint64_t)x->sizes[i];
-    return dt_nbytes(x->dtype, numel);
+    }
+    uint64_t bytes = numel > ET_PLAN_MAX ? ET_PLAN_MAX + 1 : dt_nbytes(x->dtype, numel);
+    return bytes > ET_PLAN_MAX ? ET_PLAN_MAX + 1 : bytes;
 }
 
 typedef struct placed {
@@ -133,9 +142,17 @@ ferry_status et_plan_memory(et_program *p, const et_plan_opts *opts)
                 alive[k] = all[j];
             }
         uint64_t size = aligned_size(x), at = 0;
+        if (size > ET_PLAN_MAX) {
+            arena = size;
+            break;
+        }
         for (size_t k = 0; k < n_alive && alive[k].start < at + size; k++)
             if (alive[k].end > at)
                 at = alive[k].end;
+        if (at > ET_PLAN_MAX) {
+            arena = at;
+            break;
+        }
         all[n_placed++] = (placed){at, at + size, x->first, x->last};
         x->offset = at;
         if (at + size > arena)
@@ -143,6 +160,10 @@ ferry_status et_plan_memory(et_program *p, const et_plan_opts *opts)
     }
     free(all);
     free(order), free(tmp), free(alive);
+    if (arena > ET_PLAN_MAX)
+        return et_fail(p, FERRY_ERR_UNSUPPORTED, "the memory plan needs more than 1 TiB at the "
+                       "dynamic axes' bounds (every tensor at its largest size): lower them "
+                       "(max_seq_len, max_batch_size, or a --dim max)");
     p->arena = arena;
     return FERRY_OK;
 }

@@ -5,7 +5,9 @@
  *               aten::gelu.out, aten::native_layer_norm.out
  *   silu        the generic x * sigmoid(x): the runtime registers no silu kernel
  *   attention   the generic lowering (matmuls, the mask as a bias, softmax), each matmul a
- *               bmm over its batch dims
+ *               bmm over its batch dims; a static cache's new rows written into the cache
+ *               tensor itself (aten_attention_kv: aten::index_put_), as a module that owns its
+ *               cache writes it
  * Everything else takes the generic lowerings (ir/lower/): RMSNorm and rotary as transformers
  * computes them. */
 #include "backends/executorch/executorch.h"
@@ -20,10 +22,17 @@ static g_legality et_legal(const g_target *t, const g_graph *g, const g_node *n)
     }
 }
 
+static ferry_status et_attention(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    int k, v;
+    aten_attention_kv(c, n, &k, &v, outs);
+    return lower_attention_over(c, n, k, v, outs);
+}
+
 static g_lower_fn et_lowering(const g_target *t, g_op op)
 {
-    (void)t, (void)op;
-    return NULL;
+    (void)t;
+    return op == G_ATTENTION ? et_attention : NULL;
 }
 
 const g_target et_target = {.name = "executorch", .legal = et_legal, .lowering = et_lowering};

@@ -168,6 +168,11 @@ static const char *onnx_runtime_provider(const ferry_export_config *cfg)
     return fusions == ORT_NONE ? NULL : onnx_fusions_name(fusions);
 }
 
+static bool onnx_owns_file(const char *name)
+{
+    return be_name_ends_with(name, ".onnx") || be_name_ends_with(name, ".onnx.data");
+}
+
 const fb_backend fb_onnx = {
     .name = "onnx",
     .format = FERRY_FORMAT_ONNX,
@@ -178,6 +183,7 @@ const fb_backend fb_onnx = {
     .target = onnx_target,
     .finish = onnx_finish,
     .files = onnx_files,
+    .owns_file = onnx_owns_file,
     .write = onnx_write,
     .describe = onnx_describe,
     .nonfinite_note = onnx_nonfinite_note,

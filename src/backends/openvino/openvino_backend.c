@@ -226,6 +226,13 @@ static unsigned openvino_state_forms(const ferry_export_config *cfg)
     return stateful(cfg) ? 1u << GS_VARIABLE : 1u << GS_PAIR | 1u << GS_IN_PLACE;
 }
 
+/* openvino_<component>.xml over openvino_<component>.bin */
+static bool openvino_owns_file(const char *name)
+{
+    return strncmp(name, "openvino_", 9) == 0 &&
+           (be_name_ends_with(name + 9, ".xml") || be_name_ends_with(name + 9, ".bin"));
+}
+
 const fb_backend fb_openvino = {
     .name = "openvino",
     .format = FERRY_FORMAT_OPENVINO,
@@ -236,6 +243,7 @@ const fb_backend fb_openvino = {
     .target = openvino_target_of,
     .finish = openvino_finish,
     .files = openvino_files,
+    .owns_file = openvino_owns_file,
     .write = openvino_write,
     .describe = openvino_describe,
     .one_generation_graph = stateful,

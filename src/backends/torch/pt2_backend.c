@@ -166,6 +166,11 @@ static unsigned pt2_state_forms(const ferry_export_config *cfg)
     return 1u << GS_MUTATED;
 }
 
+static bool pt2_owns_file(const char *name)
+{
+    return be_name_ends_with(name, ".pt2");
+}
+
 const fb_backend fb_pt2 = {
     .name = "pt2",
     .alias = "dynamo",
@@ -174,6 +179,7 @@ const fb_backend fb_pt2 = {
     .target = pt2_target_of,
     .finish = pt2_finish,
     .files = pt2_files,
+    .owns_file = pt2_owns_file,
     .write = pt2_write,
     .describe = pt2_describe,
     .state_forms = pt2_state_forms,

@@ -10,7 +10,7 @@
  *               which a bool mask would spread through the next layer's values), or no
  *               attn_mask at all where every key is visible. A softcapped
  *               attention keeps the generic lowering: SDPA takes no softcap. A static cache
- *               is written in place (write_in_place).
+ *               is written in place (aten_attention_kv, src/backends/aten).
  * Everything else takes the generic lowerings (ir/lower/): RMSNorm as transformers writes it
  * (in fp32, then back), rotary from inv_freq in the graph, as transformers computes it. */
 #include <stdio.h>
@@ -36,48 +36,6 @@ static g_legality torch_legal(const g_target *t, const g_graph *g, const g_node 
     }
 }
 
-/* A static cache's new rows [b, kvh, s, d] written into the cache itself at slots position ..
- * position + s - 1: aten.index_copy_ on the caller's tensor, as a module that owns its cache
- * writes it (torch.export keeps the in-place op; run_decompositions makes it an input
- * mutation). The slots are arange(s) + position: s a SymInt, position a tensor. */
-static int write_in_place(g_graph *g, int cache, int rows, int position)
-{
-    int shape = g_shape_of(g, "shape_rows", rows, 2, 3);
-    int s = g_gather(g, "gather_s", shape, g_scalar_i64(g, 0), 0);
-    int slots = g_range(g, "arange", g_scalar_i64(g, 0), s, g_scalar_i64(g, 1));
-    slots = g_binary(g, G_ADD, "slots", slots, position);
-    if (!g_ok(g))
-        return G_NONE;
-    g_extern e = g_extern_init(ATEN_DOMAIN, ATEN_INDEX_COPY);
-    g_extern_int(&e, "dim", 2);
-    g_extern_out(&e, 0, 0, g->values[cache].dtype, &g->values[cache].shape);
-    int in[3] = {cache, slots, rows};
-    return g_extern_node(g, "index_copy_", &e, 3, in);
-}
-
-/* attention's keys and values [b, kvh, t, d], as lw_attention_kv reads them except for a
- * static cache, which is written in place */
-static void keys_values(g_lower_ctx *c, const g_node *n, int *k, int *v, int *outs)
-{
-    if (n->a.attn->cache != G_CACHE_STATIC) {
-        lw_attention_kv(c, n, k, v, outs);
-        return;
-    }
-    g_graph *g = c->dst;
-    int pos = lw_in(c, n, 6);
-    *k = g_transpose(g, "transpose_k", lw_in(c, n, 1), 4, to_bnsd);
-    *v = g_transpose(g, "transpose_v", lw_in(c, n, 2), 4, to_bnsd);
-    char saved[sizeof g->scope], scope[sizeof g->scope];
-    snprintf(scope, sizeof scope, "%.200s/cache_key", n->name);
-    lw_scope_push(c, saved, sizeof saved, scope);
-    outs[1] = *k = write_in_place(g, lw_in(c, n, 4), *k, pos);
-    lw_scope_pop(c, saved);
-    snprintf(scope, sizeof scope, "%.200s/cache_value", n->name);
-    lw_scope_push(c, saved, sizeof saved, scope);
-    outs[2] = *v = write_in_place(g, lw_in(c, n, 5), *v, pos);
-    lw_scope_pop(c, saved);
-}
-
 static ferry_status torch_attention(g_lower_ctx *c, const g_node *n, int *outs)
 {
     const g_attn_opts *o = n->a.attn;
@@ -91,7 +49,7 @@ static ferry_status torch_attention(g_lower_ctx *c, const g_node *n, int *outs)
     }
     g_graph *g = c->dst;
     int q = lw_in(c, n, 0), k, v;
-    keys_values(c, n, &k, &v, outs);
+    aten_attention_kv(c, n, &k, &v, outs);
     if (!g_ok(g))
         return g->err.status;
     ferry_dtype dt = g->values[q].dtype;

@@ -79,12 +79,19 @@ void lw_attention_kv(g_lower_ctx *c, const g_node *n, int *k, int *v, int *outs)
 
 ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs)
 {
+    int k, v;
+    lw_attention_kv(c, n, &k, &v, outs);
+    return lower_attention_over(c, n, k, v, outs);
+}
+
+ferry_status lower_attention_over(g_lower_ctx *c, const g_node *n, int k, int v, int *outs)
+{
     g_graph *g = c->dst;
     const g_attn_opts *o = n->a.attn;
     int q = lw_in(c, n, 0), mask = lw_in(c, n, 3);
     int pos = lw_in(c, n, 6);
-    int k, v;
-    lw_attention_kv(c, n, &k, &v, outs);
+    if (!g_ok(g))
+        return g->err.status;
 
     ferry_dtype dt = g->values[q].dtype;
     int64_t groups = o->num_heads / o->num_kv_heads;
