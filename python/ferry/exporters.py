@@ -138,7 +138,10 @@ class DynamoExporter(OnnxExporter):
 class ExecutorchExporter(OnnxExporter):
     """Exports to ExecuTorch's .pte (the recipe's export_format "executorch"): model.pte, which
     executorch.runtime loads and runs, written by libferry from the checkpoint (no tracing, no
-    torch). Plain exports for now; export_for_generation is refused by libferry by name."""
+    torch). export_for_generation needs a static cache (generation_config={
+    "cache_implementation": "static", "max_cache_len": N}): the programs write the new rows into
+    their cache inputs and return [cache x N, logits, cache x N]; a dynamic cache is refused by
+    libferry."""
 
     export_format = "executorch"
 

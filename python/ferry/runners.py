@@ -26,8 +26,8 @@ import numpy as np
 from ._arrays import axis_refusal, check_token_ids, int_matrix
 from ._lib import FerryError, _escape
 from ._onnx_weights import external_initializers
-from .runtime import (checked_program, is_transformers_manifest, onnxruntime_session,
-                      openvino_compiled, program_errors, torch_device)
+from .runtime import (checked_program, executorch_device, is_transformers_manifest,
+                      onnxruntime_session, openvino_compiled, program_errors, torch_device)
 
 _CACHE_LAYOUT = "[batch, kv_heads, length, head_dim]"
 _FEEDS = ("input_ids", "attention_mask", "position_ids")
@@ -358,6 +358,58 @@ class _TorchRunner(Runner):
         return out["logits"].to("cpu", torch.float32).numpy()
 
 
+class _ExecutorchRunner(Runner):
+    """An ExecuTorch program's method (a .pte generation export has a static cache, which the
+    program writes into its cache inputs and lists among its outputs: the N cache tensors, the
+    logits, the N cache tensors again). The Python runtime copies each call's inputs into the
+    program's memory, so the cache is fed from the shared buffers and read back from the
+    outputs every call, as the guide says of its Python runtime."""
+
+    def __init__(self, name, meta, cache, method):
+        super().__init__(name, meta, cache)
+        recipe = meta.get("export_config") or {}
+        if recipe.get("alloc_mutable_buffers") is False or \
+                recipe.get("alloc_graph_input") is False:
+            _fail(f"component {_escape(name)} leaves its inputs or cache out of the program's "
+                  "memory plan (alloc_graph_input / alloc_mutable_buffers false): the runtime "
+                  "then writes the caller's own buffers, which only ExecuTorch's C++ runtime "
+                  "binds (Method::set_output_data_ptr); its Python runtime keeps buffers of its "
+                  "own and would not see a new sequence. Export with those options at their "
+                  "defaults to generate from Python", 4)
+        self.method = method
+        self._order = [i["name"] for i in meta["inputs"]]
+        outputs = meta.get("method_outputs") or []
+        cached = [n for n in self._order if n in self._layout.specs]
+        n = len(cached)
+        if outputs[:n] != cached or outputs[-n:] != cached or outputs[n] != "logits":
+            _fail(f"component {_escape(name)}: export.json's method_outputs "
+                  f"({_escape(outputs)}) are not the cache, logits and the cache again", 3)
+        self._cached, self._logits_at = cached, n
+
+    def _run(self, ids, mask, pos):
+        import torch
+
+        cache, layout = self._cache, self._layout
+        feeds = {"input_ids": ids, "position_ids": pos,
+                 "attention_mask": static_mask(mask, cache.length, ids.shape[1],
+                                               layout.max_cache_len)}
+        args = [cache.buffers[name][1] if name in cache.buffers
+                else torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in self._order]
+        out = self.method.execute(args)
+        for k, name in enumerate(self._cached):
+            cache.buffers[name][1].copy_(out[k])
+        return self._logits(out[self._logits_at].float().numpy())
+
+
+def _executorch_runners(files, metas, cache):
+    """Each component's program loaded by executorch.runtime, its method "forward" run."""
+    from .runtime import executorch_method  # imports executorch only when one is run
+
+    return {name: _ExecutorchRunner(name, metas[name], cache,
+                                    executorch_method(path, metas[name])[0])
+            for name, path in files.items()}
+
+
 def _openvino_logits(compiled, request):
     """The request's logits as float32 (numpy has no bfloat16: OpenVINO hands its bits over as
     float16)."""
@@ -407,8 +459,8 @@ class Runners(Mapping):
         decode_name = roles["decode"]
         decode_meta = comps[decode_name]["metadata"]
         stateful = bool(decode_meta.get("stateful"))
-        wrap = {"openvino": _wrap_numpy, "pt2": _torch_wrapper(device)}.get(self.format,
-                                                                            _wrap_ortvalue)
+        wrap = {"openvino": _wrap_numpy, "pt2": _torch_wrapper(device),
+                "executorch": _torch_wrapper(None)}.get(self.format, _wrap_ortvalue)
         self.cache = _Cache(_CacheLayout(decode_name, decode_meta, wrap, stateful))
         decode_query = next((i["shape"][1] for i in decode_meta["inputs"]
                              if i["name"] == "input_ids"), 1)
@@ -428,8 +480,12 @@ class Runners(Mapping):
             made = _onnx_runners(self.directory, files, metas, self.cache, self._weights, device)
         elif self.format == "pt2":
             made = _torch_runners(files, metas, self.cache, device)
+        elif self.format == "executorch":
+            executorch_device(device)
+            made = _executorch_runners(files, metas, self.cache)
         else:
-            _fail(f"the runners run ONNX, OpenVINO and pt2 exports, not {_escape(self.format)}")
+            _fail(f"the runners run ONNX, OpenVINO, pt2 and ExecuTorch exports, not "
+                  f"{_escape(self.format)}")
         decode = made[decode_name]
         self._runners = {"prefill": made[names[0]], "decode": decode}
         self.vocab_size = decode._vocab

@@ -569,6 +569,38 @@ def executorch_ports(method, metadata):
             ports("outputs", meta.num_outputs(), meta.output_tensor_meta))
 
 
+def executorch_method(path, metadata):
+    """(method, input names, output names) of the .pte at `path` (export.json's component
+    `metadata`), its inputs and outputs checked against what export.json lists: its inputs,
+    and method_outputs (a generation component's cache tensors, logits, the cache tensors
+    again; a plain one's outputs), typed as its inputs and outputs are."""
+    try:
+        from executorch.runtime import Runtime
+    except ImportError as e:
+        raise FerryError("running an ExecuTorch export needs the executorch package "
+                         f"(pip install executorch==1.5.1): {_escape(str(e))}", status=4)
+    metadata = metadata if isinstance(metadata, dict) else {}
+    with program_errors(path, "executorch"):
+        program = Runtime.get().load_program(str(path))
+        method = program.load_method(str(metadata.get("method") or "forward"))
+    inputs = [v for v in metadata.get("inputs") or [] if isinstance(v, dict)]
+    declared = {str(v.get("name")): v for v in
+                inputs + [v for v in metadata.get("outputs") or [] if isinstance(v, dict)]}
+    names = metadata.get("method_outputs")
+    names = [str(n) for n in names] if isinstance(names, list) else list(
+        str(v.get("name")) for v in metadata.get("outputs") or [] if isinstance(v, dict))
+    outputs = [declared.get(n, {"name": n}) for n in names]
+    listed = {"inputs": inputs, "outputs": outputs}
+    ins, outs = executorch_ports(method, listed)
+    for kind, ports in (("inputs", ins), ("outputs", outs)):
+        if len(ports) != len(listed[kind]):
+            raise FerryError(f"{_escape(str(path))}: the program has {len(ports)} {kind}, "
+                             f"where export.json lists {len(listed[kind])}: one of them was "
+                             "edited since the export", status=3)
+    check_program_io(_escape(str(path)), listed, ins, outs)
+    return method, [p[0] for p in ins], [p[0] for p in outs]
+
+
 class ExecutorchSession:
     """A .pte program run by the ExecuTorch runtime (executorch.runtime): its method "forward"
     called with the inputs in export.json's order, numpy in and out (bf16 outputs as float32,
@@ -577,26 +609,7 @@ class ExecutorchSession:
 
     def __init__(self, path, device=None, metadata=None):
         executorch_device(device)
-        try:
-            from executorch.runtime import Runtime
-        except ImportError as e:
-            raise FerryError("running an ExecuTorch export needs the executorch package "
-                             f"(pip install executorch==1.5.1): {_escape(str(e))}", status=4)
-        metadata = metadata if isinstance(metadata, dict) else {}
-        with program_errors(path, "executorch"):
-            program = Runtime.get().load_program(str(path))
-            self._method = program.load_method(str(metadata.get("method") or "forward"))
-        inputs, outputs = executorch_ports(self._method, metadata)
-        listed = {k: len([v for v in metadata.get(k) or [] if isinstance(v, dict)])
-                  for k in ("inputs", "outputs")}
-        for kind, ports in (("inputs", inputs), ("outputs", outputs)):
-            if metadata.get(kind) is not None and len(ports) != listed[kind]:
-                raise FerryError(f"{_escape(str(path))}: the program has {len(ports)} {kind}, "
-                                 f"where export.json lists {listed[kind]}: one of them was "
-                                 "edited since the export", status=3)
-        check_program_io(_escape(str(path)), metadata, inputs, outputs)
-        self._inputs = [p[0] for p in inputs]
-        self._outputs = [p[0] for p in outputs]
+        self._method, self._inputs, self._outputs = executorch_method(path, metadata)
 
     def get_inputs(self):
         return [_Port(name) for name in self._inputs]

@@ -118,6 +118,10 @@ typedef struct fb_backend {
  * (static cache) as input.<name> / output.<name>, an appended one as past_key_values.<l>.key ->
  * present.<l>.key. For the formats whose cache is the graph's inputs and outputs. */
 ferry_status be_name_explicit_cache(g_graph *g, fy_err *err);
+/* Names each cache input of a graph that writes its cache into its inputs (torch's and
+ * ExecuTorch's programs) as a Python identifier, "past_key_values_0_key": torch's module takes
+ * its inputs as keywords, and both formats' runners feed them by these names. */
+ferry_status be_name_mutated_cache(g_graph *g, fy_err *err);
 
 /* Whether `name` is longer than `suffix` and ends with it (a file a format owns). */
 bool be_name_ends_with(const char *name, const char *suffix);

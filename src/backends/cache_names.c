@@ -1,7 +1,9 @@
 /* cache_names.c — the guide's names of an explicit cache, for every format that keeps the
  * cache in the graph's inputs and outputs (ONNX always, OpenVINO with stateful=False): a
  * state updated in place (static cache) as the pair input.<name> / output.<name>, meant to be
- * bound to one buffer; an appended cache as past_key_values.<l>.key -> present.<l>.key. */
+ * bound to one buffer; an appended cache as past_key_values.<l>.key -> present.<l>.key. And
+ * for the formats that write the cache into its input tensors (torch's and ExecuTorch's
+ * programs), the inputs named as Python identifiers: past_key_values_<l>_key. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,20 @@ ferry_status be_name_explicit_cache(g_graph *g, fy_err *err)
         }
         if (st != FERRY_OK)
             return st;
+    }
+    return FERRY_OK;
+}
+
+ferry_status be_name_mutated_cache(g_graph *g, fy_err *err)
+{
+    for (size_t i = 0; i < g->n_states; i++) {
+        char name[256];
+        snprintf(name, sizeof name, "%s", g->values[g->states[i].in].name);
+        for (char *c = name; *c; c++)
+            if (*c == '.')
+                *c = '_';
+        if (!g_rename(g, g->states[i].in, name))
+            return fy_fail(err, g->err.status, "%s", g->err.msg);
     }
     return FERRY_OK;
 }

@@ -5,6 +5,12 @@ hidden states agree within 1e-4 at every real position for every decoder family 
 left-padded, sequence 1, 7 and 33, dynamic and static) and every encoder family (batch 1 and 3,
 right-padded); fp16 and bf16 programs within the ONNX oracle's bounds.
 
+Generation (a static cache the program writes into its cache inputs, which it lists among its
+outputs: [cache x N, logits, cache x N]) equals transformers' greedy generate() for every family,
+prompts of 1, 5 and 40 tokens and a left-padded batch, in the Python runtime (the cache fed and
+read back each call) and through ferry's generate(); and the guide's C++ decode loop, built
+against the wheel's runtime, binds the caller's buffers in place and gives the same tokens.
+
 The program's structure is read back with the wheel's own flatbuffer decoder, never ferry's:
 every tensor is a constant inside the constant segment, planned inside the arena, or an input
 or output the options leave to the caller; no two planned tensors whose lifetimes meet share a
@@ -14,17 +20,19 @@ XNNPACK delegate, generation, quantized weights, 3-D convolutions) fails with on
 writes nothing."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import (ARCHS, FERRY_BIN, FP32_ATOL, assert_logits_close, check_export_error,
-                      ferry_builds, ferry_export, make_checkpoint, make_inputs, reference_logits,
-                      run_ferry)
+                      ferry_builds, ferry_export, make_checkpoint, make_inputs,
+                      reference_logits, run_ferry)
 from test_encoders import FAMILIES as ENCODERS, assert_close, build as build_encoder, eager, \
     feeds_for
 from test_oracle_onnx import BF16_ATOL, FP16_ATOL
+from test_openvino import check_calls, eos_ids, hf_greedy, left_pad, pick, prompts
 
 VOCAB = 160
 SHAPES = [(1, 1), (1, 7), (1, 33), (2, 1), (2, 7), (2, 33)]
@@ -294,6 +302,171 @@ def test_sanitizer_builds_write_the_program(tmp_path, label, build):
             assert torch.allclose(a, b, atol=1e-6), name
 
 
+# --- generation ---------------------------------------------------------------------------
+
+MAX_CACHE_LEN = 80
+NEW_TOKENS = 32
+
+
+def et_greedy(out, rows, new_tokens=NEW_TOKENS, suppressed=()):
+    """The guide's static-cache loop in the Python runtime, over export.json: the cache inputs
+    fed to every call and read back from its outputs (the first N, the cache tensors the program
+    wrote), the prompt through "prefill" (or "decode" alone when it takes prompts), then a token
+    a call. Checks the outputs' layout and that every layer's position ends at the tokens fed.
+    -> (ids, mask, tokens, calls)."""
+    manifest = json.loads((out / "export.json").read_text())
+    comps = manifest["components"]
+    methods = {n: method(out, n) for n in comps}
+    decode = comps["decode"]["metadata"]
+    max_len = decode["cache"]["max_cache_len"]
+    ids, mask = left_pad(rows)
+    batch, width = ids.shape
+    pos = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)
+    pads = (mask == 0).sum(-1)
+    dtypes = {"float32": torch.float32, "int64": torch.int64}
+    cache = {i["name"]: torch.zeros([batch if d == "batch" else max_len if d == "max_cache_len"
+                                     else d for d in i["shape"]], dtype=dtypes[i["dtype"]])
+             for i in decode["inputs"] if i["name"] not in ("input_ids", "attention_mask",
+                                                            "position_ids")}
+    slots, calls = np.arange(max_len), []
+
+    def call(component, tokens, first, positions):
+        meta = comps[component]["metadata"]
+        order = [i["name"] for i in meta["inputs"]]
+        cached = [n for n in order if n in cache]
+        assert meta["method_outputs"] == cached + ["logits"] + cached
+        query = first + np.arange(tokens.shape[1])
+        visible = (slots[None, None, :] <= query[None, :, None]) & \
+            (slots[None, None, :] >= pads[:, None, None])
+        feeds = {"input_ids": torch.from_numpy(tokens),
+                 "attention_mask": torch.from_numpy(np.ascontiguousarray(visible[:, None])),
+                 "position_ids": torch.from_numpy(np.ascontiguousarray(positions)), **cache}
+        result = methods[component].execute([feeds[n] for n in order])
+        for k, name in enumerate(cached):
+            assert not torch.equal(cache[name], result[k]), f"{name} not written"
+            assert torch.equal(result[k], result[len(cached) + 1 + k])
+            cache[name] = result[k].clone()
+        calls.append((first, result[len(cached)].float().numpy()))
+
+    call("prefill" if "prefill" in methods else "decode", ids, 0, pos)
+    tokens = []
+    for k in range(new_tokens):
+        tokens.append(pick(calls[-1][1], list(suppressed)))
+        if k < new_tokens - 1:
+            call("decode", tokens[-1][:, None], width + k, pos[:, -1:] + k + 1)
+    counters = {int(t.reshape(-1)[0]) for n, t in cache.items() if n.endswith("cumulative_length")}
+    assert counters == {width + new_tokens - 1}, counters
+    return ids, mask, np.stack(tokens, 1), calls
+
+
+@pytest.fixture(scope="module", params=list(ARCHS))
+def generation(request, ckpts, tmp_path_factory):
+    """The guide's single-graph generation: a static cache and a multi-token decode."""
+    ckpt = ckpts(request.param)
+    out = ferry_export(ckpt, tmp_path_factory.mktemp("pte-gen") / "pte", "--format",
+                       "executorch", "--dynamic", "--for-generation", "--static-cache",
+                       "--max-cache-len", str(MAX_CACHE_LEN), "--multi-token-decode", "--quiet")
+    return ckpt, out
+
+
+@pytest.mark.parametrize("rows", [[1], [5], [40], [7, 3]], ids=["p1", "p5", "p40", "b2"])
+def test_static_greedy_equals_generate(generation, rows, record_property):
+    ckpt, out = generation
+    assert sorted(p.name for p in out.glob("*.pte")) == ["decode.pte"]
+    ids, mask, tokens, calls = et_greedy(out, prompts(rows), suppressed=eos_ids(ckpt))
+    np.testing.assert_array_equal(tokens, hf_greedy(ckpt, ids, mask, NEW_TOKENS))
+    record_property("max_abs_error", check_calls(ckpt, ids, mask, tokens, calls))
+
+
+def test_generation_program_and_generate(generation):
+    """The decode program is well formed, and ferry's generate() runs it to transformers'
+    tokens (a left-padded batch)."""
+    import ferry
+
+    ckpt, out = generation
+    check_program(out / "decode.pte")
+    ids, mask = left_pad(prompts([6, 2]))
+    got = ferry.ExportedModel.from_pretrained(out).generate(
+        torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), max_new_tokens=12,
+        min_new_tokens=12)
+    np.testing.assert_array_equal(got[:, ids.shape[1]:].numpy(), hf_greedy(ckpt, ids, mask, 12))
+
+
+def test_prefill_decode_pair(ckpts, tmp_path):
+    """The static cache's default components, prefill and decode, in the loop and through
+    ferry's generate(); `ferry validate` runs them."""
+    import os
+    import sys
+
+    import ferry
+    from conftest import ROOT
+
+    ckpt = ckpts("qwen2")
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dynamic",
+                       "--for-generation", "--static-cache", "--max-cache-len", "64", "--quiet")
+    assert sorted(p.name for p in out.glob("*.pte")) == ["decode.pte", "prefill.pte"]
+    ids, mask, tokens, calls = et_greedy(out, prompts([7, 3]), 16, eos_ids(ckpt))
+    np.testing.assert_array_equal(tokens, hf_greedy(ckpt, ids, mask, 16))
+    check_calls(ckpt, ids, mask, tokens, calls)
+    got = ferry.ExportedModel.from_pretrained(out).generate(
+        torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), max_new_tokens=16,
+        min_new_tokens=16)
+    np.testing.assert_array_equal(got[:, ids.shape[1]:].numpy(), tokens)
+    env = {"FERRY_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
+    rc, stdout, stderr = run_ferry("validate", out, "--model", ckpt, "--no-record", env=env)
+    assert rc == 0 and stdout.rstrip().endswith("PASS"), (stdout, stderr)
+
+
+NO_ALLOC = ["--no-alloc-graph-input", "--no-alloc-graph-output", "--no-alloc-mutable-buffers"]
+
+
+def test_guide_cpp_decode_loop(ckpts, tmp_path):
+    """The guide's C++ decode loop (tests/python/data/guide_decode_loop.cpp), built against the
+    wheel's headers and runtime library: the caller's cache buffers set as inputs and bound onto
+    the program's last N outputs (set_output_data_ptr), the prompt in one call, then a token a
+    call. Its greedy tokens are transformers' and the write positions in the caller's own
+    buffers count every token fed: the writes landed there, in place."""
+    import shutil
+    import subprocess
+
+    import importlib.util
+
+    from conftest import ROOT
+
+    compiler = shutil.which("g++")
+    assert compiler, "g++ is needed to build the guide's C++ loop (make test installs it)"
+    # the wheel's headers and runtime libraries (executorch is a namespace package)
+    et = Path(importlib.util.find_spec("executorch").submodule_search_locations[0])
+    binary = tmp_path / "guide_decode_loop"
+    subprocess.run([compiler, "-std=c++17", "-O1", "-DC10_USING_CUSTOM_GENERATED_MACROS",
+                    f"-I{et / 'include'}",
+                    f"-I{et / 'include/executorch/runtime/core/portable_type/c10'}",
+                    str(ROOT / "tests/python/data/guide_decode_loop.cpp"), "-o", str(binary),
+                    f"-L{et / 'lib'}", "-Wl,--no-as-needed", "-lexecutorch",
+                    "-lexecutorch_kernels_optimized", "-Wl,--as-needed",
+                    f"-Wl,-rpath,{et / 'lib'}"], check=True, capture_output=True, timeout=300)
+    ckpt = ckpts("llama")
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dim",
+                       "input_ids:1=sequence:1:32", "--for-generation", "--static-cache",
+                       "--max-cache-len", "32", "--multi-token-decode", *NO_ALLOC, "--quiet")
+    prompt = prompts([6])[0]
+    proc = subprocess.run([str(binary), str(out / "decode.pte"), ",".join(map(str, prompt)),
+                           "12"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    ids, mask = left_pad([prompt])
+    want = hf_greedy(ckpt, ids, mask, 12)[0].tolist()
+    assert [int(t) for t in lines[0].split()] == want
+    assert lines[1:] == [f"counter {len(prompt) + 11}"] * 2, lines
+    # the Python runtime cannot bind the caller's cache: ferry's runners say so
+    import ferry
+
+    with pytest.raises(ferry.FerryError, match="only ExecuTorch's C\\+\\+ runtime"):
+        ferry.ExportedModel.from_pretrained(out).generate(torch.from_numpy(ids),
+                                                          max_new_tokens=2)
+
+
 # --- encoders --------------------------------------------------------------------------------
 
 
@@ -379,8 +552,7 @@ def test_inspect_and_validate(tmp_path):
 @pytest.mark.parametrize("flags,needles,code", [
     (["--et-backend", "xnnpack"], ["backend xnnpack", "not written yet"], 1),
     (["--quantize", "int4"], ["int4", "executorch format cannot hold"], 1),
-    (["--for-generation", "--static-cache", "--max-cache-len", "16"],
-     ["executorch", "generation exports"], 1),
+    (["--dynamic", "--for-generation"], ["executorch", "static cache", "--static-cache"], 1),
     (["--max-seq-len", "16"], ["max_seq_len", "--dynamic"], 2),
     (["--dim", "input_ids:1=s:0:16"], ["the dynamic axis s has min 0", "a min of 1"], 2),
     (["--dynamic", "--max-seq-len", "2147483647"], ["the memory plan needs more than 1 TiB",

@@ -38,6 +38,9 @@ CASES += [
     ("llama", "generation-static-lowered-torch",
      ["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "16",
       "--multi-token-decode", "--format", "pt2", "--stage", "lowered"]),
+    ("llama", "generation-static-lowered-executorch",
+     ["--dynamic", "--for-generation", "--static-cache", "--max-cache-len", "16",
+      "--multi-token-decode", "--format", "executorch", "--stage", "lowered"]),
     ("llama", "generation-dynamic-lowered-ort-cpu",
      ["--dynamic", "--for-generation", "--ort-fusions", "cpu", "--stage", "lowered"]),
 ]

@@ -6,11 +6,12 @@
  * Placement policy: each component is <name>.pte, one file holding its program and, in its
  * constant segment, every weight and constant once.
  *
- * What it writes: the plain export (component "model") of every family, fp32, fp16 or bf16,
- * with static or bounded dynamic dims, on the runtime's portable kernels. ExecuTorch plans
- * every tensor at its largest size, so each dynamic axis has a bound: its own max, or
- * max_batch_size for batch and max_seq_len for the others. Not yet, refused by name: the
- * XNNPACK delegate, generation exports, quantized weights. */
+ * What it writes: the plain export (component "model") and generation with a static cache
+ * (prefill/decode, or one multi-token decode: the cache written into its input tensors) of
+ * every family, fp32, fp16 or bf16, with static or bounded dynamic dims, on the runtime's
+ * portable kernels. ExecuTorch plans every tensor at its largest size, so each dynamic axis
+ * has a bound: its own max, or max_batch_size for batch and max_seq_len for the others. Not
+ * yet, refused by name: the XNNPACK delegate, quantized weights, a dynamic cache. */
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdint.h>
@@ -40,9 +41,11 @@ static const be_option ET_OPTIONS[] = {
              "(ExecutorchConfig(alloc_graph_output=False))"},
     {.key = "alloc_mutable_buffers", .type = BE_OPTION_BOOL, .def = "true",
      .flag = "--no-alloc-mutable-buffers", .flag_value = "false", .generation_only = true,
-     .help = "executorch generation: the cache buffers get no place in\n"
-             "the memory plan (ExecutorchConfig(alloc_mutable_buffers=\n"
-             "False)); generation exports are not written yet"},
+     .help = "executorch generation: the cache tensors (the program\n"
+             "writes them in place) get no place in the memory plan:\n"
+             "the runtime writes the caller's buffers\n"
+             "(ExecutorchConfig(alloc_mutable_buffers=False); only the\n"
+             "C++ runtime binds them, the Python one cannot)"},
     {.key = "max_seq_len", .type = BE_OPTION_INT, .def = "128", .min = 1, .max = INT32_MAX,
      .flag = "--max-seq-len", .metavar = "N",
      .help = "executorch: the largest extent of each dynamic axis but\n"
@@ -67,13 +70,6 @@ static ferry_status et_configure(ferry_export_config *cfg, fy_err *err)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int%d: the executorch format "
                        "cannot hold ferry's quantized weights yet (export fp32, fp16 or bf16)",
                        cfg->quantizer.bits);
-    if (cfg->for_generation)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "executorch: generation exports (a program "
-                       "with a KV cache) are not written yet; export the plain model");
-    if (!be_option_value(cfg, &fb_executorch, "alloc_mutable_buffers"))
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "executorch: alloc_mutable_buffers false "
-                       "places a generation export's cache buffers, and the executorch format "
-                       "writes no generation exports yet");
     static const char *const bounds[] = {"max_seq_len", "max_batch_size"};
     for (int i = 0; i < 2; i++)
         if (be_option_is_set(cfg, &fb_executorch, bounds[i]) && !cfg->dynamic &&
@@ -110,7 +106,11 @@ static ferry_status bound_symbols(g_graph *g, const ferry_export_config *cfg, fy
         g_sym *s = &g->syms.s[i];
         const char *key = batch_symbol(g, i) ? "max_batch_size" : "max_seq_len";
         int64_t bound = be_option_value(cfg, &fb_executorch, key);
-        if (s->max <= 0 || (be_option_is_set(cfg, &fb_executorch, key) && bound < s->max))
+        bool given = be_option_is_set(cfg, &fb_executorch, key);
+        /* the default never bounds below what was traced (a max_cache_len of 2048) */
+        if (s->max <= 0)
+            s->max = !given && s->example > bound ? s->example : bound;
+        else if (given && bound < s->max)
             s->max = bound;
         if (s->min < 1)
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "executorch: the dynamic axis %s has min "
@@ -125,10 +125,29 @@ static ferry_status bound_symbols(g_graph *g, const ferry_export_config *cfg, fy
     return FERRY_OK;
 }
 
+/* A generation component's cache is written into its input tensors, as a module that owns
+ * its cache writes it (the keys and values by aten::index_put_, the write position by
+ * aten::copy_ at the end): each state becomes a mutation of its input and leaves the graph's
+ * outputs; the program lists the cache tensors among its outputs itself (et_kernels.c). */
 static ferry_status et_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
-    if (g->n_states)
-        return fy_fail(err, FERRY_ERR_INTERNAL, "executorch: a graph with a cache");
+    for (size_t i = 0; i < g->n_states; i++) {
+        if (g->states[i].form != GS_IN_PLACE)
+            return fy_fail(err, FERRY_ERR_INTERNAL, "executorch: a cache state not written in "
+                           "place (the plan refuses a dynamic cache: state_forms)");
+        g->states[i].form = GS_MUTATED;
+    }
+    if (be_name_mutated_cache(g, err) != FERRY_OK)
+        return err->status;
+    size_t n = 0;
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        bool state = false;
+        for (size_t k = 0; k < g->n_states; k++)
+            state |= g->states[k].out == g->outputs[i];
+        if (!state)
+            g->outputs[n++] = g->outputs[i];
+    }
+    g->n_outputs = n;
     if (bound_symbols(g, cfg, err) != FERRY_OK || aten_refine_shapes(g, err) != FERRY_OK)
         return err->status;
     return g_check(g, err);
@@ -151,6 +170,7 @@ static et_plan_opts plan_opts(const ferry_export_config *cfg)
     return (et_plan_opts){
         .alloc_graph_input = be_option_value(cfg, &fb_executorch, "alloc_graph_input"),
         .alloc_graph_output = be_option_value(cfg, &fb_executorch, "alloc_graph_output"),
+        .alloc_mutable_buffers = be_option_value(cfg, &fb_executorch, "alloc_mutable_buffers"),
     };
 }
 
@@ -195,6 +215,13 @@ static void et_describe(const ferry_export_config *cfg, const g_graph *g, cJSON 
         cJSON_AddNumberToObject(metadata, "planned_memory_bytes", (double)p.arena);
         cJSON_AddNumberToObject(metadata, "instructions", (double)p.n_instrs);
         cJSON_AddNumberToObject(metadata, "constants", (double)p.n_constants);
+        /* the method's outputs in order: a generation component lists its cache tensors
+         * (the inputs it writes in place) before and after its own outputs */
+        cJSON *outs = cJSON_AddArrayToObject(metadata, "method_outputs");
+        for (size_t i = 0; i < p.n_outputs; i++) {
+            int v = p.values[p.outputs[i]].graph_value;
+            cJSON_AddItemToArray(outs, cJSON_CreateString(v >= 0 ? g->values[v].name : "?"));
+        }
         cJSON *ops = cJSON_AddArrayToObject(metadata, "operators");
         for (size_t i = 0; i < p.n_operators; i++)
             cJSON_AddItemToArray(ops, cJSON_CreateString(p.operators[i]));
@@ -203,11 +230,11 @@ static void et_describe(const ferry_export_config *cfg, const g_graph *g, cJSON 
     et_program_free(&p);
 }
 
-/* no cache forms yet: generation exports are refused by configure */
+/* the cache written into the program's input tensors: of fixed size only */
 static unsigned et_state_forms(const ferry_export_config *cfg)
 {
     (void)cfg;
-    return 0;
+    return 1u << GS_MUTATED;
 }
 
 static bool et_owns_file(const char *name)

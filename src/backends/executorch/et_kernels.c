@@ -1056,11 +1056,24 @@ ferry_status et_emit_program(et_program *p, fy_err *err)
     if (p->st == FERRY_OK)
         aten_emit_mutations(&k.emit);
     p->where = NULL;
+    /* a generation component: its cache tensors (written in place) first, its outputs, then
+     * the cache tensors again, as transformers' programs list their mutated inputs and the
+     * cache they return, which the guide's C++ loop binds (the same tensors here: no copy) */
+    size_t first = p->n_outputs;
+    for (size_t i = 0; i < g->n_inputs && p->st == FERRY_OK; i++)
+        for (size_t j = 0; j < g->n_states; j++)
+            if (g->states[j].in == g->inputs[i]) {
+                p->values[p->inputs[i]].state = true;
+                p->outputs[p->n_outputs++] = p->inputs[i];
+            }
+    p->n_state_outputs = p->n_outputs - first;
     for (size_t i = 0; i < g->n_outputs && p->st == FERRY_OK; i++) {
         int y = output_value(p, g->outputs[i]);
         if (y >= 0)
             p->outputs[p->n_outputs++] = y;
     }
+    for (size_t i = 0; i < p->n_state_outputs && p->st == FERRY_OK; i++)
+        p->outputs[p->n_outputs++] = p->outputs[first + i];
     aten_emitter_free(&k.emit);
     free(ints);
     free(k.temps);

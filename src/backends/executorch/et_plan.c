@@ -94,7 +94,7 @@ ferry_status et_plan_memory(et_program *p, const et_plan_opts *opts)
         x->first = 0;
         if (x->last < 0)
             x->last = 0;
-        x->planned = opts->alloc_graph_input;
+        x->planned = x->state ? opts->alloc_mutable_buffers : opts->alloc_graph_input;
     }
     for (size_t i = 0; i < p->n_instrs; i++)
         for (int a = 0; a < p->instrs[i].n_args; a++)
@@ -104,7 +104,11 @@ ferry_status et_plan_memory(et_program *p, const et_plan_opts *opts)
         x->last = end;
         if (x->first < 0)
             x->first = 0;
-        x->planned = opts->alloc_graph_output && x->planned;
+        bool input = false; /* a cache input written in place: planned as an input */
+        for (size_t k = 0; k < p->n_inputs && !input; k++)
+            input = p->inputs[k] == p->outputs[i];
+        if (!input)
+            x->planned = opts->alloc_graph_output && x->planned;
     }
     size_t n = 0;
     int *order = malloc((p->n_values ? p->n_values : 1) * sizeof *order);

@@ -33,7 +33,7 @@ void et_program_init(et_program *p, const g_graph *g, fy_err *err)
     *p = (et_program){.g = g, .err = err};
     p->of_value = malloc((g->n_values ? g->n_values : 1) * sizeof *p->of_value);
     p->inputs = malloc((g->n_inputs ? g->n_inputs : 1) * sizeof *p->inputs);
-    p->outputs = malloc((g->n_outputs ? g->n_outputs : 1) * sizeof *p->outputs);
+    p->outputs = malloc((g->n_outputs + 2 * g->n_states + 1) * sizeof *p->outputs);
     if (!p->of_value || !p->inputs || !p->outputs) {
         et_fail(p, FERRY_ERR_NOMEM, "out of memory");
         return;

@@ -50,6 +50,7 @@ typedef struct et_value {
     bool dynamic;            /* some extent varies (DYNAMIC_BOUND) */
     uint32_t constant;       /* data_buffer_idx: its data in the constant segment (0: none) */
     int graph_value;         /* the graph value it holds (-1: a temporary) */
+    bool state;              /* a cache input the program writes in place */
     bool planned;            /* has a place in the arena (allocation_info) */
     uint64_t offset;         /* ... at this offset (et_plan) */
     int first, last;         /* its lifetime in instructions (et_plan) */
@@ -74,8 +75,12 @@ typedef struct et_program {
     size_t n_instrs, cap_instrs;
     char **operators;        /* "aten::add.out" */
     size_t n_operators, cap_operators;
-    int *inputs, *outputs;   /* EValue indices, in the graph's order */
+    int *inputs, *outputs;   /* EValue indices: the graph's inputs in order; the outputs as
+                                et_emit_program lays them out */
     size_t n_inputs, n_outputs;
+    size_t n_state_outputs;  /* a generation component's outputs are its N cache inputs, its
+                                own outputs, then the N cache inputs again (the guide's C++
+                                loop binds the last N): N here */
     int *of_value;           /* per graph value: its EValue (-1: none yet) */
     et_dim_memo *dims;       /* the SymInts computed so far */
     size_t n_dims, cap_dims;
@@ -90,6 +95,7 @@ typedef struct et_program {
 /* How the memory plan treats the program's edges (the format's alloc_* options). */
 typedef struct et_plan_opts {
     bool alloc_graph_input, alloc_graph_output;
+    bool alloc_mutable_buffers;  /* the cache inputs, which the program writes in place */
 } et_plan_opts;
 
 void et_program_init(et_program *p, const g_graph *g, fy_err *err);

@@ -69,15 +69,9 @@ static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_er
             return fy_fail(err, FERRY_ERR_INTERNAL, "pt2: a cache state not written in place "
                            "(the plan refuses a dynamic cache: state_forms)");
         s->form = GS_MUTATED;
-        /* the module's forward takes its inputs as keywords: Python identifiers */
-        char name[256];
-        snprintf(name, sizeof name, "%s", g->values[s->in].name);
-        for (char *c = name; *c; c++)
-            if (*c == '.')
-                *c = '_';
-        if (!g_rename(g, s->in, name))
-            return fy_fail(err, g->err.status, "%s", g->err.msg);
     }
+    if (be_name_mutated_cache(g, err) != FERRY_OK)
+        return err->status;
     size_t n = 0;
     for (size_t i = 0; i < g->n_outputs; i++) {
         bool state = false;
