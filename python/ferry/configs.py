@@ -242,23 +242,24 @@ class DynamoConfig(OnnxConfig):
 class ExecutorchConfig(OnnxConfig):
     """The recipe of an ExecuTorch export (the guide's ExecutorchExporter: one <component>.pte
     per component, which executorch.runtime loads), written by ferry from the checkpoint
-    without tracing. `backend`: "portable" (the runtime's own kernels; ferry's default while
-    it writes no XNNPACK delegate) or "xnnpack" (refused, not written yet). ExecuTorch plans
-    every tensor at its largest size, so a dynamic axis without a max of its own is bounded by
-    `max_batch_size` (batch, default 4) or `max_seq_len` (the others, default 128).
-    `alloc_graph_input=False` / `alloc_graph_output=False` leave the inputs / outputs out of
-    the memory plan (the runtime reads the caller's tensors; the caller binds the outputs);
-    `alloc_mutable_buffers=False` is for generation exports' caches, not written yet."""
+    without tracing. `backend`: "xnnpack" (the default, as the guide's: fp32 linears in the
+    runtime's XNNPACK delegate, the rest on its portable kernels) or "portable" (every op on
+    the runtime's own kernels). ExecuTorch plans every tensor at its largest size, so a dynamic
+    axis without a max of its own is bounded by `max_batch_size` (batch, default 4) or
+    `max_seq_len` (the others, default 128). `alloc_graph_input=False` /
+    `alloc_graph_output=False` leave the inputs / outputs out of the memory plan (the runtime
+    reads the caller's tensors; the caller binds the outputs); `alloc_mutable_buffers=False`
+    leaves a generation export's cache to the caller (only the C++ runtime can bind it)."""
 
     _format = "executorch"
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None, *,
-                 backend="portable", quantizer=None, alloc_graph_input=True,
+                 backend="xnnpack", quantizer=None, alloc_graph_input=True,
                  alloc_graph_output=True, alloc_mutable_buffers=True, max_seq_len=None,
                  max_batch_size=None, strict=False,
                  prefer_deferred_runtime_asserts_over_guards=False):
         keys = {}
-        if backend != "portable":
+        if backend != "xnnpack":
             keys["backend"] = backend
         for name, value in (("alloc_graph_input", alloc_graph_input),
                             ("alloc_graph_output", alloc_graph_output),

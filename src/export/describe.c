@@ -425,10 +425,10 @@ static void describe(strbuf *b, const ferry_exported *e)
             /* an ExecuTorch program: what its method asks of the runtime */
             char bytes[32], instrs[32], consts[32];
             int n_ops = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(md, "operators"));
-            int n_delegates = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(md,
-                                                                                 "delegates"));
+            const cJSON *nd = cJSON_GetObjectItemCaseSensitive(md, "delegates");
+            int n_delegates = cJSON_IsNumber(nd) ? nd->valueint : 0;
             sb_printf(b, "  ExecuTorch program: method %s, %s instructions over %d kernels "
-                      "(backend %s, %d delegates), %s constants; memory plan %s bytes (every "
+                      "(backend %s, %d delegate calls), %s constants; memory plan %s bytes (every "
                       "tensor at its largest size); load it with executorch.runtime's "
                       "Runtime.get().load_program(file)\n", qstr(md, "method"),
                       int_text(cJSON_GetObjectItemCaseSensitive(md, "instructions"), instrs,
@@ -437,6 +437,16 @@ static void describe(strbuf *b, const ferry_exported *e)
                       int_text(cJSON_GetObjectItemCaseSensitive(md, "constants"), consts,
                                sizeof consts),
                       int_text(planned, bytes, sizeof bytes));
+            const cJSON *lin = cJSON_GetObjectItemCaseSensitive(md, "delegated_linears");
+            if (cJSON_IsNumber(lin)) {
+                char n_lin[32], wbytes[32];
+                sb_printf(b, "  %s: %s linears, each its own graph; %s bytes of their weights "
+                          "as named data (XNNPACK packs them when the method loads)\n",
+                          qstr(md, "delegate_backend"), int_text(lin, n_lin, sizeof n_lin),
+                          int_text(cJSON_GetObjectItemCaseSensitive(md,
+                                                                    "delegate_weight_bytes"),
+                                   wbytes, sizeof wbytes));
+            }
         }
         const cJSON *tsyms = cJSON_GetObjectItemCaseSensitive(md, "torch_symbols");
         if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "verifier"))) {

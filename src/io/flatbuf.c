@@ -178,6 +178,12 @@ void fb_add_u8(fb_builder *b, int id, uint8_t v, uint8_t dflt)
         add_scalar(b, id, v, 1);
 }
 
+void fb_add_u16(fb_builder *b, int id, uint16_t v, uint16_t dflt)
+{
+    if (v != dflt)
+        add_scalar(b, id, v, 2);
+}
+
 void fb_add_i32(fb_builder *b, int id, int32_t v, int32_t dflt)
 {
     if (v != dflt)

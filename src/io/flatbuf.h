@@ -44,6 +44,7 @@ fb_ref fb_ref_vector(fb_builder *b, const fb_ref *refs, size_t n);
  * format allows), end. Only one table may be open at a time. */
 void fb_table_start(fb_builder *b);
 void fb_add_u8(fb_builder *b, int id, uint8_t v, uint8_t dflt);
+void fb_add_u16(fb_builder *b, int id, uint16_t v, uint16_t dflt); /* short, ushort */
 void fb_add_i32(fb_builder *b, int id, int32_t v, int32_t dflt);
 void fb_add_u32(fb_builder *b, int id, uint32_t v, uint32_t dflt);
 void fb_add_i64(fb_builder *b, int id, int64_t v, int64_t dflt);

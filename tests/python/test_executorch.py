@@ -11,13 +11,18 @@ prompts of 1, 5 and 40 tokens and a left-padded batch, in the Python runtime (th
 read back each call) and through ferry's generate(); and the guide's C++ decode loop, built
 against the wheel's runtime, binds the caller's buffers in place and gives the same tokens.
 
+Both backends: "xnnpack" (the default: fp32 linears in the runtime's XNNPACK delegate) and
+"portable" (the runtime's own kernels for every op) meet the same bounds.
+
 The program's structure is read back with the wheel's own flatbuffer decoder, never ferry's:
 every tensor is a constant inside the constant segment, planned inside the arena, or an input
 or output the options leave to the caller; no two planned tensors whose lifetimes meet share a
-byte (the lifetimes derived here from the instructions); every kernel is one the runtime
-registers; the extended header locates the segment. What the format cannot write yet (the
-XNNPACK delegate, generation, quantized weights, 3-D convolutions) fails with one line and
-writes nothing."""
+byte (the lifetimes derived here from the instructions, delegate calls included); every kernel
+is one the runtime registers; the extended header locates the segments. Each XNNPACK graph,
+decoded with the wheel's flatc and its schema, is one fully connected layer whose external
+values are its call's arguments (same sizes), whose weights are named data of the right size
+inside the file, each stored once. What the format cannot write yet (quantized weights, 3-D
+convolutions) fails with one line and writes nothing."""
 
 import json
 from pathlib import Path
@@ -78,23 +83,82 @@ def nbytes(t):
     return int(np.prod(t["sizes"], dtype=np.int64)) * ELEMENT[t["scalar_type"]]
 
 
+def xnn_graph(blob):
+    """An XNNPACK delegate's graph as JSON, by the wheel's flatc and the delegate's schema."""
+    import importlib.util
+    import tempfile
+
+    from executorch.exir._serialize._flatbuffer import _flatc_decompile
+
+    assert blob[4:8] == b"XH00" and int.from_bytes(blob[8:10], "little") == 30
+    at, size = int.from_bytes(blob[10:14], "little"), int.from_bytes(blob[14:18], "little")
+    assert at + size <= len(blob) and blob[at + 4:at + 8] == b"XN01"
+    et = Path(importlib.util.find_spec("executorch").submodule_search_locations[0])
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "graph.bin").write_bytes(blob[at:at + size])
+        _flatc_decompile(tmp, str(et / "backends/xnnpack/serialization/schema.fbs"),
+                         str(Path(tmp) / "graph.bin"), ["--raw-binary"])
+        return json.loads((Path(tmp) / "graph.json").read_text())
+
+
+def check_delegates(prog, raw, base):
+    """Each delegate call: one XNNPACK fully connected layer over its arguments, its weights
+    named data inside the file, each stored once."""
+    (plan,) = prog["execution_plan"]
+    values, segments = plan["values"], prog.get("segments") or []
+    named = {d["key"]: segments[d["segment_index"]] for d in prog.get("named_data") or []}
+    assert len(named) == len(prog.get("named_data") or []), "a key named twice"
+    spans = sorted((s["offset"], s["offset"] + s["size"]) for s in named.values())
+    assert all(b <= a for (_, b), (a, _) in zip(spans, spans[1:])), "a weight stored twice"
+    assert all(base + end <= len(raw) for _, end in spans)
+    calls = [i["instr_args"] for i in plan["chains"][0]["instructions"]
+             if i["instr_args_type"] == "DelegateCall"]
+    assert sorted(c["delegate_index"] for c in calls) == list(range(len(plan["delegates"])))
+    for call in calls:
+        delegate = plan["delegates"][call["delegate_index"]]
+        assert delegate["id"] == "XnnpackBackend" and delegate["processed"]["location"] == "INLINE"
+        graph = xnn_graph(bytes(prog["backend_delegate_data"][
+            delegate["processed"]["index"]]["data"]))
+        (node,) = graph["xnodes"]
+        assert node["xnode_union_type"] == "XNNFullyConnected"
+        fc, xv = node["xnode_union"], {v["xvalue_union"]["id_out"]: v["xvalue_union"]
+                                       for v in graph["xvalues"]}
+        x, w, y = xv[fc["input1_id"]], xv[fc["filter_id"]], xv[fc["output_id"]]
+        assert graph["num_externs"] == len(call["args"]) == 2
+        for ext, v in ((0, x), (1, y)):
+            assert v["external_id"] == ext and v["flags"] == ext + 1
+            assert v["dims"] == values[call["args"][ext]]["val"]["sizes"]
+        assert x["dims"][-1] == w["dims"][1] and y["dims"][-1] == w["dims"][0]
+        weights = [(w, 4 * w["dims"][0] * w["dims"][1])]
+        if fc["bias_id"] != 0xFFFFFFFF:
+            weights.append((xv[fc["bias_id"]], 4 * w["dims"][0]))
+        for v, size in weights:
+            assert v["datatype"] == "xnn_datatype_fp32" and v["external_id"] == 0xFFFFFFFF
+            entry = graph["constant_data"][v["constant_buffer_idx"]]
+            assert entry["offset"] == 2 ** 64 - 1 and entry["size"] == size
+            assert named[entry["named_key"]]["size"] == size, entry["named_key"]
+
+
 def check_program(path, planned_inputs=True, planned_outputs=True):
     """The structure checks of the module docstring; returns the decoded program."""
     raw = path.read_bytes()
     prog = decode(path)
     assert raw[4:8] == b"ET12" and prog["version"] == 0
     (plan,) = prog["execution_plan"]
-    assert plan["delegates"] == [] and plan["non_const_buffer_sizes"][0] == 0
+    assert plan["non_const_buffer_sizes"][0] == 0
     arena = plan["non_const_buffer_sizes"][1]
     values = plan["values"]
-    # the segment: the extended header says where it starts and how long it is
+    # the segments: the extended header says where they start and how long they are; the
+    # constant segment first, then each named datum (inside it where a kernel reads it too)
     seg = prog.get("segments") or []
+    base = 0
     if seg:
         assert raw[8:12] == b"eh00"
         base = int.from_bytes(raw[24:32], "little")
         size = int.from_bytes(raw[32:40], "little")
-        assert base % 128 == 0 and base + size == len(raw) and seg == [{"offset": 0,
-                                                                         "size": size}]
+        assert base % 128 == 0 and base + size == len(raw) and seg[0]["offset"] == 0
+        assert all(s["offset"] % 64 == 0 and s["offset"] + s["size"] <= size for s in seg)
+    check_delegates(prog, raw, base)
     offsets = prog["constant_segment"]["offsets"]
     registered = set(runtime().operator_registry.operator_names)
     for op in plan["operators"]:
@@ -118,7 +182,7 @@ def check_program(path, planned_inputs=True, planned_outputs=True):
         first[k] = 0
         last[k] = 0
     for at, ins in enumerate(plan["chains"][0]["instructions"]):
-        assert ins["instr_args_type"] == "KernelCall"
+        assert ins["instr_args_type"] in ("KernelCall", "DelegateCall")
         for a in ins["instr_args"]["args"]:
             assert 0 <= a < len(values)
             touch(a, at)
@@ -157,26 +221,44 @@ def check_program(path, planned_inputs=True, planned_outputs=True):
 # --- decoders --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", params=list(ARCHS))
-def family(request, tmp_path_factory):
-    arch = request.param
-    base = tmp_path_factory.mktemp(f"pte-{arch}")
-    ckpt = make_checkpoint(base / "ckpt", arch)
-    out = ferry_export(ckpt, base / "pte", "--format", "executorch", "--dynamic", "--quiet")
-    return arch, ckpt, out
+BACKENDS = ["xnnpack", "portable"]
+
+
+@pytest.fixture(scope="module")
+def decoder_ckpts(tmp_path_factory):
+    made = {}
+
+    def get(arch):
+        if arch not in made:
+            made[arch] = make_checkpoint(tmp_path_factory.mktemp(f"pte-{arch}") / "ckpt", arch)
+        return made[arch]
+
+    return get
+
+
+@pytest.fixture(scope="module", params=[(a, b) for a in ARCHS for b in BACKENDS],
+                ids=[f"{a}-{b}" for a in ARCHS for b in BACKENDS])
+def family(request, decoder_ckpts, tmp_path_factory):
+    arch, backend = request.param
+    ckpt = decoder_ckpts(arch)
+    out = ferry_export(ckpt, tmp_path_factory.mktemp(f"pte-{arch}-{backend}") / "pte",
+                       "--format", "executorch", "--et-backend", backend, "--dynamic",
+                       "--quiet")
+    return arch, backend, ckpt, out
 
 
 def test_decoder_matches_eager(family):
-    arch, ckpt, out = family
+    arch, _, ckpt, out = family
     assert sorted(p.name for p in out.iterdir()) == [
         "config.json", "export.json", "generation_config.json", "model.pte"]
     check_decoder(ckpt, method(out), SHAPES)
 
 
 def test_program_is_well_formed(family):
-    _, _, out = family
+    _, backend, _, out = family
     prog = check_program(out / "model.pte")
-    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    manifest = json.loads((out / "export.json").read_text())
+    meta = manifest["components"]["model"]["metadata"]
     plan = prog["execution_plan"][0]
     assert meta["planned_memory_bytes"] == plan["non_const_buffer_sizes"][1]
     assert meta["instructions"] == len(plan["chains"][0]["instructions"])
@@ -184,6 +266,14 @@ def test_program_is_well_formed(family):
         o["name"] + "." + o["overload"] for o in plan["operators"])
     # the dynamic axes have their bounds, which export.json states
     assert meta["symbols"]["batch"]["max"] == 4 and meta["symbols"]["sequence"]["max"] == 128
+    assert meta["export_config"]["backend"] == backend
+    assert meta["delegates"] == len(plan["delegates"])
+    if backend == "portable":
+        assert plan["delegates"] == [] and "aten::linear.out" in meta["operators"]
+    else:
+        # every linear: 7 a layer, 2 layers, and the head (tied or not, stored once)
+        assert meta["delegated_linears"] == len(plan["delegates"]) == 15
+        assert "aten::linear.out" not in meta["operators"]
 
 
 def test_bounds_are_the_programs(family, tmp_path):
@@ -191,8 +281,8 @@ def test_bounds_are_the_programs(family, tmp_path):
     ExportedModel refuses past them by name, before the runtime's own error."""
     import ferry
 
-    arch, ckpt, _ = family
-    if arch != "llama":
+    arch, backend, ckpt, _ = family
+    if arch != "llama" or backend != "xnnpack":
         pytest.skip("one family shows it")
     out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dynamic",
                        "--max-seq-len", "16", "--max-batch-size", "2", "--quiet")
@@ -393,8 +483,9 @@ def test_generation_program_and_generate(generation):
 
 
 def test_prefill_decode_pair(ckpts, tmp_path):
-    """The static cache's default components, prefill and decode, in the loop and through
-    ferry's generate(); `ferry validate` runs them."""
+    """The static cache's default components, prefill and decode (on the portable kernels: the
+    generation fixture's are XNNPACK's), in the loop and through ferry's generate(); `ferry
+    validate` runs them."""
     import os
     import sys
 
@@ -402,8 +493,9 @@ def test_prefill_decode_pair(ckpts, tmp_path):
     from conftest import ROOT
 
     ckpt = ckpts("qwen2")
-    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dynamic",
-                       "--for-generation", "--static-cache", "--max-cache-len", "64", "--quiet")
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--et-backend",
+                       "portable", "--dynamic", "--for-generation", "--static-cache",
+                       "--max-cache-len", "64", "--quiet")
     assert sorted(p.name for p in out.glob("*.pte")) == ["decode.pte", "prefill.pte"]
     ids, mask, tokens, calls = et_greedy(out, prompts([7, 3]), 16, eos_ids(ckpt))
     np.testing.assert_array_equal(tokens, hf_greedy(ckpt, ids, mask, 16))
@@ -425,8 +517,9 @@ def test_guide_cpp_decode_loop(ckpts, tmp_path):
     """The guide's C++ decode loop (tests/python/data/guide_decode_loop.cpp), built against the
     wheel's headers and runtime library: the caller's cache buffers set as inputs and bound onto
     the program's last N outputs (set_output_data_ptr), the prompt in one call, then a token a
-    call. Its greedy tokens are transformers' and the write positions in the caller's own
-    buffers count every token fed: the writes landed there, in place."""
+    call, its linears in the XNNPACK delegate. Its greedy tokens are transformers' and the write
+    positions in the caller's own buffers count every token fed: the writes landed there, in
+    place."""
     import shutil
     import subprocess
 
@@ -444,7 +537,8 @@ def test_guide_cpp_decode_loop(ckpts, tmp_path):
                     f"-I{et / 'include/executorch/runtime/core/portable_type/c10'}",
                     str(ROOT / "tests/python/data/guide_decode_loop.cpp"), "-o", str(binary),
                     f"-L{et / 'lib'}", "-Wl,--no-as-needed", "-lexecutorch",
-                    "-lexecutorch_kernels_optimized", "-Wl,--as-needed",
+                    "-lexecutorch_kernels_optimized", "-lexecutorch_backend_xnnpack",
+                    "-Wl,--as-needed",
                     f"-Wl,-rpath,{et / 'lib'}"], check=True, capture_output=True, timeout=300)
     ckpt = ckpts("llama")
     out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dim",
@@ -476,13 +570,14 @@ def encoders(tmp_path_factory):
     return {family: build_encoder(root / family, family) for family in ENCODERS}
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("family", list(ENCODERS))
-def test_encoder_matches_eager(encoders, tmp_path, family):
+def test_encoder_matches_eager(encoders, tmp_path, family, backend):
     import ferry
     import transformers.modeling_outputs as outputs
 
     out = ferry_export(encoders[family], tmp_path / "out", "--dynamic", "--format",
-                       "executorch", "--quiet")
+                       "executorch", "--et-backend", backend, "--quiet")
     check_program(out / "model.pte")
     exported = ferry.ExportedModel.from_pretrained(out)
     for batch, seq in [(1, 1), (1, 7), (3, 7), (3, 33)]:
@@ -513,8 +608,10 @@ def test_python_api(tmp_path):
     got = loaded(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
     assert isinstance(got, CausalLMOutputWithPast)
     assert_logits_close(got.logits.numpy(), reference_logits(ckpt, ids, mask, None), mask)
-    with pytest.raises(ferry.FerryError, match="xnnpack"):
-        ferry.ExecutorchConfig(backend="xnnpack")
+    assert json.loads((tmp_path / "out" / "export.json").read_text())["components"]["model"][
+        "metadata"]["export_config"]["backend"] == "xnnpack"
+    with pytest.raises(ferry.FerryError, match="backend"):
+        ferry.ExecutorchConfig(backend="vulkan")
     with pytest.raises(ferry.FerryError, match="executorch format cannot hold"):
         ferry.ExecutorchConfig(quantizer="int4")
     # transformers' own config, as the guide writes it (its portable backend)
@@ -541,7 +638,8 @@ def test_inspect_and_validate(tmp_path):
     out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dynamic", "--quiet")
     rc, stdout, _ = run_ferry("inspect", out)
     assert rc == 0 and "ExecuTorch program: method forward" in stdout, stdout
-    assert "backend portable, 0 delegates" in stdout and "max 128" in stdout, stdout
+    assert "backend xnnpack, 15 delegate calls" in stdout and "max 128" in stdout, stdout
+    assert "XnnpackBackend: 15 linears" in stdout, stdout
     env = {"FERRY_PYTHON": sys.executable,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
     rc, stdout, stderr = run_ferry("validate", out, "--model", ckpt, "--no-record", env=env)
@@ -550,7 +648,7 @@ def test_inspect_and_validate(tmp_path):
 
 
 @pytest.mark.parametrize("flags,needles,code", [
-    (["--et-backend", "xnnpack"], ["backend xnnpack", "not written yet"], 1),
+    (["--et-backend", "vulkan"], ["--et-backend", "vulkan", "xnnpack", "portable"], 2),
     (["--quantize", "int4"], ["int4", "executorch format cannot hold"], 1),
     (["--dynamic", "--for-generation"], ["executorch", "static cache", "--static-cache"], 1),
     (["--max-seq-len", "16"], ["max_seq_len", "--dynamic"], 2),
@@ -561,3 +659,32 @@ def test_inspect_and_validate(tmp_path):
 def test_refusals_write_nothing(tmp_path, flags, needles, code):
     check_export_error(make_checkpoint(tmp_path / "ckpt", "llama"), tmp_path / "out",
                        ["--format", "executorch", *flags], needles, code)
+
+
+# --- a real model ------------------------------------------------------------------------------
+
+
+def test_real_model_chat(smollm2, tmp_path):
+    """SmolLM2-135M-Instruct (30 layers, tied embeddings) as the guide's generation program on
+    XNNPACK: each chat's greedy answer through ferry's generate() is transformers' text."""
+    import ferry
+    from transformers import AutoTokenizer
+
+    from conftest import reference_model
+    from test_onnxruntime_genai import CHATS
+
+    out = ferry_export(smollm2, tmp_path / "pte", "--format", "executorch", "--dynamic",
+                       "--for-generation", "--static-cache", "--max-cache-len", "96",
+                       "--multi-token-decode", "--quiet")
+    meta = json.loads((out / "export.json").read_text())["components"]["decode"]["metadata"]
+    assert meta["delegated_linears"] == 30 * 7 + 1
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    model, exported = reference_model(smollm2), ferry.ExportedModel.from_pretrained(out)
+    for chat in CHATS:
+        ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True,
+                                            return_tensors="pt", return_dict=True)["input_ids"]
+        with torch.no_grad():
+            want = model.generate(ids, max_new_tokens=24, do_sample=False)
+        got = exported.generate(ids, max_new_tokens=24)
+        assert tokenizer.decode(got[0, ids.shape[1]:]) == \
+            tokenizer.decode(want[0, ids.shape[1]:]), chat

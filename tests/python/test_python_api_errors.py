@@ -419,13 +419,12 @@ def test_warnings_point_at_the_caller_and_formats_are_named():
         OpenVINOExporter().export(FIXTURE)
     files = {w.filename for w in caught if issubclass(w.category, FerryWarning)}
     assert files == {__file__}, files
-    # transformers' ExecutorchConfig picks ferry's exporter; its default backend, XNNPACK, is
-    # refused by name when exporting
+    # transformers' ExecutorchConfig picks ferry's exporter, and its default backend, XNNPACK,
+    # is ferry's default too
     exporter = AutoHfExporter.from_config(hf.ExecutorchConfig())
     assert type(exporter).__name__ == "ExecutorchExporter"
-    with pytest.raises(FerryError, match=r"backend xnnpack \(the XNNPACK delegate\) is not "
-                                         r"written yet"):
-        exporter.export(FIXTURE, config=hf.ExecutorchConfig())
+    exported = exporter.export(FIXTURE, config=hf.ExecutorchConfig())
+    assert exported.manifest["components"]["model"]["metadata"]["delegates"] > 0
     with pytest.raises(FerryError, match=r"export_format 'mlx' has no exporter"):
         AutoHfExporter.from_config({"export_format": "mlx"})
 

@@ -9,9 +9,10 @@
  * What it writes: the plain export (component "model") and generation with a static cache
  * (prefill/decode, or one multi-token decode: the cache written into its input tensors) of
  * every family, fp32, fp16 or bf16, with static or bounded dynamic dims, on the runtime's
- * portable kernels. ExecuTorch plans every tensor at its largest size, so each dynamic axis
- * has a bound: its own max, or max_batch_size for batch and max_seq_len for the others. Not
- * yet, refused by name: the XNNPACK delegate, quantized weights, a dynamic cache. */
+ * portable kernels, with backend xnnpack (the default, as the guide's) each fp32 linear in
+ * the XNNPACK delegate (et_xnnpack.c). ExecuTorch plans every tensor at its largest size, so
+ * each dynamic axis has a bound: its own max, or max_batch_size for batch and max_seq_len for
+ * the others. Not yet, refused by name: quantized weights, a dynamic cache. */
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdint.h>
@@ -24,11 +25,12 @@
 static const char *const ET_BACKENDS[] = {"portable", "xnnpack", NULL};
 
 static const be_option ET_OPTIONS[] = {
-    {.key = "backend", .type = BE_OPTION_CHOICE, .def = "portable", .choices = ET_BACKENDS,
+    {.key = "backend", .type = BE_OPTION_CHOICE, .def = "xnnpack", .choices = ET_BACKENDS,
      .flag = "--et-backend", .metavar = "NAME", .always_recorded = true,
-     .help = "executorch: where the program's ops run: portable (the\n"
-             "runtime's own kernels, every op; default); xnnpack (its\n"
-             "XNNPACK delegate) is not written yet"},
+     .help = "executorch: where the program's ops run: xnnpack (the\n"
+             "default: fp32 linears in the runtime's XNNPACK delegate,\n"
+             "the rest on its portable kernels); portable (every op on\n"
+             "the portable kernels)"},
     {.key = "alloc_graph_input", .type = BE_OPTION_BOOL, .def = "true",
      .flag = "--no-alloc-graph-input", .flag_value = "false",
      .help = "executorch: the inputs get no place in the program's\n"
@@ -62,10 +64,6 @@ static const be_option ET_OPTIONS[] = {
 
 static ferry_status et_configure(ferry_export_config *cfg, fy_err *err)
 {
-    if (be_option_value(cfg, &fb_executorch, "backend") != 0)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "executorch: backend xnnpack (the XNNPACK "
-                       "delegate) is not written yet; export with backend portable "
-                       "(--et-backend portable), whose kernels run every op");
     if (cfg->quantizer.bits)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int%d: the executorch format "
                        "cannot hold ferry's quantized weights yet (export fp32, fp16 or bf16)",
@@ -180,6 +178,7 @@ static ferry_status make_program(et_program *p, const g_graph *g,
 {
     et_plan_opts opts = plan_opts(cfg);
     et_program_init(p, g, err);
+    p->xnnpack = be_option_value(cfg, &fb_executorch, "backend") == 1;
     if (et_emit_program(p, err) != FERRY_OK)
         return p->st;
     return et_plan_memory(p, &opts);
@@ -225,7 +224,17 @@ static void et_describe(const ferry_export_config *cfg, const g_graph *g, cJSON 
         cJSON *ops = cJSON_AddArrayToObject(metadata, "operators");
         for (size_t i = 0; i < p.n_operators; i++)
             cJSON_AddItemToArray(ops, cJSON_CreateString(p.operators[i]));
-        cJSON_AddArrayToObject(metadata, "delegates");
+        /* the delegate calls, each one linear's XNNPACK graph, and the weights they read
+         * (named data: a segment each, or a constant's bytes where a kernel reads it too) */
+        cJSON_AddNumberToObject(metadata, "delegates", (double)p.n_delegates);
+        if (p.n_delegates) {
+            uint64_t named = 0;
+            for (size_t i = 0; i < p.n_named; i++)
+                named += et_graph_value_bytes(&p, p.named[i]);
+            cJSON_AddStringToObject(metadata, "delegate_backend", "XnnpackBackend");
+            cJSON_AddNumberToObject(metadata, "delegated_linears", (double)p.n_delegates);
+            cJSON_AddNumberToObject(metadata, "delegate_weight_bytes", (double)named);
+        }
     }
     et_program_free(&p);
 }

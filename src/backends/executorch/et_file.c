@@ -7,9 +7,11 @@
  *   from the checkpoint (store/placement.c) while the CRC-32 is taken.
  *
  * The Program says: schema version 0 (the runtime refuses a newer one), one execution plan
- * "forward" with its values, instructions, operators, no delegates, and the arena's size as
- * memory id 1 (non_const_buffer_sizes [0, arena]); constant_segment.offsets[k] locates the
- * tensor with data_buffer_idx k (offsets[0] is reserved). */
+ * "forward" with its values, instructions, operators, delegates (their blobs inline), and the
+ * arena's size as memory id 1 (non_const_buffer_sizes [0, arena]); constant_segment.offsets[k]
+ * locates the tensor with data_buffer_idx k (offsets[0] is reserved). The delegates' weights
+ * are named data: a segment each, after the constant segment or, for a constant a portable
+ * kernel reads too, inside it (one copy). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -168,6 +170,53 @@ static fb_ref int_vector(fb_builder *b, const int *v, size_t n)
     return r;
 }
 
+/* The delegates, each the XNNPACK backend's with its blob inline (backend_delegate_data[i]). */
+static fb_ref delegate_refs(fb_builder *b, et_program *p)
+{
+    fb_ref *refs = malloc((p->n_delegates ? p->n_delegates : 1) * sizeof *refs);
+    if (!refs) {
+        et_fail(p, FERRY_ERR_NOMEM, "out of memory");
+        return 0;
+    }
+    for (size_t i = 0; i < p->n_delegates; i++) {
+        fb_ref id = fb_string(b, "XnnpackBackend");
+        fb_ref specs = fb_ref_vector(b, NULL, 0);
+        fb_table_start(b);
+        fb_add_u8(b, 0, 0 /* INLINE */, 0);
+        fb_add_u32(b, 1, (uint32_t)i, 0);
+        fb_ref processed = fb_table_end(b);
+        fb_table_start(b);
+        fb_add_ref(b, 0, id);
+        fb_add_ref(b, 1, processed);
+        fb_add_ref(b, 2, specs);
+        refs[i] = fb_table_end(b);
+    }
+    fb_ref v = fb_ref_vector(b, refs, p->n_delegates);
+    free(refs);
+    return v;
+}
+
+/* The delegates' blobs (force_align 16, as the runtime's backends read them). */
+static fb_ref delegate_data(fb_builder *b, et_program *p)
+{
+    if (!p->n_delegates)
+        return 0;
+    fb_ref *refs = malloc(p->n_delegates * sizeof *refs);
+    if (!refs) {
+        et_fail(p, FERRY_ERR_NOMEM, "out of memory");
+        return 0;
+    }
+    for (size_t i = 0; i < p->n_delegates; i++) {
+        fb_ref data = fb_vector(b, p->delegates[i].blob, p->delegates[i].len, 1, 16);
+        fb_table_start(b);
+        fb_add_ref(b, 0, data);
+        refs[i] = fb_table_end(b);
+    }
+    fb_ref v = fb_ref_vector(b, refs, p->n_delegates);
+    free(refs);
+    return v;
+}
+
 static fb_ref execution_plan(fb_builder *b, et_program *p)
 {
     fb_ref *refs = malloc((p->n_values + p->n_instrs + p->n_operators + 1) * sizeof *refs);
@@ -179,13 +228,15 @@ static fb_ref execution_plan(fb_builder *b, et_program *p)
         refs[i] = value_table(b, p, &p->values[i]);
     fb_ref values = fb_ref_vector(b, refs, p->n_values);
     for (size_t i = 0; i < p->n_instrs; i++) {
-        fb_ref args = int_vector(b, p->instrs[i].args, (size_t)p->instrs[i].n_args);
+        const et_instr *in = &p->instrs[i];
+        fb_ref args = int_vector(b, in->args, (size_t)in->n_args);
         fb_table_start(b);
-        fb_add_i32(b, 0, p->instrs[i].op, 0);
+        fb_add_i32(b, 0, in->delegate >= 0 ? in->delegate : in->op, 0);
         fb_add_ref(b, 1, args);
         fb_ref call = fb_table_end(b);
         fb_table_start(b);
-        fb_add_union(b, 1, 1 /* KernelCall */, call);
+        fb_add_union(b, 1, in->delegate >= 0 ? 2 /* DelegateCall */ : 1 /* KernelCall */,
+                     call);
         refs[i] = fb_table_end(b);
     }
     fb_ref instrs = fb_ref_vector(b, refs, p->n_instrs);
@@ -209,7 +260,7 @@ static fb_ref execution_plan(fb_builder *b, et_program *p)
     }
     fb_ref operators = fb_ref_vector(b, refs, p->n_operators);
     free(refs);
-    fb_ref delegates = fb_ref_vector(b, NULL, 0);
+    fb_ref delegates = delegate_refs(b, p);
     int64_t buffers[2] = {0, (int64_t)p->arena};
     fb_ref sizes = fb_vector(b, buffers, 2, 8, 8);
     fb_ref inputs = int_vector(b, p->inputs, p->n_inputs);
@@ -227,20 +278,51 @@ static fb_ref execution_plan(fb_builder *b, et_program *p)
     return fb_table_end(b);
 }
 
-/* The Program flatbuffer (`segment` bytes of constants at `offsets`), in `b`. */
-static const uint8_t *program(fb_builder *b, et_program *p, const uint64_t *offsets,
-                              uint64_t segment, size_t *len)
+/* Where the segments lie: the constant segment (segment 0, the constants at `offsets`), and a
+ * segment per named datum, which may lie inside it (a constant a delegate reads too). */
+typedef struct et_layout {
+    uint64_t *offsets;       /* per data_buffer_idx */
+    uint64_t constants;      /* the constant segment's bytes */
+    uint64_t *named_at, *named_len; /* per named datum */
+    uint64_t size;           /* every segment's bytes */
+} et_layout;
+
+static fb_ref segment_table(fb_builder *b, uint64_t offset, uint64_t size)
+{
+    fb_table_start(b);
+    fb_add_u64(b, 0, offset, 0);
+    fb_add_u64(b, 1, size, 0);
+    return fb_table_end(b);
+}
+
+/* The Program flatbuffer, in `b`. */
+static const uint8_t *program(fb_builder *b, et_program *p, const et_layout *lay, size_t *len)
 {
     fb_ref plan = execution_plan(b, p);
     fb_ref plans = fb_ref_vector(b, &plan, 1);
-    fb_ref segments = 0;
-    if (segment) {
-        fb_table_start(b);
-        fb_add_u64(b, 0, 0, 0);
-        fb_add_u64(b, 1, segment, 0);
-        fb_ref seg = fb_table_end(b);
-        segments = fb_ref_vector(b, &seg, 1);
+    fb_ref inline_data = delegate_data(b, p);
+    fb_ref segments = 0, named = 0;
+    if (lay->size) {
+        fb_ref *refs = malloc((p->n_named + 1) * sizeof *refs);
+        if (!refs) {
+            et_fail(p, FERRY_ERR_NOMEM, "out of memory");
+            return NULL;
+        }
+        refs[0] = segment_table(b, 0, lay->constants);
+        for (size_t i = 0; i < p->n_named; i++)
+            refs[i + 1] = segment_table(b, lay->named_at[i], lay->named_len[i]);
+        segments = fb_ref_vector(b, refs, p->n_named + 1);
+        for (size_t i = 0; i < p->n_named; i++) {
+            fb_ref key = fb_string(b, p->g->values[p->named[i]].name);
+            fb_table_start(b);
+            fb_add_ref(b, 0, key);
+            fb_add_u32(b, 1, (uint32_t)(i + 1), 0);
+            refs[i] = fb_table_end(b);
+        }
+        named = p->n_named ? fb_ref_vector(b, refs, p->n_named) : 0;
+        free(refs);
     }
+    const uint64_t *offsets = lay->offsets;
     fb_ref offs = fb_vector(b, offsets, p->n_constants + 1, 8, 8);
     fb_table_start(b);
     fb_add_u32(b, 0, 0, 0); /* segment 0 */
@@ -248,8 +330,10 @@ static const uint8_t *program(fb_builder *b, et_program *p, const uint64_t *offs
     fb_ref constant_segment = fb_table_end(b);
     fb_table_start(b);
     fb_add_ref(b, 1, plans);
+    fb_add_ref(b, 3, inline_data);
     fb_add_ref(b, 4, segments);
     fb_add_ref(b, 5, constant_segment);
+    fb_add_ref(b, 7, named);
     fb_ref root = fb_table_end(b);
     if (p->st != FERRY_OK)
         return NULL;
@@ -301,6 +385,36 @@ static ferry_status place_constants(et_program *p, pl_file *pl, uint64_t *offset
     return FERRY_OK;
 }
 
+/* Places each named datum: a weight or constant placed already (the constant segment holds
+ * it) is that place; the others follow the constant segment. */
+static ferry_status place_named(et_program *p, pl_file *pl, et_layout *lay)
+{
+    for (size_t i = 0; i < p->n_named; i++) {
+        const g_value *x = &p->g->values[p->named[i]];
+        uint64_t len = et_graph_value_bytes(p, p->named[i]);
+        if (x->kind == GV_WEIGHT) {
+            int rank;
+            int64_t shape[W_MAX_RANK];
+            ferry_dtype dt;
+            w_part_info(&x->weight, W_PART_DATA, &rank, shape, &dt, &len);
+            if (dt != x->dtype)
+                return et_fail(p, FERRY_ERR_UNSUPPORTED, "weight '%s' is stored as %s, which "
+                               "an XNNPACK tensor of %s cannot hold", x->name,
+                               ferry_dtype_name(dt), ferry_dtype_name(x->dtype));
+            if (pl_place(pl, &x->weight, W_PART_DATA, &lay->named_at[i], &len, p->err) !=
+                FERRY_OK)
+                return p->st = p->err->status;
+        } else {
+            if (pl_place_const(pl, x, p->err) != FERRY_OK)
+                return p->st = p->err->status;
+            if (!pl_find_const(pl, x, &lay->named_at[i]))
+                return et_fail(p, FERRY_ERR_INTERNAL, "constant '%s' was not placed", x->name);
+        }
+        lay->named_len[i] = len;
+    }
+    return FERRY_OK;
+}
+
 static ferry_status write_all(int fd, const char *path, const uint8_t *data, size_t n,
                               fy_err *err)
 {
@@ -323,10 +437,14 @@ ferry_status et_write_file(et_program *p, const char *path, ws_progress *progres
     if (p->st != FERRY_OK)
         return p->st;
     pl_file *pl = pl_new("constants", ET_ALIGN);
-    uint64_t *offsets = malloc((p->n_constants + 1) * sizeof *offsets);
-    if (!pl || !offsets) {
+    et_layout lay = {
+        .offsets = malloc((p->n_constants + 1) * sizeof *lay.offsets),
+        .named_at = malloc((p->n_named + 1) * sizeof *lay.named_at),
+        .named_len = malloc((p->n_named + 1) * sizeof *lay.named_len),
+    };
+    if (!pl || !lay.offsets || !lay.named_at || !lay.named_len) {
         pl_free(pl);
-        free(offsets);
+        free(lay.offsets), free(lay.named_at), free(lay.named_len);
         return et_fail(p, FERRY_ERR_NOMEM, "out of memory");
     }
     fb_builder b;
@@ -334,10 +452,14 @@ ferry_status et_write_file(et_program *p, const char *path, ws_progress *progres
     uint8_t *file = NULL;
     size_t fb_len = 0, head = 0;
     uint64_t segment = 0, base = 0;
-    ferry_status st = place_constants(p, pl, offsets);
+    ferry_status st = place_constants(p, pl, lay.offsets);
     if (st == FERRY_OK) {
-        segment = pl_size(pl);
-        const uint8_t *fbuf = program(&b, p, offsets, segment, &fb_len);
+        lay.constants = pl_size(pl);
+        st = place_named(p, pl, &lay);
+    }
+    if (st == FERRY_OK) {
+        segment = lay.size = pl_size(pl);
+        const uint8_t *fbuf = program(&b, p, &lay, &fb_len);
         st = p->st;
         if (st == FERRY_OK && fb_len < 8)
             st = et_fail(p, FERRY_ERR_INTERNAL, "a flatbuffer of %zu bytes", fb_len);
@@ -384,7 +506,7 @@ ferry_status et_write_file(et_program *p, const char *path, ws_progress *progres
     if (st == FERRY_OK)
         *crc = fy_crc_pieces_value(&pieces, size);
     free(file);
-    free(offsets);
+    free(lay.offsets), free(lay.named_at), free(lay.named_len);
     pl_free(pl);
     return st;
 }

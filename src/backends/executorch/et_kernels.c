@@ -522,8 +522,19 @@ static void t_where(et_sink *k, const call_frame *f, const int *outs)
     a_out(&a, "aten::where.self_out", outs[0]);
 }
 
+/* the graph value a tensor argument names (-1: a temporary, None or absent) */
+static int graph_value_arg(const call_frame *f, const char *name)
+{
+    const call_arg *a = find(f, name);
+    return a && a->type == A_TENSOR && a->t >= 0 ? a->t : -1;
+}
+
+/* a linear: in the XNNPACK delegate where the program delegates it, else the portable kernel */
 static void t_linear(et_sink *k, const call_frame *f, const int *outs)
 {
+    if (k->p->xnnpack && et_xnn_linear(k->p, tensor(k, f, "input"), graph_value_arg(f, "weight"),
+                                       graph_value_arg(f, "bias"), outs[0]))
+        return;
     kargs a = args_of(k, f);
     a_tensor(&a, "input");
     a_tensor(&a, "weight");

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backends/executorch/executorch.h"
+#include "util/dtype.h"
 #include "util/grow.h"
 
 ferry_status et_fail(et_program *p, ferry_status st, const char *fmt, ...)
@@ -60,6 +61,10 @@ void et_program_free(et_program *p)
     free(p->of_value);
     free(p->dims);
     free(p->constant_values);
+    for (size_t i = 0; i < p->n_delegates; i++)
+        free(p->delegates[i].blob);
+    free(p->delegates);
+    free(p->named);
     *p = (et_program){0};
 }
 
@@ -372,5 +377,38 @@ void et_call(et_program *p, const char *op, const int *args, int n)
         return;
     }
     memcpy(a, args, (size_t)n * sizeof *a);
-    in[p->n_instrs++] = (et_instr){k, a, n};
+    in[p->n_instrs++] = (et_instr){k, a, n, -1};
+}
+
+void et_delegate_call(et_program *p, int delegate, const int *args, int n)
+{
+    if (p->st != FERRY_OK)
+        return;
+    for (int i = 0; i < n; i++)
+        if (args[i] < 0 || (size_t)args[i] >= p->n_values) {
+            et_fail(p, FERRY_ERR_INTERNAL, "delegate %d: argument %d is no value", delegate, i);
+            return;
+        }
+    et_instr *in = fy_grow(p->instrs, &p->cap_instrs, p->n_instrs + 1, sizeof *in);
+    int *a = in ? malloc((n ? (size_t)n : 1) * sizeof *a) : NULL;
+    if (in)
+        p->instrs = in;
+    if (!a) {
+        et_fail(p, FERRY_ERR_NOMEM, "out of memory");
+        return;
+    }
+    memcpy(a, args, (size_t)n * sizeof *a);
+    in[p->n_instrs++] = (et_instr){-1, a, n, delegate};
+}
+
+uint64_t et_graph_value_bytes(const et_program *p, int v)
+{
+    const g_value *x = &p->g->values[v];
+    uint64_t numel = 1;
+    for (int i = 0; i < x->shape.rank; i++) {
+        int64_t c = 0;
+        g_dim_is_const(x->shape.d[i], &c);
+        numel *= (uint64_t)c;
+    }
+    return dt_nbytes(x->dtype, numel);
 }

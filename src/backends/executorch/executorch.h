@@ -5,6 +5,7 @@
  *                  and the sizes a kernel reads at run time (SymInts as Int values)
  *   et_kernels.c   the aten emitter's sink (src/backends/aten): each aten call as the
  *                  ExecuTorch out kernels that compute it
+ *   et_xnnpack.c   the XNNPACK delegate: linears as XNNPACK graphs the program calls
  *   et_plan.c      the memory plan: every planned tensor's place in the arena
  *   et_file.c      the Program flatbuffer, its header and its constant segment, written
  *   et_backend.c   the format: options, finish, placement, export.json
@@ -57,10 +58,17 @@ typedef struct et_value {
 } et_value;
 
 typedef struct et_instr {
-    int op;                  /* index in operators */
+    int op;                  /* index in operators (-1: a delegate call) */
     int *args;
     int n_args;
+    int delegate;            /* a delegate call's delegate (-1: a kernel call) */
 } et_instr;
+
+/* A delegate: its backend's blob (the XNNPACK graph), inline in the Program. */
+typedef struct et_delegate {
+    uint8_t *blob;
+    size_t len;
+} et_delegate;
 
 typedef struct et_dim_memo {
     g_dim d;
@@ -87,6 +95,12 @@ typedef struct et_program {
     uint64_t arena;          /* bytes of memory id 1 (et_plan) */
     size_t n_constants, cap_constants; /* data_buffer_idx 1..n_constants */
     int *constant_values;    /* the graph value of each constant (index data_buffer_idx - 1) */
+    bool xnnpack;            /* linears run in the XNNPACK delegate (backend "xnnpack") */
+    et_delegate *delegates;
+    size_t n_delegates, cap_delegates;
+    int *named;              /* the graph values the delegates read as named data, each a
+                                segment of the file keyed by its name */
+    size_t n_named, cap_named;
     const char *where;       /* the IR node being written, for messages (NULL: none) */
     ferry_status st;         /* the first failure; later calls do nothing */
     fy_err *err;
@@ -136,6 +150,18 @@ int et_of_value(et_program *p, int v);
 /* Appends a call of kernel `op` ("aten::add.out") with `n` arguments (EValue indices, its
  * return slot last, as the kernels take them). */
 void et_call(et_program *p, const char *op, const int *args, int n);
+
+/* Appends a call of delegate `delegate` with its `n` arguments (its inputs, then outputs). */
+void et_delegate_call(et_program *p, int delegate, const int *args, int n);
+/* The bytes of weight or constant graph value `v`. */
+uint64_t et_graph_value_bytes(const et_program *p, int v);
+
+/* ---- the XNNPACK delegate (et_xnnpack.c) ---- */
+
+/* Writes y = x W^T + b as an XNNPACK delegate call, where the program delegates linears and
+ * this one fits (fp32, the weight [out, in] and the bias checkpoint tensors); false, having
+ * written nothing, where it does not (the caller writes the portable kernel). */
+bool et_xnn_linear(et_program *p, int x, int weight, int bias, int y);
 
 /* ---- the emitter's sink (et_kernels.c) ---- */
 
