@@ -227,6 +227,7 @@ bool w_equal(const g_weight *a, const g_weight *b)
            a->quant.bits == b->quant.bits &&
            a->quant.block == b->quant.block && a->quant.symmetric == b->quant.symmetric &&
            a->quant.search == b->quant.search &&
+           a->quant.positive_scales == b->quant.positive_scales &&
            a->quant.packing == b->quant.packing;
 }
 

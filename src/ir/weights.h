@@ -102,6 +102,8 @@ typedef struct w_quant {
     int block;               /* a power of two from 16 to 256 (32, 64, 128 in practice) */
     bool symmetric;          /* no zero points: the mid code is zero */
     bool search;             /* scales searched per block (quant/rtn.h), not RTN's */
+    bool positive_scales;    /* symmetric, every scale positive (XNNPACK's int4: rtn.h's
+                                RTN_SYMMETRIC_POSITIVE) */
     w_packing packing;
 } w_quant;
 

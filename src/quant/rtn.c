@@ -11,13 +11,17 @@
 
 static float round_scale(float s, ferry_dtype dt)
 {
-    return dt == FERRY_F16 ? dt_f16_to_f32(dt_f32_to_f16(s)) : s;
+    if (dt == FERRY_F16)
+        return dt_f16_to_f32(dt_f32_to_f16(s));
+    if (dt == FERRY_BF16)
+        return dt_bf16_to_f32(dt_f32_to_bf16(s));
+    return s;
 }
 
 static void store_scale(void *scales, size_t i, float s, ferry_dtype dt)
 {
-    if (dt == FERRY_F16) {
-        uint16_t h = dt_f32_to_f16(s);
+    if (dt == FERRY_F16 || dt == FERRY_BF16) {
+        uint16_t h = dt == FERRY_F16 ? dt_f32_to_f16(s) : dt_f32_to_bf16(s);
         memcpy((uint8_t *)scales + i * 2, &h, 2);
     } else {
         memcpy((uint8_t *)scales + i * 4, &s, 4);
@@ -26,10 +30,10 @@ static void store_scale(void *scales, size_t i, float s, ferry_dtype dt)
 
 static float load_scale(const void *scales, size_t i, ferry_dtype dt)
 {
-    if (dt == FERRY_F16) {
+    if (dt == FERRY_F16 || dt == FERRY_BF16) {
         uint16_t h;
         memcpy(&h, (const uint8_t *)scales + i * 2, 2);
-        return dt_f16_to_f32(h);
+        return dt == FERRY_F16 ? dt_f16_to_f32(h) : dt_bf16_to_f32(h);
     }
     float s;
     memcpy(&s, (const uint8_t *)scales + i * 4, 4);
@@ -133,6 +137,15 @@ static void range_scale(float lo, float hi, float shrink, int bits, int symmetri
                         ferry_dtype scale_dtype, float *scale, unsigned *zero)
 {
     unsigned levels = (1u << bits) - 1, mid = 1u << (bits - 1);
+    if (symmetric == RTN_SYMMETRIC_POSITIVE) {
+        float v = fabsf(hi) > fabsf(lo) ? hi : lo;
+        float s = v > 0.0f ? v * shrink / (float)(mid - 1) : v * shrink / -(float)mid;
+        if (v == 0.0f)
+            s = 1.0f;
+        *scale = round_scale(s < FLT_MIN ? FLT_MIN : s, scale_dtype);
+        *zero = mid;
+        return;
+    }
     if (symmetric) {
         float v = fabsf(hi) > fabsf(lo) ? hi : lo;
         *scale = round_scale(v * shrink / -(float)mid, scale_dtype);

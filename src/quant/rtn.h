@@ -8,7 +8,8 @@
  *               zero point is M (implicit)
  *   asymmetric: lo' = min(0, lo), hi' = max(0, hi); s = (hi' - lo') / L (fp32);
  *               zero = clamp(round(-lo' / s), 0, L) (0 when s is 0); scale = s
- *   the scale is then stored in the scale dtype (fp32 or fp16), and the codes use the stored
+ *   the scale is then stored in the scale dtype (fp32, fp16, or bf16 as XNNPACK reads block
+ *   scales), and the codes use the stored
  *   value: code = clamp(round(x * (1 / scale) + zero), 0, L) (every code = zero when scale is 0);
  *   round = to nearest, ties away from zero.
  *   A block holding NaN or +-inf gets a NaN scale, every code and its zero point the mid code
@@ -39,6 +40,13 @@
 
 #include "ferry.h"
 
+/* The `symmetric` argument: asymmetric, symmetric as above (onnxruntime's: a block whose
+ * extreme is positive gets a negative scale, mapping it to code 0), or symmetric with every
+ * scale positive and normal, as XNNPACK's blockwise int4 requires: a positive extreme v maps to
+ * +(M - 1) (scale v / (M - 1)), a negative one to -M (scale v / -M, as above), an all-zero
+ * block gets scale 1, and no scale is below the smallest normal float. */
+enum { RTN_ASYMMETRIC = 0, RTN_SYMMETRIC = 1, RTN_SYMMETRIC_POSITIVE = 2 };
+
 /* rtn_quantize_rows with unpadded code rows (code_row = cols). */
 void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block, int symmetric,
                   ferry_dtype scale_dtype, uint8_t *codes, void *scales, uint8_t *zeros);
@@ -48,7 +56,7 @@ void rtn_quantize(const float *x, size_t rows, size_t cols, int bits, int block,
  *   codes  rows of `code_row` codes, code_row * bits / 8 bytes each (4-bit: two per byte, low
  *          nibble first): code_row = cols, or ceil(cols / block) * block where a short last
  *          block is padded (MatMulNBits' B) with the zero code
- *   scales rows * ceil(cols / block) values of `scale_dtype` (FERRY_F32 or FERRY_F16)
+ *   scales rows * ceil(cols / block) values of `scale_dtype` (FERRY_F32, FERRY_F16 or FERRY_BF16)
  *   zeros  (asymmetric, may be NULL when symmetric) rows * ceil(ceil(cols / block) * bits / 8)
  *          bytes, packed like the codes, each row padded to whole bytes (a pad nibble is 8).
  * A short last block is quantized over the elements it has, which gives what onnxruntime's

@@ -383,7 +383,9 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
         }
         /* counted here, on the chunk in cache, where the quantizer reads it next */
         count_nonfinite(j, (int64_t)r, (int64_t)nr, (const uint8_t *)x, FERRY_F32, c);
-        rtn_quantize_rows(x, nr, cols, w->quant.bits, w->quant.block, w->quant.symmetric,
+        int symmetric = !w->quant.symmetric ? RTN_ASYMMETRIC
+                        : w->quant.positive_scales ? RTN_SYMMETRIC_POSITIVE : RTN_SYMMETRIC;
+        rtn_quantize_rows(x, nr, cols, w->quant.bits, w->quant.block, symmetric,
                           w->quant.search, w->dtype, codes_in_row, b->out.p + r * code_row,
                           b->scales.p + r * scale_row, b->zeros.p + r * zero_row);
         if (w->dtype == FERRY_F16) {

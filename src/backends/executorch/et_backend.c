@@ -12,7 +12,8 @@
  * portable kernels, with backend xnnpack (the default, as the guide's) each fp32 linear in
  * the XNNPACK delegate (et_xnnpack.c). ExecuTorch plans every tensor at its largest size, so
  * each dynamic axis has a bound: its own max, or max_batch_size for batch and max_seq_len for
- * the others. Not yet, refused by name: quantized weights, a dynamic cache. */
+ * the others. --quantize int4 (symmetric blocks) makes the delegate's linears XNNPACK's
+ * 8da4w. Not yet, refused by name: other quantizers, quantized embeddings, a dynamic cache. */
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdint.h>
@@ -64,10 +65,21 @@ static const be_option ET_OPTIONS[] = {
 
 static ferry_status et_configure(ferry_export_config *cfg, fy_err *err)
 {
-    if (cfg->quantizer.bits)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int%d: the executorch format "
-                       "cannot hold ferry's quantized weights yet (export fp32, fp16 or bf16)",
-                       cfg->quantizer.bits);
+    /* int4 linears are XNNPACK's 8da4w (et_xnnpack.c); what else a quantizer asks for has no
+     * kernel here yet */
+    const ferry_quantizer *q = &cfg->quantizer;
+    if (q->bits && be_option_value(cfg, &fb_executorch, "backend") != 1)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int%d: executorch runs quantized "
+                       "weights in the XNNPACK delegate only (--et-backend xnnpack)", q->bits);
+    if (q->bits && q->bits != 4)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int%d: executorch writes int4 "
+                       "weights only (--quantize int4)", q->bits);
+    if (q->bits && q->asymmetric)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int4 asymmetric: XNNPACK's int4 "
+                       "blocks are symmetric (drop --asymmetric)");
+    if (q->bits && q->embeddings)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer: executorch cannot hold a "
+                       "quantized embedding table yet (drop --quantize-embeddings)");
     static const char *const bounds[] = {"max_seq_len", "max_batch_size"};
     for (int i = 0; i < 2; i++)
         if (be_option_is_set(cfg, &fb_executorch, bounds[i]) && !cfg->dynamic &&
@@ -230,9 +242,10 @@ static void et_describe(const ferry_export_config *cfg, const g_graph *g, cJSON 
         if (p.n_delegates) {
             uint64_t named = 0;
             for (size_t i = 0; i < p.n_named; i++)
-                named += et_graph_value_bytes(&p, p.named[i]);
+                named += et_named_bytes(&p, i);
             cJSON_AddStringToObject(metadata, "delegate_backend", "XnnpackBackend");
             cJSON_AddNumberToObject(metadata, "delegated_linears", (double)p.n_delegates);
+            cJSON_AddNumberToObject(metadata, "int4_linears", (double)p.n_int4_linears);
             cJSON_AddNumberToObject(metadata, "delegate_weight_bytes", (double)named);
         }
     }

@@ -313,7 +313,9 @@ static const uint8_t *program(fb_builder *b, et_program *p, const et_layout *lay
             refs[i + 1] = segment_table(b, lay->named_at[i], lay->named_len[i]);
         segments = fb_ref_vector(b, refs, p->n_named + 1);
         for (size_t i = 0; i < p->n_named; i++) {
-            fb_ref key = fb_string(b, p->g->values[p->named[i]].name);
+            char name[512];
+            et_named_key(p, i, name, sizeof name);
+            fb_ref key = fb_string(b, name);
             fb_table_start(b);
             fb_add_ref(b, 0, key);
             fb_add_u32(b, 1, (uint32_t)(i + 1), 0);
@@ -390,9 +392,14 @@ static ferry_status place_constants(et_program *p, pl_file *pl, uint64_t *offset
 static ferry_status place_named(et_program *p, pl_file *pl, et_layout *lay)
 {
     for (size_t i = 0; i < p->n_named; i++) {
-        const g_value *x = &p->g->values[p->named[i]];
-        uint64_t len = et_graph_value_bytes(p, p->named[i]);
-        if (x->kind == GV_WEIGHT) {
+        const et_named *nd = &p->named[i];
+        const g_value *x = &p->g->values[nd->value];
+        uint64_t len = et_named_bytes(p, i);
+        if (nd->part_of_quantized) {
+            if (pl_place(pl, &nd->recipe, nd->part, &lay->named_at[i], &len, p->err) !=
+                FERRY_OK)
+                return p->st = p->err->status;
+        } else if (x->kind == GV_WEIGHT) {
             int rank;
             int64_t shape[W_MAX_RANK];
             ferry_dtype dt;

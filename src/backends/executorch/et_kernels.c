@@ -532,8 +532,8 @@ static int graph_value_arg(const call_frame *f, const char *name)
 /* a linear: in the XNNPACK delegate where the program delegates it, else the portable kernel */
 static void t_linear(et_sink *k, const call_frame *f, const int *outs)
 {
-    if (k->p->xnnpack && et_xnn_linear(k->p, tensor(k, f, "input"), graph_value_arg(f, "weight"),
-                                       graph_value_arg(f, "bias"), outs[0]))
+    if (et_xnn_linear(k->p, tensor(k, f, "input"), graph_value_arg(f, "weight"),
+                      graph_value_arg(f, "bias"), outs[0]) || k->p->st != FERRY_OK)
         return;
     kargs a = args_of(k, f);
     a_tensor(&a, "input");

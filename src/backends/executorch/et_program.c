@@ -401,6 +401,29 @@ void et_delegate_call(et_program *p, int delegate, const int *args, int n)
     in[p->n_instrs++] = (et_instr){-1, a, n, delegate};
 }
 
+void et_named_key(const et_program *p, size_t i, char *buf, size_t size)
+{
+    const et_named *nd = &p->named[i];
+    const char *name = p->g->values[nd->value].name;
+    if (nd->part_of_quantized)
+        snprintf(buf, size, "%s:%s", name, nd->part == W_PART_SCALES ? "scales" : "codes");
+    else
+        snprintf(buf, size, "%s", name);
+}
+
+uint64_t et_named_bytes(const et_program *p, size_t i)
+{
+    const et_named *nd = &p->named[i];
+    if (!nd->part_of_quantized)
+        return et_graph_value_bytes(p, nd->value);
+    int rank;
+    int64_t shape[W_MAX_RANK];
+    ferry_dtype dt;
+    uint64_t len;
+    w_part_info(&nd->recipe, nd->part, &rank, shape, &dt, &len);
+    return len;
+}
+
 uint64_t et_graph_value_bytes(const et_program *p, int v)
 {
     const g_value *x = &p->g->values[v];

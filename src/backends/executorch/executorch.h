@@ -64,6 +64,15 @@ typedef struct et_instr {
     int delegate;            /* a delegate call's delegate (-1: a kernel call) */
 } et_instr;
 
+/* A named datum a delegate reads: a weight or constant as the graph has it, or one part
+ * (codes, scales) of a quantized weight's XNNPACK form. */
+typedef struct et_named {
+    int value;               /* the graph value */
+    bool part_of_quantized;  /* `recipe`'s `part`; else the value's own bytes */
+    g_weight recipe;
+    w_part part;
+} et_named;
+
 /* A delegate: its backend's blob (the XNNPACK graph), inline in the Program. */
 typedef struct et_delegate {
     uint8_t *blob;
@@ -98,8 +107,9 @@ typedef struct et_program {
     bool xnnpack;            /* linears run in the XNNPACK delegate (backend "xnnpack") */
     et_delegate *delegates;
     size_t n_delegates, cap_delegates;
-    int *named;              /* the graph values the delegates read as named data, each a
-                                segment of the file keyed by its name */
+    size_t n_int4_linears;   /* the delegates whose weights are int4 */
+    et_named *named;         /* what the delegates read as named data, each a segment of
+                                the file */
     size_t n_named, cap_named;
     const char *where;       /* the IR node being written, for messages (NULL: none) */
     ferry_status st;         /* the first failure; later calls do nothing */
@@ -155,12 +165,19 @@ void et_call(et_program *p, const char *op, const int *args, int n);
 void et_delegate_call(et_program *p, int delegate, const int *args, int n);
 /* The bytes of weight or constant graph value `v`. */
 uint64_t et_graph_value_bytes(const et_program *p, int v);
+/* Named datum i's key ("<weight>", or "<weight>:codes" / ":scales" for a quantized one's parts)
+ * and bytes. */
+void et_named_key(const et_program *p, size_t i, char *buf, size_t size);
+uint64_t et_named_bytes(const et_program *p, size_t i);
 
 /* ---- the XNNPACK delegate (et_xnnpack.c) ---- */
 
 /* Writes y = x W^T + b as an XNNPACK delegate call, where the program delegates linears and
- * this one fits (fp32, the weight [out, in] and the bias checkpoint tensors); false, having
- * written nothing, where it does not (the caller writes the portable kernel). */
+ * this one fits (fp32, the weight [out, in] and the bias checkpoint tensors; an int4 weight as
+ * XNNPACK's 8da4w: activations quantized per token, qbint4 blocks with bf16 scales); false,
+ * having written nothing, where it does not (the caller writes the portable kernel). A
+ * quantized weight that does not fit fails the program, naming it: no portable kernel reads
+ * it. */
 bool et_xnn_linear(et_program *p, int x, int weight, int bias, int y);
 
 /* ---- the emitter's sink (et_kernels.c) ---- */
