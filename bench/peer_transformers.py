@@ -2,7 +2,8 @@
 """transformers' own ONNX (or OpenVINO) export of a checkpoint directory, as a user would run it
 (one process).
 
-    python bench/peer_transformers.py CKPT OUT --mode plain|generation [--format onnx|openvino|dynamo]
+    python bench/peer_transformers.py CKPT OUT --mode plain|generation \
+        [--format onnx|openvino|dynamo|executorch]
 
 The documented API (transformers.exporters, shipped since transformers 5.13) at its defaults
 for a CPU fp32 export:
@@ -21,7 +22,8 @@ the batched, padded inputs that ferry's graph takes.
 
 `--format openvino` runs OpenVINOExporter / OpenVINOConfig(dynamic=True) the same way (its
 defaults: stateful, no fp16 compression), `--format dynamo` DynamoExporter /
-DynamoConfig(dynamic=True) (model.pt2, torch.export). `--static-cache N` (generation) exports
+DynamoConfig(dynamic=True) (model.pt2, torch.export), `--format executorch` ExecutorchExporter /
+ExecutorchConfig(backend="xnnpack", dynamic=True) (the guide's; needs torchao). `--static-cache N` (generation) exports
 against a StaticCache of N slots with a multi-token decode, the guide's single-graph generation.
 `--dtype bfloat16` loads the model in bfloat16 (the checkpoint's own dtype), so the export is bf16.
 
@@ -38,7 +40,8 @@ def main():
     p.add_argument("ckpt")
     p.add_argument("out")
     p.add_argument("--mode", choices=["plain", "generation"], default="plain")
-    p.add_argument("--format", choices=["onnx", "openvino", "dynamo"], default="onnx")
+    p.add_argument("--format", choices=["onnx", "openvino", "dynamo", "executorch"],
+                   default="onnx")
     p.add_argument("--static-cache", type=int, metavar="MAX_CACHE_LEN",
                    help="generation: a static cache of this length and a multi-token decode")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
@@ -54,6 +57,13 @@ def main():
     elif args.format == "dynamo":
         from transformers.exporters import DynamoConfig as OnnxConfig
         from transformers.exporters import DynamoExporter as OnnxExporter
+    elif args.format == "executorch":
+        import functools
+
+        from transformers.exporters import ExecutorchConfig
+        from transformers.exporters import ExecutorchExporter as OnnxExporter
+        # the guide's: XNNPACK, dynamic
+        OnnxConfig = functools.partial(ExecutorchConfig, backend="xnnpack")
     else:
         from transformers.exporters import OnnxConfig, OnnxExporter
 
