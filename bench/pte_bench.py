@@ -21,7 +21,11 @@ ferry's exports run REPEATS times (median wall); transformers' once (minutes eac
 far below its ratio to ferry's). Then bench/pte_latency.py on each (executorch.runtime, a
 128-token prompt through decode.pte, 32 one-token steps), and, for the int4 target, ferry's int4
 fused ONNX export (--ort-fusions cpu --quantize int4, block 32) in onnxruntime through
-bench/ort_latency.py, the same prompt and steps. Writes docs/benchmarks-pte.md.
+bench/ort_latency.py, the same prompt and steps. The Python runtime copies the cache in and out
+of every call (the guide: only C++ binds it in place), so ferry's xnnpack programs are also timed
+in the guide's C++ loop (tests/python/data/guide_decode_loop.cpp, built against the wheel),
+exported for it (batch 1, alloc flags off): the zero-copy decode, as onnxruntime's IOBinding
+is. Writes docs/benchmarks-pte.md.
 """
 
 import argparse
@@ -48,6 +52,8 @@ PY = sys.executable
 THREADS = os.cpu_count()
 CACHE = 256
 STEPS = 32
+# the exports also timed in the guide's C++ loop, and their own flags
+CPP_LOOP = {"ferry-xnnpack": [], "ferry-int4": ["--quantize", "int4"]}
 
 
 def checkpoints(args, work):
@@ -91,6 +97,47 @@ def latency(row, out, logs):
         row.update(json.loads(res.read_text()), session_rss=lat["peak_rss"])
 
 
+def guide_loop(work, logs):
+    """The guide's C++ decode loop (tests/python/data/guide_decode_loop.cpp) built against the
+    wheel's runtime, as the tests build it. -> (binary, None) or (None, error)."""
+    import importlib.util
+    import subprocess
+
+    et = Path(importlib.util.find_spec("executorch").submodule_search_locations[0])
+    binary = work / "guide_decode_loop"
+    cmd = ["g++", "-std=c++17", "-O2", "-DC10_USING_CUSTOM_GENERATED_MACROS",
+           f"-I{et / 'include'}", f"-I{et / 'include/executorch/runtime/core/portable_type/c10'}",
+           str(ROOT / "tests/python/data/guide_decode_loop.cpp"), "-o", str(binary),
+           f"-L{et / 'lib'}", "-Wl,--no-as-needed", "-lexecutorch",
+           "-lexecutorch_kernels_optimized", "-lexecutorch_backend_xnnpack", "-Wl,--as-needed",
+           f"-Wl,-rpath,{et / 'lib'}"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    (logs / "guide-loop-build.log").write_text(r.stdout + r.stderr)
+    return (binary, None) if r.returncode == 0 else (None, r.stderr.strip()[-200:])
+
+
+def cpp_latency(ckpt, sdir, kind, extra, binary, logs):
+    """The zero-copy decode of the C++ runtime: ferry's program exported for the guide's loop
+    (batch 1, every alloc flag off), a 128-token prompt, then 32 steps bound in place."""
+    out = sdir / f"{kind}-cpp"
+    shutil.rmtree(out, ignore_errors=True)
+    r = measure([FERRY, "export", ckpt, out, "--format", "executorch", "--dim",
+                 "input_ids:1=sequence:1:128", "--for-generation", "--static-cache",
+                 "--max-cache-len", str(CACHE), "--multi-token-decode", "--no-alloc-graph-input",
+                 "--no-alloc-graph-output", "--no-alloc-mutable-buffers", "--quiet", *extra],
+                logs / f"x-{kind}-cpp.log", timeout=3600)
+    if r["error"]:
+        return dict(cpp_error=r["error"])
+    prompt = ",".join(str((7 * i + 3) % 1000) for i in range(128))
+    log = logs / f"l-{kind}-cpp.log"
+    r = measure([binary, out / "decode.pte", prompt, str(STEPS + 1)], log, timeout=3600)
+    if r["error"]:
+        return dict(cpp_error=r["error"])
+    words = next(line for line in log.read_text().splitlines()
+                 if line.startswith("timing")).split()
+    return dict(cpp_prompt_ms=float(words[2]), cpp_decode_ms=float(words[4]))
+
+
 def onnx_int4(ckpt, sdir, logs):
     """ferry's int4 fused ONNX export in onnxruntime: the int4 target's yardstick."""
     out = sdir / "onnx-int4"
@@ -110,7 +157,8 @@ def onnx_int4(ckpt, sdir, logs):
 def table(name, title, rows, onnx):
     lines = [f"## {title}", "",
              "| export | time (s) | peak RSS (MiB) | bytes written (MiB) | prefill-128 (ms) | "
-             "decode (ms/step) | runtime peak RSS (MiB) |", "|---|---|---|---|---|---|---|"]
+             "decode (ms/step) | runtime peak RSS (MiB) | C++ loop: prefill-128 / decode (ms) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.get("error"):
             lines.append(f"| {r['label']} | failed: {r['error'][:80]} | | | | | |")
@@ -119,12 +167,14 @@ def table(name, title, rows, onnx):
         pre = f"{pre:.0f}" if pre else f"fails: {r.get('prefill_error', r.get('latency_error', '?'))[:60]}"
         dec = r.get("decode_ms_median")
         srss = r.get("session_rss")
+        cpp = (f"{r['cpp_prompt_ms']:.0f} / {r['cpp_decode_ms']:.1f}" if "cpp_decode_ms" in r
+               else r.get("cpp_error", "—")[:60])
         lines.append(f"| {r['label']} | {r['export_s']:.1f} | {r['peak_rss'] / MiB:.0f} | "
                      f"{r['bytes'] / MiB:.0f} | {pre} | {'—' if dec is None else f'{dec:.1f}'} | "
-                     f"{'—' if srss is None else f'{srss / MiB:.0f}'} |")
+                     f"{'—' if srss is None else f'{srss / MiB:.0f}'} | {cpp} |")
     if onnx and not onnx.get("error"):
-        lines.append(f"| ferry int4 fused ONNX in onnxruntime (yardstick) | | | | "
-                     f"{onnx['prefill_ms']:.0f} | {onnx['decode_ms_median']:.1f} | |")
+        lines.append(f"| ferry int4 fused ONNX in onnxruntime (yardstick; IOBinding, no copies) "
+                     f"| | | | {onnx['prefill_ms']:.0f} | {onnx['decode_ms_median']:.1f} | | |")
     by = {r["kind"]: r for r in rows if not r.get("error")}
     f, t = by.get("ferry-xnnpack"), by.get("tf-xnnpack")
     notes = []
@@ -136,11 +186,15 @@ def table(name, title, rows, onnx):
             notes.append(f"decode {f['decode_ms_median'] / t['decode_ms_median']:.2f}x "
                          "transformers' program's time (below 1: ferry faster)")
     q = by.get("ferry-int4")
-    if q and q.get("decode_ms_median") and onnx and not onnx.get("error"):
-        ref = onnx.get("decode_ms_median")
-        if ref:
-            notes.append(f"int4 xnnpack decode {q['decode_ms_median'] / ref:.2f}x ferry's int4 "
-                         "fused ONNX in onnxruntime")
+    if q and onnx and not onnx.get("error"):
+        ref = onnx["decode_ms_median"]
+        if q.get("cpp_decode_ms"):
+            notes.append(f"int4 xnnpack decode in the C++ loop (in place, as onnxruntime's "
+                         f"IOBinding) {q['cpp_decode_ms'] / ref:.2f}x ferry's int4 fused ONNX in "
+                         "onnxruntime")
+        if q.get("decode_ms_median"):
+            notes.append(f"through the Python runtime (the cache copied in and out each step) "
+                         f"{q['decode_ms_median'] / ref:.2f}x")
     if notes:
         lines += ["", "; ".join(notes) + "."]
     return lines
@@ -151,6 +205,9 @@ def main():
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--only", choices=["smollm2", "qwen3"])
     p.add_argument("--no-peer", action="store_true", help="skip transformers' exporter")
+    p.add_argument("--reuse-peer", action="store_true",
+                   help="keep the last run's transformers exports and their export rows (its "
+                        "export takes minutes), measuring their latency again")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     args.out = args.out or ROOT / "docs" / "benchmarks-pte.md"
@@ -164,16 +221,34 @@ def main():
              "Reproduce: `.venv/bin/python bench/pte_bench.py`.", ""]
     results = {}
     all_rows = []
+    (work / "logs-pte").mkdir(parents=True, exist_ok=True)
+    binary, loop_error = guide_loop(work, work / "logs-pte")
+    if loop_error:
+        print("the guide's C++ loop did not build:", loop_error, flush=True)
+    last = work / "pte-results.json"
+    previous = json.loads(last.read_text()) if args.reuse_peer and last.exists() else {}
     for name, title, ckpt in checkpoints(args, work):
         sdir, logs = work / f"pte-{name}", work / f"logs-pte-{name}"
-        shutil.rmtree(sdir, ignore_errors=True)
-        sdir.mkdir(parents=True)
+        kept = {r["kind"]: r for r in previous.get(name, {}).get("rows", [])
+                if r["kind"].startswith("tf") and not r.get("error")
+                and (sdir / r["kind"]).is_dir()}
+        for entry in sdir.iterdir() if sdir.is_dir() else []:
+            if entry.name not in kept:
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        sdir.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
         rows = []
         for label, kind, cmd in runs_for(ckpt, sdir):
             if kind.startswith("tf") and args.no_peer:
                 continue
             peer = kind.startswith("tf")
+            if kind in kept:
+                keys = ("label", "kind", "export_s", "export_s_all", "peak_rss", "bytes",
+                        "command", "error")
+                row = {k: kept[kind][k] for k in keys}
+                latency(row, Path(cmd[3]), logs)
+                rows.append(row)
+                continue
             saved = openvino_bench.REPEATS
             openvino_bench.REPEATS = 1 if peer else saved
             try:
@@ -182,6 +257,8 @@ def main():
                 openvino_bench.REPEATS = saved
             if not row["error"]:
                 latency(row, Path(cmd[3]), logs)
+            if not row["error"] and kind in CPP_LOOP and binary:
+                row.update(cpp_latency(ckpt, sdir, kind, CPP_LOOP[kind], binary, logs))
             rows.append(row)
             print(name, {k: v for k, v in row.items() if k != "command"}, flush=True)
         onnx = onnx_int4(ckpt, sdir, logs)

@@ -383,6 +383,15 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
         }
         /* counted here, on the chunk in cache, where the quantizer reads it next */
         count_nonfinite(j, (int64_t)r, (int64_t)nr, (const uint8_t *)x, FERRY_F32, c);
+        /* a non-finite block's scale is NaN (rtn.h), which XNNPACK refuses when the program
+         * loads: refused here, naming the weight, rather than written */
+        if (w->quant.positive_scales && tf_count_nonfinite(x, FERRY_F32, n)) {
+            char name[256];
+            w_describe(w, name, sizeof name);
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "weight '%s' holds NaN or infinite "
+                           "values, which XNNPACK's int4 blocks cannot hold (their scales must "
+                           "be finite): export it without --quantize", name);
+        }
         int symmetric = !w->quant.symmetric ? RTN_ASYMMETRIC
                         : w->quant.positive_scales ? RTN_SYMMETRIC_POSITIVE : RTN_SYMMETRIC;
         rtn_quantize_rows(x, nr, cols, w->quant.bits, w->quant.block, symmetric,

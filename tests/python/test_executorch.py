@@ -786,6 +786,10 @@ def test_inspect_and_validate(tmp_path):
     # the MLP's 96 inputs are not whole blocks of 64: found while writing, nothing kept
     (["--quantize", "int4", "--block-size", "64"], ["mlp.down_proj.weight", "blocks of 64",
                                                      "--block-size"], 1),
+    # XNNPACK's int4: blocks of multiples of 32 (16 fails when the method loads), fp32
+    (["--quantize", "int4", "--block-size", "16"], ["block size 16", "32, 64, 128 or 256"], 1),
+    (["--quantize", "int4", "--dtype", "fp16"], ["fp32", "--dtype fp16"], 1),
+    (["--quantize", "int4", "--accuracy-level", "1"], ["accuracy_level", "executorch"], 2),
     (["--dynamic", "--for-generation"], ["executorch", "static cache", "--static-cache"], 1),
     (["--max-seq-len", "16"], ["max_seq_len", "--dynamic"], 2),
     (["--dim", "input_ids:1=s:0:16"], ["the dynamic axis s has min 0", "a min of 1"], 2),
@@ -846,3 +850,19 @@ def test_real_model_int4_agreement(smollm2, tmp_path, record_property):
     for name, value in top1.items():
         record_property(f"top1_agreement_{name}", round(value, 4))
     assert top1["pte"] >= 0.55 and top1["pte"] >= top1["onnx"] - 0.05, top1
+
+
+def test_int4_refuses_non_finite_weights(tmp_path):
+    """A NaN in a weight makes its int4 block's scale NaN, which XNNPACK refuses when the method
+    loads: the export refuses it instead, naming the weight, and writes nothing."""
+    from safetensors.numpy import load_file, save_file
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
+    for f in ckpt.glob("*.safetensors"):
+        tensors = load_file(f)
+        name = "model.layers.1.mlp.up_proj.weight"
+        if name in tensors:
+            tensors[name][3, 5] = np.nan
+            save_file(tensors, f, metadata={"format": "pt"})
+    check_export_error(ckpt, tmp_path / "out", ["--format", "executorch", "--quantize", "int4"],
+                       ["model.layers.1.mlp.up_proj.weight", "NaN or infinite", "--quantize"], 1)

@@ -80,6 +80,19 @@ static ferry_status et_configure(ferry_export_config *cfg, fy_err *err)
     if (q->bits && q->embeddings)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer: executorch cannot hold a "
                        "quantized embedding table yet (drop --quantize-embeddings)");
+    /* XNNPACK's blockwise int4 kernels take blocks of whole multiples of 32 (the wheel's
+     * lowering asserts it; a block of 16 fails when the method loads) and fp32 activations */
+    if (q->bits && q->block_size % 32 != 0)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer: block size %d: XNNPACK's int4 "
+                       "takes blocks of 32, 64, 128 or 256 inputs (--block-size)",
+                       q->block_size);
+    if (q->bits && cfg->dtype != FERRY_F32)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int4: XNNPACK's int4 linears "
+                       "read fp32 activations, so executorch's int4 export is fp32 (drop "
+                       "--dtype %s)", ferry_dtype_name(cfg->dtype));
+    if (q->bits && q->accuracy_level >= 0)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "quantizer: accuracy_level is onnxruntime's "
+                       "MatMulNBits setting; executorch has none (drop --accuracy-level)");
     static const char *const bounds[] = {"max_seq_len", "max_batch_size"};
     for (int i = 0; i < 2; i++)
         if (be_option_is_set(cfg, &fb_executorch, bounds[i]) && !cfg->dynamic &&

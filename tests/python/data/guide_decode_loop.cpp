@@ -9,7 +9,11 @@
 //   guide_decode_loop decode.pte PROMPT_IDS NEW_TOKENS     (PROMPT_IDS: "5,17,42")
 //
 // Prints the greedy tokens after the prompt, space-separated, then one line "counter C" per
-// integer cache tensor (the layers' write positions, read from the caller's own buffers).
+// integer cache tensor (the layers' write positions, read from the caller's own buffers). On
+// stderr, one line "timing prompt_ms P decode_ms_median D": the prompt's call and the median
+// one-token call (set_input, binding and execute; bench/pte_bench.py reads it).
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -171,15 +175,28 @@ int main(int argc, char **argv)
         return 0;
     };
 
+    using clock = std::chrono::steady_clock;
+    auto ms_since = [](clock::time_point t) {
+        return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+    };
     int64_t token;
+    auto start = clock::now();
     if (forward(prompt, &token))
         return 1;
+    const double prompt_ms = ms_since(start);
+    std::vector<double> steps;
     for (int step = 0; step < new_tokens; step++) {
         std::printf("%s%lld", step ? " " : "", static_cast<long long>(token));
+        start = clock::now();
         if (step + 1 < new_tokens && forward({token}, &token))
             return 1;
+        if (step + 1 < new_tokens)
+            steps.push_back(ms_since(start));
     }
     std::printf("\n");
+    std::sort(steps.begin(), steps.end());
+    std::fprintf(stderr, "timing prompt_ms %.3f decode_ms_median %.3f\n", prompt_ms,
+                 steps.empty() ? 0.0 : steps[steps.size() / 2]);
     for (size_t i = 0; i < n_cache; i++)
         if (meta->input_tensor_meta(3 + i)->scalar_type() == ScalarType::Long)
             std::printf("counter %lld\n",
