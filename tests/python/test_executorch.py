@@ -476,13 +476,17 @@ def et_greedy(out, rows, new_tokens=NEW_TOKENS, suppressed=()):
     return ids, mask, np.stack(tokens, 1), calls
 
 
-@pytest.fixture(scope="module", params=list(ARCHS))
+@pytest.fixture(scope="module", params=[(a, b) for a in ARCHS for b in BACKENDS],
+                ids=[f"{a}-{b}" for a in ARCHS for b in BACKENDS])
 def generation(request, ckpts, tmp_path_factory):
-    """The guide's single-graph generation: a static cache and a multi-token decode."""
-    ckpt = ckpts(request.param)
+    """The guide's single-graph generation: a static cache and a multi-token decode, on each
+    backend."""
+    arch, backend = request.param
+    ckpt = ckpts(arch)
     out = ferry_export(ckpt, tmp_path_factory.mktemp("pte-gen") / "pte", "--format",
-                       "executorch", "--dynamic", "--for-generation", "--static-cache",
-                       "--max-cache-len", str(MAX_CACHE_LEN), "--multi-token-decode", "--quiet")
+                       "executorch", "--et-backend", backend, "--dynamic", "--for-generation",
+                       "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN),
+                       "--multi-token-decode", "--quiet")
     return ckpt, out
 
 
@@ -793,7 +797,9 @@ def test_inspect_and_validate(tmp_path):
     (["--dynamic", "--for-generation"], ["executorch", "static cache", "--static-cache"], 1),
     (["--max-seq-len", "16"], ["max_seq_len", "--dynamic"], 2),
     (["--dim", "input_ids:1=s:0:16"], ["the dynamic axis s has min 0", "a min of 1"], 2),
-    (["--dynamic", "--max-seq-len", "2147483647"], ["the memory plan needs more than 1 TiB",
+    # a grouped-query attention's rows (2 query heads a key head) pass 2^31 first
+    (["--dynamic", "--max-seq-len", "2147483647"], ["32-bit integers", "max_seq_len"], 1),
+    (["--dynamic", "--max-seq-len", "1073741823"], ["the memory plan needs more than 1 TiB",
                                                     "max_seq_len"], 1),
 ])
 def test_refusals_write_nothing(tmp_path, flags, needles, code):

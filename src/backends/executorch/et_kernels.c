@@ -607,8 +607,28 @@ static const g_shape *out_shape(et_sink *k, int out)
     return v >= 0 ? &k->p->g->values[v].shape : &k->out_shapes[0];
 }
 
-/* matmul: mm for two matrices; otherwise both operands expanded to the output's batch dims,
- * flattened to [batch, m, k] and [batch, k, n], bmm, and the result viewed as the output */
+/* Where the second operand of a batched matmul is broadcast along the first's trailing batch
+ * dims (grouped-query attention: a key [b, kv, 1, d, t] read by queries [b, kv, g, s, d]), the
+ * first's rows already run over them in order: its [b, kv, g * s, d] times the key [b, kv, d, t]
+ * is the product without expanding the key g times. The first batch dim of that suffix (n: no
+ * such suffix). */
+static int folded_batch(const g_shape *sa, const g_shape *sb, const g_shape *sy, int n)
+{
+    if (sa->rank != n + 2 || sb->rank != n + 2)
+        return n;
+    int j = n;
+    while (j > 0 && g_dim_eq(sb->d[j - 1], g_dim_const(1)) &&
+           g_dim_eq(sa->d[j - 1], sy->d[j - 1]))
+        j--;
+    for (int i = 0; i < j; i++)
+        if (!g_dim_eq(sa->d[i], sy->d[i]) || !g_dim_eq(sb->d[i], sy->d[i]))
+            return n;
+    return j;
+}
+
+/* matmul: mm for two matrices; otherwise both operands expanded to the output's batch dims
+ * (but for the broadcast folded_batch finds, folded into the rows instead), flattened to
+ * [batch, m, k] and [batch, k, n], bmm, and the result viewed as the output */
 static void t_matmul(et_sink *k, const call_frame *f, const int *outs)
 {
     et_program *p = k->p;
@@ -630,7 +650,35 @@ static void t_matmul(et_sink *k, const call_frame *f, const int *outs)
                              sb->rank);
     int n = sy->rank - 2;
     int64_t batch_bound, m, kk, nn;
-    int batch = product(p, sy->d, n, &batch_bound);
+    int fold = folded_batch(sa, sb, sy, n);
+    int batch = product(p, sy->d, fold, &batch_bound);
+    if (fold < n) {
+        /* rows: the folded batch dims and m, in the first operand's order */
+        g_dim rows[G_MAX_RANK];
+        memcpy(rows, sa->d + fold, (size_t)(n - fold) * sizeof *rows);
+        rows[n - fold] = sa->d[sa->rank - 2];
+        int64_t rows_bound;
+        int r_rows = product(p, rows, n - fold + 1, &rows_bound);
+        if (!et_dim_bound(&p->g->syms, sa->d[sa->rank - 1], &kk) ||
+            !et_dim_bound(&p->g->syms, sb->d[sb->rank - 1], &nn) || r_rows < 0 || batch < 0)
+            return (void)et_fail(p, FERRY_ERR_UNSUPPORTED, "a matmul over an unbounded extent");
+        int da[3] = {batch, r_rows, et_dim(p, sa->d[sa->rank - 1])};
+        int db[3] = {batch, da[2], et_dim(p, sb->d[sb->rank - 1])};
+        x = view_as(k, f, x, 3, da, (const int64_t[]){batch_bound, rows_bound, kk});
+        w = view_as(k, f, w, 3, db, (const int64_t[]){batch_bound, kk, nn});
+        if (x < 0 || w < 0)
+            return;
+        bool dynamic = p->values[x].dynamic || p->values[w].dynamic;
+        int r = temp_tensor(p, dt, 3, (const int64_t[]){batch_bound, rows_bound, nn}, dynamic);
+        a_value(&a, x);
+        a_value(&a, w);
+        a_out(&a, "aten::bmm.out", r);
+        kargs v = args_of(k, f);
+        a_value(&v, r);
+        a_value(&v, et_dims(p, sy->d, sy->rank));
+        a_out(&v, "aten::view_copy.out", outs[0]);
+        return;
+    }
     x = expand_batch(k, f, x, sa, sy->d, n);
     w = expand_batch(k, f, w, sb, sy->d, n);
     if (!et_dim_bound(&p->g->syms, sa->d[sa->rank - 2], &m) ||

@@ -181,7 +181,9 @@ int et_tensor(et_program *p, ferry_dtype dt, const g_shape *shape)
             g_dim_print(shape->d[i], &p->g->syms, text, sizeof text);
             return et_fail(p, FERRY_ERR_UNSUPPORTED, "a tensor extent (%s) with no largest "
                            "value of at most 2^31 - 1: ExecuTorch plans every tensor at its "
-                           "largest size, which its sizes hold as 32-bit integers", text), -1;
+                           "largest size, which its sizes hold as 32-bit integers: lower the "
+                           "dynamic axes' bounds (max_seq_len, max_batch_size, or a --dim "
+                           "max)", text), -1;
         }
     }
     return k;
