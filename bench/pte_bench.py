@@ -233,8 +233,12 @@ def main():
                 if r["kind"].startswith("tf") and not r.get("error")
                 and (sdir / r["kind"]).is_dir()}
         for entry in sdir.iterdir() if sdir.is_dir() else []:
-            if entry.name not in kept:
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            if entry.name in kept:
+                continue
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
         sdir.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
         rows = []
