@@ -232,14 +232,21 @@ static ferry_status infer_reshape(inf *x)
     bool out_unmatched = false, in_unknown = false, overflow = false;
     if (spec->rank < 0 || spec->rank > G_MAX_RANK)
         return bad(x, "bad target rank");
+    /* a one-term extent k*s counts as the constant k times the symbol s, so that [.., 3*s, ..]
+     * splits into [.., 3, s, ..] as it does into [.., 3*s, ..] */
     for (int i = 0; i < in->shape.rank; i++) {
         int64_t c;
-        if (in->shape.d[i].unknown)
+        g_dim d = in->shape.d[i];
+        if (d.unknown) {
             in_unknown = true;
-        else if (g_dim_is_const(in->shape.d[i], &c))
+        } else if (g_dim_is_const(d, &c)) {
             overflow |= __builtin_mul_overflow(in_const, c, &in_const);
-        else
-            in_syms[n_in_syms++] = in->shape.d[i];
+        } else if (d.c == 0 && d.n == 1 && d.t[0].coef > 1) {
+            overflow |= __builtin_mul_overflow(in_const, d.t[0].coef, &in_const);
+            in_syms[n_in_syms++] = g_dim_sym(d.t[0].sym);
+        } else {
+            in_syms[n_in_syms++] = d;
+        }
     }
     for (int i = 0; i < spec->rank; i++) {
         g_dim d = spec->d[i];
@@ -255,6 +262,10 @@ static ferry_status infer_reshape(inf *x)
                 return bad(x, "negative target dim");
             overflow |= __builtin_mul_overflow(out_const, c, &out_const);
             continue;
+        }
+        if (d.c == 0 && d.n == 1 && d.t[0].coef > 1) {
+            overflow |= __builtin_mul_overflow(out_const, d.t[0].coef, &out_const);
+            d = g_dim_sym(d.t[0].sym);
         }
         int k = 0;
         while (k < n_in_syms && !g_dim_eq(in_syms[k], d))

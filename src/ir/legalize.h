@@ -111,6 +111,11 @@ ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs);
  * caller made (a target that writes a static cache its own way): outs[0] gets the output;
  * outs[1] and outs[2] are the caller's. */
 ferry_status lower_attention_over(g_lower_ctx *c, const g_node *n, int k, int v, int *outs);
+/* The same, its scores computed keys first, K [b, kvh, t, d] times the queries transposed
+ * [b, kvh, d, groups * s], and the small [t, groups * s] result transposed back: for a target
+ * whose transposes are copies (ExecuTorch's), which then never copies the keys. */
+ferry_status lower_attention_keys_first(g_lower_ctx *c, const g_node *n, int k, int v,
+                                        int *outs);
 
 /* attention's keys and values as it reads them, [b, kvh, t, d] each: the new rows joined with
  * the cache as the node's cache kind says (ir/lower/attention.c); outs[1] and outs[2] get the

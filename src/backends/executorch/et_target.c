@@ -4,10 +4,11 @@
  *   linear, embedding, gelu, layer_norm   kept: aten::linear.out, aten::embedding.out,
  *               aten::gelu.out, aten::native_layer_norm.out
  *   silu        the generic x * sigmoid(x): the runtime registers no silu kernel
- *   attention   the generic lowering (matmuls, the mask as a bias, softmax), each matmul a
- *               bmm over its batch dims; a static cache's new rows written into the cache
- *               tensor itself (aten_attention_kv: aten::index_put_), as a module that owns its
- *               cache writes it
+ *   attention   the generic lowering (matmuls, the mask, softmax), its scores computed keys
+ *               first (every transpose here is a copy: so the cache's keys are never copied),
+ *               each matmul a bmm over its batch dims; a static cache's new rows written into
+ *               the cache tensor itself (aten_attention_kv: aten::index_put_), as a module that
+ *               owns its cache writes it
  * Everything else takes the generic lowerings (ir/lower/): RMSNorm and rotary as transformers
  * computes them. */
 #include "backends/executorch/executorch.h"
@@ -26,7 +27,7 @@ static ferry_status et_attention(g_lower_ctx *c, const g_node *n, int *outs)
 {
     int k, v;
     aten_attention_kv(c, n, &k, &v, outs);
-    return lower_attention_over(c, n, k, v, outs);
+    return lower_attention_keys_first(c, n, k, v, outs);
 }
 
 static g_lower_fn et_lowering(const g_target *t, g_op op)

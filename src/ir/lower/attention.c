@@ -84,7 +84,22 @@ ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs)
     return lower_attention_over(c, n, k, v, outs);
 }
 
+static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v, int *outs,
+                                   bool keys_first);
+
 ferry_status lower_attention_over(g_lower_ctx *c, const g_node *n, int k, int v, int *outs)
+{
+    return attention_over(c, n, k, v, outs, false);
+}
+
+ferry_status lower_attention_keys_first(g_lower_ctx *c, const g_node *n, int k, int v,
+                                        int *outs)
+{
+    return attention_over(c, n, k, v, outs, true);
+}
+
+static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v, int *outs,
+                                   bool keys_first)
 {
     g_graph *g = c->dst;
     const g_attn_opts *o = n->a.attn;
@@ -102,9 +117,28 @@ ferry_status lower_attention_over(g_lower_ctx *c, const g_node *n, int k, int v,
     int m = o->mask == G_MASK_NONE ? G_NONE
                                    : lw_attention_mask(c, mask, q, pos, o->mask, o->sliding_window);
     int qt = g_reshape_spec(g, "Reshape_q", g_transpose(g, "Transpose_q", q, 4, to_bnsd), 5, q5);
-    int kt = g_unsqueeze(g, "Unsqueeze_k", g_transpose(g, "Transpose_kt", k, 4, p0132), 1, &two);
-    int vt = g_unsqueeze(g, "Unsqueeze_v", v, 1, &two);
-    int scores = g_matmul(g, "MatMul", qt, kt, false);
+    int scores, vt;
+    if (keys_first) {
+        /* [b, kvh, t, d] x [b, kvh, d, groups * s] = [b, kvh, t, groups * s], transposed and
+         * split back into [b, kvh, groups, s, t] */
+        int64_t p01423[5] = {0, 1, 4, 2, 3}, qk[4] = {0, o->num_kv_heads, o->head_dim, -1};
+        int qtt = g_reshape_spec(g, "Reshape_qt", g_transpose(g, "Transpose_qt", qt, 5, p01423),
+                                 4, qk);
+        int st = g_matmul(g, "MatMul", k, qtt, false);
+        int s4 = g_transpose(g, "Transpose_scores", st, 4, p0132);
+        if (!g_ok(g))
+            return g->err.status;
+        const g_shape *ss = &g->values[s4].shape;
+        g_dim s5[5] = {ss->d[0], g_dim_const(o->num_kv_heads), g_dim_const(groups),
+                       g_dim_unknown(), ss->d[3]};
+        scores = g_reshape(g, "Reshape_scores", s4, 5, s5);
+        vt = g_unsqueeze(g, "Unsqueeze_v", v, 1, &two);
+    } else {
+        int kt = g_unsqueeze(g, "Unsqueeze_k", g_transpose(g, "Transpose_kt", k, 4, p0132), 1,
+                             &two);
+        vt = g_unsqueeze(g, "Unsqueeze_v", v, 1, &two);
+        scores = g_matmul(g, "MatMul", qt, kt, false);
+    }
     scores = g_binary(g, G_MUL, "Mul_scale", scores, g_scalar_f(g, dt, o->scale));
     if (o->softcap > 0)
         scores = g_softcap(g, "softcap", scores, o->softcap);
