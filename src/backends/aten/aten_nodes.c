@@ -12,151 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/aten/aten.h"
+#include "backends/aten/aten_calls.h"
 #include "util/dtype.h"
-
-/* ---- the sink's calls ---- */
-
-static bool failed(const aten_emitter *e)
-{
-    return e->sink->ops->failed(e->sink);
-}
-
-static void fail(aten_emitter *e, ferry_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void fail(aten_emitter *e, ferry_status st, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    e->sink->ops->fail(e->sink, st, msg);
-}
-
-static const g_value *val(const aten_emitter *e, int v)
-{
-    return &e->g->values[v];
-}
-
-static void begin(aten_emitter *e, const char *op)
-{
-    if (!failed(e))
-        e->sink->ops->begin(e->sink, op);
-}
-
-static void arg_ref(aten_emitter *e, const char *arg, aten_t t, int kind)
-{
-    if (!failed(e))
-        e->sink->ops->tensor(e->sink, arg, kind, t);
-}
-
-static void arg_tensor(aten_emitter *e, const char *arg, int v, int kind)
-{
-    aten_t t = aten_tensor(e, v);
-    if (t != ATEN_NONE)
-        arg_ref(e, arg, t, kind);
-}
-
-static void arg_int(aten_emitter *e, const char *arg, int kind, int64_t v)
-{
-    if (!failed(e))
-        e->sink->ops->integer(e->sink, arg, kind, v);
-}
-
-static void arg_float(aten_emitter *e, const char *arg, int kind, double v)
-{
-    if (!failed(e))
-        e->sink->ops->number(e->sink, arg, kind, v);
-}
-
-static void arg_bool(aten_emitter *e, const char *arg, int kind, bool v)
-{
-    if (!failed(e))
-        e->sink->ops->boolean(e->sink, arg, kind, v);
-}
-
-static void arg_string(aten_emitter *e, const char *arg, int kind, const char *v)
-{
-    if (!failed(e))
-        e->sink->ops->string(e->sink, arg, kind, v);
-}
-
-static void arg_none(aten_emitter *e, const char *arg, int kind)
-{
-    if (!failed(e))
-        e->sink->ops->none(e->sink, arg, kind);
-}
-
-static void arg_ints(aten_emitter *e, const char *arg, int kind, const int64_t *v, int n)
-{
-    if (!failed(e))
-        e->sink->ops->ints(e->sink, arg, kind, v, n);
-}
-
-static void arg_symint(aten_emitter *e, const char *arg, int kind, g_dim d)
-{
-    if (!failed(e))
-        e->sink->ops->symint(e->sink, arg, kind, d);
-}
-
-static void arg_symints(aten_emitter *e, const char *arg, int kind, const g_dim *d, int n)
-{
-    if (!failed(e))
-        e->sink->ops->symints(e->sink, arg, kind, d, n);
-}
-
-static void arg_scalar_type(aten_emitter *e, const char *arg, int kind, ferry_dtype dt)
-{
-    if (!failed(e))
-        e->sink->ops->scalar_type(e->sink, arg, kind, dt);
-}
-
-static void arg_device(aten_emitter *e, const char *arg, int kind)
-{
-    if (!failed(e))
-        e->sink->ops->device_cpu(e->sink, arg, kind);
-}
-
-static void arg_refs(aten_emitter *e, const char *arg, int kind, const aten_t *t, int n,
-                     bool optional)
-{
-    if (!failed(e))
-        e->sink->ops->tensors(e->sink, arg, kind, t, n, optional);
-}
-
-/* Ends the call with its outputs; returns output 0's ref (ATEN_NONE on failure). */
-static aten_t end_outs(aten_emitter *e, int n, const aten_out *outs, const char *node)
-{
-    aten_t refs[G_MAX_OUT] = {ATEN_NONE, ATEN_NONE, ATEN_NONE};
-    if (failed(e))
-        return ATEN_NONE;
-    e->sink->ops->end(e->sink, n, outs, node, refs);
-    return failed(e) ? ATEN_NONE : refs[0];
-}
-
-/* Ends the call with node n's first output. */
-static void end_node(aten_emitter *e, const g_node *n)
-{
-    const g_value *y = val(e, n->out[0]);
-    aten_out out = {.value = n->out[0], .dtype = y->dtype, .shape = y->shape};
-    end_outs(e, 1, &out, NULL);
-}
-
-/* Ends the call with a temporary named after `base`. */
-static aten_t end_temp(aten_emitter *e, const char *base, ferry_dtype dt, const g_shape *s)
-{
-    aten_out out = {.value = G_NONE, .base = base, .dtype = dt, .shape = *s};
-    return end_outs(e, 1, &out, NULL);
-}
 
 /* ---- helpers ---- */
 
 /* A rank-0 constant's value as a number, when aten can take it so. */
 static bool scalar_const(const aten_emitter *e, int v, double *out)
 {
-    const g_value *x = val(e, v);
+    const g_value *x = ac_val(e, v);
     if (x->kind != GV_CONST || x->shape.rank != 0 || !x->data)
         return false;
     switch (x->dtype) {
@@ -173,10 +37,10 @@ static bool scalar_const(const aten_emitter *e, int v, double *out)
 /* a number as the dtype of value v takes it: an int for an integer tensor */
 static void arg_number(aten_emitter *e, const char *arg, int kind, int v, double x)
 {
-    if (!dt_is_float(val(e, v)->dtype))
-        arg_int(e, arg, kind, (int64_t)x);
+    if (!dt_is_float(ac_val(e, v)->dtype))
+        ac_arg_int(e, arg, kind, (int64_t)x);
     else
-        arg_float(e, arg, kind, x);
+        ac_arg_float(e, arg, kind, x);
 }
 
 static int norm_axis(int64_t axis, int rank)
@@ -188,30 +52,30 @@ static int norm_axis(int64_t axis, int rank)
 
 static aten_t full(aten_emitter *e, g_dim d, ferry_dtype dt)
 {
-    begin(e, "full.default");
-    arg_ints(e, "size", ATEN_POSITIONAL, NULL, 0);
-    arg_symint(e, "fill_value", ATEN_POSITIONAL, d);
-    arg_scalar_type(e, "dtype", ATEN_KEYWORD, dt);
-    arg_device(e, "device", ATEN_KEYWORD);
-    arg_bool(e, "pin_memory", ATEN_KEYWORD, false);
+    ac_begin(e, "full.default");
+    ac_arg_ints(e, "size", ATEN_POSITIONAL, NULL, 0);
+    ac_arg_symint(e, "fill_value", ATEN_POSITIONAL, d);
+    ac_arg_scalar_type(e, "dtype", ATEN_KEYWORD, dt);
+    ac_arg_device(e, "device", ATEN_KEYWORD);
+    ac_arg_bool(e, "pin_memory", ATEN_KEYWORD, false);
     g_shape scalar = {0};
-    return end_temp(e, "full", dt, &scalar);
+    return ac_end_temp(e, "full", dt, &scalar);
 }
 
 static aten_t materialize(aten_emitter *e, int v)
 {
     const aten_ints *r = &e->ints[v];
-    const g_value *x = val(e, v);
+    const g_value *x = ac_val(e, v);
     if (r->scalar)
         return full(e, r->d[0], x->dtype);
     aten_t parts[G_MAX_RANK];
     for (int i = 0; i < r->n; i++)
         if ((parts[i] = full(e, r->d[i], x->dtype)) == ATEN_NONE)
             return ATEN_NONE;
-    begin(e, "stack.default");
-    arg_refs(e, "tensors", ATEN_POSITIONAL, parts, r->n, false);
-    arg_int(e, "dim", ATEN_POSITIONAL, 0);
-    return end_temp(e, x->name, x->dtype, &x->shape);
+    ac_begin(e, "stack.default");
+    ac_arg_refs(e, "tensors", ATEN_POSITIONAL, parts, r->n, false);
+    ac_arg_int(e, "dim", ATEN_POSITIONAL, 0);
+    return ac_end_temp(e, x->name, x->dtype, &x->shape);
 }
 
 bool aten_emitter_init(aten_emitter *e, const g_graph *g, const aten_ints *ints, aten_sink *sink)
@@ -233,15 +97,15 @@ void aten_emitter_free(aten_emitter *e)
 
 aten_t aten_tensor(aten_emitter *e, int v)
 {
-    if (failed(e))
+    if (ac_failed(e))
         return ATEN_NONE;
     if (v < 0 || (size_t)v >= e->g->n_values) {
-        fail(e, FERRY_ERR_INTERNAL, "no value %d", v);
+        ac_fail(e, FERRY_ERR_INTERNAL, "no value %d", v);
         return ATEN_NONE;
     }
     if (e->made[v] != ATEN_NONE)
         return e->made[v];
-    const g_value *x = val(e, v);
+    const g_value *x = ac_val(e, v);
     if (x->kind == GV_NODE && e->ints[v].known)
         return e->made[v] = materialize(e, v);
     return v;
@@ -266,24 +130,24 @@ static const char *const UNARY[G_OP_COUNT] = {
 
 static void emit_binary(aten_emitter *e, const g_node *n)
 {
-    double x;
-    const g_value *a = val(e, n->in[0]);
+    double x = 0.0;
+    const g_value *a = ac_val(e, n->in[0]);
     bool number = scalar_const(e, n->in[1], &x) && n->op != G_AND && n->op != G_OR &&
-                  val(e, n->in[1])->dtype == a->dtype;
+                  ac_val(e, n->in[1])->dtype == a->dtype;
     if (n->op == G_DIV && !dt_is_float(a->dtype)) {
         /* ONNX's integer division truncates; aten.div divides exactly unless told */
-        begin(e, "div.Tensor_mode");
-        arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-        arg_tensor(e, "other", n->in[1], ATEN_POSITIONAL);
-        arg_string(e, "rounding_mode", ATEN_KEYWORD, "trunc");
-        end_node(e, n);
+        ac_begin(e, "div.Tensor_mode");
+        ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+        ac_arg_tensor(e, "other", n->in[1], ATEN_POSITIONAL);
+        ac_arg_string(e, "rounding_mode", ATEN_KEYWORD, "trunc");
+        ac_end_node(e, n);
         return;
     }
     if (n->op == G_POW && number) {
-        begin(e, "pow.Tensor_Scalar");
-        arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+        ac_begin(e, "pow.Tensor_Scalar");
+        ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
         arg_number(e, "exponent", ATEN_POSITIONAL, n->in[1], x);
-        end_node(e, n);
+        ac_end_node(e, n);
         return;
     }
     if (number && (n->op == G_MAX || n->op == G_MIN))
@@ -298,47 +162,47 @@ static void emit_binary(aten_emitter *e, const g_node *n)
         char op[32];
         snprintf(op, sizeof op, "%.*s.Scalar", (int)(strchr(BINARY[n->op], '.') -
                                                      BINARY[n->op]), BINARY[n->op]);
-        begin(e, op);
+        ac_begin(e, op);
     } else {
-        begin(e, BINARY[n->op]);
+        ac_begin(e, BINARY[n->op]);
     }
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
     if (number)
         arg_number(e, second, ATEN_POSITIONAL, n->in[1], x);
     else
-        arg_tensor(e, second, n->in[1], ATEN_POSITIONAL);
-    end_node(e, n);
+        ac_arg_tensor(e, second, n->in[1], ATEN_POSITIONAL);
+    ac_end_node(e, n);
 }
 
 static void emit_unary(aten_emitter *e, const g_node *n)
 {
     char op[48];
     snprintf(op, sizeof op, "%s.default", UNARY[n->op]);
-    begin(e, op);
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_begin(e, op);
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
     if (n->op == G_GELU_TANH)
-        arg_string(e, "approximate", ATEN_KEYWORD, "tanh");
-    end_node(e, n);
+        ac_arg_string(e, "approximate", ATEN_KEYWORD, "tanh");
+    ac_end_node(e, n);
 }
 
 static void emit_matmul(aten_emitter *e, const g_node *n)
 {
     if (n->a.transpose_b) { /* b is [n, k]: aten.linear's weight as stored */
-        begin(e, "linear.default");
-        arg_tensor(e, "input", n->in[0], ATEN_POSITIONAL);
-        arg_tensor(e, "weight", n->in[1], ATEN_POSITIONAL);
+        ac_begin(e, "linear.default");
+        ac_arg_tensor(e, "input", n->in[0], ATEN_POSITIONAL);
+        ac_arg_tensor(e, "weight", n->in[1], ATEN_POSITIONAL);
     } else {
-        begin(e, "matmul.default");
-        arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-        arg_tensor(e, "other", n->in[1], ATEN_POSITIONAL);
+        ac_begin(e, "matmul.default");
+        ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+        ac_arg_tensor(e, "other", n->in[1], ATEN_POSITIONAL);
     }
-    end_node(e, n);
+    ac_end_node(e, n);
 }
 
 /* ONNX-style gather along `axis`: aten.index with the indices at that position */
 static void emit_gather(aten_emitter *e, const g_node *n)
 {
-    int rank = val(e, n->in[0])->shape.rank;
+    int rank = ac_val(e, n->in[0])->shape.rank;
     int axis = norm_axis(n->a.axis, rank);
     aten_t idx = aten_tensor(e, n->in[1]);
     if (idx == ATEN_NONE)
@@ -348,40 +212,40 @@ static void emit_gather(aten_emitter *e, const g_node *n)
     for (int k = 0; k < axis && count < G_MAX_RANK; k++)
         list[count++] = ATEN_NONE;
     list[count++] = idx;
-    begin(e, "index.Tensor");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_refs(e, "indices", ATEN_POSITIONAL, list, count, true);
-    end_node(e, n);
+    ac_begin(e, "index.Tensor");
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_refs(e, "indices", ATEN_POSITIONAL, list, count, true);
+    ac_end_node(e, n);
 }
 
 /* the output's shape as SymInts: -1 for the one extent the IR could not name */
 static void emit_reshape(aten_emitter *e, const g_node *n)
 {
-    const g_shape *s = &val(e, n->out[0])->shape;
+    const g_shape *s = &ac_val(e, n->out[0])->shape;
     g_dim d[G_MAX_RANK];
     for (int k = 0; k < s->rank; k++)
         d[k] = s->d[k].unknown ? g_dim_const(-1) : s->d[k];
-    begin(e, "reshape.default");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_symints(e, "shape", ATEN_POSITIONAL, d, s->rank);
-    end_node(e, n);
+    ac_begin(e, "reshape.default");
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_symints(e, "shape", ATEN_POSITIONAL, d, s->rank);
+    ac_end_node(e, n);
 }
 
 static void emit_expand(aten_emitter *e, const g_node *n)
 {
-    const g_shape *s = &val(e, n->out[0])->shape;
-    begin(e, "expand.default");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_symints(e, "size", ATEN_POSITIONAL, s->d, s->rank);
-    end_node(e, n);
+    const g_shape *s = &ac_val(e, n->out[0])->shape;
+    ac_begin(e, "expand.default");
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_symints(e, "size", ATEN_POSITIONAL, s->d, s->rank);
+    ac_end_node(e, n);
 }
 
 static void emit_transpose(aten_emitter *e, const g_node *n)
 {
-    begin(e, "permute.default");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_ints(e, "dims", ATEN_POSITIONAL, n->a.ints, n->a.n_ints);
-    end_node(e, n);
+    ac_begin(e, "permute.default");
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_ints(e, "dims", ATEN_POSITIONAL, n->a.ints, n->a.n_ints);
+    ac_end_node(e, n);
 }
 
 static void emit_concat(aten_emitter *e, const g_node *n)
@@ -390,26 +254,26 @@ static void emit_concat(aten_emitter *e, const g_node *n)
     for (int k = 0; k < n->n_in; k++)
         if ((list[k] = aten_tensor(e, n->in[k])) == ATEN_NONE)
             return;
-    begin(e, "cat.default");
-    arg_refs(e, "tensors", ATEN_POSITIONAL, list, n->n_in, false);
-    arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
-    end_node(e, n);
+    ac_begin(e, "cat.default");
+    ac_arg_refs(e, "tensors", ATEN_POSITIONAL, list, n->n_in, false);
+    ac_arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
+    ac_end_node(e, n);
 }
 
 static void emit_slice(aten_emitter *e, const g_node *n)
 {
-    begin(e, "slice.Tensor");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
-    arg_int(e, "start", ATEN_POSITIONAL, n->a.start);
-    arg_int(e, "end", ATEN_POSITIONAL, n->a.end);
-    end_node(e, n);
+    ac_begin(e, "slice.Tensor");
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
+    ac_arg_int(e, "start", ATEN_POSITIONAL, n->a.start);
+    ac_arg_int(e, "end", ATEN_POSITIONAL, n->a.end);
+    ac_end_node(e, n);
 }
 
 /* one aten.unsqueeze per new axis, in increasing order of where it lands */
 static void emit_unsqueeze(aten_emitter *e, const g_node *n)
 {
-    const g_value *y = val(e, n->out[0]);
+    const g_value *y = ac_val(e, n->out[0]);
     int rank = y->shape.rank;
     int64_t axes[G_MAX_INTS];
     for (int k = 0; k < n->a.n_ints; k++)
@@ -420,58 +284,58 @@ static void emit_unsqueeze(aten_emitter *e, const g_node *n)
             axes[k] = axes[k - 1], axes[k - 1] = t;
         }
     aten_t x = aten_tensor(e, n->in[0]);
-    g_shape s = val(e, n->in[0])->shape;
+    g_shape s = ac_val(e, n->in[0])->shape;
     for (int k = 0; k < n->a.n_ints && x != ATEN_NONE; k++) {
         for (int d = s.rank; d > axes[k]; d--)
             s.d[d] = s.d[d - 1];
         s.d[axes[k]] = g_dim_const(1);
         s.rank++;
-        begin(e, "unsqueeze.default");
-        arg_ref(e, "self", x, ATEN_POSITIONAL);
-        arg_int(e, "dim", ATEN_POSITIONAL, axes[k]);
+        ac_begin(e, "unsqueeze.default");
+        ac_arg_ref(e, "self", x, ATEN_POSITIONAL);
+        ac_arg_int(e, "dim", ATEN_POSITIONAL, axes[k]);
         if (k == n->a.n_ints - 1) {
             aten_out out = {.value = n->out[0], .dtype = y->dtype, .shape = s};
-            x = end_outs(e, 1, &out, NULL);
+            x = ac_end_outs(e, 1, &out, NULL);
         } else {
-            x = end_temp(e, "unsqueeze", y->dtype, &s);
+            x = ac_end_temp(e, "unsqueeze", y->dtype, &s);
         }
     }
 }
 
 static void emit_cast(aten_emitter *e, const g_node *n)
 {
-    begin(e, "to.dtype");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_scalar_type(e, "dtype", ATEN_POSITIONAL, n->a.to);
-    end_node(e, n);
+    ac_begin(e, "to.dtype");
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_scalar_type(e, "dtype", ATEN_POSITIONAL, n->a.to);
+    ac_end_node(e, n);
 }
 
 static void emit_reduce(aten_emitter *e, const g_node *n)
 {
-    begin(e, n->op == G_REDUCE_MEAN  ? "mean.dim"
+    ac_begin(e, n->op == G_REDUCE_MEAN  ? "mean.dim"
              : n->op == G_REDUCE_MAX ? "amax.default"
                                      : "sum.dim_IntList");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_ints(e, "dim", ATEN_POSITIONAL, n->a.ints, n->a.n_ints);
-    arg_bool(e, "keepdim", ATEN_POSITIONAL, n->a.keepdims);
-    end_node(e, n);
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_ints(e, "dim", ATEN_POSITIONAL, n->a.ints, n->a.n_ints);
+    ac_arg_bool(e, "keepdim", ATEN_POSITIONAL, n->a.keepdims);
+    ac_end_node(e, n);
 }
 
 static void arange(aten_emitter *e, g_dim start, g_dim end, g_dim step, ferry_dtype dt)
 {
-    begin(e, "arange.start_step");
-    arg_symint(e, "start", ATEN_POSITIONAL, start);
-    arg_symint(e, "end", ATEN_POSITIONAL, end);
-    arg_symint(e, "step", ATEN_POSITIONAL, step);
-    arg_scalar_type(e, "dtype", ATEN_KEYWORD, dt);
-    arg_device(e, "device", ATEN_KEYWORD);
-    arg_bool(e, "pin_memory", ATEN_KEYWORD, false);
+    ac_begin(e, "arange.start_step");
+    ac_arg_symint(e, "start", ATEN_POSITIONAL, start);
+    ac_arg_symint(e, "end", ATEN_POSITIONAL, end);
+    ac_arg_symint(e, "step", ATEN_POSITIONAL, step);
+    ac_arg_scalar_type(e, "dtype", ATEN_KEYWORD, dt);
+    ac_arg_device(e, "device", ATEN_KEYWORD);
+    ac_arg_bool(e, "pin_memory", ATEN_KEYWORD, false);
 }
 
 static void emit_range(aten_emitter *e, const g_node *n)
 {
     const aten_ints *s = &e->ints[n->in[0]], *l = &e->ints[n->in[1]], *d = &e->ints[n->in[2]];
-    const g_value *y = val(e, n->out[0]);
+    const g_value *y = ac_val(e, n->out[0]);
     int length = aten_range_offset_length(e->g, n, e->ints);
     if (length != G_NONE && !s->known) {
         /* from a position held in a tensor: arange(n) + position */
@@ -479,87 +343,87 @@ static void emit_range(aten_emitter *e, const g_node *n)
         if (start == ATEN_NONE)
             return;
         arange(e, g_dim_const(0), e->ints[length].d[0], g_dim_const(1), y->dtype);
-        aten_t counted = end_temp(e, "arange", y->dtype, &y->shape);
+        aten_t counted = ac_end_temp(e, "arange", y->dtype, &y->shape);
         if (counted == ATEN_NONE)
             return;
-        begin(e, "add.Tensor");
-        arg_ref(e, "self", counted, ATEN_POSITIONAL);
-        arg_tensor(e, "other", n->in[0], ATEN_POSITIONAL);
-        end_node(e, n);
+        ac_begin(e, "add.Tensor");
+        ac_arg_ref(e, "self", counted, ATEN_POSITIONAL);
+        ac_arg_tensor(e, "other", n->in[0], ATEN_POSITIONAL);
+        ac_end_node(e, n);
         return;
     }
     if (!s->known || !l->known || !d->known) {
-        fail(e, FERRY_ERR_UNSUPPORTED, "the bounds of '%s' come from data, not shapes, so an "
+        ac_fail(e, FERRY_ERR_UNSUPPORTED, "the bounds of '%s' come from data, not shapes, so an "
              "aten program cannot size it", n->name);
         return;
     }
     arange(e, s->d[0], l->d[0], d->d[0], y->dtype);
-    end_node(e, n);
+    ac_end_node(e, n);
 }
 
 static void emit_topk(aten_emitter *e, const g_node *n)
 {
-    begin(e, "topk.default");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_int(e, "k", ATEN_POSITIONAL, n->a.ints[0]);
-    arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
+    ac_begin(e, "topk.default");
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_int(e, "k", ATEN_POSITIONAL, n->a.ints[0]);
+    ac_arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
     aten_out outs[2];
     for (int k = 0; k < 2; k++)
-        outs[k] = (aten_out){.value = n->out[k], .dtype = val(e, n->out[k])->dtype,
-                             .shape = val(e, n->out[k])->shape};
-    end_outs(e, 2, outs, "topk");
+        outs[k] = (aten_out){.value = n->out[k], .dtype = ac_val(e, n->out[k])->dtype,
+                             .shape = ac_val(e, n->out[k])->shape};
+    ac_end_outs(e, 2, outs, "topk");
 }
 
 static void emit_gather_elements(aten_emitter *e, const g_node *n)
 {
-    begin(e, "gather.default");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
-    arg_tensor(e, "index", n->in[1], ATEN_POSITIONAL);
-    end_node(e, n);
+    ac_begin(e, "gather.default");
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
+    ac_arg_tensor(e, "index", n->in[1], ATEN_POSITIONAL);
+    ac_end_node(e, n);
 }
 
 static void emit_scatter(aten_emitter *e, const g_node *n)
 {
-    begin(e, n->op == G_SCATTER_ADD ? "scatter_add.default" : "scatter.src");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
-    arg_tensor(e, "index", n->in[1], ATEN_POSITIONAL);
-    arg_tensor(e, "src", n->in[2], ATEN_POSITIONAL);
-    end_node(e, n);
+    ac_begin(e, n->op == G_SCATTER_ADD ? "scatter_add.default" : "scatter.src");
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
+    ac_arg_tensor(e, "index", n->in[1], ATEN_POSITIONAL);
+    ac_arg_tensor(e, "src", n->in[2], ATEN_POSITIONAL);
+    ac_end_node(e, n);
 }
 
 static void emit_simple_axis(aten_emitter *e, const g_node *n, const char *op)
 {
-    begin(e, op);
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
-    end_node(e, n);
+    ac_begin(e, op);
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_int(e, "dim", ATEN_POSITIONAL, n->a.axis);
+    ac_end_node(e, n);
 }
 
 static void emit_where(aten_emitter *e, const g_node *n)
 {
-    begin(e, "where.self");
-    arg_tensor(e, "condition", n->in[0], ATEN_POSITIONAL);
-    arg_tensor(e, "self", n->in[1], ATEN_POSITIONAL);
-    arg_tensor(e, "other", n->in[2], ATEN_POSITIONAL);
-    end_node(e, n);
+    ac_begin(e, "where.self");
+    ac_arg_tensor(e, "condition", n->in[0], ATEN_POSITIONAL);
+    ac_arg_tensor(e, "self", n->in[1], ATEN_POSITIONAL);
+    ac_arg_tensor(e, "other", n->in[2], ATEN_POSITIONAL);
+    ac_end_node(e, n);
 }
 
 /* an infinite bound is an absent one: None */
 static void emit_clip(aten_emitter *e, const g_node *n)
 {
-    begin(e, "clamp.default");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_begin(e, "clamp.default");
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
     if (n->a.lo == -INFINITY)
-        arg_none(e, "min", ATEN_POSITIONAL);
+        ac_arg_none(e, "min", ATEN_POSITIONAL);
     else
         arg_number(e, "min", ATEN_POSITIONAL, n->in[0], n->a.lo);
     if (n->a.hi == INFINITY)
-        arg_none(e, "max", ATEN_POSITIONAL);
+        ac_arg_none(e, "max", ATEN_POSITIONAL);
     else
         arg_number(e, "max", ATEN_POSITIONAL, n->in[0], n->a.hi);
-    end_node(e, n);
+    ac_end_node(e, n);
 }
 
 /* aten.pad(x, pad, "constant", value): pad lists (begin, end) pairs from the last axis back,
@@ -579,11 +443,11 @@ static void pad_call(aten_emitter *e, aten_t x, int rank, const int64_t *begin_a
         list[2 * k] = begin_at[axis];
         list[2 * k + 1] = end_at[axis];
     }
-    begin(e, "pad.default");
-    arg_ref(e, "self", x, ATEN_POSITIONAL);
-    arg_ints(e, "pad", ATEN_POSITIONAL, list, 2 * pairs);
-    arg_string(e, "mode", ATEN_POSITIONAL, "constant");
-    arg_float(e, "value", ATEN_POSITIONAL, value);
+    ac_begin(e, "pad.default");
+    ac_arg_ref(e, "self", x, ATEN_POSITIONAL);
+    ac_arg_ints(e, "pad", ATEN_POSITIONAL, list, 2 * pairs);
+    ac_arg_string(e, "mode", ATEN_POSITIONAL, "constant");
+    ac_arg_float(e, "value", ATEN_POSITIONAL, value);
 }
 
 static void emit_pad(aten_emitter *e, const g_node *n)
@@ -591,8 +455,8 @@ static void emit_pad(aten_emitter *e, const g_node *n)
     aten_t x = aten_tensor(e, n->in[0]);
     if (x == ATEN_NONE)
         return;
-    pad_call(e, x, val(e, n->in[0])->shape.rank, n->a.pad_begin, n->a.pad_end, n->a.pad_value);
-    end_node(e, n);
+    pad_call(e, x, ac_val(e, n->in[0])->shape.rank, n->a.pad_begin, n->a.pad_end, n->a.pad_value);
+    ac_end_node(e, n);
 }
 
 /* aten.conv1d/2d/3d, as torch.export records nn.Conv1d/2d/3d. Their padding is one extent per
@@ -601,7 +465,7 @@ static void emit_pad(aten_emitter *e, const g_node *n)
 static void emit_conv(aten_emitter *e, const g_node *n)
 {
     const g_conv_opts *o = n->a.conv;
-    const g_value *xv = val(e, n->in[0]);
+    const g_value *xv = ac_val(e, n->in[0]);
     aten_t x = aten_tensor(e, n->in[0]);
     if (x == ATEN_NONE)
         return;
@@ -622,23 +486,23 @@ static void emit_conv(aten_emitter *e, const g_node *n)
             padding[i] = 0;
         }
         pad_call(e, x, xv->shape.rank, begin_at, end_at, 0.0);
-        if ((x = end_temp(e, "pad", xv->dtype, &padded)) == ATEN_NONE)
+        if ((x = ac_end_temp(e, "pad", xv->dtype, &padded)) == ATEN_NONE)
             return;
     }
     char op[24];
     snprintf(op, sizeof op, "conv%dd.default", o->spatial);
-    begin(e, op);
-    arg_ref(e, "input", x, ATEN_POSITIONAL);
-    arg_tensor(e, "weight", n->in[1], ATEN_POSITIONAL);
+    ac_begin(e, op);
+    ac_arg_ref(e, "input", x, ATEN_POSITIONAL);
+    ac_arg_tensor(e, "weight", n->in[1], ATEN_POSITIONAL);
     if (n->n_in > 2 && n->in[2] != G_NONE)
-        arg_tensor(e, "bias", n->in[2], ATEN_POSITIONAL);
+        ac_arg_tensor(e, "bias", n->in[2], ATEN_POSITIONAL);
     else
-        arg_none(e, "bias", ATEN_POSITIONAL);
-    arg_ints(e, "stride", ATEN_POSITIONAL, o->strides, o->spatial);
-    arg_ints(e, "padding", ATEN_POSITIONAL, padding, o->spatial);
-    arg_ints(e, "dilation", ATEN_POSITIONAL, o->dilations, o->spatial);
-    arg_int(e, "groups", ATEN_POSITIONAL, o->groups);
-    end_node(e, n);
+        ac_arg_none(e, "bias", ATEN_POSITIONAL);
+    ac_arg_ints(e, "stride", ATEN_POSITIONAL, o->strides, o->spatial);
+    ac_arg_ints(e, "padding", ATEN_POSITIONAL, padding, o->spatial);
+    ac_arg_ints(e, "dilation", ATEN_POSITIONAL, o->dilations, o->spatial);
+    ac_arg_int(e, "groups", ATEN_POSITIONAL, o->groups);
+    ac_end_node(e, n);
 }
 
 const g_value *aten_tied_head_weight(const g_graph *g, const g_node *n, char *key, size_t size)
@@ -661,38 +525,38 @@ static void emit_linear(aten_emitter *e, const g_node *n)
     aten_t tied = tied_head ? e->sink->ops->tied_head(e->sink, n->in[1], key) : ATEN_NONE;
     if (tied_head && tied == ATEN_NONE)
         return;
-    begin(e, "linear.default");
-    arg_tensor(e, "input", n->in[0], ATEN_POSITIONAL);
+    ac_begin(e, "linear.default");
+    ac_arg_tensor(e, "input", n->in[0], ATEN_POSITIONAL);
     if (tied_head)
-        arg_ref(e, "weight", tied, ATEN_POSITIONAL);
+        ac_arg_ref(e, "weight", tied, ATEN_POSITIONAL);
     else
-        arg_tensor(e, "weight", n->in[1], ATEN_POSITIONAL);
+        ac_arg_tensor(e, "weight", n->in[1], ATEN_POSITIONAL);
     if (n->n_in > 2 && n->in[2] != G_NONE)
-        arg_tensor(e, "bias", n->in[2], ATEN_POSITIONAL);
-    end_node(e, n);
+        ac_arg_tensor(e, "bias", n->in[2], ATEN_POSITIONAL);
+    ac_end_node(e, n);
 }
 
 static void emit_embedding(aten_emitter *e, const g_node *n)
 {
-    begin(e, "embedding.default");
-    arg_tensor(e, "weight", n->in[0], ATEN_POSITIONAL);
-    arg_tensor(e, "indices", n->in[1], ATEN_POSITIONAL);
-    end_node(e, n);
+    ac_begin(e, "embedding.default");
+    ac_arg_tensor(e, "weight", n->in[0], ATEN_POSITIONAL);
+    ac_arg_tensor(e, "indices", n->in[1], ATEN_POSITIONAL);
+    ac_end_node(e, n);
 }
 
 static void emit_layer_norm(aten_emitter *e, const g_node *n)
 {
-    const g_shape *s = &val(e, n->in[1])->shape;
-    begin(e, "layer_norm.default");
-    arg_tensor(e, "input", n->in[0], ATEN_POSITIONAL);
-    arg_symints(e, "normalized_shape", ATEN_POSITIONAL, s->d, s->rank);
-    arg_tensor(e, "weight", n->in[1], ATEN_POSITIONAL);
+    const g_shape *s = &ac_val(e, n->in[1])->shape;
+    ac_begin(e, "layer_norm.default");
+    ac_arg_tensor(e, "input", n->in[0], ATEN_POSITIONAL);
+    ac_arg_symints(e, "normalized_shape", ATEN_POSITIONAL, s->d, s->rank);
+    ac_arg_tensor(e, "weight", n->in[1], ATEN_POSITIONAL);
     if (n->n_in > 2 && n->in[2] != G_NONE)
-        arg_tensor(e, "bias", n->in[2], ATEN_POSITIONAL);
+        ac_arg_tensor(e, "bias", n->in[2], ATEN_POSITIONAL);
     else
-        arg_none(e, "bias", ATEN_POSITIONAL);
-    arg_float(e, "eps", ATEN_POSITIONAL, n->a.eps);
-    end_node(e, n);
+        ac_arg_none(e, "bias", ATEN_POSITIONAL);
+    ac_arg_float(e, "eps", ATEN_POSITIONAL, n->a.eps);
+    ac_end_node(e, n);
 }
 
 static const g_ext_attr *ext_attr(const g_extern *x, const char *name)
@@ -707,12 +571,12 @@ static const g_ext_attr *ext_attr(const g_extern *x, const char *name)
 static void emit_index_copy(aten_emitter *e, const g_node *n)
 {
     const g_ext_attr *dim = ext_attr(n->a.ext, "dim");
-    begin(e, "index_copy_.default");
-    arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
-    arg_int(e, "dim", ATEN_POSITIONAL, dim ? dim->i : 0);
-    arg_tensor(e, "index", n->in[1], ATEN_POSITIONAL);
-    arg_tensor(e, "source", n->in[2], ATEN_POSITIONAL);
-    end_node(e, n);
+    ac_begin(e, "index_copy_.default");
+    ac_arg_tensor(e, "self", n->in[0], ATEN_POSITIONAL);
+    ac_arg_int(e, "dim", ATEN_POSITIONAL, dim ? dim->i : 0);
+    ac_arg_tensor(e, "index", n->in[1], ATEN_POSITIONAL);
+    ac_arg_tensor(e, "source", n->in[2], ATEN_POSITIONAL);
+    ac_end_node(e, n);
 }
 
 static void emit_extern(aten_emitter *e, const g_node *n)
@@ -725,24 +589,24 @@ static void emit_extern(aten_emitter *e, const g_node *n)
     }
     if (strcmp(x->domain, ATEN_DOMAIN) != 0 || strcmp(x->op_type, ATEN_SDPA) != 0 ||
         n->n_in != 4) {
-        fail(e, FERRY_ERR_INTERNAL, "node '%s' is %s.%s, which the aten targets never make",
+        ac_fail(e, FERRY_ERR_INTERNAL, "node '%s' is %s.%s, which the aten targets never make",
              n->name, x->domain, x->op_type);
         return;
     }
     const g_ext_attr *scale = ext_attr(x, "scale"), *gqa = ext_attr(x, "enable_gqa");
-    begin(e, "scaled_dot_product_attention.default");
-    arg_tensor(e, "query", n->in[0], ATEN_POSITIONAL);
-    arg_tensor(e, "key", n->in[1], ATEN_POSITIONAL);
-    arg_tensor(e, "value", n->in[2], ATEN_POSITIONAL);
+    ac_begin(e, "scaled_dot_product_attention.default");
+    ac_arg_tensor(e, "query", n->in[0], ATEN_POSITIONAL);
+    ac_arg_tensor(e, "key", n->in[1], ATEN_POSITIONAL);
+    ac_arg_tensor(e, "value", n->in[2], ATEN_POSITIONAL);
     if (n->in[3] == G_NONE) /* attention without a mask: every key visible */
-        arg_none(e, "attn_mask", ATEN_POSITIONAL);
+        ac_arg_none(e, "attn_mask", ATEN_POSITIONAL);
     else
-        arg_tensor(e, "attn_mask", n->in[3], ATEN_POSITIONAL);
+        ac_arg_tensor(e, "attn_mask", n->in[3], ATEN_POSITIONAL);
     if (scale)
-        arg_float(e, "scale", ATEN_KEYWORD, scale->f);
+        ac_arg_float(e, "scale", ATEN_KEYWORD, scale->f);
     if (gqa && gqa->i)
-        arg_bool(e, "enable_gqa", ATEN_KEYWORD, true);
-    end_node(e, n);
+        ac_arg_bool(e, "enable_gqa", ATEN_KEYWORD, true);
+    ac_end_node(e, n);
 }
 
 /* ---- dispatch ---- */
@@ -787,7 +651,7 @@ void aten_emit_node(aten_emitter *e, size_t i)
     case G_LAYER_NORM: emit_layer_norm(e, n); break;
     case G_EXTERN: emit_extern(e, n); break;
     default:
-        fail(e, FERRY_ERR_UNSUPPORTED, "node '%s' (%s) has no aten form in ferry's aten targets",
+        ac_fail(e, FERRY_ERR_UNSUPPORTED, "node '%s' (%s) has no aten form in ferry's aten targets",
              n->name, g_op_name(n->op));
     }
 }
@@ -806,7 +670,7 @@ static bool written_into(const g_graph *g, int out, int in)
 void aten_emit_mutations(aten_emitter *e)
 {
     const g_graph *g = e->g;
-    for (size_t i = 0; i < g->n_states && !failed(e); i++) {
+    for (size_t i = 0; i < g->n_states && !ac_failed(e); i++) {
         const g_state *s = &g->states[i];
         if (s->form != GS_MUTATED || written_into(g, s->out, s->in))
             continue;
@@ -814,9 +678,9 @@ void aten_emit_mutations(aten_emitter *e)
         const g_value *x = &g->values[s->in];
         char base[200];
         snprintf(base, sizeof base, "copy_%s", x->name);
-        begin(e, "copy_.default");
-        arg_tensor(e, "self", s->in, ATEN_POSITIONAL);
-        arg_tensor(e, "src", s->out, ATEN_POSITIONAL);
-        end_temp(e, base, x->dtype, &x->shape);
+        ac_begin(e, "copy_.default");
+        ac_arg_tensor(e, "self", s->in, ATEN_POSITIONAL);
+        ac_arg_tensor(e, "src", s->out, ATEN_POSITIONAL);
+        ac_end_temp(e, base, x->dtype, &x->shape);
     }
 }

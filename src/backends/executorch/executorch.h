@@ -3,8 +3,9 @@
  *   et_target.c    what stays an aten op, and what takes the generic lowerings
  *   et_program.c   the program being made: its values (EValues), operators and instructions,
  *                  and the sizes a kernel reads at run time (SymInts as Int values)
- *   et_kernels.c   the aten emitter's sink (src/backends/aten): each aten call as the
- *                  ExecuTorch out kernels that compute it
+ *   et_kernels.c   the aten emitter's sink (src/backends/aten): each aten call recorded
+ *                  (et_calls.h) and handed to its translation
+ *   et_translate.c each aten call as the ExecuTorch out kernels that compute it
  *   et_xnnpack.c   the XNNPACK delegate: linears as XNNPACK graphs the program calls
  *   et_plan.c      the memory plan: every planned tensor's place in the arena
  *   et_file.c      the Program flatbuffer, its header and its constant segment, written

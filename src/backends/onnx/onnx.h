@@ -58,5 +58,9 @@ ferry_status onnx_write_model(const g_graph *g, const pl_file *data, int opset,
 
 /* The ONNX IR version that goes with an opset (the one onnx.helper would pick). */
 int onnx_ir_version(int opset);
+/* The ONNX op type of an IR primitive (NULL: not printable, lowered before printing). */
+const char *onnx_op(g_op op);
+/* The TensorProto data type of a dtype (0: none). */
+int onnx_dtype(ferry_dtype dt);
 
 #endif
