@@ -122,6 +122,10 @@ ferry_status be_name_explicit_cache(g_graph *g, fy_err *err);
  * ExecuTorch's programs) as a Python identifier, "past_key_values_0_key": torch's module takes
  * its inputs as keywords, and both formats' runners feed them by these names. */
 ferry_status be_name_mutated_cache(g_graph *g, fy_err *err);
+/* For those formats: every cache state (the plan wrote it in place) becomes a mutation of its
+ * input, named as be_name_mutated_cache says, and leaves the graph's outputs. `format` names
+ * the format in the internal error for a state not written in place. */
+ferry_status be_mutate_cache_inputs(g_graph *g, const char *format, fy_err *err);
 
 /* Whether `name` is longer than `suffix` and ends with it (a file a format owns). */
 bool be_name_ends_with(const char *name, const char *suffix);

@@ -3,7 +3,8 @@
  * state updated in place (static cache) as the pair input.<name> / output.<name>, meant to be
  * bound to one buffer; an appended cache as past_key_values.<l>.key -> present.<l>.key. And
  * for the formats that write the cache into its input tensors (torch's and ExecuTorch's
- * programs), the inputs named as Python identifiers: past_key_values_<l>_key. */
+ * programs), the inputs named as Python identifiers: past_key_values_<l>_key, and their states
+ * made mutations of those inputs (be_mutate_cache_inputs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,5 +63,27 @@ ferry_status be_name_mutated_cache(g_graph *g, fy_err *err)
         if (!g_rename(g, g->states[i].in, name))
             return fy_fail(err, g->err.status, "%s", g->err.msg);
     }
+    return FERRY_OK;
+}
+
+ferry_status be_mutate_cache_inputs(g_graph *g, const char *format, fy_err *err)
+{
+    for (size_t i = 0; i < g->n_states; i++) {
+        if (g->states[i].form != GS_IN_PLACE)
+            return fy_fail(err, FERRY_ERR_INTERNAL, "%s: a cache state not written in place "
+                           "(the plan refuses a dynamic cache: state_forms)", format);
+        g->states[i].form = GS_MUTATED;
+    }
+    if (be_name_mutated_cache(g, err) != FERRY_OK)
+        return err->status;
+    size_t n = 0;
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        bool state = false;
+        for (size_t k = 0; k < g->n_states; k++)
+            state |= g->states[k].out == g->outputs[i];
+        if (!state)
+            g->outputs[n++] = g->outputs[i];
+    }
+    g->n_outputs = n;
     return FERRY_OK;
 }

@@ -154,23 +154,8 @@ static ferry_status bound_symbols(g_graph *g, const ferry_export_config *cfg, fy
  * outputs; the program lists the cache tensors among its outputs itself (et_kernels.c). */
 static ferry_status et_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
-    for (size_t i = 0; i < g->n_states; i++) {
-        if (g->states[i].form != GS_IN_PLACE)
-            return fy_fail(err, FERRY_ERR_INTERNAL, "executorch: a cache state not written in "
-                           "place (the plan refuses a dynamic cache: state_forms)");
-        g->states[i].form = GS_MUTATED;
-    }
-    if (be_name_mutated_cache(g, err) != FERRY_OK)
+    if (be_mutate_cache_inputs(g, "executorch", err) != FERRY_OK)
         return err->status;
-    size_t n = 0;
-    for (size_t i = 0; i < g->n_outputs; i++) {
-        bool state = false;
-        for (size_t k = 0; k < g->n_states; k++)
-            state |= g->states[k].out == g->outputs[i];
-        if (!state)
-            g->outputs[n++] = g->outputs[i];
-    }
-    g->n_outputs = n;
     if (bound_symbols(g, cfg, err) != FERRY_OK || aten_refine_shapes(g, err) != FERRY_OK)
         return err->status;
     return g_check(g, err);

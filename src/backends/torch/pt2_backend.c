@@ -63,24 +63,8 @@ static void pt2_target_of(const ferry_export_config *cfg, g_target *out)
  * planned: state_forms). */
 static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
-    for (size_t i = 0; i < g->n_states; i++) {
-        g_state *s = &g->states[i];
-        if (s->form != GS_IN_PLACE)
-            return fy_fail(err, FERRY_ERR_INTERNAL, "pt2: a cache state not written in place "
-                           "(the plan refuses a dynamic cache: state_forms)");
-        s->form = GS_MUTATED;
-    }
-    if (be_name_mutated_cache(g, err) != FERRY_OK)
+    if (be_mutate_cache_inputs(g, "pt2", err) != FERRY_OK)
         return err->status;
-    size_t n = 0;
-    for (size_t i = 0; i < g->n_outputs; i++) {
-        bool state = false;
-        for (size_t k = 0; k < g->n_states; k++)
-            state |= g->states[k].out == g->outputs[i];
-        if (!state)
-            g->outputs[n++] = g->outputs[i];
-    }
-    g->n_outputs = n;
     /* the outputs left are the fields of the family's ModelOutput class (the cache it would
      * return is written into the caller's tensors instead) */
     if (model_output(cfg) && !g->output_class)
