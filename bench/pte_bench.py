@@ -109,7 +109,8 @@ def guide_loop(work, logs):
            f"-I{et / 'include'}", f"-I{et / 'include/executorch/runtime/core/portable_type/c10'}",
            str(ROOT / "tests/python/data/guide_decode_loop.cpp"), "-o", str(binary),
            f"-L{et / 'lib'}", "-Wl,--no-as-needed", "-lexecutorch",
-           "-lexecutorch_kernels_optimized", "-lexecutorch_backend_xnnpack", "-Wl,--as-needed",
+           "-lexecutorch_kernels_optimized", "-lexecutorch_kernels_quantized",
+           "-lexecutorch_backend_xnnpack", "-Wl,--as-needed",
            f"-Wl,-rpath,{et / 'lib'}"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     (logs / "guide-loop-build.log").write_text(r.stdout + r.stderr)

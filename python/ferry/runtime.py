@@ -580,6 +580,11 @@ def executorch_method(path, metadata):
         raise FerryError("running an ExecuTorch export needs the executorch package "
                          f"(pip install executorch==1.5.1): {_escape(str(e))}", status=4)
     metadata = metadata if isinstance(metadata, dict) else {}
+    operators = metadata.get("operators")
+    if isinstance(operators, list) and any(
+            str(op).startswith("quantized_decomposed::") for op in operators):
+        # the quantized kernels (embedding_4bit) register with the runtime on import
+        import executorch.kernels.quantized  # noqa: F401
     with program_errors(path, "executorch"):
         program = Runtime.get().load_program(str(path))
         method = program.load_method(str(metadata.get("method") or "forward"))

@@ -184,7 +184,8 @@ ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err)
         return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: transpose needs 2 dims", what);
     if (w->quant.bits) {
         if ((unsigned)w->quant.packing >= W_PACK_COUNT ||
-            (w->quant.packing == W_PACK_ZERO_BYTES && w->quant.bits != 4))
+            ((w->quant.packing == W_PACK_ZERO_BYTES || w->quant.high_nibble_first) &&
+             w->quant.bits != 4))
             return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: bad packing", what);
         if ((w->quant.bits != 4 && w->quant.bits != 8) || !matrix || w->transpose ||
             w->offset != 0 || (w->dtype != FERRY_F32 && w->dtype != FERRY_F16))
@@ -228,6 +229,7 @@ bool w_equal(const g_weight *a, const g_weight *b)
            a->quant.block == b->quant.block && a->quant.symmetric == b->quant.symmetric &&
            a->quant.search == b->quant.search &&
            a->quant.positive_scales == b->quant.positive_scales &&
+           a->quant.high_nibble_first == b->quant.high_nibble_first &&
            a->quant.packing == b->quant.packing;
 }
 

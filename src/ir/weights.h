@@ -27,7 +27,8 @@
  *
  * The int4 / int8 block packing (onnxruntime's MatMulNBits layout, made by quant/rtn.c):
  *   codes   unsigned, row-major over the logical [out, in] matrix; 4-bit codes two per byte,
- *           element 2j in the low nibble and 2j+1 in the high nibble; 8-bit codes one per byte.
+ *           element 2j in the low nibble and 2j+1 in the high nibble (the other way round with
+ *           high_nibble_first); 8-bit codes one per byte.
  *           Each row holds ceil(in/block) blocks; a short last block is quantized over what it
  *           has, and its codes are padded to a whole block only with W_PACK_PAD_BLOCKS. 4-bit rows
  *           need an even `in`.
@@ -76,8 +77,8 @@ typedef enum w_row_perm {
     W_PERM_COUNT
 } w_row_perm;
 
-/* The byte layout of a quantized weight's parts beyond the codes' nibble order (which is one:
- * element 2j in the low nibble), as each consumer reads them; store/packing.c writes them. A
+/* The byte layout of a quantized weight's zero points (the codes' nibble order is
+ * w_quant.high_nibble_first), as each consumer reads them; store/packing.c writes them. A
  * backend asks for a layout only where its bytes differ from W_PACK_ROWS', so that a weight
  * two formats read alike is one recipe, stored once. */
 typedef enum w_packing {
@@ -104,6 +105,8 @@ typedef struct w_quant {
     bool search;             /* scales searched per block (quant/rtn.h), not RTN's */
     bool positive_scales;    /* symmetric, every scale positive (XNNPACK's int4: rtn.h's
                                 RTN_SYMMETRIC_POSITIVE) */
+    bool high_nibble_first;  /* 4-bit codes with element 2j in the high nibble, 2j+1 in the
+                                low one (ExecuTorch's embedding_4bit) */
     w_packing packing;
 } w_quant;
 

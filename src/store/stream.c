@@ -406,6 +406,9 @@ static ferry_status write_quantized(stream *s, const job *j, const uint8_t *src,
                 &c->scale_overflowed);
         }
     }
+    if (w->quant.high_nibble_first) /* rtn writes element 2j in the low nibble */
+        for (size_t i = 0; i < rows * code_row; i++)
+            b->out.p[i] = (uint8_t)(b->out.p[i] << 4 | b->out.p[i] >> 4);
     ferry_status st = FERRY_OK;
     *written = 0;
     if (off[W_PART_CODES] != WS_UNPLACED) {

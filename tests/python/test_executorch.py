@@ -568,8 +568,8 @@ def test_guide_cpp_decode_loop(ckpts, tmp_path):
                     f"-I{et / 'include/executorch/runtime/core/portable_type/c10'}",
                     str(ROOT / "tests/python/data/guide_decode_loop.cpp"), "-o", str(binary),
                     f"-L{et / 'lib'}", "-Wl,--no-as-needed", "-lexecutorch",
-                    "-lexecutorch_kernels_optimized", "-lexecutorch_backend_xnnpack",
-                    "-Wl,--as-needed",
+                    "-lexecutorch_kernels_optimized", "-lexecutorch_kernels_quantized",
+                    "-lexecutorch_backend_xnnpack", "-Wl,--as-needed",
                     f"-Wl,-rpath,{et / 'lib'}"], check=True, capture_output=True, timeout=300)
     ckpt = ckpts("llama")
     out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dim",
@@ -590,6 +590,19 @@ def test_guide_cpp_decode_loop(ckpts, tmp_path):
     with pytest.raises(ferry.FerryError, match="only ExecuTorch's C\\+\\+ runtime"):
         ferry.ExportedModel.from_pretrained(out).generate(torch.from_numpy(ids),
                                                           max_new_tokens=2)
+    # int4 with the table quantized too: the loop linked with the wheel's quantized kernels
+    q4 = ferry_export(ckpt, tmp_path / "q4", "--format", "executorch", "--dim",
+                      "input_ids:1=sequence:1:32", "--for-generation", "--static-cache",
+                      "--max-cache-len", "32", "--multi-token-decode", *NO_ALLOC, "--quantize",
+                      "int4", "--quantize-embeddings", "--quiet")
+    proc = subprocess.run([str(binary), str(q4 / "decode.pte"), ",".join(map(str, prompt)),
+                           "12"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with torch.no_grad():
+        want = int4_reference(ckpt, embeddings=True).generate(
+            torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), max_new_tokens=12,
+            min_new_tokens=12, do_sample=False, pad_token_id=2)[0, ids.shape[1]:].tolist()
+    assert [int(t) for t in proc.stdout.splitlines()[0].split()] == want
 
 
 # --- int4: XNNPACK's 8da4w ----------------------------------------------------------------------
@@ -624,10 +637,14 @@ def per_token_int8(x):
     return (torch.clamp(torch.round(x / scale + zero), -128, 127) - zero) * scale
 
 
-def int4_reference(ckpt):
+def int4_reference(ckpt, embeddings=False):
     """transformers' model of `ckpt` computing what the 8da4w program does, from numpy's int4
-    weights (every linear's, the head too: its own copy where tied) and int8 activations."""
+    weights (every linear's, the head too: its own copy where tied) and int8 activations; with
+    `embeddings`, the table as onnxruntime's symmetric int4 blocks of 32 dequantize it (what
+    embedding_4bit reads)."""
     from transformers import AutoModelForCausalLM
+
+    from quant_ref import ort_dequantized
 
     # a copy of its own: reference_model's is shared
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32,
@@ -637,6 +654,10 @@ def int4_reference(ckpt):
             deq = torch.from_numpy(int4_xnnpack(module.weight.detach().numpy()))
             module.weight = torch.nn.Parameter(deq)
             module.register_forward_pre_hook(lambda m, a: (per_token_int8(a[0]),))
+    if embeddings:
+        table = model.get_input_embeddings()
+        table.weight = torch.nn.Parameter(torch.from_numpy(
+            ort_dequantized(table.weight.detach().numpy(), 4, 32, True).astype(np.float32)))
     return model
 
 
@@ -693,6 +714,45 @@ def test_int4_generation(decoder_ckpts, tmp_path):
             torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), max_new_tokens=12,
             min_new_tokens=12, do_sample=False, pad_token_id=2)
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_int4_embeddings_match_numpy_reference(tmp_path, tied, record_property):
+    """--quantize-embeddings: the table read by quantized_decomposed::embedding_4bit (codes
+    high nibble first, fp32 scales), quantized by onnxruntime's symmetric rule as the ONNX
+    export's is; a tied head still reads it as XNNPACK's int4. The logits agree with
+    transformers' model holding onnxruntime's dequantized table and numpy's int4 linears."""
+    from quant_ref import ort_dequantized
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama", tie_word_embeddings=tied)
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dynamic",
+                       "--quantize", "int4", "--quantize-embeddings", "--quiet")
+    import executorch.kernels.quantized  # noqa: F401  (registers embedding_4bit)
+
+    check_program(out / "model.pte")
+    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    assert meta["int4_embeddings"] == 1 and meta["int4_linears"] == 15
+    assert "quantized_decomposed::embedding_4bit.out" in meta["operators"]
+    assert "aten::embedding.out" not in meta["operators"]
+    model = int4_reference(ckpt, embeddings=True)
+    # in place of the float table (160 x 64 fp32), half a byte a value and an fp32 scale a
+    # block of 32 (give or take the 64-byte alignment of two constants)
+    plain = ferry_export(ckpt, tmp_path / "plain", "--format", "executorch", "--dynamic",
+                         "--quantize", "int4", "--quiet")
+    saved = (plain / "model.pte").stat().st_size - (out / "model.pte").stat().st_size
+    assert abs(saved - (160 * 64 * 4 - 160 * 32 - 160 * 2 * 4)) <= 128, saved
+    m, worst = method(out), 0.0
+    for batch, seq in [(1, 7), (2, 33)]:
+        ids, mask, _ = make_inputs(VOCAB, batch, seq)
+        got = run(m, ids, mask)
+        with torch.no_grad():
+            want = model(input_ids=torch.from_numpy(ids),
+                         attention_mask=torch.from_numpy(mask)).logits.numpy()
+        real = mask == 1
+        diff = np.abs(got - want).max(-1)[real]
+        assert np.median(diff) < 1e-4 and diff.max() < 0.25, (batch, seq, diff.max())
+        worst = max(worst, float(diff.max()))
+    record_property("max_abs_error", worst)
 
 
 # --- encoders --------------------------------------------------------------------------------
@@ -786,7 +846,9 @@ def test_inspect_and_validate(tmp_path):
     (["--et-backend", "portable", "--quantize", "int4"], ["int4", "XNNPACK delegate only"], 1),
     (["--quantize", "int8"], ["int8", "int4 weights only"], 1),
     (["--quantize", "int4", "--asymmetric"], ["asymmetric", "symmetric"], 1),
-    (["--quantize", "int4", "--quantize-embeddings"], ["--quantize-embeddings"], 1),
+    # embedding_4bit's groups must divide each 64-wide row
+    (["--quantize", "int4", "--block-size", "128", "--quantize-embeddings"],
+     ["embed_tokens", "blocks of 128", "--block-size"], 1),
     # the MLP's 96 inputs are not whole blocks of 64: found while writing, nothing kept
     (["--quantize", "int4", "--block-size", "64"], ["mlp.down_proj.weight", "blocks of 64",
                                                      "--block-size"], 1),
@@ -850,12 +912,21 @@ def test_real_model_int4_agreement(smollm2, tmp_path, record_property):
                        "--max-seq-len", "256", "--max-batch-size", "1", "--quantize", "int4",
                        "--quiet")
     onnx = ferry_export(smollm2, tmp_path / "onnx", "--dynamic", "--quantize", "int4", "--quiet")
-    got = run(method(pte), ids, np.ones_like(ids))[0]
-    top1 = {"pte": top1_agreement(got[:-1], fp32[:-1]),
+    # the tied table too: embedding_4bit for the lookup, XNNPACK's int4 for the head
+    pte_e = ferry_export(smollm2, tmp_path / "pte-e", "--format", "executorch", "--dynamic",
+                         "--max-seq-len", "256", "--max-batch-size", "1", "--quantize", "int4",
+                         "--quantize-embeddings", "--quiet")
+    import executorch.kernels.quantized  # noqa: F401  (registers embedding_4bit)
+
+    top1 = {"pte": top1_agreement(run(method(pte), ids, np.ones_like(ids))[0][:-1], fp32[:-1]),
+            "pte_embeddings": top1_agreement(run(method(pte_e), ids, np.ones_like(ids))[0][:-1],
+                                             fp32[:-1]),
             "onnx": top1_agreement(logits_of(onnx / "model.onnx", ids)[:-1], fp32[:-1])}
     for name, value in top1.items():
         record_property(f"top1_agreement_{name}", round(value, 4))
     assert top1["pte"] >= 0.55 and top1["pte"] >= top1["onnx"] - 0.05, top1
+    assert top1["pte_embeddings"] >= top1["pte"] - 0.05, top1
+    assert (pte_e / "model.pte").stat().st_size < (pte / "model.pte").stat().st_size * 0.75
 
 
 def test_int4_refuses_non_finite_weights(tmp_path):

@@ -13,7 +13,8 @@
  * the XNNPACK delegate (et_xnnpack.c). ExecuTorch plans every tensor at its largest size, so
  * each dynamic axis has a bound: its own max, or max_batch_size for batch and max_seq_len for
  * the others. --quantize int4 (symmetric blocks) makes the delegate's linears XNNPACK's
- * 8da4w. Not yet, refused by name: other quantizers, quantized embeddings, a dynamic cache. */
+ * 8da4w, and --quantize-embeddings the table quantized_decomposed::embedding_4bit's. Not yet,
+ * refused by name: other quantizers, a dynamic cache. */
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdint.h>
@@ -77,9 +78,6 @@ static ferry_status et_configure(ferry_export_config *cfg, fy_err *err)
     if (q->bits && q->asymmetric)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer int4 asymmetric: XNNPACK's int4 "
                        "blocks are symmetric (drop --asymmetric)");
-    if (q->bits && q->embeddings)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "quantizer: executorch cannot hold a "
-                       "quantized embedding table yet (drop --quantize-embeddings)");
     /* XNNPACK's blockwise int4 kernels take blocks of whole multiples of 32 (the wheel's
      * lowering asserts it; a block of 16 fails when the method loads) and fp32 activations */
     if (q->bits && q->block_size % 32 != 0)
@@ -246,6 +244,8 @@ static void et_describe(const ferry_export_config *cfg, const g_graph *g, cJSON 
             cJSON_AddNumberToObject(metadata, "int4_linears", (double)p.n_int4_linears);
             cJSON_AddNumberToObject(metadata, "delegate_weight_bytes", (double)named);
         }
+        if (p.n_int4_embeddings)
+            cJSON_AddNumberToObject(metadata, "int4_embeddings", (double)p.n_int4_embeddings);
     }
     et_program_free(&p);
 }

@@ -358,31 +358,47 @@ static void put_u64(uint8_t *at, uint64_t v)
         at[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* Places `d` in the file (at *at, *len bytes): a weight's bytes or one part of its quantized
+ * form where the writer streams them, a constant's where the graph holds it. A datum placed
+ * already (a tied table a delegate and a kernel both read) is that place. `holder` names what
+ * reads it, for messages. */
+static ferry_status place_data(et_program *p, pl_file *pl, const et_data *d, const char *holder,
+                               uint64_t *at, uint64_t *len)
+{
+    const g_value *x = &p->g->values[d->value];
+    *len = et_data_bytes(p, d);
+    if (d->part_of_quantized) {
+        if (pl_place(pl, &d->recipe, d->part, at, len, p->err) != FERRY_OK)
+            return p->st = p->err->status;
+    } else if (x->kind == GV_WEIGHT) {
+        int rank;
+        int64_t shape[W_MAX_RANK];
+        ferry_dtype dt;
+        w_part_info(&x->weight, W_PART_DATA, &rank, shape, &dt, len);
+        if (dt != x->dtype)
+            return et_fail(p, FERRY_ERR_UNSUPPORTED, "weight '%s' is stored as %s, which "
+                           "an %s tensor of %s cannot hold", x->name, ferry_dtype_name(dt),
+                           holder, ferry_dtype_name(x->dtype));
+        if (pl_place(pl, &x->weight, W_PART_DATA, at, len, p->err) != FERRY_OK)
+            return p->st = p->err->status;
+    } else {
+        if (pl_place_const(pl, x, p->err) != FERRY_OK)
+            return p->st = p->err->status;
+        if (!pl_find_const(pl, x, at))
+            return et_fail(p, FERRY_ERR_INTERNAL, "constant '%s' was not placed", x->name);
+    }
+    return FERRY_OK;
+}
+
 /* Places every constant tensor in the segment: offsets[k] for data_buffer_idx k. */
 static ferry_status place_constants(et_program *p, pl_file *pl, uint64_t *offsets)
 {
     offsets[0] = 0;
     for (size_t k = 0; k < p->n_constants; k++) {
-        const g_value *x = &p->g->values[p->constant_values[k]];
         uint64_t len;
-        if (x->kind == GV_WEIGHT) {
-            int rank;
-            int64_t shape[W_MAX_RANK];
-            ferry_dtype dt;
-            w_part_info(&x->weight, W_PART_DATA, &rank, shape, &dt, &len);
-            if (dt != x->dtype)
-                return et_fail(p, FERRY_ERR_UNSUPPORTED, "weight '%s' is stored as %s, which "
-                               "an ExecuTorch tensor of %s cannot hold", x->name,
-                               ferry_dtype_name(dt), ferry_dtype_name(x->dtype));
-            if (pl_place(pl, &x->weight, W_PART_DATA, &offsets[k + 1], &len, p->err) !=
-                FERRY_OK)
-                return p->st = p->err->status;
-        } else {
-            if (pl_place_const(pl, x, p->err) != FERRY_OK)
-                return p->st = p->err->status;
-            if (!pl_find_const(pl, x, &offsets[k + 1]))
-                return et_fail(p, FERRY_ERR_INTERNAL, "constant '%s' was not placed", x->name);
-        }
+        if (place_data(p, pl, &p->constants[k], "ExecuTorch", &offsets[k + 1], &len) !=
+            FERRY_OK)
+            return p->st;
     }
     return FERRY_OK;
 }
@@ -391,34 +407,10 @@ static ferry_status place_constants(et_program *p, pl_file *pl, uint64_t *offset
  * it) is that place; the others follow the constant segment. */
 static ferry_status place_named(et_program *p, pl_file *pl, et_layout *lay)
 {
-    for (size_t i = 0; i < p->n_named; i++) {
-        const et_named *nd = &p->named[i];
-        const g_value *x = &p->g->values[nd->value];
-        uint64_t len = et_named_bytes(p, i);
-        if (nd->part_of_quantized) {
-            if (pl_place(pl, &nd->recipe, nd->part, &lay->named_at[i], &len, p->err) !=
-                FERRY_OK)
-                return p->st = p->err->status;
-        } else if (x->kind == GV_WEIGHT) {
-            int rank;
-            int64_t shape[W_MAX_RANK];
-            ferry_dtype dt;
-            w_part_info(&x->weight, W_PART_DATA, &rank, shape, &dt, &len);
-            if (dt != x->dtype)
-                return et_fail(p, FERRY_ERR_UNSUPPORTED, "weight '%s' is stored as %s, which "
-                               "an XNNPACK tensor of %s cannot hold", x->name,
-                               ferry_dtype_name(dt), ferry_dtype_name(x->dtype));
-            if (pl_place(pl, &x->weight, W_PART_DATA, &lay->named_at[i], &len, p->err) !=
-                FERRY_OK)
-                return p->st = p->err->status;
-        } else {
-            if (pl_place_const(pl, x, p->err) != FERRY_OK)
-                return p->st = p->err->status;
-            if (!pl_find_const(pl, x, &lay->named_at[i]))
-                return et_fail(p, FERRY_ERR_INTERNAL, "constant '%s' was not placed", x->name);
-        }
-        lay->named_len[i] = len;
-    }
+    for (size_t i = 0; i < p->n_named; i++)
+        if (place_data(p, pl, &p->named[i], "XNNPACK", &lay->named_at[i], &lay->named_len[i]) !=
+            FERRY_OK)
+            return p->st;
     return FERRY_OK;
 }
 

@@ -60,7 +60,7 @@ void et_program_free(et_program *p)
     free(p->outputs);
     free(p->of_value);
     free(p->dims);
-    free(p->constant_values);
+    free(p->constants);
     for (size_t i = 0; i < p->n_delegates; i++)
         free(p->delegates[i].blob);
     free(p->delegates);
@@ -306,23 +306,50 @@ int et_dims(et_program *p, const g_dim *d, int n)
 
 /* ---- graph values ---- */
 
-static int constant(et_program *p, int v)
+/* A constant tensor of `dt` and `shape` holding `d`'s bytes. */
+static int constant(et_program *p, const et_data *d, ferry_dtype dt, const g_shape *shape)
 {
-    const g_value *x = &p->g->values[v];
-    int k = et_tensor(p, x->dtype, &x->shape);
+    int k = et_tensor(p, dt, shape);
     if (k < 0)
         return -1;
     if (p->values[k].dynamic)
-        return et_fail(p, FERRY_ERR_INTERNAL, "constant '%s' of a symbolic size", x->name), -1;
-    int *c = fy_grow(p->constant_values, &p->cap_constants, p->n_constants + 1, sizeof *c);
+        return et_fail(p, FERRY_ERR_INTERNAL, "constant '%s' of a symbolic size",
+                       p->g->values[d->value].name), -1;
+    et_data *c = fy_grow(p->constants, &p->cap_constants, p->n_constants + 1, sizeof *c);
     if (!c)
         return et_fail(p, FERRY_ERR_NOMEM, "out of memory"), -1;
-    p->constant_values = c;
-    c[p->n_constants++] = v;
+    p->constants = c;
+    c[p->n_constants++] = *d;
     p->values[k].constant = (uint32_t)p->n_constants;
     p->values[k].planned = false;
-    p->values[k].graph_value = v;
-    return p->of_value[v] = k;
+    p->values[k].graph_value = d->value;
+    return k;
+}
+
+int et_quantized_constant(et_program *p, int v, const g_weight *recipe, w_part part)
+{
+    if (p->st != FERRY_OK)
+        return -1;
+    et_data want = {.value = v, .part_of_quantized = true, .recipe = *recipe, .part = part};
+    for (size_t i = 0; i < p->n_values; i++) {
+        const et_value *x = &p->values[i];
+        if (x->kind == ET_TENSOR && x->constant &&
+            et_data_equal(&p->constants[x->constant - 1], &want))
+            return (int)i;
+    }
+    int rank;
+    int64_t dims[W_MAX_RANK];
+    ferry_dtype dt;
+    uint64_t len;
+    w_part_info(recipe, part, &rank, dims, &dt, &len);
+    if (dt == FERRY_U4) { /* two codes a byte, each row whole bytes (its length is even) */
+        dt = FERRY_U8;
+        dims[rank - 1] /= 2;
+    }
+    g_shape shape = {.rank = rank};
+    for (int i = 0; i < rank; i++)
+        shape.d[i] = g_dim_const(dims[i]);
+    return constant(p, &want, dt, &shape);
 }
 
 int et_of_value(et_program *p, int v)
@@ -335,7 +362,7 @@ int et_of_value(et_program *p, int v)
         return p->of_value[v];
     const g_value *x = &p->g->values[v];
     if (x->kind == GV_WEIGHT || x->kind == GV_CONST)
-        return constant(p, v);
+        return p->of_value[v] = constant(p, &(et_data){.value = v}, x->dtype, &x->shape);
     return et_fail(p, FERRY_ERR_INTERNAL, "'%s' is read before it is made", x->name), -1;
 }
 
@@ -403,9 +430,27 @@ void et_delegate_call(et_program *p, int delegate, const int *args, int n)
     in[p->n_instrs++] = (et_instr){-1, a, n, delegate};
 }
 
+bool et_data_equal(const et_data *d, const et_data *e)
+{
+    return d->value == e->value && d->part_of_quantized == e->part_of_quantized &&
+           (!d->part_of_quantized || (d->part == e->part && w_equal(&d->recipe, &e->recipe)));
+}
+
+uint64_t et_data_bytes(const et_program *p, const et_data *d)
+{
+    if (!d->part_of_quantized)
+        return et_graph_value_bytes(p, d->value);
+    int rank;
+    int64_t shape[W_MAX_RANK];
+    ferry_dtype dt;
+    uint64_t len;
+    w_part_info(&d->recipe, d->part, &rank, shape, &dt, &len);
+    return len;
+}
+
 void et_named_key(const et_program *p, size_t i, char *buf, size_t size)
 {
-    const et_named *nd = &p->named[i];
+    const et_data *nd = &p->named[i];
     const char *name = p->g->values[nd->value].name;
     if (nd->part_of_quantized)
         snprintf(buf, size, "%s:%s", name, nd->part == W_PART_SCALES ? "scales" : "codes");
@@ -415,15 +460,7 @@ void et_named_key(const et_program *p, size_t i, char *buf, size_t size)
 
 uint64_t et_named_bytes(const et_program *p, size_t i)
 {
-    const et_named *nd = &p->named[i];
-    if (!nd->part_of_quantized)
-        return et_graph_value_bytes(p, nd->value);
-    int rank;
-    int64_t shape[W_MAX_RANK];
-    ferry_dtype dt;
-    uint64_t len;
-    w_part_info(&nd->recipe, nd->part, &rank, shape, &dt, &len);
-    return len;
+    return et_data_bytes(p, &p->named[i]);
 }
 
 uint64_t et_graph_value_bytes(const et_program *p, int v)

@@ -488,8 +488,46 @@ static void t_conv(et_sink *k, const call_frame *f, const int *outs)
     ek_a_out(&a, "aten::convolution.out", outs[0]);
 }
 
+/* A quantized table (--quantize-embeddings) as embedding_4bit reads it: its codes with element
+ * 2j in the high nibble, fp32 scales [vocab, dim / block], no zero points (symmetric: the
+ * kernel's code - 8 is ferry's value). The kernel's groups must divide each row. */
+static void quantized_embedding(et_sink *k, const call_frame *f, int table, const int *outs)
+{
+    et_program *p = k->p;
+    const g_value *w = &p->g->values[table];
+    const w_quant *q = &w->weight.quant;
+    int64_t dim = 0;
+    g_dim_is_const(w->shape.d[w->shape.rank - 1], &dim);
+    if (q->bits != 4 || !q->symmetric || w->weight.dtype != FERRY_F32)
+        return (void)et_fail(p, FERRY_ERR_UNSUPPORTED, "embedding '%s': executorch's "
+                             "embedding_4bit reads symmetric 4-bit blocks with fp32 scales, "
+                             "not these", w->name);
+    if (w->shape.rank != 2 || dim % q->block)
+        return (void)et_fail(p, FERRY_ERR_UNSUPPORTED, "embedding '%s': its rows of %lld are "
+                             "not whole blocks of %d, which embedding_4bit needs; pick a block "
+                             "size that divides them (--block-size)", w->name, (long long)dim,
+                             q->block);
+    g_weight recipe = w->weight;
+    recipe.quant.high_nibble_first = true;
+    recipe.quant.packing = W_PACK_ROWS;
+    recipe.quant.positive_scales = false;
+    kargs a = ek_args_of(k, f);
+    ek_a_value(&a, et_quantized_constant(p, table, &recipe, W_PART_CODES));
+    ek_a_value(&a, et_quantized_constant(p, table, &recipe, W_PART_SCALES));
+    ek_a_null(&a);
+    ek_a_int(&a, -8);
+    ek_a_int(&a, 7);
+    ek_a_tensor(&a, "indices");
+    ek_a_out(&a, "quantized_decomposed::embedding_4bit.out", outs[0]);
+    p->n_int4_embeddings++;
+}
+
 static void t_embedding(et_sink *k, const call_frame *f, const int *outs)
 {
+    int table = graph_value_arg(f, "weight");
+    if (table >= 0 && k->p->g->values[table].kind == GV_WEIGHT &&
+        k->p->g->values[table].weight.quant.bits)
+        return quantized_embedding(k, f, table, outs);
     kargs a = ek_args_of(k, f);
     ek_a_tensor(&a, "weight");
     ek_a_tensor(&a, "indices");

@@ -44,20 +44,17 @@
 #define XNN_HEADER_SIZE 32           /* "XH00" and its fields, padded */
 
 /* The named-data index of `want` (added on first use); -1 on failure. */
-static int named(et_program *p, et_named want)
+static int named(et_program *p, et_data want)
 {
-    for (size_t i = 0; i < p->n_named; i++) {
-        const et_named *nd = &p->named[i];
-        if (nd->value == want.value && nd->part_of_quantized == want.part_of_quantized &&
-            (!want.part_of_quantized || nd->part == want.part))
+    for (size_t i = 0; i < p->n_named; i++)
+        if (et_data_equal(&p->named[i], &want))
             return (int)i;
-    }
     const char *name = p->g->values[want.value].name;
     for (size_t i = 0; i < p->n_named; i++)
         if (p->named[i].value != want.value &&
             strcmp(p->g->values[p->named[i].value].name, name) == 0)
             return et_fail(p, FERRY_ERR_INTERNAL, "two weights named '%s'", name), -1;
-    et_named *n = fy_grow(p->named, &p->cap_named, p->n_named + 1, sizeof *n);
+    et_data *n = fy_grow(p->named, &p->cap_named, p->n_named + 1, sizeof *n);
     if (!n)
         return et_fail(p, FERRY_ERR_NOMEM, "out of memory"), -1;
     p->named = n;
@@ -67,7 +64,7 @@ static int named(et_program *p, et_named want)
 
 static int named_value(et_program *p, int v)
 {
-    return named(p, (et_named){.value = v});
+    return named(p, (et_data){.value = v});
 }
 
 /* Graph value v: a weight or constant of `rank` dims, of `dt` (a quantized weight: its scales
@@ -284,12 +281,12 @@ static bool int4_weight(et_program *p, int v, int64_t in_ch, xnn_linear *l)
                        "blocks of %d, which XNNPACK's int4 needs; pick a block size that "
                        "divides them (--block-size)", w->name, (long long)in_ch, q->block),
                false;
-    et_named codes = {.value = v, .part_of_quantized = true, .recipe = w->weight,
+    et_data codes = {.value = v, .part_of_quantized = true, .recipe = w->weight,
                       .part = W_PART_CODES};
     codes.recipe.dtype = FERRY_BF16;
     codes.recipe.quant.packing = W_PACK_ROWS;
     codes.recipe.quant.positive_scales = true;
-    et_named scales = codes;
+    et_data scales = codes;
     scales.part = W_PART_SCALES;
     l->group = q->block;
     l->weight = named(p, codes);

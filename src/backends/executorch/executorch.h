@@ -65,14 +65,15 @@ typedef struct et_instr {
     int delegate;            /* a delegate call's delegate (-1: a kernel call) */
 } et_instr;
 
-/* A named datum a delegate reads: a weight or constant as the graph has it, or one part
- * (codes, scales) of a quantized weight's XNNPACK form. */
-typedef struct et_named {
+/* Bytes the program holds (a constant tensor, or a named datum a delegate reads): a weight or
+ * constant as the graph has it, or one part (codes, scales) of a quantized weight in the form
+ * its reader takes (XNNPACK's int4, embedding_4bit's). */
+typedef struct et_data {
     int value;               /* the graph value */
     bool part_of_quantized;  /* `recipe`'s `part`; else the value's own bytes */
     g_weight recipe;
     w_part part;
-} et_named;
+} et_data;
 
 /* A delegate: its backend's blob (the XNNPACK graph), inline in the Program. */
 typedef struct et_delegate {
@@ -104,12 +105,13 @@ typedef struct et_program {
     size_t n_dims, cap_dims;
     uint64_t arena;          /* bytes of memory id 1 (et_plan) */
     size_t n_constants, cap_constants; /* data_buffer_idx 1..n_constants */
-    int *constant_values;    /* the graph value of each constant (index data_buffer_idx - 1) */
+    et_data *constants;      /* each constant's bytes (index data_buffer_idx - 1) */
     bool xnnpack;            /* linears run in the XNNPACK delegate (backend "xnnpack") */
     et_delegate *delegates;
     size_t n_delegates, cap_delegates;
     size_t n_int4_linears;   /* the delegates whose weights are int4 */
-    et_named *named;         /* what the delegates read as named data, each a segment of
+    size_t n_int4_embeddings; /* the embedding_4bit calls */
+    et_data *named;         /* what the delegates read as named data, each a segment of
                                 the file */
     size_t n_named, cap_named;
     const char *where;       /* the IR node being written, for messages (NULL: none) */
@@ -157,6 +159,9 @@ int et_dims(et_program *p, const g_dim *d, int n);
 /* The tensor EValue of graph value `v`: an input or a node's output already made, or a
  * weight or constant (a constant tensor, made on first use). */
 int et_of_value(et_program *p, int v);
+/* The constant tensor of one part of quantized weight `v` in the form `recipe` says (made on
+ * first use): the codes as bytes [.., in / 2] (4-bit) or [.., in], the scales as they are. */
+int et_quantized_constant(et_program *p, int v, const g_weight *recipe, w_part part);
 
 /* Appends a call of kernel `op` ("aten::add.out") with `n` arguments (EValue indices, its
  * return slot last, as the kernels take them). */
@@ -166,6 +171,10 @@ void et_call(et_program *p, const char *op, const int *args, int n);
 void et_delegate_call(et_program *p, int delegate, const int *args, int n);
 /* The bytes of weight or constant graph value `v`. */
 uint64_t et_graph_value_bytes(const et_program *p, int v);
+/* Whether d and e are the same bytes. */
+bool et_data_equal(const et_data *d, const et_data *e);
+/* The bytes of `d`. */
+uint64_t et_data_bytes(const et_program *p, const et_data *d);
 /* Named datum i's key ("<weight>", or "<weight>:codes" / ":scales" for a quantized one's parts)
  * and bytes. */
 void et_named_key(const et_program *p, size_t i, char *buf, size_t size);
