@@ -54,6 +54,12 @@ MODES = {
         "plain-model-output": ["--dynamic", "--model-output"],
         "gen-static": ["--dynamic", "--for-generation", *STATIC],
     },
+    "executorch": {
+        "plain-dynamic": ["--dynamic"],
+        "plain-portable": ["--dynamic", "--et-backend", "portable"],
+        "plain-int4": ["--dynamic", "--quantize", "int4", "--quantize-embeddings"],
+        "gen-static": ["--dynamic", "--for-generation", *STATIC, "--multi-token-decode"],
+    },
 }
 
 
@@ -68,6 +74,7 @@ ENCODER_MODES = {
     },
     "openvino": {"plain-dynamic": ["--dynamic"]},
     "pt2": {"plain-dynamic": ["--dynamic"], "plain-model-output": ["--dynamic", "--model-output"]},
+    "executorch": {"plain-dynamic": ["--dynamic"]},
 }
 
 
@@ -80,7 +87,7 @@ def main():
     ap.add_argument("old")
     ap.add_argument("new")
     ap.add_argument("--work")
-    ap.add_argument("--formats", help="comma-separated: onnx,openvino,pt2 (default: all)")
+    ap.add_argument("--formats", help="comma-separated: onnx,openvino,pt2,executorch (default: all)")
     ap.add_argument("--families", help="comma-separated family names (default: all)")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="ferry-bytes-"))

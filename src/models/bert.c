@@ -497,8 +497,9 @@ static void declare_modules(g_graph *g, const enc *e)
 static int positions_row(g_graph *g, int shape, const g_dim *bs)
 {
     int64_t zero = 0;
-    int s = g_gather(g, "sequence", shape, g_scalar_i64(g, 1), 0);
-    int r = g_range(g, "arange", g_scalar_i64(g, 0), s, g_scalar_i64(g, 1));
+    int one = g_scalar_i64(g, 1);
+    int s = g_gather(g, "sequence", shape, one, 0);
+    int r = g_range(g, "arange", g_scalar_i64(g, 0), s, one);
     int row = g_unsqueeze(g, "unsqueeze", r, 1, &zero);
     if (row != G_NONE)
         g->values[row].shape = (g_shape){.rank = 2, .d = {g_dim_const(1), bs[1]}};

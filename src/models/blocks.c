@@ -169,8 +169,9 @@ static void cache_outputs(g_graph *g, const model_io *io, int l, int pk, int pv,
     /* position' = position + s. s is read off the attention output so that the position is
      * written only after every read of the old one: its buffer is shared in place. */
     int64_t zero = 0;
+    int first = g_scalar_i64(g, 0);
     int s = g_gather(g, "cache_length/Gather", g_shape_of(g, "cache_length/Shape", attn_out, 1, 2),
-                     g_scalar_i64(g, 0), 0);
+                     first, 0);
     int next = g_binary(g, G_ADD, "cache_length/Add", pos,
                         g_unsqueeze(g, "cache_length/Unsqueeze", s, 1, &zero));
     snprintf(name, sizeof name, "present.%d.cumulative_length", l);
@@ -282,8 +283,9 @@ static int ones_like_ids(g_graph *g, int shape, const g_dim *bs)
 int blk_positions_from_zero(g_graph *g, int shape, const g_dim *bs)
 {
     int64_t zero = 0;
-    int s = g_gather(g, "sequence", shape, g_scalar_i64(g, 1), 0);
-    int r = g_range(g, "arange", g_scalar_i64(g, 0), s, g_scalar_i64(g, 1));
+    int one = g_scalar_i64(g, 1);
+    int s = g_gather(g, "sequence", shape, one, 0);
+    int r = g_range(g, "arange", g_scalar_i64(g, 0), s, one);
     return blk_like_ids(g, g_expand(g, "expand", g_unsqueeze(g, "unsqueeze", r, 1, &zero), shape),
                         bs);
 }

@@ -755,6 +755,31 @@ def test_int4_embeddings_match_numpy_reference(tmp_path, tied, record_property):
     record_property("max_abs_error", worst)
 
 
+def test_sanitized_builds_write_the_same_program(build, tmp_path_factory):
+    """Each build of ferry (the release one, and under ASan/UBSan where `make test` builds them)
+    writes a generation program with int4 linears and an int4 table without a memory or
+    undefined-behaviour report, byte for byte the release build's."""
+    import subprocess
+
+    from conftest import SANITIZER_ENV
+
+    base = tmp_path_factory.getbasetemp() / "sanitized-pte"
+    ckpt = base / "ckpt"
+    if not (ckpt / "config.json").exists():
+        make_checkpoint(ckpt, "qwen3", tie_word_embeddings=True)
+    flags = ["--format", "executorch", "--dynamic", "--for-generation", "--static-cache",
+             "--max-cache-len", "32", "--multi-token-decode", "--quantize", "int4",
+             "--quantize-embeddings", "--quiet"]
+    out = base / f"out-{Path(build).parent.name}"
+    proc = subprocess.run([str(build), "export", str(ckpt), str(out), *flags],
+                          capture_output=True, text=True, env=SANITIZER_ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    release = base / "release"
+    if not release.exists():
+        ferry_export(ckpt, release, *flags)
+    assert (out / "decode.pte").read_bytes() == (release / "decode.pte").read_bytes()
+
+
 # --- encoders --------------------------------------------------------------------------------
 
 

@@ -15,8 +15,9 @@ static const int64_t to_bnsd[4] = {0, 2, 1, 3};
 static int write_in_place(g_graph *g, int cache, int rows, int position)
 {
     int shape = g_shape_of(g, "shape_rows", rows, 2, 3);
-    int s = g_gather(g, "gather_s", shape, g_scalar_i64(g, 0), 0);
-    int slots = g_range(g, "arange", g_scalar_i64(g, 0), s, g_scalar_i64(g, 1));
+    int first = g_scalar_i64(g, 0);
+    int s = g_gather(g, "gather_s", shape, first, 0);
+    int slots = g_range(g, "arange", first, s, g_scalar_i64(g, 1));
     slots = g_binary(g, G_ADD, "slots", slots, position);
     if (!g_ok(g))
         return G_NONE;

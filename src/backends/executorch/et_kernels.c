@@ -68,7 +68,8 @@ static void s_tensors(aten_sink *s, const char *arg, int kind, const aten_t *t, 
                 MAX_LIST);
         return;
     }
-    memcpy(a->list, t, (size_t)n * sizeof *t);
+    if (n > 0) /* an empty list may come as NULL */
+        memcpy(a->list, t, (size_t)n * sizeof *t);
     a->n = n;
     a->optional = optional;
 }
@@ -121,7 +122,8 @@ static void s_ints(aten_sink *s, const char *arg, int kind, const int64_t *v, in
         et_fail(sink_of(s)->p, FERRY_ERR_INTERNAL, "an int list of %d", n);
         return;
     }
-    memcpy(a->ints, v, (size_t)n * sizeof *v);
+    if (n > 0) /* an empty list may come as NULL */
+        memcpy(a->ints, v, (size_t)n * sizeof *v);
     a->n = n;
 }
 
@@ -143,7 +145,8 @@ static void s_symints(aten_sink *s, const char *arg, int kind, const g_dim *d, i
         et_fail(sink_of(s)->p, FERRY_ERR_INTERNAL, "a size list of %d", n);
         return;
     }
-    memcpy(a->dims, d, (size_t)n * sizeof *d);
+    if (n > 0)
+        memcpy(a->dims, d, (size_t)n * sizeof *d);
     a->n = n;
 }
 

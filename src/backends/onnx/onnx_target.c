@@ -96,7 +96,8 @@ ferry_status onnx_lower_layer_norm(g_lower_ctx *c, const g_node *n, int *outs)
     g_extern_int(&e, "axis", -1);
     g_extern_int(&e, "stash_type", 1);
     g_extern_out(&e, 0, 0, xs->dtype, &xs->shape);
-    int in[3] = {x, lw_in(c, n, 1), lw_in(c, n, 2)};
+    int in[3] = {x, lw_in(c, n, 1), -1};
+    in[2] = lw_in(c, n, 2);
     outs[0] = g_extern_node(g, "LayerNormalization", &e, in[2] == G_NONE ? 2 : 3, in);
     return g->err.status;
 }

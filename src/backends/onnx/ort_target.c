@@ -315,7 +315,8 @@ static ferry_status ort_linear(g_lower_ctx *c, const g_node *n, int *outs)
     const g_value *w = lw_src(c, n, 1);
     if (w->kind != GV_WEIGHT || !w->weight.quant.bits)
         return onnx_lower_linear(c, n, outs);
-    outs[0] = matmul_nbits(c, lw_in(c, n, 0), w->name, &w->weight, lw_in(c, n, 2));
+    int bias = lw_in(c, n, 2), x = lw_in(c, n, 0);
+    outs[0] = matmul_nbits(c, x, w->name, &w->weight, bias);
     lw_refine(c, outs[0], n, 0);
     return g->err.status;
 }
@@ -446,9 +447,10 @@ static int bias_over_queries(g_lower_ctx *c, const g_node *n, int q, int bias)
     if (n->a.attn->mask != G_MASK_PADDING || bias == G_NONE)
         return bias;
     g_graph *g = c->dst;
-    int parts[4] = {g_shape_of(g, "Shape_bias_b", q, 0, 1), g_const_i64(g, 1, (int64_t[]){1}),
-                    g_shape_of(g, "Shape_bias_s", q, 1, 2),
-                    g_shape_of(g, "Shape_bias_t", bias, 3, 4)};
+    int parts[4] = {g_shape_of(g, "Shape_bias_b", q, 0, 1), -1, -1, -1};
+    parts[1] = g_const_i64(g, 1, (int64_t[]){1});
+    parts[2] = g_shape_of(g, "Shape_bias_s", q, 1, 2);
+    parts[3] = g_shape_of(g, "Shape_bias_t", bias, 3, 4);
     int full = g_expand(g, "Expand_bias", bias, g_concat(g, "Concat_bias", 4, parts, 0));
     if (full == G_NONE)
         return G_NONE;

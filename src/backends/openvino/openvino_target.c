@@ -121,12 +121,11 @@ static int window_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
     const g_shape *qs = &c->src->values[n->in[0]].shape, *ms = &c->src->values[n->in[3]].shape;
     g_shape s4 = {.rank = 4, .d = {qs->d[0], g_dim_const(1), qs->d[1], ms->d[1]}};
     int m4 = g_reshape(g, "Reshape_mask", causal, 4, s4.d);
-    int t = g_gather(g, "Gather_t", g_shape_of(g, "Shape_t", mask, 0, G_END),
-                     g_scalar_i64(g, 1), 0);
-    int s = g_gather(g, "Gather_s", g_shape_of(g, "Shape_s", q, 0, G_END), g_scalar_i64(g, 1), 0);
+    int one = g_scalar_i64(g, 1);
+    int t = g_gather(g, "Gather_t", g_shape_of(g, "Shape_t", mask, 0, G_END), one, 0);
+    int s = g_gather(g, "Gather_s", g_shape_of(g, "Shape_s", q, 0, G_END), one, 0);
     int filled = g_cumsum(g, "CumSum_filled", mask, 1);                   /* [b, t] */
-    int q_idx = g_range(g, "Range_q", g_binary(g, G_SUB, "Sub_first", t, s), t,
-                        g_scalar_i64(g, 1));
+    int q_idx = g_range(g, "Range_q", g_binary(g, G_SUB, "Sub_first", t, s), t, one);
     int q_filled = g_gather(g, "Gather_q_filled", filled, q_idx, 1);      /* [b, s] */
     int64_t kv_axes[2] = {1, 2}, q_axes[2] = {1, 3};
     int kv = g_unsqueeze(g, "Unsqueeze_kv", filled, 2, kv_axes);          /* [b, 1, 1, t] */
@@ -142,14 +141,17 @@ static int window_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
                    (int[]){m4, a2});
     int a4 = ov_op(g, "opset13", "BitwiseAnd", "BitwiseAnd_4", FERRY_BOOL, &s4, 2,
                    (int[]){a3, m4});
+    int mask_shape = g_shape_of(g, "Shape_mask", a4, 0, G_END);
     int wide = ov_op(g, "opset3", "Broadcast", "Broadcast", FERRY_BOOL, &s4, 2,
-                     (int[]){a4, g_shape_of(g, "Shape_mask", a4, 0, G_END)});
-    int bias = g_where(g, "Where_bias", wide, g_scalar_f(g, dt, 0.0),
-                       g_scalar_f(g, dt, lw_lowest(dt)));
+                     (int[]){a4, mask_shape});
+    int lowest = g_scalar_f(g, dt, lw_lowest(dt));
+    int bias = g_where(g, "Where_bias", wide, g_scalar_f(g, dt, 0.0), lowest);
     int64_t big = INT64_MAX;
-    bias = ov_op(g, "opset8", "Slice", "Slice", dt, &s4, 5,
-                 (int[]){bias, g_const_i64(g, 1, (int64_t[]){0}), g_const_i64(g, 1, &big),
-                         g_const_i64(g, 1, (int64_t[]){1}), g_const_i64(g, 1, (int64_t[]){3})});
+    int slice[5] = {bias, g_const_i64(g, 1, (int64_t[]){0}), -1, -1, -1};
+    slice[2] = g_const_i64(g, 1, &big);
+    slice[3] = g_const_i64(g, 1, (int64_t[]){1});
+    slice[4] = g_const_i64(g, 1, (int64_t[]){3});
+    bias = ov_op(g, "opset8", "Slice", "Slice", dt, &s4, 5, slice);
     lw_scope_pop(c, saved);
     lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_WINDOW_BIAS, .in_a = mask, .key = key,
                               .out_a = bias});

@@ -11,7 +11,8 @@ ferry_status lower_linear(g_lower_ctx *c, const g_node *n, int *outs)
     g_graph *g = c->dst;
     if (lw_refuse_quantized(c, n, 1) != FERRY_OK)
         return g->err.status;
-    int y = g_matmul(g, "MatMul", lw_in(c, n, 0), lw_in(c, n, 1), true);
+    int w = lw_in(c, n, 1), x = lw_in(c, n, 0);
+    int y = g_matmul(g, "MatMul", x, w, true);
     if (n->n_in > 2 && n->in[2] != G_NONE)
         y = g_binary(g, G_ADD, "Add", y, lw_in(c, n, 2));
     outs[0] = y;
@@ -23,6 +24,7 @@ ferry_status lower_embedding(g_lower_ctx *c, const g_node *n, int *outs)
     g_graph *g = c->dst;
     if (lw_refuse_quantized(c, n, 0) != FERRY_OK)
         return g->err.status;
-    outs[0] = g_gather(g, "Gather", lw_in(c, n, 0), lw_in(c, n, 1), 0);
+    int ids = lw_in(c, n, 1), table = lw_in(c, n, 0);
+    outs[0] = g_gather(g, "Gather", table, ids, 0);
     return g->err.status;
 }

@@ -44,9 +44,12 @@ int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind k
     lw_shared_scope_push(c, saved, sizeof saved, "%s", scope);
     bool given = kind == G_MASK_GIVEN;
     int64_t zero = 0, one = 1, pad_axes[3] = {1, 2, 3};
-    int t = g_gather(g, "Gather_t", g_shape_of(g, "Shape_t", mask, 0, G_END),
-                     g_scalar_i64(g, given ? 3 : 1), 0);
-    int s = g_gather(g, "Gather_s", g_shape_of(g, "Shape_s", q, 0, G_END), g_scalar_i64(g, 1), 0);
+    /* one call's arguments are evaluated in an unspecified order, and each makes a value:
+     * made one statement at a time, the graph is the same whichever compiler built ferry */
+    int t_axis = g_scalar_i64(g, given ? 3 : 1);
+    int t = g_gather(g, "Gather_t", g_shape_of(g, "Shape_t", mask, 0, G_END), t_axis, 0);
+    int one_i = g_scalar_i64(g, 1);
+    int s = g_gather(g, "Gather_s", g_shape_of(g, "Shape_s", q, 0, G_END), one_i, 0);
     int first = given ? (offset != G_NONE
                              ? g_gather(g, "Gather_offset", offset, g_scalar_i64(g, 0), 0)
                              : g_scalar_i64(g, 0))
@@ -58,8 +61,8 @@ int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind k
         /* [b, 1, 1, 1, t] */
         m = g_unsqueeze(g, "Unsqueeze_pad", g_cast(g, "Cast", mask, FERRY_BOOL), 3, pad_axes);
         if (kind == G_MASK_CAUSAL) {
-            int kv_idx = g_range(g, "Range_kv", g_scalar_i64(g, 0), t, g_scalar_i64(g, 1));
-            int q_idx = g_range(g, "Range_q", first, t, g_scalar_i64(g, 1));
+            int kv_idx = g_range(g, "Range_kv", g_scalar_i64(g, 0), t, one_i);
+            int q_idx = g_range(g, "Range_q", first, t, one_i);
             int kv_row = g_unsqueeze(g, "Unsqueeze_kv", kv_idx, 1, &zero); /* [1, t] */
             int q_col = g_unsqueeze(g, "Unsqueeze_q", q_idx, 1, &one);     /* [s, 1] */
             int allowed = g_binary(g, G_LESS_EQUAL, "LessOrEqual", kv_row, q_col);
@@ -73,21 +76,23 @@ int lw_attention_mask(g_lower_ctx *c, int mask, int q, int offset, g_mask_kind k
          * when fewer than w real tokens lie in slots (j, i]: n(i) - n(j) < w, n = running count
          * of the mask. Left padding alone gives the slot distance, as before. */
         int filled = g_cumsum(g, "CumSum_filled", mask, 1);                 /* [b, t] */
-        int q_idx = g_range(g, "Range_q_window", first, t, g_scalar_i64(g, 1));
+        int q_idx = g_range(g, "Range_q_window", first, t, one_i);
         int q_filled = g_gather(g, "Gather_q_filled", filled, q_idx, 1);    /* [b, s] */
         int64_t kv_axes[3] = {1, 2, 3}, q_axes[3] = {1, 2, 4};
         int kv = g_unsqueeze(g, "Unsqueeze_kv_window", filled, 3, kv_axes); /* [b, 1, 1, 1, t] */
         int qc = g_unsqueeze(g, "Unsqueeze_q_window", q_filled, 3, q_axes); /* [b, 1, 1, s, 1] */
         int lo = g_binary(g, G_SUB, "Sub_window", qc, g_scalar_i64(g, window));
-        m = g_binary(g, G_AND, "And_window", m, g_binary(g, G_GREATER, "Greater", kv, lo));
+        int in_window = g_binary(g, G_GREATER, "Greater", kv, lo);
+        m = g_binary(g, G_AND, "And_window", m, in_window);
     } else if (window > 0) {
-        int kv_idx = g_range(g, "Range_kv_window", g_scalar_i64(g, 0), t, g_scalar_i64(g, 1));
+        int kv_idx = g_range(g, "Range_kv_window", g_scalar_i64(g, 0), t, one_i);
         int q_end = g_binary(g, G_ADD, "Add_q_end", first, s);
-        int q_idx = g_range(g, "Range_q_window", first, q_end, g_scalar_i64(g, 1));
+        int q_idx = g_range(g, "Range_q_window", first, q_end, one_i);
         int kv_row = g_unsqueeze(g, "Unsqueeze_kv_window", kv_idx, 1, &zero);
         int q_col = g_unsqueeze(g, "Unsqueeze_q_window", q_idx, 1, &one);
         int lo = g_binary(g, G_SUB, "Sub_window", q_col, g_scalar_i64(g, window));
-        m = g_binary(g, G_AND, "And_window", m, g_binary(g, G_GREATER, "Greater", kv_row, lo));
+        int in_window = g_binary(g, G_GREATER, "Greater", kv_row, lo);
+        m = g_binary(g, G_AND, "And_window", m, in_window);
     }
     lw_scope_pop(c, saved);
     lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_MASK, .in_a = mask, .in_b = offset, .key = key,
@@ -112,7 +117,8 @@ int lw_attention_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
     const g_attn_opts *o = n->a.attn;
     if (o->mask == G_MASK_NONE)
         return G_NONE; /* every key visible: nothing to add */
-    int m = lw_attention_mask(c, lw_in(c, n, 3), q, lw_in(c, n, 6), o->mask, o->sliding_window);
+    int offset = lw_in(c, n, 6), mask = lw_in(c, n, 3);
+    int m = lw_attention_mask(c, mask, q, offset, o->mask, o->sliding_window);
     if (!g_ok(g))
         return G_NONE;
     for (size_t i = 0; i < c->n_memo; i++)
@@ -129,8 +135,8 @@ int lw_attention_bias(g_lower_ctx *c, const g_node *n, int q, ferry_dtype dt)
                    o->mask == G_MASK_PADDING ? g_dim_const(1) : qs->d[1],
                    ms->d[o->mask == G_MASK_GIVEN ? 3 : 1]};
     int m4 = g_reshape(g, "Reshape_mask", m, 4, d4);
-    int bias = g_where(g, "Where_bias", m4, g_scalar_f(g, dt, 0.0),
-                       g_scalar_f(g, dt, lw_lowest(dt)));
+    int lowest = g_scalar_f(g, dt, lw_lowest(dt));
+    int bias = g_where(g, "Where_bias", m4, g_scalar_f(g, dt, 0.0), lowest);
     lw_scope_pop(c, saved);
     lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_BIAS, .in_a = m, .key = (int64_t)dt,
                               .out_a = bias});

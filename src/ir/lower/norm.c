@@ -23,8 +23,8 @@ ferry_status lower_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
     int normed = g_binary(g, G_MUL, "Mul", xf, rs);
     if (n->a.offset != 0.0) {
         /* Gemma: output * (offset + weight) in fp32, then cast */
-        int wf = g_binary(g, G_ADD, "WeightOffset", g_cast(g, "Cast_w", w, FERRY_F32),
-                          g_scalar_f(g, FERRY_F32, n->a.offset));
+        int offset = g_scalar_f(g, FERRY_F32, n->a.offset);
+        int wf = g_binary(g, G_ADD, "WeightOffset", g_cast(g, "Cast_w", w, FERRY_F32), offset);
         outs[0] = g_cast(g, "Cast_1", g_binary(g, G_MUL, "Mul_1", normed, wf), dt);
     } else {
         /* Llama: weight * output.to(input dtype) */
@@ -36,7 +36,8 @@ ferry_status lower_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
 ferry_status lower_skip_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
-    int sum = g_binary(g, G_ADD, "Add", lw_in(c, n, 0), lw_in(c, n, 1));
+    int residual = lw_in(c, n, 1), x = lw_in(c, n, 0);
+    int sum = g_binary(g, G_ADD, "Add", x, residual);
     outs[0] = g_rms_norm(g, "rms_norm", sum, lw_in(c, n, 2), n->a.eps, n->a.offset);
     outs[1] = sum;
     return g->err.status;
@@ -55,8 +56,8 @@ ferry_status lower_layer_norm(g_lower_ctx *c, const g_node *n, int *outs)
                        &last, true);
     int den = g_unary(g, G_SQRT, "Sqrt",
                       g_binary(g, G_ADD, "Add", var, g_scalar_f(g, FERRY_F32, n->a.eps)));
-    int y = g_binary(g, G_MUL, "Mul", g_binary(g, G_DIV, "Div", d, den),
-                     g_cast(g, "Cast_w", w, FERRY_F32));
+    int wf = g_cast(g, "Cast_w", w, FERRY_F32);
+    int y = g_binary(g, G_MUL, "Mul", g_binary(g, G_DIV, "Div", d, den), wf);
     if (b != G_NONE)
         y = g_binary(g, G_ADD, "Add_bias", y, g_cast(g, "Cast_b", b, FERRY_F32));
     outs[0] = g_cast(g, "Cast_1", y, dt);
@@ -66,8 +67,10 @@ ferry_status lower_layer_norm(g_lower_ctx *c, const g_node *n, int *outs)
 ferry_status lower_skip_layer_norm(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
-    int sum = g_binary(g, G_ADD, "Add", lw_in(c, n, 0), lw_in(c, n, 1));
-    outs[0] = g_layer_norm(g, "layer_norm", sum, lw_in(c, n, 2), lw_in(c, n, 3), n->a.eps);
+    int residual = lw_in(c, n, 1), x = lw_in(c, n, 0);
+    int sum = g_binary(g, G_ADD, "Add", x, residual);
+    int bias = lw_in(c, n, 3), weight = lw_in(c, n, 2);
+    outs[0] = g_layer_norm(g, "layer_norm", sum, weight, bias, n->a.eps);
     outs[1] = sum;
     return g->err.status;
 }

@@ -79,10 +79,10 @@ static int inv_freq(g_graph *g, const g_rope_opts *o, int positions)
         int len = seq_len(g, positions);
         len = g_binary(g, G_MAX, "Max", len, g_scalar_i64(g, o->max_position_embeddings));
         int lenf = g_cast(g, "Cast_len", len, FERRY_F32);
-        int t = g_binary(g, G_DIV, "Div",
-                         g_binary(g, G_MUL, "Mul_factor", lenf,
-                                  g_scalar_f(g, FERRY_F32, o->rope.factor)),
-                         g_scalar_f(g, FERRY_F32, (double)o->max_position_embeddings));
+        int max_pos = g_scalar_f(g, FERRY_F32, (double)o->max_position_embeddings);
+        int scaled = g_binary(g, G_MUL, "Mul_factor", lenf,
+                              g_scalar_f(g, FERRY_F32, o->rope.factor));
+        int t = g_binary(g, G_DIV, "Div", scaled, max_pos);
         t = g_binary(g, G_SUB, "Sub", t, g_scalar_f(g, FERRY_F32, o->rope.factor - 1.0));
         t = g_binary(g, G_POW, "Pow", t, g_scalar_f(g, FERRY_F32, r / (r - 2.0)));
         int base = g_binary(g, G_MUL, "Mul_base", t, g_scalar_f(g, FERRY_F32, o->rope.theta));
@@ -215,8 +215,8 @@ ferry_status lower_rope(g_lower_ctx *c, const g_node *n, int *outs)
     int x2 = g_slice(g, "Slice_1", xr, -1, half, G_END);
     int parts[2] = {g_unary(g, G_NEG, "Neg", x2), x1};
     int rot = g_concat(g, "Concat", 2, parts, -1);
-    int y = g_binary(g, G_ADD, "Add", g_binary(g, G_MUL, "Mul", xr, co),
-                     g_binary(g, G_MUL, "Mul_1", rot, si));
+    int rot_sin = g_binary(g, G_MUL, "Mul_1", rot, si);
+    int y = g_binary(g, G_ADD, "Add", g_binary(g, G_MUL, "Mul", xr, co), rot_sin);
     if (partial) {
         int pass[2] = {y, g_slice(g, "Slice_pass", x, -1, r, G_END)};
         y = g_concat(g, "Concat_pass", 2, pass, -1);
