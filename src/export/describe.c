@@ -298,6 +298,20 @@ static bool takes_positions(const cJSON *m)
     return false;
 }
 
+/* A component reads its table with the runtime's quantized kernels (embedding_4bit), which
+ * register only when executorch.kernels.quantized is imported */
+static bool needs_quantized_kernels(const cJSON *m)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "components")) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(c, "metadata"), "int4_embeddings");
+        if (cJSON_IsNumber(n) && n->valueint > 0)
+            return true;
+    }
+    return false;
+}
+
 static void describe(strbuf *b, const ferry_exported *e)
 {
     cJSON *m = cJSON_Parse(ferry_exported_manifest(e));
@@ -348,6 +362,11 @@ static void describe(strbuf *b, const ferry_exported *e)
                   "component, given every input it takes%s\n",
                   cJSON_IsString(tf_fmt) && !strcmp(tf_fmt->valuestring, "dynamo")
                    ? " (with trust_remote_code=True: it gates every pickled torch program)"
+                   : cJSON_IsString(tf_fmt) && !strcmp(tf_fmt->valuestring, "executorch") &&
+                           needs_quantized_kernels(m)
+                   ? " (where torchao is installed: transformers' ExecuTorch support imports it; "
+                     "and after `import executorch.kernels.quantized`, which its loader does "
+                     "not do)"
                    : cJSON_IsString(tf_fmt) && !strcmp(tf_fmt->valuestring, "executorch")
                    ? " (where torchao is installed: transformers' ExecuTorch support imports it)"
                    : "",
@@ -447,6 +466,12 @@ static void describe(strbuf *b, const ferry_exported *e)
                                                                     "delegate_weight_bytes"),
                                    wbytes, sizeof wbytes));
             }
+            const cJSON *tables = cJSON_GetObjectItemCaseSensitive(md, "int4_embeddings");
+            if (cJSON_IsNumber(tables) && tables->valueint > 0)
+                sb_printf(b, "  embedding table: int4 blocks read by "
+                          "quantized_decomposed::embedding_4bit, one of the runtime's quantized "
+                          "kernels (Python: import executorch.kernels.quantized; C++: link "
+                          "libexecutorch_kernels_quantized)\n");
         }
         const cJSON *tsyms = cJSON_GetObjectItemCaseSensitive(md, "torch_symbols");
         if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "verifier"))) {

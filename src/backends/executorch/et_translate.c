@@ -505,15 +505,36 @@ static void quantized_embedding(et_sink *k, const call_frame *f, int table, cons
     if (w->shape.rank != 2 || dim % q->block)
         return (void)et_fail(p, FERRY_ERR_UNSUPPORTED, "embedding '%s': its rows of %lld are "
                              "not whole blocks of %d, which embedding_4bit needs; pick a block "
-                             "size that divides them (--block-size)", w->name, (long long)dim,
-                             q->block);
+                             "size that divides them (--block-size), or %s", w->name,
+                             (long long)dim, q->block,
+                             dim % 32 ? "keep the table in float (drop --quantize-embeddings): "
+                                        "no block XNNPACK takes does"
+                                      : "keep the table in float (drop --quantize-embeddings)");
     g_weight recipe = w->weight;
     recipe.quant.high_nibble_first = true;
     recipe.quant.packing = W_PACK_ROWS;
     recipe.quant.positive_scales = false;
+    /* embedding_4bit reads whatever row an id names: the ids are checked first, by the portable
+     * embedding kernel over the table's scales (a few bytes a token), which stops the method
+     * with InvalidArgument on one outside the vocabulary, as the float table's lookup does */
+    int scales = et_quantized_constant(p, table, &recipe, W_PART_SCALES);
+    int64_t n_blocks = dim / q->block;
+    const g_shape *ids = ek_tensor_shape(k, f, "indices");
+    if (!ids || scales < 0)
+        return;
+    g_shape checked = *ids;
+    checked.d[checked.rank++] = g_dim_const(n_blocks);
+    int check = et_tensor(p, FERRY_F32, &checked);
+    kargs c = ek_args_of(k, f);
+    ek_a_value(&c, scales);
+    ek_a_tensor(&c, "indices");
+    ek_a_int(&c, -1);
+    ek_a_bool(&c, false);
+    ek_a_bool(&c, false);
+    ek_a_out(&c, "aten::embedding.out", check);
     kargs a = ek_args_of(k, f);
     ek_a_value(&a, et_quantized_constant(p, table, &recipe, W_PART_CODES));
-    ek_a_value(&a, et_quantized_constant(p, table, &recipe, W_PART_SCALES));
+    ek_a_value(&a, scales);
     ek_a_null(&a);
     ek_a_int(&a, -8);
     ek_a_int(&a, 7);
