@@ -230,8 +230,10 @@ int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x
         q = g_rms_norm(g, "q_norm", q, w->q_norm, lm->eps, lm->norm_offset);
         k = g_rms_norm(g, "k_norm", k, w->k_norm, lm->eps, lm->norm_offset);
     }
-    q = g_rope(g, "q_rope", q, in->positions, &lm->rope[l]);
-    k = g_rope(g, "k_rope", k, in->positions, &lm->rope[l]);
+    if (!lm->no_rope || !lm->no_rope[l]) {
+        q = g_rope(g, "q_rope", q, in->positions, &lm->rope[l]);
+        k = g_rope(g, "k_rope", k, in->positions, &lm->rope[l]);
+    }
     int pk, pv, pos;
     cache_inputs(g, lm, io, l, &pk, &pv, &pos);
     g_attn_opts ao = {.num_heads = lm->n_heads, .num_kv_heads = lm->n_kv_heads,

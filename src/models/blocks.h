@@ -65,6 +65,8 @@ typedef struct blk_lm {
     const char *tied_name;   /* with tie_embeddings: the checkpoint tensor read for both */
     const char *tied_twin;   /* a stored copy with the same bytes, consumed by the tie; or NULL */
     g_rope_opts *rope;       /* per layer; owned */
+    bool *no_rope;           /* per layer: q and k not rotated (SmolLM3's NoPE layers); owned;
+                                NULL: every layer rotates */
     int64_t *window;         /* per layer: sliding window or 0; owned */
     const blk_names *names;
 } blk_lm;

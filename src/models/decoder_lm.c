@@ -105,8 +105,10 @@ void blk_lm_free(blk_lm *lm)
 {
     free(lm->window);
     free(lm->rope);
+    free(lm->no_rope);
     lm->window = NULL;
     lm->rope = NULL;
+    lm->no_rope = NULL;
 }
 
 /* The modules outside the attention and MLP blocks: the model, its embedding, rotary

@@ -92,6 +92,11 @@ ARCHS = {
     "gemma": ("GemmaConfig", "GemmaForCausalLM",
               dict(rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    # a NoPE layer: layer 1 does not rotate q and k; tied by default (the base config unties)
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM",
+                dict(rms_norm_eps=1e-6, no_rope_layers=[1, 0], pad_token_id=None,
+                     bos_token_id=1, eos_token_id=2,
+                     rope_parameters={"rope_type": "default", "rope_theta": 5e6})),
 }
 
 ARCH_CLASS = {name: spec[1] for name, spec in ARCHS.items()}
@@ -143,6 +148,14 @@ def make_checkpoint(path, arch="llama", *, seed=0, dtype=torch.float32, max_shar
     if not generation_config:
         (path / "generation_config.json").unlink(missing_ok=True)
     return path
+
+
+def rotating_layers(ckpt):
+    """The layers of checkpoint `ckpt` that rotate q and k: all but SmolLM3's NoPE layers
+    (config.json's no_rope_layers, 0 for a NoPE layer)."""
+    cfg = json.loads((Path(ckpt) / "config.json").read_text())
+    flags = cfg.get("no_rope_layers")
+    return sum(1 for f in flags if f) if flags is not None else cfg["num_hidden_layers"]
 
 
 _REFERENCE_CACHE = {}

@@ -18,7 +18,7 @@ import onnx
 import pytest
 
 from conftest import (ARCHS, check_against_reference, check_export_error, check_model_full,
-                      ferry_builds, ferry_export)
+                      ferry_builds, ferry_export, rotating_layers)
 from quant_ref import dequantized_checkpoint
 
 FUSED = ["--ort-fusions", "cpu"]
@@ -57,7 +57,7 @@ def test_plain_export_fused_norms(ckpts, tmp_path, arch, provider, record_proper
     # no cache: plain ops on cpu, MultiHeadAttention after RotaryEmbedding elsewhere (the table)
     mha = provider != "cpu"
     assert ops["com.microsoft", "MultiHeadAttention"] == (layers if mha else 0)
-    assert ops["com.microsoft", "RotaryEmbedding"] == (2 * layers if mha else 0)
+    assert ops["com.microsoft", "RotaryEmbedding"] == (2 * rotating_layers(ckpt) if mha else 0)
     # q/k/v and gate/up each one MatMul over joined weights; then o, down and the head
     _, model = op_types(out / "model.onnx")
     packed = [n.name for n in model.graph.node if n.op_type == "MatMul" and "_proj" in n.name]
