@@ -237,7 +237,9 @@ int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x
     int pk, pv, pos;
     cache_inputs(g, lm, io, l, &pk, &pv, &pos);
     g_attn_opts ao = {.num_heads = lm->n_heads, .num_kv_heads = lm->n_kv_heads,
-                      .head_dim = lm->head_dim, .scale = 1.0 / sqrt((double)lm->head_dim),
+                      .head_dim = lm->head_dim,
+                      .scale = lm->attn_scale != 0.0 ? lm->attn_scale
+                                                     : 1.0 / sqrt((double)lm->head_dim),
                       .sliding_window = lm->window[l],
                       .mask = io->cache == CACHE_STATIC ? G_MASK_GIVEN : G_MASK_CAUSAL,
                       .cache = io->cache == CACHE_NONE      ? G_CACHE_NONE

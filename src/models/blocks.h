@@ -51,13 +51,21 @@ typedef struct blk_lm {
     double eps;
     g_op act;                /* G_SILU, G_GELU or G_GELU_TANH (gated MLP) */
     const char *act_class;   /* the transformers class of act_fn ("...SiLUActivation") */
-    const char *scaled_embedding_class; /* embed_tokens' when embed_scale is set (Gemma's) */
+    const char *scaled_embedding_class; /* embed_tokens' when it scales its own output (Gemma's);
+                                NULL: a plain embedding, scaled by the model */
     bool qkv_bias;           /* q/k/v projections carry biases */
     bool o_bias;             /* o_proj carries a bias */
     bool mlp_bias;
     bool qk_norm;            /* RMSNorm over head_dim on q and k before rope (Qwen3) */
     double norm_offset;      /* added to every RMSNorm weight, in fp32 (Gemma's 1 + w); 0 */
-    double embed_scale;      /* the embedding output times this (Gemma's sqrt(hidden)); 0 = none */
+    double embed_scale;      /* the embedding output times this (Gemma's sqrt(hidden), Granite's
+                                embedding_multiplier); 0 = none */
+    double attn_scale;       /* the attention scores' scale (Granite's attention_multiplier);
+                                0 = 1 / sqrt(head_dim) */
+    double residual_scale;   /* each block's output times this before its residual add
+                                (Granite's residual_multiplier); 0 = none */
+    double logits_divisor;   /* the head's output divided by this (Granite's logits_scaling);
+                                0 = none */
     bool allow_partial_rotary; /* the family's attention rotates only rotary_dim of each head */
     bool tie_embeddings;     /* one tensor is both the embedding and the head (config.json's
                                 tie_word_embeddings, settled against the checkpoint by

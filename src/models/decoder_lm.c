@@ -120,7 +120,7 @@ static void declare_modules(g_graph *g, const blk_lm *lm)
     g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "%s", "");
     blk_class(lm, "Model", cls, sizeof cls);
     g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "/model");
-    if (lm->embed_scale != 0.0) { /* the scaling is the embedding module's own */
+    if (lm->scaled_embedding_class) { /* the scaling is the embedding module's own */
         const char *t = lm->family->model_type;
         snprintf(cls, sizeof cls, "transformers.models.%s.modeling_%s.%s", t, t,
                  lm->scaled_embedding_class);
@@ -169,7 +169,7 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
     snprintf(g->base_scope, sizeof g->base_scope, "/model");
     g_scope(g, "/model/embed_tokens");
     int h = g_embedding(g, "embedding", embed, in.ids);
-    if (lm->embed_scale != 0.0) /* sqrt(hidden), rounded to the compute dtype as transformers */
+    if (lm->embed_scale != 0.0) /* rounded to the compute dtype, as transformers' */
         h = g_binary(g, G_MUL, "scale", h, g_scalar_f(g, dt, lm->embed_scale));
     blk_layer w;
     if (blk_bind_layer(g, ck, lm, 0, dt, &w, err) != FERRY_OK)
@@ -179,9 +179,15 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
     for (int l = 0; l < lm->n_layers; l++) {
         int a = blk_attention(g, lm, &w, l, x, &in);
         g_scope(g, "/model/layers.%d", l);
+        if (lm->residual_scale != 0.0)
+            a = g_binary(g, G_MUL, "residual_scale", a, g_scalar_f(g, dt, lm->residual_scale));
         x = g_skip_rms_norm(g, "post_attention_layernorm", a, h, w.post_norm, lm->eps,
                             lm->norm_offset, &h);
         int m = blk_mlp(g, lm, &w, l, x);
+        if (lm->residual_scale != 0.0) {
+            g_scope(g, "/model/layers.%d", l);
+            m = g_binary(g, G_MUL, "residual_scale_1", m, g_scalar_f(g, dt, lm->residual_scale));
+        }
         /* the residual add fused with the next norm: the next layer's input norm, or the
          * final one */
         int next_norm = final_norm;
@@ -198,6 +204,9 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
     }
     g->scope[0] = '\0';
     int logits = g_linear(g, "lm_head", x, head, G_NONE);
+    if (lm->logits_divisor != 0.0)
+        logits = g_binary(g, G_DIV, "logits_scaling", logits,
+                          g_scalar_f(g, dt, lm->logits_divisor));
     g_output(g, logits, "logits");
     /* logits first, then the cache outputs in layer order, as optimum and the guide list them */
     if (g_ok(g) && g->n_outputs > 1) {

@@ -97,6 +97,11 @@ ARCHS = {
                 dict(rms_norm_eps=1e-6, no_rope_layers=[1, 0], pad_token_id=None,
                      bos_token_id=1, eos_token_id=2,
                      rope_parameters={"rope_type": "default", "rope_theta": 5e6})),
+    # every multiplier away from 1, none a power of two
+    "granite": ("GraniteConfig", "GraniteForCausalLM",
+                dict(rms_norm_eps=1e-6, embedding_multiplier=3.3, attention_multiplier=0.19,
+                     residual_multiplier=0.7, logits_scaling=2.6,
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
 }
 
 ARCH_CLASS = {name: spec[1] for name, spec in ARCHS.items()}

@@ -1,0 +1,53 @@
+/* granite.c — GraniteForCausalLM: the standard decoder with four multipliers, each where
+ * transformers' Granite applies it: the embeddings times embedding_multiplier, the attention
+ * scores times attention_multiplier (in place of 1/sqrt(head_dim)), each attention and MLP
+ * output times residual_multiplier before its residual add, and the logits divided by
+ * logits_scaling; "attention_bias" on q/k/v/o, "mlp_bias". */
+#include "generate/generation.h"
+#include "models/blocks.h"
+#include "util/json.h"
+
+static void granite_quirks(const lm_config *c, blk_lm *lm)
+{
+    lm->qkv_bias = c->attention_bias;
+    lm->o_bias = c->attention_bias;
+    lm->mlp_bias = c->mlp_bias;
+}
+
+static const blk_family GRANITE = {
+    .model_type = "granite", .prefix = "Granite", .genai_type = "granite",
+    .quirks = granite_quirks,
+};
+
+static ferry_status granite_read(const model_config *cfg, void **out, fy_err *err)
+{
+    static const char *const KEYS[4] = {"embedding_multiplier", "attention_multiplier",
+                                        "residual_multiplier", "logits_scaling"};
+    double v[4];
+    for (int i = 0; i < 4; i++) {
+        ferry_status st = json_get_double(cfg->text, KEYS[i], false, 1.0, 1e-12, 1e12,
+                                          cfg->text_origin, &v[i], err);
+        if (st != FERRY_OK)
+            return st;
+    }
+    ferry_status st = blk_lm_read(cfg, &GRANITE, out, err);
+    if (st != FERRY_OK)
+        return st;
+    blk_lm *lm = *out;
+    /* a multiplier of 1 changes no value: the graph leaves it out (the scores' scale is always
+     * attention_multiplier, which replaces 1/sqrt(head_dim)) */
+    lm->embed_scale = v[0] != 1.0 ? v[0] : 0.0;
+    lm->attn_scale = v[1];
+    lm->residual_scale = v[2] != 1.0 ? v[2] : 0.0;
+    lm->logits_divisor = v[3] != 1.0 ? v[3] : 0.0;
+    return FERRY_OK;
+}
+
+const model_arch model_granite = {
+    .architecture = "GraniteForCausalLM", .model_type = "granite", .kind = MODEL_CAUSAL_LM,
+    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = granite_read,
+    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
+    .build = blk_lm_build_hook,
+    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
+    .describe = blk_lm_describe,
+};
