@@ -9,7 +9,7 @@ All export work happens in libferry; this package only marshals arguments (_lib,
 exporters) and runs the saved graphs in their runtime (exported).
 """
 
-from ._lib import FerryError, FerryWarning, version
+from ._lib import FerryError, FerryWarning, supported_architectures, version
 from .configs import AutoExportConfig, DynamoConfig, ExecutorchConfig, OnnxConfig, OpenVINOConfig
 from .exported import ExportedComponent, ExportedModel, ExportOutput
 from .exporters import (AutoHfExporter, DynamoExporter, ExecutorchExporter, OnnxExporter,
@@ -20,7 +20,7 @@ __all__ = ["FerryError", "FerryWarning", "OnnxConfig", "OpenVINOConfig", "Dynamo
            "OpenVINOExporter", "DynamoExporter", "ExecutorchExporter", "ExportedModel",
            "ExportedComponent",
            "ExportOutput",
-           "version", "decompose_for_generation", "validate", "ValidationReport"]
+           "version", "supported_architectures", "decompose_for_generation", "validate", "ValidationReport"]
 
 
 def __getattr__(name):

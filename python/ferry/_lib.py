@@ -91,6 +91,7 @@ def _c():
     i, cfg, out = ctypes.c_int, _P, ctypes.POINTER(_P)
     protos = {
         "ferry_version": (_S, []), "ferry_status_str": (_S, [i]),
+        "ferry_supported_architectures": (_S, []),
         "ferry_model_open": (i, [_S, _S, out]), "ferry_model_free": (None, [_P]),
         "ferry_model_errmsg": (_S, [_P]), "ferry_model_inputs": (ctypes.c_uint, [_P]),
         "ferry_export_config_new": (_P, []), "ferry_export_config_free": (None, [_P]),
@@ -158,3 +159,9 @@ def _fail(status, message):
 
 def version():
     return _str(_c().ferry_version())
+
+
+def supported_architectures():
+    """The architectures (config.json's "architectures" entry) ferry exports, in its registry's
+    order."""
+    return _str(_c().ferry_supported_architectures()).split(", ")

@@ -169,8 +169,13 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
     snprintf(g->base_scope, sizeof g->base_scope, "/model");
     g_scope(g, "/model/embed_tokens");
     int h = g_embedding(g, "embedding", embed, in.ids);
-    if (lm->embed_scale != 0.0) /* rounded to the compute dtype, as transformers' */
+    if (lm->embed_scale != 0.0) {
+        /* rounded to the compute dtype, as transformers'; in the embedding module where it
+         * scales its own output (Gemma's), else in the model's forward (Granite's) */
+        if (!lm->scaled_embedding_class)
+            g_scope(g, "/model");
         h = g_binary(g, G_MUL, "scale", h, g_scalar_f(g, dt, lm->embed_scale));
+    }
     blk_layer w;
     if (blk_bind_layer(g, ck, lm, 0, dt, &w, err) != FERRY_OK)
         return err->status;

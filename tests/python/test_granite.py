@@ -19,11 +19,13 @@ def test_multipliers_of_one_leave_no_node(tmp_path):
     ones = make_checkpoint(tmp_path / "ones", "granite", embedding_multiplier=1.0,
                            residual_multiplier=1.0, logits_scaling=1.0)
     text = semantic_graph(ones)
-    for name in ("/model/embed_tokens/scale", "residual_scale", "logits_scaling"):
+    for name in ("/model/scale =", "residual_scale", "logits_scaling"):
         assert name not in text, name
     # the scores' scale is the attention multiplier whatever its value, not 1/sqrt(head_dim)
     assert "scale=0.19" in text and "scale=0.25" not in text
     scaled = semantic_graph(make_checkpoint(tmp_path / "scaled", "granite"))
+    # the embeddings scaled in the model's forward, not in its plain Embedding module
+    assert "/model/scale =" in scaled and "/model/embed_tokens/scale" not in scaled
     assert scaled.count("residual_scale") >= 2 * 2 and "logits_scaling" in scaled
 
 

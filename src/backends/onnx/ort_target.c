@@ -92,8 +92,9 @@ static ferry_status ort_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
     g_extern_out(&e, 0, 0, xs->dtype, &xs->shape);
     if (skip)
         g_extern_out(&e, 1, 3, xs->dtype, &xs->shape);
-    int in[3] = {x, skip ? lw_in(c, n, 1) : offset_weight(c, n, 1, n->a.offset),
-                 skip ? offset_weight(c, n, 2, n->a.offset) : G_NONE};
+    int in[3] = {x, skip ? lw_in(c, n, 1) : offset_weight(c, n, 1, n->a.offset), G_NONE};
+    if (skip)
+        in[2] = offset_weight(c, n, 2, n->a.offset);
     int y = g_extern_node(g, op, &e, skip ? 3 : 2, in);
     outs[0] = y;
     if (skip)
