@@ -140,6 +140,21 @@ int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x);
 ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
                           fy_err *err);
 
+/* The model_arch of a decoder family of the standard shape, `read_fn` its config reader
+ * (which calls blk_lm_read with its blk_family); the file also includes generate/generation.h. */
+#define BLK_LM_ARCH(arch, type, read_fn)                                                     \
+    {                                                                                      \
+        .architecture = (arch), .model_type = (type), .kind = MODEL_CAUSAL_LM,             \
+        .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = (read_fn),                         \
+        .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,     \
+        .build = blk_lm_build_hook, .inputs = blk_lm_inputs, .n_inputs = 3,                \
+        .generation = true, .describe = blk_lm_describe,                                   \
+    }
+
+/* Llama's bias keys, a quirk other families share: "attention_bias" on q/k/v/o, "mlp_bias"
+ * on the MLP. */
+void blk_llama_biases(const lm_config *c, blk_lm *lm);
+
 /* model_arch hooks for a family of the standard shape: read = lm_config + blk_lm_from_config,
  * then the family's quirks set what it adds (biases, q/k norm, windows on every layer). */
 ferry_status blk_lm_read(const model_config *cfg, const blk_family *family, void **out,

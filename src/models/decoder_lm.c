@@ -252,6 +252,13 @@ ferry_status blk_lm_read(const model_config *cfg, const blk_family *family, void
     return FERRY_OK;
 }
 
+void blk_llama_biases(const lm_config *c, blk_lm *lm)
+{
+    lm->qkv_bias = c->attention_bias;
+    lm->o_bias = c->attention_bias;
+    lm->mlp_bias = c->mlp_bias;
+}
+
 void blk_lm_destroy(void *lm)
 {
     if (!lm)

@@ -43,11 +43,4 @@ static ferry_status gemma_read(const model_config *cfg, void **out, fy_err *err)
     return blk_lm_read(cfg, &GEMMA, out, err);
 }
 
-const model_arch model_gemma = {
-    .architecture = "GemmaForCausalLM", .model_type = "gemma", .kind = MODEL_CAUSAL_LM,
-    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = gemma_read,
-    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
-    .build = blk_lm_build_hook,
-    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .describe = blk_lm_describe,
-};
+const model_arch model_gemma = BLK_LM_ARCH("GemmaForCausalLM", "gemma", gemma_read);

@@ -7,16 +7,9 @@
 #include "models/blocks.h"
 #include "util/json.h"
 
-static void granite_quirks(const lm_config *c, blk_lm *lm)
-{
-    lm->qkv_bias = c->attention_bias;
-    lm->o_bias = c->attention_bias;
-    lm->mlp_bias = c->mlp_bias;
-}
-
 static const blk_family GRANITE = {
     .model_type = "granite", .prefix = "Granite", .genai_type = "granite",
-    .quirks = granite_quirks,
+    .quirks = blk_llama_biases,
 };
 
 static ferry_status granite_read(const model_config *cfg, void **out, fy_err *err)
@@ -43,11 +36,4 @@ static ferry_status granite_read(const model_config *cfg, void **out, fy_err *er
     return FERRY_OK;
 }
 
-const model_arch model_granite = {
-    .architecture = "GraniteForCausalLM", .model_type = "granite", .kind = MODEL_CAUSAL_LM,
-    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = granite_read,
-    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
-    .build = blk_lm_build_hook,
-    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .describe = blk_lm_describe,
-};
+const model_arch model_granite = BLK_LM_ARCH("GraniteForCausalLM", "granite", granite_read);

@@ -4,15 +4,8 @@
 #include "generate/generation.h"
 #include "models/blocks.h"
 
-static void llama_quirks(const lm_config *c, blk_lm *lm)
-{
-    lm->qkv_bias = c->attention_bias;
-    lm->o_bias = c->attention_bias;
-    lm->mlp_bias = c->mlp_bias;
-}
-
 static const blk_family LLAMA = {
-    .model_type = "llama", .prefix = "Llama", .genai_type = "llama", .quirks = llama_quirks,
+    .model_type = "llama", .prefix = "Llama", .genai_type = "llama", .quirks = blk_llama_biases,
 };
 
 static ferry_status llama_read(const model_config *cfg, void **out, fy_err *err)
@@ -20,11 +13,4 @@ static ferry_status llama_read(const model_config *cfg, void **out, fy_err *err)
     return blk_lm_read(cfg, &LLAMA, out, err);
 }
 
-const model_arch model_llama = {
-    .architecture = "LlamaForCausalLM", .model_type = "llama", .kind = MODEL_CAUSAL_LM,
-    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = llama_read,
-    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
-    .build = blk_lm_build_hook,
-    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .describe = blk_lm_describe,
-};
+const model_arch model_llama = BLK_LM_ARCH("LlamaForCausalLM", "llama", llama_read);

@@ -18,11 +18,4 @@ static ferry_status mistral_read(const model_config *cfg, void **out, fy_err *er
     return blk_lm_read(cfg, &MISTRAL, out, err);
 }
 
-const model_arch model_mistral = {
-    .architecture = "MistralForCausalLM", .model_type = "mistral", .kind = MODEL_CAUSAL_LM,
-    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = mistral_read,
-    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
-    .build = blk_lm_build_hook,
-    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .describe = blk_lm_describe,
-};
+const model_arch model_mistral = BLK_LM_ARCH("MistralForCausalLM", "mistral", mistral_read);

@@ -20,11 +20,4 @@ static ferry_status qwen2_read(const model_config *cfg, void **out, fy_err *err)
     return blk_lm_read(cfg, &QWEN2, out, err);
 }
 
-const model_arch model_qwen2 = {
-    .architecture = "Qwen2ForCausalLM", .model_type = "qwen2", .kind = MODEL_CAUSAL_LM,
-    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = qwen2_read,
-    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
-    .build = blk_lm_build_hook,
-    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .describe = blk_lm_describe,
-};
+const model_arch model_qwen2 = BLK_LM_ARCH("Qwen2ForCausalLM", "qwen2", qwen2_read);

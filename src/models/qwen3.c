@@ -21,11 +21,4 @@ static ferry_status qwen3_read(const model_config *cfg, void **out, fy_err *err)
     return blk_lm_read(cfg, &QWEN3, out, err);
 }
 
-const model_arch model_qwen3 = {
-    .architecture = "Qwen3ForCausalLM", .model_type = "qwen3", .kind = MODEL_CAUSAL_LM,
-    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = qwen3_read,
-    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
-    .build = blk_lm_build_hook,
-    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .describe = blk_lm_describe,
-};
+const model_arch model_qwen3 = BLK_LM_ARCH("Qwen3ForCausalLM", "qwen3", qwen3_read);

@@ -12,9 +12,7 @@
 
 static void smollm3_quirks(const lm_config *c, blk_lm *lm)
 {
-    lm->qkv_bias = c->attention_bias;
-    lm->o_bias = c->attention_bias;
-    lm->mlp_bias = c->mlp_bias;
+    blk_llama_biases(c, lm);
     if (!c->tie_word_embeddings_set)
         lm->tie_embeddings = true;
 }
@@ -85,11 +83,4 @@ static ferry_status smollm3_read(const model_config *cfg, void **out, fy_err *er
     return FERRY_OK;
 }
 
-const model_arch model_smollm3 = {
-    .architecture = "SmolLM3ForCausalLM", .model_type = "smollm3", .kind = MODEL_CAUSAL_LM,
-    .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = smollm3_read,
-    .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,
-    .build = blk_lm_build_hook,
-    .inputs = blk_lm_inputs, .n_inputs = 3, .generation = true,
-    .describe = blk_lm_describe,
-};
+const model_arch model_smollm3 = BLK_LM_ARCH("SmolLM3ForCausalLM", "smollm3", smollm3_read);

@@ -94,15 +94,6 @@ static void t_gelu(et_sink *k, const call_frame *f, const int *outs)
     ek_a_out(&a, "aten::gelu.out", outs[0]);
 }
 
-static void t_where(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "condition");
-    ek_a_tensor(&a, "self");
-    ek_a_tensor(&a, "other");
-    ek_a_out(&a, "aten::where.self_out", outs[0]);
-}
-
 /* the graph value a tensor argument names (-1: a temporary, None or absent) */
 static int graph_value_arg(const call_frame *f, const char *name)
 {
@@ -291,14 +282,6 @@ static void t_matmul(et_sink *k, const call_frame *f, const int *outs)
     ek_a_out(&v, "aten::view_copy.out", outs[0]);
 }
 
-static void t_index(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "self");
-    ek_a_tensors(&a, "indices");
-    ek_a_out(&a, "aten::index.Tensor_out", outs[0]);
-}
-
 /* reshape: a copy into the output's extents (which the IR knows, where aten takes a -1) */
 static void t_reshape(et_sink *k, const call_frame *f, const int *outs)
 {
@@ -307,60 +290,6 @@ static void t_reshape(et_sink *k, const call_frame *f, const int *outs)
     ek_a_tensor(&a, "self");
     ek_a_value(&a, et_dims(k->p, sy->d, sy->rank));
     ek_a_out(&a, "aten::view_copy.out", outs[0]);
-}
-
-static void t_expand(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "self");
-    ek_a_ints(&a, "size");
-    ek_a_bool(&a, false);
-    ek_a_out(&a, "aten::expand_copy.out", outs[0]);
-}
-
-static void t_permute(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "self");
-    ek_a_ints(&a, "dims");
-    ek_a_out(&a, "aten::permute_copy.out", outs[0]);
-}
-
-static void t_cat_stack(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensors(&a, "tensors");
-    ek_a_scalar(&a, "dim");
-    ek_a_out(&a, f->op[0] == 'c' ? "aten::cat.out" : "aten::stack.out", outs[0]);
-}
-
-static void t_slice(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "self");
-    ek_a_scalar(&a, "dim");
-    ek_a_scalar(&a, "start");
-    ek_a_scalar(&a, "end");
-    ek_a_int(&a, 1);
-    ek_a_out(&a, "aten::slice_copy.Tensor_out", outs[0]);
-}
-
-static void t_unsqueeze(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "self");
-    ek_a_scalar(&a, "dim");
-    ek_a_out(&a, "aten::unsqueeze_copy.out", outs[0]);
-}
-
-/* the dtype lives in the out tensor */
-static void t_to(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "self");
-    ek_a_bool(&a, false);
-    ek_a_null(&a);
-    ek_a_out(&a, "aten::_to_copy.out", outs[0]);
 }
 
 static void t_reduce(et_sink *k, const call_frame *f, const int *outs)
@@ -374,41 +303,6 @@ static void t_reduce(et_sink *k, const call_frame *f, const int *outs)
         ek_a_null(&a); /* dtype */
     ek_a_out(&a, amax ? "aten::amax.out" : mean ? "aten::mean.out" : "aten::sum.IntList_out",
           outs[0]);
-}
-
-static void t_softmax(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "self");
-    ek_a_scalar(&a, "dim");
-    ek_a_bool(&a, false);
-    ek_a_out(&a, "aten::_softmax.out", outs[0]);
-}
-
-static void t_cumsum(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "self");
-    ek_a_scalar(&a, "dim");
-    ek_a_null(&a);
-    ek_a_out(&a, "aten::cumsum.out", outs[0]);
-}
-
-static void t_arange(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_scalar(&a, "start");
-    ek_a_scalar(&a, "end");
-    ek_a_scalar(&a, "step");
-    ek_a_out(&a, "aten::arange.start_out", outs[0]);
-}
-
-static void t_full(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_ints(&a, "size");
-    ek_a_scalar(&a, "fill_value");
-    ek_a_out(&a, "aten::full.out", outs[0]);
 }
 
 /* two outs, then the list of them as the return slot */
@@ -426,16 +320,6 @@ static void t_topk(et_sink *k, const call_frame *f, const int *outs)
     et_call(k->p, "aten::topk.values", a.v, a.n);
 }
 
-static void t_gather(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "self");
-    ek_a_scalar(&a, "dim");
-    ek_a_tensor(&a, "index");
-    ek_a_bool(&a, false);
-    ek_a_out(&a, "aten::gather.out", outs[0]);
-}
-
 static void t_scatter(et_sink *k, const call_frame *f, const int *outs)
 {
     kargs a = ek_args_of(k, f);
@@ -446,24 +330,6 @@ static void t_scatter(et_sink *k, const call_frame *f, const int *outs)
     ek_a_out(&a, strncmp(f->op, "scatter_add", 11) == 0 ? "aten::scatter_add.out"
                                                      : "aten::scatter.src_out",
           outs[0]);
-}
-
-static void t_clamp(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "self");
-    ek_a_scalar(&a, "min");
-    ek_a_scalar(&a, "max");
-    ek_a_out(&a, "aten::clamp.out", outs[0]);
-}
-
-static void t_pad(et_sink *k, const call_frame *f, const int *outs)
-{
-    kargs a = ek_args_of(k, f);
-    ek_a_tensor(&a, "self");
-    ek_a_ints(&a, "pad");
-    ek_a_scalar(&a, "value");
-    ek_a_out(&a, "aten::constant_pad_nd.out", outs[0]);
 }
 
 static void t_conv(et_sink *k, const call_frame *f, const int *outs)
@@ -619,6 +485,61 @@ static void t_copy(et_sink *k, const call_frame *f, const int *outs)
     et_call(k->p, "aten::copy_", a.v, a.n);
 }
 
+/* Calls that are their kernel's arguments in schema order and one out: each argument as
+ * `spec` says, a space-separated list of
+ *   t:NAME  the tensor argument NAME       T:NAME  its tensor list
+ *   s:NAME  the scalar argument NAME       i:NAME  its int list
+ *   false   Bool(false)    1   Int(1)    none   None */
+static const struct {
+    const char *op, *kernel, *spec;
+} PLAIN[] = {
+    {"where.self", "aten::where.self_out", "t:condition t:self t:other"},
+    {"index.Tensor", "aten::index.Tensor_out", "t:self T:indices"},
+    {"expand.default", "aten::expand_copy.out", "t:self i:size false"},
+    {"permute.default", "aten::permute_copy.out", "t:self i:dims"},
+    {"cat.default", "aten::cat.out", "T:tensors s:dim"},
+    {"stack.default", "aten::stack.out", "T:tensors s:dim"},
+    {"slice.Tensor", "aten::slice_copy.Tensor_out", "t:self s:dim s:start s:end 1"},
+    {"unsqueeze.default", "aten::unsqueeze_copy.out", "t:self s:dim"},
+    /* the dtype lives in the out tensor */
+    {"to.dtype", "aten::_to_copy.out", "t:self false none"},
+    {"softmax.int", "aten::_softmax.out", "t:self s:dim false"},
+    {"cumsum.default", "aten::cumsum.out", "t:self s:dim none"},
+    {"arange.start_step", "aten::arange.start_out", "s:start s:end s:step"},
+    {"full.default", "aten::full.out", "i:size s:fill_value"},
+    {"gather.default", "aten::gather.out", "t:self s:dim t:index false"},
+    {"clamp.default", "aten::clamp.out", "t:self s:min s:max"},
+    {"pad.default", "aten::constant_pad_nd.out", "t:self i:pad s:value"},
+};
+
+static void t_plain(et_sink *k, const call_frame *f, const int *outs)
+{
+    size_t i = 0;
+    while (i < sizeof PLAIN / sizeof PLAIN[0] && strcmp(PLAIN[i].op, f->op) != 0)
+        i++;
+    if (i == sizeof PLAIN / sizeof PLAIN[0])
+        return (void)et_fail(k->p, FERRY_ERR_INTERNAL, "aten.%s: no plain translation", f->op);
+    kargs a = ek_args_of(k, f);
+    char name[32];
+    for (const char *at = PLAIN[i].spec; *at;) {
+        size_t len = strcspn(at, " ");
+        const char *colon = memchr(at, ':', len);
+        if (colon)
+            snprintf(name, sizeof name, "%.*s", (int)(len - (size_t)(colon + 1 - at)), colon + 1);
+        switch (*at) {
+        case 't': ek_a_tensor(&a, name); break;
+        case 'T': ek_a_tensors(&a, name); break;
+        case 's': ek_a_scalar(&a, name); break;
+        case 'i': ek_a_ints(&a, name); break;
+        case 'f': ek_a_bool(&a, false); break;
+        case '1': ek_a_int(&a, 1); break;
+        default: ek_a_null(&a); break; /* none */
+        }
+        at += len + (at[len] == ' ');
+    }
+    ek_a_out(&a, PLAIN[i].kernel, outs[0]);
+}
+
 static const struct {
     const char *op;
     translate_fn fn;
@@ -637,15 +558,15 @@ static const struct {
     {"tanh.default", t_unary}, {"erf.default", t_unary}, {"neg.default", t_unary},
     {"logical_not.default", t_unary}, {"abs.default", t_unary}, {"log.default", t_unary},
     {"floor.default", t_unary}, {"silu.default", t_silu}, {"gelu.default", t_gelu},
-    {"where.self", t_where}, {"linear.default", t_linear}, {"matmul.default", t_matmul},
-    {"index.Tensor", t_index}, {"reshape.default", t_reshape}, {"expand.default", t_expand},
-    {"permute.default", t_permute}, {"cat.default", t_cat_stack},
-    {"stack.default", t_cat_stack}, {"slice.Tensor", t_slice},
-    {"unsqueeze.default", t_unsqueeze}, {"to.dtype", t_to}, {"mean.dim", t_reduce},
-    {"amax.default", t_reduce}, {"sum.dim_IntList", t_reduce}, {"softmax.int", t_softmax},
-    {"cumsum.default", t_cumsum}, {"arange.start_step", t_arange}, {"full.default", t_full},
-    {"topk.default", t_topk}, {"gather.default", t_gather}, {"scatter.src", t_scatter},
-    {"scatter_add.default", t_scatter}, {"clamp.default", t_clamp}, {"pad.default", t_pad},
+    {"where.self", t_plain}, {"linear.default", t_linear}, {"matmul.default", t_matmul},
+    {"index.Tensor", t_plain}, {"reshape.default", t_reshape}, {"expand.default", t_plain},
+    {"permute.default", t_plain}, {"cat.default", t_plain},
+    {"stack.default", t_plain}, {"slice.Tensor", t_plain},
+    {"unsqueeze.default", t_plain}, {"to.dtype", t_plain}, {"mean.dim", t_reduce},
+    {"amax.default", t_reduce}, {"sum.dim_IntList", t_reduce}, {"softmax.int", t_plain},
+    {"cumsum.default", t_plain}, {"arange.start_step", t_plain}, {"full.default", t_plain},
+    {"topk.default", t_topk}, {"gather.default", t_plain}, {"scatter.src", t_scatter},
+    {"scatter_add.default", t_scatter}, {"clamp.default", t_plain}, {"pad.default", t_plain},
     {"conv1d.default", t_conv}, {"conv2d.default", t_conv}, {"conv3d.default", t_conv},
     {"embedding.default", t_embedding}, {"layer_norm.default", t_layer_norm},
 };
