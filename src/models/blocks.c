@@ -16,6 +16,8 @@ const blk_names blk_llama_names = {
     .lm_head = "lm_head.weight",
     .in_norm = "model.layers.%d.input_layernorm.weight",
     .post_norm = "model.layers.%d.post_attention_layernorm.weight",
+    .pre_ff_norm = "model.layers.%d.pre_feedforward_layernorm.weight",
+    .post_ff_norm = "model.layers.%d.post_feedforward_layernorm.weight",
     .q = "model.layers.%d.self_attn.q_proj.weight",
     .k = "model.layers.%d.self_attn.k_proj.weight",
     .v = "model.layers.%d.self_attn.v_proj.weight",
@@ -89,6 +91,11 @@ ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry
     } while (0)
     W(in_norm, n->in_norm, true, h, 0);
     W(post_norm, n->post_norm, true, h, 0);
+    w->pre_ff_norm = w->post_ff_norm = G_NONE;
+    if (lm->norms == BLK_SANDWICH_NORM) {
+        W(pre_ff_norm, n->pre_ff_norm, true, h, 0);
+        W(post_ff_norm, n->post_ff_norm, true, h, 0);
+    }
     W(q, n->q, true, qd, h);
     W(k, n->k, true, kvd, h);
     W(v, n->v, true, kvd, h);
@@ -237,7 +244,7 @@ int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x
     int pk, pv, pos;
     cache_inputs(g, lm, io, l, &pk, &pv, &pos);
     g_attn_opts ao = {.num_heads = lm->n_heads, .num_kv_heads = lm->n_kv_heads,
-                      .head_dim = lm->head_dim,
+                      .head_dim = lm->head_dim, .softcap = lm->attn_softcap,
                       .scale = lm->attn_scale != 0.0 ? lm->attn_scale
                                                      : 1.0 / sqrt((double)lm->head_dim),
                       .sliding_window = lm->window[l],

@@ -5,8 +5,9 @@
  * N x [norm, attention, residual, norm, mlp, residual], final norm, head).
  *
  * A family that has this shape fills a blk_lm (hyperparameters + flags) and calls blk_lm_build;
- * a family with another shape (post-norms, parallel blocks, ...) fills a blk_lm too and writes
- * its own loop over blk_graph_inputs, blk_bind_layer, blk_attention and blk_mlp. */
+ * the norms may also sit around each block (Gemma 2/3's sandwich) instead of before it. A
+ * family with another shape (parallel blocks, ...) fills a blk_lm too and writes its own loop
+ * over blk_graph_inputs, blk_bind_layer, blk_attention and blk_mlp. */
 #ifndef FERRY_MODELS_BLOCKS_H
 #define FERRY_MODELS_BLOCKS_H
 
@@ -16,7 +17,7 @@
 /* Checkpoint names of one decoder family: printf formats taking the layer number. */
 typedef struct blk_names {
     const char *embed, *final_norm, *lm_head;
-    const char *in_norm, *post_norm;
+    const char *in_norm, *post_norm, *pre_ff_norm, *post_ff_norm;
     const char *q, *k, *v, *o, *q_bias, *k_bias, *v_bias, *o_bias, *q_norm, *k_norm;
     const char *gate, *up, *down, *gate_bias, *up_bias, *down_bias;
 } blk_names;
@@ -39,9 +40,23 @@ typedef struct blk_family {
     const char *model_type;  /* "llama": its modeling module, transformers.models.llama.modeling_llama */
     const char *prefix;      /* "Llama": its classes' (LlamaModel, LlamaDecoderLayer, ...) */
     const char *genai_type;  /* onnxruntime-genai's model type ("llama"); NULL: it has none */
+    const char *base_model;  /* the base model's class suffix; NULL: "Model" (LlamaModel) */
+    const char *act_key;     /* the config key naming the MLP's activation; NULL: "hidden_act" */
+    const char *act_default; /* ... and its value when the key is absent (with act_key) */
     /* biases, q/k norm, windows, ...: what the family adds (may be NULL) */
     void (*quirks)(const lm_config *c, struct blk_lm *lm);
+    /* the family's own config keys, read after the quirks; an error names the key (may be
+     * NULL) */
+    ferry_status (*read_extra)(const model_config *cfg, const lm_config *c, struct blk_lm *lm,
+                               fy_err *err);
 } blk_family;
+
+/* Where a layer's norms sit. */
+typedef enum blk_norm_layout {
+    BLK_PRE_NORM,            /* h += attn(in_norm(h)); h += mlp(post_attention_norm(h)) */
+    BLK_SANDWICH_NORM        /* h += post_attention_norm(attn(in_norm(h)));
+                                h += post_ff_norm(mlp(pre_ff_norm(h))) (Gemma 2/3) */
+} blk_norm_layout;
 
 /* A decoder language model of the standard shape. */
 typedef struct blk_lm {
@@ -57,6 +72,7 @@ typedef struct blk_lm {
     bool o_bias;             /* o_proj carries a bias */
     bool mlp_bias;
     bool qk_norm;            /* RMSNorm over head_dim on q and k before rope (Qwen3) */
+    blk_norm_layout norms;
     double norm_offset;      /* added to every RMSNorm weight, in fp32 (Gemma's 1 + w); 0 */
     double embed_scale;      /* the embedding output times this (Gemma's sqrt(hidden), Granite's
                                 embedding_multiplier); 0 = none */
@@ -65,6 +81,10 @@ typedef struct blk_lm {
     double residual_scale;   /* each block's output times this before its residual add
                                 (Granite's residual_multiplier); 0 = none */
     double logits_divisor;   /* the head's output divided by this (Granite's logits_scaling);
+                                0 = none */
+    double attn_softcap;     /* scores = tanh(scores / cap) * cap before the mask (Gemma 2's
+                                attn_logit_softcapping); 0 = none */
+    double final_softcap;    /* logits = tanh(logits / cap) * cap (final_logit_softcapping);
                                 0 = none */
     bool allow_partial_rotary; /* the family's attention rotates only rotary_dim of each head */
     bool tie_embeddings;     /* one tensor is both the embedding and the head (config.json's
@@ -94,7 +114,7 @@ void blk_lm_windows(const lm_config *cfg, int64_t window, blk_lm *lm);
 
 /* A layer's weights (G_NONE where the family has none). */
 typedef struct blk_layer {
-    int in_norm, post_norm;
+    int in_norm, post_norm, pre_ff_norm, post_ff_norm;
     int q, k, v, o, q_b, k_b, v_b, o_b, q_norm, k_norm;
     int gate, up, down, gate_b, up_b, down_b;
 } blk_layer;
@@ -156,7 +176,8 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
 void blk_llama_biases(const lm_config *c, blk_lm *lm);
 
 /* model_arch hooks for a family of the standard shape: read = lm_config + blk_lm_from_config,
- * then the family's quirks set what it adds (biases, q/k norm, windows on every layer). */
+ * then the family's quirks set what it adds (biases, q/k norm, windows on every layer) and its
+ * read_extra reads its own keys. */
 ferry_status blk_lm_read(const model_config *cfg, const blk_family *family, void **out,
                          fy_err *err);
 void blk_lm_destroy(void *lm);

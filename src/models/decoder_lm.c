@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "models/blocks.h"
+#include "util/json.h"
 
 /* transformers' ACT2FN names this shape's gated MLP can use, and the module each makes. */
 static const struct {
@@ -30,9 +31,9 @@ ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const 
     while (a < n_act && strcmp(cfg->hidden_act, ACTIVATIONS[a].name) != 0)
         a++;
     if (a == n_act)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported for %s "
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s '%s' is not supported for %s "
                        "(supported: silu, gelu, gelu_pytorch_tanh, gelu_new)", origin,
-                       cfg->hidden_act, arch);
+                       cfg->hidden_act_key, cfg->hidden_act, arch);
     {
         const rope_config *rc = &cfg->rope;
         /* these families' position_ids are one row per token: M-RoPE's three rows belong to a
@@ -118,7 +119,7 @@ static void declare_modules(g_graph *g, const blk_lm *lm)
     char cls[256], scope[96];
     blk_class(lm, "ForCausalLM", cls, sizeof cls);
     g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "%s", "");
-    blk_class(lm, "Model", cls, sizeof cls);
+    blk_class(lm, lm->family->base_model ? lm->family->base_model : "Model", cls, sizeof cls);
     g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "/model");
     if (lm->scaled_embedding_class) { /* the scaling is the embedding module's own */
         const char *t = lm->family->model_type;
@@ -138,6 +139,12 @@ static void declare_modules(g_graph *g, const blk_lm *lm)
         blk_norm_module(g, lm, scope);
         snprintf(scope, sizeof scope, "/model/layers.%d/post_attention_layernorm", l);
         blk_norm_module(g, lm, scope);
+        if (lm->norms == BLK_SANDWICH_NORM) {
+            snprintf(scope, sizeof scope, "/model/layers.%d/pre_feedforward_layernorm", l);
+            blk_norm_module(g, lm, scope);
+            snprintf(scope, sizeof scope, "/model/layers.%d/post_feedforward_layernorm", l);
+            blk_norm_module(g, lm, scope);
+        }
     }
     blk_norm_module(g, lm, "/model/norm");
     g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_HEAD, "/lm_head");
@@ -186,12 +193,24 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
         g_scope(g, "/model/layers.%d", l);
         if (lm->residual_scale != 0.0)
             a = g_binary(g, G_MUL, "residual_scale", a, g_scalar_f(g, dt, lm->residual_scale));
-        x = g_skip_rms_norm(g, "post_attention_layernorm", a, h, w.post_norm, lm->eps,
-                            lm->norm_offset, &h);
+        if (lm->norms == BLK_SANDWICH_NORM) {
+            a = g_rms_norm(g, "post_attention_layernorm", a, w.post_norm, lm->eps,
+                           lm->norm_offset);
+            x = g_skip_rms_norm(g, "pre_feedforward_layernorm", a, h, w.pre_ff_norm, lm->eps,
+                                lm->norm_offset, &h);
+        } else {
+            x = g_skip_rms_norm(g, "post_attention_layernorm", a, h, w.post_norm, lm->eps,
+                                lm->norm_offset, &h);
+        }
         int m = blk_mlp(g, lm, &w, l, x);
         if (lm->residual_scale != 0.0) {
             g_scope(g, "/model/layers.%d", l);
             m = g_binary(g, G_MUL, "residual_scale_1", m, g_scalar_f(g, dt, lm->residual_scale));
+        }
+        if (lm->norms == BLK_SANDWICH_NORM) {
+            g_scope(g, "/model/layers.%d", l);
+            m = g_rms_norm(g, "post_feedforward_layernorm", m, w.post_ff_norm, lm->eps,
+                           lm->norm_offset);
         }
         /* the residual add fused with the next norm: the next layer's input norm, or the
          * final one */
@@ -212,6 +231,8 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
     if (lm->logits_divisor != 0.0)
         logits = g_binary(g, G_DIV, "logits_scaling", logits,
                           g_scalar_f(g, dt, lm->logits_divisor));
+    if (lm->final_softcap != 0.0)
+        logits = g_softcap(g, "final_logit_softcapping", logits, lm->final_softcap);
     g_output(g, logits, "logits");
     /* logits first, then the cache outputs in layer order, as optimum and the guide list them */
     if (g_ok(g) && g->n_outputs > 1) {
@@ -234,10 +255,20 @@ ferry_status blk_lm_read(const model_config *cfg, const blk_family *family, void
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     ferry_status st = lm_config_read(cfg, &c, err);
     if (st == FERRY_OK) {
-        st = blk_lm_from_config(&c, cfg->text_origin, cfg->architecture, lm, err);
+        if (family->act_key) { /* Gemma 2/3 name it hidden_activation */
+            c.hidden_act_key = family->act_key;
+            if ((st = json_get_string(cfg->text, family->act_key, false, family->act_default,
+                                      cfg->text_origin, c.hidden_act, sizeof c.hidden_act,
+                                      err)) == FERRY_OK)
+                st = cfg_check_name(cfg->text_origin, family->act_key, c.hidden_act, err);
+        }
+        if (st == FERRY_OK)
+            st = blk_lm_from_config(&c, cfg->text_origin, cfg->architecture, lm, err);
         lm->family = family;
         if (st == FERRY_OK && family->quirks)
             family->quirks(&c, lm);
+        if (st == FERRY_OK && family->read_extra)
+            st = family->read_extra(cfg, &c, lm, err);
         if (st == FERRY_OK && lm->rope[0].rotary_dim != lm->head_dim && !lm->allow_partial_rotary)
             st = fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not "
                          "supported for %s (supported: 1.0)", cfg->text_origin,

@@ -7,13 +7,10 @@
 #include "models/blocks.h"
 #include "util/json.h"
 
-static const blk_family GRANITE = {
-    .model_type = "granite", .prefix = "Granite", .genai_type = "granite",
-    .quirks = blk_llama_biases,
-};
-
-static ferry_status granite_read(const model_config *cfg, void **out, fy_err *err)
+static ferry_status granite_read_extra(const model_config *cfg, const lm_config *c, blk_lm *lm,
+                                       fy_err *err)
 {
+    (void)c;
     static const char *const KEYS[4] = {"embedding_multiplier", "attention_multiplier",
                                         "residual_multiplier", "logits_scaling"};
     double v[4];
@@ -23,10 +20,6 @@ static ferry_status granite_read(const model_config *cfg, void **out, fy_err *er
         if (st != FERRY_OK)
             return st;
     }
-    ferry_status st = blk_lm_read(cfg, &GRANITE, out, err);
-    if (st != FERRY_OK)
-        return st;
-    blk_lm *lm = *out;
     /* a multiplier of 1 changes no value: the graph leaves it out (the scores' scale is always
      * attention_multiplier, which replaces 1/sqrt(head_dim)) */
     lm->embed_scale = v[0] != 1.0 ? v[0] : 0.0;
@@ -34,6 +27,16 @@ static ferry_status granite_read(const model_config *cfg, void **out, fy_err *er
     lm->residual_scale = v[2] != 1.0 ? v[2] : 0.0;
     lm->logits_divisor = v[3] != 1.0 ? v[3] : 0.0;
     return FERRY_OK;
+}
+
+static const blk_family GRANITE = {
+    .model_type = "granite", .prefix = "Granite", .genai_type = "granite",
+    .quirks = blk_llama_biases, .read_extra = granite_read_extra,
+};
+
+static ferry_status granite_read(const model_config *cfg, void **out, fy_err *err)
+{
+    return blk_lm_read(cfg, &GRANITE, out, err);
 }
 
 const model_arch model_granite = BLK_LM_ARCH("GraniteForCausalLM", "granite", granite_read);

@@ -254,6 +254,14 @@ static ferry_status read_rope_fields(const cJSON *params, const char *origin,
     return FERRY_OK;
 }
 
+void lm_rope_default(rope_config *rope, double theta)
+{
+    *rope = (rope_config){.type = ROPE_DEFAULT, .type_name = "default", .theta = theta,
+                          .factor = 1.0, .beta_fast = 32.0, .beta_slow = 1.0,
+                          .attention_factor = -1.0, .truncate = true,
+                          .partial_rotary_factor = 1.0};
+}
+
 /* transformers 5: "rope_parameters": {"rope_type", "rope_theta", ...}. transformers 4:
  * top-level "rope_theta" plus optional "rope_scaling": {"type" or "rope_type", ...}. Where
  * rope_parameters is split per layer type, the full-attention entry is `rope` and the
@@ -271,10 +279,7 @@ static ferry_status read_rope(const cJSON *root, const char *path, lm_config *cf
     char origin[1100];
     ferry_status status;
 
-    *rope = (rope_config){.type = ROPE_DEFAULT, .type_name = "default", .theta = 10000.0,
-                          .factor = 1.0, .beta_fast = 32.0, .beta_slow = 1.0,
-                          .attention_factor = -1.0, .truncate = true,
-                          .partial_rotary_factor = 1.0};
+    lm_rope_default(rope, 10000.0);
     if ((status = json_get_double(root, "rope_theta", false, 10000.0, THETA_MIN, THETA_MAX, path,
                                   &rope->theta, err)) ||
         (status = json_get_double(root, "partial_rotary_factor", false, 1.0, 1e-6, 1.0, path,
@@ -445,6 +450,7 @@ ferry_status lm_config_read(const model_config *mc, lm_config *cfg, fy_err *err)
         return status;
     }
     cfg->tie_word_embeddings_set = tie != NULL;
+    cfg->hidden_act_key = "hidden_act";
     return FERRY_OK;
 }
 

@@ -19,6 +19,7 @@ typedef struct lm_config {
     int64_t max_position_embeddings;
     double rms_norm_eps;
     char hidden_act[32];            /* "silu", ... */
+    const char *hidden_act_key;     /* the key it was read from ("hidden_act") */
     bool tie_word_embeddings;       /* default false here */
     bool tie_word_embeddings_set;   /* whether the key was present */
     bool attention_bias;            /* q/k/v (and o) biases, Llama-style key */
@@ -38,6 +39,9 @@ typedef struct lm_config {
  * and the key. */
 ferry_status lm_config_read(const model_config *mc, lm_config *out, fy_err *err);
 void lm_config_free(lm_config *cfg);
+
+/* The default rotary parameters (rope_type "default", whole head) with base `theta`. */
+void lm_rope_default(rope_config *rope, double theta);
 
 /* cfg_parse + lm_config_read of JSON text (tests and fuzzing); on failure both are freed. */
 ferry_status lm_config_parse(const char *json_text, size_t len, const char *origin,

@@ -17,11 +17,6 @@ static void smollm3_quirks(const lm_config *c, blk_lm *lm)
         lm->tie_embeddings = true;
 }
 
-static const blk_family SMOLLM3 = {
-    .model_type = "smollm3", .prefix = "SmolLM3", .genai_type = "smollm3",
-    .quirks = smollm3_quirks,
-};
-
 /* Which layers are NoPE, as SmolLM3Config derives it: no_rope_layers[i] == 0, or, without the
  * list, (i + 1) % no_rope_layer_interval == 0. */
 static ferry_status read_no_rope(const model_config *cfg, int64_t n_layers, bool *no_rope,
@@ -53,34 +48,32 @@ static ferry_status read_no_rope(const model_config *cfg, int64_t n_layers, bool
     return FERRY_OK;
 }
 
-static ferry_status smollm3_read(const model_config *cfg, void **out, fy_err *err)
+static ferry_status smollm3_read_extra(const model_config *cfg, const lm_config *c, blk_lm *lm,
+                                       fy_err *err)
 {
-    lm_config c;
-    ferry_status st = lm_config_read(cfg, &c, err);
+    lm->no_rope = calloc((size_t)lm->n_layers, sizeof *lm->no_rope);
+    if (!lm->no_rope)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    ferry_status st = read_no_rope(cfg, lm->n_layers, lm->no_rope, err);
     if (st != FERRY_OK)
         return st;
-    bool *no_rope = calloc((size_t)c.num_hidden_layers, sizeof *no_rope);
-    if (!no_rope)
-        st = fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
-    if (st == FERRY_OK)
-        st = read_no_rope(cfg, c.num_hidden_layers, no_rope, err);
-    if (st == FERRY_OK)
-        st = blk_lm_read(cfg, &SMOLLM3, out, err);
-    if (st != FERRY_OK) {
-        free(no_rope);
-        lm_config_free(&c);
-        return st;
-    }
-    blk_lm *lm = *out;
-    lm->no_rope = no_rope;
     /* sliding_window is 0 unless use_sliding_window is set (lm_config) */
     for (int64_t i = 0; i < lm->n_layers; i++) {
-        bool sliding = c.layer_types ? strcmp(c.layer_types[i], "sliding_attention") == 0
-                                     : no_rope[i];
-        lm->window[i] = sliding ? c.sliding_window : 0;
+        bool sliding = c->layer_types ? strcmp(c->layer_types[i], "sliding_attention") == 0
+                                      : lm->no_rope[i];
+        lm->window[i] = sliding ? c->sliding_window : 0;
     }
-    lm_config_free(&c);
     return FERRY_OK;
+}
+
+static const blk_family SMOLLM3 = {
+    .model_type = "smollm3", .prefix = "SmolLM3", .genai_type = "smollm3",
+    .quirks = smollm3_quirks, .read_extra = smollm3_read_extra,
+};
+
+static ferry_status smollm3_read(const model_config *cfg, void **out, fy_err *err)
+{
+    return blk_lm_read(cfg, &SMOLLM3, out, err);
 }
 
 const model_arch model_smollm3 = BLK_LM_ARCH("SmolLM3ForCausalLM", "smollm3", smollm3_read);

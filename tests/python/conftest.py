@@ -102,6 +102,22 @@ ARCHS = {
                 dict(rms_norm_eps=1e-6, embedding_multiplier=3.3, attention_multiplier=0.19,
                      residual_multiplier=0.7, logits_scaling=2.6,
                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    # sandwich norms, both soft-caps active, scores scaled by query_pre_attn_scalar^-0.5, a
+    # window on layer 0 that sequences 7 and 33 pass
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(rms_norm_eps=1e-6, query_pre_attn_scalar=24, attn_logit_softcapping=4.5,
+                    final_logit_softcapping=9.0, sliding_window=6,
+                    layer_types=["sliding_attention", "full_attention"],
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    # Gemma 2's shape plus q/k norms, a rope per layer type (linear scaling on the full layer
+    # only), tied embeddings as the real ones
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               dict(rms_norm_eps=1e-6, query_pre_attn_scalar=24, sliding_window=6,
+                    tie_word_embeddings=True, layer_types=["sliding_attention", "full_attention"],
+                    rope_parameters={
+                        "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                           "rope_theta": 1e6},
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})),
 }
 
 ARCH_CLASS = {name: spec[1] for name, spec in ARCHS.items()}
@@ -161,6 +177,18 @@ def rotating_layers(ckpt):
     cfg = json.loads((Path(ckpt) / "config.json").read_text())
     flags = cfg.get("no_rope_layers")
     return sum(1 for f in flags if f) if flags is not None else cfg["num_hidden_layers"]
+
+
+def norms_per_layer(arch):
+    """The RMSNorms of one decoder layer of `arch` around its blocks (Gemma 2/3 put one after
+    each block as well as before it) and on q and k (Qwen3, Gemma 3)."""
+    block = 4 if arch in ("gemma2", "gemma3") else 2
+    return block, 2 if arch in ("qwen3", "gemma3") else 0
+
+
+def softcapped(arch):
+    """Whether `arch`'s attention soft-caps its scores (no fused attention takes a cap)."""
+    return arch == "gemma2"
 
 
 _REFERENCE_CACHE = {}

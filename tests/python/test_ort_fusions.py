@@ -11,14 +11,16 @@ static cache, static cache in place) greedy tokens equal to generate(). Quantize
 are held to the dequantized reference (quant_ref.py) with accuracy_level 0 (fp32 compute); the
 default accuracy_level 4 (int8 activations) against a measured bound."""
 
+import json
 from collections import Counter
 from functools import partial
 
 import onnx
+
 import pytest
 
 from conftest import (ARCHS, check_against_reference, check_export_error, check_model_full,
-                      ferry_builds, ferry_export, rotating_layers)
+                      ferry_builds, ferry_export, norms_per_layer, rotating_layers, softcapped)
 from quant_ref import dequantized_checkpoint
 
 FUSED = ["--ort-fusions", "cpu"]
@@ -46,18 +48,24 @@ def test_plain_export_fused_norms(ckpts, tmp_path, arch, provider, record_proper
     ops, _ = op_types(out / "model.onnx")
     layers = 2
     # Gemma's tanh GELU
-    assert ops["com.microsoft", "FastGelu"] == (layers if arch == "gemma" else 0)
-    assert not any(op == "Tanh" for _, op in ops)
+    assert ops["com.microsoft", "FastGelu"] == (layers if arch.startswith("gemma") else 0)
+    # no GELU's tanh left: only the soft-caps' (Gemma 2's, per layer's scores and the logits')
+    cfg = json.loads((ckpt / "config.json").read_text())
+    caps = layers * bool(cfg.get("attn_logit_softcapping")) + \
+        bool(cfg.get("final_logit_softcapping"))
+    assert sum(n for (_, op), n in ops.items() if op == "Tanh") == caps
     # standard RMSNormalization at opset 23: the first layer's input norm (the others fuse
-    # with the residual add), and Qwen3's q/k norms
-    assert ops["ai.onnx", "RMSNormalization"] == 1 + (2 * layers if arch == "qwen3" else 0)
+    # with the residual add), q/k norms, and the norms after each block (Gemma 2/3)
+    block, qk = norms_per_layer(arch)
+    assert ops["ai.onnx", "RMSNormalization"] == 1 + (qk + block - 2) * layers
     assert ops["com.microsoft", "SkipSimplifiedLayerNormalization"] == 2 * layers
     assert not any(op == "ReduceMean" for _, op in ops)      # no decomposed norm left
     assert ops["com.microsoft", "GroupQueryAttention"] == 0
     # no cache: plain ops on cpu, MultiHeadAttention after RotaryEmbedding elsewhere (the table)
-    mha = provider != "cpu"
+    mha = provider != "cpu" and not softcapped(arch)   # MultiHeadAttention takes no cap
     assert ops["com.microsoft", "MultiHeadAttention"] == (layers if mha else 0)
-    assert ops["com.microsoft", "RotaryEmbedding"] == (2 * rotating_layers(ckpt) if mha else 0)
+    rotary = provider != "cpu"   # with a soft-cap too: the scores stay plain ops
+    assert ops["com.microsoft", "RotaryEmbedding"] == (2 * rotating_layers(ckpt) if rotary else 0)
     # q/k/v and gate/up each one MatMul over joined weights; then o, down and the head
     _, model = op_types(out / "model.onnx")
     packed = [n.name for n in model.graph.node if n.op_type == "MatMul" and "_proj" in n.name]

@@ -9,8 +9,9 @@
  *               (a row that sees no key, a padded query, then averages instead of giving NaN,
  *               which a bool mask would spread through the next layer's values), or no
  *               attn_mask at all where every key is visible. A softcapped
- *               attention keeps the generic lowering: SDPA takes no softcap. A static cache
- *               is written in place (aten_attention_kv, src/backends/aten).
+ *               attention keeps the generic scores (matmuls, softmax): SDPA takes no
+ *               softcap. A static cache is written in place (aten_attention_kv,
+ *               src/backends/aten), whichever computes the scores.
  * Everything else takes the generic lowerings (ir/lower/): RMSNorm as transformers writes it
  * (in fp32, then back), rotary from inv_freq in the graph, as transformers computes it. */
 #include <stdio.h>
@@ -39,19 +40,13 @@ static g_legality torch_legal(const g_target *t, const g_graph *g, const g_node 
 static ferry_status torch_attention(g_lower_ctx *c, const g_node *n, int *outs)
 {
     const g_attn_opts *o = n->a.attn;
-    if (o->softcap > 0) {
-        if (o->cache == G_CACHE_STATIC) {
-            g_fail(c->dst, FERRY_ERR_UNSUPPORTED, "pt2: a softcapped attention with a static "
-                   "cache is not written yet (%s)", n->name);
-            return c->dst->err.status;
-        }
-        return lower_attention(c, n, outs);
-    }
     g_graph *g = c->dst;
     int q = lw_in(c, n, 0), k, v;
     aten_attention_kv(c, n, &k, &v, outs);
     if (!g_ok(g))
         return g->err.status;
+    if (o->softcap > 0)
+        return lower_attention_over(c, n, k, v, outs);
     ferry_dtype dt = g->values[q].dtype;
     int bias = lw_attention_bias(c, n, q, dt);
     int qt = g_transpose(g, "transpose_q", q, 4, to_bnsd);

@@ -1,0 +1,101 @@
+/* gemma3.c — Gemma3ForCausalLM: Gemma 2's shape (gemma2.h) with RMSNorms of 1 + w over
+ * head_dim on q and k before rope, no soft-caps unless the config sets them, the sliding
+ * layers from layer_types (absent: five of every sliding_window_pattern = 6), and a rotary
+ * setting per layer type: the sliding layers' own (rope_parameters.sliding_attention, or
+ * transformers 4's rope_local_base_freq, default theta 10000, no scaling), the full layers'
+ * with any scaling (rope_parameters.full_attention, or rope_theta + rope_scaling, default
+ * theta 1000000). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "generate/generation.h"
+#include "models/gemma2.h"
+#include "util/json.h"
+
+#define GEMMA3_GLOBAL_THETA 1000000.0
+#define GEMMA3_LOCAL_THETA 10000.0
+
+static bool has_key(const cJSON *obj, const char *key)
+{
+    return obj && cJSON_GetObjectItemCaseSensitive(obj, key) != NULL;
+}
+
+/* The two rotary settings as Gemma3TextConfig.convert_rope_params_to_dict makes them: each
+ * layer type's set from rope_parameters, its theta defaulting to rope_theta (full) or
+ * rope_local_base_freq (sliding), then to the generation's defaults. */
+static ferry_status read_ropes(const model_config *cfg, const lm_config *c, rope_config *full,
+                               rope_config *local, fy_err *err)
+{
+    const char *origin = cfg->text_origin;
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(cfg->text, "rope_parameters");
+    if (cJSON_IsObject(params) && !has_key(params, "full_attention") &&
+        !has_key(params, "sliding_attention"))
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: key 'rope_parameters' must hold a set "
+                       "per layer type ('full_attention', 'sliding_attention') for %s",
+                       origin, cfg->architecture);
+    const cJSON *full_set = cJSON_IsObject(params)
+                                ? cJSON_GetObjectItemCaseSensitive(params, "full_attention")
+                                : NULL;
+    const cJSON *local_set = cJSON_IsObject(params)
+                                 ? cJSON_GetObjectItemCaseSensitive(params, "sliding_attention")
+                                 : NULL;
+    *full = c->rope;
+    if (!has_key(full_set, "rope_theta") && !has_key(cfg->text, "rope_theta"))
+        full->theta = GEMMA3_GLOBAL_THETA;
+    double local_theta;
+    ferry_status st = json_get_double(cfg->text, "rope_local_base_freq", false,
+                                      GEMMA3_LOCAL_THETA, 1e-6, 1e12, origin, &local_theta, err);
+    if (st != FERRY_OK)
+        return st;
+    if (c->has_rope_local) {
+        *local = c->rope_local;
+        if (!has_key(local_set, "rope_theta"))
+            local->theta = local_theta;
+    } else {
+        lm_rope_default(local, local_theta);
+    }
+    if (local->partial_rotary_factor != full->partial_rotary_factor)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: rope_parameters.sliding_attention's "
+                       "partial_rotary_factor %g differs from full_attention's %g; ferry "
+                       "supports one", origin, local->partial_rotary_factor,
+                       full->partial_rotary_factor);
+    return FERRY_OK;
+}
+
+static ferry_status gemma3_read_extra(const model_config *cfg, const lm_config *c, blk_lm *lm,
+                                      fy_err *err)
+{
+    static const gemma2_defaults GEMMA3 = {.window_pattern = 6,
+                                           .pattern_key = "sliding_window_pattern"};
+    rope_config full, local;
+    bool *sliding = calloc((size_t)lm->n_layers, sizeof *sliding);
+    if (!sliding)
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    ferry_status st = gemma2_read_keys(cfg, c, lm, &GEMMA3, sliding, err);
+    if (st == FERRY_OK)
+        st = read_ropes(cfg, c, &full, &local, err);
+    if (st != FERRY_OK) {
+        free(sliding);
+        return st;
+    }
+    lm->qk_norm = true;
+    lm->scaled_embedding_class = "Gemma3TextScaledWordEmbedding";
+    for (int64_t i = 0; i < lm->n_layers; i++)
+        lm->rope[i].rope = sliding[i] ? local : full;
+    free(sliding);
+    return FERRY_OK;
+}
+
+static const blk_family GEMMA3 = {
+    .model_type = "gemma3", .prefix = "Gemma3", .genai_type = "gemma3_text",
+    .base_model = "TextModel", .act_key = "hidden_activation",
+    .act_default = "gelu_pytorch_tanh", .quirks = gemma2_quirks,
+    .read_extra = gemma3_read_extra,
+};
+
+static ferry_status gemma3_read(const model_config *cfg, void **out, fy_err *err)
+{
+    return blk_lm_read(cfg, &GEMMA3, out, err);
+}
+
+const model_arch model_gemma3 = BLK_LM_ARCH("Gemma3ForCausalLM", "gemma3_text", gemma3_read);
