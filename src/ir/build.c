@@ -207,18 +207,19 @@ int g_conv(g_graph *g, const char *name, int x, int weight, int bias, const g_co
     return node(g, G_CONV, name, bias == G_NONE ? 2 : 3, in, &at);
 }
 
-int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, double offset)
+int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, double offset,
+               bool f32_weight)
 {
     int in[2] = {x, weight};
-    g_attrs at = {.eps = eps, .offset = offset};
+    g_attrs at = {.eps = eps, .offset = offset, .f32_weight = f32_weight};
     return node(g, G_RMS_NORM, name, 2, in, &at);
 }
 
 int g_skip_rms_norm(g_graph *g, const char *name, int x, int skip, int weight, double eps,
-                    double offset, int *sum)
+                    double offset, bool f32_weight, int *sum)
 {
     int in[3] = {x, skip, weight};
-    g_attrs at = {.eps = eps, .offset = offset};
+    g_attrs at = {.eps = eps, .offset = offset, .f32_weight = f32_weight};
     int id = g_add_node(g, G_SKIP_RMS_NORM, name, 3, in, &at);
     *sum = id == G_NONE ? G_NONE : g->nodes[id].out[1];
     return id == G_NONE ? G_NONE : g->nodes[id].out[0];

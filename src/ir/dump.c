@@ -118,6 +118,8 @@ static void put_attrs(strbuf *b, const g_graph *g, const g_node *n)
         SEP(), sb_printf(b, "eps=%.9g", a->eps);
     if ((m & GA_OFFSET) && a->offset != 0)
         SEP(), sb_printf(b, "offset=%.9g", a->offset);
+    if ((m & GA_F32W) && a->f32_weight)
+        SEP(), sb_puts(b, "f32_weight");
     if (m & GA_CAP)
         SEP(), sb_printf(b, "cap=%.9g", a->cap);
     if (m & GA_TO)

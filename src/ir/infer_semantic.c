@@ -20,6 +20,8 @@ static ferry_status check_norm_attrs(inf *x)
 {
     if (!(x->n->a.eps > 0) || !isfinite(x->n->a.eps) || !isfinite(x->n->a.offset))
         return inf_bad(x, "eps must be positive and finite, offset finite");
+    if ((g_op_info_of(x->n->op)->attrs & GA_F32W) && x->n->a.offset != 0 && !x->n->a.f32_weight)
+        return inf_bad(x, "an offset weight multiplies in fp32 (f32_weight)");
     return FERRY_OK;
 }
 

@@ -32,6 +32,7 @@ enum {
     GA_OFFSET = 1 << 5, GA_CAP = 1 << 6, GA_TO = 1 << 7, GA_KEEPDIMS = 1 << 8,
     GA_TRANSB = 1 << 9, GA_ROPE = 1 << 10, GA_ATTN = 1 << 11, GA_EXTERN = 1 << 12,
     GA_BOUNDS = 1 << 13, GA_PADS = 1 << 14, GA_CONV = 1 << 15, GA_MOE = 1 << 16,
+    GA_F32W = 1 << 17,
 };
 
 typedef enum g_op {
@@ -148,6 +149,8 @@ typedef struct g_attrs {
     double eps, offset, cap;
     ferry_dtype to;
     bool keepdims, transpose_b;
+    bool f32_weight;             /* rms norms: the weight (+ offset) multiplies in fp32, then the
+                                    cast (Gemma, OLMo 2); else the cast first (Llama) */
     double lo, hi;               /* clip: the bounds, -INFINITY / INFINITY where absent */
     int64_t pad_begin[G_MAX_RANK], pad_end[G_MAX_RANK]; /* pad: per axis of x, >= 0 */
     double pad_value;            /* pad: the value of the elements added */
@@ -398,10 +401,14 @@ int g_pad(g_graph *g, const char *name, int x, int n, const int64_t *begin, cons
  * value), plus bias [c_out] unless G_NONE; `opts` is copied */
 int g_conv(g_graph *g, const char *name, int x, int weight, int bias, const g_conv_opts *opts);
 
-int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, double offset);
+/* RMSNorm of x over its last axis times (offset + weight): with f32_weight the product is
+ * taken in fp32 and then cast to x's dtype (Gemma's (1 + w), OLMo 2's w), else the normalized
+ * value is cast first and then multiplied by the weight (Llama's; offset must be 0). */
+int g_rms_norm(g_graph *g, const char *name, int x, int weight, double eps, double offset,
+               bool f32_weight);
 /* Returns the normalized value; *sum receives x + skip. */
 int g_skip_rms_norm(g_graph *g, const char *name, int x, int skip, int weight, double eps,
-                    double offset, int *sum);
+                    double offset, bool f32_weight, int *sum);
 int g_layer_norm(g_graph *g, const char *name, int x, int weight, int bias, double eps);
 /* layer_norm(x + skip) and the sum (in *sum, unless NULL: a post-norm layer reads the norm
  * alone), as g_skip_rms_norm; bias may be G_NONE */

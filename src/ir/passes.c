@@ -70,7 +70,8 @@ static bool attrs_clean(const g_node *n)
            ((m & GA_TRANSB) || !a->transpose_b) && ((m & GA_ROPE) || !a->rope) &&
            ((m & GA_ATTN) || !a->attn) && ((m & GA_EXTERN) || !a->ext) &&
            ((m & GA_BOUNDS) || (a->lo == 0 && a->hi == 0)) && ((m & GA_PADS) || no_pads) &&
-           ((m & GA_CONV) || !a->conv) && ((m & GA_MOE) || !a->moe);
+           ((m & GA_CONV) || !a->conv) && ((m & GA_MOE) || !a->moe) &&
+           ((m & GA_F32W) || !a->f32_weight);
 }
 
 static int cmp_str(const void *a, const void *b)

@@ -89,13 +89,14 @@ ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry
         if (err->status != FERRY_OK)                                           \
             return err->status;                                                \
     } while (0)
-    W(in_norm, n->in_norm, true, h, 0);
+    w->in_norm = w->pre_ff_norm = w->post_ff_norm = G_NONE;
+    if (lm->norms != BLK_POST_NORM)
+        W(in_norm, n->in_norm, true, h, 0);
     W(post_norm, n->post_norm, true, h, 0);
-    w->pre_ff_norm = w->post_ff_norm = G_NONE;
-    if (lm->norms == BLK_SANDWICH_NORM) {
+    if (lm->norms == BLK_SANDWICH_NORM)
         W(pre_ff_norm, n->pre_ff_norm, true, h, 0);
+    if (lm->norms != BLK_PRE_NORM)
         W(post_ff_norm, n->post_ff_norm, true, h, 0);
-    }
     W(q, n->q, true, qd, h);
     W(k, n->k, true, kvd, h);
     W(v, n->v, true, kvd, h);
@@ -110,8 +111,9 @@ ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry
     if (lm->o_bias)
         W(o_b, n->o_bias, true, h, 0);
     if (lm->qk_norm) {
-        W(q_norm, n->q_norm, true, hd, 0);
-        W(k_norm, n->k_norm, true, hd, 0);
+        bool whole = lm->qk_norm == BLK_QK_WHOLE;
+        W(q_norm, n->q_norm, true, whole ? qd : hd, 0);
+        W(k_norm, n->k_norm, true, whole ? kvd : hd, 0);
     }
     W(gate, n->gate, true, ff, h);
     W(up, n->up, true, ff, h);
@@ -209,6 +211,18 @@ void blk_norm_module(g_graph *g, const blk_lm *lm, const char *scope)
     g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "%s", scope);
 }
 
+int blk_norm(g_graph *g, const blk_lm *lm, const char *name, int x, int weight)
+{
+    return g_rms_norm(g, name, x, weight, lm->eps, lm->norm_offset, lm->norm_f32_weight);
+}
+
+int blk_skip_norm(g_graph *g, const blk_lm *lm, const char *name, int x, int skip, int weight,
+                  int *sum)
+{
+    return g_skip_rms_norm(g, name, x, skip, weight, lm->eps, lm->norm_offset,
+                           lm->norm_f32_weight, sum);
+}
+
 int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x,
                   const blk_inputs *in)
 {
@@ -227,15 +241,20 @@ int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x
         blk_norm_module(g, lm, scope);
     }
     g_scope(g, "/model/layers.%d/self_attn", l);
-    int q = split_heads(g, "q_proj/Reshape", g_linear(g, "q_proj", x, w->q, w->q_b), lm->n_heads,
-                        lm->head_dim);
-    int k = split_heads(g, "k_proj/Reshape", g_linear(g, "k_proj", x, w->k, w->k_b),
-                        lm->n_kv_heads, lm->head_dim);
+    bool whole = lm->qk_norm == BLK_QK_WHOLE;
+    int q = g_linear(g, "q_proj", x, w->q, w->q_b);
+    if (whole)
+        q = blk_norm(g, lm, "q_norm", q, w->q_norm);
+    q = split_heads(g, "q_proj/Reshape", q, lm->n_heads, lm->head_dim);
+    int k = g_linear(g, "k_proj", x, w->k, w->k_b);
+    if (whole)
+        k = blk_norm(g, lm, "k_norm", k, w->k_norm);
+    k = split_heads(g, "k_proj/Reshape", k, lm->n_kv_heads, lm->head_dim);
     int v = split_heads(g, "v_proj/Reshape", g_linear(g, "v_proj", x, w->v, w->v_b),
                         lm->n_kv_heads, lm->head_dim);
-    if (lm->qk_norm) {
-        q = g_rms_norm(g, "q_norm", q, w->q_norm, lm->eps, lm->norm_offset);
-        k = g_rms_norm(g, "k_norm", k, w->k_norm, lm->eps, lm->norm_offset);
+    if (lm->qk_norm == BLK_QK_PER_HEAD) {
+        q = blk_norm(g, lm, "q_norm", q, w->q_norm);
+        k = blk_norm(g, lm, "k_norm", k, w->k_norm);
     }
     if (!lm->no_rope || !lm->no_rope[l]) {
         q = g_rope(g, "q_rope", q, in->positions, &lm->rope[l]);

@@ -5,7 +5,7 @@
  * N x [norm, attention, residual, norm, mlp, residual], final norm, head).
  *
  * A family that has this shape fills a blk_lm (hyperparameters + flags) and calls blk_lm_build;
- * the norms may also sit around each block (Gemma 2/3's sandwich) instead of before it. A
+ * the norms may also sit around each block (Gemma 2/3's sandwich) or after it (OLMo 2). A
  * family with another shape (parallel blocks, ...) fills a blk_lm too and writes its own loop
  * over blk_graph_inputs, blk_bind_layer, blk_attention and blk_mlp. */
 #ifndef FERRY_MODELS_BLOCKS_H
@@ -54,9 +54,18 @@ typedef struct blk_family {
 /* Where a layer's norms sit. */
 typedef enum blk_norm_layout {
     BLK_PRE_NORM,            /* h += attn(in_norm(h)); h += mlp(post_attention_norm(h)) */
-    BLK_SANDWICH_NORM        /* h += post_attention_norm(attn(in_norm(h)));
+    BLK_SANDWICH_NORM,       /* h += post_attention_norm(attn(in_norm(h)));
                                 h += post_ff_norm(mlp(pre_ff_norm(h))) (Gemma 2/3) */
+    BLK_POST_NORM            /* h += post_attention_norm(attn(h)); h += post_ff_norm(mlp(h))
+                                (OLMo 2) */
 } blk_norm_layout;
+
+/* Which RMSNorm q and k get before rope. */
+typedef enum blk_qk_norm {
+    BLK_QK_NONE,
+    BLK_QK_PER_HEAD,         /* over head_dim, one weight shared by the heads (Qwen3, Gemma 3) */
+    BLK_QK_WHOLE             /* over the whole projection, before the heads split (OLMo 2) */
+} blk_qk_norm;
 
 /* A decoder language model of the standard shape. */
 typedef struct blk_lm {
@@ -71,9 +80,11 @@ typedef struct blk_lm {
     bool qkv_bias;           /* q/k/v projections carry biases */
     bool o_bias;             /* o_proj carries a bias */
     bool mlp_bias;
-    bool qk_norm;            /* RMSNorm over head_dim on q and k before rope (Qwen3) */
+    blk_qk_norm qk_norm;
     blk_norm_layout norms;
     double norm_offset;      /* added to every RMSNorm weight, in fp32 (Gemma's 1 + w); 0 */
+    bool norm_f32_weight;    /* every RMSNorm multiplies by its weight in fp32, then casts
+                                (Gemma's, OLMo 2's); else casts, then multiplies (Llama's) */
     double embed_scale;      /* the embedding output times this (Gemma's sqrt(hidden), Granite's
                                 embedding_multiplier); 0 = none */
     double attn_scale;       /* the attention scores' scale (Granite's attention_multiplier);
@@ -146,6 +157,11 @@ int blk_positions_from_zero(g_graph *g, int shape, const g_dim *bs);
 void blk_class(const blk_lm *lm, const char *suffix, char *out, size_t size);
 /* Declares the family's RMSNorm module at node-name scope `scope`. */
 void blk_norm_module(g_graph *g, const blk_lm *lm, const char *scope);
+/* The family's RMSNorm of x (its eps, offset and weight arithmetic); with a skip, of x + skip,
+ * the sum in *sum. */
+int blk_norm(g_graph *g, const blk_lm *lm, const char *name, int x, int weight);
+int blk_skip_norm(g_graph *g, const blk_lm *lm, const char *name, int x, int skip, int weight,
+                  int *sum);
 
 /* Layer l's attention on x [b, s, hidden] -> [b, s, hidden] (after o_proj): q/k/v projections,
  * q/k norms, rope, and the cache the io asks for (its inputs, outputs and states). Declares its

@@ -1,7 +1,8 @@
-/* decoder_lm.c — the standard pre-norm decoder language model: its hyperparameters from the
- * decoder config, per-family sliding windows, tying settled against the checkpoint, and the
- * forward graph (embed, N x [norm, attention, residual, norm, mlp, residual], final norm,
- * head), each residual add fused with the norm after it. */
+/* decoder_lm.c — the standard decoder language model: its hyperparameters from the decoder
+ * config, per-family sliding windows, tying settled against the checkpoint, and the forward
+ * graph (embed, N x [norm, attention, residual, norm, mlp, residual], final norm, head), each
+ * residual add fused with the norm after it; the norms may also follow each block (Gemma 2/3:
+ * before and after; OLMo 2: after only, its residual adds then plain). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,13 +136,17 @@ static void declare_modules(g_graph *g, const blk_lm *lm)
     blk_class(lm, "DecoderLayer", cls, sizeof cls);
     for (int l = 0; l < lm->n_layers; l++) {
         g_module_add(g, cls, G_OP_COUNT, true, GM_ROLE_NONE, "/model/layers.%d", l);
-        snprintf(scope, sizeof scope, "/model/layers.%d/input_layernorm", l);
-        blk_norm_module(g, lm, scope);
+        if (lm->norms != BLK_POST_NORM) {
+            snprintf(scope, sizeof scope, "/model/layers.%d/input_layernorm", l);
+            blk_norm_module(g, lm, scope);
+        }
         snprintf(scope, sizeof scope, "/model/layers.%d/post_attention_layernorm", l);
         blk_norm_module(g, lm, scope);
         if (lm->norms == BLK_SANDWICH_NORM) {
             snprintf(scope, sizeof scope, "/model/layers.%d/pre_feedforward_layernorm", l);
             blk_norm_module(g, lm, scope);
+        }
+        if (lm->norms != BLK_PRE_NORM) {
             snprintf(scope, sizeof scope, "/model/layers.%d/post_feedforward_layernorm", l);
             blk_norm_module(g, lm, scope);
         }
@@ -187,30 +192,36 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
     if (blk_bind_layer(g, ck, lm, 0, dt, &w, err) != FERRY_OK)
         return err->status;
     g_scope(g, "/model/layers.0");
-    int x = g_rms_norm(g, "input_layernorm", h, w.in_norm, lm->eps, lm->norm_offset);
+    bool post = lm->norms == BLK_POST_NORM;
+    int x = post ? h : blk_norm(g, lm, "input_layernorm", h, w.in_norm);
     for (int l = 0; l < lm->n_layers; l++) {
         int a = blk_attention(g, lm, &w, l, x, &in);
         g_scope(g, "/model/layers.%d", l);
         if (lm->residual_scale != 0.0)
             a = g_binary(g, G_MUL, "residual_scale", a, g_scalar_f(g, dt, lm->residual_scale));
         if (lm->norms == BLK_SANDWICH_NORM) {
-            a = g_rms_norm(g, "post_attention_layernorm", a, w.post_norm, lm->eps,
-                           lm->norm_offset);
-            x = g_skip_rms_norm(g, "pre_feedforward_layernorm", a, h, w.pre_ff_norm, lm->eps,
-                                lm->norm_offset, &h);
+            a = blk_norm(g, lm, "post_attention_layernorm", a, w.post_norm);
+            x = blk_skip_norm(g, lm, "pre_feedforward_layernorm", a, h, w.pre_ff_norm, &h);
+        } else if (post) {
+            a = blk_norm(g, lm, "post_attention_layernorm", a, w.post_norm);
+            x = h = g_binary(g, G_ADD, "residual", h, a);
         } else {
-            x = g_skip_rms_norm(g, "post_attention_layernorm", a, h, w.post_norm, lm->eps,
-                                lm->norm_offset, &h);
+            x = blk_skip_norm(g, lm, "post_attention_layernorm", a, h, w.post_norm, &h);
         }
         int m = blk_mlp(g, lm, &w, l, x);
         if (lm->residual_scale != 0.0) {
             g_scope(g, "/model/layers.%d", l);
             m = g_binary(g, G_MUL, "residual_scale_1", m, g_scalar_f(g, dt, lm->residual_scale));
         }
-        if (lm->norms == BLK_SANDWICH_NORM) {
+        if (lm->norms != BLK_PRE_NORM) {
             g_scope(g, "/model/layers.%d", l);
-            m = g_rms_norm(g, "post_feedforward_layernorm", m, w.post_ff_norm, lm->eps,
-                           lm->norm_offset);
+            m = blk_norm(g, lm, "post_feedforward_layernorm", m, w.post_ff_norm);
+        }
+        if (post && l + 1 < lm->n_layers) { /* the next layer reads the sum itself */
+            x = h = g_binary(g, G_ADD, "residual_1", h, m);
+            if (blk_bind_layer(g, ck, lm, l + 1, dt, &w, err) != FERRY_OK)
+                return err->status;
+            continue;
         }
         /* the residual add fused with the next norm: the next layer's input norm, or the
          * final one */
@@ -223,8 +234,8 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
         } else {
             g_scope(g, "/model");
         }
-        x = g_skip_rms_norm(g, l + 1 < lm->n_layers ? "input_layernorm" : "norm", m, h,
-                            next_norm, lm->eps, lm->norm_offset, &h);
+        x = blk_skip_norm(g, lm, l + 1 < lm->n_layers ? "input_layernorm" : "norm", m, h,
+                          next_norm, &h);
     }
     g->scope[0] = '\0';
     int logits = g_linear(g, "lm_head", x, head, G_NONE);

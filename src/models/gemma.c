@@ -12,6 +12,7 @@
 static void gemma_quirks(const lm_config *c, blk_lm *lm)
 {
     lm->norm_offset = 1.0;
+    lm->norm_f32_weight = true;
     lm->embed_scale = sqrt((double)lm->hidden);
     lm->scaled_embedding_class = "GemmaTextScaledWordEmbedding";
     if (lm->act == G_GELU) {

@@ -18,6 +18,7 @@
 void gemma2_quirks(const lm_config *c, blk_lm *lm)
 {
     lm->norm_offset = 1.0;
+    lm->norm_f32_weight = true;
     lm->embed_scale = sqrt((double)lm->hidden);
     lm->norms = BLK_SANDWICH_NORM;
     if (!c->tie_word_embeddings_set)

@@ -78,7 +78,7 @@ static ferry_status gemma3_read_extra(const model_config *cfg, const lm_config *
         free(sliding);
         return st;
     }
-    lm->qk_norm = true;
+    lm->qk_norm = BLK_QK_PER_HEAD;
     lm->scaled_embedding_class = "Gemma3TextScaledWordEmbedding";
     for (int64_t i = 0; i < lm->n_layers; i++)
         lm->rope[i].rope = sliding[i] ? local : full;

@@ -7,7 +7,7 @@ static void qwen3_quirks(const lm_config *c, blk_lm *lm)
 {
     /* use_sliding_window defaults to false here, unlike the generic reading */
     blk_lm_windows(c, c->use_sliding_window_set ? c->sliding_window : 0, lm);
-    lm->qk_norm = true;
+    lm->qk_norm = BLK_QK_PER_HEAD;
     lm->qkv_bias = c->attention_bias;
     lm->o_bias = c->attention_bias;
 }

@@ -54,6 +54,7 @@ typedef struct op_case {
                                 reduction */
     bool keepdims;           /* FAM_REDUCE: over the last axis, kept; else over axis 1 */
     double eps, offset, cap; /* norms; softcap */
+    bool f32_weight;         /* rms norms: the weight multiplies in fp32 */
     bool bias;               /* layer_norm, skip_layer_norm, linear */
     g_rope_opts rope;        /* FAM_ROPE, FAM_TWO_ROPES */
     double theta_2;          /* FAM_TWO_ROPES: the second rope's theta, all else equal */
@@ -116,7 +117,9 @@ typedef struct op_case {
 
 static const op_case CASES[] = {
     {"rms_norm", FAM_RMS_NORM, F32, .eps = 1e-6},
-    {"rms_norm_offset", FAM_RMS_NORM, F32, .eps = 1e-6, .offset = 1.0}, /* Gemma: 1 + w */
+    {"rms_norm_offset", FAM_RMS_NORM, F32, .eps = 1e-6, .offset = 1.0,
+     .f32_weight = true}, /* Gemma: 1 + w */
+    {"rms_norm_f32_weight_fp16", FAM_RMS_NORM, F16, .eps = 1e-6, .f32_weight = true}, /* OLMo 2 */
     {"rms_norm_fp16", FAM_RMS_NORM, F16, .eps = 1e-6},
     {"skip_rms_norm", FAM_SKIP_RMS_NORM, F32, .eps = 1e-5},
     {"skip_rms_norm_fp16", FAM_SKIP_RMS_NORM, F16, .eps = 1e-5},
@@ -325,7 +328,7 @@ static void build_rms_norm(bld *b)
     if (!g_ok(g))
         return;
     int x = activations(b, "x", extent(b, w, 0));
-    g_output(g, g_rms_norm(g, "rms_norm", x, w, b->c->eps, b->c->offset), "y");
+    g_output(g, g_rms_norm(g, "rms_norm", x, w, b->c->eps, b->c->offset, b->c->f32_weight), "y");
 }
 
 /* Both outputs are graph outputs: the sum is the next residual, and must be x + skip exactly. */
@@ -338,7 +341,8 @@ static void build_skip_rms_norm(bld *b)
     int x = activations(b, "x", extent(b, w, 0));
     int skip = activations(b, "skip", extent(b, w, 0));
     int sum = G_NONE;
-    int y = g_skip_rms_norm(g, "skip_rms_norm", x, skip, w, b->c->eps, b->c->offset, &sum);
+    int y = g_skip_rms_norm(g, "skip_rms_norm", x, skip, w, b->c->eps, b->c->offset,
+                            b->c->f32_weight, &sum);
     g_output(g, y, "y");
     g_output(g, sum, "sum");
 }

@@ -85,8 +85,8 @@ static g_graph *every_semantic_op(void)
     int pos = input(g, "position_ids", FERRY_I64, 2, bs);
     int mask = input(g, "attention_mask", FERRY_I64, 2, bs);
     int h = g_embedding(g, "embedding", table, ids), sum;
-    h = g_rms_norm(g, "rms_norm", h, w, 1e-6, 1.0);
-    h = g_skip_rms_norm(g, "skip_rms_norm", h, x, w, 1e-6, 0.0, &sum);
+    h = g_rms_norm(g, "rms_norm", h, w, 1e-6, 1.0, true);
+    h = g_skip_rms_norm(g, "skip_rms_norm", h, x, w, 1e-6, 0.0, false, &sum);
     h = g_layer_norm(g, "layer_norm", h, w, bias, 1e-5);
     int layer_sum;
     h = g_skip_layer_norm(g, "skip_layer_norm", h, x, w, bias, 1e-5, &layer_sum);
@@ -269,7 +269,7 @@ static void skip_rms_norm_is_one_add_and_one_norm(void **state)
     const int64_t x3[3] = {2, 5, 16}, n[1] = {16};
     int x = input(g, "x", FERRY_F32, 3, x3), skip = input(g, "skip", FERRY_F32, 3, x3);
     int w = input(g, "w", FERRY_F32, 1, n), sum;
-    g_output(g, g_skip_rms_norm(g, "norm", x, skip, w, 1e-6, 0.0, &sum), "y");
+    g_output(g, g_skip_rms_norm(g, "norm", x, skip, w, 1e-6, 0.0, false, &sum), "y");
     g_output(g, sum, "sum");
     g_graph *low = legalize(g, &g_target_primitives);
     int x_l = low->inputs[0], skip_l = low->inputs[1], sum_l = low->outputs[1];
@@ -302,7 +302,7 @@ static g_graph *small_graph(void)
     int x = input(g, "x", FERRY_F32, 1, n);
     int y = g_unary(g, G_SQRT, "sqrt", g_binary(g, G_ADD, "add", x, x));
     g_output(g, y, "y");
-    g_output(g, g_rms_norm(g, "norm", x, x, 1e-6, 0.0), "z");
+    g_output(g, g_rms_norm(g, "norm", x, x, 1e-6, 0.0, false), "z");
     g_remove_dead(g);
     return g;
 }
@@ -444,7 +444,11 @@ static void inference_refuses_impossible_nodes(void **state)
     g = symbolic_graph(&x, &q);
     const int64_t n4[1] = {4};
     int w = input(g, "w", FERRY_F32, 1, n4);
-    refused(g, g_rms_norm(g, "nan_offset", x, w, 1e-6, NAN), "offset finite");
+    refused(g, g_rms_norm(g, "nan_offset", x, w, 1e-6, NAN, true), "offset finite");
+
+    g = symbolic_graph(&x, &q);
+    w = input(g, "w", FERRY_F32, 1, n4);
+    refused(g, g_rms_norm(g, "cast_first_offset", x, w, 1e-6, 1.0, false), "f32_weight");
 
     g = symbolic_graph(&x, &q);
     g_dim pd[2] = {g_dim_sym(0), g_dim_sym(1)};

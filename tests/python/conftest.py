@@ -118,6 +118,11 @@ ARCHS = {
                         "full_attention": {"rope_type": "linear", "factor": 2.0,
                                            "rope_theta": 1e6},
                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})),
+    # norms after each block only, q/k norms over the whole projections (its default token
+    # ids lie outside the tiny vocabulary)
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM",
+              dict(rms_norm_eps=1e-5, pad_token_id=None, eos_token_id=None,
+                   rope_parameters={"rope_type": "default", "rope_theta": 50000.0})),
 }
 
 ARCH_CLASS = {name: spec[1] for name, spec in ARCHS.items()}
@@ -181,9 +186,24 @@ def rotating_layers(ckpt):
 
 def norms_per_layer(arch):
     """The RMSNorms of one decoder layer of `arch` around its blocks (Gemma 2/3 put one after
-    each block as well as before it) and on q and k (Qwen3, Gemma 3)."""
-    block = 4 if arch in ("gemma2", "gemma3") else 2
-    return block, 2 if arch in ("qwen3", "gemma3") else 0
+    each block as well as before it, OLMo 2 after it only) and on q and k (Qwen3, Gemma 3,
+    OLMo 2)."""
+    block = {"gemma2": 4, "gemma3": 4}.get(arch, 2)
+    return block, 2 if arch in ("qwen3", "gemma3", "olmo2") else 0
+
+
+def fused_norm_ops(arch, layers):
+    """(plain RMSNorms, residual adds fused with the norm after them) in a graph of `arch`:
+    each add that a norm follows fuses with it (before each block, and the final norm)."""
+    block, qk = norms_per_layer(arch)
+    if arch == "olmo2":   # adds no norm follows but the last
+        return (block + qk) * layers, 1
+    return 1 + (block - 2 + qk) * layers, 2 * layers
+
+
+# Families onnxruntime-genai has no model type for (its builder's list, 0.18): their exports
+# carry no genai_config.json, and export.json says why.
+NO_GENAI = {"olmo2"}
 
 
 def softcapped(arch):

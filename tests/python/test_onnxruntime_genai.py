@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ARCHS, ferry_export, run_ferry
+from conftest import ARCHS, NO_GENAI, ferry_export, run_ferry
 from quant_ref import dequantized_checkpoint
 
 og = pytest.importorskip("onnxruntime_genai")
@@ -132,6 +132,10 @@ def random_rows(cfg, lengths, seed=3):
 def test_every_family_greedy_equals_generate(ckpts, tmp_path, arch, fused):
     ckpt = ckpts(arch, **TOKEN_IDS)
     out = ferry_export(ckpt, tmp_path / "out", *GEN, *(["--ort-fusions", "cpu"] if fused else []))
+    if arch in NO_GENAI:
+        why = json.loads((out / "export.json").read_text())["onnxruntime_genai"]["unsupported"]
+        assert "no model type" in why and not (out / "genai_config.json").exists()
+        return
     cfg = json.loads((ckpt / "config.json").read_text())
     config = json.loads((out / "genai_config.json").read_text())
     decoder = config["model"]["decoder"]

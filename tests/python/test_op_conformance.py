@@ -102,6 +102,7 @@ CASES = {
     "rms_norm": dict(kind="rms_norm", eps=1e-6),
     "rms_norm_offset": dict(kind="rms_norm", eps=1e-6, offset=1.0),
     "rms_norm_fp16": dict(kind="rms_norm", eps=1e-6, dtype="fp16"),
+    "rms_norm_f32_weight_fp16": dict(kind="rms_norm", eps=1e-6, dtype="fp16", f32_weight=True),
     "skip_rms_norm": dict(kind="skip_rms_norm", eps=1e-5),
     "skip_rms_norm_fp16": dict(kind="skip_rms_norm", eps=1e-5, dtype="fp16"),
     "layer_norm": dict(kind="layer_norm", eps=1e-5, bias=True),
@@ -620,10 +621,14 @@ def reference(spec, weights, feeds):
     if kind in ("rms_norm", "skip_rms_norm"):
         from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
         from transformers.models.llama.modeling_llama import LlamaRMSNorm
+        from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
 
         h = x["x"] + x["skip"] if kind == "skip_rms_norm" else x["x"]
         # Gemma's norm stores w and multiplies by 1 + w; ferry adds the offset to the weight
-        norm = (GemmaRMSNorm if spec.get("offset") else LlamaRMSNorm)(HIDDEN, eps=spec["eps"])
+        # OLMo 2's multiplies by w in fp32, then casts
+        cls = GemmaRMSNorm if spec.get("offset") else \
+            Olmo2RMSNorm if spec.get("f32_weight") else LlamaRMSNorm
+        norm = cls(HIDDEN, eps=spec["eps"])
         norm.weight.data.copy_(w["weight"])
         out = {"y": norm(h)}
         if kind == "skip_rms_norm":

@@ -20,7 +20,7 @@ import onnx
 import pytest
 
 from conftest import (ARCHS, check_against_reference, check_export_error, check_model_full,
-                      ferry_builds, ferry_export, norms_per_layer, rotating_layers, softcapped)
+                      ferry_builds, ferry_export, fused_norm_ops, rotating_layers, softcapped)
 from quant_ref import dequantized_checkpoint
 
 FUSED = ["--ort-fusions", "cpu"]
@@ -55,10 +55,10 @@ def test_plain_export_fused_norms(ckpts, tmp_path, arch, provider, record_proper
         bool(cfg.get("final_logit_softcapping"))
     assert sum(n for (_, op), n in ops.items() if op == "Tanh") == caps
     # standard RMSNormalization at opset 23: the first layer's input norm (the others fuse
-    # with the residual add), q/k norms, and the norms after each block (Gemma 2/3)
-    block, qk = norms_per_layer(arch)
-    assert ops["ai.onnx", "RMSNormalization"] == 1 + (qk + block - 2) * layers
-    assert ops["com.microsoft", "SkipSimplifiedLayerNormalization"] == 2 * layers
+    # with the residual add), q/k norms, and the norms after each block (Gemma 2/3, OLMo 2)
+    plain, skip = fused_norm_ops(arch, layers)
+    assert ops["ai.onnx", "RMSNormalization"] == plain
+    assert ops["com.microsoft", "SkipSimplifiedLayerNormalization"] == skip
     assert not any(op == "ReduceMean" for _, op in ops)      # no decomposed norm left
     assert ops["com.microsoft", "GroupQueryAttention"] == 0
     # no cache: plain ops on cpu, MultiHeadAttention after RotaryEmbedding elsewhere (the table)

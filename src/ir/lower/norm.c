@@ -3,7 +3,7 @@
  *
  *  rms_norm:  x ─cast(f32)─┬─mul(x,x)─reduce_mean(-1)─add(eps)─sqrt─reciprocal─┐
  *                          └──────────────────────────────────────────────────mul─cast(dtype)─mul(w)
- *             with an offset (Gemma): ... mul ─ mul(cast(w, f32) + offset) ─ cast(dtype)
+ *             f32_weight (Gemma, OLMo 2): ... mul ─ mul(cast(w, f32) [+ offset]) ─ cast(dtype)
  *  skip_rms_norm(x, skip, w) = (rms_norm(x + skip), x + skip)
  *  layer_norm: in fp32, (x - mean) / sqrt(var + eps) * w + b, cast back
  *  skip_layer_norm(x, skip, w, b) = (layer_norm(x + skip), x + skip) */
@@ -21,10 +21,13 @@ ferry_status lower_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
     int ve = g_binary(g, G_ADD, "Add", var, g_scalar_f(g, FERRY_F32, n->a.eps));
     int rs = g_unary(g, G_RECIPROCAL, "Reciprocal", g_unary(g, G_SQRT, "Sqrt", ve));
     int normed = g_binary(g, G_MUL, "Mul", xf, rs);
-    if (n->a.offset != 0.0) {
-        /* Gemma: output * (offset + weight) in fp32, then cast */
-        int offset = g_scalar_f(g, FERRY_F32, n->a.offset);
-        int wf = g_binary(g, G_ADD, "WeightOffset", g_cast(g, "Cast_w", w, FERRY_F32), offset);
+    if (n->a.f32_weight) {
+        /* Gemma: output * (offset + weight) in fp32, then cast; OLMo 2: the same, offset 0 */
+        int wf = g_cast(g, "Cast_w", w, FERRY_F32);
+        if (n->a.offset != 0.0) {
+            int offset = g_scalar_f(g, FERRY_F32, n->a.offset);
+            wf = g_binary(g, G_ADD, "WeightOffset", wf, offset);
+        }
         outs[0] = g_cast(g, "Cast_1", g_binary(g, G_MUL, "Mul_1", normed, wf), dt);
     } else {
         /* Llama: weight * output.to(input dtype) */
@@ -38,7 +41,8 @@ ferry_status lower_skip_rms_norm(g_lower_ctx *c, const g_node *n, int *outs)
     g_graph *g = c->dst;
     int residual = lw_in(c, n, 1), x = lw_in(c, n, 0);
     int sum = g_binary(g, G_ADD, "Add", x, residual);
-    outs[0] = g_rms_norm(g, "rms_norm", sum, lw_in(c, n, 2), n->a.eps, n->a.offset);
+    outs[0] = g_rms_norm(g, "rms_norm", sum, lw_in(c, n, 2), n->a.eps, n->a.offset,
+                         n->a.f32_weight);
     outs[1] = sum;
     return g->err.status;
 }
