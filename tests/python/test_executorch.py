@@ -32,7 +32,7 @@ import pytest
 import torch
 
 from conftest import (ARCHS, FERRY_BIN, FP32_ATOL, assert_logits_close, check_export_error,
-                      ferry_builds, ferry_export, make_checkpoint, make_inputs,
+                      ferry_builds, ferry_export, layer_linears, make_checkpoint, make_inputs,
                       reference_logits, reference_model, run_ferry)
 from test_encoders import FAMILIES as ENCODERS, assert_close, build as build_encoder, eager, \
     feeds_for
@@ -282,7 +282,7 @@ def test_decoder_matches_eager(family):
 
 
 def test_program_is_well_formed(family):
-    _, backend, _, out = family
+    arch, backend, _, out = family
     prog = check_program(out / "model.pte")
     manifest = json.loads((out / "export.json").read_text())
     meta = manifest["components"]["model"]["metadata"]
@@ -298,8 +298,9 @@ def test_program_is_well_formed(family):
     if backend == "portable":
         assert plan["delegates"] == [] and "aten::linear.out" in meta["operators"]
     else:
-        # every linear: 7 a layer, 2 layers, and the head (tied or not, stored once)
-        assert meta["delegated_linears"] == len(plan["delegates"]) == 15
+        # every linear of the 2 layers, and the head (tied or not, stored once)
+        linears = 2 * len(layer_linears(arch)) + 1
+        assert meta["delegated_linears"] == len(plan["delegates"]) == linears
         assert "aten::linear.out" not in meta["operators"]
 
 

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from conftest import (ARCHS, FP32_ATOL, assert_logits_close, check_export_error, ferry_export,
-                      make_checkpoint, make_inputs, norms_per_layer, reference_logits,
+                      layer_linears, make_checkpoint, make_inputs, norms_per_layer,
+                      reference_logits,
                       rotating_layers, run_ferry, softcapped)
 from test_oracle_onnx import BF16_ATOL, FP16_ATOL
 
@@ -487,7 +488,7 @@ def test_cpu_plugin_fuses_the_stateful_graph(ckpts, tmp_path, arch, flags, weigh
         assert sdpa == [8] * layers, found
         assert "MatMul" not in kinds and "Softmax" not in kinds, kinds
     fc = [p for k, p, _ in found if k == "FullyConnected"]
-    assert fc == [weights] * (7 * layers + 1), fc   # q k v o gate up down, lm_head
+    assert fc == [weights] * (len(layer_linears(arch)) * layers + 1), fc   # and lm_head
 
 
 def test_runtime_options(ckpts, tmp_path):

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from conftest import (ARCHS, FIXTURE, FP32_ATOL, assert_logits_close, check_export_error,
-                      ferry_export, make_checkpoint, make_inputs, reference_logits,
+                      ferry_export, layer_linears, make_checkpoint, make_inputs, reference_logits,
                       reference_model, record_sizes, run_ferry)
 from test_oracle_onnx import BF16_ATOL, FP16_ATOL
 from test_openvino import check_calls, eos_ids, hf_greedy, left_pad, pick, prompts
@@ -401,7 +401,11 @@ def test_module_stack_matches_torch_export(family):
     ids, mask, pos = (torch.from_numpy(a) for a in make_inputs(VOCAB, 2, 5))
     traced = torch.export.export(model, (), dict(input_ids=ids, attention_mask=mask,
                                                  position_ids=pos, use_cache=False))
-    assert module_classes(program) == module_classes(traced)
+    # Phi-3's residual dropouts: torch records their aten.dropout (train=False), an identity
+    # ferry does not write
+    want = {fqn: cls for fqn, cls in module_classes(traced).items()
+            if cls != "torch.nn.modules.dropout.Dropout"}
+    assert module_classes(program) == want
     signature = program.graph_signature.inputs_to_parameters
     for node in program.graph.nodes:
         if node.op == "call_function" and node.target == torch.ops.aten.linear.default:
@@ -411,18 +415,19 @@ def test_module_stack_matches_torch_export(family):
             assert weight == f"{fqn}.weight" or (fqn, weight) == (
                 "lm_head", "model.embed_tokens.weight"), (node.name, fqn, weight)
     calls = [e.fqn for e in program.module_call_graph]
-    assert calls[0] == "" and set(calls[1:]) == set(module_classes(traced)) - {""} | {
-        "model.layers"}
+    assert calls[0] == "" and set(calls[1:]) == set(want) - {""} | {"model.layers"}
 
 
 def test_unflatten(family):
     """torch.export.unflatten rebuilds the module tree (model.layers.0.self_attn.q_proj, ...),
     which runs to ep.module()'s logits exactly."""
-    _, ckpt, _, program, module = family
+    arch, ckpt, _, program, module = family
     tree = torch.export.unflatten(program)
     layer = getattr(tree.model.layers, "0")
-    assert isinstance(layer.self_attn.q_proj, torch.nn.Module)
-    assert hasattr(layer.mlp, "act_fn") and hasattr(tree, "lm_head")
+    first = layer_linears(arch)[0]
+    assert isinstance(getattr(layer.self_attn, first), torch.nn.Module)
+    act = "activation_fn" if arch == "phi3" else "act_fn"   # Phi3MLP's name for it
+    assert hasattr(layer.mlp, act) and hasattr(tree, "lm_head")
     for batch, seq in [(1, 1), (3, 7)]:
         ids, mask, pos = make_inputs(VOCAB, batch, seq)
         assert np.array_equal(run(tree, ids, mask), run(module, ids, mask))
