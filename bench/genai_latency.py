@@ -45,7 +45,8 @@ def main():
 
     def generator():
         params = og.GeneratorParams(model)
-        params.set_search_options(max_length=total, min_length=total, do_sample=False)
+        params.set_search_options(max_length=max(total, args.max_length), min_length=total,
+                                  do_sample=False)
         return og.Generator(model, params)
 
     prefill = []

