@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ._lib import CannotValidate, FerryError, FerryWarning, _escape
+from .generation import rerun_length
 from .runners import Runners, derive_position_ids
 from .runtime import check_program_io, openvino_ports, runtime_reason
 
@@ -45,6 +46,10 @@ class Run:
     input_ids: np.ndarray
     attention_mask: np.ndarray
     positions: bool = True
+    # the sequence length at which the run ran the whole sequence again, as transformers'
+    # generate() does (Phi-3's LongRoPE switch): positions before it are eager's over the
+    # shorter prefix, those from it on eager's over the whole sequence
+    rerun_at: int = None
 
 
 # --- example inputs ---------------------------------------------------------------------------
@@ -263,16 +268,34 @@ def _generation(loaded, manifest):
                                  f"prompt and {STEPS} decode steps", status=4)
     ids, mask, _ = example_prompt(manifest, first, vocab_size(manifest, first, loaded.directory),
                                   cap)
+    rerun_at = rerun_length(_read_config(loaded.directory))
     runners.reset(ids.shape[0])
     logits = runners["prefill"](ids, mask)
     calls = [Call(f"{first}: logits, prompt", 0, logits)]
+    ran_again = None
     for _ in range(STEPS):
         token = logits[:, -1].astype(np.float64).argmax(-1).astype(np.int64)[:, None]
         ids = np.concatenate([ids, token], axis=1)
         mask = np.concatenate([mask, np.ones_like(token)], axis=1)
-        logits = runners["decode"](token, mask)
+        if ids.shape[1] == rerun_at:   # as generate() and transformers' generate() do
+            runners.reset(ids.shape[0])
+            logits = runners["prefill"](ids, mask)[:, -1:]
+            ran_again = rerun_at
+        else:
+            logits = runners["decode"](token, mask)
         calls.append(Call(f"decode: logits, {STEPS} steps", ids.shape[1] - 1, logits))
-    return Run(calls, ids, mask)
+    return Run(calls, ids, mask, rerun_at=ran_again)
+
+
+def _read_config(directory):
+    try:
+        config = json.loads((Path(directory) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(config, dict):
+        return {}
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
 
 
 class _TooNew(Exception):

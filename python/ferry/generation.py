@@ -114,11 +114,11 @@ def resolve(directory, kwargs):
         elif settings[key] is None:
             settings[key] = config.get(key)
     settings["max_position_embeddings"] = config.get("max_position_embeddings")
-    settings["recompute_at"] = _recompute_at(config)
+    settings["recompute_at"] = rerun_length(config)
     return settings
 
 
-def _recompute_at(config):
+def rerun_length(config):
     """The sequence length at which transformers' generate() drops the cache and runs the
     whole sequence again, or None. Phi3ForCausalLM.prepare_inputs_for_generation does so once,
     when the sequence first reaches original_max_position_embeddings + 1 with a cache of at

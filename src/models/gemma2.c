@@ -62,6 +62,11 @@ ferry_status gemma2_read_keys(const model_config *cfg, const lm_config *c, blk_l
         (d->pattern_key && (st = json_get_int(cfg->text, d->pattern_key, false, pattern, 1,
                                               1 << 20, origin, &pattern, err))))
         return st;
+    const cJSON *scalar_node = cJSON_GetObjectItemCaseSensitive(cfg->text,
+                                                                 "query_pre_attn_scalar");
+    if (cJSON_IsNull(scalar_node)) /* transformers' config refuses it too */
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'query_pre_attn_scalar' is null; it "
+                       "must be a positive number", origin);
     if (bidirectional)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: use_bidirectional_attention true is not "
                        "supported (ferry exports %s as a causal decoder)", origin,

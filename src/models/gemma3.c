@@ -1,5 +1,6 @@
 /* gemma3.c — Gemma3ForCausalLM: Gemma 2's shape (gemma2.h) with RMSNorms of 1 + w over
- * head_dim on q and k before rope, no soft-caps unless the config sets them, the sliding
+ * head_dim on q and k before rope, the logits soft-capped only when final_logit_softcapping
+ * is set (attn_logit_softcapping, which transformers' Gemma 3 ignores, is refused), the sliding
  * layers from layer_types (absent: five of every sliding_window_pattern = 6), and a rotary
  * setting per layer type: the sliding layers' own (rope_parameters.sliding_attention, or
  * transformers 4's rope_local_base_freq, default theta 10000, no scaling), the full layers'
@@ -72,6 +73,13 @@ static ferry_status gemma3_read_extra(const model_config *cfg, const lm_config *
     if (!sliding)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     ferry_status st = gemma2_read_keys(cfg, c, lm, &GEMMA3, sliding, err);
+    /* Gemma3Attention keeps the key but never hands it to the attention: a config that sets
+     * it asks for what transformers does not compute */
+    if (st == FERRY_OK && lm->attn_softcap != 0.0)
+        st = fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: key 'attn_logit_softcapping' is set "
+                     "(%g), but transformers' Gemma 3 attention does not apply it; ferry "
+                     "refuses rather than export other numbers than transformers' (set it to "
+                     "null)", cfg->text_origin, lm->attn_softcap);
     if (st == FERRY_OK)
         st = read_ropes(cfg, c, &full, &local, err);
     if (st != FERRY_OK) {

@@ -129,7 +129,12 @@ def test_semantic_graph_follows_the_keys(tmp_path):
     ("gemma3", lambda c: c.update(query_pre_attn_scalar=0), ["query_pre_attn_scalar"]),
     ("gemma3", lambda c: c.update(sliding_window_pattern=0, layer_types=None),
      ["sliding_window_pattern"]),
-], ids=["bidirectional", "activation", "flat-rope", "negative-cap", "zero-scalar", "pattern-0"])
+    # transformers' Gemma 3 attention ignores the key: refused rather than applied
+    ("gemma3", lambda c: c.update(attn_logit_softcapping=30.0),
+     ["attn_logit_softcapping", "does not apply it"]),
+    ("gemma2", lambda c: c.update(query_pre_attn_scalar=None), ["query_pre_attn_scalar", "null"]),
+], ids=["bidirectional", "activation", "flat-rope", "negative-cap", "zero-scalar", "pattern-0",
+        "gemma3-attn-cap", "null-scalar"])
 def test_bad_keys_refused(tmp_path, arch, edit, needles):
     ckpt = make_checkpoint(tmp_path / "ckpt", arch)
     rewrite_config(ckpt, edit)

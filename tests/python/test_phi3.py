@@ -64,6 +64,20 @@ def test_generate_across_the_switch(long_ckpt, tmp_path, layout):
     assert np.array_equal(got, want), (layout, got, want)
 
 
+@pytest.mark.parametrize("layout", ["onnx", "openvino"])
+def test_validate_across_the_switch(tmp_path, layout):
+    """`ferry validate` runs a prompt and 8 steps: with the switch among them it re-runs the
+    sequence there, as generate() does, and holds each call to eager over what it had seen
+    (the prompt's logits to the short factors, not to a forward over the whole run)."""
+    from test_validate import validate
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "phi3", **dict(LONG,
+                                                              original_max_position_embeddings=20))
+    out = ferry_export(ckpt, tmp_path / layout, *LAYOUTS[layout])
+    rc, stdout, stderr = validate(out, "--no-record")
+    assert rc == 0 and "FAIL" not in stdout, stdout + stderr
+
+
 def test_fused_projections_stay_fused(tmp_path):
     """One linear over qkv_proj and one over gate_up_proj, sliced after: the parameters are the
     checkpoint's own (a .pt2's state dict names them as the checkpoint does)."""
