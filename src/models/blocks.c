@@ -98,6 +98,10 @@ ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry
     if (lm->norms != BLK_PRE_NORM)
         W(post_ff_norm, n->post_ff_norm, true, h, 0);
     w->q = w->k = w->v = w->qkv = w->gate = w->up = w->gate_up = G_NONE;
+    if ((n->qkv && lm->qkv_bias) || (n->gate_up && lm->mlp_bias))
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "checkpoint %s: biases on a fused "
+                       "projection (%s) are not supported", ck->dir,
+                       n->qkv && lm->qkv_bias ? "qkv_proj" : "gate_up_proj");
     if (n->qkv) {
         W(qkv, n->qkv, true, qd + 2 * kvd, h);
     } else {
