@@ -23,7 +23,7 @@ vocab 262144, tied embeddings; 1.07 GB of safetensors).
    perplexity and top-1 next-token agreement with ferry's fp32 export (itself held to
    transformers' logits by the tests), one forward under onnxruntime CPU, accuracy_level 4 as
    the builder's CPU default.
-3. Decode: bench/genai_latency.py on ferry's fused int4 export and the builder's int4, three
+3. Decode: bench/genai_latency.py on ferry's fused int4 export and the builder's int4, five
    rounds in alternation (the median of each run's median step), the same prompt (128
    tokens) and 64 steps through onnxruntime-genai, all cores, both with a 640-token
    max_length (the builder's sliding-window attention refuses a cache shorter than its window).
@@ -133,7 +133,7 @@ def quality_rows(ckpt, work):
     return rows
 
 
-def decode_rows(work, logs, rounds=3):
+def decode_rows(work, logs, rounds=5):
     """Each export's decode, `rounds` times in alternation (ferry, builder, ferry, ...) so
     that a disturbance lands on both: the median over rounds of each run's median step."""
     import statistics
@@ -201,7 +201,7 @@ def write_markdown(path, res):
         lines.append("")
     if res.get("decode"):
         lines += ["## Decode in onnxruntime-genai (128-token prompt, 64 steps, all cores)", "",
-                  "Three rounds in alternation; the median of each run's median step, and the "
+                  "Five rounds in alternation; the median of each run's median step, and the "
                   "rounds.", "",
                   "| export | prefill ms | decode ms/step (rounds) |", "|---|---|---|"]
         for r in res["decode"]:

@@ -35,14 +35,15 @@ typedef struct lw_memo {
     int in_a, in_b;          /* destination ids the piece was built from */
     int64_t key;             /* dtype, window, ... */
     g_rope_opts rope;        /* rope tables: the options they were computed for */
-    int out_a, out_b;
+    int out_a, out_b, out_c;
 } lw_memo;
 
 enum { LW_MEMO_ROPE = 1, LW_MEMO_MASK = 2, LW_MEMO_PACKED = 3 /* in_a: a source node */,
        LW_MEMO_ROTARY_CACHE = 4 /* a target's cos/sin tables per rope options and dtype */,
        LW_MEMO_BIAS = 5 /* a target's additive attention bias per mask and dtype */,
        LW_MEMO_WINDOW_BIAS = 6 /* a target's own form of it for a sliding window */,
-       LW_MEMO_KEY_MASK = 7 /* a target's own form of a padding mask (an int32 copy) */ };
+       LW_MEMO_KEY_MASK = 7 /* a target's own form of a padding mask (an int32 copy) */,
+       LW_MEMO_LENGTHS = 8 /* a target's per-call lengths (key and query counts) per mask */ };
 
 /* The words of one value's reader set (a bit per op): as many as the ops need. */
 #define LW_READER_WORDS ((G_OP_COUNT + 63) / 64)

@@ -603,6 +603,50 @@ static const g_node *head_norm_source(const g_lower_ctx *c, const g_node *r)
 #define GQA_HEAD_MULTIPLE 8
 #define GQA_ROTARY_HEAD_MULTIPLE 16
 
+/* GroupQueryAttention's lengths. Every row's cache holds `filled` keys after this call (left
+ * padding is the bias's business): seqlens_k = filled - 1 per row. total_sequence_length is
+ * the key length the bias spans: filled for a growing cache, the whole buffer for a static
+ * one. With a past, query_seqlens (s per row: no right padding) lets a batch feed several
+ * tokens a call; only cpu and cuda take it (the others must reject the node when it is given).
+ * A growing cache's lengths depend on the mask alone, the same for every layer: they are made
+ * once per graph (a per-layer copy cost the decode of a small model a few percent). A static
+ * cache's read each layer's own position input. */
+static void gqa_lengths(g_lower_ctx *c, const g_node *n, int q, int mask, int pos, bool chunks,
+                        int *seqlens, int *total32, int *query_lens)
+{
+    g_graph *g = c->dst;
+    bool static_cache = n->a.attn->cache == G_CACHE_STATIC;
+    if (!static_cache)
+        for (size_t i = 0; i < c->n_memo; i++)
+            if (c->memo[i].kind == LW_MEMO_LENGTHS && c->memo[i].in_a == mask &&
+                c->memo[i].key == chunks) {
+                *seqlens = c->memo[i].out_a;
+                *total32 = c->memo[i].out_b;
+                *query_lens = c->memo[i].out_c;
+                return;
+            }
+    char saved[sizeof g->scope];
+    if (!static_cache)
+        lw_shared_scope_push(c, saved, sizeof saved, "attention_lengths_%d", mask);
+    int s = g_shape_of(g, "Shape_s", q, 1, 2), batch = g_shape_of(g, "Shape_b", q, 0, 1);
+    int filled = static_cache ? g_binary(g, G_ADD, "Add_filled", pos, s)
+                              : g_shape_of(g, "Shape_t", mask, 1, 2);
+    int span = static_cache ? g_shape_of(g, "Shape_t", mask, 3, 4) : filled;
+    int last = g_binary(g, G_SUB, "Sub_one", filled, g_const_i64(g, 1, (int64_t[]){1}));
+    *seqlens = g_cast(g, "Cast_seqlens", g_expand(g, "Expand_seqlens", last, batch), FERRY_I32);
+    g_dim scalar[1];
+    *total32 = g_cast(g, "Cast_total", g_reshape(g, "Reshape_total", span, 0, scalar),
+                      FERRY_I32);
+    *query_lens = chunks ? g_cast(g, "Cast_query_seqlens",
+                                  g_expand(g, "Expand_query_seqlens", s, batch), FERRY_I32)
+                         : G_NONE;
+    if (static_cache)
+        return;
+    lw_scope_pop(c, saved);
+    lw_memo_add(c, &(lw_memo){.kind = LW_MEMO_LENGTHS, .in_a = mask, .key = chunks,
+                              .out_a = *seqlens, .out_b = *total32, .out_c = *query_lens});
+}
+
 static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
@@ -635,25 +679,9 @@ static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
     k = g_reshape_spec(g, "Reshape_k", k, 3, kv3);
     v = g_reshape_spec(g, "Reshape_v", v, 3, kv3);
 
-    /* Every row's cache holds `filled` keys after this call (left padding is the bias's
-     * business): seqlens_k = filled - 1 per row. total_sequence_length is the key length the
-     * bias spans: filled for a growing cache, the whole buffer for a static one. With a past,
-     * query_seqlens (s per row: no right padding) lets a batch feed several tokens a call; only
-     * cpu and cuda take it (the others must reject the node when it is given). */
-    int s = g_shape_of(g, "Shape_s", q, 1, 2), batch = g_shape_of(g, "Shape_b", q, 0, 1);
-    bool static_cache = o->cache == G_CACHE_STATIC;
-    int filled = static_cache ? g_binary(g, G_ADD, "Add_filled", pos, s)
-                              : g_shape_of(g, "Shape_t", mask, 1, 2);
-    int span = static_cache ? g_shape_of(g, "Shape_t", mask, 3, 4) : filled;
-    int last = g_binary(g, G_SUB, "Sub_one", filled, g_const_i64(g, 1, (int64_t[]){1}));
-    int seqlens = g_cast(g, "Cast_seqlens", g_expand(g, "Expand_seqlens", last, batch), FERRY_I32);
-    g_dim scalar[1];
-    int total32 = g_cast(g, "Cast_total", g_reshape(g, "Reshape_total", span, 0, scalar),
-                         FERRY_I32);
     bool chunks = provider == ORT_CPU || provider == ORT_CUDA;
-    int query_lens = chunks ? g_cast(g, "Cast_query_seqlens",
-                                     g_expand(g, "Expand_query_seqlens", s, batch), FERRY_I32)
-                            : G_NONE;
+    int seqlens, total32, query_lens;
+    gqa_lengths(c, n, q, mask, pos, chunks, &seqlens, &total32, &query_lens);
 
     /* ferry's own mask as an additive bias [b, 1, s, t] */
     int bias = lw_attention_bias(c, n, q, dt);
