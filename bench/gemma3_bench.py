@@ -179,41 +179,36 @@ def write_markdown(path, res):
              ""]
     if res.get("export"):
         ferry = next(r for r in res["export"] if r["exporter"] == "ferry fp32")
-        lines += ["## Export (generation, one process each)", "",
-                  "| exporter | wall s | peak RSS MiB | vs ferry fp32 |", "|---|---|---|---|"]
-        for r in res["export"]:
-            if r.get("error"):
-                lines.append(f"| {r['exporter']} | failed: {r['error']} | | |")
-                continue
-            lines.append(f"| {r['exporter']} | {r['wall']:.2f} | {r['peak_rss'] / mb:.0f} | "
-                         f"{r['wall'] / ferry['wall']:.1f}x time, "
-                         f"{r['peak_rss'] / ferry['peak_rss']:.1f}x RSS |")
-        lines.append("")
+        lines += table("Export (generation, one process each)", [],
+                       ["exporter", "wall s", "peak RSS MiB", "vs ferry fp32"], res["export"],
+                       lambda r: [f"{r['wall']:.2f}", f"{r['peak_rss'] / mb:.0f}",
+                                  f"{r['wall'] / ferry['wall']:.1f}x time, "
+                                  f"{r['peak_rss'] / ferry['peak_rss']:.1f}x RSS"])
     if res.get("quality"):
-        lines += ["## int4 quality (512 tokens of tests/python/data/perplexity.txt)", "",
-                  "| export | perplexity | top-1 agreement with fp32 |", "|---|---|---|"]
-        for r in res["quality"]:
-            if r.get("error"):
-                lines.append(f"| {r['exporter']} | {r['error']} | |")
-                continue
-            lines.append(f"| {r['exporter']} {r.get('scheme', '')} | {r['ppl']:.2f} | "
-                         f"{r['top1']:.3f} |")
-        lines.append("")
+        lines += table("int4 quality (512 tokens of tests/python/data/perplexity.txt)", [],
+                       ["export", "perplexity", "top-1 agreement with fp32"], res["quality"],
+                       lambda r: [f"{r['ppl']:.2f}", f"{r['top1']:.3f}"])
     if res.get("decode"):
-        lines += ["## Decode in onnxruntime-genai (128-token prompt, 64 steps, all cores)", "",
-                  "Five rounds in alternation; the median of each run's median step, and the "
-                  "rounds.", "",
-                  "| export | prefill ms | decode ms/step (rounds) |", "|---|---|---|"]
-        for r in res["decode"]:
-            if r.get("error"):
-                lines.append(f"| {r['exporter']} | failed: {r['error']} | |")
-            else:
-                rounds = ", ".join(f"{x:.2f}" for x in r["decode_ms_rounds"])
-                lines.append(f"| {r['exporter']} | {r['prefill_ms']:.1f} | "
-                             f"{r['decode_ms']:.2f} ({rounds}) |")
-        lines.append("")
+        lines += table("Decode in onnxruntime-genai (128-token prompt, 64 steps, all cores)",
+                       ["Five rounds in alternation; the median of each run's median step, and "
+                        "the rounds.", ""],
+                       ["export", "prefill ms", "decode ms/step (rounds)"], res["decode"],
+                       lambda r: [f"{r['prefill_ms']:.1f}", f"{r['decode_ms']:.2f} (" +
+                                  ", ".join(f"{x:.2f}" for x in r["decode_ms_rounds"]) + ")"])
     lines += summary(res)
     path.write_text("\n".join(lines))
+
+
+def table(title, intro, header, rows, cells):
+    """A markdown section: each row its exporter (and scheme) and cells(row), or its error."""
+    out = [f"## {title}", "", *intro, "| " + " | ".join(header) + " |",
+           "|" + "---|" * len(header)]
+    for r in rows:
+        name = f"{r['exporter']} {r.get('scheme', '')}".strip()
+        body = [f"failed: {r['error']}"] + [""] * (len(header) - 2) if r.get("error") \
+            else cells(r)
+        out.append("| " + " | ".join([name, *body]) + " |")
+    return out + [""]
 
 
 def summary(res):

@@ -32,6 +32,9 @@ WARMUP_STEPS = 4
 
 def main():
     p = latency_parser(__doc__)
+    p.add_argument("--max-length", type=int, default=0,
+                   help="max_length when larger than prompt + steps (a sliding-window "
+                        "GroupQueryAttention wants a cache of at least its window)")
     args = p.parse_args()
 
     config = og.Config(str(args.dir))

@@ -17,7 +17,4 @@ def latency_parser(doc):
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--max-length", type=int, default=0,
-                   help="genai's max_length when larger than prompt + steps (a sliding-window "
-                        "GroupQueryAttention wants a cache of at least its window)")
     return p

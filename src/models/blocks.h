@@ -193,6 +193,18 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
         .generation = true, .describe = blk_lm_describe,                                   \
     }
 
+/* Defines `var`, the model_arch of a decoder family of the standard shape whose blk_family is
+ * `family`, with its config reader. */
+#define BLK_LM_DEFINE(var, arch, type, family)                                             \
+    static ferry_status var##_read(const model_config *cfg, void **out, fy_err *err)     \
+    {                                                                                      \
+        return blk_lm_read(cfg, &(family), out, err);                                      \
+    }                                                                                      \
+    const model_arch var = BLK_LM_ARCH(arch, type, var##_read)
+
+/* Refuses use_bidirectional_attention true (Gemma's key): ferry exports a causal decoder. */
+ferry_status blk_refuse_bidirectional(const model_config *cfg, fy_err *err);
+
 /* Llama's bias keys, a quirk other families share: "attention_bias" on q/k/v/o, "mlp_bias"
  * on the MLP. */
 void blk_llama_biases(const lm_config *c, blk_lm *lm);

@@ -294,6 +294,18 @@ ferry_status blk_lm_read(const model_config *cfg, const blk_family *family, void
     return FERRY_OK;
 }
 
+ferry_status blk_refuse_bidirectional(const model_config *cfg, fy_err *err)
+{
+    bool bidirectional;
+    ferry_status st = json_get_bool(cfg->text, "use_bidirectional_attention", false, false,
+                                    cfg->text_origin, &bidirectional, err);
+    if (st == FERRY_OK && bidirectional)
+        st = fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: use_bidirectional_attention true is not "
+                     "supported (ferry exports %s as a causal decoder)", cfg->text_origin,
+                     cfg->architecture);
+    return st;
+}
+
 void blk_llama_biases(const lm_config *c, blk_lm *lm)
 {
     lm->qkv_bias = c->attention_bias;

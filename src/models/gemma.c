@@ -7,7 +7,6 @@
 
 #include "generate/generation.h"
 #include "models/blocks.h"
-#include "util/json.h"
 
 static void gemma_quirks(const lm_config *c, blk_lm *lm)
 {
@@ -25,23 +24,17 @@ static void gemma_quirks(const lm_config *c, blk_lm *lm)
     lm->o_bias = c->attention_bias;
 }
 
-static const blk_family GEMMA = {
-    .model_type = "gemma", .prefix = "Gemma", .genai_type = "gemma", .quirks = gemma_quirks,
-};
-
-static ferry_status gemma_read(const model_config *cfg, void **out, fy_err *err)
+/* transformers' Gemma attends both ways with use_bidirectional_attention (exported causal) */
+static ferry_status gemma_read_extra(const model_config *cfg, const lm_config *c, blk_lm *lm,
+                                     fy_err *err)
 {
-    /* transformers' Gemma attends both ways with it (it was exported causal) */
-    bool bidirectional;
-    ferry_status status = json_get_bool(cfg->text, "use_bidirectional_attention", false, false,
-                                        cfg->text_origin, &bidirectional, err);
-    if (status != FERRY_OK)
-        return status;
-    if (bidirectional)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: use_bidirectional_attention true is not "
-                       "supported (ferry exports GemmaForCausalLM as a causal decoder)",
-                       cfg->text_origin);
-    return blk_lm_read(cfg, &GEMMA, out, err);
+    (void)c, (void)lm;
+    return blk_refuse_bidirectional(cfg, err);
 }
 
-const model_arch model_gemma = BLK_LM_ARCH("GemmaForCausalLM", "gemma", gemma_read);
+static const blk_family GEMMA = {
+    .model_type = "gemma", .prefix = "Gemma", .genai_type = "gemma", .quirks = gemma_quirks,
+    .read_extra = gemma_read_extra,
+};
+
+BLK_LM_DEFINE(model_gemma, "GemmaForCausalLM", "gemma", GEMMA);

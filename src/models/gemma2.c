@@ -47,12 +47,10 @@ ferry_status gemma2_read_keys(const model_config *cfg, const lm_config *c, blk_l
                               const gemma2_defaults *d, bool *sliding, fy_err *err)
 {
     const char *origin = cfg->text_origin;
-    bool bidirectional;
     double scalar;
     int64_t pattern = d->window_pattern;
     ferry_status st;
-    if ((st = json_get_bool(cfg->text, "use_bidirectional_attention", false, false, origin,
-                            &bidirectional, err)) ||
+    if ((st = blk_refuse_bidirectional(cfg, err)) ||
         (st = json_get_double(cfg->text, "query_pre_attn_scalar", false,
                               GEMMA_QUERY_PRE_ATTN_SCALAR, 1e-6, 1e12, origin, &scalar, err)) ||
         (st = read_softcap(cfg, "attn_logit_softcapping", d->attn_softcap, &lm->attn_softcap,
@@ -67,10 +65,6 @@ ferry_status gemma2_read_keys(const model_config *cfg, const lm_config *c, blk_l
     if (cJSON_IsNull(scalar_node)) /* transformers' config refuses it too */
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'query_pre_attn_scalar' is null; it "
                        "must be a positive number", origin);
-    if (bidirectional)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: use_bidirectional_attention true is not "
-                       "supported (ferry exports %s as a causal decoder)", origin,
-                       cfg->architecture);
     lm->attn_scale = pow(scalar, -0.5);
     /* sliding_window absent is transformers' default; null is no window */
     int64_t window = c->sliding_window;
@@ -101,9 +95,4 @@ static const blk_family GEMMA2 = {
     .quirks = gemma2_quirks, .read_extra = gemma2_read_extra,
 };
 
-static ferry_status gemma2_read(const model_config *cfg, void **out, fy_err *err)
-{
-    return blk_lm_read(cfg, &GEMMA2, out, err);
-}
-
-const model_arch model_gemma2 = BLK_LM_ARCH("Gemma2ForCausalLM", "gemma2", gemma2_read);
+BLK_LM_DEFINE(model_gemma2, "Gemma2ForCausalLM", "gemma2", GEMMA2);

@@ -101,9 +101,4 @@ static const blk_family GEMMA3 = {
     .read_extra = gemma3_read_extra,
 };
 
-static ferry_status gemma3_read(const model_config *cfg, void **out, fy_err *err)
-{
-    return blk_lm_read(cfg, &GEMMA3, out, err);
-}
-
-const model_arch model_gemma3 = BLK_LM_ARCH("Gemma3ForCausalLM", "gemma3_text", gemma3_read);
+BLK_LM_DEFINE(model_gemma3, "Gemma3ForCausalLM", "gemma3_text", GEMMA3);

@@ -34,9 +34,4 @@ static const blk_family GRANITE = {
     .quirks = blk_llama_biases, .read_extra = granite_read_extra,
 };
 
-static ferry_status granite_read(const model_config *cfg, void **out, fy_err *err)
-{
-    return blk_lm_read(cfg, &GRANITE, out, err);
-}
-
-const model_arch model_granite = BLK_LM_ARCH("GraniteForCausalLM", "granite", granite_read);
+BLK_LM_DEFINE(model_granite, "GraniteForCausalLM", "granite", GRANITE);

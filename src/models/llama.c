@@ -8,9 +8,4 @@ static const blk_family LLAMA = {
     .model_type = "llama", .prefix = "Llama", .genai_type = "llama", .quirks = blk_llama_biases,
 };
 
-static ferry_status llama_read(const model_config *cfg, void **out, fy_err *err)
-{
-    return blk_lm_read(cfg, &LLAMA, out, err);
-}
-
-const model_arch model_llama = BLK_LM_ARCH("LlamaForCausalLM", "llama", llama_read);
+BLK_LM_DEFINE(model_llama, "LlamaForCausalLM", "llama", LLAMA);

@@ -13,9 +13,4 @@ static const blk_family MISTRAL = {
     .model_type = "mistral", .prefix = "Mistral", .genai_type = "mistral", .quirks = mistral_quirks,
 };
 
-static ferry_status mistral_read(const model_config *cfg, void **out, fy_err *err)
-{
-    return blk_lm_read(cfg, &MISTRAL, out, err);
-}
-
-const model_arch model_mistral = BLK_LM_ARCH("MistralForCausalLM", "mistral", mistral_read);
+BLK_LM_DEFINE(model_mistral, "MistralForCausalLM", "mistral", MISTRAL);

@@ -31,9 +31,4 @@ static const blk_family OLMO2 = {
     .read_extra = olmo2_read_extra,
 };
 
-static ferry_status olmo2_read(const model_config *cfg, void **out, fy_err *err)
-{
-    return blk_lm_read(cfg, &OLMO2, out, err);
-}
-
-const model_arch model_olmo2 = BLK_LM_ARCH("Olmo2ForCausalLM", "olmo2", olmo2_read);
+BLK_LM_DEFINE(model_olmo2, "Olmo2ForCausalLM", "olmo2", OLMO2);

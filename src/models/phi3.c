@@ -52,9 +52,4 @@ static const blk_family PHI3 = {
     .quirks = phi3_quirks, .read_extra = phi3_read_extra,
 };
 
-static ferry_status phi3_read(const model_config *cfg, void **out, fy_err *err)
-{
-    return blk_lm_read(cfg, &PHI3, out, err);
-}
-
-const model_arch model_phi3 = BLK_LM_ARCH("Phi3ForCausalLM", "phi3", phi3_read);
+BLK_LM_DEFINE(model_phi3, "Phi3ForCausalLM", "phi3", PHI3);

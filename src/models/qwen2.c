@@ -15,9 +15,4 @@ static const blk_family QWEN2 = {
     .model_type = "qwen2", .prefix = "Qwen2", .genai_type = "qwen2", .quirks = qwen2_quirks,
 };
 
-static ferry_status qwen2_read(const model_config *cfg, void **out, fy_err *err)
-{
-    return blk_lm_read(cfg, &QWEN2, out, err);
-}
-
-const model_arch model_qwen2 = BLK_LM_ARCH("Qwen2ForCausalLM", "qwen2", qwen2_read);
+BLK_LM_DEFINE(model_qwen2, "Qwen2ForCausalLM", "qwen2", QWEN2);

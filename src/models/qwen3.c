@@ -16,9 +16,4 @@ static const blk_family QWEN3 = {
     .model_type = "qwen3", .prefix = "Qwen3", .genai_type = "qwen3", .quirks = qwen3_quirks,
 };
 
-static ferry_status qwen3_read(const model_config *cfg, void **out, fy_err *err)
-{
-    return blk_lm_read(cfg, &QWEN3, out, err);
-}
-
-const model_arch model_qwen3 = BLK_LM_ARCH("Qwen3ForCausalLM", "qwen3", qwen3_read);
+BLK_LM_DEFINE(model_qwen3, "Qwen3ForCausalLM", "qwen3", QWEN3);

@@ -71,9 +71,4 @@ static const blk_family SMOLLM3 = {
     .quirks = smollm3_quirks, .read_extra = smollm3_read_extra,
 };
 
-static ferry_status smollm3_read(const model_config *cfg, void **out, fy_err *err)
-{
-    return blk_lm_read(cfg, &SMOLLM3, out, err);
-}
-
-const model_arch model_smollm3 = BLK_LM_ARCH("SmolLM3ForCausalLM", "smollm3", smollm3_read);
+BLK_LM_DEFINE(model_smollm3, "SmolLM3ForCausalLM", "smollm3", SMOLLM3);
