@@ -6,12 +6,15 @@ exports (so both read the same bytes). Everything runs offline and each test wor
 tmp_path, so the suite runs under pytest-xdist.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -499,6 +502,26 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{arch:<10}{cells}")
 
 
+@contextlib.contextmanager
+def disk_lock():
+    """Held, across the xdist workers, by whatever writes gigabytes (the 4 GiB .pt2, the Gemma 3
+    checkpoint and its exports): one at a time, so that two of them never fill a small CI disk
+    together."""
+    with open(Path(tempfile.gettempdir()) / f"ferry-disk-heavy-{os.getuid()}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@pytest.fixture
+def disk_heavy():
+    """The test holds disk_lock() while it runs."""
+    with disk_lock():
+        yield
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """A real checkpoint: SmolLM2-135M-Instruct in float32 (a Llama, hidden 576, 30 layers,
@@ -523,7 +546,8 @@ def gemma3_270m():
     from real_models import MissingSource, build_gemma3
 
     try:
-        return build_gemma3()
+        with disk_lock():
+            return build_gemma3()
     except MissingSource as e:
         pytest.fail(str(e))
 

@@ -23,6 +23,9 @@ import torch
 from conftest import ferry_export, ort_session, reference_model
 from real_models import perplexity, perplexity_text, token_ids, top1_agreement
 
+# each export is about 1 GB: one at a time beside the other tests that write gigabytes
+pytestmark = pytest.mark.usefixtures("disk_heavy")
+
 PROMPTS = ["The capital of France is", "def fibonacci(n):"]
 NEW_TOKENS = 16
 MEASURED_PPL = 26.15
