@@ -367,7 +367,7 @@ ferry_status exp_bound_sequence(const model_arch *arch, const void *hparams, con
     if (g_dim_is_const(sequence, &extent)) {
         if (extent > cap)
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape: sequence %lld is longer "
-                           "than %s takes (%lld positions, from max_position_embeddings)",
+                           "than %s takes (%lld positions: its position embeddings)",
                            (long long)extent, arch->architecture, (long long)cap);
         return FERRY_OK;
     }
@@ -376,7 +376,7 @@ ferry_status exp_bound_sequence(const model_arch *arch, const void *hparams, con
     g_sym *s = &syms->s[sequence.t[0].sym];
     if (s->max > cap || s->min > cap || s->example > cap)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "dynamic dim '%s': %s %lld is past the "
-                       "%lld positions %s takes (max_position_embeddings)", s->name,
+                       "%lld positions %s takes (its position embeddings)", s->name,
                        s->example > cap && s->max <= cap ? "example" : "max",
                        (long long)(s->example > cap && s->max <= cap ? s->example : s->max),
                        (long long)cap, arch->architecture);

@@ -154,6 +154,12 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     exp_axes ax;
     int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;
     int64_t model_max = m->arch->max_sequence ? m->arch->max_sequence(m->hparams) : 0;
+    if (model_max > 0 && cache_len > model_max) {
+        fy_fail(err, FERRY_ERR_INVALID_ARG, "--max-cache-len %lld is past the %lld positions %s "
+                "takes (its position embeddings): the tokens there would have none",
+                (long long)cache_len, (long long)model_max, m->arch->architecture);
+        goto fail;
+    }
     if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, model_max, &syms[0], &ax, err) !=
             FERRY_OK ||
         exp_bound_sequence(m->arch, m->hparams, &ax, &syms[0], err) != FERRY_OK)

@@ -42,8 +42,23 @@ const model_input blk_lm_inputs[3] = {
     {"position_ids", 2, {"batch", "sequence"}},
 };
 
+static int weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
+                  int64_t d1, bool in_out, ferry_dtype dtype, fy_err *err);
+
 int blk_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
                int64_t d1, ferry_dtype dtype, fy_err *err)
+{
+    return weight(g, ck, fmt, layer, required, d0, d1, false, dtype, err);
+}
+
+int blk_conv1d_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, int64_t in, int64_t out,
+                      ferry_dtype dtype, fy_err *err)
+{
+    return weight(g, ck, fmt, layer, true, in, out, true, dtype, err);
+}
+
+static int weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
+                  int64_t d1, bool in_out, ferry_dtype dtype, fy_err *err)
 {
     char name[256];
     snprintf(name, sizeof name, fmt, layer);
@@ -71,6 +86,7 @@ int blk_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, 
         return G_NONE;
     }
     g_weight w = w_plain(t, dtype);
+    w.src_transposed = in_out; /* the logical matrix is [out, in], as a Linear's */
     int v = g_weight_value(g, name, &w);
     if (v == G_NONE && g->err.status != FERRY_OK)
         fy_fail(err, g->err.status, "%s", g->err.msg);
@@ -239,7 +255,6 @@ int blk_skip_norm(g_graph *g, const blk_lm *lm, const char *name, int x, int ski
 int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x,
                   const blk_inputs *in)
 {
-    const model_io *io = in->io;
     char cls[256], scope[96];
     blk_class(lm, "Attention", cls, sizeof cls);
     g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "/model/layers.%d/self_attn", l);
@@ -294,12 +309,19 @@ int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x
         q = g_rope(g, "q_rope", q, in->positions, &lm->rope[l]);
         k = g_rope(g, "k_rope", k, in->positions, &lm->rope[l]);
     }
+    int a = blk_attend(g, lm, l, q, k, v, in,
+                       lm->attn_scale != 0.0 ? lm->attn_scale : 1.0 / sqrt((double)lm->head_dim));
+    return g_linear(g, "o_proj", a, w->o, w->o_b);
+}
+
+int blk_attend(g_graph *g, const blk_lm *lm, int l, int q, int k, int v, const blk_inputs *in,
+               double scale)
+{
+    const model_io *io = in->io;
     int pk, pv, pos;
     cache_inputs(g, lm, io, l, &pk, &pv, &pos);
     g_attn_opts ao = {.num_heads = lm->n_heads, .num_kv_heads = lm->n_kv_heads,
-                      .head_dim = lm->head_dim, .softcap = lm->attn_softcap,
-                      .scale = lm->attn_scale != 0.0 ? lm->attn_scale
-                                                     : 1.0 / sqrt((double)lm->head_dim),
+                      .head_dim = lm->head_dim, .softcap = lm->attn_softcap, .scale = scale,
                       .sliding_window = lm->window[l],
                       .mask = io->cache == CACHE_STATIC ? G_MASK_GIVEN : G_MASK_CAUSAL,
                       .cache = io->cache == CACHE_NONE      ? G_CACHE_NONE
@@ -309,7 +331,7 @@ int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x
     int a = g_attention(g, "attn", q, k, v, in->mask, pk, pv, pos, &ao, &present_k, &present_v);
     if (io->cache != CACHE_NONE)
         cache_outputs(g, io, l, pk, pv, pos, present_k, present_v, a);
-    return g_linear(g, "o_proj", a, w->o, w->o_b);
+    return a;
 }
 
 int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x)
@@ -377,13 +399,15 @@ void blk_graph_inputs(g_graph *g, const model_io *io, blk_inputs *in)
     int shape = G_NONE;
     bool computed_mask = !(io->takes & FERRY_INPUT_ATTENTION_MASK);
     bool computed_positions = !(io->takes & FERRY_INPUT_POSITION_IDS);
+    /* the base model's scope (GPT-2's is /transformer) */
+    const char *base = g->base_scope[0] ? g->base_scope : "/model";
     if (plain && (computed_mask || computed_positions)) {
         /* in the model's own scope: transformers computes them in the base model's forward */
-        g_scope(g, "/model");
+        g_scope(g, "%s", base);
         shape = g_shape_of(g, "input_shape", in->ids, 0, G_END);
     }
     if (plain && computed_mask) {
-        g_scope(g, "/model/attention_mask");
+        g_scope(g, "%s/attention_mask", base);
         in->mask = ones_like_ids(g, shape, bs);
     } else if (io->cache == CACHE_STATIC) {
         g_dim m4[4] = {io->batch, g_dim_const(1), io->sequence, io->cache_len};
@@ -396,7 +420,7 @@ void blk_graph_inputs(g_graph *g, const model_io *io, blk_inputs *in)
         g_input_role_set(g, in->mask, GI_ATTENTION_MASK);
     }
     if (plain && computed_positions) {
-        g_scope(g, "/model/position_ids");
+        g_scope(g, "%s/position_ids", base);
         in->positions = blk_positions_from_zero(g, shape, bs);
     } else {
         in->positions = g_input(g, "position_ids", FERRY_I64, 2, bs);

@@ -144,7 +144,7 @@ ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry
  * attention mask its cache calls for (int64 [batch, past + sequence], or bool
  * [batch, 1, sequence, cache length] with a static cache). A plain component computes the mask
  * or the positions its io does not take (model_io.computed_*): `mask` and `positions` are
- * then node values, not inputs. */
+ * then node values, not inputs, named under g->base_scope ("/model" when unset). */
 typedef struct blk_inputs {
     int ids, mask, positions;
     const model_io *io;
@@ -174,6 +174,12 @@ int blk_skip_norm(g_graph *g, const blk_lm *lm, const char *name, int x, int ski
  * modules (the attention, its projections and norms). */
 int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x,
                   const blk_inputs *in);
+
+/* Layer l's attention proper on q [b, s, heads, d], k and v [b, s, kv_heads, d] (after their
+ * projections, norms and rope) -> [b, s, heads * d], scores scaled by `scale`: with the cache
+ * the io asks for (its inputs, outputs and states) and the layer's window. */
+int blk_attend(g_graph *g, const blk_lm *lm, int l, int q, int k, int v, const blk_inputs *in,
+               double scale);
 
 /* Layer l's gated MLP: down(act(gate(x)) * up(x)); declares its modules. */
 int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x);
@@ -235,6 +241,11 @@ ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const model_io *io, g_g
  * with no error. */
 int blk_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
                int64_t d1, ferry_dtype dtype, fy_err *err);
+
+/* The same for a weight stored [in, out] (transformers' Conv1D, GPT-2's): checked as [in, out],
+ * read as the [out, in] matrix a linear multiplies by. */
+int blk_conv1d_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, int64_t in, int64_t out,
+                      ferry_dtype dtype, fy_err *err);
 
 /* The standard inputs of a decoder LM (input_ids, attention_mask, position_ids). */
 extern const model_input blk_lm_inputs[3];

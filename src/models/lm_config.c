@@ -14,13 +14,6 @@
 #include "util/json.h"
 #include "util/text.h"
 
-#define MAX_LAYERS 1024
-#define MAX_HIDDEN (1 << 20)
-#define MAX_VOCAB (1 << 24)
-#define MAX_HEADS 4096
-#define MAX_HEAD_DIM 4096
-#define MAX_INTERMEDIATE (1 << 24)
-#define MAX_POSITIONS (INT64_C(1) << 32)
 
 /* Rope and norm parameters: the range real checkpoints use, with orders of magnitude to spare,
  * inside what float32 arithmetic survives. "Finite and > 0" is not enough: a theta of 1e-300 is
@@ -41,8 +34,6 @@
 #define MSCALE_MAX 10.0         /* yarn mscale/mscale_all_dim; real: 0.707 to 1 */
 #define LONGROPE_MIN 1e-2       /* longrope short/long_factor entries; real: 1 to ~60 */
 #define LONGROPE_MAX 1e4
-#define EPS_MIN 1e-12           /* rms_norm_eps; real: 1e-6 and 1e-5 */
-#define EPS_MAX 1.0
 
 static const struct {
     const char *name;
@@ -150,10 +141,10 @@ static ferry_status read_longrope(const cJSON *params, const char *origin, const
     const cJSON *factor;
     int64_t half = rotary_dim_of(ctx, rope) / 2, orig = 0;
     if ((ctx->top && (status = json_get_int(ctx->top, "original_max_position_embeddings", false,
-                                            0, 1, MAX_POSITIONS, ctx->top_origin, &orig, err))) ||
+                                            0, 1, LM_MAX_POSITIONS, ctx->top_origin, &orig, err))) ||
         (orig == 0 &&
          (status = json_get_int(params, "original_max_position_embeddings", false,
-                                ctx->max_position_embeddings, 1, MAX_POSITIONS, origin, &orig,
+                                ctx->max_position_embeddings, 1, LM_MAX_POSITIONS, origin, &orig,
                                 err))) ||
         (status = json_get_member(params, "factor", false, origin, &factor, err)) ||
         (factor && (status = json_get_double(params, "factor", true, 1.0, FACTOR_MIN, FACTOR_MAX,
@@ -194,9 +185,9 @@ static ferry_status read_mrope_section(const cJSON *params, const char *origin,
         int i = 0;
         cJSON_ArrayForEach(item, list) {
             uint64_t v = 0;
-            if (!json_number_to_u64(item, &v) || v == 0 || v > MAX_HEAD_DIM)
+            if (!json_number_to_u64(item, &v) || v == 0 || v > LM_MAX_HEAD_DIM)
                 return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'mrope_section' entry %d must be "
-                               "an integer in [1, %d]", origin, i, MAX_HEAD_DIM);
+                               "an integer in [1, %d]", origin, i, LM_MAX_HEAD_DIM);
             rope->mrope_section[i++] = (int64_t)v;
         }
     }
@@ -234,7 +225,7 @@ static ferry_status read_rope_fields(const cJSON *params, const char *origin,
         return status;
     if (needs_factor && rope->type != ROPE_LINEAR &&
         (status = json_get_int(params, "original_max_position_embeddings", is_llama3, 0, 1,
-                               MAX_POSITIONS, origin, &rope->original_max_position_embeddings,
+                               LM_MAX_POSITIONS, origin, &rope->original_max_position_embeddings,
                                err)))
         return status;
     if (is_yarn &&
@@ -373,28 +364,28 @@ static ferry_status read_sizes(const cJSON *root, const char *origin, lm_config 
     bool use_sliding = true;
     const cJSON *use_node;
 
-    if ((status = json_get_int(root, "vocab_size", true, 0, 1, MAX_VOCAB, origin,
+    if ((status = json_get_int(root, "vocab_size", true, 0, 1, LM_MAX_VOCAB, origin,
                                &cfg->vocab_size, err)) ||
-        (status = json_get_int(root, "hidden_size", true, 0, 1, MAX_HIDDEN, origin,
+        (status = json_get_int(root, "hidden_size", true, 0, 1, LM_MAX_HIDDEN, origin,
                                &cfg->hidden_size, err)) ||
-        (status = json_get_int(root, "intermediate_size", true, 0, 1, MAX_INTERMEDIATE, origin,
+        (status = json_get_int(root, "intermediate_size", true, 0, 1, LM_MAX_INTERMEDIATE, origin,
                                &cfg->intermediate_size, err)) ||
-        (status = json_get_int(root, "num_hidden_layers", true, 0, 1, MAX_LAYERS, origin,
+        (status = json_get_int(root, "num_hidden_layers", true, 0, 1, LM_MAX_LAYERS, origin,
                                &cfg->num_hidden_layers, err)) ||
-        (status = json_get_int(root, "num_attention_heads", true, 0, 1, MAX_HEADS, origin,
+        (status = json_get_int(root, "num_attention_heads", true, 0, 1, LM_MAX_HEADS, origin,
                                &cfg->num_attention_heads, err)) ||
         (status = json_get_int(root, "num_key_value_heads", false, cfg->num_attention_heads, 1,
-                               MAX_HEADS, origin, &cfg->num_key_value_heads, err)) ||
-        (status = json_get_int(root, "head_dim", false, 0, 1, MAX_HEAD_DIM, origin,
+                               LM_MAX_HEADS, origin, &cfg->num_key_value_heads, err)) ||
+        (status = json_get_int(root, "head_dim", false, 0, 1, LM_MAX_HEAD_DIM, origin,
                                &cfg->head_dim, err)) ||
-        (status = json_get_int(root, "max_position_embeddings", false, 2048, 1, MAX_POSITIONS,
+        (status = json_get_int(root, "max_position_embeddings", false, 2048, 1, LM_MAX_POSITIONS,
                                origin, &cfg->max_position_embeddings, err)) ||
-        (status = json_get_int(root, "sliding_window", false, 0, 0, MAX_POSITIONS, origin,
+        (status = json_get_int(root, "sliding_window", false, 0, 0, LM_MAX_POSITIONS, origin,
                                &cfg->sliding_window, err)) ||
         (status = json_get_member(root, "use_sliding_window", false, origin, &use_node, err)) ||
         (status = json_get_bool(root, "use_sliding_window", false, true, origin, &use_sliding,
                                 err)) ||
-        (status = json_get_int(root, "max_window_layers", false, 28, 0, MAX_LAYERS, origin,
+        (status = json_get_int(root, "max_window_layers", false, 28, 0, LM_MAX_LAYERS, origin,
                                &cfg->max_window_layers, err)))
         return status;
     cfg->use_sliding_window_set = use_node != NULL;
@@ -410,10 +401,10 @@ static ferry_status read_sizes(const cJSON *root, const char *origin, lm_config 
                            "multiple of num_attention_heads (%lld)", origin,
                            (long long)cfg->hidden_size, (long long)cfg->num_attention_heads);
         cfg->head_dim = cfg->hidden_size / cfg->num_attention_heads;
-        if (cfg->head_dim > MAX_HEAD_DIM)
+        if (cfg->head_dim > LM_MAX_HEAD_DIM)
             return fy_fail(err, FERRY_ERR_FORMAT,
                            "%s: key 'head_dim' (derived: %lld) must be at most %d", origin,
-                           (long long)cfg->head_dim, MAX_HEAD_DIM);
+                           (long long)cfg->head_dim, LM_MAX_HEAD_DIM);
     }
     /* Qwen2-style configs carry a window that is in effect only when use_sliding_window is set
      * (families where the key is absent decide its default). */
@@ -433,7 +424,7 @@ ferry_status lm_config_read(const model_config *mc, lm_config *cfg, fy_err *err)
     if (!cJSON_IsObject(root))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: expected a JSON object", origin);
     if ((status = read_sizes(root, origin, cfg, err)) ||
-        (status = json_get_double(root, "rms_norm_eps", false, 1e-6, EPS_MIN, EPS_MAX, origin,
+        (status = json_get_double(root, "rms_norm_eps", false, 1e-6, LM_EPS_MIN, LM_EPS_MAX, origin,
                                   &cfg->rms_norm_eps, err)) ||
         (status = json_get_string(root, "hidden_act", false, "silu", origin, cfg->hidden_act,
                                   sizeof cfg->hidden_act, err)) ||

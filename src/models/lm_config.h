@@ -8,6 +8,17 @@
 
 #include "model/config.h"
 
+/* The ranges config values are read in; the sizes are sane caps far above real checkpoints'. */
+#define LM_MAX_LAYERS 1024
+#define LM_MAX_HIDDEN (1 << 20)
+#define LM_MAX_VOCAB (1 << 24)
+#define LM_MAX_HEADS 4096
+#define LM_MAX_HEAD_DIM 4096
+#define LM_MAX_INTERMEDIATE (1 << 24)
+#define LM_MAX_POSITIONS (INT64_C(1) << 32)
+#define LM_EPS_MIN 1e-12        /* a norm's eps; real: 1e-6 and 1e-5 */
+#define LM_EPS_MAX 1.0
+
 typedef struct lm_config {
     int64_t vocab_size;
     int64_t hidden_size;

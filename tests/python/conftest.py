@@ -80,6 +80,9 @@ BASE_CONFIG = dict(
     tie_word_embeddings=False,
 )
 
+# A family's value for a base config key it does not have (GPT-2 names its sizes otherwise).
+DROP = object()
+
 # Per family: config class, model class, and the family's own flavour of the base config
 # (different eps and rope theta per family, so a constant hard-coded in a builder shows up).
 ARCHS = {
@@ -137,6 +140,16 @@ ARCHS = {
                                    "partial_rotary_factor": 0.75,
                                    "short_factor": [1.0 + 0.05 * i for i in range(6)],
                                    "long_factor": [1.0 + 0.9 * i for i in range(6)]})),
+    # LayerNorms with biases, learned positions, Conv1D projections stored [in, out] with
+    # biases, fused c_attn, gelu_new, tied head; its own key names (n_embd, ...) and no kv
+    # grouping, head_dim or rope; scores also scaled by 1 / (layer + 1)
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel",
+             dict(n_embd=64, n_inner=96, n_layer=2, n_head=4, n_positions=256,
+                  layer_norm_epsilon=1e-5, tie_word_embeddings=True,
+                  scale_attn_by_inverse_layer_idx=True, bos_token_id=1, eos_token_id=2,
+                  pad_token_id=None, hidden_size=DROP, intermediate_size=DROP,
+                  num_hidden_layers=DROP, num_attention_heads=DROP, num_key_value_heads=DROP,
+                  head_dim=DROP, max_position_embeddings=DROP)),
 }
 
 ARCH_CLASS = {name: spec[1] for name, spec in ARCHS.items()}
@@ -153,12 +166,16 @@ def _init_weights(model, seed):
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name:
+            if name.endswith("norm.weight") or "layernorm" in name or (
+                    ".ln_" in name and name.endswith(".weight")):
                 p.copy_(torch.rand(p.shape, generator=gen) + 0.5)          # U(0.5, 1.5)
             elif name.endswith(".bias"):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
-            elif "embed_tokens" in name:
+            elif "embed_tokens" in name or name.endswith(("wte.weight", "wpe.weight")):
                 p.copy_(torch.randn(p.shape, generator=gen))
+            elif ".c_" in name:                        # GPT-2's Conv1D, stored [in, out]
+                std = 1.0 / (p.shape[0] ** 0.5)
+                p.copy_(torch.randn(p.shape, generator=gen) * std * 1.2)
             else:
                 std = 1.0 / (p.shape[1] ** 0.5)                               # unit-gain linears
                 p.copy_(torch.randn(p.shape, generator=gen) * std * 1.2)
@@ -175,6 +192,7 @@ def make_checkpoint(path, arch="llama", *, seed=0, dtype=torch.float32, max_shar
     kwargs = dict(BASE_CONFIG)
     kwargs.update(family)
     kwargs.update(overrides)
+    kwargs = {k: v for k, v in kwargs.items() if v is not DROP}
     config = getattr(transformers, cfg_name)(**kwargs)
     torch.manual_seed(seed)
     model = getattr(transformers, model_name)(config).eval()
@@ -190,12 +208,28 @@ def make_checkpoint(path, arch="llama", *, seed=0, dtype=torch.float32, max_shar
     return path
 
 
+def num_layers(ckpt):
+    """The decoder layers of checkpoint `ckpt` (GPT-2's config calls them n_layer)."""
+    cfg = json.loads((Path(ckpt) / "config.json").read_text())
+    return cfg["n_layer"] if cfg["model_type"] == "gpt2" else cfg["num_hidden_layers"]
+
+
 def rotating_layers(ckpt):
     """The layers of checkpoint `ckpt` that rotate q and k: all but SmolLM3's NoPE layers
-    (config.json's no_rope_layers, 0 for a NoPE layer)."""
+    (config.json's no_rope_layers, 0 for a NoPE layer), none of GPT-2's (learned positions)."""
     cfg = json.loads((Path(ckpt) / "config.json").read_text())
+    if cfg["model_type"] == "gpt2":
+        return 0
     flags = cfg.get("no_rope_layers")
     return sum(1 for f in flags if f) if flags is not None else cfg["num_hidden_layers"]
+
+
+def output_class(arch):
+    """transformers' ModelOutput class `arch`'s forward returns."""
+    from transformers import modeling_outputs
+
+    name = "CausalLMOutputWithCrossAttentions" if arch == "gpt2" else "CausalLMOutputWithPast"
+    return getattr(modeling_outputs, name)
 
 
 def norms_per_layer(arch):
@@ -208,10 +242,20 @@ def norms_per_layer(arch):
 
 def layer_linears(arch):
     """The Linear modules of one decoder layer of `arch`: Phi-3 stores q/k/v and gate/up fused
-    (and ferry keeps them so)."""
+    (and ferry keeps them so); GPT-2's are Conv1Ds (attention's, then the MLP's)."""
     if arch == "phi3":
         return ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+    if arch == "gpt2":
+        return ["c_attn", "c_proj", "c_fc", "c_proj"]
     return ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def fused_norm_names(arch):
+    """The ONNX ops (domain, type) of `arch`'s norms with --ort-fusions: plain, then fused with
+    the residual add before it (GPT-2's are LayerNorms, the others' RMSNorms)."""
+    if arch == "gpt2":
+        return ("ai.onnx", "LayerNormalization"), ("com.microsoft", "SkipLayerNormalization")
+    return ("ai.onnx", "RMSNormalization"), ("com.microsoft", "SkipSimplifiedLayerNormalization")
 
 
 def fused_norm_ops(arch, layers):
@@ -223,9 +267,10 @@ def fused_norm_ops(arch, layers):
     return 1 + (block - 2 + qk) * layers, 2 * layers
 
 
-# Families onnxruntime-genai has no model type for (its builder's list, 0.18): their exports
-# carry no genai_config.json, and export.json says why.
-NO_GENAI = {"olmo2"}
+# Families onnxruntime-genai has no model type for (its builder's list, 0.18), or whose type
+# there reads another cache layout (its gpt2 a combined past_<l> [2, b, h, t, d]): their
+# exports carry no genai_config.json, and export.json says why.
+NO_GENAI = {"olmo2", "gpt2"}
 
 
 def softcapped(arch):
@@ -253,8 +298,8 @@ def reference_logits(ckpt_dir, input_ids, attention_mask, position_ids):
     """float32 logits [batch, sequence, vocab] of the eager model, as numpy. position_ids None:
     none given, the model's own (0, 1, ... in every row), as a plain export computes them."""
     model = reference_model(ckpt_dir)
-    rotary = model.model.rotary_emb
-    if "dynamic" in str(rotary.rope_type):
+    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)  # GPT-2 has none
+    if rotary is not None and "dynamic" in str(rotary.rope_type):
         # Dynamic NTK rope keeps state between calls (it only grows its cached length). Reset
         # it so that every call sees the fresh-model behaviour: scale by max(position_ids) + 1
         # of this batch when it exceeds max_position_embeddings, otherwise the original freqs.

@@ -62,13 +62,17 @@ def dequantized_checkpoint(src, dst, bits, block, symmetric, *, embeddings=False
     shutil.copytree(src, dst)
     config = json.loads((src / "config.json").read_text())
     tensors = _read_f32(src / "model.safetensors")
-    tied = config.get("tie_word_embeddings", False)
-    embed = "model.embed_tokens.weight"
+    gpt2 = config["model_type"] == "gpt2"
+    tied = config.get("tie_word_embeddings", gpt2)   # GPT2Config ties by default
+    embed = "transformer.wte.weight" if gpt2 else "model.embed_tokens.weight"
     out = {}
     for name, t in tensors.items():
-        linear = t.ndim == 2 and name != embed and name != "lm_head.weight"
+        # GPT-2's position table is an embedding, its Conv1Ds [in, out] (blocked along in)
+        linear = t.ndim == 2 and name not in (embed, "lm_head.weight", "transformer.wpe.weight")
         take = linear or (name == embed and embeddings) or (name == "lm_head.weight" and lm_head)
-        out[name] = ort_dequantized(t, bits, block, symmetric) if take else t
+        conv1d = gpt2 and linear
+        out[name] = t if not take else ort_dequantized(t.T, bits, block, symmetric).T.copy() \
+            if conv1d else ort_dequantized(t, bits, block, symmetric)
     if tied and lm_head != embeddings:
         out["lm_head.weight"] = (ort_dequantized(tensors[embed], bits, block, symmetric)
                                  if lm_head else tensors[embed])

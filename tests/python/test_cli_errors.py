@@ -78,10 +78,10 @@ def test_config_missing_key(ckpt, tmp_path, build):
 
 def test_unknown_architecture_lists_supported(ckpt, tmp_path, build):
     cfg = json.loads((ckpt / "config.json").read_text())
-    cfg["architectures"] = ["GPT2LMHeadModel"]
-    cfg["model_type"] = "gpt2"
+    cfg["architectures"] = ["FalconForCausalLM"]
+    cfg["model_type"] = "falcon"
     (ckpt / "config.json").write_text(json.dumps(cfg))
-    msg = expect_failure(ckpt, tmp_path, "GPT2LMHeadModel", binary=build)
+    msg = expect_failure(ckpt, tmp_path, "FalconForCausalLM", binary=build)
     for name in ARCH_CLASS.values():
         assert name in msg, f"supported architecture {name} not listed: {msg}"
 

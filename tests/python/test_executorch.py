@@ -282,7 +282,7 @@ def test_decoder_matches_eager(family):
 
 
 def test_program_is_well_formed(family):
-    arch, backend, _, out = family
+    arch, backend, ckpt, out = family
     prog = check_program(out / "model.pte")
     manifest = json.loads((out / "export.json").read_text())
     meta = manifest["components"]["model"]["metadata"]
@@ -291,8 +291,11 @@ def test_program_is_well_formed(family):
     assert meta["instructions"] == len(plan["chains"][0]["instructions"])
     assert sorted(meta["operators"]) == sorted(
         o["name"] + "." + o["overload"] for o in plan["operators"])
-    # the dynamic axes have their bounds, which export.json states
-    assert meta["symbols"]["batch"]["max"] == 4 and meta["symbols"]["sequence"]["max"] == 128
+    # the dynamic axes have their bounds, which export.json states: max_seq_len's default
+    # (128), or the position table's length where the model has one (GPT-2's n_positions)
+    positions = reference_model(ckpt).config.n_positions if arch == "gpt2" else 128
+    assert meta["symbols"]["batch"]["max"] == 4
+    assert meta["symbols"]["sequence"]["max"] == positions
     assert meta["export_config"]["backend"] == backend
     assert meta["delegates"] == len(plan["delegates"])
     if backend == "portable":

@@ -102,7 +102,11 @@ def test_family_logits_match_eager(family_export, batch, seq):
 def test_left_padding_is_masked(family_export):
     """The padded row's real positions must equal the same tokens run alone: a direct check of
     the attention mask (the padding holds random tokens, so leaking it changes the numbers)."""
-    _, ckpt, out, session = family_export
+    arch, ckpt, out, session = family_export
+    if arch == "gpt2":
+        pytest.skip("GPT-2's positions are absolute: a plain export numbers the padded row's "
+                    "tokens from 0 as transformers does, so alone they sit elsewhere "
+                    "(test_family_position_ids_input gives generate's positions)")
     ids, mask, pos = make_inputs(160, 3, 33)
     batched = run_onnx(session, ids, mask, pos)
     pad = int((mask[2] == 0).sum())

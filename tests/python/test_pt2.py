@@ -95,9 +95,10 @@ def test_interface_and_files(family):
     weights = {}
     for f in ckpt.glob("*.safetensors"):
         weights.update(load_file(f))
-    if json.loads((ckpt / "config.json").read_text()).get("tie_word_embeddings"):
+    if reference_model(ckpt).config.tie_word_embeddings:
         # a tied head is one parameter under both names, as torch.export keeps it
-        weights.setdefault("lm_head.weight", weights["model.embed_tokens.weight"])
+        embed = "transformer.wte.weight" if arch == "gpt2" else "model.embed_tokens.weight"
+        weights.setdefault("lm_head.weight", weights[embed])
     assert set(state) == set(weights), set(state) ^ set(weights)
     for name, value in state.items():
         assert isinstance(value, torch.nn.Parameter), name
@@ -407,15 +408,23 @@ def test_module_stack_matches_torch_export(family):
             if cls != "torch.nn.modules.dropout.Dropout"}
     assert module_classes(program) == want
     signature = program.graph_signature.inputs_to_parameters
+    embed = "transformer.wte.weight" if arch == "gpt2" else "model.embed_tokens.weight"
     for node in program.graph.nodes:
-        if node.op == "call_function" and node.target == torch.ops.aten.linear.default:
+        if node.op == "call_function" and node.target in (torch.ops.aten.linear.default,
+                                                          torch.ops.aten.matmul.default):
+            # GPT-2's Conv1D multiplies by its weight as stored, [in, out]
+            conv1d = node.target == torch.ops.aten.matmul.default
+            if conv1d and node.args[1].name not in signature:
+                continue   # attention's matmuls
             fqn, cls = list(node.meta["nn_module_stack"].values())[-1]
             weight = signature[node.args[1].name]
-            assert cls == "torch.nn.modules.linear.Linear", node.name
-            assert weight == f"{fqn}.weight" or (fqn, weight) == (
-                "lm_head", "model.embed_tokens.weight"), (node.name, fqn, weight)
+            assert cls == ("transformers.pytorch_utils.Conv1D" if conv1d else
+                           "torch.nn.modules.linear.Linear"), node.name
+            assert weight == f"{fqn}.weight" or (fqn, weight) == ("lm_head", embed), (
+                node.name, fqn, weight)
     calls = [e.fqn for e in program.module_call_graph]
-    assert calls[0] == "" and set(calls[1:]) == set(want) - {""} | {"model.layers"}
+    layers = "transformer.h" if arch == "gpt2" else "model.layers"
+    assert calls[0] == "" and set(calls[1:]) == set(want) - {""} | {layers}
 
 
 def test_unflatten(family):
@@ -423,10 +432,13 @@ def test_unflatten(family):
     which runs to ep.module()'s logits exactly."""
     arch, ckpt, _, program, module = family
     tree = torch.export.unflatten(program)
-    layer = getattr(tree.model.layers, "0")
+    layers, attn = (tree.transformer.h, "attn") if arch == "gpt2" else (tree.model.layers,
+                                                                        "self_attn")
+    layer = getattr(layers, "0")
     first = layer_linears(arch)[0]
-    assert isinstance(getattr(layer.self_attn, first), torch.nn.Module)
-    act = "activation_fn" if arch == "phi3" else "act_fn"   # Phi3MLP's name for it
+    assert isinstance(getattr(getattr(layer, attn), first), torch.nn.Module)
+    # Phi3MLP's and GPT2MLP's names for it
+    act = {"phi3": "activation_fn", "gpt2": "act"}.get(arch, "act_fn")
     assert hasattr(layer.mlp, act) and hasattr(tree, "lm_head")
     for batch, seq in [(1, 1), (3, 7)]:
         ids, mask, pos = make_inputs(VOCAB, batch, seq)

@@ -23,11 +23,10 @@ import pytest
 import torch
 
 from conftest import (ARCHS, FIXTURE, FP32_ATOL, ROOT, assert_logits_close, ferry_builds, ferry_export,
-                      make_checkpoint, make_inputs, reference_logits,
+                      make_checkpoint, make_inputs, output_class, reference_logits,
                       reference_model, run_ferry)
 
 from transformers.exporters import ExportedModel as HfExportedModel  # noqa: E402
-from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
 
 VOCAB = 160
 # a plain export's inputs: a tokenizer's output, as transformers' exports take it
@@ -36,13 +35,13 @@ INPUTS = ["input_ids", "attention_mask"]
 SHAPES = [(2, 7), (1, 1), (3, 12)]
 
 
-def hf_call(exported, ids, mask, pos=None):
+def hf_call(exported, ids, mask, pos=None, arch="llama"):
     """transformers' ExportedModel called as the model is: keyword tensors in (position_ids only
-    where given: a generation graph takes them), a ModelOutput out."""
+    where given: a generation graph takes them), the ModelOutput `arch` returns out."""
     given = {} if pos is None else {"position_ids": torch.from_numpy(pos)}
     out = exported(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                    **given)
-    assert isinstance(out, CausalLMOutputWithPast), type(out)
+    assert type(out) is output_class(arch), type(out)
     return out.logits.numpy()
 
 
@@ -75,22 +74,22 @@ def test_transformers_runs_ferry_onnx(family):
     for batch, seq in SHAPES:
         ids, mask, _ = make_inputs(VOCAB, batch, seq)
         want = reference_logits(ckpt, ids, mask, None)
-        assert_logits_close(hf_call(exported, ids, mask), want, mask, FP32_ATOL,
+        assert_logits_close(hf_call(exported, ids, mask, arch=arch), want, mask, FP32_ATOL,
                             f"{arch} {batch}x{seq}")
 
 
 def test_specs_are_torch_treespecs(family):
     """in_spec and out_spec, written in C, are the text torch's treespec_dumps writes for the
-    call's (args, kwargs) and for a CausalLMOutputWithPast holding the logits; the kwargs
+    call's (args, kwargs) and for the family's ModelOutput holding the logits; the kwargs
     record the traced example."""
-    _, _, out = family
+    arch, _, out = family
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["export_format"] == manifest["format"] == "onnx"
     assert "transformers" not in manifest
     meta = manifest["components"]["model"]["metadata"]
     leaf = torch.zeros(1)
     assert meta["in_spec"] == treespec_dumps(((), {name: leaf for name in INPUTS}))
-    assert meta["out_spec"] == treespec_dumps(CausalLMOutputWithPast(logits=leaf))
+    assert meta["out_spec"] == treespec_dumps(output_class(arch)(logits=leaf))
     assert meta["kwargs"] == {name: {"rank": 2, "shape": [1, 8], "dtype": "int64"}
                               for name in INPUTS}
     assert meta["export_dtype"] == "float32" and meta["export_device"] == "cpu"
@@ -141,7 +140,7 @@ def test_transformers_runs_ferry_openvino(tmp_path):
 
 
 def test_transformers_runs_ferry_pt2(family, tmp_path):
-    """pt2 with --model-output: the program returns CausalLMOutputWithPast, as transformers'
+    """pt2 with --model-output: the program returns the family's ModelOutput, as transformers'
     DynamoExporter's programs do, so transformers' loader (export_format "dynamo") and its
     torch runner run it, every family, against eager logits; the specs export.json records
     are the program's own, and ferry's ExportedModel runs the same directory."""
@@ -158,7 +157,7 @@ def test_transformers_runs_ferry_pt2(family, tmp_path):
     assert str(exported.export_format) == "dynamo" and list(exported.components) == ["model"]
     program = exported.components["model"].program
     assert meta["in_spec"] == treespec_dumps(((), {name: torch.zeros(1) for name in INPUTS}))
-    assert meta["out_spec"] == treespec_dumps(CausalLMOutputWithPast(logits=torch.zeros(1)))
+    assert meta["out_spec"] == treespec_dumps(output_class(arch)(logits=torch.zeros(1)))
     from torch.utils import _pytree
 
     assert meta["in_spec"] == _pytree.treespec_dumps(program.call_spec.in_spec)
@@ -167,10 +166,10 @@ def test_transformers_runs_ferry_pt2(family, tmp_path):
     for batch, seq in SHAPES:
         ids, mask, _ = make_inputs(VOCAB, batch, seq)
         want = reference_logits(ckpt, ids, mask, None)
-        assert_logits_close(hf_call(exported, ids, mask), want, mask, FP32_ATOL,
+        assert_logits_close(hf_call(exported, ids, mask, arch=arch), want, mask, FP32_ATOL,
                             f"{arch} {batch}x{seq} in transformers")
         got = mine(input_ids=ids, attention_mask=mask)
-        assert isinstance(got, CausalLMOutputWithPast)
+        assert type(got) is output_class(arch)
         assert_logits_close(got.logits, want, mask, FP32_ATOL, f"{arch} {batch}x{seq} in ferry")
 
 

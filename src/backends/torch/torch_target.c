@@ -3,6 +3,10 @@
  *
  *   linear, embedding, silu, gelu, layer_norm   kept: aten.linear, aten.embedding, aten.silu,
  *               aten.gelu, aten.layer_norm (the aten emitter, aten_nodes.c, spells them)
+ *   linear of a weight stored [in, out]   transformers' Conv1D (GPT-2's): aten.matmul by the
+ *               weight as stored, [in, out], so that the program's state dict is the
+ *               checkpoint's, then aten.add of the bias (Conv1D's forward is one addmm over x
+ *               viewed 2-D, whose row count batch * sequence a pt2 shape cannot say)
  *   attention   aten.scaled_dot_product_attention over [b, h, s, d] queries and the keys and
  *               values as the cache step leaves them ([b, kvh, t, d]); grouped kv heads by
  *               enable_gqa, so no repeated K/V is ever made; ferry's mask as an additive bias
@@ -26,11 +30,17 @@ static bool quantized(const g_graph *g, const g_node *n, int k)
            g->values[n->in[k]].weight.quant.bits;
 }
 
+static bool conv1d(const g_graph *g, const g_node *n)
+{
+    const g_value *w = &g->values[n->in[1]];
+    return w->kind == GV_WEIGHT && w->weight.src_transposed && !w->weight.quant.bits;
+}
+
 static g_legality torch_legal(const g_target *t, const g_graph *g, const g_node *n)
 {
     (void)t;
     switch (n->op) {
-    case G_LINEAR: return quantized(g, n, 1) ? G_LOWER : G_NATIVE;
+    case G_LINEAR: return quantized(g, n, 1) || conv1d(g, n) ? G_LOWER : G_NATIVE;
     case G_EMBEDDING: return quantized(g, n, 0) ? G_LOWER : G_NATIVE;
     case G_SILU: case G_GELU: case G_GELU_TANH: case G_LAYER_NORM: return G_NATIVE;
     default: return g_op_is_semantic(n->op) ? G_LOWER : G_NATIVE;
@@ -66,10 +76,25 @@ static ferry_status torch_attention(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
+static ferry_status torch_linear(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    if (!conv1d(c->src, n))
+        return lower_linear(c, n, outs);
+    g_graph *g = c->dst;
+    const g_value *w = lw_src(c, n, 1);
+    g_weight stored = w->weight;
+    stored.transpose = true; /* [in, out], as the checkpoint holds it */
+    int y = g_matmul(g, "matmul", lw_in(c, n, 0), g_weight_value(g, w->name, &stored), false);
+    if (n->n_in > 2 && n->in[2] != G_NONE)
+        y = g_binary(g, G_ADD, "add", y, lw_in(c, n, 2));
+    outs[0] = y;
+    return g->err.status;
+}
+
 static g_lower_fn torch_lowering(const g_target *t, g_op op)
 {
     (void)t;
-    return op == G_ATTENTION ? torch_attention : NULL;
+    return op == G_ATTENTION ? torch_attention : op == G_LINEAR ? torch_linear : NULL;
 }
 
 const g_target torch_target = {.name = "torch", .legal = torch_legal,
