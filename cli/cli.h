@@ -60,7 +60,7 @@ enum {
     CLI_OPT_SINGLE_TOKEN,
     CLI_OPT_STATIC_CACHE, CLI_OPT_MAX_CACHE, CLI_OPT_QUANTIZE, CLI_OPT_BLOCK_SIZE,
     CLI_OPT_ASYMMETRIC, CLI_OPT_ACCURACY, CLI_OPT_QUANT_EMBED, CLI_OPT_FLOAT_HEAD,
-    CLI_OPT_QUANT_METHOD, CLI_OPT_NO_TOKENIZER, CLI_OPT_INPUTS,
+    CLI_OPT_QUANT_METHOD, CLI_OPT_NO_TOKENIZER, CLI_OPT_INPUTS, CLI_OPT_TEXT_ONLY,
     CLI_OPT_FORMAT_OPTION = 1500, /* the formats' own flags: 1500 + their index in
                                      ferry_format_option_describe */
     CLI_OPT_COMMAND = 2000   /* a command's own long options start here */

@@ -199,6 +199,9 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
     case CLI_OPT_NO_TOKENIZER:
         o->cfg.skip_tokenizer = 1;
         return CLI_CONTINUE;
+    case CLI_OPT_TEXT_ONLY:
+        o->cfg.text_only = 1;
+        return CLI_CONTINUE;
     case CLI_OPT_INPUTS:
         if (ferry_export_config_set_inputs(&o->cfg, arg, eb, sizeof eb) != FERRY_OK) {
             cli_error("%s", eb);
@@ -343,6 +346,7 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         {"revision", required_argument, NULL, CLI_OPT_REVISION},
         {"for-generation", no_argument, NULL, CLI_OPT_GENERATION},
         {"no-tokenizer", no_argument, NULL, CLI_OPT_NO_TOKENIZER},
+        {"text-only", no_argument, NULL, CLI_OPT_TEXT_ONLY},
         {"inputs", required_argument, NULL, CLI_OPT_INPUTS},
         {"multi-token-decode", no_argument, NULL, CLI_OPT_MULTI_TOKEN},
         {"single-token-decode", no_argument, NULL, CLI_OPT_SINGLE_TOKEN},
@@ -485,6 +489,9 @@ void cli_print_export_options(FILE *f)
             "  --no-tokenizer           do not copy the checkpoint's tokenizer and chat-template\n"
             "                           files (tokenizer.json, tokenizer_config.json, ...; by\n"
             "                           default every export carries those it has)\n"
+            "  --text-only              a vision-language checkpoint's language model alone,\n"
+            "                           as a text-only causal LM (Gemma3ForConditionalGeneration;\n"
+            "                           recipe key text_only): its vision tower is left out\n"
             "  --for-generation         the components a generation loop needs: prefill and\n"
             "                           decode with a KV cache (past_key_values.* in, present.* "
             "out)\n"

@@ -255,6 +255,11 @@ typedef struct ferry_export_config {
      * ferry builds (the CLI sets it on SIGINT, SIGTERM and SIGHUP). A save that has already
      * swapped its export in completes. */
     volatile int *cancel;
+    /* 1: a vision-language checkpoint's language model alone, as the text-only causal LM it
+     * is (Gemma3ForConditionalGeneration: its Gemma3ForCausalLM; the recipe's "text_only");
+     * the vision tower and projector are left out. Such a checkpoint is refused without it,
+     * and a text model is refused with it. */
+    int text_only;
 } ferry_export_config;
 
 void ferry_export_config_init(ferry_export_config *cfg);

@@ -131,14 +131,16 @@ class OnnxConfig:
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", opset=None,
                  example_shapes=None, ort_fusions=None, quantizer=None, *, opset_version=None,
                  optimize=True, strict=False, prefer_deferred_runtime_asserts_over_guards=False,
-                 _format_keys=None):
+                 text_only=False, _format_keys=None):
         """ort_fusions: None (standard ONNX) or "cpu" | "cuda" | "webgpu" | "dml".
         quantizer: None, "int4", "int8" or a dict of the recipe's quantizer keys (bits,
         block_size, symmetric, accuracy_level, quantize_embeddings, quantize_lm_head, method:
         "rtn" | "mse"). transformers' names are taken too: opset_version (= opset), optimize
         (True: ferry's graphs are built optimized; False is refused), strict and
         prefer_deferred_runtime_asserts_over_guards (torch.export's tracing options: ferry does
-        not trace, so strict=True is refused, and the other needs nothing done)."""
+        not trace, so strict=True is refused, and the other needs nothing done). text_only
+        (every format's): a vision-language checkpoint's language model alone, as a text-only
+        causal LM (Gemma3ForConditionalGeneration)."""
         if not isinstance(dynamic, bool):  # bool("no") would be True
             raise FerryError(f"dynamic must be True or False, not {dynamic!r}", status=1)
         recipe = {"export_format": self._format, "dynamic": dynamic, "dtype": _dtype_name(dtype)}
@@ -159,6 +161,8 @@ class OnnxConfig:
             recipe["opset"] = int(opset)
         if example_shapes:
             recipe["example_shapes"] = _example_shapes(example_shapes)
+        if text_only is not False:
+            recipe["text_only"] = text_only   # libferry refuses what is not a bool
         # a subclass's own keys, so that the one check sees the whole recipe in its format
         # (OpenVINOConfig was checked as ONNX first, with ONNX's advice)
         recipe.update(_format_keys or {})
@@ -202,7 +206,7 @@ class OpenVINOConfig(OnnxConfig):
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
                  compress_to_fp16=False, stateful=True, quantizer=None, *, strict=False,
-                 prefer_deferred_runtime_asserts_over_guards=False):
+                 prefer_deferred_runtime_asserts_over_guards=False, text_only=False):
         keys = {}
         if stateful is not True:
             keys["stateful"] = stateful
@@ -211,7 +215,8 @@ class OpenVINOConfig(OnnxConfig):
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
                          example_shapes=example_shapes, quantizer=quantizer, strict=strict,
                          prefer_deferred_runtime_asserts_over_guards=(
-                             prefer_deferred_runtime_asserts_over_guards), _format_keys=keys)
+                             prefer_deferred_runtime_asserts_over_guards), text_only=text_only,
+                         _format_keys=keys)
 
 
 class DynamoConfig(OnnxConfig):
@@ -228,14 +233,14 @@ class DynamoConfig(OnnxConfig):
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
                  *, model_output=False, strict=False,
-                 prefer_deferred_runtime_asserts_over_guards=False):
+                 prefer_deferred_runtime_asserts_over_guards=False, text_only=False):
         if not isinstance(model_output, bool):
             raise FerryError("DynamoConfig: model_output must be True or False, not "
                              f"{type(model_output).__name__}", status=1)
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
                          example_shapes=example_shapes, strict=strict,
                          prefer_deferred_runtime_asserts_over_guards=(
-                             prefer_deferred_runtime_asserts_over_guards),
+                             prefer_deferred_runtime_asserts_over_guards), text_only=text_only,
                          _format_keys={"model_output": True} if model_output else None)
 
 
@@ -257,7 +262,7 @@ class ExecutorchConfig(OnnxConfig):
                  backend="xnnpack", quantizer=None, alloc_graph_input=True,
                  alloc_graph_output=True, alloc_mutable_buffers=True, max_seq_len=None,
                  max_batch_size=None, strict=False,
-                 prefer_deferred_runtime_asserts_over_guards=False):
+                 prefer_deferred_runtime_asserts_over_guards=False, text_only=False):
         keys = {}
         if backend != "xnnpack":
             keys["backend"] = backend
@@ -272,7 +277,8 @@ class ExecutorchConfig(OnnxConfig):
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
                          example_shapes=example_shapes, quantizer=quantizer, strict=strict,
                          prefer_deferred_runtime_asserts_over_guards=(
-                             prefer_deferred_runtime_asserts_over_guards), _format_keys=keys)
+                             prefer_deferred_runtime_asserts_over_guards), text_only=text_only,
+                         _format_keys=keys)
 
 
 class AutoExportConfig:

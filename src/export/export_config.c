@@ -638,6 +638,13 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
                          "positive integer (e.g. {\"input_ids\": [1, 8]})", FERRY_MAX_EXAMPLES);
                 goto done;
             }
+        } else if (!strcmp(k, "text_only")) {
+            if (!cJSON_IsBool(item)) {
+                st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: 'text_only' must be true or "
+                         "false");
+                goto done;
+            }
+            cfg->text_only = cJSON_IsTrue(item);
         } else if (!strcmp(k, "for_generation") || !strcmp(k, "multi_token_decode")) {
             if (!cJSON_IsBool(item)) {
                 st = say(eb, es, FERRY_ERR_INVALID_ARG, "recipe: '%s' must be true or false", k);
@@ -707,7 +714,8 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
             st = say(eb, es, FERRY_ERR_INVALID_ARG,
                      "recipe: unknown key '%s' (known: export_format, dynamic, dynamic_shapes, "
                      "dtype, example_shapes, for_generation, multi_token_decode, "
-                     "generation_config, quantizer, input_names; the formats' options: %s; "
+                     "generation_config, quantizer, input_names, text_only; the formats' "
+                     "options: %s; "
                      "and transformers' optimize, strict, "
                      "prefer_deferred_runtime_asserts_over_guards)", k, options);
             goto done;
@@ -765,6 +773,8 @@ cJSON *export_config_to_json(const ferry_export_config *cfg)
             if (cfg->inputs & (1u << i))
                 cJSON_AddItemToArray(names, cJSON_CreateString(INPUT_NAMES[i]));
     }
+    if (cfg->text_only)
+        cJSON_AddBoolToObject(o, "text_only", 1);
     if (cfg->quantizer.bits) {
         const ferry_quantizer *q = &cfg->quantizer;
         cJSON *qo = cJSON_AddObjectToObject(o, "quantizer");

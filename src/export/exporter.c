@@ -153,6 +153,18 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     g_symtab syms[MODEL_MAX_COMPONENTS] = {{.n = 0}};
     exp_axes ax;
     int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;
+    if (c->cfg.text_only && !m->arch->text_model_prefix) {
+        fy_fail(err, FERRY_ERR_INVALID_ARG, "text_only (--text-only) exports a vision-language "
+                "checkpoint's language model; %s is a text model already",
+                m->arch->architecture);
+        goto fail;
+    }
+    if (!c->cfg.text_only && m->arch->text_model_prefix) {
+        fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: its vision tower is not exported yet; "
+                "--text-only (recipe key text_only) exports its language model alone",
+                m->arch->architecture);
+        goto fail;
+    }
     int64_t model_max = m->arch->max_sequence ? m->arch->max_sequence(m->hparams) : 0;
     if (model_max > 0 && cache_len > model_max) {
         fy_fail(err, FERRY_ERR_INVALID_ARG, "--max-cache-len %lld is past the %lld positions %s "
@@ -210,6 +222,11 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
             io->axes[k] = k == b_axis ? io->batch : k == s_axis ? io->sequence : ax.dim[k];
     }
     memset(m->ck->used, 0, m->ck->n_tensors);
+    /* a text-only export leaves the rest of the checkpoint (a vision tower, a projector) out
+     * by request: not a tensor to warn of */
+    for (size_t t = 0; m->ck->prefix && t < m->ck->n_tensors; t++)
+        if (strncmp(m->ck->by_name[t]->name, m->ck->prefix, strlen(m->ck->prefix)) != 0)
+            m->ck->used[t] = 1;
     for (int i = 0; i < c->n; i++) {
         g_graph *g = g_new();
         if (!g) {

@@ -280,15 +280,30 @@ void ckpt_close(ckpt *c)
     free(c);
 }
 
+const char *ckpt_full_name(const ckpt *c, const char *name, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%s%s", c->prefix ? c->prefix : "", name);
+    return n >= 0 && (size_t)n < size ? buf : NULL;
+}
+
+/* Index of `name` under the prefix; SIZE_MAX if absent (or too long to be a name). */
+static size_t lookup_prefixed(const ckpt *c, const char *name)
+{
+    char full[1024];
+    if (!c->prefix)
+        return lookup_index(c, name);
+    return ckpt_full_name(c, name, full, sizeof full) ? lookup_index(c, full) : SIZE_MAX;
+}
+
 const st_tensor *ckpt_find(const ckpt *c, const char *name)
 {
-    size_t at = lookup_index(c, name);
+    size_t at = lookup_prefixed(c, name);
     return at == SIZE_MAX ? NULL : c->by_name[at];
 }
 
 const st_tensor *ckpt_take(ckpt *c, const char *name)
 {
-    size_t at = lookup_index(c, name);
+    size_t at = lookup_prefixed(c, name);
     if (at == SIZE_MAX)
         return NULL;
     c->used[at] = 1;

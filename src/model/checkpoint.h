@@ -14,6 +14,10 @@ typedef struct ckpt {
     const st_tensor **by_name;   /* every tensor of every file, sorted by name */
     size_t n_tensors;
     unsigned char *used;         /* per by_name entry: set by ckpt_take */
+    /* Put before every name ckpt_find and ckpt_take look up (NULL: none): the part of a
+     * composite checkpoint a graph reads, under the names of the model that part is
+     * (a vision-language checkpoint's "language_model." read as a causal LM's tensors). */
+    const char *prefix;
 } ckpt;
 
 /* Opens `dir`: model.safetensors if it exists (as from_pretrained prefers it too); else
@@ -30,6 +34,9 @@ void ckpt_close(ckpt *c);
 
 /* st_check_unchanged for every file of the checkpoint. */
 ferry_status ckpt_check_unchanged(const ckpt *c, fy_err *err);
+
+/* The checkpoint's own name of tensor `name` (with the prefix), into buf. */
+const char *ckpt_full_name(const ckpt *c, const char *name, char *buf, size_t size);
 
 /* Lookup; NULL if absent. */
 const st_tensor *ckpt_find(const ckpt *c, const char *name);

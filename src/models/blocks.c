@@ -60,13 +60,15 @@ int blk_conv1d_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, int64_t 
 static int weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
                   int64_t d1, bool in_out, ferry_dtype dtype, fy_err *err)
 {
-    char name[256];
+    char name[256], full[512];
     snprintf(name, sizeof name, fmt, layer);
     const st_tensor *t = ckpt_take(ck, name);
+    if (!ckpt_full_name(ck, name, full, sizeof full))
+        snprintf(full, sizeof full, "%s", name);
     if (!t) {
         if (required)
             fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '%s' is missing",
-                    ck->dir, name);
+                    ck->dir, full);
         return G_NONE;
     }
     int want_rank = d1 > 0 ? 2 : 1;
@@ -82,7 +84,7 @@ static int weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool require
         else
             snprintf(want, sizeof want, "%lld", (long long)d0);
         fy_fail(err, FERRY_ERR_FORMAT, "tensor '%s' in %s has shape [%s] but config.json implies "
-                "[%s]", name, t->file->path, got, want);
+                "[%s]", full, t->file->path, got, want);
         return G_NONE;
     }
     g_weight w = w_plain(t, dtype);

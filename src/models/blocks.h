@@ -199,6 +199,18 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
         .generation = true, .describe = blk_lm_describe,                                   \
     }
 
+/* The model_arch of a vision-language architecture exported text-only as the decoder family
+ * of the standard shape its language model is, whose tensors the checkpoint names under
+ * `prefix` ("language_model."). */
+#define BLK_LM_TEXT_ARCH(arch, type, read_fn, prefix)                                      \
+    {                                                                                      \
+        .architecture = (arch), .model_type = (type), .kind = MODEL_CAUSAL_LM,             \
+        .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = (read_fn),                         \
+        .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,     \
+        .build = blk_lm_build_hook, .inputs = blk_lm_inputs, .n_inputs = 3,                \
+        .generation = true, .describe = blk_lm_describe, .text_model_prefix = (prefix),    \
+    }
+
 /* Defines `var`, the model_arch of a decoder family of the standard shape whose blk_family is
  * `family`, with its config reader. */
 #define BLK_LM_DEFINE(var, arch, type, family)                                             \

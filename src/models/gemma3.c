@@ -102,3 +102,14 @@ static const blk_family GEMMA3 = {
 };
 
 BLK_LM_DEFINE(model_gemma3, "Gemma3ForCausalLM", "gemma3_text", GEMMA3);
+
+/* Gemma3ForConditionalGeneration, text-only: its language model (config.json's text_config,
+ * tensors "language_model.model.*" and, untied, "language_model.lm_head.weight"), which runs
+ * as Gemma3ForCausalLM when no image is given. */
+static ferry_status gemma3_conditional_read(const model_config *cfg, void **out, fy_err *err)
+{
+    return blk_lm_read(cfg, &GEMMA3, out, err);
+}
+
+const model_arch model_gemma3_conditional = BLK_LM_TEXT_ARCH(
+    "Gemma3ForConditionalGeneration", "gemma3", gemma3_conditional_read, "language_model.");
