@@ -52,7 +52,10 @@ static ferry_status buffered(dw_file *f, const uint8_t *data, size_t n, uint64_t
         return FERRY_OK;
     ferry_status st = fs_pwrite_all(f->fd, f->path, data, n, offset, err);
 #ifdef SYNC_FILE_RANGE_WRITE
-    if (st == FERRY_OK) /* only a hint: an error here leaves the fsync to do all of it */
+    /* only a hint (an error here leaves the fsync to do all of it), and only for a long run: a
+     * transposed band lands as thousands of strips of a few KiB, and writing each back at
+     * once wrote the pages two strips share twice, each strip as its own small I/O */
+    if (st == FERRY_OK && n >= DIRECT_MIN)
         (void)sync_file_range(f->fd, (off_t)offset, (off_t)n, SYNC_FILE_RANGE_WRITE);
 #endif
     return st;
