@@ -209,6 +209,12 @@ def check_attention_layout(fam, provider):
         return
     assert len(gqa) == 2
     assert {attrs(n)["do_rotary"] for n in gqa} == {int(provider != "webgpu")}
+    # where it rotates inside, it takes q, k and v packed: the joined projection whole, no key
+    # or value input (webgpu's are rotated before it, so three inputs)
+    packed = provider != "webgpu"
+    assert all((n.input[1] == n.input[2] == "") == packed for n in gqa), [n.input for n in gqa]
+    producers = {o: n for n in model.graph.node for o in n.output}
+    assert all(producers[n.input[0]].op_type == "MatMul" for n in gqa) == packed
     assert ops["com.microsoft", "RotaryEmbedding"] == (4 if provider == "webgpu" else 0)
     # query_seqlens only where onnxruntime honours it (other providers reject the node)
     chunked = provider in ("cpu", "cuda")

@@ -14,7 +14,9 @@
  *   embedding, int4/8 GatherBlockQuantized(codes as [vocab, n*bits/8], ids, scales, [zeros])
  *   gelu, gelu_tanh   Gelu, FastGelu (the erf and the tanh forms)
  *   attention + cache GroupQueryAttention(q, k, v, past_k, past_v, seqlens_k, total_len,
- *                     cos, sin, position_ids, bias, -, -, -, [q_norm, k_norm], [query_seqlens]):
+ *                     cos, sin, position_ids, bias, -, -, -, [q_norm, k_norm], [query_seqlens]),
+ *                     q, k and v one packed input (no key, no value) where they are all of
+ *                     one joined projection, sliced in order:
  *                     rotary inside when q and k come straight from rope nodes with static
  *                     tables (the rope nodes are then left dead); the bias is ferry's own mask
  *                     (causal, padding, window) as 0 / most negative, so left padding and given
@@ -647,6 +649,42 @@ static void gqa_lengths(g_lower_ctx *c, const g_node *n, int q, int mask, int po
                               .out_a = *seqlens, .out_b = *total32, .out_c = *query_lens});
 }
 
+/* The slice of the last axis that value `v` [b, s, heads, d] of the lowered graph was cut
+ * from, split into heads: its input, start and end (false if `v` is not one). */
+static bool head_slice(const g_graph *g, int v, int *from, int64_t *start, int64_t *end)
+{
+    const g_value *x = &g->values[v];
+    if (x->kind != GV_NODE || g->nodes[x->producer].op != G_RESHAPE)
+        return false;
+    const g_value *s = &g->values[g->nodes[x->producer].in[0]];
+    if (s->kind != GV_NODE)
+        return false;
+    const g_node *sl = &g->nodes[s->producer];
+    const g_value *in = &g->values[sl->in[0]];
+    if (sl->op != G_SLICE || sl->a.axis != in->shape.rank - 1 || in->shape.rank != 3)
+        return false;
+    *from = sl->in[0], *start = sl->a.start, *end = sl->a.end;
+    return true;
+}
+
+/* The joined q/k/v projection that q, k and v are consecutive slices of ([0, qd), then kvd
+ * each), all of it: GroupQueryAttention then takes it whole as its packed query, with no key
+ * or value, and no slice or reshape runs. G_NONE if they are not so. */
+static int packed_qkv(const g_graph *g, int q, int k, int v, int64_t qd, int64_t kvd)
+{
+    int fq, fk, fv;
+    int64_t s[3], e[3], width = 0;
+    if (!head_slice(g, q, &fq, &s[0], &e[0]) || !head_slice(g, k, &fk, &s[1], &e[1]) ||
+        !head_slice(g, v, &fv, &s[2], &e[2]) || fq != fk || fk != fv)
+        return G_NONE;
+    const g_shape *joined = &g->values[fq].shape;
+    if (!g_dim_is_const(joined->d[2], &width) || width != qd + 2 * kvd)
+        return G_NONE;
+    bool consecutive = s[0] == 0 && e[0] == qd && s[1] == qd && e[1] == qd + kvd &&
+                       s[2] == qd + kvd && e[2] == width;
+    return consecutive ? fq : G_NONE;
+}
+
 static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
 {
     g_graph *g = c->dst;
@@ -675,9 +713,16 @@ static ferry_status ort_gqa(g_lower_ctx *c, const g_node *n, int *outs)
         past_v = g_slice(g, "Slice_empty_value", kt, 2, 0, 0);
     }
     int64_t q3[3] = {0, 0, o->num_heads * o->head_dim}, kv3[3] = {0, 0, o->num_kv_heads * o->head_dim};
-    q = g_reshape_spec(g, "Reshape_q", q, 3, q3);
-    k = g_reshape_spec(g, "Reshape_k", k, 3, kv3);
-    v = g_reshape_spec(g, "Reshape_v", v, 3, kv3);
+    /* not with the q/k norms inside, which no kernel here shows to read a packed input */
+    int packed = norms ? G_NONE : packed_qkv(g, q, k, v, q3[2], kv3[2]);
+    if (packed != G_NONE) {
+        q = packed;
+        k = v = G_NONE;
+    } else {
+        q = g_reshape_spec(g, "Reshape_q", q, 3, q3);
+        k = g_reshape_spec(g, "Reshape_k", k, 3, kv3);
+        v = g_reshape_spec(g, "Reshape_v", v, 3, kv3);
+    }
 
     bool chunks = provider == ORT_CPU || provider == ORT_CUDA;
     int seqlens, total32, query_lens;
