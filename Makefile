@@ -103,6 +103,7 @@ bench: build venv $(VENV)/.bench-stamp
 	$(VENV)/bin/python bench/encoder_bench.py
 	$(VENV)/bin/python bench/pte_bench.py
 	$(VENV)/bin/python bench/gemma3_bench.py
+	$(VENV)/bin/python bench/phi3_bench.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_UBSAN) $(BUILD_FUZZ)

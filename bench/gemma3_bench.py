@@ -65,7 +65,9 @@ def builder_cmd(ckpt, out, precision):
             precision, "-e", "cpu", "-c", str(out) + "-cache"]
 
 
-def export_rows(ckpt, work, logs):
+def export_rows(ckpt, work, logs, builder=builder_cmd, extra=()):
+    """Each exporter's wall time and peak RSS (`builder` makes the genai builder's command;
+    `extra`: more (name, command) jobs), after the floor."""
     jobs = [
         ("ferry fp32", [FERRY, "export", ckpt, work / "ferry-fp32", *GEN]),
         ("ferry int4 fused", [FERRY, "export", ckpt, work / "ferry-int4", *GEN, *INT4]),
@@ -73,8 +75,9 @@ def export_rows(ckpt, work, logs):
                                    "--asymmetric"]),
         ("transformers OnnxExporter", [PY, HERE / "peer_transformers.py", ckpt,
                                        work / "transformers", "--mode", "generation"]),
-        ("genai builder fp32", builder_cmd(ckpt, work / "genai-fp32", "fp32")),
-        ("genai builder int4", builder_cmd(ckpt, work / "genai-int4", "int4")),
+        *extra,
+        ("genai builder fp32", builder(ckpt, work / "genai-fp32", "fp32")),
+        ("genai builder int4", builder(ckpt, work / "genai-int4", "int4")),
     ]
     rows = []
     weights = sorted(Path(ckpt).glob("*.safetensors"))
@@ -133,13 +136,13 @@ def quality_rows(ckpt, work):
     return rows
 
 
-def decode_rows(work, logs, rounds=5):
+def decode_rows(work, logs, rounds=5, max_length=640, exports=None):
     """Each export's decode, `rounds` times in alternation (ferry, builder, ferry, ...) so
     that a disturbance lands on both: the median over rounds of each run's median step."""
     import statistics
 
-    exports = [("ferry int4 fused", work / "ferry-int4"),
-               ("genai builder int4", work / "genai-int4")]
+    exports = exports or [("ferry int4 fused", work / "ferry-int4"),
+                          ("genai builder int4", work / "genai-int4")]
     runs = {name: [] for name, _ in exports}
     errors = {}
     for k in range(rounds):
@@ -152,7 +155,7 @@ def decode_rows(work, logs, rounds=5):
             out = logs / f"{d.name}-latency-{k}.json"
             # the builder's sliding-window attention wants a cache of the window (512) at least
             r = measure([PY, HERE / "genai_latency.py", "--dir", d, "--json", out,
-                         "--max-length", "640"], logs / f"{d.name}-latency-{k}.log",
+                         "--max-length", str(max_length)], logs / f"{d.name}-latency-{k}.log",
                         timeout=1800)
             if r["error"]:
                 errors[name] = r["error"]
