@@ -18,7 +18,7 @@ import numpy as np
 from ._lib import CannotValidate, FerryError, FerryWarning, _escape
 from .generation import rerun_length
 from .runners import Runners, derive_position_ids
-from .runtime import check_program_io, openvino_ports, runtime_reason
+from .runtime import check_program_io, is_encoder_output, openvino_ports, runtime_reason
 
 BATCH, SEQUENCE, STEPS, SEED = 2, 16, 8, 0
 RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino", "pt2": "torch",
@@ -103,7 +103,7 @@ ENCODERS = {"BertModel": "AutoModel", "RobertaModel": "AutoModel",
 
 def is_encoder(manifest):
     meta = (manifest.get("components", {}).get("model") or {}).get("metadata") or {}
-    return bool(meta.get("output_class"))
+    return is_encoder_output(meta.get("output_class"))
 
 
 def encoder_example(manifest):

@@ -15,8 +15,8 @@ from . import _lib, _versions
 from ._arrays import axis_refusal, check_token_ids, check_value_range, int_matrix, to_numpy
 from ._lib import (FerryError, FerryWarning, _P, _c, _c_bytes, _escape, _fail, _str,
                    caller_stacklevel)
-from .runtime import (EXECUTORCH_FORMAT, TORCH_FORMATS, check_device, is_transformers_manifest,
-                      load_program, open_session, program_errors)
+from .runtime import (EXECUTORCH_FORMAT, TORCH_FORMATS, check_device, is_encoder_output,
+                      is_transformers_manifest, load_program, open_session, program_errors)
 
 
 class ExportedComponent:
@@ -363,7 +363,7 @@ class ExportedModel:
             ints["token_type_ids"] = np.zeros_like(ints["input_ids"])  # the forward's default
         # an encoder's positions index an absolute table by the family's own rule (BERT's
         # arange, RoBERTa's count from its padding index): never generate()'s, derived here
-        encoder = bool(metadata.get("output_class"))
+        encoder = is_encoder_output(metadata.get("output_class"))
         if "position_ids" not in ints and "attention_mask" in ints and not encoder:
             mask = ints["attention_mask"]
             ints["position_ids"] = np.where(mask == 1, np.cumsum(mask, -1) - 1, 1)

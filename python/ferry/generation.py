@@ -113,7 +113,10 @@ def resolve(directory, kwargs):
             settings[key] = None
         elif settings[key] is None:
             settings[key] = config.get(key)
-    settings["max_position_embeddings"] = config.get("max_position_embeddings")
+    # GPT-2's learned positions: n_positions, a table no token can pass
+    settings["position_table"] = config.get("n_positions")
+    settings["max_position_embeddings"] = config.get("max_position_embeddings",
+                                                     settings["position_table"])
     settings["recompute_at"] = rerun_length(config)
     return settings
 
@@ -304,6 +307,11 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
     if settings["min_new_tokens"] is not None:
         settings["min_length"] = width + settings["min_new_tokens"]
     # Refuse before running what the graphs or the static cache cannot take.
+    table = settings["position_table"]
+    if isinstance(table, int) and not isinstance(table, bool) and width + new_tokens > table:
+        _fail(f"a {width}-token prompt and {new_tokens} new tokens need {width + new_tokens} "
+              f"positions, past the {table} position embeddings (n_positions) of config.json "
+              "(transformers fails there too): lower max_new_tokens")
     runners["prefill"].check_shapes(batch, width, 0)
     if new_tokens > 1:
         try:  # the last step's: say it is the prompt and max_new_tokens that ask for it

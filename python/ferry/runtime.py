@@ -20,6 +20,13 @@ TORCH_FORMATS = ("pt2", "dynamo")
 EXECUTORCH_FORMAT = "executorch"
 
 
+
+def is_encoder_output(output_class):
+    """Whether export.json's output_class (absent for a causal LM returning
+    CausalLMOutputWithPast) is an encoder's: any class but a causal LM's (GPT-2's
+    CausalLMOutputWithCrossAttentions is one)."""
+    return bool(output_class) and ".CausalLMOutput" not in str(output_class)
+
 def is_transformers_manifest(manifest):
     """export.json in transformers' schema: its export_format, no ferry format."""
     return "export_format" in manifest and "format" not in manifest

@@ -35,7 +35,7 @@ ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const 
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s '%s' is not supported for %s "
                        "(supported: silu, gelu, gelu_pytorch_tanh, gelu_new)", origin,
                        cfg->hidden_act_key, cfg->hidden_act, arch);
-    {
+    if (!cfg->no_rope) {
         const rope_config *rc = &cfg->rope;
         /* these families' position_ids are one row per token: M-RoPE's three rows belong to a
          * multimodal family's graph (its rotary embedding reads them) */
@@ -54,12 +54,14 @@ ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const 
             return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope type llama3 needs positive, "
                            "distinct low_freq_factor and high_freq_factor", origin);
     }
-    if (cfg->head_dim % 2 != 0)
+    if (!cfg->no_rope && cfg->head_dim % 2 != 0)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: head_dim %lld must be even for rotary "
                        "embeddings", origin, (long long)cfg->head_dim);
     /* transformers: int(head_dim * partial_rotary_factor) */
-    int64_t rotary_dim = (int64_t)((double)cfg->head_dim * cfg->rope.partial_rotary_factor);
-    if (rotary_dim < 2 || rotary_dim % 2 != 0)
+    int64_t rotary_dim = cfg->no_rope ? cfg->head_dim
+                                      : (int64_t)((double)cfg->head_dim *
+                                                  cfg->rope.partial_rotary_factor);
+    if (!cfg->no_rope && (rotary_dim < 2 || rotary_dim % 2 != 0))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: partial_rotary_factor %g gives a rotary "
                        "dimension of %lld; it must be even and at least 2", origin,
                        cfg->rope.partial_rotary_factor, (long long)rotary_dim);

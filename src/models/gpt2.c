@@ -35,10 +35,27 @@ static const blk_names ORIGINAL_NAMES = {.embed = "wte.weight", .lm_head = "lm_h
 
 static const blk_family GPT2 = {.model_type = "gpt2", .prefix = "GPT2", .act_module = "act"};
 
-static ferry_status get_int(const model_config *cfg, const char *key, int64_t dflt, int64_t max,
-                            int64_t *out, fy_err *err)
+/* GPT2Config's key, or the name transformers maps to it (its attribute_map: hidden_size for
+ * n_embd, ...) when that is the one given; both given must agree. */
+static ferry_status get_int(const model_config *cfg, const char *key, const char *alias,
+                            int64_t dflt, int64_t max, int64_t *out, fy_err *err)
 {
-    return json_get_int(cfg->text, key, false, dflt, 1, max, cfg->text_origin, out, err);
+    const cJSON *own = NULL, *other = NULL;
+    int64_t a;
+    ferry_status st = json_get_member(cfg->text, key, false, cfg->text_origin, &own, err);
+    if (st == FERRY_OK && alias)
+        st = json_get_member(cfg->text, alias, false, cfg->text_origin, &other, err);
+    if (st == FERRY_OK)
+        st = json_get_int(cfg->text, own || !other ? key : alias, false, dflt, 1, max,
+                          cfg->text_origin, out, err);
+    if (st == FERRY_OK && own && other &&
+        (st = json_get_int(cfg->text, alias, false, dflt, 1, max, cfg->text_origin, &a,
+                           err)) == FERRY_OK &&
+        a != *out)
+        st = fy_fail(err, FERRY_ERR_FORMAT, "%s: keys '%s' (%lld) and '%s' (%lld) name the same "
+                     "size and disagree", cfg->text_origin, key, (long long)*out, alias,
+                     (long long)a);
+    return st;
 }
 
 static ferry_status refuse_true(const model_config *cfg, const char *key, const char *why,
@@ -58,13 +75,16 @@ static ferry_status read_config(const model_config *cfg, lm_config *c, gpt2 *m, 
     const char *origin = cfg->text_origin;
     ferry_status st;
     memset(c, 0, sizeof *c);
-    if ((st = get_int(cfg, "vocab_size", 50257, LM_MAX_VOCAB, &c->vocab_size, err)) ||
-        (st = get_int(cfg, "n_positions", 1024, LM_MAX_POSITIONS, &c->max_position_embeddings,
+    if ((st = get_int(cfg, "vocab_size", NULL, 50257, LM_MAX_VOCAB, &c->vocab_size, err)) ||
+        (st = get_int(cfg, "n_positions", "max_position_embeddings", 1024, LM_MAX_POSITIONS,
+                      &c->max_position_embeddings, err)) ||
+        (st = get_int(cfg, "n_embd", "hidden_size", 768, LM_MAX_HIDDEN, &c->hidden_size,
                       err)) ||
-        (st = get_int(cfg, "n_embd", 768, LM_MAX_HIDDEN, &c->hidden_size, err)) ||
-        (st = get_int(cfg, "n_layer", 12, LM_MAX_LAYERS, &c->num_hidden_layers, err)) ||
-        (st = get_int(cfg, "n_head", 12, LM_MAX_HEADS, &c->num_attention_heads, err)) ||
-        (st = get_int(cfg, "n_inner", 4 * c->hidden_size, LM_MAX_INTERMEDIATE,
+        (st = get_int(cfg, "n_layer", "num_hidden_layers", 12, LM_MAX_LAYERS,
+                      &c->num_hidden_layers, err)) ||
+        (st = get_int(cfg, "n_head", "num_attention_heads", 12, LM_MAX_HEADS,
+                      &c->num_attention_heads, err)) ||
+        (st = get_int(cfg, "n_inner", NULL, 4 * c->hidden_size, LM_MAX_INTERMEDIATE,
                       &c->intermediate_size, err)) ||
         (st = json_get_double(cfg->text, "layer_norm_epsilon", false, 1e-5, LM_EPS_MIN,
                               LM_EPS_MAX, origin, &c->rms_norm_eps, err)) ||
@@ -82,6 +102,10 @@ static ferry_status read_config(const model_config *cfg, lm_config *c, gpt2 *m, 
         (st = refuse_true(cfg, "add_cross_attention", "ferry exports GPT-2 as a decoder-only "
                           "model", err)))
         return st;
+    /* transformers refuses a null activation; absent, it is gelu_new */
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cfg->text, "activation_function")))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'activation_function' is null; name "
+                       "one (GPT-2's is \"gelu_new\")", origin);
     if (c->hidden_size % c->num_attention_heads != 0)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: n_embd (%lld) must be a multiple of n_head "
                        "(%lld)", origin, (long long)c->hidden_size,
@@ -90,7 +114,7 @@ static ferry_status read_config(const model_config *cfg, lm_config *c, gpt2 *m, 
     c->head_dim = c->hidden_size / c->num_attention_heads;
     c->hidden_act_key = "activation_function";
     c->tie_word_embeddings_set = true;
-    lm_rope_default(&c->rope, 10000.0); /* unused: GPT-2 has no rope */
+    c->no_rope = true;
     return FERRY_OK;
 }
 
@@ -125,12 +149,20 @@ static void gpt2_free(void *hparams)
     free(m);
 }
 
-/* Which naming the checkpoint uses, then the tie. */
+/* Which naming the checkpoint uses (by the position table, which every GPT-2 stores), then
+ * the tie. A checkpoint with both is refused: transformers would load some tensors from each
+ * set. */
 static ferry_status gpt2_bind(void *hparams, const ckpt *ck, char *warning, size_t size,
                               fy_err *err)
 {
     gpt2 *m = hparams;
-    bool saved = ckpt_find(ck, SAVED_NAMES.embed) || !ckpt_find(ck, ORIGINAL_NAMES.embed);
+    bool with = ckpt_find(ck, GPT2_PREFIX "wpe.weight") != NULL;
+    bool without = ckpt_find(ck, "wpe.weight") != NULL;
+    if (with && without)
+        return fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s holds both '" GPT2_PREFIX
+                       "wpe.weight' and 'wpe.weight': two namings of GPT-2's tensors, of which "
+                       "transformers would mix the sets; keep one", ck->dir);
+    bool saved = !without;
     m->prefix = saved ? GPT2_PREFIX : "";
     m->lm.names = saved ? &SAVED_NAMES : &ORIGINAL_NAMES;
     return blk_lm_bind(&m->lm, ck, warning, size, err);

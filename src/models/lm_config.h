@@ -42,6 +42,8 @@ typedef struct lm_config {
     rope_config rope;               /* the rotary parameters (of full-attention layers) */
     rope_config rope_local;         /* sliding-attention layers' own, when has_rope_local */
     bool has_rope_local;
+    bool no_rope;                   /* the model has no rotary embedding (GPT-2's learned
+                                       positions): `rope` is unused and not checked */
 } lm_config;
 
 /* Reads the decoder keys of `mc` (its text_config when there is one). Sizes must be positive

@@ -43,15 +43,18 @@ ferry_status q_check_config(ferry_quantizer *q, ferry_dtype dtype, fy_err *err)
 }
 
 /* Input k of `n` is a weight the quantizer takes. The head is the linear the family declared
- * as its module of role head (a causal LM's lm_head, a classifier). */
+ * as its module of role head (a causal LM's lm_head, a classifier); the embedding table is
+ * the one the token ids index (not a table of learned positions or token types). */
 static bool wanted(const g_graph *g, const g_node *n, int k, const ferry_quantizer *q)
 {
     if (n->dead)
         return false;
     if (n->op == G_LINEAR)
         return k == 1 && (q->lm_head || g_node_role(g, n) != GM_ROLE_HEAD);
-    if (n->op == G_EMBEDDING)
-        return k == 0 && q->embeddings;
+    if (n->op == G_EMBEDDING) {
+        const g_value *ids = &g->values[n->in[1]];
+        return k == 0 && q->embeddings && ids->kind == GV_INPUT && ids->role == GI_TOKEN_IDS;
+    }
     return false;
 }
 

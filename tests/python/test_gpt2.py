@@ -104,3 +104,142 @@ def test_linear_layout_refused(tmp_path):
     write_safetensors(ckpt / "model.safetensors", header, data)
     check_export_error(ckpt, tmp_path / "out", ["--dynamic"],
                        ["transformer.h.1.attn.c_attn.weight", "[192, 64]", "[64, 192]"], 1)
+
+
+def _edit_config(ckpt, **changes):
+    config = json.loads((ckpt / "config.json").read_text())
+    for key, value in changes.items():
+        if value is DELETE:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (ckpt / "config.json").write_text(json.dumps(config))
+
+
+DELETE = object()
+
+
+def test_transformers_key_names(tmp_path):
+    """GPT2Config maps num_attention_heads, num_hidden_layers, hidden_size and
+    max_position_embeddings onto its n_* keys: a config.json that uses them is read as
+    transformers reads it; one that gives both names different values is refused."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", "gpt2", seed=8)
+    _edit_config(ckpt, n_head=DELETE, num_attention_heads=4, n_layer=DELETE,
+                 num_hidden_layers=2, n_embd=DELETE, hidden_size=64)
+    assert reference_model(ckpt).config.n_head == 4
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", "--quiet")
+    check_against_reference(ckpt, out / "model.onnx", SHAPES)
+    _edit_config(ckpt, n_head=8)
+    check_export_error(ckpt, tmp_path / "out", ["--dynamic"],
+                       ["'n_head' (8)", "'num_attention_heads' (4)", "disagree"], 1)
+
+
+def test_odd_head_dim(tmp_path):
+    """GPT-2 has no rope, so a head of 9 is fine (as in transformers)."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", "gpt2", seed=9, n_embd=36, n_head=4, n_inner=40)
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", "--quiet")
+    check_against_reference(ckpt, out / "model.onnx", SHAPES)
+
+
+def test_null_activation_refused(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "ckpt", "gpt2")
+    _edit_config(ckpt, activation_function=None)
+    check_export_error(ckpt, tmp_path / "out", ["--dynamic"],
+                       ["'activation_function' is null"], 1)
+
+
+def _renamed(ckpt, dst, rename, drop=()):
+    header, data = read_safetensors(ckpt / "model.safetensors")
+    header.pop("__metadata__", None)
+    tensors = {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        for new in rename(name):
+            tensors[new] = (info["dtype"], info["shape"], data[begin:end])
+    for name in drop:
+        tensors.pop(name)
+    dst.mkdir()
+    for f in ("config.json", "generation_config.json"):
+        (dst / f).write_bytes((ckpt / f).read_bytes())
+    _write(dst / "model.safetensors", tensors)
+    return dst
+
+
+def test_both_namings_refused(tmp_path):
+    """transformers would load a mixture of the two sets: refused, naming both."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", "gpt2")
+    both = _renamed(ckpt, tmp_path / "both",
+                    lambda n: [n, n.removeprefix("transformer.")] if n.startswith("transformer.")
+                    else [n])
+    check_export_error(both, tmp_path / "out", ["--dynamic"],
+                       ["'transformer.wpe.weight'", "'wpe.weight'", "keep one"], 1)
+
+
+def test_hub_names_with_only_the_head(tmp_path):
+    """The hub's naming with the tied table stored as lm_head.weight alone: transformers ties
+    the embedding to it, as ferry does."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", "gpt2", seed=10)
+    header, data = read_safetensors(ckpt / "model.safetensors")
+    head_only = _renamed(ckpt, tmp_path / "head",
+                         lambda n: ["lm_head.weight"] if n == "transformer.wte.weight"
+                         else [n.removeprefix("transformer.")])
+    out = ferry_export(head_only, tmp_path / "onnx", "--dynamic", "--quiet")
+    check_against_reference(ckpt, out / "model.onnx", SHAPES)
+
+
+def test_quantized_embeddings_keep_positions_float(tmp_path):
+    """--quantize-embeddings quantizes the token table, which the token ids index; the position
+    table stays float, as onnxruntime-genai's builder and transformers' quantizers keep it."""
+    import onnx
+
+    from quant_ref import dequantized_checkpoint
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "gpt2", seed=12)
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", "--quantize", "int4",
+                       "--quantize-embeddings", "--ort-fusions", "cpu", "--accuracy-level", "0",
+                       "--quiet")
+    model = onnx.load(out / "model.onnx", load_external_data=False)
+    floats = {t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
+    assert "transformer.wpe.weight" in floats
+    assert [n.op_type for n in model.graph.node if n.op_type == "GatherBlockQuantized"] == \
+        ["GatherBlockQuantized"]
+    ref = dequantized_checkpoint(ckpt, tmp_path / "ref", 4, 32, True, embeddings=True)
+    check_against_reference(ref, out / "model.onnx", SHAPES, atol=2e-3)
+
+
+def test_validate_a_plain_export(tmp_path):
+    """`ferry export --validate` runs a plain GPT-2 export as the causal LM it is (its output
+    class is CausalLMOutputWithCrossAttentions, not an encoder's)."""
+    import os
+    import sys
+
+    from conftest import ROOT
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "gpt2")
+    env = {"FERRY_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
+    rc, stdout, stderr = run_ferry("export", ckpt, tmp_path / "out", "--dynamic", "--validate",
+                                   env=env)
+    assert rc == 0, (stdout, stderr)
+    assert "PASS" in stdout and "FAIL" not in stdout, stdout
+
+
+def test_generate_stops_at_the_position_table(tmp_path):
+    """generate() takes no step past n_positions: by default it stops there, as transformers'
+    does; asked for more, it refuses before running (transformers fails there too), in every
+    runtime (OpenVINO would read past the table without a word)."""
+    import ferry
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "gpt2", seed=13, n_positions=32)
+    out = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic",
+                       "--for-generation", "--quiet")
+    exported = ferry.ExportedModel.from_pretrained(out)
+    ids = np.random.default_rng(2).integers(3, 160, (1, 28))
+    got = exported.generate(ids, do_sample=False)
+    assert got.shape[1] == 32
+    with torch.no_grad():
+        want = reference_model(ckpt).generate(torch.from_numpy(ids), max_new_tokens=4,
+                                              do_sample=False, pad_token_id=0)
+    assert np.array_equal(got, want.numpy())
+    with pytest.raises(ferry.FerryError, match="n_positions"):
+        exported.generate(ids, max_new_tokens=5, do_sample=False)
