@@ -105,6 +105,8 @@ ferry_status lower_linear(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_embedding(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_activation(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_rope(g_lower_ctx *c, const g_node *n, int *outs);
+/* ... rotate_half as a linear of fp32 x by a constant [r, r] of +-1 (exact for finite x) */
+ferry_status lower_rope_by_matrix(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs);
 
@@ -114,9 +116,11 @@ ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_attention_over(g_lower_ctx *c, const g_node *n, int k, int v, int *outs);
 /* The same, its scores computed keys first, K [b, kvh, t, d] times the queries transposed
  * [b, kvh, d, groups * s], and the small [t, groups * s] result transposed back: for a target
- * whose transposes are copies (ExecuTorch's), which then never copies the keys. */
+ * whose transposes are copies (ExecuTorch's), which then never copies the keys. `added_mask`:
+ * the mask added to the scores as a bias (lw_attention_bias) rather than selected, for a
+ * target that adds where it cannot select. */
 ferry_status lower_attention_keys_first(g_lower_ctx *c, const g_node *n, int k, int v,
-                                        int *outs);
+                                        int *outs, bool added_mask);
 
 /* attention's keys and values as it reads them, [b, kvh, t, d] each: the new rows joined with
  * the cache as the node's cache kind says (ir/lower/attention.c); outs[1] and outs[2] get the

@@ -12,7 +12,9 @@
  *   ─[softcap]─cast(f32)─where(mask, ·, min)─softmax─cast─matmul(V [b,kvh,1,t,d])
  *   ─reshape [b,h,s,d]─transpose─reshape─> [b,s,h*d]
  * Scores are masked with the most negative finite fp32, not -inf: a fully masked row (a padding
- * query) then softmaxes to a uniform row instead of NaN that would poison later layers. Without
+ * query) then softmaxes to a uniform row instead of NaN that would poison later layers. Added
+ * as a bias (0 or that value) instead, a score of any magnitude short of 1e31 leaves the same
+ * probabilities: a hidden one still rounds to that value. Without
  * a mask (G_MASK_NONE) the scores go to the softmax as they are, as transformers' eager
  * attention with attention_mask None. */
 #include <stdio.h>
@@ -85,21 +87,21 @@ ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs)
 }
 
 static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v, int *outs,
-                                   bool keys_first);
+                                   bool keys_first, bool added_mask);
 
 ferry_status lower_attention_over(g_lower_ctx *c, const g_node *n, int k, int v, int *outs)
 {
-    return attention_over(c, n, k, v, outs, false);
+    return attention_over(c, n, k, v, outs, false, false);
 }
 
 ferry_status lower_attention_keys_first(g_lower_ctx *c, const g_node *n, int k, int v,
-                                        int *outs)
+                                        int *outs, bool added_mask)
 {
-    return attention_over(c, n, k, v, outs, true);
+    return attention_over(c, n, k, v, outs, true, added_mask);
 }
 
 static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v, int *outs,
-                                   bool keys_first)
+                                   bool keys_first, bool added_mask)
 {
     g_graph *g = c->dst;
     const g_attn_opts *o = n->a.attn;
@@ -114,6 +116,7 @@ static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v
     int64_t q5[5] = {0, o->num_kv_heads, groups, -1, o->head_dim};
     int64_t h4[4] = {0, o->num_heads, -1, o->head_dim};
     int64_t out3[3] = {0, 0, o->num_heads * o->head_dim};
+    bool add_bias = o->mask == G_MASK_PADDING || (added_mask && o->mask != G_MASK_NONE);
     int m = o->mask == G_MASK_NONE ? G_NONE
                                    : lw_attention_mask(c, mask, q, pos, o->mask, o->sliding_window);
     int qt = g_reshape_spec(g, "Reshape_q", g_transpose(g, "Transpose_q", q, 4, to_bnsd), 5, q5);
@@ -143,9 +146,10 @@ static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v
     if (o->softcap > 0)
         scores = g_softcap(g, "softcap", scores, o->softcap);
     scores = g_cast(g, "Cast", scores, FERRY_F32);
-    if (o->mask == G_MASK_PADDING) {
-        /* the same for every query: added as transformers' encoders add it, one broadcast add
-         * of [b, 1, 1, 1, t] instead of a select over every score */
+    if (add_bias) {
+        /* a padding mask is the same for every query: added as transformers' encoders add it,
+         * one broadcast add of [b, 1, 1, 1, t] instead of a select over every score; any mask
+         * where the target asks (added_mask), [b, 1, 1, s, t] */
         int64_t one = 1;
         int bias = g_unsqueeze(g, "Unsqueeze_bias", lw_attention_bias(c, n, q, FERRY_F32), 1,
                                &one);

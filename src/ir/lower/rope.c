@@ -5,6 +5,8 @@
  *   tables: positions ─cast(f32)─unsqueeze(-1)─mul(inv_freq)─[bands]─concat(f,f)─┬─cos─[×scale]─cast─place
  *                                                                                └─sin─[×scale]─cast─place
  *   apply:  x*cos + rotate_half(x)*sin,  rotate_half(x) = concat(-x[..., r/2:r], x[..., :r/2])
+ *           (lower_rope_by_matrix: a linear of fp32 x by a constant [r, r] of +-1, for a target
+ *           whose matrix products are cheaper than its slices and concatenations)
  *   partial rotary (r < d): the rotation applies to x[..., :r]; x[..., r:] passes through.
  *
  * The position layouts (rope_layout), as transformers' rotary embeddings compute them:
@@ -191,7 +193,35 @@ static void rope_tables(g_lower_ctx *c, const g_rope_opts *o, int positions, fer
     *sin_out = si;
 }
 
+/* rotate_half over the last axis (r wide) as a product with the constant [r, r] matrix whose
+ * row j < r/2 takes -x[j + r/2] and row j >= r/2 takes x[j - r/2]: each output one input
+ * times +-1 plus zeros, exact for finite x */
+static int rotation_by_matrix(g_graph *g, int xr, int64_t r)
+{
+    float *m = calloc((size_t)(r * r), sizeof *m);
+    if (!m)
+        return g_fail(g, FERRY_ERR_NOMEM, "out of memory");
+    for (int64_t j = 0; j < r; j++)
+        m[j * r + (j < r / 2 ? j + r / 2 : j - r / 2)] = j < r / 2 ? -1.0f : 1.0f;
+    int64_t dims[2] = {r, r};
+    int w = g_const(g, FERRY_F32, 2, dims, m);
+    free(m);
+    return g_linear(g, "Rotate", xr, w, G_NONE);
+}
+
+static ferry_status rope_lowering(g_lower_ctx *c, const g_node *n, int *outs, bool by_matrix);
+
 ferry_status lower_rope(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    return rope_lowering(c, n, outs, false);
+}
+
+ferry_status lower_rope_by_matrix(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    return rope_lowering(c, n, outs, true);
+}
+
+static ferry_status rope_lowering(g_lower_ctx *c, const g_node *n, int *outs, bool by_matrix)
 {
     g_graph *g = c->dst;
     const g_rope_opts *o = n->a.rope;
@@ -211,10 +241,15 @@ ferry_status lower_rope(g_lower_ctx *c, const g_node *n, int *outs)
     int64_t r = o->rotary_dim, half = r / 2;
     bool partial = r < o->head_dim;
     int xr = partial ? g_slice(g, "Slice_rot", x, -1, 0, r) : x;
-    int x1 = g_slice(g, "Slice", xr, -1, 0, half);
-    int x2 = g_slice(g, "Slice_1", xr, -1, half, G_END);
-    int parts[2] = {g_unary(g, G_NEG, "Neg", x2), x1};
-    int rot = g_concat(g, "Concat", 2, parts, -1);
+    int rot;
+    if (by_matrix && g->values[x].dtype == FERRY_F32) {
+        rot = rotation_by_matrix(g, xr, r);
+    } else {
+        int x1 = g_slice(g, "Slice", xr, -1, 0, half);
+        int x2 = g_slice(g, "Slice_1", xr, -1, half, G_END);
+        int parts[2] = {g_unary(g, G_NEG, "Neg", x2), x1};
+        rot = g_concat(g, "Concat", 2, parts, -1);
+    }
     int rot_sin = g_binary(g, G_MUL, "Mul_1", rot, si);
     int y = g_binary(g, G_ADD, "Add", g_binary(g, G_MUL, "Mul", xr, co), rot_sin);
     if (partial) {
