@@ -247,9 +247,10 @@ class DynamoConfig(OnnxConfig):
 class ExecutorchConfig(OnnxConfig):
     """The recipe of an ExecuTorch export (the guide's ExecutorchExporter: one <component>.pte
     per component, which executorch.runtime loads), written by ferry from the checkpoint
-    without tracing. `backend`: "xnnpack" (the default, as the guide's: fp32 linears in the
-    runtime's XNNPACK delegate, the rest on its portable kernels) or "portable" (every op on
-    the runtime's own kernels). ExecuTorch plans every tensor at its largest size, so a dynamic
+    without tracing. `backend`: "xnnpack" (the default, as the guide's: fp32 linears, norms,
+    elementwise arithmetic, rotary and attention in the runtime's XNNPACK delegate, the rest
+    on its portable kernels) or "portable" (every op on the runtime's own kernels).
+    ExecuTorch plans every tensor at its largest size, so a dynamic
     axis without a max of its own is bounded by `max_batch_size` (batch, default 4) or
     `max_seq_len` (the others, default 128). `alloc_graph_input=False` /
     `alloc_graph_output=False` leave the inputs / outputs out of the memory plan (the runtime

@@ -458,10 +458,14 @@ static void describe(strbuf *b, const ferry_exported *e)
                       int_text(planned, bytes, sizeof bytes));
             const cJSON *lin = cJSON_GetObjectItemCaseSensitive(md, "delegated_linears");
             if (cJSON_IsNumber(lin)) {
-                char n_lin[32], wbytes[32];
-                sb_printf(b, "  %s: %s linears, each its own graph; %s bytes of their weights "
-                          "as named data (XNNPACK packs them when the method loads)\n",
-                          qstr(md, "delegate_backend"), int_text(lin, n_lin, sizeof n_lin),
+                char n_lin[32], n_nodes[32], wbytes[32];
+                sb_printf(b, "  %s: %d graphs of %s nodes in all (%s of them linears; norms, "
+                          "elementwise arithmetic and softmax run there too); %s bytes of their "
+                          "weights as named data (XNNPACK packs them when the method loads)\n",
+                          qstr(md, "delegate_backend"), n_delegates,
+                          int_text(cJSON_GetObjectItemCaseSensitive(md, "delegate_nodes"),
+                                   n_nodes, sizeof n_nodes),
+                          int_text(lin, n_lin, sizeof n_lin),
                           int_text(cJSON_GetObjectItemCaseSensitive(md,
                                                                     "delegate_weight_bytes"),
                                    wbytes, sizeof wbytes));

@@ -11,17 +11,19 @@ prompts of 1, 5 and 40 tokens and a left-padded batch, in the Python runtime (th
 read back each call) and through ferry's generate(); and the guide's C++ decode loop, built
 against the wheel's runtime, binds the caller's buffers in place and gives the same tokens.
 
-Both backends: "xnnpack" (the default: fp32 linears in the runtime's XNNPACK delegate) and
-"portable" (the runtime's own kernels for every op) meet the same bounds.
+Both backends: "xnnpack" (the default: fp32 linears, norms, elementwise arithmetic, rotary and
+attention in XNNPACK graphs) and "portable" (the runtime's own kernels for every op) meet the
+same bounds.
 
 The program's structure is read back with the wheel's own flatbuffer decoder, never ferry's:
 every tensor is a constant inside the constant segment, planned inside the arena, or an input
 or output the options leave to the caller; no two planned tensors whose lifetimes meet share a
 byte (the lifetimes derived here from the instructions, delegate calls included); every kernel
 is one the runtime registers; the extended header locates the segments. Each XNNPACK graph,
-decoded with the wheel's flatc and its schema, is one fully connected layer whose external
-values are its call's arguments (same sizes), whose weights are named data of the right size
-inside the file, each stored once. What the format cannot write yet (quantized weights, 3-D
+decoded with the wheel's flatc and its schema, has as external values its call's arguments
+(same sizes, inputs first), nodes that read only what is an input, a constant or made before,
+fully connected layers whose filters fit their inputs, and weights that are named data of the
+right size inside the file, each stored once. What the format cannot write yet (quantized weights, 3-D
 convolutions) fails with one line and writes nothing."""
 
 import json
@@ -101,9 +103,35 @@ def xnn_graph(blob):
         return json.loads((Path(tmp) / "graph.json").read_text())
 
 
+INVALID = 0xFFFFFFFF
+ONE_INPUT = {"XNNSoftmax", "XNNSigmoid", "XNNFloor", "XNNConvert", "XNNSquareRoot", "XNNNegate",
+             "XNNSquare", "XNNAbs", "XNNReciprocalSquareRoot", "XNNLog", "XNNTanh", "XNNExp",
+             "XNNSin", "XNNCos"}
+TWO_INPUTS = {"XNNAdd", "XNNSubtract", "XNNMultiply", "XNNDiv", "XNNMaximum", "XNNMinimum",
+              "XNNBatchMatrixMultiply"}
+MOVES = {"XNNStaticTranspose", "XNNStaticReshape", "XNNStaticSlice"}
+CONCATS = {"XNNConcatenate2": 2, "XNNConcatenate3": 3, "XNNConcatenate4": 4,
+           "XNNConcatenate5": 5}
+
+
+def xnn_tensors(graph):
+    """id -> (tensor value, quantized value or None)"""
+    out = {}
+    for v in graph["xvalues"]:
+        u = v["xvalue_union"]
+        t = u.get("tensor_value", u)
+        out[t["id_out"]] = (t, u if "tensor_value" in u else None)
+    return out
+
+
 def check_delegates(prog, raw, base):
-    """Each delegate call: one XNNPACK fully connected layer over its arguments, its weights
-    named data inside the file, each stored once."""
+    """Each delegate call: an XNNPACK graph over its arguments (inputs first, each external
+    value at its argument's place and of its tensor's bounds), every node reading only what
+    is an input, a constant or made by a node before it, every output made; its fully
+    connected layers' filters [out, in] against their inputs; its weights named data inside
+    the file, each stored once, its other constants inside its blob. The tensors that live
+    only inside a graph are Nones of the program, read by no instruction. Returns the
+    graphs."""
     (plan,) = prog["execution_plan"]
     values, segments = plan["values"], prog.get("segments") or []
     named = {d["key"]: segments[d["segment_index"]] for d in prog.get("named_data") or []}
@@ -114,56 +142,103 @@ def check_delegates(prog, raw, base):
     calls = [i["instr_args"] for i in plan["chains"][0]["instructions"]
              if i["instr_args_type"] == "DelegateCall"]
     assert sorted(c["delegate_index"] for c in calls) == list(range(len(plan["delegates"])))
+    graphs = []
     for call in calls:
         delegate = plan["delegates"][call["delegate_index"]]
         assert delegate["id"] == "XnnpackBackend" and delegate["processed"]["location"] == "INLINE"
-        graph = xnn_graph(bytes(prog["backend_delegate_data"][
-            delegate["processed"]["index"]]["data"]))
-        kinds = [n["xnode_union_type"] for n in graph["xnodes"]]
-        assert kinds in (["XNNFullyConnected"], ["XNNConvert", "XNNFullyConnected"]), kinds
-        fc = graph["xnodes"][-1]["xnode_union"]
-        xv = {v["xvalue_union"].get("id_out", v["xvalue_union"].get("tensor_value", {})
-                                    .get("id_out")): v for v in graph["xvalues"]}
-
-        def tensor(i):
-            v = xv[i]["xvalue_union"]
-            return v.get("tensor_value", v)
-
-        x, y = tensor(graph["input_ids"][0]), tensor(fc["output_id"])
-        w = tensor(fc["filter_id"])
-        assert graph["num_externs"] == len(call["args"]) == 2
-        for ext, v in ((0, x), (1, y)):
-            assert v["external_id"] == ext and v["flags"] == ext + 1
-            assert v["datatype"] == "xnn_datatype_fp32"
-            assert v["dims"] == values[call["args"][ext]]["val"]["sizes"]
-        assert x["dims"][-1] == w["dims"][1] and y["dims"][-1] == w["dims"][0]
-        out, k = w["dims"]
-        if len(kinds) == 2:
-            # 8da4w: the input quantized per token, feeding an int4 filter with bf16 scales
-            convert = graph["xnodes"][0]["xnode_union"]
-            assert convert["input_id"] == x["id_out"] and convert["output_id"] == fc["input1_id"]
-            xq = xv[fc["input1_id"]]["xvalue_union"]
-            assert xq["tensor_value"]["datatype"] == "xnn_datatype_qdint8"
-            assert xq["quant_params_type"] == "PerTokenDynamicQuant"
-            q = xv[fc["filter_id"]]["xvalue_union"]
-            assert w["datatype"] == "xnn_datatype_qbint4"
-            assert q["quant_params_type"] == "PerChannelGroupQuant"
-            group = q["quant_params"]["group_size"]
-            assert k % group == 0 and q["quant_params"]["num_scales"] == out * k // group
-            weights = [(w["constant_buffer_idx"], out * k // 2),
-                       (q["quant_params"]["scale_buffer_idx"], 2 * out * k // group)]
-        else:
-            assert fc["input1_id"] == x["id_out"] and w["datatype"] == "xnn_datatype_fp32"
-            weights = [(w["constant_buffer_idx"], 4 * out * k)]
-        if fc["bias_id"] != 0xFFFFFFFF:
-            bias = tensor(fc["bias_id"])
-            assert bias["datatype"] == "xnn_datatype_fp32" and bias["dims"] == [out]
-            weights.append((bias["constant_buffer_idx"], 4 * out))
+        blob = bytes(prog["backend_delegate_data"][delegate["processed"]["index"]]["data"])
+        graph = xnn_graph(blob)
+        graphs.append(graph)
+        consts_at = int.from_bytes(blob[18:22], "little")
+        consts_len = int.from_bytes(blob[22:30], "little")
+        assert consts_at + consts_len == len(blob)
+        tensors = xnn_tensors(graph)
+        args = call["args"]
+        ins, outs = graph["input_ids"], graph["output_ids"]
+        assert graph["num_externs"] == len(args) == len(ins) + len(outs) and outs
+        for ext, i in enumerate(ins + outs):
+            t, _ = tensors[i]
+            assert t["external_id"] == ext and t["flags"] == (1 if ext < len(ins) else 2)
+            assert t["datatype"] == "xnn_datatype_fp32"
+            assert values[args[ext]]["val_type"] == "Tensor"
+            assert t["dims"] == values[args[ext]]["val"]["sizes"], (ext, t["dims"])
+        externals = set(ins + outs)
+        assert all(t["external_id"] == INVALID and not t.get("flags")
+                   for i, (t, _) in tensors.items() if i not in externals)
+        made = set(ins)
+        constants = {i for i, (t, _) in tensors.items() if t.get("constant_buffer_idx")}
+        weights = []
+        for node in graph["xnodes"]:
+            kind, n = node["xnode_union_type"], node["xnode_union"]
+            if kind == "XNNFullyConnected":
+                reads = [n["input1_id"], n["filter_id"]] + (
+                    [n["bias_id"]] if n["bias_id"] != INVALID else [])
+            elif kind in TWO_INPUTS:
+                reads = [n["input1_id"], n["input2_id"]]
+            elif kind in CONCATS:
+                reads = [n[f"input{i}_id"] for i in range(1, CONCATS[kind] + 1)]
+                assert n.get("axis", 0) < len(tensors[n["output_id"]][0]["dims"])
+            elif kind in MOVES:
+                reads = [n["input_id"]]
+                x, y = tensors[n["input_id"]][0], tensors[n["output_id"]][0]
+                if kind == "XNNStaticTranspose":
+                    assert sorted(n["perm"]) == list(range(len(x["dims"])))
+                    assert [x["dims"][i] for i in n["perm"]] == y["dims"]
+                elif kind == "XNNStaticReshape":
+                    # at most one extent inferred (0); the others the result's
+                    shape = n["new_shape"]
+                    assert shape.count(0) <= 1 and len(shape) == len(y["dims"])
+                    assert all(d in (0, e) for d, e in zip(shape, y["dims"]))
+                    assert np.prod(x["dims"]) == np.prod(y["dims"])
+                else:
+                    assert all(o + z <= e for o, z, e in zip(n["offsets"], n["sizes"],
+                                                             x["dims"]))
+            else:
+                assert kind in ONE_INPUT, kind
+                reads = [n["input_id"]]
+            for r in reads:
+                assert r in made or r in constants, f"{kind} reads {r} before it is made"
+            assert n["output_id"] not in made | constants, f"{kind} writes {n['output_id']} twice"
+            made.add(n["output_id"])
+            if kind != "XNNFullyConnected":
+                continue
+            x, w, y = (tensors[i][0] for i in (n["input1_id"], n["filter_id"], n["output_id"]))
+            out, k = w["dims"]
+            assert x["dims"][-1] == k and y["dims"][-1] == out
+            q = tensors[n["filter_id"]][1]
+            if q:
+                # 8da4w: the input quantized per token, feeding an int4 filter with bf16 scales
+                xq = tensors[n["input1_id"]][1]
+                assert x["datatype"] == "xnn_datatype_qdint8"
+                assert xq["quant_params_type"] == "PerTokenDynamicQuant"
+                assert w["datatype"] == "xnn_datatype_qbint4"
+                assert q["quant_params_type"] == "PerChannelGroupQuant"
+                group = q["quant_params"]["group_size"]
+                assert k % group == 0 and q["quant_params"]["num_scales"] == out * k // group
+                weights += [(w["constant_buffer_idx"], out * k // 2),
+                            (q["quant_params"]["scale_buffer_idx"], 2 * out * k // group)]
+            else:
+                assert x["datatype"] == w["datatype"] == "xnn_datatype_fp32"
+                weights.append((w["constant_buffer_idx"], 4 * out * k))
+            if n["bias_id"] != INVALID:
+                bias = tensors[n["bias_id"]][0]
+                assert bias["datatype"] == "xnn_datatype_fp32" and bias["dims"] == [out]
+                weights.append((bias["constant_buffer_idx"], 4 * out))
+        assert set(outs) <= made, "an output no node makes"
         for index, size in weights:
             assert index > 0
             entry = graph["constant_data"][index]
-            assert entry["offset"] == 2 ** 64 - 1 and entry["size"] == size
-            assert named[entry["named_key"]]["size"] == size, entry["named_key"]
+            if entry.get("named_key"):
+                assert entry["offset"] == 2 ** 64 - 1 and entry["size"] == size
+                assert named[entry["named_key"]]["size"] == size, entry["named_key"]
+            else:
+                assert entry["offset"] + entry["size"] <= consts_len
+        for entry in graph["constant_data"][1:]:
+            if entry.get("named_key"):
+                assert named[entry["named_key"]]["size"] == entry["size"], entry["named_key"]
+            else:
+                assert entry["offset"] % 16 == 0 and entry["offset"] + entry["size"] <= consts_len
+    return graphs
 
 
 def check_program(path, planned_inputs=True, planned_outputs=True):
@@ -303,8 +378,12 @@ def test_program_is_well_formed(family):
     else:
         # every linear of the 2 layers, and the head (tied or not, stored once)
         linears = 2 * len(layer_linears(arch)) + 1
-        assert meta["delegated_linears"] == len(plan["delegates"]) == linears
+        assert meta["delegated_linears"] == linears
         assert "aten::linear.out" not in meta["operators"]
+        # the norms and the feed-forward's arithmetic run there too, in graphs of many nodes
+        assert linears < meta["delegate_nodes"]
+        assert not {"aten::sigmoid.out", "aten::rsqrt.out", "aten::mean.out"} & set(
+            meta["operators"])
 
 
 def test_bounds_are_the_programs(family, tmp_path):
@@ -552,7 +631,7 @@ def test_guide_cpp_decode_loop(ckpts, tmp_path):
     """The guide's C++ decode loop (tests/python/data/guide_decode_loop.cpp), built against the
     wheel's headers and runtime library: the caller's cache buffers set as inputs and bound onto
     the program's last N outputs (set_output_data_ptr), the prompt in one call, then a token a
-    call, its linears in the XNNPACK delegate. Its greedy tokens are transformers' and the write
+    call, each layer one XNNPACK graph around its cache writes. Its greedy tokens are transformers' and the write
     positions in the caller's own buffers count every token fed: the writes landed there, in
     place."""
     import shutil
@@ -579,6 +658,17 @@ def test_guide_cpp_decode_loop(ckpts, tmp_path):
     out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dim",
                        "input_ids:1=sequence:1:32", "--for-generation", "--static-cache",
                        "--max-cache-len", "32", "--multi-token-decode", *NO_ALLOC, "--quiet")
+    # a layer is one XNNPACK graph around its two cache writes: its norms, linears, rotary,
+    # scores, softmax and feed-forward; the first layer's is cut twice more, where the
+    # positions become floats and where the mask's bias is made (portable kernels, once for
+    # every layer); no portable kernel does their arithmetic
+    plan = check_program(out / "decode.pte", planned_inputs=False,
+                         planned_outputs=False)["execution_plan"][0]
+    kernels = {o["name"] for o in plan["operators"]}
+    assert not kernels & {"aten::bmm", "aten::_softmax", "aten::mul", "aten::linear",
+                          "aten::mean", "aten::sigmoid", "aten::rsqrt", "aten::permute_copy",
+                          "aten::cat", "aten::slice_copy", "aten::neg"}, kernels
+    assert len(plan["delegates"]) <= reference_model(ckpt).config.num_hidden_layers + 3
     prompt = prompts([6])[0]
     proc = subprocess.run([str(binary), str(out / "decode.pte"), ",".join(map(str, prompt)),
                            "12"], capture_output=True, text=True, timeout=120)
@@ -696,15 +786,20 @@ def test_int4_matches_numpy_reference(decoder_ckpts, tmp_path, arch, record_prop
     meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
     assert meta["int4_linears"] == meta["delegated_linears"] == 15
     m, model = method(out), int4_reference(ckpt)
-    # half a byte a weight, a bf16 scale a block of 32, and the fp32 biases: nothing else
+    # half a byte a weight, a bf16 scale a block of 32, and the fp32 biases; the norms' fp32
+    # weights, and rotary's one [head_dim, head_dim] rotation: nothing else
     linears = [x for x in model.modules() if isinstance(x, torch.nn.Linear)]
+    norms = [p for name, p in model.named_parameters() if "norm" in name]
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
     assert meta["delegate_weight_bytes"] == sum(
         x.weight.numel() // 2 + x.weight.numel() // 16 + (4 * x.bias.numel() if x.bias is not None
-                                                          else 0) for x in linears)
+                                                          else 0) for x in linears) + sum(
+        4 * p.numel() for p in norms) + 4 * head_dim ** 2
     record_property("max_abs_error", check_int4_logits(m, model, [(1, 1), (1, 7), (2, 33)]))
+    # each linear's input quantized once, however many linears read it (q, k and v: one)
     graphs = [xnn_graph(bytes(d["data"])) for d in prog["backend_delegate_data"]]
-    assert all([n["xnode_union_type"] for n in g["xnodes"]] == ["XNNConvert", "XNNFullyConnected"]
-               for g in graphs)
+    kinds = [n["xnode_union_type"] for g in graphs for n in g["xnodes"]]
+    assert kinds.count("XNNConvert") == 2 * 4 + 1
 
 
 def test_int4_generation(decoder_ckpts, tmp_path):
@@ -865,8 +960,11 @@ def test_inspect_and_validate(tmp_path):
     out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dynamic", "--quiet")
     rc, stdout, _ = run_ferry("inspect", out)
     assert rc == 0 and "ExecuTorch program: method forward" in stdout, stdout
-    assert "backend xnnpack, 15 delegate calls" in stdout and "max 128" in stdout, stdout
-    assert "XnnpackBackend: 15 linears" in stdout, stdout
+    meta = json.loads((out / "export.json").read_text())["components"]["model"]["metadata"]
+    assert f"backend xnnpack, {meta['delegates']} delegate calls" in stdout, stdout
+    assert "max 128" in stdout, stdout
+    assert f"XnnpackBackend: {meta['delegates']} graphs of {meta['delegate_nodes']} nodes in " \
+        "all (15 of them linears" in stdout, stdout
     env = {"FERRY_PYTHON": sys.executable,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
     rc, stdout, stderr = run_ferry("validate", out, "--model", ckpt, "--no-record", env=env)

@@ -9,8 +9,9 @@
  * What it writes: the plain export (component "model") and generation with a static cache
  * (prefill/decode, or one multi-token decode: the cache written into its input tensors) of
  * every family, fp32, fp16 or bf16, with static or bounded dynamic dims, on the runtime's
- * portable kernels, with backend xnnpack (the default, as the guide's) each fp32 linear in
- * the XNNPACK delegate (et_xnnpack.c). ExecuTorch plans every tensor at its largest size, so
+ * portable kernels, with backend xnnpack (the default, as the guide's) the fp32 linears,
+ * norms, elementwise arithmetic, rotary and attention in XNNPACK graphs (et_xnnpack.c,
+ * et_xnn_graph.c). ExecuTorch plans every tensor at its largest size, so
  * each dynamic axis has a bound: its own max, or max_batch_size for batch and max_seq_len for
  * the others. --quantize int4 (symmetric blocks) makes the delegate's linears XNNPACK's
  * 8da4w, and --quantize-embeddings the table quantized_decomposed::embedding_4bit's. Not yet,
@@ -30,7 +31,8 @@ static const be_option ET_OPTIONS[] = {
     {.key = "backend", .type = BE_OPTION_CHOICE, .def = "xnnpack", .choices = ET_BACKENDS,
      .flag = "--et-backend", .metavar = "NAME", .always_recorded = true,
      .help = "executorch: where the program's ops run: xnnpack (the\n"
-             "default: fp32 linears in the runtime's XNNPACK delegate,\n"
+             "default: fp32 linears, norms, elementwise arithmetic,\n"
+             "rotary and attention in the runtime's XNNPACK delegate,\n"
              "the rest on its portable kernels); portable (every op on\n"
              "the portable kernels)"},
     {.key = "alloc_graph_input", .type = BE_OPTION_BOOL, .def = "true",
@@ -187,7 +189,7 @@ static ferry_status make_program(et_program *p, const g_graph *g,
     et_plan_opts opts = plan_opts(cfg);
     et_program_init(p, g, err);
     p->xnnpack = be_option_value(cfg, &fb_executorch, "backend") == 1;
-    if (et_emit_program(p, err) != FERRY_OK)
+    if (et_emit_program(p, err) != FERRY_OK || et_xnn_finish(p) != FERRY_OK)
         return p->st;
     return et_plan_memory(p, &opts);
 }
@@ -232,15 +234,17 @@ static void et_describe(const ferry_export_config *cfg, const g_graph *g, cJSON 
         cJSON *ops = cJSON_AddArrayToObject(metadata, "operators");
         for (size_t i = 0; i < p.n_operators; i++)
             cJSON_AddItemToArray(ops, cJSON_CreateString(p.operators[i]));
-        /* the delegate calls, each one linear's XNNPACK graph, and the weights they read
-         * (named data: a segment each, or a constant's bytes where a kernel reads it too) */
+        /* the delegate calls, each one XNNPACK graph of a run of delegated calls, and the
+         * weights they read (named data: a segment each, or a constant's bytes where a kernel
+         * reads it too) */
         cJSON_AddNumberToObject(metadata, "delegates", (double)p.n_delegates);
         if (p.n_delegates) {
             uint64_t named = 0;
             for (size_t i = 0; i < p.n_named; i++)
                 named += et_named_bytes(&p, i);
             cJSON_AddStringToObject(metadata, "delegate_backend", "XnnpackBackend");
-            cJSON_AddNumberToObject(metadata, "delegated_linears", (double)p.n_delegates);
+            cJSON_AddNumberToObject(metadata, "delegate_nodes", (double)p.n_xnn_nodes);
+            cJSON_AddNumberToObject(metadata, "delegated_linears", (double)p.n_xnn_linears);
             cJSON_AddNumberToObject(metadata, "int4_linears", (double)p.n_int4_linears);
             cJSON_AddNumberToObject(metadata, "delegate_weight_bytes", (double)named);
         }

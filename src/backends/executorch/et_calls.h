@@ -64,6 +64,12 @@ typedef void (*translate_fn)(et_sink *k, const call_frame *f, const int *outs);
 /* The translation of aten op `op` ("add.Tensor"), or NULL: no kernel in this format yet. */
 translate_fn et_translation(const char *op);
 
+/* Writes call `f` into the open XNNPACK partition where the program delegates and the
+ * call is one XNNPACK runs (et_xnnpack.c: elementwise arithmetic, a mean or softmax over the
+ * last axis); false, having written nothing, where it is not (its portable translation
+ * follows). Linears go by et_xnn_linear. */
+bool et_xnn_call(et_sink *k, const call_frame *f, const int *outs);
+
 /* ---- reading a call's arguments (et_kernels.c) ---- */
 const call_arg *ek_find(const call_frame *f, const char *name);
 const call_arg *ek_need(et_sink *k, const call_frame *f, const char *name);

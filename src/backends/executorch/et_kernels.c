@@ -420,7 +420,7 @@ static void s_end(aten_sink *s, int n, const aten_out *outs, const char *node, a
     if (p->st == FERRY_OK && !fn)
         et_fail(p, FERRY_ERR_UNSUPPORTED, "aten.%s has no ExecuTorch kernel in ferry's "
                 "executorch format yet", f->op);
-    if (p->st == FERRY_OK)
+    if (p->st == FERRY_OK && !et_xnn_call(k, f, made) && p->st == FERRY_OK)
         fn(k, f, made);
     k->depth--;
 }

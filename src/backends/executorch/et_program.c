@@ -64,6 +64,12 @@ void et_program_free(et_program *p)
     for (size_t i = 0; i < p->n_delegates; i++)
         free(p->delegates[i].blob);
     free(p->delegates);
+    for (size_t i = 0; i < p->n_partitions; i++) {
+        free(p->partitions[i].values);
+        free(p->partitions[i].nodes);
+        free(p->partitions[i].bytes);
+    }
+    free(p->partitions);
     free(p->named);
     *p = (et_program){0};
 }
@@ -409,25 +415,17 @@ void et_call(et_program *p, const char *op, const int *args, int n)
     in[p->n_instrs++] = (et_instr){k, a, n, -1};
 }
 
-void et_delegate_call(et_program *p, int delegate, const int *args, int n)
+void et_delegate_call(et_program *p, int delegate)
 {
     if (p->st != FERRY_OK)
         return;
-    for (int i = 0; i < n; i++)
-        if (args[i] < 0 || (size_t)args[i] >= p->n_values) {
-            et_fail(p, FERRY_ERR_INTERNAL, "delegate %d: argument %d is no value", delegate, i);
-            return;
-        }
     et_instr *in = fy_grow(p->instrs, &p->cap_instrs, p->n_instrs + 1, sizeof *in);
-    int *a = in ? malloc((n ? (size_t)n : 1) * sizeof *a) : NULL;
-    if (in)
-        p->instrs = in;
-    if (!a) {
+    if (!in) {
         et_fail(p, FERRY_ERR_NOMEM, "out of memory");
         return;
     }
-    memcpy(a, args, (size_t)n * sizeof *a);
-    in[p->n_instrs++] = (et_instr){-1, a, n, delegate};
+    p->instrs = in;
+    in[p->n_instrs++] = (et_instr){-1, NULL, 0, delegate};
 }
 
 bool et_data_equal(const et_data *d, const et_data *e)

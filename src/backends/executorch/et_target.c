@@ -9,6 +9,11 @@
  *               each matmul a bmm over its batch dims; a static cache's new rows written into
  *               the cache tensor itself (aten_attention_kv: aten::index_put_), as a module that
  *               owns its cache writes it
+ *               With backend xnnpack the mask is added to the scores, once made as a bias,
+ *               so XNNPACK computes scores to probabilities in one graph.
+ *   rotary      with backend xnnpack, rotate_half as a linear by a constant matrix of +-1
+ *               (lower_rope_by_matrix), which XNNPACK runs with the products around it where
+ *               the slices and concatenation of the generic one would each stop its graph
  * Everything else takes the generic lowerings (ir/lower/): RMSNorm and rotary as transformers
  * computes them. */
 #include "backends/executorch/executorch.h"
@@ -23,16 +28,24 @@ static g_legality et_legal(const g_target *t, const g_graph *g, const g_node *n)
     }
 }
 
+/* backend xnnpack: the program's matrix products run in XNNPACK, its slices and selects on
+ * portable kernels */
+static bool delegates(const g_target *t)
+{
+    return t->opts && be_option_value(t->opts, &fb_executorch, "backend") == 1;
+}
+
 static ferry_status et_attention(g_lower_ctx *c, const g_node *n, int *outs)
 {
     int k, v;
     aten_attention_kv(c, n, &k, &v, outs);
-    return lower_attention_keys_first(c, n, k, v, outs);
+    return lower_attention_keys_first(c, n, k, v, outs, delegates(c->target));
 }
 
 static g_lower_fn et_lowering(const g_target *t, g_op op)
 {
-    (void)t;
+    if (op == G_ROPE && delegates(t))
+        return lower_rope_by_matrix;
     return op == G_ATTENTION ? et_attention : NULL;
 }
 

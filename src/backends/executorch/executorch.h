@@ -6,7 +6,11 @@
  *   et_kernels.c   the aten emitter's sink (src/backends/aten): each aten call recorded
  *                  (et_calls.h) and handed to its translation
  *   et_translate.c each aten call as the ExecuTorch out kernels that compute it
- *   et_xnnpack.c   the XNNPACK delegate: linears as XNNPACK graphs the program calls
+ *   et_xnnpack.c   what runs in the XNNPACK delegate: linears, elementwise arithmetic, a
+ *                  norm's mean, softmax, each as nodes of the open partition
+ *   et_xnn_graph.c the XNNPACK partitions: runs of delegated calls, each one XNNPACK graph the
+ *                  program calls once; their arguments (what the program reads of them, and
+ *                  gives them) and their blobs
  *   et_plan.c      the memory plan: every planned tensor's place in the arena
  *   et_file.c      the Program flatbuffer, its header and its constant segment, written
  *   et_backend.c   the format: options, finish, placement, export.json
@@ -81,6 +85,62 @@ typedef struct et_delegate {
     size_t len;
 } et_delegate;
 
+/* XNNPACK's node kinds (schema.fbs's XNodeUnion) and tensor types (XNNDatatype) */
+typedef enum xnn_kind {
+    XNN_ADD = 1, XNN_FULLY_CONNECTED = 2, XNN_SOFTMAX = 3, XNN_SIGMOID = 4,
+    XNN_STATIC_TRANSPOSE = 5, XNN_DIV = 8, XNN_MINIMUM = 12, XNN_MULTIPLY = 15,
+    XNN_SUBTRACT = 16, XNN_FLOOR = 17, XNN_CONVERT = 18, XNN_STATIC_RESHAPE = 20,
+    XNN_SQUARE_ROOT = 22, XNN_MAXIMUM = 26, XNN_NEGATE = 27, XNN_SQUARE = 28, XNN_ABS = 30,
+    XNN_CONCATENATE2 = 32, XNN_CONCATENATE3 = 33, XNN_CONCATENATE4 = 34, XNN_STATIC_SLICE = 35,
+    XNN_BATCH_MATRIX_MULTIPLY = 37, XNN_CONCATENATE5 = 38, XNN_RSQRT = 40, XNN_LOG = 41,
+    XNN_TANH = 43, XNN_EXP = 44, XNN_SIN = 45, XNN_COS = 47
+} xnn_kind;
+
+typedef enum xnn_type { XNN_T_FP32 = 1, XNN_T_QDINT8 = 9, XNN_T_QBINT4 = 10 } xnn_type;
+
+#define XNN_MAX_DIMS 6
+
+/* A tensor of an XNNPACK graph: one of the program's (an argument of the call, or one that
+ * lives only inside the graph), or constant bytes (named data, or in the blob). */
+typedef struct xnn_value {
+    int evalue;              /* the program's tensor it is (-1: a constant) */
+    int named;               /* a constant's named datum (-1: none) */
+    int64_t inline_at;       /* ... or its bytes in the partition's (-1: none) */
+    uint64_t inline_len;
+    xnn_type type;
+    int rank;
+    int64_t dims[XNN_MAX_DIMS];
+    int group, scales;       /* qbint4: its block size, and its scales' named datum */
+    int quantizes;           /* qdint8: the value it quantizes per token */
+    bool produced;           /* a node of the graph writes it */
+    int external;            /* its place in the call's arguments (-1: inside the graph) */
+} xnn_value;
+
+#define XNN_MAX_NODE_INPUTS 5
+
+typedef struct xnn_node {
+    xnn_kind kind;
+    int in[XNN_MAX_NODE_INPUTS]; /* values (-1: none): 2x1 nodes' two, FC's input, filter and
+                                    bias, a concatenation's parts */
+    int out;
+    /* a transpose's perm, a reshape's new shape (0: the one extent inferred), a slice's
+     * offsets then sizes (n_dims each) */
+    int64_t dims[2 * XNN_MAX_DIMS];
+    int n_dims;
+    int axis;                /* a concatenation's */
+} xnn_node;
+
+/* Delegated calls that one XNNPACK graph computes, called by the DelegateCall `instr`. */
+typedef struct et_partition {
+    xnn_value *values;
+    size_t n_values, cap_values;
+    xnn_node *nodes;
+    size_t n_nodes, cap_nodes;
+    uint8_t *bytes;          /* constants held in the blob, each 16-aligned */
+    size_t n_bytes, cap_bytes;
+    size_t instr;
+} et_partition;
+
 typedef struct et_dim_memo {
     g_dim d;
     int value;               /* the Int EValue computing it */
@@ -106,10 +166,15 @@ typedef struct et_program {
     uint64_t arena;          /* bytes of memory id 1 (et_plan) */
     size_t n_constants, cap_constants; /* data_buffer_idx 1..n_constants */
     et_data *constants;      /* each constant's bytes (index data_buffer_idx - 1) */
-    bool xnnpack;            /* linears run in the XNNPACK delegate (backend "xnnpack") */
-    et_delegate *delegates;
-    size_t n_delegates, cap_delegates;
-    size_t n_int4_linears;   /* the delegates whose weights are int4 */
+    bool xnnpack;            /* backend "xnnpack": what XNNPACK runs is delegated */
+    et_partition *partitions;
+    size_t n_partitions, cap_partitions;
+    bool open;               /* the last partition takes the next delegated call */
+    et_delegate *delegates;  /* each partition's blob (et_xnn_finish) */
+    size_t n_delegates;
+    size_t n_xnn_linears;    /* the linears of checkpoint weights in XNNPACK graphs */
+    size_t n_int4_linears;   /* ... of them, those whose weights are int4 */
+    size_t n_xnn_nodes;      /* the XNNPACK nodes in all */
     size_t n_int4_embeddings; /* the embedding_4bit calls */
     et_data *named;         /* what the delegates read as named data, each a segment of
                                 the file */
@@ -166,9 +231,9 @@ int et_quantized_constant(et_program *p, int v, const g_weight *recipe, w_part p
 /* Appends a call of kernel `op` ("aten::add.out") with `n` arguments (EValue indices, its
  * return slot last, as the kernels take them). */
 void et_call(et_program *p, const char *op, const int *args, int n);
+/* Appends a call of delegate `delegate`, its arguments given later (et_xnn_finish). */
+void et_delegate_call(et_program *p, int delegate);
 
-/* Appends a call of delegate `delegate` with its `n` arguments (its inputs, then outputs). */
-void et_delegate_call(et_program *p, int delegate, const int *args, int n);
 /* The bytes of weight or constant graph value `v`. */
 uint64_t et_graph_value_bytes(const et_program *p, int v);
 /* Whether d and e are the same bytes. */
@@ -180,10 +245,35 @@ uint64_t et_data_bytes(const et_program *p, const et_data *d);
 void et_named_key(const et_program *p, size_t i, char *buf, size_t size);
 uint64_t et_named_bytes(const et_program *p, size_t i);
 
-/* ---- the XNNPACK delegate (et_xnnpack.c) ---- */
+/* ---- XNNPACK partitions (et_xnn_graph.c) ---- */
 
-/* Writes y = x W^T + b as an XNNPACK delegate call, where the program delegates linears and
- * this one fits (fp32, the weight [out, in] and the bias checkpoint tensors; an int4 weight as
+/* The partition that takes a call reading the program's tensors `reads` (n of them): the open
+ * one where it can compute them, else a new one, its DelegateCall placed here; NULL after a
+ * failure. */
+et_partition *et_xnn_open(et_program *p, const int *reads, int n);
+/* Partition `x`'s value for the program's tensor `ev` (added on first use). */
+int et_xnn_tensor(et_program *p, et_partition *x, int ev);
+/* A constant of x: graph value `v`'s bytes as named data (fp32, its own shape). */
+int et_xnn_weight(et_program *p, et_partition *x, int v);
+/* A constant of x held in its blob: `n` floats of `dims`. */
+int et_xnn_floats(et_program *p, et_partition *x, const float *f, size_t n, int rank,
+                  const int64_t *dims);
+/* A value of x of `type` and `dims` (named datum `named` for a constant, else -1). */
+int et_xnn_value(et_program *p, et_partition *x, xnn_type type, int rank, const int64_t *dims,
+                 int named);
+/* Appends node `kind` of x reading `in` (n of them, -1 for none) and writing `out`; the
+ * node's other fields from `with` (NULL: none). */
+void et_xnn_node(et_program *p, et_partition *x, xnn_kind kind, const int *in, int n, int out,
+                 const xnn_node *with);
+/* Gives every partition its arguments (the program's tensors it reads that are made before
+ * it; those it makes that anything after it reads) and its blob; a tensor made and read only
+ * inside one becomes a None of the program. After et_emit_program, before the plan. */
+ferry_status et_xnn_finish(et_program *p);
+
+/* ---- what the XNNPACK delegate runs (et_xnnpack.c) ---- */
+
+/* Writes y = x W^T + b into the open XNNPACK partition, where the program delegates and this
+ * linear fits (fp32, the weight [out, in] and the bias checkpoint tensors; an int4 weight as
  * XNNPACK's 8da4w: activations quantized per token, qbint4 blocks with bf16 scales); false,
  * having written nothing, where it does not (the caller writes the portable kernel). A
  * quantized weight that does not fit fails the program, naming it: no portable kernel reads
