@@ -515,7 +515,50 @@ def _op_conformance_summary(terminalreporter, worst):
         terminalreporter.write_line(f"{name:<22}{dtype:>6}{err:>12.2e}")
 
 
+class _DiskWatch:
+    """The least free space seen, every two seconds, on the build folder's and the temporary
+    folder's disks during the run: a CI disk that fills shows how near it came, and when."""
+
+    def __init__(self):
+        import threading
+
+        self.paths = {"build": FERRY_BUILD, "tmp": Path(tempfile.gettempdir())}
+        self.start = {k: shutil.disk_usage(p).free for k, p in self.paths.items()}
+        self.least = dict(self.start)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while not self._stop.wait(2.0):
+            for k, p in self.paths.items():
+                try:
+                    self.least[k] = min(self.least[k], shutil.disk_usage(p).free)
+                except OSError:
+                    pass
+
+    def report(self, terminalreporter):
+        self._stop.set()
+        gib = 1 << 30
+        for k, p in self.paths.items():
+            end = shutil.disk_usage(p).free
+            terminalreporter.write_line(
+                f"disk {k} ({p}): {self.start[k] / gib:.1f} GiB free at start, "
+                f"{self.least[k] / gib:.1f} least, {end / gib:.1f} at end")
+
+
+_disk_watch = None
+
+
+def pytest_sessionstart(session):
+    global _disk_watch
+    if not hasattr(session.config, "workerinput"):  # the xdist controller, or a plain run
+        _disk_watch = _DiskWatch()
+
+
 def pytest_terminal_summary(terminalreporter):
+    if _disk_watch is not None:
+        _disk_watch.report(terminalreporter)
     """Prints the worst errors that tests recorded with record_property: the logits of
     test_generation.py ("generation_logits_max_abs_err"), as one table of family x loop, and
     the ops of test_op_conformance.py ("op_conformance_max_err"). Works under pytest-xdist,
