@@ -312,6 +312,20 @@ static bool needs_quantized_kernels(const cJSON *m)
     return false;
 }
 
+/* Whether the export was asked for a vision-language checkpoint's language model alone (its
+ * components' recipe says text_only). */
+static bool text_only(const cJSON *m)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "components")) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(md, "export_config"), "text_only")))
+            return true;
+    }
+    return false;
+}
+
 static void describe(strbuf *b, const ferry_exported *e)
 {
     cJSON *m = cJSON_Parse(ferry_exported_manifest(e));
@@ -329,6 +343,9 @@ static void describe(strbuf *b, const ferry_exported *e)
               quote(ferry_exported_dir(e)),
               qstr(m, "format"), qstr(prod, "name"), qstr(prod, "version"),
               qstr(m, "architecture"));
+    if (text_only(m))
+        sb_puts(b, "  text-only: the checkpoint's language model alone (its vision tower is not "
+                   "in this export)\n");
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(m, "generation");
     /* a stateful export says so in its components' metadata; an explicit cache does not */
     bool stateful = false;

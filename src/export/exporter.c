@@ -153,15 +153,16 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     g_symtab syms[MODEL_MAX_COMPONENTS] = {{.n = 0}};
     exp_axes ax;
     int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;
-    if (c->cfg.text_only && !m->arch->text_model_prefix) {
+    if (c->cfg.text_only && !m->arch->text_layouts) {
         fy_fail(err, FERRY_ERR_INVALID_ARG, "text_only (--text-only) exports a vision-language "
                 "checkpoint's language model; %s is a text model already",
                 m->arch->architecture);
         goto fail;
     }
-    if (!c->cfg.text_only && m->arch->text_model_prefix) {
+    if (!c->cfg.text_only && m->arch->text_layouts) {
         fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: its vision tower is not exported yet; "
-                "--text-only (recipe key text_only) exports its language model alone",
+                "text_only exports its language model alone (--text-only; the Python "
+                "configs' text_only=True; recipe key text_only)",
                 m->arch->architecture);
         goto fail;
     }
@@ -224,8 +225,8 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     memset(m->ck->used, 0, m->ck->n_tensors);
     /* a text-only export leaves the rest of the checkpoint (a vision tower, a projector) out
      * by request: not a tensor to warn of */
-    for (size_t t = 0; m->ck->prefix && t < m->ck->n_tensors; t++)
-        if (strncmp(m->ck->by_name[t]->name, m->ck->prefix, strlen(m->ck->prefix)) != 0)
+    for (size_t t = 0; t < m->ck->n_tensors; t++)
+        if (!ckpt_in_layout(m->ck, m->ck->by_name[t]->name))
             m->ck->used[t] = 1;
     for (int i = 0; i < c->n; i++) {
         g_graph *g = g_new();

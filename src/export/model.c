@@ -37,7 +37,8 @@ ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferr
         return m->err.status;
     if (ckpt_open(m->dir, &m->ck, &m->err) != FERRY_OK)
         return m->err.status;
-    m->ck->prefix = m->arch->text_model_prefix;
+    if (m->arch->text_layouts)
+        ckpt_use_layout(m->ck, m->arch->text_layouts, m->arch->n_text_layouts);
     /* What depends on the checkpoint's contents, not only its config (tying). */
     if (m->arch->bind &&
         m->arch->bind(m->hparams, m->ck, m->warning, sizeof m->warning, &m->err) != FERRY_OK)

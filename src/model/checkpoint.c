@@ -280,17 +280,54 @@ void ckpt_close(ckpt *c)
     free(c);
 }
 
+static bool starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+void ckpt_use_layout(ckpt *c, const ckpt_layout *layouts, size_t n)
+{
+    c->layout = &layouts[0];
+    for (size_t l = 0; l < n; l++)
+        for (size_t t = 0; t < c->n_tensors; t++)
+            if (starts_with(c->by_name[t]->name, layouts[l].rules[0].to)) {
+                c->layout = &layouts[l];
+                return;
+            }
+}
+
+bool ckpt_in_layout(const ckpt *c, const char *stored_name)
+{
+    if (!c->layout)
+        return true;
+    for (size_t r = 0; r < CKPT_MAX_RENAMES && c->layout->rules[r].to; r++)
+        if (starts_with(stored_name, c->layout->rules[r].to))
+            return true;
+    return false;
+}
+
 const char *ckpt_full_name(const ckpt *c, const char *name, char *buf, size_t size)
 {
-    int n = snprintf(buf, size, "%s%s", c->prefix ? c->prefix : "", name);
+    const char *to = "", *rest = name;
+    if (c->layout) {
+        size_t r = 0;
+        while (r < CKPT_MAX_RENAMES && c->layout->rules[r].to &&
+               !starts_with(name, c->layout->rules[r].from))
+            r++;
+        if (r == CKPT_MAX_RENAMES || !c->layout->rules[r].to)
+            return NULL;
+        to = c->layout->rules[r].to;
+        rest = name + strlen(c->layout->rules[r].from);
+    }
+    int n = snprintf(buf, size, "%s%s", to, rest);
     return n >= 0 && (size_t)n < size ? buf : NULL;
 }
 
-/* Index of `name` under the prefix; SIZE_MAX if absent (or too long to be a name). */
+/* Index of `name` under the layout; SIZE_MAX if absent (or too long to be a name). */
 static size_t lookup_prefixed(const ckpt *c, const char *name)
 {
     char full[1024];
-    if (!c->prefix)
+    if (!c->layout)
         return lookup_index(c, name);
     return ckpt_full_name(c, name, full, sizeof full) ? lookup_index(c, full) : SIZE_MAX;
 }

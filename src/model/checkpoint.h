@@ -3,9 +3,23 @@
 #ifndef FERRY_MODEL_CHECKPOINT_H
 #define FERRY_MODEL_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "model/safetensors.h"
+
+/* How a composite checkpoint names the tensors of one of its parts: a name of the part's own
+ * model that starts with `from` is stored as `to` followed by the rest of the name. A name no
+ * rule matches is not stored. */
+typedef struct ckpt_rename {
+    const char *from, *to;
+} ckpt_rename;
+
+#define CKPT_MAX_RENAMES 4
+/* One way of naming the part; rules are tried in order, the list ends at a NULL `to`. */
+typedef struct ckpt_layout {
+    ckpt_rename rules[CKPT_MAX_RENAMES];
+} ckpt_layout;
 
 typedef struct ckpt {
     char *dir;
@@ -14,10 +28,11 @@ typedef struct ckpt {
     const st_tensor **by_name;   /* every tensor of every file, sorted by name */
     size_t n_tensors;
     unsigned char *used;         /* per by_name entry: set by ckpt_take */
-    /* Put before every name ckpt_find and ckpt_take look up (NULL: none): the part of a
-     * composite checkpoint a graph reads, under the names of the model that part is
-     * (a vision-language checkpoint's "language_model." read as a causal LM's tensors). */
-    const char *prefix;
+    /* How every name ckpt_find and ckpt_take look up is stored (NULL: as it is): the part of
+     * a composite checkpoint a graph reads, under the names of the model that part is (a
+     * vision-language checkpoint's language model read as a causal LM's tensors). Set with
+     * ckpt_use_layout. */
+    const ckpt_layout *layout;
 } ckpt;
 
 /* Opens `dir`: model.safetensors if it exists (as from_pretrained prefers it too); else
@@ -35,7 +50,17 @@ void ckpt_close(ckpt *c);
 /* st_check_unchanged for every file of the checkpoint. */
 ferry_status ckpt_check_unchanged(const ckpt *c, fy_err *err);
 
-/* The checkpoint's own name of tensor `name` (with the prefix), into buf. */
+/* Of `layouts` (n of them, n >= 1), the first whose first rule's `to` begins some tensor's
+ * name, else the first: transformers has written a part under more than one naming over its
+ * versions, and a checkpoint holds one. Lookups from then on go through it. */
+void ckpt_use_layout(ckpt *c, const ckpt_layout *layouts, size_t n);
+
+/* Whether the checkpoint's tensor `stored_name` belongs to the part the layout reads (no
+ * layout: every tensor does). */
+bool ckpt_in_layout(const ckpt *c, const char *stored_name);
+
+/* The checkpoint's own name of tensor `name` (under the layout), into buf; NULL if it has
+ * none (no rule matches) or it does not fit. */
 const char *ckpt_full_name(const ckpt *c, const char *name, char *buf, size_t size);
 
 /* Lookup; NULL if absent. */

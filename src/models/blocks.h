@@ -54,6 +54,10 @@ typedef struct blk_family {
      * NULL) */
     ferry_status (*read_extra)(const model_config *cfg, const lm_config *c, struct blk_lm *lm,
                                fy_err *err);
+    /* A JSON object of the family's config class defaults (Gemma3TextConfig's vocab_size,
+     * heads, ...) for the keys a config leaves out, as transformers fills them in: Google's
+     * own configs omit most of them (may be NULL) */
+    const char *config_defaults;
 } blk_family;
 
 /* Where a layer's norms sit. */
@@ -200,15 +204,16 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
     }
 
 /* The model_arch of a vision-language architecture exported text-only as the decoder family
- * of the standard shape its language model is, whose tensors the checkpoint names under
- * `prefix` ("language_model."). */
-#define BLK_LM_TEXT_ARCH(arch, type, read_fn, prefix)                                      \
+ * of the standard shape its language model is, whose tensors the checkpoint names as one of
+ * `layouts` (an array) says. */
+#define BLK_LM_TEXT_ARCH(arch, type, read_fn, layouts)                                     \
     {                                                                                      \
         .architecture = (arch), .model_type = (type), .kind = MODEL_CAUSAL_LM,             \
         .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = (read_fn),                         \
         .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,     \
         .build = blk_lm_build_hook, .inputs = blk_lm_inputs, .n_inputs = 3,                \
-        .generation = true, .describe = blk_lm_describe, .text_model_prefix = (prefix),    \
+        .generation = true, .describe = blk_lm_describe, .text_layouts = (layouts),        \
+        .n_text_layouts = sizeof(layouts) / sizeof(layouts)[0],                            \
     }
 
 /* Defines `var`, the model_arch of a decoder family of the standard shape whose blk_family is

@@ -258,14 +258,45 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
     return FERRY_OK;
 }
 
-ferry_status blk_lm_read(const model_config *cfg, const blk_family *family, void **out,
+/* `cfg` with its text keys completed by the family's config defaults, into *view, whose text
+ * *merged owns (NULL when the family has none: *view is cfg as it is). */
+static ferry_status with_defaults(const model_config *cfg, const blk_family *family,
+                                  model_config *view, cJSON **merged, fy_err *err)
+{
+    *view = *cfg;
+    *merged = NULL;
+    if (!family->config_defaults)
+        return FERRY_OK;
+    cJSON *defaults = cJSON_Parse(family->config_defaults);
+    cJSON *text = cJSON_Duplicate(cfg->text, 1);
+    if (!defaults || !text) {
+        cJSON_Delete(defaults);
+        cJSON_Delete(text);
+        return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    }
+    for (cJSON *d = defaults->child; d; d = d->next)
+        if (!cJSON_GetObjectItemCaseSensitive(text, d->string))
+            cJSON_AddItemToObject(text, d->string, cJSON_Duplicate(d, 1));
+    cJSON_Delete(defaults);
+    view->text = *merged = text;
+    return FERRY_OK;
+}
+
+ferry_status blk_lm_read(const model_config *given, const blk_family *family, void **out,
                          fy_err *err)
 {
     lm_config c;
+    model_config view;
+    cJSON *merged;
+    const model_config *cfg = &view;
     *out = NULL;
+    if (with_defaults(given, family, &view, &merged, err) != FERRY_OK)
+        return err->status;
     blk_lm *lm = calloc(1, sizeof *lm);
-    if (!lm)
+    if (!lm) {
+        cJSON_Delete(merged);
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    }
     ferry_status st = lm_config_read(cfg, &c, err);
     if (st == FERRY_OK) {
         if (family->act_key) { /* Gemma 2/3 name it hidden_activation */
@@ -288,6 +319,7 @@ ferry_status blk_lm_read(const model_config *cfg, const blk_family *family, void
                          c.rope.partial_rotary_factor, cfg->architecture);
         lm_config_free(&c);
     }
+    cJSON_Delete(merged);
     if (st != FERRY_OK) {
         blk_lm_destroy(lm);
         return st;

@@ -99,17 +99,47 @@ static const blk_family GEMMA3 = {
     .base_model = "TextModel", .act_key = "hidden_activation",
     .act_default = "gelu_pytorch_tanh", .quirks = gemma2_quirks,
     .read_extra = gemma3_read_extra,
+    /* Gemma3TextConfig's (google/gemma-3-4b-it's text_config names only five keys) */
+    .config_defaults = "{\"vocab_size\": 262208, \"hidden_size\": 2304, "
+                       "\"intermediate_size\": 9216, \"num_hidden_layers\": 26, "
+                       "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
+                       "\"head_dim\": 256, \"max_position_embeddings\": 131072, "
+                       "\"rms_norm_eps\": 1e-6}",
 };
 
 BLK_LM_DEFINE(model_gemma3, "Gemma3ForCausalLM", "gemma3_text", GEMMA3);
 
-/* Gemma3ForConditionalGeneration, text-only: its language model (config.json's text_config,
- * tensors "language_model.model.*" and, untied, "language_model.lm_head.weight"), which runs
- * as Gemma3ForCausalLM when no image is given. */
+/* Gemma3ForConditionalGeneration, text-only: its language model (config.json's text_config),
+ * which runs as Gemma3ForCausalLM does when no image is given, but for two things the
+ * conditional model decides: whether the head is tied (tie_word_embeddings at the top of
+ * config.json, default true, as transformers reads the model's own config), and the logits,
+ * which its forward never soft-caps (final_logit_softcapping is Gemma3ForCausalLM's alone). */
 static ferry_status gemma3_conditional_read(const model_config *cfg, void **out, fy_err *err)
 {
-    return blk_lm_read(cfg, &GEMMA3, out, err);
+    if (cfg->text == cfg->raw)
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'text_config' is missing; %s keeps its "
+                       "language model's keys there", cfg->text_origin, cfg->architecture);
+    bool tie;
+    ferry_status st = json_get_bool(cfg->raw, "tie_word_embeddings", false, true,
+                                    cfg->text_origin, &tie, err);
+    if (st == FERRY_OK)
+        st = blk_lm_read(cfg, &GEMMA3, out, err);
+    if (st != FERRY_OK)
+        return st;
+    blk_lm *lm = *out;
+    lm->tie_embeddings = tie;
+    lm->final_softcap = 0.0;
+    return FERRY_OK;
 }
 
+/* Where its checkpoints keep the language model: transformers 4.50-4.51 and 5 save
+ * "language_model.model.*" and "language_model.lm_head.weight"; 4.52-4.57 saved
+ * "model.language_model.*" beside "model.vision_tower.*", with the head at "lm_head.weight". */
+static const ckpt_layout GEMMA3_TEXT_LAYOUTS[] = {
+    {.rules = {{.from = "", .to = "language_model."}}},
+    {.rules = {{.from = "model.", .to = "model.language_model."},
+               {.from = "lm_head.", .to = "lm_head."}}},
+};
+
 const model_arch model_gemma3_conditional = BLK_LM_TEXT_ARCH(
-    "Gemma3ForConditionalGeneration", "gemma3", gemma3_conditional_read, "language_model.");
+    "Gemma3ForConditionalGeneration", "gemma3", gemma3_conditional_read, GEMMA3_TEXT_LAYOUTS);

@@ -172,11 +172,12 @@ typedef struct model_arch {
      * the table. */
     int64_t (*max_sequence)(const void *hparams);
     bool generation;                /* the KV-cache graphs are verified for this family */
-    /* A vision-language architecture exported text-only (ferry_export_config.text_only): the
-     * prefix of its language model's tensors in the checkpoint ("language_model."), which
-     * are read under the causal LM's names; every other tensor is left out. NULL: a text
-     * model. */
-    const char *text_model_prefix;
+    /* A vision-language architecture exported text-only (ferry_export_config.text_only): how
+     * the checkpoint names its language model's tensors (each a way transformers has saved
+     * it), which are read under the causal LM's names; every other tensor is left out. NULL:
+     * a text model. */
+    const ckpt_layout *text_layouts;
+    size_t n_text_layouts;
     /* Fills the hyperparameters record; may be NULL (then it is all zeros). */
     void (*describe)(const void *hparams, model_hparams *out);
 } model_arch;
