@@ -103,16 +103,16 @@ def resolve(directory, kwargs):
     settings = dict(_DEFAULTS)
     for layer, _ in reversed(layers):
         settings.update({k: v for k, v in layer.items() if k in SUPPORTED and v is not None})
-    config = _read_json(Path(directory) / "config.json")
-    config = config.get("text_config", config) if isinstance(config.get("text_config"), dict) \
-        else config
+    top = _read_json(Path(directory) / "config.json")
+    config = top.get("text_config", top) if isinstance(top.get("text_config"), dict) else top
     for key in ("eos_token_id", "pad_token_id"):  # as ferry's genai_config.json reads them
         if key in given and given[key] is None:
             # transformers' generate() takes an explicit None as "none" (the
             # checkpoint's eos still stopped the rows), where other keys' None means unset
             settings[key] = None
         elif settings[key] is None:
-            settings[key] = config.get(key)
+            # the top level first, then the text config (GenerationConfig.from_model_config)
+            settings[key] = top.get(key) if top.get(key) is not None else config.get(key)
     # GPT-2's learned positions: n_positions, a table no token can pass
     settings["position_table"] = config.get("n_positions")
     settings["max_position_embeddings"] = config.get("max_position_embeddings",

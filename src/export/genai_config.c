@@ -132,10 +132,13 @@ static const cJSON *pad_token(const model_config *mc)
     return pad ? pad : cJSON_IsArray(eos) ? cJSON_GetArrayItem(eos, 0) : eos;
 }
 
-/* A generation_config.json value, else config.json's (token ids), else none. */
+/* A generation_config.json value, else config.json's, else its text_config's (token ids), else
+ * none: transformers' GenerationConfig.from_model_config fills what is unset in that order. */
 static const cJSON *gen_key(const model_config *mc, const char *key)
 {
     const cJSON *v = mc->generation ? cJSON_GetObjectItemCaseSensitive(mc->generation, key) : NULL;
+    if (!v || cJSON_IsNull(v))
+        v = cJSON_GetObjectItemCaseSensitive(mc->raw, key);
     if (!v || cJSON_IsNull(v))
         v = cJSON_GetObjectItemCaseSensitive(mc->text, key);
     return v && !cJSON_IsNull(v) ? v : NULL;
