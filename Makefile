@@ -67,10 +67,11 @@ test-c:
 	cd $(BUILD_UBSAN) && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		ctest --output-on-failure -j $(JOBS)
 
+# --durations: the slowest tests in every log, where the suite's time budget is spent
 test-python:
 	FERRY_BUILD=$(abspath $(BUILD)) FERRY_BUILD_SAN=$(abspath $(BUILD_SAN)) \
 		FERRY_BUILD_UBSAN=$(abspath $(BUILD_UBSAN)) \
-		$(VENV)/bin/python -m pytest -n $(JOBS) -q tests/python
+		$(VENV)/bin/python -m pytest -n $(JOBS) -q --durations=25 tests/python
 
 # libFuzzer targets (clang, ASan + UBSan) for every parser of untrusted input: each runs
 # FUZZ_SECONDS (default 60) and any crash, leak, sanitizer report, broken invariant or timeout
