@@ -456,6 +456,36 @@ def test_half_programs(tmp_path, dtype, atol):
     check_decoder(ckpt, method(out), [(1, 7), (2, 33)], atol=atol)
 
 
+def test_bf16_generation_steps_see_float_logits(tmp_path, monkeypatch):
+    """A bf16 static-cache program through generate(): each step's scores are the vocabulary's
+    float logits (the runtime's bf16 tensor converted once, not read again as raw bits), the
+    first step's within the bf16 bound of the fp32 reference."""
+    import ferry
+    import ferry.generation as generation
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama")
+    out = ferry_export(ckpt, tmp_path / "pte", "--format", "executorch", "--dtype", "bf16",
+                       "--for-generation", "--static-cache", "--max-cache-len", "32",
+                       "--dynamic", "--quiet")
+    seen = []
+    process = generation._process
+
+    def capture(scores, *rest):
+        seen.append(np.array(scores))
+        return process(scores, *rest)
+
+    monkeypatch.setattr(generation, "_process", capture)
+    ids, mask = left_pad(prompts([6]))
+    ferry.ExportedModel.from_pretrained(out).generate(ids, attention_mask=mask,
+                                                      max_new_tokens=4, do_sample=False)
+    vocab = reference_model(ckpt).config.vocab_size
+    assert [s.shape for s in seen] == [(1, vocab)] * 4
+    with torch.no_grad():
+        want = reference_model(ckpt)(input_ids=torch.from_numpy(ids),
+                                     attention_mask=torch.from_numpy(mask)).logits[:, -1]
+    np.testing.assert_allclose(seen[0], want.numpy(), atol=BF16_ATOL)
+
+
 def test_inputs_and_outputs_left_to_the_caller(tmp_path):
     """alloc_graph_input / alloc_graph_output false: no place in the plan (the runtime reads the
     caller's inputs where they are, the pybinding binds the outputs), the same numbers."""
