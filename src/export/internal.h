@@ -172,6 +172,26 @@ ferry_status exp_recipe_option(exp_recipe_options *ro, const char *key, const cJ
                                char *eb, size_t es);
 ferry_status exp_recipe_options_apply(const exp_recipe_options *ro, ferry_export_config *cfg,
                                       char *eb, size_t es);
+/* Shared by export_config.c (the CLI's syntax) and export_recipe.c (JSON recipes), both of
+ * which fill a ferry_export_config and word their errors alike. */
+#define EXP_INPUT_LIST "input_ids, attention_mask, position_ids, token_type_ids"
+/* Writes the message into buf (quoted: names and keys from a recipe may hold control bytes)
+ * and returns st. */
+ferry_status exp_say(char *buf, size_t size, ferry_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Adds one dynamic dim (input, axis, symbol, [min, max]), checked. */
+ferry_status exp_add_dim(ferry_export_config *cfg, const char *input, long long axis,
+                         const char *symbol, long long min, long long max, char *eb, size_t es);
+/* Sets input `input`'s example shape (replacing one it had). */
+ferry_status exp_set_example(ferry_export_config *cfg, const char *input, int rank,
+                             const int64_t *dims, char *eb, size_t es);
+/* One input name (`len` bytes at `name`) into *bits; `what` names the option in messages. */
+ferry_status exp_add_input(unsigned *bits, const char *name, size_t len, const char *what,
+                           char *eb, size_t es);
+/* Refuses a set of inputs without input_ids. */
+ferry_status exp_inputs_done(unsigned bits, const char *what, char *eb, size_t es);
+/* The name of the FERRY_INPUT_* bit i, or NULL past the last. */
+const char *exp_input_name(unsigned i);
 /* The FERRY_INPUT_* bit of input `name`, or 0 (export_config.c). */
 unsigned exp_input_bit(const char *name);
 /* The inputs a plain export's graph takes: cfg->inputs, or the default (input_ids and
