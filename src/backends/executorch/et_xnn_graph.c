@@ -2,10 +2,11 @@
  * delegated calls the emitter makes are one XNNPACK graph, run by one DelegateCall placed
  * where the first of them was made, for as long as each call reads only what the graph makes
  * or what is as it was at that place (the kernels since may read what the graph makes; a call
- * that reads what they make, or what they may have written, starts the next graph). Its arguments are known only when the whole
- * program is: its inputs are the program's tensors it reads that were made before it, its
- * outputs those it makes that anything after it reads (a kernel, a later partition, the
- * program's outputs), inputs first; each is its graph's external value of the same place. A
+ * that reads what they make, or what they may have written, starts the next graph). Its
+ * arguments are known only when the whole program is: its inputs are the program's tensors it
+ * reads that were made before it, its outputs those it makes that anything after it reads (a
+ * kernel, a later partition, the program's outputs), inputs first; each is its graph's
+ * external value of the same place. A
  * tensor made and read inside one graph lives in XNNPACK's own memory: the program holds a
  * None in its place, so the plan gives it no bytes.
  *
@@ -340,9 +341,10 @@ static bool write_blob(et_program *p, const et_partition *x, const uint32_t *ids
     fb_builder b;
     fb_init(&b);
     size_t n = x->n_values, n_cd = 1;
-    fb_ref *refs = malloc((2 * n + x->n_nodes + 1) * sizeof *refs);
+    /* constant entries: "none", then up to two a value (its data, an int4 weight's scales) */
+    fb_ref *refs = malloc((3 * n + x->n_nodes + 1) * sizeof *refs);
     bool ok = refs != NULL;
-    fb_ref *cd = refs, *values = refs + n + 1, *nodes = refs + 2 * n + 1;
+    fb_ref *cd = refs, *values = refs + 2 * n + 1, *nodes = refs + 3 * n + 1;
     if (ok)
         cd[0] = constant_entry(&b, p, -1, -1, 0);
     for (size_t i = 0; ok && i < n; i++) {

@@ -514,9 +514,12 @@ bool et_xnn_call(et_sink *k, const call_frame *f, const int *outs)
         if (!keep || !(keep->type == A_BOOL ? keep->b : keep->type == A_INT && keep->i) ||
             (dtype && dtype->type != A_NONE) || !last_axis(k, f, "dim", &a))
             return false;
+        /* the averaging row is 1/n for one n: the axis must not vary (sizes are bounds) */
+        const g_shape *shape = ek_ref_shape(k, ek_find(f, "self")->t);
         const et_value *t = &p->values[a.value];
         int64_t n = t->sizes[t->rank - 1];
-        if (n < 1 || n > (1 << 24) || p->values[outs[0]].sizes[t->rank - 1] != 1)
+        if (!g_dim_is_const(shape->d[shape->rank - 1], NULL) || n < 1 || n > (1 << 24) ||
+            p->values[outs[0]].sizes[t->rank - 1] != 1)
             return false;
         float *row = malloc((size_t)n * sizeof *row);
         if (!row)
