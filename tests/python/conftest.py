@@ -517,7 +517,7 @@ def _op_conformance_summary(terminalreporter, worst):
 
 class _DiskWatch:
     """The least free space seen, every two seconds, on the build folder's and the temporary
-    folder's disks during the run: a CI disk that fills shows how near it came, and when."""
+    folder's disks during the run: a CI disk that fills shows how near it came."""
 
     def __init__(self):
         import threading
@@ -557,12 +557,12 @@ def pytest_sessionstart(session):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if _disk_watch is not None:
-        _disk_watch.report(terminalreporter)
     """Prints the worst errors that tests recorded with record_property: the logits of
     test_generation.py ("generation_logits_max_abs_err"), as one table of family x loop, and
-    the ops of test_op_conformance.py ("op_conformance_max_err"). Works under pytest-xdist,
-    whose reports carry user_properties."""
+    the ops of test_op_conformance.py ("op_conformance_max_err"), and the disks' free space.
+    Works under pytest-xdist, whose reports carry user_properties."""
+    if _disk_watch is not None:
+        _disk_watch.report(terminalreporter)
     worst, ops = {}, {}
     for reports in terminalreporter.stats.values():
         for rep in reports:
