@@ -333,6 +333,13 @@ void g_extern_bool(g_extern *e, const char *name, bool v)
         a->i = v;
 }
 
+void g_extern_str(g_extern *e, const char *name, const char *v)
+{
+    g_ext_attr *a = ext_attr(e, name, 's');
+    if (a)
+        snprintf(a->s, sizeof a->s, "%s", v);
+}
+
 void g_extern_float(g_extern *e, const char *name, double v)
 {
     g_ext_attr *a = ext_attr(e, name, 'f');

@@ -151,7 +151,9 @@ static void put_attrs(strbuf *b, const g_graph *g, const g_node *n)
         const g_extern *e = a->ext;
         SEP(), sb_printf(b, "%s%s%s", e->domain, e->domain[0] ? "." : "", e->op_type);
         for (int i = 0; i < e->n_attr && i < G_EXT_MAX_ATTRS; i++) {
-            if (e->attr[i].kind != 'f')
+            if (e->attr[i].kind == 's')
+                sb_printf(b, " %s=%s", e->attr[i].name, e->attr[i].s);
+            else if (e->attr[i].kind != 'f')
                 sb_printf(b, " %s=%lld", e->attr[i].name, (long long)e->attr[i].i);
             else
                 sb_printf(b, " %s=%.9g", e->attr[i].name, e->attr[i].f);

@@ -238,8 +238,8 @@ static uint64_t weight_hash(const g_weight *w)
                          w->quant.bits, w->quant.block, w->quant.symmetric};
     /* the newer fields mix in only when set, so older recipes keep their hash */
     if (w->stack || w->src_transposed || w->flatten || w->perm) {
-        int64_t more[4] = {w->stack, w->src_transposed, w->flatten, w->perm * 65536 +
-                                                                        w->perm_group};
+        int64_t more[4] = {w->stack + 2 * w->stack_group, w->src_transposed, w->flatten,
+                           w->perm * 65536 + w->perm_group};
         h = fnv(h, more, sizeof more);
     }
     h = fnv(h, fields, sizeof fields);

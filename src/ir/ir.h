@@ -120,9 +120,10 @@ typedef struct g_moe_opts {
 
 typedef struct g_ext_attr {
     char name[32];
-    char kind;               /* 'i' int, 'f' float, 'b' bool (i 0 or 1) */
+    char kind;               /* 'i' int, 'f' float, 'b' bool (i 0 or 1), 's' string */
     int64_t i;
     double f;
+    char s[32];
 } g_ext_attr;
 
 typedef struct g_extern {
@@ -447,6 +448,8 @@ g_extern g_extern_init(const char *domain, const char *op_type);
 void g_extern_int(g_extern *e, const char *name, int64_t v);
 void g_extern_float(g_extern *e, const char *name, double v);
 void g_extern_bool(g_extern *e, const char *name, bool v);
+/* a string attribute (onnxruntime's activation_type="swiglu"); at most 31 bytes */
+void g_extern_str(g_extern *e, const char *name, const char *v);
 /* Declares output k at op output position `slot` with its type. */
 void g_extern_out(g_extern *e, int k, int slot, ferry_dtype dtype, const g_shape *shape);
 

@@ -109,6 +109,10 @@ ferry_status lower_rope(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_rope_by_matrix(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs);
+/* A moe node's routing from its router logits [..., E] (of x's dtype `dt`): the top_k weights
+ * [..., k] (largest first, renormalised as opts say, cast to dt unless scale_f32) and their
+ * experts in *chosen (int64 [..., k]). */
+int lower_moe_route(g_graph *g, const g_moe_opts *opts, int logits, ferry_dtype dt, int *chosen);
 
 /* The generic attention of `n` over keys `k` and values `v` ([b, kvh, t, d], dst ids) that the
  * caller made (a target that writes a static cache its own way): outs[0] gets the output;

@@ -86,9 +86,9 @@ void w_matrix(const g_weight *w, int64_t *rows, int64_t *cols)
 static void logical_shape(const g_weight *w, int *rank, int64_t *shape)
 {
     const st_tensor *t0 = w_src(w, 0);
-    int r = 0;
+    int r = 0, group = w->stack && w->stack_group > 1 ? w->stack_group : 1;
     if (w->stack)
-        shape[r++] = w->n_src;
+        shape[r++] = w->n_src / group;
     int first = r;
     if (w->src_transposed) {
         shape[r++] = t0->shape[1];
@@ -97,6 +97,7 @@ static void logical_shape(const g_weight *w, int *rank, int64_t *shape)
         for (int d = 0; d < t0->ndim; d++)
             shape[r++] = t0->shape[d];
     }
+    shape[first] *= group;
     if (!w->stack)
         for (int k = 1; k < w->n_src; k++) {
             const st_tensor *t = w_src(w, k);
@@ -135,6 +136,10 @@ ferry_status w_check(const g_weight *w, int *rank, int64_t *shape, fy_err *err)
     if (w->concat_axis < 0 || w->concat_axis >= t0->ndim || (w->concat_axis && t0->ndim != 2) ||
         (w->stack && w->concat_axis))
         return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: bad concat axis", what);
+    if (w->stack_group < 0 || (w->stack_group > 1 && (!w->stack || t0->ndim < 2 ||
+                                                      w->n_src % w->stack_group != 0)))
+        return fy_fail(err, FERRY_ERR_INTERNAL, "weight %s: a stack group of %d over %d "
+                       "sources", what, w->stack_group, w->n_src);
     for (int k = 0; k < w->n_src; k++) {
         const st_tensor *t = w_src(w, k);
         if (!t)
@@ -220,6 +225,7 @@ bool w_equal(const g_weight *a, const g_weight *b)
         if (w_src(a, k) != w_src(b, k))
             return false;
     return a->concat_axis == b->concat_axis && a->stack == b->stack &&
+           a->stack_group == b->stack_group &&
            a->src_transposed == b->src_transposed && a->flatten == b->flatten &&
            a->perm == b->perm && a->perm_group == b->perm_group &&
            a->row_begin == b->row_begin &&

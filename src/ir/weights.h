@@ -130,6 +130,10 @@ typedef struct g_weight {
     int n_src;
     int concat_axis;         /* logical axis the sources are joined along */
     bool stack;              /* the sources, of one shape, stacked along a new first axis */
+    int stack_group;         /* with stack, 2 or more: each entry of the stack is that many
+                                consecutive sources joined along their rows (an expert's gate
+                                and up as transformers' gate_up_proj [E, 2*ff, h]); 0: one
+                                source each. The bytes are the same either way */
     bool src_transposed;     /* 2-D sources stored [in, out]: the logical matrix is their
                                 transpose */
     bool flatten;            /* an N-D source as the matrix [d0, d1 * ... * dn] */

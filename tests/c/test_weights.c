@@ -416,6 +416,50 @@ static void stacked_experts(void **state)
     g_free(g);
 }
 
+/* Each expert's gate and up joined, as transformers' gate_up_proj: sources g0, u0, g1, u1
+ * stacked in groups of two are [2, 4, 32], the same bytes as the plain stack of four; with the
+ * rows interleaved within each expert's 4 (onnxruntime's fused swiglu: gate i at 2i, up i at
+ * 2i + 1) every row comes from its own source. A group that does not divide the sources, or
+ * a group without a stack, is refused. */
+static void grouped_stack(void **state)
+{
+    (void)state;
+    const st_tensor *list[4];
+    for (int e = 0; e < 4; e++)
+        list[e] = tensor(EXPERTS[e]);
+    g_weight w = w_join(list, 4, true, FERRY_F32);
+    w.stack_group = 2;
+    int rank;
+    int64_t shape[W_MAX_RANK];
+    fy_err err = {0};
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_OK);
+    assert_true(rank == 3 && shape[0] == 2 && shape[1] == 4 && shape[2] == 32);
+    const float *e0 = src_values("e0");
+    ws_item it = item(w, 0);
+    uint8_t *out = stream(&it, 1, 64, 2, 4 * 64 * 4);
+    for (int i = 0; i < 4 * 64; i++)
+        assert_true(f32_at(out, (size_t)i) == e0[i]);
+    free(out);
+    w.perm = W_PERM_INTERLEAVE_HALVES;
+    w.perm_group = 4;
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_OK);
+    it = item(w, 0);
+    out = stream(&it, 1, 32, 2, 4 * 64 * 4);
+    /* rows of the plain stack: g0 0-1, u0 2-3, g1 4-5, u1 6-7 */
+    const int from[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    for (int r = 0; r < 8; r++)
+        for (int k = 0; k < 32; k++)
+            assert_true(f32_at(out, (size_t)(r * 32 + k)) == e0[from[r] * 32 + k]);
+    free(out);
+    w = w_join(list, 3, true, FERRY_F32);
+    w.stack_group = 2;
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_INTERNAL);
+    w = w_join(list, 4, false, FERRY_F32);
+    w.stack_group = 2;
+    err = (fy_err){0};
+    assert_int_equal(w_check(&w, &rank, shape, &err), FERRY_ERR_INTERNAL);
+}
+
 /* A 3-D source [3, 2, 4] keeps its shape and bytes; flattened it is the matrix [3, 8], which
  * may be stored transposed [8, 3] like any matrix. */
 static void nd_and_flatten(void **state)
@@ -635,6 +679,7 @@ int main(void)
         cmocka_unit_test(quantized_short_block),
         cmocka_unit_test(quantized_zeros_packed_across_rows),
         cmocka_unit_test(stacked_experts),
+        cmocka_unit_test(grouped_stack),
         cmocka_unit_test(nd_and_flatten),
         cmocka_unit_test(stored_in_out),
         cmocka_unit_test(permuted_rows),

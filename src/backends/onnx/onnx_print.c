@@ -316,7 +316,9 @@ static ferry_status emit_extern(printer *p, const g_node *n, fy_err *err)
         pb_string(&nb, NODE_DOMAIN, e->domain);
     p->contrib |= strcmp(e->domain, "com.microsoft") == 0;
     for (int i = 0; i < e->n_attr; i++) {
-        if (e->attr[i].kind != 'f') /* a bool is ONNX's int */
+        if (e->attr[i].kind == 's')
+            attr_str(&nb, e->attr[i].name, e->attr[i].s);
+        else if (e->attr[i].kind != 'f') /* a bool is ONNX's int */
             attr_int(&nb, e->attr[i].name, e->attr[i].i);
         else
             attr_float(&nb, e->attr[i].name, (float)e->attr[i].f);

@@ -139,6 +139,8 @@ static ferry_status emit_extern(printer *p, const g_node *n)
         sb_printf(&data, "%s%s=\"", i ? " " : "", a->name);
         if (a->kind == 'b')
             sb_puts(&data, a->i ? "true" : "false");
+        else if (a->kind == 's')
+            sb_puts(&data, a->s);
         else if (a->kind == 'i')
             sb_printf(&data, "%lld", (long long)a->i);
         else

@@ -11,7 +11,7 @@
  *   y  = down [E, h, ff] @ a -> [B.., E, h, s]
  * Combine: the chosen experts' outputs gathered along the experts' axis (e moved to
  * [B.., k, h, s]), each scaled by its w, summed over the k in x's dtype:
- *   out = transpose(sum_k(gather(y, e) * w)) -> [B.., s, h]
+ *   out = reshape(transpose(sum_k(gather(y, e) * w))) -> [B.., s, h]
  * (scale_f32, Mixtral: the product in fp32 and cast back per expert, as its fp32 routing weights
  * scale each expert's output before index_add_ in the hidden dtype.)
  *
@@ -25,6 +25,23 @@
  * 0 * inf would be NaN where transformers never runs that expert. Quantized expert weights are
  * refused (a fused kernel may take them). */
 #include "ir/legalize.h"
+
+int lower_moe_route(g_graph *g, const g_moe_opts *o, int logits, ferry_dtype dt, int *chosen)
+{
+    /* fp32 softmax, top-k, renormalised, cast to x's dtype unless scaling in fp32 */
+    if (g->values[logits].dtype != FERRY_F32)
+        logits = g_cast(g, "Cast_logits", logits, FERRY_F32);
+    int probs = g_softmax(g, "Softmax", logits, -1);
+    int w = g_topk(g, "TopK", probs, o->top_k, -1, chosen);
+    if (o->norm_topk_prob) {
+        int64_t last = -1;
+        w = g_binary(g, G_DIV, "Div_norm", w, g_reduce(g, G_REDUCE_SUM, "ReduceSum_norm", w, 1,
+                                                        &last, true));
+    }
+    if (!o->scale_f32 && dt != FERRY_F32)
+        w = g_cast(g, "Cast_weights", w, dt);
+    return w;
+}
 
 ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs)
 {
@@ -53,19 +70,8 @@ ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs)
     perm[r - 1] = r - 2;
     int64_t at_e = r - 2, before_s = r - 1;
 
-    /* router: fp32 softmax, top-k, renormalised, cast to x's dtype unless scaling in fp32 */
-    if (dt != FERRY_F32)
-        logits = g_cast(g, "Cast_logits", logits, FERRY_F32);
-    int probs = g_softmax(g, "Softmax", logits, -1);
     int chosen;
-    int w = g_topk(g, "TopK", probs, o->top_k, -1, &chosen);
-    if (o->norm_topk_prob) {
-        int64_t last = -1;
-        w = g_binary(g, G_DIV, "Div_norm", w, g_reduce(g, G_REDUCE_SUM, "ReduceSum_norm", w, 1,
-                                                        &last, true));
-    }
-    if (!o->scale_f32 && dt != FERRY_F32)
-        w = g_cast(g, "Cast_weights", w, dt);
+    int w = lower_moe_route(g, o, logits, dt, &chosen);
 
     /* experts: x [B.., s, h] -> [B.., 1, h, s], broadcast over the experts by matmul */
     int xt = g_unsqueeze(g, "Unsqueeze_x", g_transpose(g, "Transpose_x", x, r, perm), 1, &at_e);
@@ -79,7 +85,8 @@ ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs)
         upv = g_matmul(g, "MatMul_up", up, xt, false);
     }
     /* the activation stays semantic: a target that keeps it (torch's aten.silu) prints it */
-    int act = g_unary(g, o->act, "act", gate);
+    /* named as transformers' experts module names its activation */
+    int act = g_unary(g, o->act, "act_fn", gate);
     int y = g_matmul(g, "MatMul_down", down, g_binary(g, G_MUL, "Mul_up", act, upv), false);
 
     /* combine: e and w [B.., s, k] -> [B.., k, 1, s]; e spread over h to gather y's rows */
@@ -100,8 +107,17 @@ ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs)
                         dt);
     else
         scaled = g_binary(g, G_MUL, "Mul_weights", picked, w);
-    int sum = g_reduce(g, G_REDUCE_SUM, "ReduceSum", scaled, 1, &at_e, false);
-    int out = g_transpose(g, "Transpose_out", sum, r, perm);
+    /* the sum keeps its axis and the reshape drops it: OpenVINO 2026.4's CPU plugin moves a
+     * transpose across a reduction that drops its axis and gets the shape wrong when the
+     * sequence is 1 ([1, h, 1] -> [1, h, h] against the residual) */
+    int sum = g_reduce(g, G_REDUCE_SUM, "ReduceSum", scaled, 1, &at_e, true);
+    int64_t perm_kept[G_MAX_RANK + 1];
+    for (int i = 0; i <= r; i++)
+        perm_kept[i] = i;
+    perm_kept[r - 1] = r;
+    perm_kept[r] = r - 1;
+    int out = g_reshape(g, "Reshape_out", g_transpose(g, "Transpose_out", sum, r + 1, perm_kept),
+                        r, xs->shape.d);
     lw_refine(c, out, n, 0);
     outs[0] = out;
     return g->err.status;
