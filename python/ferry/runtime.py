@@ -24,8 +24,9 @@ EXECUTORCH_FORMAT = "executorch"
 def is_encoder_output(output_class):
     """Whether export.json's output_class (absent for a causal LM returning
     CausalLMOutputWithPast) is an encoder's: any class but a causal LM's (GPT-2's
-    CausalLMOutputWithCrossAttentions is one)."""
-    return bool(output_class) and ".CausalLMOutput" not in str(output_class)
+    CausalLMOutputWithCrossAttentions and a mixture of experts' MoeCausalLMOutputWithPast are
+    causal LMs')."""
+    return bool(output_class) and "CausalLMOutput" not in str(output_class).rsplit(".", 1)[-1]
 
 def is_transformers_manifest(manifest):
     """export.json in transformers' schema: its export_format, no ferry format."""

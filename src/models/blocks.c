@@ -42,26 +42,56 @@ const model_input blk_lm_inputs[3] = {
     {"position_ids", 2, {"batch", "sequence"}},
 };
 
-static int weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
-                  int64_t d1, bool in_out, ferry_dtype dtype, fy_err *err);
+static int weight(g_graph *g, ckpt *ck, const char *fmt, const char *value_fmt, int layer,
+                  bool required, int64_t d0, int64_t d1, bool in_out, ferry_dtype dtype,
+                  fy_err *err);
 
 int blk_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
                int64_t d1, ferry_dtype dtype, fy_err *err)
 {
-    return weight(g, ck, fmt, layer, required, d0, d1, false, dtype, err);
+    return weight(g, ck, fmt, NULL, layer, required, d0, d1, false, dtype, err);
+}
+
+int blk_weight_named(g_graph *g, ckpt *ck, const char *fmt, const char *value_fmt, int layer,
+                     int64_t d0, int64_t d1, ferry_dtype dtype, fy_err *err)
+{
+    return weight(g, ck, fmt, value_fmt, layer, true, d0, d1, false, dtype, err);
+}
+
+ferry_status blk_check_shape(const st_tensor *t, const char *name, int rank, const int64_t *dims,
+                             fy_err *err)
+{
+    bool ok = t->ndim == rank;
+    for (int i = 0; ok && i < rank; i++)
+        ok = t->shape[i] == dims[i];
+    if (ok)
+        return FERRY_OK;
+    char got[128] = "", want[128] = "";
+    size_t len = 0;
+    for (int i = 0; i < t->ndim && len < sizeof got - 24; i++)
+        len += (size_t)snprintf(got + len, sizeof got - len, "%s%lld", i ? ", " : "",
+                                (long long)t->shape[i]);
+    len = 0;
+    for (int i = 0; i < rank && len < sizeof want - 24; i++)
+        len += (size_t)snprintf(want + len, sizeof want - len, "%s%lld", i ? ", " : "",
+                                (long long)dims[i]);
+    return fy_fail(err, FERRY_ERR_FORMAT, "tensor '%s' in %s has shape [%s] but config.json "
+                   "implies [%s]", name, t->file->path, got, want);
 }
 
 int blk_conv1d_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, int64_t in, int64_t out,
                       ferry_dtype dtype, fy_err *err)
 {
-    return weight(g, ck, fmt, layer, true, in, out, true, dtype, err);
+    return weight(g, ck, fmt, NULL, layer, true, in, out, true, dtype, err);
 }
 
-static int weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
-                  int64_t d1, bool in_out, ferry_dtype dtype, fy_err *err)
+static int weight(g_graph *g, ckpt *ck, const char *fmt, const char *value_fmt, int layer,
+                  bool required, int64_t d0, int64_t d1, bool in_out, ferry_dtype dtype,
+                  fy_err *err)
 {
-    char name[256], full[512];
+    char name[256], full[512], value_name[256];
     snprintf(name, sizeof name, fmt, layer);
+    snprintf(value_name, sizeof value_name, value_fmt ? value_fmt : fmt, layer);
     const st_tensor *t = ckpt_take(ck, name);
     if (!ckpt_full_name(ck, name, full, sizeof full))
         snprintf(full, sizeof full, "%s", name);
@@ -71,25 +101,12 @@ static int weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool require
                     ck->dir, full);
         return G_NONE;
     }
-    int want_rank = d1 > 0 ? 2 : 1;
-    bool ok = t->ndim == want_rank && t->shape[0] == d0 && (want_rank == 1 || t->shape[1] == d1);
-    if (!ok) {
-        char got[128] = "", want[64];
-        size_t len = 0;
-        for (int i = 0; i < t->ndim && len < sizeof got - 24; i++)
-            len += (size_t)snprintf(got + len, sizeof got - len, "%s%lld", i ? ", " : "",
-                                    (long long)t->shape[i]);
-        if (want_rank == 2)
-            snprintf(want, sizeof want, "%lld, %lld", (long long)d0, (long long)d1);
-        else
-            snprintf(want, sizeof want, "%lld", (long long)d0);
-        fy_fail(err, FERRY_ERR_FORMAT, "tensor '%s' in %s has shape [%s] but config.json implies "
-                "[%s]", full, t->file->path, got, want);
+    int64_t dims[2] = {d0, d1};
+    if (blk_check_shape(t, full, d1 > 0 ? 2 : 1, dims, err) != FERRY_OK)
         return G_NONE;
-    }
     g_weight w = w_plain(t, dtype);
     w.src_transposed = in_out; /* the logical matrix is [out, in], as a Linear's */
-    int v = g_weight_value(g, name, &w);
+    int v = g_weight_value(g, value_name, &w);
     if (v == G_NONE && g->err.status != FERRY_OK)
         fy_fail(err, g->err.status, "%s", g->err.msg);
     return v;
@@ -142,6 +159,11 @@ ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry
         W(q_norm, n->q_norm, true, whole ? qd : hd, 0);
         W(k_norm, n->k_norm, true, whole ? kvd : hd, 0);
     }
+    w->router = w->ex_gate_up = w->ex_up = w->ex_down = G_NONE;
+    w->sh_gate = w->sh_up = w->sh_down = w->sh_expert_gate = G_NONE;
+    w->down = G_NONE;
+    if (blk_is_sparse(lm, l))
+        return blk_bind_experts(g, ck, lm, l, dt, w, err);
     if (n->gate_up) {
         W(gate_up, n->gate_up, true, 2 * ff, h);
     } else {
@@ -338,31 +360,39 @@ int blk_attend(g_graph *g, const blk_lm *lm, int l, int q, int k, int v, const b
 
 int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x)
 {
+    char scope[96];
+    snprintf(scope, sizeof scope, "/model/layers.%d/mlp", l);
+    return blk_gated_mlp(g, lm, scope, lm->intermediate, x, w->gate_up, w->gate, w->up, w->down,
+                         w->gate_b, w->up_b, w->down_b);
+}
+
+int blk_gated_mlp(g_graph *g, const blk_lm *lm, const char *scope, int64_t ff, int x,
+                  int gate_up, int gate_w, int up_w, int down_w, int gate_b, int up_b, int down_b)
+{
     char cls[256];
     blk_class(lm, "MLP", cls, sizeof cls);
-    g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "/model/layers.%d/mlp", l);
+    g_module_add(g, cls, G_OP_COUNT, false, GM_ROLE_NONE, "%s", scope);
     const char *act = lm->family->act_module ? lm->family->act_module : "act_fn";
-    if (lm->names->gate_up) {
-        linear_module(g, "/model/layers.%d/mlp/gate_up_proj", l);
+    if (gate_up != G_NONE) {
+        g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_NONE, "%s/gate_up_proj",
+                     scope);
     } else {
-        linear_module(g, "/model/layers.%d/mlp/gate_proj", l);
-        linear_module(g, "/model/layers.%d/mlp/up_proj", l);
+        g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_NONE, "%s/gate_proj", scope);
+        g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_NONE, "%s/up_proj", scope);
     }
-    linear_module(g, "/model/layers.%d/mlp/down_proj", l);
-    g_module_add(g, lm->act_class, lm->act, false, GM_ROLE_NONE, "/model/layers.%d/mlp/%s", l,
-                 act);
-    g_scope(g, "/model/layers.%d/mlp", l);
+    g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_NONE, "%s/down_proj", scope);
+    g_module_add(g, lm->act_class, lm->act, false, GM_ROLE_NONE, "%s/%s", scope, act);
+    g_scope(g, "%s", scope);
     int gate, up;
-    if (lm->names->gate_up) { /* chunk(2): gate, then up */
-        int64_t ff = lm->intermediate;
-        int gu = g_linear(g, "gate_up_proj", x, w->gate_up, G_NONE);
+    if (gate_up != G_NONE) { /* chunk(2): gate, then up */
+        int gu = g_linear(g, "gate_up_proj", x, gate_up, G_NONE);
         gate = g_unary(g, lm->act, act, g_slice(g, "Slice", gu, 2, 0, ff));
         up = g_slice(g, "Slice_1", gu, 2, ff, 2 * ff);
     } else {
-        gate = g_unary(g, lm->act, act, g_linear(g, "gate_proj", x, w->gate, w->gate_b));
-        up = g_linear(g, "up_proj", x, w->up, w->up_b);
+        gate = g_unary(g, lm->act, act, g_linear(g, "gate_proj", x, gate_w, gate_b));
+        up = g_linear(g, "up_proj", x, up_w, up_b);
     }
-    return g_linear(g, "down_proj", g_binary(g, G_MUL, "Mul", gate, up), w->down, w->down_b);
+    return g_linear(g, "down_proj", g_binary(g, G_MUL, "Mul", gate, up), down_w, down_b);
 }
 
 /* What transformers' forward uses for an input it is not given, when there is no cache: a

@@ -24,10 +24,19 @@ typedef struct blk_names {
      * in place of q/k/v or gate/up and sliced after one linear, as transformers computes them;
      * NULL where the family stores them apart */
     const char *qkv, *gate_up;
+    /* a mixture of experts (moe_block.c): the router, each expert's gate, up and down (formats
+     * taking the layer, then the expert; a checkpoint may instead hold the stacks transformers
+     * 5 keeps in memory, model.layers.%d.mlp.experts.gate_up_proj and down_proj); Qwen2-MoE's
+     * shared expert and its gate. NULL where the family has none */
+    const char *router, *expert_gate, *expert_up, *expert_down;
+    const char *shared_gate, *shared_up, *shared_down, *shared_expert_gate;
 } blk_names;
 
 /* transformers' Llama names ("model.layers.%d.self_attn.q_proj.weight", ...). */
 extern const blk_names blk_llama_names;
+/* Qwen2-MoE's and Qwen3-MoE's: Qwen2's and Qwen3's, and the sparse block's ("model.layers.%d.
+ * mlp.experts.%d.gate_proj.weight", ...). */
+extern const blk_names blk_qwen_moe_names;
 
 /* torch's module classes the families' modules are made of */
 #define BLK_LINEAR_CLASS "torch.nn.modules.linear.Linear"
@@ -37,6 +46,15 @@ extern const blk_names blk_llama_names;
 #define BLK_GELU_TANH_CLASS "transformers.activations.GELUTanh"
 
 struct blk_lm;
+
+/* A mixture-of-experts decoder's sparse blocks (Qwen2-MoE, Qwen3-MoE, Mixtral): the layers
+ * whose MLP is one, what routes in them, and Qwen2-MoE's shared expert. */
+typedef struct blk_moe {
+    g_moe_opts opts;         /* experts, top-k, renormalising, fp32 scaling (act: the lm's) */
+    int64_t expert_ff;       /* each expert's intermediate size */
+    int64_t shared_ff;       /* the shared expert's intermediate size; 0: none */
+    bool *sparse;            /* per layer: the MLP is a sparse block; owned; NULL: no layer */
+} blk_moe;
 
 /* A decoder family of the standard shape as transformers names it, and what it sets over the
  * generic config reading. */
@@ -117,6 +135,7 @@ typedef struct blk_lm {
                                 NULL: every layer rotates */
     int64_t *window;         /* per layer: sliding window or 0; owned */
     const blk_names *names;
+    blk_moe moe;             /* the sparse blocks of a mixture of experts; moe.sparse NULL: none */
 } blk_lm;
 
 /* Fills `lm` from the decoder config: sizes, eps, activation, tying and rope (rotary_dim from
@@ -138,7 +157,15 @@ typedef struct blk_layer {
     int q, k, v, o, q_b, k_b, v_b, o_b, q_norm, k_norm;
     int gate, up, down, gate_b, up_b, down_b;
     int qkv, gate_up;        /* fused projections (blk_names.qkv, gate_up) */
+    /* a sparse block's router and expert stacks ([E, 2*ff, h] gate_up, or [E, ff, h] gate and
+     * up; [E, h, ff] down), its shared expert and that expert's gate */
+    int router, ex_gate_up, ex_up, ex_down, sh_gate, sh_up, sh_down, sh_expert_gate;
 } blk_layer;
+
+/* Whether checkpoint tensor `t` (its full name `name`) has shape dims[0..rank): otherwise an
+ * error naming the tensor, its file, its shape and the shape config.json implies. */
+ferry_status blk_check_shape(const st_tensor *t, const char *name, int rank, const int64_t *dims,
+                             fy_err *err);
 
 /* Binds layer l's weights by lm->names, checking each shape against the config. */
 ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry_dtype dt,
@@ -188,16 +215,57 @@ int blk_attend(g_graph *g, const blk_lm *lm, int l, int q, int k, int v, const b
 /* Layer l's gated MLP: down(act(gate(x)) * up(x)); declares its modules. */
 int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x);
 
+/* A gated MLP of intermediate size ff at module path `scope` ("/model/layers.0/mlp"):
+ * down(act(gate(x)) * up(x)) from gate and up (or gate_up, its rows gate then up), biases
+ * where given (else G_NONE); declares its modules. */
+int blk_gated_mlp(g_graph *g, const blk_lm *lm, const char *scope, int64_t ff, int x,
+                  int gate_up, int gate_w, int up_w, int down_w, int gate_b, int up_b, int down_b);
+
+/* Whether layer l's MLP is a sparse block (moe_block.c). */
+bool blk_is_sparse(const blk_lm *lm, int64_t l);
+/* Binds sparse layer l's router, experts and shared expert, checking each shape against the
+ * config; an expert's tensors are stacked unless the checkpoint holds the stacks. */
+ferry_status blk_bind_experts(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry_dtype dt,
+                              blk_layer *w, fy_err *err);
+/* Layer l's sparse block on x: router logits, the moe node over the experts, plus the shared
+ * expert scaled by sigmoid(its gate) where there is one; declares its modules. */
+int blk_moe_block(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x);
+
+/* The config keys of a mixture-of-experts family. */
+typedef struct blk_moe_keys {
+    const char *experts;     /* the experts' count ("num_experts"; Mixtral "num_local_experts") */
+    const char *experts_alias; /* its other name, which transformers' attribute_map reads as
+                                it (Qwen3-MoE, Mixtral); NULL: none */
+    int64_t experts_default; /* when neither is given (the config class's default) */
+    const char *expert_ff;   /* an expert's intermediate size ("moe_intermediate_size"); NULL:
+                                intermediate_size (Mixtral) */
+    const char *shared_ff;   /* the shared expert's ("shared_expert_intermediate_size"); NULL:
+                                none */
+    bool routed_layers;      /* decoder_sparse_step and mlp_only_layers pick the sparse layers,
+                                and 0 experts leaves every layer dense (the Qwens); else every
+                                layer is sparse */
+    bool norm_key;           /* norm_topk_prob says whether to renormalise; else always */
+    bool scale_f32;          /* the routing weights scale in fp32 (Mixtral) */
+} blk_moe_keys;
+
+/* Reads the family's mixture keys and num_experts_per_tok into lm->moe (after the generic
+ * reading: lm->act and lm->n_layers are set); every key is required (a family's
+ * config_defaults fill in its config class's defaults); errors name the key. */
+ferry_status blk_moe_read(const model_config *cfg, const blk_moe_keys *keys, blk_lm *lm,
+                          fy_err *err);
+
 /* The forward graph of a standard decoder LM for `io`. */
 ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
                           fy_err *err);
 
 /* The model_arch of a decoder family of the standard shape, `read_fn` its config reader
  * (which calls blk_lm_read with its blk_family); the file also includes generate/generation.h. */
-#define BLK_LM_ARCH(arch, type, read_fn)                                                     \
+#define BLK_LM_ARCH(arch, type, read_fn) BLK_LM_ARCH_OUT(arch, type, read_fn, MODEL_CAUSAL_LM_OUTPUT)
+/* ... whose forward returns `output` (a mixture of experts' MoeCausalLMOutputWithPast). */
+#define BLK_LM_ARCH_OUT(arch, type, read_fn, output)                                       \
     {                                                                                      \
         .architecture = (arch), .model_type = (type), .kind = MODEL_CAUSAL_LM,             \
-        .output_class = MODEL_CAUSAL_LM_OUTPUT, .read = (read_fn),                         \
+        .output_class = (output), .read = (read_fn),                                       \
         .free_hparams = blk_lm_destroy, .bind = blk_lm_bind, .plan = gen_decoder_plan,     \
         .build = blk_lm_build_hook, .inputs = blk_lm_inputs, .n_inputs = 3,                \
         .generation = true, .describe = blk_lm_describe,                                   \
@@ -224,6 +292,14 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
         return blk_lm_read(cfg, &(family), out, err);                                      \
     }                                                                                      \
     const model_arch var = BLK_LM_ARCH(arch, type, var##_read)
+
+/* ... of a mixture-of-experts family (its forward returns MoeCausalLMOutputWithPast). */
+#define BLK_MOE_LM_DEFINE(var, arch, type, family)                                         \
+    static ferry_status var##_read(const model_config *cfg, void **out, fy_err *err)     \
+    {                                                                                      \
+        return blk_lm_read(cfg, &(family), out, err);                                      \
+    }                                                                                      \
+    const model_arch var = BLK_LM_ARCH_OUT(arch, type, var##_read, MODEL_MOE_CAUSAL_LM_OUTPUT)
 
 /* Refuses use_bidirectional_attention true (Gemma's key): ferry exports a causal decoder. */
 ferry_status blk_refuse_bidirectional(const model_config *cfg, fy_err *err);
@@ -253,6 +329,10 @@ ferry_status blk_lm_bind(void *lm, const ckpt *ck, char *warning, size_t size, f
 ferry_status blk_lm_build_hook(const void *lm, ckpt *ck, const model_io *io, g_graph *g,
                                fy_err *err);
 
+/* blk_weight's required [d0, d1] weight, its value named by `value_fmt` (the parameter's name
+ * in transformers' module where it differs from the checkpoint's). */
+int blk_weight_named(g_graph *g, ckpt *ck, const char *fmt, const char *value_fmt, int layer,
+                     int64_t d0, int64_t d1, ferry_dtype dtype, fy_err *err);
 /* The checkpoint tensor `name` (printf format with the layer, if any) as a graph weight in
  * `dtype`, after checking it is [d0] (d1 == 0) or [d0, d1]. Absent and not required: G_NONE
  * with no error. */

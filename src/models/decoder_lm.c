@@ -110,6 +110,8 @@ void blk_lm_free(blk_lm *lm)
     free(lm->window);
     free(lm->rope);
     free(lm->no_rope);
+    free(lm->moe.sparse);
+    lm->moe.sparse = NULL;
     lm->window = NULL;
     lm->rope = NULL;
     lm->no_rope = NULL;
@@ -210,7 +212,7 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
         } else {
             x = blk_skip_norm(g, lm, "post_attention_layernorm", a, h, w.post_norm, &h);
         }
-        int m = blk_mlp(g, lm, &w, l, x);
+        int m = blk_is_sparse(lm, l) ? blk_moe_block(g, lm, &w, l, x) : blk_mlp(g, lm, &w, l, x);
         if (lm->residual_scale != 0.0) {
             g_scope(g, "/model/layers.%d", l);
             m = g_binary(g, G_MUL, "residual_scale_1", m, g_scalar_f(g, dt, lm->residual_scale));

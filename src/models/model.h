@@ -45,6 +45,7 @@ typedef struct model_io {
 /* transformers' ModelOutput classes (pytree type names: the out_spec of transformers'
  * ExportMetadata and of a pt2 program with model_output). */
 #define MODEL_CAUSAL_LM_OUTPUT "transformers.modeling_outputs.CausalLMOutputWithPast"
+#define MODEL_MOE_CAUSAL_LM_OUTPUT "transformers.modeling_outputs.MoeCausalLMOutputWithPast"
 
 /* What a family's forward returns, which decides its components and its outputs. */
 typedef enum model_kind {

@@ -49,8 +49,14 @@ static bool wanted(const g_graph *g, const g_node *n, int k, const ferry_quantiz
 {
     if (n->dead)
         return false;
+    /* a router (a mixture's gate, Qwen2-MoE's shared expert gate) stays float: a rounded
+     * logit may pick other experts */
     if (n->op == G_LINEAR)
-        return k == 1 && (q->lm_head || g_node_role(g, n) != GM_ROLE_HEAD);
+        return k == 1 && (q->lm_head || g_node_role(g, n) != GM_ROLE_HEAD) &&
+               g_node_role(g, n) != GM_ROLE_ROUTER;
+    /* a mixture's expert stacks (each expert's rows blocked alike) */
+    if (n->op == G_MOE)
+        return k >= 2;
     if (n->op == G_EMBEDDING) {
         const g_value *ids = &g->values[n->in[1]];
         return k == 0 && q->embeddings && ids->kind == GV_INPUT && ids->role == GI_TOKEN_IDS;
@@ -66,9 +72,10 @@ static ferry_status quantized_recipe(const g_value *x, const ferry_quantizer *q,
     w_describe(&x->weight, what, sizeof what);
     int64_t rows, cols;
     w_matrix(&x->weight, &rows, &cols);
-    if (x->shape.rank != 2 || x->weight.transpose || x->weight.offset != 0)
-        return fy_fail(err, FERRY_ERR_INTERNAL, "cannot quantize '%s': not a plain 2-D weight",
-                       what);
+    bool stack = x->shape.rank == 3 && x->weight.stack;
+    if ((x->shape.rank != 2 && !stack) || x->weight.transpose || x->weight.offset != 0)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "cannot quantize '%s': not a plain 2-D weight "
+                       "or a stack of them", what);
     if (q->bits == 4 && cols % 2 != 0)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "cannot quantize '%s' [%lld, %lld] to int4: "
                        "its rows have an odd number of inputs (int8 can)", what,

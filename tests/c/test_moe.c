@@ -276,9 +276,11 @@ static void options_copied_and_dumped(void **state)
     g_free(g);
 }
 
-/* Every backend's target lowers moe (no backend has its own kernel for it yet), in both forms,
- * to the primitives the generic lowering makes: no moe and no silu left where the target does
- * not keep silu (torch does: aten.silu). */
+/* Every backend's target lowers moe in both forms to the primitives the generic lowering
+ * makes (no moe, and no silu left where the target does not keep silu; torch does:
+ * aten.silu), but OpenVINO's with gate and up apart: its tiled block (Tile and three batched
+ * MatMuls of its own, the routing scattered into zeros). The ort targets' MoE needs the
+ * experts' checkpoint tensors (ort_moe_from_expert_tensors). */
 static void every_target_lowers_moe(void **state)
 {
     (void)state;
@@ -309,10 +311,13 @@ static void every_target_lowers_moe(void **state)
             for (size_t i = 0; i < low->n_nodes; i++)
                 if (!low->nodes[i].dead)
                     count[low->nodes[i].op]++;
+            bool tiled = targets[t] == &openvino_target && separate;
             assert_int_equal(count[G_MOE], 0);
             assert_int_equal(count[G_TOPK], 1);
-            assert_int_equal(count[G_GATHER_ELEMENTS], 1);
-            assert_int_equal(count[G_MATMUL], separate ? 3 : 2);
+            assert_int_equal(count[G_GATHER_ELEMENTS], !tiled);
+            assert_int_equal(count[G_MATMUL], tiled ? 0 : separate ? 3 : 2);
+            assert_int_equal(count[G_EXTERN], tiled ? 4 : 0);
+            assert_int_equal(count[G_SCATTER_ELEMENTS], tiled);
             assert_int_equal(count[G_SILU], targets[t] == &torch_target);
             const g_value *out = &low->values[low->outputs[0]];
             assert_int_equal(out->dtype, FERRY_F16);
@@ -361,6 +366,83 @@ static void quantized_experts_refused(void **state)
     }
 }
 
+/* Experts stacked from their checkpoint tensors (gate and up joined per expert): ort-cpu at
+ * fp32 and ort-cuda at fp16 write one com.microsoft.MoE over fc1 = the same sources with each
+ * expert's rows interleaved (gate i at 2i, up i at 2i + 1) and the down stack; ort-cpu at fp16
+ * (its kernel is fp32) and ort-webgpu keep the generic lowering. */
+static void ort_moe_from_expert_tensors(void **state)
+{
+    (void)state;
+    st_tensor gate = {.name = "gate", .dtype = FERRY_F32, .ndim = 2, .shape = {FF, H},
+                      .numel = FF * H, .end = FF * H * 4};
+    st_tensor up = gate, down = gate;
+    up.name = "up";
+    down.name = "down";
+    down.shape[0] = H;
+    down.shape[1] = FF;
+    const st_tensor *pairs[2 * E], *downs[E];
+    for (int e = 0; e < E; e++) {
+        pairs[2 * e] = &gate;
+        pairs[2 * e + 1] = &up;
+        downs[e] = &down;
+    }
+    const struct {
+        const g_target *target;
+        ferry_dtype dt;
+        bool fused;
+    } cases[] = {{&ort_cpu_target, FERRY_F32, true}, {&ort_cuda_target, FERRY_F16, true},
+                 {&ort_cpu_target, FERRY_F16, false}, {&ort_webgpu_target, FERRY_F32, false}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        g_graph *g = graph();
+        g_weight w = w_join(pairs, 2 * E, true, cases[k].dt);
+        w.stack_group = 2;
+        int gate_up = g_weight_value(g, "experts.gate_up_proj", &w);
+        w = w_join(downs, E, true, cases[k].dt);
+        int dw = g_weight_value(g, "experts.down_proj", &w);
+        g_moe_opts o = opts(2);
+        o.norm_topk_prob = true;
+        int x = tokens(g, "x", cases[k].dt, H);
+        int y = g_moe(g, "moe", x, tokens(g, "logits", cases[k].dt, E), gate_up, dw, G_NONE, &o);
+        g_output(g, y, "y");
+        fy_err err = {0};
+        if (g_check(g, &err) != FERRY_OK)
+            fail_msg("g_check: %s", err.msg);
+        g_graph *low = g_legalize(g, cases[k].target, &err);
+        if (!low)
+            fail_msg("%s: %s", cases[k].target->name, err.msg);
+        const g_node *moe = NULL;
+        for (size_t i = 0; i < low->n_nodes; i++)
+            if (!low->nodes[i].dead && low->nodes[i].op == G_EXTERN &&
+                strcmp(low->nodes[i].a.ext->op_type, "MoE") == 0)
+                moe = &low->nodes[i];
+        assert_int_equal(moe != NULL, cases[k].fused);
+        if (moe) {
+            const g_extern *e = moe->a.ext;
+            assert_string_equal(e->domain, "com.microsoft");
+            int checked = 0;
+            for (int i = 0; i < e->n_attr; i++) {
+                const g_ext_attr *a = &e->attr[i];
+                if (strcmp(a->name, "k") == 0 || strcmp(a->name, "swiglu_fusion") == 0 ||
+                    strcmp(a->name, "normalize_routing_weights") == 0)
+                    checked += a->i == (strcmp(a->name, "k") == 0 ? 2 : 1);
+                if (strcmp(a->name, "activation_type") == 0)
+                    checked += strcmp(a->s, "swiglu") == 0;
+            }
+            assert_int_equal(checked, 4);
+            const g_value *fc1 = &low->values[moe->in[2]];
+            assert_int_equal(fc1->kind, GV_WEIGHT);
+            assert_int_equal(fc1->weight.perm, W_PERM_INTERLEAVE_HALVES);
+            assert_int_equal(fc1->weight.perm_group, 2 * FF);
+            assert_int_equal(fc1->weight.stack_group, 2);
+            assert_ptr_equal(w_src(&fc1->weight, 1), &up);
+            assert_int_equal(moe->in[3], G_NONE);
+            assert_ptr_equal(w_src(&low->values[moe->in[4]].weight, 0), &down);
+        }
+        g_free(low);
+        g_free(g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -371,6 +453,7 @@ int main(void)
         cmocka_unit_test(options_copied_and_dumped),
         cmocka_unit_test(every_target_lowers_moe),
         cmocka_unit_test(quantized_experts_refused),
+        cmocka_unit_test(ort_moe_from_expert_tensors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

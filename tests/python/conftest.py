@@ -140,6 +140,24 @@ ARCHS = {
                                    "partial_rotary_factor": 0.75,
                                    "short_factor": [1.0 + 0.05 * i for i in range(6)],
                                    "long_factor": [1.0 + 0.9 * i for i in range(6)]})),
+    # mixtures of experts (every expert size distinct from the dense intermediate 96):
+    # Qwen3-MoE with a dense layer (mlp_only_layers) beside a sparse one, 6 experts, top-2
+    # renormalised; Qwen2-MoE's shared expert and its gate, top-1 unrenormalised; Mixtral's
+    # fp32 routing weights, 5 experts of intermediate_size, top-2, a window on every layer
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                  dict(rms_norm_eps=1e-6, num_experts=6, num_experts_per_tok=2,
+                       moe_intermediate_size=40, norm_topk_prob=True, decoder_sparse_step=1,
+                       mlp_only_layers=[1],
+                       rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                  dict(rms_norm_eps=1e-6, num_experts=4, num_experts_per_tok=1,
+                       moe_intermediate_size=40, shared_expert_intermediate_size=56,
+                       norm_topk_prob=False,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                dict(rms_norm_eps=1e-5, num_local_experts=5, num_experts_per_tok=2,
+                     intermediate_size=72, sliding_window=4096,
+                     rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
     # LayerNorms with biases, learned positions, Conv1D projections stored [in, out] with
     # biases, fused c_attn, gelu_new, tied head; its own key names (n_embd, ...) and no kv
     # grouping, head_dim or rope; scores also scaled by 1 / (layer + 1)
@@ -153,6 +171,9 @@ ARCHS = {
 }
 
 ARCH_CLASS = {name: spec[1] for name, spec in ARCHS.items()}
+
+# The mixtures of experts among ARCHS (layer 0 of each is a sparse block).
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,11 +245,34 @@ def rotating_layers(ckpt):
     return sum(1 for f in flags if f) if flags is not None else cfg["num_hidden_layers"]
 
 
+def sparse_layers(ckpt):
+    """The layers of checkpoint `ckpt` whose MLP is a mixture of experts, as transformers
+    builds them (decoder_sparse_step and mlp_only_layers; Mixtral: all)."""
+    cfg = json.loads((Path(ckpt) / "config.json").read_text())
+    n = num_layers(ckpt)
+    if cfg["model_type"] == "mixtral":
+        return list(range(n))
+    if cfg["model_type"] not in ("qwen3_moe", "qwen2_moe"):
+        return []
+    step, dense = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers") or []
+    return [i for i in range(n) if i not in dense and (i + 1) % step == 0]
+
+
+def model_linears(arch, ckpt):
+    """The Linear modules of `arch`'s decoder layers in checkpoint `ckpt` (the head aside): a
+    sparse layer has its router instead of the MLP's three (its experts are stacks, not
+    Linears), and Qwen2-MoE's shared expert's three and its gate besides."""
+    sparse = len(sparse_layers(ckpt))
+    per_sparse = 1 + (4 if arch == "qwen2_moe" else 0)
+    return len(layer_linears(arch)) * num_layers(ckpt) - (3 - per_sparse) * sparse
+
+
 def output_class(arch):
     """transformers' ModelOutput class `arch`'s forward returns."""
     from transformers import modeling_outputs
 
-    name = "CausalLMOutputWithCrossAttentions" if arch == "gpt2" else "CausalLMOutputWithPast"
+    name = "CausalLMOutputWithCrossAttentions" if arch == "gpt2" else \
+        "MoeCausalLMOutputWithPast" if arch in MOE_ARCHS else "CausalLMOutputWithPast"
     return getattr(modeling_outputs, name)
 
 
@@ -237,7 +281,7 @@ def norms_per_layer(arch):
     each block as well as before it, OLMo 2 after it only) and on q and k (Qwen3, Gemma 3,
     OLMo 2)."""
     block = {"gemma2": 4, "gemma3": 4}.get(arch, 2)
-    return block, 2 if arch in ("qwen3", "gemma3", "olmo2") else 0
+    return block, 2 if arch in ("qwen3", "gemma3", "olmo2", "qwen3_moe") else 0
 
 
 def layer_linears(arch):
@@ -660,7 +704,7 @@ def ckpts(tmp_path_factory):
     made = {}
 
     def get(arch, **overrides):
-        key = (arch, tuple(sorted(overrides.items())))
+        key = (arch, repr(sorted(overrides.items())))  # list values (mlp_only_layers) too
         if key not in made:
             made[key] = make_checkpoint(tmp_path_factory.mktemp(f"ckpt-{arch}"), arch, seed=5,
                                         **overrides)

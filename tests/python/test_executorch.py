@@ -35,6 +35,7 @@ import torch
 
 from conftest import (ARCHS, FERRY_BIN, FP32_ATOL, assert_logits_close, check_export_error,
                       ferry_builds, ferry_export, layer_linears, make_checkpoint, make_inputs,
+                      model_linears,
                       reference_logits, reference_model, run_ferry)
 from test_encoders import FAMILIES as ENCODERS, assert_close, build as build_encoder, eager, \
     feeds_for
@@ -377,7 +378,7 @@ def test_program_is_well_formed(family):
         assert plan["delegates"] == [] and "aten::linear.out" in meta["operators"]
     else:
         # every linear of the 2 layers, and the head (tied or not, stored once)
-        linears = 2 * len(layer_linears(arch)) + 1
+        linears = model_linears(arch, ckpt) + 1
         assert meta["delegated_linears"] == linears
         assert "aten::linear.out" not in meta["operators"]
         # the norms and the feed-forward's arithmetic run there too, in graphs of many nodes

@@ -22,7 +22,8 @@ import pytest
 
 from conftest import (ARCHS, FP32_ATOL, assert_logits_close, check_export_error, ferry_export,
                       layer_linears, make_checkpoint, make_inputs, norms_per_layer,
-                      num_layers, reference_logits, rotating_layers, run_ferry, softcapped)
+                      num_layers, reference_logits, rotating_layers, run_ferry, softcapped,
+                      model_linears, sparse_layers)
 from test_oracle_onnx import BF16_ATOL, FP16_ATOL
 
 ov = pytest.importorskip("openvino")
@@ -503,6 +504,7 @@ def test_cpu_plugin_fuses_the_stateful_graph(ckpts, tmp_path, arch, flags, weigh
     _, compiled = compile_ov(out)
     found = runtime_layers(compiled)
     kinds = [k for k, _, _ in found]
+    sparse = len(sparse_layers(ckpt))
     block, qk = norms_per_layer(arch)
     # GPT-2's LayerNorms: one MVN each (its weight and bias multiply-add fused in)
     norm = "MVN" if arch == "gpt2" else "RMS"
@@ -512,10 +514,14 @@ def test_cpu_plugin_fuses_the_stateful_graph(ckpts, tmp_path, arch, flags, weigh
     if softcapped(arch):   # SDPA takes no cap: grouped matmuls and a softmax per layer
         assert sdpa == [] and kinds.count("Softmax") == layers, kinds
     else:
+        # a sparse layer's router keeps its softmax (before top-k)
         assert sdpa == [8] * layers, found
-        assert "MatMul" not in kinds and "Softmax" not in kinds, kinds
+        assert "MatMul" not in kinds and kinds.count("Softmax") == sparse, kinds
     fc = [p for k, p, _ in found if k == "FullyConnected"]
-    assert fc == [weights] * (len(layer_linears(arch)) * layers + 1), fc   # and lm_head
+    # a sparse layer's experts are GatherMatmuls (gate, up, down: the chosen experts only);
+    # its router (and Qwen2-MoE's shared expert and gate) FullyConnecteds
+    assert kinds.count("GatherMatmul") == 3 * sparse, kinds
+    assert fc == [weights] * (model_linears(arch, ckpt) + 1), fc   # and lm_head
 
 
 def test_runtime_options(ckpts, tmp_path):

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import (ARCHS, check_against_reference, check_export_error, check_model_full,
                       ferry_builds, ferry_export, fused_norm_names, fused_norm_ops, rotating_layers,
-                      softcapped)
+                      softcapped, sparse_layers)
 from quant_ref import dequantized_checkpoint
 
 FUSED = ["--ort-fusions", "cpu"]
@@ -84,8 +84,14 @@ def test_plain_export_fused_norms(ckpts, tmp_path, arch, provider, record_proper
         packed = [n.name for n in model.graph.node
                   if n.op_type == "MatMul" and "_proj" in n.name]
         joined = "qkv_proj" if arch == "phi3" else "q_k_v_proj"
+        # a sparse layer's experts are one MoE or batched MatMuls; Qwen2-MoE's shared expert
+        # reads the router's input: the router, its gate and up and its own gate are one
+        # MatMul ("gate_shared_expert/gate_proj_shared_expert/up_proj_shared_expert_gate")
+        sparse = len(sparse_layers(ckpt))
+        shared = sparse if arch == "qwen2_moe" else 0
         assert sorted(p.split("/")[-2] for p in packed) == sorted(
-            [joined, "o_proj", "gate_up_proj", "down_proj"] * layers), packed
+            [joined, "o_proj"] * layers + ["gate_up_proj", "down_proj"] * (layers - sparse) +
+            ["up_proj_shared_expert_gate", "down_proj"] * shared), packed
     worst = check_against_reference(ckpt, out / "model.onnx", SHAPES)
     record_property("fused_logits_max_abs_err", worst)
 

@@ -17,6 +17,8 @@ int ort_offset_weight(g_lower_ctx *c, const g_node *n, int k, double offset);
 
 /* GroupQueryAttention, MultiHeadAttention or plain ops, per provider and shape. */
 ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs);
+/* com.microsoft.MoE where the provider has a kernel for it; else the generic lowering. */
+ferry_status ort_moe(g_lower_ctx *c, const g_node *n, int *outs);
 /* RotaryEmbedding over a fixed table; else the generic lowering. */
 ferry_status ort_rope(g_lower_ctx *c, const g_node *n, int *outs);
 

@@ -43,8 +43,8 @@
  * multiple of 16 only: other heads rotate before it (as on webgpu), and heads of no multiple
  * of 8 get the attention without GroupQueryAttention (MultiHeadAttention, plain ops on cpu).
  *
- * Attention and rope are in ort_attention.c. Everything else lowers as for onnx-standard (float
- * linears included). */
+ * Attention and rope are in ort_attention.c, mixtures of experts (MoE on cuda, and on cpu at
+ * fp32) in ort_moe.c. Everything else lowers as for onnx-standard (float linears included). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,6 +359,7 @@ static g_lower_fn ort_lowering(const g_target *t, g_op op)
     case G_ATTENTION: return ort_attention;
     case G_ROPE: return ort_rope;
     case G_GELU: case G_GELU_TANH: return ort_gelu;
+    case G_MOE: return ort_moe;
     default: return onnx_primitive_lowering(op);
     }
 }

@@ -15,9 +15,17 @@
  *               Assign cache around it, into one attention node that keeps the cache itself and
  *               never materialises the repeat. SDPA takes no softcap: a softcapped attention
  *               keeps the generic lowering (grouped matmuls, softmax).
+ *   moe         the "tiled" block the CPU plugin turns into GatherMatmul, which runs only the
+ *               chosen experts: tokens flattened to x [T, h], Tile(x, [E, 1]) reshaped to
+ *               [E, T, h], MatMul(·, W, transpose_b) by the gate, up and down stacks [E, out, in]
+ *               (act(gate) * up between), reshaped to [E, T, h], times the routing weights
+ *               scattered into zeros [T, E] and transposed to [E, T, 1], summed over the
+ *               experts. Kept generic: Mixtral's fp32 scaling of a lower-precision export (the
+ *               pattern multiplies in one dtype), gate and up stored as one tensor.
  * Everything else takes the generic lowerings (ir/lower/). */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "backends/openvino/openvino.h"
 
@@ -196,6 +204,100 @@ static ferry_status ov_attention(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
+/* The gate (which 0) or up (1) rows of a moe node's gate_up stack as their own stack
+ * [E, ff, h], when it stacks each expert's gate and up tensors (stack_group 2); else G_NONE. */
+static int expert_half(g_lower_ctx *c, const g_node *n, int which)
+{
+    g_graph *g = c->dst;
+    const g_value *w = lw_src(c, n, 2);
+    if (!w || w->kind != GV_WEIGHT || !w->weight.stack || w->weight.stack_group != 2 ||
+        w->weight.quant.bits)
+        return G_NONE;
+    int experts = w->weight.n_src / 2;
+    const st_tensor **list = malloc((size_t)experts * sizeof *list);
+    if (!list)
+        return g_fail(g, FERRY_ERR_NOMEM, "out of memory");
+    for (int e = 0; e < experts; e++)
+        list[e] = w_src(&w->weight, 2 * e + which);
+    g_weight r = w_join(list, experts, true, w->weight.dtype);
+    r.saturate = w->weight.saturate;
+    char name[512];
+    snprintf(name, sizeof name, "%s.%s", w->name, which ? "up" : "gate");
+    int v = g_weight_value(g, name, &r);
+    free(list);
+    return v;
+}
+
+/* MatMul(a [E, T, in], b [E, out, in], transpose_b) -> [E, T, out]: the batched form IR matmul
+ * (transposing only 2-D weights) does not print. */
+static int batched_matmul_bt(g_graph *g, const char *name, int a, int b)
+{
+    g_extern e = g_extern_init("opset1", "MatMul");
+    g_extern_bool(&e, "transpose_a", false);
+    g_extern_bool(&e, "transpose_b", true);
+    if (!g_ok(g))
+        return G_NONE;
+    g_shape out = g->values[a].shape;
+    out.d[2] = g->values[b].shape.d[1];
+    g_extern_out(&e, 0, 0, g->values[a].dtype, &out);
+    int in[2] = {a, b};
+    return g_extern_node(g, name, &e, 2, in);
+}
+
+static ferry_status ov_moe(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    const g_moe_opts *o = n->a.moe;
+    const g_value *xs = lw_src(c, n, 0);
+    ferry_dtype dt = xs->dtype;
+    int gate = n->n_in > 4 && n->in[4] != G_NONE ? lw_in(c, n, 2) : expert_half(c, n, 0);
+    int up = n->n_in > 4 && n->in[4] != G_NONE ? lw_in(c, n, 4) : expert_half(c, n, 1);
+    if (!g_ok(g))
+        return g->err.status;
+    bool quantized = false;
+    for (int k = 2; k < n->n_in; k++) {
+        const g_value *w = lw_src(c, n, k);
+        quantized |= w && w->kind == GV_WEIGHT && w->weight.quant.bits;
+    }
+    if ((o->scale_f32 && dt != FERRY_F32) || gate == G_NONE || up == G_NONE || quantized)
+        return lower_moe(c, n, outs);
+    int64_t experts = o->num_experts, h = 0;
+    g_dim_is_const(lw_src(c, n, 3)->shape.d[1], &h);
+    int x = g_reshape_spec(g, "Reshape_tokens", lw_in(c, n, 0), 2, (int64_t[]){-1, h});
+    int logits = g_reshape_spec(g, "Reshape_logits", lw_in(c, n, 1), 2,
+                                (int64_t[]){-1, experts});
+    int chosen, w = lower_moe_route(g, o, logits, dt, &chosen);
+    /* routing weights [T, E], zero where an expert was not chosen, as [E, T, 1] */
+    int zeros = g_expand(g, "Zeros", g_scalar_f(g, dt, 0.0), g_shape_of(g, "ShapeOf", logits,
+                                                                          0, 2));
+    int dense = g_scatter_elements(g, "ScatterElements", zeros, chosen, w, 1);
+    int64_t swap[2] = {1, 0}, last = -1;
+    int routing = g_unsqueeze(g, "Unsqueeze_routing", g_transpose(g, "Transpose_routing", dense,
+                                                                  2, swap), 1, &last);
+    /* every expert over every token, which the plugin narrows to the chosen ones */
+    g_extern tile = g_extern_init("opset1", "Tile");
+    if (!g_ok(g))
+        return g->err.status;
+    g_shape tiled_shape = g->values[x].shape;
+    tiled_shape.d[0] = g_dim_scale(tiled_shape.d[0], experts);
+    g_extern_out(&tile, 0, 0, dt, &tiled_shape);
+    int tile_in[2] = {x, g_const_i64(g, 2, (int64_t[]){experts, 1})};
+    int tiled = g_extern_node(g, "Tile", &tile, 2, tile_in);
+    int64_t per_expert[3] = {experts, -1, h};
+    int xe = g_reshape_spec(g, "Reshape_experts", tiled, 3, per_expert);
+    int a = g_unary(g, o->act, "act_fn", batched_matmul_bt(g, "MatMul_gate", xe, gate));
+    a = g_binary(g, G_MUL, "Mul_up", a, batched_matmul_bt(g, "MatMul_up", xe, up));
+    int y = g_reshape_spec(g, "Reshape_down",
+                           batched_matmul_bt(g, "MatMul_down", a, lw_in(c, n, 3)), 3, per_expert);
+    int64_t first = 0;
+    int sum = g_reduce(g, G_REDUCE_SUM, "ReduceSum", g_binary(g, G_MUL, "Mul_routing", y, routing),
+                       1, &first, false);
+    int out = g_reshape(g, "Reshape_out", sum, xs->shape.rank, xs->shape.d);
+    lw_refine(c, out, n, 0);
+    outs[0] = out;
+    return g->err.status;
+}
+
 static g_lower_fn openvino_lowering(const g_target *t, g_op op)
 {
     (void)t;
@@ -203,6 +305,7 @@ static g_lower_fn openvino_lowering(const g_target *t, g_op op)
     case G_LINEAR: return ov_linear;
     case G_EMBEDDING: return ov_embedding;
     case G_ATTENTION: return ov_attention;
+    case G_MOE: return ov_moe;
     default: return NULL;
     }
 }

@@ -1,0 +1,184 @@
+"""Mixtures of experts beyond the tests every family of conftest's ARCHS gets (Qwen3-MoE with a
+dense layer beside a sparse one, Qwen2-MoE's shared expert, Mixtral's fp32 routing weights,
+on every backend and generation layout): top-k 1, 2 and 4 over 8 experts with sparse layers
+picked by decoder_sparse_step, onnxruntime's fused MoE (its CPU kernel run, its CUDA form
+checked by structure), OpenVINO running only the chosen experts, ties between router logits,
+and what is refused."""
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+
+from conftest import (FP32_ATOL, check_against_reference, check_export_error, ferry_export,
+                      make_inputs, reference_model)
+
+SHAPES = [(1, 1), (3, 7), (3, 33)]
+
+
+@pytest.fixture(scope="module")
+def routed(ckpts):
+    """routed(top_k): Qwen3-MoE of 8 experts choosing top_k, 4 layers of which 1 and 3 are
+    sparse (decoder_sparse_step 2) but layer 3 is kept dense (mlp_only_layers)."""
+    return lambda top_k: ckpts("qwen3_moe", num_experts=8, num_experts_per_tok=top_k,
+                               num_hidden_layers=4, decoder_sparse_step=2, mlp_only_layers=[3],
+                               norm_topk_prob=top_k != 2)
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 4])
+@pytest.mark.parametrize("fusions", [[], ["--ort-fusions", "cpu"]], ids=["standard", "cpu"])
+def test_top_k_and_sparse_layers(routed, tmp_path, top_k, fusions, record_property):
+    """fp32 logits within 1e-4 of eager, batch 1 and 3 left-padded, sequences 1/7/33."""
+    ckpt = routed(top_k)
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", *fusions, "--quiet")
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    fused = [n for n in model.graph.node if n.op_type == "MoE"]
+    assert len(fused) == (1 if fusions else 0), [n.op_type for n in model.graph.node]
+    worst = check_against_reference(ckpt, out / "model.onnx", SHAPES)
+    record_property("max_abs_diff", worst)
+
+
+def _attrs(node):
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "qwen2_moe", "mixtral"])
+def test_cuda_moe_form(ckpts, tmp_path, arch):
+    """--ort-fusions cuda writes one com.microsoft.MoE per sparse layer (no CUDA here: checked
+    by structure): the router's logits flattened to [tokens, E], fc1 each expert's gate and up
+    rows interleaved (the checkpoint's own tensors, row 2i gate i, row 2i+1 up i), fc2 the
+    down stack, k and the renormalisation as the config says."""
+    ckpt = ckpts(arch)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    out = ferry_export(ckpt, tmp_path / "cuda", "--dynamic", "--ort-fusions", "cuda", "--quiet")
+    model = onnx.load(str(out / "model.onnx"))
+    moes = [n for n in model.graph.node if n.op_type == "MoE"]
+    assert moes and all(n.domain == "com.microsoft" for n in moes)
+    attrs = _attrs(moes[0])
+    assert attrs["k"] == cfg["num_experts_per_tok"]
+    assert attrs["activation_type"] == b"swiglu" and attrs["swiglu_fusion"] == 1
+    assert attrs["normalize_routing_weights"] == (1 if arch == "mixtral" else
+                                                  int(cfg["norm_topk_prob"]))
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    fc1, fc2 = weights[moes[0].input[2]], weights[moes[0].input[4]]
+    state = reference_model(ckpt).state_dict()
+    gate_up = state["model.layers.0.mlp.experts.gate_up_proj"].numpy()
+    ff = gate_up.shape[1] // 2
+    assert np.array_equal(fc1[:, 0::2], gate_up[:, :ff])
+    assert np.array_equal(fc1[:, 1::2], gate_up[:, ff:])
+    assert np.array_equal(fc2, state["model.layers.0.mlp.experts.down_proj"].numpy())
+
+
+def test_fp16_cpu_keeps_the_generic_form(ckpts, tmp_path):
+    """onnxruntime's CPU MoE kernel is fp32 only (an fp16 graph's would run it behind casts):
+    an fp16 export for cpu is unfused, one for cuda fused."""
+    ckpt = ckpts("qwen3_moe")
+    for provider, want in (("cpu", 0), ("cuda", 1)):
+        out = ferry_export(ckpt, tmp_path / provider, "--dtype", "fp16", "--ort-fusions",
+                           provider, "--quiet")
+        model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+        assert sum(n.op_type == "MoE" for n in model.graph.node) == want
+
+
+def _tie_checkpoint(ckpts):
+    """Qwen3-MoE whose layer-0 router is all zeros: every expert equally likely for every
+    token, so top-2 picks between exact ties."""
+    ckpt = ckpts("qwen3_moe", norm_topk_prob=True)
+    from safetensors.torch import load_file, save_file
+
+    path = ckpt.parent / "ties"
+    if not path.exists():
+        import shutil
+
+        shutil.copytree(ckpt, path)
+        tensors = load_file(path / "model.safetensors")
+        tensors["model.layers.0.mlp.gate.weight"].zero_()
+        save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    return path
+
+
+def test_router_ties(ckpts, tmp_path, monkeypatch):
+    """Between experts of exactly equal router logits, ONNX's TopK (and OpenVINO's) takes the
+    lower-numbered expert first; torch.topk on CPU picks an order of its own (of 6 equal
+    probabilities it returns experts 3 and 5). ferry's ONNX export therefore equals transformers'
+    model with a topk that breaks ties by index, and not its eager model."""
+    ckpt = _tie_checkpoint(ckpts)
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", "--quiet")
+    ties = torch.topk(torch.full((1, 6), 1 / 6), 2).indices.tolist()[0]
+    assert ties != [0, 1], "torch now breaks ties by index: ferry can match it exactly"
+
+    real_topk = torch.topk
+
+    def by_index(x, k, dim=-1, largest=True, sorted=True):
+        values, order = torch.sort(x, dim=dim, descending=largest, stable=True)
+        return torch.return_types.topk((values.narrow(dim, 0, k), order.narrow(dim, 0, k)))
+
+    vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
+    ids, mask, _ = make_inputs(vocab, 2, 5)
+    import onnxruntime as ort
+
+    got = ort.InferenceSession(str(out / "model.onnx")).run(
+        None, {"input_ids": ids, "attention_mask": mask})[0]
+    model = reference_model(ckpt)
+    with torch.no_grad():
+        eager = model(input_ids=torch.from_numpy(ids),
+                      attention_mask=torch.from_numpy(mask)).logits.numpy()
+        monkeypatch.setattr(torch, "topk", by_index)
+        stable = model(input_ids=torch.from_numpy(ids),
+                       attention_mask=torch.from_numpy(mask)).logits.numpy()
+        monkeypatch.setattr(torch, "topk", real_topk)
+    real = mask == 1
+    assert np.abs(got - stable)[real].max() <= FP32_ATOL
+    assert np.abs(got - eager)[real].max() > 1e-2
+
+
+def test_quantized_experts_refused(ckpts, tmp_path):
+    """int4/int8 experts are not written yet (onnxruntime's QMoE, OpenVINO's compressed
+    GatherMatmul): one line naming the stack, nothing written. The router is never quantized."""
+    ckpt = ckpts("mixtral")
+    for fmt in ("onnx", "openvino"):
+        check_export_error(ckpt, tmp_path / fmt, ["--format", fmt, "--quantize", "int4"],
+                           ["4-bit quantized weight", "model.layers.0.mlp.experts.gate_up_proj",
+                            "moe"], 1)
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("num_experts_per_tok", 9, "more than the 5 experts"),
+    ("num_experts", 4, "name the experts' count twice and disagree"),
+])
+def test_bad_moe_config(ckpts, tmp_path, key, value, needle):
+    """A config whose routing cannot be what its tensors hold: one line naming the key."""
+    src = ckpts("mixtral")
+    import shutil
+
+    bad = tmp_path / "ckpt"
+    shutil.copytree(src, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg[key] = value
+    (bad / "config.json").write_text(json.dumps(cfg))
+    check_export_error(bad, tmp_path / "out", [], [needle, "config.json"], 1)
+
+
+def test_exported_model_runs_a_mixture(ckpts, tmp_path):
+    """ExportedModel runs a mixture as a causal LM: position_ids (a graph input here) derived
+    from the mask as generate() derives them, the logits in transformers'
+    MoeCausalLMOutputWithPast."""
+    from transformers.modeling_outputs import MoeCausalLMOutputWithPast
+
+    from ferry import ExportedModel
+
+    ckpt = ckpts("qwen2_moe")
+    out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", "--inputs",
+                       "input_ids,attention_mask,position_ids", "--quiet")
+    ids, mask, pos = make_inputs(160, 3, 7)
+    got = ExportedModel.from_pretrained(out)(input_ids=ids, attention_mask=mask)
+    assert isinstance(got, MoeCausalLMOutputWithPast)
+    with torch.no_grad():
+        want = reference_model(ckpt)(input_ids=torch.from_numpy(ids),
+                                     attention_mask=torch.from_numpy(mask),
+                                     position_ids=torch.from_numpy(pos)).logits.numpy()
+    real = mask == 1
+    assert np.abs(np.asarray(got.logits)[real] - want[real]).max() <= FP32_ATOL
+
