@@ -192,6 +192,10 @@ static ferry_status read_dense_layers(const model_config *cfg, bool *sparse, int
     return FERRY_OK;
 }
 
+/* The most experts a layer may have: a recipe stacks at most W_MAX_SOURCES tensors, and
+ * gate_up stacks two per expert (real mixtures have up to 256). */
+#define MOE_MAX_EXPERTS (W_MAX_SOURCES / 2)
+
 /* The experts' count under its name or its alias; both given must agree (which one
  * transformers keeps would depend on the order it sets them). */
 static ferry_status read_experts(const model_config *cfg, const blk_moe_keys *keys,
@@ -199,9 +203,10 @@ static ferry_status read_experts(const model_config *cfg, const blk_moe_keys *ke
 {
     const char *o = cfg->text_origin;
     int64_t alias = -1;
-    if (json_get_int(cfg->text, keys->experts, false, -1, 0, W_MAX_SOURCES, o, experts, err) ||
+    if (json_get_int(cfg->text, keys->experts, false, -1, 0, MOE_MAX_EXPERTS, o, experts,
+                     err) ||
         (keys->experts_alias && json_get_int(cfg->text, keys->experts_alias, false, -1, 0,
-                                             W_MAX_SOURCES, o, &alias, err)))
+                                             MOE_MAX_EXPERTS, o, &alias, err)))
         return err->status;
     if (*experts >= 0 && alias >= 0 && *experts != alias)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: keys '%s' (%lld) and '%s' (%lld) name the "
@@ -219,7 +224,7 @@ ferry_status blk_moe_read(const model_config *cfg, const blk_moe_keys *keys, blk
     blk_moe *m = &lm->moe;
     int64_t experts, top_k, step = 1;
     if (read_experts(cfg, keys, &experts, err) ||
-        json_get_int(cfg->text, "num_experts_per_tok", true, 0, 1, W_MAX_SOURCES, o, &top_k,
+        json_get_int(cfg->text, "num_experts_per_tok", true, 0, 1, MOE_MAX_EXPERTS, o, &top_k,
                      err))
         return err->status;
     if (keys->routed_layers &&

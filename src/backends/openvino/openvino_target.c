@@ -21,7 +21,10 @@
  *               (act(gate) * up between), reshaped to [E, T, h], times the routing weights
  *               scattered into zeros [T, E] and transposed to [E, T, 1], summed over the
  *               experts. Kept generic: Mixtral's fp32 scaling of a lower-precision export (the
- *               pattern multiplies in one dtype), gate and up stored as one tensor.
+ *               pattern multiplies in one dtype), gate and up stored as one tensor. Where the
+ *               plugin does not fuse it (its pass is x64's) every expert runs, an unchosen one
+ *               times zero: an fp16 overflow there would be NaN, which the generic gather form
+ *               avoids.
  * Everything else takes the generic lowerings (ir/lower/). */
 #include <stdint.h>
 #include <stdio.h>
