@@ -13,7 +13,7 @@ from functools import partial
 import onnx
 import pytest
 
-from conftest import (ARCHS, check_against_reference, check_export_error, ferry_builds,
+from conftest import (ARCHS, MOE_ARCHS, check_against_reference, check_export_error, ferry_builds,
                       ferry_export, run_ferry)
 from quant_ref import checkpoint_with, dequantized_checkpoint, exported_weights
 
@@ -38,8 +38,13 @@ def flags(bits, block, symmetric):
         ([] if symmetric else ["--asymmetric"])
 
 
+# the mixtures' experts are not written quantized yet: every target refuses them
+# (test_moe.py::test_quantized_experts_refused)
+DENSE = [arch for arch in ARCHS if arch not in MOE_ARCHS]
+
+
 @pytest.mark.parametrize("scheme", list(SCHEMES))
-@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("arch", DENSE)
 def test_logits_match_dequantized_reference(ckpts, tmp_path, arch, scheme, record_property):
     bits, block, sym = SCHEMES[scheme]
     ckpt = ckpts(arch)
