@@ -108,9 +108,13 @@ ferry_status blk_bind_experts(g_graph *g, ckpt *ck, const blk_lm *lm, int l, fer
     const blk_moe *m = &lm->moe;
     int64_t h = lm->hidden, ff = m->expert_ff, e = m->opts.num_experts;
     /* named as transformers 5 holds it in memory (Mixtral's router included, which
-     * checkpoints keep under block_sparse_moe) */
-    w->router = blk_weight_named(g, ck, n->router, "model.layers.%d.mlp.gate.weight", l, e, h,
-                                 dt, err);
+     * checkpoints keep under block_sparse_moe, or under that name where a checkpoint was
+     * saved from memory as it is) */
+    static const char *const memory_name = "model.layers.%d.mlp.gate.weight";
+    char key[256];
+    snprintf(key, sizeof key, n->router, l);
+    const char *stored = ckpt_find(ck, key) ? n->router : memory_name;
+    w->router = blk_weight_named(g, ck, stored, memory_name, l, e, h, dt, err);
     if (err->status != FERRY_OK)
         return err->status;
     const char *gate_up[2] = {n->expert_gate, n->expert_up};
