@@ -32,6 +32,23 @@ typedef struct blk_names {
     const char *shared_gate, *shared_up, *shared_down, *shared_expert_gate;
 } blk_names;
 
+/* The initializers of the names every Llama-shaped decoder shares: embeddings, head, the
+ * norms around attention, attention's projections with their biases and q/k norms. */
+#define BLK_LLAMA_ATTENTION_NAMES                                                                \
+    .embed = "model.embed_tokens.weight", .final_norm = "model.norm.weight",                    \
+    .lm_head = "lm_head.weight", .in_norm = "model.layers.%d.input_layernorm.weight",           \
+    .post_norm = "model.layers.%d.post_attention_layernorm.weight",                             \
+    .q = "model.layers.%d.self_attn.q_proj.weight",                                             \
+    .k = "model.layers.%d.self_attn.k_proj.weight",                                             \
+    .v = "model.layers.%d.self_attn.v_proj.weight",                                             \
+    .o = "model.layers.%d.self_attn.o_proj.weight",                                             \
+    .q_bias = "model.layers.%d.self_attn.q_proj.bias",                                          \
+    .k_bias = "model.layers.%d.self_attn.k_proj.bias",                                          \
+    .v_bias = "model.layers.%d.self_attn.v_proj.bias",                                          \
+    .o_bias = "model.layers.%d.self_attn.o_proj.bias",                                          \
+    .q_norm = "model.layers.%d.self_attn.q_norm.weight",                                        \
+    .k_norm = "model.layers.%d.self_attn.k_norm.weight"
+
 /* transformers' Llama names ("model.layers.%d.self_attn.q_proj.weight", ...). */
 extern const blk_names blk_llama_names;
 /* Qwen2-MoE's and Qwen3-MoE's: Qwen2's and Qwen3's, and the sparse block's ("model.layers.%d.

@@ -7,15 +7,7 @@
 #include "models/blocks.h"
 
 static const blk_names MIXTRAL_NAMES = {
-    .embed = "model.embed_tokens.weight",
-    .final_norm = "model.norm.weight",
-    .lm_head = "lm_head.weight",
-    .in_norm = "model.layers.%d.input_layernorm.weight",
-    .post_norm = "model.layers.%d.post_attention_layernorm.weight",
-    .q = "model.layers.%d.self_attn.q_proj.weight",
-    .k = "model.layers.%d.self_attn.k_proj.weight",
-    .v = "model.layers.%d.self_attn.v_proj.weight",
-    .o = "model.layers.%d.self_attn.o_proj.weight",
+    BLK_LLAMA_ATTENTION_NAMES,
     .router = "model.layers.%d.block_sparse_moe.gate.weight",
     .expert_gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
     .expert_up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",

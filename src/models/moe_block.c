@@ -12,21 +12,7 @@
 #include "util/json.h"
 
 const blk_names blk_qwen_moe_names = {
-    .embed = "model.embed_tokens.weight",
-    .final_norm = "model.norm.weight",
-    .lm_head = "lm_head.weight",
-    .in_norm = "model.layers.%d.input_layernorm.weight",
-    .post_norm = "model.layers.%d.post_attention_layernorm.weight",
-    .q = "model.layers.%d.self_attn.q_proj.weight",
-    .k = "model.layers.%d.self_attn.k_proj.weight",
-    .v = "model.layers.%d.self_attn.v_proj.weight",
-    .o = "model.layers.%d.self_attn.o_proj.weight",
-    .q_bias = "model.layers.%d.self_attn.q_proj.bias",
-    .k_bias = "model.layers.%d.self_attn.k_proj.bias",
-    .v_bias = "model.layers.%d.self_attn.v_proj.bias",
-    .o_bias = "model.layers.%d.self_attn.o_proj.bias",
-    .q_norm = "model.layers.%d.self_attn.q_norm.weight",
-    .k_norm = "model.layers.%d.self_attn.k_norm.weight",
+    BLK_LLAMA_ATTENTION_NAMES,
     .gate = "model.layers.%d.mlp.gate_proj.weight",
     .up = "model.layers.%d.mlp.up_proj.weight",
     .down = "model.layers.%d.mlp.down_proj.weight",
