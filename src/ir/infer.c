@@ -472,8 +472,10 @@ ferry_status infer_scatter_add(inf *x)
 ferry_status infer_dequantize(inf *x)
 {
     const g_value *w = x->in[0];
-    if (w->kind != GV_WEIGHT || !w->weight.quant.bits || w->shape.rank != 2)
-        return inf_bad(x, "needs a block-quantized weight");
+    /* a matrix, or a stack of them (a mixture's experts) */
+    if (w->kind != GV_WEIGHT || !w->weight.quant.bits ||
+        !(w->shape.rank == 2 || (w->shape.rank == 3 && w->weight.stack)))
+        return inf_bad(x, "needs a block-quantized matrix or stack of matrices");
     return inf_one(x, w->dtype, &w->shape);
 }
 

@@ -109,6 +109,10 @@ ferry_status lower_rope(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_rope_by_matrix(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_attention(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs);
+/* The same over the float expert stacks `gate_up`, `down` and `up` (dst ids; `up` G_NONE when
+ * gate_up holds both) that the caller made: a target that dequantizes quantized experts. */
+ferry_status lower_moe_over(g_lower_ctx *c, const g_node *n, int gate_up, int down, int up,
+                            int *outs);
 /* A moe node's routing from its router logits [..., E] (of x's dtype `dt`): the top_k weights
  * [..., k] (largest first, renormalised as opts say, cast to dt unless scale_f32) and their
  * experts in *chosen (int64 [..., k]). */

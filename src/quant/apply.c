@@ -74,8 +74,10 @@ static ferry_status quantized_recipe(const g_value *x, const ferry_quantizer *q,
     w_matrix(&x->weight, &rows, &cols);
     bool stack = x->shape.rank == 3 && x->weight.stack;
     if (x->shape.rank == 3 && !stack) /* a checkpoint's own [E, out, in] expert stack */
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "cannot quantize the experts '%s': quantized "
-                       "experts are not written yet (export without --quantize)", what);
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "cannot quantize the experts '%s': a stack "
+                       "stored as one [E, out, in] tensor is not quantized yet (export without "
+                       "--quantize, or from a checkpoint of one tensor per expert, as "
+                       "save_pretrained writes)", what);
     if ((x->shape.rank != 2 && !stack) || x->weight.transpose || x->weight.offset != 0)
         return fy_fail(err, FERRY_ERR_INTERNAL, "cannot quantize '%s': not a plain 2-D weight "
                        "or a stack of them", what);

@@ -55,7 +55,8 @@ def ort_dequantized(w, bits, block, symmetric):
 
 def dequantized_checkpoint(src, dst, bits, block, symmetric, *, embeddings=False, lm_head=True):
     """Copies checkpoint `src` to `dst` with every weight ferry's quantizer takes replaced by its
-    onnxruntime-dequantized value: the 2-D weights of linears, the lm_head (unless lm_head is
+    onnxruntime-dequantized value: the 2-D weights of linears (each expert's too, but no
+    router), the lm_head (unless lm_head is
     False) and the embedding table (if embeddings). A tied lm_head that is quantized while the
     embedding stays float becomes its own lm_head.weight, the tie cut in config.json."""
     src, dst = Path(src), Path(dst)
@@ -67,8 +68,13 @@ def dequantized_checkpoint(src, dst, bits, block, symmetric, *, embeddings=False
     embed = "transformer.wte.weight" if gpt2 else "model.embed_tokens.weight"
     out = {}
     for name, t in tensors.items():
-        # GPT-2's position table is an embedding, its Conv1Ds [in, out] (blocked along in)
-        linear = t.ndim == 2 and name not in (embed, "lm_head.weight", "transformer.wpe.weight")
+        # GPT-2's position table is an embedding, its Conv1Ds [in, out] (blocked along in); a
+        # mixture's routers (its gate, Mixtral's block_sparse_moe.gate, Qwen2-MoE's shared
+        # expert gate) stay float
+        router = name.endswith((".mlp.gate.weight", ".block_sparse_moe.gate.weight",
+                                ".shared_expert_gate.weight"))
+        linear = t.ndim == 2 and not router and \
+            name not in (embed, "lm_head.weight", "transformer.wpe.weight")
         take = linear or (name == embed and embeddings) or (name == "lm_head.weight" and lm_head)
         conv1d = gpt2 and linear
         out[name] = t if not take else ort_dequantized(t.T, bits, block, symmetric).T.copy() \

@@ -3,7 +3,8 @@ dense layer beside a sparse one, Qwen2-MoE's shared expert, Mixtral's fp32 routi
 on every backend and generation layout): top-k 1, 2 and 4 over 8 experts with sparse layers
 picked by decoder_sparse_step, onnxruntime's fused MoE (its CPU kernel run, its CUDA form
 checked by structure), OpenVINO running only the chosen experts, ties between router logits,
-and what is refused."""
+int4/int8 experts in each runtime's form against a dequantized reference, and what is
+refused."""
 import json
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 from onnx import numpy_helper
 
 from conftest import (FP32_ATOL, check_against_reference, check_export_error, ferry_export,
-                      make_inputs, reference_model)
+                      make_inputs, reference_model, sparse_layers)
 
 SHAPES = [(1, 1), (3, 7), (3, 33)]
 
@@ -134,14 +135,147 @@ def test_router_ties(ckpts, tmp_path, monkeypatch):
     assert np.abs(got - eager)[real].max() > 1e-2
 
 
-def test_quantized_experts_refused(ckpts, tmp_path):
-    """int4/int8 experts are not written yet (onnxruntime's QMoE, OpenVINO's compressed
-    GatherMatmul): one line naming the stack, nothing written. The router is never quantized."""
+# experts whose sizes are whole blocks of 16 and 32 (onnxruntime's QMoE and OpenVINO's
+# compressed weights need them; conftest's 40 and 72 are not)
+WHOLE_BLOCKS = {"qwen3_moe": dict(moe_intermediate_size=64),
+                "qwen2_moe": dict(moe_intermediate_size=64, shared_expert_intermediate_size=64),
+                "mixtral": dict(intermediate_size=64)}
+# (arch, target, bits, block, symmetric, the experts' form)
+QUANTIZED = [
+    ("qwen3_moe", "standard", 4, 16, True, "DequantizeLinear"),  # ff 40: a short last block
+    ("qwen2_moe", "standard", 8, 32, False, "DequantizeLinear"),
+    ("qwen3_moe", "cpu", 4, 16, True, "QMoE"),
+    ("qwen2_moe", "cpu", 4, 32, False, "QMoE"),   # unrenormalised: router_weights
+    ("mixtral", "cpu", 4, 16, False, "QMoE"),
+    ("mixtral", "cpu", 8, 32, True, "DequantizeLinear"),  # its int8 kernel quantizes x
+    ("qwen3_moe", "openvino", 4, 16, True, "u4"),
+    ("qwen2_moe", "openvino", 8, 32, False, "u8"),
+    ("mixtral", "openvino", 4, 32, False, "u4"),
+]
+
+
+def _quant_flags(bits, block, symmetric):
+    return ["--quantize", f"int{bits}", "--block-size", str(block)] + \
+        ([] if symmetric else ["--asymmetric"])
+
+
+@pytest.mark.parametrize("arch,target,bits,block,symmetric,form", QUANTIZED,
+                         ids=[f"{a}-{t}-int{b}-b{k}-{'sym' if s else 'asym'}"
+                              for a, t, b, k, s, _ in QUANTIZED])
+def test_quantized_experts_match_dequantized_reference(ckpts, tmp_path, arch, target, bits,
+                                                       block, symmetric, form, record_property):
+    """int4/int8 experts, each expert's rows blocked as a linear's are, against transformers
+    running onnxruntime's own quantizer's dequantized weights (quant_ref: every expert's
+    tensors, not the routers, which stay float) in the form each runtime has: DequantizeLinear
+    of [E, out, in] stacks (onnx-standard; cpu where no kernel fits), QMoE (onnxruntime's cpu
+    kernel at int4, accuracy level 0: fp32 activations), OpenVINO's GatherMatmul reading the
+    compressed stacks."""
+    from quant_ref import dequantized_checkpoint
+
+    ckpt = ckpts(arch, **({} if form == "DequantizeLinear" and target == "standard"
+                          else WHOLE_BLOCKS[arch]))
+    flags = _quant_flags(bits, block, symmetric)
+    ref = dequantized_checkpoint(ckpt, tmp_path / "ref", bits, block, symmetric)
+    if target == "openvino":
+        from test_openvino import check_shapes, compile_ov, runtime_layers
+
+        out = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic", *flags,
+                           "--quiet")
+        _, compiled = compile_ov(out)
+        gm = [op for op in compiled.get_runtime_model().get_ordered_ops()
+              if op.get_rt_info()["layerType"].astype(str) == "GatherMatmul"]
+        kinds = [k for k, _, _ in runtime_layers(compiled)]
+        assert len(gm) == kinds.count("GatherMatmul") == 3 * len(sparse_layers(ckpt))
+        # each reads its stack compressed (with its scales and zero point)
+        assert {op.input(1).get_element_type().get_type_name() for op in gm} == {form}
+        worst = check_shapes(ref, compiled, SHAPES)
+    else:
+        fusions = [] if target == "standard" else ["--ort-fusions", target,
+                                                   "--accuracy-level", "0"]
+        out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", *flags, *fusions, "--quiet")
+        model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+        ops = [n.op_type for n in model.graph.node]
+        expert_dq = [n for n in model.graph.node
+                     if n.op_type == "DequantizeLinear" and "experts" in n.input[0]]
+        if form == "QMoE":
+            assert ops.count("QMoE") == len(sparse_layers(ckpt)) and not expert_dq
+        else:
+            assert "QMoE" not in ops and "MoE" not in ops
+            assert len(expert_dq) == 2 * len(sparse_layers(ckpt))
+            assert all(_attrs(n)["axis"] == 2 for n in expert_dq)
+        worst = check_against_reference(ref, out / "model.onnx", SHAPES)
+    record_property("max_abs_diff", worst)
+
+
+@pytest.mark.parametrize("arch,symmetric", [("qwen3_moe", False), ("qwen2_moe", True)])
+def test_cuda_qmoe_form(ckpts, tmp_path, arch, symmetric):
+    """--ort-fusions cuda at fp16 writes QMoE (no CUDA here: checked by structure): fc1's
+    codes and scales, dequantized by numpy, are each expert's gate and up rows interleaved as
+    onnxruntime's quantizer dequantizes the checkpoint's tensors; fc2 the down stack; without
+    norm_topk_prob the router's softmax as router_weights."""
+    from quant_ref import ort_dequantized
+
+    ckpt = ckpts(arch, **WHOLE_BLOCKS[arch])
+    cfg = json.loads((ckpt / "config.json").read_text())
+    out = ferry_export(ckpt, tmp_path / "cuda", "--dtype", "fp16", "--ort-fusions", "cuda",
+                       *_quant_flags(4, 32, symmetric), "--quiet")
+    model = onnx.load(str(out / "model.onnx"))
+    (q, *_) = [n for n in model.graph.node if n.op_type == "QMoE"]
+    attrs = _attrs(q)
+    assert q.domain == "com.microsoft"
+    assert (attrs["k"], attrs["expert_weight_bits"], attrs["block_size"],
+            attrs["weights_prepacked"], attrs["swiglu_fusion"]) == \
+        (cfg["num_experts_per_tok"], 4, 32, 0, 1)
+    assert attrs["normalize_routing_weights"] == int(cfg["norm_topk_prob"])
+    assert (len(q.input) == 15 and bool(q.input[14])) == (not cfg["norm_topk_prob"])
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+    def dequantized(codes_at, scales_at, zeros_at):
+        """(values, each value's step) of QMoE input codes_at."""
+        codes = weights[q.input[codes_at]]
+        e, n, packed = codes.shape
+        unpacked = np.stack([codes & 15, codes >> 4], -1).reshape(e, n, packed * 2)
+        scales = weights[q.input[scales_at]].astype(np.float32)
+        if symmetric:
+            zeros = np.full(scales.shape, 8.0, np.float32)
+            assert len(q.input) <= zeros_at or not q.input[zeros_at]
+        else:
+            z = weights[q.input[zeros_at]]
+            zeros = np.stack([z & 15, z >> 4], -1).reshape(e, n, -1)[..., :scales.shape[2]]
+        values = (unpacked.reshape(e, n, -1, 32).astype(np.float32) -
+                  zeros[..., None].astype(np.float32)) * scales[..., None]
+        steps = np.broadcast_to(np.abs(scales[..., None]), values.shape)
+        return values.reshape(e, n, -1), steps.reshape(e, n, -1)
+
+    def close(got, step, want):
+        # scales stored in fp16 move a code by one step where the fp32 one is near a half
+        diff = np.abs(got - want)
+        assert (diff <= step * 1.01 + 1e-6).all()
+        assert (diff <= 1e-3).mean() >= 0.97
+
+    state = reference_model(ckpt).state_dict()
+    gate_up = state["model.layers.0.mlp.experts.gate_up_proj"].numpy()
+    down = state["model.layers.0.mlp.experts.down_proj"].numpy()
+    ff = gate_up.shape[1] // 2
+    want1 = np.stack([ort_dequantized(w, 4, 32, symmetric) for w in gate_up])
+    want2 = np.stack([ort_dequantized(w, 4, 32, symmetric) for w in down])
+    (fc1, step1), (fc2, step2) = dequantized(2, 3, 11), dequantized(5, 6, 12)
+    close(fc1[:, 0::2], step1[:, 0::2], want1[:, :ff])
+    close(fc1[:, 1::2], step1[:, 1::2], want1[:, ff:])
+    close(fc2, step2, want2)
+
+
+def test_quantized_experts_refused_where_not_written(ckpts, tmp_path):
+    """ExecuTorch has no form for quantized experts in ferry yet, and OpenVINO's compressed
+    stacks need whole blocks: one line naming the stack, nothing written. The router is never
+    quantized."""
     ckpt = ckpts("mixtral")
-    for fmt in ("onnx", "openvino"):
-        check_export_error(ckpt, tmp_path / fmt, ["--format", fmt, "--quantize", "int4"],
-                           ["4-bit quantized weight", "model.layers.0.mlp.experts.gate_up_proj",
-                            "moe"], 1)
+    check_export_error(ckpt, tmp_path / "pte", ["--format", "executorch", "--quantize", "int4"],
+                       ["4-bit quantized weight", "model.layers.0.mlp.experts.gate_up_proj",
+                        "moe"], 1)
+    check_export_error(ckpts("qwen3_moe"), tmp_path / "ov",
+                       ["--format", "openvino", "--quantize", "int4", "--block-size", "16"],
+                       ["experts.down_proj", "blocks of 16", "divides 40"], 1)
 
 
 @pytest.mark.parametrize("key,value,needle", [
@@ -200,5 +334,5 @@ def test_checkpoint_saved_as_held_in_memory(ckpts, tmp_path, arch):
     out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", "--quiet")
     check_against_reference(src, out / "model.onnx", [(3, 7)])
     check_export_error(ckpt, tmp_path / "q", ["--quantize", "int4"],
-                       ["quantized experts are not written yet", "experts.gate_up_proj"], 1)
+                       ["stored as one [E, out, in] tensor", "experts.gate_up_proj"], 1)
 

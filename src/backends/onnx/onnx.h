@@ -46,6 +46,8 @@ extern const g_target ort_dml_target;
 g_legality onnx_legal(const g_target *t, const g_graph *g, const g_node *n);
 ferry_status onnx_lower_linear(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status onnx_lower_layer_norm(g_lower_ctx *c, const g_node *n, int *outs);
+/* moe, its quantized experts dequantized, over the generic lowering */
+ferry_status onnx_lower_moe(g_lower_ctx *c, const g_node *n, int *outs);
 /* The lowering of a primitive the ONNX targets take only at fp32 (onnx_legal says which). */
 g_lower_fn onnx_primitive_lowering(g_op op);
 

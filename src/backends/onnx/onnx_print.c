@@ -472,8 +472,8 @@ static ferry_status emit_node(printer *p, const g_node *n, fy_err *err)
         if (axes_as_attr)
             attr_ints(&nb, "axes", n->a.ints, n->a.n_ints);
         break;
-    case G_DEQUANTIZE:
-        attr_int(&nb, "axis", 1);
+    case G_DEQUANTIZE: /* blocks along the rows: the last axis of a matrix or a stack */
+        attr_int(&nb, "axis", g->values[n->in[0]].shape.rank - 1);
         attr_int(&nb, "block_size", g->values[n->in[0]].weight.quant.block);
         break;
     case G_PAD:
@@ -546,29 +546,37 @@ static void entry(pb_buf *t, const char *key, const char *value)
     pb_free(&e);
 }
 
-/* Dims and element type of part `part` of quantized weight `x` as its reader takes it. */
+/* Dims and element type of part `part` of quantized weight `x` as its reader takes it. A
+ * stack of E matrices ([E, out, in], a mixture's experts) leads each part's dims with E, its
+ * codes [E, out, in*bits/8] as QMoE reads them (or [E, out, in] for DequantizeLinear). */
 static int quant_part_dims(const g_value *x, int part, bool dq_form, int64_t *dims,
                            ferry_dtype *dtype, uint64_t *nbytes)
 {
     const w_quant *q = &x->weight.quant;
-    int64_t rows, cols;
+    int64_t rows, cols, experts = 0;
     w_matrix(&x->weight, &rows, &cols);
+    bool stack = x->shape.rank == 3 && x->weight.stack;
+    if (stack)
+        g_dim_is_const(x->shape.d[0], &experts); /* a weight's dims are constants */
+    int lead = stack ? 1 : 0;
+    if (stack)
+        dims[0] = experts;
+    dims[lead] = stack ? rows / experts : rows;
     int64_t blocks = (cols + q->block - 1) / q->block; /* the last may be short */
     ferry_dtype code = dq_form && q->bits == 4 ? FERRY_U4 : FERRY_U8;
-    dims[0] = rows;
     if (part == W_PART_SCALES) {
-        dims[1] = blocks;
+        dims[lead + 1] = blocks;
         *dtype = x->weight.dtype;
         *nbytes = (uint64_t)rows * (uint64_t)blocks * dt_size(*dtype);
-        return 2;
+        return lead + 2;
     }
     *dtype = code;
     if (part == W_PART_ZEROS) {
-        dims[1] = dq_form ? blocks : (blocks * q->bits + 7) / 8;
+        dims[lead + 1] = dq_form ? blocks : (blocks * q->bits + 7) / 8;
         *nbytes = q->packing == W_PACK_CONTIGUOUS
                       ? ((uint64_t)rows * (uint64_t)blocks * (uint64_t)q->bits + 7) / 8
                       : (uint64_t)rows * (uint64_t)((blocks * q->bits + 7) / 8);
-        return 2;
+        return lead + 2;
     }
     /* MatMulNBits' B holds whole blocks (a short last one padded: W_PACK_PAD_BLOCKS); unpadded
      * rows with a short block (GatherBlockQuantized's) are [out, in*bits/8] */
@@ -576,12 +584,12 @@ static int quant_part_dims(const g_value *x, int part, bool dq_form, int64_t *di
     *nbytes = (uint64_t)rows * (uint64_t)(dq_form || !whole ? cols : blocks * q->block) *
               (uint64_t)q->bits / 8;
     if (dq_form) {
-        dims[1] = cols;
-        return 2;
+        dims[lead + 1] = cols;
+        return lead + 2;
     }
-    if (!whole) {
-        dims[1] = cols * q->bits / 8;
-        return 2;
+    if (!whole || stack) {
+        dims[lead + 1] = cols * q->bits / 8;
+        return lead + 2;
     }
     dims[1] = blocks;
     dims[2] = q->block * q->bits / 8;

@@ -9,8 +9,9 @@
  * stored once as [out, in] and multiplied with Gemm(transB=1) on x flattened to 2-D:
  *   x [.., in] ─reshape [?, in]─gemm(W, transB)─reshape [.., out]─(+ bias)
  *
- * A block-quantized weight (of a linear or an embedding) is DequantizeLinear (opset 21: uint4 /
- * uint8 codes, blocks along axis 1) into the same Gemm or Gather. DequantizeLinear has no
+ * A block-quantized weight (of a linear, an embedding or a mixture's expert stack) is
+ * DequantizeLinear (opset 21: uint4 / uint8 codes, blocks along the last axis) into the same
+ * Gemm, Gather or experts' MatMuls. DequantizeLinear has no
  * implicit zero point, so a symmetric weight is stored with its zeros part (every entry the mid
  * code, packed contiguously); an asymmetric weight's zeros part is DequantizeLinear's zero-point
  * tensor, packed across rows (W_PACK_CONTIGUOUS) where 4-bit rows hold an odd number of
@@ -27,8 +28,9 @@ static int opset_of(const g_lower_ctx *c)
     return cfg ? onnx_opset(cfg) : ONNX_DEFAULT_OPSET;
 }
 
-/* The destination value of weight input k of `n`, dequantized to float when it is quantized. */
-static int float_weight(g_lower_ctx *c, const g_node *n, int k)
+/* The destination value of weight input k of `n`, dequantized to float when it is quantized
+ * (by the node `node`). */
+static int float_weight_by(g_lower_ctx *c, const g_node *n, int k, const char *node)
 {
     g_graph *g = c->dst;
     const g_value *w = lw_src(c, n, k);
@@ -43,7 +45,21 @@ static int float_weight(g_lower_ctx *c, const g_node *n, int k)
      * the same layout only when a row holds an even number of blocks */
     bool packed = r.quant.bits == 4 && !r.quant.symmetric && blocks % 2 != 0;
     r.quant.packing = r.quant.symmetric || packed ? W_PACK_CONTIGUOUS : W_PACK_ROWS;
-    return g_dequantize(g, "DequantizeLinear", g_weight_value(g, w->name, &r));
+    return g_dequantize(g, node, g_weight_value(g, w->name, &r));
+}
+
+static int float_weight(g_lower_ctx *c, const g_node *n, int k)
+{
+    return float_weight_by(c, n, k, "DequantizeLinear");
+}
+
+/* A mixture's experts, dequantized first when quantized (DequantizeLinear of each [E, out, in]
+ * stack, blocks along its last axis), then the generic lowering. */
+ferry_status onnx_lower_moe(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    int up = n->n_in > 4 ? float_weight_by(c, n, 4, "DequantizeLinear_up") : G_NONE;
+    return lower_moe_over(c, n, float_weight_by(c, n, 2, "DequantizeLinear_gate_up"),
+                          float_weight_by(c, n, 3, "DequantizeLinear_down"), up, outs);
 }
 
 static ferry_status onnx_embedding(g_lower_ctx *c, const g_node *n, int *outs)
@@ -175,6 +191,7 @@ static g_lower_fn onnx_lowering(const g_target *t, g_op op)
     switch (op) {
     case G_LINEAR: return onnx_lower_linear;
     case G_EMBEDDING: return onnx_embedding;
+    case G_MOE: return onnx_lower_moe;
     case G_LAYER_NORM: return onnx_lower_layer_norm;
     case G_GELU: return onnx_gelu;
     default: return onnx_primitive_lowering(op);

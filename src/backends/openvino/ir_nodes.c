@@ -53,7 +53,8 @@ static const char *unary_type(g_op op)
 
 /* A block-quantized weight as OpenVINO's compressed-weight pattern (the CPU plugin runs the
  * MatMul or Gather reading it on the compressed bytes): the codes as a u4/u8 Const
- * [out, in/block, block] → Convert → Subtract the zero point (the per-block zeros part
+ * [out, in/block, block] ([E, out, in/block, block] for a stack of experts) → Convert →
+ * Subtract the zero point (the per-block zeros part
  * [out, in/block, 1], u4 or one a byte, or the mid code when symmetric) → Multiply the scales [out, in/block, 1]
  * → Reshape [out, in]. Codes, zeros and scales are the bytes the weight stream makes for
  * every backend (ir/weights.h); the target checked that rows are whole blocks. */
@@ -65,10 +66,14 @@ static ferry_status emit_dequantize(printer *p, const g_node *n)
     int64_t rows, cols;
     w_matrix(&w->weight, &rows, &cols);
     ferry_dtype code = q->bits == 4 ? FERRY_U4 : FERRY_U8, dt = w->dtype;
-    g_shape codes = {.rank = 3, .d = {g_dim_const(rows), g_dim_const(cols / q->block),
-                                      g_dim_const(q->block)}};
+    /* [out, in/block, block], led by the experts' axis for a stack [E, out, in] */
+    g_shape codes = w->shape;
+    int at = codes.rank - 1;
+    codes.d[at] = g_dim_const(cols / q->block);
+    codes.d[at + 1] = g_dim_const(q->block);
+    codes.rank++;
     g_shape per_block = codes;
-    per_block.d[2] = g_dim_const(1);
+    per_block.d[at + 1] = g_dim_const(1);
     char name[600];
     uint64_t offset, length;
     ferry_status st;
@@ -109,8 +114,10 @@ static ferry_status emit_dequantize(printer *p, const g_node *n)
     snprintf(name, sizeof name, "%s/multiply", w->name);
     x[0] = ov_node_port(ov_layer(p, "Multiply", "opset1", name, "auto_broadcast=\"numpy\"", x, 2,
                                  &co, 1), 2, dt, &codes);
-    int64_t target[2] = {rows, cols};
-    if ((st = ov_i64_in(p, 2, target, &x[1])) != FERRY_OK)
+    int64_t target[G_MAX_RANK];
+    for (int i = 0; i < w->shape.rank; i++)
+        g_dim_is_const(w->shape.d[i], &target[i]); /* a weight's dims are constants */
+    if ((st = ov_i64_in(p, w->shape.rank, target, &x[1])) != FERRY_OK)
         return st;
     const g_value *y = &g->values[n->out[0]];
     ov_out o = {dt, y->shape, y->name};

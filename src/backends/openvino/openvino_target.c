@@ -20,7 +20,9 @@
  *               [E, T, h], MatMul(·, W, transpose_b) by the gate, up and down stacks [E, out, in]
  *               (act(gate) * up between), reshaped to [E, T, h], times the routing weights
  *               scattered into zeros [T, E] and transposed to [E, T, 1], summed over the
- *               experts. Kept generic: Mixtral's fp32 scaling of a lower-precision export (the
+ *               experts. Quantized stacks are decompressed as a linear's weight is ([E, out,
+ *               in/block, block] codes), which the pass also takes. Kept generic (over the same
+ *               decompressed stacks): Mixtral's fp32 scaling of a lower-precision export (the
  *               pattern multiplies in one dtype), gate and up stored as one tensor. Where the
  *               plugin does not fuse it (its pass is x64's) every expert runs, an unchosen one
  *               times zero: an fp16 overflow there would be NaN, which the generic gather form
@@ -41,28 +43,39 @@ static g_legality openvino_legal(const g_target *t, const g_graph *g, const g_no
     return g_op_is_semantic(n->op) ? G_LOWER : G_NATIVE;
 }
 
-/* The destination value of weight input k of `n`: decompressed to float when block-quantized.
- * OpenVINO's pattern reshapes [out, in/block, block] codes to [out, in], so a row must hold
- * whole blocks. */
-static int float_weight(g_lower_ctx *c, const g_node *n, int k)
+/* Quantized recipe `w` as a new weight `name` decompressed to float. OpenVINO's pattern
+ * reshapes [out, in/block, block] codes ([E, out, in/block, block] for a stack of experts) to
+ * [out, in], so a row must hold whole blocks. */
+static int decompressed(g_graph *g, const char *node, const char *name, const g_weight *w)
 {
-    g_graph *g = c->dst;
-    const g_value *w = lw_src(c, n, k);
-    if (!w || w->kind != GV_WEIGHT || !w->weight.quant.bits)
-        return lw_in(c, n, k);
-    int64_t rows, cols, block = w->weight.quant.block;
-    w_matrix(&w->weight, &rows, &cols);
+    int64_t rows, cols, block = w->quant.block;
+    w_matrix(w, &rows, &cols);
     if (cols % block)
         return g_fail(g, FERRY_ERR_UNSUPPORTED, "OpenVINO cannot hold '%s' in blocks of %lld: "
                       "its rows of %lld are not whole blocks, and OpenVINO's compressed weights "
                       "are [out, in/block, block] (choose a block size that divides %lld)",
-                      w->name, (long long)block, (long long)cols, (long long)cols);
-    g_weight r = w->weight;
+                      name, (long long)block, (long long)cols, (long long)cols);
+    g_weight r = *w;
     /* 4-bit zero points are packed a whole byte per row; with an odd number of blocks a row
      * that is not the flat stream a u4 constant is, so they are stored one a byte (u8) */
     bool bytes = r.quant.bits == 4 && !r.quant.symmetric && (cols / block) % 2;
     r.quant.packing = bytes ? W_PACK_ZERO_BYTES : W_PACK_ROWS;
-    return g_dequantize(g, "Decompress", g_weight_value(g, w->name, &r));
+    return g_dequantize(g, node, g_weight_value(g, name, &r));
+}
+
+/* The destination value of weight input k of `n`: decompressed to float (by the node `node`)
+ * when block-quantized. */
+static int float_weight_by(g_lower_ctx *c, const g_node *n, int k, const char *node)
+{
+    const g_value *w = lw_src(c, n, k);
+    if (!w || w->kind != GV_WEIGHT || !w->weight.quant.bits)
+        return lw_in(c, n, k);
+    return decompressed(c->dst, node, w->name, &w->weight);
+}
+
+static int float_weight(g_lower_ctx *c, const g_node *n, int k)
+{
+    return float_weight_by(c, n, k, "Decompress");
 }
 
 static ferry_status ov_linear(g_lower_ctx *c, const g_node *n, int *outs)
@@ -207,15 +220,19 @@ static ferry_status ov_attention(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
-/* The gate (which 0) or up (1) rows of a moe node's gate_up stack as their own stack
- * [E, ff, h], when it stacks each expert's gate and up tensors (stack_group 2); else G_NONE. */
+/* Whether weight `w` stacks each expert's gate and up tensors (stack_group 2), which
+ * expert_half can part. */
+static bool grouped_stack(const g_value *w)
+{
+    return w && w->kind == GV_WEIGHT && w->weight.stack && w->weight.stack_group == 2;
+}
+
+/* The gate (which 0) or up (1) rows of a moe node's gate_up stack (grouped_stack) as their own
+ * stack [E, ff, h], quantized as the stack is and then decompressed. */
 static int expert_half(g_lower_ctx *c, const g_node *n, int which)
 {
     g_graph *g = c->dst;
     const g_value *w = lw_src(c, n, 2);
-    if (!w || w->kind != GV_WEIGHT || !w->weight.stack || w->weight.stack_group != 2 ||
-        w->weight.quant.bits)
-        return G_NONE;
     int experts = w->weight.n_src / 2;
     const st_tensor **list = malloc((size_t)experts * sizeof *list);
     if (!list)
@@ -224,9 +241,11 @@ static int expert_half(g_lower_ctx *c, const g_node *n, int which)
         list[e] = w_src(&w->weight, 2 * e + which);
     g_weight r = w_join(list, experts, true, w->weight.dtype);
     r.saturate = w->weight.saturate;
+    r.quant = w->weight.quant;
     char name[512];
     snprintf(name, sizeof name, "%s.%s", w->name, which ? "up" : "gate");
-    int v = g_weight_value(g, name, &r);
+    int v = r.quant.bits ? decompressed(g, which ? "Decompress_up" : "Decompress_gate", name, &r)
+                         : g_weight_value(g, name, &r);
     free(list);
     return v;
 }
@@ -253,17 +272,16 @@ static ferry_status ov_moe(g_lower_ctx *c, const g_node *n, int *outs)
     const g_moe_opts *o = n->a.moe;
     const g_value *xs = lw_src(c, n, 0);
     ferry_dtype dt = xs->dtype;
-    int gate = n->n_in > 4 && n->in[4] != G_NONE ? lw_in(c, n, 2) : expert_half(c, n, 0);
-    int up = n->n_in > 4 && n->in[4] != G_NONE ? lw_in(c, n, 4) : expert_half(c, n, 1);
+    bool own_up = n->n_in > 4 && n->in[4] != G_NONE;
+    if ((o->scale_f32 && dt != FERRY_F32) || (!own_up && !grouped_stack(lw_src(c, n, 2))))
+        return lower_moe_over(c, n, float_weight_by(c, n, 2, "Decompress_gate_up"),
+                              float_weight_by(c, n, 3, "Decompress_down"),
+                              own_up ? float_weight_by(c, n, 4, "Decompress_up") : G_NONE, outs);
+    int gate = own_up ? float_weight_by(c, n, 2, "Decompress_gate") : expert_half(c, n, 0);
+    int up = own_up ? float_weight_by(c, n, 4, "Decompress_up") : expert_half(c, n, 1);
+    int down = float_weight_by(c, n, 3, "Decompress_down");
     if (!g_ok(g))
         return g->err.status;
-    bool quantized = false;
-    for (int k = 2; k < n->n_in; k++) {
-        const g_value *w = lw_src(c, n, k);
-        quantized |= w && w->kind == GV_WEIGHT && w->weight.quant.bits;
-    }
-    if ((o->scale_f32 && dt != FERRY_F32) || gate == G_NONE || up == G_NONE || quantized)
-        return lower_moe(c, n, outs);
     int64_t experts = o->num_experts, h = 0;
     g_dim_is_const(lw_src(c, n, 3)->shape.d[1], &h);
     int x = g_reshape_spec(g, "Reshape_tokens", lw_in(c, n, 0), 2, (int64_t[]){-1, h});
@@ -291,7 +309,7 @@ static ferry_status ov_moe(g_lower_ctx *c, const g_node *n, int *outs)
     int a = g_unary(g, o->act, "act_fn", batched_matmul_bt(g, "MatMul_gate", xe, gate));
     a = g_binary(g, G_MUL, "Mul_up", a, batched_matmul_bt(g, "MatMul_up", xe, up));
     int y = g_reshape_spec(g, "Reshape_down",
-                           batched_matmul_bt(g, "MatMul_down", a, lw_in(c, n, 3)), 3, per_expert);
+                           batched_matmul_bt(g, "MatMul_down", a, down), 3, per_expert);
     int64_t first = 0;
     int sum = g_reduce(g, G_REDUCE_SUM, "ReduceSum", g_binary(g, G_MUL, "Mul_routing", y, routing),
                        1, &first, false);

@@ -23,7 +23,7 @@
  * The chosen outputs are gathered rather than weighted by a dense [tokens, E] matrix of routing
  * weights with zeros elsewhere: an expert a token did not choose may overflow on it in fp16, and
  * 0 * inf would be NaN where transformers never runs that expert. Quantized expert weights are
- * refused (a fused kernel may take them). */
+ * refused here; a target that can dequantize them passes its float stacks to lower_moe_over. */
 #include "ir/legalize.h"
 
 int lower_moe_route(g_graph *g, const g_moe_opts *o, int logits, ferry_dtype dt, int *chosen)
@@ -45,13 +45,20 @@ int lower_moe_route(g_graph *g, const g_moe_opts *o, int logits, ferry_dtype dt,
 
 ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs)
 {
-    g_graph *g = c->dst;
-    const g_moe_opts *o = n->a.moe;
     for (int k = 2; k < n->n_in; k++)
         if (lw_refuse_quantized(c, n, k) != FERRY_OK)
-            return g->err.status;
+            return c->dst->err.status;
+    return lower_moe_over(c, n, lw_in(c, n, 2), lw_in(c, n, 3), lw_in(c, n, 4), outs);
+}
+
+ferry_status lower_moe_over(g_lower_ctx *c, const g_node *n, int gate_up, int down, int up,
+                            int *outs)
+{
+    g_graph *g = c->dst;
+    const g_moe_opts *o = n->a.moe;
+    if (!g_ok(g))
+        return g->err.status;
     int x = lw_in(c, n, 0), logits = lw_in(c, n, 1);
-    int gate_up = lw_in(c, n, 2), down = lw_in(c, n, 3), up = lw_in(c, n, 4);
     const g_value *xs = lw_src(c, n, 0), *ws = lw_src(c, n, 2);
     ferry_dtype dt = xs->dtype;
     int r = xs->shape.rank;
