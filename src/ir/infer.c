@@ -461,10 +461,14 @@ ferry_status infer_scatter_add(inf *x)
     int axis = inf_axis(x->n->a.axis, a->shape.rank);
     if (infer_scatter(x) != FERRY_OK)
         return x->err->status;
-    if (!dt_is_float(a->dtype) || !g_shape_eq(&b->shape, &c->shape))
+    if (!dt_is_float(a->dtype))
         return inf_bad(x, "needs float data and updates of the indices' shape");
+    /* a data-dependent extent (the tokens an expert chose) is checked at run time */
     for (int i = 0; i < a->shape.rank; i++)
-        if (i != axis && !g_dim_eq(a->shape.d[i], b->shape.d[i]))
+        if (!g_dim_match(b->shape.d[i], c->shape.d[i]))
+            return inf_bad(x, "needs float data and updates of the indices' shape");
+    for (int i = 0; i < a->shape.rank; i++)
+        if (i != axis && !g_dim_match(a->shape.d[i], b->shape.d[i]))
             return inf_bad(x, "indices must have data's extent on every axis but `axis`");
     return FERRY_OK;
 }

@@ -31,12 +31,15 @@ def routed(ckpts):
 @pytest.mark.parametrize("top_k", [1, 2, 4])
 @pytest.mark.parametrize("fusions", [[], ["--ort-fusions", "cpu"]], ids=["standard", "cpu"])
 def test_top_k_and_sparse_layers(routed, tmp_path, top_k, fusions, record_property):
-    """fp32 logits within 1e-4 of eager, batch 1 and 3 left-padded, sequences 1/7/33."""
+    """fp32 logits within 1e-4 of eager, batch 1 and 3 left-padded, sequences 1/7/33. The
+    standard form runs each expert over the tokens that chose it (a NonZero per expert, no
+    gather over every expert's outputs)."""
     ckpt = routed(top_k)
     out = ferry_export(ckpt, tmp_path / "onnx", "--dynamic", *fusions, "--quiet")
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
-    fused = [n for n in model.graph.node if n.op_type == "MoE"]
-    assert len(fused) == (1 if fusions else 0), [n.op_type for n in model.graph.node]
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("MoE") == (1 if fusions else 0), ops
+    assert ops.count("NonZero") == (0 if fusions else 8) and "GatherElements" not in ops
     worst = check_against_reference(ckpt, out / "model.onnx", SHAPES)
     record_property("max_abs_diff", worst)
 
@@ -148,6 +151,8 @@ QUANTIZED = [
     ("qwen2_moe", "cpu", 4, 32, False, "QMoE"),   # unrenormalised: router_weights
     ("mixtral", "cpu", 4, 16, False, "QMoE"),
     ("mixtral", "cpu", 8, 32, True, "DequantizeLinear"),  # its int8 kernel quantizes x
+    # cuda's QMoE is fp16's: an fp32 graph dequantizes whole stacks (run here on the CPU)
+    ("qwen2_moe", "cuda", 4, 16, False, "stacks"),
     ("qwen3_moe", "openvino", 4, 16, True, "u4"),
     ("qwen2_moe", "openvino", 8, 32, False, "u8"),
     ("mixtral", "openvino", 4, 32, False, "u4"),
@@ -167,9 +172,10 @@ def test_quantized_experts_match_dequantized_reference(ckpts, tmp_path, arch, ta
     """int4/int8 experts, each expert's rows blocked as a linear's are, against transformers
     running onnxruntime's own quantizer's dequantized weights (quant_ref: every expert's
     tensors, not the routers, which stay float) in the form each runtime has: DequantizeLinear
-    of [E, out, in] stacks (onnx-standard; cpu where no kernel fits), QMoE (onnxruntime's cpu
-    kernel at int4, accuracy level 0: fp32 activations), OpenVINO's GatherMatmul reading the
-    compressed stacks."""
+    of each expert's tensors before it runs over its own tokens (onnx-standard; cpu where no
+    kernel fits), of [E, out, in] stacks before the generic lowering (the other providers),
+    QMoE (onnxruntime's cpu kernel at int4, accuracy level 0: fp32 activations), OpenVINO's
+    GatherMatmul reading the compressed stacks."""
     from quant_ref import dequantized_checkpoint
 
     ckpt = ckpts(arch, **({} if form == "DequantizeLinear" and target == "standard"
@@ -196,13 +202,21 @@ def test_quantized_experts_match_dequantized_reference(ckpts, tmp_path, arch, ta
         model = onnx.load(str(out / "model.onnx"), load_external_data=False)
         ops = [n.op_type for n in model.graph.node]
         expert_dq = [n for n in model.graph.node
-                     if n.op_type == "DequantizeLinear" and "experts" in n.input[0]]
+                     if n.op_type == "DequantizeLinear" and ".experts." in n.input[0]]
+        cfg = json.loads((ckpt / "config.json").read_text())
+        experts = cfg.get("num_experts", cfg.get("num_local_experts"))
+        sparse = len(sparse_layers(ckpt))
         if form == "QMoE":
-            assert ops.count("QMoE") == len(sparse_layers(ckpt)) and not expert_dq
+            assert ops.count("QMoE") == sparse and not expert_dq
+        elif form == "stacks":
+            assert "QMoE" not in ops and "MoE" not in ops and "NonZero" not in ops
+            assert len(expert_dq) == 2 * sparse
+            assert all(_attrs(n)["axis"] == 2 for n in expert_dq)
         else:
             assert "QMoE" not in ops and "MoE" not in ops
-            assert len(expert_dq) == 2 * len(sparse_layers(ckpt))
-            assert all(_attrs(n)["axis"] == 2 for n in expert_dq)
+            assert ops.count("NonZero") == experts * sparse
+            assert len(expert_dq) == 3 * experts * sparse
+            assert all(_attrs(n)["axis"] == 1 for n in expert_dq)
         worst = check_against_reference(ref, out / "model.onnx", SHAPES)
     record_property("max_abs_diff", worst)
 

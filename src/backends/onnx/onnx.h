@@ -48,6 +48,9 @@ ferry_status onnx_lower_linear(g_lower_ctx *c, const g_node *n, int *outs);
 ferry_status onnx_lower_layer_norm(g_lower_ctx *c, const g_node *n, int *outs);
 /* moe, its quantized experts dequantized, over the generic lowering */
 ferry_status onnx_lower_moe(g_lower_ctx *c, const g_node *n, int *outs);
+/* moe running each expert over the tokens that chose it (onnx_moe.c); the generic lowering
+ * where the stacks are not one checkpoint tensor per expert */
+ferry_status onnx_sparse_moe(g_lower_ctx *c, const g_node *n, int *outs);
 /* The lowering of a primitive the ONNX targets take only at fp32 (onnx_legal says which). */
 g_lower_fn onnx_primitive_lowering(g_op op);
 

@@ -11,7 +11,8 @@
  *
  * A block-quantized weight (of a linear, an embedding or a mixture's expert stack) is
  * DequantizeLinear (opset 21: uint4 / uint8 codes, blocks along the last axis) into the same
- * Gemm, Gather or experts' MatMuls. DequantizeLinear has no
+ * Gemm, Gather or experts' MatMuls. A mixture of experts runs each expert over the tokens that
+ * chose it (onnx_moe.c). DequantizeLinear has no
  * implicit zero point, so a symmetric weight is stored with its zeros part (every entry the mid
  * code, packed contiguously); an asymmetric weight's zeros part is DequantizeLinear's zero-point
  * tensor, packed across rows (W_PACK_CONTIGUOUS) where 4-bit rows hold an odd number of
@@ -191,7 +192,7 @@ static g_lower_fn onnx_lowering(const g_target *t, g_op op)
     switch (op) {
     case G_LINEAR: return onnx_lower_linear;
     case G_EMBEDDING: return onnx_embedding;
-    case G_MOE: return onnx_lower_moe;
+    case G_MOE: return onnx_sparse_moe;
     case G_LAYER_NORM: return onnx_lower_layer_norm;
     case G_GELU: return onnx_gelu;
     default: return onnx_primitive_lowering(op);

@@ -1,6 +1,7 @@
 /* ort_moe.c — a mixture of experts as onnxruntime's com.microsoft.MoE (float experts) or QMoE
- * (block-quantized ones), where the provider has a kernel for it, else the onnx-standard
- * lowering (quantized stacks through DequantizeLinear). onnxruntime 1.32's kernels:
+ * (block-quantized ones), where the provider has a kernel for it, else plain ops (quantized
+ * stacks through DequantizeLinear): on cpu onnx-standard's form, each expert over the tokens
+ * that chose it; elsewhere the generic lowering. onnxruntime 1.32's kernels:
  *   MoE   cuda at any float precision; cpu at fp32 only (the cpu kernel of an fp16 graph is
  *         its fp32 one behind casts)
  *   QMoE  cpu at fp32 and fp16, 4-bit (its blockwise 8-bit kernel quantizes the activations to
@@ -60,6 +61,16 @@ static bool has_kernel(const g_lower_ctx *c, ferry_dtype dt, int bits)
     if (!bits)
         return cuda || (cpu && dt == FERRY_F32);
     return (cuda && dt == FERRY_F16) || (cpu && bits == 4 && (dt == FERRY_F32 || dt == FERRY_F16));
+}
+
+/* Plain ops where no kernel fits: on cpu each expert over its own tokens (onnx_moe.c), as
+ * onnx-standard; on the other providers the generic lowering, the guide's "unfused" (their
+ * NonZero and ScatterElements reductions are not relied on). */
+static ferry_status unfused(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    if (strcmp(c->target->name, ort_cpu_target.name) == 0)
+        return onnx_sparse_moe(c, n, outs);
+    return onnx_lower_moe(c, n, outs);
 }
 
 /* QMoE over quantized stacks fc1 (interleaved) and fc2 (the down stack). */
@@ -123,10 +134,10 @@ ferry_status ort_moe(g_lower_ctx *c, const g_node *n, int *outs)
         alike = alike && h % block == 0 && ff % block == 0;
     }
     if (!has_kernel(c, dt, bits) || !alike || o->act != G_SILU || (o->scale_f32 && dt != FERRY_F32))
-        return onnx_lower_moe(c, n, outs);
+        return unfused(c, n, outs);
     int fc1 = interleaved_fc1(c, n);
     if (fc1 == G_NONE)
-        return g_ok(g) ? onnx_lower_moe(c, n, outs) : g->err.status;
+        return g_ok(g) ? unfused(c, n, outs) : g->err.status;
     int x = lw_in(c, n, 0);
     int logits = g_reshape_spec(g, "Reshape_logits", lw_in(c, n, 1), 2,
                                 (int64_t[]){-1, o->num_experts});
