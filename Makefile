@@ -71,7 +71,7 @@ test-c:
 test-python:
 	FERRY_BUILD=$(abspath $(BUILD)) FERRY_BUILD_SAN=$(abspath $(BUILD_SAN)) \
 		FERRY_BUILD_UBSAN=$(abspath $(BUILD_UBSAN)) \
-		$(VENV)/bin/python -m pytest -n $(JOBS) -q --durations=25 tests/python
+		$(VENV)/bin/python -m pytest -n $(JOBS) -q --durations=80 tests/python
 
 # libFuzzer targets (clang, ASan + UBSan) for every parser of untrusted input: each runs
 # FUZZ_SECONDS (default 60) and any crash, leak, sanitizer report, broken invariant or timeout
