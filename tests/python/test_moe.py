@@ -285,7 +285,7 @@ def test_quantized_experts_refused_where_not_written(ckpts, tmp_path):
     quantized."""
     ckpt = ckpts("mixtral")
     check_export_error(ckpt, tmp_path / "pte", ["--format", "executorch", "--quantize", "int4"],
-                       ["4-bit quantized weight", "model.layers.0.mlp.experts.gate_up_proj",
+                       ["4-bit quantized experts", "model.layers.0.mlp.experts.gate_up_proj",
                         "moe"], 1)
     check_export_error(ckpts("qwen3_moe"), tmp_path / "ov",
                        ["--format", "openvino", "--quantize", "int4", "--block-size", "16"],

@@ -45,9 +45,14 @@ int lower_moe_route(g_graph *g, const g_moe_opts *o, int logits, ferry_dtype dt,
 
 ferry_status lower_moe(g_lower_ctx *c, const g_node *n, int *outs)
 {
-    for (int k = 2; k < n->n_in; k++)
-        if (lw_refuse_quantized(c, n, k) != FERRY_OK)
-            return c->dst->err.status;
+    for (int k = 2; k < n->n_in; k++) {
+        const g_value *w = lw_src(c, n, k);
+        if (w && w->kind == GV_WEIGHT && w->weight.quant.bits)
+            return g_fail(c->dst, FERRY_ERR_UNSUPPORTED, "target %s has no form for the %d-bit "
+                          "quantized experts '%s' of moe '%s' (ONNX and OpenVINO have; export "
+                          "this format without --quantize)", c->target->name,
+                          w->weight.quant.bits, w->name, n->name);
+    }
     return lower_moe_over(c, n, lw_in(c, n, 2), lw_in(c, n, 3), lw_in(c, n, 4), outs);
 }
 
