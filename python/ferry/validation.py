@@ -202,7 +202,9 @@ def _openvino_holds(path):
         count = 1
         for d in shape:
             count *= d
-        if kind in _OV_BITS and len(shape) >= 2:
+        # codes are [.., blocks, block]; a zero point stored a byte each ([.., blocks, 1], an
+        # int4 row of an odd number of blocks) is u8 but holds int4 codes
+        if kind in _OV_BITS and len(shape) >= 2 and shape[-1] > 1:
             bits = max(bits, _OV_BITS[kind])
         elif kind in _OV_FLOATS and len(shape) >= 2:
             floats[_OV_FLOATS[kind]] = floats.get(_OV_FLOATS[kind], 0) + count
@@ -230,7 +232,7 @@ def _check_claims(fmt, directory, manifest):
             said = f"{dtype}{f', int{bits} weights' if bits else ''}"
             held = f"{held_dtype}{f', int{held_bits} weights' if held_bits else ''}"
             raise FerryError(f"component {_escape(name)} ({_escape(component['file'])}): "
-                             f"export.json says {said}, the program holds {held} weights: "
+                             f"export.json says {said}, the program holds {held}: "
                              "export.json was edited", status=1)
 
 
