@@ -535,6 +535,9 @@ def main():
                    help="keep the steps an interrupted run saved (moe-results*.json.partial)")
     p.add_argument("--report-from", type=Path, metavar="RESULTS.json",
                    help="only rewrite the report from an earlier run's results")
+    p.add_argument("--note", action="append", default=[],
+                   help="a sentence for the report's Notes (repeatable; with --report-from it is "
+                        "also added to RESULTS.json)")
     args = p.parse_args()
     if args.md is None:
         args.md = args.work / "benchmarks-moe-tiny.md" if args.tiny else \
@@ -542,7 +545,11 @@ def main():
     if args.json is None:
         args.json = args.work / ("moe-results-tiny.json" if args.tiny else "moe-results.json")
     if args.report_from:
-        write_report(args.md, json.loads(args.report_from.read_text()))
+        data = json.loads(args.report_from.read_text())
+        if args.note:
+            data.setdefault("notes", []).extend(args.note)
+            args.report_from.write_text(json.dumps(data, indent=2, default=str))
+        write_report(args.md, data)
         print(f"wrote {args.md}")
         return
     args.repeats = args.repeats or (2 if args.tiny else 3)
@@ -561,7 +568,7 @@ def main():
         date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), threads=args.threads,
         prompt=args.prompt, steps=args.steps, prefill_reps=args.prefill_reps,
         repeats=args.repeats, peer_timeout=args.peer_timeout, machine=machine_info(),
-        latency_tries=args.latency_tries,
+        latency_tries=args.latency_tries, notes=data.get("notes", []) + args.note,
         loadavg_start=os.getloadavg(), ferry_rev=git_rev(), ferry_version=ferry_version(args.ferry))
 
     # --- 1. checkpoints
@@ -960,6 +967,10 @@ def write_report(path, data):
                         "its own")
     if rows:
         L += ["Measured against the floor: " + "; ".join(rows) + ".", ""]
+
+    notes = data.get("notes") or []
+    if notes:
+        L += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
 
     # --- commands
     L += ["## Commands", "",
