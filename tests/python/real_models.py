@@ -18,6 +18,7 @@ renamed into place when complete, and the others wait for it and reuse it. A sta
 what it was built from, so a change of the package or of the converting libraries rebuilds it.
 """
 
+import contextlib
 import copy
 import fcntl
 import hashlib
@@ -127,12 +128,40 @@ def _convert_gguf(gguf, out):
     """Dequantizes a GGUF to float32 with transformers' GGUF loader (which also undoes
     llama.cpp's q/k row order for Llama and its + 1 on Gemma's norm weights) and saves a
     transformers checkpoint with the file's tokenizer into `out`."""
-    import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     transformers.utils.logging.disable_progress_bar()
     src, name = str(gguf.parent), gguf.name
+    with _gguf_parsed_once():
+        _save_dequantized(src, name, out)
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """transformers parses a GGUF's metadata anew for the config, the weights and the tokenizer
+    (about a minute each for Gemma 3's 262k-token vocabulary): within this block a file is
+    parsed once and its reader, which only reads, is shared."""
+    import gguf
+
+    original, readers = gguf.GGUFReader, {}
+
+    def shared_reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared_reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+
+
+def _save_dequantized(src, name, out):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     loaded = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype=torch.float32)
     # save_pretrained refuses a model that carries a GGUF quantization_config: rebuild a plain
     # model from the config without it and move the (already float32) weights over.

@@ -629,10 +629,69 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) 
 """
 
 
-@pytest.mark.parametrize("entry", ["sample", "constant", "duplicate", "case", "sympy", "nul",
-                                   "subfolder", "input_name", "guard", "spec_exec", "spec_enum",
-                                   "spec_key", "example_key"])
-def test_loading_never_runs_code(ckpts, tmp_path, entry):
+HOSTILE_ENTRIES = ["sample", "constant", "duplicate", "case", "sympy", "nul", "subfolder",
+                   "input_name", "guard", "spec_exec", "spec_enum", "spec_key", "example_key"]
+
+# every hostile archive written by one Python (each run of EVIL as its own argv)
+EVIL_EACH = """
+import json, sys
+for job in json.loads(sys.argv[1]):
+    sys.argv = [sys.argv[0]] + job
+    exec(EVIL, {"__name__": "evil"})
+"""
+
+# torch alone, as a transformers user loads a program (its cache registered): load, unlift and
+# call each archive (a guard runs at the call, and the output spec's classes rebuild the
+# output); what torch raises afterwards does not matter, what it ran does
+TORCH_LOADS_EACH = """
+import json, sys, torch
+from transformers.exporters.metadata import register_treespec_types
+register_treespec_types(json.dumps({'type': 'transformers.cache_utils:DynamicCache'}))
+for path in sys.argv[1:]:
+    try:
+        m = torch.export.load(path).module(); ids = torch.zeros(1, 4).long()
+        m(input_ids=ids, attention_mask=ids + 1)
+    except Exception:
+        pass
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile_pt2(ckpts, tmp_path_factory):
+    """{entry: (export folder holding the hostile model.pt2, its marker)}: each archive runs
+    code in torch; torch has loaded every one once, so each marker it left is there."""
+    import shutil
+    import subprocess
+    import sys
+
+    work = tmp_path_factory.mktemp("hostile")
+    out = ferry_export(ckpts("llama"), work / "clean", "--format", "pt2", "--dynamic", "--quiet")
+    env = dict(os.environ)
+    # a library whose constructor leaves the spec_enum marker
+    source = work / "payload.c"
+    source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void ran(void)'
+                      f'{{ FILE *f = fopen("{work / "ran-spec_enum"}", "w"); if (f) fclose(f); }}\n')
+    env["EVIL_SO"] = str(work / "payload.so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", env["EVIL_SO"], str(source)], check=True,
+                   timeout=120)
+    jobs = [[str(out / "model.pt2"), str(work / f"{entry}.pt2"), str(work / f"ran-{entry}"),
+             entry] for entry in HOSTILE_ENTRIES]
+    subprocess.run([sys.executable, "-c", f"EVIL = {EVIL!r}\n" + EVIL_EACH, json.dumps(jobs)],
+                   check=True, timeout=300, env=env)
+    subprocess.run([sys.executable, "-c", TORCH_LOADS_EACH] + [job[1] for job in jobs],
+                   capture_output=True, timeout=900)
+    archives = {}
+    for entry in HOSTILE_ENTRIES:
+        folder = work / entry
+        shutil.copytree(out, folder)
+        (work / f"{entry}.pt2").replace(folder / "model.pt2")
+        record_sizes(folder)
+        archives[entry] = (folder, work / f"ran-{entry}")
+    return archives
+
+
+@pytest.mark.parametrize("entry", HOSTILE_ENTRIES)
+def test_loading_never_runs_code(hostile_pt2, entry):
     """Torch.export.load unpickles in full what its weights_only reader
     refuses (the example inputs) and what an archive marks use_pickle, running the code a
     pickle names. ferry's ExportedModel, its .program and `ferry validate` refuse such an
@@ -646,37 +705,10 @@ def test_loading_never_runs_code(ckpts, tmp_path, entry):
     from (__enum__: ctypes.cdll loads a library) or transformers calls a class path of (seq:
     builtins.exec); a sixth: a key of the inputs' spec, which FX writes into code; a seventh:
     a key in the example inputs, which .module() writes into a guard's message."""
-    import subprocess
-    import sys
-
     from ferry import ExportedModel, FerryError
     from test_validate import validate
 
-    out = ferry_export(ckpts("llama"), tmp_path / "out", "--format", "pt2", "--dynamic",
-                       "--quiet")
-    marker = tmp_path / "ran"
-    evil = tmp_path / "evil.pt2"
-    env = dict(os.environ)
-    if entry == "spec_enum":  # a library whose constructor leaves the marker
-        source = tmp_path / "payload.c"
-        source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void ran(void)'
-                          f'{{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n')
-        env["EVIL_SO"] = str(tmp_path / "payload.so")
-        subprocess.run(["cc", "-shared", "-fPIC", "-o", env["EVIL_SO"], str(source)],
-                       check=True, timeout=120)
-    subprocess.run([sys.executable, "-c", EVIL, str(out / "model.pt2"), str(evil), str(marker),
-                    entry], check=True, timeout=120, env=env)
-    evil.replace(out / "model.pt2")
-    record_sizes(out)
-    # torch alone, as a transformers user loads a program (its cache registered): load, unlift
-    # and call (a guard runs at the call, and the output spec's classes rebuild the output)
-    subprocess.run([sys.executable, "-c", "import json, sys, torch; "
-                    "from transformers.exporters.metadata import register_treespec_types; "
-                    "register_treespec_types(json.dumps("
-                    "{'type': 'transformers.cache_utils:DynamicCache'})); "
-                    "m = torch.export.load(sys.argv[1]).module(); ids = torch.zeros(1, 4).long(); "
-                    "m(input_ids=ids, attention_mask=ids + 1)",
-                    str(out / "model.pt2")], capture_output=True, timeout=300)
+    out, marker = hostile_pt2[entry]
     assert marker.exists(), "the archive does not run code in torch: the test proves nothing"
     marker.unlink()
     exported = ExportedModel.from_pretrained(out)
