@@ -261,12 +261,17 @@ ferry_status infer_reshape(inf *x)
     if (overflow)
         return inf_bad(x, "element count overflows 64 bits");
     /* With an input extent that depends on data nothing more can be checked here. Otherwise the
-     * leftover constants must divide, and without a dim to solve every symbolic dim must have
-     * been matched: dropping or inventing one changes the element count. */
-    if (!in_unknown && !out_unmatched && out_const != 0 && in_const % out_const != 0)
+     * leftover constants must divide, unless a symbol is left to supply the factor (rows of
+     * [s, 32] taken four at a time as [s / 4, 128]: s's value decides, at run time), and
+     * without a dim to solve every symbolic dim must have been matched: dropping or inventing
+     * one changes the element count. */
+    bool symbol_divides = solve_at >= 0 && n_in_syms > 0;
+    if (!in_unknown && !out_unmatched && out_const != 0 && in_const % out_const != 0 &&
+        !symbol_divides)
         return inf_bad(x, "the target shape does not divide the input's elements");
     if (solve_at >= 0) {
-        if (in_unknown || out_unmatched || n_in_syms > 1 || out_const == 0)
+        if (in_unknown || out_unmatched || n_in_syms > 1 || out_const == 0 ||
+            in_const % out_const != 0)
             s.d[solve_at] = g_dim_unknown();
         else if (n_in_syms == 1)
             s.d[solve_at] = g_dim_scale(in_syms[0], in_const / out_const);

@@ -1,0 +1,35 @@
+/* qwen2_vl.h — Qwen2-VL's pieces shared by its family file (qwen2_vl.c: config, components,
+ * language model) and its vision tower (qwen2_vl_vision.c: the image encoder). */
+#ifndef FERRY_MODELS_QWEN2_VL_H
+#define FERRY_MODELS_QWEN2_VL_H
+
+#include "models/model.h"
+
+/* The vision tower's hyperparameters (config.json's vision_config). */
+typedef struct qvl_vision {
+    int64_t depth, embed_dim, num_heads, head_dim, mlp_hidden;
+    int64_t out_hidden;             /* the merger's output: the language model's width */
+    int64_t in_channels, patch_size, temporal_patch_size, merge;
+    int64_t patch_dim;              /* in_channels * temporal_patch_size * patch_size^2 */
+    double theta;                   /* the 2-D rotary's base */
+    double eps;                     /* its LayerNorms' (transformers fixes 1e-6) */
+    const char *origin;             /* names vision_config in messages (the family's text) */
+    char prefix[16];                /* where the checkpoint keeps the tower ("visual.") */
+} qvl_vision;
+
+/* Reads vision_config of config.json (`root`) into *v; errors name `origin` and the key. */
+ferry_status qvl_vision_read(const struct cJSON *root, const char *origin, qvl_vision *v,
+                             fy_err *err);
+
+/* The image encoder's graph: pixel_values [patches, patch_dim] and image_grid_thw [images, 3]
+ * in, the tower's last hidden state [patches, embed_dim] and the merged image features
+ * (pooler_output) [patches / merge^2, out_hidden] out, as Qwen2VisionTransformerPretrainedModel
+ * computes them. io->axes holds the model's axes in qvl_axes order. */
+ferry_status qvl_vision_build(const qvl_vision *v, ckpt *ck, const model_io *io, g_graph *g,
+                              fy_err *err);
+
+/* The model's axes: batch and sequence (the language model's), patches and images. */
+enum { QVL_AXIS_BATCH, QVL_AXIS_SEQUENCE, QVL_AXIS_PATCHES, QVL_AXIS_IMAGES, QVL_N_AXES };
+extern const model_axis qvl_axes[QVL_N_AXES];
+
+#endif
