@@ -408,11 +408,17 @@ int blk_positions_from_zero(g_graph *g, int shape, const g_dim *bs)
                         bs);
 }
 
-void blk_graph_inputs(g_graph *g, const model_io *io, blk_inputs *in)
+void blk_graph_inputs(g_graph *g, const model_io *io, int64_t hidden, blk_inputs *in)
 {
     g_dim bs[2] = {io->batch, io->sequence};
-    in->ids = g_input(g, "input_ids", FERRY_I64, 2, bs);
-    g_input_role_set(g, in->ids, GI_TOKEN_IDS);
+    in->ids = in->embeds = G_NONE;
+    if (!io->parts || (io->parts & MODEL_PART_EMBED)) {
+        in->ids = g_input(g, "input_ids", FERRY_I64, 2, bs);
+        g_input_role_set(g, in->ids, GI_TOKEN_IDS);
+    } else {
+        in->embeds = g_input(g, "inputs_embeds", io->dtype, 3,
+                             (g_dim[]){io->batch, io->sequence, g_dim_const(hidden)});
+    }
     bool plain = io->cache == CACHE_NONE;
     int shape = G_NONE;
     bool computed_mask = !(io->takes & FERRY_INPUT_ATTENTION_MASK);
@@ -440,6 +446,13 @@ void blk_graph_inputs(g_graph *g, const model_io *io, blk_inputs *in)
     if (plain && computed_positions) {
         g_scope(g, "%s/position_ids", base);
         in->positions = blk_positions_from_zero(g, shape, bs);
+    } else if (io->position_rows > 0) {
+        g_dim rbs[3] = {g_dim_const(io->position_rows), io->batch, io->sequence};
+        int rows = g_input(g, "position_ids", FERRY_I64, 3, rbs);
+        g_input_role_set(g, rows, GI_POSITION_IDS);
+        /* the text row leads; the rotary reads the three M-RoPE rows after it */
+        g_scope(g, "%s/position_ids", base);
+        in->positions = g_slice(g, "Slice", rows, 0, io->position_rows - 3, io->position_rows);
     } else {
         in->positions = g_input(g, "position_ids", FERRY_I64, 2, bs);
         g_input_role_set(g, in->positions, GI_POSITION_IDS);

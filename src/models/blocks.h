@@ -93,6 +93,9 @@ typedef struct blk_family {
      * heads, ...) for the keys a config leaves out, as transformers fills them in: Google's
      * own configs omit most of them (may be NULL) */
     const char *config_defaults;
+    /* its position_ids are M-RoPE's rows (a multimodal model's language model, whose graph
+     * takes them as model_io.position_rows says); other families refuse an mrope config */
+    bool mrope;
 } blk_family;
 
 /* Where a layer's norms sit. */
@@ -161,6 +164,7 @@ typedef struct blk_lm {
  * families differ: Llama has no window, Mistral one for every layer, Qwen2/3 per layer);
  * blk_lm_read then refuses partial rotary unless the family allowed it. */
 ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const char *arch,
+                                bool mrope,
                                 blk_lm *lm, fy_err *err);
 void blk_lm_free(blk_lm *lm);
 /* Per-layer windows as Qwen2/Qwen3 configs give them: `window` (0: none) on the layers that
@@ -195,10 +199,13 @@ ferry_status blk_bind_layer(g_graph *g, ckpt *ck, const blk_lm *lm, int l, ferry
  * then node values, not inputs, named under g->base_scope ("/model" when unset). */
 typedef struct blk_inputs {
     int ids, mask, positions;
+    int embeds;              /* inputs_embeds [b, s, hidden] where the io has no embedding
+                                (ids is then G_NONE) */
     const model_io *io;
 } blk_inputs;
 
-void blk_graph_inputs(g_graph *g, const model_io *io, blk_inputs *in);
+/* `hidden`: the width of inputs_embeds, for an io without the embedding. */
+void blk_graph_inputs(g_graph *g, const model_io *io, int64_t hidden, blk_inputs *in);
 
 /* What transformers' forward uses for an input it is not given: a value made [batch, sequence]
  * from input_ids' `shape` (int64 [2]) and extents `bs`, as the input it stands for is. */
@@ -271,7 +278,10 @@ typedef struct blk_moe_keys {
 ferry_status blk_moe_read(const model_config *cfg, const blk_moe_keys *keys, blk_lm *lm,
                           fy_err *err);
 
-/* The forward graph of a standard decoder LM for `io`. */
+/* lm_head alone (io->parts MODEL_PART_HEAD): input [b, s, hidden] -> output, the logits. */
+ferry_status blk_lm_head_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
+                               fy_err *err);
+/* The forward graph of a standard decoder LM for `io` (the parts it holds). */
 ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
                           fy_err *err);
 

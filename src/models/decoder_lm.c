@@ -25,7 +25,7 @@ static const struct {
 };
 
 ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const char *arch,
-                                blk_lm *lm, fy_err *err)
+                                bool mrope, blk_lm *lm, fy_err *err)
 {
     memset(lm, 0, sizeof *lm);
     size_t a = 0, n_act = sizeof ACTIVATIONS / sizeof ACTIVATIONS[0];
@@ -39,7 +39,8 @@ ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const 
         const rope_config *rc = &cfg->rope;
         /* these families' position_ids are one row per token: M-RoPE's three rows belong to a
          * multimodal family's graph (its rotary embedding reads them) */
-        if (rc->layout != ROPE_1D || (cfg->has_rope_local && cfg->rope_local.layout != ROPE_1D))
+        if ((rc->layout != ROPE_1D && !(mrope && rc->layout == ROPE_MROPE)) ||
+            (cfg->has_rope_local && cfg->rope_local.layout != ROPE_1D))
             return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: rope type 'mrope' is not supported "
                            "for %s (its position_ids have three rows)", origin, arch);
         if (rc->type == ROPE_LLAMA3 && rc->original_max_position_embeddings <= 0)
@@ -159,21 +160,63 @@ static void declare_modules(g_graph *g, const blk_lm *lm)
     g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_HEAD, "/lm_head");
 }
 
+/* The head over the final hidden states: logits, scaled and soft-capped as the family's. */
+static int head_logits(g_graph *g, const blk_lm *lm, int x, int head)
+{
+    int logits = g_linear(g, "lm_head", x, head, G_NONE);
+    if (lm->logits_divisor != 0.0)
+        logits = g_binary(g, G_DIV, "logits_scaling", logits,
+                          g_scalar_f(g, g->values[x].dtype, lm->logits_divisor));
+    if (lm->final_softcap != 0.0)
+        logits = g_softcap(g, "final_logit_softcapping", logits, lm->final_softcap);
+    return logits;
+}
+
+ferry_status blk_lm_head_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
+                               fy_err *err)
+{
+    ferry_dtype dt = io->dtype;
+    const blk_names *n = lm->names;
+    int head = blk_weight(g, ck, lm->tie_embeddings ? lm->tied_name : n->lm_head, 0, true,
+                          lm->vocab, lm->hidden, dt, err);
+    if (err->status != FERRY_OK)
+        return err->status;
+    if (lm->tie_embeddings && lm->tied_twin)
+        ckpt_take(ck, lm->tied_twin);
+    /* transformers' lm_head component is the Linear itself: its forward's argument is
+     * `input`, and its output unnamed ("output") */
+    g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_HEAD, "%s", "");
+    int x = g_input(g, "input", dt, 3,
+                    (g_dim[]){io->batch, io->sequence, g_dim_const(lm->hidden)});
+    g_output(g, head_logits(g, lm, x, head), "output");
+    if (!g_ok(g))
+        return fy_fail(err, g->err.status, "%s", g->err.msg);
+    return FERRY_OK;
+}
+
 ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
                           fy_err *err)
 {
     const blk_names *n = lm->names;
     ferry_dtype dt = io->dtype;
+    unsigned parts = io->parts ? io->parts : MODEL_PARTS_ALL;
+    if (parts == MODEL_PART_HEAD)
+        return blk_lm_head_build(lm, ck, io, g, err);
     blk_inputs in;
-    blk_graph_inputs(g, io, &in);
+    blk_graph_inputs(g, io, lm->hidden, &in);
 
-    int embed = blk_weight(g, ck, lm->tie_embeddings ? lm->tied_name : n->embed, 0, true,
-                           lm->vocab, lm->hidden, dt, err);
+    bool embeds = parts & MODEL_PART_EMBED, logits_out = parts & MODEL_PART_HEAD;
+    int embed = embeds || (logits_out && lm->tie_embeddings)
+                    ? blk_weight(g, ck, lm->tie_embeddings ? lm->tied_name : n->embed, 0, true,
+                                 lm->vocab, lm->hidden, dt, err)
+                    : G_NONE;
     int final_norm = blk_weight(g, ck, n->final_norm, 0, true, lm->hidden, 0, dt, err);
     if (err->status != FERRY_OK)
         return err->status;
     int head = embed;
-    if (!lm->tie_embeddings) {
+    if (!logits_out) {
+        head = G_NONE;
+    } else if (!lm->tie_embeddings) {
         head = blk_weight(g, ck, n->lm_head, 0, true, lm->vocab, lm->hidden, dt, err);
         if (err->status != FERRY_OK)
             return err->status;
@@ -184,8 +227,8 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
     declare_modules(g, lm);
     snprintf(g->base_scope, sizeof g->base_scope, "/model");
     g_scope(g, "/model/embed_tokens");
-    int h = g_embedding(g, "embedding", embed, in.ids);
-    if (lm->embed_scale != 0.0) {
+    int h = embeds ? g_embedding(g, "embedding", embed, in.ids) : in.embeds;
+    if (embeds && lm->embed_scale != 0.0) {
         /* rounded to the compute dtype, as transformers'; in the embedding module where it
          * scales its own output (Gemma's), else in the model's forward (Granite's) */
         if (!lm->scaled_embedding_class)
@@ -242,13 +285,10 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
                           next_norm, &h);
     }
     g->scope[0] = '\0';
-    int logits = g_linear(g, "lm_head", x, head, G_NONE);
-    if (lm->logits_divisor != 0.0)
-        logits = g_binary(g, G_DIV, "logits_scaling", logits,
-                          g_scalar_f(g, dt, lm->logits_divisor));
-    if (lm->final_softcap != 0.0)
-        logits = g_softcap(g, "final_logit_softcapping", logits, lm->final_softcap);
-    g_output(g, logits, "logits");
+    if (logits_out)
+        g_output(g, head_logits(g, lm, x, head), "logits");
+    else
+        g_output(g, x, "last_hidden_state");
     /* logits first, then the cache outputs in layer order, as optimum and the guide list them */
     if (g_ok(g) && g->n_outputs > 1) {
         int last = g->outputs[g->n_outputs - 1];
@@ -309,7 +349,8 @@ ferry_status blk_lm_read(const model_config *given, const blk_family *family, vo
                 st = cfg_check_name(cfg->text_origin, family->act_key, c.hidden_act, err);
         }
         if (st == FERRY_OK)
-            st = blk_lm_from_config(&c, cfg->text_origin, cfg->architecture, lm, err);
+            st = blk_lm_from_config(&c, cfg->text_origin, cfg->architecture, family->mrope, lm,
+                                    err);
         lm->family = family;
         if (st == FERRY_OK && family->quirks)
             family->quirks(&c, lm);

@@ -127,7 +127,7 @@ static ferry_status gpt2_read(const model_config *cfg, void **out, fy_err *err)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
     ferry_status st = read_config(cfg, &c, m, err);
     if (st == FERRY_OK)
-        st = blk_lm_from_config(&c, cfg->text_origin, cfg->architecture, &m->lm, err);
+        st = blk_lm_from_config(&c, cfg->text_origin, cfg->architecture, false, &m->lm, err);
     m->lm.family = &GPT2;
     m->prefix = GPT2_PREFIX;
     m->lm.names = &SAVED_NAMES;
@@ -300,7 +300,7 @@ static ferry_status gpt2_build(const void *hparams, ckpt *ck, const model_io *io
     int64_t h = lm->hidden;
     snprintf(g->base_scope, sizeof g->base_scope, "/transformer");
     blk_inputs in;
-    blk_graph_inputs(g, io, &in);
+    blk_graph_inputs(g, io, h, &in);
 
     int wte = blk_weight(g, ck, lm->tie_embeddings ? lm->tied_name : lm->names->embed, 0, true,
                          lm->vocab, h, dt, err);

@@ -341,6 +341,11 @@ static ferry_status read_rope_params(const cJSON *params, const char *section,
                            ")", origin, text_quote(name, quoted, sizeof quoted));
         rope->type = ROPE_TYPES[i].type;
         rope->layout = ROPE_TYPES[i].layout;
+        /* transformers 5 saves Qwen2-VL's "mrope" as type "default" beside its mrope_section:
+         * the section is what makes the three position rows */
+        if (rope->type == ROPE_DEFAULT && cJSON_GetObjectItemCaseSensitive(params,
+                                                                           "mrope_section"))
+            rope->layout = ROPE_MROPE;
         snprintf(rope->type_name, sizeof rope->type_name, "%s", name);
     } else if (strcmp(section, "rope_scaling") == 0) {
         /* transformers 4 required a type in rope_scaling; a scaling with none is ambiguous. */

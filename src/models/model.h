@@ -40,7 +40,22 @@ typedef struct model_io {
      * from 0, token types 0); generation components take input_ids, attention_mask and
      * position_ids. */
     unsigned takes;
+    /* MODEL_PART_* bits of the causal LM this graph holds; 0: all of it (every text model's
+     * components). A multimodal model's generation components split it: its language model
+     * takes inputs_embeds and returns the last hidden state, lm_head is a component alone. */
+    unsigned parts;
+    /* rows of position_ids: 0 for [b, s]; 4 for Qwen2-VL's [4, b, s] (a text row, which the
+     * graph does not read, then M-RoPE's temporal, height and width rows) */
+    int position_rows;
+    /* the component's role ("image_encoder", ...), for a family whose components are graphs of
+     * different parts of the model; NULL: the role follows from the io (prefill, decode) */
+    const char *component;
 } model_io;
+
+#define MODEL_PART_EMBED (1u << 0) /* token ids through the embedding (else inputs_embeds) */
+#define MODEL_PART_BODY (1u << 1)  /* the decoder layers and the final norm */
+#define MODEL_PART_HEAD (1u << 2)  /* lm_head: logits (else the last hidden state) */
+#define MODEL_PARTS_ALL (MODEL_PART_EMBED | MODEL_PART_BODY | MODEL_PART_HEAD)
 
 /* transformers' ModelOutput classes (pytree type names: the out_spec of transformers'
  * ExportMetadata and of a pt2 program with model_output). */

@@ -1,23 +1,57 @@
 /* qwen2_vl.c — Qwen2VLForConditionalGeneration: its config (vision_config and the language
  * model's text_config), where its checkpoint keeps each part, and its generation components
- * as the guide names them. The vision tower is qwen2_vl_vision.c. */
+ * as the guide names them:
+ *
+ *   image_encoder   pixel_values, image_grid_thw -> last_hidden_state, pooler_output (the image
+ *                   features, one row per image token): the vision tower, qwen2_vl_vision.c
+ *   language_model  inputs_embeds, attention_mask, position_ids [4, b, s] -> last_hidden_state
+ *                   and the cache: the text model over the prompt, whose image tokens' rows
+ *                   the caller has replaced by the image features
+ *   lm_head         input -> output (the logits)
+ *   decode          input_ids, attention_mask, position_ids [4, b, s], the cache -> logits and
+ *                   the cache
+ *
+ * position_ids are transformers' generate()'s: a text row, which nothing reads, then M-RoPE's
+ * temporal, height and width rows (get_rope_index). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "generate/generation.h"
 #include "models/blocks.h"
 #include "models/qwen2_vl.h"
 #include "util/json.h"
 
 #define OUTPUT_POOLING "transformers.modeling_outputs.BaseModelOutputWithPooling"
+#define OUTPUT_HIDDEN "transformers.modeling_outputs.BaseModelOutputWithPast"
+#define OUTPUT_LOGITS "transformers.modeling_outputs.MultimodalCausalLMOutputWithPast"
+
+/* transformers' generate() passes four rows of positions */
+#define POSITION_ROWS 4
 
 typedef struct qvl {
     qvl_vision vision;
+    blk_lm *text;
     char origin[1300];
 } qvl;
 
-static void qvl_free(void *p)
+static void qwen2_vl_quirks(const lm_config *c, blk_lm *lm)
 {
+    blk_lm_windows(c, c->use_sliding_window_set ? c->sliding_window : 0, lm);
+    lm->qkv_bias = true;
+}
+
+static const blk_family QWEN2_VL_TEXT = {
+    .model_type = "qwen2_vl", .prefix = "Qwen2VL", .base_model = "TextModel",
+    .quirks = qwen2_vl_quirks, .mrope = true,
+};
+
+static void qvl_free(void *hparams)
+{
+    qvl *p = hparams;
+    if (!p)
+        return;
+    blk_lm_destroy(p->text);
     free(p);
 }
 
@@ -33,8 +67,32 @@ static ferry_status qvl_read(const model_config *cfg, void **out, fy_err *err)
     char *paren = strstr(p->origin, " (text_config)");
     if (paren)
         *paren = '\0';
-    if (qvl_vision_read(cfg->raw, p->origin, &p->vision, err) != FERRY_OK) {
-        free(p);
+    void *text = NULL;
+    if (qvl_vision_read(cfg->raw, p->origin, &p->vision, err) != FERRY_OK ||
+        blk_lm_read(cfg, &QWEN2_VL_TEXT, &text, err) != FERRY_OK) {
+        qvl_free(p);
+        return err->status;
+    }
+    p->text = text;
+    if (p->text->rope[0].rope.layout != ROPE_MROPE) {
+        qvl_free(p);
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope_parameters has no 'mrope_section': "
+                       "Qwen2-VL's language model rotates by three position rows",
+                       cfg->text_origin);
+    }
+    /* the conditional model's own key decides the tie, as transformers reads it */
+    bool tie;
+    if (json_get_bool(cfg->raw, "tie_word_embeddings", false, p->text->tie_embeddings,
+                      p->origin, &tie, err) != FERRY_OK) {
+        qvl_free(p);
+        return err->status;
+    }
+    p->text->tie_embeddings = tie;
+    if (p->vision.out_hidden != p->text->hidden) {
+        fy_fail(err, FERRY_ERR_FORMAT, "%s: vision_config.hidden_size %lld (the image features' "
+                "width) differs from the language model's hidden_size %lld", p->origin,
+                (long long)p->vision.out_hidden, (long long)p->text->hidden);
+        qvl_free(p);
         return err->status;
     }
     *out = p;
@@ -47,38 +105,69 @@ static ferry_status qvl_bind(void *hparams, const ckpt *ck, char *warning, size_
                              fy_err *err)
 {
     qvl *p = hparams;
-    if (size > 0)
-        warning[0] = '\0';
     static const char *const prefixes[] = {"visual.", "model.visual."};
-    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+    size_t i = 0, n = sizeof prefixes / sizeof prefixes[0];
+    for (; i < n; i++) {
         char name[64];
         snprintf(name, sizeof name, "%spatch_embed.proj.weight", prefixes[i]);
-        if (ckpt_find(ck, name)) {
-            snprintf(p->vision.prefix, sizeof p->vision.prefix, "%s", prefixes[i]);
-            return FERRY_OK;
-        }
+        if (ckpt_find(ck, name))
+            break;
     }
-    return fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor "
-                   "'visual.patch_embed.proj.weight' is missing (nor is it under "
-                   "'model.visual.')", ck->dir);
+    if (i == n)
+        return fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor "
+                       "'visual.patch_embed.proj.weight' is missing (nor is it under "
+                       "'model.visual.')", ck->dir);
+    snprintf(p->vision.prefix, sizeof p->vision.prefix, "%s", prefixes[i]);
+    return blk_lm_bind(p->text, ck, warning, size, err);
 }
 
 static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, model_plan *out,
                              fy_err *err)
 {
     (void)hparams;
+    const char *arch = rq->arch->architecture;
     if (!rq->gen)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: export it for generation "
-                       "(--for-generation; export_for_generation), which writes its image "
-                       "encoder, language model, lm_head and decode components",
-                       rq->arch->architecture);
-    model_component *c = &out->comps[0];
-    *c = (model_component){.name = "image_encoder", .role = "image_encoder",
-                           .output_class = OUTPUT_POOLING};
-    c->io = (model_io){.batch = g_dim_const(1), .sequence = g_dim_const(1),
-                       .cache = CACHE_NONE, .dtype = rq->cfg->dtype};
-    out->gen = *rq->gen;
-    out->n = 1;
+                       "(--for-generation; export_for_generation), which writes its "
+                       "image_encoder, language_model, lm_head and decode components", arch);
+    if (rq->single_graph)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s on %s: the stateful single graph is not "
+                       "written for vision-language models; stateful=False "
+                       "(--disable-stateful) writes their components", arch, rq->format);
+    if (rq->gen->static_cache)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: a static cache is not written for "
+                       "vision-language models yet; export it with the dynamic cache", arch);
+    unsigned grows = 1u << GS_PAIR | 1u << GS_VARIABLE;
+    if (!(rq->state_forms & grows))
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s writes caches in place only, which "
+                       "vision-language models do not have yet", arch, rq->format);
+    g_dim batch = model_plan_axis(rq, "batch"), sequence = model_plan_axis(rq, "sequence");
+    out->gen = gen_resolve(rq->gen, sequence, &rq->syms[0]);
+    gen_component pair[MODEL_MAX_COMPONENTS];
+    int n = 0;
+    if (gen_plan(rq->cfg, &out->gen, NULL, batch, sequence, rq->syms, pair, &n, err) != FERRY_OK)
+        return err->status;
+    if (n != 2)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "%s: planned %d generation graphs", arch, n);
+    /* gen_plan gave prefill's symbols to table 0 and decode's to table 1: each component's
+     * index is its table's */
+    g_symtab prefill_syms = rq->syms[0], decode_syms = rq->syms[1];
+    rq->syms[1] = rq->syms[2] = prefill_syms;
+    rq->syms[3] = decode_syms;
+    model_io prefill = pair[0].io, decode = pair[1].io;
+    prefill.parts = MODEL_PART_BODY;
+    prefill.position_rows = decode.position_rows = POSITION_ROWS;
+    decode.parts = MODEL_PARTS_ALL;
+    model_io image = {.batch = g_dim_const(1), .sequence = g_dim_const(1), .cache = CACHE_NONE,
+                      .dtype = rq->cfg->dtype, .component = "image_encoder"};
+    model_io head = {.batch = batch, .sequence = sequence, .cache = CACHE_NONE,
+                     .dtype = rq->cfg->dtype, .parts = MODEL_PART_HEAD};
+    out->comps[0] = (model_component){"image_encoder", "image_encoder", image, OUTPUT_POOLING};
+    out->comps[1] = (model_component){"language_model", "language_model", prefill,
+                                      OUTPUT_HIDDEN};
+    out->comps[2] = (model_component){"lm_head", "lm_head", head, NULL};
+    out->comps[3] = (model_component){"decode", "decode", decode, OUTPUT_LOGITS};
+    out->n = 4;
     return FERRY_OK;
 }
 
@@ -86,7 +175,9 @@ static ferry_status qvl_build(const void *hparams, ckpt *ck, const model_io *io,
                               fy_err *err)
 {
     const qvl *p = hparams;
-    return qvl_vision_build(&p->vision, ck, io, g, err);
+    if (io->component && strcmp(io->component, "image_encoder") == 0)
+        return qvl_vision_build(&p->vision, ck, io, g, err);
+    return blk_lm_build(p->text, ck, io, g, err);
 }
 
 static const model_input QVL_INPUTS[] = {
@@ -98,8 +189,8 @@ static const model_input QVL_INPUTS[] = {
 
 const model_arch model_qwen2_vl = {
     .architecture = "Qwen2VLForConditionalGeneration", .model_type = "qwen2_vl",
-    .kind = MODEL_CAUSAL_LM, .output_class = OUTPUT_POOLING, .read = qvl_read,
+    .kind = MODEL_CAUSAL_LM, .output_class = OUTPUT_LOGITS, .read = qvl_read,
     .free_hparams = qvl_free, .bind = qvl_bind, .plan = qvl_plan, .build = qvl_build,
     .inputs = QVL_INPUTS, .n_inputs = sizeof QVL_INPUTS / sizeof QVL_INPUTS[0],
-    .axes = qvl_axes, .n_axes = QVL_N_AXES,
+    .axes = qvl_axes, .n_axes = QVL_N_AXES, .generation = true,
 };
