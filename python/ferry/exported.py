@@ -254,23 +254,34 @@ class ExportedModel:
         session and sharing one KV cache (ferry.runners)."""
         if self._runners is None:
             from .runners import Runners
+            from .vision_language import VisionLanguageRunners, is_vision_language
 
             self._live("run it")
             manifest = self.manifest
             Runners.check_generation(manifest)
             directory = self._saved_directory()
             self._check_files()
-            self._runners = Runners(directory, manifest, self._device)
+            made = VisionLanguageRunners if is_vision_language(manifest) else Runners
+            self._runners = made(directory, manifest, self._device)
         return self._runners
 
     def generate(self, input_ids, attention_mask=None, **kwargs):
         """Greedy search or sampling with the generation export, as transformers' generate()
-        with the checkpoint's generation_config.json; see ferry.generation. Calls from several
-        threads take turns: they share the runners' cache."""
+        with the checkpoint's generation_config.json; see ferry.generation. A vision-language
+        export also takes what its processor returns for the images (pixel_values,
+        image_grid_thw, mm_token_type_ids; ferry.vision_language). Calls from several threads
+        take turns: they share the runners' cache."""
         from .generation import generate
+        from .vision_language import VisionLanguageRunners
 
         with self._running:
-            return generate(self.runners, self.directory, input_ids, attention_mask, **kwargs)
+            runners = self.runners
+            if isinstance(runners, VisionLanguageRunners):
+                images = {k: kwargs.pop(k) for k in ("pixel_values", "image_grid_thw",
+                                                     "mm_token_type_ids", "video_grid_thw",
+                                                     "pixel_values_videos") if k in kwargs}
+                runners.set_images(**images)
+            return generate(runners, self.directory, input_ids, attention_mask, **kwargs)
 
     def _runner(self):
         """(session, the "model" component's metadata), made on first use."""

@@ -4,6 +4,8 @@
  *
  *   image_encoder   pixel_values, image_grid_thw -> last_hidden_state, pooler_output (the image
  *                   features, one row per image token): the vision tower, qwen2_vl_vision.c
+ *   embed_tokens    input_ids -> inputs_embeds: the text model's embedding, which no
+ *                   component of transformers' holds, for a pipeline that runs without torch
  *   language_model  inputs_embeds, attention_mask, position_ids [4, b, s] -> last_hidden_state
  *                   and the cache: the text model over the prompt, whose image tokens' rows
  *                   the caller has replaced by the image features
@@ -139,8 +141,10 @@ static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, 
                        "vision-language models yet; export it with the dynamic cache", arch);
     unsigned grows = 1u << GS_PAIR | 1u << GS_VARIABLE;
     if (!(rq->state_forms & grows))
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s writes caches in place only, which "
-                       "vision-language models do not have yet", arch, rq->format);
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s generation exports write their "
+                       "cache in place, which is not written for vision-language models yet: "
+                       "export it to onnx, or to openvino with --disable-stateful", arch,
+                       rq->format);
     g_dim batch = model_plan_axis(rq, "batch"), sequence = model_plan_axis(rq, "sequence");
     out->gen = gen_resolve(rq->gen, sequence, &rq->syms[0]);
     gen_component pair[MODEL_MAX_COMPONENTS];
@@ -152,8 +156,8 @@ static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, 
     /* gen_plan gave prefill's symbols to table 0 and decode's to table 1: each component's
      * index is its table's */
     g_symtab prefill_syms = rq->syms[0], decode_syms = rq->syms[1];
-    rq->syms[1] = rq->syms[2] = prefill_syms;
-    rq->syms[3] = decode_syms;
+    rq->syms[1] = rq->syms[2] = rq->syms[3] = prefill_syms;
+    rq->syms[4] = decode_syms;
     model_io prefill = pair[0].io, decode = pair[1].io;
     prefill.parts = MODEL_PART_BODY;
     prefill.position_rows = decode.position_rows = POSITION_ROWS;
@@ -162,12 +166,15 @@ static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, 
                       .dtype = rq->cfg->dtype, .component = "image_encoder"};
     model_io head = {.batch = batch, .sequence = sequence, .cache = CACHE_NONE,
                      .dtype = rq->cfg->dtype, .parts = MODEL_PART_HEAD};
+    model_io embed = head;
+    embed.parts = MODEL_PART_EMBED;
     out->comps[0] = (model_component){"image_encoder", "image_encoder", image, OUTPUT_POOLING};
-    out->comps[1] = (model_component){"language_model", "language_model", prefill,
+    out->comps[1] = (model_component){"embed_tokens", "embed_tokens", embed, NULL};
+    out->comps[2] = (model_component){"language_model", "language_model", prefill,
                                       OUTPUT_HIDDEN};
-    out->comps[2] = (model_component){"lm_head", "lm_head", head, NULL};
-    out->comps[3] = (model_component){"decode", "decode", decode, OUTPUT_LOGITS};
-    out->n = 4;
+    out->comps[3] = (model_component){"lm_head", "lm_head", head, NULL};
+    out->comps[4] = (model_component){"decode", "decode", decode, OUTPUT_LOGITS};
+    out->n = 5;
     return FERRY_OK;
 }
 

@@ -1,0 +1,195 @@
+"""The generation pipeline of a vision-language export (Qwen2-VL), behind the same "prefill" and
+"decode" calls generate() makes of a decoder's runners:
+
+  prefill   embed_tokens(input_ids); the image tokens' rows replaced, in order, by
+            image_encoder(pixel_values, image_grid_thw)'s features; position_ids as transformers'
+            generate() makes them (a text row, then get_rope_index's temporal, height and width
+            rows); language_model; lm_head on the last position
+  decode    each row of the positions one further per token, the cache carried over
+
+The images are given to set_images() before generate() runs: what the model's processor
+returns (pixel_values, image_grid_thw, mm_token_type_ids)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ._lib import FerryError, _escape
+from .runtime import open_session
+
+ROLES = ("image_encoder", "embed_tokens", "language_model", "lm_head", "decode")
+
+
+def _fail(message, status=1):
+    raise FerryError(message, status=status)
+
+
+def is_vision_language(manifest):
+    """Whether an export's components are a vision-language pipeline's."""
+    return any(c.get("role") == "image_encoder"
+               for c in manifest.get("components", {}).values())
+
+
+def rope_index(input_ids, attention_mask, token_types, grid, merge):
+    """position_ids [4, b, s] as transformers' generate() gives a Qwen2-VL: row 0 counts the
+    real tokens; rows 1-3 are get_rope_index's (temporal, height, width): a run of text tokens
+    counts on from the last position on all three rows; a run of image tokens takes the next
+    image of `grid` and lays its merged patches out as (t, h, w) from there, after which text
+    counts on from max(h, w) / merge further. Padding is 0 everywhere."""
+    batch, width = input_ids.shape
+    rope = np.zeros((3, batch, width), np.int64)
+    images = iter([] if grid is None else np.asarray(grid).tolist())
+    for b in range(batch):
+        real = np.flatnonzero(attention_mask[b])
+        types = token_types[b, real]
+        rows, at, i = [], 0, 0
+        while i < len(types):
+            j = i
+            while j < len(types) and types[j] == types[i]:
+                j += 1
+            if types[i] == 0:
+                rows.append(np.broadcast_to(at + np.arange(j - i), (3, j - i)))
+                at += j - i
+            else:
+                t, h, w = next(images, (0, 0, 0))
+                ht, wd = h // merge, w // merge
+                if t * ht * wd != j - i:
+                    _fail(f"input_ids row {b} holds a run of {j - i} image tokens where the "
+                          f"next image of image_grid_thw ({t}, {h}, {w}) has {t * ht * wd}: "
+                          "the prompt and the images disagree")
+                tt, hh, ww = np.meshgrid(np.arange(t), np.arange(ht), np.arange(wd),
+                                         indexing="ij")
+                rows.append(np.stack([tt.ravel(), hh.ravel(), ww.ravel()]) + at)
+                at += max(h, w) // merge
+            i = j
+        if rows:
+            rope[:, b, real] = np.concatenate(rows, axis=1)
+    text = np.where(attention_mask != 0, np.cumsum(attention_mask, -1) - 1, 0)
+    return np.concatenate([text[None].astype(np.int64), rope], 0)
+
+
+class _Stage:
+    """One component's session: called with {input: array}, returns {output: array}."""
+
+    def __init__(self, directory, fmt, entry, device):
+        meta = entry.get("metadata", {})
+        self.session = open_session(str(Path(directory) / entry["file"]), fmt,
+                                    meta.get("precision"), device, meta)
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        self.inputs = [i.name for i in self.session.get_inputs()]
+
+    def __call__(self, feeds):
+        return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
+
+
+class VisionLanguageRunners:
+    """{"prefill", "decode"} over a vision-language export's components (see the module's
+    docstring), with the attributes generate() reads of runners."""
+
+    def __init__(self, directory, manifest, device=None):
+        comps = manifest.get("components", {})
+        roles = {c.get("role"): name for name, c in comps.items()}
+        missing = [r for r in ROLES if r not in roles]
+        if missing:
+            _fail(f"this vision-language export has no {', '.join(missing)} component: "
+                  "export it again with this ferry", status=4)
+        fmt = manifest.get("format")
+        self.stages = {role: _Stage(directory, fmt, comps[roles[role]], device)
+                       for role in ROLES}
+        config = json.loads((Path(directory) / "config.json").read_text())
+        text = config.get("text_config", config)
+        self.vocab_size = int(text["vocab_size"])
+        self.image_token = config.get("image_token_id")
+        self.video_token = config.get("video_token_id")
+        self.merge = int(config.get("vision_config", {}).get("spatial_merge_size", 2))
+        self.max_cache_len = None
+        self.rotary_table_rows = None
+        self._past = [n for n in self.stages["decode"].inputs if n.startswith("past_key_values")]
+        self._images = {}
+        self._cache = self._next = None
+        self._runners = {"prefill": _Call(self._prefill), "decode": _Call(self._decode)}
+
+    def set_images(self, pixel_values=None, image_grid_thw=None, mm_token_type_ids=None,
+                   video_grid_thw=None, pixel_values_videos=None):
+        """The processor's image inputs for the next generate() (None: a text-only prompt)."""
+        if video_grid_thw is not None or pixel_values_videos is not None:
+            _fail("videos are not exported: ferry's Qwen2-VL export takes images "
+                  "(pixel_values, image_grid_thw)")
+        if (pixel_values is None) != (image_grid_thw is None):
+            _fail("pixel_values and image_grid_thw come together (the image processor returns "
+                  "both)")
+        self._images = {"pixel_values": _array(pixel_values, np.float32),
+                        "image_grid_thw": _array(image_grid_thw, np.int64),
+                        "mm_token_type_ids": _array(mm_token_type_ids, np.int64)}
+
+    def reset(self, batch):
+        self._cache = self._next = None
+
+    def __getitem__(self, role):
+        return self._runners[role]
+
+    def _prefill(self, ids, mask):
+        images = self._images
+        grid, pixels = images.get("image_grid_thw"), images.get("pixel_values")
+        types = images.get("mm_token_type_ids")
+        if types is None:
+            types = (ids == self.image_token).astype(np.int64)
+        if types.shape != ids.shape:
+            _fail(f"mm_token_type_ids has shape {list(types.shape)}, input_ids "
+                  f"{list(ids.shape)}")
+        if (types == 2).any() or (self.video_token is not None and (ids == self.video_token).any()):
+            _fail("the prompt holds video tokens: ferry's Qwen2-VL export takes images")
+        embeds = self.stages["embed_tokens"]({"input_ids": ids})["inputs_embeds"]
+        slots = types == 1
+        if grid is not None:
+            features = self.stages["image_encoder"]({"pixel_values": pixels,
+                                                     "image_grid_thw": grid})["pooler_output"]
+            if len(features) != int(slots.sum()):
+                _fail(f"the prompt holds {int(slots.sum())} image tokens, and the images "
+                      f"(image_grid_thw) give {len(features)} features")
+            embeds[slots] = features
+        elif slots.any():
+            _fail(f"the prompt holds {int(slots.sum())} image tokens but no pixel_values were "
+                  "given")
+        positions = rope_index(ids, mask, types, grid, self.merge)
+        out = self.stages["language_model"]({"inputs_embeds": embeds, "attention_mask": mask,
+                                             "position_ids": positions})
+        self._cache = [out[n.replace("past_key_values", "present")] for n in self._past]
+        self._next = positions[:, :, -1:] + 1
+        hidden = out["last_hidden_state"][:, -1:]
+        return self.stages["lm_head"]({"input": hidden})["output"]
+
+    def _decode(self, ids, mask):
+        feeds = {"input_ids": ids, "attention_mask": mask,
+                 "position_ids": self._next + np.arange(ids.shape[1])}
+        feeds.update(zip(self._past, self._cache))
+        out = self.stages["decode"](feeds)
+        self._cache = [out[n.replace("past_key_values", "present")] for n in self._past]
+        self._next = self._next + ids.shape[1]
+        return out["logits"]
+
+
+class _Call:
+    """A stage generate() calls: runner(ids, mask) -> logits, with the shape check it makes
+    first (the graphs' axes are dynamic: nothing to refuse ahead)."""
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def __call__(self, ids, mask):
+        return self._fn(np.ascontiguousarray(ids, np.int64), np.ascontiguousarray(mask, np.int64))
+
+    def check_shapes(self, batch, query, past):
+        return None
+
+
+def _array(value, dtype):
+    if value is None:
+        return None
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    try:
+        return np.ascontiguousarray(value, dtype=dtype)
+    except (TypeError, ValueError):
+        _fail(f"an image input of type {_escape(type(value).__name__)} is not an array")

@@ -1,0 +1,279 @@
+"""Qwen2-VL (Qwen2VLForConditionalGeneration) exported for generation: its image_encoder,
+language_model, lm_head and decode components, each run in its runtime (onnxruntime; OpenVINO's
+CPU plugin) against transformers' eager submodule on the same inputs, and the pipeline's greedy
+tokens against transformers' generate(). The images are generated pixels, made into
+pixel_values and image_grid_thw by the model's own image processor; position_ids are
+transformers' own (get_rope_index behind a text row, as generate() passes them)."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import FP32_ATOL, ferry_export, run_ferry
+
+IMAGE, VIDEO, START, END = 250, 251, 252, 253
+VOCAB = 256
+NEW_TOKENS = 24
+FORMATS = {"onnx": ("--format", "onnx"),
+           "openvino": ("--format", "openvino", "--disable-stateful")}
+
+
+def _init(model, seed):
+    """Values of O(1) everywhere (transformers' init hides a dropped bias or norm): norms
+    U(0.5, 1.5), biases N(0, 0.2), embeddings N(0, 1), every matrix and the patch embedding's
+    kernel of unit gain over its fan-in."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and ("norm" in name or "ln_" in name) and name.endswith("weight"):
+                p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
+            elif name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+            elif "embed_tokens" in name:
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                fan_in = int(np.prod(p.shape[1:]))
+                p.copy_(torch.randn(p.shape, generator=gen) * 1.2 / fan_in ** 0.5)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    config = Qwen2VLConfig(
+        text_config=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                          "mrope_section": [2, 3, 3]},
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
+        image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=START,
+        vision_end_token_id=END)
+    torch.manual_seed(0)
+    model = Qwen2VLForConditionalGeneration(config).eval()
+    _init(model, 1)
+    path = tmp_path_factory.mktemp("qwen2_vl") / "ckpt"
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(ckpt):
+    from transformers import Qwen2VLForConditionalGeneration
+
+    return Qwen2VLForConditionalGeneration.from_pretrained(ckpt).eval()
+
+
+@pytest.fixture(scope="module", params=list(FORMATS))
+def export(request, ckpt, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"qwen2_vl-{request.param}") / "out"
+    ferry_export(ckpt, out, *FORMATS[request.param], "--dynamic", "--for-generation", "--quiet")
+    return request.param, out
+
+
+class Components:
+    """Each component's graph in its runtime, called with a dict of numpy inputs; returns
+    {output name: array}."""
+
+    def __init__(self, fmt, out):
+        self.sessions = {}
+        for name in ("image_encoder", "embed_tokens", "language_model", "lm_head",
+                     "decode"):
+            if fmt == "onnx":
+                import onnxruntime as ort
+
+                self.sessions[name] = ort.InferenceSession(
+                    str(out / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+            else:
+                import openvino as ov
+
+                self.sessions[name] = ov.Core().compile_model(
+                    str(out / f"openvino_{name}.xml"), "CPU",
+                    {"INFERENCE_PRECISION_HINT": "f32"})
+
+    def __call__(self, name, feeds):
+        s = self.sessions[name]
+        if hasattr(s, "get_outputs"):
+            names = [o.name for o in s.get_outputs()]
+            return dict(zip(names, s.run(None, feeds)))
+        result = s(feeds)
+        return {o.get_any_name(): np.asarray(result[o]) for o in s.outputs}
+
+
+@pytest.fixture(scope="module")
+def components(export):
+    return Components(*export)
+
+
+def images(sizes, seed=0):
+    """pixel_values and image_grid_thw of random RGB images (height, width), as the model's
+    image processor makes them."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil)
+
+    rng = np.random.default_rng(seed)
+    pictures = [rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8) for h, w in sizes]
+    return dict(Qwen2VLImageProcessorPil()(images=pictures, return_tensors="pt"))
+
+
+def prompt(grid, before=(10, 11), after=(12, 13, 14)):
+    """Token ids: text, then each image's tokens between vision start and end, then text."""
+    ids = list(before)
+    for t, h, w in ([] if grid is None else grid.tolist()):
+        ids += [START] + [IMAGE] * (t * h * w // 4) + [END]
+    return ids + list(after)
+
+
+def batch(rows):
+    """input_ids, attention_mask (left padding) and mm_token_type_ids of token rows."""
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    return ids, mask, (ids == IMAGE).int()
+
+
+def positions(model, ids, mask, mm, grid):
+    """position_ids [4, b, s] as generate() passes them: the text row, then M-RoPE's rows."""
+    with torch.no_grad():
+        rope, _ = model.model.get_rope_index(ids, mm, grid, None, mask)
+    text = (mask.cumsum(-1) - 1).clamp(min=0) * mask
+    return torch.cat([text[None], rope], 0).numpy().astype(np.int64)
+
+
+@pytest.mark.parametrize("sizes", [[(56, 84)], [(56, 84), (84, 56)],
+                                   [(112, 56), (56, 56), (84, 84)]])
+def test_image_encoder_matches_the_tower(model, components, sizes):
+    """One to three images of different sizes in one call: the tower's last hidden state and
+    the merged features (pooler_output), against model.visual on the same pixels."""
+    enc = images(sizes)
+    with torch.no_grad():
+        want = model.model.visual(enc["pixel_values"], grid_thw=enc["image_grid_thw"])
+    got = components("image_encoder", {"pixel_values": enc["pixel_values"].numpy(),
+                                       "image_grid_thw": enc["image_grid_thw"].numpy()})
+    np.testing.assert_allclose(got["last_hidden_state"], want.last_hidden_state.numpy(),
+                               atol=FP32_ATOL, rtol=0)
+    np.testing.assert_allclose(got["pooler_output"], want.pooler_output.numpy(),
+                               atol=FP32_ATOL, rtol=0)
+
+
+def test_language_model_and_lm_head_match(model, components):
+    """The prompt's embeddings with an image's features in place, batch 2 left-padded: the
+    text model's last hidden state and cache, and lm_head's logits, against transformers'."""
+    enc = images([(56, 84)])
+    grid = enc["image_grid_thw"]
+    ids, mask, mm = batch([prompt(grid), prompt(grid, before=(10,), after=(12,))])
+    pixel_values = torch.cat([enc["pixel_values"]] * 2)
+    grids = torch.cat([grid] * 2)
+    with torch.no_grad():
+        embeds = model.model.get_input_embeddings()(ids)
+        features = model.model.visual(pixel_values, grid_thw=grids).pooler_output
+        embeds[ids == IMAGE] = features
+    pos = positions(model, ids, mask, mm, grids)
+    with torch.no_grad():
+        want = model.model.language_model(inputs_embeds=embeds, attention_mask=mask,
+                                          position_ids=torch.from_numpy(pos), use_cache=True)
+        want_logits = model.lm_head(want.last_hidden_state)
+    got = components("language_model", {"inputs_embeds": embeds.numpy(),
+                                        "attention_mask": mask.numpy(), "position_ids": pos})
+    real = mask.numpy().astype(bool)
+    np.testing.assert_allclose(got["last_hidden_state"][real],
+                               want.last_hidden_state.numpy()[real], atol=FP32_ATOL, rtol=0)
+    for layer in range(2):
+        keys = want.past_key_values.layers[layer].keys.numpy()
+        np.testing.assert_allclose(got[f"present.{layer}.key"].transpose(0, 2, 1, 3)[real],
+                                   keys.transpose(0, 2, 1, 3)[real], atol=FP32_ATOL, rtol=0)
+    logits = components("lm_head", {"input": want.last_hidden_state.numpy()})["output"]
+    np.testing.assert_allclose(logits, want_logits.numpy(), atol=FP32_ATOL, rtol=0)
+
+
+def inputs(case):
+    """(input_ids, attention_mask, mm_token_type_ids, image inputs) of a test prompt."""
+    sizes = {"one image": [(56, 84)], "two images": [(56, 84), (84, 56)], "text only": [],
+             "batch 2": [(56, 84)]}[case]
+    enc = images(sizes) if sizes else {}
+    rows = [prompt(enc.get("image_grid_thw"))]
+    if case == "batch 2":  # a shorter second prompt, left-padded, with the same image
+        rows.append(prompt(enc["image_grid_thw"], before=(10,), after=(12,)))
+        enc = {k: torch.cat([v] * 2) for k, v in enc.items()}
+    return (*batch(rows), enc)
+
+
+@pytest.mark.parametrize("case", ["one image", "two images", "text only", "batch 2"])
+def test_positions_are_transformers(model, case):
+    """ferry's position_ids (a text row, then M-RoPE's three) are what transformers' generate()
+    passes the model, padding and several images included."""
+    from ferry.vision_language import rope_index
+
+    ids, mask, mm, enc = inputs(case)
+    grid = enc.get("image_grid_thw")
+    got = rope_index(ids.numpy(), mask.numpy(), mm.numpy(), None if grid is None else
+                     grid.numpy(), 2)
+    np.testing.assert_array_equal(got, positions(model, ids, mask, mm, grid))
+
+
+def test_embed_tokens_is_the_embedding(model, components):
+    ids, _, _, _ = inputs("batch 2")
+    got = components("embed_tokens", {"input_ids": ids.numpy()})["inputs_embeds"]
+    with torch.no_grad():
+        want = model.model.get_input_embeddings()(ids).numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", ["one image", "two images", "text only", "batch 2"])
+def test_generate_equals_transformers(model, export, case):
+    """ExportedModel.generate() with what the processor returns gives transformers' 24 greedy
+    tokens: image_encoder, embed_tokens, language_model, lm_head, then decode a token a call."""
+    from ferry import ExportedModel
+
+    ids, mask, mm, enc = inputs(case)
+    exported = ExportedModel.from_pretrained(export[1])
+    got = exported.generate(ids, mask, mm_token_type_ids=mm, **enc, max_new_tokens=NEW_TOKENS,
+                            min_new_tokens=NEW_TOKENS)
+    with torch.no_grad():
+        want = model.generate(input_ids=ids, attention_mask=mask, mm_token_type_ids=mm, **enc,
+                              max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                              do_sample=False)
+    assert got.tolist() == want.tolist()
+
+
+def test_generate_refuses_what_disagrees(export):
+    """Image tokens without their images, images for other tokens, videos: one line each."""
+    from ferry import ExportedModel, FerryError
+
+    exported = ExportedModel.from_pretrained(export[1])
+    ids, mask, mm, enc = inputs("one image")
+    with pytest.raises(FerryError, match="image tokens but no pixel_values"):
+        exported.generate(ids, mask, mm_token_type_ids=mm, max_new_tokens=2)
+    two = images([(56, 84), (84, 56)])
+    with pytest.raises(FerryError, match="6 image tokens, and the images .* give 12 features"):
+        exported.generate(ids, mask, mm_token_type_ids=mm, **two, max_new_tokens=2)
+    # as many tokens as features, but in one run where the first image has 6
+    run = torch.tensor([[10, START] + [IMAGE] * 12 + [END, 12]])
+    with pytest.raises(FerryError, match="a run of 12 image tokens where the next image"):
+        exported.generate(run, torch.ones_like(run), mm_token_type_ids=(run == IMAGE).int(),
+                          **two, max_new_tokens=2)
+    with pytest.raises(FerryError, match="pixel_values and image_grid_thw come together"):
+        exported.generate(ids, mask, pixel_values=enc["pixel_values"], max_new_tokens=2)
+    with pytest.raises(FerryError, match="videos are not exported"):
+        exported.generate(ids, mask, **enc, video_grid_thw=enc["image_grid_thw"],
+                          max_new_tokens=2)
+
+
+@pytest.mark.parametrize("flags,why", [
+    ((), "export it for generation"),
+    (("--for-generation", "--dynamic", "--static-cache", "--max-cache-len", "64"),
+     "a static cache is not written for vision-language models"),
+    (("--for-generation", "--dynamic", "--format", "openvino"),
+     "stateful=False (--disable-stateful) writes their components"),
+    (("--for-generation", "--dynamic", "--format", "pt2"),
+     "export it to onnx, or to openvino with --disable-stateful"),
+    (("--for-generation", "--dynamic", "--format", "executorch"),
+     "export it to onnx, or to openvino with --disable-stateful"),
+])
+def test_what_is_not_written_is_refused(ckpt, tmp_path, flags, why):
+    """What ferry does not write for Qwen2-VL yet is one line naming what to do instead, and
+    nothing on disk."""
+    rc, _, err = run_ferry("export", ckpt, tmp_path / "out", *flags)
+    assert rc != 0 and why in err and len(err.strip().splitlines()) == 1, (rc, err)
+    assert not (tmp_path / "out").exists()
