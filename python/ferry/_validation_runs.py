@@ -372,6 +372,13 @@ def check_format(manifest):
     if fmt not in RUNTIMES:
         raise CannotValidate(f"validating a {_escape(fmt)} export is not supported (onnx, "
                              "openvino, pt2, executorch)", status=4)
+    from .vision_language import is_vision_language
+
+    if is_vision_language(manifest):
+        raise CannotValidate("validate checks decoder and encoder exports, not yet a "
+                             "vision-language one (its image_encoder, language_model, lm_head "
+                             "and decode); compare ExportedModel.generate() with transformers' "
+                             "generate() on your images instead", status=4)
     return fmt
 
 

@@ -312,7 +312,8 @@ ferry_status blk_lm_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_grap
         g_output(g, head_logits(g, lm, x, head), "logits");
     else
         g_output(g, x, "last_hidden_state");
-    /* logits first, then the cache outputs in layer order, as optimum and the guide list them */
+    /* logits (or the last hidden state) first, then the cache outputs in layer order, as
+     * optimum and the guide list them */
     if (g_ok(g) && g->n_outputs > 1) {
         int last = g->outputs[g->n_outputs - 1];
         memmove(g->outputs + 1, g->outputs, (g->n_outputs - 1) * sizeof *g->outputs);

@@ -298,16 +298,30 @@ static void test_longrope_and_mrope(void **state)
     /* the decoder families' position_ids are one row: they refuse it, naming the type */
     blk_lm lm;
     fy_err err = {0};
-    assert_int_equal(blk_lm_from_config(&cfg.lm, "config.json", "LlamaForCausalLM", &lm, &err),
+    assert_int_equal(blk_lm_from_config(&cfg.lm, "config.json", "LlamaForCausalLM", false, &lm,
+                                        &err),
                      FERRY_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "config.json: rope type 'mrope' is not supported for "
                                     "LlamaForCausalLM"));
+    /* ... where a multimodal family's language model takes the rows */
+    assert_int_equal(blk_lm_from_config(&cfg.lm, "config.json", "Qwen2VLForConditionalGeneration",
+                                        true, &lm, &err),
+                     FERRY_OK);
+    assert_int_equal(lm.rope[0].rope.layout, ROPE_MROPE);
+    blk_lm_free(&lm);
+    free_both(&cfg);
+    /* transformers 5 saves the type as "default" beside the bands: the bands make it M-RoPE */
+    parse_ok("{" BASE ", \"rope_parameters\": {\"rope_type\": \"default\","
+             " \"rope_theta\": 10000.0, \"mrope_section\": [2, 3, 3]}}", &cfg);
+    assert_int_equal(cfg.lm.rope.layout, ROPE_MROPE);
+    assert_int_equal(cfg.lm.rope.mrope_section[1], 3);
     free_both(&cfg);
 
     /* a longrope decoder goes through, its layers carrying the factors */
     parse_ok("{" BASE ", \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": "
              FACTORS_8("2") ", \"long_factor\": " FACTORS_8("3") "}}", &cfg);
-    assert_int_equal(blk_lm_from_config(&cfg.lm, "config.json", "LlamaForCausalLM", &lm, &err),
+    assert_int_equal(blk_lm_from_config(&cfg.lm, "config.json", "LlamaForCausalLM", false, &lm,
+                                        &err),
                      FERRY_OK);
     assert_int_equal(lm.rope[1].rope.type, ROPE_LONGROPE);
     assert_true(lm.rope[1].rope.long_factor[7] == 3.0f);

@@ -426,6 +426,26 @@ static void states_keep_their_form(void **state)
     g_free(g);
 }
 
+/* Rows of [b, s, 4] read four at a time as [b, ?, 16] (a vision tower's merged patches): the
+ * symbol s has to supply the factor 4, which only its value shows; the extent is left to run
+ * time, not refused and not made up. */
+static void reshape_leaves_a_symbols_factor_to_run_time(void **state)
+{
+    (void)state;
+    int x, q;
+    g_graph *g = symbolic_graph(&x, &q);
+    g_dim merged[3] = {g_dim_sym(0), g_dim_unknown(), g_dim_const(16)};
+    int v = g_reshape(g, "merged", x, 3, merged);
+    assert_int_not_equal(v, G_NONE);
+    assert_true(g->values[v].shape.d[1].unknown);
+    assert_true(g_dim_eq(g->values[v].shape.d[0], g_dim_sym(0)));
+    /* ... and where it divides, the extent stays symbolic: [b, s, 4] as [b, ?, 2] is [b, 2s, 2] */
+    g_dim halves[3] = {g_dim_sym(0), g_dim_unknown(), g_dim_const(2)};
+    v = g_reshape(g, "halves", x, 3, halves);
+    assert_true(g_dim_eq(g->values[v].shape.d[1], g_dim_scale(g_dim_sym(1), 2)));
+    g_free(g);
+}
+
 static void inference_refuses_impossible_nodes(void **state)
 {
     (void)state;
@@ -985,6 +1005,7 @@ int main(void)
         cmocka_unit_test(states_keep_their_form),
         cmocka_unit_test(onnx_runs_some_ops_in_f32),
         cmocka_unit_test(inference_refuses_impossible_nodes),
+        cmocka_unit_test(reshape_leaves_a_symbols_factor_to_run_time),
         cmocka_unit_test(quantized_weight_dequantized_or_refused),
         cmocka_unit_test(openvino_attention_and_weights),
         cmocka_unit_test(rope_modes_tables_per_setting),

@@ -277,3 +277,12 @@ def test_what_is_not_written_is_refused(ckpt, tmp_path, flags, why):
     rc, _, err = run_ferry("export", ckpt, tmp_path / "out", *flags)
     assert rc != 0 and why in err and len(err.strip().splitlines()) == 1, (rc, err)
     assert not (tmp_path / "out").exists()
+
+
+def test_validate_says_it_does_not_check_it(export):
+    """ferry validate compares decoders' and encoders' logits: a vision-language export is
+    refused in one line, not run as a decoder."""
+    from test_validate import validate
+
+    rc, _, err = validate(export[1])
+    assert rc == 3 and "not yet a vision-language one" in err, (rc, err)
