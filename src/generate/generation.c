@@ -124,6 +124,7 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
     int count = one_graph ? 1 : 2;
     for (int i = 0; i < count; i++) {
         gen_component *c = &out[i];
+        *c = (gen_component){0}; /* what a plan does not set (parts, position rows) is 0 */
         bool is_decode = one_graph || i == 1;
         c->name = is_decode ? "decode" : "prefill";
         c->role = c->name;
