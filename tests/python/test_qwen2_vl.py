@@ -286,3 +286,23 @@ def test_validate_says_it_does_not_check_it(export):
 
     rc, _, err = validate(export[1])
     assert rc == 3 and "not yet a vision-language one" in err, (rc, err)
+
+
+def test_the_guides_call(ckpt, model, tmp_path):
+    """The guide's export_for_generation(model, inputs, config) with the processor's inputs,
+    then generate(**inputs) before and after save_pretrained."""
+    from ferry import ExportedModel, OnnxConfig, OnnxExporter
+
+    ids, mask, mm, enc = inputs("one image")
+    given = dict(input_ids=ids, attention_mask=mask, mm_token_type_ids=mm, **enc)
+    exported = OnnxExporter().export_for_generation(str(ckpt), given,
+                                                    config=OnnxConfig(dynamic=True))
+    assert list(exported.components) == ["image_encoder", "embed_tokens", "language_model",
+                                         "lm_head", "decode"]
+    with torch.no_grad():
+        want = model.generate(**given, max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    assert exported.generate(**given, max_new_tokens=8, min_new_tokens=8).tolist() == \
+        want.tolist()
+    exported.save_pretrained(tmp_path / "saved")
+    loaded = ExportedModel.from_pretrained(tmp_path / "saved")
+    assert loaded.generate(**given, max_new_tokens=8, min_new_tokens=8).tolist() == want.tolist()
