@@ -74,6 +74,7 @@ class _Stage:
 
     def __init__(self, directory, fmt, entry, device):
         meta = entry.get("metadata", {})
+        self.declared = {i.get("name"): i for i in meta.get("inputs", []) if isinstance(i, dict)}
         self.session = open_session(str(Path(directory) / entry["file"]), fmt,
                                     meta.get("precision"), device, meta)
         self.outputs = [o.name for o in self.session.get_outputs()]
@@ -103,6 +104,9 @@ class VisionLanguageRunners:
         self.image_token = config.get("image_token_id")
         self.video_token = config.get("video_token_id")
         self.merge = int(config.get("vision_config", {}).get("spatial_merge_size", 2))
+        pixels = self.stages["image_encoder"].declared.get("pixel_values", {})
+        self.pixel_dtype = np.dtype(pixels.get("dtype", "float32"))
+        self.pixel_width = (pixels.get("shape") or [None, None])[-1]
         self.max_cache_len = None
         self.rotary_table_rows = None
         self._past = [n for n in self.stages["decode"].inputs if n.startswith("past_key_values")]
@@ -119,9 +123,41 @@ class VisionLanguageRunners:
         if (pixel_values is None) != (image_grid_thw is None):
             _fail("pixel_values and image_grid_thw come together (the image processor returns "
                   "both)")
-        self._images = {"pixel_values": _array(pixel_values, np.float32),
-                        "image_grid_thw": _array(image_grid_thw, np.int64),
-                        "mm_token_type_ids": _array(mm_token_type_ids, np.int64)}
+        pixels = _array(pixel_values, "pixel_values")
+        grid = _array(image_grid_thw, "image_grid_thw")
+        if grid is not None:
+            self._check_grid(pixels, grid)
+            pixels = pixels.astype(self.pixel_dtype)  # the export's precision (fp16: float16)
+            grid = grid.astype(np.int64)
+        types = _array(mm_token_type_ids, "mm_token_type_ids")
+        self._images = {"pixel_values": pixels, "image_grid_thw": grid,
+                        "mm_token_type_ids": None if types is None else types.astype(np.int64)}
+
+    def _check_grid(self, pixels, grid):
+        """What the image encoder computes every patch's place from, checked against the
+        pixels first (the graph trusts it): whole positive (t, h, w) rows whose h and w the
+        merge divides, as many patches as pixel rows."""
+        if not np.issubdtype(grid.dtype, np.integer) and not (
+                np.issubdtype(grid.dtype, np.floating) and np.all(grid == np.round(grid))):
+            _fail("image_grid_thw must hold whole numbers (the image processor's int64 rows)")
+        if grid.ndim != 2 or grid.shape[1] != 3 or len(grid) == 0:
+            _fail(f"image_grid_thw has shape {list(grid.shape)}: it is [images, 3], one (t, h, w) "
+                  "row per image")
+        if pixels.ndim != 2 or (isinstance(self.pixel_width, int) and
+                                pixels.shape[1] != self.pixel_width):
+            _fail(f"pixel_values has shape {list(pixels.shape)}: the export takes [patches, "
+                  f"{self.pixel_width}] (the image processor's rows)")
+        rows = grid.astype(np.int64)
+        if (rows <= 0).any() or (rows[:, 1:] % self.merge != 0).any():
+            bad = int(np.flatnonzero((rows <= 0).any(1) | (rows[:, 1:] % self.merge != 0).any(1))[0])
+            _fail(f"image_grid_thw row {bad} is {rows[bad].tolist()}: t, h and w must be "
+                  f"positive, h and w multiples of spatial_merge_size ({self.merge})")
+        if (rows > 1 << 20).any():
+            _fail("image_grid_thw holds an extent past 2^20 patches: not an image processor's")
+        patches = int((rows[:, 0] * rows[:, 1] * rows[:, 2]).sum())
+        if patches != len(pixels):
+            _fail(f"image_grid_thw describes {patches} patches, but pixel_values has "
+                  f"{len(pixels)} rows")
 
     def reset(self, batch):
         self._cache = self._next = None
@@ -132,19 +168,23 @@ class VisionLanguageRunners:
     def _prefill(self, ids, mask):
         images = self._images
         grid, pixels = images.get("image_grid_thw"), images.get("pixel_values")
+        # the image tokens are where input_ids hold image_token_id (transformers 5.24 without
+        # mm_token_type_ids falls back to plain positions; ferry places the images either way)
+        slots = ids == self.image_token
         types = images.get("mm_token_type_ids")
         if types is None:
-            types = (ids == self.image_token).astype(np.int64)
+            types = slots.astype(np.int64)
         if types.shape != ids.shape:
             _fail(f"mm_token_type_ids has shape {list(types.shape)}, input_ids "
                   f"{list(ids.shape)}")
+        if ((types == 1) != slots).any():
+            _fail("mm_token_type_ids marks other tokens as image tokens than input_ids' "
+                  f"image_token_id ({self.image_token}) does")
         if (types == 2).any() or (self.video_token is not None and (ids == self.video_token).any()):
             _fail("the prompt holds video tokens: ferry's Qwen2-VL export takes images")
         embeds = self.stages["embed_tokens"]({"input_ids": ids})["inputs_embeds"]
-        slots = types == 1
         if grid is not None:
-            features = self.stages["image_encoder"]({"pixel_values": pixels,
-                                                     "image_grid_thw": grid})["pooler_output"]
+            features = self._features(pixels, grid)
             if len(features) != int(slots.sum()):
                 _fail(f"the prompt holds {int(slots.sum())} image tokens, and the images "
                       f"(image_grid_thw) give {len(features)} features")
@@ -159,6 +199,17 @@ class VisionLanguageRunners:
         self._next = positions[:, :, -1:] + 1
         hidden = out["last_hidden_state"][:, -1:]
         return self.stages["lm_head"]({"input": hidden})["output"]
+
+    def _features(self, pixels, grid):
+        """The image encoder's features, one image a call: its attention spans the patches it
+        is given (masked to each frame), so one call over every image would grow with their
+        total squared."""
+        sizes = grid[:, 0] * grid[:, 1] * grid[:, 2]
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        return np.concatenate([
+            self.stages["image_encoder"]({"pixel_values": pixels[starts[i]:starts[i + 1]],
+                                          "image_grid_thw": grid[i:i + 1]})["pooler_output"]
+            for i in range(len(grid))])
 
     def _decode(self, ids, mask):
         feeds = {"input_ids": ids, "attention_mask": mask,
@@ -184,12 +235,19 @@ class _Call:
         return None
 
 
-def _array(value, dtype):
+def _array(value, name):
+    """`value` (a torch tensor of any dtype, an array, nested lists) as a numpy array."""
     if value is None:
         return None
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
     try:
-        return np.ascontiguousarray(value, dtype=dtype)
-    except (TypeError, ValueError):
-        _fail(f"an image input of type {_escape(type(value).__name__)} is not an array")
+        if hasattr(value, "detach"):
+            value = value.detach().cpu()
+            if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16
+                value = value.float()
+            value = value.numpy()
+        array = np.ascontiguousarray(value)
+    except (TypeError, ValueError, RuntimeError):
+        array = None
+    if array is None or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+        _fail(f"{name} of type {_escape(type(value).__name__)} is not an array of numbers")
+    return array

@@ -154,9 +154,15 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     exp_axes ax;
     int64_t cache_len = gen && gen->static_cache ? gen->max_cache_len : 0;
     if (c->cfg.text_only && !m->arch->text_layouts) {
-        fy_fail(err, FERRY_ERR_INVALID_ARG, "text_only (--text-only) exports a vision-language "
-                "checkpoint's language model; %s is a text model already",
-                m->arch->architecture);
+        if (m->arch->axes) /* a model with inputs beside tokens: its components are exported */
+            fy_fail(err, FERRY_ERR_INVALID_ARG, "text_only (--text-only) is for a "
+                    "vision-language checkpoint whose vision tower ferry does not export; %s's "
+                    "is exported (export it for generation without text_only)",
+                    m->arch->architecture);
+        else
+            fy_fail(err, FERRY_ERR_INVALID_ARG, "text_only (--text-only) exports a "
+                    "vision-language checkpoint's language model; %s is a text model already",
+                    m->arch->architecture);
         goto fail;
     }
     if (!c->cfg.text_only && m->arch->text_layouts) {

@@ -9,12 +9,13 @@
 #include "util/fs.h"
 #include "util/json.h"
 
-/* What transformers' tokenizers save (fast and slow, BPE, WordPiece, SentencePiece) and the
- * chat template in its own file. */
+/* What transformers' tokenizers save (fast and slow, BPE, WordPiece, SentencePiece), the
+ * chat template in its own file, and a multimodal model's processor (its image processor's
+ * settings), which AutoProcessor reads beside the tokenizer. */
 static const char *const NAMES[] = {
     "tokenizer.json",  "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
     "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "vocab.txt",
-    "tokenizer.model", "spiece.model",
+    "tokenizer.model", "spiece.model", "preprocessor_config.json", "processor_config.json",
 };
 _Static_assert(sizeof NAMES / sizeof *NAMES <= TOK_MAX_FILES, "TOK_MAX_FILES too small");
 
@@ -30,7 +31,7 @@ const char *tok_file_names(void)
 {
     return "tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json, "
            "chat_template.jinja, chat_template.json, vocab.json, merges.txt, vocab.txt, "
-           "tokenizer.model, spiece.model";
+           "tokenizer.model, spiece.model, preprocessor_config.json, processor_config.json";
 }
 
 ferry_status tok_files_read(const char *dir, tok_files *out, fy_err *err)

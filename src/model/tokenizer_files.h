@@ -14,7 +14,7 @@
 
 #include "util/err.h"
 
-#define TOK_MAX_FILES 12
+#define TOK_MAX_FILES 16
 #define TOK_FILE_MAX_BYTES ((size_t)64 << 20)
 
 typedef struct tok_file {

@@ -184,8 +184,9 @@ ferry_status blk_lm_head_build(const blk_lm *lm, ckpt *ck, const model_io *io, g
     if (lm->tie_embeddings && lm->tied_twin)
         ckpt_take(ck, lm->tied_twin);
     /* transformers' lm_head component is the Linear itself: its forward's argument is
-     * `input`, and its output unnamed ("output") */
-    g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_HEAD, "%s", "");
+     * `input`, and its output unnamed ("output"); the node sits in a module of role head, as
+     * the causal LM's does, for what treats the head apart (--float-lm-head) */
+    g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_HEAD, "/lm_head");
     int x = g_input(g, "input", dt, 3,
                     (g_dim[]){io->batch, io->sequence, g_dim_const(lm->hidden)});
     g_output(g, head_logits(g, lm, x, head), "output");

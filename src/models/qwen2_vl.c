@@ -77,10 +77,13 @@ static ferry_status qvl_read(const model_config *cfg, void **out, fy_err *err)
     }
     p->text = text;
     if (p->text->rope[0].rope.layout != ROPE_MROPE) {
+        fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: Qwen2-VL's language model rotates by three "
+                "position rows: its rope parameters need type 'default' (or 'mrope') with an "
+                "'mrope_section' (they have type '%s'%s)", cfg->text_origin,
+                p->text->rope[0].rope.type_name[0] ? p->text->rope[0].rope.type_name : "default",
+                p->text->rope[0].rope.type == ROPE_DEFAULT ? " and no mrope_section" : "");
         qvl_free(p);
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s: rope_parameters has no 'mrope_section': "
-                       "Qwen2-VL's language model rotates by three position rows",
-                       cfg->text_origin);
+        return err->status;
     }
     /* the conditional model's own key decides the tie, as transformers reads it */
     bool tie;

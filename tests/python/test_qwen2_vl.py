@@ -55,6 +55,10 @@ def ckpt(tmp_path_factory):
     _init(model, 1)
     path = tmp_path_factory.mktemp("qwen2_vl") / "ckpt"
     model.save_pretrained(path)
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil)
+
+    Qwen2VLImageProcessorPil().save_pretrained(path)  # preprocessor_config.json
     return path
 
 
@@ -270,6 +274,7 @@ def test_generate_refuses_what_disagrees(export):
      "export it to onnx, or to openvino with --disable-stateful"),
     (("--for-generation", "--dynamic", "--format", "executorch"),
      "export it to onnx, or to openvino with --disable-stateful"),
+    (("--for-generation", "--dynamic", "--text-only"), "export it for generation without"),
 ])
 def test_what_is_not_written_is_refused(ckpt, tmp_path, flags, why):
     """What ferry does not write for Qwen2-VL yet is one line naming what to do instead, and
@@ -306,3 +311,63 @@ def test_the_guides_call(ckpt, model, tmp_path):
     exported.save_pretrained(tmp_path / "saved")
     loaded = ExportedModel.from_pretrained(tmp_path / "saved")
     assert loaded.generate(**given, max_new_tokens=8, min_new_tokens=8).tolist() == want.tolist()
+
+
+def test_generate_checks_the_grid_against_the_pixels(export):
+    """The image encoder places every patch by image_grid_thw: a grid that does not describe
+    the pixels is refused before it runs, naming what is wrong."""
+    from ferry import ExportedModel, FerryError
+
+    exported = ExportedModel.from_pretrained(export[1])
+    ids, mask, mm, enc = inputs("one image")
+    pixels = enc["pixel_values"]
+    for grid, why in [([[1, 4, 8]], "describes 32 patches, but pixel_values has 24 rows"),
+                      ([[1, 8, 3]], "multiples of spatial_merge_size"),
+                      ([[0, 4, 6]], "must be positive"), ([[1, -4, -6]], "must be positive"),
+                      ([[1.5, 4, 4]], "whole numbers"), ([1, 4, 6], r"it is \[images, 3\]")]:
+        with pytest.raises(FerryError, match=why):
+            exported.generate(ids, mask, mm_token_type_ids=mm, pixel_values=pixels,
+                              image_grid_thw=torch.tensor(grid), max_new_tokens=2)
+    with pytest.raises(FerryError, match=r"pixel_values has shape \[24, 100\]"):
+        exported.generate(ids, mask, mm_token_type_ids=mm, pixel_values=pixels[:, :100],
+                          image_grid_thw=enc["image_grid_thw"], max_new_tokens=2)
+    with pytest.raises(FerryError, match="marks other tokens as image tokens"):
+        exported.generate(ids, mask, mm_token_type_ids=torch.zeros_like(mm), **enc,
+                          max_new_tokens=2)
+
+
+def test_fp16_and_int4(ckpt, model, tmp_path):
+    """An fp16 export takes the processor's float32 pixels (cast to its precision) and keeps
+    transformers' tokens; --quantize int4 --float-lm-head keeps lm_head float as decode's, and
+    the patch embedding float in both formats, whose rows no block size divides."""
+    import onnx
+    from ferry import ExportedModel
+
+    ids, mask, mm, enc = inputs("one image")
+    with torch.no_grad():
+        want = model.generate(input_ids=ids, attention_mask=mask, mm_token_type_ids=mm, **enc,
+                              max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    half = ferry_export(ckpt, tmp_path / "fp16", "--dtype", "fp16", "--dynamic",
+                        "--for-generation", "--quiet")
+    got = ExportedModel.from_pretrained(half).generate(ids, mask, mm_token_type_ids=mm, **enc,
+                                                       max_new_tokens=4, min_new_tokens=4)
+    assert got.tolist() == want.tolist()
+    int4 = ferry_export(ckpt, tmp_path / "int4", "--quantize", "int4", "--float-lm-head",
+                        "--dynamic", "--for-generation", "--quiet")
+    ops = {name: {n.op_type for n in onnx.load(int4 / f"{name}.onnx",
+                                               load_external_data=False).graph.node}
+           for name in ("lm_head", "decode", "image_encoder")}
+    assert not ops["lm_head"] & {"MatMulNBits", "DequantizeLinear"}, ops["lm_head"]
+    assert ops["decode"] & {"MatMulNBits", "DequantizeLinear"}, ops["decode"]
+    encoder = onnx.load(int4 / "image_encoder.onnx", load_external_data=False)
+    patch = [n for n in encoder.graph.node if n.name.startswith("/patch_embed/proj")]
+    assert patch and not any(n.op_type in ("MatMulNBits", "DequantizeLinear") for n in patch)
+    ExportedModel.from_pretrained(int4).generate(ids, mask, mm_token_type_ids=mm, **enc,
+                                                 max_new_tokens=2)
+    ferry_export(ckpt, tmp_path / "ov-int4", "--format", "openvino", "--disable-stateful",
+                 "--quantize", "int4", "--dynamic", "--for-generation", "--quiet")
+
+
+def test_the_processor_comes_with_the_export(export):
+    """preprocessor_config.json is saved with the export, as the tokenizer's files are."""
+    assert (export[1] / "preprocessor_config.json").is_file()
