@@ -39,6 +39,8 @@ ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferr
         return m->err.status;
     if (m->arch->text_layouts)
         ckpt_use_layout(m->ck, m->arch->text_layouts, m->arch->n_text_layouts);
+    else if (m->arch->layouts)
+        ckpt_use_layout(m->ck, m->arch->layouts, m->arch->n_layouts);
     /* What depends on the checkpoint's contents, not only its config (tying). */
     if (m->arch->bind &&
         m->arch->bind(m->hparams, m->ck, m->warning, sizeof m->warning, &m->err) != FERRY_OK)

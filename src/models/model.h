@@ -194,6 +194,10 @@ typedef struct model_arch {
      * a text model. */
     const ckpt_layout *text_layouts;
     size_t n_text_layouts;
+    /* How the checkpoint may name the model's tensors, each a way transformers has saved it,
+     * all read under the first's names (NULL: as they are). */
+    const ckpt_layout *layouts;
+    size_t n_layouts;
     /* Fills the hyperparameters record; may be NULL (then it is all zeros). */
     void (*describe)(const void *hparams, model_hparams *out);
 } model_arch;

@@ -104,25 +104,21 @@ static ferry_status qvl_read(const model_config *cfg, void **out, fy_err *err)
     return FERRY_OK;
 }
 
-/* Where the checkpoint keeps the tower: save_pretrained writes "visual." (the hub's layout);
- * transformers 4.52-4.57 wrote "model.visual.". */
+/* How its checkpoints name the tower and the language model: the hub's files and transformers
+ * 5's save_pretrained write "visual.", "model.layers." and "lm_head."; transformers 4.52-4.57
+ * wrote "model.visual." and "model.language_model.". Read under the first's names. */
+static const ckpt_layout QVL_LAYOUTS[] = {
+    {.rules = {{.from = "visual.", .to = "visual."}, {.from = "model.", .to = "model."},
+               {.from = "lm_head.", .to = "lm_head."}}},
+    {.rules = {{.from = "visual.", .to = "model.visual."},
+               {.from = "model.", .to = "model.language_model."},
+               {.from = "lm_head.", .to = "lm_head."}}},
+};
+
 static ferry_status qvl_bind(void *hparams, const ckpt *ck, char *warning, size_t size,
                              fy_err *err)
 {
     qvl *p = hparams;
-    static const char *const prefixes[] = {"visual.", "model.visual."};
-    size_t i = 0, n = sizeof prefixes / sizeof prefixes[0];
-    for (; i < n; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "%spatch_embed.proj.weight", prefixes[i]);
-        if (ckpt_find(ck, name))
-            break;
-    }
-    if (i == n)
-        return fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor "
-                       "'visual.patch_embed.proj.weight' is missing (nor is it under "
-                       "'model.visual.')", ck->dir);
-    snprintf(p->vision.prefix, sizeof p->vision.prefix, "%s", prefixes[i]);
     return blk_lm_bind(p->text, ck, warning, size, err);
 }
 
@@ -202,5 +198,6 @@ const model_arch model_qwen2_vl = {
     .kind = MODEL_CAUSAL_LM, .output_class = OUTPUT_LOGITS, .read = qvl_read,
     .free_hparams = qvl_free, .bind = qvl_bind, .plan = qvl_plan, .build = qvl_build,
     .inputs = QVL_INPUTS, .n_inputs = sizeof QVL_INPUTS / sizeof QVL_INPUTS[0],
-    .axes = qvl_axes, .n_axes = QVL_N_AXES, .generation = true,
+    .axes = qvl_axes, .n_axes = QVL_N_AXES, .generation = true, .layouts = QVL_LAYOUTS,
+    .n_layouts = sizeof QVL_LAYOUTS / sizeof QVL_LAYOUTS[0],
 };

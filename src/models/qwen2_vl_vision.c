@@ -83,6 +83,7 @@ ferry_status qvl_vision_read(const cJSON *root, const char *origin, qvl_vision *
                        "width %lld", origin, mlp_ratio, (long long)v->mlp_hidden);
     v->patch_dim = v->in_channels * v->temporal_patch_size * v->patch_size * v->patch_size;
     v->eps = 1e-6;
+    snprintf(v->prefix, sizeof v->prefix, "visual."); /* under the family's layout */
     return FERRY_OK;
 }
 
@@ -251,14 +252,17 @@ static int patch_weight(g_graph *g, ckpt *ck, const qvl_vision *v, ferry_dtype d
     char name[64];
     snprintf(name, sizeof name, "%spatch_embed.proj.weight", v->prefix);
     const st_tensor *t = ckpt_take(ck, name);
+    char full[128];
+    if (!ckpt_full_name(ck, name, full, sizeof full))
+        snprintf(full, sizeof full, "%s", name);
     if (!t) {
         fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '%s' is missing", ck->dir,
-                name);
+                full);
         return G_NONE;
     }
     const int64_t dims[5] = {v->embed_dim, v->in_channels, v->temporal_patch_size,
                              v->patch_size, v->patch_size};
-    if (blk_check_shape(t, name, 5, dims, err) != FERRY_OK)
+    if (blk_check_shape(t, full, 5, dims, err) != FERRY_OK)
         return G_NONE;
     g_weight w = w_plain(t, dt);
     w.flatten = true;

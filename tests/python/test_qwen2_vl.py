@@ -371,3 +371,24 @@ def test_fp16_and_int4(ckpt, model, tmp_path):
 def test_the_processor_comes_with_the_export(export):
     """preprocessor_config.json is saved with the export, as the tokenizer's files are."""
     assert (export[1] / "preprocessor_config.json").is_file()
+
+
+def test_transformers_4_52_layout(ckpt, tmp_path):
+    """transformers 4.52-4.57 saved the tower under model.visual. and the language model under
+    model.language_model.: the same model, exported to the same bytes."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    moved = tmp_path / "4.52"
+    shutil.copytree(ckpt, moved)
+    tensors = load_file(ckpt / "model.safetensors")
+    renamed = {("model." + k if k.startswith("visual.") else
+                "model.language_model." + k[len("model."):] if k.startswith("model.") else k): v
+               for k, v in tensors.items()}
+    assert "model.visual.patch_embed.proj.weight" in renamed
+    save_file(renamed, moved / "model.safetensors", metadata={"format": "pt"})
+    flags = ("--dynamic", "--for-generation", "--quiet")
+    a = ferry_export(ckpt, tmp_path / "a", *flags)
+    b = ferry_export(moved, tmp_path / "b", *flags)
+    assert (a / "model.onnx.data").read_bytes() == (b / "model.onnx.data").read_bytes()
