@@ -41,7 +41,10 @@ ferry_status tok_files_read(const char *dir, tok_files *out, fy_err *err)
     for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES && status == FERRY_OK; i++) {
         char *path = fs_join_dup(dir, NAMES[i], err);
         if (!path) {
-            status = err->status;
+            /* a file of the checkpoint's that its path is too long to name: the checkpoint
+             * cannot be read here, as when config.json's path is (not a bad command line) */
+            status = err->status == FERRY_ERR_INVALID_ARG ? (err->status = FERRY_ERR_IO)
+                                                           : err->status;
             break;
         }
         struct stat st;
