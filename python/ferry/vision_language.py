@@ -148,8 +148,9 @@ class VisionLanguageRunners:
             _fail(f"pixel_values has shape {list(pixels.shape)}: the export takes [patches, "
                   f"{self.pixel_width}] (the image processor's rows)")
         rows = grid.astype(np.int64)
-        if (rows <= 0).any() or (rows[:, 1:] % self.merge != 0).any():
-            bad = int(np.flatnonzero((rows <= 0).any(1) | (rows[:, 1:] % self.merge != 0).any(1))[0])
+        wrong = (rows <= 0).any(1) | (rows[:, 1:] % self.merge != 0).any(1)
+        if wrong.any():
+            bad = int(np.flatnonzero(wrong)[0])
             _fail(f"image_grid_thw row {bad} is {rows[bad].tolist()}: t, h and w must be "
                   f"positive, h and w multiples of spatial_merge_size ({self.merge})")
         if (rows > 1 << 20).any():
