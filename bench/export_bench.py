@@ -85,9 +85,15 @@ def random_bf16(rng, shape, std):
 
 def write_checkpoint(path, layers, vocab, seed=0, shape=None):
     """config.json + model.safetensors, written tensor by tensor."""
-    path.mkdir(parents=True, exist_ok=True)
     cfg = qwen3_config(layers, vocab, shape)
-    shapes = tensor_shapes(cfg)
+    return path, write_random_checkpoint(path, cfg, tensor_shapes(cfg), seed)
+
+
+def write_random_checkpoint(path, cfg, shapes, seed):
+    """`cfg` as config.json and random bf16 tensors of `shapes` ({name: shape}) as
+    model.safetensors (its header, then each tensor as it is generated: memory stays flat),
+    with Qwen3's generation_config.json. Returns the tensors' bytes."""
+    path.mkdir(parents=True, exist_ok=True)
     header, offset = {"__metadata__": {"format": "pt"}}, 0
     for name, shape in shapes.items():
         nbytes = 2 * int(np.prod(shape))
@@ -103,7 +109,7 @@ def write_checkpoint(path, layers, vocab, seed=0, shape=None):
     (path / "config.json").write_text(json.dumps(cfg, indent=2))
     (path / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": 151643, "eos_token_id": [151645, 151643], "do_sample": True}, indent=2))
-    return path, offset
+    return offset
 
 
 def run_measured(cmd):

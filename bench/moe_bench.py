@@ -68,8 +68,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from export_bench import QWEN3_06B, WORK, qwen3_config, random_bf16, tensor_shapes, \
-    write_checkpoint  # noqa: E402
+from export_bench import QWEN3_06B, WORK, qwen3_config, tensor_shapes, write_checkpoint, \
+    write_random_checkpoint  # noqa: E402
 from peers_bench import CONTENDED, PEER_ENV, Exporter, brief, cell, cp_baseline, dir_bytes, \
     ferry_version, fmt_cores, fmt_mib, fmt_ratio, logits_agreement, machine_info, measure, \
     run_export, run_latency, versions, wait_idle, write_tokenizer  # noqa: E402
@@ -148,26 +148,7 @@ def moe_shapes(cfg):
 
 def write_moe_checkpoint(path, cfg, seed=0):
     """config.json + model.safetensors (header, then each tensor as it is generated)."""
-    import struct
-
-    path.mkdir(parents=True, exist_ok=True)
-    shapes = moe_shapes(cfg)
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, shape in shapes.items():
-        nbytes = 2 * int(np.prod(shape))
-        header[name] = {"dtype": "BF16", "shape": list(shape),
-                        "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    rng = np.random.default_rng(seed)
-    with open(path / "model.safetensors", "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for name, shape in shapes.items():
-            f.write(random_bf16(rng, shape, 0.02 if len(shape) > 1 else 0.1).tobytes())
-    (path / "config.json").write_text(json.dumps(cfg, indent=2))
-    (path / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 151643, "eos_token_id": [151645, 151643], "do_sample": True}, indent=2))
+    write_random_checkpoint(path, cfg, moe_shapes(cfg), seed)
 
 
 def make_checkpoint(work, name, spec, shape, tag=""):

@@ -14,7 +14,6 @@ typedef struct qvl_vision {
     double theta;                   /* the 2-D rotary's base */
     double eps;                     /* its LayerNorms' (transformers fixes 1e-6) */
     const char *origin;             /* names vision_config in messages (the family's text) */
-    char prefix[16];                /* the tower's tensors' names begin so ("visual.") */
 } qvl_vision;
 
 /* Reads vision_config of config.json (`root`) into *v; errors name `origin` and the key. */

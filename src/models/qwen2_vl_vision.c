@@ -27,6 +27,9 @@
 #define LAYER_NORM_CLASS "torch.nn.modules.normalization.LayerNorm"
 #define QUICK_GELU_CLASS "transformers.activations.QuickGELUActivation"
 
+/* where the tower's tensors are, under the family's checkpoint layout (qwen2_vl.c) */
+#define VISION_PREFIX "visual."
+
 #define MAX_DEPTH 1024
 #define MAX_WIDTH (1 << 20)
 #define MAX_PATCH 4096
@@ -83,7 +86,6 @@ ferry_status qvl_vision_read(const cJSON *root, const char *origin, qvl_vision *
                        "width %lld", origin, mlp_ratio, (long long)v->mlp_hidden);
     v->patch_dim = v->in_channels * v->temporal_patch_size * v->patch_size * v->patch_size;
     v->eps = 1e-6;
-    snprintf(v->prefix, sizeof v->prefix, "visual."); /* under the family's layout */
     return FERRY_OK;
 }
 
@@ -98,29 +100,26 @@ static void declare_modules(g_graph *g, const qvl_vision *v)
                  "/patch_embed/proj");
     g_module_add(g, MODELING "VisionRotaryEmbedding", G_OP_COUNT, false, GM_ROLE_NONE,
                  "/rotary_pos_emb");
-    for (int64_t l = 0; l < v->depth; l++) {
-        int b = (int)l;
-        g_module_add(g, MODELING "Qwen2VLVisionBlock", G_OP_COUNT, true, GM_ROLE_NONE,
-                     "/blocks.%d", b);
-        g_module_add(g, LAYER_NORM_CLASS, G_LAYER_NORM, false, GM_ROLE_NONE, "/blocks.%d/norm1",
-                     b);
-        g_module_add(g, LAYER_NORM_CLASS, G_LAYER_NORM, false, GM_ROLE_NONE, "/blocks.%d/norm2",
-                     b);
-        g_module_add(g, MODELING "VisionAttention", G_OP_COUNT, false, GM_ROLE_NONE,
-                     "/blocks.%d/attn", b);
-        g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_NONE, "/blocks.%d/attn/qkv",
-                     b);
-        g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_NONE,
-                     "/blocks.%d/attn/proj", b);
-        g_module_add(g, MODELING "VisionMlp", G_OP_COUNT, false, GM_ROLE_NONE,
-                     "/blocks.%d/mlp", b);
-        g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_NONE, "/blocks.%d/mlp/fc1",
-                     b);
-        g_module_add(g, QUICK_GELU_CLASS, G_OP_COUNT, false, GM_ROLE_NONE,
-                     "/blocks.%d/mlp/act", b);
-        g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_NONE, "/blocks.%d/mlp/fc2",
-                     b);
-    }
+    static const struct {
+        const char *cls, *scope;
+        g_op leaf;
+        bool list_item;
+    } BLOCK[] = {
+        {MODELING "Qwen2VLVisionBlock", "", G_OP_COUNT, true},
+        {LAYER_NORM_CLASS, "/norm1", G_LAYER_NORM, false},
+        {LAYER_NORM_CLASS, "/norm2", G_LAYER_NORM, false},
+        {MODELING "VisionAttention", "/attn", G_OP_COUNT, false},
+        {BLK_LINEAR_CLASS, "/attn/qkv", G_LINEAR, false},
+        {BLK_LINEAR_CLASS, "/attn/proj", G_LINEAR, false},
+        {MODELING "VisionMlp", "/mlp", G_OP_COUNT, false},
+        {BLK_LINEAR_CLASS, "/mlp/fc1", G_LINEAR, false},
+        {QUICK_GELU_CLASS, "/mlp/act", G_OP_COUNT, false},
+        {BLK_LINEAR_CLASS, "/mlp/fc2", G_LINEAR, false},
+    };
+    for (int l = 0; l < (int)v->depth; l++)
+        for (size_t i = 0; i < sizeof BLOCK / sizeof BLOCK[0]; i++)
+            g_module_add(g, BLOCK[i].cls, BLOCK[i].leaf, BLOCK[i].list_item, GM_ROLE_NONE,
+                         "/blocks.%d%s", l, BLOCK[i].scope);
     g_module_add(g, MODELING "PatchMerger", G_OP_COUNT, false, GM_ROLE_NONE, "/merger");
     g_module_add(g, LAYER_NORM_CLASS, G_LAYER_NORM, false, GM_ROLE_NONE, "/merger/ln_q");
     g_module_add(g, "torch.nn.modules.container.Sequential", G_OP_COUNT, false, GM_ROLE_NONE,
@@ -137,17 +136,12 @@ static int grid_column(g_graph *g, const char *name, int grid, int64_t k)
     return g_gather(g, name, grid, g_scalar_i64(g, k), 1);
 }
 
-static int ints(g_graph *g, g_op op, const char *name, int a, int b)
-{
-    return g_binary(g, op, name, a, b);
-}
-
 /* a - (a / b) * b for non-negative a and positive b */
 static int remainder_of(g_graph *g, const char *name, int a, int quotient, int b)
 {
     char n[64];
     snprintf(n, sizeof n, "%s/Mul", name);
-    return ints(g, G_SUB, name, a, ints(g, G_MUL, n, quotient, b));
+    return g_binary(g, G_SUB, name, a, g_binary(g, G_MUL, n, quotient, b));
 }
 
 /* What get_vision_position_ids and cu_seqlens say of each patch: its (h, w) as int64
@@ -160,10 +154,10 @@ static void patch_layout(g_graph *g, const qvl_vision *v, int grid, int patches,
     int one = g_scalar_i64(g, 1), m = g_scalar_i64(g, v->merge);
     int t = grid_column(g, "t", grid, 0), h = grid_column(g, "h", grid, 1),
         w = grid_column(g, "w", grid, 2);
-    int frame_size = ints(g, G_MUL, "frame_size", h, w);
-    int per_image = ints(g, G_MUL, "per_image", t, frame_size);
+    int frame_size = g_binary(g, G_MUL, "frame_size", h, w);
+    int per_image = g_binary(g, G_MUL, "per_image", t, frame_size);
     int ends = g_cumsum(g, "ends", per_image, 0);
-    int starts = ints(g, G_SUB, "starts", ends, per_image);
+    int starts = g_binary(g, G_SUB, "starts", ends, per_image);
     int p = g_range(g, "patch", g_scalar_i64(g, 0), patches, one);
     if (p != G_NONE)
         g->values[p].shape = (g_shape){.rank = 1, .d = {n_patches}};
@@ -177,20 +171,20 @@ static void patch_layout(g_graph *g, const qvl_vision *v, int grid, int patches,
                                                                  FERRY_F32),
                                 1, &last, false),
                        FERRY_I64);
-    int local = ints(g, G_SUB, "local", p, g_gather(g, "start", starts, image, 0));
+    int local = g_binary(g, G_SUB, "local", p, g_gather(g, "start", starts, image, 0));
     int size = g_gather(g, "size", frame_size, image, 0);
-    int frame = ints(g, G_DIV, "frame", local, size);
+    int frame = g_binary(g, G_DIV, "frame", local, size);
     int in_frame = remainder_of(g, "in_frame", local, frame, size);
-    int block_cols = ints(g, G_DIV, "block_cols", g_gather(g, "width", w, image, 0), m);
+    int block_cols = g_binary(g, G_DIV, "block_cols", g_gather(g, "width", w, image, 0), m);
     int block_size = g_scalar_i64(g, v->merge * v->merge);
-    int block = ints(g, G_DIV, "block", in_frame, block_size);
+    int block = g_binary(g, G_DIV, "block", in_frame, block_size);
     int in_block = remainder_of(g, "in_block", in_frame, block, block_size);
-    int block_row = ints(g, G_DIV, "block_row", block, block_cols);
+    int block_row = g_binary(g, G_DIV, "block_row", block, block_cols);
     int block_col = remainder_of(g, "block_col", block, block_row, block_cols);
-    int row_in = ints(g, G_DIV, "row_in_block", in_block, m);
+    int row_in = g_binary(g, G_DIV, "row_in_block", in_block, m);
     int col_in = remainder_of(g, "col_in_block", in_block, row_in, m);
-    int hpos = ints(g, G_ADD, "hpos", ints(g, G_MUL, "hpos/Mul", block_row, m), row_in);
-    int wpos = ints(g, G_ADD, "wpos", ints(g, G_MUL, "wpos/Mul", block_col, m), col_in);
+    int hpos = g_binary(g, G_ADD, "hpos", g_binary(g, G_MUL, "hpos/Mul", block_row, m), row_in);
+    int wpos = g_binary(g, G_ADD, "wpos", g_binary(g, G_MUL, "wpos/Mul", block_col, m), col_in);
     int pair[2] = {g_unsqueeze(g, "hpos_col", hpos, 1, &last),
                    g_unsqueeze(g, "wpos_col", wpos, 1, &last)};
     *positions = g_unsqueeze(g, "position_ids", g_concat(g, "hw", 2, pair, 1), 1,
@@ -219,7 +213,7 @@ static ferry_status bind_block(g_graph *g, ckpt *ck, const qvl_vision *v, int l,
     int64_t e = v->embed_dim, ff = v->mlp_hidden;
 #define W(slot, name, d0, d1)                                                                \
     do {                                                                                     \
-        snprintf(fmt, sizeof fmt, "%sblocks.%%d.%s", v->prefix, name);                       \
+        snprintf(fmt, sizeof fmt, VISION_PREFIX "blocks.%%d.%s", name);                     \
         w->slot = blk_weight(g, ck, fmt, l, true, d0, d1, dt, err);                          \
         if (err->status != FERRY_OK)                                                         \
             return err->status;                                                              \
@@ -250,7 +244,7 @@ static int heads(g_graph *g, const char *name, int x, const qvl_vision *v)
 static int patch_weight(g_graph *g, ckpt *ck, const qvl_vision *v, ferry_dtype dt, fy_err *err)
 {
     char name[64];
-    snprintf(name, sizeof name, "%spatch_embed.proj.weight", v->prefix);
+    snprintf(name, sizeof name, VISION_PREFIX "patch_embed.proj.weight");
     const st_tensor *t = ckpt_take(ck, name);
     char full[128];
     if (!ckpt_full_name(ck, name, full, sizeof full))
@@ -338,7 +332,7 @@ ferry_status qvl_vision_build(const qvl_vision *v, ckpt *ck, const model_io *io,
     int ln_w, ln_b, m0, m0_b, m2, m2_b;
 #define W(slot, suffix, d0, d1)                                                              \
     do {                                                                                     \
-        snprintf(name, sizeof name, "%smerger.%s", v->prefix, suffix);                       \
+        snprintf(name, sizeof name, VISION_PREFIX "merger.%s", suffix);                     \
         slot = blk_weight(g, ck, name, 0, true, d0, d1, dt, err);                            \
         if (err->status != FERRY_OK)                                                         \
             return err->status;                                                              \
