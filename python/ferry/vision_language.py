@@ -1,4 +1,4 @@
-"""The generation pipeline of a vision-language export (Qwen2-VL), behind the same "prefill" and
+"""The generation pipeline of a vision-language export (Qwen2-VL, Qwen2.5-VL), behind the same "prefill" and
 "decode" calls generate() makes of a decoder's runners:
 
   prefill   embed_tokens(input_ids); the image tokens' rows replaced, in order, by
@@ -32,7 +32,7 @@ def is_vision_language(manifest):
 
 
 def rope_index(input_ids, attention_mask, token_types, grid, merge):
-    """position_ids [4, b, s] as transformers' generate() gives a Qwen2-VL: row 0 counts the
+    """position_ids [4, b, s] as transformers' generate() gives Qwen2-VL and Qwen2.5-VL: row 0 counts the
     real tokens; rows 1-3 are get_rope_index's (temporal, height, width): a run of text tokens
     counts on from the last position on all three rows; a run of image tokens takes the next
     image of `grid` and lays its merged patches out as (t, h, w) from there, after which text
@@ -118,7 +118,7 @@ class VisionLanguageRunners:
                    video_grid_thw=None, pixel_values_videos=None):
         """The processor's image inputs for the next generate() (None: a text-only prompt)."""
         if video_grid_thw is not None or pixel_values_videos is not None:
-            _fail("videos are not exported: ferry's Qwen2-VL export takes images "
+            _fail("videos are not exported: this export takes images "
                   "(pixel_values, image_grid_thw)")
         if (pixel_values is None) != (image_grid_thw is None):
             _fail("pixel_values and image_grid_thw come together (the image processor returns "
@@ -182,7 +182,7 @@ class VisionLanguageRunners:
             _fail("mm_token_type_ids marks other tokens as image tokens than input_ids' "
                   f"image_token_id ({self.image_token}) does")
         if (types == 2).any() or (self.video_token is not None and (ids == self.video_token).any()):
-            _fail("the prompt holds video tokens: ferry's Qwen2-VL export takes images")
+            _fail("the prompt holds video tokens: this export takes images")
         embeds = self.stages["embed_tokens"]({"input_ids": ids})["inputs_embeds"]
         if grid is not None:
             features = self._features(pixels, grid)

@@ -3,10 +3,10 @@
  * use_sliding_window and max_window_layers). */
 #include "generate/generation.h"
 #include "models/blocks.h"
+#include "models/qwen2.h"
 
-static void qwen2_quirks(const lm_config *c, blk_lm *lm)
+void qwen2_quirks(const lm_config *c, blk_lm *lm)
 {
-    /* use_sliding_window defaults to false here, unlike the generic reading */
     blk_lm_windows(c, c->use_sliding_window_set ? c->sliding_window : 0, lm);
     lm->qkv_bias = true;
 }

@@ -1,4 +1,5 @@
-/* qwen2_vl.c — Qwen2VLForConditionalGeneration: its config (vision_config and the language
+/* qwen2_vl.c — Qwen2VLForConditionalGeneration and Qwen2_5_VLForConditionalGeneration (the same
+ * language model and components; the towers differ, qwen2_vl_vision.c): their config (vision_config and the language
  * model's text_config), where its checkpoint keeps each part, and its generation components
  * as the guide names them:
  *
@@ -21,6 +22,7 @@
 
 #include "generate/generation.h"
 #include "models/blocks.h"
+#include "models/qwen2.h"
 #include "models/qwen2_vl.h"
 #include "util/json.h"
 
@@ -37,15 +39,25 @@ typedef struct qvl {
     char origin[1300];
 } qvl;
 
-static void qwen2_vl_quirks(const lm_config *c, blk_lm *lm)
-{
-    blk_lm_windows(c, c->use_sliding_window_set ? c->sliding_window : 0, lm);
-    lm->qkv_bias = true;
-}
+/* A generation's language model and tower. */
+typedef struct qvl_generation {
+    const char *name; /* in messages: "Qwen2-VL" */
+    blk_family text;
+    qvl_tower tower;
+} qvl_generation;
 
-static const blk_family QWEN2_VL_TEXT = {
-    .model_type = "qwen2_vl", .prefix = "Qwen2VL", .base_model = "TextModel",
-    .quirks = qwen2_vl_quirks, .mrope = true,
+static const qvl_generation QWEN2_VL = {
+    "Qwen2-VL",
+    {.model_type = "qwen2_vl", .prefix = "Qwen2VL", .base_model = "TextModel",
+     .quirks = qwen2_quirks, .mrope = true},
+    QVL_TOWER_QWEN2_VL,
+};
+
+static const qvl_generation QWEN2_5_VL = {
+    "Qwen2.5-VL",
+    {.model_type = "qwen2_5_vl", .prefix = "Qwen2_5_VL", .base_model = "TextModel",
+     .quirks = qwen2_quirks, .mrope = true},
+    QVL_TOWER_QWEN2_5_VL,
 };
 
 static void qvl_free(void *hparams)
@@ -57,7 +69,8 @@ static void qvl_free(void *hparams)
     free(p);
 }
 
-static ferry_status qvl_read(const model_config *cfg, void **out, fy_err *err)
+static ferry_status qvl_read(const qvl_generation *gen, const model_config *cfg, void **out,
+                             fy_err *err)
 {
     *out = NULL;
     qvl *p = calloc(1, sizeof *p);
@@ -70,16 +83,16 @@ static ferry_status qvl_read(const model_config *cfg, void **out, fy_err *err)
     if (paren)
         *paren = '\0';
     void *text = NULL;
-    if (qvl_vision_read(cfg->raw, p->origin, &p->vision, err) != FERRY_OK ||
-        blk_lm_read(cfg, &QWEN2_VL_TEXT, &text, err) != FERRY_OK) {
+    if (qvl_vision_read(cfg->raw, p->origin, gen->tower, &p->vision, err) != FERRY_OK ||
+        blk_lm_read(cfg, &gen->text, &text, err) != FERRY_OK) {
         qvl_free(p);
         return err->status;
     }
     p->text = text;
     if (p->text->rope[0].rope.layout != ROPE_MROPE) {
-        fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: Qwen2-VL's language model rotates by three "
+        fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s's language model rotates by three "
                 "position rows: its rope parameters need type 'default' (or 'mrope') with an "
-                "'mrope_section' (they have type '%s'%s)", cfg->text_origin,
+                "'mrope_section' (they have type '%s'%s)", cfg->text_origin, gen->name,
                 p->text->rope[0].rope.type_name[0] ? p->text->rope[0].rope.type_name : "default",
                 p->text->rope[0].rope.type == ROPE_DEFAULT ? " and no mrope_section" : "");
         qvl_free(p);
@@ -94,8 +107,9 @@ static ferry_status qvl_read(const model_config *cfg, void **out, fy_err *err)
     }
     p->text->tie_embeddings = tie;
     if (p->vision.out_hidden != p->text->hidden) {
-        fy_fail(err, FERRY_ERR_FORMAT, "%s: vision_config.hidden_size %lld (the image features' "
+        fy_fail(err, FERRY_ERR_FORMAT, "%s: vision_config.%s %lld (the image features' "
                 "width) differs from the language model's hidden_size %lld", p->origin,
+                gen->tower == QVL_TOWER_QWEN2_5_VL ? "out_hidden_size" : "hidden_size",
                 (long long)p->vision.out_hidden, (long long)p->text->hidden);
         qvl_free(p);
         return err->status;
@@ -104,9 +118,20 @@ static ferry_status qvl_read(const model_config *cfg, void **out, fy_err *err)
     return FERRY_OK;
 }
 
-/* How its checkpoints name the tower and the language model: the hub's files and transformers
- * 5's save_pretrained write "visual.", "model.layers." and "lm_head."; transformers 4.52-4.57
- * wrote "model.visual." and "model.language_model.". Read under the first's names. */
+static ferry_status qwen2_vl_read(const model_config *cfg, void **out, fy_err *err)
+{
+    return qvl_read(&QWEN2_VL, cfg, out, err);
+}
+
+static ferry_status qwen2_5_vl_read(const model_config *cfg, void **out, fy_err *err)
+{
+    return qvl_read(&QWEN2_5_VL, cfg, out, err);
+}
+
+/* How their checkpoints name the tower and the language model: the hub's files and
+ * transformers 5's save_pretrained write "visual.", "model.layers." and "lm_head.";
+ * transformers 4.52-4.57 wrote "model.visual." and "model.language_model.". Read under the
+ * first's names. */
 static const ckpt_layout QVL_LAYOUTS[] = {
     {.rules = {{.from = "visual.", .to = "visual."}, {.from = "model.", .to = "model."},
                {.from = "lm_head.", .to = "lm_head."}}},
@@ -193,11 +218,15 @@ static const model_input QVL_INPUTS[] = {
     {"image_grid_thw", 1, {"images"}},
 };
 
-const model_arch model_qwen2_vl = {
-    .architecture = "Qwen2VLForConditionalGeneration", .model_type = "qwen2_vl",
-    .kind = MODEL_CAUSAL_LM, .output_class = OUTPUT_LOGITS, .read = qvl_read,
-    .free_hparams = qvl_free, .bind = qvl_bind, .plan = qvl_plan, .build = qvl_build,
-    .inputs = QVL_INPUTS, .n_inputs = sizeof QVL_INPUTS / sizeof QVL_INPUTS[0],
-    .axes = qvl_axes, .n_axes = QVL_N_AXES, .generation = true, .layouts = QVL_LAYOUTS,
-    .n_layouts = sizeof QVL_LAYOUTS / sizeof QVL_LAYOUTS[0],
-};
+#define QVL_ARCH(arch_name, type, reader)                                                   \
+    {.architecture = arch_name, .model_type = type, .kind = MODEL_CAUSAL_LM,                   \
+     .output_class = OUTPUT_LOGITS, .read = reader, .free_hparams = qvl_free,                  \
+     .bind = qvl_bind, .plan = qvl_plan, .build = qvl_build, .inputs = QVL_INPUTS,             \
+     .n_inputs = sizeof QVL_INPUTS / sizeof QVL_INPUTS[0], .axes = qvl_axes,                   \
+     .n_axes = QVL_N_AXES, .generation = true, .layouts = QVL_LAYOUTS,                         \
+     .n_layouts = sizeof QVL_LAYOUTS / sizeof QVL_LAYOUTS[0]}
+
+const model_arch model_qwen2_vl =
+    QVL_ARCH("Qwen2VLForConditionalGeneration", "qwen2_vl", qwen2_vl_read);
+const model_arch model_qwen2_5_vl =
+    QVL_ARCH("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", qwen2_5_vl_read);

@@ -1,5 +1,6 @@
-/* qwen2_vl_vision.c — Qwen2-VL's vision tower as the image_encoder component, as
- * Qwen2VisionTransformerPretrainedModel computes it:
+/* qwen2_vl_vision.c — Qwen2-VL's and Qwen2.5-VL's vision tower as the image_encoder
+ * component, as Qwen2VisionTransformerPretrainedModel and Qwen2_5_VisionTransformerPretrainedModel
+ * compute it:
  *
  *   patch_embed   pixel_values [patches, C*T*p*p] (the image processor's rows, merge-block
  *                 order) through the Conv3d whose kernel is the whole patch: a linear by its
@@ -7,13 +8,20 @@
  *   positions     each patch's (h, w) in its image, computed in the graph from image_grid_thw
  *                 (get_vision_position_ids: rows of merge x merge blocks, raster order within
  *                 a block), and which image and frame it belongs to
- *   blocks        pre-norm: x += proj(attention(LayerNorm(x))), x += fc2(act(fc1(LayerNorm(x))));
- *                 attention is bidirectional within one frame of one image (cu_seqlens) and
- *                 rotates q and k by the 2-D rotary (h angles, then w angles)
- *   merger        LayerNorm, merge^2 consecutive rows as one, Linear, GELU, Linear
+ *   blocks        pre-norm: x += proj(attention(norm1(x))), x += mlp(norm2(x)); attention is
+ *                 bidirectional within one frame of one image (cu_seqlens) and rotates q and k
+ *                 by the 2-D rotary (h angles, then w angles). Qwen2-VL: LayerNorms and
+ *                 fc2(quick_gelu(fc1(x))). Qwen2.5-VL: RMSNorms, down(silu(gate(x)) * up(x)),
+ *                 and attention within a window of window x window merged blocks (cu_window_
+ *                 seqlens) except on the fullatt_block_indexes layers
+ *   merger        norm, merge^2 consecutive rows as one, Linear, GELU, Linear
  *
- * The positions and the frame mask come from image_grid_thw in the graph, so one export takes
- * any number of images of any size; the caller passes what the image processor returns. */
+ * The positions and the masks come from image_grid_thw in the graph, so one export takes any
+ * number of images of any size; the caller passes what the image processor returns.
+ * transformers permutes Qwen2.5-VL's patches into window order so that each window is one
+ * contiguous segment; a window mask over the patches in their own order computes the same
+ * attention, and only the last hidden state, which transformers returns in window order, is
+ * permuted to match. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,13 +32,14 @@
 #include "util/text.h"
 
 #define MODELING "transformers.models.qwen2_vl.modeling_qwen2_vl."
+#define MODELING_2_5 "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl."
 #define LAYER_NORM_CLASS "torch.nn.modules.normalization.LayerNorm"
 #define QUICK_GELU_CLASS "transformers.activations.QuickGELUActivation"
+#define SILU_CLASS "torch.nn.modules.activation.SiLU"
 
 /* where the tower's tensors are, under the family's checkpoint layout (qwen2_vl.c) */
 #define VISION_PREFIX "visual."
 
-#define MAX_DEPTH 1024
 #define MAX_WIDTH (1 << 20)
 #define MAX_PATCH 4096
 
@@ -38,90 +47,176 @@ const model_axis qvl_axes[QVL_N_AXES] = {
     {"batch", 1}, {"sequence", 8}, {"patches", 16}, {"images", 1},
 };
 
-ferry_status qvl_vision_read(const cJSON *root, const char *origin, qvl_vision *v, fy_err *err)
+/* fullatt_block_indexes: the layers of a Qwen2.5-VL tower that attend over the whole frame */
+static ferry_status read_full_attention(const cJSON *vc, const char *origin, qvl_vision *v,
+                                        fy_err *err)
+{
+    const cJSON *list, *item;
+    if (json_get_member(vc, "fullatt_block_indexes", false, origin, &list, err) != FERRY_OK)
+        return err->status;
+    if (!list) { /* Qwen2_5_VLVisionConfig's default */
+        static const int64_t dflt[] = {7, 15, 23, 31};
+        for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++)
+            if (dflt[i] < v->depth)
+                v->full_attention[dflt[i]] = true;
+        return FERRY_OK;
+    }
+    if (!cJSON_IsArray(list))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: vision_config.fullatt_block_indexes must be "
+                       "a list of layer indexes", origin);
+    int i = 0;
+    cJSON_ArrayForEach(item, list) {
+        uint64_t layer = 0;
+        if (!json_number_to_u64(item, &layer) || layer >= (uint64_t)v->depth)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: vision_config.fullatt_block_indexes "
+                           "entry %d must be a layer index in [0, %lld)", origin, i,
+                           (long long)v->depth);
+        v->full_attention[layer] = true;
+        i++;
+    }
+    return FERRY_OK;
+}
+
+ferry_status qvl_vision_read(const cJSON *root, const char *origin, qvl_tower tower,
+                             qvl_vision *v, fy_err *err)
 {
     const cJSON *vc;
     memset(v, 0, sizeof *v);
+    v->tower = tower;
     v->origin = origin;
     if (json_get_member(root, "vision_config", true, origin, &vc, err) != FERRY_OK)
         return err->status;
     if (!cJSON_IsObject(vc))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'vision_config' must be an object",
                        origin);
-    double mlp_ratio;
+    bool v2_5 = tower == QVL_TOWER_QWEN2_5_VL;
+    double mlp_ratio = 4.0;
+    int64_t window_size = 0;
     char act[32];
     const cJSON *rope;
-    if (json_get_int(vc, "depth", false, 32, 1, MAX_DEPTH, origin, &v->depth, err) ||
-        json_get_int(vc, "embed_dim", false, 1280, 1, MAX_WIDTH, origin, &v->embed_dim, err) ||
-        json_get_int(vc, "hidden_size", false, 3584, 1, MAX_WIDTH, origin, &v->out_hidden,
-                     err) ||
+    /* Qwen2-VL names the tower's width embed_dim and its output hidden_size; Qwen2.5-VL names
+     * them hidden_size and out_hidden_size, and gives its MLP's width */
+    if (json_get_int(vc, "depth", false, 32, 1, QVL_MAX_DEPTH, origin, &v->depth, err) ||
+        json_get_int(vc, v2_5 ? "hidden_size" : "embed_dim", false, v2_5 ? 3584 : 1280, 1,
+                     MAX_WIDTH, origin, &v->embed_dim, err) ||
+        json_get_int(vc, v2_5 ? "out_hidden_size" : "hidden_size", false, 3584, 1, MAX_WIDTH,
+                     origin, &v->out_hidden, err) ||
         json_get_int(vc, "num_heads", false, 16, 1, MAX_WIDTH, origin, &v->num_heads, err) ||
-        json_get_double(vc, "mlp_ratio", false, 4.0, 1e-3, 1e3, origin, &mlp_ratio, err) ||
+        (v2_5 ? json_get_int(vc, "intermediate_size", false, 3420, 1, MAX_WIDTH, origin,
+                             &v->mlp_hidden, err)
+              : json_get_double(vc, "mlp_ratio", false, 4.0, 1e-3, 1e3, origin, &mlp_ratio,
+                                err)) ||
         json_get_int(vc, "in_channels", false, 3, 1, 64, origin, &v->in_channels, err) ||
         json_get_int(vc, "patch_size", false, 14, 1, MAX_PATCH, origin, &v->patch_size, err) ||
         json_get_int(vc, "temporal_patch_size", false, 2, 1, 64, origin,
                      &v->temporal_patch_size, err) ||
         json_get_int(vc, "spatial_merge_size", false, 2, 1, 64, origin, &v->merge, err) ||
-        json_get_string(vc, "hidden_act", false, "quick_gelu", origin, act, sizeof act, err) ||
+        json_get_string(vc, "hidden_act", false, v2_5 ? "silu" : "quick_gelu", origin, act,
+                        sizeof act, err) ||
+        (v2_5 && json_get_int(vc, "window_size", false, 112, 1, MAX_WIDTH, origin,
+                              &window_size, err)) ||
         json_get_member(vc, "rope_parameters", false, origin, &rope, err))
         return err->status;
-    if (strcmp(act, "quick_gelu") != 0) {
+    const char *want_act = v2_5 ? "silu" : "quick_gelu";
+    if (strcmp(act, want_act) != 0) {
         char q[64];
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: vision_config.hidden_act '%s' is not "
-                       "supported (supported: quick_gelu)", origin, text_quote(act, q, sizeof q));
+                       "supported (supported: %s)", origin, text_quote(act, q, sizeof q),
+                       want_act);
     }
     v->theta = 10000.0;
     if (rope && json_get_double(rope, "rope_theta", false, 10000.0, 1e-6, 1e30, origin,
                                 &v->theta, err) != FERRY_OK)
         return err->status;
     if (v->embed_dim % v->num_heads != 0 || (v->embed_dim / v->num_heads) % 4 != 0)
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s: vision_config.embed_dim %lld must split into "
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s: vision_config.%s %lld must split into "
                        "num_heads %lld heads of a width divisible by 4 (the 2-D rotary's h and "
-                       "w halves)", origin, (long long)v->embed_dim, (long long)v->num_heads);
+                       "w halves)", origin, v2_5 ? "hidden_size" : "embed_dim",
+                       (long long)v->embed_dim, (long long)v->num_heads);
     v->head_dim = v->embed_dim / v->num_heads;
-    /* transformers: int(embed_dim * mlp_ratio) */
-    v->mlp_hidden = (int64_t)((double)v->embed_dim * mlp_ratio);
+    if (!v2_5) /* transformers: int(embed_dim * mlp_ratio) */
+        v->mlp_hidden = (int64_t)((double)v->embed_dim * mlp_ratio);
     if (v->mlp_hidden < 1 || v->mlp_hidden > MAX_WIDTH)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: vision_config.mlp_ratio %g gives an MLP of "
                        "width %lld", origin, mlp_ratio, (long long)v->mlp_hidden);
+    if (v2_5) {
+        /* get_vision_window_index: window_size // spatial_merge_size // patch_size */
+        v->window = window_size / v->merge / v->patch_size;
+        if (v->window < 1)
+            return fy_fail(err, FERRY_ERR_FORMAT, "%s: vision_config.window_size %lld is less "
+                           "than one merged block (spatial_merge_size %lld x patch_size %lld "
+                           "pixels)", origin, (long long)window_size, (long long)v->merge,
+                           (long long)v->patch_size);
+        if (read_full_attention(vc, origin, v, err) != FERRY_OK)
+            return err->status;
+    }
     v->patch_dim = v->in_channels * v->temporal_patch_size * v->patch_size * v->patch_size;
     v->eps = 1e-6;
     return FERRY_OK;
 }
 
+typedef struct module_decl {
+    const char *cls, *scope;
+    g_op leaf;
+    bool list_item;
+} module_decl;
+
+static const module_decl QWEN2_BLOCK[] = {
+    {MODELING "Qwen2VLVisionBlock", "", G_OP_COUNT, true},
+    {LAYER_NORM_CLASS, "/norm1", G_LAYER_NORM, false},
+    {LAYER_NORM_CLASS, "/norm2", G_LAYER_NORM, false},
+    {MODELING "VisionAttention", "/attn", G_OP_COUNT, false},
+    {BLK_LINEAR_CLASS, "/attn/qkv", G_LINEAR, false},
+    {BLK_LINEAR_CLASS, "/attn/proj", G_LINEAR, false},
+    {MODELING "VisionMlp", "/mlp", G_OP_COUNT, false},
+    {BLK_LINEAR_CLASS, "/mlp/fc1", G_LINEAR, false},
+    {QUICK_GELU_CLASS, "/mlp/act", G_OP_COUNT, false},
+    {BLK_LINEAR_CLASS, "/mlp/fc2", G_LINEAR, false},
+};
+
+static const module_decl QWEN2_5_BLOCK[] = {
+    {MODELING_2_5 "Qwen2_5_VLVisionBlock", "", G_OP_COUNT, true},
+    {MODELING_2_5 "Qwen2_5_VLRMSNorm", "/norm1", G_RMS_NORM, false},
+    {MODELING_2_5 "Qwen2_5_VLRMSNorm", "/norm2", G_RMS_NORM, false},
+    {MODELING_2_5 "Qwen2_5_VLVisionAttention", "/attn", G_OP_COUNT, false},
+    {BLK_LINEAR_CLASS, "/attn/qkv", G_LINEAR, false},
+    {BLK_LINEAR_CLASS, "/attn/proj", G_LINEAR, false},
+    {MODELING_2_5 "Qwen2_5_VLMLP", "/mlp", G_OP_COUNT, false},
+    {BLK_LINEAR_CLASS, "/mlp/gate_proj", G_LINEAR, false},
+    {BLK_LINEAR_CLASS, "/mlp/up_proj", G_LINEAR, false},
+    {BLK_LINEAR_CLASS, "/mlp/down_proj", G_LINEAR, false},
+    {SILU_CLASS, "/mlp/act_fn", G_SILU, false},
+};
+
 /* The tower's modules at the scopes its nodes are named under (the component's root is the
  * tower itself). */
 static void declare_modules(g_graph *g, const qvl_vision *v)
 {
-    g_module_add(g, MODELING "Qwen2VisionTransformerPretrainedModel", G_OP_COUNT, false,
-                 GM_ROLE_NONE, "%s", "");
-    g_module_add(g, MODELING "PatchEmbed", G_OP_COUNT, false, GM_ROLE_NONE, "/patch_embed");
+    bool v2_5 = v->tower == QVL_TOWER_QWEN2_5_VL;
+    g_module_add(g, v2_5 ? MODELING_2_5 "Qwen2_5_VisionTransformerPretrainedModel"
+                         : MODELING "Qwen2VisionTransformerPretrainedModel",
+                 G_OP_COUNT, false, GM_ROLE_NONE, "%s", "");
+    g_module_add(g, v2_5 ? MODELING_2_5 "Qwen2_5_VisionPatchEmbed" : MODELING "PatchEmbed",
+                 G_OP_COUNT, false, GM_ROLE_NONE, "/patch_embed");
     g_module_add(g, "torch.nn.modules.conv.Conv3d", G_LINEAR, false, GM_ROLE_PATCH_EMBED,
                  "/patch_embed/proj");
-    g_module_add(g, MODELING "VisionRotaryEmbedding", G_OP_COUNT, false, GM_ROLE_NONE,
-                 "/rotary_pos_emb");
-    static const struct {
-        const char *cls, *scope;
-        g_op leaf;
-        bool list_item;
-    } BLOCK[] = {
-        {MODELING "Qwen2VLVisionBlock", "", G_OP_COUNT, true},
-        {LAYER_NORM_CLASS, "/norm1", G_LAYER_NORM, false},
-        {LAYER_NORM_CLASS, "/norm2", G_LAYER_NORM, false},
-        {MODELING "VisionAttention", "/attn", G_OP_COUNT, false},
-        {BLK_LINEAR_CLASS, "/attn/qkv", G_LINEAR, false},
-        {BLK_LINEAR_CLASS, "/attn/proj", G_LINEAR, false},
-        {MODELING "VisionMlp", "/mlp", G_OP_COUNT, false},
-        {BLK_LINEAR_CLASS, "/mlp/fc1", G_LINEAR, false},
-        {QUICK_GELU_CLASS, "/mlp/act", G_OP_COUNT, false},
-        {BLK_LINEAR_CLASS, "/mlp/fc2", G_LINEAR, false},
-    };
+    g_module_add(g, v2_5 ? MODELING_2_5 "Qwen2_5_VLVisionRotaryEmbedding"
+                         : MODELING "VisionRotaryEmbedding",
+                 G_OP_COUNT, false, GM_ROLE_NONE, "/rotary_pos_emb");
+    const module_decl *block = v2_5 ? QWEN2_5_BLOCK : QWEN2_BLOCK;
+    size_t n = v2_5 ? sizeof QWEN2_5_BLOCK / sizeof QWEN2_5_BLOCK[0]
+                    : sizeof QWEN2_BLOCK / sizeof QWEN2_BLOCK[0];
     for (int l = 0; l < (int)v->depth; l++)
-        for (size_t i = 0; i < sizeof BLOCK / sizeof BLOCK[0]; i++)
-            g_module_add(g, BLOCK[i].cls, BLOCK[i].leaf, BLOCK[i].list_item, GM_ROLE_NONE,
-                         "/blocks.%d%s", l, BLOCK[i].scope);
-    g_module_add(g, MODELING "PatchMerger", G_OP_COUNT, false, GM_ROLE_NONE, "/merger");
-    g_module_add(g, LAYER_NORM_CLASS, G_LAYER_NORM, false, GM_ROLE_NONE, "/merger/ln_q");
+        for (size_t i = 0; i < n; i++)
+            g_module_add(g, block[i].cls, block[i].leaf, block[i].list_item, GM_ROLE_NONE,
+                         "/blocks.%d%s", l, block[i].scope);
+    g_module_add(g, v2_5 ? MODELING_2_5 "Qwen2_5_VLPatchMerger" : MODELING "PatchMerger",
+                 G_OP_COUNT, false, GM_ROLE_NONE, "/merger");
+    if (v2_5)
+        g_module_add(g, MODELING_2_5 "Qwen2_5_VLRMSNorm", G_RMS_NORM, false, GM_ROLE_NONE,
+                     "/merger/ln_q");
+    else
+        g_module_add(g, LAYER_NORM_CLASS, G_LAYER_NORM, false, GM_ROLE_NONE, "/merger/ln_q");
     g_module_add(g, "torch.nn.modules.container.Sequential", G_OP_COUNT, false, GM_ROLE_NONE,
                  "/merger/mlp");
     g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, GM_ROLE_NONE, "/merger/mlp/0");
@@ -139,17 +234,95 @@ static int grid_column(g_graph *g, const char *name, int grid, int64_t k)
 /* a - (a / b) * b for non-negative a and positive b */
 static int remainder_of(g_graph *g, const char *name, int a, int quotient, int b)
 {
-    char n[64];
+    char n[96];
     snprintf(n, sizeof n, "%s/Mul", name);
     return g_binary(g, G_SUB, name, a, g_binary(g, G_MUL, n, quotient, b));
 }
 
-/* What get_vision_position_ids and cu_seqlens say of each patch: its (h, w) as int64
- * [1, patches, 2] and the bool [1, 1, patches, patches] mask of the patches in the same frame
- * of the same image. `patches` is the pixel rows' count (a scalar). */
-static void patch_layout(g_graph *g, const qvl_vision *v, int grid, int patches, g_dim n_patches,
-                         int *positions, int *mask)
+/* Where each patch is, computed from image_grid_thw in the graph. */
+typedef struct patch_layout {
+    int positions;    /* int64 [1, patches, 2]: its (h, w) (get_vision_position_ids) */
+    int frame_mask;   /* bool [1, 1, patches, patches]: same frame of the same image
+                         (cu_seqlens) */
+    int window_mask;  /* Qwen2.5-VL: ... and the same window (cu_window_seqlens) */
+    int window_order; /* Qwen2.5-VL: int64 [patches], the patch at each row of transformers'
+                         window order (window_index, over patches) */
+} patch_layout;
+
+/* i // d as a value, and i % d in *rest */
+static int divide(g_graph *g, const char *name, int i, int d, int *rest)
 {
+    char n[48];
+    int q = g_binary(g, G_DIV, name, i, d);
+    snprintf(n, sizeof n, "%s_rest", name);
+    *rest = remainder_of(g, n, i, q, d);
+    return q;
+}
+
+/* The row of each patch in transformers' window order (get_vision_window_index): images in
+ * turn, frames in turn, windows in raster order, merged blocks in raster order within a
+ * window (the windows at the right and bottom edges may be narrower), the merge^2 patches of
+ * a block in their own order. Returns [patches] destinations; `blocks_before` is the merged
+ * blocks of the images before each patch's; `at` where its block is among the windows. */
+typedef struct window_place {
+    int row, col; /* the window's, in windows */
+    int r, c;     /* the block's within its window, in blocks */
+} window_place;
+
+static int window_destination(g_graph *g, const qvl_vision *v, int blocks_before, int frame,
+                              int block_rows, int block_cols, window_place at, int in_block)
+{
+    int ws = g_scalar_i64(g, v->window);
+    int window_row = at.row, window_col = at.col, r = at.r, c = at.c;
+    /* the window's extent: ws, or what is left at an edge */
+    int rows_in = g_binary(g, G_MIN, "window_rows", ws,
+                           g_binary(g, G_SUB, "rows_left", block_rows,
+                                    g_binary(g, G_MUL, "rows_before", window_row, ws)));
+    int cols_in = g_binary(g, G_MIN, "window_cols", ws,
+                           g_binary(g, G_SUB, "cols_left", block_cols,
+                                    g_binary(g, G_MUL, "cols_before", window_col, ws)));
+    int frame_blocks = g_binary(g, G_MUL, "frame_blocks", block_rows, block_cols);
+    /* blocks before this one: earlier images, frames, window rows (ws full block rows each),
+     * windows of this window row (ws columns of rows_in rows each), rows of this window */
+    int terms[] = {
+        blocks_before,
+        g_binary(g, G_MUL, "frames_before", frame, frame_blocks),
+        g_binary(g, G_MUL, "window_rows_before",
+                 g_binary(g, G_MUL, "window_row_blocks", window_row, ws), block_cols),
+        g_binary(g, G_MUL, "windows_before",
+                 g_binary(g, G_MUL, "window_col_blocks", window_col, ws), rows_in),
+        g_binary(g, G_MUL, "rows_in_window", r, cols_in),
+        c,
+    };
+    int block = terms[0];
+    for (size_t i = 1; i < sizeof terms / sizeof terms[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "window_block_%zu", i);
+        block = g_binary(g, G_ADD, name, block, terms[i]);
+    }
+    return g_binary(g, G_ADD, "window_patch",
+                    g_binary(g, G_MUL, "window_block_patches", block,
+                             g_scalar_i64(g, v->merge * v->merge)),
+                    in_block);
+}
+
+/* The pairwise mask [1, 1, n, n] of the patches whose `key` ([n]) values are equal. */
+static int same(g_graph *g, const char *name, int key)
+{
+    char col[64], row[64];
+    snprintf(col, sizeof col, "%s_col", name);
+    snprintf(row, sizeof row, "%s_row", name);
+    int64_t last = 1, first = 0;
+    return g_binary(g, G_EQUAL, name, g_unsqueeze(g, col, key, 1, &last),
+                    g_unsqueeze(g, row, key, 1, &first));
+}
+
+/* What get_vision_position_ids, cu_seqlens and (Qwen2.5-VL) the windows say of each patch.
+ * `patches` is the pixel rows' count (a scalar). */
+static patch_layout layout_patches(g_graph *g, const qvl_vision *v, int grid, int patches,
+                                   g_dim n_patches)
+{
+    patch_layout out = {G_NONE, G_NONE, G_NONE, G_NONE};
     g_scope(g, "/rotary_pos_emb");
     int one = g_scalar_i64(g, 1), m = g_scalar_i64(g, v->merge);
     int t = grid_column(g, "t", grid, 0), h = grid_column(g, "h", grid, 1),
@@ -171,39 +344,56 @@ static void patch_layout(g_graph *g, const qvl_vision *v, int grid, int patches,
                                                                  FERRY_F32),
                                 1, &last, false),
                        FERRY_I64);
-    int local = g_binary(g, G_SUB, "local", p, g_gather(g, "start", starts, image, 0));
-    int size = g_gather(g, "size", frame_size, image, 0);
-    int frame = g_binary(g, G_DIV, "frame", local, size);
-    int in_frame = remainder_of(g, "in_frame", local, frame, size);
+    int start = g_gather(g, "start", starts, image, 0);
+    int local = g_binary(g, G_SUB, "local", p, start);
+    int in_frame;
+    int frame = divide(g, "frame", local, g_gather(g, "size", frame_size, image, 0), &in_frame);
+    int block_rows = g_binary(g, G_DIV, "block_rows", g_gather(g, "height", h, image, 0), m);
     int block_cols = g_binary(g, G_DIV, "block_cols", g_gather(g, "width", w, image, 0), m);
-    int block_size = g_scalar_i64(g, v->merge * v->merge);
-    int block = g_binary(g, G_DIV, "block", in_frame, block_size);
-    int in_block = remainder_of(g, "in_block", in_frame, block, block_size);
-    int block_row = g_binary(g, G_DIV, "block_row", block, block_cols);
-    int block_col = remainder_of(g, "block_col", block, block_row, block_cols);
-    int row_in = g_binary(g, G_DIV, "row_in_block", in_block, m);
-    int col_in = remainder_of(g, "col_in_block", in_block, row_in, m);
+    int in_block, block_row, block_col, row_in, col_in;
+    int block = divide(g, "block", in_frame, g_scalar_i64(g, v->merge * v->merge), &in_block);
+    block_row = divide(g, "block_row", block, block_cols, &block_col);
+    row_in = divide(g, "row_in_block", in_block, m, &col_in);
     int hpos = g_binary(g, G_ADD, "hpos", g_binary(g, G_MUL, "hpos/Mul", block_row, m), row_in);
     int wpos = g_binary(g, G_ADD, "wpos", g_binary(g, G_MUL, "wpos/Mul", block_col, m), col_in);
     int pair[2] = {g_unsqueeze(g, "hpos_col", hpos, 1, &last),
                    g_unsqueeze(g, "wpos_col", wpos, 1, &last)};
-    *positions = g_unsqueeze(g, "position_ids", g_concat(g, "hw", 2, pair, 1), 1,
-                             (int64_t[]){0});
+    out.positions = g_unsqueeze(g, "position_ids", g_concat(g, "hw", 2, pair, 1), 1,
+                                (int64_t[]){0});
     g_scope(g, "%s", "");
     /* cu_seqlens: a segment is one frame (h * w patches) of one image */
-    int same_image = g_binary(g, G_EQUAL, "same_image",
-                              g_unsqueeze(g, "image_col", image, 1, &last),
-                              g_unsqueeze(g, "image_row", image, 1, (int64_t[]){0}));
-    int same_frame = g_binary(g, G_EQUAL, "same_frame",
-                              g_unsqueeze(g, "frame_col", frame, 1, &last),
-                              g_unsqueeze(g, "frame_row", frame, 1, (int64_t[]){0}));
-    *mask = g_unsqueeze(g, "attention_mask", g_binary(g, G_AND, "same_segment", same_image,
-                                                      same_frame),
-                        2, (int64_t[]){0, 1});
+    int segment = g_binary(g, G_AND, "same_segment", same(g, "same_image", image),
+                           same(g, "same_frame", frame));
+    out.frame_mask = g_unsqueeze(g, "attention_mask", segment, 2, (int64_t[]){0, 1});
+    if (v->tower != QVL_TOWER_QWEN2_5_VL)
+        return out;
+    g_scope(g, "/window");
+    int ws = g_scalar_i64(g, v->window);
+    window_place at;
+    at.row = divide(g, "window_row", block_row, ws, &at.r);
+    at.col = divide(g, "window_col", block_col, ws, &at.c);
+    int in_window = g_binary(g, G_AND, "same_window", same(g, "same_window_row", at.row),
+                             same(g, "same_window_col", at.col));
+    g_scope(g, "%s", "");
+    out.window_mask = g_unsqueeze(g, "window_attention_mask",
+                                  g_binary(g, G_AND, "same_window_segment", segment, in_window),
+                                  2, (int64_t[]){0, 1});
+    g_scope(g, "/window");
+    int blocks_before = g_binary(g, G_DIV, "blocks_before", start,
+                                 g_scalar_i64(g, v->merge * v->merge));
+    int dest = window_destination(g, v, blocks_before, frame, block_rows, block_cols, at,
+                                  in_block);
+    /* window_index over patches: the inverse of dest, order[dest[p]] = p */
+    out.window_order = g_scatter_elements(g, "window_index", p, dest, p, 0);
+    g_scope(g, "%s", "");
+    return out;
 }
 
+/* A block's weights; Qwen2.5-VL's norms have no bias (G_NONE) and its MLP is gated:
+ * fc1 = gate_proj, fc2 = down_proj, up = up_proj (G_NONE for Qwen2-VL). */
 typedef struct block_weights {
-    int norm1_w, norm1_b, norm2_w, norm2_b, qkv, qkv_b, proj, proj_b, fc1, fc1_b, fc2, fc2_b;
+    int norm1_w, norm1_b, norm2_w, norm2_b, qkv, qkv_b, proj, proj_b, fc1, fc1_b, fc2, fc2_b,
+        up, up_b;
 } block_weights;
 
 static ferry_status bind_block(g_graph *g, ckpt *ck, const qvl_vision *v, int l, ferry_dtype dt,
@@ -211,6 +401,8 @@ static ferry_status bind_block(g_graph *g, ckpt *ck, const qvl_vision *v, int l,
 {
     char fmt[96];
     int64_t e = v->embed_dim, ff = v->mlp_hidden;
+    bool v2_5 = v->tower == QVL_TOWER_QWEN2_5_VL;
+    w->norm1_b = w->norm2_b = w->up = w->up_b = G_NONE;
 #define W(slot, name, d0, d1)                                                                \
     do {                                                                                     \
         snprintf(fmt, sizeof fmt, VISION_PREFIX "blocks.%%d.%s", name);                     \
@@ -219,19 +411,61 @@ static ferry_status bind_block(g_graph *g, ckpt *ck, const qvl_vision *v, int l,
             return err->status;                                                              \
     } while (0)
     W(norm1_w, "norm1.weight", e, 0);
-    W(norm1_b, "norm1.bias", e, 0);
     W(norm2_w, "norm2.weight", e, 0);
-    W(norm2_b, "norm2.bias", e, 0);
     W(qkv, "attn.qkv.weight", 3 * e, e);
     W(qkv_b, "attn.qkv.bias", 3 * e, 0);
     W(proj, "attn.proj.weight", e, e);
     W(proj_b, "attn.proj.bias", e, 0);
-    W(fc1, "mlp.fc1.weight", ff, e);
-    W(fc1_b, "mlp.fc1.bias", ff, 0);
-    W(fc2, "mlp.fc2.weight", e, ff);
-    W(fc2_b, "mlp.fc2.bias", e, 0);
+    if (v2_5) {
+        W(fc1, "mlp.gate_proj.weight", ff, e);
+        W(fc1_b, "mlp.gate_proj.bias", ff, 0);
+        W(up, "mlp.up_proj.weight", ff, e);
+        W(up_b, "mlp.up_proj.bias", ff, 0);
+        W(fc2, "mlp.down_proj.weight", e, ff);
+        W(fc2_b, "mlp.down_proj.bias", e, 0);
+    } else {
+        W(norm1_b, "norm1.bias", e, 0);
+        W(norm2_b, "norm2.bias", e, 0);
+        W(fc1, "mlp.fc1.weight", ff, e);
+        W(fc1_b, "mlp.fc1.bias", ff, 0);
+        W(fc2, "mlp.fc2.weight", e, ff);
+        W(fc2_b, "mlp.fc2.bias", e, 0);
+    }
 #undef W
     return FERRY_OK;
+}
+
+/* Qwen2-VL's LayerNorm or Qwen2.5-VL's RMSNorm (computed in fp32, cast, then scaled) */
+static int norm(g_graph *g, const qvl_vision *v, const char *name, int x, int weight, int bias)
+{
+    if (v->tower == QVL_TOWER_QWEN2_5_VL)
+        return g_rms_norm(g, name, x, weight, v->eps, 0.0, false);
+    return g_layer_norm(g, name, x, weight, bias, v->eps);
+}
+
+/* ... of x + skip, the sum in *sum */
+static int skip_norm(g_graph *g, const qvl_vision *v, const char *name, int x, int skip,
+                     int weight, int bias, int *sum)
+{
+    if (v->tower == QVL_TOWER_QWEN2_5_VL)
+        return g_skip_rms_norm(g, name, x, skip, weight, v->eps, 0.0, false, sum);
+    return g_skip_layer_norm(g, name, x, skip, weight, bias, v->eps, sum);
+}
+
+/* The block's MLP, in the scope /blocks.N/mlp */
+static int mlp(g_graph *g, const qvl_vision *v, const block_weights *w, int y, ferry_dtype dt)
+{
+    if (v->tower == QVL_TOWER_QWEN2_5_VL) {
+        int gate = g_unary(g, G_SILU, "act_fn", g_linear(g, "gate_proj", y, w->fc1, w->fc1_b));
+        int up = g_linear(g, "up_proj", y, w->up, w->up_b);
+        return g_linear(g, "down_proj", g_binary(g, G_MUL, "Mul", gate, up), w->fc2, w->fc2_b);
+    }
+    int f = g_linear(g, "fc1", y, w->fc1, w->fc1_b);
+    /* quick_gelu: x * sigmoid(1.702 x) */
+    f = g_binary(g, G_MUL, "act/Mul_1", f,
+                 g_unary(g, G_SIGMOID, "act/Sigmoid",
+                         g_binary(g, G_MUL, "act/Mul", f, g_scalar_f(g, dt, 1.702))));
+    return g_linear(g, "fc2", f, w->fc2, w->fc2_b);
 }
 
 static int heads(g_graph *g, const char *name, int x, const qvl_vision *v)
@@ -282,8 +516,7 @@ ferry_status qvl_vision_build(const qvl_vision *v, ckpt *ck, const model_io *io,
 
     int patches = g_gather(g, "patches", g_shape_of(g, "pixel_shape", pixels, 0, 1),
                            g_scalar_i64(g, 0), 0);
-    int positions, mask;
-    patch_layout(g, v, grid, patches, n_patches, &positions, &mask);
+    patch_layout at = layout_patches(g, v, grid, patches, n_patches);
     g_scope(g, "/patch_embed");
     int x = g_unsqueeze(g, "batch", g_linear(g, "proj", pixels, patch_w, G_NONE), 1,
                         (int64_t[]){0});
@@ -298,38 +531,35 @@ ferry_status qvl_vision_build(const qvl_vision *v, ckpt *ck, const model_io *io,
     g_attn_opts ao = {.num_heads = v->num_heads, .num_kv_heads = v->num_heads,
                       .head_dim = v->head_dim, .scale = 1.0 / sqrt((double)v->head_dim),
                       .mask = G_MASK_GIVEN, .cache = G_CACHE_NONE};
+    bool windowed = v->tower == QVL_TOWER_QWEN2_5_VL;
     block_weights w;
     int h = x;
     for (int l = 0; l < (int)v->depth; l++) {
         if (bind_block(g, ck, v, l, dt, &w, err) != FERRY_OK)
             return err->status;
+        int mask = windowed && !v->full_attention[l] ? at.window_mask : at.frame_mask;
         g_scope(g, "/blocks.%d", l);
-        int y = g_layer_norm(g, "norm1", h, w.norm1_w, w.norm1_b, v->eps);
+        int y = norm(g, v, "norm1", h, w.norm1_w, w.norm1_b);
         g_scope(g, "/blocks.%d/attn", l);
         int qkv = g_linear(g, "qkv", y, w.qkv, w.qkv_b);
         int q = heads(g, "Reshape", g_slice(g, "Slice", qkv, 2, 0, e), v);
         int k = heads(g, "Reshape_1", g_slice(g, "Slice_1", qkv, 2, e, 2 * e), v);
         int val = heads(g, "Reshape_2", g_slice(g, "Slice_2", qkv, 2, 2 * e, 3 * e), v);
-        q = g_rope(g, "q_rope", q, positions, &rope);
-        k = g_rope(g, "k_rope", k, positions, &rope);
+        q = g_rope(g, "q_rope", q, at.positions, &rope);
+        k = g_rope(g, "k_rope", k, at.positions, &rope);
         int a = g_attention(g, "attention", q, k, val, mask, G_NONE, G_NONE, G_NONE, &ao, NULL,
                             NULL);
         a = g_linear(g, "proj", a, w.proj, w.proj_b);
         g_scope(g, "/blocks.%d", l);
-        y = g_skip_layer_norm(g, "norm2", a, h, w.norm2_w, w.norm2_b, v->eps, &h);
+        y = skip_norm(g, v, "norm2", a, h, w.norm2_w, w.norm2_b, &h);
         g_scope(g, "/blocks.%d/mlp", l);
-        int f = g_linear(g, "fc1", y, w.fc1, w.fc1_b);
-        /* quick_gelu: x * sigmoid(1.702 x) */
-        f = g_binary(g, G_MUL, "act/Mul_1", f,
-                     g_unary(g, G_SIGMOID, "act/Sigmoid",
-                             g_binary(g, G_MUL, "act/Mul", f, g_scalar_f(g, dt, 1.702))));
-        f = g_linear(g, "fc2", f, w.fc2, w.fc2_b);
+        int f = mlp(g, v, &w, y, dt);
         g_scope(g, "/blocks.%d", l);
         h = g_binary(g, G_ADD, "Add_1", h, f);
     }
 
     char name[96];
-    int ln_w, ln_b, m0, m0_b, m2, m2_b;
+    int ln_w, ln_b = G_NONE, m0, m0_b, m2, m2_b;
 #define W(slot, suffix, d0, d1)                                                              \
     do {                                                                                     \
         snprintf(name, sizeof name, VISION_PREFIX "merger.%s", suffix);                     \
@@ -338,7 +568,8 @@ ferry_status qvl_vision_build(const qvl_vision *v, ckpt *ck, const model_io *io,
             return err->status;                                                              \
     } while (0)
     W(ln_w, "ln_q.weight", e, 0);
-    W(ln_b, "ln_q.bias", e, 0);
+    if (!windowed)
+        W(ln_b, "ln_q.bias", e, 0);
     W(m0, "mlp.0.weight", e * group, e * group);
     W(m0_b, "mlp.0.bias", e * group, 0);
     W(m2, "mlp.2.weight", v->out_hidden, e * group);
@@ -346,8 +577,10 @@ ferry_status qvl_vision_build(const qvl_vision *v, ckpt *ck, const model_io *io,
 #undef W
     g_scope(g, "%s", "");
     int hidden = g_reshape_spec(g, "last_hidden_state/Reshape", h, 2, (int64_t[]){-1, e});
+    if (windowed)
+        hidden = g_gather(g, "last_hidden_state/window_order", hidden, at.window_order, 0);
     g_scope(g, "/merger");
-    int merged = g_reshape_spec(g, "view", g_layer_norm(g, "ln_q", h, ln_w, ln_b, v->eps), 2,
+    int merged = g_reshape_spec(g, "view", norm(g, v, "ln_q", h, ln_w, ln_b), 2,
                                 (int64_t[]){-1, e * group});
     merged = g_linear(g, "mlp/0", merged, m0, m0_b);
     merged = g_unary(g, G_GELU, "mlp/1", merged);
