@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._arrays import axis_refusal
 from ._lib import FerryError, _escape
 from .runtime import open_session
 
@@ -70,17 +71,37 @@ def rope_index(input_ids, attention_mask, token_types, grid, merge):
 
 
 class _Stage:
-    """One component's session: called with {input: array}, returns {output: array}."""
+    """One component's session: called with {input: array}, returns {output: array}, after
+    checking the feeds' shapes against what export.json says the graph takes."""
 
-    def __init__(self, directory, fmt, entry, device):
+    def __init__(self, directory, fmt, role, entry, device):
         meta = entry.get("metadata", {})
+        self.role = role
         self.declared = {i.get("name"): i for i in meta.get("inputs", []) if isinstance(i, dict)}
+        symbols = meta.get("symbols")
+        self.symbols = symbols if isinstance(symbols, dict) else {}
         self.session = open_session(str(Path(directory) / entry["file"]), fmt,
                                     meta.get("precision"), device, meta)
         self.outputs = [o.name for o in self.session.get_outputs()]
         self.inputs = [i.name for i in self.session.get_inputs()]
 
+    def check(self, shapes):
+        """Refuses inputs of `shapes` ({name: [extent or None (not known yet)]}) that the
+        graph's fixed dims or symbol ranges do not take, naming the first."""
+        for name, shape in shapes.items():
+            declared = self.declared.get(name, {}).get("shape")
+            if not isinstance(declared, list) or len(declared) != len(shape):
+                continue
+            for axis, (size, dim) in enumerate(zip(shape, declared)):
+                why = None if size is None else axis_refusal(size, dim, self.symbols)
+                if why:
+                    shown = [("?" if n is None else n) for n in shape]
+                    _fail(f"{self.role}: input {name} would be {shown}, but its axis {axis} "
+                          f"{why}: export with dynamic shapes (--dynamic, or a --dim range) "
+                          "that cover it")
+
     def __call__(self, feeds):
+        self.check({name: list(np.shape(value)) for name, value in feeds.items()})
         return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
 
 
@@ -96,7 +117,7 @@ class VisionLanguageRunners:
             _fail(f"this vision-language export has no {', '.join(missing)} component: "
                   "export it again with this ferry", status=4)
         fmt = manifest.get("format")
-        self.stages = {role: _Stage(directory, fmt, comps[roles[role]], device)
+        self.stages = {role: _Stage(directory, fmt, role, comps[roles[role]], device)
                        for role in ROLES}
         config = json.loads((Path(directory) / "config.json").read_text())
         text = config.get("text_config", config)
@@ -112,7 +133,8 @@ class VisionLanguageRunners:
         self._past = [n for n in self.stages["decode"].inputs if n.startswith("past_key_values")]
         self._images = {}
         self._cache = self._next = None
-        self._runners = {"prefill": _Call(self._prefill), "decode": _Call(self._decode)}
+        self._runners = {"prefill": _Call(self._prefill, self._check_prefill),
+                         "decode": _Call(self._decode, self._check_decode)}
 
     def set_images(self, pixel_values=None, image_grid_thw=None, mm_token_type_ids=None,
                    video_grid_thw=None, pixel_values_videos=None):
@@ -127,6 +149,9 @@ class VisionLanguageRunners:
         grid = _array(image_grid_thw, "image_grid_thw")
         if grid is not None:
             self._check_grid(pixels, grid)
+            for t, h, w in grid.astype(np.int64).tolist():  # the encoder takes one a call
+                self.stages["image_encoder"].check({"pixel_values": [t * h * w, pixels.shape[1]],
+                                                    "image_grid_thw": [1, 3]})
             pixels = pixels.astype(self.pixel_dtype)  # the export's precision (fp16: float16)
             grid = grid.astype(np.int64)
         types = _array(mm_token_type_ids, "mm_token_type_ids")
@@ -162,6 +187,19 @@ class VisionLanguageRunners:
 
     def reset(self, batch):
         self._cache = self._next = None
+
+    def _check_prefill(self, batch, query, past):
+        self.stages["embed_tokens"].check({"input_ids": [batch, query]})
+        self.stages["language_model"].check({
+            "inputs_embeds": [batch, query, None], "attention_mask": [batch, query],
+            "position_ids": [4, batch, query]})
+        self.stages["lm_head"].check({"input": [batch, 1, None]})
+
+    def _check_decode(self, batch, query, past):
+        self.stages["decode"].check({
+            "input_ids": [batch, query], "attention_mask": [batch, past + query],
+            "position_ids": [4, batch, query],
+            **{name: [batch, None, past, None] for name in self._past}})
 
     def __getitem__(self, role):
         return self._runners[role]
@@ -223,17 +261,15 @@ class VisionLanguageRunners:
 
 
 class _Call:
-    """A stage generate() calls: runner(ids, mask) -> logits, with the shape check it makes
-    first (the graphs' axes are dynamic: nothing to refuse ahead)."""
+    """A stage generate() calls: runner(ids, mask) -> logits, and the shape check it makes of
+    the whole generation before the first call."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, check):
         self._fn = fn
+        self.check_shapes = check
 
     def __call__(self, ids, mask):
         return self._fn(np.ascontiguousarray(ids, np.int64), np.ascontiguousarray(mask, np.int64))
-
-    def check_shapes(self, batch, query, past):
-        return None
 
 
 def _array(value, name):

@@ -124,6 +124,15 @@ const char *tf_unsupported(const struct ferry_exported *e)
         const be_component *c = &e->lowered[i];
         const g_graph *g = c->graph;
         char sidecar[160];
+        /* its generate() calls the model's own get_image_features before the first forward,
+         * and its export_for_generation writes no component for it */
+        if (c->role && strcmp(c->role, "image_encoder") == 0) {
+            snprintf(why, sizeof why, "component '%s': transformers' generate() over an export "
+                     "encodes images with the torch model's vision tower, and its runners "
+                     "have no image encoder to call; ferry's generate() runs this one",
+                     c->name);
+            return why;
+        }
         for (size_t k = 0; k < g->n_inputs; k++) {
             const g_value *v = &g->values[g->inputs[k]];
             bool fed = is_call_input(v) ||

@@ -147,10 +147,24 @@ static ferry_status qvl_bind(void *hparams, const ckpt *ck, char *warning, size_
     return blk_lm_bind(p->text, ck, warning, size, err);
 }
 
+/* The patches an export is traced at (a static one runs only there): whole merged blocks,
+ * which is what the image processor gives. */
+static ferry_status check_traced_patches(const qvl *p, const model_plan_request *rq,
+                                         fy_err *err)
+{
+    int64_t patches = 0, group = p->vision.merge * p->vision.merge;
+    if (!g_dim_example(model_plan_axis(rq, "patches"), &rq->syms[0], &patches) ||
+        patches % group == 0)
+        return FERRY_OK;
+    return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape for 'pixel_values': %lld patches "
+                   "is not a whole number of merged blocks (spatial_merge_size^2 = %lld): the "
+                   "image processor gives t * h * w patches with h and w multiples of %lld",
+                   (long long)patches, (long long)group, (long long)p->vision.merge);
+}
+
 static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, model_plan *out,
                              fy_err *err)
 {
-    (void)hparams;
     const char *arch = rq->arch->architecture;
     if (!rq->gen)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: export it for generation "
@@ -163,6 +177,8 @@ static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, 
     if (rq->gen->static_cache)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: a static cache is not written for "
                        "vision-language models yet; export it with the dynamic cache", arch);
+    if (check_traced_patches(hparams, rq, err) != FERRY_OK)
+        return err->status;
     unsigned grows = 1u << GS_PAIR | 1u << GS_VARIABLE;
     if (!(rq->state_forms & grows))
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s generation exports write their "

@@ -373,6 +373,15 @@ def test_the_processor_comes_with_the_export(export):
     assert (export[1] / "preprocessor_config.json").is_file()
 
 
+def test_export_json_says_why_transformers_cannot_run_it(export):
+    """transformers' runners have no image encoder to call: export.json (and inspect) say so,
+    not that the cache is named otherwise."""
+    import json
+
+    why = json.loads((export[1] / "export.json").read_text())["transformers"]["unsupported"]
+    assert "no image encoder to call" in why and "cache" not in why, why
+
+
 def test_transformers_4_52_layout(ckpt, tmp_path):
     """transformers 4.52-4.57 saved the tower under model.visual. and the language model under
     model.language_model.: the same model, exported to the same bytes."""
@@ -392,3 +401,41 @@ def test_transformers_4_52_layout(ckpt, tmp_path):
     a = ferry_export(ckpt, tmp_path / "a", *flags)
     b = ferry_export(moved, tmp_path / "b", *flags)
     assert (a / "model.onnx.data").read_bytes() == (b / "model.onnx.data").read_bytes()
+
+
+def test_images_and_prompts_past_the_exports_bounds_are_refused(ckpt, tmp_path):
+    """An image with more patches than the export's --dim range, any image of another size
+    than a static export's, a prompt longer than its, and a traced patch count no image
+    gives: one line each, before anything runs."""
+    from ferry import ExportedModel, FerryError
+
+    bounded = ferry_export(ckpt, tmp_path / "bounded", "--for-generation", "--dynamic",
+                           "--dim", "pixel_values:0=patches:4:64", "--quiet")
+    exported = ExportedModel.from_pretrained(bounded)
+    ids, mask, mm, enc = inputs("two images")  # 24 patches each
+    assert exported.generate(ids, mask, mm_token_type_ids=mm, **enc,
+                             max_new_tokens=2).shape[1] == ids.shape[1] + 2
+    big = images([(168, 168)])  # 144 patches
+    ids, mask, mm = batch([prompt(big["image_grid_thw"])])
+    with pytest.raises(FerryError, match=r"image_encoder: input pixel_values would be "
+                                         r"\[144, 1176\], but its axis 0 \(patches\) takes 4 "
+                                         "to 64"):
+        exported.generate(ids, mask, mm_token_type_ids=mm, **big, max_new_tokens=2)
+
+    static = ExportedModel.from_pretrained(
+        ferry_export(ckpt, tmp_path / "static", "--for-generation", "--example-shape",
+                     "pixel_values=16", "--quiet"))
+    ids, mask, mm, enc = inputs("one image")
+    with pytest.raises(FerryError, match=r"pixel_values would be \[24, 1176\], but its axis 0 "
+                                         "is fixed at 16"):
+        static.generate(ids, mask, mm_token_type_ids=mm, **enc, max_new_tokens=2)
+    square = images([(56, 56)])  # the 16 patches it was traced at, in an 11-token prompt
+    ids, mask, mm = batch([prompt(square["image_grid_thw"])])
+    with pytest.raises(FerryError, match=r"embed_tokens: input input_ids would be \[1, 11\], "
+                                         "but its axis 1 is fixed at 8"):
+        static.generate(ids, mask, mm_token_type_ids=mm, **square, max_new_tokens=2)
+
+    rc, _, err = run_ferry("export", ckpt, tmp_path / "odd", "--for-generation", "--dynamic",
+                           "--example-shape", "pixel_values=18")
+    assert rc == 2 and "18 patches is not a whole number of merged blocks" in err, (rc, err)
+    assert not (tmp_path / "odd").exists()
