@@ -254,14 +254,14 @@ class ExportedModel:
         session and sharing one KV cache (ferry.runners)."""
         if self._runners is None:
             from .runners import Runners
-            from .vision_language import VisionLanguageRunners, is_vision_language
+            from .vision_language import is_vision_language, runners_class
 
             self._live("run it")
             manifest = self.manifest
             Runners.check_generation(manifest)
             directory = self._saved_directory()
             self._check_files()
-            made = VisionLanguageRunners if is_vision_language(manifest) else Runners
+            made = runners_class(manifest) if is_vision_language(manifest) else Runners
             self._runners = made(directory, manifest, self._device)
         return self._runners
 

@@ -438,12 +438,16 @@ class Runners(Mapping):
 
     @staticmethod
     def check_generation(manifest):
-        """Refuses an export that has no decode component to generate with."""
+        """Refuses an export that has no decode component to generate with (a
+        vision-language export's stateful language model decodes)."""
+        from .vision_language import is_vision_language
+
         comps = manifest.get("components", {})
         if is_transformers_manifest(manifest):
             _fail(TRANSFORMERS_GENERATION)
-        if "generation" not in manifest or \
-                not any(c.get("role") == "decode" for c in comps.values()):
+        if "generation" not in manifest or not (
+                any(c.get("role") == "decode" for c in comps.values()) or
+                is_vision_language(manifest)):
             listed = ", ".join(f"{_escape(n)} (role {_escape(c.get('role'))})"
                                for n, c in comps.items())
             _fail(f"this export has no generation components (its components: {listed}): "

@@ -402,6 +402,10 @@ class OpenVINOSession:
     def get_outputs(self):
         return [_Port(name) for name in self._outputs]
 
+    def infer_request(self):
+        """A request of its own (a stateful model's variables live in one)."""
+        return self._compiled.create_infer_request()
+
     def run(self, names, feeds):
         import numpy as np
 

@@ -1,5 +1,5 @@
-"""The generation pipeline of a vision-language export (Qwen2-VL, Qwen2.5-VL), behind the same "prefill" and
-"decode" calls generate() makes of a decoder's runners:
+"""The generation pipeline of a vision-language export (Qwen2-VL, Qwen2.5-VL), behind the same
+"prefill" and "decode" calls generate() makes of a decoder's runners:
 
   prefill   embed_tokens(input_ids); the image tokens' rows replaced, in order, by
             image_encoder(pixel_values, image_grid_thw)'s features; position_ids as transformers'
@@ -8,7 +8,12 @@
   decode    each row of the positions one further per token, the cache carried over
 
 The images are given to set_images() before generate() runs: what the model's processor
-returns (pixel_values, image_grid_thw, mm_token_type_ids)."""
+returns (pixel_values, image_grid_thw, mm_token_type_ids).
+
+OpenVINO's stateful export is laid out as openvino-genai's VLMPipeline loads it instead
+(GenaiVisionLanguageRunners): the tower is two graphs (the patch embedding; the blocks and the
+merger, given each patch's rotary angles and the attention masks, which this module computes as
+the pipeline does), the text embedding, and one stateful language model from inputs_embeds."""
 
 import json
 from pathlib import Path
@@ -20,6 +25,8 @@ from ._lib import FerryError, _escape
 from .runtime import open_session
 
 ROLES = ("image_encoder", "embed_tokens", "language_model", "lm_head", "decode")
+GENAI_ROLES = ("vision_embeddings_model", "vision_embeddings_merger_model",
+               "text_embeddings_model", "language_model")
 
 
 def _fail(message, status=1):
@@ -28,8 +35,54 @@ def _fail(message, status=1):
 
 def is_vision_language(manifest):
     """Whether an export's components are a vision-language pipeline's."""
-    return any(c.get("role") == "image_encoder"
+    return any(c.get("role") in ("image_encoder", "vision_embeddings_model")
                for c in manifest.get("components", {}).values())
+
+
+def runners_class(manifest):
+    """The runners of a vision-language export's layout."""
+    roles = {c.get("role") for c in manifest.get("components", {}).values()}
+    return (GenaiVisionLanguageRunners if "vision_embeddings_model" in roles
+            else VisionLanguageRunners)
+
+
+def patch_positions(t, h, w, merge):
+    """Each patch's (h, w) in an image of t x h x w patches, in the image processor's order
+    (merge x merge blocks in raster order, raster order within a block), every frame alike:
+    int64 [t*h*w, 2] (transformers' get_vision_position_ids)."""
+    hh, ww = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    blocks = (h // merge, merge, w // merge, merge)
+    hh = hh.reshape(blocks).transpose(0, 2, 1, 3).ravel()
+    ww = ww.reshape(blocks).transpose(0, 2, 1, 3).ravel()
+    return np.tile(np.stack([hh, ww], 1), (t, 1))
+
+
+def window_index(t, h, w, merge, window):
+    """Qwen2.5-VL's window order of an image's merge units and the windows' lengths in patches
+    (transformers' get_vision_window_index): frames in turn, windows of window x window units
+    in raster order (cut at the right and bottom edges), units in raster order within one."""
+    gh, gw = h // merge, w // merge
+    index = np.arange(t * gh * gw).reshape(t, gh, gw)
+    order, lengths = [], []
+    for f in range(t):
+        for r in range(0, gh, window):
+            for c in range(0, gw, window):
+                units = index[f, r:r + window, c:c + window].ravel()
+                order.append(units)
+                lengths.append(len(units) * merge * merge)
+    return np.concatenate(order).astype(np.int64), lengths
+
+
+def block_mask(lengths):
+    """The additive mask [1, n, n] of consecutive segments of `lengths`: 0 within a segment,
+    the lowest float elsewhere (as openvino-genai gives its vision merger)."""
+    n = int(sum(lengths))
+    mask = np.full((1, n, n), np.finfo(np.float32).min, np.float32)
+    at = 0
+    for size in lengths:
+        mask[0, at:at + size, at:at + size] = 0
+        at += size
+    return mask
 
 
 def rope_index(input_ids, attention_mask, token_types, grid, merge):
@@ -105,32 +158,56 @@ class _Stage:
         return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
 
 
+class _StatefulStage(_Stage):
+    """An OpenVINO stateful graph: one infer request, whose variables hold the cache from call
+    to call until reset()."""
+
+    def __init__(self, directory, fmt, role, entry, device):
+        super().__init__(directory, fmt, role, entry, device)
+        self.request = self.session.infer_request()
+
+    def reset(self):
+        self.request.reset_state()
+
+    def __call__(self, feeds):
+        self.check({name: list(np.shape(value)) for name, value in feeds.items()})
+        result = self.request.infer(feeds)
+        return {o.get_any_name(): np.asarray(result[o]) for o in self.request.model_outputs}
+
+
 class VisionLanguageRunners:
     """{"prefill", "decode"} over a vision-language export's components (see the module's
     docstring), with the attributes generate() reads of runners."""
 
+    ROLES = ROLES
+    # the stage that takes the pixel rows, and its input
+    PIXELS = ("image_encoder", "pixel_values")
+
     def __init__(self, directory, manifest, device=None):
         comps = manifest.get("components", {})
         roles = {c.get("role"): name for name, c in comps.items()}
-        missing = [r for r in ROLES if r not in roles]
+        missing = [r for r in self.ROLES if r not in roles]
         if missing:
             _fail(f"this vision-language export has no {', '.join(missing)} component: "
                   "export it again with this ferry", status=4)
         fmt = manifest.get("format")
-        self.stages = {role: _Stage(directory, fmt, role, comps[roles[role]], device)
-                       for role in ROLES}
+        self.stages = {role: self._stage(role)(directory, fmt, role, comps[roles[role]], device)
+                       for role in self.ROLES}
         config = json.loads((Path(directory) / "config.json").read_text())
         text = config.get("text_config", config)
+        self.vision = config.get("vision_config", {})
         self.vocab_size = int(text["vocab_size"])
         self.image_token = config.get("image_token_id")
         self.video_token = config.get("video_token_id")
-        self.merge = int(config.get("vision_config", {}).get("spatial_merge_size", 2))
-        pixels = self.stages["image_encoder"].declared.get("pixel_values", {})
+        self.merge = int(self.vision.get("spatial_merge_size", 2))
+        stage, name = self.PIXELS
+        pixels = self.stages[stage].declared.get(name, {})
         self.pixel_dtype = np.dtype(pixels.get("dtype", "float32"))
         self.pixel_width = (pixels.get("shape") or [None, None])[-1]
         self.max_cache_len = None
         self.rotary_table_rows = None
-        self._past = [n for n in self.stages["decode"].inputs if n.startswith("past_key_values")]
+        self._past = [n for n in self.stages[self.ROLES[-1]].inputs
+                      if n.startswith("past_key_values")]
         self._images = {}
         self._cache = self._next = None
         self._runners = {"prefill": _Call(self._prefill, self._check_prefill),
@@ -149,9 +226,10 @@ class VisionLanguageRunners:
         grid = _array(image_grid_thw, "image_grid_thw")
         if grid is not None:
             self._check_grid(pixels, grid)
+            stage, name = self.PIXELS
             for t, h, w in grid.astype(np.int64).tolist():  # the encoder takes one a call
-                self.stages["image_encoder"].check({"pixel_values": [t * h * w, pixels.shape[1]],
-                                                    "image_grid_thw": [1, 3]})
+                self.stages[stage].check({name: [t * h * w, pixels.shape[1]],
+                                          "image_grid_thw": [1, 3]})
             pixels = pixels.astype(self.pixel_dtype)  # the export's precision (fp16: float16)
             grid = grid.astype(np.int64)
         types = _array(mm_token_type_ids, "mm_token_type_ids")
@@ -184,6 +262,10 @@ class VisionLanguageRunners:
         if patches != len(pixels):
             _fail(f"image_grid_thw describes {patches} patches, but pixel_values has "
                   f"{len(pixels)} rows")
+
+    @staticmethod
+    def _stage(role):
+        return _Stage
 
     def reset(self, batch):
         self._cache = self._next = None
@@ -221,7 +303,7 @@ class VisionLanguageRunners:
                   f"image_token_id ({self.image_token}) does")
         if (types == 2).any() or (self.video_token is not None and (ids == self.video_token).any()):
             _fail("the prompt holds video tokens: this export takes images")
-        embeds = self.stages["embed_tokens"]({"input_ids": ids})["inputs_embeds"]
+        embeds = self._embed(ids)
         if grid is not None:
             features = self._features(pixels, grid)
             if len(features) != int(slots.sum()):
@@ -232,6 +314,13 @@ class VisionLanguageRunners:
             _fail(f"the prompt holds {int(slots.sum())} image tokens but no pixel_values were "
                   "given")
         positions = rope_index(ids, mask, types, grid, self.merge)
+        return self._run_prompt(embeds, mask, positions)
+
+    def _embed(self, ids):
+        return self.stages["embed_tokens"]({"input_ids": ids})["inputs_embeds"]
+
+    def _run_prompt(self, embeds, mask, positions):
+        """The logits of the prompt's last position, from its embeddings."""
         out = self.stages["language_model"]({"inputs_embeds": embeds, "attention_mask": mask,
                                              "position_ids": positions})
         self._cache = [out[n.replace("past_key_values", "present")] for n in self._past]
@@ -258,6 +347,92 @@ class VisionLanguageRunners:
         self._cache = [out[n.replace("past_key_values", "present")] for n in self._past]
         self._next = self._next + ids.shape[1]
         return out["logits"]
+
+
+class GenaiVisionLanguageRunners(VisionLanguageRunners):
+    """The runners of OpenVINO's stateful export, laid out as openvino-genai's VLMPipeline
+    loads it (see the module's docstring): the same pipeline, with the tower's positions and
+    masks computed here, and the cache in the language model's variables."""
+
+    ROLES = GENAI_ROLES
+    PIXELS = ("vision_embeddings_model", "hidden_states")
+
+    def __init__(self, directory, manifest, device=None):
+        super().__init__(directory, manifest, device)
+        merger = self.stages["vision_embeddings_merger_model"]
+        angles = merger.declared.get("rotary_pos_emb", {}).get("shape") or [None, None]
+        self.angles = angles[-1]
+        self.theta = float((self.vision.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+        self.windowed = "window_index" in merger.declared
+        if self.windowed:  # merge units per window side, as get_vision_window_index counts
+            self.window = (int(self.vision.get("window_size", 112)) // self.merge //
+                           int(self.vision.get("patch_size", 14)))
+        if not isinstance(self.angles, int) or self.angles % 2:
+            _fail("the vision_embeddings_merger_model component's rotary_pos_emb has no fixed even "
+                  "width: export it again with this ferry", status=4)
+
+    @staticmethod
+    def _stage(role):
+        return _StatefulStage if role == "language_model" else _Stage
+
+    def reset(self, batch):
+        self.stages["language_model"].reset()
+        self._next = None
+
+    def _check_prefill(self, batch, query, past):
+        self.stages["text_embeddings_model"].check({"input_ids": [batch, query]})
+        self.stages["language_model"].check({
+            "inputs_embeds": [batch, query, None], "attention_mask": [batch, query],
+            "position_ids": [3, batch, query]})
+
+    def _check_decode(self, batch, query, past):
+        self.stages["language_model"].check({
+            "inputs_embeds": [batch, query, None], "attention_mask": [batch, past + query],
+            "position_ids": [3, batch, query]})
+
+    def _embed(self, ids):
+        return self.stages["text_embeddings_model"]({"input_ids": ids})["inputs_embeds"]
+
+    def _features(self, pixels, grid):
+        sizes = grid[:, 0] * grid[:, 1] * grid[:, 2]
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        return np.concatenate([self._image(pixels[starts[i]:starts[i + 1]], *grid[i].tolist())
+                               for i in range(len(grid))])
+
+    def _image(self, pixels, t, h, w):
+        """One image's features: the patch embedding, then the blocks and the merger given each
+        patch's rotary angles (its h angles, then its w angles) and the masks of its frames
+        (and, Qwen2.5-VL, of its windows, over the units in window order)."""
+        hidden = self.stages["vision_embeddings_model"]({"hidden_states": pixels})["last_hidden_state"]
+        half = self.angles // 2
+        inv_freq = 1.0 / self.theta ** (np.arange(0, self.angles, 2, dtype=np.float32) /
+                                        self.angles)
+        positions = patch_positions(t, h, w, self.merge).astype(np.float32)
+        angles = np.concatenate([positions[:, :1] * inv_freq[:half],
+                                 positions[:, 1:] * inv_freq[:half]], 1).astype(np.float32)
+        feeds = {"hidden_states": hidden, "rotary_pos_emb": angles,
+                 "attention_mask": block_mask([h * w] * t)}
+        if self.windowed:
+            order, lengths = window_index(t, h, w, self.merge, self.window)
+            feeds.update(window_index=order, window_attention_mask=block_mask(lengths))
+        return self.stages["vision_embeddings_merger_model"](feeds)["last_hidden_state"]
+
+    def _run_prompt(self, embeds, mask, positions):
+        out = self._language(embeds, mask, positions[1:])
+        self._next = positions[:, :, -1:] + 1
+        return out[:, -1:]
+
+    def _language(self, embeds, mask, positions):
+        return self.stages["language_model"]({
+            "inputs_embeds": embeds.astype(np.float32), "attention_mask": mask,
+            "position_ids": np.ascontiguousarray(positions),
+            "beam_idx": np.arange(len(embeds), dtype=np.int32)})["logits"]
+
+    def _decode(self, ids, mask):
+        positions = self._next + np.arange(ids.shape[1])
+        out = self._language(self._embed(ids), mask, positions[1:])
+        self._next = self._next + ids.shape[1]
+        return out
 
 
 class _Call:

@@ -348,18 +348,23 @@ static void describe(strbuf *b, const ferry_exported *e)
                    "in this export)\n");
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(m, "generation");
     /* a stateful export says so in its components' metadata; an explicit cache does not */
-    bool stateful = false;
+    bool stateful = false, vision = false;
     const cJSON *comp;
-    cJSON_ArrayForEach(comp, cJSON_GetObjectItemCaseSensitive(m, "components"))
+    cJSON_ArrayForEach(comp, cJSON_GetObjectItemCaseSensitive(m, "components")) {
         stateful |= cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(comp, "metadata"), "stateful"));
+        vision |= strcmp(comp->string, "vision_embeddings_model") == 0;
+    }
     if (cJSON_IsObject(gen))
         sb_printf(b, "  generation: %s cache%s, %s\n", qstr(gen, "cache_implementation"),
                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
                    ? ", multi-token decode" : "",
-                  stateful ? "one stateful graph (openvino-genai's LLMPipeline runs it once "
-                          "openvino-tokenizers has converted its tokenizer)"
-                   : "components are run by the caller's loop");
+                  !stateful ? "components are run by the caller's loop"
+                  : vision ? "a stateful language model beside the tower's and the text "
+                             "embedding's graphs (openvino-genai's VLMPipeline runs them once "
+                             "openvino-tokenizers has converted its tokenizer)"
+                           : "one stateful graph (openvino-genai's LLMPipeline runs it once "
+                             "openvino-tokenizers has converted its tokenizer)");
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");
     if (cJSON_IsObject(og)) {
         const cJSON *cf = cJSON_GetObjectItemCaseSensitive(og, "config");

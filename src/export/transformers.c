@@ -126,7 +126,8 @@ const char *tf_unsupported(const struct ferry_exported *e)
         char sidecar[160];
         /* its generate() calls the model's own get_image_features before the first forward,
          * and its export_for_generation writes no component for it */
-        if (c->role && strcmp(c->role, "image_encoder") == 0) {
+        if (c->role && (strcmp(c->role, "image_encoder") == 0 ||
+                        strcmp(c->role, "vision_embeddings_model") == 0)) {
             snprintf(why, sizeof why, "component '%s': transformers' generate() over an export "
                      "encodes images with the torch model's vision tower, and its runners "
                      "have no image encoder to call; ferry's generate() runs this one",

@@ -162,6 +162,56 @@ static ferry_status check_traced_patches(const qvl *p, const model_plan_request 
                    (long long)patches, (long long)group, (long long)p->vision.merge);
 }
 
+/* OpenVINO's stateful export, laid out as openvino-genai's VLMPipeline loads it (and as
+ * optimum-intel names the files): the patch embedding and the rest of the tower as two
+ * graphs, whose positions and masks the pipeline computes; the text embedding; the language
+ * model as one stateful graph from inputs_embeds and M-RoPE's three rows to the logits. */
+static ferry_status plan_genai_layout(const model_plan_request *rq, model_plan *out,
+                                      fy_err *err)
+{
+    const char *arch = rq->arch->architecture;
+    /* the pipeline hands f32 tensors from graph to graph and adds an f32 scale to the text
+     * embedding's output */
+    if (rq->cfg->dtype != FERRY_F32)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s on %s: openvino-genai's VLMPipeline "
+                       "passes f32 tensors between the stateful export's graphs, so it is "
+                       "written in fp32; --compress-to-fp16 stores its weights in fp16, or "
+                       "--quantize int8|int4 compresses them (--disable-stateful writes %s "
+                       "components)", arch, rq->format, ferry_dtype_name(rq->cfg->dtype));
+    g_dim batch = model_plan_axis(rq, "batch"), sequence = model_plan_axis(rq, "sequence");
+    out->gen = gen_resolve(rq->gen, sequence, &rq->syms[0]);
+    gen_component lm[MODEL_MAX_COMPONENTS];
+    int n = 0;
+    if (gen_plan(rq->cfg, &out->gen, rq->single_graph, batch, sequence, rq->syms, lm, &n,
+                 err) != FERRY_OK)
+        return err->status;
+    if (n != 1)
+        return fy_fail(err, FERRY_ERR_INTERNAL, "%s: planned %d stateful graphs", arch, n);
+    /* the stateful graph's symbols (table 0) serve every component: each lists its own */
+    for (int i = 1; i < 4; i++)
+        rq->syms[i] = rq->syms[0];
+    model_io language = lm[0].io;
+    language.parts = MODEL_PART_BODY | MODEL_PART_HEAD;
+    language.position_rows = 3; /* no text row: the pipeline passes M-RoPE's rows alone */
+    model_io patches = {.batch = g_dim_const(1), .sequence = g_dim_const(1), .cache = CACHE_NONE,
+                        .dtype = rq->cfg->dtype, .component = "vision_embeddings"};
+    model_io merger = patches;
+    merger.component = "vision_embeddings_merger";
+    model_io text = {.batch = batch, .sequence = sequence, .cache = CACHE_NONE,
+                     .dtype = rq->cfg->dtype, .parts = MODEL_PART_EMBED};
+    /* named (and so given roles) as the files it loads are */
+    out->comps[0] = (model_component){"vision_embeddings_model", "vision_embeddings_model",
+                                      patches, NULL};
+    out->comps[1] = (model_component){"vision_embeddings_merger_model",
+                                      "vision_embeddings_merger_model", merger, NULL};
+    out->comps[2] = (model_component){"text_embeddings_model", "text_embeddings_model", text,
+                                      NULL};
+    out->comps[3] = (model_component){"language_model", "language_model", language,
+                                      OUTPUT_LOGITS};
+    out->n = 4;
+    return FERRY_OK;
+}
+
 static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, model_plan *out,
                              fy_err *err)
 {
@@ -171,9 +221,7 @@ static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, 
                        "(--for-generation; export_for_generation), which writes its "
                        "image_encoder, language_model, lm_head and decode components", arch);
     if (rq->single_graph)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s on %s: the stateful single graph is not "
-                       "written for vision-language models; stateful=False "
-                       "(--disable-stateful) writes their components", arch, rq->format);
+        return plan_genai_layout(rq, out, err);
     if (rq->gen->static_cache)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: a static cache is not written for "
                        "vision-language models yet; export it with the dynamic cache", arch);
@@ -224,6 +272,10 @@ static ferry_status qvl_build(const void *hparams, ckpt *ck, const model_io *io,
     const qvl *p = hparams;
     if (io->component && strcmp(io->component, "image_encoder") == 0)
         return qvl_vision_build(&p->vision, ck, io, g, err);
+    if (io->component && strcmp(io->component, "vision_embeddings") == 0)
+        return qvl_patch_embed_build(&p->vision, ck, io, g, err);
+    if (io->component && strcmp(io->component, "vision_embeddings_merger") == 0)
+        return qvl_merger_build(&p->vision, ck, io, g, err);
     return blk_lm_build(p->text, ck, io, g, err);
 }
 

@@ -40,6 +40,20 @@ ferry_status qvl_vision_read(const struct cJSON *root, const char *origin, qvl_t
 ferry_status qvl_vision_build(const qvl_vision *v, ckpt *ck, const model_io *io, g_graph *g,
                               fy_err *err);
 
+/* openvino-genai's VLMPipeline splits the tower in two, and computes the positions and masks
+ * itself. The patch embedding: hidden_states [patches, patch_dim] -> last_hidden_state
+ * [patches, embed_dim]. */
+ferry_status qvl_patch_embed_build(const qvl_vision *v, ckpt *ck, const model_io *io,
+                                   g_graph *g, fy_err *err);
+
+/* The blocks and the merger: hidden_states [patches, embed_dim] (the patch embedding's),
+ * attention_mask [1, patches, patches] (additive: 0 within a frame), rotary_pos_emb [patches,
+ * head_dim / 2] (each patch's h angles, then its w angles), and for Qwen2.5-VL
+ * window_attention_mask (over the patches in window order) and window_index (the merge units
+ * in window order) -> last_hidden_state [patches / merge^2, out_hidden], in image order. */
+ferry_status qvl_merger_build(const qvl_vision *v, ckpt *ck, const model_io *io, g_graph *g,
+                              fy_err *err);
+
 /* The model's axes: batch and sequence (the language model's), patches and images. */
 enum { QVL_AXIS_BATCH, QVL_AXIS_SEQUENCE, QVL_AXIS_PATCHES, QVL_AXIS_IMAGES, QVL_N_AXES };
 extern const model_axis qvl_axes[QVL_N_AXES];

@@ -500,11 +500,128 @@ static int patch_weight(g_graph *g, ckpt *ck, const qvl_vision *v, ferry_dtype d
     return out;
 }
 
+/* How a block's attention finds its positions and its keys: the 2-D rotary from each patch's
+ * (h, w), or from angles the caller gives; the frame mask, and Qwen2.5-VL's window mask for the
+ * layers outside fullatt_block_indexes. */
+typedef struct block_inputs {
+    int positions;       /* int64 [1, n, 2], or G_NONE */
+    int cos, sin;        /* [1, n, 1, head_dim] from given angles, where positions is G_NONE */
+    int frame_mask, window_mask;
+} block_inputs;
+
+/* q * cos + rotate_half(q) * sin (apply_rotary_pos_emb_vision), x [1, n, heads, head_dim] */
+static int rotate(g_graph *g, const char *name, int x, const block_inputs *in, int64_t hd)
+{
+    char n[64];
+    snprintf(n, sizeof n, "%s/x1", name);
+    int x1 = g_slice(g, n, x, 3, 0, hd / 2);
+    snprintf(n, sizeof n, "%s/x2", name);
+    int x2 = g_slice(g, n, x, 3, hd / 2, hd);
+    snprintf(n, sizeof n, "%s/Neg", name);
+    int halves[2] = {g_unary(g, G_NEG, n, x2), x1};
+    snprintf(n, sizeof n, "%s/rotate_half", name);
+    int rotated = g_concat(g, n, 2, halves, 3);
+    snprintf(n, sizeof n, "%s/Mul", name);
+    int a = g_binary(g, G_MUL, n, x, in->cos);
+    snprintf(n, sizeof n, "%s/Mul_1", name);
+    int b = g_binary(g, G_MUL, n, rotated, in->sin);
+    return g_binary(g, G_ADD, name, a, b);
+}
+
+/* The tower's blocks over h [1, n, embed]: returns the last block's output. */
+static int tower_blocks(g_graph *g, ckpt *ck, const qvl_vision *v, ferry_dtype dt, int h,
+                        const block_inputs *in, fy_err *err)
+{
+    int64_t e = v->embed_dim;
+    g_rope_opts rope = {.rope = {.type = ROPE_DEFAULT, .theta = v->theta,
+                                 .partial_rotary_factor = 1.0, .layout = ROPE_VISION_2D},
+                        .head_dim = v->head_dim, .rotary_dim = v->head_dim,
+                        /* read by scaled rotary types only; default frequencies have no
+                         * table length */
+                        .max_position_embeddings = 1 << 20};
+    snprintf(rope.rope.type_name, sizeof rope.rope.type_name, "axial");
+    g_attn_opts ao = {.num_heads = v->num_heads, .num_kv_heads = v->num_heads,
+                      .head_dim = v->head_dim, .scale = 1.0 / sqrt((double)v->head_dim),
+                      .mask = G_MASK_GIVEN, .cache = G_CACHE_NONE};
+    bool windowed = v->tower == QVL_TOWER_QWEN2_5_VL;
+    block_weights w;
+    for (int l = 0; l < (int)v->depth; l++) {
+        if (bind_block(g, ck, v, l, dt, &w, err) != FERRY_OK)
+            return G_NONE;
+        int mask = windowed && !v->full_attention[l] ? in->window_mask : in->frame_mask;
+        g_scope(g, "/blocks.%d", l);
+        int y = norm(g, v, "norm1", h, w.norm1_w, w.norm1_b);
+        g_scope(g, "/blocks.%d/attn", l);
+        int qkv = g_linear(g, "qkv", y, w.qkv, w.qkv_b);
+        int q = heads(g, "Reshape", g_slice(g, "Slice", qkv, 2, 0, e), v);
+        int k = heads(g, "Reshape_1", g_slice(g, "Slice_1", qkv, 2, e, 2 * e), v);
+        int val = heads(g, "Reshape_2", g_slice(g, "Slice_2", qkv, 2, 2 * e, 3 * e), v);
+        if (in->positions != G_NONE) {
+            q = g_rope(g, "q_rope", q, in->positions, &rope);
+            k = g_rope(g, "k_rope", k, in->positions, &rope);
+        } else {
+            q = rotate(g, "q_rope", q, in, v->head_dim);
+            k = rotate(g, "k_rope", k, in, v->head_dim);
+        }
+        int a = g_attention(g, "attention", q, k, val, mask, G_NONE, G_NONE, G_NONE, &ao, NULL,
+                            NULL);
+        a = g_linear(g, "proj", a, w.proj, w.proj_b);
+        g_scope(g, "/blocks.%d", l);
+        y = skip_norm(g, v, "norm2", a, h, w.norm2_w, w.norm2_b, &h);
+        g_scope(g, "/blocks.%d/mlp", l);
+        int f = mlp(g, v, &w, y, dt);
+        g_scope(g, "/blocks.%d", l);
+        h = g_binary(g, G_ADD, "Add_1", h, f);
+    }
+    g_scope(g, "%s", "");
+    return h;
+}
+
+/* The merger over the blocks' output h [1, n, embed]: [n / merge^2, out_hidden]. */
+static int tower_merger(g_graph *g, ckpt *ck, const qvl_vision *v, ferry_dtype dt, int h,
+                        fy_err *err)
+{
+    int64_t e = v->embed_dim, group = v->merge * v->merge;
+    bool windowed = v->tower == QVL_TOWER_QWEN2_5_VL;
+    char name[96];
+    int ln_w, ln_b = G_NONE, m0, m0_b, m2, m2_b;
+#define W(slot, suffix, d0, d1)                                                              \
+    do {                                                                                     \
+        snprintf(name, sizeof name, VISION_PREFIX "merger.%s", suffix);                     \
+        slot = blk_weight(g, ck, name, 0, true, d0, d1, dt, err);                            \
+        if (err->status != FERRY_OK)                                                         \
+            return G_NONE;                                                                   \
+    } while (0)
+    W(ln_w, "ln_q.weight", e, 0);
+    if (!windowed)
+        W(ln_b, "ln_q.bias", e, 0);
+    W(m0, "mlp.0.weight", e * group, e * group);
+    W(m0_b, "mlp.0.bias", e * group, 0);
+    W(m2, "mlp.2.weight", v->out_hidden, e * group);
+    W(m2_b, "mlp.2.bias", v->out_hidden, 0);
+#undef W
+    g_scope(g, "/merger");
+    int merged = g_reshape_spec(g, "view", norm(g, v, "ln_q", h, ln_w, ln_b), 2,
+                                (int64_t[]){-1, e * group});
+    merged = g_linear(g, "mlp/0", merged, m0, m0_b);
+    merged = g_unary(g, G_GELU, "mlp/1", merged);
+    merged = g_linear(g, "mlp/2", merged, m2, m2_b);
+    g_scope(g, "%s", "");
+    return merged;
+}
+
+static ferry_status finish(g_graph *g, fy_err *err)
+{
+    if (!g_ok(g))
+        return fy_fail(err, g->err.status, "%s", g->err.msg);
+    return FERRY_OK;
+}
+
 ferry_status qvl_vision_build(const qvl_vision *v, ckpt *ck, const model_io *io, g_graph *g,
                               fy_err *err)
 {
     ferry_dtype dt = io->dtype;
-    int64_t e = v->embed_dim, group = v->merge * v->merge;
+    int64_t e = v->embed_dim;
     g_dim n_patches = io->axes[QVL_AXIS_PATCHES], n_images = io->axes[QVL_AXIS_IMAGES];
     int pixels = g_input(g, "pixel_values", dt, 2,
                          (g_dim[]){n_patches, g_dim_const(v->patch_dim)});
@@ -520,75 +637,105 @@ ferry_status qvl_vision_build(const qvl_vision *v, ckpt *ck, const model_io *io,
     g_scope(g, "/patch_embed");
     int x = g_unsqueeze(g, "batch", g_linear(g, "proj", pixels, patch_w, G_NONE), 1,
                         (int64_t[]){0});
-
-    g_rope_opts rope = {.rope = {.type = ROPE_DEFAULT, .theta = v->theta,
-                                 .partial_rotary_factor = 1.0, .layout = ROPE_VISION_2D},
-                        .head_dim = v->head_dim, .rotary_dim = v->head_dim,
-                        /* read by scaled rotary types only; default frequencies have no
-                         * table length */
-                        .max_position_embeddings = 1 << 20};
-    snprintf(rope.rope.type_name, sizeof rope.rope.type_name, "axial");
-    g_attn_opts ao = {.num_heads = v->num_heads, .num_kv_heads = v->num_heads,
-                      .head_dim = v->head_dim, .scale = 1.0 / sqrt((double)v->head_dim),
-                      .mask = G_MASK_GIVEN, .cache = G_CACHE_NONE};
-    bool windowed = v->tower == QVL_TOWER_QWEN2_5_VL;
-    block_weights w;
-    int h = x;
-    for (int l = 0; l < (int)v->depth; l++) {
-        if (bind_block(g, ck, v, l, dt, &w, err) != FERRY_OK)
-            return err->status;
-        int mask = windowed && !v->full_attention[l] ? at.window_mask : at.frame_mask;
-        g_scope(g, "/blocks.%d", l);
-        int y = norm(g, v, "norm1", h, w.norm1_w, w.norm1_b);
-        g_scope(g, "/blocks.%d/attn", l);
-        int qkv = g_linear(g, "qkv", y, w.qkv, w.qkv_b);
-        int q = heads(g, "Reshape", g_slice(g, "Slice", qkv, 2, 0, e), v);
-        int k = heads(g, "Reshape_1", g_slice(g, "Slice_1", qkv, 2, e, 2 * e), v);
-        int val = heads(g, "Reshape_2", g_slice(g, "Slice_2", qkv, 2, 2 * e, 3 * e), v);
-        q = g_rope(g, "q_rope", q, at.positions, &rope);
-        k = g_rope(g, "k_rope", k, at.positions, &rope);
-        int a = g_attention(g, "attention", q, k, val, mask, G_NONE, G_NONE, G_NONE, &ao, NULL,
-                            NULL);
-        a = g_linear(g, "proj", a, w.proj, w.proj_b);
-        g_scope(g, "/blocks.%d", l);
-        y = skip_norm(g, v, "norm2", a, h, w.norm2_w, w.norm2_b, &h);
-        g_scope(g, "/blocks.%d/mlp", l);
-        int f = mlp(g, v, &w, y, dt);
-        g_scope(g, "/blocks.%d", l);
-        h = g_binary(g, G_ADD, "Add_1", h, f);
-    }
-
-    char name[96];
-    int ln_w, ln_b = G_NONE, m0, m0_b, m2, m2_b;
-#define W(slot, suffix, d0, d1)                                                              \
-    do {                                                                                     \
-        snprintf(name, sizeof name, VISION_PREFIX "merger.%s", suffix);                     \
-        slot = blk_weight(g, ck, name, 0, true, d0, d1, dt, err);                            \
-        if (err->status != FERRY_OK)                                                         \
-            return err->status;                                                              \
-    } while (0)
-    W(ln_w, "ln_q.weight", e, 0);
-    if (!windowed)
-        W(ln_b, "ln_q.bias", e, 0);
-    W(m0, "mlp.0.weight", e * group, e * group);
-    W(m0_b, "mlp.0.bias", e * group, 0);
-    W(m2, "mlp.2.weight", v->out_hidden, e * group);
-    W(m2_b, "mlp.2.bias", v->out_hidden, 0);
-#undef W
     g_scope(g, "%s", "");
+    block_inputs in = {.positions = at.positions, .cos = G_NONE, .sin = G_NONE,
+                       .frame_mask = at.frame_mask, .window_mask = at.window_mask};
+    int h = tower_blocks(g, ck, v, dt, x, &in, err);
+    if (err->status != FERRY_OK)
+        return err->status;
+    int merged = tower_merger(g, ck, v, dt, h, err);
+    if (err->status != FERRY_OK)
+        return err->status;
     int hidden = g_reshape_spec(g, "last_hidden_state/Reshape", h, 2, (int64_t[]){-1, e});
-    if (windowed)
+    if (v->tower == QVL_TOWER_QWEN2_5_VL)
         hidden = g_gather(g, "last_hidden_state/window_order", hidden, at.window_order, 0);
-    g_scope(g, "/merger");
-    int merged = g_reshape_spec(g, "view", norm(g, v, "ln_q", h, ln_w, ln_b), 2,
-                                (int64_t[]){-1, e * group});
-    merged = g_linear(g, "mlp/0", merged, m0, m0_b);
-    merged = g_unary(g, G_GELU, "mlp/1", merged);
-    merged = g_linear(g, "mlp/2", merged, m2, m2_b);
-    g->scope[0] = '\0';
     g_output(g, hidden, "last_hidden_state");
     g_output(g, merged, "pooler_output");
-    if (!g_ok(g))
-        return fy_fail(err, g->err.status, "%s", g->err.msg);
-    return FERRY_OK;
+    return finish(g, err);
+}
+
+ferry_status qvl_patch_embed_build(const qvl_vision *v, ckpt *ck, const model_io *io,
+                                   g_graph *g, fy_err *err)
+{
+    ferry_dtype dt = io->dtype;
+    int pixels = g_input(g, "hidden_states", dt, 2,
+                         (g_dim[]){io->axes[QVL_AXIS_PATCHES], g_dim_const(v->patch_dim)});
+    int patch_w = patch_weight(g, ck, v, dt, err);
+    if (err->status != FERRY_OK)
+        return err->status;
+    declare_modules(g, v);
+    g_scope(g, "/patch_embed");
+    int x = g_linear(g, "proj", pixels, patch_w, G_NONE);
+    g_scope(g, "%s", "");
+    g_output(g, x, "last_hidden_state");
+    return finish(g, err);
+}
+
+/* rows [n, width] of x in merge units taken in `order` ([n / merge^2] unit indexes): Qwen2.5-VL's
+ * permute_input_for_window_attn */
+static int units_in_order(g_graph *g, const char *name, int x, int order, int64_t width,
+                          int64_t group)
+{
+    char n[64];
+    snprintf(n, sizeof n, "%s/units", name);
+    int units = g_reshape_spec(g, n, x, 3, (int64_t[]){-1, group, width});
+    snprintf(n, sizeof n, "%s/Gather", name);
+    int taken = g_gather(g, n, units, order, 0);
+    return g_reshape_spec(g, name, taken, 2, (int64_t[]){-1, width});
+}
+
+ferry_status qvl_merger_build(const qvl_vision *v, ckpt *ck, const model_io *io, g_graph *g,
+                              fy_err *err)
+{
+    ferry_dtype dt = io->dtype;
+    int64_t e = v->embed_dim, group = v->merge * v->merge, half = v->head_dim / 2;
+    g_dim n = io->axes[QVL_AXIS_PATCHES];
+    bool windowed = v->tower == QVL_TOWER_QWEN2_5_VL;
+    int h = g_input(g, "hidden_states", dt, 2, (g_dim[]){n, g_dim_const(e)});
+    int mask = g_input(g, "attention_mask", dt, 3, (g_dim[]){g_dim_const(1), n, n});
+    int angles = g_input(g, "rotary_pos_emb", dt, 2, (g_dim[]){n, g_dim_const(half)});
+    int window_mask = G_NONE, window_index = G_NONE;
+    if (windowed) {
+        window_mask = g_input(g, "window_attention_mask", dt, 3,
+                              (g_dim[]){g_dim_const(1), n, n});
+        window_index = g_input(g, "window_index", FERRY_I64, 1, (g_dim[]){g_dim_unknown()});
+    }
+    declare_modules(g, v);
+    g_scope(g, "/rotary_pos_emb");
+    if (windowed) {
+        h = units_in_order(g, "hidden_states_in_windows", h, window_index, e, group);
+        angles = units_in_order(g, "angles_in_windows", angles, window_index, half, group);
+    }
+    /* emb = cat(angles, angles); cos and sin of it, one row per patch, broadcast over heads */
+    int twice[2] = {angles, angles};
+    int emb = g_unsqueeze(g, "emb", g_concat(g, "cat", 2, twice, 1), 2, (int64_t[]){0, 2});
+    block_inputs in = {.positions = G_NONE, .cos = g_unary(g, G_COS, "cos", emb),
+                       .sin = g_unary(g, G_SIN, "sin", emb)};
+    /* the runtime's additive masks: 0 where a patch may attend, -inf (or the lowest float)
+     * elsewhere */
+    g_scope(g, "%s", "");
+    int zero = g_scalar_f(g, dt, 0.0);
+    in.frame_mask = g_unsqueeze(g, "frame_mask", g_binary(g, G_EQUAL, "frame_visible", mask,
+                                                          zero), 1, (int64_t[]){1});
+    if (windowed)
+        in.window_mask = g_unsqueeze(g, "window_mask",
+                                     g_binary(g, G_EQUAL, "window_visible", window_mask, zero),
+                                     1, (int64_t[]){1});
+    int x = g_unsqueeze(g, "batch", h, 1, (int64_t[]){0});
+    int out = tower_blocks(g, ck, v, dt, x, &in, err);
+    if (err->status != FERRY_OK)
+        return err->status;
+    out = tower_merger(g, ck, v, dt, out, err);
+    if (err->status != FERRY_OK)
+        return err->status;
+    if (windowed) {
+        /* back from window order: reverse[window_index[i]] = i */
+        int units = g_gather(g, "units", g_shape_of(g, "window_shape", window_index, 0, 1),
+                             g_scalar_i64(g, 0), 0);
+        int i = g_range(g, "unit", g_scalar_i64(g, 0), units, g_scalar_i64(g, 1));
+        int reverse = g_scatter_elements(g, "reverse_indices", i, window_index, i, 0);
+        out = g_gather(g, "in_image_order", out, reverse, 0);
+    }
+    g_output(g, out, "last_hidden_state");
+    return finish(g, err);
 }

@@ -143,3 +143,45 @@ def test_a_tower_ferry_cannot_build_is_refused(ckpt, tmp_path, key, value, why):
     rc, _, err = run_ferry("export", bad, tmp_path / "out", "--dynamic", "--for-generation")
     assert rc != 0 and re.search(why, err) and len(err.strip().splitlines()) == 1, (rc, err)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def stateful(ckpt, tmp_path_factory):
+    """OpenVINO's stateful export, laid out as openvino-genai's VLMPipeline loads it: the
+    merger takes window_index and both masks, and permutes as transformers does."""
+    out = tmp_path_factory.mktemp("qwen2_5_vl-stateful") / "out"
+    return ferry_export(ckpt, out, "--format", "openvino", "--dynamic", "--for-generation",
+                        "--quiet")
+
+
+@pytest.mark.parametrize("sizes", [[(84, 140)], [(84, 140), (56, 56), (112, 56)]])
+def test_stateful_tower_matches_the_tower(model, stateful, sizes):
+    """The merger given the window order and masks as ferry's runner (and the pipeline)
+    computes them gives transformers' merged features, in image order."""
+    import openvino as ov
+    from ferry import ExportedModel
+
+    inputs_ = {p.get_any_name() for p in ov.Core().read_model(
+        stateful / "openvino_vision_embeddings_merger_model.xml").inputs}
+    assert {"window_index", "window_attention_mask"} <= inputs_
+    enc = images(sizes)
+    runners = ExportedModel.from_pretrained(stateful).runners
+    got = runners._features(enc["pixel_values"].numpy(), enc["image_grid_thw"].numpy())
+    with torch.no_grad():
+        want = model.model.visual(enc["pixel_values"], grid_thw=enc["image_grid_thw"])
+    np.testing.assert_allclose(got, want.pooler_output.numpy(), atol=FP32_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("case", ["two images", "batch 2"])
+def test_stateful_generate_equals_transformers(model, stateful, case):
+    from ferry import ExportedModel
+
+    ids, mask, mm, enc = inputs(case)
+    got = ExportedModel.from_pretrained(stateful).generate(
+        ids, mask, mm_token_type_ids=mm, **enc, max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS)
+    with torch.no_grad():
+        want = model.generate(input_ids=ids, attention_mask=mask, mm_token_type_ids=mm, **enc,
+                              max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                              do_sample=False)
+    assert got.tolist() == want.tolist()

@@ -268,8 +268,8 @@ def test_generate_refuses_what_disagrees(export):
     ((), "export it for generation"),
     (("--for-generation", "--dynamic", "--static-cache", "--max-cache-len", "64"),
      "a static cache is not written for vision-language models"),
-    (("--for-generation", "--dynamic", "--format", "openvino"),
-     "stateful=False (--disable-stateful) writes their components"),
+    (("--for-generation", "--dynamic", "--format", "openvino", "--dtype", "fp16"),
+     "VLMPipeline passes f32 tensors between the stateful export's graphs"),
     (("--for-generation", "--dynamic", "--format", "pt2"),
      "export it to onnx, or to openvino with --disable-stateful"),
     (("--for-generation", "--dynamic", "--format", "executorch"),
@@ -439,3 +439,67 @@ def test_images_and_prompts_past_the_exports_bounds_are_refused(ckpt, tmp_path):
                            "--example-shape", "pixel_values=18")
     assert rc == 2 and "18 patches is not a whole number of merged blocks" in err, (rc, err)
     assert not (tmp_path / "odd").exists()
+
+
+@pytest.fixture(scope="module")
+def stateful(ckpt, tmp_path_factory):
+    """OpenVINO's stateful export, laid out as openvino-genai's VLMPipeline loads it."""
+    out = tmp_path_factory.mktemp("qwen2_vl-stateful") / "out"
+    return ferry_export(ckpt, out, "--format", "openvino", "--dynamic", "--for-generation",
+                        "--quiet")
+
+
+def test_stateful_openvino_is_vlm_pipelines_layout(stateful):
+    """The files openvino-genai's VLMPipeline loads: the patch embedding (one input), the
+    blocks and merger given the angles and masks, the text embedding, and one stateful language
+    model from inputs_embeds and M-RoPE's three rows."""
+    import openvino as ov
+
+    core = ov.Core()
+    io = {}
+    for name in ("vision_embeddings", "vision_embeddings_merger", "text_embeddings",
+                 "language"):
+        model = core.read_model(stateful / f"openvino_{name}_model.xml")
+        io[name] = ({p.get_any_name(): p.get_partial_shape() for p in model.inputs},
+                    len(model.get_sinks()))
+    assert list(io["vision_embeddings"][0]) == ["hidden_states"]
+    assert set(io["vision_embeddings_merger"][0]) == {"hidden_states", "attention_mask",
+                                                      "rotary_pos_emb"}
+    assert str(io["vision_embeddings_merger"][0]["rotary_pos_emb"]) == "[?,8]"
+    assert set(io["language"][0]) == {"inputs_embeds", "attention_mask", "position_ids",
+                                      "beam_idx"}
+    assert str(io["language"][0]["position_ids"]) == "[3,?,?]"
+    assert io["language"][1] == 4 and io["text_embeddings"][1] == 0
+    rc, out, _ = run_ferry("inspect", stateful)
+    assert rc == 0 and "VLMPipeline runs them" in out and "LLMPipeline" not in out, out
+
+
+@pytest.mark.parametrize("sizes", [[(56, 84)], [(112, 56), (56, 56), (84, 84)]])
+def test_stateful_tower_matches_the_tower(model, stateful, sizes):
+    """The two tower graphs, given the angles and masks as ferry's runner (and the pipeline)
+    computes them, give transformers' merged features."""
+    from ferry import ExportedModel
+
+    enc = images(sizes)
+    runners = ExportedModel.from_pretrained(stateful).runners
+    got = runners._features(enc["pixel_values"].numpy(), enc["image_grid_thw"].numpy())
+    with torch.no_grad():
+        want = model.model.visual(enc["pixel_values"], grid_thw=enc["image_grid_thw"])
+    np.testing.assert_allclose(got, want.pooler_output.numpy(), atol=FP32_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("case", ["one image", "two images", "text only", "batch 2"])
+def test_stateful_generate_equals_transformers(model, stateful, case):
+    """ExportedModel.generate() over the stateful export (its cache in the language model's
+    variables) gives transformers' 24 greedy tokens."""
+    from ferry import ExportedModel
+
+    ids, mask, mm, enc = inputs(case)
+    got = ExportedModel.from_pretrained(stateful).generate(
+        ids, mask, mm_token_type_ids=mm, **enc, max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS)
+    with torch.no_grad():
+        want = model.generate(input_ids=ids, attention_mask=mask, mm_token_type_ids=mm, **enc,
+                              max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                              do_sample=False)
+    assert got.tolist() == want.tolist()

@@ -196,10 +196,11 @@ static ferry_status openvino_write(const be_component *comps, int n,
 
 static void openvino_describe(const ferry_export_config *cfg, const g_graph *g, cJSON *metadata)
 {
-    (void)g;
     cJSON_AddNumberToObject(metadata, "ir_version", 11);
-    /* the cache pairs' inputs name the model's variables; beam_idx is an input */
-    bool in_variables = cfg->for_generation && stateful(cfg);
+    /* the cache pairs' inputs name the model's variables; beam_idx is an input. A stateful
+     * export's graphs without a cache (a vision-language model's tower and embedding) are
+     * plain ones. */
+    bool in_variables = cfg->for_generation && stateful(cfg) && (!g || kv_in_variables(g));
     cJSON_AddBoolToObject(metadata, "stateful", in_variables);
     if (!in_variables && !inference_precision(cfg->dtype))
         return;
