@@ -22,6 +22,7 @@ import numpy as np
 
 from ._arrays import axis_refusal
 from ._lib import FerryError, _escape
+from .runners import static_mask
 from .runtime import open_session
 
 ROLES = ("image_encoder", "embed_tokens", "language_model", "lm_head", "decode")
@@ -129,6 +130,7 @@ class _Stage:
 
     def __init__(self, directory, fmt, role, entry, device):
         meta = entry.get("metadata", {})
+        self.meta = meta
         self.role = role
         self.declared = {i.get("name"): i for i in meta.get("inputs", []) if isinstance(i, dict)}
         symbols = meta.get("symbols")
@@ -204,12 +206,22 @@ class VisionLanguageRunners:
         pixels = self.stages[stage].declared.get(name, {})
         self.pixel_dtype = np.dtype(pixels.get("dtype", "float32"))
         self.pixel_width = (pixels.get("shape") or [None, None])[-1]
-        self.max_cache_len = None
         self.rotary_table_rows = None
-        self._past = [n for n in self.stages[self.ROLES[-1]].inputs
-                      if n.startswith("past_key_values")]
+        # the cache the language model writes and decode carries on: a dynamic one's
+        # past_key_values.* in, present.* out; a static one's input.*/output.* pairs over
+        # buffers of max_cache_len slots (each call's outputs are the buffers after it)
+        cache = self.stages[self.ROLES[-1]].meta.get("cache", {})
+        self.static = cache.get("implementation") == "static"
+        self.max_cache_len = cache.get("max_cache_len") if self.static else None
+        if self.static:
+            self._pairs = [(p["input"], p["output"]) for p in cache.get("pairs", [])]
+        else:
+            self._pairs = [(n, n.replace("past_key_values", "present"))
+                           for n in self.stages[self.ROLES[-1]].inputs
+                           if n.startswith("past_key_values")]
+        self._past = [inp for inp, _ in self._pairs]
         self._images = {}
-        self._cache = self._next = None
+        self._cache, self._length, self._next = {}, 0, None
         self._runners = {"prefill": _Call(self._prefill, self._check_prefill),
                          "decode": _Call(self._decode, self._check_decode)}
 
@@ -268,20 +280,53 @@ class VisionLanguageRunners:
         return _Stage
 
     def reset(self, batch):
-        self._cache = self._next = None
+        self._cache, self._length, self._next = {}, 0, None
+        if not self.static:
+            return
+        declared = self.stages["decode"].declared
+        for name in self._past:
+            spec = declared[name]
+            dims = [batch if d == "batch" else self.max_cache_len if d == "max_cache_len" else d
+                    for d in spec["shape"]]
+            if not all(isinstance(d, int) for d in dims):
+                _fail(f"decode's static cache input {_escape(name)} has shape "
+                      f"{_escape(spec['shape'])}: export it again with this ferry", status=4)
+            self._cache[name] = np.zeros(dims, dtype=np.dtype(spec["dtype"]))
+
+    def _mask_shape(self, batch, query, past):
+        if self.static:
+            if past + query > self.max_cache_len:
+                _fail(f"the static cache has {self.max_cache_len} slots (max_cache_len), but "
+                      f"{past} cached + {query} new tokens need {past + query}")
+            return [batch, 1, query, self.max_cache_len]
+        return [batch, past + query]
 
     def _check_prefill(self, batch, query, past):
         self.stages["embed_tokens"].check({"input_ids": [batch, query]})
         self.stages["language_model"].check({
-            "inputs_embeds": [batch, query, None], "attention_mask": [batch, query],
+            "inputs_embeds": [batch, query, None],
+            "attention_mask": self._mask_shape(batch, query, 0),
             "position_ids": [4, batch, query]})
         self.stages["lm_head"].check({"input": [batch, 1, None]})
 
     def _check_decode(self, batch, query, past):
         self.stages["decode"].check({
-            "input_ids": [batch, query], "attention_mask": [batch, past + query],
+            "input_ids": [batch, query], "attention_mask": self._mask_shape(batch, query, past),
             "position_ids": [4, batch, query],
-            **{name: [batch, None, past, None] for name in self._past}})
+            **({} if self.static else
+               {name: [batch, None, past, None] for name in self._past})})
+
+    def _with_cache(self, stage, feeds, mask, query):
+        """`feeds` with the attention mask as `stage` takes it and the cache it reads."""
+        feeds["attention_mask"] = (static_mask(mask, self._length, query, self.max_cache_len)
+                                   if self.static else mask)
+        feeds.update({name: value for name, value in self._cache.items()
+                      if name in self.stages[stage].declared})
+        return feeds
+
+    def _keep_cache(self, out, query):
+        self._cache = {inp: out[o] for inp, o in self._pairs}
+        self._length += query
 
     def __getitem__(self, role):
         return self._runners[role]
@@ -321,9 +366,10 @@ class VisionLanguageRunners:
 
     def _run_prompt(self, embeds, mask, positions):
         """The logits of the prompt's last position, from its embeddings."""
-        out = self.stages["language_model"]({"inputs_embeds": embeds, "attention_mask": mask,
-                                             "position_ids": positions})
-        self._cache = [out[n.replace("past_key_values", "present")] for n in self._past]
+        query = embeds.shape[1]
+        out = self.stages["language_model"](self._with_cache(
+            "language_model", {"inputs_embeds": embeds, "position_ids": positions}, mask, query))
+        self._keep_cache(out, query)
         self._next = positions[:, :, -1:] + 1
         hidden = out["last_hidden_state"][:, -1:]
         return self.stages["lm_head"]({"input": hidden})["output"]
@@ -340,12 +386,12 @@ class VisionLanguageRunners:
             for i in range(len(grid))])
 
     def _decode(self, ids, mask):
-        feeds = {"input_ids": ids, "attention_mask": mask,
-                 "position_ids": self._next + np.arange(ids.shape[1])}
-        feeds.update(zip(self._past, self._cache))
-        out = self.stages["decode"](feeds)
-        self._cache = [out[n.replace("past_key_values", "present")] for n in self._past]
-        self._next = self._next + ids.shape[1]
+        query = ids.shape[1]
+        out = self.stages["decode"](self._with_cache(
+            "decode", {"input_ids": ids, "position_ids": self._next + np.arange(query)}, mask,
+            query))
+        self._keep_cache(out, query)
+        self._next = self._next + query
         return out["logits"]
 
 
@@ -378,6 +424,7 @@ class GenaiVisionLanguageRunners(VisionLanguageRunners):
     def reset(self, batch):
         self.stages["language_model"].reset()
         self._next = None
+        self._length = 0
 
     def _check_prefill(self, batch, query, past):
         self.stages["text_embeddings_model"].check({"input_ids": [batch, query]})

@@ -220,33 +220,33 @@ static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, 
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: export it for generation "
                        "(--for-generation; export_for_generation), which writes its "
                        "image_encoder, language_model, lm_head and decode components", arch);
-    if (rq->single_graph)
-        return plan_genai_layout(rq, out, err);
-    if (rq->gen->static_cache)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: a static cache is not written for "
-                       "vision-language models yet; export it with the dynamic cache", arch);
     if (check_traced_patches(hparams, rq, err) != FERRY_OK)
         return err->status;
-    unsigned grows = 1u << GS_PAIR | 1u << GS_VARIABLE;
-    if (!(rq->state_forms & grows))
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s generation exports write their "
-                       "cache in place, which is not written for vision-language models yet: "
-                       "export it to onnx, or to openvino with --disable-stateful", arch,
-                       rq->format);
+    if (rq->single_graph)
+        return plan_genai_layout(rq, out, err);
+    unsigned writable = rq->gen->static_cache ? 1u << GS_IN_PLACE
+                                              : 1u << GS_PAIR | 1u << GS_VARIABLE;
+    if (!(rq->state_forms & writable))
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s generation exports are not written "
+                       "for vision-language models yet: export it to onnx, or to openvino "
+                       "(stateful, or with --disable-stateful)", arch, rq->format);
     g_dim batch = model_plan_axis(rq, "batch"), sequence = model_plan_axis(rq, "sequence");
     out->gen = gen_resolve(rq->gen, sequence, &rq->syms[0]);
     gen_component pair[MODEL_MAX_COMPONENTS];
     int n = 0;
     if (gen_plan(rq->cfg, &out->gen, NULL, batch, sequence, rq->syms, pair, &n, err) != FERRY_OK)
         return err->status;
-    if (n != 2)
+    if (n != 1 && n != 2)
         return fy_fail(err, FERRY_ERR_INTERNAL, "%s: planned %d generation graphs", arch, n);
-    /* gen_plan gave prefill's symbols to table 0 and decode's to table 1: each component's
-     * index is its table's */
-    g_symtab prefill_syms = rq->syms[0], decode_syms = rq->syms[1];
+    /* A static cache with a multi-token decode is one graph for a text model, which the
+     * prompt goes through too; here the prompt's embeddings go through the language model,
+     * which writes the same cache, and decode takes the tokens after it. gen_plan gave
+     * prefill's symbols to table 0 and decode's to the last: each component's index is its
+     * table's. */
+    g_symtab prefill_syms = rq->syms[0], decode_syms = rq->syms[n - 1];
     rq->syms[1] = rq->syms[2] = rq->syms[3] = prefill_syms;
     rq->syms[4] = decode_syms;
-    model_io prefill = pair[0].io, decode = pair[1].io;
+    model_io prefill = pair[0].io, decode = pair[n - 1].io;
     prefill.parts = MODEL_PART_BODY;
     prefill.position_rows = decode.position_rows = POSITION_ROWS;
     decode.parts = MODEL_PARTS_ALL;

@@ -266,14 +266,13 @@ def test_generate_refuses_what_disagrees(export):
 
 @pytest.mark.parametrize("flags,why", [
     ((), "export it for generation"),
-    (("--for-generation", "--dynamic", "--static-cache", "--max-cache-len", "64"),
-     "a static cache is not written for vision-language models"),
     (("--for-generation", "--dynamic", "--format", "openvino", "--dtype", "fp16"),
      "VLMPipeline passes f32 tensors between the stateful export's graphs"),
     (("--for-generation", "--dynamic", "--format", "pt2"),
-     "export it to onnx, or to openvino with --disable-stateful"),
-    (("--for-generation", "--dynamic", "--format", "executorch"),
-     "export it to onnx, or to openvino with --disable-stateful"),
+     "pt2 generation exports are not written for vision-language models yet"),
+    (("--for-generation", "--dynamic", "--format", "executorch", "--static-cache",
+      "--max-cache-len", "64"),
+     "executorch generation exports are not written for vision-language models yet"),
     (("--for-generation", "--dynamic", "--text-only"), "export it for generation without"),
 ])
 def test_what_is_not_written_is_refused(ckpt, tmp_path, flags, why):
@@ -503,3 +502,48 @@ def test_stateful_generate_equals_transformers(model, stateful, case):
                               max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                               do_sample=False)
     assert got.tolist() == want.tolist()
+
+
+STATIC = {"onnx": ("--format", "onnx"),
+          "openvino-multi-token": ("--format", "openvino", "--disable-stateful",
+                                   "--multi-token-decode")}
+
+
+@pytest.fixture(scope="module", params=list(STATIC))
+def static(request, ckpt, tmp_path_factory):
+    """A static cache of 64 slots: the language model writes the prompt into it in place and
+    decode carries on (one token a call, or several)."""
+    out = tmp_path_factory.mktemp(f"qwen2_vl-static-{request.param}") / "out"
+    return ferry_export(ckpt, out, *STATIC[request.param], "--dynamic", "--for-generation",
+                        "--static-cache", "--max-cache-len", "64", "--quiet")
+
+
+@pytest.mark.parametrize("case", ["two images", "text only", "batch 2"])
+def test_static_cache_generate_equals_transformers(model, static, case):
+    from ferry import ExportedModel
+
+    ids, mask, mm, enc = inputs(case)
+    got = ExportedModel.from_pretrained(static).generate(
+        ids, mask, mm_token_type_ids=mm, **enc, max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS)
+    with torch.no_grad():
+        want = model.generate(input_ids=ids, attention_mask=mask, mm_token_type_ids=mm, **enc,
+                              max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                              do_sample=False)
+    assert got.tolist() == want.tolist()
+
+
+def test_static_cache_is_written_in_place_and_bounded(static):
+    """The language model and decode take the same input./output. pairs, each in place, and a
+    generation past max_cache_len is refused before it runs."""
+    import json
+
+    from ferry import ExportedModel, FerryError
+
+    comps = json.loads((static / "export.json").read_text())["components"]
+    pairs = [comps[name]["metadata"]["cache"]["pairs"] for name in ("language_model", "decode")]
+    assert pairs[0] == pairs[1] and all(p["in_place"] for p in pairs[0])
+    ids, mask, mm, enc = inputs("two images")
+    with pytest.raises(FerryError, match="the static cache has 64 slots"):
+        ExportedModel.from_pretrained(static).generate(ids, mask, mm_token_type_ids=mm, **enc,
+                                                       max_new_tokens=60)
