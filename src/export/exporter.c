@@ -497,7 +497,9 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
             goto fail;
         }
     }
-    if (!genai_unsupported(e) && !(e->genai_text = genai_config_text(e, err)))
+    if (!genai_unsupported(e) && (!(e->genai_text = genai_config_text(e, err)) ||
+                                  (genai_multimodal(e) &&
+                                   !(e->genai_processor_text = genai_processor_text(e, err)))))
         goto fail;
     if (!(e->manifest = manifest_build(e, err)) ||
         !(e->manifest_text = cJSON_Print(e->manifest))) {

@@ -3,7 +3,14 @@
  * takes the prompt and each new token (the multi-token decode.onnx that --for-generation
  * --dynamic writes by default) over a growing cache (past_key_values.* in, present.* out; one
  * shared buffer where GroupQueryAttention writes the cache). Derived from config.json and
- * generation_config.json; session options are left to the user but the provider. */
+ * generation_config.json; session options are left to the user but the provider.
+ *
+ * A vision-language model (model_hparams.image_token_id) runs as genai's multimodal pipeline:
+ * its vision model is the image encoder (pixel_values, image_grid_thw -> pooler_output), its
+ * embedding the genai_embedding component (which places the image features), its decoder
+ * genai_decoder (inputs_embeds and M-RoPE's three rows); the image processor genai runs is
+ * described in GENAI_PROCESSOR_FILE (onnxruntime-extensions' steps), from the checkpoint's
+ * preprocessor_config.json. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +64,84 @@ static const char *bad_token_ids(const ferry_exported *e)
     return NULL;
 }
 
+static bool multimodal(const ferry_exported *e)
+{
+    return hparams(e).image_token_id != 0;
+}
+
+bool genai_multimodal(const ferry_exported *e)
+{
+    return e->model && multimodal(e);
+}
+
+/* The component genai runs as its decoder. */
+static const char *decoder_name(const ferry_exported *e)
+{
+    return multimodal(e) ? "genai_decoder" : "decode";
+}
+
+static int component_index(const ferry_exported *e, const char *name)
+{
+    for (int i = 0; i < e->n_components; i++)
+        if (strcmp(e->comps[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* The checkpoint's preprocessor_config.json, parsed (NULL: absent or not JSON). */
+static cJSON *preprocessor(const ferry_exported *e)
+{
+    for (int i = 0; i < e->tokenizer.n; i++)
+        if (strcmp(e->tokenizer.f[i].name, "preprocessor_config.json") == 0)
+            return cJSON_ParseWithLength(e->tokenizer.f[i].data, e->tokenizer.f[i].len);
+    return NULL;
+}
+
+/* A number of the image processor's config (`key`, else `alt` within `in`), or `dflt`. */
+static double pp_number(const cJSON *pp, const char *key, const char *in, const char *alt,
+                        double dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(pp, key);
+    if (!cJSON_IsNumber(v) && in)
+        v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pp, in), alt);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+/* Whether `v` is a list of three numbers (a mean or std per channel). */
+static bool three_numbers(const cJSON *v)
+{
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3)
+        return false;
+    for (const cJSON *x = v->child; x; x = x->next)
+        if (!cJSON_IsNumber(x))
+            return false;
+    return true;
+}
+
+/* Why genai's image processor cannot be described from preprocessor_config.json; NULL if it
+ * can. */
+static const char *bad_preprocessor(const ferry_exported *e)
+{
+    cJSON *pp = preprocessor(e);
+    const char *why = NULL;
+    model_hparams hp = hparams(e);
+    if (!pp)
+        why = "onnxruntime-genai preprocesses images itself, as the checkpoint's "
+              "preprocessor_config.json says, and the checkpoint has none";
+    else if (!three_numbers(cJSON_GetObjectItemCaseSensitive(pp, "image_mean")) ||
+             !three_numbers(cJSON_GetObjectItemCaseSensitive(pp, "image_std")))
+        why = "preprocessor_config.json has no image_mean and image_std of 3 numbers each, "
+              "which onnxruntime-genai normalizes by";
+    else if (pp_number(pp, "patch_size", NULL, NULL, 14) != (double)hp.patch_size ||
+             pp_number(pp, "merge_size", NULL, NULL, 2) != (double)hp.spatial_merge_size ||
+             pp_number(pp, "temporal_patch_size", NULL, NULL, 2) !=
+                 (double)hp.temporal_patch_size)
+        why = "preprocessor_config.json's patch_size, merge_size or temporal_patch_size differ "
+              "from vision_config's";
+    cJSON_Delete(pp);
+    return why;
+}
+
 /* Whether decode's attention_mask has a symbol on both axes, the batch and the cache that grows
  * (--dynamic, or dims on batch and sequence: an ONNX graph does not hold their ranges, so
  * onnxruntime-genai is not bound by them). */
@@ -96,10 +181,12 @@ const char *genai_unsupported(const ferry_exported *e)
     const char *ids = bad_token_ids(e);
     if (ids)
         return ids;
-    for (int i = 0; i < e->n_components; i++)
-        if (strcmp(e->comps[i].name, "decode") == 0)
-            return NULL;
-    return "the decode component was not exported";
+    if (multimodal(e) && bad_preprocessor(e))
+        return bad_preprocessor(e);
+    if (component_index(e, decoder_name(e)) >= 0)
+        return NULL;
+    return multimodal(e) ? "the genai_decoder component was not exported"
+                         : "the decode component was not exported";
 }
 
 /* Whether every cache output of the decode graph comes from GroupQueryAttention, which writes
@@ -108,10 +195,8 @@ const char *genai_unsupported(const ferry_exported *e)
  * concatenates (plain ops, MultiHeadAttention) needs a new present each call. */
 static bool shares_buffer(const ferry_exported *e)
 {
-    const g_graph *g = NULL;
-    for (int i = 0; i < e->n_components; i++)
-        if (strcmp(e->comps[i].name, "decode") == 0)
-            g = e->lowered[i].graph;
+    int d = component_index(e, decoder_name(e));
+    const g_graph *g = d >= 0 ? e->lowered[d].graph : NULL;
     int caches = 0;
     for (size_t i = 0; g && i < g->n_outputs; i++) {
         const g_value *v = &g->values[g->outputs[i]];
@@ -156,15 +241,12 @@ static void search_number(cJSON *search, const model_config *mc, const char *key
     cJSON_AddNumberToObject(search, key, cJSON_IsNumber(v) ? v->valuedouble : dflt);
 }
 
-char *genai_config_text(const ferry_exported *e, fy_err *err)
+/* A model section's session options: the provider the graph was made for (its fused kernels
+ * may exist only there). */
+static void session_options(const ferry_exported *e, cJSON *section)
 {
-    const model_config *mc = &e->model->cfg;
-    model_hparams hp = hparams(e);
-    cJSON *root = cJSON_CreateObject(), *model = cJSON_AddObjectToObject(root, "model");
-    cJSON *dec = cJSON_AddObjectToObject(model, "decoder");
-    cJSON *so = cJSON_AddObjectToObject(dec, "session_options");
+    cJSON *so = cJSON_AddObjectToObject(section, "session_options");
     cJSON_AddStringToObject(so, "log_id", "onnxruntime-genai");
-    /* the provider the graph was made for (its fused kernels may exist only there) */
     cJSON *providers = cJSON_AddArrayToObject(so, "provider_options");
     const char *provider = e->backend->runtime_provider ? e->backend->runtime_provider(&e->cfg)
                                                          : NULL;
@@ -173,18 +255,111 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
         cJSON_AddObjectToObject(one, provider);
         cJSON_AddItemToArray(providers, one);
     }
-    const char *file = "decode.onnx";
-    for (int i = 0; i < e->n_components; i++)
-        if (strcmp(e->comps[i].name, "decode") == 0)
-            file = e->comps[i].file;
-    cJSON_AddStringToObject(dec, "filename", file);
+}
+
+static const char *component_file(const ferry_exported *e, const char *name)
+{
+    int i = component_index(e, name);
+    return i >= 0 ? e->comps[i].file : "";
+}
+
+/* genai's vision and embedding sections, and the token ids it places images by */
+static void multimodal_sections(const ferry_exported *e, const model_hparams *hp, cJSON *model)
+{
+    cJSON_AddNumberToObject(model, "image_token_id", (double)hp->image_token_id);
+    cJSON_AddNumberToObject(model, "video_token_id", (double)hp->video_token_id);
+    cJSON_AddNumberToObject(model, "vision_start_token_id", (double)hp->vision_start_token_id);
+    cJSON *vision = cJSON_AddObjectToObject(model, "vision");
+    cJSON_AddStringToObject(vision, "filename", component_file(e, "image_encoder"));
+    cJSON_AddStringToObject(vision, "config_filename", GENAI_PROCESSOR_FILE);
+    cJSON_AddNumberToObject(vision, "spatial_merge_size", (double)hp->spatial_merge_size);
+    cJSON_AddNumberToObject(vision, "patch_size", (double)hp->patch_size);
+    if (hp->window_size)
+        cJSON_AddNumberToObject(vision, "window_size", (double)hp->window_size);
+    session_options(e, vision);
+    cJSON *in = cJSON_AddObjectToObject(vision, "inputs");
+    cJSON_AddStringToObject(in, "pixel_values", "pixel_values");
+    cJSON_AddStringToObject(in, "image_grid_thw", "image_grid_thw");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(vision, "outputs"), "image_features",
+                            "pooler_output");
+    cJSON *embedding = cJSON_AddObjectToObject(model, "embedding");
+    cJSON_AddStringToObject(embedding, "filename", component_file(e, "genai_embedding"));
+    session_options(e, embedding);
+    in = cJSON_AddObjectToObject(embedding, "inputs");
+    cJSON_AddStringToObject(in, "input_ids", "input_ids");
+    cJSON_AddStringToObject(in, "image_features", "image_features");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(embedding, "outputs"), "inputs_embeds",
+                            "inputs_embeds");
+}
+
+/* One onnxruntime-extensions step {"operation": {name, type, attrs}}; returns attrs. */
+static cJSON *step(cJSON *steps, const char *name, const char *type)
+{
+    cJSON *s = cJSON_CreateObject(), *op = cJSON_AddObjectToObject(s, "operation");
+    cJSON_AddStringToObject(op, "name", name);
+    cJSON_AddStringToObject(op, "type", type);
+    cJSON_AddItemToArray(steps, s);
+    return cJSON_AddObjectToObject(op, "attrs");
+}
+
+char *genai_processor_text(const ferry_exported *e, fy_err *err)
+{
+    model_hparams hp = hparams(e);
+    cJSON *pp = preprocessor(e); /* genai_unsupported checked it */
+    cJSON *root = cJSON_CreateObject(), *proc = cJSON_AddObjectToObject(root, "processor");
+    cJSON_AddStringToObject(proc, "name", "qwen2_5_image_processor");
+    cJSON *steps = cJSON_AddArrayToObject(proc, "transforms");
+    cJSON_AddStringToObject(step(steps, "decode_image", "DecodeImage"), "color_space", "RGB");
+    step(steps, "convert_to_rgb", "ConvertRGB");
+    cJSON *resize = step(steps, "resize", "Resize");
+    cJSON_AddNumberToObject(resize, "smart_resize", 1);
+    /* transformers 5 saves the pixel bounds as size's shortest and longest edge */
+    cJSON_AddNumberToObject(resize, "min_pixels",
+                            pp_number(pp, "min_pixels", "size", "shortest_edge", 56 * 56));
+    cJSON_AddNumberToObject(resize, "max_pixels",
+                            pp_number(pp, "max_pixels", "size", "longest_edge", 28 * 28 * 1280));
+    cJSON_AddNumberToObject(resize, "patch_size", (double)hp.patch_size);
+    cJSON_AddNumberToObject(resize, "merge_size", (double)hp.spatial_merge_size);
+    cJSON_AddNumberToObject(step(steps, "rescale", "Rescale"), "rescale_factor",
+                            pp_number(pp, "rescale_factor", NULL, NULL, 1.0 / 255.0));
+    cJSON *normalize = step(steps, "normalize", "Normalize");
+    cJSON_AddItemToObject(normalize, "mean",
+                          cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(pp, "image_mean"), 1));
+    cJSON_AddItemToObject(normalize, "std",
+                          cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(pp, "image_std"), 1));
+    cJSON_AddNumberToObject(normalize, "qwen2_5_vl", 1);
+    cJSON *patch = step(steps, "patch_image", "PatchImage");
+    cJSON_AddNumberToObject(patch, "patch_size", (double)hp.patch_size);
+    cJSON_AddNumberToObject(patch, "temporal_patch_size", (double)hp.temporal_patch_size);
+    cJSON_AddNumberToObject(patch, "merge_size", (double)hp.spatial_merge_size);
+    cJSON_Delete(pp);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    return text;
+}
+
+char *genai_config_text(const ferry_exported *e, fy_err *err)
+{
+    const model_config *mc = &e->model->cfg;
+    model_hparams hp = hparams(e);
+    cJSON *root = cJSON_CreateObject(), *model = cJSON_AddObjectToObject(root, "model");
+    if (multimodal(e))
+        multimodal_sections(e, &hp, model);
+    cJSON *dec = cJSON_AddObjectToObject(model, "decoder");
+    session_options(e, dec);
+    cJSON_AddStringToObject(dec, "filename", component_file(e, decoder_name(e)));
     cJSON_AddNumberToObject(dec, "head_size", (double)hp.head_dim);
     cJSON_AddNumberToObject(dec, "hidden_size", (double)hp.hidden_size);
     cJSON_AddNumberToObject(dec, "num_attention_heads", (double)hp.num_heads);
     cJSON_AddNumberToObject(dec, "num_hidden_layers", (double)hp.num_layers);
     cJSON_AddNumberToObject(dec, "num_key_value_heads", (double)hp.num_kv_heads);
     cJSON *in = cJSON_AddObjectToObject(dec, "inputs"), *out = cJSON_AddObjectToObject(dec, "outputs");
-    cJSON_AddStringToObject(in, "input_ids", "input_ids");
+    if (multimodal(e))
+        cJSON_AddStringToObject(in, "inputs_embeds", "inputs_embeds");
+    else
+        cJSON_AddStringToObject(in, "input_ids", "input_ids");
     cJSON_AddStringToObject(in, "attention_mask", "attention_mask");
     cJSON_AddStringToObject(in, "position_ids", "position_ids");
     cJSON_AddStringToObject(in, "past_key_names", "past_key_values.%d.key");

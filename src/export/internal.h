@@ -74,6 +74,7 @@ struct ferry_exported {
     ferry_generation_config gen;
     tok_files tokenizer;     /* the checkpoint's, carried into the export (built exports) */
     char *genai_text;        /* genai_config.json, when onnxruntime-genai can run the export */
+    char *genai_processor_text; /* GENAI_PROCESSOR_FILE, when it runs a vision-language one */
     char *description;       /* the last ferry_exported_describe text */
     dev_t dir_dev;           /* the directory saved or loaded (dir), so that a validation */
     ino_t dir_ino;           /* record never lands in an export swapped in since (--force) */
@@ -91,7 +92,13 @@ ferry_status exp_load(const char *dir, const char *subfolder, bool check_sizes,
 const char *genai_unsupported(const struct ferry_exported *e);
 /* genai_config.json's text for an export it can run (malloc'd; NULL and `err` on failure). */
 char *genai_config_text(const struct ferry_exported *e, fy_err *err);
+/* GENAI_PROCESSOR_FILE's text for a vision-language export genai runs (NULL: not one; `err`
+ * set on failure). */
+bool genai_multimodal(const struct ferry_exported *e);
+char *genai_processor_text(const struct ferry_exported *e, fy_err *err);
 #define GENAI_CONFIG_FILE "genai_config.json"
+/* onnxruntime-genai's image processor steps, for a vision-language export */
+#define GENAI_PROCESSOR_FILE "genai_processor_config.json"
 
 /* Appends `line` to the newline-separated `*warnings` (NULL: none yet). */
 ferry_status exp_add_warning(char **warnings, const char *line);

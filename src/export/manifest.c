@@ -210,6 +210,8 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
         cJSON *og = cJSON_AddObjectToObject(m, "onnxruntime_genai");
         if (!why_not)
             cJSON_AddStringToObject(og, "config", GENAI_CONFIG_FILE);
+        if (!why_not && e->genai_processor_text)
+            cJSON_AddStringToObject(og, "processor_config", GENAI_PROCESSOR_FILE);
         else
             cJSON_AddStringToObject(og, "unsupported", why_not);
     }
@@ -619,6 +621,15 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'onnxruntime_genai' must be an "
                        "object whose 'config' is \"%s\"", dir, GENAI_CONFIG_FILE);
     if (ogc && manifest_check_file(dir, "onnxruntime_genai", ogc->valuestring, NULL, err) != FERRY_OK)
+        return err->status;
+    /* ... and its image processor's, for a vision-language export */
+    const cJSON *ogp = cJSON_GetObjectItemCaseSensitive(og, "processor_config");
+    if (ogp && (!ogc || !cJSON_IsString(ogp) || strcmp(ogp->valuestring, GENAI_PROCESSOR_FILE)))
+        return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'onnxruntime_genai' "
+                       "'processor_config' must be \"%s\", beside its 'config'", dir,
+                       GENAI_PROCESSOR_FILE);
+    if (ogp && manifest_check_file(dir, "onnxruntime_genai", ogp->valuestring, NULL, err) !=
+                   FERRY_OK)
         return err->status;
     /* the tokenizer files it carries: only names ferry takes (a --force replacing this export
      * deletes what is listed here), each present */

@@ -300,6 +300,8 @@ static ferry_status ferry_files(const char *out, names *allowed, fy_err *err)
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(x->manifest, "onnxruntime_genai");
     if (!status && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(og, "config")))
         status = names_add(allowed, GENAI_CONFIG_FILE, strlen(GENAI_CONFIG_FILE), err);
+    if (!status && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(og, "processor_config")))
+        status = names_add(allowed, GENAI_PROCESSOR_FILE, strlen(GENAI_PROCESSOR_FILE), err);
     /* the tokenizer files it lists (loading checked each is a tokenizer file name) */
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(x->manifest, "tokenizer_files"))
         if (!status)

@@ -77,7 +77,8 @@ static bool is_export_file_name(const char *name)
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (strcmp(name, exact[i]) == 0)
             return true;
-    if (tok_is_file_name(name) || strcmp(name, GENAI_CONFIG_FILE) == 0)
+    if (tok_is_file_name(name) || strcmp(name, GENAI_CONFIG_FILE) == 0 ||
+        strcmp(name, GENAI_PROCESSOR_FILE) == 0)
         return true;
     for (int i = 0; fb_at(i); i++)
         if (fb_at(i)->owns_file(name))
@@ -372,6 +373,11 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
         (fs_join(path, sizeof path, tmp, GENAI_CONFIG_FILE, err) != FERRY_OK ||
          fs_write_file(path, e->genai_text, strlen(e->genai_text), err) != FERRY_OK))
         return err->status;
+    if (e->genai_processor_text &&
+        (fs_join(path, sizeof path, tmp, GENAI_PROCESSOR_FILE, err) != FERRY_OK ||
+         fs_write_file(path, e->genai_processor_text, strlen(e->genai_processor_text), err) !=
+             FERRY_OK))
+        return err->status;
     /* the bytes read when the export was made (tokenizer_files.h) */
     for (int i = 0; i < e->tokenizer.n; i++) {
         const tok_file *f = &e->tokenizer.f[i];
@@ -654,6 +660,7 @@ void ferry_exported_free(ferry_exported *e)
     free(e->save_warnings);
     tok_files_free(&e->tokenizer);
     free(e->genai_text);
+    free(e->genai_processor_text);
     free(e->description);
     free(e);
 }

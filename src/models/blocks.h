@@ -281,6 +281,10 @@ ferry_status blk_moe_read(const model_config *cfg, const blk_moe_keys *keys, blk
 /* lm_head alone (io->parts MODEL_PART_HEAD): input [b, s, hidden] -> output, the logits. */
 ferry_status blk_lm_head_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
                                fy_err *err);
+/* The embedded input_ids [b, s] (the input, in *ids) as a value, scaled as the family's
+ * embedding scales; G_NONE with err set when the table is missing. */
+int blk_lm_embed(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g, int *ids,
+                 fy_err *err);
 /* The embedding alone (io->parts MODEL_PART_EMBED): input_ids -> inputs_embeds, scaled as the
  * family's embedding scales. */
 ferry_status blk_lm_embed_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,

@@ -195,21 +195,31 @@ ferry_status blk_lm_head_build(const blk_lm *lm, ckpt *ck, const model_io *io, g
     return FERRY_OK;
 }
 
-ferry_status blk_lm_embed_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
-                                fy_err *err)
+int blk_lm_embed(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g, int *ids,
+                 fy_err *err)
 {
     ferry_dtype dt = io->dtype;
     int table = blk_weight(g, ck, lm->tie_embeddings ? lm->tied_name : lm->names->embed, 0, true,
                            lm->vocab, lm->hidden, dt, err);
     if (err->status != FERRY_OK)
-        return err->status;
+        return G_NONE;
     g_module_add(g, BLK_EMBEDDING_CLASS, G_EMBEDDING, false, GM_ROLE_NONE, "%s", "");
-    int ids = g_input(g, "input_ids", FERRY_I64, 2, (g_dim[]){io->batch, io->sequence});
-    g_input_role_set(g, ids, GI_TOKEN_IDS);
-    g->values[ids].bound = lm->vocab;
-    int x = g_embedding(g, "embedding", table, ids);
+    *ids = g_input(g, "input_ids", FERRY_I64, 2, (g_dim[]){io->batch, io->sequence});
+    g_input_role_set(g, *ids, GI_TOKEN_IDS);
+    g->values[*ids].bound = lm->vocab;
+    int x = g_embedding(g, "embedding", table, *ids);
     if (lm->embed_scale != 0.0)
         x = g_binary(g, G_MUL, "scale", x, g_scalar_f(g, dt, lm->embed_scale));
+    return x;
+}
+
+ferry_status blk_lm_embed_build(const blk_lm *lm, ckpt *ck, const model_io *io, g_graph *g,
+                                fy_err *err)
+{
+    int ids;
+    int x = blk_lm_embed(lm, ck, io, g, &ids, err);
+    if (err->status != FERRY_OK)
+        return err->status;
     g_output(g, x, "inputs_embeds");
     if (!g_ok(g))
         return fy_fail(err, g->err.status, "%s", g->err.msg);

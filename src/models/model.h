@@ -99,6 +99,10 @@ typedef struct model_hparams {
     int64_t num_layers, num_heads, num_kv_heads, head_dim;
     int64_t context_length;       /* max_position_embeddings */
     double norm_eps;
+    /* a vision-language model's (onnxruntime-genai's vision and embedding sections); 0: none */
+    int64_t image_token_id, video_token_id, vision_start_token_id;
+    int64_t spatial_merge_size, patch_size, temporal_patch_size;
+    int64_t window_size;          /* the tower's attention window in pixels (0: whole frames) */
 } model_hparams;
 
 /* The components one export may have (prefill and decode today; an encoder, a vision encoder,

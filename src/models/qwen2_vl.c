@@ -36,6 +36,8 @@
 typedef struct qvl {
     qvl_vision vision;
     blk_lm *text;
+    int64_t image_token_id, video_token_id, vision_start_token_id;
+    int64_t window_size;       /* Qwen2.5-VL's vision_config.window_size, in pixels */
     char origin[1300];
 } qvl;
 
@@ -98,6 +100,17 @@ static ferry_status qvl_read(const qvl_generation *gen, const model_config *cfg,
         qvl_free(p);
         return err->status;
     }
+    /* the special tokens the runtimes place images by (Qwen2VLConfig's defaults) */
+    if (json_get_int(cfg->raw, "image_token_id", false, 151655, 0, p->text->vocab - 1,
+                     p->origin, &p->image_token_id, err) ||
+        json_get_int(cfg->raw, "video_token_id", false, 151656, 0, p->text->vocab - 1,
+                     p->origin, &p->video_token_id, err) ||
+        json_get_int(cfg->raw, "vision_start_token_id", false, 151652, 0, p->text->vocab - 1,
+                     p->origin, &p->vision_start_token_id, err)) {
+        qvl_free(p);
+        return err->status;
+    }
+    p->window_size = p->vision.window * p->vision.merge * p->vision.patch_size;
     /* the conditional model's own key decides the tie, as transformers reads it */
     bool tie;
     if (json_get_bool(cfg->raw, "tie_word_embeddings", false, p->text->tie_embeddings,
@@ -263,13 +276,84 @@ static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, 
     out->comps[3] = (model_component){"lm_head", "lm_head", head, NULL};
     out->comps[4] = (model_component){"decode", "decode", decode, OUTPUT_LOGITS};
     out->n = 5;
+    /* onnxruntime-genai's pipeline: image_encoder as its vision model, then an embedding that
+     * places the image features itself and one decoder from inputs_embeds and M-RoPE's three
+     * rows over the same weights (ONNX's external data holds each tensor once) */
+    if (strcmp(rq->format, "onnx") == 0 && !out->gen.static_cache &&
+        out->gen.multi_token_decode) {
+        model_io merge = embed;
+        merge.component = "genai_embedding";
+        model_io decoder = decode;
+        decoder.parts = MODEL_PART_BODY | MODEL_PART_HEAD;
+        decoder.position_rows = 3;
+        rq->syms[5] = prefill_syms;
+        rq->syms[6] = decode_syms;
+        out->comps[5] = (model_component){"genai_embedding", "genai_embedding", merge, NULL};
+        out->comps[6] = (model_component){"genai_decoder", "genai_decoder", decoder,
+                                          OUTPUT_LOGITS};
+        out->n = 7;
+    }
     return FERRY_OK;
+}
+
+/* onnxruntime-genai's embedding: input_ids [b, s] and image_features [n, hidden] (the image
+ * encoder's pooler_output for every image of the prompt, in order; [0, hidden] at decode and
+ * for text) -> inputs_embeds, the image tokens' rows replaced by the features in row-major
+ * order, as masked_scatter places them. */
+static ferry_status build_genai_embedding(const qvl *p, ckpt *ck, const model_io *io,
+                                          g_graph *g, fy_err *err)
+{
+    int ids, hidden = (int)p->text->hidden;
+    int embeds = blk_lm_embed(p->text, ck, io, g, &ids, err);
+    if (err->status != FERRY_OK)
+        return err->status;
+    int features = g_input(g, "image_features", io->dtype, 2,
+                           (g_dim[]){g_dim_unknown(), g_dim_const(hidden)});
+    g_scope(g, "/image_features");
+    int is_image = g_binary(g, G_EQUAL, "is_image", ids, g_scalar_i64(g, p->image_token_id));
+    int flat = g_reshape_spec(g, "flat", g_cast(g, "count", is_image, FERRY_I64), 1,
+                              (int64_t[]){-1});
+    /* the k-th image token takes row k of [zeros; features] (1-based), others row 0 */
+    int rank = g_binary(g, G_MUL, "rank", g_cumsum(g, "cumsum", flat, 0), flat);
+    int zeros = g_expand(g, "zeros", g_scalar_f(g, io->dtype, 0.0),
+                         g_const_i64(g, 2, (int64_t[]){1, hidden}));
+    int rows[2] = {zeros, features};
+    int padded = g_concat(g, "padded", 2, rows, 0);
+    int placed = g_gather(g, "placed", padded, rank, 0);
+    placed = g_reshape(g, "placed_rows", placed, 3,
+                       (g_dim[]){io->batch, io->sequence, g_dim_const(hidden)});
+    int merged = g_where(g, "merged", g_unsqueeze(g, "is_image_rows", is_image, 1,
+                                                  (int64_t[]){2}),
+                         placed, embeds);
+    g->scope[0] = '\0';
+    g_output(g, merged, "inputs_embeds");
+    if (!g_ok(g))
+        return fy_fail(err, g->err.status, "%s", g->err.msg);
+    return FERRY_OK;
+}
+
+static void qvl_describe(const void *hparams, model_hparams *out)
+{
+    const qvl *p = hparams;
+    blk_lm_describe(p->text, out);
+    /* Qwen2-VL's language model, prompt layout and M-RoPE are Qwen2.5-VL's: genai has one
+     * type for both, and its vision model is the export's own graph */
+    out->genai_type = "qwen2_5_vl";
+    out->image_token_id = p->image_token_id;
+    out->video_token_id = p->video_token_id;
+    out->vision_start_token_id = p->vision_start_token_id;
+    out->spatial_merge_size = p->vision.merge;
+    out->patch_size = p->vision.patch_size;
+    out->temporal_patch_size = p->vision.temporal_patch_size;
+    out->window_size = p->window_size;
 }
 
 static ferry_status qvl_build(const void *hparams, ckpt *ck, const model_io *io, g_graph *g,
                               fy_err *err)
 {
     const qvl *p = hparams;
+    if (io->component && strcmp(io->component, "genai_embedding") == 0)
+        return build_genai_embedding(p, ck, io, g, err);
     if (io->component && strcmp(io->component, "image_encoder") == 0)
         return qvl_vision_build(&p->vision, ck, io, g, err);
     if (io->component && strcmp(io->component, "vision_embeddings") == 0)
@@ -292,7 +376,7 @@ static const model_input QVL_INPUTS[] = {
      .bind = qvl_bind, .plan = qvl_plan, .build = qvl_build, .inputs = QVL_INPUTS,             \
      .n_inputs = sizeof QVL_INPUTS / sizeof QVL_INPUTS[0], .axes = qvl_axes,                   \
      .n_axes = QVL_N_AXES, .generation = true, .layouts = QVL_LAYOUTS,                         \
-     .n_layouts = sizeof QVL_LAYOUTS / sizeof QVL_LAYOUTS[0]}
+     .n_layouts = sizeof QVL_LAYOUTS / sizeof QVL_LAYOUTS[0], .describe = qvl_describe}
 
 const model_arch model_qwen2_vl =
     QVL_ARCH("Qwen2VLForConditionalGeneration", "qwen2_vl", qwen2_vl_read);

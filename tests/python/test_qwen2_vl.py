@@ -301,8 +301,10 @@ def test_the_guides_call(ckpt, model, tmp_path):
     given = dict(input_ids=ids, attention_mask=mask, mm_token_type_ids=mm, **enc)
     exported = OnnxExporter().export_for_generation(str(ckpt), given,
                                                     config=OnnxConfig(dynamic=True))
+    # the guide's components, then onnxruntime-genai's embedding and decoder
     assert list(exported.components) == ["image_encoder", "embed_tokens", "language_model",
-                                         "lm_head", "decode"]
+                                         "lm_head", "decode", "genai_embedding",
+                                         "genai_decoder"]
     with torch.no_grad():
         want = model.generate(**given, max_new_tokens=8, min_new_tokens=8, do_sample=False)
     assert exported.generate(**given, max_new_tokens=8, min_new_tokens=8).tolist() == \
