@@ -370,13 +370,15 @@ def ferry_exports(run, name, ckpt, forms, repeats, keep):
 
 class MemoryGuard:
     """While a transformers export runs: if the machine's MemAvailable falls under `floor`,
-    SIGKILL that export's process group (found by its unique OUT path on the command line), so
-    that the kernel's OOM killer does not pick another process on this shared machine."""
+    SIGKILL that export's process group (found by its unique OUT path on the command line and
+    its `script`), so that the kernel's OOM killer does not pick another process on this shared
+    machine."""
 
-    def __init__(self, marker, floor=1536 * MiB):
+    def __init__(self, marker, floor=1536 * MiB, script="peer_transformers.py"):
         import threading
 
         self.marker, self.floor, self.fired, self.low = marker, floor, None, None
+        self.script = script.encode()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -412,7 +414,7 @@ class MemoryGuard:
                 except OSError:
                     continue
                 if any(self.marker.encode() == arg for arg in cmdline) and \
-                        any(arg.endswith(b"peer_transformers.py") for arg in cmdline):
+                        any(arg.endswith(self.script) for arg in cmdline):
                     try:
                         os.killpg(os.getpgid(int(entry)), signal.SIGKILL)
                         self.fired = avail
