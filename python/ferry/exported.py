@@ -269,7 +269,8 @@ class ExportedModel:
         """Greedy search or sampling with the generation export, as transformers' generate()
         with the checkpoint's generation_config.json; see ferry.generation. A vision-language
         export also takes what its processor returns for the images (pixel_values,
-        image_grid_thw, mm_token_type_ids; ferry.vision_language). Calls from several threads
+        image_grid_thw, mm_token_type_ids for Qwen2-VL; pixel_values, pixel_attention_mask for
+        SmolVLM; ferry.vision_language, ferry.smolvlm). Calls from several threads
         take turns: they share the runners' cache."""
         from .generation import generate
         from .vision_language import VisionLanguageRunners
@@ -277,9 +278,7 @@ class ExportedModel:
         with self._running:
             runners = self.runners
             if isinstance(runners, VisionLanguageRunners):
-                images = {k: kwargs.pop(k) for k in ("pixel_values", "image_grid_thw",
-                                                     "mm_token_type_ids", "video_grid_thw",
-                                                     "pixel_values_videos") if k in kwargs}
+                images = {k: kwargs.pop(k) for k in runners.IMAGE_INPUTS if k in kwargs}
                 runners.set_images(**images)
             return generate(runners, self.directory, input_ids, attention_mask, **kwargs)
 

@@ -43,6 +43,10 @@ def is_vision_language(manifest):
 def runners_class(manifest):
     """The runners of a vision-language export's layout."""
     roles = {c.get("role") for c in manifest.get("components", {}).values()}
+    if "connector" in roles:
+        from .smolvlm import SmolVLMRunners
+
+        return SmolVLMRunners
     return (GenaiVisionLanguageRunners if "vision_embeddings_model" in roles
             else VisionLanguageRunners)
 
@@ -184,6 +188,9 @@ class VisionLanguageRunners:
     ROLES = ROLES
     # the stage that takes the pixel rows, and its input
     PIXELS = ("image_encoder", "pixel_values")
+    # generate()'s keyword arguments that set_images() takes
+    IMAGE_INPUTS = ("pixel_values", "image_grid_thw", "mm_token_type_ids", "video_grid_thw",
+                    "pixel_values_videos")
 
     def __init__(self, directory, manifest, device=None):
         comps = manifest.get("components", {})
@@ -370,7 +377,7 @@ class VisionLanguageRunners:
         out = self.stages["language_model"](self._with_cache(
             "language_model", {"inputs_embeds": embeds, "position_ids": positions}, mask, query))
         self._keep_cache(out, query)
-        self._next = positions[:, :, -1:] + 1
+        self._next = positions[..., -1:] + 1
         hidden = out["last_hidden_state"][:, -1:]
         return self.stages["lm_head"]({"input": hidden})["output"]
 

@@ -80,10 +80,10 @@ class Components:
     """Each component's graph in its runtime, called with a dict of numpy inputs; returns
     {output name: array}."""
 
-    def __init__(self, fmt, out):
+    def __init__(self, fmt, out, names=("image_encoder", "embed_tokens", "language_model",
+                                        "lm_head", "decode")):
         self.sessions = {}
-        for name in ("image_encoder", "embed_tokens", "language_model", "lm_head",
-                     "decode"):
+        for name in names:
             if fmt == "onnx":
                 import onnxruntime as ort
 
