@@ -211,6 +211,9 @@ class VisionLanguageRunners:
         self.merge = int(self.vision.get("spatial_merge_size", 2))
         stage, name = self.PIXELS
         pixels = self.stages[stage].declared.get(name, {})
+        if pixels.get("dtype") == "bfloat16":
+            _fail("ferry's generate() does not run a bf16 vision-language export: numpy has no "
+                  "bfloat16 to hand its image encoder the pixels in; export it in fp32 or fp16")
         self.pixel_dtype = np.dtype(pixels.get("dtype", "float32"))
         self.pixel_width = (pixels.get("shape") or [None, None])[-1]
         self.rotary_table_rows = None
@@ -415,7 +418,9 @@ class GenaiVisionLanguageRunners(VisionLanguageRunners):
         merger = self.stages["vision_embeddings_merger_model"]
         angles = merger.declared.get("rotary_pos_emb", {}).get("shape") or [None, None]
         self.angles = angles[-1]
-        self.theta = float((self.vision.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+        # VLMPipeline computes the angles with base 10000 whatever vision_config says; the
+        # merger rescales them to its own rope_theta, so they are given the same way here
+        self.theta = 10000.0
         self.windowed = "window_index" in merger.declared
         if self.windowed:  # merge units per window side, as get_vision_window_index counts
             self.window = (int(self.vision.get("window_size", 112)) // self.merge //

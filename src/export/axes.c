@@ -147,7 +147,8 @@ static ferry_status given_examples(const ferry_export_config *cfg, const model_a
             char axes[128];
             axes_text(in, axes, sizeof axes);
             return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape for '%s': %d extents, but "
-                           "it has %d axes (%s)", x->input, x->rank, in->n_axes, axes);
+                           "it takes %d, one for each axis that can be symbolic (%s)",
+                           x->input, x->rank, in->n_axes, axes);
         }
         for (int d = 0; d < x->rank; d++) {
             int k = exp_axis_index(a, in->axes[d]);

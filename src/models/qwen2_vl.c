@@ -110,6 +110,22 @@ static ferry_status qvl_read(const qvl_generation *gen, const model_config *cfg,
         qvl_free(p);
         return err->status;
     }
+    /* a default past the vocabulary (a checkpoint that leaves the key out) places no image */
+    const struct {
+        const char *key;
+        int64_t id;
+    } special[] = {{"image_token_id", p->image_token_id},
+                   {"video_token_id", p->video_token_id},
+                   {"vision_start_token_id", p->vision_start_token_id}};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        if (special[i].id >= p->text->vocab) {
+            fy_fail(err, FERRY_ERR_FORMAT, "%s: key '%s' is absent, and %s's default %lld is "
+                    "past the vocabulary (vocab_size %lld): give the token's id", p->origin,
+                    special[i].key, gen->name, (long long)special[i].id,
+                    (long long)p->text->vocab);
+            qvl_free(p);
+            return err->status;
+        }
     p->window_size = p->vision.window * p->vision.merge * p->vision.patch_size;
     /* the conditional model's own key decides the tie, as transformers reads it */
     bool tie;
@@ -166,13 +182,26 @@ static ferry_status check_traced_patches(const qvl *p, const model_plan_request 
                                          fy_err *err)
 {
     int64_t patches = 0, group = p->vision.merge * p->vision.merge;
+    /* ferry's pipelines and onnxruntime-genai call the image encoder one image at a time */
+    g_dim images = model_plan_axis(rq, "images");
+    int64_t fixed;
+    if (g_dim_is_const(images, &fixed) ? fixed != 1
+                                       : images.n == 1 && rq->syms[0].s[images.t[0].sym].min > 1)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "image_grid_thw's images axis must take 1: "
+                       "the pipelines call the image encoder one image at a time (give its dim "
+                       "a range from 1, or no example shape for it)");
     if (!g_dim_example(model_plan_axis(rq, "patches"), &rq->syms[0], &patches) ||
         patches % group == 0)
         return FERRY_OK;
-    return fy_fail(err, FERRY_ERR_INVALID_ARG, "example shape for 'pixel_values': %lld patches "
-                   "is not a whole number of merged blocks (spatial_merge_size^2 = %lld): the "
-                   "image processor gives t * h * w patches with h and w multiples of %lld",
-                   (long long)patches, (long long)group, (long long)p->vision.merge);
+    bool given = false;
+    for (int i = 0; i < rq->cfg->n_examples; i++)
+        given |= strcmp(rq->cfg->examples[i].input, "pixel_values") == 0;
+    return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s %lld patches is not a whole number of "
+                   "merged blocks (spatial_merge_size^2 = %lld): the image processor gives "
+                   "t * h * w patches with h and w multiples of %lld%s",
+                   given ? "example shape for 'pixel_values':" : "the default example of",
+                   (long long)patches, (long long)group, (long long)p->vision.merge,
+                   given ? "" : "; give one with --example-shape pixel_values=N");
 }
 
 /* OpenVINO's stateful export, laid out as openvino-genai's VLMPipeline loads it (and as
@@ -280,7 +309,8 @@ static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, 
      * places the image features itself and one decoder from inputs_embeds and M-RoPE's three
      * rows over the same weights (ONNX's external data holds each tensor once) */
     if (strcmp(rq->format, "onnx") == 0 && !out->gen.static_cache &&
-        out->gen.multi_token_decode) {
+        out->gen.multi_token_decode && !g_dim_is_const(batch, NULL) &&
+        !g_dim_is_const(sequence, NULL) && rq->cfg->dtype != FERRY_BF16) {
         model_io merge = embed;
         merge.component = "genai_embedding";
         model_io decoder = decode;

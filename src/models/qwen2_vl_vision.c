@@ -41,10 +41,14 @@
 #define VISION_PREFIX "visual."
 
 #define MAX_WIDTH (1 << 20)
+/* the rotary base openvino-genai's VLMPipeline computes the merger's angles with */
+#define GENAI_VISION_THETA 10000.0
+#define QVL_MAX_ROTARY 1024
 #define MAX_PATCH 4096
 
 const model_axis qvl_axes[QVL_N_AXES] = {
-    {"batch", 1}, {"sequence", 8}, {"patches", 16}, {"images", 1},
+    /* 144 patches: whole merged blocks for merges of 2, 3, 4, 6 and 12 */
+    {"batch", 1}, {"sequence", 8}, {"patches", 144}, {"images", 1},
 };
 
 /* fullatt_block_indexes: the layers of a Qwen2.5-VL tower that attend over the whole frame */
@@ -702,6 +706,21 @@ ferry_status qvl_merger_build(const qvl_vision *v, ckpt *ck, const model_io *io,
     }
     declare_modules(g, v);
     g_scope(g, "/rotary_pos_emb");
+    /* openvino-genai computes the angles with base 10000 whatever the config says: a tower of
+     * another rope_theta gets each frequency's angles rescaled to its own,
+     * (10000 / theta)^(i / (D/2)) for the i-th of the D/2 frequencies of each half */
+    if (v->theta != GENAI_VISION_THETA) {
+        float scale[2 * QVL_MAX_ROTARY];
+        if (half > 2 * QVL_MAX_ROTARY)
+            return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: a vision head of %lld rotary angles "
+                           "is wider than ferry rescales for openvino-genai (%d)", v->origin,
+                           (long long)half, 2 * QVL_MAX_ROTARY);
+        for (int64_t i = 0; i < half / 2; i++)
+            scale[i] = scale[i + half / 2] =
+                (float)pow(GENAI_VISION_THETA / v->theta, (double)i / (double)(half / 2));
+        angles = g_binary(g, G_MUL, "theta_scale", angles,
+                          g_const(g, FERRY_F32, 1, (int64_t[]){half}, scale));
+    }
     if (windowed) {
         h = units_in_order(g, "hidden_states_in_windows", h, window_index, e, group);
         angles = units_in_order(g, "angles_in_windows", angles, window_index, half, group);

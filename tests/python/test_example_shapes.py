@@ -50,7 +50,8 @@ def test_recipe_example_shapes_by_input(tmp_path):
     (["--example-shape", "position_ids=1x4"],
      ("example shape for 'position_ids': this export takes no position_ids",)),
     (["--example-shape", "input_ids=1x8x2"],
-     ("example shape for 'input_ids': 3 extents, but it has 2 axes (0 = batch, 1 = sequence)",)),
+     ("example shape for 'input_ids': 3 extents, but it takes 2, one for each axis that can be "
+      "symbolic (0 = batch, 1 = sequence)",)),
     (["--example-shape", "input_ids=1x8y"], ("expected NAME=D0xD1",)),
 ], ids=["disagree", "no-such-input", "not-taken", "rank", "malformed"])
 def test_refused(tmp_path, args, needles):

@@ -185,3 +185,29 @@ def test_stateful_generate_equals_transformers(model, stateful, case):
                               max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                               do_sample=False)
     assert got.tolist() == want.tolist()
+
+
+def test_stateful_tower_of_another_rope_theta(ckpt, tmp_path):
+    """openvino-genai gives the merger angles of base 10000 whatever vision_config says: a tower
+    of rope_theta 100 rescales them to its own, so its features are transformers' (ferry's
+    runner gives the angles as the pipeline does)."""
+    from ferry import ExportedModel
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    other = tmp_path / "theta"
+    shutil.copytree(ckpt, other)
+    config = json.loads((other / "config.json").read_text())
+    config["vision_config"]["rope_parameters"] = {"rope_type": "axial", "rope_theta": 100.0}
+    (other / "config.json").write_text(json.dumps(config))
+    out = ferry_export(other, tmp_path / "out", "--format", "openvino", "--dynamic",
+                       "--for-generation", "--quiet")
+    enc = images([(84, 140)])
+    got = ExportedModel.from_pretrained(out).runners._features(enc["pixel_values"].numpy(),
+                                                              enc["image_grid_thw"].numpy())
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(other).eval()
+    with torch.no_grad():
+        want = model.model.visual(enc["pixel_values"], grid_thw=enc["image_grid_thw"])
+        base = Qwen2_5_VLForConditionalGeneration.from_pretrained(ckpt).eval().model.visual(
+            enc["pixel_values"], grid_thw=enc["image_grid_thw"])
+    np.testing.assert_allclose(got, want.pooler_output.numpy(), atol=FP32_ATOL, rtol=0)
+    assert np.abs(got - base.pooler_output.numpy()).max() > 100 * FP32_ATOL

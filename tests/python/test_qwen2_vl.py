@@ -549,3 +549,34 @@ def test_static_cache_is_written_in_place_and_bounded(static):
     with pytest.raises(FerryError, match="the static cache has 64 slots"):
         ExportedModel.from_pretrained(static).generate(ids, mask, mm_token_type_ids=mm, **enc,
                                                        max_new_tokens=60)
+
+
+def test_review_refusals(ckpt, tmp_path):
+    """An images range the pipelines cannot call, a bf16 export ferry's generate() cannot feed,
+    a checkpoint whose image token defaults past its vocabulary: one line each; an export
+    onnxruntime-genai cannot run (a fixed batch) carries none of its files."""
+    import json
+
+    from ferry import ExportedModel, FerryError
+
+    rc, _, err = run_ferry("export", ckpt, tmp_path / "images", "--for-generation", "--dynamic",
+                           "--dim", "image_grid_thw:0=images:2:4")
+    assert rc == 2 and "images axis must take 1" in err, (rc, err)
+    bf16 = ferry_export(ckpt, tmp_path / "bf16", "--for-generation", "--dynamic", "--format",
+                        "openvino", "--disable-stateful", "--dtype", "bf16", "--quiet")
+    ids, mask, mm, enc = inputs("one image")
+    with pytest.raises(FerryError, match="does not run a bf16 vision-language export"):
+        ExportedModel.from_pretrained(bf16).generate(ids, mask, mm_token_type_ids=mm, **enc,
+                                                     max_new_tokens=2)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    config = json.loads((ckpt / "config.json").read_text())
+    del config["image_token_id"]
+    (bare / "config.json").write_text(json.dumps(config))
+    (bare / "model.safetensors").symlink_to(ckpt / "model.safetensors")
+    rc, _, err = run_ferry("export", bare, tmp_path / "bare-out", "--for-generation",
+                           "--dynamic")
+    assert rc != 0 and "key 'image_token_id' is absent, and Qwen2-VL's default 151655" in err
+    fixed = ferry_export(ckpt, tmp_path / "fixed", "--for-generation", "--dim",
+                         "input_ids:1=sequence:1:64", "--quiet")
+    assert not list(fixed.glob("genai_*")), list(fixed.glob("genai_*"))
