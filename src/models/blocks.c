@@ -32,6 +32,28 @@ static int weight(g_graph *g, ckpt *ck, const char *fmt, const char *value_fmt, 
                   bool required, int64_t d0, int64_t d1, bool in_out, ferry_dtype dtype,
                   fy_err *err);
 
+int blk_kernel_matrix(g_graph *g, ckpt *ck, const char *name, int rank, const int64_t *dims,
+                      ferry_dtype dtype, fy_err *err)
+{
+    const st_tensor *t = ckpt_take(ck, name);
+    char full[160];
+    if (!ckpt_full_name(ck, name, full, sizeof full))
+        snprintf(full, sizeof full, "%s", name);
+    if (!t) {
+        fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '%s' is missing", ck->dir,
+                full);
+        return G_NONE;
+    }
+    if (blk_check_shape(t, full, rank, dims, err) != FERRY_OK)
+        return G_NONE;
+    g_weight w = w_plain(t, dtype);
+    w.flatten = true;
+    int out = g_weight_value(g, name, &w);
+    if (out == G_NONE && g->err.status != FERRY_OK)
+        fy_fail(err, g->err.status, "%s", g->err.msg);
+    return out;
+}
+
 int blk_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
                int64_t d1, ferry_dtype dtype, fy_err *err)
 {

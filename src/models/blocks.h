@@ -373,6 +373,11 @@ int blk_weight_named(g_graph *g, ckpt *ck, const char *fmt, const char *value_fm
  * with no error. */
 int blk_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, int64_t d0,
                int64_t d1, ferry_dtype dtype, fy_err *err);
+/* The required convolution kernel `name` of shape `dims` ([out, in, k...], `rank` of them) as
+ * the matrix [out, in * k...] a patch embedding multiplies patches by (each patch's values in
+ * the kernel's order), in `dtype`. */
+int blk_kernel_matrix(g_graph *g, ckpt *ck, const char *name, int rank, const int64_t *dims,
+                      ferry_dtype dtype, fy_err *err);
 
 /* The same for a weight stored [in, out] (transformers' Conv1D, GPT-2's): checked as [in, out],
  * read as the [out, in] matrix a linear multiplies by. */

@@ -15,7 +15,11 @@
  *                   the cache
  *
  * position_ids are transformers' generate()'s: a text row, which nothing reads, then M-RoPE's
- * temporal, height and width rows (get_rope_index). */
+ * temporal, height and width rows (get_rope_index).
+ *
+ * The genai runtimes' layouts: an ONNX export also holds genai_embedding and genai_decoder
+ * (onnxruntime-genai's embedding and decoder, see genai_config.c); OpenVINO's stateful export
+ * is openvino-genai's VLMPipeline layout instead (plan_genai_layout). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,7 @@
 #include "models/blocks.h"
 #include "models/qwen2.h"
 #include "models/qwen2_vl.h"
+#include "models/vision_language.h"
 #include "util/json.h"
 
 #define OUTPUT_POOLING "transformers.modeling_outputs.BaseModelOutputWithPooling"
@@ -266,58 +271,35 @@ static ferry_status qvl_plan(const void *hparams, const model_plan_request *rq, 
         return err->status;
     if (rq->single_graph)
         return plan_genai_layout(rq, out, err);
-    unsigned writable = rq->gen->static_cache ? 1u << GS_IN_PLACE
-                                              : 1u << GS_PAIR | 1u << GS_VARIABLE;
-    if (!(rq->state_forms & writable))
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s generation exports are not written "
-                       "for vision-language models yet: export it to onnx, or to openvino "
-                       "(stateful, or with --disable-stateful)", arch, rq->format);
-    g_dim batch = model_plan_axis(rq, "batch"), sequence = model_plan_axis(rq, "sequence");
-    out->gen = gen_resolve(rq->gen, sequence, &rq->syms[0]);
-    gen_component pair[MODEL_MAX_COMPONENTS];
-    int n = 0;
-    if (gen_plan(rq->cfg, &out->gen, NULL, batch, sequence, rq->syms, pair, &n, err) != FERRY_OK)
+    vlm_text t;
+    if (vlm_plan_text(rq, out, POSITION_ROWS, &t, err) != FERRY_OK)
         return err->status;
-    if (n != 1 && n != 2)
-        return fy_fail(err, FERRY_ERR_INTERNAL, "%s: planned %d generation graphs", arch, n);
-    /* A static cache with a multi-token decode is one graph for a text model, which the
-     * prompt goes through too; here the prompt's embeddings go through the language model,
-     * which writes the same cache, and decode takes the tokens after it. gen_plan gave
-     * prefill's symbols to table 0 and decode's to the last: each component's index is its
-     * table's. */
-    g_symtab prefill_syms = rq->syms[0], decode_syms = rq->syms[n - 1];
-    rq->syms[1] = rq->syms[2] = rq->syms[3] = prefill_syms;
-    rq->syms[4] = decode_syms;
-    model_io prefill = pair[0].io, decode = pair[n - 1].io;
-    prefill.parts = MODEL_PART_BODY;
-    prefill.position_rows = decode.position_rows = POSITION_ROWS;
-    decode.parts = MODEL_PARTS_ALL;
+    /* each component's index is its symbol table's */
+    for (int i = 0; i < 4; i++)
+        rq->syms[i] = t.prefill_syms;
+    rq->syms[4] = t.decode_syms;
     model_io image = {.batch = g_dim_const(1), .sequence = g_dim_const(1), .cache = CACHE_NONE,
                       .dtype = rq->cfg->dtype, .component = "image_encoder"};
-    model_io head = {.batch = batch, .sequence = sequence, .cache = CACHE_NONE,
-                     .dtype = rq->cfg->dtype, .parts = MODEL_PART_HEAD};
-    model_io embed = head;
-    embed.parts = MODEL_PART_EMBED;
     out->comps[0] = (model_component){"image_encoder", "image_encoder", image, OUTPUT_POOLING};
-    out->comps[1] = (model_component){"embed_tokens", "embed_tokens", embed, NULL};
-    out->comps[2] = (model_component){"language_model", "language_model", prefill,
+    out->comps[1] = (model_component){"embed_tokens", "embed_tokens", t.embed, NULL};
+    out->comps[2] = (model_component){"language_model", "language_model", t.language,
                                       OUTPUT_HIDDEN};
-    out->comps[3] = (model_component){"lm_head", "lm_head", head, NULL};
-    out->comps[4] = (model_component){"decode", "decode", decode, OUTPUT_LOGITS};
+    out->comps[3] = (model_component){"lm_head", "lm_head", t.head, NULL};
+    out->comps[4] = (model_component){"decode", "decode", t.decode, OUTPUT_LOGITS};
     out->n = 5;
     /* onnxruntime-genai's pipeline: image_encoder as its vision model, then an embedding that
      * places the image features itself and one decoder from inputs_embeds and M-RoPE's three
      * rows over the same weights (ONNX's external data holds each tensor once) */
     if (strcmp(rq->format, "onnx") == 0 && !out->gen.static_cache &&
-        out->gen.multi_token_decode && !g_dim_is_const(batch, NULL) &&
-        !g_dim_is_const(sequence, NULL) && rq->cfg->dtype != FERRY_BF16) {
-        model_io merge = embed;
+        out->gen.multi_token_decode && !g_dim_is_const(t.batch, NULL) &&
+        !g_dim_is_const(t.sequence, NULL) && rq->cfg->dtype != FERRY_BF16) {
+        model_io merge = t.embed;
         merge.component = "genai_embedding";
-        model_io decoder = decode;
+        model_io decoder = t.decode;
         decoder.parts = MODEL_PART_BODY | MODEL_PART_HEAD;
         decoder.position_rows = 3;
-        rq->syms[5] = prefill_syms;
-        rq->syms[6] = decode_syms;
+        rq->syms[5] = t.prefill_syms;
+        rq->syms[6] = t.decode_syms;
         out->comps[5] = (model_component){"genai_embedding", "genai_embedding", merge, NULL};
         out->comps[6] = (model_component){"genai_decoder", "genai_decoder", decoder,
                                           OUTPUT_LOGITS};

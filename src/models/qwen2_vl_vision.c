@@ -481,27 +481,9 @@ static int heads(g_graph *g, const char *name, int x, const qvl_vision *v)
 /* The patch embedding's Conv3d weight [embed, C, T, p, p] as the matrix [embed, C*T*p*p]. */
 static int patch_weight(g_graph *g, ckpt *ck, const qvl_vision *v, ferry_dtype dt, fy_err *err)
 {
-    char name[64];
-    snprintf(name, sizeof name, VISION_PREFIX "patch_embed.proj.weight");
-    const st_tensor *t = ckpt_take(ck, name);
-    char full[128];
-    if (!ckpt_full_name(ck, name, full, sizeof full))
-        snprintf(full, sizeof full, "%s", name);
-    if (!t) {
-        fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '%s' is missing", ck->dir,
-                full);
-        return G_NONE;
-    }
     const int64_t dims[5] = {v->embed_dim, v->in_channels, v->temporal_patch_size,
                              v->patch_size, v->patch_size};
-    if (blk_check_shape(t, full, 5, dims, err) != FERRY_OK)
-        return G_NONE;
-    g_weight w = w_plain(t, dt);
-    w.flatten = true;
-    int out = g_weight_value(g, name, &w);
-    if (out == G_NONE && g->err.status != FERRY_OK)
-        fy_fail(err, g->err.status, "%s", g->err.msg);
-    return out;
+    return blk_kernel_matrix(g, ck, VISION_PREFIX "patch_embed.proj.weight", 5, dims, dt, err);
 }
 
 /* How a block's attention finds its positions and its keys: the 2-D rotary from each patch's

@@ -20,6 +20,7 @@
 #include "generate/generation.h"
 #include "models/blocks.h"
 #include "models/smolvlm.h"
+#include "models/vision_language.h"
 #include "util/json.h"
 
 #define OUTPUT_HIDDEN "transformers.modeling_outputs.BaseModelOutputWithPast"
@@ -103,44 +104,24 @@ static ferry_status svlm_plan(const void *hparams, const model_plan_request *rq,
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s on %s: the stateful single graph is not "
                        "written for SmolVLM; stateful=False (--disable-stateful) writes its "
                        "components", arch, rq->format);
-    unsigned writable = rq->gen->static_cache ? 1u << GS_IN_PLACE
-                                              : 1u << GS_PAIR | 1u << GS_VARIABLE;
-    if (!(rq->state_forms & writable))
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s generation exports are not written "
-                       "for vision-language models yet: export it to onnx, or to openvino "
-                       "with --disable-stateful", arch, rq->format);
-    g_dim batch = model_plan_axis(rq, "batch"), sequence = model_plan_axis(rq, "sequence");
-    out->gen = gen_resolve(rq->gen, sequence, &rq->syms[0]);
-    gen_component pair[MODEL_MAX_COMPONENTS];
-    int n = 0;
-    if (gen_plan(rq->cfg, &out->gen, NULL, batch, sequence, rq->syms, pair, &n, err) != FERRY_OK)
+    vlm_text t;
+    if (vlm_plan_text(rq, out, 0, &t, err) != FERRY_OK)
         return err->status;
-    if (n != 1 && n != 2)
-        return fy_fail(err, FERRY_ERR_INTERNAL, "%s: planned %d generation graphs", arch, n);
-    /* as Qwen2-VL's (qwen2_vl.c): the language model takes the prompt's embeddings into the
-     * cache decode carries on; each component's index is its symbol table's */
-    g_symtab prefill_syms = rq->syms[0], decode_syms = rq->syms[n - 1];
+    /* each component's index is its symbol table's */
     for (int i = 0; i < 5; i++)
-        rq->syms[i] = prefill_syms;
-    rq->syms[5] = decode_syms;
-    model_io prefill = pair[0].io, decode = pair[n - 1].io;
-    prefill.parts = MODEL_PART_BODY;
-    decode.parts = MODEL_PARTS_ALL;
+        rq->syms[i] = t.prefill_syms;
+    rq->syms[5] = t.decode_syms;
     model_io image = {.batch = g_dim_const(1), .sequence = g_dim_const(1), .cache = CACHE_NONE,
                       .dtype = rq->cfg->dtype, .component = "image_encoder"};
     model_io connector = image;
     connector.component = "connector";
-    model_io head = {.batch = batch, .sequence = sequence, .cache = CACHE_NONE,
-                     .dtype = rq->cfg->dtype, .parts = MODEL_PART_HEAD};
-    model_io embed = head;
-    embed.parts = MODEL_PART_EMBED;
     out->comps[0] = (model_component){"image_encoder", "image_encoder", image, OUTPUT_VISION};
     out->comps[1] = (model_component){"connector", "connector", connector, NULL};
-    out->comps[2] = (model_component){"embed_tokens", "embed_tokens", embed, NULL};
-    out->comps[3] = (model_component){"language_model", "language_model", prefill,
+    out->comps[2] = (model_component){"embed_tokens", "embed_tokens", t.embed, NULL};
+    out->comps[3] = (model_component){"language_model", "language_model", t.language,
                                       OUTPUT_HIDDEN};
-    out->comps[4] = (model_component){"lm_head", "lm_head", head, NULL};
-    out->comps[5] = (model_component){"decode", "decode", decode, OUTPUT_LOGITS};
+    out->comps[4] = (model_component){"lm_head", "lm_head", t.head, NULL};
+    out->comps[5] = (model_component){"decode", "decode", t.decode, OUTPUT_LOGITS};
     out->n = 6;
     return FERRY_OK;
 }

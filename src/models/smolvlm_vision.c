@@ -132,25 +132,9 @@ static void declare_tower(g_graph *g, const svlm_vision *v)
 /* The patch embedding's Conv2d weight [hidden, C, p, p] as the matrix [hidden, C*p*p]. */
 static int patch_weight(g_graph *g, ckpt *ck, const svlm_vision *v, ferry_dtype dt, fy_err *err)
 {
-    const char *name = VISION_PREFIX "embeddings.patch_embedding.weight";
-    const st_tensor *t = ckpt_take(ck, name);
-    char full[160];
-    if (!ckpt_full_name(ck, name, full, sizeof full))
-        snprintf(full, sizeof full, "%s", name);
-    if (!t) {
-        fy_fail(err, FERRY_ERR_FORMAT, "checkpoint %s: required tensor '%s' is missing", ck->dir,
-                full);
-        return G_NONE;
-    }
     const int64_t dims[4] = {v->hidden, v->channels, v->patch_size, v->patch_size};
-    if (blk_check_shape(t, full, 4, dims, err) != FERRY_OK)
-        return G_NONE;
-    g_weight w = w_plain(t, dt);
-    w.flatten = true;
-    int out = g_weight_value(g, name, &w);
-    if (out == G_NONE && g->err.status != FERRY_OK)
-        fy_fail(err, g->err.status, "%s", g->err.msg);
-    return out;
+    return blk_kernel_matrix(g, ck, VISION_PREFIX "embeddings.patch_embedding.weight", 4, dims,
+                             dt, err);
 }
 
 typedef struct layer_weights {
