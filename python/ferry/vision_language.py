@@ -91,11 +91,11 @@ def block_mask(lengths):
 
 
 def rope_index(input_ids, attention_mask, token_types, grid, merge):
-    """position_ids [4, b, s] as transformers' generate() gives Qwen2-VL and Qwen2.5-VL: row 0 counts the
-    real tokens; rows 1-3 are get_rope_index's (temporal, height, width): a run of text tokens
-    counts on from the last position on all three rows; a run of image tokens takes the next
-    image of `grid` and lays its merged patches out as (t, h, w) from there, after which text
-    counts on from max(h, w) / merge further. Padding is 0 everywhere."""
+    """position_ids [4, b, s] as transformers' generate() gives Qwen2-VL and Qwen2.5-VL: row 0
+    counts the real tokens; rows 1-3 are get_rope_index's (temporal, height, width): a run of
+    text tokens counts on from the last position on all three rows; a run of image tokens takes
+    the next image of `grid` and lays its merged patches out as (t, h, w) from there, after
+    which text counts on from max(h, w) / merge further. Padding is 0 everywhere."""
     batch, width = input_ids.shape
     rope = np.zeros((3, batch, width), np.int64)
     images = iter([] if grid is None else np.asarray(grid).tolist())
@@ -462,7 +462,8 @@ class GenaiVisionLanguageRunners(VisionLanguageRunners):
         """One image's features: the patch embedding, then the blocks and the merger given each
         patch's rotary angles (its h angles, then its w angles) and the masks of its frames
         (and, Qwen2.5-VL, of its windows, over the units in window order)."""
-        hidden = self.stages["vision_embeddings_model"]({"hidden_states": pixels})["last_hidden_state"]
+        hidden = self.stages["vision_embeddings_model"]({"hidden_states": pixels})[
+            "last_hidden_state"]
         half = self.angles // 2
         inv_freq = 1.0 / self.theta ** (np.arange(0, self.angles, 2, dtype=np.float32) /
                                         self.angles)

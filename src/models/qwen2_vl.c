@@ -1,7 +1,7 @@
-/* qwen2_vl.c — Qwen2VLForConditionalGeneration and Qwen2_5_VLForConditionalGeneration (the same
- * language model and components; the towers differ, qwen2_vl_vision.c): their config (vision_config and the language
- * model's text_config), where its checkpoint keeps each part, and its generation components
- * as the guide names them:
+/* qwen2_vl.c — Qwen2VLForConditionalGeneration and Qwen2_5_VLForConditionalGeneration (the
+ * same language model and components; the towers differ, qwen2_vl_vision.c): their config
+ * (vision_config and the language model's text_config), where their checkpoints keep each
+ * part, and their generation components as the guide names them:
  *
  *   image_encoder   pixel_values, image_grid_thw -> last_hidden_state, pooler_output (the image
  *                   features, one row per image token): the vision tower, qwen2_vl_vision.c
