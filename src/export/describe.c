@@ -369,11 +369,19 @@ static void describe(strbuf *b, const ferry_exported *e)
     if (cJSON_IsObject(og)) {
         const cJSON *cf = cJSON_GetObjectItemCaseSensitive(og, "config");
         const cJSON *tf = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files");
+        /* og.Tokenizer reads tokenizer.json and tokenizer_config.json; a checkpoint's other
+         * files (preprocessor_config.json) do not stand in for them */
+        int found = 0;
+        const cJSON *f;
+        cJSON_ArrayForEach(f, tf)
+            found += cJSON_IsString(f) && (strcmp(f->valuestring, "tokenizer.json") == 0 ||
+                                           strcmp(f->valuestring, "tokenizer_config.json") == 0);
         if (cJSON_IsString(cf))
             sb_printf(b, "  onnxruntime-genai: runs this directory as it is (%s)%s\n",
                       quote(cf->valuestring),
-                      cJSON_IsArray(tf) && !tf->child
-                       ? "; og.Tokenizer needs tokenizer files, and it carries none" : "");
+                      cJSON_IsArray(tf) && found < 2
+                       ? "; og.Tokenizer needs tokenizer.json and tokenizer_config.json, which "
+                         "it does not carry" : "");
         else
             sb_printf(b, "  onnxruntime-genai: cannot run it: %s\n", qstr(og, "unsupported"));
     }

@@ -580,3 +580,12 @@ def test_review_refusals(ckpt, tmp_path):
     fixed = ferry_export(ckpt, tmp_path / "fixed", "--for-generation", "--dim",
                          "input_ids:1=sequence:1:64", "--quiet")
     assert not list(fixed.glob("genai_*")), list(fixed.glob("genai_*"))
+
+
+def test_inspect_says_genai_needs_the_tokenizer(ckpt, tmp_path):
+    """The checkpoint carries preprocessor_config.json but no tokenizer: inspect says
+    onnxruntime-genai runs the directory once tokenizer.json and tokenizer_config.json are
+    there, not that it runs it as it is."""
+    out = ferry_export(ckpt, tmp_path / "out", "--dynamic", "--for-generation", "--quiet")
+    rc, stdout, _ = run_ferry("inspect", out)
+    assert rc == 0 and "og.Tokenizer needs tokenizer.json and tokenizer_config.json" in stdout
