@@ -61,20 +61,9 @@ class SmolVLMRunners(VisionLanguageRunners):
         self._images = {"tiles": tiles[real].astype(self.pixel_dtype)}
         self.stages["image_encoder"].check({"pixel_values": list(self._images["tiles"].shape)})
 
-    def _check_prefill(self, batch, query, past):
-        self.stages["embed_tokens"].check({"input_ids": [batch, query]})
-        self.stages["language_model"].check({
-            "inputs_embeds": [batch, query, None],
-            "attention_mask": self._mask_shape(batch, query, 0),
-            "position_ids": [batch, query]})
-        self.stages["lm_head"].check({"input": [batch, 1, None]})
-
-    def _check_decode(self, batch, query, past):
-        self.stages["decode"].check({
-            "input_ids": [batch, query], "attention_mask": self._mask_shape(batch, query, past),
-            "position_ids": [batch, query],
-            **({} if self.static else
-               {name: [batch, None, past, None] for name in self._past})})
+    @staticmethod
+    def _positions(batch, query):
+        return [batch, query]
 
     def _features(self, tiles):
         hidden = self.stages["image_encoder"]({"pixel_values": tiles})["last_hidden_state"]

@@ -316,15 +316,21 @@ class VisionLanguageRunners:
         self.stages["language_model"].check({
             "inputs_embeds": [batch, query, None],
             "attention_mask": self._mask_shape(batch, query, 0),
-            "position_ids": [4, batch, query]})
+            "position_ids": self._positions(batch, query)})
         self.stages["lm_head"].check({"input": [batch, 1, None]})
 
     def _check_decode(self, batch, query, past):
         self.stages["decode"].check({
             "input_ids": [batch, query], "attention_mask": self._mask_shape(batch, query, past),
-            "position_ids": [4, batch, query],
+            "position_ids": self._positions(batch, query),
             **({} if self.static else
                {name: [batch, None, past, None] for name in self._past})})
+
+    @staticmethod
+    def _positions(batch, query):
+        """The shape of the position_ids the language model and decode take: a text row, then
+        M-RoPE's three."""
+        return [4, batch, query]
 
     def _with_cache(self, stage, feeds, mask, query):
         """`feeds` with the attention mask as `stage` takes it and the cache it reads."""

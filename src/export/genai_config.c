@@ -181,8 +181,9 @@ const char *genai_unsupported(const ferry_exported *e)
     const char *ids = bad_token_ids(e);
     if (ids)
         return ids;
-    if (multimodal(e) && bad_preprocessor(e))
-        return bad_preprocessor(e);
+    const char *preprocessing = multimodal(e) ? bad_preprocessor(e) : NULL;
+    if (preprocessing)
+        return preprocessing;
     if (component_index(e, decoder_name(e)) >= 0)
         return NULL;
     return multimodal(e) ? "the genai_decoder component was not exported"
