@@ -3,6 +3,8 @@ runners, generate(), the exporters' example inputs): a torch tensor (any device,
 state), a numpy array or a nested list; anything else is one FerryError naming the input, not
 a traceback from numpy or torch. numpy is imported on use: exporting needs none."""
 
+import re
+
 from ._lib import FerryError, _escape
 
 
@@ -68,9 +70,15 @@ def axis_refusal(size, dim, symbols):
     the words after "its axis N"; None where it fits."""
     if isinstance(dim, int) and not isinstance(dim, bool):
         return None if size == dim else f"is fixed at {dim}"
-    bounds = symbols.get(dim) if isinstance(dim, str) else None
+    # "4*merged_patches": a whole number of units of a symbol (g_sym_count_in_units)
+    units = re.fullmatch(r"([1-9][0-9]{0,8})\*(.+)", dim) if isinstance(dim, str) else None
+    scale, name = (int(units[1]), units[2]) if units else (1, dim)
+    bounds = symbols.get(name) if isinstance(name, str) else None
     bounds = bounds if isinstance(bounds, dict) else {}
-    low, high = bounds.get("min"), bounds.get("max")
-    if (isinstance(low, int) and size < low) or (isinstance(high, int) and 0 < high < size):
+    low, high = (b * scale if isinstance(b, int) and not isinstance(b, bool) else None
+                 for b in (bounds.get("min"), bounds.get("max")))
+    if (low is not None and size < low) or (high is not None and 0 < high < size):
         return f"({_escape(dim)}) takes {low} to {high or 'any'}"
+    if size % scale:
+        return f"({_escape(dim)}) takes multiples of {scale}"
     return None

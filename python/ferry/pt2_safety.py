@@ -84,6 +84,10 @@ _MODULE_PATH = re.compile(r"([A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*)?")
 # the GPU code an archive hands it), none that reads or writes files
 _TARGET = re.compile(r"torch\.ops\.aten\.([A-Za-z0-9_]+)\.[A-Za-z0-9_]+")
 _FILE_OPS = frozenset(("from_file", "save", "_print"))
+# arithmetic on SymInts, as torch.export writes it (the deserializer takes these targets from
+# its own table of Python's operators)
+_SYMINT_OPS = frozenset(("_operator.add", "_operator.sub", "_operator.mul",
+                         "_operator.floordiv"))
 # a node's arguments: data only, no graph, operator or script object for an op to call
 _ARGUMENT_KINDS = frozenset((
     "as_none", "as_tensor", "as_tensors", "as_optional_tensor", "as_optional_tensors", "as_int",
@@ -313,7 +317,7 @@ def _program_problem(program):
             return f"the {key} {shown}, not a module path"
         if key == "target":
             op = _TARGET.fullmatch(node)
-            if not op or op.group(1) in _FILE_OPS:
+            if node not in _SYMINT_OPS and (not op or op.group(1) in _FILE_OPS):
                 return f"the target {shown}, not an aten operator"
         if key in ("in_spec", "out_spec"):
             problem = treespec_problem(node)

@@ -59,15 +59,34 @@ class SmolVLMRunners(VisionLanguageRunners):
                       "the export's tower takes whole tiles (the image processor's, resized "
                       "and split to the tile size)")
         self._images = {"tiles": tiles[real].astype(self.pixel_dtype)}
-        self.stages["image_encoder"].check({"pixel_values": list(self._images["tiles"].shape)})
+        shape = list(self._images["tiles"].shape)
+        for start in range(0, max(shape[0], 1), self._chunk() or max(shape[0], 1)):
+            self.stages["image_encoder"].check({"pixel_values": [
+                min(shape[0] - start, self._chunk() or shape[0]), *shape[1:]]})
+
+    def _chunk(self):
+        """The most tiles one call of the image encoder takes (None: any): each tile attends
+        within itself, so more are run that many a call (an ExecuTorch program is planned
+        for a bounded count)."""
+        dim = (self.tile or [None])[0]
+        if isinstance(dim, int) and not isinstance(dim, bool):
+            return dim
+        bounds = self.stages["image_encoder"].symbols.get(dim) if isinstance(dim, str) else None
+        high = bounds.get("max") if isinstance(bounds, dict) else None
+        return high if isinstance(high, int) and high > 0 else None
 
     @staticmethod
     def _positions(batch, query):
         return [batch, query]
 
     def _features(self, tiles):
-        hidden = self.stages["image_encoder"]({"pixel_values": tiles})["last_hidden_state"]
-        features = self.stages["connector"]({"image_hidden_states": hidden})["image_features"]
+        chunk = self._chunk() or len(tiles)
+        features = []
+        for start in range(0, len(tiles), chunk):
+            hidden = self.stages["image_encoder"]({"pixel_values": tiles[start:start + chunk]})
+            features.append(self.stages["connector"](
+                {"image_hidden_states": hidden["last_hidden_state"]})["image_features"])
+        features = np.concatenate(features)
         return features.reshape(-1, features.shape[-1])
 
     def _prefill(self, ids, mask):

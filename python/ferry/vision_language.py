@@ -341,7 +341,9 @@ class VisionLanguageRunners:
         return feeds
 
     def _keep_cache(self, out, query):
-        self._cache = {inp: out[o] for inp, o in self._pairs}
+        # a torch program writes its cache into the arrays it was handed (written_into_input),
+        # returning none of it
+        self._cache = {inp: out[o] if o in out else self._cache[inp] for inp, o in self._pairs}
         self._length += query
 
     def __getitem__(self, role):

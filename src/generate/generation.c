@@ -161,6 +161,21 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
     return FERRY_OK;
 }
 
+ferry_status gen_check_cache_form(const model_plan_request *rq, fy_err *err)
+{
+    unsigned grows = 1u << GS_PAIR | 1u << GS_VARIABLE;
+    unsigned fixed = 1u << GS_IN_PLACE | 1u << GS_MUTATED;
+    if (!rq->gen->static_cache && !(rq->state_forms & grows))
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: generation exports write their cache in "
+                       "place, so they need a static cache (--static-cache --max-cache-len N; "
+                       "the recipe's generation_config cache_implementation \"static\"); a "
+                       "dynamic cache is not written for %s yet", rq->format, rq->format);
+    if (rq->gen->static_cache && !(rq->state_forms & fixed))
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: a static cache (--static-cache) is not "
+                       "written in this layout, which keeps a growing cache", rq->format);
+    return FERRY_OK;
+}
+
 ferry_status gen_decoder_plan(const void *hparams, const model_plan_request *rq,
                               model_plan *out, fy_err *err)
 {
@@ -171,12 +186,8 @@ ferry_status gen_decoder_plan(const void *hparams, const model_plan_request *rq,
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: generation export is not supported for "
                        "this architecture yet", arch->architecture);
     /* refused at planning, so that `ferry graph` and describe refuse what export would */
-    unsigned grows = 1u << GS_PAIR | 1u << GS_VARIABLE;
-    if (!(rq->state_forms & grows) && !rq->gen->static_cache)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: generation exports write their cache in "
-                       "place, so they need a static cache (--static-cache --max-cache-len N; "
-                       "the recipe's generation_config cache_implementation \"static\"); a "
-                       "dynamic cache is not written for %s yet", rq->format, rq->format);
+    if (gen_check_cache_form(rq, err) != FERRY_OK)
+        return err->status;
     g_dim batch = model_plan_axis(rq, "batch"), sequence = model_plan_axis(rq, "sequence");
     out->gen = gen_resolve(rq->gen, sequence, &rq->syms[0]);
     gen_component plan[MODEL_MAX_COMPONENTS];

@@ -33,6 +33,11 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
                       const char *single, g_dim batch, g_dim sequence, g_symtab *syms,
                       gen_component *out, int *n, fy_err *err);
 
+/* Refuses a generation export's cache that the request's format cannot write: a growing one
+ * where the format writes its caches in place only (torch's programs), a fixed one where it
+ * carries none in place. */
+ferry_status gen_check_cache_form(const model_plan_request *rq, fy_err *err);
+
 /* model_arch.plan of a decoder language model: one "model" for a plain export; for a generation
  * export prefill and decode (or one decode) as gen_plan makes them, after refusing what the
  * family or the format cannot do (an unverified family; a growing cache where the format

@@ -194,6 +194,24 @@ bool g_input_dim(const g_graph *g, g_dim d, int *value, int *axis)
     return false;
 }
 
+bool g_input_symbol(const g_graph *g, int sym, int *value, int *axis, int64_t *k)
+{
+    *k = 0;
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        const g_shape *x = &g->values[g->inputs[i]].shape;
+        for (int a = 0; a < x->rank; a++) {
+            g_dim d = x->d[a];
+            if (d.unknown || d.c != 0 || d.n != 1 || d.t[0].sym != sym || d.t[0].coef < 1 ||
+                (*k && d.t[0].coef >= *k))
+                continue;
+            *value = g->inputs[i];
+            *axis = a;
+            *k = d.t[0].coef;
+        }
+    }
+    return *k > 0;
+}
+
 bool g_rename(g_graph *g, int v, const char *name)
 {
     if (!g_ok(g) || v < 0 || (size_t)v >= g->n_values)

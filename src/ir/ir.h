@@ -342,6 +342,10 @@ int g_value_axis(const g_value *x, g_dim d);
 /* The first graph input with an axis of dim `d`: its value id and axis; false if none. The
  * printers read a symbolic extent at run time off such an axis. */
 bool g_input_dim(const g_graph *g, g_dim d, int *value, int *axis);
+/* The input axis a program reads symbol `sym` off: one whose dim is k * sym alone, the
+ * smallest k first (g_sym_count_in_units leaves a symbol on no axis by itself); its value id,
+ * axis and k (the symbol is the axis's extent divided by k); false if none. */
+bool g_input_symbol(const g_graph *g, int sym, int *value, int *axis, int64_t *k);
 /* Renames value `v` (false, with the graph's error set, when out of memory). */
 bool g_rename(g_graph *g, int v, const char *name);
 /* Makes `v` a graph output named `name` (the value is renamed). */

@@ -130,6 +130,28 @@ int g_dim_print(g_dim a, const g_symtab *syms, char *buf, size_t size)
     return (int)len;
 }
 
+bool g_sym_count_in_units(g_symtab *t, g_dim *d, int64_t k, const char *prefix)
+{
+    if (k < 1 || d->unknown || d->c != 0 || d->n != 1 || d->t[0].coef != 1 ||
+        d->t[0].sym < 0 || d->t[0].sym >= t->n)
+        return false;
+    g_sym *y = &t->s[d->t[0].sym];
+    char name[G_SYM_NAME_MAX];
+    if (snprintf(name, sizeof name, "%s%s", prefix, y->name) >= (int)sizeof name)
+        return false;
+    int64_t min = (y->min + k - 1) / k, max = y->max / k;
+    if (min < 1)
+        min = 1;
+    if (y->max && max < min)
+        return false;
+    memcpy(y->name, name, sizeof name);
+    y->min = min;
+    y->max = max;
+    y->example = y->example / k > min ? y->example / k : min;
+    *d = g_dim_scale(*d, k);
+    return true;
+}
+
 bool g_dim_example(g_dim a, const g_symtab *syms, int64_t *value)
 {
     if (a.unknown)

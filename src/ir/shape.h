@@ -67,6 +67,13 @@ bool g_dim_example(g_dim a, const g_symtab *syms, int64_t *value);
 /* Adds a symbol or returns the index of the one with that name (updating nothing). -1 if full. */
 int g_symtab_add(g_symtab *t, const char *name, int64_t min, int64_t max, int64_t example);
 int g_symtab_find(const g_symtab *t, const char *name);
+/* Recounts the symbol that `d` is (alone, coefficient 1) in units of `k`: the symbol becomes
+ * `prefix` + its name, its range and example divided by k (the range rounded inwards), and *d
+ * becomes k times it. An extent that is a whole number of units can then be divided by k
+ * exactly (affine dims hold no division), as torch's programs need every extent to be an
+ * expression of their inputs' symbols. False (nothing changed) where `d` is not one symbol,
+ * the new name does not fit or the range holds no multiple of k. */
+bool g_sym_count_in_units(g_symtab *t, g_dim *d, int64_t k, const char *prefix);
 
 /* Numpy-style broadcast of two shapes; false if they cannot broadcast. */
 bool g_shape_broadcast(const g_shape *a, const g_shape *b, g_shape *out);

@@ -609,6 +609,9 @@ ferry_status qvl_vision_build(const qvl_vision *v, ckpt *ck, const model_io *io,
     ferry_dtype dt = io->dtype;
     int64_t e = v->embed_dim;
     g_dim n_patches = io->axes[QVL_AXIS_PATCHES], n_images = io->axes[QVL_AXIS_IMAGES];
+    /* the image processor gives whole merged blocks: counting the symbol in them sizes the
+     * merger's rows (n_patches / merge^2) as an expression of the input's */
+    g_sym_count_in_units(&g->syms, &n_patches, v->merge * v->merge, "merged_");
     int pixels = g_input(g, "pixel_values", dt, 2,
                          (g_dim[]){n_patches, g_dim_const(v->patch_dim)});
     int grid = g_input(g, "image_grid_thw", FERRY_I64, 2, (g_dim[]){n_images, g_dim_const(3)});

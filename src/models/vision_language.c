@@ -7,14 +7,8 @@
 ferry_status vlm_plan_text(const model_plan_request *rq, model_plan *out, int position_rows,
                            vlm_text *t, fy_err *err)
 {
-    const char *arch = rq->arch->architecture;
-    unsigned writable = rq->gen->static_cache ? 1u << GS_IN_PLACE
-                                              : 1u << GS_PAIR | 1u << GS_VARIABLE;
-    if (!(rq->state_forms & writable))
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: %s generation exports are not written "
-                       "for vision-language models yet: export it to onnx, or to openvino "
-                       "(with --disable-stateful where the stateful layout is not written)",
-                       arch, rq->format);
+    if (gen_check_cache_form(rq, err) != FERRY_OK)
+        return err->status;
     t->batch = model_plan_axis(rq, "batch");
     t->sequence = model_plan_axis(rq, "sequence");
     out->gen = gen_resolve(rq->gen, t->sequence, &rq->syms[0]);
@@ -24,7 +18,8 @@ ferry_status vlm_plan_text(const model_plan_request *rq, model_plan *out, int po
         FERRY_OK)
         return err->status;
     if (n != 1 && n != 2)
-        return fy_fail(err, FERRY_ERR_INTERNAL, "%s: planned %d generation graphs", arch, n);
+        return fy_fail(err, FERRY_ERR_INTERNAL, "%s: planned %d generation graphs",
+                       rq->arch->architecture, n);
     /* A static cache with a multi-token decode is one graph for a text model, which the
      * prompt goes through too; here the prompt's embeddings go through the language model,
      * which writes the same cache, and decode takes the tokens after it. gen_plan gave

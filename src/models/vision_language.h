@@ -15,8 +15,8 @@ typedef struct vlm_text {
     g_symtab prefill_syms, decode_syms;
 } vlm_text;
 
-/* Refuses a format that cannot write the cache the generation config asks for (a static one in
- * place, else a growing one), then plans `t` (out->gen resolved) with `position_rows` rows of
+/* Refuses a cache the format cannot write (gen_check_cache_form: a growing one where it writes
+ * in place only), then plans `t` (out->gen resolved) with `position_rows` rows of
  * positions (0: [b, s]). */
 ferry_status vlm_plan_text(const model_plan_request *rq, model_plan *out, int position_rows,
                            vlm_text *t, fy_err *err);

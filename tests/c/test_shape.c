@@ -46,6 +46,45 @@ static void affine(void **state)
     assert_string_equal(buf, "?");
 }
 
+/* A symbol recounted in units of k: its range rounds inwards, the dim becomes k times it, and a
+ * reshape of the k-multiple axis into rows of k solves its -1 as the new symbol; a program
+ * reads it off that axis divided by k. */
+static void counted_in_units(void **state)
+{
+    (void)state;
+    g_symtab t = {0};
+    assert_int_equal(g_symtab_add(&t, "patches", 5, 66, 16), 0);
+    g_dim d = g_dim_sym(0);
+    assert_true(g_sym_count_in_units(&t, &d, 4, "merged_"));
+    assert_string_equal(t.s[0].name, "merged_patches");
+    assert_int_equal(t.s[0].min, 2);
+    assert_int_equal(t.s[0].max, 16);
+    assert_int_equal(t.s[0].example, 4);
+    assert_true(g_dim_eq(d, g_dim_scale(g_dim_sym(0), 4)));
+    /* not a symbol alone, and a range that holds no multiple: refused, nothing changed */
+    g_dim twice = g_dim_scale(g_dim_sym(0), 2);
+    assert_false(g_sym_count_in_units(&t, &twice, 4, "x"));
+    g_symtab narrow = {0};
+    g_symtab_add(&narrow, "n", 5, 7, 6);
+    g_dim n = g_dim_sym(0);
+    assert_false(g_sym_count_in_units(&narrow, &n, 4, "m_"));
+    assert_string_equal(narrow.s[0].name, "n");
+
+    g_graph *g = g_new();
+    g->syms = t;
+    int x = g_input(g, "x", FERRY_F32, 2, (g_dim[]){d, g_dim_const(3)});
+    int rows = g_reshape_spec(g, "rows", x, 2, (int64_t[]){-1, 12});
+    assert_true(g_ok(g));
+    assert_true(g_dim_eq(g->values[rows].shape.d[0], g_dim_sym(0)));
+    int value, axis;
+    int64_t k;
+    assert_true(g_input_symbol(g, 0, &value, &axis, &k));
+    assert_int_equal(value, x);
+    assert_int_equal(axis, 0);
+    assert_int_equal(k, 4);
+    g_free(g);
+}
+
 static void too_many_terms(void **state)
 {
     (void)state;
@@ -152,6 +191,7 @@ int main(void)
         cmocka_unit_test(too_many_terms),
         cmocka_unit_test(broadcast),
         cmocka_unit_test(inference),
+        cmocka_unit_test(counted_in_units),
         cmocka_unit_test(check_pass_and_dead_code),
         cmocka_unit_test(name_collisions_are_errors),
     };

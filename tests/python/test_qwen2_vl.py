@@ -14,7 +14,10 @@ IMAGE, VIDEO, START, END = 250, 251, 252, 253
 VOCAB = 256
 NEW_TOKENS = 24
 FORMATS = {"onnx": ("--format", "onnx"),
-           "openvino": ("--format", "openvino", "--disable-stateful")}
+           "openvino": ("--format", "openvino", "--disable-stateful"),
+           # torch's programs write a cache of fixed size into the caller's tensors
+           "pt2": ("--format", "pt2", "--static-cache", "--max-cache-len", "96"),
+           "executorch": ("--format", "executorch", "--static-cache", "--max-cache-len", "96")}
 
 
 def _init(model, seed):
@@ -77,32 +80,36 @@ def export(request, ckpt, tmp_path_factory):
 
 
 class Components:
-    """Each component's graph in its runtime, called with a dict of numpy inputs; returns
-    {output name: array}."""
+    """Each component's program in its runtime (ferry's session for the format: onnxruntime,
+    OpenVINO's CPU plugin, torch.export.load, ExecuTorch's runtime), called with a dict of
+    numpy inputs; returns {output name: array}. A static cache's tensors are written into the
+    arrays fed (torch) or come back among the outputs (ExecuTorch)."""
 
     def __init__(self, fmt, out, names=("image_encoder", "embed_tokens", "language_model",
                                         "lm_head", "decode")):
-        self.sessions = {}
+        import json
+
+        from ferry.runtime import open_session
+
+        manifest = json.loads((out / "export.json").read_text())
+        self.meta, self.sessions = {}, {}
         for name in names:
-            if fmt == "onnx":
-                import onnxruntime as ort
-
-                self.sessions[name] = ort.InferenceSession(
-                    str(out / f"{name}.onnx"), providers=["CPUExecutionProvider"])
-            else:
-                import openvino as ov
-
-                self.sessions[name] = ov.Core().compile_model(
-                    str(out / f"openvino_{name}.xml"), "CPU",
-                    {"INFERENCE_PRECISION_HINT": "f32"})
+            entry = manifest["components"][name]
+            self.meta[name] = entry["metadata"]
+            self.sessions[name] = open_session(str(out / entry["file"]), manifest["format"],
+                                               entry["metadata"].get("precision"), None,
+                                               entry["metadata"])
 
     def __call__(self, name, feeds):
-        s = self.sessions[name]
-        if hasattr(s, "get_outputs"):
-            names = [o.name for o in s.get_outputs()]
-            return dict(zip(names, s.run(None, feeds)))
-        result = s(feeds)
-        return {o.get_any_name(): np.asarray(result[o]) for o in s.outputs}
+        names = [o.name for o in self.sessions[name].get_outputs()]
+        return dict(zip(names, self.sessions[name].run(names, feeds)))
+
+    def static_cache(self, name):
+        """{input: output} of `name`'s static cache pairs, or None for a growing cache."""
+        cache = self.meta[name].get("cache", {})
+        if cache.get("implementation") != "static":
+            return None
+        return {p["input"]: p["output"] for p in cache["pairs"]}
 
 
 @pytest.fixture(scope="module")
@@ -178,14 +185,31 @@ def test_language_model_and_lm_head_match(model, components):
         want = model.model.language_model(inputs_embeds=embeds, attention_mask=mask,
                                           position_ids=torch.from_numpy(pos), use_cache=True)
         want_logits = model.lm_head(want.last_hidden_state)
-    got = components("language_model", {"inputs_embeds": embeds.numpy(),
-                                        "attention_mask": mask.numpy(), "position_ids": pos})
+    feeds = {"inputs_embeds": embeds.numpy(), "attention_mask": mask.numpy(),
+             "position_ids": pos}
+    pairs = components.static_cache("language_model")
+    if pairs is not None:  # empty buffers of max_cache_len slots, the prompt written from 0
+        from ferry.runners import static_mask
+
+        meta = components.meta["language_model"]
+        slots = meta["cache"]["max_cache_len"]
+        for spec in meta["inputs"]:
+            if spec["name"] in pairs:
+                shape = [{"batch": 2, "max_cache_len": slots}.get(d, d) for d in spec["shape"]]
+                feeds[spec["name"]] = np.zeros(shape, dtype=spec["dtype"])
+        feeds["attention_mask"] = static_mask(mask.numpy(), 0, ids.shape[1], slots)
+    got = components("language_model", feeds)
     real = mask.numpy().astype(bool)
     np.testing.assert_allclose(got["last_hidden_state"][real],
                                want.last_hidden_state.numpy()[real], atol=FP32_ATOL, rtol=0)
     for layer in range(2):
         keys = want.past_key_values.layers[layer].keys.numpy()
-        np.testing.assert_allclose(got[f"present.{layer}.key"].transpose(0, 2, 1, 3)[real],
+        if pairs is None:
+            written = got[f"present.{layer}.key"]
+        else:
+            name = f"past_key_values_{layer}_key"
+            written = got.get(pairs[name], feeds[name])[:, :, :ids.shape[1]]
+        np.testing.assert_allclose(written.transpose(0, 2, 1, 3)[real],
                                    keys.transpose(0, 2, 1, 3)[real], atol=FP32_ATOL, rtol=0)
     logits = components("lm_head", {"input": want.last_hidden_state.numpy()})["output"]
     np.testing.assert_allclose(logits, want_logits.numpy(), atol=FP32_ATOL, rtol=0)
@@ -269,10 +293,7 @@ def test_generate_refuses_what_disagrees(export):
     (("--for-generation", "--dynamic", "--format", "openvino", "--dtype", "fp16"),
      "VLMPipeline passes f32 tensors between the stateful export's graphs"),
     (("--for-generation", "--dynamic", "--format", "pt2"),
-     "pt2 generation exports are not written for vision-language models yet"),
-    (("--for-generation", "--dynamic", "--format", "executorch", "--static-cache",
-      "--max-cache-len", "64"),
-     "executorch generation exports are not written for vision-language models yet"),
+     "pt2: generation exports write their cache in place, so they need a static cache"),
     (("--for-generation", "--dynamic", "--text-only"), "export it for generation without"),
 ])
 def test_what_is_not_written_is_refused(ckpt, tmp_path, flags, why):
@@ -367,6 +388,17 @@ def test_fp16_and_int4(ckpt, model, tmp_path):
                                                  max_new_tokens=2)
     ferry_export(ckpt, tmp_path / "ov-int4", "--format", "openvino", "--disable-stateful",
                  "--quantize", "int4", "--dynamic", "--for-generation", "--quiet")
+    # torch's programs: fp16 keeps the tokens; an int4 .pte runs its pipeline
+    for fmt in ("pt2", "executorch"):
+        half = ferry_export(ckpt, tmp_path / f"{fmt}-fp16", *FORMATS[fmt], "--dtype", "fp16",
+                            "--dynamic", "--for-generation", "--quiet")
+        got = ExportedModel.from_pretrained(half).generate(
+            ids, mask, mm_token_type_ids=mm, **enc, max_new_tokens=4, min_new_tokens=4)
+        assert got.tolist() == want.tolist(), fmt
+    int4 = ferry_export(ckpt, tmp_path / "pte-int4", *FORMATS["executorch"], "--quantize",
+                        "int4", "--dynamic", "--for-generation", "--quiet")
+    ExportedModel.from_pretrained(int4).generate(ids, mask, mm_token_type_ids=mm, **enc,
+                                                 max_new_tokens=2)
 
 
 def test_the_processor_comes_with_the_export(export):
@@ -419,7 +451,7 @@ def test_images_and_prompts_past_the_exports_bounds_are_refused(ckpt, tmp_path):
     big = images([(168, 168)])  # 144 patches
     ids, mask, mm = batch([prompt(big["image_grid_thw"])])
     with pytest.raises(FerryError, match=r"image_encoder: input pixel_values would be "
-                                         r"\[144, 1176\], but its axis 0 \(patches\) takes 4 "
+                                         r"\[144, 1176\], but its axis 0 \(4\*merged_patches\) takes 4 "
                                          "to 64"):
         exported.generate(ids, mask, mm_token_type_ids=mm, **big, max_new_tokens=2)
 
@@ -508,7 +540,8 @@ def test_stateful_generate_equals_transformers(model, stateful, case):
 
 STATIC = {"onnx": ("--format", "onnx"),
           "openvino-multi-token": ("--format", "openvino", "--disable-stateful",
-                                   "--multi-token-decode")}
+                                   "--multi-token-decode"),
+          "pt2-multi-token": ("--format", "pt2", "--multi-token-decode")}
 
 
 @pytest.fixture(scope="module", params=list(STATIC))

@@ -228,10 +228,14 @@ static int prim(et_program *p, const char *op, int a, int b)
     return p->st == FERRY_OK ? out : -1;
 }
 
-static int symbol_size(et_program *p, g_dim d)
+/* A symbol's value: the size of the input axis it is read off (g_input_symbol), divided by
+ * the axis's multiple of it where it is one. */
+static int symbol_size(et_program *p, int sym)
 {
     int v, axis;
-    if (!g_input_dim(p->g, d, &v, &axis)) {
+    int64_t k;
+    g_dim d = g_dim_sym(sym);
+    if (!g_input_symbol(p->g, sym, &v, &axis, &k)) {
         char text[96] = "?";
         g_dim_print(d, &p->g->syms, text, sizeof text);
         return et_fail(p, FERRY_ERR_UNSUPPORTED, "the extent %s is on no input's axis, so the "
@@ -245,7 +249,12 @@ static int symbol_size(et_program *p, g_dim d)
     if (args[0] < 0 || args[1] < 0 || out < 0)
         return -1;
     et_call(p, "aten::sym_size.int", args, 3);
-    return p->st == FERRY_OK ? out : -1;
+    if (p->st != FERRY_OK)
+        return -1;
+    if (k == 1)
+        return out;
+    remember(p, g_dim_scale(d, k), out);
+    return prim(p, "executorch_prim::floordiv.Scalar", out, et_int(p, k));
 }
 
 int et_dim(et_program *p, g_dim d)
@@ -278,12 +287,15 @@ int et_dim(et_program *p, g_dim d)
         b = et_dim(p, tail);
         return remember(p, d, prim(p, "executorch_prim::add.Scalar", a, b));
     }
-    if (last.coef != 1) {
+    if (last.coef != 1) { /* k * s, which reading s may have read off an input's axis */
         a = et_dim(p, g_dim_sym(last.sym));
+        for (size_t i = 0; a >= 0 && i < p->n_dims; i++)
+            if (g_dim_eq(p->dims[i].d, d))
+                return p->dims[i].value;
         b = et_int(p, last.coef);
         return remember(p, d, prim(p, "executorch_prim::mul.Scalar", a, b));
     }
-    return remember(p, d, symbol_size(p, d));
+    return remember(p, d, symbol_size(p, last.sym));
 }
 
 int et_int_mul(et_program *p, int a, int b)

@@ -201,12 +201,14 @@ static ferry_status archive(const example *ex, int n, strbuf *out, fy_err *err)
 /* The examples of `g`'s inputs into `ex`; NULL when it has them, else why not */
 static const char *examples(const g_graph *g, example *ex)
 {
+    /* ferry makes example token ids, masks and positions; not a cache or pixels */
+    const char *why = g->n_states ? "it takes its cache" : "it takes inputs other than tokens";
     if (g->n_inputs == 0 || g->n_inputs > N_TOKEN_INPUTS)
-        return "it takes its cache";
+        return why;
     for (size_t i = 0; i < g->n_inputs; i++) {
         const g_value *v = &g->values[g->inputs[i]];
         if (v->role == GI_OTHER || v->dtype != FERRY_I64 || v->shape.rank != 2)
-            return "it takes its cache";
+            return why;
         ex[i].name = v->name;
         ex[i].role = v->role;
         ex[i].rows = pt2_dim_hint(v->shape.d[0], &g->syms);

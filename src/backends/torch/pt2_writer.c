@@ -430,27 +430,6 @@ static const char *memo(pt_printer *p, g_dim d, const char *name)
     return name;
 }
 
-/* sym_size of the first input that has symbol `sym` as an axis */
-static const char *symbol_node(pt_printer *p, int sym)
-{
-    int v, axis;
-    g_dim d = g_dim_sym(sym);
-    if (!g_input_dim(p->g, d, &v, &axis)) {
-        pt_fail(p, FERRY_ERR_UNSUPPORTED, "pt2: symbol '%s' is no input's axis, so the program "
-                "cannot read it", p->g->syms.s[sym].name);
-        return NULL;
-    }
-    const char *x = pt_tensor(p, v);
-    const char *name = pt_fresh(p, "sym_size_int");
-    if (!x || !name)
-        return NULL;
-    pt_node_begin(p, "torch.ops.aten.sym_size.int");
-    pt_arg_tensor(p, "self", v, PT_POSITIONAL);
-    pt_arg(p, "dim", PT_POSITIONAL, "{\"as_int\": %d}", axis);
-    node_end_symint(p, name, d);
-    return name;
-}
-
 /* a op b over SymInts (b a name, or a constant when b_name is NULL) */
 static const char *sym_op(pt_printer *p, const char *op, const char *a, const char *b_name,
                           int64_t b, g_dim result)
@@ -468,6 +447,33 @@ static const char *sym_op(pt_printer *p, const char *op, const char *a, const ch
         pt_arg(p, "b", PT_POSITIONAL, "{\"as_int\": %lld}", (long long)b);
     node_end_symint(p, name, result);
     return name;
+}
+
+/* sym_size of the input axis `sym` is read off (g_input_symbol), divided by the axis's
+ * multiple of it where it is one */
+static const char *symbol_node(pt_printer *p, int sym)
+{
+    int v, axis;
+    int64_t k;
+    g_dim d = g_dim_sym(sym);
+    if (!g_input_symbol(p->g, sym, &v, &axis, &k)) {
+        pt_fail(p, FERRY_ERR_UNSUPPORTED, "pt2: symbol '%s' is no input's axis, so the program "
+                "cannot read it", p->g->syms.s[sym].name);
+        return NULL;
+    }
+    g_dim extent = g_dim_scale(d, k);
+    const char *x = pt_tensor(p, v);
+    const char *name = pt_fresh(p, "sym_size_int");
+    if (!x || !name)
+        return NULL;
+    pt_node_begin(p, "torch.ops.aten.sym_size.int");
+    pt_arg_tensor(p, "self", v, PT_POSITIONAL);
+    pt_arg(p, "dim", PT_POSITIONAL, "{\"as_int\": %d}", axis);
+    node_end_symint(p, name, extent);
+    if (k == 1)
+        return name;
+    memo(p, extent, name);
+    return sym_op(p, "floordiv", name, NULL, k, d);
 }
 
 const char *pt_symint(pt_printer *p, g_dim d)
@@ -495,9 +501,13 @@ const char *pt_symint(pt_printer *p, g_dim d)
         const char *a = pt_symint(p, head), *b = pt_symint(p, tail);
         return memo(p, d, b ? sym_op(p, "add", a, b, 0, d) : NULL);
     }
-    if (last.coef != 1) /* k * s */
-        return memo(p, d, sym_op(p, "mul", pt_symint(p, g_dim_sym(last.sym)), NULL, last.coef,
-                                 d));
+    if (last.coef != 1) { /* k * s, which reading s may have read off an input's axis */
+        const char *s = pt_symint(p, g_dim_sym(last.sym));
+        for (size_t i = 0; s && i < p->n_syms; i++)
+            if (g_dim_eq(p->syms[i].d, d))
+                return p->syms[i].name;
+        return memo(p, d, sym_op(p, "mul", s, NULL, last.coef, d));
+    }
     return memo(p, d, symbol_node(p, last.sym));
 }
 
