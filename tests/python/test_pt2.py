@@ -791,13 +791,23 @@ def test_graph_input_kinds_refused():
     for target, argument in (("torch.ops.higher_order.inline_asm_elementwise", {"as_none": None}),
                              ("torch.ops.aten.from_file.default", {"as_string": "/etc/passwd"}),
                              ("torch.ops.aten.add.Tensor", {"as_operator": "torch.os.system"}),
-                             ("torch.ops.aten.add.Tensor", {"as_graph": {}})):
+                             ("torch.ops.aten.add.Tensor", {"as_graph": {}}),
+                             # Python's operators beyond torch's SymInt arithmetic
+                             ("_operator.getitem", {"as_none": None}),
+                             ("_operator.floordiv.x", {"as_none": None}),
+                             ("builtins.eval", {"as_string": "1"})):
         node = json.loads(json.dumps(ok))
         node["graph_module"]["graph"]["nodes"].append(
             {"target": target, "inputs": [{"name": "x", "arg": argument}], "outputs": []})
         problem = _program_problem(node)
         assert problem and ("not an aten operator" in problem or
                             "an argument of kind" in problem), (target, argument, problem)
+    # what torch.export writes for a derived dim (sym_size // 4) loads
+    for target in ("_operator.floordiv", "_operator.mul", "_operator.add", "_operator.sub"):
+        node = json.loads(json.dumps(ok))
+        node["graph_module"]["graph"]["nodes"].append(
+            {"target": target, "inputs": [{"name": "a", "arg": {"as_int": 4}}], "outputs": []})
+        assert _program_problem(node) is None, target
 
 
 def test_manifest_spec_refused(ckpts, tmp_path):
