@@ -110,11 +110,20 @@ GENERATION_CONFIG = {"bos_token_id": 151643, "pad_token_id": 151643, "do_sample"
 
 GEN = ["--for-generation", "--dynamic", "--force", "--quiet"]
 # ferry's forms: key, label, options, the vlm_latency kind
+# (each peer's reference is ferry's default form of its format, the key that names the format;
+# another form of it, key "<format>-...", is a row of its own)
 FERRY_FORMS = [
     ("onnx", "ferry ONNX", ["--format", "onnx"], "ferry-onnx"),
-    ("openvino", "ferry OpenVINO (--disable-stateful)",
+    ("openvino", "ferry OpenVINO (stateful: VLMPipeline's layout)", ["--format", "openvino"],
+     "ferry-openvino-stateful"),
+    ("openvino-stateless", "ferry OpenVINO (--disable-stateful)",
      ["--format", "openvino", "--disable-stateful"], "ferry-openvino"),
 ]
+
+
+def base_format(key):
+    """The format of a ferry form's key ("openvino-stateless" -> "openvino")."""
+    return key.split("-")[0]
 # transformers' exporters: format, label, the vlm_latency kind
 PEER_FORMS = [("onnx", "transformers OnnxExporter", "tf-onnx"),
               ("openvino", "transformers OpenVINOExporter", "tf-openvino")]
@@ -473,7 +482,7 @@ def main():
     if args.report_from:
         data = json.loads(args.report_from.read_text())
         if args.note:
-            data.setdefault("notes", []).extend(args.note)
+            data["notes"] = list(dict.fromkeys(data.get("notes", []) + args.note))
             args.report_from.write_text(json.dumps(data, indent=2, default=str))
         write_report(args.md, data)
         print(f"wrote {args.md}")
@@ -501,7 +510,8 @@ def main():
         repeats=args.repeats, peer_timeout=args.peer_timeout, peer_dtype=args.peer_dtype,
         memory_floor_mib=args.memory_floor_mib,
         latency_tries=args.latency_tries, machine=machine_info(), formats=formats,
-        notes=data.get("notes", []) + args.note, loadavg_start=os.getloadavg(),
+        notes=list(dict.fromkeys(data.get("notes", []) + args.note)),
+        loadavg_start=os.getloadavg(),
         ferry_rev=git_rev(), ferry_version=ferry_version(args.ferry),
         trace_size=TRACE_SIZE, latency_size=LAT_SIZE)
     text, vision = (TEXT_TINY, VISION_TINY) if args.tiny else (TEXT_2B, VISION_2B)
@@ -547,7 +557,7 @@ def main():
     # --- 2 + 3. ferry: export, floor, latency; then the outputs go
     for key, label, opts, kind in FERRY_FORMS:
         step = f"ferry-{key}"
-        if key not in formats or run.done(step):
+        if base_format(key) not in formats or run.done(step):
             continue
         r, out = ferry_export(run, key, ckpt, label, opts, args.repeats)
         entry = {"export": r}
@@ -609,8 +619,10 @@ def main():
         wanted = peer and (args.peer_dtype == "bfloat16" or any(k.endswith("_bf16") for k in peer))
         if not wanted or run.done(step):
             continue
-        r, out = ferry_export(run, key, ckpt, label + " --dtype bf16", opts + ["--dtype", "bf16"],
-                              args.repeats, tag="-bf16")
+        # VLMPipeline's layout is fp32 only: the bf16 reference is the stateless form
+        opts = opts + (["--disable-stateful"] if key == "openvino" else []) + ["--dtype", "bf16"]
+        r, out = ferry_export(run, key, ckpt, label + " --dtype bf16", opts, args.repeats,
+                              tag="-bf16")
         shutil.rmtree(out, ignore_errors=True)
         run.save(step, {"export": r})
 
@@ -786,6 +798,10 @@ def write_report(path, data):
         flabel = next(lab for k, lab, _, _ in FERRY_FORMS if k == fmt)
         L += [f"### {'ONNX' if fmt == 'onnx' else 'OpenVINO'}", ""] + head
         L.append(export_line(flabel, ferry, None))
+        for key, other, _, _ in FERRY_FORMS:
+            if key != fmt and base_format(key) == fmt and (S.get(f"ferry-{key}") or {}).get(
+                    "export"):
+                L.append(export_line(other, S[f"ferry-{key}"]["export"], None))
         fp32 = data.get("peer_dtype", "float32") == "float32"
         fb = (S.get(f"{fkey}-bf16") or {}).get("export")
         dl = "fp32" if fp32 else "bf16"
@@ -887,6 +903,11 @@ def _lat_rows(data):
         f = (S.get(f"ferry-{fmt}") or {}).get("latency")
         if f:
             rows.append((fmt, "ferry", f, True))
+        for key, label, _, _ in FERRY_FORMS:
+            other = (S.get(f"ferry-{key}") or {}).get("latency")
+            if key != fmt and base_format(key) == fmt and other:
+                # None: ferry's, not the reference; its ratios are to the reference
+                rows.append((fmt, label.replace("ferry OpenVINO", "ferry"), other, None))
         peer = S.get(f"tf-{fmt}") or {}
         if peer and "latency" not in peer:
             rows.append((fmt, "transformers", {"error": "not measured: none of its exports was "
@@ -924,9 +945,17 @@ def runtime_tables(data):
          "the tower's cu_seqlens / position_ids as transformers' prepare_for_export computes "
          "them. onnxruntime: CPUExecutionProvider, intra_op_num_threads = threads, sequential, "
          "ORT_ENABLE_ALL, caches passed as OrtValues through IOBinding. OpenVINO: CPU, f32 "
-         "inference precision; ferry's `--disable-stateful` decode gets the previous step's "
-         "cache tensors, transformers' stateful decode (its default) keeps them in variables, "
-         "set to the prompt's cache. *encoder*: the image encoder on that image, median of "
+         "inference precision. ferry's default OpenVINO export (the reference row) is "
+         "openvino-genai's VLMPipeline layout, run stage by stage as the pipeline runs it: its "
+         "encoder time covers the patch embedding, the rotary angles and frame mask computed "
+         "in numpy and the merger; its prompt is the stateful language model from a reset "
+         "state, whose logits cover every position (the pipeline slices the hidden states "
+         "before the head when it loads the graph; this runner does not, so its prompt time "
+         "holds the head over the whole prompt); each decode step is the token's embedding "
+         "graph and the stateful language model, the cache in its variables. ferry's "
+         "`--disable-stateful` decode gets the previous step's cache tensors; transformers' "
+         "stateful decode (its default) keeps them in variables, set to the prompt's cache. "
+         "*encoder*: the image encoder on that image, median of "
          f"{data['encoder_reps']} after a warm-up. *prompt*: language_model + lm_head over the "
          f"prompt's embeddings, median of {data['prefill_reps']} after a warm-up. *decode*: the "
          f"mean of {data['steps']} one-token steps after 4 warm-up steps, from the prompt's "
@@ -959,11 +988,13 @@ def runtime_tables(data):
                      f"{num(dec)} | ref | - | {fmt_mib(lat.get('peak_rss'))} | "
                      f"{fmt_cores(lat.get('foreign_cpu'))} | {len(lat.get('tries') or [1])} |")
         else:
+            peer = is_ferry is False
             L.append(f"| {eng} | {label} | {num(enc, 0)} | {ratio_x(enc, r.get('encoder_ms'))} | "
-                     f"{no_slower(r.get('encoder_ms'), enc)} | {num(pre, 0)} | "
+                     f"{no_slower(r.get('encoder_ms'), enc) if peer else '-'} | {num(pre, 0)} | "
                      f"{ratio_x(pre, r.get('prefill_ms'))} | {num(dec)} | "
                      f"{ratio_x(dec, r.get('decode_ms_mean'))} | "
-                     f"{no_slower(r.get('decode_ms_mean'), dec)} | {fmt_mib(lat.get('peak_rss'))} "
+                     f"{no_slower(r.get('decode_ms_mean'), dec) if peer else '-'} | "
+                     f"{fmt_mib(lat.get('peak_rss'))} "
                      f"| {fmt_cores(lat.get('foreign_cpu'))} | {len(lat.get('tries') or [1])} |")
     L.append("")
     diffs = [(ENGINE[fmt], label, lat["max_abs_diff"]) for fmt, label, lat, _ in rows
@@ -1037,7 +1068,7 @@ def summary(data):
     ref = {fmt: lat for fmt, _, lat, f in rows if f and not lat.get("error")}
     for fmt, label, lat, is_ferry in rows:
         r = ref.get(fmt)
-        if is_ferry or lat.get("error") or not r:
+        if is_ferry is not False or lat.get("error") or not r:
             continue
         parts = []
         for key, what in (("encoder_ms", "image encoder"), ("decode_ms_mean", "decode")):

@@ -2,7 +2,8 @@
 """onnxruntime or OpenVINO CPU latency of one vision-language export (Qwen2-VL): the image
 encoder on one image, the prompt (language model + head), then one-token decode steps.
 
-    python bench/vlm_latency.py --kind ferry-onnx|ferry-openvino|tf-onnx|tf-openvino \
+    python bench/vlm_latency.py --kind ferry-onnx|ferry-openvino|ferry-openvino-stateful|
+        tf-onnx|tf-openvino \
         --dir OUT [--encoder-dir ENC_OUT] [--features NPZ] --inputs INPUTS.npz --ckpt CKPT \
         --json result.json [--logits L.npz] [--threads N] [--steps 32] [--reps 2] \
         [--encoder-reps 3] [--encoder-only]
@@ -34,6 +35,18 @@ next's are loaded (so a run holds one stage's weights at a time, as the exports 
            the previous step's outputs (two infer requests in turn, shared tensors);
            transformers' stateful decode gets its variables set to the prompt's cache. The
            tokens are fixed (seeded), not sampled.
+ferry-openvino-stateful is ferry's default OpenVINO export, laid out as openvino-genai's
+VLMPipeline loads it, run as the pipeline runs it:
+  encoder  openvino_vision_embeddings_model (the patch embedding), then
+           openvino_vision_embeddings_merger_model given each patch's rotary angles and the
+           frame mask, computed in numpy as the pipeline computes them (ferry.vision_language's
+           helpers); the timing covers the numpy and both graphs.
+  prompt   openvino_text_embeddings_model, the image rows replaced, then the stateful
+           openvino_language_model (position_ids: M-RoPE's three rows; beam_idx [0]) from a
+           reset state: its logits (the head is in the graph).
+  decode   each step the token's embedding (openvino_text_embeddings_model) and one
+           openvino_language_model call, both timed, the cache in the graph's variables: 4
+           untimed steps, the prompt again from a reset state, then --steps timed steps.
 The features, the prompt's last logits and the last step's logits go to --logits (npz) so the
 harness can check that the exports compute the same function.
 """
@@ -46,12 +59,14 @@ import struct
 import time
 from pathlib import Path
 
+import sys
+
 import numpy as np
 
 from latency_args import latency_parser
 from ort_latency import CACHE_IN, CACHE_OUT, cache_slot, session_options
 
-KINDS = ("ferry-onnx", "ferry-openvino", "tf-onnx", "tf-openvino")
+KINDS = ("ferry-onnx", "ferry-openvino", "ferry-openvino-stateful", "tf-onnx", "tf-openvino")
 OV_STATE = re.compile(r"cache\.layers\.(\d+)\.(keys|values)")
 
 
@@ -105,6 +120,86 @@ def embed_table_rows(ckpt, ids):
     if dtype == np.uint16:
         out = (out.astype(np.uint32) << 16).view(np.float32)
     return out.reshape(*ids.shape, width)
+
+
+def stateful_openvino(a, x, cfg, steps_ids, result, saved):
+    """ferry's VLMPipeline layout, stage by stage as the pipeline runs it (the module's
+    docstring); fills `result` and `saved`."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+    from ferry.vision_language import block_mask, patch_positions
+
+    ids, grid, pixels, positions = (x["input_ids"], x["image_grid_thw"], x["pixel_values"],
+                                    x["position_ids"])
+    slots = ids == cfg["image_token_id"]
+    merge = int(cfg["vision_config"].get("spatial_merge_size", 2))
+    if len(grid) != 1:
+        raise SystemExit("the stateful runner takes one image")
+    t_, h, w = grid[0].tolist()
+
+    def graph(name):
+        return Graph(a.dir / f"openvino_{name}_model.xml", "ov", a.threads)
+
+    t = time.perf_counter()
+    patch, merger = graph("vision_embeddings"), graph("vision_embeddings_merger")
+    result["encoder_load_s"] = time.perf_counter() - t
+    if "window_index" in merger.inputs:
+        raise SystemExit("the stateful runner computes Qwen2-VL's merger inputs, not 2.5's")
+    width = merger.compiled.input("rotary_pos_emb").get_partial_shape()[1].get_length()
+    inv_freq = 1.0 / 10000.0 ** (np.arange(0, width, 2, dtype=np.float32) / width)
+
+    def encode():
+        hidden = patch.run({"hidden_states": pixels})["last_hidden_state"]
+        rows = patch_positions(t_, h, w, merge).astype(np.float32)
+        angles = np.concatenate([rows[:, :1] * inv_freq[:width // 2],
+                                 rows[:, 1:] * inv_freq[:width // 2]], 1)
+        return merger.run({"hidden_states": hidden, "rotary_pos_emb": angles,
+                           "attention_mask": block_mask([h * w] * t_)})["last_hidden_state"]
+
+    ms, all_ms, features = timed(encode, a.encoder_reps)
+    result.update(encoder_ms=ms, encoder_ms_all=all_ms)
+    saved["features"] = np.asarray(features, np.float32)
+    del patch, merger
+    gc.collect()
+
+    t = time.perf_counter()
+    text = graph("text_embeddings")
+    result["embed_s"] = time.perf_counter() - t
+    embeds = np.array(text.run({"input_ids": ids})["inputs_embeds"], np.float32)
+    embeds[slots] = features
+    t = time.perf_counter()
+    lm = graph("language")
+    result["prefill_load_s"] = result["decode_load_s"] = time.perf_counter() - t
+    beam = np.zeros(1, np.int32)
+    past = ids.shape[1]
+
+    def prompt():
+        lm.request.reset_state()
+        return lm.run({"inputs_embeds": embeds, "position_ids": positions[1:],
+                       "attention_mask": np.ones(ids.shape, np.int64),
+                       "beam_idx": beam})["logits"]
+
+    ms, all_ms, logits = timed(prompt, a.reps)
+    result.update(prefill_ms=ms, prefill_ms_all=all_ms)
+    saved["prefill_last"] = np.asarray(logits[0, -1], np.float32)
+
+    def run_steps(count):
+        prompt()
+        times, logits = [], None
+        for k in range(count):
+            t = time.perf_counter()
+            embed = text.run({"input_ids": steps_ids[k]})["inputs_embeds"]
+            logits = lm.run({"inputs_embeds": embed,
+                             "position_ids": positions[1:, :, -1:] + 1 + k,
+                             "attention_mask": np.ones((1, past + k + 1), np.int64),
+                             "beam_idx": beam})["logits"]
+            times.append(1e3 * (time.perf_counter() - t))
+        return times, np.array(logits[0, -1], np.float32)
+
+    run_steps(4)
+    times, last = run_steps(a.steps)
+    result.update(decode_ms_mean=statistics.fmean(times), decode_ms_median=statistics.median(times),
+                  decode_past=past)
+    saved["decode_last"] = last
 
 
 def timed(fn, reps, warmup=1):
@@ -163,6 +258,14 @@ def main():
         import openvino as ov
 
         result["openvino"] = ov.__version__
+
+    if a.kind == "ferry-openvino-stateful":
+        stateful_openvino(a, x, cfg, steps_ids, result, saved)
+        if a.logits:
+            np.savez(a.logits, **saved)
+        a.json.write_text(json.dumps(result, indent=2))
+        print(json.dumps({k: v for k, v in result.items() if not k.endswith("_all")}))
+        return
 
     # --- encoder
     enc_path = path("image_encoder") if ferry else a.encoder_dir and (
