@@ -108,6 +108,11 @@ typedef struct fb_backend {
      * GS_VARIABLE; torch's programs write theirs into the caller's tensors, GS_MUTATED, so
      * only one of fixed size), and every lowered state must be of one of these forms. */
     unsigned (*state_forms)(const ferry_export_config *cfg);
+    /* Its quantized rows hold whole blocks only, the smallest it takes being this many
+     * elements (OpenVINO's compressed weights: 16; XNNPACK's int4: 32): a weight whose rows
+     * are no whole number of them stays float (q_apply). 0: a row's last block may be short
+     * (ONNX). */
+    int whole_block_min;
     /* The runtime's execution provider a graph made with `cfg` is for (onnxruntime's "cuda"
      * for a graph of its CUDA kernels), which a runner must use; NULL: any (NULL hook:
      * always any). */

@@ -228,6 +228,7 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         for (int k = 0; k < ax.n; k++)
             io->axes[k] = k == b_axis ? io->batch : k == s_axis ? io->sequence : ax.dim[k];
     }
+    q_kept_float kept = {.n = 0};
     memset(m->ck->used, 0, m->ck->n_tensors);
     /* a text-only export leaves the rest of the checkpoint (a vision tower, a projector) out
      * by request: not a tensor to warn of */
@@ -246,10 +247,30 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         if (m->arch->build(m->hparams, m->ck, &c->items[i].io, g, err) != FERRY_OK)
             goto fail;
         g_remove_dead(g);
-        if (q_apply(g, &c->cfg.quantizer, err) != FERRY_OK || g_check(g, err) != FERRY_OK)
+        if (q_apply(g, &c->cfg.quantizer, c->backend->whole_block_min, &kept, err) !=
+                FERRY_OK ||
+            g_check(g, err) != FERRY_OK)
             goto fail;
     }
     c->warnings = export_warnings(m->warning, m->ck);
+    if (kept.n) {
+        char line[600];
+        int min = c->backend->whole_block_min;
+        const char *title = c->backend->title;
+        if (kept.n == 1)
+            snprintf(line, sizeof line, "--quantize: '%s' stays float: its rows of %lld inputs "
+                     "are no whole number of blocks of %d, the smallest %s's quantized rows "
+                     "hold", kept.first, (long long)kept.width, min, title);
+        else
+            snprintf(line, sizeof line, "--quantize: some weights stay float: their rows are "
+                     "no whole number of blocks of %d, the smallest %s's quantized rows hold "
+                     "(the first: '%s', %lld inputs)", min, title, kept.first,
+                     (long long)kept.width);
+        if (exp_add_warning(&c->warnings, line) != FERRY_OK) {
+            fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
     int64_t prompt;
     if (c->generation && !c->gen.static_cache && g_dim_is_const(axes[1], &prompt)) {
         char line[400];

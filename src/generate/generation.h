@@ -34,8 +34,7 @@ ferry_status gen_plan(const ferry_export_config *cfg, const ferry_generation_con
                       gen_component *out, int *n, fy_err *err);
 
 /* Refuses a generation export's cache that the request's format cannot write: a growing one
- * where the format writes its caches in place only (torch's programs), a fixed one where it
- * carries none in place. */
+ * where the format writes its caches in place only (torch's programs). */
 ferry_status gen_check_cache_form(const model_plan_request *rq, fy_err *err);
 
 /* model_arch.plan of a decoder language model: one "model" for a plain export; for a generation

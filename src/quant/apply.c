@@ -92,7 +92,17 @@ static ferry_status quantized_recipe(const g_value *x, const ferry_quantizer *q,
     return FERRY_OK;
 }
 
-ferry_status q_apply(g_graph *g, const ferry_quantizer *q, fy_err *err)
+/* Whether weight `x` (a matrix or a stack of them) has rows that are no whole number of
+ * blocks of `min_block` (0: never). */
+static bool rows_fit_no_block(const g_value *x, int min_block, int64_t *width)
+{
+    int64_t rows;
+    w_matrix(&x->weight, &rows, width);
+    return min_block > 0 && *width % min_block != 0;
+}
+
+ferry_status q_apply(g_graph *g, const ferry_quantizer *q, int whole_block_min,
+                     q_kept_float *kept, fy_err *err)
 {
     if (!q->bits)
         return FERRY_OK;
@@ -122,6 +132,15 @@ ferry_status q_apply(g_graph *g, const ferry_quantizer *q, fy_err *err)
             int v = n->in[k];
             if (v == G_NONE || g->values[v].kind != GV_WEIGHT || !wanted(g, n, k, q))
                 continue;
+            int64_t width;
+            if (twin[v] == G_NONE &&
+                rows_fit_no_block(&g->values[v], whole_block_min, &width)) {
+                if (kept->n++ == 0) {
+                    w_describe(&g->values[v].weight, kept->first, sizeof kept->first);
+                    kept->width = width;
+                }
+                twin[v] = v; /* read as it is, counted once */
+            }
             if (twin[v] == G_NONE) {
                 g_weight recipe;
                 if ((st = quantized_recipe(&g->values[v], q, &recipe, err)) != FERRY_OK)

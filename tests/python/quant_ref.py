@@ -53,10 +53,12 @@ def ort_dequantized(w, bits, block, symmetric):
     return full[:, :k]
 
 
-def dequantized_checkpoint(src, dst, bits, block, symmetric, *, embeddings=False, lm_head=True):
+def dequantized_checkpoint(src, dst, bits, block, symmetric, *, embeddings=False, lm_head=True,
+                           whole_block_min=0):
     """Copies checkpoint `src` to `dst` with every weight ferry's quantizer takes replaced by its
     onnxruntime-dequantized value: the 2-D weights of linears (each expert's too, but no
-    router), the lm_head (unless lm_head is
+    router; with `whole_block_min`, the format's, only those whose rows are whole blocks of
+    it), the lm_head (unless lm_head is
     False) and the embedding table (if embeddings). A tied lm_head that is quantized while the
     embedding stays float becomes its own lm_head.weight, the tie cut in config.json."""
     src, dst = Path(src), Path(dst)
@@ -75,8 +77,10 @@ def dequantized_checkpoint(src, dst, bits, block, symmetric, *, embeddings=False
                                 ".shared_expert_gate.weight"))
         linear = t.ndim == 2 and not router and \
             name not in (embed, "lm_head.weight", "transformer.wpe.weight")
-        take = linear or (name == embed and embeddings) or (name == "lm_head.weight" and lm_head)
         conv1d = gpt2 and linear
+        if whole_block_min:  # rows of no whole blocks stay float in such formats
+            linear = linear and t.shape[0 if conv1d else 1] % whole_block_min == 0
+        take = linear or (name == embed and embeddings) or (name == "lm_head.weight" and lm_head)
         out[name] = t if not take else ort_dequantized(t.T, bits, block, symmetric).T.copy() \
             if conv1d else ort_dequantized(t, bits, block, symmetric)
     if tied and lm_head != embeddings:

@@ -14,7 +14,7 @@ import torch
 from onnx import numpy_helper
 
 from conftest import (FP32_ATOL, check_against_reference, check_export_error, ferry_export,
-                      make_inputs, reference_model, sparse_layers)
+                      make_inputs, reference_model, run_ferry, sparse_layers)
 
 SHAPES = [(1, 1), (3, 7), (3, 33)]
 
@@ -280,16 +280,22 @@ def test_cuda_qmoe_form(ckpts, tmp_path, arch, symmetric):
 
 
 def test_quantized_experts_refused_where_not_written(ckpts, tmp_path):
-    """ExecuTorch has no form for quantized experts in ferry yet, and OpenVINO's compressed
-    stacks need whole blocks: one line naming the stack, nothing written. The router is never
+    """ExecuTorch has no form for quantized experts in ferry yet: one line naming the stack,
+    nothing written. OpenVINO's compressed stacks hold whole blocks of 16 or more: a stack of
+    40-wide rows stays float, with a warning naming it, and one of whole blocks that the
+    chosen block does not divide is refused naming a block size. The router is never
     quantized."""
-    ckpt = ckpts("mixtral")
+    ckpt = ckpts("mixtral", **WHOLE_BLOCKS["mixtral"])
     check_export_error(ckpt, tmp_path / "pte", ["--format", "executorch", "--quantize", "int4"],
                        ["4-bit quantized experts", "model.layers.0.mlp.experts.gate_up_proj",
                         "moe"], 1)
-    check_export_error(ckpts("qwen3_moe"), tmp_path / "ov",
-                       ["--format", "openvino", "--quantize", "int4", "--block-size", "16"],
-                       ["experts.down_proj", "blocks of 16", "divides 40"], 1)
+    rc, _, err = run_ferry("export", ckpts("qwen3_moe"), tmp_path / "ov", "--format",
+                           "openvino", "--quantize", "int4", "--block-size", "16")
+    assert rc == 0 and "float: its rows of 40 inputs" in err and "experts.0.down_proj" in err, \
+        (rc, err)
+    check_export_error(ckpts("qwen3_moe", **WHOLE_BLOCKS["qwen3_moe"]), tmp_path / "ov-64",
+                       ["--format", "openvino", "--quantize", "int4", "--block-size", "256"],
+                       ["blocks of 256", "choose a block size"], 1)
 
 
 @pytest.mark.parametrize("key,value,needle", [

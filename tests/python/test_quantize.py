@@ -206,6 +206,37 @@ def test_errors(ckpts, tmp_path, case, build):
     check_export_error(ckpts("llama"), out, args, needles, 2 if case in USAGE else 1, build[1])
 
 
+def test_rows_no_block_divides_stay_float(tmp_path):
+    """Where a format's quantized rows hold whole blocks only (OpenVINO: of 16 or more;
+    ExecuTorch's XNNPACK: 32), a weight whose rows are no whole number of them (Qwen2.5-VL's
+    tower MLP is 3420 wide) stays float, with one warning line naming it, and the rest is
+    quantized as ever; both refused the whole export. ONNX keeps a short last block."""
+    import torch
+    from test_openvino import check_shapes, compile_ov
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=40, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                         max_position_embeddings=128)
+    torch.manual_seed(0)
+    ckpt = tmp_path / "ckpt"
+    LlamaForCausalLM(config).eval().save_pretrained(ckpt)
+    for fmt, title, smallest in (("openvino", "OpenVINO", 16), ("executorch", "ExecuTorch", 32)):
+        rc, _, err = run_ferry("export", ckpt, tmp_path / fmt, "--format", fmt, "--dynamic",
+                               "--quantize", "int4")
+        assert rc == 0 and (f"--quantize: some weights stay float: their rows are no whole "
+                            f"number of blocks of {smallest}, the smallest {title}'s quantized "
+                            "rows hold (the first: 'model.layers.0.mlp.down_proj.weight', 40 "
+                            "inputs)") in err, (fmt, rc, err)
+    ref = dequantized_checkpoint(ckpt, tmp_path / "ref", 4, 32, True, whole_block_min=16)
+    check_shapes(ref, compile_ov(tmp_path / "openvino")[1], SHAPES)
+    rc, _, err = run_ferry("export", ckpt, tmp_path / "onnx", "--dynamic", "--quantize", "int4")
+    assert rc == 0 and "stay float" not in err, err
+    graph = onnx.load(tmp_path / "onnx" / "model.onnx", load_external_data=False).graph
+    assert any("down_proj" in i for n in graph.node if n.op_type == "DequantizeLinear"
+               for i in n.input)
+
+
 def test_already_quantized_checkpoint_refused(ckpts, tmp_path):
     """A checkpoint whose config.json says it is quantized (GPTQ, AWQ, fp8, ...) is refused,
     quantizing or not: its tensors read as float weights would give wrong numbers."""

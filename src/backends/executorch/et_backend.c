@@ -277,6 +277,7 @@ const fb_backend fb_executorch = {
     .write = et_write,
     .describe = et_describe,
     .state_forms = et_state_forms,
+    .whole_block_min = 32,
     .title = "ExecuTorch",
     .options = ET_OPTIONS,
     .n_options = sizeof ET_OPTIONS / sizeof ET_OPTIONS[0],
