@@ -59,10 +59,11 @@ class SmolVLMRunners(VisionLanguageRunners):
                       "the export's tower takes whole tiles (the image processor's, resized "
                       "and split to the tile size)")
         self._images = {"tiles": tiles[real].astype(self.pixel_dtype)}
-        shape = list(self._images["tiles"].shape)
-        for start in range(0, max(shape[0], 1), self._chunk() or max(shape[0], 1)):
-            self.stages["image_encoder"].check({"pixel_values": [
-                min(shape[0] - start, self._chunk() or shape[0]), *shape[1:]]})
+        count, *tile = self._images["tiles"].shape
+        chunk = self._chunk() or max(count, 1)
+        for start in range(0, max(count, 1), chunk):  # the calls _features will make
+            self.stages["image_encoder"].check({"pixel_values": [min(count - start, chunk),
+                                                                 *tile]})
 
     def _chunk(self):
         """The most tiles one call of the image encoder takes (None: any): each tile attends
