@@ -448,8 +448,13 @@ def run_latency(exp, out, ckpt, log_dir, args, tag=""):
 
 
 def cp_baseline(data_file, work, log_dir, tag, repeats):
+    """`cp` of `data_file`, `cp` + `sync FILE`, and the disk's floor: writing as many bytes
+    of zeros past the page cache and syncing them (dd oflag=direct conv=fsync), which reads
+    nothing (median of `repeats` each)."""
     copy = work / "copy.bin"
-    plain, synced = [], []
+    plain, synced, written = [], [], []
+    size = Path(data_file).stat().st_size
+    chunk = 64 << 20
     for rep in range(repeats):
         timed_sync()
         r = measure(["cp", data_file, copy], log_dir / f"cp-{tag}-{rep}.log")
@@ -461,8 +466,14 @@ def cp_baseline(data_file, work, log_dir, tag, repeats):
                     log_dir / f"cpsync-{tag}-{rep}.log")
         synced.append(r)
         copy.unlink(missing_ok=True)
-    return dict(bytes=Path(data_file).stat().st_size, cp=median_run(plain),
-                cp_sync=median_run(synced))
+        timed_sync()
+        r = measure(["dd", "if=/dev/zero", f"of={copy}", f"bs={chunk}",
+                     f"count={-(-size // chunk)}", "oflag=direct", "conv=fsync"],
+                    log_dir / f"ddsync-{tag}-{rep}.log")
+        written.append(r)
+        copy.unlink(missing_ok=True)
+    return dict(bytes=size, cp=median_run(plain), cp_sync=median_run(synced),
+                write_sync=median_run(written))
 
 
 # ---------------------------------------------------------------------------------------------

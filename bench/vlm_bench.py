@@ -42,7 +42,8 @@ OpenVINO (issue 35's benchmark).
                    runs again with
                    the model in bfloat16 (--no-bf16-fallback: not), compared with ferry's
                    --dtype bf16 export of the same format.
-     cp + sync     of ferry's model.onnx.data (peers_bench.cp_baseline): the floor of writing
+     cp + sync     of ferry's model.onnx.data (peers_bench.cp_baseline), and as many bytes
+                   written past the page cache and synced (dd): the floor of writing
                    those bytes
 3. Runtime, bench/vlm_latency.py, one process per export and runtime, the same inputs for all
    (transformers' own processor inputs and positions for one 448 x 448 image: grid [1, 32, 32],
@@ -836,11 +837,21 @@ def write_report(path, data):
             L.append(f"| *floor: `cp` + `sync FILE`* | ok | {cp['cp_sync']['wall']:.1f} | - | - | "
                      f"{fmt_mib(cp['cp_sync']['peak_rss'])} | - | - | {fmt_mib(cp['bytes'])} | "
                      f"{fmt_cores(cp['cp_sync'].get('foreign_cpu'))} |")
+            ws = cp.get("write_sync")
+            if ws:
+                L.append(f"| *floor: as many bytes written past the page cache and synced "
+                         f"(`dd oflag=direct conv=fsync`)* | ok | {ws['wall']:.1f} | - | - | "
+                         f"{fmt_mib(ws['peak_rss'])} | - | - | {fmt_mib(cp['bytes'])} | "
+                         f"{fmt_cores(ws.get('foreign_cpu'))} |")
         L.append("")
         if cp and ferry and not ferry.get("error"):
+            ws = cp.get("write_sync")
             L += [f"ferry's ONNX export takes {ferry['wall'] / cp['cp']['wall']:.2f}x the time of "
                   f"`cp` of its weights file and {ferry['wall'] / cp['cp_sync']['wall']:.2f}x that "
-                  "of `cp` + `sync` (ferry fsyncs what it writes before it exits).", ""]
+                  "of `cp` + `sync` (ferry fsyncs what it writes before it exits)"
+                  + (f", and {ferry['wall'] / ws['wall']:.2f}x the disk's floor for those bytes "
+                     "(written past the page cache and synced, nothing read)" if ws else "")
+                  + ".", ""]
         phases = [(f"{mode}{' (bf16)' if mode.endswith('_bf16') else ''}".replace("_bf16", ""),
                    r.get("phases")) for mode, r in peer.items()
                   if mode.startswith(("generation", "encoder")) and isinstance(r, dict)
