@@ -195,11 +195,25 @@ def stateful_openvino(a, x, cfg, steps_ids, result, saved):
             times.append(1e3 * (time.perf_counter() - t))
         return times, np.array(logits[0, -1], np.float32)
 
+    decode_figures(run_steps, a.steps, past, result, saved)
+
+
+def decode_figures(run_steps, steps, past, result, saved):
+    """4 untimed steps, then `steps` timed ones: their mean and median into `result`, the last
+    step's logits into `saved`."""
     run_steps(4)
-    times, last = run_steps(a.steps)
+    times, last = run_steps(steps)
     result.update(decode_ms_mean=statistics.fmean(times), decode_ms_median=statistics.median(times),
                   decode_past=past)
     saved["decode_last"] = last
+
+
+def write_results(a, result, saved):
+    """The figures to --json (and stdout), the compared arrays to --logits."""
+    if a.logits:
+        np.savez(a.logits, **saved)
+    a.json.write_text(json.dumps(result, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if not k.endswith("_all")}))
 
 
 def timed(fn, reps, warmup=1):
@@ -261,10 +275,7 @@ def main():
 
     if a.kind == "ferry-openvino-stateful":
         stateful_openvino(a, x, cfg, steps_ids, result, saved)
-        if a.logits:
-            np.savez(a.logits, **saved)
-        a.json.write_text(json.dumps(result, indent=2))
-        print(json.dumps({k: v for k, v in result.items() if not k.endswith("_all")}))
+        write_results(a, result, saved)
         return
 
     # --- encoder
@@ -292,10 +303,7 @@ def main():
         raise SystemExit("no image encoder and no --features")
     saved["features"] = np.asarray(features, np.float32)
     if a.encoder_only:
-        if a.logits:
-            np.savez(a.logits, **saved)
-        a.json.write_text(json.dumps(result, indent=2))
-        print(json.dumps({k: v for k, v in result.items() if not k.endswith("_all")}))
+        write_results(a, result, saved)
         return
 
     # --- prompt
@@ -419,15 +427,8 @@ def main():
                 logits = res["logits"]
             return times, np.array(logits[0, -1], np.float32)
 
-    run_steps(4)
-    times, last = run_steps(a.steps)
-    result.update(decode_ms_mean=statistics.fmean(times), decode_ms_median=statistics.median(times),
-                  decode_past=past)
-    saved["decode_last"] = last
-    if a.logits:
-        np.savez(a.logits, **saved)
-    a.json.write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: v for k, v in result.items() if not k.endswith("_all")}))
+    decode_figures(run_steps, a.steps, past, result, saved)
+    write_results(a, result, saved)
 
 
 if __name__ == "__main__":
