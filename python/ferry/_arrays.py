@@ -82,3 +82,15 @@ def axis_refusal(size, dim, symbols):
     if size % scale:
         return f"({_escape(dim)}) takes multiples of {scale}"
     return None
+
+
+def widen_advice(metadata, otherwise):
+    """What export option makes a component take more than its axes do now (`metadata`: its
+    export.json entry's): ExecuTorch bounds every dynamic axis itself; other formats'
+    advice is `otherwise`."""
+    config = (metadata or {}).get("export_config")
+    if isinstance(config, dict) and config.get("export_format") == "executorch":
+        return ("export with larger bounds: ExecuTorch plans each dynamic axis for its largest "
+                "extent (--max-seq-len, --max-batch-size, or a --dim range)")
+    return otherwise
+

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._arrays import axis_refusal, check_token_ids, int_matrix
+from ._arrays import axis_refusal, check_token_ids, int_matrix, widen_advice
 from ._lib import FerryError, _escape
 from ._onnx_weights import external_initializers
 from .runtime import (checked_program, executorch_device, is_transformers_manifest,
@@ -143,6 +143,8 @@ class Runner:
         self.component, self._cache = name, cache
         self._inputs = {i["name"]: i for i in meta["inputs"]}
         self._symbols = meta.get("symbols", {})
+        self._widen = widen_advice(meta, "a generation loop needs an export with dynamic "
+                                         "shapes covering them")
         self.query = self._inputs["input_ids"]["shape"][1]
         self.takes_prompts = self.query != 1
         self._layout = cache.layout
@@ -217,8 +219,8 @@ class Runner:
             declared = self._inputs.get(name, {}).get("shape", dims)
             if any(axis_refusal(got, dim, self._symbols) for got, dim in zip(dims, declared)):
                 _fail(f"{self.component}: input {name} would be {dims}, but the graph "
-                      f"takes {_escape(declared)} (symbols {_escape(self._symbols)}); a "
-                      "generation loop needs an export with dynamic shapes covering them", 1)
+                      f"takes {_escape(declared)} (symbols {_escape(self._symbols)}); "
+                      f"{self._widen}", 1)
 
     def _run(self, ids, mask, pos):
         raise NotImplementedError

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._arrays import axis_refusal
+from ._arrays import axis_refusal, widen_advice
 from ._lib import FerryError, _escape
 from .runners import static_mask
 from .runtime import open_session
@@ -156,8 +156,9 @@ class _Stage:
                 if why:
                     shown = [("?" if n is None else n) for n in shape]
                     _fail(f"{self.role}: input {name} would be {shown}, but its axis {axis} "
-                          f"{why}: export with dynamic shapes (--dynamic, or a --dim range) "
-                          "that cover it")
+                          f"{why}: " + widen_advice(
+                              self.meta, "export with dynamic shapes (--dynamic, or a --dim "
+                              "range) that cover it"))
 
     def __call__(self, feeds):
         self.check({name: list(np.shape(value)) for name, value in feeds.items()})

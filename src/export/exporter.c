@@ -257,14 +257,23 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         char line[600];
         int min = c->backend->whole_block_min;
         const char *title = c->backend->title;
+        /* --quantize must change something: an export of float weights labelled int4 is not
+         * what was asked for */
+        if (!kept.quantized) {
+            fy_fail(err, FERRY_ERR_UNSUPPORTED, "--quantize int%d: no weight can be quantized "
+                    "for %s, whose smallest block is %d: no weight's rows are a whole number "
+                    "of such blocks (the first: '%s', %lld inputs); export without --quantize",
+                    c->cfg.quantizer.bits, title, min, kept.first, (long long)kept.width);
+            goto fail;
+        }
         if (kept.n == 1)
             snprintf(line, sizeof line, "--quantize: '%s' stays float: its rows of %lld inputs "
-                     "are no whole number of blocks of %d, the smallest %s's quantized rows "
-                     "hold", kept.first, (long long)kept.width, min, title);
+                     "are no whole number of blocks of %d, the smallest block %s quantizes",
+                     kept.first, (long long)kept.width, min, title);
         else
             snprintf(line, sizeof line, "--quantize: some weights stay float: their rows are "
-                     "no whole number of blocks of %d, the smallest %s's quantized rows hold "
-                     "(the first: '%s', %lld inputs)", min, title, kept.first,
+                     "no whole number of blocks of %d, the smallest block %s quantizes (the "
+                     "first: '%s', %lld inputs)", min, title, kept.first,
                      (long long)kept.width);
         if (exp_add_warning(&c->warnings, line) != FERRY_OK) {
             fy_fail(err, FERRY_ERR_NOMEM, "out of memory");

@@ -195,6 +195,18 @@ static ferry_status check_traced_patches(const qvl *p, const model_plan_request 
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "image_grid_thw's images axis must take 1: "
                        "the pipelines call the image encoder one image at a time (give its dim "
                        "a range from 1, or no example shape for it)");
+    /* a range's max in whole blocks: the tower counts the symbol in them, which would round
+     * a max of 50 down to 48 unsaid */
+    for (int i = 0; i < rq->cfg->n_dims; i++) {
+        const ferry_dim_spec *d = &rq->cfg->dims[i];
+        if (strcmp(d->input, "pixel_values") == 0 && d->axis == 0 && d->max > 0 &&
+            d->max % group != 0)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "--dim pixel_values: max %lld patches "
+                           "is not a whole number of merged blocks (spatial_merge_size^2 = "
+                           "%lld), which the image processor always gives: give a max that is "
+                           "a multiple of %lld", (long long)d->max, (long long)group,
+                           (long long)group);
+    }
     if (!g_dim_example(model_plan_axis(rq, "patches"), &rq->syms[0], &patches) ||
         patches % group == 0)
         return FERRY_OK;

@@ -151,6 +151,7 @@ ferry_status q_apply(g_graph *g, const ferry_quantizer *q, int whole_block_min,
                 snprintf(name, sizeof name, keep[v] ? "%s_q%d" : "%s", g->values[v].name,
                          q->bits);
                 twin[v] = g_weight_value(g, name, &recipe);
+                kept->quantized++;
                 if (twin[v] == G_NONE) {
                     st = fy_fail(err, g->err.status ? g->err.status : FERRY_ERR_INTERNAL, "%s",
                                  g->err.msg);

@@ -16,8 +16,9 @@
 ferry_status q_check_config(ferry_quantizer *q, ferry_dtype dtype, fy_err *err);
 
 /* What q_apply left float although the quantizer names it (rows no block size divides): how
- * many weights, the first one's name and its row length. */
+ * many weights, the first one's name and its row length; and how many it quantized. */
 typedef struct q_kept_float {
+    int quantized; /* the weights it did quantize */
     int n;
     char first[256];
     int64_t width;

@@ -225,9 +225,19 @@ def test_rows_no_block_divides_stay_float(tmp_path):
         rc, _, err = run_ferry("export", ckpt, tmp_path / fmt, "--format", fmt, "--dynamic",
                                "--quantize", "int4")
         assert rc == 0 and (f"--quantize: some weights stay float: their rows are no whole "
-                            f"number of blocks of {smallest}, the smallest {title}'s quantized "
-                            "rows hold (the first: 'model.layers.0.mlp.down_proj.weight', 40 "
+                            f"number of blocks of {smallest}, the smallest block {title} "
+                            "quantizes (the first: 'model.layers.0.mlp.down_proj.weight', 40 "
                             "inputs)") in err, (fmt, rc, err)
+    # nothing quantizable at all (every row 40 or 48 wide, XNNPACK's blocks 32): refused,
+    # not an fp32 export labelled int4
+    narrow = tmp_path / "narrow"
+    LlamaForCausalLM(LlamaConfig(hidden_size=48, intermediate_size=40, num_hidden_layers=1,
+                                 num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                 max_position_embeddings=128)).save_pretrained(narrow)
+    check_export_error(narrow, tmp_path / "none", ["--format", "executorch", "--quantize",
+                                                   "int4"],
+                       ["--quantize int4: no weight can be quantized", "ExecuTorch",
+                        "export without --quantize"], 1)
     ref = dequantized_checkpoint(ckpt, tmp_path / "ref", 4, 32, True, whole_block_min=16)
     check_shapes(ref, compile_ov(tmp_path / "openvino")[1], SHAPES)
     rc, _, err = run_ferry("export", ckpt, tmp_path / "onnx", "--dynamic", "--quantize", "int4")

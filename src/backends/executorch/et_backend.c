@@ -127,9 +127,18 @@ static ferry_status bound_symbols(g_graph *g, const ferry_export_config *cfg, fy
 {
     for (int i = 0; i < g->syms.n; i++) {
         g_sym *s = &g->syms.s[i];
-        const char *key = batch_symbol(g, i) ? "max_batch_size" : "max_seq_len";
+        bool batch = batch_symbol(g, i);
+        const char *key = batch ? "max_batch_size" : "max_seq_len";
+        const char *flag = batch ? "--max-batch-size" : "--max-seq-len";
         int64_t bound = be_option_value(cfg, &fb_executorch, key);
         bool given = be_option_is_set(cfg, &fb_executorch, key);
+        /* a static cache's length is what the runners allocate (export.json's max_cache_len),
+         * not a hint a bound may move */
+        if (given && bound < s->example && strcmp(s->name, "max_cache_len") == 0)
+            return fy_fail(err, FERRY_ERR_INVALID_ARG, "executorch: %s %lld is below the "
+                           "static cache's %lld slots (--max-cache-len), which every call takes "
+                           "whole: give %s %lld or more, or a smaller --max-cache-len", flag,
+                           (long long)bound, (long long)s->example, flag, (long long)s->example);
         /* the default never bounds below what was traced (a max_cache_len of 2048) */
         if (s->max <= 0)
             s->max = !given && s->example > bound ? s->example : bound;
