@@ -60,10 +60,14 @@ class SmolVLMRunners(VisionLanguageRunners):
                       "and split to the tile size)")
         self._images = {"tiles": tiles[real].astype(self.pixel_dtype)}
         count, *tile = self._images["tiles"].shape
-        chunk = self._chunk() or max(count, 1)
-        for start in range(0, max(count, 1), chunk):  # the calls _features will make
-            self.stages["image_encoder"].check({"pixel_values": [min(count - start, chunk),
+        for start, stop in self._calls(max(count, 1)):  # the calls _features will make
+            self.stages["image_encoder"].check({"pixel_values": [min(stop, count) - start,
                                                                  *tile]})
+
+    def _calls(self, count):
+        """[(start, stop)] of the image encoder's calls over `count` tiles."""
+        chunk = self._chunk() or count
+        return [(start, min(start + chunk, count)) for start in range(0, count, chunk)]
 
     def _chunk(self):
         """The most tiles one call of the image encoder takes (None: any): each tile attends
@@ -81,10 +85,9 @@ class SmolVLMRunners(VisionLanguageRunners):
         return [batch, query]
 
     def _features(self, tiles):
-        chunk = self._chunk() or len(tiles)
         features = []
-        for start in range(0, len(tiles), chunk):
-            hidden = self.stages["image_encoder"]({"pixel_values": tiles[start:start + chunk]})
+        for start, stop in self._calls(len(tiles)):
+            hidden = self.stages["image_encoder"]({"pixel_values": tiles[start:stop]})
             features.append(self.stages["connector"](
                 {"image_hidden_states": hidden["last_hidden_state"]})["image_features"])
         features = np.concatenate(features)

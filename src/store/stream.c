@@ -579,15 +579,15 @@ static g_weight stream_view(const g_weight *w)
     return v;
 }
 
-/* Whether a matrix stored transposed is cut into bands of whole columns (of `band` elements
- * at most): its bands' output rows are then whole and adjacent, one write each (past the page
+/* Whether a matrix stored transposed is cut into bands of whole columns (`columns_a_band` of
+ * them, a band's worth of elements): its bands' output rows are then whole and adjacent, one write each (past the page
  * cache), where a band of rows lands as one strip per output row (21 KB buffered writes for an
  * MLP's 8960 x 1536 up projection). The reads gather a piece of each source row instead, from
  * the page cache: worth it while the pieces are 1 KiB or more (not a 151936-row embedding read
  * as a head); a join along columns reads whole rows only. */
-static bool column_bands(const g_weight *w, int64_t rows, size_t band)
+static bool column_bands(const g_weight *w, int64_t columns_a_band)
 {
-    size_t piece = (band / (size_t)(rows > 0 ? rows : 1)) * dt_size(w_src(w, 0)->dtype);
+    size_t piece = (size_t)columns_a_band * dt_size(w_src(w, 0)->dtype);
     return w->transpose && !w->src_transposed && !w->quant.bits && !w->stack &&
            w_src(w, 0)->ndim == 2 && w_rows_joined(w) && piece >= 1024;
 }
@@ -616,12 +616,10 @@ static ferry_status plan_jobs(stream *s, const ws_item *items, size_t n, size_t 
         int step = ws_packing_row_step(q);
         if (!vector && step > 1 && per % step != 0 && per < rows)
             per = per > step ? per - per % step : step; /* bands on whole bytes of zeros */
-        bool by_columns = !vector && column_bands(w, rows, band);
-        if (by_columns) {
-            per = rows > 0 ? (int64_t)(band / (size_t)rows) : cols;
-            if (per < 1)
-                per = 1;
-        }
+        int64_t columns_a_band = rows > 0 ? (int64_t)(band / (size_t)rows) : 0;
+        bool by_columns = !vector && column_bands(w, columns_a_band);
+        if (by_columns)
+            per = columns_a_band;
         int64_t span = vector || by_columns ? cols : rows;
         for (int64_t at = 0; at < span; at += per) {
             job *grown = fy_grow(s->jobs, &cap, s->n_jobs + 1, sizeof *grown);

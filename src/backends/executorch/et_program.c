@@ -197,6 +197,15 @@ int et_tensor(et_program *p, ferry_dtype dt, const g_shape *shape)
 
 /* ---- sizes at run time ---- */
 
+/* The value already computed for `d`, or -1. */
+static int known(const et_program *p, g_dim d)
+{
+    for (size_t i = 0; i < p->n_dims; i++)
+        if (g_dim_eq(p->dims[i].d, d))
+            return p->dims[i].value;
+    return -1;
+}
+
 static int remember(et_program *p, g_dim d, int value)
 {
     if (value < 0)
@@ -267,9 +276,9 @@ int et_dim(et_program *p, g_dim d)
     if (d.unknown)
         return et_fail(p, FERRY_ERR_UNSUPPORTED, "a size that depends on data, which the "
                        "program cannot compute from its inputs' sizes"), -1;
-    for (size_t i = 0; i < p->n_dims; i++)
-        if (g_dim_eq(p->dims[i].d, d))
-            return p->dims[i].value;
+    int value = known(p, d);
+    if (value >= 0)
+        return value;
     g_term last = d.t[d.n - 1];
     /* each operand made before the next (their values and instructions in this order) */
     int a, b;
@@ -289,9 +298,8 @@ int et_dim(et_program *p, g_dim d)
     }
     if (last.coef != 1) { /* k * s, which reading s may have read off an input's axis */
         a = et_dim(p, g_dim_sym(last.sym));
-        for (size_t i = 0; a >= 0 && i < p->n_dims; i++)
-            if (g_dim_eq(p->dims[i].d, d))
-                return p->dims[i].value;
+        if (a >= 0 && (value = known(p, d)) >= 0)
+            return value;
         b = et_int(p, last.coef);
         return remember(p, d, prim(p, "executorch_prim::mul.Scalar", a, b));
     }

@@ -430,6 +430,15 @@ static const char *memo(pt_printer *p, g_dim d, const char *name)
     return name;
 }
 
+/* The SymInt already computed for `d`, or NULL. */
+static const char *known(const pt_printer *p, g_dim d)
+{
+    for (size_t i = 0; i < p->n_syms; i++)
+        if (g_dim_eq(p->syms[i].d, d))
+            return p->syms[i].name;
+    return NULL;
+}
+
 /* a op b over SymInts (b a name, or a constant when b_name is NULL) */
 static const char *sym_op(pt_printer *p, const char *op, const char *a, const char *b_name,
                           int64_t b, g_dim result)
@@ -486,9 +495,9 @@ const char *pt_symint(pt_printer *p, g_dim d)
                 "program cannot compute from its symbols");
         return NULL;
     }
-    for (size_t i = 0; i < p->n_syms; i++)
-        if (g_dim_eq(p->syms[i].d, d))
-            return p->syms[i].name;
+    const char *named = known(p, d);
+    if (named)
+        return named;
     g_term last = d.t[d.n - 1];
     if (d.c != 0) { /* (the terms) + c */
         g_dim terms = d;
@@ -503,10 +512,8 @@ const char *pt_symint(pt_printer *p, g_dim d)
     }
     if (last.coef != 1) { /* k * s, which reading s may have read off an input's axis */
         const char *s = pt_symint(p, g_dim_sym(last.sym));
-        for (size_t i = 0; s && i < p->n_syms; i++)
-            if (g_dim_eq(p->syms[i].d, d))
-                return p->syms[i].name;
-        return memo(p, d, sym_op(p, "mul", s, NULL, last.coef, d));
+        const char *read = s ? known(p, d) : NULL;
+        return read ? read : memo(p, d, sym_op(p, "mul", s, NULL, last.coef, d));
     }
     return memo(p, d, symbol_node(p, last.sym));
 }
