@@ -255,28 +255,46 @@ class ExportedModel:
         if self._runners is None:
             from .runners import Runners
             from .vision_language import is_vision_language, runners_class
+            from .whisper import WhisperRunners, is_encoder_decoder
 
             self._live("run it")
             manifest = self.manifest
             Runners.check_generation(manifest)
             directory = self._saved_directory()
             self._check_files()
-            made = runners_class(manifest) if is_vision_language(manifest) else Runners
+            made = (runners_class(manifest) if is_vision_language(manifest) else
+                    WhisperRunners if is_encoder_decoder(manifest) else Runners)
             self._runners = made(directory, manifest, self._device)
         return self._runners
 
-    def generate(self, input_ids, attention_mask=None, **kwargs):
+    def generate(self, input_ids=None, attention_mask=None, **kwargs):
         """Greedy search or sampling with the generation export, as transformers' generate()
         with the checkpoint's generation_config.json; see ferry.generation. A vision-language
         export also takes what its processor returns for the images (pixel_values,
         image_grid_thw, mm_token_type_ids for Qwen2-VL; pixel_values, pixel_attention_mask for
-        SmolVLM; ferry.vision_language, ferry.smolvlm). Calls from several threads
+        SmolVLM; ferry.vision_language, ferry.smolvlm). A Whisper export takes
+        input_features instead of input_ids (ferry.whisper). Calls from several threads
         take turns: they share the runners' cache."""
         from .generation import generate
         from .vision_language import VisionLanguageRunners
+        from .whisper import WhisperRunners
+        from .whisper import generate as generate_whisper
 
         with self._running:
             runners = self.runners
+            if isinstance(runners, WhisperRunners):
+                if input_ids is not None or attention_mask is not None:
+                    raise FerryError("a Whisper export's generate() takes input_features (what "
+                                     "its feature extractor returns), not input_ids: its "
+                                     "decoder prompt is the init tokens the generation config "
+                                     "says", status=1)
+                if "input_features" not in kwargs:
+                    raise FerryError("a Whisper export's generate() needs input_features "
+                                     "(what its feature extractor returns)", status=1)
+                return generate_whisper(runners, self.directory, kwargs.pop("input_features"),
+                                        **kwargs)
+            if input_ids is None:
+                raise FerryError("generate() needs input_ids", status=1)
             if isinstance(runners, VisionLanguageRunners):
                 images = {k: kwargs.pop(k) for k in runners.IMAGE_INPUTS if k in kwargs}
                 runners.set_images(**images)

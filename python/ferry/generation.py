@@ -80,15 +80,17 @@ def _read_json(path):
     return data if isinstance(data, dict) else {}
 
 
-def resolve(directory, kwargs):
-    """The settings of one generate() call: {key of SUPPORTED: value}."""
+def resolve(directory, kwargs, handled=frozenset()):
+    """The settings of one generate() call: {key of SUPPORTED: value}, plus the keys of
+    `handled` (a model's own settings, which its generate() applies: Whisper's suppress lists)
+    as the call, the generation_config argument or the export's file give them (else None)."""
     given = dict(kwargs)
     passed = given.pop("generation_config", None)
     if passed is not None and not isinstance(passed, dict):
         passed = passed.to_dict() if hasattr(passed, "to_dict") else None
         if passed is None:
             _fail("generation_config must be a dict or a transformers GenerationConfig")
-    unknown = [k for k in given if k not in SUPPORTED and k not in _OFF]
+    unknown = [k for k in given if k not in SUPPORTED and k not in _OFF and k not in handled]
     if unknown:
         _fail(f"generate() got unknown keyword arguments: {', '.join(map(_escape, unknown))} "
               f"(supported: {', '.join(sorted(SUPPORTED | {'seed', 'generation_config'}))})")
@@ -98,11 +100,12 @@ def resolve(directory, kwargs):
               (saved, "the export's generation_config.json")]
     for layer, where in layers:
         for key, value in layer.items():
-            if key in _OFF and value not in _OFF[key]:
+            if key in _OFF and key not in handled and value not in _OFF[key]:
                 _fail(_refused(key, value, where), 4)
-    settings = dict(_DEFAULTS)
+    settings = {**dict(_DEFAULTS), **{k: None for k in handled}}
     for layer, _ in reversed(layers):
-        settings.update({k: v for k, v in layer.items() if k in SUPPORTED and v is not None})
+        settings.update({k: v for k, v in layer.items()
+                         if (k in SUPPORTED or k in handled) and v is not None})
     top = _read_json(Path(directory) / "config.json")
     config = top.get("text_config", top) if isinstance(top.get("text_config"), dict) else top
     for key in ("eos_token_id", "pad_token_id"):  # as ferry's genai_config.json reads them

@@ -18,6 +18,7 @@ prepack them, which would give each session a packed copy (bench/runner_memory.p
 A static cache is one set of buffers bound in place (IOBinding) to every session; a .pt2
 program is handed the same torch tensors every call and writes the new rows into them."""
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -81,10 +82,14 @@ class _Cache:
     def __init__(self, layout):
         self.layout, self.batch, self.length, self.epoch = layout, None, 0, 0
         self.values, self.buffers = {}, {}
+        # inputs every call is fed as they are (an encoder-decoder's cross cache, which its
+        # encoder made for this sequence): name -> the runtime's value, set after reset()
+        self.fixed = {}
 
     def reset(self, batch):
         self.batch, self.length, self.epoch = batch, 0, self.epoch + 1
         self.values, self.buffers = self.layout.empty(batch)
+        self.fixed = {}
 
 
 class _CacheLayout:
@@ -109,6 +114,9 @@ class _CacheLayout:
         inputs = {i["name"]: i for i in decode_meta["inputs"]}
         # a stateful graph keeps its cache in variables: nothing to feed
         self.specs = {} if stateful else {inp: inputs[inp] for inp, _ in self.pairs}
+        # an encoder-decoder's cross cache: made once per sequence by its encoder, read by
+        # every decoder call (cache.fixed)
+        self.cross = {name: spec for name, spec in inputs.items() if _is_cross(name)}
         self.wrap = wrap
 
     def empty(self, batch):
@@ -128,6 +136,21 @@ class _CacheLayout:
         if self.static:
             return {}, made
         return {name: value for name, (_, value) in made.items()}, {}
+
+
+_CROSS = re.compile(r"past_key_values[._](\d+)[._]cross_(key|value)")
+
+
+def cross_source(name):
+    """The encoder output a decoder's cross-attention cache input is fed
+    (past_key_values.<l>.cross_key, or past_key_values_<l>_cross_key in torch's programs, is
+    present.<l>.cross_key), or None for any other input."""
+    match = _CROSS.fullmatch(name)
+    return f"present.{match[1]}.cross_{match[2]}" if match else None
+
+
+def _is_cross(name):
+    return cross_source(name) is not None
 
 
 # --- runners ---------------------------------------------------------------------------------
@@ -157,7 +180,8 @@ class Runner:
         if self._layout.specs and not set(own) <= set(self._layout.to_input):
             _fail(f"component {_escape(name)}'s cache outputs are not the ones decode takes "
                   "back (export.json's metadata.cache pairs)", 3)
-        known = set(_FEEDS) | set(self._layout.specs) | self._extra_inputs()
+        known = (set(_FEEDS) | set(self._layout.specs) | set(self._layout.cross) |
+                 self._extra_inputs())
         unknown = [n for n in self._inputs if n not in known]
         if unknown:
             _fail(f"component {_escape(name)} takes {', '.join(map(_escape, unknown))}, which "
@@ -225,6 +249,22 @@ class Runner:
     def _run(self, ids, mask, pos):
         raise NotImplementedError
 
+    def _feeds(self, ids, mask, pos):
+        """The per-call inputs the graph takes ({name: array}): the tokens, the mask and
+        positions where it takes them (an encoder-decoder's decoder makes its own), and the
+        cross cache (the runtime's values)."""
+        feeds = {name: value for name, value in (("input_ids", ids), ("attention_mask", mask),
+                                                 ("position_ids", pos))
+                 if name in self._inputs}
+        cross = [n for n in self._inputs if n in self._layout.cross]
+        missing = [n for n in cross if n not in self._cache.fixed]
+        if missing:
+            _fail(f"{self.component} takes the cross-attention cache "
+                  f"({_escape(missing[0])}, ...), which the encoder makes: run the encoder for "
+                  "this sequence first (generate(input_features=...))", 1)
+        feeds.update({n: self._cache.fixed[n] for n in cross})
+        return feeds
+
     def _logits(self, array):
         return _bf16_to_f32(array) if self._logits_dtype == "bfloat16" else \
             np.asarray(array, dtype=np.float32)
@@ -250,9 +290,9 @@ class _OnnxRunner(Runner):
         if layout.static:
             return self._run_static(ids, mask, pos)
         binding = self.session.io_binding()
-        for name, value in (("input_ids", ids), ("attention_mask", mask), ("position_ids", pos)):
-            if name in self._inputs:
-                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value))
+        for name, value in self._feeds(ids, mask, pos).items():
+            binding.bind_ortvalue_input(name, value if isinstance(value, ort.OrtValue)
+                                        else ort.OrtValue.ortvalue_from_numpy(value))
         for inp, _ in self._from_cache:
             binding.bind_ortvalue_input(inp, cache.values[inp])
         logits = self._bind_logits(binding, *ids.shape)
@@ -279,10 +319,13 @@ class _OnnxRunner(Runner):
                 self._binding.bind_ortvalue_output(out, cache.buffers[inp][1])
             self._bound_epoch = cache.epoch
         batch, query = ids.shape
-        self._binding.bind_cpu_input("input_ids", ids)
-        self._binding.bind_cpu_input("attention_mask",
-                                     static_mask(mask, cache.length, query, layout.max_cache_len))
-        self._binding.bind_cpu_input("position_ids", pos)
+        if "attention_mask" in self._inputs:
+            mask = static_mask(mask, cache.length, query, layout.max_cache_len)
+        for name, value in self._feeds(ids, mask, pos).items():
+            if hasattr(value, "device_name"):  # an OrtValue: the cross cache
+                self._binding.bind_ortvalue_input(name, value)
+            else:
+                self._binding.bind_cpu_input(name, value)
         logits = self._bind_logits(self._binding, batch, query)
         self.session.run_with_iobinding(self._binding)
         return self._logits(logits)
@@ -304,7 +347,7 @@ class _OpenVINORunner(Runner):
             feeds = {inp: cache.buffers[inp][0] for inp, _ in self._from_cache}
         else:
             feeds = {inp: cache.values[inp] for inp, _ in self._from_cache}
-        feeds.update({"input_ids": ids, "attention_mask": mask, "position_ids": pos})
+        feeds.update(self._feeds(ids, mask, pos))
         self.request.infer(feeds)
         out = {n: np.array(self.request.get_tensor(n).data) for _, n in layout.pairs
                if n in self._output_names}
@@ -333,7 +376,7 @@ class _StatefulRunner(Runner):
     def _run(self, ids, mask, pos):
         if self._cache.length == 0:
             self.request.reset_state()
-        self.request.infer({"input_ids": ids, "attention_mask": mask, "position_ids": pos,
+        self.request.infer({**self._feeds(ids, mask, pos),
                             "beam_idx": np.arange(ids.shape[0], dtype=np.int32)})
         return _openvino_logits(self.compiled, self.request)
 
@@ -353,10 +396,11 @@ class _TorchRunner(Runner):
         cache, layout = self._cache, self._layout
         mask = static_mask(mask, cache.length, ids.shape[1], layout.max_cache_len)
         feeds = {inp: cache.buffers[inp][1] for inp, _ in self._from_cache}
+        for name, value in self._feeds(ids, mask, pos).items():
+            feeds[name] = (value if torch.is_tensor(value)
+                           else torch.from_numpy(value).to(self.device))
         with torch.no_grad():
-            out = self.module(input_ids=torch.from_numpy(ids).to(self.device),
-                              attention_mask=torch.from_numpy(mask).to(self.device),
-                              position_ids=torch.from_numpy(pos).to(self.device), **feeds)
+            out = self.module(**feeds)
         return out["logits"].to("cpu", torch.float32).numpy()
 
 
@@ -392,10 +436,10 @@ class _ExecutorchRunner(Runner):
         import torch
 
         cache, layout = self._cache, self._layout
-        feeds = {"input_ids": ids, "position_ids": pos,
-                 "attention_mask": static_mask(mask, cache.length, ids.shape[1],
-                                               layout.max_cache_len)}
+        feeds = self._feeds(ids, static_mask(mask, cache.length, ids.shape[1],
+                                             layout.max_cache_len), pos)
         args = [cache.buffers[name][1] if name in cache.buffers
+                else feeds[name] if torch.is_tensor(feeds[name])
                 else torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in self._order]
         out = self.method.execute(args)
         for k, name in enumerate(self._cached):

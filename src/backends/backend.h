@@ -124,8 +124,9 @@ typedef struct fb_backend {
  * present.<l>.key. For the formats whose cache is the graph's inputs and outputs. */
 ferry_status be_name_explicit_cache(g_graph *g, fy_err *err);
 /* Names each cache input of a graph that writes its cache into its inputs (torch's and
- * ExecuTorch's programs) as a Python identifier, "past_key_values_0_key": torch's module takes
- * its inputs as keywords, and both formats' runners feed them by these names. */
+ * ExecuTorch's programs), and an encoder-decoder's cross cache inputs and outputs, as a Python
+ * identifier, "past_key_values_0_key": torch's module takes its inputs as keywords, its output
+ * spec keys them by name, and both formats' runners feed them by these names. */
 ferry_status be_name_mutated_cache(g_graph *g, fy_err *err);
 /* For those formats: every cache state (the plan wrote it in place) becomes a mutation of its
  * input, named as be_name_mutated_cache says, and leaves the graph's outputs. `format` names

@@ -52,16 +52,33 @@ ferry_status be_name_explicit_cache(g_graph *g, fy_err *err)
     return FERRY_OK;
 }
 
+/* Value `v` named with '_' for each '.' of its name (unchanged without one). */
+static ferry_status identifier_name(g_graph *g, int v, fy_err *err)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%s", g->values[v].name);
+    if (!strchr(name, '.'))
+        return FERRY_OK;
+    for (char *c = name; *c; c++)
+        if (*c == '.')
+            *c = '_';
+    return g_rename(g, v, name) ? FERRY_OK : fy_fail(err, g->err.status, "%s", g->err.msg);
+}
+
 ferry_status be_name_mutated_cache(g_graph *g, fy_err *err)
 {
-    for (size_t i = 0; i < g->n_states; i++) {
-        char name[256];
-        snprintf(name, sizeof name, "%s", g->values[g->states[i].in].name);
-        for (char *c = name; *c; c++)
-            if (*c == '.')
-                *c = '_';
-        if (!g_rename(g, g->states[i].in, name))
-            return fy_fail(err, g->err.status, "%s", g->err.msg);
+    /* every input named with dots: the cache states' and an encoder-decoder's cross cache,
+     * which is read only; and the outputs that make that cross cache (an encoder's), which
+     * torch's programs list under their names in the output spec */
+    for (size_t i = 0; i < g->n_inputs; i++)
+        if (identifier_name(g, g->inputs[i], err) != FERRY_OK)
+            return err->status;
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        bool state = false;
+        for (size_t k = 0; k < g->n_states; k++)
+            state |= g->states[k].out == g->outputs[i];
+        if (!state && identifier_name(g, g->outputs[i], err) != FERRY_OK)
+            return err->status;
     }
     return FERRY_OK;
 }

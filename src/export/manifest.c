@@ -479,7 +479,7 @@ static ferry_status check_precision(const cJSON *md, const char *dir, const char
 }
 
 /* An OpenVINO component's "stateful": its cache in the model's variables, fed beam_idx and no
- * cache input; else none. The runners build a stateful model's calls from it. */
+ * cache input (an encoder-decoder's cross cache aside); else none. The runners build a stateful model's calls from it. */
 static ferry_status check_stateful(const cJSON *c, const char *dir, fy_err *err)
 {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
@@ -491,7 +491,9 @@ static ferry_status check_stateful(const cJSON *c, const char *dir, fy_err *err)
     cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(md, "inputs")) {
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(in, "name"));
         beam |= name && strcmp(name, "beam_idx") == 0;
-        cache_input |= name && strncmp(name, "past_key_values", 15) == 0;
+        /* an encoder-decoder's cross cache is an input of every call, made by its encoder */
+        cache_input |= name && strncmp(name, "past_key_values", 15) == 0 &&
+                       !strstr(name, ".cross_");
     }
     bool has_cache = cJSON_GetObjectItemCaseSensitive(md, "cache") != NULL;
     bool says = cJSON_IsTrue(stateful);

@@ -137,7 +137,7 @@ static void put_attrs(strbuf *b, const g_graph *g, const g_node *n)
     }
     if ((m & GA_ATTN) && a->attn) {
         static const char *const masks[] = {"causal", "padding", "given", "none"};
-        static const char *const caches[] = {"none", "append", "static"};
+        static const char *const caches[] = {"none", "append", "static", "cross"};
         const g_attn_opts *o = a->attn;
         SEP(), sb_printf(b, "heads=%lld kv_heads=%lld head_dim=%lld scale=%.9g mask=%s cache=%s",
                          (long long)o->num_heads, (long long)o->num_kv_heads,

@@ -161,12 +161,39 @@ ferry_status infer_rope(inf *x)
     return st != FERRY_OK ? st : inf_one(x, a->dtype, &a->shape);
 }
 
+/* Cross attention: q [b, s, h, d] over the cross cache k, v [b, kvh, t, d], every key visible. */
+static ferry_status infer_cross_attention(inf *x)
+{
+    const g_value *q = x->in[0], *k = x->in[1], *v = x->in[2];
+    const g_attn_opts *o = x->n->a.attn;
+    int64_t h, kvh, d;
+    if (q->shape.rank != 4 || k->shape.rank != 4 || !g_shape_eq(&k->shape, &v->shape) ||
+        q->dtype != k->dtype || k->dtype != v->dtype || !dt_is_float(q->dtype))
+        return inf_bad(x, "cross attention needs q [b,s,h,d], k and v [b,kvh,t,d] of one float "
+                          "dtype");
+    if (!g_dim_is_const(q->shape.d[2], &h) || !g_dim_is_const(k->shape.d[1], &kvh) ||
+        !g_dim_is_const(q->shape.d[3], &d) || h != o->num_heads || kvh != o->num_kv_heads ||
+        d != o->head_dim || o->num_kv_heads <= 0 || o->num_heads % o->num_kv_heads != 0 ||
+        !g_dim_match(k->shape.d[3], q->shape.d[3]) || !g_dim_match(k->shape.d[0], q->shape.d[0]))
+        return inf_bad(x, "head counts, head dim or batch disagree with the options");
+    if (!(o->scale > 0) || !isfinite(o->scale) || o->softcap != 0 || o->sliding_window != 0 ||
+        o->mask != G_MASK_NONE || x->in[3] || x->in[4] || x->in[5] || x->in[6])
+        return inf_bad(x, "cross attention takes a positive finite scale and no mask, window, "
+                          "softcap, past or position");
+    g_shape out = {.rank = 3, .d = {q->shape.d[0], q->shape.d[1], g_dim_const(h * d)}};
+    x->out[0] = (g_typed){q->dtype, out};
+    x->n_out = 1;
+    return FERRY_OK;
+}
+
 ferry_status infer_attention(inf *x)
 {
     const g_value *q = x->in[0], *k = x->in[1], *v = x->in[2], *m = x->in[3];
     const g_value *pk = x->in[4], *pv = x->in[5], *pos = x->in[6];
     const g_attn_opts *o = x->n->a.attn;
     int64_t h, kvh, d;
+    if (o->cache == G_CACHE_CROSS)
+        return infer_cross_attention(x);
     if (q->shape.rank != 4 || k->shape.rank != 4 || v->shape.rank != 4 ||
         q->dtype != k->dtype || k->dtype != v->dtype || !dt_is_float(q->dtype))
         return inf_bad(x, "needs q [b,s,h,d], k and v [b,t,kvh,d] of one float dtype");

@@ -75,7 +75,10 @@ typedef enum g_cache_kind {
     G_CACHE_NONE,            /* no cache outputs */
     G_CACHE_APPEND,          /* present = concat(past, new) along the length axis (past may be
                                 absent: an empty cache) */
-    G_CACHE_STATIC           /* present = past with the new rows written at cache_position */
+    G_CACHE_STATIC,          /* present = past with the new rows written at cache_position */
+    G_CACHE_CROSS            /* k and v are an encoder-decoder's cross-attention cache
+                                [b, kvh, t, d], computed once from the encoder's output and only
+                                read here: no past inputs, no outputs (mask kind none) */
 } g_cache_kind;
 
 typedef struct g_attn_opts {

@@ -32,8 +32,23 @@ static int weight(g_graph *g, ckpt *ck, const char *fmt, const char *value_fmt, 
                   bool required, int64_t d0, int64_t d1, bool in_out, ferry_dtype dtype,
                   fy_err *err);
 
+static int nd_weight(g_graph *g, ckpt *ck, const char *name, int rank, const int64_t *dims,
+                     bool flatten, ferry_dtype dtype, fy_err *err);
+
 int blk_kernel_matrix(g_graph *g, ckpt *ck, const char *name, int rank, const int64_t *dims,
                       ferry_dtype dtype, fy_err *err)
+{
+    return nd_weight(g, ck, name, rank, dims, true, dtype, err);
+}
+
+int blk_tensor(g_graph *g, ckpt *ck, const char *name, int rank, const int64_t *dims,
+               ferry_dtype dtype, fy_err *err)
+{
+    return nd_weight(g, ck, name, rank, dims, false, dtype, err);
+}
+
+static int nd_weight(g_graph *g, ckpt *ck, const char *name, int rank, const int64_t *dims,
+                     bool flatten, ferry_dtype dtype, fy_err *err)
 {
     const st_tensor *t = ckpt_take(ck, name);
     char full[160];
@@ -47,7 +62,7 @@ int blk_kernel_matrix(g_graph *g, ckpt *ck, const char *name, int rank, const in
     if (blk_check_shape(t, full, rank, dims, err) != FERRY_OK)
         return G_NONE;
     g_weight w = w_plain(t, dtype);
-    w.flatten = true;
+    w.flatten = flatten;
     int out = g_weight_value(g, name, &w);
     if (out == G_NONE && g->err.status != FERRY_OK)
         fy_fail(err, g->err.status, "%s", g->err.msg);
@@ -195,28 +210,36 @@ static int split_heads(g_graph *g, const char *name, int x, int64_t heads, int64
     return g_reshape_spec(g, name, x, 4, spec);
 }
 
-/* The cache of layer l as graph inputs (past key, value and, for a static cache, the write
- * position); G_NONE where the component has none. */
-static void cache_inputs(g_graph *g, const blk_lm *lm, const model_io *io, int l, int *pk,
-                         int *pv, int *pos)
+/* The graph input named `name`, made as g_input makes it unless the graph has it already (a
+ * family that reads a cache input before its layer, blk_cache_inputs). */
+static int cache_input(g_graph *g, const char *name, ferry_dtype dt, int rank, const g_dim *d)
+{
+    for (size_t i = 0; i < g->n_inputs; i++)
+        if (strcmp(g->values[g->inputs[i]].name, name) == 0)
+            return g->inputs[i];
+    return g_input(g, name, dt, rank, d);
+}
+
+void blk_cache_inputs(g_graph *g, const blk_lm *lm, const model_io *io, int l, int *pk, int *pv,
+                      int *pos)
 {
     char name[96];
     *pk = *pv = *pos = G_NONE;
     g_dim d[4] = {io->batch, g_dim_const(lm->n_kv_heads), io->past, g_dim_const(lm->head_dim)};
     if (io->cache == CACHE_DYNAMIC && (!g_dim_is_const(io->past, NULL) || io->past.c != 0)) {
         snprintf(name, sizeof name, "past_key_values.%d.key", l);
-        *pk = g_input(g, name, io->dtype, 4, d);
+        *pk = cache_input(g, name, io->dtype, 4, d);
         snprintf(name, sizeof name, "past_key_values.%d.value", l);
-        *pv = g_input(g, name, io->dtype, 4, d);
+        *pv = cache_input(g, name, io->dtype, 4, d);
     } else if (io->cache == CACHE_STATIC) {
         g_dim one[1] = {g_dim_const(1)};
         d[2] = io->cache_len;
         snprintf(name, sizeof name, "past_key_values.%d.cumulative_length", l);
-        *pos = g_input(g, name, FERRY_I64, 1, one);
+        *pos = cache_input(g, name, FERRY_I64, 1, one);
         snprintf(name, sizeof name, "past_key_values.%d.key", l);
-        *pk = g_input(g, name, io->dtype, 4, d);
+        *pk = cache_input(g, name, io->dtype, 4, d);
         snprintf(name, sizeof name, "past_key_values.%d.value", l);
-        *pv = g_input(g, name, io->dtype, 4, d);
+        *pv = cache_input(g, name, io->dtype, 4, d);
     }
 }
 
@@ -351,7 +374,7 @@ int blk_attend(g_graph *g, const blk_lm *lm, int l, int q, int k, int v, const b
 {
     const model_io *io = in->io;
     int pk, pv, pos;
-    cache_inputs(g, lm, io, l, &pk, &pv, &pos);
+    blk_cache_inputs(g, lm, io, l, &pk, &pv, &pos);
     g_attn_opts ao = {.num_heads = lm->n_heads, .num_kv_heads = lm->n_kv_heads,
                       .head_dim = lm->head_dim, .softcap = lm->attn_softcap, .scale = scale,
                       .sliding_window = lm->window[l],

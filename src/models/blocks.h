@@ -158,6 +158,10 @@ typedef struct blk_lm {
     blk_moe moe;             /* the sparse blocks of a mixture of experts; moe.sparse NULL: none */
 } blk_lm;
 
+/* transformers' ACT2FN name `name` as ferry's op and the module class it makes (silu, swish,
+ * gelu, gelu_pytorch_tanh, gelu_new); false for any other. */
+bool blk_activation(const char *name, g_op *op, const char **cls);
+
 /* Fills `lm` from the decoder config: sizes, eps, activation, tying and rope (rotary_dim from
  * partial_rotary_factor). Refuses an activation the gated MLP does not know. Biases, q/k norm,
  * sliding windows and the other flags are the family's to set afterwards (transformers'
@@ -235,6 +239,13 @@ int blk_attention(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x
  * the io asks for (its inputs, outputs and states) and the layer's window. */
 int blk_attend(g_graph *g, const blk_lm *lm, int l, int q, int k, int v, const blk_inputs *in,
                double scale);
+
+/* Layer l's cache as graph inputs, as blk_attend reads them: the past key and value and, for
+ * a static cache, the write position (G_NONE where the io has none). Made once: a family that
+ * reads them before the layer (its positions from the past length) gets the inputs blk_attend
+ * then uses. */
+void blk_cache_inputs(g_graph *g, const blk_lm *lm, const model_io *io, int l, int *pk, int *pv,
+                      int *pos);
 
 /* Layer l's gated MLP: down(act(gate(x)) * up(x)); declares its modules. */
 int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x);
@@ -378,6 +389,11 @@ int blk_weight(g_graph *g, ckpt *ck, const char *fmt, int layer, bool required, 
  * the kernel's order), in `dtype`. */
 int blk_kernel_matrix(g_graph *g, ckpt *ck, const char *name, int rank, const int64_t *dims,
                       ferry_dtype dtype, fy_err *err);
+
+/* The required tensor `name` of shape `dims` (`rank` of them) as it is (a convolution's
+ * kernel [out, in, k...]), in `dtype`. */
+int blk_tensor(g_graph *g, ckpt *ck, const char *name, int rank, const int64_t *dims,
+               ferry_dtype dtype, fy_err *err);
 
 /* The same for a weight stored [in, out] (transformers' Conv1D, GPT-2's): checked as [in, out],
  * read as the [out, in] matrix a linear multiplies by. */

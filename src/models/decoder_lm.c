@@ -24,6 +24,17 @@ static const struct {
     {"gelu_new", G_GELU_TANH, "transformers.activations.NewGELUActivation"},
 };
 
+bool blk_activation(const char *name, g_op *op, const char **cls)
+{
+    for (size_t a = 0; a < sizeof ACTIVATIONS / sizeof ACTIVATIONS[0]; a++)
+        if (strcmp(name, ACTIVATIONS[a].name) == 0) {
+            *op = ACTIVATIONS[a].op;
+            *cls = ACTIVATIONS[a].cls;
+            return true;
+        }
+    return false;
+}
+
 ferry_status blk_lm_from_config(const lm_config *cfg, const char *origin, const char *arch,
                                 bool mrope, blk_lm *lm, fy_err *err)
 {

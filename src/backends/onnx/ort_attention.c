@@ -203,6 +203,25 @@ static ferry_status ort_encoder_mha(g_lower_ctx *c, const g_node *n, int *outs)
     return g->err.status;
 }
 
+/* Cross attention over an encoder's cross cache: MultiHeadAttention takes keys and values in
+ * the cache's BNSH form [b, heads, t, d] as they are, every key visible. */
+static ferry_status ort_cross_mha(g_lower_ctx *c, const g_node *n, int *outs)
+{
+    g_graph *g = c->dst;
+    const g_attn_opts *o = n->a.attn;
+    int64_t hd[3] = {0, 0, o->num_heads * o->head_dim};
+    int q = g_reshape_spec(g, "Reshape_q", lw_in(c, n, 0), 3, hd);
+    if (!g_ok(g))
+        return g->err.status;
+    g_extern e = g_extern_init("com.microsoft", "MultiHeadAttention");
+    g_extern_int(&e, "num_heads", o->num_heads);
+    g_extern_float(&e, "scale", o->scale);
+    g_extern_out(&e, 0, 0, g->values[q].dtype, &c->src->values[n->out[0]].shape);
+    int in[3] = {q, lw_in(c, n, 1), lw_in(c, n, 2)};
+    outs[0] = g_extern_node(g, "MultiHeadAttention", &e, 3, in);
+    return g->err.status;
+}
+
 /* A rope with a fixed table as onnxruntime's RotaryEmbedding, on x as [b, s, h*d]: where the
  * provider rotates apart from attention (webgpu, dml, and cuda's prefill). On cpu, and where
  * GroupQueryAttention rotates q and k itself, plain ops (then left dead). */
@@ -431,6 +450,9 @@ ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
     /* onnxruntime's CUDA GroupQueryAttention has fp16 and bf16 kernels only: at fp32 its nodes
      * would run on the CPU provider, and Qwen3's (q/k norms inside) on none */
     bool half = ort_cfg(c)->dtype == FERRY_F16 || ort_cfg(c)->dtype == FERRY_BF16;
+    if (o->cache == G_CACHE_CROSS)
+        return o->num_heads == o->num_kv_heads ? ort_cross_mha(c, n, outs)
+                                               : lower_attention(c, n, outs);
     if (o->cache != G_CACHE_NONE && o->mask != G_MASK_PADDING && provider != ORT_DML &&
         !(provider == ORT_CUDA && (prefill || !half)) &&
         o->head_dim % GQA_HEAD_MULTIPLE == 0)

@@ -2,6 +2,7 @@
  *
  * Cache (k, v arrive [b, s, kvh, d] and are moved to [b, kvh, s, d]):
  *   none     K = k
+ *   cross    K = k, which arrives [b, kvh, t, d] already (the encoder's cross cache)
  *   append   K = present = concat(past, k) along the length axis (just k for an empty cache)
  *   static   K = present = scatter(cache, rows cache_position.., k): the rows land in the fixed
  *            buffer; the output can share the cache's buffer since nothing else reads the old one
@@ -47,6 +48,7 @@ static int with_cache(g_lower_ctx *c, const g_node *n, int now, int past, int po
     *present = G_NONE;
     switch (n->a.attn->cache) {
     case G_CACHE_NONE:
+    case G_CACHE_CROSS:
         return now;
     case G_CACHE_APPEND:
         if (past != G_NONE) {
@@ -73,6 +75,11 @@ void lw_attention_kv(g_lower_ctx *c, const g_node *n, int *k, int *v, int *outs)
 {
     g_graph *g = c->dst;
     int pos = lw_in(c, n, 6);
+    if (n->a.attn->cache == G_CACHE_CROSS) { /* already [b, kvh, t, d]; nothing written */
+        *k = lw_in(c, n, 1);
+        *v = lw_in(c, n, 2);
+        return;
+    }
     *k = g_transpose(g, "Transpose_k", lw_in(c, n, 1), 4, to_bnsd);
     *v = g_transpose(g, "Transpose_v", lw_in(c, n, 2), 4, to_bnsd);
     *k = with_cache(c, n, *k, lw_in(c, n, 4), pos, "key", 1, &outs[1]);

@@ -1,0 +1,194 @@
+"""Whisper (WhisperForConditionalGeneration) exported for generation: its encoder (with each
+decoder layer's cross-attention keys and values) and its prefill/decode, in every backend and
+cache layout, run in their runtimes (onnxruntime, OpenVINO's CPU plugin, torch.export.load,
+ExecuTorch's runtime) against transformers' eager model on the same weights, and ferry's
+generate() against transformers' WhisperForConditionalGeneration.generate()."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import FP32_ATOL, ferry_export, run_ferry
+
+VOCAB, NO_TIMESTAMPS = 96, 95
+MEL, FRAMES = 16, 24          # num_mel_bins, max_source_positions (48 mel frames a window)
+NEW_TOKENS = 24
+GENERATION = dict(decoder_start_token_id=1, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                  max_length=32, suppress_tokens=[5, 6], begin_suppress_tokens=[7, 2],
+                  no_timestamps_token_id=NO_TIMESTAMPS, forced_decoder_ids=[[1, NO_TIMESTAMPS]],
+                  is_multilingual=False)
+DYNAMIC = ("--dynamic", "--for-generation", "--quiet")
+STATIC = ("--static-cache", "--max-cache-len", "40")
+FORMATS = {"onnx": ("--format", "onnx"),
+           "onnx-fused": ("--format", "onnx", "--ort-fusions", "cpu"),
+           "onnx-single-token": ("--format", "onnx", "--single-token-decode"),
+           "onnx-static": ("--format", "onnx", *STATIC),
+           "openvino": ("--format", "openvino"),
+           "openvino-stateless": ("--format", "openvino", "--disable-stateful"),
+           "pt2": ("--format", "pt2", *STATIC),
+           "executorch": ("--format", "executorch", *STATIC)}
+
+
+def _init(model, seed):
+    """Values of O(1) (transformers' init makes a tiny model emit one token forever): norms
+    U(0.5, 1.5), biases N(0, 0.2), embeddings N(0, 1), matrices and kernels of unit gain over
+    their fan-in. The encoder's sinusoidal table stays as transformers makes it."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "encoder.embed_positions" in name:
+                continue
+            if p.dim() == 1 and "layer_norm" in name and name.endswith("weight"):
+                p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
+            elif name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+            elif "embed" in name:
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                fan_in = int(np.prod(p.shape[1:]))
+                p.copy_(torch.randn(p.shape, generator=gen) * 1.2 / fan_in ** 0.5)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    from transformers import (GenerationConfig, WhisperConfig, WhisperFeatureExtractor,
+                              WhisperForConditionalGeneration)
+
+    config = WhisperConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
+                           encoder_attention_heads=4, decoder_attention_heads=4,
+                           encoder_ffn_dim=64, decoder_ffn_dim=48, num_mel_bins=MEL,
+                           max_source_positions=FRAMES, max_target_positions=40,
+                           decoder_start_token_id=1, pad_token_id=0, eos_token_id=2,
+                           bos_token_id=1)
+    torch.manual_seed(0)
+    model = WhisperForConditionalGeneration(config).eval()
+    _init(model, 1)
+    model.generation_config = GenerationConfig(**GENERATION)
+    path = tmp_path_factory.mktemp("whisper") / "ckpt"
+    model.save_pretrained(path)
+    WhisperFeatureExtractor(feature_size=MEL).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(ckpt):
+    from transformers import WhisperForConditionalGeneration
+
+    return WhisperForConditionalGeneration.from_pretrained(ckpt).eval()
+
+
+@pytest.fixture(scope="module", params=list(FORMATS))
+def export(request, ckpt, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"whisper-{request.param}") / "out"
+    ferry_export(ckpt, out, *FORMATS[request.param], *DYNAMIC)
+    return request.param, out
+
+
+def features(batch, seed=0):
+    return torch.randn(batch, MEL, 2 * FRAMES, generator=torch.Generator().manual_seed(seed))
+
+
+def test_components_match_eager(export, model):
+    """The encoder's last_hidden_state and cross keys/values, then the decoder's logits over
+    the init tokens and two decoded tokens (through the runners every layout is driven by, its
+    cache carried in its runtime), each within FP32_ATOL of transformers' eager model."""
+    from ferry import ExportedModel
+
+    fmt, out = export
+    exported = ExportedModel.from_pretrained(out)
+    runners = exported.runners
+    feats = features(2, seed=3)
+    with torch.no_grad():
+        hidden = model.model.encoder(feats).last_hidden_state
+    encoder_out = runners.encoder({"input_features": feats.numpy()})
+    np.testing.assert_allclose(encoder_out["last_hidden_state"], hidden.numpy(), atol=FP32_ATOL,
+                               rtol=0)
+    layer = model.model.decoder.layers[1].encoder_attn
+    with torch.no_grad():
+        key = layer.k_proj(hidden).view(2, FRAMES, 4, 8).transpose(1, 2)
+    cross = next(v for k, v in encoder_out.items() if k.replace("_", ".") == "present.1.cross.key")
+    np.testing.assert_allclose(cross, key.numpy(), atol=FP32_ATOL, rtol=0)
+
+    runners.reset(2)
+    runners.set_features(feats)
+    ids = torch.tensor([[1, NO_TIMESTAMPS, 9], [1, NO_TIMESTAMPS, 40]])
+    steps = [ids, torch.tensor([[11], [3]]), torch.tensor([[50], [17]])]
+    seen = torch.empty(2, 0, dtype=torch.long)
+    for i, step in enumerate(steps):
+        seen = torch.cat([seen, step], 1)
+        with torch.no_grad():
+            want = model(encoder_outputs=(hidden,), decoder_input_ids=seen).logits[:, -step.shape[1]:]
+        if i == 0 and not runners["prefill"].takes_prompts:
+            got = np.concatenate([runners["prefill"](step[:, k:k + 1].numpy())
+                                  for k in range(step.shape[1])], 1)
+        else:
+            got = runners["prefill" if i == 0 else "decode"](step.numpy())
+        np.testing.assert_allclose(got, want.numpy(), atol=FP32_ATOL, rtol=0,
+                                   err_msg=f"{fmt}: step {i}")
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_generate_matches_transformers(export, model, batch):
+    """Greedy 24 tokens: the init tokens from forced_decoder_ids, begin_suppress_tokens at the
+    first token and suppress_tokens at every one, as WhisperForConditionalGeneration.generate()
+    applies them, and its result: the new tokens alone."""
+    from ferry import ExportedModel
+
+    fmt, out = export
+    feats = features(batch, seed=batch)
+    with torch.no_grad():
+        want = model.generate(feats, max_new_tokens=NEW_TOKENS)
+    got = ExportedModel.from_pretrained(out).generate(input_features=feats,
+                                                      max_new_tokens=NEW_TOKENS)
+    assert isinstance(got, torch.Tensor)
+    assert got.tolist() == want.tolist(), fmt
+    # a tiny random decoder settles into repeating a token; the rows still differ
+    assert len(set(got.flatten().tolist())) >= 2 * batch, "one token repeated throughout"
+
+
+def test_saved_files(export, ckpt):
+    fmt, out = export
+    manifest = json.loads((out / "export.json").read_text())
+    assert {c["role"] for c in manifest["components"].values()} >= {"encoder", "decode"}
+    assert (out / "preprocessor_config.json").read_text() == \
+        (ckpt / "preprocessor_config.json").read_text()
+    assert json.loads((out / "generation_config.json").read_text())["suppress_tokens"] == [5, 6]
+
+
+@pytest.fixture(scope="module")
+def onnx_export(ckpt, tmp_path_factory):
+    out = tmp_path_factory.mktemp("whisper-errors") / "out"
+    ferry_export(ckpt, out, "--format", "onnx", *DYNAMIC)
+    from ferry import ExportedModel
+
+    return ExportedModel.from_pretrained(out)
+
+
+@pytest.mark.parametrize("call,needle", [
+    (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES + 2)),
+     "input_features has 50 frames, but the encoder takes exactly 48 (longer audio"),
+    (dict(input_features=torch.zeros(1, MEL - 1, 2 * FRAMES)), "15 mel bins"),
+    (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES), return_timestamps=True),
+     "return_timestamps=True is not supported"),
+    (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES), num_beams=2),
+     "num_beams=2 (keyword argument) is not supported"),
+    (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES), language="en"),
+     "has no lang_to_id"),
+    (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES), max_new_tokens=39),
+     "past max_target_positions (40)"),
+    (dict(input_ids=torch.ones(1, 2, dtype=torch.long)), "takes input_features"),
+], ids=["too-long", "mel-bins", "timestamps", "beams", "language", "past-positions", "ids"])
+def test_generate_refusals(onnx_export, call, needle):
+    from ferry import FerryError
+
+    with pytest.raises(FerryError) as e:
+        onnx_export.generate(**call)
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_plain_export_refused(ckpt, tmp_path):
+    rc, _, stderr = run_ferry("export", ckpt, tmp_path / "out", "--quiet")
+    assert rc != 0
+    assert "export it for generation" in stderr and "encoder, prefill and decode" in stderr
+    assert not (tmp_path / "out").exists()
