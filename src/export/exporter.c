@@ -528,7 +528,7 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
         }
     }
     if (!genai_unsupported(e) && (!(e->genai_text = genai_config_text(e, err)) ||
-                                  (genai_multimodal(e) &&
+                                  (genai_processor_file(e) &&
                                    !(e->genai_processor_text = genai_processor_text(e, err)))))
         goto fail;
     if (!(e->manifest = manifest_build(e, err)) ||

@@ -69,9 +69,24 @@ static bool multimodal(const ferry_exported *e)
     return hparams(e).image_token_id != 0;
 }
 
-bool genai_multimodal(const ferry_exported *e)
+/* An encoder-decoder over log-mel features (Whisper): genai's whisper model, an encoder that
+ * makes the cross cache and a decoder fed the tokens and both caches alone. */
+static bool speech(const ferry_exported *e)
 {
-    return e->model && multimodal(e);
+    return hparams(e).num_mel_bins != 0;
+}
+
+const char *genai_processor_file(const ferry_exported *e)
+{
+    if (!e->model)
+        return NULL;
+    return multimodal(e) ? GENAI_PROCESSOR_FILE : speech(e) ? GENAI_AUDIO_PROCESSOR_FILE : NULL;
+}
+
+bool genai_is_processor_file(const char *name)
+{
+    return strcmp(name, GENAI_PROCESSOR_FILE) == 0 ||
+           strcmp(name, GENAI_AUDIO_PROCESSOR_FILE) == 0;
 }
 
 /* The component genai runs as its decoder. */
@@ -142,7 +157,8 @@ static const char *bad_preprocessor(const ferry_exported *e)
     return why;
 }
 
-/* Whether decode's attention_mask has a symbol on both axes, the batch and the cache that grows
+/* Whether decode's attention_mask (input_ids where it takes none: a decoder that counts its
+ * positions from its cache) has a symbol on both axes, the batch and the length that grows
  * (--dynamic, or dims on batch and sequence: an ONNX graph does not hold their ranges, so
  * onnxruntime-genai is not bound by them). */
 static bool symbolic_batch_and_sequence(const ferry_exported *e)
@@ -151,12 +167,17 @@ static bool symbolic_batch_and_sequence(const ferry_exported *e)
         const g_graph *g = e->lowered[i].graph;
         if (strcmp(e->comps[i].name, "decode") != 0)
             continue;
+        const g_value *ids = NULL;
         for (size_t k = 0; k < g->n_inputs; k++) {
             const g_value *v = &g->values[g->inputs[k]];
+            if (!strcmp(v->name, "input_ids"))
+                ids = v;
             if (!strcmp(v->name, "attention_mask"))
                 return v->shape.rank == 2 && !g_dim_is_const(v->shape.d[0], NULL) &&
                        !g_dim_is_const(v->shape.d[1], NULL);
         }
+        return ids && ids->shape.rank == 2 && !g_dim_is_const(ids->shape.d[0], NULL) &&
+               !g_dim_is_const(ids->shape.d[1], NULL);
     }
     return false;
 }
@@ -184,6 +205,8 @@ const char *genai_unsupported(const ferry_exported *e)
     const char *preprocessing = multimodal(e) ? bad_preprocessor(e) : NULL;
     if (preprocessing)
         return preprocessing;
+    if (speech(e) && component_index(e, "encoder") < 0)
+        return "the encoder component was not exported";
     if (component_index(e, decoder_name(e)) >= 0)
         return NULL;
     return multimodal(e) ? "the genai_decoder component was not exported"
@@ -197,7 +220,9 @@ const char *genai_unsupported(const ferry_exported *e)
 static bool shares_buffer(const ferry_exported *e)
 {
     int d = component_index(e, decoder_name(e));
-    const g_graph *g = d >= 0 ? e->lowered[d].graph : NULL;
+    /* a speech decoder counts its positions from its past's length, which a buffer of
+     * max_length would hide */
+    const g_graph *g = d >= 0 && !speech(e) ? e->lowered[d].graph : NULL;
     int caches = 0;
     for (size_t i = 0; g && i < g->n_outputs; i++) {
         const g_value *v = &g->values[g->outputs[i]];
@@ -294,6 +319,25 @@ static void multimodal_sections(const ferry_exported *e, const model_hparams *hp
 }
 
 /* One onnxruntime-extensions step {"operation": {name, type, attrs}}; returns attrs. */
+/* genai's whisper encoder: input_features in; the hidden states and each decoder layer's cross
+ * keys and values out, which genai hands the decoder as they are. */
+static void encoder_section(const ferry_exported *e, const model_hparams *hp, cJSON *model)
+{
+    cJSON *enc = cJSON_AddObjectToObject(model, "encoder");
+    session_options(e, enc);
+    cJSON_AddStringToObject(enc, "filename", component_file(e, "encoder"));
+    cJSON_AddNumberToObject(enc, "head_size", (double)hp->encoder_head_dim);
+    cJSON_AddNumberToObject(enc, "hidden_size", (double)hp->hidden_size);
+    cJSON_AddNumberToObject(enc, "num_attention_heads", (double)hp->encoder_heads);
+    cJSON_AddNumberToObject(enc, "num_hidden_layers", (double)hp->encoder_layers);
+    cJSON_AddNumberToObject(enc, "num_key_value_heads", (double)hp->encoder_heads);
+    cJSON *in = cJSON_AddObjectToObject(enc, "inputs"), *out = cJSON_AddObjectToObject(enc, "outputs");
+    cJSON_AddStringToObject(in, "audio_features", "input_features");
+    cJSON_AddStringToObject(out, "encoder_hidden_states", "last_hidden_state");
+    cJSON_AddStringToObject(out, "cross_present_key_names", "present.%d.cross_key");
+    cJSON_AddStringToObject(out, "cross_present_value_names", "present.%d.cross_value");
+}
+
 static cJSON *step(cJSON *steps, const char *name, const char *type)
 {
     cJSON *s = cJSON_CreateObject(), *op = cJSON_AddObjectToObject(s, "operation");
@@ -303,8 +347,39 @@ static cJSON *step(cJSON *steps, const char *name, const char *type)
     return cJSON_AddObjectToObject(op, "attrs");
 }
 
+/* onnxruntime-extensions' log-mel steps for a speech export, from the feature extractor's
+ * preprocessor_config.json (WhisperFeatureExtractor's defaults where it says nothing). */
+static char *audio_processor_text(const ferry_exported *e, fy_err *err)
+{
+    model_hparams hp = hparams(e);
+    cJSON *pp = preprocessor(e);
+    double n_fft = pp_number(pp, "n_fft", NULL, NULL, 400);
+    double hop = pp_number(pp, "hop_length", NULL, NULL, 160);
+    double chunk = pp_number(pp, "chunk_length", NULL, NULL, 30);
+    cJSON_Delete(pp);
+    cJSON *root = cJSON_CreateObject(), *fe = cJSON_AddObjectToObject(root, "feature_extraction");
+    cJSON *steps = cJSON_AddArrayToObject(fe, "sequence");
+    step(steps, "audio_decoder", "AudioDecoder");
+    cJSON *stft = step(steps, "STFT", "STFTNorm");
+    cJSON_AddNumberToObject(stft, "n_fft", n_fft);
+    cJSON_AddNumberToObject(stft, "frame_length", n_fft);
+    cJSON_AddNumberToObject(stft, "hop_length", hop);
+    cJSON *mel = step(steps, "log_mel_spectrogram", "LogMelSpectrum");
+    cJSON_AddNumberToObject(mel, "chunk_size", chunk);
+    cJSON_AddNumberToObject(mel, "hop_length", hop);
+    cJSON_AddNumberToObject(mel, "n_fft", n_fft);
+    cJSON_AddNumberToObject(mel, "n_mel", (double)hp.num_mel_bins);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+    return text;
+}
+
 char *genai_processor_text(const ferry_exported *e, fy_err *err)
 {
+    if (speech(e))
+        return audio_processor_text(e, err);
     model_hparams hp = hparams(e);
     cJSON *pp = preprocessor(e); /* genai_unsupported checked it */
     cJSON *root = cJSON_CreateObject(), *proc = cJSON_AddObjectToObject(root, "processor");
@@ -348,6 +423,8 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
     cJSON *root = cJSON_CreateObject(), *model = cJSON_AddObjectToObject(root, "model");
     if (multimodal(e))
         multimodal_sections(e, &hp, model);
+    if (speech(e))
+        encoder_section(e, &hp, model);
     cJSON *dec = cJSON_AddObjectToObject(model, "decoder");
     session_options(e, dec);
     cJSON_AddStringToObject(dec, "filename", component_file(e, decoder_name(e)));
@@ -361,8 +438,13 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
         cJSON_AddStringToObject(in, "inputs_embeds", "inputs_embeds");
     else
         cJSON_AddStringToObject(in, "input_ids", "input_ids");
-    cJSON_AddStringToObject(in, "attention_mask", "attention_mask");
-    cJSON_AddStringToObject(in, "position_ids", "position_ids");
+    if (speech(e)) {
+        cJSON_AddStringToObject(in, "cross_past_key_names", "past_key_values.%d.cross_key");
+        cJSON_AddStringToObject(in, "cross_past_value_names", "past_key_values.%d.cross_value");
+    } else {
+        cJSON_AddStringToObject(in, "attention_mask", "attention_mask");
+        cJSON_AddStringToObject(in, "position_ids", "position_ids");
+    }
     cJSON_AddStringToObject(in, "past_key_names", "past_key_values.%d.key");
     cJSON_AddStringToObject(in, "past_value_names", "past_key_values.%d.value");
     cJSON_AddStringToObject(out, "logits", "logits");
@@ -372,6 +454,8 @@ char *genai_config_text(const ferry_exported *e, fy_err *err)
     cJSON_AddNumberToObject(model, "context_length", (double)hp.context_length);
     cJSON_AddNumberToObject(model, "vocab_size", (double)hp.vocab_size);
     copy_key(model, "bos_token_id", gen_key(mc, "bos_token_id"));
+    if (speech(e))
+        copy_key(model, "decoder_start_token_id", gen_key(mc, "decoder_start_token_id"));
     copy_key(model, "eos_token_id", gen_key(mc, "eos_token_id"));
     /* Batches reach onnxruntime-genai padded on the right with pad_token_id (it masks the
      * trailing run of it); a checkpoint without one pads with eos, as generate() does. */

@@ -92,13 +92,17 @@ ferry_status exp_load(const char *dir, const char *subfolder, bool check_sizes,
 const char *genai_unsupported(const struct ferry_exported *e);
 /* genai_config.json's text for an export it can run (malloc'd; NULL and `err` on failure). */
 char *genai_config_text(const struct ferry_exported *e, fy_err *err);
-/* GENAI_PROCESSOR_FILE's text for a vision-language export genai runs (NULL: not one; `err`
- * set on failure). */
-bool genai_multimodal(const struct ferry_exported *e);
+/* The processor genai runs before the model, for a vision-language or speech export it runs:
+ * its file's name (NULL: none) and text (NULL and `err` set on failure). */
+const char *genai_processor_file(const struct ferry_exported *e);
 char *genai_processor_text(const struct ferry_exported *e, fy_err *err);
+/* Whether `name` is a processor file genai_processor_file names. */
+bool genai_is_processor_file(const char *name);
 #define GENAI_CONFIG_FILE "genai_config.json"
 /* onnxruntime-genai's image processor steps, for a vision-language export */
 #define GENAI_PROCESSOR_FILE "genai_processor_config.json"
+/* its log-mel feature extraction, for a speech export (the name it reads for Whisper) */
+#define GENAI_AUDIO_PROCESSOR_FILE "audio_processor_config.json"
 
 /* Appends `line` to the newline-separated `*warnings` (NULL: none yet). */
 ferry_status exp_add_warning(char **warnings, const char *line);

@@ -211,7 +211,7 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
         if (!why_not)
             cJSON_AddStringToObject(og, "config", GENAI_CONFIG_FILE);
         if (!why_not && e->genai_processor_text)
-            cJSON_AddStringToObject(og, "processor_config", GENAI_PROCESSOR_FILE);
+            cJSON_AddStringToObject(og, "processor_config", genai_processor_file(e));
         else
             cJSON_AddStringToObject(og, "unsupported", why_not);
     }
@@ -624,12 +624,12 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
                        "object whose 'config' is \"%s\"", dir, GENAI_CONFIG_FILE);
     if (ogc && manifest_check_file(dir, "onnxruntime_genai", ogc->valuestring, NULL, err) != FERRY_OK)
         return err->status;
-    /* ... and its image processor's, for a vision-language export */
+    /* ... and its processor's, for a vision-language or speech export */
     const cJSON *ogp = cJSON_GetObjectItemCaseSensitive(og, "processor_config");
-    if (ogp && (!ogc || !cJSON_IsString(ogp) || strcmp(ogp->valuestring, GENAI_PROCESSOR_FILE)))
+    if (ogp && (!ogc || !cJSON_IsString(ogp) || !genai_is_processor_file(ogp->valuestring)))
         return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: 'onnxruntime_genai' "
-                       "'processor_config' must be \"%s\", beside its 'config'", dir,
-                       GENAI_PROCESSOR_FILE);
+                       "'processor_config' must be \"%s\" or \"%s\", beside its 'config'", dir,
+                       GENAI_PROCESSOR_FILE, GENAI_AUDIO_PROCESSOR_FILE);
     if (ogp && manifest_check_file(dir, "onnxruntime_genai", ogp->valuestring, NULL, err) !=
                    FERRY_OK)
         return err->status;

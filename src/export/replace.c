@@ -300,8 +300,9 @@ static ferry_status ferry_files(const char *out, names *allowed, fy_err *err)
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(x->manifest, "onnxruntime_genai");
     if (!status && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(og, "config")))
         status = names_add(allowed, GENAI_CONFIG_FILE, strlen(GENAI_CONFIG_FILE), err);
-    if (!status && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(og, "processor_config")))
-        status = names_add(allowed, GENAI_PROCESSOR_FILE, strlen(GENAI_PROCESSOR_FILE), err);
+    const cJSON *processor = cJSON_GetObjectItemCaseSensitive(og, "processor_config");
+    if (!status && cJSON_IsString(processor)) /* loading checked it is a processor's name */
+        status = names_add(allowed, processor->valuestring, strlen(processor->valuestring), err);
     /* the tokenizer files it lists (loading checked each is a tokenizer file name) */
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(x->manifest, "tokenizer_files"))
         if (!status)

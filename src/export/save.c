@@ -78,7 +78,7 @@ static bool is_export_file_name(const char *name)
         if (strcmp(name, exact[i]) == 0)
             return true;
     if (tok_is_file_name(name) || strcmp(name, GENAI_CONFIG_FILE) == 0 ||
-        strcmp(name, GENAI_PROCESSOR_FILE) == 0)
+        genai_is_processor_file(name))
         return true;
     for (int i = 0; fb_at(i); i++)
         if (fb_at(i)->owns_file(name))
@@ -374,7 +374,7 @@ static ferry_status write_contents(ferry_exported *e, const char *tmp, fy_err *e
          fs_write_file(path, e->genai_text, strlen(e->genai_text), err) != FERRY_OK))
         return err->status;
     if (e->genai_processor_text &&
-        (fs_join(path, sizeof path, tmp, GENAI_PROCESSOR_FILE, err) != FERRY_OK ||
+        (fs_join(path, sizeof path, tmp, genai_processor_file(e), err) != FERRY_OK ||
          fs_write_file(path, e->genai_processor_text, strlen(e->genai_processor_text), err) !=
              FERRY_OK))
         return err->status;

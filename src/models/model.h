@@ -103,6 +103,9 @@ typedef struct model_hparams {
     int64_t image_token_id, video_token_id, vision_start_token_id;
     int64_t spatial_merge_size, patch_size, temporal_patch_size;
     int64_t window_size;          /* the tower's attention window in pixels (0: whole frames) */
+    /* a speech encoder-decoder's (onnxruntime-genai's encoder section, its audio processor);
+     * 0: none */
+    int64_t num_mel_bins, encoder_layers, encoder_heads, encoder_head_dim;
 } model_hparams;
 
 /* The components one export may have (prefill and decode today; an encoder, a vision encoder,

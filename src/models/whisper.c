@@ -669,7 +669,12 @@ static void whisper_describe(const void *hparams, model_hparams *out)
 {
     const whisper *m = hparams;
     blk_lm_describe(&m->dec, out);
-    out->genai_type = NULL;
+    out->genai_type = "whisper";
+    out->context_length = m->dec.max_position_embeddings;
+    out->num_mel_bins = m->mel_bins;
+    out->encoder_layers = m->enc_layers;
+    out->encoder_heads = m->enc_heads;
+    out->encoder_head_dim = m->enc_head_dim;
 }
 
 /* What the processor gives: the features (the decoder prompt is the generation config's). */

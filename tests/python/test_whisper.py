@@ -192,3 +192,60 @@ def test_plain_export_refused(ckpt, tmp_path):
     assert rc != 0
     assert "export it for generation" in stderr and "encoder, prefill and decode" in stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def window_ckpt(tmp_path_factory):
+    """A tiny Whisper over the real 30 s window (3000 mel frames, which onnxruntime-genai
+    requires), without suppress lists (genai's whisper search applies none)."""
+    from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
+
+    config = WhisperConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
+                           encoder_attention_heads=4, decoder_attention_heads=4,
+                           encoder_ffn_dim=64, decoder_ffn_dim=48, num_mel_bins=MEL,
+                           max_source_positions=1500, max_target_positions=40,
+                           decoder_start_token_id=1, pad_token_id=0, eos_token_id=2,
+                           bos_token_id=1)
+    torch.manual_seed(0)
+    model = WhisperForConditionalGeneration(config).eval()
+    _init(model, 9)
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=1, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        no_timestamps_token_id=NO_TIMESTAMPS, forced_decoder_ids=[[1, NO_TIMESTAMPS]],
+        is_multilingual=False, max_length=40)
+    path = tmp_path_factory.mktemp("whisper-window") / "ckpt"
+    model.save_pretrained(path)
+    return path, model
+
+
+@pytest.mark.parametrize("fusions", ["none", "cpu"])
+def test_onnxruntime_genai_runs_it_as_is(window_ckpt, tmp_path, fusions):
+    """genai's whisper model type over ferry's files (its genai_config.json names ferry's
+    inputs and outputs; the encoder hands the cross cache to the decoder): the same greedy
+    tokens as transformers' generate()."""
+    og = pytest.importorskip("onnxruntime_genai")
+    ckpt, model = window_ckpt
+    out = ferry_export(ckpt, tmp_path / "out", "--format", "onnx", "--ort-fusions", fusions,
+                       *DYNAMIC)
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["onnxruntime_genai"] == {"config": "genai_config.json",
+                                             "processor_config": "audio_processor_config.json"}
+    steps = json.loads((out / "audio_processor_config.json").read_text())
+    assert steps["feature_extraction"]["sequence"][-1]["operation"]["attrs"]["n_mel"] == MEL
+    feats = torch.randn(1, MEL, 3000, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want = model.generate(feats, max_new_tokens=20)[0].tolist()
+    generator_model = og.Model(str(out))
+    params = og.GeneratorParams(generator_model)
+    params.set_search_options(max_length=22, do_sample=False, batch_size=1)
+    generator = og.Generator(generator_model, params)
+    inputs = og.NamedTensors()
+    inputs["input_features"] = feats.numpy()
+    inputs["input_ids"] = np.array([[1, NO_TIMESTAMPS]], np.int32)
+    generator.set_inputs(inputs)
+    while not generator.is_done():
+        generator.generate_next_token()
+    got = [int(t) for t in generator.get_sequence(0)][2:]
+    eos = next((i for i, t in enumerate(want) if t == 2), len(want))
+    assert got[:eos] == want[:eos]
+    assert len(set(want)) > 2
