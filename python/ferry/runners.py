@@ -31,6 +31,8 @@ from .runtime import (checked_program, executorch_device, is_transformers_manife
                       onnxruntime_session, openvino_compiled, program_errors, torch_device)
 
 _CACHE_LAYOUT = "[batch, kv_heads, length, head_dim]"
+# the roles of the component that decodes: ferry's; openvino-genai's WhisperPipeline layout's
+DECODE_ROLES = ("decode", "decoder_model")
 _FEEDS = ("input_ids", "attention_mask", "position_ids")
 # ONNX element types whose bits numpy holds in another type: bfloat16 as uint16
 _NUMPY = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16,
@@ -114,8 +116,8 @@ class _CacheLayout:
         inputs = {i["name"]: i for i in decode_meta["inputs"]}
         # a stateful graph keeps its cache in variables: nothing to feed
         self.specs = {} if stateful else {inp: inputs[inp] for inp, _ in self.pairs}
-        # an encoder-decoder's cross cache: made once per sequence by its encoder, read by
-        # every decoder call (cache.fixed)
+        # an encoder-decoder's cross cache (or the encoder's output it is made of): made once
+        # per sequence by its encoder, read by every decoder call (cache.fixed)
         self.cross = {name: spec for name, spec in inputs.items() if _is_cross(name)}
         self.wrap = wrap
 
@@ -142,9 +144,12 @@ _CROSS = re.compile(r"past_key_values[._](\d+)[._]cross_(key|value)")
 
 
 def cross_source(name):
-    """The encoder output a decoder's cross-attention cache input is fed
-    (past_key_values.<l>.cross_key, or past_key_values_<l>_cross_key in torch's programs, is
-    present.<l>.cross_key), or None for any other input."""
+    """The encoder output an encoder-decoder's decoder input is fed, or None for any other
+    input: past_key_values.<l>.cross_key (past_key_values_<l>_cross_key in torch's programs)
+    is present.<l>.cross_key; encoder_hidden_states (a decoder that makes its own cross keys,
+    as openvino-genai's layout has it) is last_hidden_state."""
+    if name == "encoder_hidden_states":
+        return "last_hidden_state"
     match = _CROSS.fullmatch(name)
     return f"present.{match[1]}.cross_{match[2]}" if match else None
 
@@ -492,7 +497,7 @@ class Runners(Mapping):
         if is_transformers_manifest(manifest):
             _fail(TRANSFORMERS_GENERATION)
         if "generation" not in manifest or not (
-                any(c.get("role") == "decode" for c in comps.values()) or
+                any(c.get("role") in DECODE_ROLES for c in comps.values()) or
                 is_vision_language(manifest)):
             listed = ", ".join(f"{_escape(n)} (role {_escape(c.get('role'))})"
                                for n, c in comps.items())
@@ -506,7 +511,7 @@ class Runners(Mapping):
         comps = manifest.get("components", {})
         roles = {c.get("role"): name for name, c in comps.items()}
         self.format = manifest.get("format", manifest.get("export_format"))
-        decode_name = roles["decode"]
+        decode_name = next(roles[r] for r in DECODE_ROLES if r in roles)
         decode_meta = comps[decode_name]["metadata"]
         stateful = bool(decode_meta.get("stateful"))
         wrap = {"openvino": _wrap_numpy, "pt2": _torch_wrapper(device),

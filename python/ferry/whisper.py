@@ -31,6 +31,8 @@ HANDLED = frozenset({"suppress_tokens", "begin_suppress_tokens", "forced_decoder
                      "task", "return_timestamps", "no_timestamps_token_id",
                      "decoder_start_token_id", "lang_to_id", "task_to_id", "is_multilingual",
                      "no_speech_threshold"})
+# the roles of the encoder: ferry's; openvino-genai's WhisperPipeline layout's
+ENCODER_ROLES = ("encoder", "encoder_model")
 # transformers' GenerationConfig default max_length, which counts the init tokens
 _DEFAULT_MAX_LENGTH = 20
 
@@ -41,7 +43,7 @@ def _fail(message, status=1):
 
 def is_encoder_decoder(manifest):
     """Whether an export's components are an encoder-decoder's (an encoder, then decoders)."""
-    return any(c.get("role") == "encoder" for c in manifest.get("components", {}).values())
+    return any(c.get("role") in ENCODER_ROLES for c in manifest.get("components", {}).values())
 
 
 class WhisperRunners(Runners):
@@ -51,7 +53,7 @@ class WhisperRunners(Runners):
     def __init__(self, directory, manifest, device=None, every_component=False):
         super().__init__(directory, manifest, device, every_component)
         comps = manifest.get("components", {})
-        encoder = next((n for n, c in comps.items() if c.get("role") == "encoder"), None)
+        encoder = next((n for n, c in comps.items() if c.get("role") in ENCODER_ROLES), None)
         if encoder is None:
             _fail("this export has no encoder component: export it again with this ferry", 4)
         self.encoder = _Stage(directory, self.format, "encoder", comps[encoder], device)

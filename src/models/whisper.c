@@ -150,6 +150,12 @@ static ferry_status whisper_plan(const void *hparams, const model_plan_request *
                        "prefill and decode components", arch);
     if (gen_check_cache_form(rq, err) != FERRY_OK)
         return err->status;
+    if (rq->single_graph && rq->cfg->dtype != FERRY_F32)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s on %s: openvino-genai's WhisperPipeline "
+                       "hands the encoder's f32 output to the stateful decoder, so it is "
+                       "written in fp32; --compress-to-fp16 stores its weights in fp16, or "
+                       "--quantize int8|int4 compresses them (--disable-stateful writes %s "
+                       "components)", arch, rq->format, ferry_dtype_name(rq->cfg->dtype));
     g_dim batch = model_plan_axis(rq, "batch"), sequence = model_plan_axis(rq, "sequence");
     out->gen = gen_resolve(rq->gen, sequence, &rq->syms[0]);
     gen_component dec[MODEL_MAX_COMPONENTS];
@@ -162,13 +168,26 @@ static ferry_status whisper_plan(const void *hparams, const model_plan_request *
     /* each component's index is its symbol table's: the encoder's comes first */
     for (int i = n; i > 0; i--)
         rq->syms[i] = rq->syms[i - 1];
+    /* OpenVINO's stateful graph is laid out as openvino-genai's WhisperPipeline loads it
+     * (optimum-intel's file names): the encoder, then one decoder from the tokens and the
+     * encoder's output, its self-attention cache in the model's variables */
+    bool genai = rq->single_graph != NULL;
     model_io encoder = {.batch = batch, .sequence = g_dim_const(1), .cache = CACHE_NONE,
-                        .dtype = rq->cfg->dtype, .component = "encoder"};
-    out->comps[0] = (model_component){"encoder", "encoder", encoder, OUTPUT_ENCODER};
+                        .dtype = rq->cfg->dtype,
+                        .component = genai ? "genai_encoder" : "encoder"};
+    /* named (and so given roles) as the files it loads are */
+    out->comps[0] = genai ? (model_component){"encoder_model", "encoder_model", encoder,
+                                              OUTPUT_ENCODER}
+                          : (model_component){"encoder", "encoder", encoder, OUTPUT_ENCODER};
     for (int i = 0; i < n; i++) {
         model_io io = dec[i].io;
         io.takes = FERRY_INPUT_IDS;
-        out->comps[i + 1] = (model_component){dec[i].name, dec[i].role, io, OUTPUT_SEQ2SEQ};
+        if (genai)
+            io.component = "genai_decoder";
+        out->comps[i + 1] = genai ? (model_component){"decoder_model", "decoder_model", io,
+                                                      OUTPUT_SEQ2SEQ}
+                                  : (model_component){dec[i].name, dec[i].role, io,
+                                                      OUTPUT_SEQ2SEQ};
     }
     out->n = n + 1;
     return FERRY_OK;
@@ -369,6 +388,28 @@ static int encoder_attention(g_graph *g, const whisper *m, const layer_w *w, int
     return g_linear(g, "out_proj", a, w->self.o, w->self.o_b);
 }
 
+/* Decoder layer l's cross keys and values of the encoder's output `hidden`: encoder_attn's
+ * k_proj and v_proj as [b, heads, frames, head_dim]. */
+static ferry_status cross_kv(g_graph *g, ckpt *ck, const whisper *m, int l, int hidden,
+                             ferry_dtype dt, int *k, int *v, fy_err *err)
+{
+    const blk_lm *dec = &m->dec;
+    static const int64_t to_bnsd[4] = {0, 2, 1, 3};
+    attn_w w;
+    if (bind_kv(g, ck, "model.decoder.layers.%d.encoder_attn", l, dec->hidden, dt, &w, err) !=
+        FERRY_OK)
+        return err->status;
+    g_scope(g, "/model/decoder/layers.%d/encoder_attn", l);
+    *k = split_heads(g, "k_proj/Reshape", g_linear(g, "k_proj", hidden, w.k, G_NONE),
+                     dec->n_heads, dec->head_dim);
+    *v = split_heads(g, "v_proj/Reshape", g_linear(g, "v_proj", hidden, w.v, w.v_b),
+                     dec->n_heads, dec->head_dim);
+    *k = g_transpose(g, "k_proj/Transpose", *k, 4, to_bnsd);
+    *v = g_transpose(g, "v_proj/Transpose", *v, 4, to_bnsd);
+    g->scope[0] = '\0';
+    return FERRY_OK;
+}
+
 static int conv(g_graph *g, ckpt *ck, const whisper *m, const char *which, int x, int64_t c_in,
                 int64_t stride, ferry_dtype dt, fy_err *err)
 {
@@ -439,23 +480,14 @@ static ferry_status build_encoder(const whisper *m, ckpt *ck, const model_io *io
     }
     g->scope[0] = '\0';
     g_output(g, x, "last_hidden_state");
-    /* each decoder layer's cross keys and values, [b, heads, frames, head_dim] */
-    const blk_lm *dec = &m->dec;
-    for (int l = 0; l < dec->n_layers; l++) {
-        attn_w cw;
+    /* each decoder layer's cross keys and values, unless the decoder makes its own (genai's
+     * OpenVINO layout) */
+    bool cross = !(io->component && strcmp(io->component, "genai_encoder") == 0);
+    for (int l = 0; cross && l < m->dec.n_layers; l++) {
         char name[96];
-        if (bind_kv(g, ck, "model.decoder.layers.%d.encoder_attn", l, d, dt, &cw, err) !=
-            FERRY_OK)
+        int k, v;
+        if (cross_kv(g, ck, m, l, x, dt, &k, &v, err) != FERRY_OK)
             return err->status;
-        g_scope(g, "/model/decoder/layers.%d/encoder_attn", l);
-        static const int64_t to_bnsd[4] = {0, 2, 1, 3};
-        int k = split_heads(g, "k_proj/Reshape", g_linear(g, "k_proj", x, cw.k, G_NONE),
-                            dec->n_heads, dec->head_dim);
-        int v = split_heads(g, "v_proj/Reshape", g_linear(g, "v_proj", x, cw.v, cw.v_b),
-                            dec->n_heads, dec->head_dim);
-        k = g_transpose(g, "k_proj/Transpose", k, 4, to_bnsd);
-        v = g_transpose(g, "v_proj/Transpose", v, 4, to_bnsd);
-        g->scope[0] = '\0';
         snprintf(name, sizeof name, "present.%d.cross_key", l);
         g_output(g, k, name);
         snprintf(name, sizeof name, "present.%d.cross_value", l);
@@ -529,18 +561,25 @@ static int decoder_mask(g_graph *g, const whisper *m, const model_io *io, int id
     return blk_like_ids(g, g_expand(g, "ones", g_scalar_i64(g, 1), shape), bt);
 }
 
-/* Decoder layer l's cross-attention on x (after its norm) over the cross cache inputs. */
-static int cross_attention(g_graph *g, const whisper *m, const layer_w *w, int l, int x,
-                           const model_io *io)
+/* Decoder layer l's cross-attention on x (after its norm): over the cross cache inputs, or
+ * over the keys and values it makes of `hidden`, the encoder's output (G_NONE: none given). */
+static int cross_attention(g_graph *g, ckpt *ck, const whisper *m, const layer_w *w, int l,
+                           int x, int hidden, const model_io *io, fy_err *err)
 {
     const blk_lm *d = &m->dec;
     char name[96];
     g_dim kd[4] = {io->batch, g_dim_const(d->n_heads), g_dim_const(m->source_positions),
                    g_dim_const(d->head_dim)};
-    snprintf(name, sizeof name, "past_key_values.%d.cross_key", l);
-    int k = g_input(g, name, io->dtype, 4, kd);
-    snprintf(name, sizeof name, "past_key_values.%d.cross_value", l);
-    int v = g_input(g, name, io->dtype, 4, kd);
+    int k, v;
+    if (hidden != G_NONE) {
+        if (cross_kv(g, ck, m, l, hidden, io->dtype, &k, &v, err) != FERRY_OK)
+            return G_NONE;
+    } else {
+        snprintf(name, sizeof name, "past_key_values.%d.cross_key", l);
+        k = g_input(g, name, io->dtype, 4, kd);
+        snprintf(name, sizeof name, "past_key_values.%d.cross_value", l);
+        v = g_input(g, name, io->dtype, 4, kd);
+    }
     g_scope(g, "/model/decoder/layers.%d/encoder_attn", l);
     int q = split_heads(g, "q_proj/Reshape", g_linear(g, "q_proj", x, w->cross.q, w->cross.q_b),
                         d->n_heads, d->head_dim);
@@ -577,6 +616,12 @@ static ferry_status build_decoder(const whisper *m, ckpt *ck, const model_io *io
     blk_inputs in = {.embeds = G_NONE, .positions = G_NONE, .io = io};
     in.ids = g_input(g, "input_ids", FERRY_I64, 2, (g_dim[]){io->batch, io->sequence});
     g_input_role_set(g, in.ids, GI_TOKEN_IDS);
+    /* genai's OpenVINO decoder takes the encoder's output and makes the cross keys itself */
+    int hidden = G_NONE;
+    if (io->component && strcmp(io->component, "genai_decoder") == 0)
+        hidden = g_input(g, "encoder_hidden_states", dt, 3,
+                         (g_dim[]){io->batch, g_dim_const(m->source_positions),
+                                   g_dim_const(h)});
     int embed = blk_weight(g, ck, d->tie_embeddings ? d->tied_name : d->names->embed, 0, true,
                            d->vocab, h, dt, err);
     int table = blk_weight(g, ck, "model.decoder.embed_positions.weight", 0, true,
@@ -621,7 +666,9 @@ static ferry_status build_decoder(const whisper *m, ckpt *ck, const model_io *io
         g_scope(g, "/model/decoder/layers.%d", l);
         x = g_skip_layer_norm(g, "encoder_attn_layer_norm", a, res, w.ln_cross, w.ln_cross_b,
                               d->eps, &res);
-        int c = cross_attention(g, m, &w, l, x, io);
+        int c = cross_attention(g, ck, m, &w, l, x, hidden, io, err);
+        if (err->status != FERRY_OK)
+            return err->status;
         g_scope(g, "/model/decoder/layers.%d", l);
         x = g_skip_layer_norm(g, "final_layer_norm", c, res, w.ln_ff, w.ln_ff_b, d->eps, &res);
         int f = mlp(g, m, &w, x);
@@ -655,7 +702,8 @@ static ferry_status whisper_build(const void *hparams, ckpt *ck, const model_io 
                                   fy_err *err)
 {
     const whisper *m = hparams;
-    if (io->component && strcmp(io->component, "encoder") == 0)
+    if (io->component && (strcmp(io->component, "encoder") == 0 ||
+                          strcmp(io->component, "genai_encoder") == 0))
         return build_encoder(m, ck, io, g, err);
     return build_decoder(m, ck, io, g, err);
 }

