@@ -13,7 +13,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 APT_BUILD  = cmake gcc make libcjson-dev libcmocka-dev zlib1g-dev libdeflate-dev
 # pkg-config: tests/python/test_c_install.py builds a program against an installed libferry.
 # g++: tests/python/test_executorch.py builds the guide's C++ decode loop against ExecuTorch.
-APT_TEST   = $(APT_BUILD) clang libclang-rt-14-dev pkg-config g++
+APT_TEST   = $(APT_BUILD) clang libclang-rt-14-dev pkg-config g++ espeak-ng
 
 .PHONY: all build build-asan build-clang-ubsan demo test test-c test-python deps-build deps-test \
 	venv bench clean build-fuzz fuzz test-fuzz

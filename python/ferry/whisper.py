@@ -11,8 +11,8 @@ the encoder's window) with greedy search or sampling:
   loop      begin_suppress_tokens masked at the first generated token, suppress_tokens at every
             one, then the logits processors and warpers of ferry.generation
 
-The result is the generated tokens alone [batch, new], without the init tokens, as transformers
-returns them. Timestamps (return_timestamps=True) and language detection (a multilingual model
+The result is the generated tokens alone [batch, new], without the init tokens and each row's
+final eos, right-padded with pad_token_id, as transformers returns them. Timestamps (return_timestamps=True) and language detection (a multilingual model
 called without language=) are refused by name; so is audio longer than the encoder's window,
 which transformers decodes segment by segment."""
 
@@ -202,6 +202,26 @@ def _id_list(value, what, vocab):
     return [_token(t, what, vocab) for t in value]
 
 
+def _as_transformers_returns(rows, pad, eos):
+    """Each row's tokens as WhisperForConditionalGeneration.generate() returns them
+    (generate_with_fallback, then _pad_to_max_length): a row that ends in pad_token_id loses
+    as many tokens from its end as it holds pad ids (one fewer when pad is also eos, whose
+    last copy it then takes off as the eos), a final eos is dropped, and the rows are
+    right-padded with pad_token_id to the longest."""
+    kept = []
+    for row in rows.tolist():
+        if row and pad is not None and row[-1] == pad:
+            drop = row.count(pad) - (1 if pad in eos else 0)
+            row = row[:len(row) - drop] if drop > 0 else row
+        if row and row[-1] in eos:
+            row = row[:-1]
+        kept.append(row)
+    width = max(len(row) for row in kept)
+    fill = pad if pad is not None else 0
+    return np.array([row + [fill] * (width - len(row)) for row in kept], np.int64).reshape(
+        len(kept), width)
+
+
 def generate(runners, directory, input_features, seed=None, **kwargs):
     """Token ids [batch, new] (numpy int64, or a torch tensor when input_features is one); see
     the module's docstring."""
@@ -245,7 +265,13 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
               f"of shape {list(np.shape(input_features))}")
     runners["prefill"].check_shapes(batch, width, 0)
     if new_tokens > 1:
-        runners["decode"].check_shapes(batch, 1, width + new_tokens - 2)
+        try:  # the last step's: say it is max_new_tokens (or max_length) that asks for it
+            runners["decode"].check_shapes(batch, 1, width + new_tokens - 2)
+        except FerryError as e:
+            raise FerryError(f"{width} init tokens and {new_tokens} new tokens would take "
+                             f"generation to {width + new_tokens - 1} positions, past what the "
+                             f"export takes (lower max_new_tokens); its last step would fail: "
+                             f"{e}", status=e.status) from None
     runners.reset(batch)
     runners.set_features(input_features)
     ids = np.tile(np.asarray(prompt, np.int64), (batch, 1))
@@ -269,7 +295,7 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
         if step == new_tokens - 1 or not unfinished.any():
             break
         logits = runners["decode"](sequences[:, -1:])
-    generated = sequences[:, width:]
+    generated = _as_transformers_returns(sequences[:, width:], pad, eos)
     if torch_input:
         import torch
 

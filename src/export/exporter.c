@@ -247,8 +247,9 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
         if (m->arch->build(m->hparams, m->ck, &c->items[i].io, g, err) != FERRY_OK)
             goto fail;
         g_remove_dead(g);
-        if (q_apply(g, &c->cfg.quantizer, c->backend->whole_block_min, &kept, err) !=
-                FERRY_OK ||
+        if ((!c->items[i].io.keep_float &&
+             q_apply(g, &c->cfg.quantizer, c->backend->whole_block_min, &kept, err) !=
+                 FERRY_OK) ||
             g_check(g, err) != FERRY_OK)
             goto fail;
     }

@@ -315,7 +315,7 @@ char *g_dump(const g_graph *g)
                   s->in == G_NONE ? "(empty)" : g->values[s->in].name, g->values[s->out].name);
     }
     static const char *const roles[GM_ROLE_COUNT] = {"", "head", "router", "expert",
-                                                     "patch embed"};
+                                                     "patch embed", "cross kv"};
     for (size_t i = 0; i < g->n_modules; i++) {
         const g_module *m = &g->modules[i];
         const char *notes[3];

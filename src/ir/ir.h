@@ -259,6 +259,8 @@ typedef enum g_module_role {
     GM_ROLE_ROUTER,          /* a mixture of experts' gate, which picks the experts */
     GM_ROLE_EXPERT,          /* a linear of one expert (or of all of them, stacked) */
     GM_ROLE_PATCH_EMBED,     /* a vision tower's patch embedding */
+    GM_ROLE_CROSS_KV,        /* an encoder-decoder's cross-attention key or value projection,
+                                of the encoder's output */
     GM_ROLE_COUNT
 } g_module_role;
 

@@ -50,6 +50,9 @@ typedef struct model_io {
     /* the component's role ("image_encoder", ...), for a family whose components are graphs of
      * different parts of the model; NULL: the role follows from the io (prefill, decode) */
     const char *component;
+    /* --quantize leaves this component's weights float (a speech encoder, run once an input,
+     * whose int4 features cost the transcript its words) */
+    bool keep_float;
 } model_io;
 
 #define MODEL_PART_EMBED (1u << 0) /* token ids through the embedding (else inputs_embeds) */

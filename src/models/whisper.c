@@ -172,9 +172,11 @@ static ferry_status whisper_plan(const void *hparams, const model_plan_request *
      * (optimum-intel's file names): the encoder, then one decoder from the tokens and the
      * encoder's output, its self-attention cache in the model's variables */
     bool genai = rq->single_graph != NULL;
+    /* the encoder runs once an input: quantizing it saves little time and costs words (tiny.en
+     * int4 heard "roundfog stump" for "brown fox jump"), so only the decoders' linears are */
     model_io encoder = {.batch = batch, .sequence = g_dim_const(1), .cache = CACHE_NONE,
                         .dtype = rq->cfg->dtype,
-                        .component = genai ? "genai_encoder" : "encoder"};
+                        .component = genai ? "genai_encoder" : "encoder", .keep_float = true};
     /* named (and so given roles) as the files it loads are */
     out->comps[0] = genai ? (model_component){"encoder_model", "encoder_model", encoder,
                                               OUTPUT_ENCODER}
@@ -201,15 +203,20 @@ static void module(g_graph *g, const char *cls, g_op leaf, bool item, const char
 }
 
 /* An attention module at `at` (a format taking the layer): WhisperAttention and its
- * projections. */
-static void attention_modules(g_graph *g, const char *at, int l)
+ * projections; a cross-attention's key and value projections, of the encoder's output, have
+ * that role. */
+static void attention_modules(g_graph *g, const char *at, int l, bool cross)
 {
-    char fmt[128];
+    char scope[128];
     module(g, WHISPER_MODULE "WhisperAttention", G_OP_COUNT, false, at, l);
     static const char *const proj[] = {"q_proj", "k_proj", "v_proj", "out_proj"};
     for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++) {
+        char fmt[128];
         snprintf(fmt, sizeof fmt, "%s/%s", at, proj[i]);
-        module(g, BLK_LINEAR_CLASS, G_LINEAR, false, fmt, l);
+        snprintf(scope, sizeof scope, fmt, l);
+        bool kv = cross && (i == 1 || i == 2);
+        g_module_add(g, BLK_LINEAR_CLASS, G_LINEAR, false, kv ? GM_ROLE_CROSS_KV : GM_ROLE_NONE,
+                     "%s", scope);
     }
 }
 
@@ -243,7 +250,7 @@ static void declare_modules(g_graph *g, const whisper *m, bool encoder)
         for (int l = 0; l < m->enc_layers; l++) {
             module(g, WHISPER_MODULE "WhisperEncoderLayer", G_OP_COUNT, true,
                    "/model/encoder/layers.%d", l);
-            attention_modules(g, "/model/encoder/layers.%d/self_attn", l);
+            attention_modules(g, "/model/encoder/layers.%d/self_attn", l, false);
             mlp_modules(g, m, "/model/encoder/layers.%d", l);
         }
         module(g, LAYER_NORM_CLASS, G_LAYER_NORM, false, "/model/encoder/layer_norm", 0);
@@ -251,7 +258,7 @@ static void declare_modules(g_graph *g, const whisper *m, bool encoder)
         for (int l = 0; l < m->dec.n_layers; l++) {
             module(g, WHISPER_MODULE "WhisperDecoderLayer", G_OP_COUNT, true,
                    "/model/decoder/layers.%d", l);
-            attention_modules(g, "/model/decoder/layers.%d/encoder_attn", l);
+            attention_modules(g, "/model/decoder/layers.%d/encoder_attn", l, true);
         }
         return;
     }
@@ -261,8 +268,8 @@ static void declare_modules(g_graph *g, const whisper *m, bool encoder)
     for (int l = 0; l < m->dec.n_layers; l++) {
         module(g, WHISPER_MODULE "WhisperDecoderLayer", G_OP_COUNT, true,
                "/model/decoder/layers.%d", l);
-        attention_modules(g, "/model/decoder/layers.%d/self_attn", l);
-        attention_modules(g, "/model/decoder/layers.%d/encoder_attn", l);
+        attention_modules(g, "/model/decoder/layers.%d/self_attn", l, false);
+        attention_modules(g, "/model/decoder/layers.%d/encoder_attn", l, true);
         module(g, LAYER_NORM_CLASS, G_LAYER_NORM, false,
                "/model/decoder/layers.%d/encoder_attn_layer_norm", l);
         mlp_modules(g, m, "/model/decoder/layers.%d", l);

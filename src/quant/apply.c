@@ -51,10 +51,14 @@ static bool wanted(const g_graph *g, const g_node *n, int k, const ferry_quantiz
         return false;
     /* a router (a mixture's gate, Qwen2-MoE's shared expert gate) stays float: a rounded
      * logit may pick other experts; so does a vision tower's patch embedding, whose rows
-     * (C*T*p*p = 1176 in Qwen2-VL) no block size divides and which reads raw pixels once */
-    if (n->op == G_LINEAR)
-        return k == 1 && (q->lm_head || g_node_role(g, n) != GM_ROLE_HEAD) &&
-               g_node_role(g, n) != GM_ROLE_ROUTER && g_node_role(g, n) != GM_ROLE_PATCH_EMBED;
+     * (C*T*p*p = 1176 in Qwen2-VL) no block size divides and which reads raw pixels once; and
+     * the cross keys and values of an encoder-decoder, which the encoder side makes once an
+     * input (Whisper tiny.en with them int4 heard "fog stump" for "fox jump") */
+    if (n->op == G_LINEAR) {
+        g_module_role role = g_node_role(g, n);
+        return k == 1 && (q->lm_head || role != GM_ROLE_HEAD) && role != GM_ROLE_ROUTER &&
+               role != GM_ROLE_PATCH_EMBED && role != GM_ROLE_CROSS_KV;
+    }
     /* a mixture's expert stacks (each expert's rows blocked alike) */
     if (n->op == G_MOE)
         return k >= 2;

@@ -959,6 +959,91 @@ static void attention_without_mask_everywhere(void **state)
             "mask input missing");
 }
 
+/* q [1, 3, heads, 8] over a cross cache k, v [1, kv_heads, 5, 8]. */
+static g_graph *cross_attention(int64_t heads, int64_t kv_heads, g_attn_opts *ao)
+{
+    g_graph *g = g_new();
+    const int64_t q4[4] = {1, 3, heads, 8}, kv4[4] = {1, kv_heads, 5, 8};
+    int q = input(g, "q", FERRY_F32, 4, q4), k = input(g, "cross_key", FERRY_F32, 4, kv4);
+    int v = input(g, "cross_value", FERRY_F32, 4, kv4);
+    *ao = (g_attn_opts){.num_heads = heads, .num_kv_heads = kv_heads, .head_dim = 8,
+                        .scale = 0.35, .mask = G_MASK_NONE, .cache = G_CACHE_CROSS};
+    g_output(g, g_attention(g, "attn", q, k, v, G_NONE, G_NONE, G_NONE, G_NONE, ao, NULL, NULL),
+             "y");
+    return g;
+}
+
+/* Cross attention (an encoder-decoder's decoder over the cross cache its encoder made): the
+ * keys and values are read as given, [b, kvh, t, d], in every target: no transpose of them in
+ * the generic lowering, onnxruntime's MultiHeadAttention taking them as its BNSH key and value
+ * (grouped heads: the generic lowering), OpenVINO's and torch's attention over them as they
+ * are. One output, [b, s, h*d]; printed as cache=cross; refused with a mask, a past, a window,
+ * or keys in the [b, t, kvh, d] layout. */
+static void cross_attention_everywhere(void **state)
+{
+    (void)state;
+    g_attn_opts ao;
+    g_graph *g = cross_attention(2, 2, &ao), *low = legalize(g, &g_target_primitives);
+    const g_value *y = &g->values[g->outputs[0]];
+    assert_int_equal(g->n_outputs, 1);
+    assert_int_equal(y->shape.rank, 3);
+    assert_true(g_dim_match(y->shape.d[1], g_dim_const(3)) &&
+                g_dim_match(y->shape.d[2], g_dim_const(16)));
+    char *text = g_dump(g);
+    assert_non_null(strstr(text, "mask=none cache=cross"));
+    free(text);
+    /* q and the output move between layouts and k is transposed for the product; keys and
+     * values are not moved to [b, kvh, t, d] as the new keys of a self-attention are */
+    assert_int_equal(count_op(low, G_TRANSPOSE), 3);
+    assert_int_equal(count_op(low, G_CONCAT) + count_op(low, G_SCATTER_ELEMENTS), 0);
+    g_free(low);
+    for (int gqa = 0; gqa < 2; gqa++) {
+        ferry_export_config cfg;
+        g_target t;
+        ort_target_for("cpu", &cfg, &t);
+        g_graph *src = gqa ? cross_attention(4, 2, &ao) : g;
+        low = legalize(src, &t);
+        assert_int_equal(count_extern(low, "MultiHeadAttention"), gqa ? 0 : 1);
+        assert_int_equal(count_extern(low, "GroupQueryAttention"), 0);
+        if (!gqa) {
+            const g_node *mha = nth(low, G_EXTERN, 0);
+            assert_int_equal(mha->n_in, 3);
+            assert_int_equal(low->values[mha->in[1]].shape.rank, 4); /* BNSH key, as given */
+            assert_string_equal(low->values[mha->in[1]].name, "cross_key");
+        }
+        g_free(low);
+        if (gqa)
+            g_free(src);
+    }
+    low = legalize(g, &openvino_target);
+    const g_node *sdpa = nth(low, G_EXTERN, 0);
+    assert_string_equal(sdpa->a.ext->op_type, "ScaledDotProductAttention");
+    assert_string_equal(low->values[sdpa->in[1]].name, "cross_key");
+    g_free(low);
+    low = legalize(g, &torch_target);
+    sdpa = nth(low, G_EXTERN, 0);
+    assert_string_equal(sdpa->a.ext->op_type, ATEN_SDPA);
+    assert_string_equal(low->values[sdpa->in[1]].name, "cross_key");
+    g_free(low);
+    g_free(g);
+
+    const int64_t q4[4] = {1, 3, 2, 8}, m2[2] = {1, 5}, kv4[4] = {1, 2, 5, 8};
+    const int64_t bshd[4] = {1, 5, 2, 8};
+    for (int bad = 0; bad < 4; bad++) {
+        g = g_new();
+        int q = input(g, "q", FERRY_F32, 4, q4);
+        int k = input(g, "k", FERRY_F32, 4, bad == 3 ? bshd : kv4);
+        int mask = bad == 0 ? input(g, "attention_mask", FERRY_I64, 2, m2) : G_NONE;
+        int past = bad == 1 ? input(g, "past", FERRY_F32, 4, kv4) : G_NONE;
+        ao = (g_attn_opts){.num_heads = 2, .num_kv_heads = 2, .head_dim = 8, .scale = 0.35,
+                           .mask = bad == 0 ? G_MASK_PADDING : G_MASK_NONE,
+                           .cache = G_CACHE_CROSS, .sliding_window = bad == 2 ? 4 : 0};
+        refused(g, g_attention(g, "attn", q, k, k, mask, past, past, G_NONE, &ao, NULL, NULL),
+                bad == 3 ? "head counts, head dim or batch disagree"
+                         : "takes a positive finite scale and no mask");
+    }
+}
+
 /* The new options print what tells two of them apart; a default rope prints as before. */
 static void rope_modes_print(void **state)
 {
@@ -1013,6 +1098,7 @@ int main(void)
         cmocka_unit_test(ort_rope_modes_stay_generic),
         cmocka_unit_test(rope_modes_refused_when_malformed),
         cmocka_unit_test(attention_without_mask_everywhere),
+        cmocka_unit_test(cross_attention_everywhere),
         cmocka_unit_test(rope_modes_print),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

