@@ -255,3 +255,36 @@ def test_onnxruntime_genai_runs_it_as_is(window_ckpt, tmp_path, fusions):
     eos = next((i for i, t in enumerate(want) if t == 2), len(want))
     assert got[:eos] == want[:eos]
     assert len(set(want)) > 2
+
+
+@pytest.mark.parametrize("call", [dict(language="fr", task="translate"), dict(language="en"),
+                                  dict(language="english", task="transcribe")],
+                         ids=["fr-translate", "en", "english-transcribe"])
+def test_multilingual_init_tokens(ckpt, model, tmp_path, call):
+    """A multilingual generation config (lang_to_id, task_to_id): the language and task tokens
+    after decoder_start_token_id as transformers' _retrieve_init_tokens places them, from a
+    code, a token or a language's name."""
+    import shutil
+
+    from ferry import ExportedModel
+    from transformers import GenerationConfig
+
+    multi = tmp_path / "ckpt"
+    shutil.copytree(ckpt, multi)
+    settings = dict(GENERATION, is_multilingual=True, forced_decoder_ids=[[1, None], [2, 92]],
+                    lang_to_id={"<|en|>": 90, "<|fr|>": 91},
+                    task_to_id={"transcribe": 92, "translate": 93})
+    GenerationConfig(**settings).save_pretrained(multi)
+    out = ferry_export(multi, tmp_path / "out", "--format", "onnx", *DYNAMIC)
+    feats = features(2, seed=7)
+    reference = type(model).from_pretrained(multi).eval()
+    with torch.no_grad():
+        want = reference.generate(feats, max_new_tokens=12, **call)
+    exported = ExportedModel.from_pretrained(out)
+    assert exported.generate(input_features=feats, max_new_tokens=12, **call).tolist() == \
+        want.tolist()
+    if call == dict(language="en"):
+        from ferry import FerryError
+
+        with pytest.raises(FerryError, match="would detect the language first"):
+            exported.generate(input_features=feats, max_new_tokens=12)
