@@ -17,7 +17,7 @@ import numpy as np
 
 from ._lib import CannotValidate, FerryError, FerryWarning, _escape
 from .generation import rerun_length
-from .runners import Runners, derive_position_ids
+from .runners import DECODE_ROLES, Runners, derive_position_ids
 from .runtime import check_program_io, is_encoder_output, openvino_ports, runtime_reason
 
 BATCH, SEQUENCE, STEPS, SEED = 2, 16, 8, 0
@@ -50,6 +50,8 @@ class Run:
     # generate() does (Phi-3's LongRoPE switch): positions before it are eager's over the
     # shorter prefix, those from it on eager's over the whole sequence
     rerun_at: int = None
+    # an encoder-decoder's: the input_features its encoder was given (the eager model's too)
+    features: np.ndarray = None
 
 
 # --- example inputs ---------------------------------------------------------------------------
@@ -257,7 +259,13 @@ def _plain(loaded, manifest):
 
 def _generation(loaded, manifest):
     """The prompt through runners["prefill"] (decode itself where the export has no prefill),
-    then STEPS greedy steps through runners["decode"], the cache carried by the runners."""
+    then STEPS greedy steps through runners["decode"], the cache carried by the runners. An
+    encoder-decoder's encoder first runs on seeded features (every decoder row unpadded, as its
+    generate() feeds them)."""
+    from .whisper import WhisperRunners, is_encoder_decoder
+
+    if is_encoder_decoder(manifest):
+        return _seq2seq_generation(loaded, manifest, WhisperRunners)
     runners = Runners(loaded.directory, manifest, "cpu", every_component=True)
     first = runners["prefill"].component
     cap = None
@@ -285,6 +293,38 @@ def _generation(loaded, manifest):
             logits = runners["decode"](token, mask)
         calls.append(Call(f"decode: logits, {STEPS} steps", ids.shape[1] - 1, logits))
     return Run(calls, ids, mask, rerun_at=ran_again)
+
+
+def _seq2seq_generation(loaded, manifest, runners_class):
+    runners = runners_class(loaded.directory, manifest, "cpu", every_component=True)
+    first = runners["prefill"].component
+    cap = None
+    if runners.max_cache_len is not None:
+        cap = int(runners.max_cache_len) - STEPS
+        if cap < 1:
+            raise CannotValidate(f"max_cache_len {runners.max_cache_len} leaves no room for a "
+                                 f"prompt and {STEPS} decode steps", status=4)
+    ids, _, _ = example_prompt(manifest, first, vocab_size(manifest, first, loaded.directory),
+                               cap)
+    mask = np.ones_like(ids)
+    shape = runners.features["shape"]
+    feats = np.random.default_rng(SEED).standard_normal(
+        (ids.shape[0], *shape[1:])).astype(np.float32)
+    runners.reset(ids.shape[0])
+    runners.set_features(feats)
+    if runners["prefill"].takes_prompts:
+        logits = runners["prefill"](ids)
+    else:  # a one-token decode over the prompt, token by token
+        logits = np.concatenate([runners["prefill"](ids[:, i:i + 1])
+                                 for i in range(ids.shape[1])], 1)
+    calls = [Call(f"{first}: logits, prompt", 0, logits)]
+    for _ in range(STEPS):
+        token = logits[:, -1].astype(np.float64).argmax(-1).astype(np.int64)[:, None]
+        ids = np.concatenate([ids, token], axis=1)
+        mask = np.ones_like(ids)
+        logits = runners["decode"](token)
+        calls.append(Call(f"decode: logits, {STEPS} steps", ids.shape[1] - 1, logits))
+    return Run(calls, ids, mask, positions=False, features=feats)
 
 
 def _read_config(directory):
@@ -387,7 +427,8 @@ def run_export(loaded, manifest):
     inputs -> (Run, runtime name)."""
     fmt = check_format(manifest)
     components = manifest["components"]
-    if "model" not in components and "decode" not in components:
+    roles = {c.get("role") for c in components.values()}
+    if "model" not in components and not roles & set(DECODE_ROLES):
         raise CannotValidate("validation runs a plain export's \"model\" or a generation "
                              f"export's \"decode\"; this export has "
                              f"{_escape(', '.join(components))}", status=4)
@@ -402,16 +443,17 @@ def run_export(loaded, manifest):
 # --- the eager reference ----------------------------------------------------------------------
 
 
-def load_reference(checkpoint, revision=None):
+def load_reference(checkpoint, revision=None, seq2seq=False):
     """transformers' eager model in float32 from `checkpoint` (a directory, or a hub id found in
-    the local cache: nothing is downloaded)."""
+    the local cache: nothing is downloaded); an encoder-decoder's with `seq2seq`."""
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSpeechSeq2Seq
 
     transformers.utils.logging.disable_progress_bar()
+    auto = AutoModelForSpeechSeq2Seq if seq2seq else AutoModelForCausalLM
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model = auto.from_pretrained(
             checkpoint, revision=revision, dtype=torch.float32, attn_implementation="eager",
             local_files_only=True)
     except (OSError, ValueError) as e:
@@ -419,6 +461,17 @@ def load_reference(checkpoint, revision=None):
         raise FerryError(f"transformers cannot load the reference checkpoint "
                          f"{_escape(checkpoint)}: {_escape(first)}", status=2) from None
     return model.eval()
+
+
+def reference_seq2seq_logits(model, features, decoder_input_ids):
+    """float32 logits [batch, sequence, vocab] of the eager encoder-decoder over the features and
+    the decoder's tokens."""
+    import torch
+
+    with torch.no_grad():
+        out = model(input_features=torch.from_numpy(features),
+                    decoder_input_ids=torch.from_numpy(decoder_input_ids), use_cache=False)
+    return out.logits.float().numpy()
 
 
 def reference_logits(model, input_ids, attention_mask, positions=True):

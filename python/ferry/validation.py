@@ -224,6 +224,8 @@ def _check_claims(fmt, directory, manifest):
             continue
         config = meta.get("export_config") or {}
         bits = int((config.get("quantizer") or {}).get("bits") or 0)
+        if meta.get("float_weights") is True:  # the family kept it float (a speech encoder)
+            bits = 0
         dtype = "fp16" if config.get("compress_to_fp16") else meta.get("precision")
         path = Path(directory) / component["file"]
         held_dtype, held_bits = holds(path)
@@ -420,9 +422,11 @@ def validate(export_dir, model=None, atol=None, *, min_top1=None, revision=None,
         checkpoint, ref_revision, shown = _reference_checkpoint(manifest, model, revision)
         run, runtime = runs.run_export(loaded, manifest)
         _check_claims(fmt, directory, manifest)  # the programs ran: each can be read
-        reference = runs.load_reference(checkpoint, ref_revision)
-        want = runs.reference_logits(reference, run.input_ids, run.attention_mask,
-                                     run.positions)
+        seq2seq = run.features is not None
+        reference = runs.load_reference(checkpoint, ref_revision, seq2seq)
+        want = (runs.reference_seq2seq_logits(reference, run.features, run.input_ids) if seq2seq
+                else runs.reference_logits(reference, run.input_ids, run.attention_mask,
+                                           run.positions))
         if run.rerun_at:   # before the re-run, eager over the prefix the calls had seen
             before = run.rerun_at - 1
             want[:, :before] = runs.reference_logits(

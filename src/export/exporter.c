@@ -501,6 +501,7 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
             goto fail;
         ec->name = dup(c->items[i].name);
         ec->role = dup(c->items[i].role);
+        ec->float_weights = c->items[i].io.keep_float && c->cfg.quantizer.bits != 0;
         if (!ec->name || !ec->role) {
             fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
             goto fail;

@@ -55,6 +55,8 @@ typedef struct exp_component {
     char *role;
     char *file;              /* "model.onnx" */
     char *data_file;         /* "model.onnx.data" */
+    bool float_weights;      /* the family kept its weights float under a quantizer
+                                (model_io.keep_float) */
 } exp_component;
 
 struct ferry_exported {

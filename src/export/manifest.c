@@ -192,6 +192,9 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
         e->backend->describe(&e->cfg, g, md);
         cJSON_AddItemToObject(md, "symbols", symbols(g));
         cJSON_AddItemToObject(md, "export_config", export_config_to_json(&e->cfg));
+        /* the export's quantizer left this component float (a speech encoder) */
+        if (c->float_weights)
+            cJSON_AddBoolToObject(md, "float_weights", true);
         if (g->n_states)
             cJSON_AddItemToObject(md, "cache", cache_info(e, g));
         if (!tf_why_not && tf_describe_component(e, i, md, err) != FERRY_OK) {

@@ -288,3 +288,34 @@ def test_multilingual_init_tokens(ckpt, model, tmp_path, call):
 
         with pytest.raises(FerryError, match="would detect the language first"):
             exported.generate(input_features=feats, max_new_tokens=12)
+
+
+@pytest.mark.parametrize("flags", [("--format", "onnx"), ("--format", "onnx", "--quantize", "int4"),
+                                   ("--format", "openvino"),
+                                   ("--format", "pt2", *STATIC)],
+                         ids=["onnx", "onnx-int4", "openvino", "pt2"])
+def test_validate(export_env, ckpt, tmp_path, flags):
+    """`ferry validate`: seeded features through the encoder, a prompt and 8 greedy steps
+    through the decoders, against the eager model's logits; an int4 export's encoder is
+    float (export.json's float_weights) and its decoders int4."""
+    out = ferry_export(ckpt, tmp_path / "out", *flags, *DYNAMIC)
+    rc, stdout, stderr = run_ferry("validate", out, env=export_env)
+    assert rc == 0, stdout + stderr
+    assert "PASS" in stdout and "decode: logits, 8 steps" in stdout, stdout
+    manifest = json.loads((out / "export.json").read_text())
+    floats = {n for n, c in manifest["components"].items()
+              if c["metadata"].get("float_weights")}
+    assert floats == ({"encoder"} if "--quantize" in flags else set())
+
+
+@pytest.fixture(scope="module")
+def export_env():
+    """`ferry validate` runs this Python, with the package from the source tree."""
+    import os
+    import sys
+
+    from conftest import ROOT
+
+    return {"FERRY_PYTHON": sys.executable,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "python"),
+                                           os.environ.get("PYTHONPATH", "")])}
