@@ -25,9 +25,15 @@ transformers' OnnxExporter and optimum-cli, and the encoder's and decode's speed
 2. Exports, one process each, measured by peers_bench.measure (wall time, peak RSS of the
    process tree, others' CPU meanwhile):
      ferry         build/ferry export CKPT OUT --for-generation --dynamic
-                     --format onnx                       (fp32: encoder, prefill, decode)
-                     --format onnx --quantize int4       (its int4 form, a row of its own)
-                     --format openvino                   (stateful: WhisperPipeline's layout)
+                     --format onnx                       (fp32: encoder, prefill, decode; the
+                                                          reference of every ratio)
+                     --format onnx --ort-fusions cpu     (onnxruntime's contrib ops)
+                     ... --ort-fusions cpu --quantize int4   (MatMulNBits)
+                     --format onnx --quantize int4       (standard ONNX: DequantizeLinear +
+                                                          MatMul; exported, not timed: the CPU
+                                                          provider runs it unfused)
+                     --format openvino                   (stateful: WhisperPipeline's layout;
+                                                          exported, not timed)
                    median of --repeats each
      transformers  bench/peer_transformers_whisper.py CKPT OUT, the model in float32, once each
                    (timeout --peer-timeout):
@@ -52,11 +58,12 @@ transformers' OnnxExporter and optimum-cli, and the encoder's and decode's speed
 3. Runtime, bench/whisper_latency.py, onnxruntime CPU, --threads (2), one process per export:
    the encoder on the 30 s features (median of --encoder-reps), the 4-token prompt (median of
    --prefill-reps), then the mean of --steps (32) one-token decode steps, for ferry's ONNX
-   export, its int4 form, transformers' export (its encoder + its prefill / decode) and
-   optimum's, on the same arrays. First a short check pass (1 encoder call, 1 prompt, 4 steps)
-   whose encoder output and logits are compared with ferry's (max |difference|); then --rounds
-   interleaved rounds, as bench/vlm_ab.py runs them (each round every export once, the order
-   rotated a round; each round after waiting for a quiet machine), and the median over rounds.
+   export, its --ort-fusions cpu forms (fp32, int4), transformers' export (its encoder + its
+   prefill / decode) and optimum's, on the same arrays. First a short check pass (1 encoder
+   call, 1 prompt, 4 steps) whose encoder output and logits are compared with ferry's (max
+   |difference|); then --rounds interleaved rounds, as bench/vlm_ab.py runs them (each round
+   every export once, the order rotated a round; each round after waiting for a quiet
+   machine), and the median over rounds.
 4. Writes bench/work/benchmarks-whisper.md and bench/work/whisper-results.json (with --tiny:
    bench/work/benchmarks-whisper-tiny.md and bench/work/whisper-results-tiny.json). A step that
    fails is a row with its error, never dropped.
@@ -116,10 +123,19 @@ GENERATION_CONFIG = {
 GENERATE_TOKENS = 8
 
 GEN = ["--for-generation", "--dynamic", "--force", "--quiet"]
-# ferry's forms: key, label, options, whether its runtime is measured
+# ferry's forms: key, label, options, whether its runtime is measured. The reference is "onnx"
+# (standard ONNX, ferry's default); --ort-fusions cpu is its onnxruntime-only form, and its int4
+# form is the one onnxruntime runs fused (MatMulNBits): the standard int4 graph
+# (DequantizeLinear + MatMul) runs unfused on onnxruntime's CPU provider (the --tiny smoke run:
+# 14x the fp32 decode step), so it is exported and not timed.
 FERRY_FORMS = [
     ("onnx", "ferry ONNX", ["--format", "onnx"], True),
-    ("onnx-int4", "ferry ONNX --quantize int4", ["--format", "onnx", "--quantize", "int4"], True),
+    ("onnx-fused", "ferry ONNX --ort-fusions cpu", ["--format", "onnx", "--ort-fusions", "cpu"],
+     True),
+    ("onnx-fused-int4", "ferry ONNX --ort-fusions cpu --quantize int4",
+     ["--format", "onnx", "--ort-fusions", "cpu", "--quantize", "int4"], True),
+    ("onnx-int4", "ferry ONNX --quantize int4 (standard ONNX)",
+     ["--format", "onnx", "--quantize", "int4"], False),
     ("openvino", "ferry OpenVINO (stateful: WhisperPipeline's layout)", ["--format", "openvino"],
      False),
 ]
@@ -587,7 +603,7 @@ def export_line(label, r, ref):
             f"{fmt_mib(r.get('out_bytes'))} | {fmt_cores(r.get('foreign_cpu'))} |")
 
 
-RUNTIME_LABELS = {"ferry-onnx": "ferry ONNX", "ferry-onnx-int4": "ferry ONNX --quantize int4",
+RUNTIME_LABELS = {**{f"ferry-{key}": label for key, label, _, _ in FERRY_FORMS},
                   "tf-onnx": "transformers OnnxExporter (its encoder export + prefill / decode)",
                   "optimum-onnx": "optimum-cli (encoder_model, decoder_model, "
                                   "decoder_with_past_model)"}
@@ -718,7 +734,8 @@ def write_report(path, data):
               + (f"**failed**: {cell(gt['error'])}" if gt.get("error") else f"{gt['tokens']}")
               + (f"; ferry's `ExportedModel.from_pretrained(OUT).generate(...)` on its ONNX "
                  "export: " + (f"**failed**: {cell(gf['error'])}" if gf.get("error")
-                               else f"{gf['tokens']} ({'the same' if gf['equal'] else '**not the same**'})")
+                               else f"{gf['tokens']} ("
+                                    + ("the same" if gf["equal"] else "**not the same**") + ")")
                  if gf else "")
               + ". (transformers' random initialisation makes a model that repeats one token; "
               "the check is that both loops run the checkpoint's settings alike.)", ""]
@@ -818,17 +835,18 @@ def write_report(path, data):
     # --- commands
     L += ["## Commands", "", f"ferry (median of {data['repeats']}; CKPT is {ck['path']}):", "",
           "```sh"]
-    for key, *_ in FERRY_FORMS:
+    for key, label, _, _ in FERRY_FORMS:
         r = (S.get(f"ferry-{key}") or {}).get("export")
         if r and r.get("cmd"):
-            L.append(r["cmd"])
+            L += [f"# {label}", r["cmd"]]
     L += ["```", "", "transformers (bench/peer_transformers_whisper.py; its docstring has the "
           "calls) and optimum (its own venv):", "", "```sh"]
     for r in [(tf or {}).get("generation"), (tf or {}).get("encoder"), opt.get("export")]:
         if r and r.get("cmd"):
             L.append(r["cmd"])
     rt = S.get("runtime") or {}
-    lat_cmds = [m["cmd"] for m in (rt.get("median") or {}).values() if m.get("cmd")]
+    lat_cmds = [line for n, m in (rt.get("median") or {}).items() if m.get("cmd")
+                for line in (f"# {RUNTIME_LABELS.get(n, n).split(' (')[0]}", m["cmd"])]
     L += ["```", "", "Runtime (one process per export and round; INPUTS.npz from "
           "`python bench/peer_transformers_whisper.py CKPT INPUTS.npz --mode inputs`):", "",
           "```sh"] + lat_cmds + \
@@ -911,6 +929,15 @@ def runtime_tables(data):
               + (" (ferry's largest magnitudes: " + ", ".join(
                   f"{k} {v:.2f}" for k, v in scale.items()) + ")" if scale else "")
               + ". The int4 row differs by its quantization, not by a fault.", ""]
+    ferry_rows = [n for n in med if n.startswith("ferry-") and n != "ferry-onnx"]
+    if ferry_rows:
+        L += ["ferry's other rows are its other forms of the same export (not peers): "
+              "`--ort-fusions cpu` writes onnxruntime's contrib ops where it has them "
+              "(MultiHeadAttention in the encoder; the graphs run on onnxruntime only), and its "
+              "int4 form MatMulNBits for the decoder's linear layers (the encoder stays fp32: "
+              "its last_hidden_state is fp32's, above). ferry's standard-ONNX int4 export "
+              "(DequantizeLinear + MatMul) is in the export table but not timed: onnxruntime's "
+              "CPU provider runs it unfused, dequantizing every weight each call.", ""]
     fails = [(n, c["error"]) for n, c in (rt.get("check") or {}).items() if c.get("error")]
     if fails:
         L += ["Check pass failures: " + "; ".join(f"{n}: {cell(e)}" for n, e in fails) + ".", ""]

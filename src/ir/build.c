@@ -272,8 +272,16 @@ int g_attention(g_graph *g, const char *name, int q, int k, int v, int mask, int
                 int past_v, int cache_position, const g_attn_opts *opts, int *present_k,
                 int *present_v)
 {
-    int in[7] = {q, k, v, mask, past_k, past_v, cache_position};
-    int n_in = cache_position != G_NONE ? 7 : past_k != G_NONE ? 6 : 4;
+    return g_attention_biased(g, name, q, k, v, mask, past_k, past_v, cache_position, G_NONE,
+                              opts, present_k, present_v);
+}
+
+int g_attention_biased(g_graph *g, const char *name, int q, int k, int v, int mask, int past_k,
+                       int past_v, int cache_position, int bias, const g_attn_opts *opts,
+                       int *present_k, int *present_v)
+{
+    int in[8] = {q, k, v, mask, past_k, past_v, cache_position, bias};
+    int n_in = bias != G_NONE ? 8 : cache_position != G_NONE ? 7 : past_k != G_NONE ? 6 : 4;
     g_attrs at = {.attn = (g_attn_opts *)opts};
     int id = g_add_node(g, G_ATTENTION, name, n_in, in, &at);
     bool cached = id != G_NONE && g->nodes[id].n_out == 3;

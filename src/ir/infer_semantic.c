@@ -161,7 +161,23 @@ ferry_status infer_rope(inf *x)
     return st != FERRY_OK ? st : inf_one(x, a->dtype, &a->shape);
 }
 
-/* Cross attention: q [b, s, h, d] over the cross cache k, v [b, kvh, t, d], every key visible. */
+/* An attention's bias: float [b or 1, h, s, keys] (NULL: none). */
+static ferry_status check_bias(inf *x, const g_value *bias, const g_value *q, int64_t h,
+                               g_dim keys)
+{
+    if (!bias)
+        return FERRY_OK;
+    if (bias->shape.rank != 4 || !dt_is_float(bias->dtype) ||
+        !(g_dim_match(bias->shape.d[0], g_dim_const(1)) ||
+          g_dim_match(bias->shape.d[0], q->shape.d[0])) ||
+        !g_dim_match(bias->shape.d[1], g_dim_const(h)) ||
+        !g_dim_match(bias->shape.d[2], q->shape.d[1]) || !g_dim_match(bias->shape.d[3], keys))
+        return inf_bad(x, "bias must be float [b or 1, heads, s, keys attended to]");
+    return FERRY_OK;
+}
+
+/* Cross attention: q [b, s, h, d] over the cross cache k, v [b, kvh, t, d]: every key visible,
+ * or a padding mask [b, t]. */
 static ferry_status infer_cross_attention(inf *x)
 {
     const g_value *q = x->in[0], *k = x->in[1], *v = x->in[2];
@@ -176,10 +192,18 @@ static ferry_status infer_cross_attention(inf *x)
         d != o->head_dim || o->num_kv_heads <= 0 || o->num_heads % o->num_kv_heads != 0 ||
         !g_dim_match(k->shape.d[3], q->shape.d[3]) || !g_dim_match(k->shape.d[0], q->shape.d[0]))
         return inf_bad(x, "head counts, head dim or batch disagree with the options");
+    const g_value *m = x->in[3];
+    bool padded = o->mask == G_MASK_PADDING;
     if (!(o->scale > 0) || !isfinite(o->scale) || o->softcap != 0 || o->sliding_window != 0 ||
-        o->mask != G_MASK_NONE || x->in[3] || x->in[4] || x->in[5] || x->in[6])
-        return inf_bad(x, "cross attention takes a positive finite scale and no mask, window, "
-                          "softcap, past or position");
+        !(o->mask == G_MASK_NONE || padded) || (m != NULL) != padded || x->in[4] || x->in[5] ||
+        x->in[6])
+        return inf_bad(x, "cross attention takes a positive finite scale, no mask or a padding "
+                          "mask, and no window, softcap, past or position");
+    if (m && !(m->dtype == FERRY_I64 && m->shape.rank == 2 &&
+               g_dim_match(m->shape.d[1], k->shape.d[2])))
+        return inf_bad(x, "cross attention's padding mask must be int64 [b, keys]");
+    if (check_bias(x, x->in[7], q, h, k->shape.d[2]) != FERRY_OK)
+        return x->err->status;
     g_shape out = {.rank = 3, .d = {q->shape.d[0], q->shape.d[1], g_dim_const(h * d)}};
     x->out[0] = (g_typed){q->dtype, out};
     x->n_out = 1;
@@ -237,6 +261,8 @@ ferry_status infer_attention(inf *x)
     if (m && (!g_dim_match(m->shape.d[m->shape.rank - 1], keys) ||
               (given && !g_dim_match(m->shape.d[2], q->shape.d[1]))))
         return inf_bad(x, "the mask's key length differs from the keys attended to");
+    if (check_bias(x, x->in[7], q, h, keys) != FERRY_OK)
+        return x->err->status;
     g_shape out = {.rank = 3, .d = {q->shape.d[0], q->shape.d[1], g_dim_const(h * d)}};
     x->out[0] = (g_typed){q->dtype, out};
     x->n_out = 1;

@@ -434,6 +434,10 @@ int g_rope(g_graph *g, const char *name, int x, int position_ids, const g_rope_o
 int g_attention(g_graph *g, const char *name, int q, int k, int v, int mask, int past_k,
                 int past_v, int cache_position, const g_attn_opts *opts, int *present_k,
                 int *present_v);
+/* ... with `bias` (float [b or 1, h, s, T]) added to the scaled scores; G_NONE: none. */
+int g_attention_biased(g_graph *g, const char *name, int q, int k, int v, int mask, int past_k,
+                       int past_v, int cache_position, int bias, const g_attn_opts *opts,
+                       int *present_k, int *present_v);
 /* A mixture of experts (see ops.def): x [..., h] routed by router_logits [..., E] through
  * gate_up [E, 2*ff, h] (up G_NONE), or gate [E, ff, h] and up [E, ff, h], and down [E, h, ff].
  * `opts` is copied. */

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "generate/generation.h"
-#include "models/blocks.h"
+#include "models/seq2seq.h"
 #include "util/json.h"
 
 #define WHISPER_MODULE "transformers.models.whisper.modeling_whisper."
@@ -143,56 +143,29 @@ static ferry_status whisper_plan(const void *hparams, const model_plan_request *
                                  model_plan *out, fy_err *err)
 {
     (void)hparams;
-    const char *arch = rq->arch->architecture;
-    if (!rq->gen)
-        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: export it for generation "
-                       "(--for-generation; export_for_generation), which writes its encoder, "
-                       "prefill and decode components", arch);
-    if (gen_check_cache_form(rq, err) != FERRY_OK)
-        return err->status;
-    if (rq->single_graph && rq->cfg->dtype != FERRY_F32)
+    if (rq->gen && rq->single_graph && rq->cfg->dtype != FERRY_F32)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s on %s: openvino-genai's WhisperPipeline "
                        "hands the encoder's f32 output to the stateful decoder, so it is "
                        "written in fp32; --compress-to-fp16 stores its weights in fp16, or "
                        "--quantize int8|int4 compresses them (--disable-stateful writes %s "
-                       "components)", arch, rq->format, ferry_dtype_name(rq->cfg->dtype));
-    g_dim batch = model_plan_axis(rq, "batch"), sequence = model_plan_axis(rq, "sequence");
-    out->gen = gen_resolve(rq->gen, sequence, &rq->syms[0]);
-    gen_component dec[MODEL_MAX_COMPONENTS];
-    int n = 0;
-    if (gen_plan(rq->cfg, &out->gen, rq->single_graph, batch, sequence, rq->syms, dec, &n,
-                 err) != FERRY_OK)
-        return err->status;
-    if (n < 1 || n + 1 > MODEL_MAX_COMPONENTS)
-        return fy_fail(err, FERRY_ERR_INTERNAL, "%s: planned %d decoder graphs", arch, n);
-    /* each component's index is its symbol table's: the encoder's comes first */
-    for (int i = n; i > 0; i--)
-        rq->syms[i] = rq->syms[i - 1];
+                       "components)", rq->arch->architecture, rq->format,
+                       ferry_dtype_name(rq->cfg->dtype));
     /* OpenVINO's stateful graph is laid out as openvino-genai's WhisperPipeline loads it
      * (optimum-intel's file names): the encoder, then one decoder from the tokens and the
-     * encoder's output, its self-attention cache in the model's variables */
-    bool genai = rq->single_graph != NULL;
-    /* the encoder runs once an input: quantizing it saves little time and costs words (tiny.en
-     * int4 heard "roundfog stump" for "brown fox jump"), so only the decoders' linears are */
-    model_io encoder = {.batch = batch, .sequence = g_dim_const(1), .cache = CACHE_NONE,
-                        .dtype = rq->cfg->dtype,
-                        .component = genai ? "genai_encoder" : "encoder", .keep_float = true};
-    /* named (and so given roles) as the files it loads are */
-    out->comps[0] = genai ? (model_component){"encoder_model", "encoder_model", encoder,
-                                              OUTPUT_ENCODER}
-                          : (model_component){"encoder", "encoder", encoder, OUTPUT_ENCODER};
-    for (int i = 0; i < n; i++) {
-        model_io io = dec[i].io;
-        io.takes = FERRY_INPUT_IDS;
-        if (genai)
-            io.component = "genai_decoder";
-        out->comps[i + 1] = genai ? (model_component){"decoder_model", "decoder_model", io,
-                                                      OUTPUT_SEQ2SEQ}
-                                  : (model_component){dec[i].name, dec[i].role, io,
-                                                      OUTPUT_SEQ2SEQ};
-    }
-    out->n = n + 1;
-    return FERRY_OK;
+     * encoder's output, its self-attention cache in the model's variables. The encoder runs
+     * once an input: quantizing it saves little time and costs words (tiny.en int4 heard
+     * "roundfog stump" for "brown fox jump"), so only the decoders' linears are. */
+    static const s2s_layout ferry_layout = {
+        .encoder_name = "encoder", .encoder_component = "encoder",
+        .encoder_output = OUTPUT_ENCODER, .decoder_output = OUTPUT_SEQ2SEQ,
+        .encoder_float = true};
+    static const s2s_layout genai_layout = {
+        .encoder_name = "encoder_model", .encoder_component = "genai_encoder",
+        .encoder_output = OUTPUT_ENCODER, .decoder_name = "decoder_model",
+        .decoder_component = "genai_decoder", .decoder_output = OUTPUT_SEQ2SEQ,
+        .encoder_float = true};
+    return s2s_plan(rq, rq->single_graph ? &genai_layout : &ferry_layout, g_dim_const(1), out,
+                    err);
 }
 
 static void module(g_graph *g, const char *cls, g_op leaf, bool item, const char *fmt, int l)
@@ -505,87 +478,19 @@ static ferry_status build_encoder(const whisper *m, ckpt *ck, const model_io *io
     return FERRY_OK;
 }
 
-/* The first position of this call's tokens, a scalar: the self-attention cache's length (the
- * static cache's write position), 0 for a prefill. */
-static int first_position(g_graph *g, const whisper *m, const model_io *io)
-{
-    int pk, pv, pos;
-    blk_cache_inputs(g, &m->dec, io, 0, &pk, &pv, &pos);
-    g_scope(g, "/model/decoder/embed_positions");
-    int zero = g_scalar_i64(g, 0);
-    if (pos != G_NONE)
-        return g_gather(g, "past_length", pos, zero, 0);
-    if (pk != G_NONE)
-        return g_gather(g, "past_length", g_shape_of(g, "past_shape", pk, 0, G_END),
-                        g_scalar_i64(g, 2), 0);
-    return zero;
-}
-
-/* What the decoder's attention reads besides the cache: a padding mask of ones over the cached
- * and new tokens [b, past + s] (a dynamic cache), or the static cache's causal mask
- * [b, 1, s, slots]: slot j seen by query i when j <= start + i. */
-static int decoder_mask(g_graph *g, const whisper *m, const model_io *io, int ids, int start,
-                        int positions)
-{
-    g_scope(g, "/model/decoder/attention_mask");
-    int64_t zero = 0;
-    int batch = g_shape_of(g, "batch", ids, 0, 1);
-    if (io->cache == CACHE_STATIC) {
-        int pk, pv, pos;
-        blk_cache_inputs(g, &m->dec, io, 0, &pk, &pv, &pos);
-        (void)pv;
-        (void)pos;
-        int slots = g_gather(g, "slots", g_shape_of(g, "cache_shape", pk, 0, G_END),
-                             g_scalar_i64(g, 2), 0);
-        int cols = g_range(g, "cols", g_scalar_i64(g, 0), slots, g_scalar_i64(g, 1));
-        int rows = g_unsqueeze(g, "rows", positions, 1, (int64_t[]){1});
-        int seen = g_binary(g, G_LESS_EQUAL, "causal", g_unsqueeze(g, "cols_row", cols, 1,
-                                                                   &zero),
-                            rows);
-        int m4 = g_unsqueeze(g, "causal_4d", seen, 2, (int64_t[]){0, 1});
-        /* every row alike: [1, 1, s, slots] and-ed with a [b, 1, 1, 1] of true */
-        int parts[2] = {batch, g_const_i64(g, 3, (int64_t[]){1, 1, 1})};
-        int rows_shape = g_concat(g, "rows_shape", 2, parts, 0);
-        int every = g_expand(g, "every_row", g_const(g, FERRY_BOOL, 0, NULL, &(bool){true}),
-                             rows_shape);
-        if (every != G_NONE)
-            g->values[every].shape = (g_shape){.rank = 4, .d = {io->batch, g_dim_const(1),
-                                                                g_dim_const(1), g_dim_const(1)}};
-        int mask = g_binary(g, G_AND, "mask", every, m4);
-        if (mask != G_NONE) {
-            g_shape *s = &g->values[mask].shape;
-            s->d[2] = io->sequence;
-            s->d[3] = io->cache_len;
-        }
-        return mask;
-    }
-    int total = g_binary(g, G_ADD, "total", start,
-                         g_gather(g, "sequence", g_shape_of(g, "ids_shape", ids, 0, G_END),
-                                  g_scalar_i64(g, 1), 0));
-    int parts[2] = {batch, g_unsqueeze(g, "total_1d", total, 1, &zero)};
-    int shape = g_concat(g, "shape", 2, parts, 0);
-    g_dim bt[2] = {io->batch, g_dim_add(io->past, io->sequence)};
-    return blk_like_ids(g, g_expand(g, "ones", g_scalar_i64(g, 1), shape), bt);
-}
-
 /* Decoder layer l's cross-attention on x (after its norm): over the cross cache inputs, or
  * over the keys and values it makes of `hidden`, the encoder's output (G_NONE: none given). */
 static int cross_attention(g_graph *g, ckpt *ck, const whisper *m, const layer_w *w, int l,
                            int x, int hidden, const model_io *io, fy_err *err)
 {
     const blk_lm *d = &m->dec;
-    char name[96];
-    g_dim kd[4] = {io->batch, g_dim_const(d->n_heads), g_dim_const(m->source_positions),
-                   g_dim_const(d->head_dim)};
     int k, v;
     if (hidden != G_NONE) {
         if (cross_kv(g, ck, m, l, hidden, io->dtype, &k, &v, err) != FERRY_OK)
             return G_NONE;
     } else {
-        snprintf(name, sizeof name, "past_key_values.%d.cross_key", l);
-        k = g_input(g, name, io->dtype, 4, kd);
-        snprintf(name, sizeof name, "past_key_values.%d.cross_value", l);
-        v = g_input(g, name, io->dtype, 4, kd);
+        s2s_cross_inputs(g, io, l, d->n_heads, g_dim_const(m->source_positions), d->head_dim,
+                         &k, &v);
     }
     g_scope(g, "/model/decoder/layers.%d/encoder_attn", l);
     int q = split_heads(g, "q_proj/Reshape", g_linear(g, "q_proj", x, w->cross.q, w->cross.q_b),
@@ -646,16 +551,12 @@ static ferry_status build_decoder(const whisper *m, ckpt *ck, const model_io *io
         ckpt_take(ck, d->tied_twin); /* same bytes as the tensor read: used through the tie */
     }
     declare_modules(g, m, false);
-    int start = first_position(g, m, io);
-    g_scope(g, "/model/decoder/embed_positions");
-    int s = g_gather(g, "sequence", g_shape_of(g, "ids_shape", in.ids, 0, G_END),
-                     g_scalar_i64(g, 1), 0);
-    int positions = g_range(g, "arange", start, g_binary(g, G_ADD, "end", start, s),
-                            g_scalar_i64(g, 1));
-    if (positions != G_NONE) /* range's inference cannot read the extent: it is the sequence */
-        g->values[positions].shape.d[0] = io->sequence;
+    const char *at = "/model/decoder/embed_positions";
+    int start = s2s_first_position(g, d, io, at);
+    int positions = s2s_positions(g, io, in.ids, start, at);
+    g_scope(g, "%s", at);
     int pos_embeds = g_embedding(g, "embedding", table, positions);
-    in.mask = decoder_mask(g, m, io, in.ids, start, positions);
+    in.mask = s2s_self_mask(g, d, io, in.ids, start, positions, "/model/decoder/attention_mask");
     g_scope(g, "/model/decoder/embed_tokens");
     int tokens = g_embedding(g, "embedding", embed, in.ids);
     g_scope(g, "/model/decoder");

@@ -1036,12 +1036,75 @@ static void cross_attention_everywhere(void **state)
         int mask = bad == 0 ? input(g, "attention_mask", FERRY_I64, 2, m2) : G_NONE;
         int past = bad == 1 ? input(g, "past", FERRY_F32, 4, kv4) : G_NONE;
         ao = (g_attn_opts){.num_heads = 2, .num_kv_heads = 2, .head_dim = 8, .scale = 0.35,
-                           .mask = bad == 0 ? G_MASK_PADDING : G_MASK_NONE,
+                           .mask = bad == 0 ? G_MASK_CAUSAL : G_MASK_NONE,
                            .cache = G_CACHE_CROSS, .sliding_window = bad == 2 ? 4 : 0};
         refused(g, g_attention(g, "attn", q, k, k, mask, past, past, G_NONE, &ao, NULL, NULL),
                 bad == 3 ? "head counts, head dim or batch disagree"
-                         : "takes a positive finite scale and no mask");
+                         : "no mask or a padding mask, and no window");
     }
+    /* an encoder's padding over the keys (T5's): masked in the generic lowering, which
+     * onnxruntime's fusions keep */
+    g = g_new();
+    int q = input(g, "q", FERRY_F32, 4, q4), k = input(g, "k", FERRY_F32, 4, kv4);
+    int mask = input(g, "encoder_attention_mask", FERRY_I64, 2, m2);
+    ao = (g_attn_opts){.num_heads = 2, .num_kv_heads = 2, .head_dim = 8, .scale = 0.35,
+                       .mask = G_MASK_PADDING, .cache = G_CACHE_CROSS};
+    g_output(g, g_attention(g, "attn", q, k, k, mask, G_NONE, G_NONE, G_NONE, &ao, NULL, NULL),
+             "y");
+    assert_true(g_ok(g));
+    ferry_export_config cfg;
+    g_target t;
+    ort_target_for("cpu", &cfg, &t);
+    low = legalize(g, &t);
+    assert_int_equal(count_extern(low, "MultiHeadAttention"), 0);
+    assert_int_equal(count_op(low, G_SOFTMAX), 1);
+    g_free(low);
+    g_free(g);
+}
+
+/* An additive bias [1, h, s, t] (T5's relative positions): added to the scaled scores in the
+ * generic lowering, to the mask's bias in OpenVINO's and torch's attention; refused when its
+ * shape is not the scores'. */
+static void attention_bias_everywhere(void **state)
+{
+    (void)state;
+    const int64_t q4[4] = {1, 3, 2, 8}, m2[2] = {1, 3}, b4[4] = {1, 2, 3, 3};
+    g_graph *g = g_new();
+    int q = input(g, "q", FERRY_F32, 4, q4), mask = input(g, "attention_mask", FERRY_I64, 2, m2);
+    int bias = input(g, "position_bias", FERRY_F32, 4, b4);
+    g_attn_opts ao = {.num_heads = 2, .num_kv_heads = 2, .head_dim = 8, .scale = 1.0,
+                      .mask = G_MASK_PADDING};
+    g_output(g, g_attention_biased(g, "attn", q, q, q, mask, G_NONE, G_NONE, G_NONE, bias, &ao,
+                                   NULL, NULL), "y");
+    assert_true(g_ok(g));
+    g_graph *low = legalize(g, &g_target_primitives);
+    assert_int_equal(count_op(low, G_SOFTMAX), 1);
+    assert_true(count_op(low, G_ADD) >= 2); /* the position bias, then the padding's */
+    g_free(low);
+    ferry_export_config cfg;
+    g_target t;
+    ort_target_for("cpu", &cfg, &t);
+    low = legalize(g, &t);
+    assert_int_equal(count_extern(low, "MultiHeadAttention"), 0); /* no fused kernel takes it */
+    g_free(low);
+    const g_target *sdpa_targets[2] = {&openvino_target, &torch_target};
+    for (int i = 0; i < 2; i++) {
+        low = legalize(g, sdpa_targets[i]);
+        const g_node *sdpa = nth(low, G_EXTERN, 0);
+        const g_value *b = &low->values[sdpa->in[3]];
+        assert_int_equal(b->shape.rank, 4); /* the mask's bias plus the position bias */
+        assert_true(g_dim_match(b->shape.d[1], g_dim_const(2)));
+        g_free(low);
+    }
+    g_free(g);
+    const int64_t wrong[4] = {1, 2, 3, 4};
+    g = g_new();
+    q = input(g, "q", FERRY_F32, 4, q4);
+    mask = input(g, "attention_mask", FERRY_I64, 2, m2);
+    bias = input(g, "position_bias", FERRY_F32, 4, wrong);
+    refused(g, g_attention_biased(g, "attn", q, q, q, mask, G_NONE, G_NONE, G_NONE, bias, &ao,
+                                  NULL, NULL),
+            "bias must be float [b or 1, heads, s, keys attended to]");
 }
 
 /* The new options print what tells two of them apart; a default rope prints as before. */
@@ -1099,6 +1162,7 @@ int main(void)
         cmocka_unit_test(rope_modes_refused_when_malformed),
         cmocka_unit_test(attention_without_mask_everywhere),
         cmocka_unit_test(cross_attention_everywhere),
+        cmocka_unit_test(attention_bias_everywhere),
         cmocka_unit_test(rope_modes_print),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

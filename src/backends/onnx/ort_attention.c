@@ -450,9 +450,13 @@ ferry_status ort_attention(g_lower_ctx *c, const g_node *n, int *outs)
     /* onnxruntime's CUDA GroupQueryAttention has fp16 and bf16 kernels only: at fp32 its nodes
      * would run on the CPU provider, and Qwen3's (q/k norms inside) on none */
     bool half = ort_cfg(c)->dtype == FERRY_F16 || ort_cfg(c)->dtype == FERRY_BF16;
+    /* a bias (T5's relative positions) goes to no fused kernel yet */
+    if (lw_in(c, n, 7) != G_NONE)
+        return lower_attention(c, n, outs);
     if (o->cache == G_CACHE_CROSS)
-        return o->num_heads == o->num_kv_heads ? ort_cross_mha(c, n, outs)
-                                               : lower_attention(c, n, outs);
+        return o->num_heads == o->num_kv_heads && o->mask == G_MASK_NONE
+                   ? ort_cross_mha(c, n, outs)
+                   : lower_attention(c, n, outs);
     if (o->cache != G_CACHE_NONE && o->mask != G_MASK_PADDING && provider != ORT_DML &&
         !(provider == ORT_CUDA && (prefill || !half)) &&
         o->head_dim % GQA_HEAD_MULTIPLE == 0)

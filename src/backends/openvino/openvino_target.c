@@ -200,6 +200,10 @@ static ferry_status ov_attention(g_lower_ctx *c, const g_node *n, int *outs)
      * scale input in its place */
     if (o->mask == G_MASK_NONE)
         bias = g_scalar_f(g, dt, 0.0);
+    int position_bias = lw_in(c, n, 7); /* [b or 1, h, s, t], added to the mask's */
+    if (position_bias != G_NONE)
+        bias = g_binary(g, G_ADD, "Add_position_bias", bias,
+                        g_cast(g, "Cast_position_bias", position_bias, dt));
     if (h != kvh) {
         k = repeat_kv(g, "k", k, h / kvh, h, d);
         v = repeat_kv(g, "v", v, h / kvh, h, d);

@@ -59,6 +59,11 @@ static ferry_status torch_attention(g_lower_ctx *c, const g_node *n, int *outs)
         return lower_attention_over(c, n, k, v, outs);
     ferry_dtype dt = g->values[q].dtype;
     int bias = lw_attention_bias(c, n, q, dt);
+    int position_bias = lw_in(c, n, 7); /* [b or 1, h, s, t], added to the mask's */
+    if (position_bias != G_NONE) {
+        int pb = g_cast(g, "cast_position_bias", position_bias, dt);
+        bias = bias == G_NONE ? pb : g_binary(g, G_ADD, "add_position_bias", bias, pb);
+    }
     int qt = g_transpose(g, "transpose_q", q, 4, to_bnsd);
     if (!g_ok(g))
         return g->err.status;

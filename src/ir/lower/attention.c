@@ -12,7 +12,8 @@
  *   q [b,s,h,d] ─transpose─reshape─> [b,kvh,g,s,d] ─matmul(Kᵀ [b,kvh,1,d,t])─mul(scale)
  *   ─[softcap]─cast(f32)─where(mask, ·, min)─softmax─cast─matmul(V [b,kvh,1,t,d])
  *   ─reshape [b,h,s,d]─transpose─reshape─> [b,s,h*d]
- * Scores are masked with the most negative finite fp32, not -inf: a fully masked row (a padding
+ * A bias input (T5's relative positions) is added to the scaled scores, in fp32, before the
+ * mask. Scores are masked with the most negative finite fp32, not -inf: a fully masked row (a padding
  * query) then softmaxes to a uniform row instead of NaN that would poison later layers. Added
  * as a bias (0 or that value) instead, a score of any magnitude short of 1e31 leaves the same
  * probabilities: a hidden one still rounds to that value. Without
@@ -153,6 +154,16 @@ static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v
     if (o->softcap > 0)
         scores = g_softcap(g, "softcap", scores, o->softcap);
     scores = g_cast(g, "Cast", scores, FERRY_F32);
+    int position_bias = lw_in(c, n, 7);
+    if (position_bias != G_NONE) {
+        /* [b or 1, h, s, t] as the scores' [b, kvh, groups, s, t] */
+        const g_shape *bs = &g->values[position_bias].shape;
+        g_dim b5[5] = {bs->d[0], g_dim_const(o->num_kv_heads), g_dim_const(groups), bs->d[2],
+                       bs->d[3]};
+        int b = g_reshape(g, "Reshape_position_bias",
+                          g_cast(g, "Cast_position_bias", position_bias, FERRY_F32), 5, b5);
+        scores = g_binary(g, G_ADD, "Add_position_bias", scores, b);
+    }
     if (add_bias) {
         /* a padding mask is the same for every query: added as transformers' encoders add it,
          * one broadcast add of [b, 1, 1, 1, t] instead of a select over every score; any mask
