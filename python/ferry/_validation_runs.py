@@ -50,8 +50,8 @@ class Run:
     # generate() does (Phi-3's LongRoPE switch): positions before it are eager's over the
     # shorter prefix, those from it on eager's over the whole sequence
     rerun_at: int = None
-    # an encoder-decoder's: the input_features its encoder was given (the eager model's too)
-    features: np.ndarray = None
+    # an encoder-decoder's: what its encoder was given ({input: array}; the eager model's too)
+    encoder_inputs: dict = None
 
 
 # --- example inputs ---------------------------------------------------------------------------
@@ -262,10 +262,10 @@ def _generation(loaded, manifest):
     then STEPS greedy steps through runners["decode"], the cache carried by the runners. An
     encoder-decoder's encoder first runs on seeded features (every decoder row unpadded, as its
     generate() feeds them)."""
-    from .whisper import WhisperRunners, is_encoder_decoder
+    from .seq2seq import is_encoder_decoder, runners_class
 
     if is_encoder_decoder(manifest):
-        return _seq2seq_generation(loaded, manifest, WhisperRunners)
+        return _seq2seq_generation(loaded, manifest, runners_class(manifest))
     runners = Runners(loaded.directory, manifest, "cpu", every_component=True)
     first = runners["prefill"].component
     cap = None
@@ -307,11 +307,19 @@ def _seq2seq_generation(loaded, manifest, runners_class):
     ids, _, _ = example_prompt(manifest, first, vocab_size(manifest, first, loaded.directory),
                                cap)
     mask = np.ones_like(ids)
-    shape = runners.features["shape"]
-    feats = np.random.default_rng(SEED).standard_normal(
-        (ids.shape[0], *shape[1:])).astype(np.float32)
-    runners.reset(ids.shape[0])
-    runners.set_features(feats)
+    rng = np.random.default_rng(SEED)
+    if hasattr(runners, "set_features"):  # speech: seeded features of the encoder's window
+        shape = runners.features["shape"]
+        inputs = {"input_features": rng.standard_normal(
+            (ids.shape[0], *shape[1:])).astype(np.float32)}
+        runners.set_features(inputs["input_features"])
+    else:  # text: a prompt of the decoder's length, the last row's end padded
+        encoder_ids = rng.integers(0, runners.vocab_size, size=ids.shape, dtype=np.int64)
+        encoder_mask = np.ones_like(encoder_ids)
+        if len(encoder_ids) > 1 and encoder_ids.shape[1] > 1:
+            encoder_mask[-1, -max(1, encoder_ids.shape[1] // 3):] = 0
+        inputs = {"input_ids": encoder_ids, "attention_mask": encoder_mask}
+        runners.set_inputs(encoder_ids, encoder_mask)
     if runners["prefill"].takes_prompts:
         logits = runners["prefill"](ids)
     else:  # a one-token decode over the prompt, token by token
@@ -324,7 +332,7 @@ def _seq2seq_generation(loaded, manifest, runners_class):
         mask = np.ones_like(ids)
         logits = runners["decode"](token)
         calls.append(Call(f"decode: logits, {STEPS} steps", ids.shape[1] - 1, logits))
-    return Run(calls, ids, mask, positions=False, features=feats)
+    return Run(calls, ids, mask, positions=False, encoder_inputs=inputs)
 
 
 def _read_config(directory):
@@ -443,15 +451,22 @@ def run_export(loaded, manifest):
 # --- the eager reference ----------------------------------------------------------------------
 
 
-def load_reference(checkpoint, revision=None, seq2seq=False):
+# the encoder-decoders ferry exports, by architecture: transformers' auto class of each
+SEQ2SEQ = {"WhisperForConditionalGeneration": "AutoModelForSpeechSeq2Seq",
+           "T5ForConditionalGeneration": "AutoModelForSeq2SeqLM"}
+
+
+def load_reference(checkpoint, revision=None, architecture=None):
     """transformers' eager model in float32 from `checkpoint` (a directory, or a hub id found in
-    the local cache: nothing is downloaded); an encoder-decoder's with `seq2seq`."""
+    the local cache: nothing is downloaded); an encoder-decoder's where `architecture` is one
+    (export.json's)."""
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoModelForSpeechSeq2Seq
+    from transformers import AutoModelForCausalLM
 
     transformers.utils.logging.disable_progress_bar()
-    auto = AutoModelForSpeechSeq2Seq if seq2seq else AutoModelForCausalLM
+    auto = (getattr(transformers, SEQ2SEQ[architecture]) if architecture in SEQ2SEQ
+            else AutoModelForCausalLM)
     try:
         model = auto.from_pretrained(
             checkpoint, revision=revision, dtype=torch.float32, attn_implementation="eager",
@@ -463,13 +478,13 @@ def load_reference(checkpoint, revision=None, seq2seq=False):
     return model.eval()
 
 
-def reference_seq2seq_logits(model, features, decoder_input_ids):
-    """float32 logits [batch, sequence, vocab] of the eager encoder-decoder over the features and
-    the decoder's tokens."""
+def reference_seq2seq_logits(model, encoder_inputs, decoder_input_ids):
+    """float32 logits [batch, sequence, vocab] of the eager encoder-decoder over its encoder's
+    inputs and the decoder's tokens."""
     import torch
 
     with torch.no_grad():
-        out = model(input_features=torch.from_numpy(features),
+        out = model(**{k: torch.from_numpy(v) for k, v in encoder_inputs.items()},
                     decoder_input_ids=torch.from_numpy(decoder_input_ids), use_cache=False)
     return out.logits.float().numpy()
 

@@ -255,7 +255,8 @@ class ExportedModel:
         if self._runners is None:
             from .runners import Runners
             from .vision_language import is_vision_language, runners_class
-            from .whisper import WhisperRunners, is_encoder_decoder
+            from .seq2seq import is_encoder_decoder
+            from .seq2seq import runners_class as seq2seq_runners
 
             self._live("run it")
             manifest = self.manifest
@@ -263,7 +264,7 @@ class ExportedModel:
             directory = self._saved_directory()
             self._check_files()
             made = (runners_class(manifest) if is_vision_language(manifest) else
-                    WhisperRunners if is_encoder_decoder(manifest) else Runners)
+                    seq2seq_runners(manifest) if is_encoder_decoder(manifest) else Runners)
             self._runners = made(directory, manifest, self._device)
         return self._runners
 
@@ -277,6 +278,7 @@ class ExportedModel:
         take turns: they share the runners' cache."""
         from .generation import generate
         from .vision_language import VisionLanguageRunners
+        from .seq2seq import T5Runners, generate_t5
         from .whisper import WhisperRunners
         from .whisper import generate as generate_whisper
 
@@ -295,6 +297,8 @@ class ExportedModel:
                                         **kwargs)
             if input_ids is None:
                 raise FerryError("generate() needs input_ids", status=1)
+            if isinstance(runners, T5Runners):
+                return generate_t5(runners, self.directory, input_ids, attention_mask, **kwargs)
             if isinstance(runners, VisionLanguageRunners):
                 images = {k: kwargs.pop(k) for k in runners.IMAGE_INPUTS if k in kwargs}
                 runners.set_images(**images)

@@ -147,9 +147,12 @@ def cross_source(name):
     """The encoder output an encoder-decoder's decoder input is fed, or None for any other
     input: past_key_values.<l>.cross_key (past_key_values_<l>_cross_key in torch's programs)
     is present.<l>.cross_key; encoder_hidden_states (a decoder that makes its own cross keys,
-    as openvino-genai's layout has it) is last_hidden_state."""
+    as openvino-genai's layout has it) is last_hidden_state; encoder_attention_mask (T5's) is
+    the encoder's attention_mask."""
     if name == "encoder_hidden_states":
         return "last_hidden_state"
+    if name == "encoder_attention_mask":  # the encoder's own input
+        return "attention_mask"
     match = _CROSS.fullmatch(name)
     return f"present.{match[1]}.cross_{match[2]}" if match else None
 

@@ -422,11 +422,12 @@ def validate(export_dir, model=None, atol=None, *, min_top1=None, revision=None,
         checkpoint, ref_revision, shown = _reference_checkpoint(manifest, model, revision)
         run, runtime = runs.run_export(loaded, manifest)
         _check_claims(fmt, directory, manifest)  # the programs ran: each can be read
-        seq2seq = run.features is not None
-        reference = runs.load_reference(checkpoint, ref_revision, seq2seq)
-        want = (runs.reference_seq2seq_logits(reference, run.features, run.input_ids) if seq2seq
-                else runs.reference_logits(reference, run.input_ids, run.attention_mask,
-                                           run.positions))
+        seq2seq = run.encoder_inputs is not None
+        reference = runs.load_reference(checkpoint, ref_revision,
+                                        manifest.get("architecture") if seq2seq else None)
+        want = (runs.reference_seq2seq_logits(reference, run.encoder_inputs, run.input_ids)
+                if seq2seq else runs.reference_logits(reference, run.input_ids,
+                                                      run.attention_mask, run.positions))
         if run.rerun_at:   # before the re-run, eager over the prefix the calls had seen
             before = run.rerun_at - 1
             want[:, :before] = runs.reference_logits(

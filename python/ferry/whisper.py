@@ -23,16 +23,13 @@ import numpy as np
 
 from ._lib import FerryError, _escape
 from .generation import _process, _sample, _warp, resolve
-from .runners import Runners, cross_source
-from .vision_language import _Stage
+from .seq2seq import Seq2SeqRunners
 
 # generation settings this module applies on top of ferry.generation's
 HANDLED = frozenset({"suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids", "language",
                      "task", "return_timestamps", "no_timestamps_token_id",
                      "decoder_start_token_id", "lang_to_id", "task_to_id", "is_multilingual",
                      "no_speech_threshold"})
-# the roles of the encoder: ferry's; openvino-genai's WhisperPipeline layout's
-ENCODER_ROLES = ("encoder", "encoder_model")
 # transformers' GenerationConfig default max_length, which counts the init tokens
 _DEFAULT_MAX_LENGTH = 20
 
@@ -41,34 +38,15 @@ def _fail(message, status=1):
     raise FerryError(message, status=status)
 
 
-def is_encoder_decoder(manifest):
-    """Whether an export's components are an encoder-decoder's (an encoder, then decoders)."""
-    return any(c.get("role") in ENCODER_ROLES for c in manifest.get("components", {}).values())
-
-
-class WhisperRunners(Runners):
+class WhisperRunners(Seq2SeqRunners):
     """Runners (prefill, decode) of a Whisper export, plus its encoder: set_features() runs the
     encoder and hands its cross cache to the decoders for the sequence reset() started."""
 
     def __init__(self, directory, manifest, device=None, every_component=False):
         super().__init__(directory, manifest, device, every_component)
-        comps = manifest.get("components", {})
-        encoder = next((n for n, c in comps.items() if c.get("role") in ENCODER_ROLES), None)
-        if encoder is None:
-            _fail("this export has no encoder component: export it again with this ferry", 4)
-        self.encoder = _Stage(directory, self.format, "encoder", comps[encoder], device)
         self.features = self.encoder.declared.get("input_features")
         if self.features is None:
             _fail("the encoder component takes no input_features", 3)
-        # the encoder output of each cross input: present.<l>.cross_key (present_<l>_cross_key
-        # in torch's programs, which name their outputs as identifiers)
-        outputs = {o.replace("_", "."): o for o in self.encoder.outputs}
-        self._sources = {n: outputs.get(cross_source(n).replace("_", "."))
-                         for n in self.cache.layout.cross}
-        missing = [n for n, source in self._sources.items() if source is None]
-        if missing:
-            _fail(f"the decoder takes {_escape(missing[0])}, which the encoder does not "
-                  "output: export it again with this ferry", 3)
 
     def set_features(self, input_features):
         """Runs the encoder on `input_features` (float [batch, num_mel_bins, frames]) and makes
@@ -96,13 +74,7 @@ class WhisperRunners(Runners):
                   f"{shape[1]} (num_mel_bins)")
         if not np.isfinite(feats).all():
             _fail("input_features holds NaN or infinite values")
-        if self.cache.batch != feats.shape[0]:
-            self.reset(feats.shape[0])
-        out = self.encoder({"input_features": np.ascontiguousarray(feats, dtype=dtype)})
-        layout = self.cache.layout
-        self.cache.fixed = {
-            name: layout.wrap(np.ascontiguousarray(out[self._sources[name]]), spec["dtype"])
-            for name, spec in layout.cross.items()}
+        self.encode({"input_features": np.ascontiguousarray(feats, dtype=dtype)})
 
 
 def _config(directory):
@@ -272,7 +244,6 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
                              f"generation to {width + new_tokens - 1} positions, past what the "
                              f"export takes (lower max_new_tokens); its last step would fail: "
                              f"{e}", status=e.status) from None
-    runners.reset(batch)
     runners.set_features(input_features)
     ids = np.tile(np.asarray(prompt, np.int64), (batch, 1))
     pad, eos = settings["pad_token_id"], settings["eos_token_id"]

@@ -243,9 +243,8 @@ void blk_cache_inputs(g_graph *g, const blk_lm *lm, const model_io *io, int l, i
     }
 }
 
-/* Declares the cache outputs of layer l as graph outputs and states. */
-static void cache_outputs(g_graph *g, const model_io *io, int l, int pk, int pv, int pos,
-                          int present_k, int present_v, int attn_out)
+void blk_cache_outputs(g_graph *g, const model_io *io, int l, int pk, int pv, int pos,
+                       int present_k, int present_v, int attn_out)
 {
     char name[96], state[96];
     bool in_place = io->cache == CACHE_STATIC;
@@ -385,7 +384,7 @@ int blk_attend(g_graph *g, const blk_lm *lm, int l, int q, int k, int v, const b
     int present_k, present_v;
     int a = g_attention(g, "attn", q, k, v, in->mask, pk, pv, pos, &ao, &present_k, &present_v);
     if (io->cache != CACHE_NONE)
-        cache_outputs(g, io, l, pk, pv, pos, present_k, present_v, a);
+        blk_cache_outputs(g, io, l, pk, pv, pos, present_k, present_v, a);
     return a;
 }
 

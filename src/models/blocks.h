@@ -247,6 +247,12 @@ int blk_attend(g_graph *g, const blk_lm *lm, int l, int q, int k, int v, const b
 void blk_cache_inputs(g_graph *g, const blk_lm *lm, const model_io *io, int l, int *pk, int *pv,
                       int *pos);
 
+/* Declares layer l's cache outputs (an attention's present key and value, and a static
+ * cache's next write position, read off `attn_out` so that it is written after every read of
+ * the old one) as graph outputs and states, paired with the inputs blk_cache_inputs made. */
+void blk_cache_outputs(g_graph *g, const model_io *io, int l, int pk, int pv, int pos,
+                       int present_k, int present_v, int attn_out);
+
 /* Layer l's gated MLP: down(act(gate(x)) * up(x)); declares its modules. */
 int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x);
 

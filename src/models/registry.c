@@ -12,7 +12,8 @@
     X(model_phi3) X(model_gpt2) X(model_gemma3_conditional) X(model_qwen3_moe)               \
     X(model_qwen2_moe) X(model_mixtral) X(model_qwen2_vl) X(model_qwen2_5_vl) X(model_smolvlm) \
     X(model_bert) X(model_bert_classifier) X(model_roberta) X(model_roberta_classifier)      \
-    X(model_xlm_roberta) X(model_distilbert) X(model_whisper)
+    X(model_xlm_roberta) X(model_distilbert) X(model_whisper)    \
+    X(model_t5)
 
 #define DECLARE(name) extern const model_arch name;
 FAMILIES(DECLARE)
