@@ -172,3 +172,40 @@ def test_validate(ckpt, tmp_path):
            "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
     rc, stdout, stderr = run_ferry("validate", out, env=env)
     assert rc == 0 and "PASS" in stdout and "decode: logits, 8 steps" in stdout, stdout + stderr
+
+
+def test_default_buckets_over_long_prompts(tmp_path):
+    """T5's own bucketing (32 buckets up to distance 128) over 150 encoder and 150 decoder
+    tokens, so that every bucket of both directions is read, the far ones past max_distance
+    too: the encoder's states and the prefill's logits are eager's (a bucket off by one
+    would move them by its table row)."""
+    import onnxruntime as ort
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_layers=1,
+                      num_decoder_layers=1, num_heads=4, decoder_start_token_id=0,
+                      pad_token_id=0, eos_token_id=1)
+    assert (config.relative_attention_num_buckets, config.relative_attention_max_distance) == \
+        (32, 128)
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(config).eval()
+    _init(model, 5)
+    model.save_pretrained(tmp_path / "ckpt")
+    out = ferry_export(tmp_path / "ckpt", tmp_path / "out", "--format", "onnx", *DYNAMIC)
+    gen = torch.Generator().manual_seed(6)
+    ids = torch.randint(2, VOCAB, (1, 150), generator=gen)
+    dec = torch.randint(2, VOCAB, (1, 150), generator=gen)
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        hidden = model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        want = model(encoder_outputs=(hidden,), attention_mask=mask, decoder_input_ids=dec).logits
+    encoder = ort.InferenceSession(str(out / "encoder.onnx"))
+    got = dict(zip([o.name for o in encoder.get_outputs()],
+                   encoder.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})))
+    np.testing.assert_allclose(got["last_hidden_state"], hidden.numpy(), atol=FP32_ATOL, rtol=0)
+    prefill = ort.InferenceSession(str(out / "prefill.onnx"))
+    feeds = {"input_ids": dec.numpy(), "encoder_attention_mask": mask.numpy(),
+             "past_key_values.0.cross_key": got["present.0.cross_key"],
+             "past_key_values.0.cross_value": got["present.0.cross_value"]}
+    logits = prefill.run(["logits"], feeds)[0]
+    np.testing.assert_allclose(logits, want.numpy(), atol=FP32_ATOL, rtol=0)
