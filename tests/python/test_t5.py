@@ -13,7 +13,7 @@ import torch
 from conftest import FP32_ATOL, ferry_export, read_safetensors, run_ferry, write_safetensors
 
 VOCAB = 96
-NEW_TOKENS = 16
+NEW_TOKENS = 24
 # prompts longer than relative_attention_max_distance (20): the far buckets are read too
 LENGTH = 26
 DYNAMIC = ("--dynamic", "--for-generation", "--quiet")
@@ -21,6 +21,7 @@ STATIC = ("--static-cache", "--max-cache-len", "40")
 FORMATS = {"onnx": ("--format", "onnx"),
            "onnx-fused": ("--format", "onnx", "--ort-fusions", "cpu"),
            "onnx-static": ("--format", "onnx", *STATIC),
+           "onnx-single-token": ("--format", "onnx", "--single-token-decode"),
            "openvino": ("--format", "openvino"),
            "openvino-stateless": ("--format", "openvino", "--disable-stateful"),
            "pt2": ("--format", "pt2", *STATIC),
@@ -159,15 +160,18 @@ def test_plain_export_refused(ckpt, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_validate(ckpt, tmp_path):
+@pytest.mark.parametrize("flags", [(), ("--quantize", "int4", "--block-size", "16")],
+                         ids=["fp32", "int4"])
+def test_validate(ckpt, tmp_path, flags):
     """`ferry validate`: a seeded prompt (its last row right-padded) through the encoder, then a
-    decoder prompt and 8 greedy steps, against the eager model's logits."""
+    decoder prompt and 8 greedy steps, against the eager model's logits (int4: by top-1
+    agreement)."""
     import os
     import sys
 
     from conftest import ROOT
 
-    out = ferry_export(ckpt[1], tmp_path / "out", "--format", "onnx", *DYNAMIC)
+    out = ferry_export(ckpt[1], tmp_path / "out", "--format", "onnx", *flags, *DYNAMIC)
     env = {"FERRY_PYTHON": sys.executable,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
     rc, stdout, stderr = run_ferry("validate", out, env=env)
