@@ -402,10 +402,11 @@ def main():
     p.add_argument("--encoder-reps", type=int, default=3, help="timed encoder calls (median)")
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved runtime rounds (median over them)")
-    p.add_argument("--latency-tries", type=int, default=2,
+    p.add_argument("--latency-tries", type=int, default=None,
                    help="in a round, an export measured while others used more than "
                         f"{CONTENDED} cores is measured again after waiting for a quiet "
-                        "machine, at most this many times in all (the least disturbed kept)")
+                        "machine, at most this many times in all (the least disturbed kept; "
+                        "default 2, 1 with --tiny)")
     p.add_argument("--resume", action="store_true",
                    help="keep the steps an interrupted run saved (whisper-results*.json.partial)")
     p.add_argument("--report-from", type=Path, metavar="RESULTS.json",
@@ -425,6 +426,7 @@ def main():
         print(f"wrote {args.md}")
         return
     args.repeats = args.repeats or (2 if args.tiny else 3)
+    args.latency_tries = args.latency_tries or (1 if args.tiny else 2)
     args.peer_timeout = args.peer_timeout or (900 if args.tiny else 3600)
     args.ferry, args.work = args.ferry.resolve(), args.work.resolve()
     args.optimum_work = (args.optimum_work or args.work).resolve()
@@ -966,8 +968,9 @@ def runtime_tables(data):
         L += ["ferry's other rows are its other forms of the same export (not peers): "
               "`--ort-fusions cpu` writes onnxruntime's contrib ops where it has them "
               "(MultiHeadAttention in the encoder; the graphs run on onnxruntime only), and its "
-              "int4 form MatMulNBits for the decoder's linear layers (the encoder stays fp32: "
-              "its last_hidden_state is fp32's, above). ferry's standard-ONNX int4 export "
+              "int4 form MatMulNBits for the decoder's linear layers (ferry's --quantize keeps the "
+              "encoder and the cross key/value projections float: its last_hidden_state is "
+              "fp32's, above). ferry's standard-ONNX int4 export "
               "(DequantizeLinear + MatMul) is in the export table but not timed: onnxruntime's "
               "CPU provider runs it unfused, dequantizing every weight each call.", ""]
     fails = [(n, c["error"]) for n, c in (rt.get("check") or {}).items() if c.get("error")]
