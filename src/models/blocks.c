@@ -505,3 +505,11 @@ void blk_graph_inputs(g_graph *g, const model_io *io, int64_t hidden, blk_inputs
     in->io = io;
 }
 
+void blk_logits_first(g_graph *g)
+{
+    if (!g_ok(g) || g->n_outputs < 2)
+        return;
+    int last = g->outputs[g->n_outputs - 1];
+    memmove(g->outputs + 1, g->outputs, (g->n_outputs - 1) * sizeof *g->outputs);
+    g->outputs[0] = last;
+}

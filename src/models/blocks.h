@@ -253,6 +253,10 @@ void blk_cache_inputs(g_graph *g, const blk_lm *lm, const model_io *io, int l, i
 void blk_cache_outputs(g_graph *g, const model_io *io, int l, int pk, int pv, int pos,
                        int present_k, int present_v, int attn_out);
 
+/* Moves the last graph output (the logits, declared after the cache outputs its layers made)
+ * first: logits, then the cache in layer order. */
+void blk_logits_first(g_graph *g);
+
 /* Layer l's gated MLP: down(act(gate(x)) * up(x)); declares its modules. */
 int blk_mlp(g_graph *g, const blk_lm *lm, const blk_layer *w, int l, int x);
 

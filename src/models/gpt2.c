@@ -352,12 +352,7 @@ static ferry_status gpt2_build(const void *hparams, ckpt *ck, const model_io *io
     }
     g->scope[0] = '\0';
     g_output(g, g_linear(g, "lm_head", x, head, G_NONE), "logits");
-    /* logits first, then the cache outputs in layer order */
-    if (g_ok(g) && g->n_outputs > 1) {
-        int last = g->outputs[g->n_outputs - 1];
-        memmove(g->outputs + 1, g->outputs, (g->n_outputs - 1) * sizeof *g->outputs);
-        g->outputs[0] = last;
-    }
+    blk_logits_first(g);
     if (!g_ok(g))
         return fy_fail(err, g->err.status, "%s", g->err.msg);
     return FERRY_OK;
