@@ -163,7 +163,7 @@ def is_plain_guard(text):
 # "__enum__" names, and transformers resolves and calls the class paths of its "_t" records
 # with (ctypes.CDLL and builtins.exec ran that way). Only the containers,
 # transformers' model outputs and its cache classes pass, and their contexts as written.
-_SPEC_TYPES = re.compile(r"builtins\.(tuple|list|dict)|transformers\.modeling_outputs\.[A-Za-z]+|"
+_SPEC_TYPES = re.compile(r"builtins\.(tuple|list|dict)|transformers\.modeling_outputs\.[A-Za-z][A-Za-z0-9]*|"
                          r"transformers\.cache_utils:[A-Za-z]+(Cache|Layer)")
 _CACHE_CLASS = re.compile(r"transformers\.cache_utils:[A-Za-z]+(Cache|Layer)")
 _CONTEXT_TAGS = frozenset(("tensor", "sym", "device", "dtype", "size", "items", "obj"))

@@ -70,11 +70,22 @@ class Seq2SeqRunners(Runners):
         super().reset(next(iter(feeds.values())).shape[0])
         out = self.encoder(feeds)
         layout = self.cache.layout
-        given = {name: out[source] for name, source in self._sources.items()}
+        given = {name: _as_declared(out[source], layout.cross[name]["dtype"])
+                 for name, source in self._sources.items()}
         given.update(extra or {})
         self.cache.fixed = {
             name: layout.wrap(np.ascontiguousarray(given[name]), spec["dtype"])
             for name, spec in layout.cross.items()}
+
+
+def _as_declared(array, dtype):
+    """An encoder output as the decoder's input `dtype` takes it: bfloat16 as its bits in
+    uint16 (the runtimes' wrap reads them so), from the float32 a stage hands back (exact: a
+    bfloat16 value is the top half of its float32)."""
+    array = np.asarray(array)
+    if dtype == "bfloat16" and array.dtype == np.float32:
+        return (np.ascontiguousarray(array).view(np.uint32) >> 16).astype(np.uint16)
+    return array
 
 
 class T5Runners(Seq2SeqRunners):

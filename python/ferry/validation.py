@@ -266,8 +266,19 @@ def _own_half_error(runs, reference, precision, want, run):
     import numpy as np
     import torch
 
-    half = runs.reference_logits(reference.to(getattr(torch, HALF_TYPES[precision])),
-                                 run.input_ids, run.attention_mask, run.positions)
+    reference = reference.to(getattr(torch, HALF_TYPES[precision]))
+    if run.encoder_inputs is not None:  # an encoder-decoder's, its float inputs in the half type
+        dtype = next(reference.parameters()).dtype
+        inputs = {k: (torch.from_numpy(v).to(dtype).float().numpy() if v.dtype.kind == "f"
+                      else v) for k, v in run.encoder_inputs.items()}
+        with torch.no_grad():
+            out = reference(**{k: torch.from_numpy(v).to(dtype) if v.dtype.kind == "f"
+                               else torch.from_numpy(v) for k, v in inputs.items()},
+                            decoder_input_ids=torch.from_numpy(run.input_ids), use_cache=False)
+        half = out.logits.float().numpy()
+    else:
+        half = runs.reference_logits(reference, run.input_ids, run.attention_mask,
+                                     run.positions)
     real = run.attention_mask == 1
     error = float(np.abs(half[real] - want[real]).max())
     return error if np.isfinite(error) else 0.0

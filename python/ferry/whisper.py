@@ -30,7 +30,7 @@ HANDLED = frozenset({"suppress_tokens", "begin_suppress_tokens", "forced_decoder
                      "task", "return_timestamps", "no_timestamps_token_id",
                      "decoder_start_token_id", "lang_to_id", "task_to_id", "is_multilingual",
                      "no_speech_threshold"})
-# transformers' GenerationConfig default max_length, which counts the init tokens
+# transformers' GenerationConfig default max_length, which Whisper counts after the init tokens
 _DEFAULT_MAX_LENGTH = 20
 
 
@@ -203,6 +203,11 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
     settings = resolve(directory, kwargs, HANDLED)
     vocab = runners.vocab_size
     _check(settings, vocab)
+    sampling = [k for k in ("do_sample", "temperature") if k in kwargs]
+    if sampling:
+        _fail(f"{sampling[0]}= is not supported by ferry's Whisper generate(), which decodes "
+              "greedily (transformers' Whisper samples when temperature > 0, whatever "
+              "do_sample says, and falls back over a list of temperatures); leave it unset", 4)
     if settings["return_timestamps"]:
         _fail("return_timestamps=True is not supported by ferry's Whisper generate(), which "
               "decodes without timestamps (<|notimestamps|>); leave it unset or False", 4)
@@ -216,11 +221,11 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
     limit = config.get("max_target_positions")
     new_tokens = settings["max_new_tokens"]
     if new_tokens is None:
-        max_length = settings["max_length"] or _DEFAULT_MAX_LENGTH
-        new_tokens = max_length - width
-        if new_tokens < 1:
-            _fail(f"max_length {max_length} leaves no room for new tokens after the "
-                  f"{width} init tokens: pass max_new_tokens")
+        # transformers' Whisper counts max_length after the init tokens, up to
+        # max_target_positions (_set_max_new_tokens_and_length)
+        new_tokens = settings["max_length"] or _DEFAULT_MAX_LENGTH
+        if isinstance(limit, int):
+            new_tokens = min(new_tokens, limit - width)
     if isinstance(limit, int) and width + new_tokens > limit:
         _fail(f"{width} init tokens and {new_tokens} new tokens need {width + new_tokens} "
               f"positions, past max_target_positions ({limit}) of config.json (transformers "

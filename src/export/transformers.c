@@ -163,6 +163,11 @@ const char *tf_unsupported(const struct ferry_exported *e)
                 return why;
             }
         }
+        if (!g->output_class) {
+            snprintf(why, sizeof why, "component '%s' returns what no transformers ModelOutput "
+                     "class holds", c->name);
+            return why;
+        }
         /* transformers' torch runner returns what the program returns */
         if (e->cfg.format == FERRY_FORMAT_PT2 &&
             !be_option_value(&e->cfg, e->backend, "model_output")) {

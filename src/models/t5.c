@@ -29,7 +29,6 @@
 
 #define T5_MODULE "transformers.models.t5.modeling_t5."
 #define RELU_CLASS "torch.nn.modules.activation.ReLU"
-#define OUTPUT_ENCODER "transformers.modeling_outputs.BaseModelOutput"
 #define OUTPUT_SEQ2SEQ "transformers.modeling_outputs.Seq2SeqLMOutput"
 
 enum { T5_AXIS_BATCH, T5_AXIS_SEQUENCE, T5_AXIS_ENCODER, T5_N_AXES };
@@ -143,11 +142,14 @@ static ferry_status read_config(const model_config *cfg, t5 *m, fy_err *err)
         return fy_fail(err, FERRY_ERR_FORMAT, "%s: key 'scale_decoder_outputs' must be true or "
                        "false", origin);
     m->scale_outputs = scale ? cJSON_IsTrue(scale) : !cJSON_IsFalse(tie);
-    if (m->max_distance <= m->buckets / 4)
-        return fy_fail(err, FERRY_ERR_FORMAT, "%s: relative_attention_max_distance (%lld) must "
-                       "be more than relative_attention_num_buckets / 4 (%lld): the buckets "
-                       "past the exact ones grow logarithmically up to it", origin,
-                       (long long)m->max_distance, (long long)(m->buckets / 4));
+    /* the decoder's exact buckets cover distances below num_buckets / 2, the encoder's below
+     * num_buckets / 4: a max_distance within them makes transformers' logarithmic buckets
+     * negative or undefined (a log of a ratio under 1), which ferry's table would not match */
+    if (m->max_distance <= m->buckets / 2)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s: relative_attention_max_distance (%lld) "
+                       "must be more than relative_attention_num_buckets / 2 (%lld): the "
+                       "decoder's buckets past the exact ones grow logarithmically up to it",
+                       origin, (long long)m->max_distance, (long long)(m->buckets / 2));
     d->hidden = m->d_model;
     d->n_heads = d->n_kv_heads = heads;
     d->head_dim = d_kv;
@@ -207,8 +209,9 @@ static ferry_status t5_plan(const void *hparams, const model_plan_request *rq, m
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s in fp16: transformers clamps T5's fp16 "
                        "states to a bound that depends on whether any is infinite, which ferry "
                        "does not reproduce; export fp32 or bf16", rq->arch->architecture);
+    /* the encoder returns the cross cache beside last_hidden_state: no ModelOutput class of
+     * transformers' holds both */
     static const s2s_layout layout = {.encoder_name = "encoder", .encoder_component = "encoder",
-                                      .encoder_output = OUTPUT_ENCODER,
                                       .decoder_output = OUTPUT_SEQ2SEQ};
     return s2s_plan(rq, &layout, model_plan_axis(rq, "encoder_sequence"), out, err);
 }

@@ -15,7 +15,8 @@
  * LayerNorm. transformers takes exactly 2 * max_source_positions mel frames (30 s of audio):
  * the graph takes that many, fixed.
  *
- * The decoder: token embedding (times sqrt(d_model) with scale_embedding) plus learned
+ * The decoder: token embedding (unscaled: transformers 5 reads scale_embedding and never
+ * applies it) plus learned
  * positions, N pre-norm layers of causal self-attention with the cache, cross-attention over
  * the cross cache and the MLP, a final LayerNorm and proj_out, tied to the token embedding by
  * default. As transformers' generate() calls it, it takes no attention mask and no
@@ -45,7 +46,6 @@ typedef struct whisper {
     blk_lm dec;
     int64_t enc_layers, enc_heads, enc_head_dim, enc_ff;
     int64_t mel_bins, source_positions;
-    bool scale_embedding;
 } whisper;
 
 static const blk_names NAMES = {.embed = "model.decoder.embed_tokens.weight",
@@ -90,8 +90,6 @@ static ferry_status read_config(const model_config *cfg, whisper *m, fy_err *err
                            &m->source_positions, err)) ||
         (st = json_get_int(c, "max_target_positions", false, 448, 1, LM_MAX_POSITIONS, origin,
                            &d->max_position_embeddings, err)) ||
-        (st = json_get_bool(c, "scale_embedding", false, false, origin, &m->scale_embedding,
-                            err)) ||
         (st = json_get_bool(c, "tie_word_embeddings", false, true, origin, &d->tie_embeddings,
                             err)) ||
         (st = json_get_string(c, "activation_function", false, "gelu", origin, act, sizeof act,
@@ -143,6 +141,12 @@ static ferry_status whisper_plan(const void *hparams, const model_plan_request *
                                  model_plan *out, fy_err *err)
 {
     (void)hparams;
+    /* XNNPACK's and the portable kernels' fp16 overflow in the encoder's last norm (tiny.en's
+     * states reach 626, whose square fp16 cannot hold): NaN from every call */
+    if (rq->gen && rq->cfg->dtype == FERRY_F16 && strcmp(rq->format, "executorch") == 0)
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s on executorch in fp16: ExecuTorch's fp16 "
+                       "kernels overflow in the encoder's layer norms (tiny.en's encoder gives "
+                       "NaN); export fp32", rq->arch->architecture);
     if (rq->gen && rq->single_graph && rq->cfg->dtype != FERRY_F32)
         return fy_fail(err, FERRY_ERR_UNSUPPORTED, "%s on %s: openvino-genai's WhisperPipeline "
                        "hands the encoder's f32 output to the stateful decoder, so it is "
@@ -155,10 +159,11 @@ static ferry_status whisper_plan(const void *hparams, const model_plan_request *
      * encoder's output, its self-attention cache in the model's variables. The encoder runs
      * once an input: quantizing it saves little time and costs words (tiny.en int4 heard
      * "roundfog stump" for "brown fox jump"), so only the decoders' linears are. */
+    /* ferry's encoder returns the cross cache beside last_hidden_state: no ModelOutput class
+     * of transformers' holds both */
     static const s2s_layout ferry_layout = {
         .encoder_name = "encoder", .encoder_component = "encoder",
-        .encoder_output = OUTPUT_ENCODER, .decoder_output = OUTPUT_SEQ2SEQ,
-        .encoder_float = true};
+        .decoder_output = OUTPUT_SEQ2SEQ, .encoder_float = true};
     static const s2s_layout genai_layout = {
         .encoder_name = "encoder_model", .encoder_component = "genai_encoder",
         .encoder_output = OUTPUT_ENCODER, .decoder_name = "decoder_model",
@@ -560,9 +565,6 @@ static ferry_status build_decoder(const whisper *m, ckpt *ck, const model_io *io
     g_scope(g, "/model/decoder/embed_tokens");
     int tokens = g_embedding(g, "embedding", embed, in.ids);
     g_scope(g, "/model/decoder");
-    if (m->scale_embedding)
-        tokens = g_binary(g, G_MUL, "embed_scale", tokens,
-                          g_scalar_f(g, dt, sqrt((double)h)));
     int res = g_binary(g, G_ADD, "add", tokens, pos_embeds);
     layer_w w;
     if (bind_layer(g, ck, m, "decoder", 0, dt, &w, err) != FERRY_OK)

@@ -213,3 +213,28 @@ def test_default_buckets_over_long_prompts(tmp_path):
              "past_key_values.0.cross_value": got["present.0.cross_value"]}
     logits = prefill.run(["logits"], feeds)[0]
     np.testing.assert_allclose(logits, want.numpy(), atol=FP32_ATOL, rtol=0)
+
+
+def test_max_distance_within_the_exact_buckets_refused(tmp_path):
+    """A max_distance within the decoder's exact buckets (num_buckets / 2) makes transformers'
+    logarithmic buckets undefined: refused by name, nothing written."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_layers=1, num_heads=4,
+                      relative_attention_num_buckets=32, relative_attention_max_distance=16)
+    T5ForConditionalGeneration(config).save_pretrained(tmp_path / "ckpt")
+    rc, _, stderr = run_ferry("export", tmp_path / "ckpt", tmp_path / "out", *DYNAMIC)
+    assert rc != 0 and "relative_attention_max_distance (16) must be more than" in stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_bf16_torch_program_generates(ckpt, tmp_path):
+    """A bf16 pt2 export: the encoder's bf16 cross cache reaches the decoders as bf16 (the
+    stage hands float32 back) and generate() runs to the end."""
+    from ferry import ExportedModel
+
+    out = ferry_export(ckpt[1], tmp_path / "out", "--format", "pt2", *STATIC, "--dtype", "bf16",
+                       *DYNAMIC)
+    ids, mask = prompt(2, seed=3)
+    got = ExportedModel.from_pretrained(out).generate(ids, attention_mask=mask, max_new_tokens=6)
+    assert got.shape == (2, 7) and (got[:, 0] == 0).all()

@@ -179,12 +179,15 @@ def onnx_export(ckpt, tmp_path_factory):
      "return_timestamps=True is not supported"),
     (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES), num_beams=2),
      "num_beams=2 (keyword argument) is not supported"),
+    (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES), do_sample=True),
+     "do_sample= is not supported by ferry's Whisper generate()"),
     (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES), language="en"),
      "has no lang_to_id"),
     (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES), max_new_tokens=39),
      "past max_target_positions (40)"),
     (dict(input_ids=torch.ones(1, 2, dtype=torch.long)), "takes input_features"),
-], ids=["too-long", "mel-bins", "timestamps", "beams", "language", "past-positions", "ids"])
+], ids=["too-long", "mel-bins", "timestamps", "beams", "sampling", "language", "past-positions",
+        "ids"])
 def test_generate_refusals(onnx_export, call, needle):
     from ferry import FerryError
 
@@ -319,3 +322,14 @@ def export_env():
     return {"FERRY_PYTHON": sys.executable,
             "PYTHONPATH": os.pathsep.join([str(ROOT / "python"),
                                            os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.mark.parametrize("max_length", [5, 10])
+def test_max_length_counts_after_the_init_tokens(onnx_export, model, max_length):
+    """transformers' Whisper reads max_length as the new tokens' count (it adds the init
+    tokens), up to max_target_positions."""
+    feats = features(2, seed=11)
+    with torch.no_grad():
+        want = model.generate(feats, max_length=max_length)
+    assert onnx_export.generate(input_features=feats, max_length=max_length).tolist() == \
+        want.tolist()

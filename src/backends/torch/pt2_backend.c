@@ -68,7 +68,11 @@ static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_er
     /* the outputs left are the fields of the family's ModelOutput class (the cache it would
      * return is written into the caller's tensors instead) */
     if (model_output(cfg) && !g->output_class)
-        return fy_fail(err, FERRY_ERR_INTERNAL, "model_output: the graph has no output class");
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "model_output (--model-output): a component "
+                       "of this export returns what no transformers ModelOutput class holds (an "
+                       "encoder-decoder's encoder returns its cross cache beside "
+                       "last_hidden_state; a vision-language model's embedding, the tensor "
+                       "alone): export without it");
     if (aten_refine_shapes(g, err) != FERRY_OK)
         return err->status;
     return g_check(g, err);
