@@ -1,6 +1,7 @@
 """generate() of a Whisper export (components encoder, prefill and decode; src/models/whisper.c),
 as transformers' WhisperForConditionalGeneration.generate() runs short-form audio (up to 30 s,
-the encoder's window) with greedy search or sampling:
+the encoder's window) with greedy search (do_sample and temperature, which its Whisper reads
+by rules of its own, are refused):
 
   encoder   input_features [batch, num_mel_bins, 3000] (what WhisperFeatureExtractor returns)
             -> each decoder layer's cross-attention keys and values, made once a sequence and
