@@ -268,12 +268,7 @@ def _generation(loaded, manifest):
         return _seq2seq_generation(loaded, manifest, runners_class(manifest))
     runners = Runners(loaded.directory, manifest, "cpu", every_component=True)
     first = runners["prefill"].component
-    cap = None
-    if runners.max_cache_len is not None:
-        cap = int(runners.max_cache_len) - STEPS
-        if cap < 1:
-            raise CannotValidate(f"max_cache_len {runners.max_cache_len} leaves no room for a "
-                                 f"prompt and {STEPS} decode steps", status=4)
+    cap = _prompt_cap(runners)
     ids, mask, _ = example_prompt(manifest, first, vocab_size(manifest, first, loaded.directory),
                                   cap)
     rerun_at = rerun_length(_read_config(loaded.directory))
@@ -295,15 +290,21 @@ def _generation(loaded, manifest):
     return Run(calls, ids, mask, rerun_at=ran_again)
 
 
+def _prompt_cap(runners):
+    """The longest prompt a static cache leaves STEPS decode steps after (None: no bound)."""
+    if runners.max_cache_len is None:
+        return None
+    cap = int(runners.max_cache_len) - STEPS
+    if cap < 1:
+        raise CannotValidate(f"max_cache_len {runners.max_cache_len} leaves no room for a "
+                             f"prompt and {STEPS} decode steps", status=4)
+    return cap
+
+
 def _seq2seq_generation(loaded, manifest, runners_class):
     runners = runners_class(loaded.directory, manifest, "cpu", every_component=True)
     first = runners["prefill"].component
-    cap = None
-    if runners.max_cache_len is not None:
-        cap = int(runners.max_cache_len) - STEPS
-        if cap < 1:
-            raise CannotValidate(f"max_cache_len {runners.max_cache_len} leaves no room for a "
-                                 f"prompt and {STEPS} decode steps", status=4)
+    cap = _prompt_cap(runners)
     ids, _, _ = example_prompt(manifest, first, vocab_size(manifest, first, loaded.directory),
                                cap)
     mask = np.ones_like(ids)
