@@ -9,7 +9,7 @@
  *
  * Grouped-query attention without repeating K/V: queries are grouped per kv head and matmul
  * broadcasts K/V over the group axis.
- *   q [b,s,h,d] ─transpose─reshape─> [b,kvh,g,s,d] ─matmul(Kᵀ [b,kvh,1,d,t])─mul(scale)
+ *   q [b,s,h,d] ─mul(scale)─transpose─reshape─> [b,kvh,g,s,d] ─matmul(Kᵀ [b,kvh,1,d,t])
  *   ─[softcap]─cast(f32)─where(mask, ·, min)─softmax─cast─matmul(V [b,kvh,1,t,d])
  *   ─reshape [b,h,s,d]─transpose─reshape─> [b,s,h*d]
  * A bias input (T5's relative positions) is added to the scaled scores, in fp32, before the
@@ -127,6 +127,12 @@ static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v
     bool add_bias = o->mask == G_MASK_PADDING || (added_mask && o->mask != G_MASK_NONE);
     int m = o->mask == G_MASK_NONE ? G_NONE
                                    : lw_attention_mask(c, mask, q, pos, o->mask, o->sliding_window);
+    /* the scale goes on the queries, s x d values instead of s x t scores, and where
+     * onnxruntime cannot fold it into the scores' matmul as alpha: its one-query matmul with an
+     * alpha takes half as long again as without (Whisper's cross attention each step). A
+     * power-of-two scale (head_dim 64, 256) gives the same bits either way. */
+    if (o->scale != 1.0)
+        q = g_binary(g, G_MUL, "Mul_scale", q, g_scalar_f(g, dt, o->scale));
     int qt = g_reshape_spec(g, "Reshape_q", g_transpose(g, "Transpose_q", q, 4, to_bnsd), 5, q5);
     int scores, vt;
     if (keys_first) {
@@ -145,12 +151,15 @@ static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v
         scores = g_reshape(g, "Reshape_scores", s4, 5, s5);
         vt = g_unsqueeze(g, "Unsqueeze_v", v, 1, &two);
     } else {
-        int kt = g_unsqueeze(g, "Unsqueeze_k", g_transpose(g, "Transpose_kt", k, 4, p0132), 1,
-                             &two);
+        /* the group axis first and the transpose last, straight into the matmul: runtimes
+         * fold a transpose of the last two axes into the matmul (onnxruntime's FusedMatMul
+         * transB, OpenVINO's transpose_b) instead of copying every key each call */
+        int64_t p01243[5] = {0, 1, 2, 4, 3};
+        int kt = g_transpose(g, "Transpose_kt", g_unsqueeze(g, "Unsqueeze_k", k, 1, &two), 5,
+                             p01243);
         vt = g_unsqueeze(g, "Unsqueeze_v", v, 1, &two);
         scores = g_matmul(g, "MatMul", qt, kt, false);
     }
-    scores = g_binary(g, G_MUL, "Mul_scale", scores, g_scalar_f(g, dt, o->scale));
     if (o->softcap > 0)
         scores = g_softcap(g, "softcap", scores, o->softcap);
     scores = g_cast(g, "Cast", scores, FERRY_F32);
