@@ -296,7 +296,10 @@ class ExportedModel:
                 return generate_whisper(runners, self.directory, kwargs.pop("input_features"),
                                         **kwargs)
             if input_ids is None:
-                raise FerryError("generate() needs input_ids", status=1)
+                wrong = next((k for k in ("input_features", "inputs_embeds") if k in kwargs),
+                             None)
+                raise FerryError("generate() needs input_ids" + (
+                    f" (this export takes token ids, not {wrong})" if wrong else ""), status=1)
             if isinstance(runners, T5Runners):
                 return generate_t5(runners, self.directory, input_ids, attention_mask, **kwargs)
             if isinstance(runners, VisionLanguageRunners):

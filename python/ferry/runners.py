@@ -85,8 +85,12 @@ class _Cache:
         self.layout, self.batch, self.length, self.epoch = layout, None, 0, 0
         self.values, self.buffers = {}, {}
         # inputs every call is fed as they are (an encoder-decoder's cross cache, which its
-        # encoder made for this sequence): name -> the runtime's value, set after reset()
+        # encoder made for this sequence): name -> the runtime's value, set after reset();
+        # `encoder_call` is the call that makes them, for a message
         self.fixed = {}
+        self.encoder_call = "generate()"
+        # the rows of the decoder's learned position table (_position_table), or None
+        self.position_limit = None
 
     def reset(self, batch):
         self.batch, self.length, self.epoch = batch, 0, self.epoch + 1
@@ -247,6 +251,11 @@ class Runner:
                 _fail(f"{self.component}: the static cache has {slots} slots (max_cache_len), "
                       f"but {past} cached + {query} new tokens need {past + query}", 1)
             want["attention_mask"] = [batch, 1, query, slots]
+        limit = self._cache.position_limit
+        if limit is not None and past + query > limit:
+            _fail(f"{self.component}: {past} cached + {query} new tokens need {past + query} "
+                  f"positions, past the {limit} of the decoder's position embeddings "
+                  "(config.json): start a new sequence (reset())", 1)
         for name, dims in want.items():
             declared = self._inputs.get(name, {}).get("shape", dims)
             if any(axis_refusal(got, dim, self._symbols) for got, dim in zip(dims, declared)):
@@ -269,7 +278,7 @@ class Runner:
         if missing:
             _fail(f"{self.component} takes the cross-attention cache "
                   f"({_escape(missing[0])}, ...), which the encoder makes: run the encoder for "
-                  "this sequence first (generate(input_features=...))", 1)
+                  f"this sequence first ({self._cache.encoder_call})", 1)
         feeds.update({n: self._cache.fixed[n] for n in cross})
         return feeds
 
@@ -484,6 +493,22 @@ TRANSFORMERS_GENERATION = (
     "transformers.exporters.ExportedModel, or export with ferry's --for-generation")
 
 
+# the decoders that read a learned position table, and config.json's key for its rows
+_POSITION_TABLES = {"WhisperForConditionalGeneration": "max_target_positions",
+                    "GPT2LMHeadModel": "n_positions"}
+
+
+def _position_table(directory, manifest):
+    """The rows of the decoder's learned position table, where it has one: a longer sequence
+    has no positions (onnxruntime then fails inside the graph, OpenVINO's Gather reads zeros and
+    runs on with wrong logits), so the runners refuse it. None: no such table."""
+    from .generation import _read_json
+
+    key = _POSITION_TABLES.get(manifest.get("architecture"))
+    rows = _read_json(Path(directory) / "config.json").get(key) if key else None
+    return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 else None
+
+
 class Runners(Mapping):
     """{"prefill": Runner, "decode": Runner} of a saved generation export (`directory` and its
     parsed export.json); see the module's docstring. `components` lists the components loaded
@@ -520,6 +545,7 @@ class Runners(Mapping):
         wrap = {"openvino": _wrap_numpy, "pt2": _torch_wrapper(device),
                 "executorch": _torch_wrapper(None)}.get(self.format, _wrap_ortvalue)
         self.cache = _Cache(_CacheLayout(decode_name, decode_meta, wrap, stateful))
+        self.cache.position_limit = _position_table(self.directory, manifest)
         decode_query = next((i["shape"][1] for i in decode_meta["inputs"]
                              if i["name"] == "input_ids"), 1)
         names = [decode_name]

@@ -39,8 +39,11 @@ class Seq2SeqRunners(Runners):
     stage called with {input: array}); encode() runs it and hands its outputs to the decoders
     for the sequence reset() started."""
 
+    ENCODER_CALL = "generate()"  # what runs the encoder, as a message names it
+
     def __init__(self, directory, manifest, device=None, every_component=False):
         super().__init__(directory, manifest, device, every_component)
+        self.cache.encoder_call = self.ENCODER_CALL
         comps = manifest.get("components", {})
         encoder = next((n for n, c in comps.items() if c.get("role") in ENCODER_ROLES), None)
         if encoder is None:
@@ -91,6 +94,8 @@ def _as_declared(array, dtype):
 class T5Runners(Seq2SeqRunners):
     """A T5 export's runners: set_inputs() runs the encoder over the prompt."""
 
+    ENCODER_CALL = "runners.set_inputs(input_ids, attention_mask), or generate(input_ids)"
+
     def set_inputs(self, input_ids, attention_mask=None):
         """Runs the encoder on the prompt (int64 [batch, sequence] and its mask, ones where
         None) for the next decoder sequence."""
@@ -101,7 +106,8 @@ class T5Runners(Seq2SeqRunners):
         mask = (np.ones_like(ids) if attention_mask is None
                 else int_matrix(attention_mask, "attention_mask", mask=True))
         if mask.shape != ids.shape:
-            _fail(f"attention_mask has shape {list(mask.shape)}, input_ids {list(ids.shape)}")
+            _fail(f"attention_mask has shape {list(mask.shape)}, but input_ids "
+                  f"{list(ids.shape)}: one mask entry a token")
         vocab = self.vocab_size
         if ids.min() < 0 or ids.max() >= vocab:
             _fail(f"input_ids holds token ids outside the vocabulary (0..{vocab - 1})")

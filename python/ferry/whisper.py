@@ -10,10 +10,14 @@ by rules of its own, are refused):
             (language=, task=, or the generation config's forced_decoder_ids), then
             <|notimestamps|>, as transformers' _retrieve_init_tokens lays them out
   loop      begin_suppress_tokens masked at the first generated token, suppress_tokens at every
-            one, then the logits processors and warpers of ferry.generation
+            one, then the logits processors of ferry.generation, then the most likely token.
+            A generation_config.json's do_sample does not make it sample: transformers'
+            Whisper samples only for a temperature given to generate(), and resets do_sample.
 
 The result is the generated tokens alone [batch, new], without the init tokens and each row's
-final eos, right-padded with pad_token_id, as transformers returns them. Timestamps (return_timestamps=True) and language detection (a multilingual model
+final eos (when eos_token_id is one id; a list of them drops none, as transformers' comparison
+of the last token with the list never holds), right-padded with pad_token_id, as transformers
+returns them. Timestamps (return_timestamps=True) and language detection (a multilingual model
 called without language=) are refused by name; so is audio longer than the encoder's window,
 which transformers decodes segment by segment."""
 
@@ -23,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ._lib import FerryError, _escape
-from .generation import _process, _sample, _warp, resolve
+from .generation import _process, resolve
 from .seq2seq import Seq2SeqRunners
 
 # generation settings this module applies on top of ferry.generation's
@@ -42,6 +46,8 @@ def _fail(message, status=1):
 class WhisperRunners(Seq2SeqRunners):
     """Runners (prefill, decode) of a Whisper export, plus its encoder: set_features() runs the
     encoder and hands its cross cache to the decoders for the sequence reset() started."""
+
+    ENCODER_CALL = "runners.set_features(input_features), or generate(input_features=...)"
 
     def __init__(self, directory, manifest, device=None, every_component=False):
         super().__init__(directory, manifest, device, every_component)
@@ -175,18 +181,27 @@ def _id_list(value, what, vocab):
     return [_token(t, what, vocab) for t in value]
 
 
+def _one_id(value):
+    """eos_token_id as transformers' Whisper compares a token with it: one id, or None for a
+    list (a tensor element never equals a Python list)."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    return int(value) if isinstance(value, (int, np.integer)) and \
+        not isinstance(value, bool) else None
+
+
 def _as_transformers_returns(rows, pad, eos):
     """Each row's tokens as WhisperForConditionalGeneration.generate() returns them
     (generate_with_fallback, then _pad_to_max_length): a row that ends in pad_token_id loses
     as many tokens from its end as it holds pad ids (one fewer when pad is also eos, whose
     last copy it then takes off as the eos), a final eos is dropped, and the rows are
-    right-padded with pad_token_id to the longest."""
+    right-padded with pad_token_id to the longest. `eos` is _one_id()'s: None drops no eos."""
     kept = []
     for row in rows.tolist():
         if row and pad is not None and row[-1] == pad:
-            drop = row.count(pad) - (1 if pad in eos else 0)
+            drop = row.count(pad) - (1 if pad == eos else 0)
             row = row[:len(row) - drop] if drop > 0 else row
-        if row and row[-1] in eos:
+        if row and eos is not None and row[-1] == eos:
             row = row[:-1]
         kept.append(row)
     width = max(len(row) for row in kept)
@@ -203,6 +218,7 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
     torch_input = type(input_features).__module__.split(".")[0] == "torch"
     settings = resolve(directory, kwargs, HANDLED)
     vocab = runners.vocab_size
+    returned_eos = _one_id(settings["eos_token_id"])
     _check(settings, vocab)
     sampling = [k for k in ("do_sample", "temperature") if k in kwargs]
     if sampling:
@@ -235,7 +251,6 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
         settings["min_length"] = width + settings["min_new_tokens"]
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         _fail(f"seed must be an integer, not {seed!r}")
-    rng = np.random.default_rng(seed) if settings["do_sample"] else None
 
     batch = int(np.shape(input_features)[0]) if np.ndim(input_features) == 3 else 0
     if batch < 1:
@@ -263,7 +278,7 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
             scores = scores.copy()
             scores[:, masked] = -np.inf
         scores = _process(scores, sequences, settings, starts)
-        token = _sample(_warp(scores, settings), rng) if rng is not None else scores.argmax(-1)
+        token = scores.argmax(-1)
         if eos:
             token = np.where(unfinished, token, pad)
         sequences = np.concatenate([sequences, token[:, None].astype(np.int64)], axis=1)
@@ -272,7 +287,7 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
         if step == new_tokens - 1 or not unfinished.any():
             break
         logits = runners["decode"](sequences[:, -1:])
-    generated = _as_transformers_returns(sequences[:, width:], pad, eos)
+    generated = _as_transformers_returns(sequences[:, width:], pad, returned_eos)
     if torch_input:
         import torch
 

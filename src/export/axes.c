@@ -239,8 +239,8 @@ static void record_examples(ferry_export_config *cfg, const model_arch *arch, un
 }
 
 ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, unsigned takes,
-                              int64_t sequence_cap, int64_t model_max, g_symtab *syms,
-                              exp_axes *out, fy_err *err)
+                              int64_t sequence_cap, int64_t model_max, int64_t prompt,
+                              g_symtab *syms, exp_axes *out, fy_err *err)
 {
     int n_axes;
     const model_axis *axes = exp_model_axes(arch, &n_axes);
@@ -259,6 +259,8 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, 
     int seq = exp_axis_index(out, "sequence");
     for (int k = 0; k < n_axes; k++)
         out->example[k] = given[k] ? given[k] : axes[k].example;
+    if (seq >= 0 && !given[seq] && prompt > 0)
+        out->example[seq] = prompt;
     /* the default prompt fits a static cache shorter than it (the caller,
      * who gave no example, was told the example did not fit); with static shapes it is the only
      * prompt the export takes, and leaves a slot for decode's token (a prompt

@@ -348,12 +348,13 @@ static void describe(strbuf *b, const ferry_exported *e)
                    "in this export)\n");
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(m, "generation");
     /* a stateful export says so in its components' metadata; an explicit cache does not */
-    bool stateful = false, vision = false;
+    bool stateful = false, vision = false, speech = false;
     const cJSON *comp;
     cJSON_ArrayForEach(comp, cJSON_GetObjectItemCaseSensitive(m, "components")) {
         stateful |= cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(comp, "metadata"), "stateful"));
         vision |= strcmp(comp->string, "vision_embeddings_model") == 0;
+        speech |= strcmp(comp->string, "encoder_model") == 0;
     }
     if (cJSON_IsObject(gen))
         sb_printf(b, "  generation: %s cache%s, %s\n", qstr(gen, "cache_implementation"),
@@ -363,6 +364,9 @@ static void describe(strbuf *b, const ferry_exported *e)
                   : vision ? "a stateful language model beside the tower's and the text "
                              "embedding's graphs (openvino-genai's VLMPipeline runs them once "
                              "openvino-tokenizers has converted its tokenizer)"
+                  : speech ? "a stateful decoder beside the encoder's graph (openvino-genai's "
+                             "WhisperPipeline runs them once openvino-tokenizers has converted "
+                             "its tokenizer)"
                            : "one stateful graph (openvino-genai's LLMPipeline runs it once "
                              "openvino-tokenizers has converted its tokenizer)");
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");

@@ -179,8 +179,10 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
                 (long long)cache_len, (long long)model_max, m->arch->architecture);
         goto fail;
     }
-    if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, model_max, &syms[0], &ax, err) !=
-            FERRY_OK ||
+    int64_t gen_prompt = gen && m->arch->generation_prompt
+                             ? m->arch->generation_prompt(m->hparams) : 0;
+    if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, model_max, gen_prompt, &syms[0],
+                         &ax, err) != FERRY_OK ||
         exp_bound_sequence(m->arch, m->hparams, &ax, &syms[0], err) != FERRY_OK)
         goto fail;
     int b_axis = exp_axis_index(&ax, "batch"), s_axis = exp_axis_index(&ax, "sequence");

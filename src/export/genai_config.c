@@ -188,10 +188,13 @@ const char *genai_unsupported(const ferry_exported *e)
         return "";
     if (e->gen.static_cache)
         return "its static cache counts positions itself, which onnxruntime-genai does not feed";
-    if (!symbolic_batch_and_sequence(e))
+    /* a one-token decode's sequence axis is 1 whatever shapes the export was given: that is
+     * the reason then, not the shapes */
+    bool one_token = !e->gen.multi_token_decode;
+    if (!(one_token && (e->cfg.dynamic || e->cfg.n_dims > 0)) && !symbolic_batch_and_sequence(e))
         return "onnxruntime-genai grows the cache and the prompt to any length, batches of any "
                "size: export with --dynamic (or dims on both axes of input_ids)";
-    if (!e->gen.multi_token_decode)
+    if (one_token)
         return "onnxruntime-genai runs one decoder graph for the prompt and each token, and "
                "this decode takes one token (--single-token-decode, multi_token_decode=false)";
     if (e->cfg.dtype == FERRY_BF16)

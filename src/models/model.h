@@ -197,6 +197,11 @@ typedef struct model_arch {
      * sequence axis's range stops there, so that a longer input is refused, never read past
      * the table. */
     int64_t (*max_sequence)(const void *hparams);
+    /* The decoder prompt generate() starts from where the checkpoint fixes it (Whisper's init
+     * tokens, T5's decoder_start_token_id): a generation export's default example sequence,
+     * so that a static-shape export takes the prompt its loop makes. NULL or 0: the sequence
+     * axis's example. */
+    int64_t (*generation_prompt)(const void *hparams);
     bool generation;                /* the KV-cache graphs are verified for this family */
     /* A vision-language architecture exported text-only (ferry_export_config.text_only): how
      * the checkpoint names its language model's tensors (each a way transformers has saved

@@ -639,6 +639,13 @@ static ferry_status t5_build(const void *hparams, ckpt *ck, const model_io *io, 
     return build_decoder(m, ck, io, g, err);
 }
 
+/* generate() starts the decoder from decoder_start_token_id alone */
+static int64_t t5_generation_prompt(const void *hparams)
+{
+    (void)hparams;
+    return 1;
+}
+
 static void t5_describe(const void *hparams, model_hparams *out)
 {
     blk_lm_describe(&((const t5 *)hparams)->dec, out);
@@ -656,5 +663,5 @@ const model_arch model_t5 = {
     .output_class = OUTPUT_SEQ2SEQ, .read = t5_read, .free_hparams = t5_free, .bind = t5_bind,
     .plan = t5_plan, .build = t5_build, .inputs = T5_INPUTS,
     .n_inputs = sizeof T5_INPUTS / sizeof T5_INPUTS[0], .axes = T5_AXES, .n_axes = T5_N_AXES,
-    .generation = true, .describe = t5_describe,
+    .generation = true, .generation_prompt = t5_generation_prompt, .describe = t5_describe,
 };

@@ -46,6 +46,7 @@ typedef struct whisper {
     blk_lm dec;
     int64_t enc_layers, enc_heads, enc_head_dim, enc_ff;
     int64_t mel_bins, source_positions;
+    int64_t init_tokens; /* the prompt generate() makes from the generation config */
 } whisper;
 
 static const blk_names NAMES = {.embed = "model.decoder.embed_tokens.weight",
@@ -60,6 +61,36 @@ static void whisper_free(void *hparams)
         return;
     blk_lm_free(&m->dec);
     free(m);
+}
+
+/* How many init tokens generate() starts from with the checkpoint's generation config and
+ * no language= or task=: decoder_start_token_id, the tokens forced_decoder_ids sets at 1, 2,
+ * ..., then no_timestamps_token_id unless it is the last of them (python/ferry/whisper.py's
+ * init_tokens, after transformers' _retrieve_init_tokens). Only a default: generate() checks
+ * the prompt it makes against the export's shapes. */
+static int64_t init_token_count(const cJSON *gen)
+{
+    int64_t n = 1;
+    double last = -1;
+    const cJSON *forced = cJSON_GetObjectItemCaseSensitive(gen, "forced_decoder_ids");
+    const cJSON *pair;
+    if (cJSON_IsArray(forced)) {
+        int index = 1;
+        cJSON_ArrayForEach(pair, forced) {
+            const cJSON *at = cJSON_GetArrayItem(pair, 0), *token = cJSON_GetArrayItem(pair, 1);
+            if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 || !cJSON_IsNumber(at) ||
+                at->valuedouble != index++)
+                break;
+            if (cJSON_IsNumber(token)) {
+                n++;
+                last = token->valuedouble;
+            }
+        }
+    }
+    const cJSON *none = cJSON_GetObjectItemCaseSensitive(gen, "no_timestamps_token_id");
+    if (cJSON_IsNumber(none) && none->valuedouble != last)
+        n++;
+    return n;
 }
 
 static ferry_status read_config(const model_config *cfg, whisper *m, fy_err *err)
@@ -111,6 +142,9 @@ static ferry_status read_config(const model_config *cfg, whisper *m, fy_err *err
     m->enc_head_dim = d_model / m->enc_heads;
     d->family = &WHISPER;
     d->names = &NAMES;
+    m->init_tokens = init_token_count(cfg->generation);
+    if (m->init_tokens >= d->max_position_embeddings)
+        m->init_tokens = 0; /* generate() refuses it by name; the axis keeps its example */
     d->window = calloc((size_t)d->n_layers, sizeof *d->window);
     if (!d->window)
         return fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
@@ -618,6 +652,11 @@ static int64_t whisper_max_sequence(const void *hparams)
     return ((const whisper *)hparams)->dec.max_position_embeddings;
 }
 
+static int64_t whisper_generation_prompt(const void *hparams)
+{
+    return ((const whisper *)hparams)->init_tokens;
+}
+
 static void whisper_describe(const void *hparams, model_hparams *out)
 {
     const whisper *m = hparams;
@@ -649,5 +688,6 @@ const model_arch model_whisper = {
     .build = whisper_build, .inputs = WHISPER_INPUTS,
     .n_inputs = sizeof WHISPER_INPUTS / sizeof WHISPER_INPUTS[0], .generation = true,
     .default_inputs = whisper_default_inputs, .max_sequence = whisper_max_sequence,
+    .generation_prompt = whisper_generation_prompt,
     .describe = whisper_describe,
 };

@@ -238,3 +238,44 @@ def test_bf16_torch_program_generates(ckpt, tmp_path):
     ids, mask = prompt(2, seed=3)
     got = ExportedModel.from_pretrained(out).generate(ids, attention_mask=mask, max_new_tokens=6)
     assert got.shape == (2, 7) and (got[:, 0] == 0).all()
+
+
+def test_static_shapes_take_the_start_token(ckpt, model, tmp_path):
+    """Without --dynamic the decoder's prompt axis is decoder_start_token_id alone (not the
+    8-token default example), so a static-shape export with a static cache runs generate()
+    on prompts of the example's length."""
+    from ferry import ExportedModel
+
+    out = tmp_path / "out"
+    ferry_export(ckpt[1], out, "--format", "onnx", "--for-generation", "--quiet",
+                 "--example-shape", f"input_ids=1x{LENGTH}", *STATIC)
+    ids, mask = prompt(1, seed=4)
+    with torch.no_grad():
+        want = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS)
+    got = ExportedModel.from_pretrained(out).generate(ids, attention_mask=mask,
+                                                      max_new_tokens=NEW_TOKENS)
+    assert got.tolist() == want.tolist()
+
+
+def test_refusals_name_the_fix(export):
+    """Each refusal of the Python side says what to give instead, in one line."""
+    from ferry import ExportedModel, FerryError
+
+    fmt, out = export
+    if fmt != "onnx":
+        pytest.skip("the Python runners' messages: one format is enough")
+    exported = ExportedModel.from_pretrained(out)
+    ids, mask = prompt(1)
+    calls = [
+        (lambda: exported.generate(input_features=torch.zeros(1, 8, 16)),
+         "needs input_ids (this export takes token ids, not input_features)"),
+        (lambda: exported.generate(ids, attention_mask=mask[:, 1:]),
+         f"attention_mask has shape [1, {LENGTH - 1}], but input_ids [1, {LENGTH}]"),
+        (lambda: ExportedModel.from_pretrained(out).runners["decode"](ids[:, :1].numpy()),
+         "run the encoder for this sequence first (runners.set_inputs(input_ids, "
+         "attention_mask)"),
+    ]
+    for call, needle in calls:
+        with pytest.raises(FerryError) as e:
+            call()
+        assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)

@@ -160,6 +160,11 @@ def test_saved_files(export, ckpt):
     assert (out / "preprocessor_config.json").read_text() == \
         (ckpt / "preprocessor_config.json").read_text()
     assert json.loads((out / "generation_config.json").read_text())["suppress_tokens"] == [5, 6]
+    if fmt == "onnx-single-token":  # the reason is the one-token decode, not the shapes
+        assert "decode takes one token" in manifest["onnxruntime_genai"]["unsupported"]
+    if fmt == "openvino":
+        rc, stdout, _ = run_ferry("inspect", out)
+        assert rc == 0 and "openvino-genai's WhisperPipeline runs them" in stdout, stdout
 
 
 @pytest.fixture(scope="module")
@@ -333,3 +338,77 @@ def test_max_length_counts_after_the_init_tokens(onnx_export, model, max_length)
         want = model.generate(feats, max_length=max_length)
     assert onnx_export.generate(input_features=feats, max_length=max_length).tolist() == \
         want.tolist()
+
+
+@pytest.mark.parametrize("as_list", [False, True], ids=["one-id", "list"])
+def test_eos_in_the_returned_rows(onnx_export, model, as_list):
+    """A row's final eos: transformers' Whisper drops it when eos_token_id is one id and keeps
+    it for a list (its comparison of the last token with a list never holds)."""
+    feats = features(2, seed=5)
+    with torch.no_grad():
+        free = model.generate(feats, max_new_tokens=NEW_TOKENS, eos_token_id=None).tolist()
+    stop = free[0][3]  # a token row 0 makes, so that it ends there
+    eos = [stop, 2] if as_list else stop
+    with torch.no_grad():
+        want = model.generate(feats, max_new_tokens=NEW_TOKENS, eos_token_id=eos).tolist()
+    got = onnx_export.generate(input_features=feats, max_new_tokens=NEW_TOKENS,
+                               eos_token_id=eos).tolist()
+    assert got == want
+    assert (stop in want[0]) == as_list  # the case the test is about happened
+
+
+def test_generation_config_do_sample_stays_greedy(ckpt, model, tmp_path):
+    """do_sample in generation_config.json: transformers' Whisper samples only for a
+    temperature given to generate(), so it decodes greedily; so must ferry."""
+    import shutil
+
+    from ferry import ExportedModel
+
+    out = tmp_path / "out"
+    ferry_export(ckpt, out, "--format", "onnx", *DYNAMIC)
+    saved = json.loads((out / "generation_config.json").read_text())
+    sampling = dict(do_sample=True, temperature=0.9, top_k=3)
+    (out / "generation_config.json").write_text(json.dumps({**saved, **sampling}))
+    feats = features(2, seed=6)
+    with torch.no_grad():
+        greedy = model.generate(feats, max_new_tokens=NEW_TOKENS).tolist()
+        sampler = type(model.generation_config).from_dict({**saved, **sampling})
+        want = model.generate(feats, generation_config=sampler,
+                              max_new_tokens=NEW_TOKENS).tolist()
+    assert want == greedy
+    got = ExportedModel.from_pretrained(out).generate(input_features=feats,
+                                                      max_new_tokens=NEW_TOKENS)
+    assert got.tolist() == want
+    shutil.rmtree(out)
+
+
+def test_static_shapes_take_the_init_tokens(ckpt, model, tmp_path):
+    """Without --dynamic the decoder's prompt axis is the generation config's init tokens (not
+    the 8-token default example), so a static-shape export with a static cache runs
+    generate()."""
+    from ferry import ExportedModel
+
+    out = tmp_path / "out"
+    ferry_export(ckpt, out, "--format", "onnx", "--for-generation", "--quiet", *STATIC)
+    feats = features(1, seed=8)
+    with torch.no_grad():
+        want = model.generate(feats, max_new_tokens=NEW_TOKENS)
+    got = ExportedModel.from_pretrained(out).generate(input_features=feats,
+                                                      max_new_tokens=NEW_TOKENS)
+    assert got.tolist() == want.tolist()
+
+
+def test_runner_refuses_positions_past_the_table(onnx_export):
+    """The decoder's learned positions stop at max_target_positions (40): a runner call past
+    them is refused by name (onnxruntime failed inside the graph, OpenVINO's Gather read zeros
+    and ran on)."""
+    from ferry import FerryError
+
+    runners = onnx_export.runners
+    runners.set_features(features(1).numpy())
+    runners["prefill"](np.array([[1, NO_TIMESTAMPS]]))
+    for _ in range(38):
+        runners["decode"](np.array([[9]]))
+    with pytest.raises(FerryError) as e:
+        runners["decode"](np.array([[9]]))
+    assert "40 cached + 1 new tokens need 41 positions, past the 40" in str(e.value)
