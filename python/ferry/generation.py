@@ -268,6 +268,31 @@ def _check_rotary_table(runners, trained, width, new_tokens):
               "export a static cache with a larger max_cache_len")
 
 
+
+def check_fits(runners, batch, width, new_tokens, prompt):
+    """Refuses, before anything runs, a generation whose prompt (`width` tokens, called
+    `prompt` in the message) or last step the export's shapes do not take."""
+    runners["prefill"].check_shapes(batch, width, 0)
+    if new_tokens > 1:
+        try:  # the last step's: say it is the prompt and max_new_tokens that ask for it
+            runners["decode"].check_shapes(batch, 1, width + new_tokens - 2)
+        except FerryError as e:
+            raise FerryError(f"{prompt} and {new_tokens} new tokens would take generation to "
+                             f"{width + new_tokens - 1} positions, past what the export takes "
+                             f"(lower max_new_tokens); its last step would fail: {e}",
+                             status=e.status) from None
+
+
+def append_token(sequences, token, unfinished, eos, pad):
+    """`sequences` with a column of this step's tokens (pad where a row had finished); rows that
+    made an eos leave `unfinished` (a bool array, updated in place)."""
+    if eos:
+        token = np.where(unfinished, token, pad)
+    sequences = np.concatenate([sequences, token[:, None].astype(np.int64)], axis=1)
+    if eos:
+        unfinished &= ~np.isin(token, eos)
+    return sequences
+
 def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kwargs):
     """Token ids [batch, prompt + new] (numpy int64, or a torch tensor when input_ids is one);
     see the module's docstring."""
@@ -315,15 +340,7 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
         _fail(f"a {width}-token prompt and {new_tokens} new tokens need {width + new_tokens} "
               f"positions, past the {table} position embeddings (n_positions) of config.json "
               "(transformers fails there too): lower max_new_tokens")
-    runners["prefill"].check_shapes(batch, width, 0)
-    if new_tokens > 1:
-        try:  # the last step's: say it is the prompt and max_new_tokens that ask for it
-            runners["decode"].check_shapes(batch, 1, width + new_tokens - 2)
-        except FerryError as e:
-            raise FerryError(f"a {width}-token prompt and {new_tokens} new tokens would take "
-                             f"generation to {width + new_tokens - 1} positions, past what the "
-                             f"export takes (lower max_new_tokens); its last step would fail: "
-                             f"{e}", status=e.status) from None
+    check_fits(runners, batch, width, new_tokens, f"a {width}-token prompt")
     _check_rotary_table(runners, settings["max_position_embeddings"], width, new_tokens)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise FerryError(f"seed must be an integer, not {seed!r}", status=1)
@@ -339,11 +356,7 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
             token = _sample(_warp(scores, settings), rng)
         else:
             token = scores.argmax(-1)
-        if eos:
-            token = np.where(unfinished, token, pad)
-        sequences = np.concatenate([sequences, token[:, None].astype(np.int64)], axis=1)
-        if eos:
-            unfinished &= ~np.isin(token, eos)
+        sequences = append_token(sequences, token, unfinished, eos, pad)
         if step == new_tokens - 1 or not unfinished.any():
             break
         mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ._lib import FerryError, _escape
-from .generation import _process, resolve
+from .generation import _process, append_token, check_fits, resolve
 from .seq2seq import Seq2SeqRunners
 
 # generation settings this module applies on top of ferry.generation's
@@ -256,15 +256,7 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
     if batch < 1:
         _fail(f"input_features must be [batch, num_mel_bins, frames] with at least one row, not "
               f"of shape {list(np.shape(input_features))}")
-    runners["prefill"].check_shapes(batch, width, 0)
-    if new_tokens > 1:
-        try:  # the last step's: say it is max_new_tokens (or max_length) that asks for it
-            runners["decode"].check_shapes(batch, 1, width + new_tokens - 2)
-        except FerryError as e:
-            raise FerryError(f"{width} init tokens and {new_tokens} new tokens would take "
-                             f"generation to {width + new_tokens - 1} positions, past what the "
-                             f"export takes (lower max_new_tokens); its last step would fail: "
-                             f"{e}", status=e.status) from None
+    check_fits(runners, batch, width, new_tokens, f"{width} init tokens")
     runners.set_features(input_features)
     ids = np.tile(np.asarray(prompt, np.int64), (batch, 1))
     pad, eos = settings["pad_token_id"], settings["eos_token_id"]
@@ -278,12 +270,7 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
             scores = scores.copy()
             scores[:, masked] = -np.inf
         scores = _process(scores, sequences, settings, starts)
-        token = scores.argmax(-1)
-        if eos:
-            token = np.where(unfinished, token, pad)
-        sequences = np.concatenate([sequences, token[:, None].astype(np.int64)], axis=1)
-        if eos:
-            unfinished &= ~np.isin(token, eos)
+        sequences = append_token(sequences, scores.argmax(-1), unfinished, eos, pad)
         if step == new_tokens - 1 or not unfinished.any():
             break
         logits = runners["decode"](sequences[:, -1:])
