@@ -157,15 +157,15 @@ static const char *bad_preprocessor(const ferry_exported *e)
     return why;
 }
 
-/* Whether decode's attention_mask (input_ids where it takes none: a decoder that counts its
- * positions from its cache) has a symbol on both axes, the batch and the length that grows
- * (--dynamic, or dims on batch and sequence: an ONNX graph does not hold their ranges, so
- * onnxruntime-genai is not bound by them). */
-static bool symbolic_batch_and_sequence(const ferry_exported *e)
+/* Whether the component's attention_mask (input_ids where it takes none: a decoder that
+ * counts its positions from its cache) has a symbol on both axes, the batch and the length
+ * that grows (--dynamic, or dims on batch and sequence: an ONNX graph does not hold their
+ * ranges, so onnxruntime-genai is not bound by them). */
+static bool symbolic_batch_and_sequence(const ferry_exported *e, const char *component)
 {
     for (int i = 0; i < e->n_components; i++) {
         const g_graph *g = e->lowered[i].graph;
-        if (strcmp(e->comps[i].name, "decode") != 0)
+        if (strcmp(e->comps[i].name, component) != 0)
             continue;
         const g_value *ids = NULL;
         for (size_t k = 0; k < g->n_inputs; k++) {
@@ -188,10 +188,10 @@ const char *genai_unsupported(const ferry_exported *e)
         return "";
     if (e->gen.static_cache)
         return "its static cache counts positions itself, which onnxruntime-genai does not feed";
-    /* a one-token decode's sequence axis is 1 whatever shapes the export was given: that is
-     * the reason then, not the shapes */
+    /* the shapes of the graph that takes the prompt: a one-token decode's sequence axis is 1
+     * whatever shapes the export was given */
     bool one_token = !e->gen.multi_token_decode;
-    if (!(one_token && (e->cfg.dynamic || e->cfg.n_dims > 0)) && !symbolic_batch_and_sequence(e))
+    if (!symbolic_batch_and_sequence(e, one_token ? "prefill" : "decode"))
         return "onnxruntime-genai grows the cache and the prompt to any length, batches of any "
                "size: export with --dynamic (or dims on both axes of input_ids)";
     if (one_token)
