@@ -120,7 +120,7 @@ int lower_moe_route(g_graph *g, const g_moe_opts *opts, int logits, ferry_dtype 
 
 /* The generic attention of `n` over keys `k` and values `v` ([b, kvh, t, d], dst ids) that the
  * caller made (a target that writes a static cache its own way): outs[0] gets the output;
- * outs[1] and outs[2] are the caller's. */
+ * outs[1] and outs[2] are the caller's. The mask is added to the scores as a bias. */
 ferry_status lower_attention_over(g_lower_ctx *c, const g_node *n, int k, int v, int *outs);
 /* The same, its scores computed keys first, K [b, kvh, t, d] times the queries transposed
  * [b, kvh, d, groups * s], and the small [t, groups * s] result transposed back: for a target
