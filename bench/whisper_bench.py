@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Speech-to-text exports: ferry's export of a Whisper-small-shaped checkpoint against
-transformers' OnnxExporter and optimum-cli, and the encoder's and decode's speed in onnxruntime
-(issue 36's benchmark).
+"""Encoder-decoder exports: ferry's export of a Whisper-small-shaped checkpoint (--model t5: a
+T5-base-shaped one) against transformers' OnnxExporter and optimum-cli, and the encoder's and
+decode's speed in onnxruntime (issue 36's benchmark).
 
     .venv/bin/python bench/whisper_bench.py            # the full run (see the report's header)
     .venv/bin/python bench/whisper_bench.py --tiny     # the same on a 2-layer checkpoint (minutes)
+    .venv/bin/python bench/whisper_bench.py --model t5 [--tiny]     # T5-base's shapes (below)
 
 1. Writes a random fp32 checkpoint of WhisperForConditionalGeneration with whisper-small's
    shapes into bench/work/whisper-small/ (--tiny: bench/work/whisper-tiny/): transformers builds
@@ -68,6 +69,25 @@ transformers' OnnxExporter and optimum-cli, and the encoder's and decode's speed
    bench/work/benchmarks-whisper-tiny.md and bench/work/whisper-results-tiny.json). A step that
    fails is a row with its error, never dropped.
 
+--model t5 runs the same steps on T5ForConditionalGeneration with t5-base's shapes (T5Config:
+vocab 32128, d_model 768, d_kv 64, d_ff 3072, 12 + 12 layers, 12 heads, 32 relative-attention
+buckets up to distance 128, relu MLP, tied embeddings; decoder_start / pad 0, eos 1), built and
+saved as above into bench/work/t5-base/ (--tiny: 2 + 2 layers, bench/work/t5-tiny/), with the
+generation_config.json save_pretrained writes and no tokenizer (no exporter here needs one).
+Its inputs: input_ids [1, 512] (seeded ordinary tokens ending with eos) and attention_mask
+(ones) for the encoder, the decoder prompt [[decoder_start_token_id]], seeded step tokens; the
+generate() check is generate(input_ids=..., attention_mask=..., max_new_tokens=8) on both
+sides. ferry's OpenVINO export is its stateful decode (exported, not timed). transformers:
+export_for_generation(model, {"input_ids": ..., "attention_mask": ...}) and the encoder export
+of model.get_encoder() on the same; generate() starts T5's decoder from one token, so that
+documented call traces a decode whose past is fixed at 1 token (torch never keeps a size of 0
+or 1 dynamic) and cannot run the second step: its runtime row is that error. A third export
+adds decoder_input_ids of 2 tokens to the same call (peer_transformers_whisper.py
+--decoder-tokens 2), whose graphs stay dynamic: the transformers row that decodes (with the
+same encoder export). optimum-cli: --task text2text-generation-with-past. It writes
+bench/work/benchmarks-t5.md and bench/work/t5-results.json (-tiny with --tiny), its logs in
+bench/work/t5-logs/.
+
 The build is read, never made: if build/ferry is missing or was modified in the last seconds
 (a rebuild under way), each ferry step waits for it. The run records the binary's sha256 at every
 ferry step and the report says whether it changed during the run. The exports measured for the
@@ -122,6 +142,14 @@ GENERATION_CONFIG = {
     "lang_to_id": {"<|en|>": 50259}, "task_to_id": {"transcribe": 50359, "translate": 50358}}
 GENERATE_TOKENS = 8
 
+# t5-base's shapes (T5Config's arguments)
+T5_BASE = dict(vocab_size=32128, d_model=768, d_kv=64, d_ff=3072, num_layers=12,
+               num_decoder_layers=12, num_heads=12, relative_attention_num_buckets=32,
+               relative_attention_max_distance=128, feed_forward_proj="relu",
+               tie_word_embeddings=True)
+T5_TINY = dict(T5_BASE, num_layers=2, num_decoder_layers=2)
+T5_TOKENS = dict(decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+
 GEN = ["--for-generation", "--dynamic", "--force", "--quiet"]
 # ferry's forms: key, label, options, whether its runtime is measured. The reference is "onnx"
 # (standard ONNX, ferry's default); --ort-fusions cpu is its onnxruntime-only form, and its int4
@@ -141,6 +169,204 @@ FERRY_FORMS = [
 ]
 
 
+class Whisper:
+    """What the harness and its report take from the model: its checkpoint, its inputs, its
+    peers' settings and the report's words for them."""
+    key = "whisper"  # bench/work/<key>-results*.json, <key>-logs*, <key>-out*, benchmarks-<key>*
+    title = "speech-to-text exports (Whisper-small shapes)"
+    dirs = ("whisper-small", "whisper-tiny")  # full, --tiny
+    full, tiny, tokens = SMALL, TINY, TOKENS
+    classes = ("WhisperConfig", "WhisperForConditionalGeneration")
+    feature_extractor = "WhisperFeatureExtractor"  # saved with feature_size=num_mel_bins
+    generation_config = GENERATION_CONFIG  # written as generation_config.json (None: transformers')
+    parameters = 242e6
+    openvino_label = "ferry OpenVINO (stateful: WhisperPipeline's layout)"
+    optimum_task = "automatic-speech-recognition-with-past"
+    generate_inputs = ("input_features",)  # ferry's generate(): its keyword arguments
+    ferry_generate_skip = 0  # tokens ferry's generate() returns before the new ones
+    # transformers' exports: (results key, OUT's name, peer_transformers_whisper.py's options)
+    tf_exports = [("generation", "tf-generation", ["--mode", "generation"]),
+                  ("encoder", "tf-encoder", ["--mode", "encoder"])]
+    # runtime rows of transformers' exports: (name, its generation export's key)
+    tf_runtime = [("tf-onnx", "generation")]
+
+    def checkpoint_text(self, data, ck, c):
+        return (
+            f"{ck['path']}: WhisperForConditionalGeneration with whisper-small's shapes"
+            + (" but 2 + 2 layers" if data["tiny"] else "")
+            + f", built by transformers (its own random initialisation, seed 0) and saved with "
+            f"save_pretrained ({ck['dtype'].replace('torch.', '')}): d_model {c['d_model']}, "
+            f"{c['encoder_layers']} encoder + {c['decoder_layers']} decoder layers, "
+            f"{c['encoder_attention_heads']} heads, ffn {c['encoder_ffn_dim']}, vocab "
+            f"{c['vocab_size']}, {c['num_mel_bins']} mel bins, max_source_positions "
+            f"{c['max_source_positions']}, max_target_positions {c['max_target_positions']}, "
+            f"tied output embedding. {millions(ck['parameters'])} parameters "
+            f"({millions(ck['encoder'])} in the encoder), {ck['bytes'] / MiB:,.0f} MiB of "
+            f"safetensors; written in {ck['wall']:.0f} s at {fmt_mib(ck['peak_rss'])} MiB peak RSS"
+            + (" (an earlier run's, reused)" if ck["how"] == "reused" else "") + ". "
+            "generation_config.json as whisper-small lays it out: decoder_start_token_id 50258, "
+            "eos / pad / bos 50257, no_timestamps_token_id 50363, forced_decoder_ids "
+            "[[1, 50259], [2, 50359], [3, 50363]] (<|en|> <|transcribe|> <|notimestamps|>), "
+            "begin_suppress_tokens [220, 50257], whisper-small's suppress_tokens; "
+            "preprocessor_config.json from WhisperFeatureExtractor(feature_size=80).")
+
+    # the generate() paragraph: its head (transformers' call), ferry's call, its tail
+    generate_head = (f"transformers' `generate(input_features=..., max_new_tokens="
+                     f"{GENERATE_TOKENS}, return_dict_in_generate=True).sequences` past the 4 "
+                     "init tokens, on the runtime's features: ")
+    generate_ferry = ("; ferry's `ExportedModel.from_pretrained(OUT).generate(...)` on its ONNX "
+                      "export: ")
+    generate_tail = (". (transformers' random initialisation makes a model that repeats one "
+                     "token; the check is that both loops run the checkpoint's settings alike. "
+                     "generate()'s plain return is not compared: the token is a timestamp token, "
+                     "and generate() re-splits a sequence holding them into segments, returning "
+                     "some tokens twice.)")
+
+    def export_text(self, data):
+        """The export table's preamble, from its transformers part to its optimum part."""
+        return (
+            "transformers: one run each, timeout "
+            f"{data['peer_timeout'] / 60:.0f} min, the model loaded with "
+            "`WhisperForConditionalGeneration.from_pretrained(CKPT, dtype=torch.float32)`, traced "
+            "on the runtime's input_features [1, 80, 3000]: `export_for_generation(model, "
+            "{\"input_features\": ...}, config=OnnxConfig(dynamic=True))` writes prefill and "
+            "decode only (transformers 5.24: generate() runs the encoder before its first decoder "
+            "forward, so no encoder graph is traced), so the encoder is exported by itself too "
+            "(`export(model.get_encoder(), {\"input_features\": ...}, config=OnnxConfig("
+            "dynamic=True))`), in a second process; *generation + encoder* adds the two walls "
+            "and keeps the larger peak: the like-for-like row against ferry's three graphs. "
+            "transformers' graphs fix the batch at 1 (the trace's); ferry's take any batch. "
+            "optimum-cli: `export onnx --task automatic-speech-recognition-with-past` at its "
+            "defaults (fp32, CPU; it writes encoder_model, decoder_model, decoder_with_past_model "
+            "and decoder_model_merged), once.")
+
+    def runtime_inputs_text(self, data):
+        """The runtime paragraph's arrays, then what the encoder and the prompt run on."""
+        return ("input_features [1, 80, 3000] (30 s of synthetic audio through the checkpoint's "
+                f"WhisperFeatureExtractor), the 4 init tokens {data.get('prompt_ids')} as the "
+                "prompt", "the features", "the prefill over the 4 tokens")
+
+    forms_text = (
+        "ferry's other rows are its other forms of the same export (not peers): "
+        "`--ort-fusions cpu` writes onnxruntime's contrib ops where it has them "
+        "(MultiHeadAttention in the encoder; the graphs run on onnxruntime only), and its "
+        "int4 form MatMulNBits for the decoder's linear layers (ferry's --quantize keeps the "
+        "encoder and the cross key/value projections float: its last_hidden_state is "
+        "fp32's, above). ")
+    reproduce = ".venv/bin/python bench/whisper_bench.py"
+
+    def runtime_failure(self, name, error):
+        """Why a peer's runtime row failed, where the model knows it ("": it does not)."""
+        return ""
+
+
+class T5(Whisper):
+    key = "t5"
+    title = "text-to-text exports (T5-base shapes)"
+    dirs = ("t5-base", "t5-tiny")
+    full, tiny, tokens = T5_BASE, T5_TINY, T5_TOKENS
+    classes = ("T5Config", "T5ForConditionalGeneration")
+    feature_extractor = None
+    generation_config = None
+    parameters = 223e6
+    openvino_label = "ferry OpenVINO (stateful decode)"
+    optimum_task = "text2text-generation-with-past"
+    generate_inputs = ("input_ids", "attention_mask")
+    ferry_generate_skip = 1  # the decoder_start_token_id, as transformers' sequences begin
+    tf_exports = Whisper.tf_exports + [
+        ("generation_prompt2", "tf-generation-prompt2",
+         ["--mode", "generation", "--decoder-tokens", "2"])]
+    tf_runtime = Whisper.tf_runtime + [("tf-onnx-prompt2", "generation_prompt2")]
+
+    def checkpoint_text(self, data, ck, c):
+        return (
+            f"{ck['path']}: T5ForConditionalGeneration with t5-base's shapes"
+            + (" but 2 + 2 layers" if data["tiny"] else "")
+            + f", built by transformers (its own random initialisation, seed 0) and saved with "
+            f"save_pretrained ({ck['dtype'].replace('torch.', '')}): d_model {c['d_model']}, "
+            f"{c['num_layers']} encoder + {c['num_decoder_layers']} decoder blocks, "
+            f"{c['num_heads']} heads of {c['d_kv']}, d_ff {c['d_ff']} ({c['feed_forward_proj']}), "
+            f"vocab {c['vocab_size']}, relative attention in {c['relative_attention_num_buckets']} "
+            f"buckets up to distance {c['relative_attention_max_distance']}, the output "
+            "embedding tied to the shared one (its input scaled by d_model^-0.5). "
+            f"{millions(ck['parameters'])} parameters ({millions(ck['encoder'])} in the encoder, "
+            f"the shared embedding counted there), {ck['bytes'] / MiB:,.0f} MiB of safetensors; "
+            f"written in {ck['wall']:.0f} s at {fmt_mib(ck['peak_rss'])} MiB peak RSS"
+            + (" (an earlier run's, reused)" if ck["how"] == "reused" else "") + ". "
+            "generation_config.json as save_pretrained writes it (decoder_start_token_id 0, "
+            "eos 1, pad 0); no tokenizer: no exporter here needs one.")
+
+    generate_head = (f"transformers' `generate(input_ids=..., attention_mask=..., max_new_tokens="
+                     f"{GENERATE_TOKENS}, return_dict_in_generate=True).sequences` past the "
+                     "decoder_start_token_id, on the runtime's input_ids and attention_mask: ")
+    generate_ferry = ("; ferry's `ExportedModel.from_pretrained(OUT).generate(input_ids=..., "
+                      "attention_mask=..., ...)` on its ONNX export, past the start token it "
+                      "returns first too: ")
+    generate_tail = (". (A random checkpoint's tokens mean nothing; the check is that both loops "
+                     "run the checkpoint alike.)")
+
+    def export_text(self, data):
+        return (
+            "transformers: one run each, timeout "
+            f"{data['peer_timeout'] / 60:.0f} min, the model loaded with "
+            "`T5ForConditionalGeneration.from_pretrained(CKPT, dtype=torch.float32)`, traced on "
+            "the runtime's input_ids [1, 512] and attention_mask: `export_for_generation(model, "
+            "{\"input_ids\": ..., \"attention_mask\": ...}, config=OnnxConfig(dynamic=True))` "
+            "writes prefill and decode only (transformers 5.24: generate() runs the encoder "
+            "before its first decoder forward, so no encoder graph is traced), so the encoder is "
+            "exported by itself too (`export(model.get_encoder(), {\"input_ids\": ..., "
+            "\"attention_mask\": ...}, config=OnnxConfig(dynamic=True))`), in a second process; "
+            "*generation + encoder* adds the two walls and keeps the larger peak: the "
+            "like-for-like row against ferry's three graphs. generate() starts T5's decoder from "
+            "decoder_start_token_id alone, so the traced prefill takes 1 token and the traced "
+            "decode a past of 1, and torch never keeps a size of 0 or 1 dynamic: that decode.onnx "
+            "takes a self-attention cache of exactly 1 token, so it runs the first decode step "
+            "and no other (its runtime row below is onnxruntime's error). A third process runs "
+            "the same call with `decoder_input_ids` of 2 tokens added to the inputs "
+            "(decoder_start_token_id and the first step token; `--decoder-tokens 2`), so "
+            "generate() prefills 2 tokens and both graphs keep their sequence axes: a user's "
+            "way around it, not the guide's call; its decode is the transformers row that "
+            "decodes, with the same encoder export. transformers' graphs fix the batch at 1 "
+            "(the trace's); ferry's take any batch. optimum-cli: `export onnx --task "
+            "text2text-generation-with-past` at its defaults (fp32, CPU; it writes "
+            "encoder_model, decoder_model, decoder_with_past_model and decoder_model_merged), "
+            "once; it needs no tokenizer.")
+
+    def runtime_inputs_text(self, data):
+        return ("input_ids [1, 512] (seeded ordinary tokens, the last eos) and attention_mask "
+                "[1, 512] (ones) for the encoder, the decoder prompt "
+                f"{data.get('prompt_ids')} (decoder_start_token_id), every decoder also taking "
+                "the encoder's attention mask", "the 512 tokens",
+                "the first decoder call, over the start token")
+
+    forms_text = (
+        "ferry's other rows are its other forms of the same export (not peers): "
+        "`--ort-fusions cpu` fuses each attention's query / key / value projections into one "
+        "MatMul (the cross keys and values of every decoder block into one in the encoder) and "
+        "writes RMSNormalization (T5's attention adds its relative position bias, so no "
+        "MultiHeadAttention), and its int4 form MatMulNBits for the linear layers of the "
+        "encoder and the decoder (the cross key/value projection stays float; the encoder's "
+        "last_hidden_state is int4's, above). ")
+    reproduce = ".venv/bin/python bench/whisper_bench.py --model t5"
+
+    def runtime_failure(self, name, error):
+        if name != "tf-onnx" or "Expected: 1" not in error:
+            return ""
+        return (" (generate() starts T5's decoder from decoder_start_token_id alone, so the "
+                "documented export traces a decode whose self-attention cache is fixed at 1 "
+                "token: it runs the first decode step and no other; the export with a 2-token "
+                "decoder prompt is transformers' row that decodes)")
+
+
+MODELS = {m.key: m() for m in (Whisper, T5)}
+
+
+def ferry_forms(spec):
+    """FERRY_FORMS with the model's OpenVINO label."""
+    return [(key, spec.openvino_label if key == "openvino" else label, opts, timed)
+            for key, label, opts, timed in FERRY_FORMS]
+
+
 # ---------------------------------------------------------------------------------------------
 # The checkpoint
 
@@ -148,21 +374,24 @@ WRITE_CHECKPOINT = r"""
 import json, sys, time
 from pathlib import Path
 import torch
-from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
+import transformers
 from transformers.utils import logging
 logging.set_verbosity_error()
 path, cfg, gen = Path(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+config_class, model_class, extractor = json.loads(sys.argv[4])
 t = time.perf_counter()
 torch.manual_seed(0)
-model = WhisperForConditionalGeneration(WhisperConfig(**cfg)).eval()
+model = getattr(transformers, model_class)(getattr(transformers, config_class)(**cfg)).eval()
 print(f"bench-phase init {time.perf_counter() - t:.2f}", flush=True)
 t = time.perf_counter()
 model.save_pretrained(path)
-WhisperFeatureExtractor(feature_size=cfg["num_mel_bins"]).save_pretrained(path)
-(path / "generation_config.json").write_text(json.dumps(gen, indent=2))
+if extractor:
+    getattr(transformers, extractor)(feature_size=cfg["num_mel_bins"]).save_pretrained(path)
+if gen is not None:
+    (path / "generation_config.json").write_text(json.dumps(gen, indent=2))
 print(f"bench-phase save {time.perf_counter() - t:.2f}", flush=True)
 print(json.dumps({"parameters": sum(p.numel() for p in model.parameters()),
-                  "encoder": sum(p.numel() for p in model.model.encoder.parameters()),
+                  "encoder": sum(p.numel() for p in model.get_encoder().parameters()),
                   "dtype": str(next(model.parameters()).dtype)}))
 """
 
@@ -174,17 +403,20 @@ def last_json(log):
     return None
 
 
-def make_checkpoint(path, cfg, log_dir):
-    """config.json, model.safetensors, generation_config.json, preprocessor_config.json, written
-    by transformers in a subprocess; reused when its stamp matches. -> dict."""
-    stamp = dict(config=cfg, generation=GENERATION_CONFIG, v=1)
+def make_checkpoint(spec, path, cfg, log_dir):
+    """config.json, model.safetensors, generation_config.json (and Whisper's
+    preprocessor_config.json), written by transformers in a subprocess; reused when its stamp
+    matches. -> dict."""
+    stamp = dict(config=cfg, generation=spec.generation_config, v=1)
     stamp_file = path / "bench-stamp.json"
     if stamp_file.exists() and (path / "model.safetensors").exists() and \
             json.loads(stamp_file.read_text()).get("stamp") == stamp:
         return dict(json.loads(stamp_file.read_text())["made"], how="reused")
     shutil.rmtree(path, ignore_errors=True)
     log = log_dir / f"checkpoint-{path.name}.log"
-    r = measure([PY, "-c", WRITE_CHECKPOINT, path, json.dumps(cfg), json.dumps(GENERATION_CONFIG)],
+    r = measure([PY, "-c", WRITE_CHECKPOINT, path, json.dumps(cfg),
+                 json.dumps(spec.generation_config),
+                 json.dumps([*spec.classes, spec.feature_extractor])],
                 log, env=PEER_ENV, timeout=1800)
     if r["error"]:
         raise SystemExit(f"could not write the checkpoint: {r['error']} (see {log})")
@@ -242,9 +474,10 @@ import json, sys
 import numpy as np
 import ferry
 x = np.load(sys.argv[2])
+names, skip = json.loads(sys.argv[4]), int(sys.argv[5])
 exported = ferry.ExportedModel.from_pretrained(sys.argv[1])
-tokens = exported.generate(input_features=x["input_features"], max_new_tokens=int(sys.argv[3]))
-print(json.dumps({"tokens": np.asarray(tokens).tolist()}))
+tokens = exported.generate(**{n: x[n] for n in names}, max_new_tokens=int(sys.argv[3]))
+print(json.dumps({"tokens": np.asarray(tokens)[:, skip:].tolist()}))
 """
 
 
@@ -255,7 +488,8 @@ def ferry_generate(run, out, want):
     env = dict(PEER_ENV, FERRY_LIB=str(a.ferry.parent / "libferry.so"),
                PYTHONPATH=str(ROOT / "python"))
     log = a.log_dir / "generate-ferry.log"
-    r = measure([PY, "-c", FERRY_GENERATE, out, a.inputs, str(GENERATE_TOKENS)], log, env=env,
+    r = measure([PY, "-c", FERRY_GENERATE, out, a.inputs, str(GENERATE_TOKENS),
+                 json.dumps(a.spec.generate_inputs), str(a.spec.ferry_generate_skip)], log, env=env,
                 timeout=900)
     got = None if r["error"] else (last_json(log) or {}).get("tokens")
     return dict(tokens=got, error=r["error"], wall=r["wall"], peak_rss=r["peak_rss"],
@@ -374,11 +608,13 @@ def main():
     p.add_argument("--ferry", type=Path,
                    default=Path(os.environ.get("FERRY_BUILD", ROOT / "build")) / "ferry")
     p.add_argument("--work", type=Path, default=WORK)
+    p.add_argument("--model", choices=sorted(MODELS), default="whisper",
+                   help="whisper: Whisper-small's shapes (default); t5: T5-base's")
     p.add_argument("--tiny", action="store_true", help="a 2-layer checkpoint: a smoke run")
-    p.add_argument("--md", type=Path, help="report (default bench/work/benchmarks-whisper.md; "
-                   "benchmarks-whisper-tiny.md with --tiny)")
+    p.add_argument("--md", type=Path, help="report (default bench/work/benchmarks-MODEL.md; "
+                   "benchmarks-MODEL-tiny.md with --tiny)")
     p.add_argument("--json", type=Path, help="raw results (default bench/work/"
-                   "whisper-results.json; whisper-results-tiny.json with --tiny)")
+                   "MODEL-results.json; MODEL-results-tiny.json with --tiny)")
     p.add_argument("--repeats", type=int, default=None,
                    help="ferry runs per form (median; default 3, 2 with --tiny)")
     p.add_argument("--no-peers", action="store_true", help="skip transformers and optimum")
@@ -408,30 +644,33 @@ def main():
                         "machine, at most this many times in all (the least disturbed kept; "
                         "default 2, 1 with --tiny)")
     p.add_argument("--resume", action="store_true",
-                   help="keep the steps an interrupted run saved (whisper-results*.json.partial)")
+                   help="keep the steps an interrupted run saved (MODEL-results*.json.partial)")
     p.add_argument("--report-from", type=Path, metavar="RESULTS.json",
                    help="only rewrite the report from an earlier run's results")
     p.add_argument("--note", action="append", default=[],
                    help="a sentence for the report's Notes (repeatable)")
     args = p.parse_args()
     suffix = "-tiny" if args.tiny else ""
-    args.md = args.md or args.work / f"benchmarks-whisper{suffix}.md"
-    args.json = args.json or args.work / f"whisper-results{suffix}.json"
     if args.report_from:
         data = json.loads(args.report_from.read_text())
+        # the results' model names the default report (--model is the run's)
+        args.md = args.md or args.work / f"benchmarks-{data.get('model', 'whisper')}{suffix}.md"
         if args.note:
             data["notes"] = list(dict.fromkeys(data.get("notes", []) + args.note))
             args.report_from.write_text(json.dumps(data, indent=2, default=str))
         write_report(args.md, data)
         print(f"wrote {args.md}")
         return
+    spec = args.spec = MODELS[args.model]
+    args.md = args.md or args.work / f"benchmarks-{spec.key}{suffix}.md"
+    args.json = args.json or args.work / f"{spec.key}-results{suffix}.json"
     args.repeats = args.repeats or (2 if args.tiny else 3)
     args.latency_tries = args.latency_tries or (1 if args.tiny else 2)
     args.peer_timeout = args.peer_timeout or (900 if args.tiny else 3600)
     args.ferry, args.work = args.ferry.resolve(), args.work.resolve()
     args.optimum_work = (args.optimum_work or args.work).resolve()
-    args.log_dir = args.work / f"whisper-logs{suffix}"
-    args.out_root = args.work / f"whisper-out{suffix}"
+    args.log_dir = args.work / f"{spec.key}-logs{suffix}"
+    args.out_root = args.work / f"{spec.key}-out{suffix}"
     args.work.mkdir(parents=True, exist_ok=True)
     if not args.resume:
         shutil.rmtree(args.log_dir, ignore_errors=True)
@@ -439,7 +678,7 @@ def main():
     args.log_dir.mkdir(parents=True, exist_ok=True)
     run = Run(args)
     data = run.data
-    data.update(tiny=args.tiny, command="python bench/whisper_bench.py" + (
+    data.update(model=spec.key, tiny=args.tiny, command="python bench/whisper_bench.py" + (
         " " + shlex.join(sys.argv[1:]) if sys.argv[1:] else ""),
         date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), threads=args.threads,
         steps=args.steps, prefill_reps=args.prefill_reps, encoder_reps=args.encoder_reps,
@@ -451,17 +690,17 @@ def main():
         ferry_version=ferry_version(args.ferry))
 
     # --- 1. the checkpoint, the runtime's inputs, transformers' generate()
-    cfg = dict(TINY if args.tiny else SMALL, **TOKENS)
-    ckpt = args.work / ("whisper-tiny" if args.tiny else "whisper-small")
+    cfg = dict(spec.tiny if args.tiny else spec.full, **spec.tokens)
+    ckpt = args.work / spec.dirs[1 if args.tiny else 0]
     args.ckpt = ckpt
-    need = (0 if (ckpt / "model.safetensors").exists() else 4 * 242e6) + 9 * 2**30
+    need = (0 if (ckpt / "model.safetensors").exists() else 4 * spec.parameters) + 9 * 2**30
     free = shutil.disk_usage(args.work).free
     if free < need * (0.35 if args.tiny else 1):
         raise SystemExit(f"{args.work}: {free / 2**30:.1f} GiB free, the run needs about "
                          f"{need / 2**30:.1f} GiB (the checkpoint and the exports it times)")
-    made = make_checkpoint(ckpt, cfg, args.log_dir)
+    made = make_checkpoint(spec, ckpt, cfg, args.log_dir)
     data["checkpoint"] = dict(path=str(ckpt.relative_to(ROOT)) if ckpt.is_relative_to(ROOT)
-                              else str(ckpt), config=cfg, generation_config=GENERATION_CONFIG,
+                              else str(ckpt), config=cfg, generation_config=spec.generation_config,
                               bytes=(ckpt / "model.safetensors").stat().st_size, **made)
     run.say(f"checkpoint {ckpt} ({made['how']}, {made['parameters'] / 1e6:,.1f} M parameters, "
             f"{data['checkpoint']['bytes'] / MiB:,.0f} MiB)")
@@ -490,7 +729,7 @@ def main():
 
     # --- 2. ferry: export (and its floor, its generate()); outputs kept for the runtime
     specs = {}
-    for key, label, opts, timed_runtime in FERRY_FORMS:
+    for key, label, opts, timed_runtime in ferry_forms(spec):
         step = f"ferry-{key}"
         out = args.out_root / step
         if not run.done(step):
@@ -501,7 +740,7 @@ def main():
                 if key == "onnx":
                     run.say("cp + sync + dd of model.onnx.data")
                     entry["cp"] = cp_baseline(out / "model.onnx.data", args.out_root,
-                                              args.log_dir, "whisper", args.repeats)
+                                              args.log_dir, spec.key, args.repeats)
                     entry["generate"] = ferry_generate(run, out, want)
                     run.say(f"  ferry generate(): {entry['generate']['tokens']} "
                             f"(transformers' {want}: equal {entry['generate']['equal']})")
@@ -511,23 +750,26 @@ def main():
         if timed_runtime and not data["results"][step]["export"].get("error") and out.exists():
             specs[step] = dict(kind="ferry-onnx", dir=out, label=label)
 
-    # --- transformers: the generation export, the encoder
+    # --- transformers: the generation export(s), the encoder
     if not args.no_peers:
-        gen_out, enc_out = args.out_root / "tf-generation", args.out_root / "tf-encoder"
+        tf_out = {mode: args.out_root / name for mode, name, _ in spec.tf_exports}
         if not run.done("tf"):
             entry = {}
-            for mode, out in (("generation", gen_out), ("encoder", enc_out)):
+            for mode, name, opts in spec.tf_exports:
+                out = tf_out[mode]
                 entry[mode], _ = guarded_export(
-                    run, ckpt, out.name, f"transformers OnnxExporter --mode {mode}",
-                    [PY, str(HERE / "peer_transformers_whisper.py"), str(ckpt), "{out}",
-                     "--mode", mode], "peer_transformers_whisper.py")
+                    run, ckpt, name, "transformers OnnxExporter " + " ".join(opts),
+                    [PY, str(HERE / "peer_transformers_whisper.py"), str(ckpt), "{out}", *opts],
+                    "peer_transformers_whisper.py")
                 if not entry[mode].get("error"):
                     entry[mode]["graphs"] = sorted(p.name for p in out.iterdir())
             run.save("tf", entry)
         tf = data["results"]["tf"]
-        if all(not tf[m].get("error") for m in ("generation", "encoder")) and gen_out.exists():
-            specs["tf-onnx"] = dict(kind="tf-onnx", dir=gen_out, encoder_dir=enc_out,
-                                    label="transformers OnnxExporter")
+        for name, mode in spec.tf_runtime:
+            if all(not (tf.get(m) or {"error": "not run"}).get("error")
+                   for m in (mode, "encoder")) and tf_out[mode].exists():
+                specs[name] = dict(kind="tf-onnx", dir=tf_out[mode],
+                                   encoder_dir=tf_out["encoder"], label=RUNTIME_LABELS[name])
 
     # --- optimum-cli
     if not args.no_peers and not args.no_optimum:
@@ -542,7 +784,7 @@ def main():
                 r, _ = guarded_export(
                     run, ckpt, "optimum", "optimum-cli export onnx",
                     [cli, "export", "onnx", "--model", str(ckpt), "--task",
-                     "automatic-speech-recognition-with-past", "{out}"], "optimum-cli")
+                     spec.optimum_task, "{out}"], "optimum-cli")
                 r["cmd"] = r["cmd"].replace(str(Path(opt_py).parent) + "/", "")
                 if not r.get("error"):
                     r["graphs"] = sorted(p.name for p in opt_out.iterdir())
@@ -627,12 +869,15 @@ def export_line(label, r, ref):
 
 RUNTIME_LABELS = {**{f"ferry-{key}": label for key, label, _, _ in FERRY_FORMS},
                   "tf-onnx": "transformers OnnxExporter (its encoder export + prefill / decode)",
+                  "tf-onnx-prompt2": "transformers OnnxExporter, a 2-token decoder prompt traced "
+                                     "(its encoder export + prefill / decode)",
                   "optimum-onnx": "optimum-cli (encoder_model, decoder_model, "
                                   "decoder_with_past_model)"}
 
 
 def summary(data):
     S, out = data["results"], []
+    spec = MODELS[data.get("model", "whisper")]
     ferry = (S.get("ferry-onnx") or {}).get("export")
     if ferry and ferry.get("error"):
         out.append(f"ferry's ONNX export failed: {cell(ferry['error'])}.")
@@ -671,8 +916,12 @@ def summary(data):
     med = rt.get("median") or {}
     ref = med.get("ferry-onnx") or {}
     if ref and not ref.get("error"):
-        for name in ("tf-onnx", "optimum-onnx"):
+        for name in ("tf-onnx", "tf-onnx-prompt2", "optimum-onnx"):
             m = med.get(name)
+            if m and m.get("error"):
+                out.append(f"onnxruntime, {RUNTIME_LABELS[name].split(' (')[0]}: **failed**: "
+                           f"{cell(m['error']).rstrip('.')}"
+                           f"{spec.runtime_failure(name, m['error'])}.")
             if not m or m.get("error"):
                 continue
             parts = [f"{what} {ref[k]:,.1f} vs {m[k]:,.1f} ms (ferry no slower: "
@@ -705,7 +954,8 @@ def _measurements(step):
 def write_report(path, data):
     S, info, ck = data["results"], data["machine"], data["checkpoint"]
     c = ck["config"]
-    L = ["# Benchmarks: speech-to-text exports (Whisper-small shapes)", "",
+    spec = MODELS[data.get("model", "whisper")]
+    L = [f"# Benchmarks: {spec.title}", "",
          f"Written by `{data['command']}` on {data['date']} (the run took "
          f"{data['total_s'] / 60:.0f} min)." + (" **A smoke run on a 2-layer checkpoint: its "
                                                  "figures mean little.**" if data["tiny"] else ""),
@@ -735,41 +985,18 @@ def write_report(path, data):
     L += summary(data)
 
     # --- checkpoint
-    L += ["## Checkpoint", "",
-          f"{ck['path']}: WhisperForConditionalGeneration with whisper-small's shapes"
-          + (" but 2 + 2 layers" if data["tiny"] else "")
-          + f", built by transformers (its own random initialisation, seed 0) and saved with "
-          f"save_pretrained ({ck['dtype'].replace('torch.', '')}): d_model {c['d_model']}, "
-          f"{c['encoder_layers']} encoder + {c['decoder_layers']} decoder layers, "
-          f"{c['encoder_attention_heads']} heads, ffn {c['encoder_ffn_dim']}, vocab "
-          f"{c['vocab_size']}, {c['num_mel_bins']} mel bins, max_source_positions "
-          f"{c['max_source_positions']}, max_target_positions {c['max_target_positions']}, "
-          f"tied output embedding. {millions(ck['parameters'])} parameters "
-          f"({millions(ck['encoder'])} in the encoder), {ck['bytes'] / MiB:,.0f} MiB of "
-          f"safetensors; written in {ck['wall']:.0f} s at {fmt_mib(ck['peak_rss'])} MiB peak RSS"
-          + (" (an earlier run's, reused)" if ck["how"] == "reused" else "") + ". "
-          "generation_config.json as whisper-small lays it out: decoder_start_token_id 50258, "
-          "eos / pad / bos 50257, no_timestamps_token_id 50363, forced_decoder_ids "
-          "[[1, 50259], [2, 50359], [3, 50363]] (<|en|> <|transcribe|> <|notimestamps|>), "
-          "begin_suppress_tokens [220, 50257], whisper-small's suppress_tokens; "
-          "preprocessor_config.json from WhisperFeatureExtractor(feature_size=80).", ""]
+    L += ["## Checkpoint", "", spec.checkpoint_text(data, ck, c), ""]
     gt = S.get("generate-transformers") or {}
     gf = (S.get("ferry-onnx") or {}).get("generate") or {}
     if gt:
-        L += [f"transformers' `generate(input_features=..., max_new_tokens={GENERATE_TOKENS}, "
-              "return_dict_in_generate=True).sequences` past the 4 init tokens, on the runtime's "
-              "features: "
+        L += [spec.generate_head
               + (f"**failed**: {cell(gt['error'])}" if gt.get("error") else f"{gt['tokens']}")
-              + (f"; ferry's `ExportedModel.from_pretrained(OUT).generate(...)` on its ONNX "
-                 "export: " + (f"**failed**: {cell(gf['error'])}" if gf.get("error")
-                               else f"{gf['tokens']} ("
-                                    + ("the same" if gf["equal"] else "**not the same**") + ")")
+              + (spec.generate_ferry + (f"**failed**: {cell(gf['error'])}" if gf.get("error")
+                                        else f"{gf['tokens']} ("
+                                        + ("the same" if gf["equal"] else "**not the same**")
+                                        + ")")
                  if gf else "")
-              + ". (transformers' random initialisation makes a model that repeats one token; "
-              "the check is that both loops run the checkpoint's settings alike. generate()'s "
-              "plain return is not compared: the token is a timestamp token, and generate() "
-              "re-splits a sequence holding them into segments, returning some tokens twice.)",
-              ""]
+              + spec.generate_tail, ""]
 
     # --- exports
     L += ["## Export: ferry against transformers' OnnxExporter and optimum-cli", "",
@@ -777,26 +1004,14 @@ def write_report(path, data):
           "before each). *wall*: start to exit. *peak RSS*: the whole process tree (sum of "
           "VmRSS, sampled every 50 ms then 200 ms, never below any process's VmHWM). ferry: "
           f"median of {data['repeats']} runs (range in brackets), `--for-generation --dynamic`, "
-          "fp32 unless said. transformers: one run each, timeout "
-          f"{data['peer_timeout'] / 60:.0f} min, the model loaded with "
-          "`WhisperForConditionalGeneration.from_pretrained(CKPT, dtype=torch.float32)`, traced "
-          "on the runtime's input_features [1, 80, 3000]: `export_for_generation(model, "
-          "{\"input_features\": ...}, config=OnnxConfig(dynamic=True))` writes prefill and "
-          "decode only (transformers 5.24: generate() runs the encoder before its first decoder "
-          "forward, so no encoder graph is traced), so the encoder is exported by itself too "
-          "(`export(model.get_encoder(), {\"input_features\": ...}, config=OnnxConfig("
-          "dynamic=True))`), in a second process; *generation + encoder* adds the two walls "
-          "and keeps the larger peak: the like-for-like row against ferry's three graphs. "
-          "transformers' graphs fix the batch at 1 (the trace's); ferry's take any batch. "
-          "optimum-cli: `export onnx --task automatic-speech-recognition-with-past` at its "
-          "defaults (fp32, CPU; it writes encoder_model, decoder_model, decoder_with_past_model "
-          "and decoder_model_merged), once. *vs ferry*: the exporter's wall over ferry's ONNX "
+          "fp32 unless said. " + spec.export_text(data)
+          + " *vs ferry*: the exporter's wall over ferry's ONNX "
           "export's (above 1: ferry faster); *ferry's RSS*: ferry's ONNX export's peak as a "
           "part of the exporter's.", "",
           "| exporter | status | wall (s) | vs ferry | peak RSS (MiB) | ferry's RSS | output "
           "(MiB) | others' CPU |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     ferry = (S.get("ferry-onnx") or {}).get("export")
-    for key, label, _, _ in FERRY_FORMS:
+    for key, label, _, _ in ferry_forms(spec):
         r = (S.get(f"ferry-{key}") or {}).get("export")
         if r is not None:
             L.append(export_line(label, r, None if key == "onnx" else {}))
@@ -808,6 +1023,10 @@ def write_report(path, data):
         L.append(export_line("transformers OnnxExporter export(model.get_encoder())", enc, ferry))
         L.append(export_line("**transformers OnnxExporter generation + encoder**",
                              combined(gen, enc), ferry))
+        if "generation_prompt2" in tf:
+            L.append(export_line("transformers OnnxExporter export_for_generation, "
+                                 "decoder_input_ids of 2 tokens (prefill, decode)",
+                                 tf["generation_prompt2"], ferry))
     elif "tf" not in S:
         L.append("| transformers OnnxExporter | not run (--no-peers) | - | - | - | - | - | - |")
     if opt:
@@ -837,6 +1056,8 @@ def write_report(path, data):
     phases = []
     for name, r in (("transformers generation", (tf or {}).get("generation")),
                     ("transformers encoder", (tf or {}).get("encoder")),
+                    ("transformers generation, 2-token decoder prompt",
+                     (tf or {}).get("generation_prompt2")),
                     ("optimum", opt.get("export"))):
         if r and r.get("phases"):
             phases.append(f"{name}: " + ", ".join(f"{k} {v:.0f} s" for k, v in r["phases"].items()))
@@ -848,8 +1069,9 @@ def write_report(path, data):
     graphs = [(label, (S.get(k) or {}).get("graphs") or ((S.get(k) or {}).get("export") or {})
                .get("graphs")) for k, label in (("ferry-onnx", "ferry ONNX"),
                                                 ("ferry-openvino", "ferry OpenVINO"))]
-    graphs += [("transformers " + m, ((tf or {}).get(m) or {}).get("graphs"))
-               for m in ("generation", "encoder")]
+    graphs += [("transformers " + m.replace("_prompt2", ", 2-token decoder prompt"),
+                ((tf or {}).get(m) or {}).get("graphs"))
+               for m in ("generation", "encoder", "generation_prompt2")]
     graphs.append(("optimum", (opt.get("export") or {}).get("graphs")))
     graphs = [(label, g) for label, g in graphs if g]
     if graphs:
@@ -857,7 +1079,7 @@ def write_report(path, data):
               + ".", ""]
 
     # --- runtime
-    L += runtime_tables(data)
+    L += runtime_tables(data, spec)
 
     notes = data.get("notes") or []
     if notes:
@@ -866,13 +1088,14 @@ def write_report(path, data):
     # --- commands
     L += ["## Commands", "", f"ferry (median of {data['repeats']}; CKPT is {ck['path']}):", "",
           "```sh"]
-    for key, label, _, _ in FERRY_FORMS:
+    for key, label, _, _ in ferry_forms(spec):
         r = (S.get(f"ferry-{key}") or {}).get("export")
         if r and r.get("cmd"):
             L += [f"# {label}", r["cmd"]]
     L += ["```", "", "transformers (bench/peer_transformers_whisper.py; its docstring has the "
           "calls) and optimum (its own venv):", "", "```sh"]
-    for r in [(tf or {}).get("generation"), (tf or {}).get("encoder"), opt.get("export")]:
+    for r in [(tf or {}).get("generation"), (tf or {}).get("encoder"),
+              (tf or {}).get("generation_prompt2"), opt.get("export")]:
         if r and r.get("cmd"):
             L.append(r["cmd"])
     rt = S.get("runtime") or {}
@@ -882,33 +1105,33 @@ def write_report(path, data):
           "`python bench/peer_transformers_whisper.py CKPT INPUTS.npz --mode inputs`):", "",
           "```sh"] + lat_cmds + \
         ["```", "", "HF_HUB_OFFLINE=1 for the Python exporters.", "", "## Reproduce", "",
-         "```sh", ".venv/bin/python bench/whisper_bench.py          # this report",
-         ".venv/bin/python bench/whisper_bench.py --tiny   # a smoke run in minutes", "```", "",
-         f"Raw figures: bench/work/whisper-results{'-tiny' if data['tiny'] else ''}.json; each "
-         f"process's output: bench/work/whisper-logs{'-tiny' if data['tiny'] else ''}/.", ""]
+         "```sh", f"{spec.reproduce}          # this report",
+         f"{spec.reproduce} --tiny   # a smoke run in minutes", "```", "",
+         f"Raw figures: bench/work/{spec.key}-results{'-tiny' if data['tiny'] else ''}.json; "
+         f"each process's output: bench/work/{spec.key}-logs{'-tiny' if data['tiny'] else ''}/.",
+         ""]
     path.write_text("\n".join(L))
 
 
-def runtime_tables(data):
+def runtime_tables(data, spec):
     rt = data["results"].get("runtime")
     if not rt:
         return []
     med, agree, scale = rt.get("median") or {}, rt.get("agreement") or {}, rt.get("ref_scale") or {}
     ref = med.get("ferry-onnx") or {}
     ok_ref = ref if not ref.get("error") else {}
+    arrays, encoder_on, prompt_is = spec.runtime_inputs_text(data)
     L = ["## Runtime: onnxruntime CPU, encoder and decode", "",
          f"bench/whisper_latency.py, one process per export, {data['threads']} threads "
          "(intra_op_num_threads; inter_op 1, sequential, ORT_ENABLE_ALL, CPUExecutionProvider), "
-         "batch 1, the same arrays for every export: input_features [1, 80, 3000] (30 s of "
-         "synthetic audio through the checkpoint's WhisperFeatureExtractor), the 4 init tokens "
-         f"{data.get('prompt_ids')} as the prompt, then seeded tokens one a step. Every call "
-         "through IOBinding, each output an OrtValue bound as a later call's input (no copy). "
-         "*encoder*: the encoder graph on the features, median of "
+         f"batch 1, the same arrays for every export: {arrays}, then seeded tokens one a step. "
+         "Every call through IOBinding, each output an OrtValue bound as a later call's input "
+         f"(no copy). *encoder*: the encoder graph on {encoder_on}, median of "
          f"{data['encoder_reps']} after a warm-up; ferry's encoder also makes every decoder "
          "layer's cross-attention keys and values, which transformers' and optimum's prefill "
          "(decoder_model) make from the hidden states, so *encoder + prompt* (the time to the "
-         "first token's logits) is the like-for-like figure. *prompt*: the prefill over the 4 "
-         f"tokens from an empty cache, median of {data['prefill_reps']} after a warm-up. "
+         f"first token's logits) is the like-for-like figure. *prompt*: {prompt_is} from an "
+         f"empty cache, median of {data['prefill_reps']} after a warm-up. "
          f"*decode*: the mean of {data['steps']} one-token steps after 4 warm-up steps, from "
          "the prompt's cache (a step covers binding its inputs and the run). transformers' "
          "decode takes the cross cache as an input and returns it as an output each step (fed "
@@ -934,7 +1157,7 @@ def runtime_tables(data):
                      "| - | - | - | 0 |")
             continue
         is_ref = name == "ferry-onnx"
-        peer = name in ("tf-onnx", "optimum-onnx")
+        peer = not name.startswith("ferry-")
 
         def vs(key):
             return "ref" if is_ref else ratio_x(m[key], ok_ref.get(key))
@@ -965,17 +1188,14 @@ def runtime_tables(data):
               + ". The int4 row differs by its quantization, not by a fault.", ""]
     ferry_rows = [n for n in med if n.startswith("ferry-") and n != "ferry-onnx"]
     if ferry_rows:
-        L += ["ferry's other rows are its other forms of the same export (not peers): "
-              "`--ort-fusions cpu` writes onnxruntime's contrib ops where it has them "
-              "(MultiHeadAttention in the encoder; the graphs run on onnxruntime only), and its "
-              "int4 form MatMulNBits for the decoder's linear layers (ferry's --quantize keeps the "
-              "encoder and the cross key/value projections float: its last_hidden_state is "
-              "fp32's, above). ferry's standard-ONNX int4 export "
+        L += [spec.forms_text + "ferry's standard-ONNX int4 export "
               "(DequantizeLinear + MatMul) is in the export table but not timed: onnxruntime's "
               "CPU provider runs it unfused, dequantizing every weight each call.", ""]
     fails = [(n, c["error"]) for n, c in (rt.get("check") or {}).items() if c.get("error")]
     if fails:
-        L += ["Check pass failures: " + "; ".join(f"{n}: {cell(e)}" for n, e in fails) + ".", ""]
+        L += ["Check pass failures: " + "; ".join(f"{n}: {cell(e).rstrip('.')}"
+                                                  + spec.runtime_failure(n, e)
+                                                  for n, e in fails) + ".", ""]
     loads = [f"{RUNTIME_LABELS.get(n, n).split(' (')[0]}: encoder {m['encoder_load_s']:.1f} s, "
              f"prompt {m['prefill_load_s']:.1f} s, decode {m['decode_load_s']:.1f} s"
              for n, m in med.items() if not m.get("error") and m.get("decode_load_s") is not None]

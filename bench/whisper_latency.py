@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
-"""onnxruntime CPU latency of one Whisper export: the encoder on 30 s of audio, the prompt (the
-4 init tokens), then one-token decode steps.
+"""onnxruntime CPU latency of one encoder-decoder export (Whisper, T5): the encoder on its input
+(Whisper: 30 s of audio; T5: 512 tokens), the prompt (Whisper: the 4 init tokens; T5: the
+decoder_start_token_id), then one-token decode steps.
 
     python bench/whisper_latency.py --kind ferry-onnx|tf-onnx|optimum-onnx --dir OUT \
         [--encoder-dir ENC_OUT] --inputs INPUTS.npz --json result.json [--logits L.npz] \
         [--threads 2] [--steps 32] [--reps 3] [--encoder-reps 3]
 
 One process per export (bench/whisper_bench.py measures its peak RSS). INPUTS.npz is what
-bench/peer_transformers_whisper.py --mode inputs wrote: input_features [1, 80, 3000] (the
-checkpoint's WhisperFeatureExtractor on 30 s of synthetic audio), prompt_ids [1, 4] (the init
-tokens generate() starts from) and step_ids (seeded tokens fed one a step, not sampled), so
-every export gets the same arrays. The same settings for all: onnxruntime CPUExecutionProvider,
-intra_op_num_threads = --threads, inter_op 1, sequential, ORT_ENABLE_ALL
-(bench/ort_latency.session_options). Batch 1. Every call goes through IOBinding: each output
-stays an OrtValue and is bound as a later call's input as it is (no copy), outputs allocated by
-onnxruntime on the CPU.
+bench/peer_transformers_whisper.py --mode inputs wrote: the encoder's inputs (Whisper:
+input_features [1, 80, 3000], the checkpoint's WhisperFeatureExtractor on 30 s of synthetic
+audio; T5: input_ids [1, 512], seeded ids, and attention_mask [1, 512], ones), prompt_ids (the
+tokens generate() starts the decoder from: Whisper's 4 init tokens, T5's decoder_start_token_id)
+and step_ids (seeded tokens fed one a step, not sampled), so every export gets the same arrays.
+Each graph is fed the arrays its inputs name; a decoder's encoder_attention_mask (ferry's,
+optimum's) or attention_mask (transformers') is the encoder's attention_mask. The same settings
+for all: onnxruntime CPUExecutionProvider, intra_op_num_threads = --threads, inter_op 1,
+sequential, ORT_ENABLE_ALL (bench/ort_latency.session_options). Batch 1. Every call goes
+through IOBinding: each output stays an OrtValue and is bound as a later call's input as it is
+(no copy), outputs allocated by onnxruntime on the CPU.
 
-What each export's graphs are and how they are fed:
+What each export's graphs are and how they are fed (Whisper's names; T5's encoders take
+input_ids and attention_mask in place of input_features, and every T5 decoder also takes the
+encoder's mask, as said above):
   ferry-onnx    encoder.onnx   input_features -> last_hidden_state, present.<l>.cross_key/value
                 prefill.onnx   input_ids, past_key_values.<l>.cross_key/value (the encoder's)
                                -> logits, present.<l>.key/value
@@ -87,6 +93,8 @@ CACHE = [
 ]
 IDS = ("input_ids", "decoder_input_ids")
 HIDDEN = ("encoder_outputs.last_hidden_state", "encoder_hidden_states")
+# a decoder's padding mask over the encoder's positions (T5's): the encoder's attention_mask
+MASKS = ("encoder_attention_mask", "attention_mask")
 
 
 def slot(name):
@@ -102,6 +110,7 @@ class Graph:
     OrtValues and returns {output name: OrtValue}."""
 
     def __init__(self, path, threads):
+        self.name = Path(path).name
         t = time.perf_counter()
         self.session = ort.InferenceSession(str(path), session_options(threads),
                                             providers=["CPUExecutionProvider"])
@@ -119,7 +128,10 @@ class Graph:
                 binding.bind_ortvalue_input(name, value)
         for name in self.outputs:
             binding.bind_output(name, "cpu")
-        self.session.run_with_iobinding(binding)
+        try:
+            self.session.run_with_iobinding(binding)
+        except Exception as e:  # onnxruntime's message spans lines: one line, for the report
+            raise RuntimeError(f"{self.name}: {' '.join(str(e).split())}") from None
         return dict(zip(self.outputs, binding.get_outputs()))
 
 
@@ -134,15 +146,17 @@ def timed(fn, reps, warmup=1):
     return statistics.median(times), times, result
 
 
-def feeds_for(graph, ids, hidden, cache):
-    """The inputs of a decoder graph: its ids, the encoder's hidden states where it takes them,
-    and each cache input from `cache` ({slot: value})."""
+def feeds_for(graph, ids, hidden, cache, mask=None):
+    """The inputs of a decoder graph: its ids, the encoder's hidden states and attention mask
+    where it takes them, and each cache input from `cache` ({slot: value})."""
     out = {}
     for name in graph.inputs:
         if name in IDS:
             out[name] = ids
         elif name in HIDDEN:
             out[name] = hidden
+        elif name in MASKS and mask is not None:
+            out[name] = mask
         else:
             s = slot(name)
             if s is None or s not in cache:
@@ -163,13 +177,17 @@ def main():
     a = p.parse_args()
     files = KINDS[a.kind]
     x = np.load(a.inputs)
-    feats = np.ascontiguousarray(x["input_features"], np.float32)
+    # the encoder's inputs: every array but the decoder's
+    enc_inputs = {k: np.ascontiguousarray(x[k]) for k in x.files
+                  if k not in ("prompt_ids", "step_ids")}
+    mask = enc_inputs.get("attention_mask")
     prompt = np.ascontiguousarray(x["prompt_ids"], np.int64)
     step_ids = np.ascontiguousarray(x["step_ids"], np.int64)
     if len(step_ids) < a.steps:
         raise SystemExit(f"{a.inputs} holds {len(step_ids)} step tokens, fewer than --steps")
     result = dict(kind=a.kind, threads=a.threads, steps=a.steps, prompt=int(prompt.shape[1]),
-                  input_features=list(feats.shape), onnxruntime=ort.__version__)
+                  **{k: list(v.shape) for k, v in enc_inputs.items()},
+                  onnxruntime=ort.__version__)
     saved = {}
 
     # --- encoder
@@ -179,7 +197,11 @@ def main():
         raise SystemExit(f"{a.kind} needs --encoder-dir")
     enc = Graph(enc_path, a.threads)
     result["encoder_load_s"] = enc.load_s
-    ms, all_ms, out = timed(lambda: enc.run({"input_features": feats}), a.encoder_reps)
+    missing = [n for n in enc.inputs if n not in enc_inputs]
+    if missing:
+        raise SystemExit(f"{enc.name} takes {missing}, which {a.inputs} does not hold")
+    enc_feeds = {n: enc_inputs[n] for n in enc.inputs}
+    ms, all_ms, out = timed(lambda: enc.run(enc_feeds), a.encoder_reps)
     result.update(encoder_ms=ms, encoder_ms_all=all_ms)
     hidden = out["last_hidden_state"]
     saved["encoder_hidden"] = hidden.numpy()
@@ -194,7 +216,7 @@ def main():
     # --- prompt
     pre = Graph(a.dir / files["prompt"], a.threads)
     result["prefill_load_s"] = pre.load_s
-    pre_feeds = feeds_for(pre, prompt, hidden, fixed)
+    pre_feeds = feeds_for(pre, prompt, hidden, fixed, mask)
     ms, all_ms, out = timed(lambda: pre.run(pre_feeds), a.reps)
     result.update(prefill_ms=ms, prefill_ms_all=all_ms,
                   first_token_ms=result["encoder_ms"] + ms)
@@ -218,7 +240,11 @@ def main():
         cache, times, logits = dict(after_prompt), [], None
         for k in range(count):
             t = time.perf_counter()
-            out = dec.run(feeds_for(dec, step_ids[k], hidden, cache))
+            try:
+                out = dec.run(feeds_for(dec, step_ids[k], hidden, cache, mask))
+            except RuntimeError as e:
+                raise RuntimeError(f"decode step {k + 1} (a past of {prompt.shape[1] + k} "
+                                   f"tokens): {e}") from None
             times.append(1e3 * (time.perf_counter() - t))
             logits = out.pop("logits")
             for n, v in out.items():
