@@ -79,7 +79,7 @@ typedef struct ws_item {
 uint64_t ws_item_bytes(const ws_item *item);
 
 /* Writes every item into `fd` (the file `path`, named in errors) with `threads` workers (0: one
- * per core, at most 4), in bands of at most `band_elems` elements (0: the default, 8 Mi; tests
+ * per core, at most 4), in bands of at most `band_elems` elements (0: the default, 2 Mi; tests
  * pass tiny bands to exercise banding). Progress (if any) counts bytes written and may cancel;
  * `observer` (if any) sees what was written. Returns the first error. */
 ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, int threads,
