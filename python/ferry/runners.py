@@ -251,6 +251,16 @@ class Runner:
                 _fail(f"{self.component}: the static cache has {slots} slots (max_cache_len), "
                       f"but {past} cached + {query} new tokens need {past + query}", 1)
             want["attention_mask"] = [batch, 1, query, slots]
+        if not self._layout.static:
+            # a static-shape decode's cache length is fixed: checked here, where a decoder that
+            # takes no attention_mask (Whisper, T5) has nothing else that says it
+            for name in self._layout.specs:
+                declared = self._inputs.get(name, {}).get("shape")
+                if declared and len(declared) == 4 and \
+                        axis_refusal(past, declared[2], self._symbols):
+                    _fail(f"{self.component}: cache input {_escape(name)} would hold {past} "
+                          f"positions, but the graph takes {_escape(declared)} (symbols "
+                          f"{_escape(self._symbols)}); {self._widen}", 1)
         limit = self._cache.position_limit
         if limit is not None and past + query > limit:
             _fail(f"{self.component}: {past} cached + {query} new tokens need {past + query} "

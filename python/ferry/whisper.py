@@ -229,13 +229,17 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
         _fail("return_timestamps=True is not supported by ferry's Whisper generate(), which "
               "decodes without timestamps (<|notimestamps|>); leave it unset or False", 4)
     config = _config(directory)
-    if settings["decoder_start_token_id"] is None:
-        settings["decoder_start_token_id"] = config.get("decoder_start_token_id")
+    for key in ("decoder_start_token_id", "forced_decoder_ids"):  # config.json's, as a fallback
+        if settings[key] is None:
+            settings[key] = config.get(key)
     prompt = init_tokens(settings, vocab)
     begin = _id_list(settings["begin_suppress_tokens"], "begin_suppress_tokens", vocab)
     suppress = _id_list(settings["suppress_tokens"], "suppress_tokens", vocab)
     width = len(prompt)
     limit = config.get("max_target_positions")
+    if isinstance(limit, int) and width >= limit:
+        _fail(f"{width} init tokens leave no position of max_target_positions ({limit}, "
+              "config.json) for a new token (transformers refuses it too)")
     new_tokens = settings["max_new_tokens"]
     if new_tokens is None:
         # transformers' Whisper counts max_length after the init tokens, up to

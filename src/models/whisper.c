@@ -64,27 +64,37 @@ static void whisper_free(void *hparams)
 }
 
 /* How many init tokens generate() starts from with the checkpoint's generation config and
- * no language= or task=: decoder_start_token_id, the tokens forced_decoder_ids sets at 1, 2,
- * ..., then no_timestamps_token_id unless it is the last of them (python/ferry/whisper.py's
+ * no language= or task= passed to it: decoder_start_token_id; then the config's language and
+ * task tokens where it names either (the task's "transcribe" with a language alone), else the
+ * tokens forced_decoder_ids sets at 1, 2, ... (generation_config.json's, else config.json's);
+ * then no_timestamps_token_id unless it is the last of them (python/ferry/whisper.py's
  * init_tokens, after transformers' _retrieve_init_tokens). Only a default: generate() checks
  * the prompt it makes against the export's shapes. */
-static int64_t init_token_count(const cJSON *gen)
+static int64_t init_token_count(const cJSON *gen, const cJSON *config)
 {
     int64_t n = 1;
     double last = -1;
+    const cJSON *language = cJSON_GetObjectItemCaseSensitive(gen, "language");
+    const cJSON *task = cJSON_GetObjectItemCaseSensitive(gen, "task");
+    bool has_language = language && !cJSON_IsNull(language);
+    bool has_task = task && !cJSON_IsNull(task);
     const cJSON *forced = cJSON_GetObjectItemCaseSensitive(gen, "forced_decoder_ids");
+    if (!forced || cJSON_IsNull(forced))
+        forced = cJSON_GetObjectItemCaseSensitive(config, "forced_decoder_ids");
     const cJSON *pair;
-    if (cJSON_IsArray(forced)) {
+    if (has_language || has_task) {
+        n += has_language;
+        n += has_task || cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(gen, "task_to_id"));
+    } else if (cJSON_IsArray(forced)) {
         int index = 1;
         cJSON_ArrayForEach(pair, forced) {
             const cJSON *at = cJSON_GetArrayItem(pair, 0), *token = cJSON_GetArrayItem(pair, 1);
             if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 || !cJSON_IsNumber(at) ||
                 at->valuedouble != index++)
                 break;
-            if (cJSON_IsNumber(token)) {
-                n++;
-                last = token->valuedouble;
-            }
+            /* a null token is no token, but it is the last one no_timestamps is compared with */
+            n += cJSON_IsNumber(token);
+            last = cJSON_IsNumber(token) ? token->valuedouble : -1;
         }
     }
     const cJSON *none = cJSON_GetObjectItemCaseSensitive(gen, "no_timestamps_token_id");
@@ -142,7 +152,7 @@ static ferry_status read_config(const model_config *cfg, whisper *m, fy_err *err
     m->enc_head_dim = d_model / m->enc_heads;
     d->family = &WHISPER;
     d->names = &NAMES;
-    m->init_tokens = init_token_count(cfg->generation);
+    m->init_tokens = init_token_count(cfg->generation, cfg->raw);
     if (m->init_tokens >= d->max_position_embeddings)
         m->init_tokens = 0; /* generate() refuses it by name; the axis keeps its example */
     d->window = calloc((size_t)d->n_layers, sizeof *d->window);

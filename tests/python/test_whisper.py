@@ -412,3 +412,66 @@ def test_runner_refuses_positions_past_the_table(onnx_export):
     with pytest.raises(FerryError) as e:
         runners["decode"](np.array([[9]]))
     assert "40 cached + 1 new tokens need 41 positions, past the 40" in str(e.value)
+
+
+def test_static_shapes_without_a_static_cache_refused_before_running(ckpt, tmp_path):
+    """A static-shape decode takes a cache of exactly the prompt's length: a longer generation
+    is refused by name before anything runs (it failed inside onnxruntime at the second step:
+    Whisper's decode takes no attention_mask, which is what the check read)."""
+    from ferry import ExportedModel, FerryError
+
+    out = tmp_path / "out"
+    ferry_export(ckpt, out, "--format", "onnx", "--for-generation", "--quiet")
+    with pytest.raises(FerryError) as e:
+        ExportedModel.from_pretrained(out).generate(input_features=features(1), max_new_tokens=4)
+    assert "past what the export takes" in str(e.value) and "cache input" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def _variant(ckpt, tmp_path, generation=None, config=None):
+    """A copy of the checkpoint with generation_config.json / config.json keys replaced (a
+    value None: the key removed)."""
+    import shutil
+
+    path = tmp_path / "ckpt"
+    shutil.copytree(ckpt, path)
+    for name, changes in (("generation_config.json", generation), ("config.json", config)):
+        data = json.loads((path / name).read_text())
+        for key, value in (changes or {}).items():
+            data.pop(key, None) if value is None else data.__setitem__(key, value)
+        (path / name).write_text(json.dumps(data))
+    return path
+
+
+def test_forced_decoder_ids_from_config_json(ckpt, tmp_path):
+    """No forced_decoder_ids in generation_config.json: transformers' Whisper takes
+    config.json's, and so does ferry (the prompt and, static, the prompt's shape)."""
+    from transformers import WhisperForConditionalGeneration
+
+    from ferry import ExportedModel
+
+    path = _variant(ckpt, tmp_path, generation={"forced_decoder_ids": None},
+                    config={"forced_decoder_ids": [[1, 9], [2, NO_TIMESTAMPS]]})
+    model = WhisperForConditionalGeneration.from_pretrained(path).eval()
+    feats = features(1, seed=12)
+    with torch.no_grad():
+        want = model.generate(feats, max_new_tokens=8).tolist()
+    for flags in (DYNAMIC, ("--for-generation", "--quiet", *STATIC)):
+        out = tmp_path / f"out-{len(flags)}"
+        ferry_export(path, out, "--format", "onnx", *flags)
+        got = ExportedModel.from_pretrained(out).generate(input_features=feats,
+                                                          max_new_tokens=8)
+        assert got.tolist() == want, flags
+
+
+def test_init_tokens_filling_the_positions_refused(ckpt, tmp_path):
+    from ferry import ExportedModel, FerryError
+
+    # start, 38 forced, <|notimestamps|>: 40 init tokens, max_target_positions
+    forced = [[i, 9] for i in range(1, 39)]
+    path = _variant(ckpt, tmp_path, generation={"forced_decoder_ids": forced})
+    out = tmp_path / "out"
+    ferry_export(path, out, "--format", "onnx", *DYNAMIC)
+    with pytest.raises(FerryError) as e:
+        ExportedModel.from_pretrained(out).generate(input_features=features(1))
+    assert "40 init tokens leave no position of max_target_positions (40" in str(e.value)
