@@ -12,6 +12,8 @@
  *   q [b,s,h,d] ─mul(scale)─transpose─reshape─> [b,kvh,g,s,d] ─matmul(Kᵀ [b,kvh,1,d,t])
  *   ─[softcap]─cast(f32)─add(mask as a bias: 0 or min)─softmax─cast─matmul(V [b,kvh,1,t,d])
  *   ─reshape [b,h,s,d]─transpose─reshape─> [b,s,h*d]
+ * Multi-head attention (kvh = h) has no group axis: q [b,h,s,d] x Kᵀ [b,h,d,t], no reshape of
+ * q or the context, unless a select applies the mask.
  * A bias input (T5's relative positions) is added to the scaled scores, in fp32, before the
  * mask. Scores are masked with the most negative finite fp32, not -inf: a fully masked row (a padding
  * query) then softmaxes to a uniform row instead of NaN that would poison later layers. Added
@@ -135,9 +137,24 @@ static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v
      * power-of-two scale (head_dim 64, 256) gives the same bits either way. */
     if (o->scale != 1.0)
         q = g_binary(g, G_MUL, "Mul_scale", q, g_scalar_f(g, dt, o->scale));
-    int qt = g_reshape_spec(g, "Reshape_q", g_transpose(g, "Transpose_q", q, 4, to_bnsd), 5, q5);
+    /* Multi-head attention (one query head per kv head) needs no group axis: the 4-D form
+     * saves four ops per layer that a one-token decode step pays for in dispatch (Whisper-small:
+     * 96 a step). A select keeps the 5-D form its shared [b, 1, 1, s, t] mask broadcasts in. */
+    bool grouped = groups > 1 || !(add_bias || o->mask == G_MASK_NONE);
+    int qt = g_transpose(g, "Transpose_q", q, 4, to_bnsd);
+    if (grouped)
+        qt = g_reshape_spec(g, "Reshape_q", qt, 5, q5);
     int scores, vt;
-    if (keys_first) {
+    if (!grouped) {
+        if (keys_first) {
+            /* [b, h, t, d] x [b, h, d, s], transposed back to [b, h, s, t] */
+            int st = g_matmul(g, "MatMul", k, g_transpose(g, "Transpose_qt", qt, 4, p0132), false);
+            scores = g_transpose(g, "Transpose_scores", st, 4, p0132);
+        } else {
+            scores = g_matmul(g, "MatMul", qt, g_transpose(g, "Transpose_kt", k, 4, p0132), false);
+        }
+        vt = v;
+    } else if (keys_first) {
         /* [b, kvh, t, d] x [b, kvh, d, groups * s] = [b, kvh, t, groups * s], transposed and
          * split back into [b, kvh, groups, s, t] */
         int64_t p01423[5] = {0, 1, 4, 2, 3}, qk[4] = {0, o->num_kv_heads, o->head_dim, -1};
@@ -180,8 +197,9 @@ static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v
         const g_shape *bs = &g->values[position_bias].shape;
         g_dim b5[5] = {bs->d[0], g_dim_const(o->num_kv_heads), g_dim_const(groups), bs->d[2],
                        bs->d[3]};
-        int b = g_reshape(g, "Reshape_position_bias",
-                          g_cast(g, "Cast_position_bias", position_bias, FERRY_F32), 5, b5);
+        int b = g_cast(g, "Cast_position_bias", position_bias, FERRY_F32);
+        if (grouped)
+            b = g_reshape(g, "Reshape_position_bias", b, 5, b5);
         scores = g_binary(g, G_ADD, "Add_position_bias", scores, b);
     }
     if (add_bias) {
@@ -190,15 +208,16 @@ static ferry_status attention_over(g_lower_ctx *c, const g_node *n, int k, int v
          * a padding mask is the same for every query, [b, 1, 1, 1, t], any other
          * [b, 1, 1, s, t] */
         int64_t one = 1;
-        int bias = g_unsqueeze(g, "Unsqueeze_bias", lw_attention_bias(c, n, q, FERRY_F32), 1,
-                               &one);
+        int bias = lw_attention_bias(c, n, q, FERRY_F32);
+        if (grouped)
+            bias = g_unsqueeze(g, "Unsqueeze_bias", bias, 1, &one);
         scores = g_binary(g, G_ADD, "Add_bias", scores, bias);
     } else if (o->mask != G_MASK_NONE) {
         scores = g_where(g, "Where", m, scores, g_scalar_f(g, FERRY_F32, -3.4028234663852886e38));
     }
     int probs = g_cast(g, "Cast_1", g_softmax(g, "Softmax", scores, -1), dt);
     int ctxv = g_matmul(g, "MatMul_1", probs, vt, false);
-    int y = g_reshape_spec(g, "Reshape_heads", ctxv, 4, h4);
+    int y = grouped ? g_reshape_spec(g, "Reshape_heads", ctxv, 4, h4) : ctxv;
     y = g_reshape_spec(g, "Reshape_out", g_transpose(g, "Transpose_out", y, 4, to_bnsd), 3, out3);
     lw_refine(c, y, n, 0);
     outs[0] = y;
