@@ -183,6 +183,13 @@ class Runner:
         self.query = self._inputs["input_ids"]["shape"][1]
         self.takes_prompts = self.query != 1
         self._layout = cache.layout
+        # each distinct declared length of the cache inputs, with an input that has it: a
+        # static-shape decode's is fixed, and check_shapes compares every call with them
+        self._cache_lengths = {}
+        for spec in self._layout.specs:
+            declared = self._inputs.get(spec, {}).get("shape")
+            if declared and len(declared) == 4:
+                self._cache_lengths.setdefault(str(declared[2]), (spec, declared))
         logits = next((o for o in meta["outputs"] if o["name"] == "logits"), None)
         if logits is None:
             _fail(f"component {_escape(name)} has no logits output", 3)
@@ -254,10 +261,8 @@ class Runner:
         if not self._layout.static:
             # a static-shape decode's cache length is fixed: checked here, where a decoder that
             # takes no attention_mask (Whisper, T5) has nothing else that says it
-            for name in self._layout.specs:
-                declared = self._inputs.get(name, {}).get("shape")
-                if declared and len(declared) == 4 and \
-                        axis_refusal(past, declared[2], self._symbols):
+            for name, declared in self._cache_lengths.values():
+                if axis_refusal(past, declared[2], self._symbols):
                     _fail(f"{self.component}: cache input {_escape(name)} would hold {past} "
                           f"positions, but the graph takes {_escape(declared)} (symbols "
                           f"{_escape(self._symbols)}); {self._widen}", 1)
@@ -503,19 +508,13 @@ TRANSFORMERS_GENERATION = (
     "transformers.exporters.ExportedModel, or export with ferry's --for-generation")
 
 
-# the decoders that read a learned position table, and config.json's key for its rows
-_POSITION_TABLES = {"WhisperForConditionalGeneration": "max_target_positions",
-                    "GPT2LMHeadModel": "n_positions"}
-
-
-def _position_table(directory, manifest):
-    """The rows of the decoder's learned position table, where it has one: a longer sequence
-    has no positions (onnxruntime then fails inside the graph, OpenVINO's Gather reads zeros and
-    runs on with wrong logits), so the runners refuse it. None: no such table."""
-    from .generation import _read_json
-
-    key = _POSITION_TABLES.get(manifest.get("architecture"))
-    rows = _read_json(Path(directory) / "config.json").get(key) if key else None
+def _position_table(manifest):
+    """The rows of the decoder's learned position table, where it has one (export.json's
+    generation.max_positions, which ferry writes from the checkpoint): a longer sequence has no
+    positions (onnxruntime then fails inside the graph, OpenVINO's Gather reads zeros and runs
+    on with wrong logits), so the runners refuse it. None: no such table."""
+    gen = manifest.get("generation")
+    rows = gen.get("max_positions") if isinstance(gen, dict) else None
     return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 else None
 
 
@@ -555,7 +554,7 @@ class Runners(Mapping):
         wrap = {"openvino": _wrap_numpy, "pt2": _torch_wrapper(device),
                 "executorch": _torch_wrapper(None)}.get(self.format, _wrap_ortvalue)
         self.cache = _Cache(_CacheLayout(decode_name, decode_meta, wrap, stateful))
-        self.cache.position_limit = _position_table(self.directory, manifest)
+        self.cache.position_limit = _position_table(manifest)
         decode_query = next((i["shape"][1] for i in decode_meta["inputs"]
                              if i["name"] == "input_ids"), 1)
         names = [decode_name]

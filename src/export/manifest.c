@@ -225,6 +225,13 @@ cJSON *manifest_build(const struct ferry_exported *e, fy_err *err)
                                 e->gen.static_cache ? "static" : "dynamic");
         if (e->gen.static_cache)
             cJSON_AddNumberToObject(gen, "max_cache_len", (double)e->gen.max_cache_len);
+        /* the rows of a learned position table (Whisper's, GPT-2's): a runner refuses a call
+         * past them, which onnxruntime fails inside the graph and OpenVINO runs on with zeros */
+        const model_arch *family = e->model ? e->model->arch : NULL;
+        int64_t positions = family && family->max_sequence
+                                ? family->max_sequence(e->model->hparams) : 0;
+        if (positions > 0)
+            cJSON_AddNumberToObject(gen, "max_positions", (double)positions);
         cJSON_AddStringToObject(gen, "generation_config", "generation_config.json");
     }
     return m;

@@ -4,6 +4,7 @@ cache layout, run in their runtimes (onnxruntime, OpenVINO's CPU plugin, torch.e
 ExecuTorch's runtime) against transformers' eager model on the same weights, and ferry's
 generate() against transformers' WhisperForConditionalGeneration.generate()."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -401,9 +402,11 @@ def test_static_shapes_take_the_init_tokens(ckpt, model, tmp_path):
 def test_runner_refuses_positions_past_the_table(onnx_export):
     """The decoder's learned positions stop at max_target_positions (40): a runner call past
     them is refused by name (onnxruntime failed inside the graph, OpenVINO's Gather read zeros
-    and ran on)."""
+    and ran on); export.json carries the table's rows, written by ferry from config.json."""
     from ferry import FerryError
 
+    manifest = json.loads((Path(onnx_export.directory) / "export.json").read_text())
+    assert manifest["generation"]["max_positions"] == 40
     runners = onnx_export.runners
     runners.set_features(features(1).numpy())
     runners["prefill"](np.array([[1, NO_TIMESTAMPS]]))
