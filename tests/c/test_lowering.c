@@ -219,8 +219,8 @@ static void layers_share_one_mask(void **state)
         size_t len = strlen(n->name);
         if (!n->dead && n->op == G_ADD && len >= 9 && !strcmp(n->name + len - 9, "/Add_bias")) {
             assert_true(seen < 4);
-            /* the scores plus the layer's unsqueezed view of the shared bias */
-            bias[seen++] = producer(low, n->in[1])->in[0];
+            /* the scores plus the shared bias itself (multi-head: no group axis to add) */
+            bias[seen++] = n->in[1];
         }
     }
     assert_int_equal(seen, 4);
