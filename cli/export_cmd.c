@@ -20,9 +20,11 @@ static void print_usage(FILE *f)
           "loads, as transformers' ExecutorchExporter writes it).\n"
           "OUT and its missing parents are made; a failed export leaves none of them behind.\n"
           "The graph takes input_ids and attention_mask (int64 [batch, sequence], a\n"
-          "tokenizer's output; --inputs adds position_ids) and returns logits; generation\n"
-          "components also take position_ids, as generate() computes them:\n"
-          "cumsum(attention_mask) - 1.\n"
+          "tokenizer's output; --inputs adds position_ids) and returns logits; a decoder-only\n"
+          "model's generation components also take position_ids, as generate() computes\n"
+          "them: cumsum(attention_mask) - 1. An encoder-decoder's encoder takes what its\n"
+          "processor returns (Whisper: input_features; T5: input_ids, attention_mask) and\n"
+          "its decoder computes its own positions.\n"
           "\n"
           "options:\n", f);
     cli_print_export_options(f);

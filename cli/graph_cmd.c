@@ -19,7 +19,7 @@ static void print_usage(FILE *f)
           "  --stage semantic|lowered the graph as the architecture builds it (semantic ops:\n"
           "                           attention, rms_norm, rope, linear, ...; the default), or\n"
           "                           lowered for the export format's target, as written\n"
-          "  --component NAME         only this component (model, prefill, decode)\n"
+          "  --component NAME         only this component (model, prefill, decode, encoder)\n"
           "\n"
           "export options, as `ferry export` takes them: they shape these graphs as they shape the\n"
           "export (the ONNX opset too: below opset 20 the erf GELU is its arithmetic):\n",

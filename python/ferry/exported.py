@@ -285,7 +285,7 @@ class ExportedModel:
         with self._running:
             runners = self.runners
             if isinstance(runners, WhisperRunners):
-                if input_ids is not None or attention_mask is not None:
+                if input_ids is not None:
                     raise FerryError("a Whisper export's generate() takes input_features (what "
                                      "its feature extractor returns), not input_ids: its "
                                      "decoder prompt is the init tokens the generation config "
@@ -294,7 +294,7 @@ class ExportedModel:
                     raise FerryError("a Whisper export's generate() needs input_features "
                                      "(what its feature extractor returns)", status=1)
                 return generate_whisper(runners, self.directory, kwargs.pop("input_features"),
-                                        **kwargs)
+                                        attention_mask, **kwargs)
             if input_ids is None:
                 wrong = next((k for k in ("input_features", "inputs_embeds") if k in kwargs),
                              None)

@@ -80,10 +80,12 @@ def _read_json(path):
     return data if isinstance(data, dict) else {}
 
 
-def resolve(directory, kwargs, handled=frozenset()):
+def resolve(directory, kwargs, handled=frozenset(), refused=frozenset()):
     """The settings of one generate() call: {key of SUPPORTED: value}, plus the keys of
     `handled` (a model's own settings, which its generate() applies: Whisper's suppress lists)
-    as the call, the generation_config argument or the export's file give them (else None)."""
+    as the call, the generation_config argument or the export's file give them (else None).
+    `refused`: keys of SUPPORTED the model's generate() refuses itself, left out of the list
+    an unknown keyword is answered with."""
     given = dict(kwargs)
     passed = given.pop("generation_config", None)
     if passed is not None and not isinstance(passed, dict):
@@ -92,8 +94,9 @@ def resolve(directory, kwargs, handled=frozenset()):
             _fail("generation_config must be a dict or a transformers GenerationConfig")
     unknown = [k for k in given if k not in SUPPORTED and k not in _OFF and k not in handled]
     if unknown:
+        listed = (SUPPORTED - refused) | handled | {"seed", "generation_config"}
         _fail(f"generate() got unknown keyword arguments: {', '.join(map(_escape, unknown))} "
-              f"(supported: {', '.join(sorted(SUPPORTED | {'seed', 'generation_config'}))})")
+              f"(supported: {', '.join(sorted(listed))})")
     saved = _read_json(Path(directory) / "generation_config.json")
     layers = [(given, "keyword argument"), ({k: v for k, v in (passed or {}).items()
                                              if v is not None}, "generation_config argument"),
@@ -273,13 +276,26 @@ def check_fits(runners, batch, width, new_tokens, prompt):
     """Refuses, before anything runs, a generation whose prompt (`width` tokens, called
     `prompt` in the message) or last step the export's shapes do not take."""
     runners["prefill"].check_shapes(batch, width, 0)
-    if new_tokens > 1:
-        try:  # the last step's: say it is the prompt and max_new_tokens that ask for it
+
+    def fits(n):  # n new tokens: the last step's decode takes the n - 1 before it
+        try:
+            if n > 1:
+                runners["decode"].check_shapes(batch, 1, width + n - 2)
+            return True
+        except FerryError:
+            return False
+
+    if not fits(new_tokens):
+        low, high = 1, new_tokens - 1  # the most that fit: fits(1) holds, fits(new_tokens) not
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid - 1)
+        try:  # the last step's reason: say it is the prompt and max_new_tokens that ask for it
             runners["decode"].check_shapes(batch, 1, width + new_tokens - 2)
         except FerryError as e:
             raise FerryError(f"{prompt} and {new_tokens} new tokens would take generation to "
                              f"{width + new_tokens - 1} positions, past what the export takes "
-                             f"(lower max_new_tokens); its last step would fail: {e}",
+                             f"(max_new_tokens={low} fits); its last step would fail: {e}",
                              status=e.status) from None
 
 

@@ -19,7 +19,10 @@ final eos (when eos_token_id is one id; a list of them drops none, as transforme
 of the last token with the list never holds), right-padded with pad_token_id, as transformers
 returns them. Timestamps (return_timestamps=True) and language detection (a multilingual model
 called without language=) are refused by name; so is audio longer than the encoder's window,
-which transformers decodes segment by segment."""
+which transformers decodes segment by segment. The feature extractor's attention_mask
+(return_attention_mask=True) is taken and checked against the features; transformers reads it
+only for long-form audio and token timestamps, so for audio within the window it changes
+nothing here either."""
 
 import json
 from pathlib import Path
@@ -210,13 +213,13 @@ def _as_transformers_returns(rows, pad, eos):
         len(kept), width)
 
 
-def generate(runners, directory, input_features, seed=None, **kwargs):
+def generate(runners, directory, input_features, attention_mask=None, seed=None, **kwargs):
     """Token ids [batch, new] (numpy int64, or a torch tensor when input_features is one); see
     the module's docstring."""
     from .generation import _check
 
     torch_input = type(input_features).__module__.split(".")[0] == "torch"
-    settings = resolve(directory, kwargs, HANDLED)
+    settings = resolve(directory, kwargs, HANDLED, frozenset({"do_sample", "temperature"}))
     vocab = runners.vocab_size
     returned_eos = _one_id(settings["eos_token_id"])
     _check(settings, vocab)
@@ -260,6 +263,13 @@ def generate(runners, directory, input_features, seed=None, **kwargs):
     if batch < 1:
         _fail(f"input_features must be [batch, num_mel_bins, frames] with at least one row, not "
               f"of shape {list(np.shape(input_features))}")
+    if attention_mask is not None:
+        frames = np.shape(input_features)[-1]
+        mask = np.asarray(attention_mask.cpu() if hasattr(attention_mask, "cpu")
+                          else attention_mask)
+        if mask.shape != (batch, frames) or not np.isin(mask, (0, 1)).all():
+            _fail(f"attention_mask must be the feature extractor's, 0 or 1 over [batch, frames] "
+                  f"= {[batch, frames]}, not of shape {list(mask.shape)}")
     check_fits(runners, batch, width, new_tokens, f"{width} init tokens")
     runners.set_features(input_features)
     ids = np.tile(np.asarray(prompt, np.int64), (batch, 1))

@@ -117,6 +117,16 @@ const char *ferry_components_role(const ferry_components *c, int i)
 
 /* Plans the components (plain: one "model"; generation: gen_plan) and builds each one's
  * semantic graph with the model's family. */
+/* The input whose axis 1 is the decoder's sequence (T5's decoder_input_ids; Whisper's and every
+ * decoder-only model's input_ids): what a dim on the sequence names. */
+static const char *sequence_input(const model_arch *arch)
+{
+    for (int i = 0; arch->inputs && i < arch->n_inputs; i++)
+        if (arch->inputs[i].n_axes >= 2 && !strcmp(arch->inputs[i].axes[1], "sequence"))
+            return arch->inputs[i].name;
+    return "input_ids";
+}
+
 static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
                               const ferry_generation_config *gen, ferry_components **out)
 {
@@ -181,6 +191,16 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     }
     int64_t gen_prompt = gen && m->arch->generation_prompt
                              ? m->arch->generation_prompt(m->hparams) : 0;
+    if (cache_len > 0 && gen_prompt > 0 && cache_len < gen_prompt) {
+        /* the checkpoint fixes the decoder's prompt: a cache shorter than it could never
+         * generate a token */
+        fy_fail(err, FERRY_ERR_INVALID_ARG, "--max-cache-len %lld is shorter than the "
+                "%lld-token decoder prompt %s's generate() starts from: give at least %lld, "
+                "and a slot more for each new token after the first",
+                (long long)cache_len, (long long)gen_prompt, m->arch->architecture,
+                (long long)gen_prompt);
+        goto fail;
+    }
     if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, model_max, gen_prompt, &syms[0],
                          &ax, err) != FERRY_OK ||
         exp_bound_sequence(m->arch, m->hparams, &ax, &syms[0], err) != FERRY_OK)
@@ -286,10 +306,11 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
     int64_t prompt;
     if (c->generation && !c->gen.static_cache && g_dim_is_const(axes[1], &prompt)) {
         char line[400];
-        snprintf(line, sizeof line, "decode's cache holds exactly %lld positions (the example "
+        snprintf(line, sizeof line, "decode's cache holds exactly %lld position%s (the example "
                  "prompt's; the sequence axis is static): it runs one step after such a prompt. "
                  "For a generation loop make the sequence symbolic (--dynamic / dynamic=True, "
-                 "or a dim on input_ids' axis 1), or use a static cache", (long long)prompt);
+                 "or a dim on %s' axis 1), or use a static cache", (long long)prompt,
+                 prompt == 1 ? "" : "s", sequence_input(m->arch));
         if (exp_add_warning(&c->warnings, line) != FERRY_OK) {
             fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
             goto fail;

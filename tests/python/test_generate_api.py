@@ -497,9 +497,11 @@ def test_shapes_the_export_cannot_take(families, tmp_path):
     fam = families("qwen3")
     ids, _ = prompt(1)
     # the prompt and max_new_tokens named, as what asks for more (only the
-    # last step's numbers, which read as if the cache held them already)
+    # last step's numbers, which read as if the cache held them already), and the most that fit:
+    # the prompt and all but the last new token in the cache's slots
     with pytest.raises(FerryError, match=f"a {ids.shape[1]}-token prompt and {MAX_CACHE_LEN} new "
-                       f"tokens would take .* \\(lower max_new_tokens\\).*static cache has "
+                       f"tokens would take .* \\(max_new_tokens="
+                       f"{MAX_CACHE_LEN - ids.shape[1] + 1} fits\\).*static cache has "
                        f"{MAX_CACHE_LEN} slots"):
         fam.loaded("static").generate(ids, max_new_tokens=MAX_CACHE_LEN)
     traced = ExportedModel.from_pretrained(ferry_export(fam.ckpt, tmp_path / "traced",

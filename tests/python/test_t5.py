@@ -257,6 +257,16 @@ def test_static_shapes_take_the_start_token(ckpt, model, tmp_path):
     assert got.tolist() == want.tolist()
 
 
+def test_static_decoder_warning_names_the_decoder_input(ckpt, tmp_path):
+    """A static decoder sequence gets the one-step warning, which names the input whose dim
+    makes the decoder's sequence symbolic: decoder_input_ids (a dim on input_ids' axis 1 makes
+    the encoder's symbolic and leaves the decoder at one step)."""
+    rc, _, stderr = run_ferry("export", ckpt[1], tmp_path / "out", "--for-generation")
+    assert rc == 0, stderr
+    assert "decode's cache holds exactly 1 position (" in stderr
+    assert "a dim on decoder_input_ids' axis 1" in stderr
+
+
 def test_refusals_name_the_fix(export):
     """Each refusal of the Python side says what to give instead, in one line."""
     from ferry import ExportedModel, FerryError

@@ -192,14 +192,53 @@ def onnx_export(ckpt, tmp_path_factory):
     (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES), max_new_tokens=39),
      "past max_target_positions (40)"),
     (dict(input_ids=torch.ones(1, 2, dtype=torch.long)), "takes input_features"),
+    (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES),
+          attention_mask=torch.ones(1, 2 * FRAMES - 1, dtype=torch.long)),
+     "attention_mask must be the feature extractor's, 0 or 1 over [batch, frames] = [1, 48]"),
 ], ids=["too-long", "mel-bins", "timestamps", "beams", "sampling", "language", "past-positions",
-        "ids"])
+        "ids", "mask-shape"])
 def test_generate_refusals(onnx_export, call, needle):
     from ferry import FerryError
 
     with pytest.raises(FerryError) as e:
         onnx_export.generate(**call)
     assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_unknown_option_answered_with_what_whisper_takes(onnx_export):
+    """The list an unknown keyword is answered with holds Whisper's own options and not the
+    sampling ones its generate() refuses."""
+    from ferry import FerryError
+
+    with pytest.raises(FerryError) as e:
+        onnx_export.generate(input_features=torch.zeros(1, MEL, 2 * FRAMES), beam_width=2)
+    supported = str(e.value).split("(supported: ")[1]
+    assert "language" in supported and "max_new_tokens" in supported
+    assert "temperature" not in supported and "do_sample" not in supported
+
+
+def test_feature_extractor_attention_mask_taken(onnx_export, model):
+    """generate(**feature_extractor(audio, return_attention_mask=True)) runs as transformers'
+    does: within the encoder's window its Whisper reads the mask for nothing, the same tokens."""
+    feats = features(2, seed=5)
+    mask = torch.ones(2, feats.shape[-1], dtype=torch.int32)
+    mask[1, 30:] = 0  # the second clip's audio ends early, padded as the extractor pads it
+    with torch.no_grad():
+        want = model.generate(feats, attention_mask=mask, max_new_tokens=NEW_TOKENS)
+    got = onnx_export.generate(input_features=feats, attention_mask=mask,
+                               max_new_tokens=NEW_TOKENS)
+    assert got.tolist() == want.tolist()
+
+
+def test_static_cache_shorter_than_the_init_tokens_refused(ckpt, tmp_path):
+    """A static cache with fewer slots than the decoder prompt generate() starts from could never
+    generate a token: refused when exporting, by name, not at the first generate()."""
+    rc, _, stderr = run_ferry("export", ckpt, tmp_path / "out", "--for-generation", "--dynamic",
+                              "--static-cache", "--max-cache-len", "1", "--quiet")
+    assert rc == 2
+    assert "--max-cache-len 1 is shorter than the 2-token decoder prompt" in stderr
+    assert "give at least 2" in stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_plain_export_refused(ckpt, tmp_path):
@@ -428,7 +467,8 @@ def test_static_shapes_without_a_static_cache_refused_before_running(ckpt, tmp_p
     with pytest.raises(FerryError) as e:
         ExportedModel.from_pretrained(out).generate(input_features=features(1), max_new_tokens=4)
     assert "past what the export takes" in str(e.value) and "cache input" in str(e.value)
-    assert "\n" not in str(e.value)
+    # the prompt fills the cache: one decode step after it, two new tokens in all
+    assert "(max_new_tokens=2 fits)" in str(e.value) and "\n" not in str(e.value)
 
 
 def _variant(ckpt, tmp_path, generation=None, config=None):

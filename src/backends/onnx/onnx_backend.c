@@ -33,7 +33,8 @@ static const be_option ONNX_OPTIONS[] = {
      .flag = "--ort-fusions", .metavar = "EP",
      .help = "ONNX Runtime's fused ops for one execution provider:\n"
              "cpu, cuda, webgpu or dml (none = standard ONNX, the\n"
-             "default); such a graph runs only on onnxruntime, fp32 or\n"
+             "default); such a graph is for onnxruntime (its com.microsoft\n"
+             "ops where the model has them), fp32 or\n"
              "fp16; opset 23 by default; positions up to\n"
              "max(max_position_embeddings, --max-cache-len); on webgpu\n"
              "a call of several tokens with a cache (after the first\n"
