@@ -530,12 +530,19 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
             goto fail;
         }
     } else if (empty) {
+        /* the new directory takes the empty one's place and its permissions (a setgid bit, a
+         * group's write) */
+        chmod(tree, st.st_mode & 07777);
         if (rename(tree, target) != 0) {
             int e_ = errno;
             if (e_ == ENOTEMPTY || e_ == EEXIST)
                 fy_fail(err, FERRY_ERR_EXISTS, "not writing into %s: it was empty when the export "
                         "started, but something was put in it since; it is left as it is",
                         shown);
+            else if (e_ == EBUSY)
+                fy_fail(err, FERRY_ERR_IO, "cannot use %s: it is a mount point (or in use), and "
+                        "ferry puts a complete export in place by renaming a new directory over "
+                        "the empty one; name a directory inside it (%s/export)", shown, shown);
             else
                 fy_fail(err, FERRY_ERR_IO, "cannot create %s: %s", shown, strerror(e_));
             goto fail;

@@ -191,8 +191,10 @@ def test_not_quite_an_export_is_not_replaced(tmp_path, previous, build, damage):
 def test_empty_directory_is_the_destination(tmp_path, build, force):
     """`mkdir out; ferry export M out` said "already exists (pass --force ...)", and --force then
     refused the empty directory. An empty directory holds nothing to lose: it is the destination
-    either way (replaced by rename(2), which refuses it once it is not empty)."""
+    either way (replaced by rename(2), which refuses it once it is not empty), keeping its
+    permissions (a shared directory's setgid bit and group access)."""
     (tmp_path / "out").mkdir()
+    os.chmod(tmp_path / "out", 0o2751)
     env = SANITIZER_ENV if Path(build) != FERRY_BIN else None
     flags = ("--force",) if force else ()
     rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "-q", *flags, binary=build,
@@ -200,6 +202,7 @@ def test_empty_directory_is_the_destination(tmp_path, build, force):
     assert rc == 0, stderr
     assert sorted(os.listdir(tmp_path / "out")) == EXPORT_FILES
     assert os.listdir(tmp_path) == ["out"]
+    assert oct((tmp_path / "out").stat().st_mode & 0o7777) == oct(0o2751)
     # Not empty any more: an existing export, replaced only with --force.
     rc, _, stderr = run_ferry("export", FIXTURE, tmp_path / "out", "-q", binary=build, env=env)
     assert rc == 1 and "already exists" in stderr, stderr
