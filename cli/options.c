@@ -421,8 +421,9 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         return o->quant_flag ? EXIT_USAGE : EXIT_FAIL;
     }
     if (o->inputs_flag && o->cfg.for_generation) {
-        cli_error("--inputs applies to plain exports: generation components take input_ids, "
-                  "attention_mask and position_ids, as generate() feeds them");
+        cli_error("--inputs applies to plain exports: generation components take what "
+                  "generate() feeds them (a decoder-only model's input_ids, attention_mask and "
+                  "position_ids; an encoder-decoder's, its own)");
         return EXIT_USAGE;
     }
     if (o->generation_flag && !o->cfg.for_generation) {

@@ -305,7 +305,9 @@ ferry_status fs_split(const char *path, char *parent, size_t psize, char *base, 
                        strerror(ENAMETOOLONG));
     if (blen == 0 || (blen == 1 && path[cut] == '.') ||
         (blen == 2 && path[cut] == '.' && path[cut + 1] == '.'))
-        return fy_fail(err, FERRY_ERR_INVALID_ARG, "bad output path '%s'", path);
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "bad output path '%s': the export is a "
+                       "directory put in place by name, so name it (e.g. ./out), not '.' or "
+                       "'..'", fs_short(path, shown, sizeof shown));
     memcpy(base, path + cut, blen);
     base[blen] = '\0';
     const char *p = cut == 0 ? "." : cut == 1 ? "/" : path;

@@ -401,15 +401,15 @@ def make_inputs(vocab, batch, seq, *, pads=None, seed=0):
 # ferry
 
 
-def run_ferry(*args, timeout=600, binary=None, env=None):
-    """Runs the ferry CLI (`binary`, default the release build; `env` adds variables); returns
-    (returncode, stdout, stderr) as text."""
+def run_ferry(*args, timeout=600, binary=None, env=None, cwd=None):
+    """Runs the ferry CLI (`binary`, default the release build; `env` adds variables; in `cwd`,
+    default this process's); returns (returncode, stdout, stderr) as text."""
     binary = Path(binary or FERRY_BIN)
     if not binary.exists():
         pytest.fail(f"ferry binary not found at {binary} (build it: cmake --build build)")
     env = dict(SANITIZER_ENV if binary != FERRY_BIN else os.environ, **(env or {}))
     proc = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                          timeout=timeout, env=env, cwd=cwd)
     return proc.returncode, proc.stdout, proc.stderr
 
 

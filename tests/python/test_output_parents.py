@@ -30,6 +30,18 @@ def test_a_file_in_the_path_is_one_line_and_nothing_made(build, tmp_path):
     assert (tmp_path / "made" / "a-file").read_text() == "mine"
 
 
+@pytest.mark.parametrize("spelling", [".", "./", ".."])
+def test_dot_as_the_output_names_the_fix(build, tmp_path, spelling):
+    """`ferry export M .` in an empty directory: the export is a directory put in place by
+    name, so '.' cannot be it; the one line says what to write instead, and nothing is made."""
+    (tmp_path / "here").mkdir()
+    rc, _, err = run_ferry("export", FIXTURE, spelling, binary=build, cwd=tmp_path / "here")
+    lines = err.strip().splitlines()
+    assert rc == 1 and len(lines) == 1, err
+    assert f"bad output path '{spelling}'" in lines[0] and "(e.g. ./out)" in lines[0], lines[0]
+    assert os.listdir(tmp_path) == ["here"] and not os.listdir(tmp_path / "here")
+
+
 def failing_save(tmp_path):
     """An export built from a copy of the fixture whose weights are then cut short, so that its
     save fails while streaming them: after its parents were made."""
