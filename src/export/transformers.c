@@ -134,6 +134,14 @@ const char *tf_unsupported(const struct ferry_exported *e)
                      c->name);
             return why;
         }
+        /* the same for an encoder-decoder's encoder (Whisper's, T5's): generate() runs the
+         * torch model's encoder before the first decoder forward */
+        if (c->role && strcmp(c->role, "encoder") == 0) {
+            snprintf(why, sizeof why, "component '%s': transformers' generate() over an export "
+                     "runs the torch model's encoder, and its runners have no encoder to call; "
+                     "ferry's generate() runs this one", c->name);
+            return why;
+        }
         for (size_t k = 0; k < g->n_inputs; k++) {
             const g_value *v = &g->values[g->inputs[k]];
             bool fed = is_call_input(v) ||

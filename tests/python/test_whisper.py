@@ -205,6 +205,16 @@ def test_generate_refusals(onnx_export, call, needle):
     assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
+def test_transformers_runner_reason_names_the_encoder(onnx_export):
+    """transformers' ExportedModel cannot run a Whisper export: export.json says it is the
+    encoder (its generate() runs the torch model's), not a cache naming that input_features has
+    nothing to do with."""
+    manifest = json.loads((Path(onnx_export.directory) / "export.json").read_text())
+    why = manifest["transformers"]["unsupported"]
+    assert why.startswith("component 'encoder': transformers' generate() over an export runs "
+                          "the torch model's encoder"), why
+
+
 def test_unknown_option_answered_with_what_whisper_takes(onnx_export):
     """The list an unknown keyword is answered with holds Whisper's own options and not the
     sampling ones its generate() refuses."""
