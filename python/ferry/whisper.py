@@ -268,8 +268,10 @@ def generate(runners, directory, input_features, attention_mask=None, seed=None,
         mask = np.asarray(attention_mask.cpu() if hasattr(attention_mask, "cpu")
                           else attention_mask)
         if mask.shape != (batch, frames) or not np.isin(mask, (0, 1)).all():
+            got = (f"of shape {list(mask.shape)}" if mask.shape != (batch, frames)
+                   else "holding values other than 0 and 1")
             _fail(f"attention_mask must be the feature extractor's, 0 or 1 over [batch, frames] "
-                  f"= {[batch, frames]}, not of shape {list(mask.shape)}")
+                  f"= {[batch, frames]}, not one {got}")
     check_fits(runners, batch, width, new_tokens, f"{width} init tokens")
     runners.set_features(input_features)
     ids = np.tile(np.asarray(prompt, np.int64), (batch, 1))

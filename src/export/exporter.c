@@ -115,8 +115,6 @@ const char *ferry_components_role(const ferry_components *c, int i)
     return c && i >= 0 && i < c->n ? c->items[i].role : NULL;
 }
 
-/* Plans the components (plain: one "model"; generation: gen_plan) and builds each one's
- * semantic graph with the model's family. */
 /* The input whose axis 1 is the decoder's sequence (T5's decoder_input_ids; Whisper's and every
  * decoder-only model's input_ids): what a dim on the sequence names. */
 static const char *sequence_input(const model_arch *arch)
@@ -127,6 +125,8 @@ static const char *sequence_input(const model_arch *arch)
     return "input_ids";
 }
 
+/* Plans the components (plain: one "model"; generation: gen_plan) and builds each one's
+ * semantic graph with the model's family. */
 static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
                               const ferry_generation_config *gen, ferry_components **out)
 {
