@@ -119,10 +119,10 @@ def resolve(directory, kwargs, handled=frozenset(), refused=frozenset()):
         elif settings[key] is None:
             # the top level first, then the text config (GenerationConfig.from_model_config)
             settings[key] = top.get(key) if top.get(key) is not None else config.get(key)
-    # GPT-2's learned positions: n_positions, a table no token can pass
-    settings["position_table"] = config.get("n_positions")
+    # GPT-2's config.json names its position table n_positions, which transformers' config
+    # also answers to max_position_embeddings
     settings["max_position_embeddings"] = config.get("max_position_embeddings",
-                                                     settings["position_table"])
+                                                     config.get("n_positions"))
     settings["recompute_at"] = rerun_length(config)
     return settings
 
@@ -277,26 +277,25 @@ def check_fits(runners, batch, width, new_tokens, prompt):
     `prompt` in the message) or last step the export's shapes do not take."""
     runners["prefill"].check_shapes(batch, width, 0)
 
-    def fits(n):  # n new tokens: the last step's decode takes the n - 1 before it
+    def refusal(n):  # n new tokens: the last step's decode takes the n - 1 before it
         try:
             if n > 1:
                 runners["decode"].check_shapes(batch, 1, width + n - 2)
-            return True
-        except FerryError:
-            return False
+            return None
+        except FerryError as e:
+            return e
 
-    if not fits(new_tokens):
-        low, high = 1, new_tokens - 1  # the most that fit: fits(1) holds, fits(new_tokens) not
+    last = refusal(new_tokens)
+    if last is not None:
+        low, high = 1, new_tokens - 1  # the most that fit: n = 1 does, new_tokens does not
         while low < high:
             mid = (low + high + 1) // 2
-            low, high = (mid, high) if fits(mid) else (low, mid - 1)
-        try:  # the last step's reason: say it is the prompt and max_new_tokens that ask for it
-            runners["decode"].check_shapes(batch, 1, width + new_tokens - 2)
-        except FerryError as e:
-            raise FerryError(f"{prompt} and {new_tokens} new tokens would take generation to "
-                             f"{width + new_tokens - 1} positions, past what the export takes "
-                             f"(max_new_tokens={low} fits); its last step would fail: {e}",
-                             status=e.status) from None
+            low, high = (mid, high) if refusal(mid) is None else (low, mid - 1)
+        # the last step's reason: say it is the prompt and max_new_tokens that ask for it
+        raise FerryError(f"{prompt} and {new_tokens} new tokens would take generation to "
+                         f"{width + new_tokens - 1} positions, past what the export takes "
+                         f"(max_new_tokens={low} fits); its last step would fail: {last}",
+                         status=last.status)
 
 
 def append_token(sequences, token, unfinished, eos, pad):
@@ -351,8 +350,8 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
     if settings["min_new_tokens"] is not None:
         settings["min_length"] = width + settings["min_new_tokens"]
     # Refuse before running what the graphs or the static cache cannot take.
-    table = settings["position_table"]
-    if isinstance(table, int) and not isinstance(table, bool) and width + new_tokens > table:
+    table = runners.cache.position_limit  # export.json's, as the runners enforce it
+    if table is not None and width + new_tokens > table:
         _fail(f"a {width}-token prompt and {new_tokens} new tokens need {width + new_tokens} "
               f"positions, past the {table} position embeddings (n_positions) of config.json "
               "(transformers fails there too): lower max_new_tokens")

@@ -239,8 +239,8 @@ def generate(runners, directory, input_features, attention_mask=None, seed=None,
     begin = _id_list(settings["begin_suppress_tokens"], "begin_suppress_tokens", vocab)
     suppress = _id_list(settings["suppress_tokens"], "suppress_tokens", vocab)
     width = len(prompt)
-    limit = config.get("max_target_positions")
-    if isinstance(limit, int) and width >= limit:
+    limit = runners.cache.position_limit  # export.json's max_target_positions
+    if limit is not None and width >= limit:
         _fail(f"{width} init tokens leave no position of max_target_positions ({limit}, "
               "config.json) for a new token (transformers refuses it too)")
     new_tokens = settings["max_new_tokens"]
@@ -248,9 +248,9 @@ def generate(runners, directory, input_features, attention_mask=None, seed=None,
         # transformers' Whisper counts max_length after the init tokens, up to
         # max_target_positions (_set_max_new_tokens_and_length)
         new_tokens = settings["max_length"] or _DEFAULT_MAX_LENGTH
-        if isinstance(limit, int):
+        if limit is not None:
             new_tokens = min(new_tokens, limit - width)
-    if isinstance(limit, int) and width + new_tokens > limit:
+    if limit is not None and width + new_tokens > limit:
         _fail(f"{width} init tokens and {new_tokens} new tokens need {width + new_tokens} "
               f"positions, past max_target_positions ({limit}) of config.json (transformers "
               "refuses it too): lower max_new_tokens")

@@ -532,7 +532,16 @@ ferry_status ferry_exported_save(ferry_exported *e, const char *dir, int force)
     } else if (empty) {
         /* the new directory takes the empty one's place and its permissions (a setgid bit, a
          * group's write) */
-        chmod(tree, st.st_mode & 07777);
+        if (chmod(tree, st.st_mode & 07777) != 0) {
+            char line[FS_SHORT_MAX + 200];
+            snprintf(line, sizeof line, "%s keeps ferry's permissions (0755), not the empty "
+                     "directory's %04o: %s", shown, (unsigned)(st.st_mode & 07777),
+                     strerror(errno));
+            if (exp_add_warning(&e->save_warnings, line) != FERRY_OK) {
+                fy_fail(err, FERRY_ERR_NOMEM, "out of memory");
+                goto fail;
+            }
+        }
         if (rename(tree, target) != 0) {
             int e_ = errno;
             if (e_ == ENOTEMPTY || e_ == EEXIST)
