@@ -15,6 +15,10 @@
 #define DIRECT_MIN ((size_t)256 << 10)
 /* The staging buffer: 4 MiB, large enough for the disk to stream, small enough per worker. */
 #define BOUNCE_BYTES ((size_t)4 << 20)
+/* The held-back heads and tails (under a page each, two a run of at least DIRECT_MIN): 1 MiB
+ * holds those of a few hundred runs, so the workers stop for them every few hundred MiB. */
+#define HELD_BYTES ((size_t)1 << 20)
+#define HELD_RECORD 12 /* offset and length before each piece's bytes */
 
 void dw_open(dw_file *f, int fd, const char *path)
 {
@@ -24,6 +28,16 @@ void dw_open(dw_file *f, int fd, const char *path)
     char self[64];
     snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
     f->direct_fd = open(self, O_WRONLY | O_DIRECT | O_CLOEXEC);
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    /* a flush waits for the direct writes in flight, and new ones wait for it, however many
+     * workers keep the gate shared between them */
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&f->gate, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    pthread_mutex_init(&f->held_mu, NULL);
+    if (f->direct_fd >= 0)
+        f->held = malloc(HELD_BYTES);  /* NULL: the pieces are written at once */
 }
 
 void dw_close(dw_file *f)
@@ -31,6 +45,11 @@ void dw_close(dw_file *f)
     if (f->direct_fd >= 0)
         close(f->direct_fd);
     f->direct_fd = -1;
+    free(f->held);
+    f->held = NULL;
+    f->held_len = 0;
+    pthread_rwlock_destroy(&f->gate);
+    pthread_mutex_destroy(&f->held_mu);
 }
 
 void dw_bounce_free(dw_bounce *b)
@@ -61,6 +80,56 @@ static ferry_status buffered(dw_file *f, const uint8_t *data, size_t n, uint64_t
     return st;
 }
 
+/* Writes the held-back pieces, the gate exclusive; the caller holds held_mu. */
+static ferry_status flush_held(dw_file *f, fy_err *err)
+{
+    ferry_status st = FERRY_OK;
+    pthread_rwlock_wrlock(&f->gate);
+    for (size_t at = 0; st == FERRY_OK && at < f->held_len;) {
+        uint64_t offset;
+        uint32_t n;
+        memcpy(&offset, f->held + at, sizeof offset);
+        memcpy(&n, f->held + at + sizeof offset, sizeof n);
+        st = buffered(f, f->held + at + HELD_RECORD, n, offset, err);
+        at += HELD_RECORD + n;
+    }
+    pthread_rwlock_unlock(&f->gate);
+    f->held_len = 0;
+    return st;
+}
+
+/* A head or tail of a direct run (under a page): held back, or written now where nothing can
+ * be held. */
+static ferry_status hold(dw_file *f, const uint8_t *data, size_t n, uint64_t offset,
+                         fy_err *err)
+{
+    if (n == 0)
+        return FERRY_OK;
+    if (!f->held || HELD_RECORD + n > HELD_BYTES)
+        return buffered(f, data, n, offset, err);
+    ferry_status st = FERRY_OK;
+    pthread_mutex_lock(&f->held_mu);
+    if (f->held_len + HELD_RECORD + n > HELD_BYTES)
+        st = flush_held(f, err);
+    if (st == FERRY_OK) {
+        uint32_t len = (uint32_t)n;
+        memcpy(f->held + f->held_len, &offset, sizeof offset);
+        memcpy(f->held + f->held_len + sizeof offset, &len, sizeof len);
+        memcpy(f->held + f->held_len + HELD_RECORD, data, n);
+        f->held_len += HELD_RECORD + n;
+    }
+    pthread_mutex_unlock(&f->held_mu);
+    return st;
+}
+
+ferry_status dw_flush(dw_file *f, fy_err *err)
+{
+    pthread_mutex_lock(&f->held_mu);
+    ferry_status st = flush_held(f, err);
+    pthread_mutex_unlock(&f->held_mu);
+    return st;
+}
+
 /* One direct write of `n` bytes (a multiple of the alignment, from aligned memory, to an
  * aligned offset). Returns the bytes written: fewer than `n` when the filesystem refused
  * (direct_refused set; the caller writes the rest buffered) or stopped short. */
@@ -69,7 +138,9 @@ static size_t direct(dw_file *f, const uint8_t *data, size_t n, uint64_t offset,
 {
     size_t done = 0;
     while (done < n) {
+        pthread_rwlock_rdlock(&f->gate);
         ssize_t k = pwrite(f->direct_fd, data + done, n - done, (off_t)(offset + done));
+        pthread_rwlock_unlock(&f->gate);
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0 && errno != EINVAL && errno != EOPNOTSUPP) {
@@ -94,7 +165,7 @@ ferry_status dw_pwrite(dw_file *f, dw_bounce *bounce, const void *data, size_t n
     if (!bounce || last <= first || !dw_takes_direct(f, n))
         return buffered(f, p, n, offset, err);
     size_t head = (size_t)(first - offset);
-    ferry_status st = buffered(f, p, head, offset, err);
+    ferry_status st = hold(f, p, head, offset, err);
     uint64_t at = first;
     const uint8_t *src = p + head;
     bool aligned = (uintptr_t)src % f->align == 0;
@@ -117,7 +188,9 @@ ferry_status dw_pwrite(dw_file *f, dw_bounce *bounce, const void *data, size_t n
         if (st == FERRY_OK && k < want)
             break;   /* refused or short: the rest through the cache */
     }
+    /* the tail, or what the file system would not take directly */
     if (st == FERRY_OK)
-        st = buffered(f, src, (size_t)(offset + n - at), at, err);
+        st = at == last ? hold(f, src, (size_t)(offset + n - at), at, err)
+                        : buffered(f, src, (size_t)(offset + n - at), at, err);
     return st;
 }

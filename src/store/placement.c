@@ -196,7 +196,9 @@ ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, uint32
                        "%s: cannot create: %s", path, strerror(errno));
     fy_crc_pieces pieces = {0};
     const ws_observer seen = {fy_crc_pieces_observer, &pieces};
-    ferry_status st = pl_write_fd(f, fd, path, 0, progress, crc ? &seen : NULL, err);
+    ferry_status st = fs_reserve(fd, path, f->size, err);
+    if (st == FERRY_OK)
+        st = pl_write_fd(f, fd, path, 0, progress, crc ? &seen : NULL, err);
     if (crc)
         *crc = fy_crc_pieces_value(&pieces, f->size);
     if (st == FERRY_OK && ftruncate(fd, (off_t)f->size) != 0)

@@ -718,6 +718,8 @@ ferry_status ws_write(int fd, const char *path, const ws_item *items, size_t n, 
         if (progress->fn && changed && s.err.status == FERRY_OK)
             progress->fn(progress->user, s.done, progress->total, path);
     }
+    if (s.err.status == FERRY_OK)
+        dw_flush(&s.out, &s.err);
     ferry_status st = s.err.status;
     if (st != FERRY_OK)
         fy_fail(err, st, "%s", s.err.msg);

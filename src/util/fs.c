@@ -105,6 +105,27 @@ ferry_status fs_write_failed(fy_err *err, const char *path, int e)
     return fy_fail(err, FERRY_ERR_IO, "%s: write failed: %s", path, strerror(e));
 }
 
+ferry_status fs_reserve(int fd, const char *path, uint64_t size, fy_err *err)
+{
+    if (size == 0)
+        return FERRY_OK;
+    int r;
+    do
+        r = fallocate(fd, 0, 0, (off_t)size);
+    while (r != 0 && errno == EINTR);
+    if (r == 0)
+        return FERRY_OK;
+    if (errno == ENOSPC || errno == EFBIG || errno == EDQUOT)
+        return fy_fail(err, FERRY_ERR_NOSPACE, "%s: no space left for its %llu bytes (%s)", path,
+                       (unsigned long long)size, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return fy_fail(err, FERRY_ERR_IO, "%s: %s", path, strerror(errno));
+    if ((uint64_t)st.st_size < size && ftruncate(fd, (off_t)size) != 0)
+        return fs_write_failed(err, path, errno);
+    return FERRY_OK;
+}
+
 ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n, uint64_t offset,
                            fy_err *err)
 {

@@ -11,12 +11,19 @@
 
 #include "util/err.h"
 
-/* pwrite of the whole buffer, retrying short writes. A full disk or a file-size limit gives
- * FERRY_ERR_NOSPACE naming the path. */
 /* The error of a write into `path` that failed with errno `e`: "no space left while writing"
  * for a full disk, a quota or a file-size limit, "write failed" otherwise; the system's reason
  * after. */
 ferry_status fs_write_failed(fy_err *err, const char *path, int e);
+/* Makes the file `fd` at least `size` bytes long, its blocks allocated where the file system
+ * can (fallocate), before the weights are written into it: they then fill blocks that exist in
+ * a file that no longer grows, which lets the direct writes of several threads run at once
+ * (ext4 serialises a direct write that extends a file or fills a hole), and a disk too small
+ * for the whole file fails here, before anything is written. A file system that cannot
+ * allocate ahead gets a sparse file of that size. Never shortens the file. */
+ferry_status fs_reserve(int fd, const char *path, uint64_t size, fy_err *err);
+/* pwrite of the whole buffer, retrying short writes. A full disk or a file-size limit gives
+ * FERRY_ERR_NOSPACE naming the path. */
 ferry_status fs_pwrite_all(int fd, const char *path, const void *data, size_t n, uint64_t offset,
                            fy_err *err);
 /* Removes `path` and everything under it, never following symbolic links. Missing is fine. */

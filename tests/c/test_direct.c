@@ -2,7 +2,9 @@
  * byte where they belong, from several threads at once; a large run's whole pages really went
  * past the page cache (mincore finds them not resident) where the filesystem takes O_DIRECT
  * and is not a tmpfs; nothing is written between runs;
- * a filesystem that refuses a direct write midway gets the rest buffered, nothing lost. */
+ * a filesystem that refuses a direct write midway gets the rest buffered, nothing lost; the heads
+ * and tails held back land at dw_flush, also when more of them come than the held buffer takes
+ * (flushed midway, from two threads). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,6 +87,12 @@ static void write_run(dw_file *f, dw_bounce *bounce, const run *r)
     free(mem);
 }
 
+static void flush(dw_file *f)
+{
+    fy_err err = {0};
+    assert_int_equal(dw_flush(f, &err), FERRY_OK);
+}
+
 /* Every run's bytes where they belong, and zeros everywhere else (a write past a run's end
  * would show there). */
 static void check_file(int fd)
@@ -134,6 +142,7 @@ static void every_alignment_lands(void **state)
         write_run(&f, &bounce, &RUNS[k]);
     dw_bounce_free(&bounce);
     bool direct = f.direct_fd >= 0;
+    flush(&f);
     dw_close(&f);
     if (direct && !on_tmpfs(path)) {
         assert_false(resident(fd, 18 * MiB));           /* inside an aligned run: direct */
@@ -172,6 +181,7 @@ static void threads_at_once(void **state)
         assert_int_equal(pthread_create(&t[i], NULL, write_every_other, &w[i]), 0);
     for (int i = 0; i < 2; i++)
         pthread_join(t[i], NULL);
+    flush(&f);
     dw_close(&f);
     assert_int_equal(ftruncate(fd, FILE_BYTES), 0);
     check_file(fd);
@@ -199,6 +209,7 @@ static void refused_midway_goes_buffered(void **state)
         if (k != 1)
             write_run(&f, &bounce, &RUNS[k]);
     dw_bounce_free(&bounce);
+    flush(&f);
     dw_close(&f);
     check_file(fd);
     close(fd);
@@ -221,6 +232,57 @@ static void without_direct_all_buffered(void **state)
     close(fd);
 }
 
+/* Runs of 256 KiB + 3000 bytes end to end from 1000 bytes in: each has a head and a tail off
+ * the pages, 2 x 300 of them, more than the held buffer (1 MiB) takes at once. */
+#define MANY_RUNS 600
+#define MANY_LEN ((size_t)256 * 1024 + 3000)
+#define MANY_START 1000
+
+static void *write_many(void *arg)
+{
+    worker *w = arg;
+    dw_bounce bounce = {0};
+    uint8_t *mem = malloc(MANY_LEN);
+    assert_non_null(mem);
+    for (size_t k = w->first; k < MANY_RUNS; k += 2) {
+        uint64_t at = MANY_START + k * MANY_LEN;
+        for (size_t i = 0; i < MANY_LEN; i++)
+            mem[i] = pattern(at + i);
+        fy_err err = {0};
+        assert_int_equal(dw_pwrite(w->f, &bounce, mem, MANY_LEN, at, &err), FERRY_OK);
+    }
+    free(mem);
+    dw_bounce_free(&bounce);
+    return NULL;
+}
+
+static void held_pieces_overflow_and_land(void **state)
+{
+    (void)state;
+    char path[256];
+    int fd = open_new("many.bin", path, sizeof path);
+    size_t size = MANY_START + MANY_RUNS * MANY_LEN;
+    assert_int_equal(ftruncate(fd, (off_t)size), 0);
+    dw_file f;
+    dw_open(&f, fd, path);
+    worker w[2] = {{&f, 0}, {&f, 1}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, write_many, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    flush(&f);
+    dw_close(&f);
+    uint8_t *got = malloc(size);
+    assert_non_null(got);
+    assert_int_equal(pread(fd, got, size, 0), (ssize_t)size);
+    for (size_t at = 0; at < size; at++)
+        if (got[at] != (at < MANY_START ? 0 : pattern(at)))
+            fail_msg("byte %zu of %zu differs", at, size);
+    free(got);
+    close(fd);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -240,6 +302,7 @@ int main(void)
         cmocka_unit_test(threads_at_once),
         cmocka_unit_test(refused_midway_goes_buffered),
         cmocka_unit_test(without_direct_all_buffered),
+        cmocka_unit_test(held_pieces_overflow_and_land),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

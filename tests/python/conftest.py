@@ -413,6 +413,20 @@ def run_ferry(*args, timeout=600, binary=None, env=None, cwd=None):
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def bytes_written(pid):
+    """The bytes process `pid` has handed to write calls so far, all its threads together
+    (/proc/PID/io's wchar), 0 once it is gone. How far an export's weights are: their file
+    has its final size from the start (ferry allocates it before streaming into it)."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
 def ferry_export(model_dir, out_dir, *flags, env=None):
     """`ferry export MODEL OUT FLAGS...`, which must succeed. Returns OUT as a Path."""
     rc, out, err = run_ferry("export", model_dir, out_dir, *flags, env=env)

@@ -10,8 +10,8 @@ with the process), and the next export next to it removes it.
 
 The checkpoint is ~40 MB of random bf16 written directly (numpy, no torch init), exported to
 fp32 (~80 MB of weights), so that the write takes long enough to be interrupted anywhere.
-Kill moments are drawn from a seeded generator: most trials kill when the weight file has
-reached a random fraction of its final size, the rest at a random delay after the weights are
+Kill moments are drawn from a seeded generator: most trials kill when the export has written a
+random fraction of its weights (conftest.bytes_written), the rest at a random delay after the weights are
 complete (sync, graph, manifest, rename phases)."""
 
 import fcntl
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FERRY_BIN, check_model_full, ferry_export
+from conftest import FERRY_BIN, bytes_written, check_model_full, ferry_export
 
 TRIALS = 24
 SEED = 20240611
@@ -157,10 +157,7 @@ def kill_during_export(ckpt, out, flags, rng, data_total, tail_seconds):
             if mine:
                 data_path = parent / mine[0] / "export" / "model.onnx.data"
             continue
-        try:
-            size = data_path.stat().st_size
-        except FileNotFoundError:
-            size = 0
+        size = bytes_written(proc.pid)
         if mid_write and size >= target:
             phase = "weights" if size < data_total else "after-weights"
             break

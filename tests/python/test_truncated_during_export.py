@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SANITIZER_ENV, ferry_builds
+from conftest import SANITIZER_ENV, bytes_written, ferry_builds
 from test_crash_safety import make_big_checkpoint
 
 # ~155 MB of bf16: 16000 x 1024 embedding and lm_head, four 23 MB layers.
@@ -33,7 +33,7 @@ def big(tmp_path_factory):
 
 
 def weight_file(parent):
-    """The growing model.onnx.data of the export's temporary directory in `parent`, if any (the
+    """The model.onnx.data of the export's temporary directory in `parent`, if any (the
     export is built in <temp dir>/export, next to the temp dir's lock file)."""
     for entry in os.listdir(parent):
         if ".ferry-tmp-" in entry:
@@ -53,8 +53,8 @@ def export_and_truncate(binary, ckpt, parent, flags, final_size, keep_bytes):
     deadline = time.monotonic() + 120
     try:
         while proc.poll() is None and time.monotonic() < deadline:
-            data = weight_file(parent)
-            size = data.stat().st_size if data else 0
+            # the weights file is there and under a third of it written
+            size = bytes_written(proc.pid) if weight_file(parent) else 0
             if 0 < size < final_size // 3:
                 proc.send_signal(signal.SIGSTOP)
                 stopped = True

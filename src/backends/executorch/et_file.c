@@ -23,6 +23,7 @@
 #include "io/flatbuf.h"
 #include "util/crc_pieces.h"
 #include "util/dtype.h"
+#include "util/fs.h"
 
 #define ET_SEGMENT_ALIGN 128
 #define ET_HEADER_SIZE 32
@@ -489,9 +490,8 @@ ferry_status et_write_file(et_program *p, const char *path, ws_progress *progres
                      "%s: cannot create: %s", path, strerror(errno));
     uint64_t size = segment ? base + segment : head;
     fy_crc_pieces pieces = {0};
-    if (st == FERRY_OK && ftruncate(fd, (off_t)size) != 0)
-        st = fy_fail(err, errno == ENOSPC ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
-                     "%s: cannot set size: %s", path, strerror(errno));
+    if (st == FERRY_OK)
+        st = fs_reserve(fd, path, size, err);
     if (st == FERRY_OK && (st = write_all(fd, path, file, head, err)) == FERRY_OK)
         fy_crc_pieces_add(&pieces, file, head, 0);
     const ws_observer seen = {fy_crc_pieces_observer, &pieces};

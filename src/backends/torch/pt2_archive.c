@@ -153,6 +153,8 @@ static ferry_status write_entries(zip_writer *z, int fd, const char *path, const
     if (st == FERRY_OK)
         st = put_text(z, root, "byteorder", "little", 6, err);
     const ws_observer crcs = {zip_wrote_observer, z};
+    if (st == FERRY_OK)   /* the reserved entries' blocks, before they are filled */
+        st = fs_reserve(fd, path, zip_end_offset(z), err);
     for (int dt = 0; dt < FERRY_DTYPE_COUNT && st == FERRY_OK; dt++)
         if (blobs[dt].pl)
             st = pl_write_fd(blobs[dt].pl, fd, path, blobs[dt].base, progress, &crcs, err);
