@@ -369,6 +369,40 @@ def peer_export(run, ckpt, fmt, label, mode, dtype):
     return r, out
 
 
+def a_rounds(run):
+    return run.args.ab_rounds if not run.args.tiny else min(run.args.ab_rounds, 3)
+
+
+def decode_ab(run, fmt, ckpt, peer_out, peer_kind, features):
+    """bench/vlm_decode_ab.py: ferry's default export of `fmt` (exported again: the first was
+    removed after its latency run) and transformers' generation export, their decode paired in
+    one process."""
+    a = run.args
+    key, label, opts, kind = next(f for f in FERRY_FORMS if f[0] == fmt)
+    out = a.out_root / f"ferry-{key}-ab"
+    shutil.rmtree(out, ignore_errors=True)
+    r = measure([a.ferry, "export", ckpt, out, *opts, *GEN], a.log_dir / f"export-{key}-ab.log",
+                timeout=a.export_timeout)
+    if r["error"]:
+        return {"error": f"ferry's export: {r['error']}"}
+    res_json = a.log_dir / f"decode-ab-{fmt}.json"
+    res_json.unlink(missing_ok=True)
+    cmd = [PY, HERE / "vlm_decode_ab.py", "--export", f"{kind}={out}", "--export",
+           f"{peer_kind}={peer_out}", "--inputs", a.inputs, "--features", features, "--ckpt",
+           ckpt, "--rounds", str(a_rounds(run)), "--block", "8", "--threads", str(a.threads),
+           "--json", res_json]
+    wait_idle(60.0)
+    run.say(f"paired decode A/B {kind} / {peer_kind} ({a_rounds(run)} rounds)")
+    r = measure(cmd, a.log_dir / f"decode-ab-{fmt}.log", timeout=a.runtime_timeout)
+    shutil.rmtree(out, ignore_errors=True)
+    if r["error"]:
+        return {"error": r["error"]}
+    got = json.loads(res_json.read_text())
+    got.update(ferry=kind, peer=peer_kind, peak_rss=r["peak_rss"],
+               others_cpu=r.get("foreign_cpu"))
+    return got
+
+
 def latency(run, name, kind, out, ckpt, encoder_dir=None, features=None, encoder_only=False):
     """bench/vlm_latency.py on one export, after waiting for a quiet machine; measured again
     while others used more than CONTENDED cores (at most --latency-tries), the fastest kept."""
@@ -465,6 +499,8 @@ def main():
     p.add_argument("--steps", type=int, default=32, help="timed decode steps (mean)")
     p.add_argument("--prefill-reps", type=int, default=2, help="timed prompts (median)")
     p.add_argument("--encoder-reps", type=int, default=3, help="timed encoder calls (median)")
+    p.add_argument("--ab-rounds", type=int, default=15,
+                   help="rounds of the paired decode A/B (bench/vlm_decode_ab.py; 0: none)")
     p.add_argument("--latency-tries", type=int, default=2,
                    help="at most this many measurements of an export's latency while others "
                         "disturb it (the fastest kept)")
@@ -609,6 +645,9 @@ def main():
                               encoder_dir=outs[enc], encoder_only=True)
             lat["dtypes"] = {m: entry[k]["dtype"] for m, k in use.items()}
             entry["latency"] = lat
+        if use.get("generation") and features and a_rounds(run):
+            entry["decode_ab"] = decode_ab(run, fmt, ckpt, outs[use["generation"]], kind,
+                                           features)
         for out in outs.values():
             shutil.rmtree(out, ignore_errors=True)
         run.save(step, entry)
@@ -1028,7 +1067,45 @@ def runtime_tables(data):
     if loads:
         L += ["Graph load (session creation / compile_model) times, not in the figures above: "
               + "; ".join(loads) + ".", ""]
-    return L
+    return L + decode_ab_table(data)
+
+
+def decode_ab_table(data):
+    """The paired decode A/B (bench/vlm_decode_ab.py) of each format, where it ran."""
+    S = data["results"]
+    done = [(fmt, label, (S.get(f"tf-{fmt}") or {}).get("decode_ab")) for fmt, label, _ in
+            PEER_FORMS]
+    done = [(fmt, label, ab) for fmt, label, ab in done if ab]
+    if not done:
+        return []
+    L = ["## Runtime: decode paired in one process", "",
+         "bench/vlm_decode_ab.py, right after each format's transformers latency run: ferry's "
+         "default export of the format (exported again) and transformers' generation export, "
+         "set up in one process from the same prompt (the real cache of the same "
+         f"{done[0][2].get('past', '?')}-token prompt, ferry's image features in the image "
+         "tokens' rows), their decode graphs held together, then rounds of one block of "
+         "one-token steps of each (the same tokens, the order alternating each round), every "
+         "block from the prompt's cache. The machine's memory bandwidth, which a 2B model's "
+         "decode is bound by, drifts between processes and over seconds; within a round both "
+         "exports meet the same machine. *ms/step*: the median over rounds of each block's "
+         "mean; *tf / ferry*: the median of the per-round ratios (above 1: ferry faster), its "
+         "range in brackets.", "",
+         "| runtime | rounds x steps | ferry (ms/step) | transformers (ms/step) | tf / ferry | "
+         "ferry no slower | last logits max abs diff | peak RSS (MiB) | others' CPU |",
+         "|---|---|---:|---:|---:|---|---:|---:|---:|"]
+    for fmt, label, ab in done:
+        if ab.get("error"):
+            L.append(f"| {ENGINE[fmt]} | failed: {cell(ab['error'])} | | | | | | | |")
+            continue
+        ferry, peer = ab["ferry"], ab["peer"]
+        ratio = ab["ratio_to_" + ferry][peer]
+        diff = ab["last_logits_max_abs_diff_to_" + ferry][peer]
+        L.append(f"| {ENGINE[fmt]} | {ab['rounds']} x {ab['block']} | "
+                 f"{ab['median_ms'][ferry]:.1f} | {ab['median_ms'][peer]:.1f} | "
+                 f"{ratio['median']:.3f} ({ratio['min']:.2f}-{ratio['max']:.2f}) | "
+                 f"{no_slower(1.0, ratio['median'])} | {diff:.1e} | "
+                 f"{fmt_mib(ab.get('peak_rss'))} | {fmt_cores(ab.get('others_cpu'))} |")
+    return L + [""]
 
 
 def summary(data):
@@ -1088,6 +1165,14 @@ def summary(data):
                              f"{no_slower(r[key], lat[key])})")
         if parts:
             out.append(f"{ENGINE[fmt]}, ferry vs {label}: " + "; ".join(parts) + ".")
+    for fmt, label, _ in PEER_FORMS:
+        ab = (S.get(f"tf-{fmt}") or {}).get("decode_ab")
+        if ab and not ab.get("error"):
+            ratio = ab["ratio_to_" + ab["ferry"]][ab["peer"]]["median"]
+            out.append(f"{ENGINE[fmt]}, decode paired in one process: ferry "
+                       f"{ab['median_ms'][ab['ferry']]:.1f} vs {label} "
+                       f"{ab['median_ms'][ab['peer']]:.1f} ms/step, per-round ratio "
+                       f"{ratio:.3f} (ferry no slower: {no_slower(1.0, ratio)}).")
     return (["## Summary", ""] + [f"- {x}" for x in out] + [""]) if out else []
 
 

@@ -130,7 +130,6 @@ def stateful_openvino(a, x, cfg, steps_ids, result, saved):
 
     ids, grid, pixels, positions = (x["input_ids"], x["image_grid_thw"], x["pixel_values"],
                                     x["position_ids"])
-    slots = ids == cfg["image_token_id"]
     merge = int(cfg["vision_config"].get("spatial_merge_size", 2))
     if len(grid) != 1:
         raise SystemExit("the stateful runner takes one image")
@@ -161,11 +160,155 @@ def stateful_openvino(a, x, cfg, steps_ids, result, saved):
     del patch, merger
     gc.collect()
 
+    prompt, run_steps = stateful_steps(a.dir, a.threads, ids, positions, features,
+                                       cfg["image_token_id"], steps_ids, result)
+    ms, all_ms, logits = timed(prompt, a.reps)
+    result.update(prefill_ms=ms, prefill_ms_all=all_ms)
+    saved["prefill_last"] = np.asarray(logits[0, -1], np.float32)
+    past = ids.shape[1]
+    decode_figures(run_steps, a.steps, past, result, saved)
+
+
+def prompt_stage(path, engine, ferry, threads, ckpt, ids, positions, slots, features, reps,
+                 result):
+    """The prompt (the module's docstring), timed over `reps` into `result`: -> (its logits at
+    the last position, its cache {slot: array}). `path(component)` names a graph's file."""
+    t = time.perf_counter()
+    if ferry:
+        embed = Graph(path("embed_tokens"), engine, threads)
+        embeds = embed.run({"input_ids": ids})["inputs_embeds"]
+        del embed
+    else:
+        embeds = embed_table_rows(ckpt, ids)
+    result["embed_s"] = time.perf_counter() - t
+    if len(features) != int(slots.sum()):
+        raise SystemExit(f"{len(features)} image features for {int(slots.sum())} image tokens")
+    embeds = np.array(embeds, np.float32)
+    embeds[slots] = features
+    t = time.perf_counter()
+    lm = Graph(path("language_model"), engine, threads)
+    head = Graph(path("lm_head"), engine, threads)
+    result["prefill_load_s"] = time.perf_counter() - t
+    lm_feeds = {"inputs_embeds": embeds, "position_ids": positions,
+                "attention_mask": np.ones(ids.shape, np.int64)}
+
+    def prefill():
+        out = lm.run(lm_feeds)
+        logits = head.run({"input": out["last_hidden_state"][:, -1:]})["output"]
+        return out, logits
+
+    ms, all_ms, (out, logits) = timed(prefill, reps)
+    result.update(prefill_ms=ms, prefill_ms_all=all_ms)
+    cache = {cache_slot(n, CACHE_OUT): v for n, v in out.items() if n != "last_hidden_state"}
+    if None in cache:
+        raise SystemExit(f"language_model outputs this runner does not know: {list(out)}")
+    del lm, head, out
+    gc.collect()
+    return logits, cache
+
+
+def decode_steps(dec, engine, cache, past, positions, steps_ids):
+    """run_steps(count) -> (each step's ms, the last step's logits): `count` one-token steps of
+    the decode graph `dec` from the prompt's `cache` ({slot: array}, `past` positions), the
+    tokens steps_ids[k] (the module's docstring)."""
+    names = dec.inputs
+    extra = {}
+    if "mm_token_type_ids" in names:
+        extra["mm_token_type_ids"] = np.zeros((1, 1), names["mm_token_type_ids"])
+    if "beam_idx" in names:
+        extra["beam_idx"] = np.zeros(1, names["beam_idx"])
+    known = {"input_ids", "attention_mask", "position_ids", *extra}
+    cache_inputs = {n: cache_slot(n, CACHE_IN) for n in names if n not in known}
+    if any(v is None for v in cache_inputs.values()):
+        raise SystemExit(f"decode inputs this runner does not know: {list(names)}")
+
+    def small_feeds(k, length):
+        f = {"input_ids": steps_ids[k], "position_ids": positions[:, :, -1:] + 1 + k, **extra}
+        if "attention_mask" in names:
+            f["attention_mask"] = np.ones((1, length + 1), np.int64)
+        return {n: np.ascontiguousarray(v, names[n]) for n, v in f.items() if n in names}
+
+    if engine == "ort":
+        session = dec.session
+
+        def run_steps(count):
+            values, times, logits = None, [], None
+            for k in range(count):
+                t = time.perf_counter()
+                binding = session.io_binding()
+                for n, v in small_feeds(k, past + k).items():
+                    binding.bind_cpu_input(n, v)
+                for n, slot in cache_inputs.items():
+                    if values is None:
+                        binding.bind_cpu_input(n, cache[slot])
+                    else:
+                        binding.bind_ortvalue_input(n, values[slot])
+                for n in dec.outputs:
+                    binding.bind_output(n, "cpu")
+                session.run_with_iobinding(binding)
+                outs = dict(zip(dec.outputs, binding.get_outputs()))
+                times.append(1e3 * (time.perf_counter() - t))
+                logits = outs.pop("logits")
+                values = {cache_slot(n, CACHE_OUT): v for n, v in outs.items()}
+            return times, np.asarray(logits.numpy()[0, -1], np.float32)
+    elif cache_inputs:  # OpenVINO, the cache as inputs and outputs: two requests in turn
+        requests = [dec.compiled.create_infer_request() for _ in range(2)]
+        outputs = dec.compiled.outputs
+
+        def run_steps(count):
+            prev, times, logits = None, [], None
+            for k in range(count):
+                t = time.perf_counter()
+                feeds = small_feeds(k, past + k)
+                for n, slot in cache_inputs.items():
+                    feeds[n] = cache[slot] if prev is None else prev[slot]
+                req = requests[k % 2]
+                res = req.infer(feeds, share_inputs=True, share_outputs=True)
+                times.append(1e3 * (time.perf_counter() - t))
+                prev = {cache_slot(o.get_any_name(), CACHE_OUT): res[o] for o in outputs
+                        if o.get_any_name() != "logits"}
+                logits = res["logits"]
+            return times, np.array(logits[0, -1], np.float32)
+    else:  # OpenVINO, a stateful decode: its variables set to the prompt's cache
+        req = dec.request
+        states = req.query_state()
+        slot_of = {}
+        for s in states:
+            m = OV_STATE.search(s.name)
+            if not m:
+                raise SystemExit(f"a state this runner does not know: {s.name}")
+            slot_of[s.name] = (int(m.group(1)), {"keys": "key", "values": "value"}[m.group(2)])
+
+        def run_steps(count):
+            import openvino as ov
+
+            req.reset_state()
+            for s in req.query_state():
+                s.state = ov.Tensor(np.ascontiguousarray(cache[slot_of[s.name]]))
+            times, logits = [], None
+            for k in range(count):
+                t = time.perf_counter()
+                res = req.infer(small_feeds(k, past + k), share_inputs=True, share_outputs=True)
+                times.append(1e3 * (time.perf_counter() - t))
+                logits = res["logits"]
+            return times, np.array(logits[0, -1], np.float32)
+
+    return run_steps
+
+
+def stateful_steps(directory, threads, ids, positions, features, image_token_id, steps_ids,
+                   result):
+    """ferry's stateful OpenVINO language model from its prompt: -> (prompt() -> the prompt's
+    logits from a reset state, run_steps(count) -> (each step's ms, the last step's logits),
+    the prompt run first, untimed); load times into `result`."""
+    def graph(name):
+        return Graph(directory / f"openvino_{name}_model.xml", "ov", threads)
+
     t = time.perf_counter()
     text = graph("text_embeddings")
     result["embed_s"] = time.perf_counter() - t
     embeds = np.array(text.run({"input_ids": ids})["inputs_embeds"], np.float32)
-    embeds[slots] = features
+    embeds[ids == image_token_id] = features
     t = time.perf_counter()
     lm = graph("language")
     result["prefill_load_s"] = result["decode_load_s"] = time.perf_counter() - t
@@ -177,10 +320,6 @@ def stateful_openvino(a, x, cfg, steps_ids, result, saved):
         return lm.run({"inputs_embeds": embeds, "position_ids": positions[1:],
                        "attention_mask": np.ones(ids.shape, np.int64),
                        "beam_idx": beam})["logits"]
-
-    ms, all_ms, logits = timed(prompt, a.reps)
-    result.update(prefill_ms=ms, prefill_ms_all=all_ms)
-    saved["prefill_last"] = np.asarray(logits[0, -1], np.float32)
 
     def run_steps(count):
         prompt()
@@ -195,7 +334,7 @@ def stateful_openvino(a, x, cfg, steps_ids, result, saved):
             times.append(1e3 * (time.perf_counter() - t))
         return times, np.array(logits[0, -1], np.float32)
 
-    decode_figures(run_steps, a.steps, past, result, saved)
+    return prompt, run_steps
 
 
 def decode_figures(run_steps, steps, past, result, saved):
@@ -307,126 +446,16 @@ def main():
         return
 
     # --- prompt
-    t = time.perf_counter()
-    if ferry:
-        embed = Graph(path("embed_tokens"), engine, a.threads)
-        embeds = embed.run({"input_ids": ids})["inputs_embeds"]
-        del embed
-    else:
-        embeds = embed_table_rows(a.ckpt, ids)
-    result["embed_s"] = time.perf_counter() - t
-    if len(features) != int(slots.sum()):
-        raise SystemExit(f"{len(features)} image features for {int(slots.sum())} image tokens")
-    embeds = np.array(embeds, np.float32)
-    embeds[slots] = features
-    t = time.perf_counter()
-    lm = Graph(path("language_model"), engine, a.threads)
-    head = Graph(path("lm_head"), engine, a.threads)
-    result["prefill_load_s"] = time.perf_counter() - t
-    lm_feeds = {"inputs_embeds": embeds, "position_ids": positions,
-                "attention_mask": np.ones(ids.shape, np.int64)}
-
-    def prefill():
-        out = lm.run(lm_feeds)
-        logits = head.run({"input": out["last_hidden_state"][:, -1:]})["output"]
-        return out, logits
-
-    ms, all_ms, (out, logits) = timed(prefill, a.reps)
-    result.update(prefill_ms=ms, prefill_ms_all=all_ms)
+    logits, cache = prompt_stage(path, engine, ferry, a.threads, a.ckpt, ids, positions, slots,
+                                 features, a.reps, result)
     saved["prefill_last"] = np.asarray(logits[0, -1], np.float32)
-    cache = {cache_slot(n, CACHE_OUT): v for n, v in out.items() if n != "last_hidden_state"}
-    if None in cache:
-        raise SystemExit(f"language_model outputs this runner does not know: {list(out)}")
     past = ids.shape[1]
-    del lm, head, out
-    gc.collect()
 
     # --- decode
     t = time.perf_counter()
     dec = Graph(path("decode"), engine, a.threads)
     result["decode_load_s"] = time.perf_counter() - t
-    names = dec.inputs
-    extra = {}
-    if "mm_token_type_ids" in names:
-        extra["mm_token_type_ids"] = np.zeros((1, 1), names["mm_token_type_ids"])
-    if "beam_idx" in names:
-        extra["beam_idx"] = np.zeros(1, names["beam_idx"])
-    known = {"input_ids", "attention_mask", "position_ids", *extra}
-    cache_inputs = {n: cache_slot(n, CACHE_IN) for n in names if n not in known}
-    if any(v is None for v in cache_inputs.values()):
-        raise SystemExit(f"decode inputs this runner does not know: {list(names)}")
-
-    def small_feeds(k, length):
-        f = {"input_ids": steps_ids[k], "position_ids": positions[:, :, -1:] + 1 + k, **extra}
-        if "attention_mask" in names:
-            f["attention_mask"] = np.ones((1, length + 1), np.int64)
-        return {n: np.ascontiguousarray(v, names[n]) for n, v in f.items() if n in names}
-
-    if engine == "ort":
-        session = dec.session
-
-        def run_steps(count):
-            values, times, logits = None, [], None
-            for k in range(count):
-                t = time.perf_counter()
-                binding = session.io_binding()
-                for n, v in small_feeds(k, past + k).items():
-                    binding.bind_cpu_input(n, v)
-                for n, slot in cache_inputs.items():
-                    if values is None:
-                        binding.bind_cpu_input(n, cache[slot])
-                    else:
-                        binding.bind_ortvalue_input(n, values[slot])
-                for n in dec.outputs:
-                    binding.bind_output(n, "cpu")
-                session.run_with_iobinding(binding)
-                outs = dict(zip(dec.outputs, binding.get_outputs()))
-                times.append(1e3 * (time.perf_counter() - t))
-                logits = outs.pop("logits")
-                values = {cache_slot(n, CACHE_OUT): v for n, v in outs.items()}
-            return times, np.asarray(logits.numpy()[0, -1], np.float32)
-    elif cache_inputs:  # OpenVINO, the cache as inputs and outputs: two requests in turn
-        requests = [dec.compiled.create_infer_request() for _ in range(2)]
-        outputs = dec.compiled.outputs
-
-        def run_steps(count):
-            prev, times, logits = None, [], None
-            for k in range(count):
-                t = time.perf_counter()
-                feeds = small_feeds(k, past + k)
-                for n, slot in cache_inputs.items():
-                    feeds[n] = cache[slot] if prev is None else prev[slot]
-                req = requests[k % 2]
-                res = req.infer(feeds, share_inputs=True, share_outputs=True)
-                times.append(1e3 * (time.perf_counter() - t))
-                prev = {cache_slot(o.get_any_name(), CACHE_OUT): res[o] for o in outputs
-                        if o.get_any_name() != "logits"}
-                logits = res["logits"]
-            return times, np.array(logits[0, -1], np.float32)
-    else:  # OpenVINO, a stateful decode: its variables set to the prompt's cache
-        req = dec.request
-        states = req.query_state()
-        slot_of = {}
-        for s in states:
-            m = OV_STATE.search(s.name)
-            if not m:
-                raise SystemExit(f"a state this runner does not know: {s.name}")
-            slot_of[s.name] = (int(m.group(1)), {"keys": "key", "values": "value"}[m.group(2)])
-
-        def run_steps(count):
-            import openvino as ov
-
-            req.reset_state()
-            for s in req.query_state():
-                s.state = ov.Tensor(np.ascontiguousarray(cache[slot_of[s.name]]))
-            times, logits = [], None
-            for k in range(count):
-                t = time.perf_counter()
-                res = req.infer(small_feeds(k, past + k), share_inputs=True, share_outputs=True)
-                times.append(1e3 * (time.perf_counter() - t))
-                logits = res["logits"]
-            return times, np.array(logits[0, -1], np.float32)
-
+    run_steps = decode_steps(dec, engine, cache, past, positions, steps_ids)
     decode_figures(run_steps, a.steps, past, result, saved)
     write_results(a, result, saved)
 
