@@ -350,7 +350,7 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
     if settings["min_new_tokens"] is not None:
         settings["min_length"] = width + settings["min_new_tokens"]
     # Refuse before running what the graphs or the static cache cannot take.
-    table = runners.cache.position_limit  # export.json's, as the runners enforce it
+    table = runners.position_limit  # export.json's, as the runners enforce it
     if table is not None and width + new_tokens > table:
         _fail(f"a {width}-token prompt and {new_tokens} new tokens need {width + new_tokens} "
               f"positions, past the {table} position embeddings (n_positions) of config.json "

@@ -89,7 +89,7 @@ class _Cache:
         # `encoder_call` is the call that makes them, for a message
         self.fixed = {}
         self.encoder_call = "generate()"
-        # the rows of the decoder's learned position table (_position_table), or None
+        # the rows of the decoder's learned position table (position_table), or None
         self.position_limit = None
 
     def reset(self, batch):
@@ -508,7 +508,7 @@ TRANSFORMERS_GENERATION = (
     "transformers.exporters.ExportedModel, or export with ferry's --for-generation")
 
 
-def _position_table(manifest):
+def position_table(manifest):
     """The rows of the decoder's learned position table, where it has one (export.json's
     generation.max_positions, which ferry writes from the checkpoint): a longer sequence has no
     positions (onnxruntime then fails inside the graph, OpenVINO's Gather reads zeros and runs
@@ -554,7 +554,7 @@ class Runners(Mapping):
         wrap = {"openvino": _wrap_numpy, "pt2": _torch_wrapper(device),
                 "executorch": _torch_wrapper(None)}.get(self.format, _wrap_ortvalue)
         self.cache = _Cache(_CacheLayout(decode_name, decode_meta, wrap, stateful))
-        self.cache.position_limit = _position_table(manifest)
+        self.cache.position_limit = position_table(manifest)
         decode_query = next((i["shape"][1] for i in decode_meta["inputs"]
                              if i["name"] == "input_ids"), 1)
         names = [decode_name]
@@ -587,6 +587,12 @@ class Runners(Mapping):
         fused = self.format == "onnx" and recipe.get("ort_fusions") not in (None, "none")
         self._tabled = list(files.values()) if fused else []
         self._table_rows = None
+
+    @property
+    def position_limit(self):
+        """The rows of the decoder's learned position table (export.json's max_positions), the
+        most positions a sequence may take; None where it has none."""
+        return self.cache.position_limit
 
     @property
     def rotary_table_rows(self):

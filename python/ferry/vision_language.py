@@ -22,7 +22,7 @@ import numpy as np
 
 from ._arrays import axis_refusal, widen_advice
 from ._lib import FerryError, _escape
-from .runners import static_mask
+from .runners import position_table, static_mask
 from .runtime import open_session
 
 ROLES = ("image_encoder", "embed_tokens", "language_model", "lm_head", "decode")
@@ -218,6 +218,7 @@ class VisionLanguageRunners:
         self.pixel_dtype = np.dtype(pixels.get("dtype", "float32"))
         self.pixel_width = (pixels.get("shape") or [None, None])[-1]
         self.rotary_table_rows = None
+        self.position_limit = position_table(manifest)
         # the cache the language model writes and decode carries on: a dynamic one's
         # past_key_values.* in, present.* out; a static one's input.*/output.* pairs over
         # buffers of max_cache_len slots (each call's outputs are the buffers after it)

@@ -239,7 +239,7 @@ def generate(runners, directory, input_features, attention_mask=None, seed=None,
     begin = _id_list(settings["begin_suppress_tokens"], "begin_suppress_tokens", vocab)
     suppress = _id_list(settings["suppress_tokens"], "suppress_tokens", vocab)
     width = len(prompt)
-    limit = runners.cache.position_limit  # export.json's max_target_positions
+    limit = runners.position_limit  # export.json's max_target_positions
     if limit is not None and width >= limit:
         _fail(f"{width} init tokens leave no position of max_target_positions ({limit}, "
               "config.json) for a new token (transformers refuses it too)")
