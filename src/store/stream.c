@@ -585,13 +585,15 @@ static g_weight stream_view(const g_weight *w)
  * them, a band's worth of elements): its bands' output rows are then whole and adjacent, one write each (past the page
  * cache), where a band of rows lands as one strip per output row (21 KB buffered writes for an
  * MLP's 8960 x 1536 up projection). The reads gather a piece of each source row instead, from
- * the page cache: worth it while the pieces are 1 KiB or more (not a 151936-row embedding read
- * as a head); a join along columns reads whole rows only. */
+ * the page cache: worth it while the pieces are 256 bytes or more (Qwen2-VL-2B's 8960 x 1536 up
+ * projection gives 468-byte pieces, and its ONNX export took 14.2 s instead of 14.7-16.5 s, as
+ * strips cost more in buffered writes than pieces in reads; not a 151936-row embedding read as
+ * a head); a join along columns reads whole rows only. */
 static bool column_bands(const g_weight *w, int64_t columns_a_band)
 {
     size_t piece = (size_t)columns_a_band * dt_size(w_src(w, 0)->dtype);
     return w->transpose && !w->src_transposed && !w->quant.bits && !w->stack &&
-           w_src(w, 0)->ndim == 2 && w_rows_joined(w) && piece >= 1024;
+           w_src(w, 0)->ndim == 2 && w_rows_joined(w) && piece >= 256;
 }
 
 /* Cuts every item into bands of at most `band` elements: whole rows for matrices, whole
