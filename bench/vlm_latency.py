@@ -125,39 +125,12 @@ def embed_table_rows(ckpt, ids):
 def stateful_openvino(a, x, cfg, steps_ids, result, saved):
     """ferry's VLMPipeline layout, stage by stage as the pipeline runs it (the module's
     docstring); fills `result` and `saved`."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
-    from ferry.vision_language import block_mask, patch_positions
-
-    ids, grid, pixels, positions = (x["input_ids"], x["image_grid_thw"], x["pixel_values"],
-                                    x["position_ids"])
-    merge = int(cfg["vision_config"].get("spatial_merge_size", 2))
-    if len(grid) != 1:
-        raise SystemExit("the stateful runner takes one image")
-    t_, h, w = grid[0].tolist()
-
-    def graph(name):
-        return Graph(a.dir / f"openvino_{name}_model.xml", "ov", a.threads)
-
-    t = time.perf_counter()
-    patch, merger = graph("vision_embeddings"), graph("vision_embeddings_merger")
-    result["encoder_load_s"] = time.perf_counter() - t
-    if "window_index" in merger.inputs:
-        raise SystemExit("the stateful runner computes Qwen2-VL's merger inputs, not 2.5's")
-    width = merger.compiled.input("rotary_pos_emb").get_partial_shape()[1].get_length()
-    inv_freq = 1.0 / 10000.0 ** (np.arange(0, width, 2, dtype=np.float32) / width)
-
-    def encode():
-        hidden = patch.run({"hidden_states": pixels})["last_hidden_state"]
-        rows = patch_positions(t_, h, w, merge).astype(np.float32)
-        angles = np.concatenate([rows[:, :1] * inv_freq[:width // 2],
-                                 rows[:, 1:] * inv_freq[:width // 2]], 1)
-        return merger.run({"hidden_states": hidden, "rotary_pos_emb": angles,
-                           "attention_mask": block_mask([h * w] * t_)})["last_hidden_state"]
-
+    ids, positions = x["input_ids"], x["position_ids"]
+    encode = stateful_encoder(a.dir, a.threads, x, cfg, result)
     ms, all_ms, features = timed(encode, a.encoder_reps)
     result.update(encoder_ms=ms, encoder_ms_all=all_ms)
     saved["features"] = np.asarray(features, np.float32)
-    del patch, merger
+    del encode
     gc.collect()
 
     prompt, run_steps = stateful_steps(a.dir, a.threads, ids, positions, features,
@@ -337,6 +310,65 @@ def stateful_steps(directory, threads, ids, positions, features, image_token_id,
     return prompt, run_steps
 
 
+def stateful_encoder(directory, threads, x, cfg, result):
+    """encode() -> the image features of ferry's VLMPipeline layout: the patch embedding, the
+    rotary angles and frame mask in numpy, the merger (the module's docstring); the load time
+    into `result`."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+    from ferry.vision_language import block_mask, patch_positions
+
+    grid, pixels = x["image_grid_thw"], x["pixel_values"]
+    merge = int(cfg["vision_config"].get("spatial_merge_size", 2))
+    if len(grid) != 1:
+        raise SystemExit("the stateful runner takes one image")
+    t_, h, w = grid[0].tolist()
+
+    def graph(name):
+        return Graph(directory / f"openvino_{name}_model.xml", "ov", threads)
+
+    t = time.perf_counter()
+    patch, merger = graph("vision_embeddings"), graph("vision_embeddings_merger")
+    result["encoder_load_s"] = time.perf_counter() - t
+    if "window_index" in merger.inputs:
+        raise SystemExit("the stateful runner computes Qwen2-VL's merger inputs, not 2.5's")
+    width = merger.compiled.input("rotary_pos_emb").get_partial_shape()[1].get_length()
+    inv_freq = 1.0 / 10000.0 ** (np.arange(0, width, 2, dtype=np.float32) / width)
+
+    def encode():
+        hidden = patch.run({"hidden_states": pixels})["last_hidden_state"]
+        rows = patch_positions(t_, h, w, merge).astype(np.float32)
+        angles = np.concatenate([rows[:, :1] * inv_freq[:width // 2],
+                                 rows[:, 1:] * inv_freq[:width // 2]], 1)
+        return merger.run({"hidden_states": hidden, "rotary_pos_emb": angles,
+                           "attention_mask": block_mask([h * w] * t_)})["last_hidden_state"]
+
+    return encode
+
+
+def graph_encoder(kind, directory, encoder_dir, x, threads, result):
+    """encode() -> the image features of ferry's image_encoder graph, or of transformers' tower
+    (`encoder_dir`) fed what its export takes; None where there is neither. The load time into
+    `result`."""
+    engine = "ort" if kind.endswith("onnx") else "ov"
+    if kind.startswith("ferry"):
+        path = directory / ("image_encoder.onnx" if engine == "ort"
+                            else "openvino_image_encoder.xml")
+        feeds = {"pixel_values": x["pixel_values"], "image_grid_thw": x["image_grid_thw"]}
+    elif encoder_dir:
+        path = encoder_dir / ("model.onnx" if engine == "ort" else "openvino_model.xml")
+        feeds = {"hidden_states": x["pixel_values"], "grid_thw": x["image_grid_thw"],
+                 "cu_seqlens": x["cu_seqlens"], "position_ids": x["vision_position_ids"]}
+    else:
+        return None
+    t = time.perf_counter()
+    enc = Graph(path, engine, threads)
+    result["encoder_load_s"] = time.perf_counter() - t
+    missing = [n for n in enc.inputs if n not in feeds]
+    if missing:
+        raise SystemExit(f"the encoder takes inputs this runner does not feed: {missing}")
+    return lambda: enc.run(feeds)["pooler_output"]
+
+
 def decode_figures(run_steps, steps, past, result, saved):
     """4 untimed steps, then `steps` timed ones: their mean and median into `result`, the last
     step's logits into `saved`."""
@@ -418,22 +450,11 @@ def main():
         return
 
     # --- encoder
-    enc_path = path("image_encoder") if ferry else a.encoder_dir and (
-        a.encoder_dir / ("model.onnx" if engine == "ort" else "openvino_model.xml"))
-    if enc_path:
-        t = time.perf_counter()
-        enc = Graph(enc_path, engine, a.threads)
-        result["encoder_load_s"] = time.perf_counter() - t
-        feeds = {"pixel_values": pixels, "image_grid_thw": grid} if ferry else {
-            "hidden_states": pixels, "grid_thw": grid, "cu_seqlens": x["cu_seqlens"],
-            "position_ids": x["vision_position_ids"]}
-        missing = [n for n in enc.inputs if n not in feeds]
-        if missing:
-            raise SystemExit(f"the encoder takes inputs this runner does not feed: {missing}")
-        ms, all_ms, out = timed(lambda: enc.run(feeds), a.encoder_reps)
+    encode = graph_encoder(a.kind, a.dir, a.encoder_dir, x, a.threads, result)
+    if encode:
+        ms, all_ms, features = timed(encode, a.encoder_reps)
         result.update(encoder_ms=ms, encoder_ms_all=all_ms)
-        features = out["pooler_output"]
-        del enc, out
+        del encode
         gc.collect()
     elif a.features:
         features = np.load(a.features)["features"]
