@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+import paired
 from whisper_latency import HIDDEN, KINDS, Graph, feeds_for, slot
 
 
@@ -75,26 +76,25 @@ def main():
     for dec, feeds in runs.values():  # warm-up
         for _ in range(3):
             dec.run(feeds)
-    blocks = {kind: [] for kind in runs}
     order = list(runs)
-    for r in range(a.rounds):
-        for kind in order[r % len(order):] + order[:r % len(order)]:
-            dec, feeds = runs[kind]
+    ref = order[0]
+
+    def block(dec, feeds):
+        def run():
             t = time.perf_counter()
             for _ in range(a.block):
                 dec.run(feeds)
-            blocks[kind].append(1e3 * (time.perf_counter() - t) / a.block)
-    ref = order[0]
+            return 1e3 * (time.perf_counter() - t) / a.block
+        return run
+
+    blocks = paired.rounds({kind: block(*runs[kind]) for kind in order}, a.rounds)
     result = {"rounds": a.rounds, "block": a.block, "threads": a.threads, "ms_per_step": blocks,
               "median_ms": {k: statistics.median(v) for k, v in blocks.items()},
-              "ratio_to_" + ref: {}}
+              "ratio_to_" + ref: paired.ratios(blocks, ref)}
     for kind in order:
-        ratios = [x / y for x, y in zip(blocks[kind], blocks[ref])]
-        result["ratio_to_" + ref][kind] = {"median": statistics.median(ratios),
-                                          "min": min(ratios), "max": max(ratios)}
+        r = result["ratio_to_" + ref][kind]
         print(f"{kind:14s} median {result['median_ms'][kind]:6.2f} ms/step; over {ref}: "
-              f"median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-"
-              f"{max(ratios):.3f})", flush=True)
+              f"median {r['median']:.3f} (range {r['min']:.3f}-{r['max']:.3f})", flush=True)
     if a.json:
         a.json.write_text(json.dumps(result, indent=2))
 

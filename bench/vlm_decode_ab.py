@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+import paired
 from vlm_latency import KINDS, Graph, decode_steps, prompt_stage, stateful_steps
 
 
@@ -110,23 +111,21 @@ def main():
     order = list(runs)
     ref = order[0]
     differ = {k: float(np.abs(v - last[ref]).max()) for k, v in last.items()}
-    blocks = {kind: [] for kind in runs}
-    for r in range(a.rounds):
-        for kind in order[r % len(order):] + order[:r % len(order)]:
-            times, _ = runs[kind](a.block)
-            blocks[kind].append(statistics.fmean(times))
+
+    def block(run_steps):
+        return lambda: statistics.fmean(run_steps(a.block)[0])
+
+    blocks = paired.rounds({kind: block(runs[kind]) for kind in order}, a.rounds)
     result = {"rounds": a.rounds, "block": a.block, "threads": a.threads,
               "past": int(x["input_ids"].shape[1]), "ms_per_step": blocks,
               "median_ms": {k: statistics.median(v) for k, v in blocks.items()},
-              "last_logits_max_abs_diff_to_" + ref: differ, "ratio_to_" + ref: {}}
+              "last_logits_max_abs_diff_to_" + ref: differ,
+              "ratio_to_" + ref: paired.ratios(blocks, ref)}
     for kind in order:
-        ratios = [x_ / y for x_, y in zip(blocks[kind], blocks[ref])]
-        result["ratio_to_" + ref][kind] = {"median": statistics.median(ratios),
-                                          "min": min(ratios), "max": max(ratios)}
+        r = result["ratio_to_" + ref][kind]
         print(f"{kind:24s} median {result['median_ms'][kind]:7.2f} ms/step; over {ref}: "
-              f"median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-"
-              f"{max(ratios):.3f}); last logits vs {ref}: max |diff| {differ[kind]:.1e}",
-              flush=True)
+              f"median {r['median']:.3f} (range {r['min']:.3f}-{r['max']:.3f}); last logits vs "
+              f"{ref}: max |diff| {differ[kind]:.1e}", flush=True)
     if a.json:
         a.json.write_text(json.dumps(result, indent=2))
 

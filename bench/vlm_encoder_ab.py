@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+import paired
 from vlm_latency import KINDS, graph_encoder, stateful_encoder
 
 
@@ -64,22 +65,24 @@ def main():
     order = [kind for kind, _ in exports]
     ref = order[0]
     differ = {k: float(np.abs(v - features[ref]).max()) for k, v in features.items()}
-    times = {kind: [] for kind in order}
-    for r in range(a.rounds):
-        for kind in order[r % len(order):] + order[:r % len(order)]:
+
+    def timed_call(encode):
+        def call():
             t = time.perf_counter()
-            encoders[kind]()
-            times[kind].append(1e3 * (time.perf_counter() - t))
+            encode()
+            return 1e3 * (time.perf_counter() - t)
+        return call
+
+    times = paired.rounds({kind: timed_call(encoders[kind]) for kind in order}, a.rounds)
     result = {"rounds": a.rounds, "threads": a.threads, "ms": times,
               "patches": int(len(x["pixel_values"])),
               "median_ms": {k: statistics.median(v) for k, v in times.items()},
-              "features_max_abs_diff_to_" + ref: differ, "ratio_to_" + ref: {}}
+              "features_max_abs_diff_to_" + ref: differ,
+              "ratio_to_" + ref: paired.ratios(times, ref)}
     for kind in order:
-        ratios = [x_ / y for x_, y in zip(times[kind], times[ref])]
-        result["ratio_to_" + ref][kind] = {"median": statistics.median(ratios),
-                                          "min": min(ratios), "max": max(ratios)}
+        r = result["ratio_to_" + ref][kind]
         print(f"{kind:24s} median {result['median_ms'][kind]:9.1f} ms; over {ref}: median "
-              f"{statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}); "
+              f"{r['median']:.3f} (range {r['min']:.3f}-{r['max']:.3f}); "
               f"features vs {ref}: max |diff| {differ[kind]:.1e}", flush=True)
     if a.json:
         a.json.write_text(json.dumps(result, indent=2))
