@@ -20,7 +20,6 @@ of its block's mean ms/step, and the median of the per-round ratios to the first
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -89,12 +88,7 @@ def main():
 
     blocks = paired.rounds({kind: block(*runs[kind]) for kind in order}, a.rounds)
     result = {"rounds": a.rounds, "block": a.block, "threads": a.threads, "ms_per_step": blocks,
-              "median_ms": {k: statistics.median(v) for k, v in blocks.items()},
-              "ratio_to_" + ref: paired.ratios(blocks, ref)}
-    for kind in order:
-        r = result["ratio_to_" + ref][kind]
-        print(f"{kind:14s} median {result['median_ms'][kind]:6.2f} ms/step; over {ref}: "
-              f"median {r['median']:.3f} (range {r['min']:.3f}-{r['max']:.3f})", flush=True)
+              **paired.summary(blocks, ref, "ms/step", {})}
     if a.json:
         a.json.write_text(json.dumps(result, indent=2))
 

@@ -3,6 +3,7 @@ export measured once a round, the order rotated each round, so that the machine'
 every export alike; then each export's per-round ratio to the first export's."""
 
 import statistics
+from pathlib import Path
 
 
 def rounds(measures, count):
@@ -22,4 +23,30 @@ def ratios(values, ref):
     for name, got in values.items():
         each = [x / y for x, y in zip(got, values[ref])]
         out[name] = {"median": statistics.median(each), "min": min(each), "max": max(each)}
+    return out
+
+
+def summary(values, ref, unit, agreement):
+    """{"median_ms", "ratio_to_<ref>"} of the rounds' `values`, each export's line printed with
+    `agreement` ({name: max |diff| of its outputs from ref's})."""
+    medians = {k: statistics.median(v) for k, v in values.items()}
+    each = ratios(values, ref)
+    for name in values:
+        r = each[name]
+        print(f"{name:24s} median {medians[name]:9.2f} {unit}; over {ref}: median "
+              f"{r['median']:.3f} (range {r['min']:.3f}-{r['max']:.3f}); outputs vs {ref}: "
+              f"max |diff| {agreement.get(name, 0.0):.1e}", flush=True)
+    return {"median_ms": medians, "ratio_to_" + ref: each}
+
+
+def exports(specs, kinds, flag="--export"):
+    """[(kind, Path)] of `flag` KIND=DIR arguments, each kind one of `kinds`, once."""
+    out = []
+    for spec in specs:
+        kind, sep, directory = spec.partition("=")
+        if not sep or kind not in kinds:
+            raise SystemExit(f"{flag} {spec}: KIND=DIR, KIND one of {', '.join(kinds)}")
+        out.append((kind, Path(directory)))
+    if len({kind for kind, _ in out}) != len(out):
+        raise SystemExit(f"{flag}: each kind once")
     return out

@@ -83,12 +83,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path)
     a = p.parse_args()
-    exports = [e.split("=", 1) for e in a.export]
-    for kind, _ in exports:
-        if kind not in KINDS:
-            raise SystemExit(f"{kind}: not one of {', '.join(KINDS)}")
-    if len({kind for kind, _ in exports}) != len(exports):
-        raise SystemExit("each kind once")
+    exports = paired.exports(a.export, KINDS)
     cfg = json.loads((a.ckpt / "config.json").read_text())
     x = dict(np.load(a.inputs))
     features = np.load(a.features)["features"]
@@ -118,14 +113,8 @@ def main():
     blocks = paired.rounds({kind: block(runs[kind]) for kind in order}, a.rounds)
     result = {"rounds": a.rounds, "block": a.block, "threads": a.threads,
               "past": int(x["input_ids"].shape[1]), "ms_per_step": blocks,
-              "median_ms": {k: statistics.median(v) for k, v in blocks.items()},
               "last_logits_max_abs_diff_to_" + ref: differ,
-              "ratio_to_" + ref: paired.ratios(blocks, ref)}
-    for kind in order:
-        r = result["ratio_to_" + ref][kind]
-        print(f"{kind:24s} median {result['median_ms'][kind]:7.2f} ms/step; over {ref}: "
-              f"median {r['median']:.3f} (range {r['min']:.3f}-{r['max']:.3f}); last logits vs "
-              f"{ref}: max |diff| {differ[kind]:.1e}", flush=True)
+              **paired.summary(blocks, ref, "ms/step", differ)}
     if a.json:
         a.json.write_text(json.dumps(result, indent=2))
 

@@ -18,7 +18,6 @@ first export faster), with their range; and the features' largest difference fro
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -41,13 +40,8 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path)
     a = p.parse_args()
-    exports = [e.split("=", 1) for e in a.export]
-    towers = {k: Path(d) for k, d in (e.split("=", 1) for e in a.encoder_dir)}
-    for kind, _ in exports:
-        if kind not in KINDS:
-            raise SystemExit(f"{kind}: not one of {', '.join(KINDS)}")
-    if len({kind for kind, _ in exports}) != len(exports):
-        raise SystemExit("each kind once")
+    exports = paired.exports(a.export, KINDS)
+    towers = dict(paired.exports(a.encoder_dir, KINDS, "--encoder-dir"))
     cfg = json.loads((a.ckpt / "config.json").read_text())
     x = dict(np.load(a.inputs))
     encoders, features = {}, {}
@@ -76,14 +70,8 @@ def main():
     times = paired.rounds({kind: timed_call(encoders[kind]) for kind in order}, a.rounds)
     result = {"rounds": a.rounds, "threads": a.threads, "ms": times,
               "patches": int(len(x["pixel_values"])),
-              "median_ms": {k: statistics.median(v) for k, v in times.items()},
               "features_max_abs_diff_to_" + ref: differ,
-              "ratio_to_" + ref: paired.ratios(times, ref)}
-    for kind in order:
-        r = result["ratio_to_" + ref][kind]
-        print(f"{kind:24s} median {result['median_ms'][kind]:9.1f} ms; over {ref}: median "
-              f"{r['median']:.3f} (range {r['min']:.3f}-{r['max']:.3f}); "
-              f"features vs {ref}: max |diff| {differ[kind]:.1e}", flush=True)
+              **paired.summary(times, ref, "ms", differ)}
     if a.json:
         a.json.write_text(json.dumps(result, indent=2))
 
