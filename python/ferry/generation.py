@@ -353,8 +353,9 @@ def generate(runners, directory, input_ids, attention_mask=None, seed=None, **kw
     table = runners.position_limit  # export.json's, as the runners enforce it
     if table is not None and width + new_tokens > table:
         _fail(f"a {width}-token prompt and {new_tokens} new tokens need {width + new_tokens} "
-              f"positions, past the {table} position embeddings (n_positions) of config.json "
-              "(transformers fails there too): lower max_new_tokens")
+              f"positions, past the {table} rows of the decoder's position table (export.json's "
+              "generation.max_positions, config.json's n_positions; transformers fails there "
+              "too): lower max_new_tokens")
     check_fits(runners, batch, width, new_tokens, f"a {width}-token prompt")
     _check_rotary_table(runners, settings["max_position_embeddings"], width, new_tokens)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):

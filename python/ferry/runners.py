@@ -18,6 +18,7 @@ prepack them, which would give each session a packed copy (bench/runner_memory.p
 A static cache is one set of buffers bound in place (IOBinding) to every session; a .pt2
 program is handed the same torch tensors every call and writes the new rows into them."""
 
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -269,8 +270,8 @@ class Runner:
         limit = self._cache.position_limit
         if limit is not None and past + query > limit:
             _fail(f"{self.component}: {past} cached + {query} new tokens need {past + query} "
-                  f"positions, past the {limit} of the decoder's position embeddings "
-                  "(config.json): start a new sequence (reset())", 1)
+                  f"positions, past the {limit} rows of the decoder's position table "
+                  "(export.json's generation.max_positions): start a new sequence (reset())", 1)
         for name, dims in want.items():
             declared = self._inputs.get(name, {}).get("shape", dims)
             if any(axis_refusal(got, dim, self._symbols) for got, dim in zip(dims, declared)):
@@ -508,14 +509,39 @@ TRANSFORMERS_GENERATION = (
     "transformers.exporters.ExportedModel, or export with ferry's --for-generation")
 
 
-def position_table(manifest):
-    """The rows of the decoder's learned position table, where it has one (export.json's
-    generation.max_positions, which ferry writes from the checkpoint): a longer sequence has no
-    positions (onnxruntime then fails inside the graph, OpenVINO's Gather reads zeros and runs
-    on with wrong logits), so the runners refuse it. None: no such table."""
+# The config key of the learned position table a decoder reads, for the families that have one:
+# an export.json written before ferry recorded generation.max_positions does not say it.
+_TABLE_KEYS = {"gpt2": "n_positions", "whisper": "max_target_positions"}
+
+
+def _positive(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def position_table(manifest, directory):
+    """The rows of the decoder's learned position table, where it has one: a longer sequence
+    has no positions (onnxruntime then fails inside the graph, OpenVINO's Gather reads zeros
+    and runs on with wrong logits), so the runners refuse it. export.json's
+    generation.max_positions, which ferry writes from the checkpoint (a malformed one is
+    refused), and the table's size in config.json, the smaller where both say; None: no such
+    table."""
     gen = manifest.get("generation")
-    rows = gen.get("max_positions") if isinstance(gen, dict) else None
-    return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 else None
+    gen = gen if isinstance(gen, dict) else {}
+    rows = gen.get("max_positions")
+    if "max_positions" in gen and not _positive(rows):
+        _fail(f"export.json: generation.max_positions must be a positive integer, not "
+              f"{_escape(repr(rows))}; export the model again")
+    try:
+        top = json.loads((Path(directory) / "config.json").read_text())
+    except (OSError, ValueError):
+        top = {}
+    config = top if isinstance(top, dict) else {}
+    if isinstance(config.get("text_config"), dict):
+        config = config["text_config"]
+    key = _TABLE_KEYS.get(config.get("model_type", top.get("model_type")))
+    table = config.get(key) if key else None
+    known = [v for v in (rows, table) if _positive(v)]
+    return min(known) if known else None
 
 
 class Runners(Mapping):
@@ -554,7 +580,7 @@ class Runners(Mapping):
         wrap = {"openvino": _wrap_numpy, "pt2": _torch_wrapper(device),
                 "executorch": _torch_wrapper(None)}.get(self.format, _wrap_ortvalue)
         self.cache = _Cache(_CacheLayout(decode_name, decode_meta, wrap, stateful))
-        self.cache.position_limit = position_table(manifest)
+        self.cache.position_limit = position_table(manifest, directory)
         decode_query = next((i["shape"][1] for i in decode_meta["inputs"]
                              if i["name"] == "input_ids"), 1)
         names = [decode_name]

@@ -239,10 +239,11 @@ def generate(runners, directory, input_features, attention_mask=None, seed=None,
     begin = _id_list(settings["begin_suppress_tokens"], "begin_suppress_tokens", vocab)
     suppress = _id_list(settings["suppress_tokens"], "suppress_tokens", vocab)
     width = len(prompt)
-    limit = runners.position_limit  # export.json's max_target_positions
+    limit = runners.position_limit  # export.json's, as the runners enforce it
     if limit is not None and width >= limit:
-        _fail(f"{width} init tokens leave no position of max_target_positions ({limit}, "
-              "config.json) for a new token (transformers refuses it too)")
+        _fail(f"{width} init tokens leave no position for a new token: the decoder has {limit} "
+              "(max_target_positions, export.json's generation.max_positions; transformers "
+              "refuses it too)")
     new_tokens = settings["max_new_tokens"]
     if new_tokens is None:
         # transformers' Whisper counts max_length after the init tokens, up to
@@ -252,8 +253,8 @@ def generate(runners, directory, input_features, attention_mask=None, seed=None,
             new_tokens = min(new_tokens, limit - width)
     if limit is not None and width + new_tokens > limit:
         _fail(f"{width} init tokens and {new_tokens} new tokens need {width + new_tokens} "
-              f"positions, past max_target_positions ({limit}) of config.json (transformers "
-              "refuses it too): lower max_new_tokens")
+              f"positions, past the decoder's {limit} (max_target_positions, export.json's "
+              "generation.max_positions; transformers refuses it too): lower max_new_tokens")
     if settings["min_new_tokens"] is not None:
         settings["min_length"] = width + settings["min_new_tokens"]
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):

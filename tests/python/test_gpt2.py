@@ -243,3 +243,30 @@ def test_generate_stops_at_the_position_table(tmp_path):
     assert np.array_equal(got, want.numpy())
     with pytest.raises(ferry.FerryError, match="n_positions"):
         exported.generate(ids, max_new_tokens=5, do_sample=False)
+
+
+@pytest.mark.parametrize("max_positions", [None, 64, "32", 0, True])
+def test_position_table_without_or_with_a_bad_max_positions(tmp_path, max_positions):
+    """An export.json without generation.max_positions (written before ferry recorded it) or
+    with a larger one still refuses a generation past config.json's n_positions (OpenVINO would
+    run on with zeros for positions); a malformed one is refused, naming the key."""
+    import ferry
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "gpt2", seed=13, n_positions=32)
+    out = ferry_export(ckpt, tmp_path / "ov", "--format", "openvino", "--dynamic",
+                       "--for-generation", "--quiet")
+    path = out / "export.json"
+    manifest = json.loads(path.read_text())
+    if max_positions is None:
+        del manifest["generation"]["max_positions"]
+    else:
+        manifest["generation"]["max_positions"] = max_positions
+    path.write_text(json.dumps(manifest))
+    ids = np.random.default_rng(2).integers(3, 160, (1, 28))
+    if max_positions in (None, 64):
+        exported = ferry.ExportedModel.from_pretrained(out)
+        with pytest.raises(ferry.FerryError, match="past the 32 rows"):
+            exported.generate(ids, max_new_tokens=5, do_sample=False)
+    else:
+        with pytest.raises(ferry.FerryError, match="generation.max_positions must be a positive"):
+            ferry.ExportedModel.from_pretrained(out).generate(ids, max_new_tokens=5)

@@ -190,7 +190,7 @@ def onnx_export(ckpt, tmp_path_factory):
     (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES), language="en"),
      "has no lang_to_id"),
     (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES), max_new_tokens=39),
-     "past max_target_positions (40)"),
+     "past the decoder's 40 (max_target_positions"),
     (dict(input_ids=torch.ones(1, 2, dtype=torch.long)), "takes input_features"),
     (dict(input_features=torch.zeros(1, MEL, 2 * FRAMES),
           attention_mask=torch.ones(1, 2 * FRAMES - 1, dtype=torch.long)),
@@ -527,4 +527,4 @@ def test_init_tokens_filling_the_positions_refused(ckpt, tmp_path):
     ferry_export(path, out, "--format", "onnx", *DYNAMIC)
     with pytest.raises(FerryError) as e:
         ExportedModel.from_pretrained(out).generate(input_features=features(1))
-    assert "40 init tokens leave no position of max_target_positions (40" in str(e.value)
+    assert "40 init tokens leave no position for a new token: the decoder has 40" in str(e.value)
