@@ -518,24 +518,29 @@ def _positive(value):
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def position_table(manifest, directory):
+def read_config(directory):
+    """config.json of an export directory as a dict; {} where it is missing or not an object."""
+    try:
+        top = json.loads((Path(directory) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return top if isinstance(top, dict) else {}
+
+
+def position_table(manifest, top):
     """The rows of the decoder's learned position table, where it has one: a longer sequence
     has no positions (onnxruntime then fails inside the graph, OpenVINO's Gather reads zeros
     and runs on with wrong logits), so the runners refuse it. export.json's
     generation.max_positions, which ferry writes from the checkpoint (a malformed one is
-    refused), and the table's size in config.json, the smaller where both say; None: no such
-    table."""
+    refused), and the table's size in config.json (`top`, parsed), the smaller where both say;
+    None: no such table."""
     gen = manifest.get("generation")
     gen = gen if isinstance(gen, dict) else {}
     rows = gen.get("max_positions")
     if "max_positions" in gen and not _positive(rows):
         _fail(f"export.json: generation.max_positions must be a positive integer, not "
               f"{_escape(repr(rows))}; export the model again")
-    try:
-        top = json.loads((Path(directory) / "config.json").read_text())
-    except (OSError, ValueError):
-        top = {}
-    config = top if isinstance(top, dict) else {}
+    config = top
     if isinstance(config.get("text_config"), dict):
         config = config["text_config"]
     key = _TABLE_KEYS.get(config.get("model_type", top.get("model_type")))
@@ -580,7 +585,7 @@ class Runners(Mapping):
         wrap = {"openvino": _wrap_numpy, "pt2": _torch_wrapper(device),
                 "executorch": _torch_wrapper(None)}.get(self.format, _wrap_ortvalue)
         self.cache = _Cache(_CacheLayout(decode_name, decode_meta, wrap, stateful))
-        self.cache.position_limit = position_table(manifest, directory)
+        self.cache.position_limit = position_table(manifest, read_config(directory))
         decode_query = next((i["shape"][1] for i in decode_meta["inputs"]
                              if i["name"] == "input_ids"), 1)
         names = [decode_name]

@@ -218,7 +218,7 @@ class VisionLanguageRunners:
         self.pixel_dtype = np.dtype(pixels.get("dtype", "float32"))
         self.pixel_width = (pixels.get("shape") or [None, None])[-1]
         self.rotary_table_rows = None
-        self.position_limit = position_table(manifest, directory)
+        self.position_limit = position_table(manifest, config)
         # the cache the language model writes and decode carries on: a dynamic one's
         # past_key_values.* in, present.* out; a static one's input.*/output.* pairs over
         # buffers of max_cache_len slots (each call's outputs are the buffers after it)

@@ -201,9 +201,6 @@ ferry_status pl_write(pl_file *f, const char *dir, ws_progress *progress, uint32
         st = pl_write_fd(f, fd, path, 0, progress, crc ? &seen : NULL, err);
     if (crc)
         *crc = fy_crc_pieces_value(&pieces, f->size);
-    if (st == FERRY_OK && ftruncate(fd, (off_t)f->size) != 0)
-        st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
-                     "%s: cannot set size: %s", path, strerror(errno));
     if (st == FERRY_OK && fsync(fd) != 0 && errno != EINVAL)
         st = fy_fail(err, no_space(errno) ? FERRY_ERR_NOSPACE : FERRY_ERR_IO,
                      "%s: sync failed: %s", path, strerror(errno));

@@ -168,6 +168,17 @@ static void *write_every_other(void *arg)
     return NULL;
 }
 
+/* Runs `fn` in two threads at once on `f`, one starting at run 0, the other at run 1. */
+static void two_workers(dw_file *f, void *(*fn)(void *))
+{
+    worker w[2] = {{f, 0}, {f, 1}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, fn, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+}
+
 static void threads_at_once(void **state)
 {
     (void)state;
@@ -175,12 +186,7 @@ static void threads_at_once(void **state)
     int fd = open_new("threads.bin", path, sizeof path);
     dw_file f;
     dw_open(&f, fd, path);
-    worker w[2] = {{&f, 0}, {&f, 1}};
-    pthread_t t[2];
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(pthread_create(&t[i], NULL, write_every_other, &w[i]), 0);
-    for (int i = 0; i < 2; i++)
-        pthread_join(t[i], NULL);
+    two_workers(&f, write_every_other);
     flush(&f);
     dw_close(&f);
     assert_int_equal(ftruncate(fd, FILE_BYTES), 0);
@@ -265,12 +271,7 @@ static void held_pieces_overflow_and_land(void **state)
     assert_int_equal(ftruncate(fd, (off_t)size), 0);
     dw_file f;
     dw_open(&f, fd, path);
-    worker w[2] = {{&f, 0}, {&f, 1}};
-    pthread_t t[2];
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(pthread_create(&t[i], NULL, write_many, &w[i]), 0);
-    for (int i = 0; i < 2; i++)
-        pthread_join(t[i], NULL);
+    two_workers(&f, write_many);
     flush(&f);
     dw_close(&f);
     uint8_t *got = malloc(size);
