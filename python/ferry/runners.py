@@ -16,7 +16,8 @@ are both needed (a single-token decode), their onnxruntime sessions get the same
 initializers (SessionOptions.add_initializer over one mapping of the data file) and do not
 prepack them, which would give each session a packed copy (bench/runner_memory.py measures it).
 A static cache is one set of buffers bound in place (IOBinding) to every session; a .pt2
-program is handed the same torch tensors every call and writes the new rows into them."""
+program is handed the same torch tensors every call and writes the new rows into them (with a
+dynamic cache it returns the whole cache, which the next call is handed back)."""
 
 import json
 import re
@@ -415,9 +416,10 @@ class _StatefulRunner(Runner):
 
 
 class _TorchRunner(Runner):
-    """A torch.export program's module (a .pt2 generation export has a static cache): every
-    call is handed the same cache tensors, which the program writes into (index_copy_ and
-    copy_ on its inputs), so only the logits come back."""
+    """A torch.export program's module. Static cache: every call is handed the same cache
+    tensors, which the program writes into (index_copy_ and copy_ on its inputs), so only the
+    logits come back. Dynamic cache: the program returns the whole cache (present_<l>_key),
+    which the next call is handed back as its past_key_values_<l>_key."""
 
     def __init__(self, name, meta, cache, module, device):
         super().__init__(name, meta, cache)
@@ -427,13 +429,19 @@ class _TorchRunner(Runner):
         import torch
 
         cache, layout = self._cache, self._layout
-        mask = static_mask(mask, cache.length, ids.shape[1], layout.max_cache_len)
-        feeds = {inp: cache.buffers[inp][1] for inp, _ in self._from_cache}
+        if layout.static:
+            mask = static_mask(mask, cache.length, ids.shape[1], layout.max_cache_len)
+            feeds = {inp: cache.buffers[inp][1] for inp, _ in self._from_cache}
+        else:
+            feeds = {inp: cache.values[inp] for inp, _ in self._from_cache}
         for name, value in self._feeds(ids, mask, pos).items():
             feeds[name] = (value if torch.is_tensor(value)
-                           else torch.from_numpy(value).to(self.device))
+                           else torch.from_numpy(np.ascontiguousarray(value)).to(self.device))
         with torch.no_grad():
             out = self.module(**feeds)
+        if not layout.static:
+            cache.values = {layout.to_input[name]: value for name, value in out.items()
+                            if name in layout.to_input}
         return out["logits"].to("cpu", torch.float32).numpy()
 
 

@@ -128,6 +128,10 @@ ferry_status be_name_explicit_cache(g_graph *g, fy_err *err);
  * identifier, "past_key_values_0_key": torch's module takes its inputs as keywords, its output
  * spec keys them by name, and both formats' runners feed them by these names. */
 ferry_status be_name_mutated_cache(g_graph *g, fy_err *err);
+/* A growing cache returned by a program whose inputs are keywords (torch's, with a dynamic
+ * cache): named as be_name_explicit_cache names it, then every input and output as a Python
+ * identifier ("past_key_values_0_key" -> "present_0_key"). */
+ferry_status be_name_returned_cache(g_graph *g, fy_err *err);
 /* For those formats: every cache state (the plan wrote it in place) becomes a mutation of its
  * input, named as be_name_mutated_cache says, and leaves the graph's outputs. `format` names
  * the format in the internal error for a state not written in place. */

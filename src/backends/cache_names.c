@@ -83,6 +83,19 @@ ferry_status be_name_mutated_cache(g_graph *g, fy_err *err)
     return FERRY_OK;
 }
 
+ferry_status be_name_returned_cache(g_graph *g, fy_err *err)
+{
+    if (be_name_explicit_cache(g, err) != FERRY_OK)
+        return err->status;
+    for (size_t i = 0; i < g->n_inputs; i++)
+        if (identifier_name(g, g->inputs[i], err) != FERRY_OK)
+            return err->status;
+    for (size_t i = 0; i < g->n_outputs; i++)
+        if (identifier_name(g, g->outputs[i], err) != FERRY_OK)
+            return err->status;
+    return FERRY_OK;
+}
+
 ferry_status be_mutate_cache_inputs(g_graph *g, const char *format, fy_err *err)
 {
     for (size_t i = 0; i < g->n_states; i++) {

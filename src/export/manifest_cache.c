@@ -16,7 +16,8 @@ static const char *const KINDS[N_KINDS] = {"key", "value", "cumulative_length"};
 
 /* Layer and kind of a cache tensor named in one of ferry's spellings: past_key_values.L.K and
  * present.L.K (explicit), input. / output.past_key_values.L.K (in place), past_key_values_L_K
- * (torch's). `side` says which: 0 input, 1 output, 2 either (torch's names both). */
+ * (torch's; either side where the cache is written in place) and present_L_K (torch's returned
+ * cache). `side` says which: 0 input, 1 output, 2 either. */
 static bool parse_name(const char *name, int *layer, int *kind, int *side)
 {
     static const struct {
@@ -26,7 +27,7 @@ static bool parse_name(const char *name, int *layer, int *kind, int *side)
     } FORMS[] = {
         {"past_key_values.", '.', 0}, {"present.", '.', 1},
         {"input.past_key_values.", '.', 0}, {"output.past_key_values.", '.', 1},
-        {"past_key_values_", '_', 2},
+        {"past_key_values_", '_', 2}, {"present_", '_', 1},
     };
     for (size_t f = 0; f < sizeof FORMS / sizeof FORMS[0]; f++) {
         size_t n = strlen(FORMS[f].prefix);

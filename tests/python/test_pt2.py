@@ -11,8 +11,10 @@ written as a module that owns its cache would write it: the program writes the n
 the caller's cache tensors (aten.index_copy_; run_decompositions() makes them
 USER_INPUT_MUTATIONs, as for a traced module), and greedy decoding over those same tensors
 equals generate() for every family, prompts of 1, 5 and 40 tokens and a left-padded batch.
-What the format cannot hold yet (a dynamic cache, quantized weights) and other formats' options
-fail with one line and write nothing."""
+A dynamic cache is taken and returned whole (past_key_values_<l>_key in, present_<l>_key out),
+and ferry's generate() over it equals transformers'. What the format cannot hold yet (quantized
+weights, a returned cache in a ModelOutput) and other formats' options fail with one line and
+write nothing."""
 
 import io
 import json
@@ -312,8 +314,9 @@ def test_real_model(smollm2, tmp_path, record_property):
 
 
 ERRORS = {
-    "dynamic-cache": (["--dynamic", "--for-generation"],
-                      ["pt2", "static cache", "--static-cache", "dynamic cache"], 1),
+    "model-output-dynamic-cache": (["--dynamic", "--for-generation", "--model-output"],
+                                   ["--model-output", "dynamic cache", "DynamicCache",
+                                    "--static-cache"], 1),
     "quantized": (["--dynamic", "--quantize", "int4"], ["int4", "pt2", "quantized"], 1),
     "ort-fusions": (["--dynamic", "--ort-fusions", "cpu"], ["ort_fusions", "onnx"], 2),
     "opset": (["--dynamic", "--opset", "21"], ["opset", "ONNX"], 2),
@@ -494,6 +497,32 @@ def test_prefill_decode_pair(ckpts, tmp_path):
     got = exported.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                             max_new_tokens=16, min_new_tokens=16)
     np.testing.assert_array_equal(got[:, ids.shape[1]:].numpy(), tokens)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "gpt2", "qwen3_moe"])
+def test_dynamic_cache_generation(ckpts, tmp_path, arch):
+    """export_for_generation's default cache (dynamic, the guide's DynamoExporter default):
+    prefill returns the cache (present_<l>_key), decode takes it back
+    (past_key_values_<l>_key) and returns it one row longer; ferry's generate() over the
+    loaded programs equals transformers' for a left-padded batch (Gemma 3's prompt past its
+    sliding window)."""
+    from ferry import ExportedModel
+
+    ckpt = ckpts(arch)
+    out = ferry_export(ckpt, tmp_path / "pt2", "--format", "pt2", "--dynamic",
+                       "--for-generation", "--quiet")
+    assert sorted(p.name for p in out.glob("*.pt2")) == ["decode.pt2", "prefill.pt2"]
+    decode = load(out, "decode").graph_signature
+    assert "past_key_values_0_key" in decode.user_inputs
+    assert decode.user_outputs[:3] == ("logits", "present_0_key", "present_0_value")
+    assert not decode.buffers_to_mutate and not decode.user_inputs_to_mutate
+    meta = json.loads((out / "export.json").read_text())["components"]["decode"]["metadata"]
+    assert meta["cache"]["implementation"] == "dynamic"
+    ids, mask = left_pad(prompts([11, 4]))
+    got = ExportedModel.from_pretrained(out).generate(
+        torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), max_new_tokens=12,
+        min_new_tokens=12)
+    np.testing.assert_array_equal(got[:, ids.shape[1]:].numpy(), hf_greedy(ckpt, ids, mask, 12))
 
 
 def test_example_inputs(ckpts, tmp_path):

@@ -24,6 +24,7 @@ FORMATS = {"onnx": ("--format", "onnx"),
            "onnx-single-token": ("--format", "onnx", "--single-token-decode"),
            "openvino": ("--format", "openvino"),
            "openvino-stateless": ("--format", "openvino", "--disable-stateful"),
+           "pt2-dynamic": ("--format", "pt2"),
            "pt2": ("--format", "pt2", *STATIC),
            "executorch": ("--format", "executorch", *STATIC)}
 

@@ -28,6 +28,7 @@ FORMATS = {"onnx": ("--format", "onnx"),
            # openvino-genai's WhisperPipeline layout: encoder_model, a stateful decoder_model
            "openvino": ("--format", "openvino"),
            "openvino-stateless": ("--format", "openvino", "--disable-stateful"),
+           "pt2-dynamic": ("--format", "pt2"),
            "pt2": ("--format", "pt2", *STATIC),
            "executorch": ("--format", "executorch", *STATIC)}
 

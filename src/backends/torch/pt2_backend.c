@@ -9,9 +9,9 @@
  * What it writes: the plain export (component "model") and generation with a static cache
  * (prefill/decode, or one multi-token decode), the cache written into the caller's tensors;
  * every family; fp32, fp16 or bf16; static or symbolic dims; returning a dict, or with
- * model_output transformers' CausalLMOutputWithPast. Not yet: a dynamic cache, and
- * quantized weights (torch has no op for ferry's block-quantized codes at this level) — refused
- * by name. Another format's options are refused by options.c. */
+ * model_output transformers' CausalLMOutputWithPast; a dynamic cache returned as outputs.
+ * Not yet: quantized weights (torch has no op for ferry's block-quantized codes at this level),
+ * refused by name. Another format's options are refused by options.c. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,11 +59,21 @@ static void pt2_target_of(const ferry_export_config *cfg, g_target *out)
  * aten.index_copy_, the write position by aten.copy_ at the end: pt2_print.c), and leaves the
  * outputs; its inputs are named as identifiers ("past_key_values_0_key"), which the module's
  * forward takes as keywords. Only a cache of fixed size (static) can be written so; a growing
- * one would have to be returned, and is not written for pt2 yet (refused when the components are
- * planned: state_forms). */
+ * one (dynamic) is taken and returned whole, its inputs and outputs named as identifiers too. */
 static ferry_status pt2_finish(g_graph *g, const ferry_export_config *cfg, fy_err *err)
 {
-    if (be_mutate_cache_inputs(g, "pt2", err) != FERRY_OK)
+    bool returned = g->n_states > 0 && g->states[0].form == GS_PAIR;
+    for (size_t i = 1; i < g->n_states; i++)
+        if ((g->states[i].form == GS_PAIR) != returned)
+            return fy_fail(err, FERRY_ERR_INTERNAL, "pt2: a graph whose cache is partly written "
+                           "in place and partly returned");
+    if (returned && model_output(cfg))
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED, "model_output (--model-output) with a dynamic "
+                       "cache: the program returns the cache as tensors beside the logits, which "
+                       "CausalLMOutputWithPast holds only as a DynamicCache object; export without "
+                       "it, or with a static cache (--static-cache --max-cache-len N)");
+    if ((returned ? be_name_returned_cache(g, err) : be_mutate_cache_inputs(g, "pt2", err)) !=
+        FERRY_OK)
         return err->status;
     /* the outputs left are the fields of the family's ModelOutput class (the cache it would
      * return is written into the caller's tensors instead) */
@@ -141,11 +151,13 @@ static void pt2_describe(const ferry_export_config *cfg, const g_graph *g, cJSON
         cJSON_AddBoolToObject(metadata, "example_inputs", 1);
 }
 
-/* the cache written into the caller's tensors: of fixed size only */
+/* a static cache written into the caller's tensors; a dynamic one taken and returned whole
+ * (past_key_values_<l>_key in, present_<l>_key out), as transformers' DynamoExporter's
+ * programs take and return a DynamicCache */
 static unsigned pt2_state_forms(const ferry_export_config *cfg)
 {
     (void)cfg;
-    return 1u << GS_MUTATED;
+    return 1u << GS_MUTATED | 1u << GS_PAIR;
 }
 
 static bool pt2_owns_file(const char *name)
