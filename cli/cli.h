@@ -38,6 +38,19 @@ void cli_die_if_stopped(void);
  * when no interpreter can import ferry (validate_cmd.c). */
 int cli_validate(char *const *args, int n);
 
+/* The interpreter that converts a checkpoint's tokenizer for an OpenVINO export (unset or
+ * empty: none is converted); the `ferry` command pip installs sets it (convert_tokenizer.c). */
+#define CLI_TOKENIZER_PYTHON "FERRY_TOKENIZER_PYTHON"
+/* openvino-tokenizers' conversion of the tokenizer of checkpoint `ckpt_dir` into a new temporary
+ * directory, by ferry's Python package in $FERRY_TOKENIZER_PYTHON: true with its path in `dir`
+ * (free it with cli_remove_converted) and in `why` the line saying what was not converted ("":
+ * all was, or the checkpoint has no tokenizer); false, `dir` empty, when none is named (`why`
+ * ""), or it failed or was stopped (`why` says so, unless stopped). */
+bool cli_convert_tokenizer(const char *ckpt_dir, char *dir, size_t dir_size, char *why,
+                           size_t why_size);
+/* Removes the converted files cli_convert_tokenizer wrote, then `dir` if it is empty. */
+void cli_remove_converted(const char *dir);
+
 /* The options `export` and `graph` share (options.c). */
 typedef struct cli_export_opts {
     ferry_export_config cfg;
@@ -65,6 +78,9 @@ enum {
                                      ferry_format_option_describe */
     CLI_OPT_COMMAND = 2000   /* a command's own long options start here */
 };
+
+/* The most long options one command takes: shared, the formats' and its own. */
+#define CLI_MAX_OPTIONS 64
 
 /* A command's own option `opt` (its value in `arg`): CLI_CONTINUE or an exit status. */
 typedef int (*cli_extra_fn)(int opt, const char *arg, void *user);
@@ -95,6 +111,14 @@ void cli_print_warnings(const char *warnings);
  * (ferry_escape): arguments echoed from the command line can carry control bytes too. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The one of names[0..n) nearest word[0..len) by edits (a swapped pair counting one), if it is
+ * close for the word's length; else NULL (suggest.c). */
+const char *cli_nearest(const char *word, size_t len, const char *const *names, size_t n);
+/* One line for an unknown long option `word` ("--name" or "--name=value") of `cmd`, whose
+ * options are names[0..n) (without "--"): the nearest as "did you mean", or the names it is an
+ * ambiguous prefix of. */
+void cli_unknown_option(const char *cmd, const char *word, const char *const *names, size_t n);
 
 /* `text` escaped for printing (ferry_escape) into one of a ring of static buffers, so that one
  * printf can take several; each result stays valid for the next CLI_QUOTE_RING - 1 calls. */

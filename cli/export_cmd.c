@@ -1,5 +1,6 @@
 /* export_cmd.c — `ferry export MODEL OUT ...`: options -> ferry_export_config -> export -> save,
  * with a progress line on stderr when it is a terminal. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -54,7 +55,16 @@ static void print_usage(FILE *f)
           "what it wrote (once it is written: stops --validate, which records nothing); a second\n"
           "one stops it at once (the next export to OUT removes what that leaves). Either way\n"
           "ferry then dies of the signal, as a shell script expects.\n"
-          "`ferry graph MODEL` shows the graphs the same options would export.\n", f);
+          "`ferry graph MODEL` shows the graphs the same options would export.\n"
+          "\n"
+          "With --format openvino, the `ferry` command pip installs also writes\n"
+          "openvino_tokenizer.xml/.bin and openvino_detokenizer.xml/.bin into OUT (listed in\n"
+          "export.json), openvino-tokenizers' conversion of the checkpoint's tokenizer, so that\n"
+          "openvino-genai's LLMPipeline (VLMPipeline, WhisperPipeline) runs OUT as it is; where\n"
+          "openvino-tokenizers is missing (pip install 'ferry[openvino]') or cannot convert the\n"
+          "tokenizer, the export is written without them and a warning says why. The C command\n"
+          "alone (build/ferry) runs no Python and writes them only when $" CLI_TOKENIZER_PYTHON "\n"
+          "names a Python with ferry's package and openvino-tokenizers.\n", f);
 }
 
 typedef struct progress_state {
@@ -150,6 +160,7 @@ int cmd_export(int argc, char **argv)
     }
     ferry_model *model = NULL;
     ferry_exported *exported = NULL;
+    char converted[PATH_MAX] = "", convert_why[1200] = "";
     rc = EXIT_FAIL;
     ferry_status opened = ferry_model_open(model_path, o.revision, &model);
     if (opened != FERRY_OK) {
@@ -160,7 +171,19 @@ int cmd_export(int argc, char **argv)
             rc = EXIT_USAGE;
         goto done;
     }
+    /* an OpenVINO export carries the tokenizer converted for openvino-genai, where the command
+     * pip installs names a Python to convert it (the plain C command runs no Python) */
+    if (o.cfg.format == FERRY_FORMAT_OPENVINO && !o.cfg.skip_tokenizer &&
+        cli_convert_tokenizer(ferry_model_dir(model), converted, sizeof converted, convert_why,
+                              sizeof convert_why))
+        o.cfg.converted_tokenizer_dir = converted;
+    if (cli_stop_signal)
+        goto done;
     ferry_status st = ferry_export(model, &o.cfg, &exported);
+    if (converted[0]) { /* read by the export: no longer needed */
+        cli_remove_converted(converted);
+        converted[0] = '\0';
+    }
     if (st != FERRY_OK) {
         cli_error("%s", ferry_model_errmsg(model));
         rc = cli_export_failure_status(&o, st);
@@ -174,6 +197,8 @@ int cmd_export(int argc, char **argv)
     }
     /* after the save: a failed export says one line, its error */
     if (!flags.quiet) {
+        if (convert_why[0])
+            cli_warn("%s", convert_why);
         cli_print_warnings(ferry_exported_warnings(exported));
         cli_print_warnings(ferry_exported_save_warnings(exported));
         fprintf(stderr, "exported %s (%s) to %s\n", cli_quote(model_path),
@@ -185,6 +210,8 @@ int cmd_export(int argc, char **argv)
     if (flags.validate)
         rc = validate_export(out_dir, flags.quiet);
 done:
+    if (converted[0])
+        cli_remove_converted(converted);
     ferry_exported_free(exported);
     ferry_model_free(model);
     cli_die_if_stopped();

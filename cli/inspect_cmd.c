@@ -8,10 +8,12 @@
 #include "ferry.h"
 
 static const char usage[] =
-    "usage: ferry inspect DIR [--subfolder NAME] [--json] [--verify]\n"
+    "usage: ferry inspect DIR [--subfolder NAME] [--json] [--verify] [-v]\n"
     "\n"
     "Show what the export in DIR holds: each component with its role, file sizes, inputs and\n"
     "outputs (dtype, symbolic shape, traced shape), precision, opset and symbol ranges.\n"
+    "Inputs, outputs and cache entries that differ only in a layer number, with the same dtype\n"
+    "and shapes, are one line: past_key_values.{0..29}.key ... x30 (--verbose lists each).\n"
     "DIR may also hold an export transformers' ExportedModel.save_pretrained wrote.\n"
     "The manifest is validated first: its paths must stay inside DIR, and each file must have\n"
     "the size the export wrote (a copy cut short is refused). What inspect shows is read from\n"
@@ -19,6 +21,7 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  --subfolder NAME   inspect DIR/NAME (an export kept next to others, e.g. onnx/)\n"
+    "  -v, --verbose      list every input, output and cache entry on its own line\n"
     "  --json             print export.json as loaded\n"
     "  --verify           also read every file and compare its CRC-32 with the one the export\n"
     "                     recorded (a file swapped for another of the same size is refused;\n"
@@ -49,7 +52,8 @@ static void print_json_escaped(const char *text)
 int cmd_inspect(int argc, char **argv)
 {
     const char *dir = NULL, *subfolder = NULL;
-    int json = 0, verify = 0;
+    static const char *const options[] = {"subfolder", "json", "verify", "verbose", "help"};
+    int json = 0, verify = 0, verbose = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(usage, stdout);
@@ -58,8 +62,13 @@ int cmd_inspect(int argc, char **argv)
             json = 1;
         } else if (!strcmp(argv[i], "--verify")) {
             verify = 1;
+        } else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) {
+            verbose = 1;
         } else if (!strcmp(argv[i], "--subfolder") && i + 1 < argc) {
             subfolder = argv[++i];
+        } else if (!strncmp(argv[i], "--", 2) && argv[i][2] && strcmp(argv[i], "--subfolder")) {
+            cli_unknown_option("inspect", argv[i], options, sizeof options / sizeof *options);
+            return EXIT_USAGE;
         } else if (argv[i][0] == '-' || dir) {
             cli_error("inspect: unexpected argument '%s' (see ferry inspect --help)", argv[i]);
             return EXIT_USAGE;
@@ -83,7 +92,7 @@ int cmd_inspect(int argc, char **argv)
         ferry_exported_free(e);
         return EXIT_OK;
     }
-    const char *text = ferry_exported_describe(e);
+    const char *text = verbose ? ferry_exported_describe(e) : ferry_exported_describe_brief(e);
     fputs(text ? text : "(out of memory)\n", stdout);
     ferry_exported_free(e);
     return text ? EXIT_OK : EXIT_FAIL;

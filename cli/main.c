@@ -94,8 +94,16 @@ static int run(int argc, char **argv)
         return cmd_graph(argc - 1, argv + 1);
     if (!strcmp(cmd, "validate"))
         return cmd_validate(argc - 1, argv + 1);
-    cli_error("unknown command '%s' (commands: export, inspect, graph, validate; see ferry "
-              "--help)", cmd);
+    static const char *const commands[] = {"export", "inspect", "graph", "validate", "help",
+                                           "version"};
+    const char *near = cli_nearest(cmd, strlen(cmd), commands,
+                                   sizeof commands / sizeof commands[0]);
+    if (near)
+        cli_error("unknown command '%s'; did you mean %s? (commands: export, inspect, graph, "
+                  "validate; see ferry --help)", cmd, near);
+    else
+        cli_error("unknown command '%s' (commands: export, inspect, graph, validate; see ferry "
+                  "--help)", cmd);
     return EXIT_USAGE;
 }
 

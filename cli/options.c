@@ -36,11 +36,12 @@ static char *read_text(const char *path, size_t *len)
 
 static int parse_dtype(const char *s, ferry_dtype *out)
 {
-    if (!strcmp(s, "fp32"))
+    /* torch's names too, as a recipe and Python's configs take them */
+    if (!strcmp(s, "fp32") || !strcmp(s, "float32"))
         *out = FERRY_F32;
-    else if (!strcmp(s, "fp16"))
+    else if (!strcmp(s, "fp16") || !strcmp(s, "float16"))
         *out = FERRY_F16;
-    else if (!strcmp(s, "bf16"))
+    else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16"))
         *out = FERRY_BF16;
     else
         return -1;
@@ -184,7 +185,8 @@ static int shared_option(int c, const char *arg, cli_export_opts *o)
         return CLI_CONTINUE;
     case CLI_OPT_DTYPE:
         if (parse_dtype(arg, &o->cfg.dtype) != 0) {
-            cli_error("--dtype %s: expected fp32, fp16 or bf16", arg);
+            cli_error("--dtype %s: expected fp32, fp16 or bf16 (or float32, float16, "
+                      "bfloat16)", arg);
             return EXIT_USAGE;
         }
         return CLI_CONTINUE;
@@ -300,10 +302,21 @@ static int parse_pass(int argc, char **argv, const char *cmd, const struct optio
             /* a short option by its letter: inside a bundle ("-xq") optind has not moved past
              * it, and argv[optind - 1] is another word */
             int bad = c == '?' || c == ':' ? optopt : c;
+            const char *word = argv[optind - 1];
+            if (c == '?' && bad == 0 && !strncmp(word, "--", 2)) {
+                /* a long option getopt_long does not know (optopt 0; a known one without its
+                 * value has its own code there): the nearest known name, if one is close */
+                const char *names[CLI_MAX_OPTIONS];
+                size_t n = 0;
+                for (; all[n].name && n < CLI_MAX_OPTIONS; n++)
+                    names[n] = all[n].name;
+                cli_unknown_option(cmd, word, names, n);
+                return EXIT_USAGE;
+            }
             char letter[3] = {'-', (char)bad, '\0'};
             bool short_opt = bad > ' ' && bad < 127;
             cli_error("%s: unknown or incomplete option '%s' (see ferry %s --help)", cmd,
-                      short_opt ? letter : argv[optind - 1], cmd);
+                      short_opt ? letter : word, cmd);
             return EXIT_USAGE;
         }
         if (rc != CLI_CONTINUE)
@@ -360,7 +373,7 @@ int cli_parse_export_options(int argc, char **argv, const char *cmd,
         {"float-lm-head", no_argument, NULL, CLI_OPT_FLOAT_HEAD},
         {"quant-method", required_argument, NULL, CLI_OPT_QUANT_METHOD},
     };
-    enum { N_SHARED = sizeof shared / sizeof shared[0], MAX_OPTS = 64 };
+    enum { N_SHARED = sizeof shared / sizeof shared[0], MAX_OPTS = CLI_MAX_OPTIONS };
     struct option all[MAX_OPTS + 1];
     int n = 0;
     for (int i = 0; i < N_SHARED && n < MAX_OPTS; i++)
@@ -481,7 +494,8 @@ void cli_print_export_options(FILE *f)
             "                           the prompt its generate() starts from)\n"
             "  --dtype fp32|fp16|bf16   export precision, whatever the checkpoint's (default "
             "fp32);\n"
-            "                           weights beyond fp16's range become inf, with a warning\n"
+            "                           torch's names float32, float16, bfloat16 too; weights\n"
+            "                           beyond fp16's range become inf, with a warning\n"
             "  --config RECIPE.json     read options from a recipe with AutoExportConfig keys:\n"
             "                           export_format, dynamic, dynamic_shapes, dtype,\n"
             "                           example_shapes, quantizer, for_generation,\n"
@@ -515,7 +529,10 @@ void cli_print_export_options(FILE *f)
             "  --static-cache           fixed-size cache updated in place: input.<name>/"
             "output.<name>\n"
             "                           pairs to bind to one buffer each (needs "
-            "--max-cache-len)\n"
+            "--max-cache-len);\n"
+            "                           in ONNX and OpenVINO it is allocated for the example's\n"
+            "                           batch, as StaticCache is (--dim input_ids:0=batch keeps\n"
+            "                           the batch symbolic)\n"
             "  --max-cache-len N        static cache length\n"
             "  --quantize int4|int8     weight-only quantization of every linear layer, round to\n"
             "                           nearest per block, done while the weights stream: as\n"

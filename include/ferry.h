@@ -260,6 +260,17 @@ typedef struct ferry_export_config {
      * the vision tower and projector are left out. Such a checkpoint is refused without it,
      * and a text model is refused with it. */
     int text_only;
+    /* Optional (NULL: none), OpenVINO exports only. A directory holding openvino-tokenizers'
+     * conversion of the checkpoint's tokenizer: openvino_tokenizer.xml/.bin and
+     * openvino_detokenizer.xml/.bin, which openvino-genai's pipelines read beside the model.
+     * Each one there is read (a regular file, not a link, at most 64 MiB) when the export is
+     * made, carried into it and listed in export.json's tokenizer_files with the checkpoint's
+     * own; an .xml needs its .bin; any other entry is refused by name. The string is borrowed:
+     * it must stay valid until ferry_export (ferry_components_export) returns. ferry converts
+     * nothing itself (the converter is Python): its Python package and the `ferry` command pip
+     * installs convert into a temporary directory and pass it here. Ignored with
+     * skip_tokenizer. */
+    const char *converted_tokenizer_dir;
 } ferry_export_config;
 
 void ferry_export_config_init(ferry_export_config *cfg);
@@ -269,6 +280,9 @@ ferry_export_config *ferry_export_config_new(void);
 void ferry_export_config_free(ferry_export_config *cfg);
 /* Sets cfg->cancel (see the field): for bindings that do not mirror the struct. */
 void ferry_export_config_set_cancel(ferry_export_config *cfg, volatile int *cancel);
+/* Sets cfg->converted_tokenizer_dir (see the field; borrowed, NULL unsets it): for bindings that
+ * do not mirror the struct. */
+void ferry_export_config_set_converted_tokenizer_dir(ferry_export_config *cfg, const char *dir);
 
 /* Sets format option `key` (a format's recipe key, or its alias: "opset_version") to `value`
  * as text ("true", "23", "cpu"); NULL `value` unsets it (its default). The key must be an option
@@ -467,6 +481,12 @@ const char *ferry_exported_manifest(const ferry_exported *exported);
  * escaped for a terminal. Owned by the handle, valid until the next call or its free; NULL
  * before a save or load. */
 const char *ferry_exported_describe(ferry_exported *exported);
+/* ferry_exported_describe with the per-layer repetition folded, as `ferry inspect` prints it
+ * by default: inputs, outputs and cache entries whose names differ only in a layer number, and
+ * agree in dtype and shapes, are one line with the layers and their count
+ * ("past_key_values.{0..29}.key  float32 ...  x30"). The text is owned as
+ * ferry_exported_describe's is (each call replaces the other's). */
+const char *ferry_exported_describe_brief(ferry_exported *exported);
 /* The directory a loaded or saved export lives in, or NULL if not yet saved. */
 const char *ferry_exported_dir(const ferry_exported *exported);
 

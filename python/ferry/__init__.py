@@ -14,13 +14,21 @@ from .configs import AutoExportConfig, DynamoConfig, ExecutorchConfig, OnnxConfi
 from .exported import ExportedComponent, ExportedModel, ExportOutput
 from .exporters import (AutoHfExporter, DynamoExporter, ExecutorchExporter, OnnxExporter,
                         OpenVINOExporter, decompose_for_generation)
+from .quantizers import (NNCFOnnxQuantizer, NNCFOpenVINOQuantizer, NNCFQuantizationConfig,
+                         NNCFTorchFXQuantizer, NNCFWeightCompressionConfig,
+                         OnnxRuntimeDynamicConfig, OnnxRuntimeQuantizer, OnnxRuntimeStaticConfig,
+                         PT2EQuantizer)
 
 __all__ = ["FerryError", "FerryWarning", "OnnxConfig", "OpenVINOConfig", "DynamoConfig",
            "ExecutorchConfig", "AutoExportConfig", "AutoHfExporter", "OnnxExporter",
            "OpenVINOExporter", "DynamoExporter", "ExecutorchExporter", "ExportedModel",
            "ExportedComponent",
            "ExportOutput",
-           "version", "supported_architectures", "decompose_for_generation", "validate", "ValidationReport"]
+           "version", "supported_architectures", "decompose_for_generation", "validate",
+           "ValidationReport", "NNCFOnnxQuantizer", "NNCFOpenVINOQuantizer",
+           "NNCFQuantizationConfig", "NNCFTorchFXQuantizer", "NNCFWeightCompressionConfig",
+           "OnnxRuntimeDynamicConfig", "OnnxRuntimeQuantizer", "OnnxRuntimeStaticConfig",
+           "PT2EQuantizer"]
 
 
 def __getattr__(name):

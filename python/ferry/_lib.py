@@ -96,6 +96,8 @@ def _c():
         "ferry_model_errmsg": (_S, [_P]), "ferry_model_inputs": (ctypes.c_uint, [_P]),
         "ferry_export_config_new": (_P, []), "ferry_export_config_free": (None, [_P]),
         "ferry_export_config_set_cancel": (None, [_P, ctypes.POINTER(ctypes.c_int)]),
+        "ferry_export_config_set_converted_tokenizer_dir": (None, [_P, _S]),
+        "ferry_model_dir": (_S, [_P]),
         "ferry_export_config_from_json": (i, [cfg, _S, ctypes.c_char_p, ctypes.c_size_t]),
         "ferry_export_config_check": (i, [cfg, ctypes.c_char_p, ctypes.c_size_t]),
         "ferry_export": (i, [_P, cfg, out]), "ferry_exported_save": (i, [_P, _S, i]),
@@ -114,6 +116,7 @@ def _c():
         "ferry_components_free": (None, [_P]), "ferry_components_count": (i, [_P]),
         "ferry_components_name": (_S, [_P, i]), "ferry_components_role": (_S, [_P, i]),
         "ferry_components_describe": (_S, [_P, i]),
+        "ferry_components_export": (i, [_P, ctypes.POINTER(ctypes.c_char_p), i, out]),
         "ferry_escape": (_S, [_S, ctypes.c_char_p, ctypes.c_size_t]),
     }
     for name, (res, args) in protos.items():

@@ -7,6 +7,7 @@ import json
 import numbers
 
 from ._lib import FerryError, _c, _Config, _fail, _str
+from .quantizers import is_quantizer, recipe_of
 
 # --- configs --------------------------------------------------------------------------------
 
@@ -60,11 +61,12 @@ def _json_shapes(shapes):
 
 
 def _dtype_name(dtype):
-    """The recipe's dtype: a name ("fp32", "bf16", ...), or a torch dtype as the guide's
-    configs take (torch.float16 -> "float16", a name libferry also reads)."""
-    if isinstance(dtype, str):
+    """The recipe's dtype: a name ("fp32", "bf16", "float16", ...), or a torch dtype as the
+    guide's configs take (torch.float16, or its text "torch.float16" -> "float16", a name
+    libferry also reads)."""
+    name = str(dtype)  # torch.float16, or its text as a recipe written by hand may hold
+    if isinstance(dtype, str) and not name.startswith("torch."):
         return dtype
-    name = str(dtype)
     if name.startswith("torch."):
         return name[len("torch."):]
     raise FerryError(f"dtype must be a name such as \"fp32\" or a torch dtype, not {dtype!r}",
@@ -97,7 +99,9 @@ def _plain_recipe(recipe):
     if shapes is not None:
         plain["dynamic_shapes"] = _json_shapes(shapes)
     quantizer = plain.get("quantizer")
-    if quantizer is not None and not isinstance(quantizer, (str, dict)):
+    if is_quantizer(quantizer):
+        plain["quantizer"] = recipe_of(quantizer, plain.get("export_format") or "onnx")
+    elif quantizer is not None and not isinstance(quantizer, (str, dict)):
         raise FerryError(f"quantizer: ferry takes \"int4\", \"int8\" or a dict of its keys, "
                          f"not a {type(quantizer).__name__}", status=1)
     return plain
@@ -135,7 +139,8 @@ class OnnxConfig:
         """ort_fusions: None (standard ONNX) or "cpu" | "cuda" | "webgpu" | "dml".
         quantizer: None, "int4", "int8" or a dict of the recipe's quantizer keys (bits,
         block_size, symmetric, accuracy_level, quantize_embeddings, quantize_lm_head, method:
-        "rtn" | "mse"). transformers' names are taken too: opset_version (= opset), optimize
+        "rtn" | "mse"), or one of the guide's quantizers where it means the same
+        (ferry.quantizers: NNCF weight compression; the others are refused by name). transformers' names are taken too: opset_version (= opset), optimize
         (True: ferry's graphs are built optimized; False is refused), strict and
         prefer_deferred_runtime_asserts_over_guards (torch.export's tracing options: ferry does
         not trace, so strict=True is refused, and the other needs nothing done). text_only
@@ -151,7 +156,9 @@ class OnnxConfig:
             recipe["opset_version"] = opset_version
         if ort_fusions is not None:
             recipe["ort_fusions"] = ort_fusions
-        if quantizer is not None:
+        if is_quantizer(quantizer):
+            recipe["quantizer"] = recipe_of(quantizer, self._format)
+        elif quantizer is not None:
             recipe["quantizer"] = dict(quantizer) if isinstance(quantizer, dict) else quantizer
         if dynamic_shapes:
             recipe["dynamic_shapes"] = _json_shapes(dynamic_shapes)
@@ -233,12 +240,16 @@ class DynamoConfig(OnnxConfig):
 
     def __init__(self, dynamic=False, dynamic_shapes=None, dtype="fp32", example_shapes=None,
                  *, model_output=False, strict=False,
-                 prefer_deferred_runtime_asserts_over_guards=False, text_only=False):
+                 prefer_deferred_runtime_asserts_over_guards=False, text_only=False,
+                 quantizer=None):
+        """quantizer: taken as every config takes it (the guide's), and refused by libferry
+        (or by name, for the guide's quantizer classes): the format holds no quantized
+        weights yet."""
         if not isinstance(model_output, bool):
             raise FerryError("DynamoConfig: model_output must be True or False, not "
                              f"{type(model_output).__name__}", status=1)
         super().__init__(dynamic=dynamic, dynamic_shapes=dynamic_shapes, dtype=dtype,
-                         example_shapes=example_shapes, strict=strict,
+                         example_shapes=example_shapes, strict=strict, quantizer=quantizer,
                          prefer_deferred_runtime_asserts_over_guards=(
                              prefer_deferred_runtime_asserts_over_guards), text_only=text_only,
                          _format_keys={"model_output": True} if model_output else None)

@@ -57,7 +57,11 @@ class ExportedComponent:
         if fmt in TORCH_FORMATS:
             import torch
 
-            return load_program(self.path, torch.device("cpu"), self.metadata)
+            program = load_program(self.path, torch.device("cpu"), self.metadata)
+            if program.example_inputs is None and \
+                    self.metadata.get("cache", {}).get("implementation") == "static":
+                program._example_inputs = _static_cache_example(self.metadata)
+            return program
         if fmt == EXECUTORCH_FORMAT:
             from executorch.runtime import Runtime
 
@@ -68,6 +72,21 @@ class ExportedComponent:
 
     def __repr__(self):
         return f"ExportedComponent(name={self.name!r}, file={self.file!r}, role={self.role!r})"
+
+
+def _static_cache_example(metadata):
+    """The guide's `program.example_inputs` of a static-cache program: (args, kwargs) holding
+    an empty, initialized StaticCache (ferry.static_cache). The program's own signature takes
+    the cache as tensors, which torch's example_inputs setter would check these against, so
+    they are set as its stored value; without transformers there is no StaticCache, and none
+    are given (as before)."""
+    try:
+        import transformers.cache_utils  # noqa: F401
+    except ImportError:
+        return None
+    from .static_cache import example_inputs
+
+    return example_inputs(metadata)
 
 
 class ExportedModel:
@@ -87,12 +106,20 @@ class ExportedModel:
             self.to(device)
 
     @classmethod
-    def from_pretrained(cls, path, subfolder=None, device=None):
-        """Loads the export in `path` (a directory, or a local hub cache id; `subfolder` for an
-        export kept beside the model's weights), to run on `device` (see to()). Each time a
-        runtime opens the programs (the first call, runners, .program), every file is read and
-        compared with the CRC-32 the export recorded: a file swapped for another of the same
-        size, or edited in place, is refused naming it."""
+    def from_pretrained(cls, path, subfolder=None, device=None, *, revision=None, token=None,
+                        cache_dir=None, local_files_only=False, force_download=False):
+        """Loads the export in `path` (a directory, or a hub id: downloaded as from_pretrained
+        downloads, with its kwargs revision, token, cache_dir, local_files_only and
+        force_download, export.json first and then only the files it lists, see ferry.hub;
+        `subfolder` for an export kept beside the model's weights), to run on `device` (see
+        to()). Each time a runtime opens the programs (the first call, runners, .program),
+        every file is read and compared with the CRC-32 the export recorded: a file swapped
+        for another of the same size, or edited in place, is refused naming it."""
+        from .hub import resolve_export
+
+        path, subfolder = resolve_export(path, subfolder, revision=revision, token=token,
+                                         cache_dir=cache_dir, local_files_only=local_files_only,
+                                         force_download=force_download)
         raw = _c_bytes(path, "path")
         sub = _c_bytes(subfolder, "subfolder") if subfolder else None
         handle = _P()

@@ -14,6 +14,8 @@ from ._lib import (FerryError, FerryWarning, _GenerationConfig, _P, _c, _c_bytes
 from .configs import (AutoExportConfig, DynamoConfig, ExecutorchConfig, OnnxConfig, OpenVINOConfig,
                       _plain_recipe)
 from .exported import ExportedModel
+from .utils import ComponentInputs
+from ._tokenizers import ConvertedTokenizer, carry_source_files, names_loaded_model
 
 # --- exporting, saving, loading, running ----------------------------------------------------
 
@@ -31,9 +33,14 @@ class OnnxExporter:
                              "get the exporter for a config", status=1)
         return config
 
-    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None):
-        """Exports `model`: a checkpoint directory, a local hub cache id, or a loaded
-        transformers model (see _checkpoint). `inputs` (optional; `sample_inputs=` as
+    @names_loaded_model
+    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None,
+               subfolder=None, token=None, cache_dir=None, local_files_only=False,
+               force_download=False):
+        """Exports `model`: a checkpoint directory, a hub id (downloaded as from_pretrained
+        downloads it, with the same kwargs: revision, subfolder, token, cache_dir,
+        local_files_only, force_download; only the files an export reads, see ferry.hub), or a
+        loaded transformers model (see _checkpoint). `inputs` (optional; `sample_inputs=` as
         transformers names it) give the traced shape of a static export via their input_ids,
         and the graph's inputs, as transformers' exports take the inputs they were traced
         with: those of the model's inputs it holds (input_ids, attention_mask, position_ids,
@@ -41,10 +48,15 @@ class OnnxExporter:
         attention_mask: every token real; other keys, such as a causal LM's token_type_ids,
         are not the model's). Without `inputs`, the config's input_names, else what the
         model's tokenizer returns (input_ids and attention_mask; BERT's token_type_ids)."""
+        if isinstance(inputs, ComponentInputs):  # an entry of ferry.utils' decomposition
+            return self._export_component(model, inputs, config)
         inputs = _sample_inputs(inputs, sample_inputs)
         recipe = self._config(_from_recipe(config, self.export_format))
         _example_config(inputs, recipe)  # a malformed example is refused before the model is read
         source, keep = _checkpoint(model)
+        source, revision = _download(source, revision, subfolder=subfolder, token=token,
+                                     cache_dir=cache_dir, local_files_only=local_files_only,
+                                     force_download=force_download)
         lib, handle = _c(), _open_model(source, revision)
         try:
             cfg = _example_config(inputs, recipe, name_inputs=lib.ferry_model_inputs(handle))
@@ -54,7 +66,8 @@ class OnnxExporter:
         exported, cancel = _P(), ctypes.c_int(0)
         # the export keeps the pointer: see save_pretrained
         lib.ferry_export_config_set_cancel(cfg.handle, ctypes.byref(cancel))
-        status = lib.ferry_export(handle, cfg.handle, ctypes.byref(exported))
+        with ConvertedTokenizer(self.export_format, handle, cfg.handle):
+            status = lib.ferry_export(handle, cfg.handle, ctypes.byref(exported))
         if status:
             message = _str(lib.ferry_model_errmsg(handle))
             lib.ferry_model_free(handle)
@@ -62,8 +75,26 @@ class OnnxExporter:
         _warn(exported)
         return ExportedModel(exported, model_handle=handle, source=keep, cancel=cancel)
 
+    def _export_component(self, submodel, inputs, config):
+        """The guide's `exporter.export(submodel, subinputs, config)` over an entry of
+        ferry.utils.decompose_for_generation: the component it stands for, written from the
+        model's checkpoint with the capture's generation settings (ferry does not trace the
+        captured kwargs)."""
+        if submodel is not inputs.submodel:
+            raise FerryError(f"the inputs of component {_escape(inputs.component)} were captured "
+                             f"with a {_escape(type(inputs.submodel).__name__)}, not this "
+                             f"{_escape(type(submodel).__name__)}: pass the submodel "
+                             "decompose_for_generation returned with them", status=1)
+        return self.export_for_generation(inputs.model, inputs.generate_inputs, config,
+                                          generation_config=inputs.generation_config,
+                                          multi_token_decode=inputs.multi_token_decode,
+                                          _only=inputs.component)
+
+    @names_loaded_model
     def export_for_generation(self, model, inputs=None, config=None, *, generation_config=None,
-                              multi_token_decode=None, revision=None, sample_inputs=None):
+                              multi_token_decode=None, revision=None, sample_inputs=None,
+                              subfolder=None, token=None, cache_dir=None, local_files_only=False,
+                              force_download=False, _only=None):
         """The generation components of `model` (prefill and decode with a KV cache; one decode
         with a static cache and `multi_token_decode`), as ferry_export_for_generation makes
         them. `generation_config` is a transformers GenerationConfig or a dict; only its
@@ -75,12 +106,23 @@ class OnnxExporter:
         cfg = _example_config(inputs, self._config(_from_recipe(config, self.export_format)))
         gen = _c_generation(generation_config, multi_token_decode)
         source, keep = _checkpoint(model)
+        source, revision = _download(source, revision, subfolder=subfolder, token=token,
+                                     cache_dir=cache_dir, local_files_only=local_files_only,
+                                     force_download=force_download)
         handle = _open_model(source, revision)
         exported, cancel = _P(), ctypes.c_int(0)
         # the export keeps the pointer: see save_pretrained
         _c().ferry_export_config_set_cancel(cfg.handle, ctypes.byref(cancel))
-        status = _c().ferry_export_for_generation(handle, cfg.handle, ctypes.byref(gen),
-                                                  ctypes.byref(exported))
+        with ConvertedTokenizer(self.export_format, handle, cfg.handle):
+            if _only is None:
+                status = _c().ferry_export_for_generation(handle, cfg.handle, ctypes.byref(gen),
+                                                          ctypes.byref(exported))
+            else:
+                try:
+                    status = _export_one_component(handle, cfg, gen, _only, exported)
+                except BaseException:
+                    _c().ferry_model_free(handle)
+                    raise
         if status:
             message = _str(_c().ferry_model_errmsg(handle))
             _c().ferry_model_free(handle)
@@ -98,10 +140,11 @@ class OpenVINOExporter(OnnxExporter):
 
     export_format = "openvino"
 
-    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None):
+    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None,
+               **download):
         config = _from_recipe(config, self.export_format)
         return super().export(model, inputs, _as_openvino(config or OpenVINOConfig()), revision,
-                              sample_inputs=sample_inputs)
+                              sample_inputs=sample_inputs, **download)
 
     def export_for_generation(self, model, inputs=None, config=None, **kwargs):
         config = _from_recipe(config, self.export_format)
@@ -112,9 +155,11 @@ class OpenVINOExporter(OnnxExporter):
 class DynamoExporter(OnnxExporter):
     """Exports to torch.export's .pt2 (the recipe's export_format "dynamo"): model.pt2, which
     torch.export.load reads, written by libferry from the checkpoint (no tracing, no torch).
-    export_for_generation needs a static cache (generation_config={"cache_implementation":
-    "static", "max_cache_len": N}): the programs write the new rows into the cache tensors they
-    are handed; a dynamic cache is refused by libferry."""
+    export_for_generation's default (a dynamic cache) writes prefill.pt2 and decode.pt2, which
+    return the whole cache (present_<l>_key) for the next call to take back
+    (past_key_values_<l>_key); with a static cache (generation_config={"cache_implementation":
+    "static", "max_cache_len": N}) the programs write the new rows into the cache tensors they
+    are handed."""
 
     export_format = "dynamo"
 
@@ -124,10 +169,11 @@ class DynamoExporter(OnnxExporter):
             return super()._config(config)
         return config
 
-    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None):
+    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None,
+               **download):
         config = self._config(_from_recipe(config, self.export_format))
         return super().export(model, inputs, config or DynamoConfig(), revision,
-                              sample_inputs=sample_inputs)
+                              sample_inputs=sample_inputs, **download)
 
     def export_for_generation(self, model, inputs=None, config=None, **kwargs):
         config = _from_recipe(config, self.export_format)
@@ -145,10 +191,11 @@ class ExecutorchExporter(OnnxExporter):
 
     export_format = "executorch"
 
-    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None):
+    def export(self, model, inputs=None, config=None, revision=None, *, sample_inputs=None,
+               **download):
         config = self._config(_from_recipe(config, self.export_format))
         return super().export(model, inputs, config or ExecutorchConfig(), revision,
-                              sample_inputs=sample_inputs)
+                              sample_inputs=sample_inputs, **download)
 
     def export_for_generation(self, model, inputs=None, config=None, **kwargs):
         config = _from_recipe(config, self.export_format)
@@ -201,13 +248,15 @@ def _as_openvino(config):
     return OpenVINOConfig._from_dict(recipe)
 
 
+@names_loaded_model
 def decompose_for_generation(model, inputs=None, config=None, *, generation_config=None,
-                             multi_token_decode=None, revision=None):
+                             multi_token_decode=None, revision=None, **download):
     """{component name: {"role": ..., "description": ...}} of a generation export, without
     lowering or saving anything (ferry_decompose_for_generation)."""
     cfg = _example_config(inputs, _from_recipe(config, "onnx") or OnnxConfig(dynamic=True))
     gen = _c_generation(generation_config, multi_token_decode)
     source, keep = _checkpoint(model)
+    source, revision = _download(source, revision, **download)
     lib, handle = _c(), _open_model(source, revision)
     components = _P()
     try:
@@ -222,6 +271,27 @@ def decompose_for_generation(model, inputs=None, config=None, *, generation_conf
     finally:
         lib.ferry_components_free(components)
         lib.ferry_model_free(handle)
+
+
+def _export_one_component(handle, cfg, gen, name, exported):
+    """ferry_decompose_for_generation, then ferry_components_export of component `name`
+    alone; one that ferry's decomposition lacks is refused naming those it has (transformers'
+    capture names a prefill where OpenVINO's stateful export is one decode graph)."""
+    lib, components = _c(), _P()
+    status = lib.ferry_decompose_for_generation(handle, cfg.handle, ctypes.byref(gen),
+                                                ctypes.byref(components))
+    if status:
+        return status
+    try:
+        have = [_str(lib.ferry_components_name(components, k))
+                for k in range(lib.ferry_components_count(components))]
+        if name not in have:
+            raise FerryError(f"component {_escape(name)}: ferry's generation export with these "
+                             f"settings has {', '.join(map(_escape, have))}", status=1)
+        names = (ctypes.c_char_p * 1)(name.encode())
+        return lib.ferry_components_export(components, names, 1, ctypes.byref(exported))
+    finally:
+        lib.ferry_components_free(components)
 
 
 def _sample_inputs(inputs, sample_inputs):
@@ -336,7 +406,23 @@ def _checkpoint(model):
         return model, None  # a path (anything else is refused by name when opened)
     keep = tempfile.TemporaryDirectory(prefix="ferry-model-")
     model.save_pretrained(keep.name, safe_serialization=True)
+    carry_source_files(model, keep.name)  # its tokenizer, which save_pretrained does not write
     return keep.name, keep
+
+
+def _download(model, revision, subfolder=None, token=None, cache_dir=None,
+              local_files_only=False, force_download=False):
+    """(checkpoint, revision) for libferry: a hub id downloaded first (ferry.hub), so that
+    libferry opens the local snapshot; a directory or anything else as it is."""
+    if revision is not None:
+        _c_bytes(revision, "revision")  # a NUL or a wrong type, refused by name first
+        if not isinstance(revision, str):
+            return model, revision
+    from .hub import resolve_checkpoint
+
+    return resolve_checkpoint(model, revision, subfolder=subfolder, token=token,
+                              cache_dir=cache_dir, local_files_only=local_files_only,
+                              force_download=force_download)
 
 
 def _open_model(model, revision=None):

@@ -423,7 +423,52 @@ class _TorchRunner(Runner):
 
     def __init__(self, name, meta, cache, module, device):
         super().__init__(name, meta, cache)
-        self.module, self.device = module, device
+        self.module, self.device, self._meta = module, device, meta
+
+    def __call__(self, input_ids, attention_mask=None, position_ids=None, *,
+                 past_key_values=None):
+        """With `past_key_values` (a static-cache export), the guide's Dynamo loop: the caller
+        keeps a transformers StaticCache (the program's example_inputs hold one) and gives the
+        graph's own inputs (the 4-D bool mask over max_cache_len slots, position_ids); the
+        program writes the new rows into that cache's tensors, and the call returns
+        CausalLMOutputWithPast(logits, past_key_values). Without it, ferry's loop
+        (Runner.__call__): the 2-D mask, the runners' own cache, the logits as numpy."""
+        if past_key_values is None:
+            return super().__call__(input_ids, attention_mask, position_ids)
+        return self._call_with_cache(input_ids, attention_mask, position_ids, past_key_values)
+
+    def _call_with_cache(self, input_ids, attention_mask, position_ids, past_key_values):
+        import torch
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        from .static_cache import feeds
+
+        if not self._layout.static:
+            _fail(f"{self.component}: past_key_values= is for a static-cache export (the "
+                  "program writes into the caller's StaticCache); this one returns its cache, "
+                  "which the runner carries: call it without past_key_values", 1)
+        missing = [name for name, value in (("attention_mask", attention_mask),
+                                            ("position_ids", position_ids))
+                   if value is None and name in self._inputs]
+        if missing:
+            _fail(f"{self.component}: with past_key_values, give {' and '.join(missing)} as "
+                  "the graph takes them (the guide's causal mask [batch, 1, query, "
+                  "max_cache_len] and positions)", 1)
+        given = {"input_ids": input_ids, "attention_mask": attention_mask,
+                 "position_ids": position_ids}
+        program_feeds = feeds(past_key_values, self._meta, self.component)
+        for name, value in given.items():
+            if name not in self._inputs:
+                continue
+            tensor = value if torch.is_tensor(value) else torch.as_tensor(np.asarray(value))
+            spec = self._inputs[name]
+            if tensor.dim() != len(spec["shape"]):
+                _fail(f"{self.component}: {name} has shape {list(tensor.shape)}, the graph "
+                      f"takes {_escape(spec['shape'])}", 1)
+            program_feeds[name] = tensor.to(self.device)
+        with torch.no_grad():
+            out = self.module(**program_feeds)
+        return CausalLMOutputWithPast(logits=out["logits"], past_key_values=past_key_values)
 
     def _run(self, ids, mask, pos):
         import torch

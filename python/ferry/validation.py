@@ -458,10 +458,38 @@ def validate(export_dir, model=None, atol=None, *, min_top1=None, revision=None,
 # --- the command line -------------------------------------------------------------------------
 
 
+def _edits(a, b):
+    """Edits from a to b (insert, delete, substitute, swap two neighbours), as the C command's
+    suggestions count them (cli/suggest.c)."""
+    d = [list(range(len(b) + 1))] + [[i] + [0] * len(b) for i in range(1, len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j - 1] + (a[i - 1] != b[j - 1]), d[i - 1][j] + 1,
+                          d[i][j - 1] + 1)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
+
+
+def _nearest(word, names):
+    """The name nearest `word` if it is close for the word's length (cli/suggest.c's rule)."""
+    allowed = 3 if len(word) >= 8 else 2 if len(word) >= 5 else 1 if len(word) >= 3 else 0
+    best = min(names, key=lambda n: _edits(word, n), default=None)
+    return best if best is not None and _edits(word, best) <= allowed else None
+
+
 class _Parser(argparse.ArgumentParser):
     """Errors as the ferry command prints them: one line, exit status 2."""
 
     def error(self, message):
+        words = message.split(": ", 1)[1].split() if message.startswith("unrecognized") else []
+        unknown = next((w for w in words if w.startswith("--")), None)
+        if unknown:  # the other ferry commands' "did you mean", for a mistyped option
+            name = unknown[2:].split("=", 1)[0]
+            near = _nearest(name, [o[2:] for o in self._option_string_actions
+                                   if o.startswith("--")])
+            if near:
+                message = f"unknown option '--{name}'; did you mean --{near}?"
         print(f"ferry: error: validate: {message} (see ferry validate --help)", file=sys.stderr)
         sys.exit(EXIT_USAGE)
 

@@ -117,6 +117,11 @@ typedef struct fb_backend {
      * for a graph of its CUDA kernels), which a runner must use; NULL: any (NULL hook:
      * always any). */
     const char *(*runtime_provider)(const ferry_export_config *cfg);
+    /* A static cache's batch axis stays at the example's batch under dynamic=true (a dim on it
+     * still makes it symbolic): its callers allocate the cache from the graph's input shapes,
+     * where the cache length is to be the one symbol (the guide's onnxruntime loop), as
+     * StaticCache is allocated for one batch. */
+    bool static_cache_batch_fixed;
 } fb_backend;
 
 /* Names a graph's explicit cache as the guide does (cache_names.c): a state updated in place

@@ -240,7 +240,7 @@ static void record_examples(ferry_export_config *cfg, const model_arch *arch, un
 
 ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, unsigned takes,
                               int64_t sequence_cap, int64_t model_max, int64_t prompt,
-                              g_symtab *syms, exp_axes *out, fy_err *err)
+                              bool fixed_batch, g_symtab *syms, exp_axes *out, fy_err *err)
 {
     int n_axes;
     const model_axis *axes = exp_model_axes(arch, &n_axes);
@@ -330,7 +330,8 @@ ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, 
                            "(1 to %lld)", axes[k].name, (long long)*ex,
                            (long long)EXAMPLE_DIM_MAX);
         }
-        if (d || cfg->dynamic) {
+        bool fixed = fixed_batch && !d && strcmp(axes[k].name, "batch") == 0;
+        if (d || (cfg->dynamic && !fixed)) {
             int64_t min = d ? d->min : 1, max = d ? d->max : 0;
             int s = g_symtab_add(syms, symbol[k], min, max, *ex);
             if (s < 0)

@@ -4,6 +4,7 @@
  * the manifest was validated when loaded, but what reaches a terminal is escaped here all the
  * same. */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -96,37 +97,192 @@ static void print_dims(const cJSON *arr, char *buf, size_t size)
         snprintf(buf + len, size - len, "]");
 }
 
-static const char *io_name(const cJSON *v)
+/* One line of a listing: an input or output (name[0]; dtype and shapes), or a cache pair
+ * (name[0] its input, NULL for none, and name[1] its output). Rows whose names differ only in
+ * a layer number, and agree in everything else, form a group that prints as one line. */
+typedef struct io_row {
+    const char *name[2];
+    const char *dtype;
+    char shape[256], traced[256];
+    size_t at[2], len[2];    /* where each name's layer number is, and its digits */
+    long layer;
+    bool numbered;           /* every name holds the same layer number */
+    int leader;              /* the row that prints this one's group */
+    int count;               /* a leader's: the rows of its group */
+} io_row;
+
+/* The first run of digits in `name` that is a part of it of its own (past_key_values.3.key,
+ * past_key_values_3_cumulative_length), written without a leading zero: a layer number. */
+static bool layer_number(const char *name, size_t *at, size_t *len, long *value)
 {
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(v, "name");
-    return quote(cJSON_IsString(name) ? name->valuestring : "?");
+    for (const char *p = name; *p;) {
+        if (!isdigit((unsigned char)*p)) {
+            p++;
+            continue;
+        }
+        const char *q = p;
+        while (isdigit((unsigned char)*q))
+            q++;
+        bool alone = (p == name || !isalnum((unsigned char)p[-1])) &&
+                     !isalnum((unsigned char)*q);
+        if (alone && q - p <= 6 && (*p != '0' || q - p == 1)) {
+            *at = (size_t)(p - name);
+            *len = (size_t)(q - p);
+            *value = strtol(p, NULL, 10);
+            return true;
+        }
+        p = q;
+    }
+    return false;
+}
+
+static void row_number(io_row *r)
+{
+    int named = 0;
+    r->numbered = true;
+    for (int k = 0; k < 2 && r->numbered; k++) {
+        long v = 0;
+        if (!r->name[k])
+            continue;
+        r->numbered = layer_number(r->name[k], &r->at[k], &r->len[k], &v) &&
+                      (named == 0 || v == r->layer);
+        r->layer = v;
+        named++;
+    }
+    r->numbered = r->numbered && named > 0;
+}
+
+/* a and b are one pattern at two layers, and alike otherwise. */
+static bool same_pattern(const io_row *a, const io_row *b)
+{
+    if (!a->numbered || !b->numbered || a->layer == b->layer ||
+        (a->dtype && b->dtype && strcmp(a->dtype, b->dtype)) || !a->dtype != !b->dtype ||
+        strcmp(a->shape, b->shape) || strcmp(a->traced, b->traced))
+        return false;
+    for (int k = 0; k < 2; k++) {
+        if (!a->name[k] || !b->name[k]) {
+            if (a->name[k] != b->name[k])
+                return false;
+            continue;
+        }
+        if (a->at[k] != b->at[k] || strncmp(a->name[k], b->name[k], a->at[k]) ||
+            strcmp(a->name[k] + a->at[k] + a->len[k], b->name[k] + b->at[k] + b->len[k]))
+            return false;
+    }
+    return true;
+}
+
+/* Each row's group: its own in a full listing; in a brief one, with every later row of its
+ * pattern (a group prints where its first row stood). */
+static void group_rows(io_row *rows, int n, bool brief)
+{
+    for (int i = 0; i < n; i++) {
+        rows[i].leader = -1;
+        rows[i].count = 0;
+        row_number(&rows[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        if (rows[i].leader >= 0)
+            continue;
+        rows[i].leader = i;
+        rows[i].count = 1;
+        for (int j = i + 1; brief && j < n; j++)
+            if (rows[j].leader < 0 && same_pattern(&rows[i], &rows[j])) {
+                rows[j].leader = i;
+                rows[i].count++;
+            }
+    }
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* The group led by rows[g]'s name k: the name itself for a group of one, else the pattern with
+ * its layers, "past_key_values.{0..29}.key" ("{0..4,6..10}" where layers are left out). */
+static const char *group_name(const io_row *rows, int n, int g, int k, char *buf, size_t size)
+{
+    const io_row *r = &rows[g];
+    if (!r->name[k])
+        return NULL;
+    if (r->count < 2)
+        return r->name[k];
+    long *layers = malloc((size_t)r->count * sizeof *layers);
+    if (!layers)
+        return r->name[k];
+    int m = 0;
+    for (int i = g; i < n && m < r->count; i++)
+        if (rows[i].leader == g)
+            layers[m++] = rows[i].layer;
+    qsort(layers, (size_t)m, sizeof *layers, cmp_long);
+    size_t used = 0;
+    int w = snprintf(buf, size, "%.*s{", (int)r->at[k], r->name[k]);
+    used = w > 0 ? (size_t)w : 0;
+    for (int i = 0; i < m && used < size;) {
+        int j = i;
+        while (j + 1 < m && layers[j + 1] == layers[j] + 1)
+            j++;
+        w = j - i >= 2 ? snprintf(buf + used, size - used, "%s%ld..%ld", i ? "," : "",
+                                  layers[i], layers[j])
+            : j > i    ? snprintf(buf + used, size - used, "%s%ld,%ld", i ? "," : "", layers[i],
+                                  layers[j])
+                       : snprintf(buf + used, size - used, "%s%ld", i ? "," : "", layers[i]);
+        used += w > 0 ? (size_t)w : 0;
+        i = j + 1;
+    }
+    if (used < size)
+        snprintf(buf + used, size - used, "}%s", r->name[k] + r->at[k] + r->len[k]);
+    free(layers);
+    return buf;
 }
 
 /* The columns as wide as the longest name and shape (a static cache's
  * past_key_values_0_cumulative_length, a 4-D mask's shape), at least 20 and 32. */
-static void print_io(strbuf *b, const char *title, const cJSON *list)
+static void print_io(strbuf *b, const char *title, const cJSON *list, bool brief)
 {
     const cJSON *v;
-    int name_w = 20, shape_w = 32;
-    char shape[256], traced[256];
-    cJSON_ArrayForEach(v, list) {
-        int n = (int)strlen(io_name(v));
-        print_dims(cJSON_GetObjectItemCaseSensitive(v, "shape"), shape, sizeof shape);
-        int w = (int)strlen(quote(shape));
-        name_w = n > name_w && n < 80 ? n : name_w;
-        shape_w = w > shape_w && w < 80 ? w : shape_w;
-    }
+    int n = cJSON_GetArraySize(list), i = 0, name_w = 20, shape_w = 32;
+    io_row *rows = calloc(n > 0 ? (size_t)n : 1, sizeof *rows);
+    char name[1024];
     sb_printf(b, "  %s:\n", title);
-    cJSON_ArrayForEach(v, list) {
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(v, "dtype");
-        snprintf(shape, sizeof shape, "[]");
-        snprintf(traced, sizeof traced, "[]");
-        print_dims(cJSON_GetObjectItemCaseSensitive(v, "shape"), shape, sizeof shape);
-        print_dims(cJSON_GetObjectItemCaseSensitive(v, "traced_shape"), traced, sizeof traced);
-        sb_printf(b, "    %-*s %-9s %-*s traced %s\n", name_w, io_name(v),
-                  quote(cJSON_IsString(dt) ? dt->valuestring : "?"), shape_w,
-                  quote(shape), quote(traced));
+    if (!rows) {
+        sb_puts(b, "    (out of memory)\n");
+        return;
     }
+    cJSON_ArrayForEach(v, list) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(v, "name");
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(v, "dtype");
+        io_row *r = &rows[i++];
+        r->name[0] = cJSON_IsString(nm) ? nm->valuestring : "?";
+        r->dtype = cJSON_IsString(dt) ? dt->valuestring : "?";
+        snprintf(r->shape, sizeof r->shape, "[]");
+        snprintf(r->traced, sizeof r->traced, "[]");
+        print_dims(cJSON_GetObjectItemCaseSensitive(v, "shape"), r->shape, sizeof r->shape);
+        print_dims(cJSON_GetObjectItemCaseSensitive(v, "traced_shape"), r->traced,
+                   sizeof r->traced);
+    }
+    group_rows(rows, n, brief);
+    for (i = 0; i < n; i++) {
+        if (rows[i].leader != i)
+            continue;
+        int w = (int)strlen(quote(group_name(rows, n, i, 0, name, sizeof name)));
+        int sw = (int)strlen(quote(rows[i].shape));
+        name_w = w > name_w && w < 80 ? w : name_w;
+        shape_w = sw > shape_w && sw < 80 ? sw : shape_w;
+    }
+    for (i = 0; i < n; i++) {
+        if (rows[i].leader != i)
+            continue;
+        sb_printf(b, "    %-*s %-9s %-*s traced %s", name_w,
+                  quote(group_name(rows, n, i, 0, name, sizeof name)), quote(rows[i].dtype),
+                  shape_w, quote(rows[i].shape), quote(rows[i].traced));
+        if (rows[i].count > 1)
+            sb_printf(b, "  x%d", rows[i].count);
+        sb_puts(b, "\n");
+    }
+    free(rows);
 }
 
 static const char *str(const cJSON *o, const char *key)
@@ -147,15 +303,49 @@ static long long num(const cJSON *o, const char *key)
     return int_value(cJSON_GetObjectItemCaseSensitive(o, key), &i) ? i : -1;
 }
 
-/* Each pair's input, one a line: the tensors a runtime carries or the caller passes again. */
-static void print_pair_inputs(strbuf *b, const cJSON *cache)
+/* A cache's pairs as rows: their input (NULL for none) and, with `outputs`, their output; NULL
+ * when out of memory. */
+static io_row *pair_rows(const cJSON *cache, bool outputs, bool brief, int *n)
 {
-    const cJSON *p;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs"))
-        sb_printf(b, "    %s\n", qstr(p, "input"));
+    const cJSON *pairs = cJSON_GetObjectItemCaseSensitive(cache, "pairs"), *p;
+    *n = cJSON_GetArraySize(pairs);
+    io_row *rows = calloc(*n > 0 ? (size_t)*n : 1, sizeof *rows);
+    int i = 0;
+    if (!rows)
+        return NULL;
+    cJSON_ArrayForEach(p, pairs) {
+        const cJSON *in = cJSON_GetObjectItemCaseSensitive(p, "input");
+        rows[i].name[0] = cJSON_IsString(in) ? in->valuestring : NULL;
+        rows[i].name[1] = outputs ? str(p, "output") : NULL;
+        i++;
+    }
+    group_rows(rows, *n, brief);
+    return rows;
 }
 
-static void print_cache(strbuf *b, const cJSON *cache, bool stateful)
+/* Each pair's input, one a line: the tensors a runtime carries or the caller passes again. */
+static void print_pair_inputs(strbuf *b, const cJSON *cache, bool brief)
+{
+    int n;
+    io_row *rows = pair_rows(cache, false, brief, &n);
+    char name[1024];
+    if (!rows) {
+        sb_puts(b, "    (out of memory)\n");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (rows[i].leader != i)
+            continue;
+        const char *in = group_name(rows, n, i, 0, name, sizeof name);
+        sb_printf(b, "    %s", quote(in ? in : "?"));
+        if (rows[i].count > 1)
+            sb_printf(b, "  x%d", rows[i].count);
+        sb_puts(b, "\n");
+    }
+    free(rows);
+}
+
+static void print_cache(strbuf *b, const cJSON *cache, bool stateful, bool brief)
 {
     if (!cJSON_IsObject(cache))
         return;
@@ -169,7 +359,7 @@ static void print_cache(strbuf *b, const cJSON *cache, bool stateful)
         /* OpenVINO: the cache is the model's state, not its inputs and outputs */
         sb_printf(b, "\n  stateful: the cache lives in the model's variables (ReadValue/Assign), "
                   "beam_idx reorders its rows; variables:\n");
-        print_pair_inputs(b, cache);
+        print_pair_inputs(b, cache, brief);
         return;
     }
     const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cache, "pairs"), 0);
@@ -177,19 +367,30 @@ static void print_cache(strbuf *b, const cJSON *cache, bool stateful)
         /* pt2: the program writes the new rows into the tensors it is given */
         sb_puts(b, "\n  written in place into these inputs (pass the same tensors every "
                    "call):\n");
-        print_pair_inputs(b, cache);
+        print_pair_inputs(b, cache, brief);
         return;
     }
     sb_printf(b, "\n  %s\n", strcmp(impl, "static") == 0
                             ? "in-place pairs (bind each input and its output to one buffer):"
                             : "cache inputs -> outputs:");
-    const cJSON *p;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(cache, "pairs")) {
-        const cJSON *in = cJSON_GetObjectItemCaseSensitive(p, "input");
-        sb_printf(b, "    %-44s -> %s\n",
-                  cJSON_IsString(in) ? quote(in->valuestring) : "(none: starts empty)",
-                  qstr(p, "output"));
+    int n;
+    io_row *rows = pair_rows(cache, true, brief, &n);
+    char in_name[1024], out_name[1024];
+    if (!rows) {
+        sb_puts(b, "    (out of memory)\n");
+        return;
     }
+    for (int i = 0; i < n; i++) {
+        if (rows[i].leader != i)
+            continue;
+        const char *in = group_name(rows, n, i, 0, in_name, sizeof in_name);
+        sb_printf(b, "    %-44s -> %s", in ? quote(in) : "(none: starts empty)",
+                  quote(group_name(rows, n, i, 1, out_name, sizeof out_name)));
+        if (rows[i].count > 1)
+            sb_printf(b, "  x%d", rows[i].count);
+        sb_puts(b, "\n");
+    }
+    free(rows);
 }
 
 /* "name version, name version, ..." of transformers' metadata.packages. */
@@ -326,7 +527,7 @@ static bool text_only(const cJSON *m)
     return false;
 }
 
-static void describe(strbuf *b, const ferry_exported *e)
+static void describe(strbuf *b, const ferry_exported *e, bool brief)
 {
     cJSON *m = cJSON_Parse(ferry_exported_manifest(e));
     if (!m) { /* it parsed when loaded: only memory can fail here */
@@ -356,19 +557,28 @@ static void describe(strbuf *b, const ferry_exported *e)
         vision |= strcmp(comp->string, "vision_embeddings_model") == 0;
         speech |= strcmp(comp->string, "encoder_model") == 0;
     }
+    /* openvino-genai's pipelines read the converted tokenizer beside the model */
+    int converted = 0;
+    const cJSON *name;
+    cJSON_ArrayForEach(name, cJSON_GetObjectItemCaseSensitive(m, "tokenizer_files"))
+        converted += cJSON_IsString(name) &&
+                     (!strcmp(name->valuestring, "openvino_tokenizer.xml") ||
+                      !strcmp(name->valuestring, "openvino_detokenizer.xml"));
+    const char *ready = converted == 2 ? "with the converted tokenizer it carries"
+                                       : "once openvino-tokenizers has converted its tokenizer";
     if (cJSON_IsObject(gen))
-        sb_printf(b, "  generation: %s cache%s, %s\n", qstr(gen, "cache_implementation"),
+        sb_printf(b, "  generation: %s cache%s, %s%s%s\n", qstr(gen, "cache_implementation"),
                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(gen, "multi_token_decode"))
                    ? ", multi-token decode" : "",
                   !stateful ? "components are run by the caller's loop"
                   : vision ? "a stateful language model beside the tower's and the text "
-                             "embedding's graphs (openvino-genai's VLMPipeline runs them once "
-                             "openvino-tokenizers has converted its tokenizer)"
+                             "embedding's graphs (openvino-genai's VLMPipeline runs this "
+                             "directory "
                   : speech ? "a stateful decoder beside the encoder's graph (openvino-genai's "
-                             "WhisperPipeline runs them once openvino-tokenizers has converted "
-                             "its tokenizer)"
-                           : "one stateful graph (openvino-genai's LLMPipeline runs it once "
-                             "openvino-tokenizers has converted its tokenizer)");
+                             "WhisperPipeline runs this directory "
+                           : "one stateful graph (openvino-genai's LLMPipeline runs this "
+                             "directory ",
+                  stateful ? ready : "", stateful ? ")" : "");
     const cJSON *og = cJSON_GetObjectItemCaseSensitive(m, "onnxruntime_genai");
     if (cJSON_IsObject(og)) {
         const cJSON *cf = cJSON_GetObjectItemCaseSensitive(og, "config");
@@ -458,10 +668,10 @@ static void describe(strbuf *b, const ferry_exported *e)
         cJSON_ArrayForEach(df, cJSON_GetObjectItemCaseSensitive(c, "data_files"))
             if (cJSON_IsString(df))
                 print_size(b, ferry_exported_dir(e), df->valuestring);
-        print_io(b, "inputs", cJSON_GetObjectItemCaseSensitive(md, "inputs"));
-        print_io(b, "outputs", cJSON_GetObjectItemCaseSensitive(md, "outputs"));
+        print_io(b, "inputs", cJSON_GetObjectItemCaseSensitive(md, "inputs"), brief);
+        print_io(b, "outputs", cJSON_GetObjectItemCaseSensitive(md, "outputs"), brief);
         print_cache(b, cJSON_GetObjectItemCaseSensitive(md, "cache"),
-                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(md, "stateful")));
+                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(md, "stateful")), brief);
         const cJSON *ro = cJSON_GetObjectItemCaseSensitive(md, "runtime_options"), *opt;
         if (cJSON_IsObject(ro) && cJSON_GetArraySize(ro) > 0) {
             /* OpenVINO 2026.4 applies KV_CACHE_PRECISION from rt_info, not the inference
@@ -569,13 +779,23 @@ static void describe(strbuf *b, const ferry_exported *e)
     cJSON_Delete(m);
 }
 
-const char *ferry_exported_describe(ferry_exported *e)
+static const char *describe_into(ferry_exported *e, bool brief)
 {
     if (!e || !e->manifest_text)
         return NULL;
     strbuf b = {0};
-    describe(&b, e);
+    describe(&b, e, brief);
     free(e->description);
     e->description = sb_take(&b);
     return e->description;
+}
+
+const char *ferry_exported_describe(ferry_exported *e)
+{
+    return describe_into(e, false);
+}
+
+const char *ferry_exported_describe_brief(ferry_exported *e)
+{
+    return describe_into(e, true);
 }

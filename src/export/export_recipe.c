@@ -282,7 +282,8 @@ ferry_status ferry_export_config_from_json(ferry_export_config *cfg, const char 
         } else if (!strcmp(k, "dtype")) {
             if (!cJSON_IsString(item) || parse_dtype(item->valuestring, &cfg->dtype) != FERRY_OK) {
                 st = exp_say(eb, es, FERRY_ERR_INVALID_ARG,
-                             "recipe: 'dtype' must be \"fp32\", \"fp16\" or \"bf16\"");
+                             "recipe: 'dtype' must be \"fp32\", \"fp16\" or \"bf16\" (or "
+                             "torch's \"float32\", \"float16\", \"bfloat16\")");
                 goto done;
             }
         } else if (!strcmp(k, "strict") || !strcmp(k, "prefer_deferred_runtime_asserts_over_guards")) {

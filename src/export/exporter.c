@@ -31,6 +31,9 @@ static ferry_status validate_config(ferry_export_config *cfg, const fb_backend *
         return err->status;
     if (cfg->for_generation && cfg->inputs)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, GENERATION_INPUTS);
+    if (cfg->converted_tokenizer_dir && cfg->format != FERRY_FORMAT_OPENVINO)
+        return fy_fail(err, FERRY_ERR_INVALID_ARG, "converted_tokenizer_dir: openvino-tokenizers' "
+                       "files belong in an OpenVINO export, not in %s", (*backend)->title);
     if (be_options_check(cfg, *backend, err) != FERRY_OK)
         return err->status;
     return (*backend)->configure(cfg, err);
@@ -201,8 +204,9 @@ static ferry_status decompose(ferry_model *m, const ferry_export_config *cfg_in,
                 (long long)gen_prompt);
         goto fail;
     }
-    if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, model_max, gen_prompt, &syms[0],
-                         &ax, err) != FERRY_OK ||
+    bool fixed_batch = cache_len > 0 && c->backend->static_cache_batch_fixed;
+    if (exp_resolve_axes(&c->cfg, m->arch, takes, cache_len, model_max, gen_prompt, fixed_batch,
+                         &syms[0], &ax, err) != FERRY_OK ||
         exp_bound_sequence(m->arch, m->hparams, &ax, &syms[0], err) != FERRY_OK)
         goto fail;
     int b_axis = exp_axis_index(&ax, "batch"), s_axis = exp_axis_index(&ax, "sequence");
@@ -543,7 +547,10 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
     }
     e->warnings = dup(c->warnings);
     if (!e->cfg.skip_tokenizer) {
-        if (tok_files_read(m->dir, &e->tokenizer, err) != FERRY_OK)
+        if (tok_files_read(m->dir, &e->tokenizer, err) != FERRY_OK ||
+            (e->cfg.converted_tokenizer_dir &&
+             tok_files_read_converted(e->cfg.converted_tokenizer_dir, &e->tokenizer, err) !=
+                 FERRY_OK))
             goto fail;
         if (e->tokenizer.n == 0 &&
             exp_add_warning(&e->warnings, "the checkpoint has no tokenizer files (tokenizer.json, "
@@ -552,6 +559,7 @@ ferry_status ferry_components_export(ferry_components *c, const char *const *nam
             goto fail;
         }
     }
+    e->cfg.converted_tokenizer_dir = NULL; /* the caller's string: read above, not kept */
     if (!genai_unsupported(e) && (!(e->genai_text = genai_config_text(e, err)) ||
                                   (genai_processor_file(e) &&
                                    !(e->genai_processor_text = genai_processor_text(e, err)))))

@@ -30,6 +30,12 @@ void ferry_export_config_set_cancel(ferry_export_config *cfg, volatile int *canc
         cfg->cancel = cancel;
 }
 
+void ferry_export_config_set_converted_tokenizer_dir(ferry_export_config *cfg, const char *dir)
+{
+    if (cfg)
+        cfg->converted_tokenizer_dir = dir;
+}
+
 /* The option named `key` (or its alias) in any format of this build, and that format. */
 static const be_option *any_option(const char *key, const fb_backend **owner)
 {

@@ -253,9 +253,12 @@ void provenance_note_dir(struct ferry_exported *e);
  * back into cfg's example shapes. The default example sequence is at most `sequence_cap`
  * where that is positive (a static cache's length), less one with a static sequence axis, and
  * at most `model_max` where that is positive (the model's longest sequence); `prompt`, where
- * positive, replaces the axis's own default (model_arch.generation_prompt). */
+ * positive, replaces the axis's own default (model_arch.generation_prompt). `fixed_batch`
+ * keeps the batch axis at its example unless a dim names it (fb_backend's
+ * static_cache_batch_fixed, for a static cache). */
 ferry_status exp_resolve_axes(ferry_export_config *cfg, const model_arch *arch, unsigned takes,
                               int64_t sequence_cap, int64_t model_max, int64_t prompt,
+                              bool fixed_batch,
                               g_symtab *syms, exp_axes *out, fy_err *err);
 /* Replacing an existing export under --force (replace.c). */
 typedef struct old_file {

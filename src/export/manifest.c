@@ -653,9 +653,10 @@ ferry_status manifest_validate(const cJSON *m, const char *dir, struct ferry_exp
         char qname[TEXT_QUOTE_MAX];
         if (!cJSON_IsString(t) || !tok_is_file_name(t->valuestring))
             return fy_fail(err, FERRY_ERR_FORMAT, "%s/export.json: tokenizer_files: '%s' is not "
-                           "a tokenizer file name (%s)", dir,
+                           "a tokenizer file name (%s; %s)", dir,
                            cJSON_IsString(t) ? text_quote(t->valuestring, qname, sizeof qname)
-                                             : "(not a string)", tok_file_names());
+                                             : "(not a string)", tok_file_names(),
+                           tok_converted_names());
         if (manifest_check_file(dir, "tokenizer_files", t->valuestring, NULL, err) != FERRY_OK)
             return err->status;
     }

@@ -22,7 +22,8 @@ ferry_status ferry_model_open(const char *path_or_id, const char *revision, ferr
     m->revision = revision ? strdup(revision) : NULL;
     if (!m->source || (revision && !m->revision))
         return fy_fail(&m->err, FERRY_ERR_NOMEM, "out of memory");
-    if (cfg_load(m->dir, &m->cfg, &m->err) != FERRY_OK)
+    if (ckpt_check_weights_format(m->dir, &m->err) != FERRY_OK ||
+        cfg_load(m->dir, &m->cfg, &m->err) != FERRY_OK)
         return m->err.status;
     m->cfg_loaded = true;
     m->arch = model_find(m->cfg.architecture);

@@ -334,6 +334,28 @@ static ferry_status list_dir(const char *out, const char *shown, names *entries,
     return status;
 }
 
+/* An export made before ferry carried openvino-tokenizers' files, completed by hand with them:
+ * ferry cannot tell that it wrote them (export.json does not list them), and a user's own
+ * conversion (other options, another openvino-tokenizers) is not ferry's to delete. Refused,
+ * naming every such file and what to do. */
+static ferry_status refuse_converted(fy_err *err, const char *shown, const names *entries,
+                                     const names *allowed)
+{
+    char files[256] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < entries->n; i++) /* those checked already were moved out (NULL) */
+        if (entries->v[i] && tok_is_converted_name(entries->v[i]) &&
+            !names_has(allowed, entries->v[i])) {
+            size_t used = strlen(files);
+            snprintf(files + used, sizeof files - used, "%s%s", n++ ? ", " : "", entries->v[i]);
+        }
+    return refuse(err, shown, "it holds %s, which its export.json does not list (converted from "
+                  "the tokenizer after the export was written; ferry deletes only the files it "
+                  "wrote): delete or move %s, then --force replaces the export (ferry's Python "
+                  "API and the `ferry` command pip installs now write them with an OpenVINO "
+                  "export)", files, n == 1 ? "it" : "them");
+}
+
 ferry_status replace_check(const char *out, const char *shown, const char *src, old_export *o,
                            fy_err *err)
 {
@@ -381,6 +403,10 @@ ferry_status replace_check(const char *out, const char *shown, const char *src, 
     for (size_t i = 0; i < entries.n; i++) {
         const char *name = entries.v[i];
         text_quote(name, qname, sizeof qname);
+        if (tok_is_converted_name(name) && !names_has(&allowed, name)) {
+            status = refuse_converted(err, shown, &entries, &allowed);
+            goto done;
+        }
         if (name[0] == '.' || !names_has(&allowed, name)) {
             status = refuse(err, shown, "it holds '%s', which is not a file of the export its "
                             "export.json describes", qname);

@@ -1,6 +1,8 @@
 /* checkpoint.c — one name lookup over every safetensors file of a checkpoint directory. */
 #include "model/checkpoint.h"
 
+#include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -222,6 +224,100 @@ static ferry_status check_sparse_total(const ckpt *c, fy_err *err)
                    ST_SPARSE_MIN_BYTES >> 20, ST_SPARSE_RATIO);
 }
 
+/* Files a checkpoint directory can hold besides the weights that are not weights: a Trainer's
+ * state beside them. */
+static bool trainer_state(const char *name)
+{
+    return !strcmp(name, "training_args.bin") || !strcmp(name, "optimizer.pt") ||
+           !strcmp(name, "scheduler.pt") || !strncmp(name, "rng_state", 9);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The class config.json's architectures names (for a line of Python to paste), if it is a plain
+ * identifier; else NULL. */
+static char *config_class(const char *dir)
+{
+    char *path = fs_join_dup(dir, "config.json", &(fy_err){0}), *text = NULL, *cls = NULL;
+    size_t len = 0;
+    if (path && json_read_file(path, 1u << 20, &text, &len, NULL) == FERRY_OK) {
+        cJSON *cfg = cJSON_ParseWithLength(text, len);
+        const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cfg,
+                                                                               "architectures"),
+                                               0);
+        const char *name = cJSON_GetStringValue(arch);
+        size_t n = name ? strlen(name) : 0;
+        if (n > 0 && n < 128 && strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                             "0123456789_") == n)
+            cls = strdup(name);
+        cJSON_Delete(cfg);
+    }
+    free(text);
+    free(path);
+    return cls;
+}
+
+ferry_status ckpt_check_weights_format(const char *dir, fy_err *err)
+{
+    fy_err unused = {0};
+    char *single = fs_join_dup(dir, SINGLE_FILE, &unused);
+    char *index = fs_join_dup(dir, INDEX_FILE, &unused);
+    bool has_safetensors = !single || !index || file_exists(single) || file_exists(index);
+    free(single);
+    free(index);
+    if (has_safetensors) /* or the path is too long to say: ckpt_open says it */
+        return FERRY_OK;
+    DIR *d = opendir(dir);
+    if (!d)
+        return FERRY_OK;
+    /* the first by name of each kind, so that the message does not depend on readdir's order */
+    char gguf[256] = "", pickle[256] = "";
+    int n_gguf = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        const char *name = ent->d_name;
+        if (strlen(name) >= sizeof gguf)
+            continue;
+        if (ends_with(name, ".gguf")) {
+            n_gguf++;
+            if (!gguf[0] || strcmp(name, gguf) < 0)
+                strcpy(gguf, name);
+        } else if ((ends_with(name, ".bin") || ends_with(name, ".pt") || ends_with(name, ".pth")) &&
+                   !trainer_state(name)) {
+            if (!pickle[0] || strcmp(name, pickle) < 0)
+                strcpy(pickle, name);
+        }
+    }
+    closedir(d);
+    if (gguf[0]) {
+        char others[48] = "";
+        if (n_gguf > 1)
+            snprintf(others, sizeof others, " and %d other GGUF file%s", n_gguf - 1,
+                     n_gguf > 2 ? "s" : "");
+        return fy_fail(err, FERRY_ERR_UNSUPPORTED,
+                       "%s: holds GGUF weights (%s%s) and no safetensors, the format ferry reads "
+                       "(" SINGLE_FILE " or " INDEX_FILE "); make them in Python (with the gguf "
+                       "package): transformers.AutoModelForCausalLM.from_pretrained('%s', "
+                       "gguf_file='%s').save_pretrained('NEW_DIR')",
+                       dir, gguf, others, dir, gguf);
+    }
+    if (pickle[0]) {
+        char *cls = config_class(dir);
+        fy_fail(err, FERRY_ERR_UNSUPPORTED,
+                "%s: holds PyTorch weights (%s) and no safetensors, the format ferry reads "
+                "(" SINGLE_FILE " or " INDEX_FILE "); make them in Python: "
+                "transformers.%s.from_pretrained('%s').save_pretrained('NEW_DIR', safe_serialization=True)",
+                dir, pickle, cls ? cls : "AutoModelForCausalLM", dir);
+        free(cls);
+        return err->status;
+    }
+    return FERRY_OK;
+}
+
 ferry_status ckpt_open(const char *dir, ckpt **out, fy_err *err)
 {
     ferry_status status = FERRY_OK;
@@ -249,7 +345,7 @@ ferry_status ckpt_open(const char *dir, ckpt **out, fy_err *err)
         status = err->status;
     } else if (file_exists(index_path)) {
         status = open_sharded(c, index_path, err);
-    } else {
+    } else if ((status = ckpt_check_weights_format(dir, err)) == FERRY_OK) {
         status = fy_fail(err, FERRY_ERR_IO, "%s: no " SINGLE_FILE " and no " INDEX_FILE
                          " in this directory", dir);
     }

@@ -45,6 +45,11 @@ typedef struct ckpt {
  * less than 1/8 stored) holds for each file and for the checkpoint's totals, so that splitting
  * a sparse file into small shards does not get past it. */
 ferry_status ckpt_open(const char *dir, ckpt **out, fy_err *err);
+/* FERRY_ERR_UNSUPPORTED when `dir` holds no safetensors but weights ferry does not read (a
+ * GGUF file, PyTorch's pytorch_model.bin or other .bin/.pt/.pth files), with a line of Python
+ * that converts them; FERRY_OK otherwise, `err` untouched. Checked before config.json, which
+ * a GGUF download does not have. */
+ferry_status ckpt_check_weights_format(const char *dir, fy_err *err);
 void ckpt_close(ckpt *c);
 
 /* st_check_unchanged for every file of the checkpoint. */

@@ -50,6 +50,16 @@ static bool is_hub_id(const char *id)
     return part_len > 0;
 }
 
+/* Written as a path, never a hub id: ./x, ../x, /x, x/, "." or "..", or with more than one
+ * '/' (an id is "name" or "org/name"). */
+static bool looks_like_path(const char *s)
+{
+    size_t n = strlen(s);
+    const char *slash = strchr(s, '/');
+    return !strncmp(s, "./", 2) || !strncmp(s, "../", 3) || s[0] == '/' || !strcmp(s, ".") ||
+           !strcmp(s, "..") || (n > 0 && s[n - 1] == '/') || (slash && strchr(slash + 1, '/'));
+}
+
 /* A branch or tag name (refs/<revision>) or a commit hash: path components of id characters,
  * no empty, "." or ".." component, so that it stays under refs/ and snapshots/. */
 static bool is_revision(const char *rev)
@@ -153,6 +163,17 @@ ferry_status hub_resolve(const char *path_or_id, const char *revision, char *out
                            path_or_id, revision);
         return copy_out(path_or_id, out, out_size, err);
     }
+    struct stat st;
+    if (stat(path_or_id, &st) == 0)
+        return fy_fail(err, FERRY_ERR_IO, "%s: not a directory (a checkpoint is the directory "
+                       "holding config.json and the weights)", path_or_id);
+    /* a path that cannot be an id is named as the directory it was meant to be: looking it up
+     * in the hub cache would only make the message about something the user did not mean */
+    if (path_or_id[0] == '~')
+        return fy_fail(err, FERRY_ERR_IO, "%s: no such directory (a quoted ~ is not expanded: "
+                       "write $HOME)", path_or_id);
+    if (looks_like_path(path_or_id))
+        return fy_fail(err, FERRY_ERR_IO, "%s: no such directory", path_or_id);
     if (!is_hub_id(path_or_id))
         return fy_fail(err, FERRY_ERR_IO, "%s: no such directory, and not a hub id (org/name)",
                        path_or_id);
@@ -177,10 +198,14 @@ ferry_status hub_resolve(const char *path_or_id, const char *revision, char *out
     if (n < 0 || (size_t)n + 3 >= sizeof repo)
         return fy_fail(err, FERRY_ERR_INVALID_ARG, "%s: hub cache path is too long", path_or_id);
     repo[n] = '\0';
+    /* the library reads only the cache (the Python package and the ferry command pip installs
+     * download into it first) */
     if (!is_dir(repo))
         return fy_fail(err, FERRY_ERR_IO,
-                       "%s: not a directory, and hub id '%s' is not in the local cache (looked "
-                       "for %s)", path_or_id, path_or_id, repo);
+                       "%s is not a directory and not in the Hugging Face cache (looked for %s); "
+                       "this ferry works offline: download it first (hf download %s) or use the "
+                       "ferry command `pip install` gives, which downloads",
+                       path_or_id, repo, path_or_id);
 
     if ((status = join3(snapshot, sizeof snapshot, repo, "snapshots", revision, err)) != FERRY_OK)
         return status;
@@ -192,8 +217,9 @@ ferry_status hub_resolve(const char *path_or_id, const char *revision, char *out
     if ((status = json_read_file(ref_path, REF_MAX_BYTES, &ref_text, &ref_len, NULL)) !=
         FERRY_OK) {
         status = fy_fail(err, FERRY_ERR_IO,
-                         "hub id '%s': revision '%s' is neither a snapshot (%s) nor a ref (%s)",
-                         path_or_id, revision, snapshot, ref_path);
+                         "hub id '%s': revision '%s' is neither a snapshot (%s) nor a ref (%s) "
+                         "in the cache; download it first (hf download %s --revision %s)",
+                         path_or_id, revision, snapshot, ref_path, path_or_id, revision);
         goto cleanup;
     }
     while (ref_len > 0 && isspace((unsigned char)ref_text[ref_len - 1]))

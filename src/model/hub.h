@@ -14,7 +14,9 @@
  * replaces $HF_HOME/hub: huggingface_hub's rules), where <rev> is `revision` if it names a
  * snapshot directory, else the commit hash stored in refs/<revision> (revision NULL = "main").
  * A directory with a revision is FERRY_ERR_INVALID_ARG: a directory has no revisions.
- * Errors name what was looked for and where. */
+ * Errors name what was looked for and where: a missing path written as one (./x, /x, x/, a/b/c)
+ * is a missing directory, never looked up as an id; an id not in the cache says how to
+ * download it (this library never does). */
 ferry_status hub_resolve(const char *path_or_id, const char *revision, char *out, size_t out_size,
                          fy_err *err);
 

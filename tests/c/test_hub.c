@@ -127,8 +127,12 @@ static void test_resolve(void **state)
 static void test_errors(void **state)
 {
     (void)state;
-    expect_error("org/missing", NULL, FERRY_ERR_IO, "'org/missing' is not in the local cache",
-                 "models--org--missing");
+    expect_error("org/missing", NULL, FERRY_ERR_IO,
+                 "org/missing is not a directory and not in the Hugging Face cache (looked for ",
+                 "models--org--missing); this ferry works offline: download it first (hf "
+                 "download org/missing)");
+    expect_error("org/name", "dev", FERRY_ERR_IO, "in the cache; download it first",
+                 "(hf download org/name --revision dev)");
     expect_error("org/name", "dev", FERRY_ERR_IO, "revision 'dev'", "refs/dev");
     expect_error("org/name", "dangling", FERRY_ERR_IO, "refs/dangling points to",
                  "snapshots/aaaabbbbccccdddd");
@@ -139,11 +143,24 @@ static void test_errors(void **state)
                  "revision '../../../etc' is not a valid", NULL);
     expect_error("org/name", "a/./b", FERRY_ERR_INVALID_ARG, "is not a valid", NULL);
     expect_error("org/name", "", FERRY_ERR_INVALID_ARG, "is not a valid", NULL);
-    expect_error("a/b/c", NULL, FERRY_ERR_IO, "a/b/c: no such directory, and not a hub id", NULL);
-    expect_error("../x", NULL, FERRY_ERR_IO, "not a hub id", NULL);
+    /* written as a path: a missing directory, never looked up as an id */
+    static const char *const paths[] = {"a/b/c", "../x", "./my-lama", "/org", "org/", "x/"};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "%s: no such directory", paths[i]);
+        expect_error(paths[i], NULL, FERRY_ERR_IO, want, NULL);
+        fy_err err = {0};
+        char out[512];
+        hub_resolve(paths[i], NULL, out, sizeof out, &err);
+        assert_string_equal(err.msg, want);
+    }
+    expect_error("~/x", NULL, FERRY_ERR_IO, "~/x: no such directory (a quoted ~ is not expanded",
+                 NULL);
     expect_error("org/na me", NULL, FERRY_ERR_IO, "not a hub id", NULL);
-    expect_error("/org", NULL, FERRY_ERR_IO, "not a hub id", NULL);
-    expect_error("org/", NULL, FERRY_ERR_IO, "not a hub id", NULL);
+    /* a file is not a checkpoint, whatever its name */
+    char file[512];
+    snprintf(file, sizeof file, "%s/hf/hub/models--org--name/refs/main", tmp_dir);
+    expect_error(file, NULL, FERRY_ERR_IO, "refs/main: not a directory", NULL);
     expect_error("", NULL, FERRY_ERR_INVALID_ARG, "no model path", NULL);
     expect_error(NULL, NULL, FERRY_ERR_INVALID_ARG, "no model path", NULL);
 

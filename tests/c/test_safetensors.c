@@ -845,6 +845,30 @@ static void test_checkpoint_errors(void **state)
     (void)state;
     expect_ckpt_error("empty dir", FERRY_ERR_IO, tmp_dir, "no model.safetensors and no "
                       "model.safetensors.index.json");
+    /* a Trainer's state beside the weights is not weights of another format */
+    write_text("training_args.bin", "x");
+    write_text("optimizer.pt", "x");
+    expect_ckpt_error("trainer state alone", FERRY_ERR_IO, "no model.safetensors and no", NULL);
+    /* weights ferry does not read: a line that converts them */
+    write_text("pytorch_model.bin", "x");
+    expect_ckpt_error("pytorch_model.bin", FERRY_ERR_UNSUPPORTED,
+                      "holds PyTorch weights (pytorch_model.bin) and no safetensors",
+                      "transformers.AutoModelForCausalLM.from_pretrained('");
+    write_text("config.json", "{\"architectures\": [\"GPT2LMHeadModel\"]}");
+    expect_ckpt_error("pytorch_model.bin with config", FERRY_ERR_UNSUPPORTED,
+                      "transformers.GPT2LMHeadModel.from_pretrained(",
+                      "save_pretrained('NEW_DIR', safe_serialization=True)");
+    write_text("b.gguf", "x");
+    write_text("a.gguf", "x");
+    expect_ckpt_error("gguf", FERRY_ERR_UNSUPPORTED, "holds GGUF weights (a.gguf and 1 other GGUF "
+                      "file) and no safetensors", "gguf_file='a.gguf').save_pretrained('NEW_DIR')");
+    static const char *const others[] = {"training_args.bin", "optimizer.pt", "pytorch_model.bin",
+                                         "config.json", "a.gguf", "b.gguf"};
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", tmp_dir, others[i]);
+        assert_int_equal(remove(path), 0);
+    }
 
     write_shard("model-00001-of-00002.safetensors", SHARD1, 2);
     write_shard("model-00002-of-00002.safetensors", SHARD2, 2);

@@ -107,6 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(ferry_exported_manifest(e) != NULL, "manifest text");
         /* what `ferry inspect` prints reads every field the loader let through */
         check(ferry_exported_describe(e) != NULL, "description");
+        check(ferry_exported_describe_brief(e) != NULL, "brief description");
     }
     ferry_exported_free(e);
     return 0;

@@ -427,6 +427,14 @@ def bytes_written(pid):
     return 0
 
 
+# What the `ferry` command pip installs adds to the C command's environment for an export
+# (python/ferry/_cli.py): an OpenVINO export then carries the tokenizer converted by
+# openvino-tokenizers, which openvino-genai's pipelines read (cli/convert_tokenizer.c).
+CONVERT_TOKENIZER_ENV = {"FERRY_TOKENIZER_PYTHON": sys.executable,
+                         "PYTHONPATH": os.pathsep.join([str(ROOT / "python"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+
+
 def ferry_export(model_dir, out_dir, *flags, env=None):
     """`ferry export MODEL OUT FLAGS...`, which must succeed. Returns OUT as a Path."""
     rc, out, err = run_ferry("export", model_dir, out_dir, *flags, env=env)

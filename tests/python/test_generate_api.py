@@ -29,7 +29,9 @@ MAX_CACHE_LEN = 64
 SLIDING_WINDOW = 8
 
 GEN = ["--dynamic", "--for-generation"]
-STATIC = [*GEN, "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN)]
+# a static cache is allocated for the example's batch unless a dim names the axis
+STATIC = [*GEN, "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN), "--dim",
+          "input_ids:0=batch"]
 OV = ["--format", "openvino"]
 # layout -> (export flags, the components the runners load)
 LAYOUTS = {

@@ -13,7 +13,8 @@ VOCAB = 160
 LAYOUTS = {
     "onnx_dynamic": ["--dynamic", "--for-generation"],
     "onnx_static_one_graph": ["--dynamic", "--for-generation", "--static-cache",
-                              "--max-cache-len", "32", "--multi-token-decode"],
+                              "--max-cache-len", "32", "--multi-token-decode", "--dim",
+                              "input_ids:0=batch"],
     "openvino_stateful": ["--format", "openvino", "--dynamic", "--for-generation"],
     "pt2_static_one_graph": ["--format", "pt2", "--dynamic", "--for-generation",
                              "--static-cache", "--max-cache-len", "32", "--multi-token-decode"],

@@ -39,10 +39,11 @@ VOCAB = 160                 # conftest's BASE_CONFIG
 EXPORT_FLAGS = {
     "dynamic": ["--dynamic", "--for-generation"],
     "mtd": ["--dynamic", "--for-generation", "--multi-token-decode"],
+    # a static cache is allocated for the example's batch unless a dim names the axis
     "static_mtd": ["--dynamic", "--for-generation", "--static-cache", "--max-cache-len",
-                   str(MAX_CACHE_LEN), "--multi-token-decode"],
+                   str(MAX_CACHE_LEN), "--multi-token-decode", "--dim", "input_ids:0=batch"],
     "static": ["--dynamic", "--for-generation", "--static-cache", "--max-cache-len",
-               str(MAX_CACHE_LEN)],
+               str(MAX_CACHE_LEN), "--dim", "input_ids:0=batch"],
     # named dims instead of --dynamic: the cache must grow all the same
     "dims": ["--for-generation", "--dim", "input_ids:0=b:1:4", "--dim", "input_ids:1=s:1:256"],
 }
@@ -539,8 +540,15 @@ def test_binding_export_for_generation_static(families, tmp_path):
             for l in range(2) for k in ("key", "value", "cumulative_length")]
     assert sorted((p["input"], p["output"]) for p in cache["pairs"]) == sorted(want)
     assert all(p["in_place"] for p in cache["pairs"])
+    # a static cache is allocated for the example's batch (1 here): the one symbol a caller
+    # sizes the cache by is the cache length
+    assert decode["metadata"]["inputs"][0]["shape"] == [1, "sequence"]
+    assert {d for i in decode["metadata"]["inputs"] if "past_key_values" in i["name"]
+            for d in i["shape"] if isinstance(d, str)} == {"max_cache_len"}
     # The same graph as the CLI's, and the loaded export lists the same component.
-    cli = fam.export("static_mtd")
+    cli = ferry_export(fam.ckpt, tmp_path / "cli", "--dynamic", "--for-generation",
+                       "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN),
+                       "--multi-token-decode", "--quiet")
     assert (tmp_path / "out" / "decode.onnx").read_bytes() == (cli / "decode.onnx").read_bytes()
     assert ExportedModel.from_pretrained(tmp_path / "out").files == exported.files
 
@@ -613,7 +621,7 @@ def test_binding_decompose_for_generation(families):
 @pytest.mark.parametrize("mode", list(EXPORT_FLAGS))
 def test_inspect_shows_components_roles_and_cache_pairs(families, mode):
     fam = families("qwen2")
-    rc, out, err = run_ferry("inspect", fam.export(mode))
+    rc, out, err = run_ferry("inspect", fam.export(mode), "--verbose")  # each pair its line
     assert rc == 0, err
     manifest = fam.manifest(mode)
     lines = [re.sub(r"\s+", " ", line).strip() for line in out.splitlines()]

@@ -203,7 +203,7 @@ def test_multi_token_decode_and_static_cache_loop(model, tmp_path):
         if not i.name.startswith("input."):
             continue
         name = i.name[len("input."):]
-        dims = [{"batch": 1}.get(d, max_cache_len) if isinstance(d, str) else int(d)
+        dims = [max_cache_len if isinstance(d, str) and not d.isdigit() else int(d)
                 for d in i.shape]
         dtype = np.int64 if i.type == "tensor(int64)" else np.float32
         cache[name] = ort.OrtValue.ortvalue_from_numpy(np.zeros(dims, dtype))
@@ -229,3 +229,203 @@ def test_multi_token_decode_and_static_cache_loop(model, tmp_path):
                               max_new_tokens=new_tokens, do_sample=False,
                               pad_token_id=0)[:, prompt_len:]
     assert torch.equal(torch.cat(tokens, dim=1), want)
+
+
+def test_static_cache_dynamo_decode_loop(model, tmp_path):
+    """The guide's Dynamo decode loop as written (on the CPU where it says "cuda"): the
+    StaticCache template from the program's own example_inputs, deep-copied and reset, passed
+    as past_key_values= to the decode runner, which writes it in place; .logits of each call.
+    Its tokens equal generate()'s, and the cache's counter ends at the tokens fed."""
+    import copy
+
+    from ferry import DynamoConfig, DynamoExporter, ExportedModel
+
+    prompt_ids = torch.tensor([[5, 17, 33, 2, 91]])
+    prompt_len, max_cache_len = prompt_ids.shape[1], 24
+    exporter = DynamoExporter()
+    gen_config = GenerationConfig(cache_implementation="static", max_cache_len=max_cache_len)
+    exported = exporter.export_for_generation(
+        model, {"input_ids": prompt_ids}, config=DynamoConfig(dynamic=True),
+        generation_config=gen_config, multi_token_decode=True)
+    exported.save_pretrained(tmp_path / "qwen3-static")
+
+    exported = ExportedModel.from_pretrained(tmp_path / "qwen3-static", device="cpu")
+    decode = exported.runners["decode"]
+    # the program carries an initialized StaticCache template: reuse it (reset to empty)
+    _, example_kwargs = exported.components["decode"].program.example_inputs
+    past_key_values = copy.deepcopy(example_kwargs["past_key_values"])
+    past_key_values.reset()
+
+    def causal_mask(positions, cache_len):  # [1, 1, len(positions), cache_len]
+        return (torch.arange(cache_len, device="cpu")[None, :] <= positions[:, None])[None, None]
+
+    # prefill: the whole prompt in one call
+    positions = torch.arange(prompt_len, device="cpu")
+    logits = decode(input_ids=prompt_ids, attention_mask=causal_mask(positions, max_cache_len),
+                    position_ids=positions[None], past_key_values=past_key_values).logits
+    next_token = logits[:, -1:].argmax(-1)
+    tokens = [next_token]
+    # decode: query=1 buffers reused in place
+    input_ids = torch.empty((1, 1), dtype=torch.long, device="cpu")
+    position_ids = torch.empty((1, 1), dtype=torch.long, device="cpu")
+    attention_mask = torch.empty((1, 1, 1, max_cache_len), dtype=torch.bool, device="cpu")
+    slots = torch.arange(max_cache_len, device="cpu")
+    for position in range(prompt_len, max_cache_len):
+        input_ids.copy_(next_token)
+        position_ids.fill_(position)
+        attention_mask[0, 0, 0].copy_(slots <= position)
+        logits = decode(input_ids=input_ids, attention_mask=attention_mask,
+                        position_ids=position_ids, past_key_values=past_key_values).logits
+        next_token = logits[:, -1:].argmax(-1)
+        tokens.append(next_token)
+
+    new_tokens = max_cache_len - prompt_len + 1
+    with torch.no_grad():
+        want = model.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids),
+                              max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                              do_sample=False, pad_token_id=0)[:, prompt_len:]
+    assert torch.equal(torch.cat(tokens, dim=1), want)
+    assert all(int(layer.cumulative_length) == max_cache_len for layer in past_key_values.layers)
+    # the template itself was not written: the loop ran on the caller's copy
+    assert all(int(layer.cumulative_length) == 0
+               for layer in example_kwargs["past_key_values"].layers)
+
+
+@pytest.mark.parametrize("name", ["Dynamo", "Onnx", "OpenVINO"])
+def test_export_for_generation_with_the_guides_defaults(model, tmp_path, name):
+    """export_for_generation(model, inputs, config=XConfig(dynamic=True)), nothing else: a
+    dynamic cache for every format (Dynamo's programs return it), OpenVINO's one stateful
+    graph chosen by itself. Saved, loaded, and generate() equals transformers'."""
+    import ferry
+
+    inputs = {"input_ids": torch.tensor([[5, 17, 33, 2, 91]]),
+              "attention_mask": torch.ones((1, 5), dtype=torch.long)}
+    exporter = getattr(ferry, f"{name}Exporter")()
+    config = getattr(ferry, f"{name}Config")(dynamic=True)
+    exported = exporter.export_for_generation(model, inputs, config=config)
+    exported.save_pretrained(tmp_path / "gen")
+    loaded = ferry.ExportedModel.from_pretrained(tmp_path / "gen")
+    assert loaded.manifest["components"]["decode"]["metadata"]["cache"]["implementation"] != \
+        "static"
+    got = loaded.generate(**inputs, max_new_tokens=10, min_new_tokens=10)
+    with torch.no_grad():
+        want = model.generate(**inputs, max_new_tokens=10, min_new_tokens=10, do_sample=False,
+                              pad_token_id=0)
+    assert torch.equal(torch.as_tensor(got), want)
+
+
+def test_executorch_generation_default_says_what_to_write(model):
+    """ExecuTorch's programs write their cache in place, so the guide's default (a dynamic
+    cache) is one error that names the static cache to ask for instead."""
+    from ferry import ExecutorchConfig, ExecutorchExporter, FerryError
+
+    inputs = {"input_ids": torch.tensor([[5, 17, 33, 2, 91]])}
+    with pytest.raises(FerryError, match=r"need a static cache \(--static-cache "
+                                         r"--max-cache-len N; the recipe's generation_config "
+                                         r"cache_implementation \"static\"\)"):
+        ExecutorchExporter().export_for_generation(
+            model, inputs, config=ExecutorchConfig(backend="xnnpack", dynamic=True))
+
+
+def test_quantizers_by_the_guides_names(model, inputs):
+    """NNCF weight compression, by the guide's class names (ferry's and transformers' own
+    objects), is ferry's quantizer with the same bits, group size and symmetry: the export is
+    the one the recipe's dict makes (quantized: not eager's fp32 logits). What ferry
+    cannot honour (activation quantization, data-aware methods, mixed precision, per-channel
+    int8, calibration data, another format's quantizer) is one error naming it."""
+    from transformers.exporters.quantizers.quantizer_nncf import (
+        NNCFOnnxQuantizer as TransformersNNCFOnnxQuantizer)
+    from transformers.exporters.quantizers.quantizer_nncf import (
+        NNCFWeightCompressionConfig as TransformersNNCFConfig)
+
+    from ferry import (FerryError, NNCFOnnxQuantizer, NNCFOpenVINOQuantizer,
+                       NNCFQuantizationConfig, NNCFWeightCompressionConfig, OnnxConfig,
+                       OnnxExporter, OnnxRuntimeDynamicConfig, OnnxRuntimeQuantizer,
+                       OpenVINOConfig, PT2EQuantizer, DynamoConfig)
+
+    config = OnnxConfig(dynamic=True, quantizer=NNCFOnnxQuantizer(
+        NNCFWeightCompressionConfig(mode="int4_asym", group_size=32, all_layers=True)))
+    want = {"bits": 4, "block_size": 32, "symmetric": False, "quantize_embeddings": True,
+            "quantize_lm_head": True}
+    assert {k: config.to_dict()["quantizer"][k] for k in want} == want
+    theirs = OnnxConfig(dynamic=True, quantizer=TransformersNNCFOnnxQuantizer(
+        TransformersNNCFConfig(mode="int4_asym", group_size=32, all_layers=True)))
+    assert theirs.to_dict()["quantizer"] == config.to_dict()["quantizer"]
+    exported = OnnxExporter().export(model, inputs, config=config)
+    by_dict = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True,
+                                                                      quantizer=want))
+    got, same = exported(**inputs).logits, by_dict(**inputs).logits
+    assert torch.equal(got, same)  # (test_quantize* hold ferry's int4 against a reference)
+    real = inputs["attention_mask"].bool()
+    assert (got[real] - eager_logits(model, inputs)[real]).abs().max().item() > FP32_ATOL
+    with pytest.warns(UserWarning, match="embeddings and lm_head stay float"):
+        default = OpenVINOConfig(quantizer=NNCFOpenVINOQuantizer(
+            NNCFWeightCompressionConfig(mode="INT4_SYM")))
+    assert default.to_dict()["quantizer"]["block_size"] == 128  # NNCF's int4 default
+
+    refusals = [
+        (OnnxConfig, OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig()), "quantizes activations"),
+        (OnnxConfig, OnnxRuntimeQuantizer(), "quantizes activations"),
+        (OnnxConfig, NNCFOnnxQuantizer(NNCFQuantizationConfig()), "nncf.quantize"),
+        (OnnxConfig, NNCFOnnxQuantizer(), "quantizes activations"),
+        (DynamoConfig, PT2EQuantizer(), "PT2E quantizes activations"),
+        (OnnxConfig, NNCFOnnxQuantizer(NNCFWeightCompressionConfig(mode="int4_sym", awq=True)),
+         "awq=True"),
+        (OnnxConfig, NNCFOnnxQuantizer(NNCFWeightCompressionConfig(mode="int4_sym", ratio=0.8)),
+         "ratio=0.8"),
+        (OnnxConfig, NNCFOnnxQuantizer(NNCFWeightCompressionConfig(mode="int8_sym")),
+         r"group_size -1 \(per channel"),
+        (OnnxConfig, NNCFOnnxQuantizer(NNCFWeightCompressionConfig(mode="nf4")),
+         "mode 'nf4'|mode nf4"),
+        (OnnxConfig, NNCFOnnxQuantizer(NNCFWeightCompressionConfig(mode="int4_sym"),
+                                       calibration_dataset=[inputs]), "calibration_dataset"),
+        (OpenVINOConfig, NNCFOnnxQuantizer(NNCFWeightCompressionConfig(mode="int4_sym")),
+         "NNCFOnnxQuantizer quantizes onnx exports, not openvino"),
+    ]
+    for config_class, quantizer, message in refusals:
+        with pytest.raises(FerryError, match=message):
+            config_class(quantizer=quantizer)
+
+
+@pytest.mark.parametrize("name", ["Onnx", "Dynamo"])
+def test_decompose_for_generation_loop(model, name):
+    """The guide's loop over ferry.utils.decompose_for_generation as written: each entry's
+    submodel runs eagerly on its captured kwargs, and exporter.export(submodel, subinputs,
+    config) writes that component alone (decode with its cache inputs); the prefill program,
+    run in its runtime on the captured prompt, gives the eager prefill's logits."""
+    import ferry
+    from ferry.utils import decompose_for_generation
+
+    inputs = {"input_ids": torch.tensor([[5, 17, 33, 2, 91]]),
+              "attention_mask": torch.ones((1, 5), dtype=torch.long)}
+    exporter = getattr(ferry, f"{name}Exporter")()
+    config = getattr(ferry, f"{name}Config")(dynamic=True)
+    components = decompose_for_generation(model, inputs)
+    assert list(components) == ["prefill", "decode"]
+
+    exported, eager = {}, {}
+    for name, (submodel, subinputs) in components.items():
+        with torch.no_grad():
+            eager_outputs = submodel(**subinputs)  # sanity-check the eager forward
+        eager[name] = eager_outputs
+        exported[name] = exporter.export(submodel, subinputs, config=config)
+    for name, one in exported.items():
+        assert list(one.components) == [name]
+    decode_inputs = [i["name"] for i in exported["decode"].components["decode"].metadata["inputs"]]
+    assert any(n.startswith("past_key_values") for n in decode_inputs), decode_inputs
+    # the prefill program in its runtime, on the captured prompt, against the eager prefill
+    ids = components["prefill"][1]["input_ids"]
+    feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+             "position_ids": torch.arange(ids.shape[1])[None]}
+    path = str(exported["prefill"].components["prefill"].path)
+    if exporter.export_format == "onnx":
+        import onnxruntime as ort
+
+        logits = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+            ["logits"], {k: v.numpy() for k, v in feeds.items()})[0]
+    else:
+        with torch.no_grad():
+            logits = torch.export.load(path).module()(**feeds)["logits"].numpy()
+    np.testing.assert_allclose(logits, eager["prefill"].logits.numpy(), atol=FP32_ATOL, rtol=0)
+    with pytest.raises(ferry.FerryError, match="not this Linear: pass the submodel"):
+        exporter.export(torch.nn.Linear(2, 2), components["decode"][1], config=config)

@@ -335,7 +335,7 @@ def test_what_it_cannot_write_yet(ckpts, tmp_path, case):
 def test_graph_refuses_what_export_refuses(ckpts, stage):
     """`ferry graph` shows only what an export with the same options writes
     (its semantic stage printed a dynamic-cache generation graph that export then refused)."""
-    flags, needles, code = ERRORS["dynamic-cache"]
+    flags, needles, code = ERRORS["quantized"]
     rc, stdout, stderr = run_ferry("graph", ckpts("llama"), "--format", "pt2", "--stage", stage,
                                    *flags)
     assert (rc, stdout) == (code, ""), (rc, stderr)

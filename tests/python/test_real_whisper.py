@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ferry_export
+from conftest import CONVERT_TOKENIZER_ENV, ferry_export
 from whisper_ct2 import _resample, speech_features
 
 SENTENCE = "the quick brown fox jumps over the lazy dog"
@@ -85,18 +85,12 @@ def test_onnxruntime_genai_transcribes(whisper_tiny_en, heard, tmp_path):
 
 def test_openvino_genai_transcribes(whisper_tiny_en, heard, tmp_path):
     """openvino-genai's WhisperPipeline over ferry's stateful OpenVINO export (encoder_model and
-    decoder_model), with the tokenizer converted by openvino-tokenizers as a user does: the
-    transcript transformers gives."""
+    decoder_model), with the tokenizer converted by openvino-tokenizers, as the `ferry` command
+    pip installs writes it: the transcript transformers gives."""
     ov_genai = pytest.importorskip("openvino_genai")
-    import openvino as ov
-    from openvino_tokenizers import convert_tokenizer
-    from transformers import AutoTokenizer
 
-    out = ferry_export(whisper_tiny_en, tmp_path / "out", "--format", "openvino", *GEN)
-    tokenizer, detokenizer = convert_tokenizer(AutoTokenizer.from_pretrained(whisper_tiny_en),
-                                               with_detokenizer=True)
-    ov.save_model(tokenizer, str(out / "openvino_tokenizer.xml"))
-    ov.save_model(detokenizer, str(out / "openvino_detokenizer.xml"))
+    out = ferry_export(whisper_tiny_en, tmp_path / "out", "--format", "openvino", *GEN,
+                       env=CONVERT_TOKENIZER_ENV)
     with wave.open(str(_wav(tmp_path / "speech.wav"))) as f:
         rate = f.getframerate()
         pcm = np.frombuffer(f.readframes(f.getnframes()), "<i2")

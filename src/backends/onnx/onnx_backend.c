@@ -189,6 +189,7 @@ const fb_backend fb_onnx = {
     .describe = onnx_describe,
     .nonfinite_note = onnx_nonfinite_note,
     .state_forms = onnx_state_forms, .runtime_provider = onnx_runtime_provider,
+    .static_cache_batch_fixed = true,
 };
 
 int ferry_default_opset(void) { return ONNX_DEFAULT_OPSET; }

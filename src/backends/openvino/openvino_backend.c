@@ -249,6 +249,7 @@ const fb_backend fb_openvino = {
     .describe = openvino_describe,
     .one_generation_graph = stateful,
     .state_forms = openvino_state_forms,
+    .static_cache_batch_fixed = true,
     .whole_block_min = 16,
     .nonfinite_note = openvino_nonfinite_note,
 };
