@@ -52,7 +52,15 @@ $(VENV)/.stamp: requirements-test.txt requirements-nodeps.txt
 	$(VENV)/bin/pip install --quiet --no-deps -r requirements-nodeps.txt
 	touch $@
 
-venv: $(VENV)/.stamp
+# The venv imports this tree's python/ferry (a .pth file), which loads build/libferry.so: without
+# it `ferry validate` found no Python with the ferry package and exited 3, and the README's
+# Python examples needed PYTHONPATH. `pip install .` in another venv is the installed way.
+$(VENV)/.ferry-source: $(VENV)/.stamp
+	echo "$(abspath python)" > "$$($(VENV)/bin/python -c \
+		'import sysconfig; print(sysconfig.get_path("purelib"))')/ferry-source-tree.pth"
+	touch $@
+
+venv: $(VENV)/.stamp $(VENV)/.ferry-source
 
 demo: build
 	$(BUILD)/ferry export fixtures/tiny-llama $(BUILD)/demo-onnx --format onnx --dynamic --force

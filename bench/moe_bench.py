@@ -910,7 +910,7 @@ def write_report(path, data):
     if parts:
         L += [f"The MoE forms measured, from the op counts of {MAIN}'s decode.onnx "
               f"({main['layers']} layers): " + "; ".join(parts) + ". ferry's OpenVINO IR holds "
-              "the tiled block the CPU plugin turns into GatherMatmul (README).", ""]
+              "the tiled block the CPU plugin turns into GatherMatmul (docs/formats.md).", ""]
     diffs = [(f, v.get("max_abs_diff")) for f, v in moe_lat.items() if v.get("max_abs_diff")
              is not None and f != "onnx"]
     tf_lat = (S.get("peer-tf-onnx") or {}).get("latency") or {}

@@ -137,7 +137,7 @@ def test_fused_generation_equals_generate(fused_families, arch, loop, provider):
         check_attention_layout(fam, provider)
     if provider == "webgpu" and loop == "mtd_chunks3":
         # without query_seqlens (webgpu must reject it) onnxruntime's GroupQueryAttention takes
-        # several tokens after the first call only at batch 1: --help and the README say so
+        # several tokens after the first call only at batch 1: --help and docs/formats.md say so
         check_loop(fam, loop, batches=[1])
         with pytest.raises(Exception, match="batch_size must be 1 when sequence_length > 1"):
             fam.run(loop, 2, 5)
@@ -435,7 +435,7 @@ def test_webgpu_static_cache_prompt_needs_batch_1(tmp_path_factory):
     """Without query_seqlens (webgpu must reject it) onnxruntime's GroupQueryAttention refuses
     several tokens at batch > 1 when the cache it is given is longer than the call, as a static
     cache's buffer always is: its prefill runs at batch 1 (the guide's static loop,
-    test_fused_generation_equals_generate) and is refused at batch 2, as --help and the README
+    test_fused_generation_equals_generate) and is refused at batch 2, as --help and docs/formats.md
     say."""
     import numpy as np
     import onnxruntime as ort

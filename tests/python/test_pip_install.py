@@ -98,3 +98,34 @@ def test_pip_wheel_holds_library_and_command(tmp_path):
     assert any(n.startswith("ferry/lib/libcjson.so") for n in names), names
     assert any(n.startswith("ferry/lib/libdeflate.so") for n in names), names
     assert any(n.endswith("entry_points.txt") for n in names), names
+
+
+def _pins(path):
+    """{name: version} of the `name==version` lines of a requirements file."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            name, version = line.split("==")
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    return pins
+
+
+def test_extras_pin_the_tested_versions():
+    """An extra's pinned package is at the version the tests run (requirements-test.txt, or
+    requirements-nodeps.txt for executorch), and `validate` brings what the eager reference and a
+    .pt2 need."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    tested = _pins(ROOT / "requirements-test.txt") | _pins(ROOT / "requirements-nodeps.txt")
+    for extra, requirements in extras.items():
+        for requirement in requirements:
+            if "==" in requirement:
+                name, version = requirement.split("==")
+                assert tested.get(name.lower()) == version, (extra, requirement)
+    names = {extra: {r.split("==")[0] for r in reqs} for extra, reqs in extras.items()}
+    assert {"torch", "transformers"} <= names["validate"], names
+    assert "torch" in names["torch"] and "executorch" in names["executorch"], names
+    assert {"openvino", "openvino-tokenizers", "openvino-genai"} <= names["openvino"], names

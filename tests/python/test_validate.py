@@ -4,7 +4,8 @@ the versions a passing validation records in export.json, and the one warning a 
 the installed runtime differs from the recorded one.
 
 The command runs ferry's Python package in the interpreter FERRY_PYTHON names: here this
-test's own, with ./python on PYTHONPATH (ferry is not installed in it)."""
+test's own, with ./python on PYTHONPATH (not pip-installed in it; `make venv`'s .pth puts the
+same ./python on its path)."""
 
 import json
 import logging
@@ -389,13 +390,17 @@ def test_without_transformers_one_clear_line(onnx_export, tmp_path):
 
 
 def test_without_a_python_that_has_ferry(onnx_export, tmp_path):
-    # this interpreter, but without ./python: ferry is not installed in it
+    # this interpreter without site-packages (-S) or ./python: `make venv` puts this tree's
+    # ferry on the venv's path (a .pth file), which -S leaves out
+    python = tmp_path / "python-without-ferry"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
     rc, stdout, stderr = run_ferry("validate", onnx_export,
-                                   env={"FERRY_PYTHON": sys.executable, "PYTHONPATH": ""})
+                                   env={"FERRY_PYTHON": str(python), "PYTHONPATH": ""})
     assert rc == 3 and stdout == ""
     (line,) = stderr.splitlines()
     assert "needs a Python that can import the ferry package" in line
-    assert f"tried {sys.executable} ($FERRY_PYTHON)" in line
+    assert f"tried {python} ($FERRY_PYTHON)" in line
 
 
 def test_source_gone_asks_for_model(ckpt, tmp_path):
