@@ -312,19 +312,30 @@ def test_validate_says_it_does_not_check_it(export):
     assert rc == 3 and "not yet a vision-language one" in err, (rc, err)
 
 
-def test_the_guides_call(ckpt, model, tmp_path):
-    """The guide's export_for_generation(model, inputs, config) with the processor's inputs,
-    then generate(**inputs) before and after save_pretrained."""
-    from ferry import ExportedModel, OnnxConfig, OnnxExporter
+@pytest.mark.parametrize("name", ["Onnx", "Dynamo", "OpenVINO"])
+def test_the_guides_call(ckpt, model, tmp_path, name):
+    """The guide's export_for_generation(model, inputs, config=XConfig(dynamic=True)) with the
+    processor's inputs, each tab's exporter with its defaults (pt2: a dynamic cache; OpenVINO:
+    its stateful VLMPipeline layout), then generate(**inputs) before and after
+    save_pretrained."""
+    import ferry
+    from ferry import ExportedModel
 
     ids, mask, mm, enc = inputs("one image")
     given = dict(input_ids=ids, attention_mask=mask, mm_token_type_ids=mm, **enc)
-    exported = OnnxExporter().export_for_generation(str(ckpt), given,
-                                                    config=OnnxConfig(dynamic=True))
-    # the guide's components, then onnxruntime-genai's embedding and decoder
-    assert list(exported.components) == ["image_encoder", "embed_tokens", "language_model",
-                                         "lm_head", "decode", "genai_embedding",
-                                         "genai_decoder"]
+    exporter = getattr(ferry, f"{name}Exporter")()
+    config = getattr(ferry, f"{name}Config")(dynamic=True)
+    exported = exporter.export_for_generation(model if name != "Onnx" else str(ckpt), given,
+                                              config=config)
+    # the guide's components (then onnxruntime-genai's embedding and decoder; OpenVINO's are
+    # VLMPipeline's files)
+    if name == "Onnx":
+        assert list(exported.components) == ["image_encoder", "embed_tokens", "language_model",
+                                             "lm_head", "decode", "genai_embedding",
+                                             "genai_decoder"]
+    elif name == "Dynamo":
+        assert list(exported.components) == ["image_encoder", "embed_tokens", "language_model",
+                                             "lm_head", "decode"]
     with torch.no_grad():
         want = model.generate(**given, max_new_tokens=8, min_new_tokens=8, do_sample=False)
     assert exported.generate(**given, max_new_tokens=8, min_new_tokens=8).tolist() == \
