@@ -51,6 +51,13 @@ class OnnxExporter:
         if isinstance(inputs, ComponentInputs):  # an entry of ferry.utils' decomposition
             return self._export_component(model, inputs, config)
         inputs = _sample_inputs(inputs, sample_inputs)
+        held = [k for k in ("cache", "past_key_values")
+                if hasattr(inputs, "keys") and inputs.get(k) is not None]
+        if held:
+            raise FerryError(f"inputs hold a KV cache ({held[0]}): a plain export takes none; "
+                             "for a generation component pass the entry of "
+                             "ferry.utils.decompose_for_generation as it is (a copy loses which "
+                             "component it is), or call export_for_generation", status=1)
         recipe = self._config(_from_recipe(config, self.export_format))
         _example_config(inputs, recipe)  # a malformed example is refused before the model is read
         source, keep = _checkpoint(model)
@@ -80,6 +87,14 @@ class OnnxExporter:
         ferry.utils.decompose_for_generation: the component it stands for, written from the
         model's checkpoint with the capture's generation settings (ferry does not trace the
         captured kwargs)."""
+        changed = inputs.changed()
+        if changed:
+            raise FerryError(f"component {_escape(inputs.component)}: "
+                             f"{', '.join(map(_escape, changed))} changed shape since the "
+                             "capture; ferry writes the component from the checkpoint with the "
+                             "capture's settings and does not trace these inputs: to export "
+                             "another shape, give decompose_for_generation those inputs (or "
+                             "call export_for_generation)", status=1)
         if submodel is not inputs.submodel:
             raise FerryError(f"the inputs of component {_escape(inputs.component)} were captured "
                              f"with a {_escape(type(inputs.submodel).__name__)}, not this "

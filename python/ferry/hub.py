@@ -286,6 +286,12 @@ def resolve_export(path, subfolder=None, *, revision=None, token=None, cache_dir
                          ("" if looks_like_path(path) else ", and not a hub id (org/name)"),
                          status=2)
     sub = _check_subfolder(subfolder)
+    if revision is not None and not _is_revision(revision):
+        # huggingface_hub writes a ref file by the revision's name: "../x" lands outside the
+        # cache
+        raise FerryError(f"revision '{_shown(revision)}' is not a valid name or hash (a "
+                         "branch, tag or commit: parts of letters, digits, '-', '_', '.')",
+                         status=1)
     where = _describe(path, revision, sub)
     hub = _import_hub(where)
     from huggingface_hub import errors
@@ -326,8 +332,11 @@ def _materialize(snapshot, sub, cached, where):
     snapshot of it (<repo>/ferry-exports/<commit>/<subfolder, or @root>). The snapshot holds
     symbolic links into the cache's blobs/, which libferry refuses in an export: a file must
     not lead out of its directory. Here each file is a hard link to its blob (a copy where the
-    file system has none), so nothing is stored twice; the directory is built aside and renamed
-    into place whole, and is the same for every later load of that commit."""
+    file system has none), so nothing is stored twice, except an ONNX graph's external data
+    (<file>.data, <file>_data), which is copied: onnx refuses external data with more than one
+    link (a hard link could give it a file outside the model's directory). The directory is
+    built aside and renamed into place whole, and is the same for every later load of that
+    commit (libferry checks every file's CRC-32 when it loads it)."""
     import shutil
     import tempfile
     from urllib.parse import quote
@@ -337,9 +346,14 @@ def _materialize(snapshot, sub, cached, where):
     base = snapshot.parent.parent / "ferry-exports" / snapshot.name
     final = base / (quote(sub, safe="") if sub else "@root")
 
+    def copied(name):
+        return name.endswith((".data", "_data"))
+
     def complete(directory):
         try:
-            return all(os.path.samefile(directory / name, path) for name, path in cached.items())
+            return all(os.path.getsize(directory / name) == os.path.getsize(path)
+                       if copied(name) else os.path.samefile(directory / name, path)
+                       for name, path in cached.items())
         except OSError:
             return False
 
@@ -353,7 +367,10 @@ def _materialize(snapshot, sub, cached, where):
             target = building / name
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
-                os.link(os.path.realpath(path), target)
+                if copied(name):
+                    shutil.copyfile(path, target)
+                else:
+                    os.link(os.path.realpath(path), target)
             except OSError:
                 shutil.copyfile(path, target)
         if final.exists():  # an older, incomplete one: set aside, then removed
@@ -459,7 +476,7 @@ _COMMAND_OPTIONS = {
     # command: (options with a value, flags, whether a prefix of a name is taken for it)
     "export": (_EXPORT_VALUE_OPTIONS, _EXPORT_FLAGS + ("force", "validate"), True),
     "graph": (_EXPORT_VALUE_OPTIONS + ("stage", "component"), _EXPORT_FLAGS, True),
-    "inspect": (("subfolder",), ("json", "verify", "help"), False),
+    "inspect": (("subfolder",), ("json", "verify", "verbose", "help"), False),
     "validate": (("model", "revision", "subfolder", "atol", "min-top1"),
                  ("no-record", "quiet", "help"), True),
 }
@@ -531,9 +548,10 @@ def _parse(command, args):
             else:
                 return None
         elif arg.startswith("-") and arg != "-":
-            if any(c not in "qh" for c in arg[1:]):
+            short = {"q": "quiet", "h": "help", "v": "verbose"}
+            if any(short.get(c) not in takes for c in arg[1:]):
                 return None
-            options.update({"quiet" if c == "q" else "help": (i, None, None) for c in arg[1:]})
+            options.update({short[c]: (i, None, None) for c in arg[1:]})
         else:
             operands.append((i, arg))
         i += 1

@@ -114,6 +114,7 @@ class _CacheLayout:
         self.static = cache.get("implementation") == "static"
         self.max_cache_len = cache.get("max_cache_len") if self.static else None
         self.kv_heads, self.head_dim = cache["kv_heads"], cache["head_dim"]
+        self.dtype = cache.get("dtype")
         self.pairs = [(p["input"], p["output"]) for p in cache["pairs"]]
         self.to_input = {out: inp for inp, out in self.pairs}
         if self.static and not all(p["in_place"] for p in cache["pairs"]):
@@ -216,7 +217,13 @@ class Runner:
     def _extra_inputs(self):
         return set()
 
-    def __call__(self, input_ids, attention_mask=None, position_ids=None):
+    def __call__(self, input_ids, attention_mask=None, position_ids=None, *,
+                 past_key_values=None):
+        if past_key_values is not None:
+            _fail(f"{self.component}: past_key_values= is the guide's Dynamo loop, for a .pt2 "
+                  "static-cache export; this runner keeps its own cache (reset() starts a "
+                  "sequence), and the guide's onnxruntime loop binds the cache buffers itself "
+                  "(IOBinding)", 1)
         # checked as ExportedModel's calls check them (-1 was read as the last
         # token, 5.9 as 5, and ids past the vocabulary gave OpenVINO finite garbage)
         ids = int_matrix(input_ids, "input_ids")
@@ -239,7 +246,8 @@ class Runner:
         if mask.shape != (batch, cache.length + query):
             _fail(f"{self.component}: attention_mask has shape {list(mask.shape)}, not "
                   f"[{batch}, {cache.length + query}] (the cached {cache.length} tokens and "
-                  f"the {query} new ones)", 1)
+                  f"the {query} new ones)" +
+                  ("; reset() starts a new sequence" if cache.length else ""), 1)
         pos = (derive_position_ids(mask, query) if position_ids is None
                else int_matrix(position_ids, "position_ids"))
         if pos.shape != ids.shape:
@@ -254,6 +262,12 @@ class Runner:
         export takes only the shapes it was traced at)."""
         want = {"input_ids": [batch, query], "position_ids": [batch, query],
                 "attention_mask": [batch, past + query]}
+        fixed = self._inputs.get("input_ids", {}).get("shape", [None])[0]
+        if self._layout.static and isinstance(fixed, int) and batch != fixed:
+            _fail(f"{self.component}: {batch} rows, but the static cache was allocated for "
+                  f"batch {fixed} (the example's, as a StaticCache is): export with a symbolic "
+                  "batch (--dim input_ids:0=batch, or dynamic_shapes={'input_ids': {0: "
+                  "Dim('batch')}}) to run other batches", 1)
         if self._layout.static:
             slots = self._layout.max_cache_len
             if past + query > slots:
@@ -466,9 +480,42 @@ class _TorchRunner(Runner):
                 _fail(f"{self.component}: {name} has shape {list(tensor.shape)}, the graph "
                       f"takes {_escape(spec['shape'])}", 1)
             program_feeds[name] = tensor.to(self.device)
+        self._check_cache_call(program_feeds, past_key_values)
         with torch.no_grad():
             out = self.module(**program_feeds)
         return CausalLMOutputWithPast(logits=out["logits"], past_key_values=past_key_values)
+
+    def _check_cache_call(self, program_feeds, cache):
+        """A call the program would refuse with torch's own words, or run past the cache's end
+        (index_copy_ then wrote part of a layer before failing), refused first, by name: the
+        cache's dtype and batch, the mask's dtype and slots, the tokens that fit."""
+        import torch
+
+        ids = program_feeds["input_ids"]
+        batch, query = ids.shape
+        keys = cache.layers[0].keys
+        if any(layer.keys.dtype != keys.dtype for layer in cache.layers):
+            _fail(f"{self.component}: past_key_values' layers hold different dtypes", 1)
+        want = {"float32": torch.float32, "float16": torch.float16,
+                "bfloat16": torch.bfloat16}.get(self._layout.dtype)
+        if want is not None and keys.dtype != want:
+            _fail(f"{self.component}: past_key_values holds "
+                  f"{str(keys.dtype).replace('torch.', '')}, the program's cache is "
+                  f"{self._layout.dtype}", 1)
+        if keys.shape[0] != batch:
+            _fail(f"{self.component}: input_ids has {batch} rows, past_key_values {keys.shape[0]}"
+                  " (the cache is allocated for one batch)", 1)
+        slots = keys.shape[2]
+        mask = program_feeds.get("attention_mask")
+        if mask is not None and (mask.dtype != torch.bool or mask.shape[-1] != slots):
+            _fail(f"{self.component}: attention_mask must be bool [batch, 1, query, "
+                  f"max_cache_len={slots}] (the guide's causal mask over the cache's slots), "
+                  f"not {str(mask.dtype).replace('torch.', '')} {list(mask.shape)}", 1)
+        held = int(cache.layers[0].cumulative_length)
+        if held + query > slots:
+            _fail(f"{self.component}: past_key_values holds {held} tokens and {query} more "
+                  f"would not fit its {slots} slots (max_cache_len): reset() it to start a "
+                  "new sequence", 1)
 
     def _run(self, ids, mask, pos):
         import torch

@@ -90,7 +90,10 @@ def feeds(cache, metadata, component):
     import torch
     from transformers.cache_utils import Cache
 
-    if not isinstance(cache, Cache):
+    from transformers.cache_utils import StaticLayer
+
+    if not isinstance(cache, Cache) or not cache.layers or \
+            not all(isinstance(layer, StaticLayer) for layer in cache.layers):
         raise FerryError(f"{component}: past_key_values must be a transformers StaticCache (the "
                          f"program's example_inputs hold one), not "
                          f"{_escape(type(cache).__name__)}", status=1)

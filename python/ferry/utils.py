@@ -28,6 +28,17 @@ class ComponentInputs(dict):
         self.component, self.submodel, self.model = component, submodel, model
         self.generate_inputs = generate_inputs
         self.generation_config, self.multi_token_decode = generation_config, multi_token_decode
+        self._captured = _shapes(self)
+
+    def changed(self):
+        """The names of the tensors whose shape differs from the capture's (added or removed
+        ones too): ferry does not trace these kwargs, so a change would not reach the export."""
+        now, then = _shapes(self), self._captured
+        return sorted(name for name in set(now) | set(then) if now.get(name) != then.get(name))
+
+
+def _shapes(kwargs):
+    return {name: tuple(value.shape) for name, value in kwargs.items() if hasattr(value, "shape")}
 
 
 def decompose_for_generation(model, inputs, generation_config=None, multi_token_decode=False):

@@ -261,6 +261,33 @@ static char *config_class(const char *dir)
     return cls;
 }
 
+/* `s` as a Python string literal ('...', quotes, backslashes and control bytes escaped), so
+ * that the line of Python a message gives is one literal whatever the file is named: a name
+ * holding a quote would otherwise end the literal and run the rest when the line is pasted.
+ * Into out[size]; "'?'" where it does not fit. */
+static const char *py_literal(const char *s, char *out, size_t size)
+{
+    size_t n = 0;
+    if (size < 8)
+        return "'?'";
+    out[n++] = '\'';
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (n + 6 >= size)
+            return "'?'";
+        if (*c == '\'' || *c == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)*c;
+        } else if (*c < 0x20 || *c == 0x7f) {
+            n += (size_t)snprintf(out + n, size - n, "\\x%02x", *c);
+        } else {
+            out[n++] = (char)*c;
+        }
+    }
+    out[n++] = '\'';
+    out[n] = '\0';
+    return out;
+}
+
 ferry_status ckpt_check_weights_format(const char *dir, fy_err *err)
 {
     fy_err unused = {0};
@@ -298,20 +325,25 @@ ferry_status ckpt_check_weights_format(const char *dir, fy_err *err)
         if (n_gguf > 1)
             snprintf(others, sizeof others, " and %d other GGUF file%s", n_gguf - 1,
                      n_gguf > 2 ? "s" : "");
+        char qdir[1024], qgguf[600];
         return fy_fail(err, FERRY_ERR_UNSUPPORTED,
                        "%s: holds GGUF weights (%s%s) and no safetensors, the format ferry reads "
                        "(" SINGLE_FILE " or " INDEX_FILE "); make them in Python (with the gguf "
-                       "package): transformers.AutoModelForCausalLM.from_pretrained('%s', "
-                       "gguf_file='%s').save_pretrained('NEW_DIR')",
-                       dir, gguf, others, dir, gguf);
+                       "package): transformers.AutoModelForCausalLM.from_pretrained(%s, "
+                       "gguf_file=%s).save_pretrained('NEW_DIR')",
+                       dir, gguf, others, py_literal(dir, qdir, sizeof qdir),
+                       py_literal(gguf, qgguf, sizeof qgguf));
     }
     if (pickle[0]) {
         char *cls = config_class(dir);
+        char qdir[1024];
         fy_fail(err, FERRY_ERR_UNSUPPORTED,
                 "%s: holds PyTorch weights (%s) and no safetensors, the format ferry reads "
                 "(" SINGLE_FILE " or " INDEX_FILE "); make them in Python: "
-                "transformers.%s.from_pretrained('%s').save_pretrained('NEW_DIR', safe_serialization=True)",
-                dir, pickle, cls ? cls : "AutoModelForCausalLM", dir);
+                "transformers.%s.from_pretrained(%s).save_pretrained('NEW_DIR', "
+                "safe_serialization=True)",
+                dir, pickle, cls ? cls : "AutoModelForCausalLM",
+                py_literal(dir, qdir, sizeof qdir));
         free(cls);
         return err->status;
     }

@@ -182,6 +182,25 @@ def test_gguf_hint(tmp_path, build):
     assert not (tmp_path / "out").exists()
 
 
+def test_hint_names_are_python_literals(tmp_path, build):
+    """The line of Python a hint gives holds each name as one string literal: a file or a
+    directory named with quotes does not end the literal (pasted, the rest of the name ran as
+    code). The call the line makes receives the names as they are on disk."""
+    import ast
+
+    model = tmp_path / "it's"
+    model.mkdir()
+    name = "'*0)if 0 else __import__('os').system('echo PWNED')#.gguf"
+    (model / name).write_bytes(b"GGUF")
+    rc, stdout, stderr = run_ferry("export", model, tmp_path / "out", binary=build)
+    line = one_error_line(rc, stdout, stderr, 1)
+    call = ast.parse(line.split("gguf package): ", 1)[1], mode="eval").body  # .save_pretrained
+    load = call.func.value
+    assert [a.value for a in load.args] == [str(model)]
+    assert [(k.arg, k.value.value) for k in load.keywords] == [("gguf_file", name)]
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # A missing path, a hub id not in the cache
 

@@ -229,6 +229,13 @@ def test_multi_token_decode_and_static_cache_loop(model, tmp_path):
                               max_new_tokens=new_tokens, do_sample=False,
                               pad_token_id=0)[:, prompt_len:]
     assert torch.equal(torch.cat(tokens, dim=1), want)
+    # the cache was allocated for the example's batch: another is one error saying how to
+    # export a symbolic one
+    from ferry import FerryError
+
+    with pytest.raises(FerryError, match=r"allocated for batch 1 \(the example's.*"
+                                         r"--dim input_ids:0=batch"):
+        exported.generate(prompt_ids.repeat(2, 1), max_new_tokens=2)
 
 
 def test_static_cache_dynamo_decode_loop(model, tmp_path):
@@ -289,6 +296,42 @@ def test_static_cache_dynamo_decode_loop(model, tmp_path):
     # the template itself was not written: the loop ran on the caller's copy
     assert all(int(layer.cumulative_length) == 0
                for layer in example_kwargs["past_key_values"].layers)
+
+    # a cache or a call the program cannot take is one error naming it, before anything runs
+    from transformers import DynamicCache
+
+    from ferry import FerryError
+
+    def fresh():
+        cache = copy.deepcopy(example_kwargs["past_key_values"])
+        cache.reset()
+        return cache
+
+    half = fresh()
+    for layer in half.layers:
+        layer.keys, layer.values = layer.keys.half(), layer.values.half()
+    full = fresh()
+    for layer in full.layers:
+        layer.cumulative_length.fill_(max_cache_len - 1)
+    two = torch.arange(2)
+    calls = [
+        (dict(past_key_values=half), "holds float16, the program's cache is float32"),
+        (dict(past_key_values=DynamicCache()), "must be a transformers StaticCache"),
+        (dict(past_key_values=fresh(), input_ids=torch.tensor([[5, 17], [3, 4]]),
+              position_ids=two[None].repeat(2, 1)), "input_ids has 2 rows, past_key_values 1"),
+        (dict(past_key_values=fresh(), attention_mask=causal_mask(two, max_cache_len).long()),
+         "attention_mask must be bool"),
+        (dict(past_key_values=fresh(), attention_mask=causal_mask(two, 2 * max_cache_len)),
+         "attention_mask must be bool"),
+        (dict(past_key_values=full), "would not fit its 24 slots"),
+    ]
+    for given, message in calls:
+        call = dict(input_ids=torch.tensor([[5, 17]]), position_ids=two[None],
+                    attention_mask=causal_mask(two, max_cache_len))
+        call.update(given)
+        with pytest.raises(FerryError, match=message):
+            decode(**call)
+    assert int(full.layers[0].cumulative_length) == max_cache_len - 1  # nothing was written
 
 
 @pytest.mark.parametrize("name", ["Dynamo", "Onnx", "OpenVINO"])
@@ -429,3 +472,11 @@ def test_decompose_for_generation_loop(model, name):
     np.testing.assert_allclose(logits, eager["prefill"].logits.numpy(), atol=FP32_ATOL, rtol=0)
     with pytest.raises(ferry.FerryError, match="not this Linear: pass the submodel"):
         exporter.export(torch.nn.Linear(2, 2), components["decode"][1], config=config)
+    # what would not reach the export is refused: a copy of the kwargs (which loses which
+    # component they are, and holds a cache), or kwargs of another shape
+    submodel, subinputs = components["decode"]
+    with pytest.raises(ferry.FerryError, match=r"inputs hold a KV cache \(cache\)"):
+        exporter.export(submodel, dict(subinputs), config=config)
+    subinputs["input_ids"] = subinputs["input_ids"].repeat(3, 1)
+    with pytest.raises(ferry.FerryError, match="input_ids changed shape since the capture"):
+        exporter.export(submodel, subinputs, config=config)

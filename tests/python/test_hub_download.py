@@ -263,6 +263,9 @@ def test_checkpoint_by_id_console_script(hub, tmp_path):
     assert not hub.fetched(CKPT_REPO) & set(DECOYS)
     proc = ferry("inspect", EXPORT_REPO, "--subfolder", "onnx")
     assert proc.returncode == 0 and "model.onnx" in proc.stdout, proc.stderr
+    for verbose in ("--verbose", "-v"):  # downloaded too (it went to the C command as an id)
+        proc = ferry("inspect", verbose, EXPORT_REPO)
+        assert proc.returncode == 0 and "model.onnx" in proc.stdout, proc.stderr
     assert BIG not in hub.fetched(EXPORT_REPO)
     for args, more, words in (
             (("export", "acme/missing", tmp_path / "x"), {},
@@ -311,6 +314,26 @@ model = ferry.ExportedModel.from_pretrained({EXPORT_REPO!r}, revision={main!r},
 assert model.format == "onnx" and "model" in model.files
 """)
     assert hub.requests == []
+    # onnx itself reads the downloaded graph with its external data (it refuses data with
+    # more than one hard link, which a link to the cache's blob has)
+    _api_ok(hub, tmp_path / "hf", f"""
+import onnx
+model = ferry.ExportedModel.from_pretrained({EXPORT_REPO!r}, revision={main!r},
+                                            local_files_only=True)
+onnx.load(str(model.components["model"].path))
+""")
+
+
+def test_revision_cannot_leave_the_cache(hub, tmp_path):
+    """A revision is a branch, tag or commit: one with path parts is refused before
+    huggingface_hub writes a ref file by its name (outside the cache with "../")."""
+    home = tmp_path / "hf"
+    hub.requests.clear()
+    for revision in ("../../../../escaped-ref", "main/../../x", "/abs"):
+        message = _api_error(hub, home, f"ferry.ExportedModel.from_pretrained({EXPORT_REPO!r}, "
+                             f"revision={revision!r})")
+        assert "is not a valid name or hash" in message, message
+    assert not (tmp_path / "escaped-ref").exists() and hub.fetched(EXPORT_REPO) == set()
 
 
 def test_errors_name_the_id(hub, tmp_path):
