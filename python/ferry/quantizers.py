@@ -155,7 +155,7 @@ def recipe_of(quantizer, export_format):
     if mode is None:
         mode = "int8_asym"  # NNCF's default mode
     if mode not in _MODES:
-        raise FerryError(f"{kind}: mode {_escape(mode)} is not one ferry writes "
+        raise FerryError(f"{kind}: mode {_escape(repr(mode))} is not one ferry writes "
                          f"({', '.join(_MODES)})", status=4)
     bits, symmetric = _MODES[mode]
     group = getattr(config, "group_size", None)
@@ -163,8 +163,8 @@ def recipe_of(quantizer, export_format):
         group = 128 if bits == 4 else -1  # NNCF's defaults
     if group not in _BLOCK_SIZES:
         per_channel = " (per channel, NNCF's default for int8 modes)" if group == -1 else ""
-        raise FerryError(f"{kind}: group_size {_escape(group)}{per_channel} is not one ferry "
-                         f"writes: give group_size {', '.join(map(str, _BLOCK_SIZES))}",
+        raise FerryError(f"{kind}: group_size {_escape(repr(group))}{per_channel} is not one "
+                         f"ferry writes: give group_size {', '.join(map(str, _BLOCK_SIZES))}",
                          status=4)
     unsupported = {"ratio": lambda v: v not in (None, 1, 1.0),
                    "ignored_scope": lambda v: v is not None,
