@@ -267,11 +267,11 @@ def test_header_huge_numbers(ckpt, tmp_path, build, field, value):
                     "set by make test-python)")
 def test_clang_build_checks_float_casts():
     """The instrument is in place: the clang build's objects for what `ferry inspect` prints
-    (describe.c, which converts export.json's numbers) and the JSON getters call UBSan's
+    (describe_text.c, which converts export.json's numbers) and the JSON getters call UBSan's
     float-cast-overflow handler (gcc's UBSan has none). Proved to fire once on the original
     code: `ferry inspect` of an export.json with "opset": 1e300 reported "1e+300 is outside the
     range of representable values of type 'int'"."""
-    objects = list(UBSAN_BIN.parent.glob("CMakeFiles/*/src/export/describe.c.o")) + \
+    objects = list(UBSAN_BIN.parent.glob("CMakeFiles/*/src/export/describe_text.c.o")) + \
         list(UBSAN_BIN.parent.glob("CMakeFiles/*/src/util/json.c.o"))
     assert len(objects) >= 2, objects
     for obj in objects:
