@@ -41,6 +41,23 @@ int cli_validate(char *const *args, int n);
 /* The interpreter that converts a checkpoint's tokenizer for an OpenVINO export (unset or
  * empty: none is converted); the `ferry` command pip installs sets it (convert_tokenizer.c). */
 #define CLI_TOKENIZER_PYTHON "FERRY_TOKENIZER_PYTHON"
+
+/* The exit status of CLI_PYTHON_BOOTSTRAP when its module cannot be imported. */
+#define CLI_CANNOT_IMPORT 97
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x)
+/* The `python -c` program that runs `module`'s main(sys.argv[1:]) and exits with its status,
+ * or with CLI_CANNOT_IMPORT. `python -c` puts the working directory first on sys.path: a
+ * ferry.py or ferry/ there (an untrusted download, say) would be imported in place of the
+ * package, so it comes off first. */
+#define CLI_PYTHON_BOOTSTRAP(module)                                 \
+    "import sys\n"                                                   \
+    "sys.path = [p for p in sys.path if p not in ('', '.')]\n"       \
+    "try:\n"                                                         \
+    "    from " module " import main\n"                              \
+    "except ImportError:\n"                                          \
+    "    sys.exit(" CLI_STR(CLI_CANNOT_IMPORT) ")\n"                 \
+    "sys.exit(main(sys.argv[1:]))\n"
 /* openvino-tokenizers' conversion of the tokenizer of checkpoint `ckpt_dir` into a new temporary
  * directory, by ferry's Python package in $FERRY_TOKENIZER_PYTHON: true with its path in `dir`
  * (free it with cli_remove_converted) and in `why` the line saying what was not converted ("":

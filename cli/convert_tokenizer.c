@@ -18,19 +18,7 @@
 
 extern char **environ;
 
-#define CANNOT_IMPORT 97
-#define STR_(x) #x
-#define STR(x) STR_(x)
-/* As validate's bootstrap: the working directory off sys.path, so that a ferry/ there is not
- * imported in place of the package. */
-static const char bootstrap[] =
-    "import sys\n"
-    "sys.path = [p for p in sys.path if p not in ('', '.')]\n"
-    "try:\n"
-    "    from ferry._tokenizers import main\n"
-    "except ImportError:\n"
-    "    sys.exit(" STR(CANNOT_IMPORT) ")\n"
-    "sys.exit(main(sys.argv[1:]))\n";
+static const char bootstrap[] = CLI_PYTHON_BOOTSTRAP("ferry._tokenizers");
 
 static const char *const CONVERTED[] = {
     "openvino_tokenizer.xml", "openvino_tokenizer.bin",
@@ -119,7 +107,7 @@ bool cli_convert_tokenizer(const char *ckpt_dir, char *dir, size_t dir_size, cha
         return true;
     }
     char how[64];
-    snprintf(how, sizeof how, rc == CANNOT_IMPORT ? "cannot import ferry's Python package"
+    snprintf(how, sizeof how, rc == CLI_CANNOT_IMPORT ? "cannot import ferry's Python package"
                               : rc < 0 ? "did not run, or was killed" : "exited with status %d",
              rc);
     if (!cli_stop_signal)

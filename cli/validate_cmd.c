@@ -67,23 +67,10 @@ static const char usage[] =
     "one the export is not checked by), 3 validation cannot run here (no Python with\n"
     "ferry, transformers and torch; no runtime; or the runtime cannot run this export).\n";
 
-/* What the interpreter runs: the module's main, or this status when it cannot import it. */
-#define NO_FERRY 97
-#define STR_(x) #x
-#define STR(x) STR_(x)
-/* `python -c` puts the working directory first on sys.path: a ferry.py or ferry/ there (an
- * untrusted download, say) would be imported in place of the package. */
-static const char bootstrap[] =
-    "import sys\n"
-    "sys.path = [p for p in sys.path if p not in ('', '.')]\n"
-    "try:\n"
-    "    from ferry.validation import main\n"
-    "except ImportError:\n"
-    "    sys.exit(" STR(NO_FERRY) ")\n"
-    "sys.exit(main(sys.argv[1:]))\n";
+static const char bootstrap[] = CLI_PYTHON_BOOTSTRAP("ferry.validation");
 
-/* Runs `python` on the bootstrap with `args` (n of them); the exit status, NO_FERRY when it
- * cannot import ferry.validation or cannot be started, -1 after one line when it died. */
+/* Runs `python` on the bootstrap with `args` (n of them); the exit status, CLI_CANNOT_IMPORT
+ * when it cannot import ferry.validation or cannot be started, -1 after one line when it died. */
 static int run_python(const char *python, char *const *args, int n)
 {
     char **argv = calloc((size_t)n + 4, sizeof *argv);
@@ -102,7 +89,7 @@ static int run_python(const char *python, char *const *args, int n)
     int rc = posix_spawnp(&pid, python, NULL, NULL, argv, environ);
     free(argv);
     if (rc != 0)
-        return NO_FERRY;
+        return CLI_CANNOT_IMPORT;
     cli_stop_child(pid);
     int status;
     while (waitpid(pid, &status, 0) < 0)
@@ -157,7 +144,7 @@ int cli_validate(char *const *args, int n)
             return EXIT_FAIL;
         if (rc == VALIDATE_STOPPED)
             return rc;
-        if (rc != NO_FERRY)
+        if (rc != CLI_CANNOT_IMPORT)
             return rc;
         size_t used = strlen(tried);
         snprintf(tried + used, sizeof tried - used, "%s%s", used ? ", " : "", candidates[i]);

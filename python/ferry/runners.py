@@ -29,6 +29,7 @@ import numpy as np
 from ._arrays import axis_refusal, check_token_ids, int_matrix, widen_advice
 from ._lib import FerryError, _escape
 from ._onnx_weights import external_initializers
+from .static_cache import cache_inputs
 from .runtime import (checked_program, executorch_device, is_transformers_manifest,
                       onnxruntime_session, openvino_compiled, program_errors, torch_device)
 
@@ -437,7 +438,8 @@ class _TorchRunner(Runner):
 
     def __init__(self, name, meta, cache, module, device):
         super().__init__(name, meta, cache)
-        self.module, self.device, self._meta = module, device, meta
+        self.module, self.device = module, device
+        self._cache_inputs = cache_inputs(meta)  # what the guide's loop hands from its cache
 
     def __call__(self, input_ids, attention_mask=None, position_ids=None, *,
                  past_key_values=None):
@@ -470,7 +472,7 @@ class _TorchRunner(Runner):
                   "max_cache_len] and positions)", 1)
         given = {"input_ids": input_ids, "attention_mask": attention_mask,
                  "position_ids": position_ids}
-        program_feeds = feeds(past_key_values, self._meta, self.component)
+        program_feeds = feeds(past_key_values, self._cache_inputs, self.component)
         for name, value in given.items():
             if name not in self._inputs:
                 continue

@@ -83,8 +83,9 @@ def example_inputs(metadata, device="cpu"):
                 "past_key_values": cache}
 
 
-def feeds(cache, metadata, component):
-    """The program's cache inputs from the StaticCache `cache`: each layer's keys and values,
+def feeds(cache, wanted, component):
+    """The program's cache inputs (`wanted`: cache_inputs of its metadata) from the StaticCache
+    `cache`: each layer's keys and values,
     and its cumulative_length viewed as the program's [1] counter (the same storage, so the
     program's write of the counter advances the cache's)."""
     import torch
@@ -97,7 +98,6 @@ def feeds(cache, metadata, component):
         raise FerryError(f"{component}: past_key_values must be a transformers StaticCache (the "
                          f"program's example_inputs hold one), not "
                          f"{_escape(type(cache).__name__)}", status=1)
-    wanted = cache_inputs(metadata)
     layers = 1 + max((layer for layer, _, _ in wanted.values()), default=-1)
     if len(cache.layers) != layers:
         raise FerryError(f"{component}: past_key_values has {len(cache.layers)} layers, the "
